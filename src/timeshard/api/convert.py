@@ -1,0 +1,102 @@
+"""Between model objects and protobuf messages; input checks that belong to the wire format."""
+
+from __future__ import annotations
+
+from google.protobuf.duration_pb2 import Duration
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from timeshard.errors import InvalidArgument
+from timeshard.model import Job, JobState
+from timeshard.v1 import timeshard_pb2 as pb
+
+_STATE_TO_PB = {
+    JobState.SCHEDULED: pb.JOB_STATE_SCHEDULED,
+    JobState.RUNNING: pb.JOB_STATE_RUNNING,
+    JobState.SUCCEEDED: pb.JOB_STATE_SUCCEEDED,
+    JobState.DEAD: pb.JOB_STATE_DEAD,
+    JobState.CANCELLED: pb.JOB_STATE_CANCELLED,
+}
+_STATE_FROM_PB: dict[int, JobState] = {int(v): k for k, v in _STATE_TO_PB.items()}
+
+
+def state_to_pb(state: JobState) -> pb.JobState:
+    return _STATE_TO_PB[state]
+
+
+def state_from_pb(value: int) -> JobState | None:
+    """None for JOB_STATE_UNSPECIFIED (no filter)."""
+    if value == pb.JOB_STATE_UNSPECIFIED:
+        return None
+    if value not in _STATE_FROM_PB:
+        raise InvalidArgument("state", f"unknown job state {value}")
+    return _STATE_FROM_PB[value]
+
+
+def ts(ms: int) -> Timestamp:
+    return Timestamp(seconds=ms // 1000, nanos=(ms % 1000) * 1_000_000)
+
+
+def ts_ms(t: Timestamp) -> int:
+    return t.seconds * 1000 + t.nanos // 1_000_000
+
+
+def dur(ms: int) -> Duration:
+    return Duration(seconds=ms // 1000, nanos=(ms % 1000) * 1_000_000)
+
+
+def dur_s(d: Duration) -> float:
+    return d.seconds + d.nanos / 1e9
+
+
+def job_to_pb(job: Job) -> pb.Job:
+    def opt(ms: int) -> Timestamp | None:
+        return ts(ms) if ms else None
+
+    return pb.Job(
+        job_id=job.job_id,
+        type=job.job_type,
+        payload=job.payload,
+        state=state_to_pb(job.state),
+        run_at=ts(job.run_at),
+        created_at=ts(job.created_at),
+        attempt=job.attempt,
+        max_attempts=job.max_attempts,
+        fence=job.fence,
+        lease_owner=job.lease_owner,
+        lease_until=opt(job.lease_until),
+        started_at=opt(job.started_at),
+        finished_at=opt(job.finished_at),
+        idempotency_key=job.idempotency_key,
+        last_error=job.last_error,
+        shard=job.shard,
+        history=[
+            pb.Attempt(
+                attempt=a.attempt,
+                worker=a.worker,
+                started_at=ts(a.started_at),
+                finished_at=opt(a.finished_at or 0),
+                outcome=a.outcome,
+                error=a.error,
+            )
+            for a in job.history
+        ],
+    )
+
+
+def run_at_of(
+    msg: pb.ScheduleJobRequest | pb.RescheduleJobRequest, now_ms: int, *, required: bool
+) -> int:
+    """The absolute time a request asks for: ``delay`` from now or ``run_at``."""
+    which = msg.WhichOneof("when")
+    if which == "delay":
+        if msg.delay.seconds < 0 or msg.delay.nanos < 0:
+            raise InvalidArgument("delay", "must not be negative (use 0s to run now)")
+        return now_ms + round(dur_s(msg.delay) * 1000)
+    if which == "run_at":
+        ms = ts_ms(msg.run_at)
+        if ms <= 0:
+            raise InvalidArgument("run_at", "must be after 1970-01-01T00:00:00Z")
+        return ms
+    if required:
+        raise InvalidArgument("when", "give a delay or a run_at time")
+    return now_ms

@@ -1,0 +1,213 @@
+"""gRPC servicers: validate, call the node, map our errors to status codes (one table, in
+errors.py). A person gets a message to act on, never a stack trace."""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import grpc
+
+from timeshard.api.convert import dur, dur_s, job_to_pb, run_at_of, state_from_pb, ts
+from timeshard.errors import TimeshardError, Unimplemented, status_of
+from timeshard.node import Node
+from timeshard.v1 import timeshard_pb2 as pb
+from timeshard.v1 import timeshard_pb2_grpc as pb_grpc
+
+log = logging.getLogger(__name__)
+Req = TypeVar("Req")
+Resp = TypeVar("Resp")
+Ctx = grpc.aio.ServicerContext[Any, Any]
+Handler = Callable[[Any, Req, Ctx], Awaitable[Resp]]
+
+
+def rpc(fn: Handler[Req, Resp]) -> Handler[Req, Resp]:
+    @functools.wraps(fn)
+    async def wrapper(self: Any, request: Req, context: Ctx) -> Resp:
+        try:
+            return await fn(self, request, context)
+        except TimeshardError as exc:
+            await context.abort(status_of(exc), exc.message)
+        except ValueError as exc:  # a value object refused its input
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        raise AssertionError("unreachable: context.abort raises")
+
+    return wrapper
+
+
+class JobService(pb_grpc.JobServiceServicer):
+    def __init__(self, node: Node) -> None:
+        self.node = node
+
+    @rpc
+    async def ScheduleJob(
+        self, request: pb.ScheduleJobRequest, context: Ctx
+    ) -> pb.ScheduleJobResponse:
+        run_at = run_at_of(request, self.node.clock.now_ms(), required=True)
+        job, created = await self.node.schedule(
+            job_type=request.type,
+            payload=request.payload,
+            run_at=run_at,
+            idempotency_key=request.idempotency_key,
+            max_attempts=request.max_attempts,
+        )
+        return pb.ScheduleJobResponse(job=job_to_pb(job), created=created)
+
+    @rpc
+    async def GetJob(self, request: pb.GetJobRequest, context: Ctx) -> pb.Job:
+        return job_to_pb(await self.node.get(request.job_id))
+
+    @rpc
+    async def ListJobs(self, request: pb.ListJobsRequest, context: Ctx) -> pb.ListJobsResponse:
+        page = await self.node.list_jobs(
+            state=state_from_pb(request.state),
+            job_type=request.type or None,
+            limit=request.page_size,
+            page_token=request.page_token,
+        )
+        return pb.ListJobsResponse(
+            jobs=[job_to_pb(j) for j in page.jobs], next_page_token=page.next_token
+        )
+
+    @rpc
+    async def CancelJob(self, request: pb.CancelJobRequest, context: Ctx) -> pb.Job:
+        return job_to_pb(await self.node.cancel(request.job_id))
+
+    @rpc
+    async def RescheduleJob(self, request: pb.RescheduleJobRequest, context: Ctx) -> pb.Job:
+        run_at = run_at_of(request, self.node.clock.now_ms(), required=True)
+        return job_to_pb(await self.node.reschedule(request.job_id, run_at))
+
+    @rpc
+    async def CreateSchedule(self, request: Any, context: Ctx) -> Any:
+        raise Unimplemented("CreateSchedule")
+
+    @rpc
+    async def GetSchedule(self, request: Any, context: Ctx) -> Any:
+        raise Unimplemented("GetSchedule")
+
+    @rpc
+    async def ListSchedules(self, request: Any, context: Ctx) -> Any:
+        raise Unimplemented("ListSchedules")
+
+    @rpc
+    async def UpdateSchedule(self, request: Any, context: Ctx) -> Any:
+        raise Unimplemented("UpdateSchedule")
+
+    @rpc
+    async def PauseSchedule(self, request: Any, context: Ctx) -> Any:
+        raise Unimplemented("PauseSchedule")
+
+    @rpc
+    async def ResumeSchedule(self, request: Any, context: Ctx) -> Any:
+        raise Unimplemented("ResumeSchedule")
+
+    @rpc
+    async def DeleteSchedule(self, request: Any, context: Ctx) -> Any:
+        raise Unimplemented("DeleteSchedule")
+
+    @rpc
+    async def PreviewSchedule(self, request: Any, context: Ctx) -> Any:
+        raise Unimplemented("PreviewSchedule")
+
+    @rpc
+    async def ListDeadLetters(self, request: Any, context: Ctx) -> Any:
+        raise Unimplemented("ListDeadLetters")
+
+    @rpc
+    async def ReplayDeadLetters(self, request: Any, context: Ctx) -> Any:
+        raise Unimplemented("ReplayDeadLetters")
+
+
+class WorkerService(pb_grpc.WorkerServiceServicer):
+    def __init__(self, node: Node) -> None:
+        self.node = node
+
+    @rpc
+    async def Claim(self, request: pb.ClaimRequest, context: Ctx) -> pb.ClaimResponse:
+        claimed = await self.node.claim(
+            worker=request.worker_id,
+            types=list(request.types),
+            limit=request.max_jobs or 1,
+            wait_s=dur_s(request.wait),
+            lease_s=dur_s(request.lease),
+        )
+        return pb.ClaimResponse(
+            jobs=[
+                pb.ClaimedJob(
+                    job=job_to_pb(c.job),
+                    fence=c.job.fence,
+                    lease_until=ts(c.job.lease_until),
+                    idempotency_key=c.job.idempotency_key or c.job.job_id,
+                    lease=dur(c.lease_ms),
+                )
+                for c in claimed
+            ]
+        )
+
+    @rpc
+    async def Heartbeat(self, request: pb.HeartbeatRequest, context: Ctx) -> pb.HeartbeatResponse:
+        job, lease = await self.node.heartbeat(request.job_id, request.fence, dur_s(request.lease))
+        return pb.HeartbeatResponse(lease_until=ts(job.lease_until), lease=dur(lease))
+
+    @rpc
+    async def Complete(self, request: pb.CompleteRequest, context: Ctx) -> pb.CompleteResponse:
+        await self.node.complete(request.job_id, request.fence)
+        return pb.CompleteResponse()
+
+    @rpc
+    async def Fail(self, request: pb.FailRequest, context: Ctx) -> pb.FailResponse:
+        job = await self.node.fail(request.job_id, request.fence, request.error, request.permanent)
+        resp = pb.FailResponse(state=pb.JOB_STATE_DEAD)
+        if job.next_attention() is not None:
+            resp = pb.FailResponse(state=pb.JOB_STATE_SCHEDULED, retry_at=ts(job.run_at))
+        return resp
+
+
+class AdminService(pb_grpc.AdminServiceServicer):
+    def __init__(self, node: Node) -> None:
+        self.node = node
+
+    @rpc
+    async def ClusterInfo(
+        self, request: pb.ClusterInfoRequest, context: Ctx
+    ) -> pb.ClusterInfoResponse:
+        members = await self.node.coordinator.members()
+        return pb.ClusterInfoResponse(
+            nodes=[pb.Node(node_id=m.node_id, address=m.address) for m in members],
+            num_shards=self.node.num_shards,
+        )
+
+    @rpc
+    async def ShardOwners(
+        self, request: pb.ShardOwnersRequest, context: Ctx
+    ) -> pb.ShardOwnersResponse:
+        owners = await self.node.coordinator.owners()
+        now = self.node.clock.now_ms()
+        out = []
+        for shard in range(self.node.num_shards):
+            d = self.node.dispatchers.get(shard)
+            state = await self.node.store.get_shard(shard)
+            cursor_ms = state.cursor * 60_000
+            out.append(
+                pb.ShardInfo(
+                    shard=shard,
+                    owner=owners.get(shard, ""),
+                    epoch=state.epoch,
+                    cursor=ts(cursor_ms),
+                    cursor_lag_ms=max(0, now - cursor_ms) if state.epoch else 0,
+                    ready=self.node.ready.count(shard) if d else 0,
+                    in_memory=d.in_memory if d else 0,
+                )
+            )
+        return pb.ShardOwnersResponse(shards=out)
+
+    @rpc
+    async def MoveShard(self, request: Any, context: Ctx) -> Any:
+        raise Unimplemented("MoveShard")
+
+    @rpc
+    async def DrainNode(self, request: Any, context: Ctx) -> Any:
+        raise Unimplemented("DrainNode")

@@ -1,0 +1,167 @@
+"""``timeshard jobs ...``: schedule, get, list, cancel, reschedule over the JobService."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from timeshard.api.convert import state_from_pb, ts_ms
+from timeshard.cli.common import parse_duration, parse_time
+from timeshard.client import Client
+from timeshard.clock import format_rfc3339
+from timeshard.errors import InvalidArgument
+from timeshard.model import JobState, parse_json_payload
+from timeshard.v1 import timeshard_pb2 as pb
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    jobs = sub.add_parser("jobs", help="schedule and inspect jobs")
+    jsub = jobs.add_subparsers(dest="jobs_cmd", required=True)
+
+    s = jsub.add_parser("schedule", help="schedule a delayed job; prints its id last")
+    s.add_argument("type", help="job type, e.g. demo.echo")
+    when = s.add_mutually_exclusive_group(required=True)
+    when.add_argument("--in", dest="delay", help="delay, e.g. 2s, 500ms, 5m, 1h30m")
+    when.add_argument("--at", help="absolute time, RFC 3339, e.g. 2026-12-01T09:00:00Z")
+    s.add_argument("--payload", default="{}", help="JSON payload (default {})")
+    s.add_argument("--key", default="", help="idempotency key: a repeat returns the same job")
+    s.add_argument("--max-attempts", type=int, default=0)
+    s.set_defaults(func=cmd_schedule)
+
+    g = jsub.add_parser("get", help="show one job")
+    g.add_argument("job_id")
+    g.add_argument("--json", action="store_true")
+    g.set_defaults(func=cmd_get)
+
+    ls = jsub.add_parser("list", help="list jobs")
+    ls.add_argument("--state", choices=[s.value for s in JobState])
+    ls.add_argument("--type", default="")
+    ls.add_argument("--limit", type=int, default=50)
+    ls.add_argument("--json", action="store_true")
+    ls.set_defaults(func=cmd_list)
+
+    c = jsub.add_parser("cancel", help="cancel a scheduled or running job")
+    c.add_argument("job_id")
+    c.set_defaults(func=cmd_cancel)
+
+    r = jsub.add_parser("reschedule", help="move a scheduled job to another time")
+    r.add_argument("job_id")
+    rw = r.add_mutually_exclusive_group(required=True)
+    rw.add_argument("--in", dest="delay")
+    rw.add_argument("--at")
+    r.set_defaults(func=cmd_reschedule)
+
+
+def job_json(job: pb.Job) -> dict[str, Any]:
+    def t(msg: Any, present: bool) -> str | None:
+        return format_rfc3339(ts_ms(msg)) if present else None
+
+    state = state_from_pb(job.state)
+    return {
+        "job_id": job.job_id,
+        "type": job.type,
+        "state": state.value if state else "unknown",
+        "attempt": job.attempt,
+        "max_attempts": job.max_attempts,
+        "run_at": t(job.run_at, True),
+        "created_at": t(job.created_at, True),
+        "started_at": t(job.started_at, job.HasField("started_at")),
+        "finished_at": t(job.finished_at, job.HasField("finished_at")),
+        "lease_owner": job.lease_owner or None,
+        "lease_until": t(job.lease_until, job.HasField("lease_until")),
+        "fence": job.fence,
+        "shard": job.shard,
+        "idempotency_key": job.idempotency_key or None,
+        "last_error": job.last_error or None,
+        "payload": job.payload.decode("utf-8", errors="replace"),
+        "history": [
+            {
+                "attempt": a.attempt,
+                "worker": a.worker,
+                "started_at": t(a.started_at, True),
+                "finished_at": t(a.finished_at, a.HasField("finished_at")),
+                "outcome": a.outcome,
+                "error": a.error or None,
+            }
+            for a in job.history
+        ],
+    }
+
+
+def _line(job: pb.Job) -> str:
+    d = job_json(job)
+    return (
+        f"{d['job_id']}  {d['type']:<16} {d['state']:<10} attempt {d['attempt']}  "
+        f"run_at {d['run_at']}"
+    )
+
+
+def _client(args: argparse.Namespace) -> Client:
+    return Client(args.server)
+
+
+def _when(args: argparse.Namespace) -> dict[str, Any]:
+    if args.at:
+        return {"run_at_ms": parse_time(args.at)}
+    return {"delay_s": parse_duration(args.delay)}
+
+
+def cmd_schedule(args: argparse.Namespace) -> int:
+    payload = parse_json_payload(args.payload)
+    if args.max_attempts < 0:
+        raise InvalidArgument("--max-attempts", "must be positive")
+    with _client(args) as c:
+        job = c.schedule(
+            args.type,
+            payload,
+            idempotency_key=args.key,
+            max_attempts=args.max_attempts,
+            **_when(args),
+        )
+    print(f"scheduled {job.type} at {job_json(job)['run_at']}: {job.job_id}")
+    return 0
+
+
+def cmd_get(args: argparse.Namespace) -> int:
+    with _client(args) as c:
+        job = c.get(args.job_id)
+    if args.json:
+        print(json.dumps(job_json(job), indent=2))
+    else:
+        for k, v in job_json(job).items():
+            if k != "history" and v is not None:
+                print(f"{k:>16}: {v}")
+        for a in job.history:
+            print(
+                f"{'attempt':>16}: #{a.attempt} by {a.worker}: {a.outcome or 'running'} {a.error}"
+            )
+    return 0
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    state = JobState(args.state) if args.state else None
+    with _client(args) as c:
+        jobs = []
+        for job in c.list(state=state, job_type=args.type, page_size=min(args.limit, 1000)):
+            jobs.append(job)
+            if len(jobs) >= args.limit:
+                break
+    if args.json:
+        print(json.dumps([job_json(j) for j in jobs], indent=2))
+    else:
+        for j in jobs:
+            print(_line(j))
+    return 0
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    with _client(args) as c:
+        print(_line(c.cancel(args.job_id)))
+    return 0
+
+
+def cmd_reschedule(args: argparse.Namespace) -> int:
+    with _client(args) as c:
+        print(_line(c.reschedule(args.job_id, **_when(args))))
+    return 0

@@ -1,0 +1,57 @@
+"""The ``timeshard`` command."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+
+from timeshard.cli import jobs, serve
+from timeshard.client import DEFAULT_SERVER
+from timeshard.errors import TimeshardError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="timeshard", description="A distributed scheduler for delayed and cron jobs."
+    )
+    parser.add_argument(
+        "--server",
+        default=os.environ.get("TIMESHARD_SERVER", DEFAULT_SERVER),
+        help="node address (env TIMESHARD_SERVER; default %(default)s)",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = parser.add_subparsers(dest="command", required=True)
+    serve.register(sub)
+    jobs.register(sub)
+    try:
+        from timeshard.stack import cli as stack_cli
+    except ImportError:  # the stack tools are optional in a slim install
+        pass
+    else:
+        stack_cli.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        code: int = args.func(args)
+    except TimeshardError as exc:
+        status = getattr(exc, "code", None)
+        name = status.name if status is not None and hasattr(status, "name") else "ERROR"
+        print(f"error ({name}): {exc.message}", file=sys.stderr)
+        return 2 if name == "INVALID_ARGUMENT" else 1
+    except KeyboardInterrupt:
+        return 130
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

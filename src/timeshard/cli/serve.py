@@ -1,0 +1,157 @@
+"""``timeshard dev``, ``timeshard server``, ``timeshard worker``: the long-running commands."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+import logging
+import signal
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from timeshard.cli.demo import add_demo_handlers
+from timeshard.clock import SystemClock, format_rfc3339
+from timeshard.dispatcher import DispatchConfig
+from timeshard.factory import make_coordinator, make_store
+from timeshard.node import Node, NodeConfig
+from timeshard.retry import RetryPolicy
+from timeshard.server import Server
+from timeshard.sharding import DEFAULT_NUM_SHARDS
+from timeshard.worker import JobContext, Worker
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    dev = sub.add_parser("dev", help="one-machine node + embedded store + demo worker")
+    dev.add_argument("--port", type=int, default=50051)
+    dev.add_argument("--data", default=".timeshard", help="directory of the embedded store")
+    dev.add_argument("--store", default="", help="store URL instead of the embedded one")
+    _node_options(dev, shards=16)
+    dev.set_defaults(func=cmd_dev)
+
+    srv = sub.add_parser("server", help="run a scheduler node")
+    srv.add_argument("--host", default="127.0.0.1")
+    srv.add_argument("--port", type=int, default=50051)
+    srv.add_argument("--store", default="sqlite://.timeshard/timeshard.db")
+    srv.add_argument("--coordinator", default="local", help="local | zookeeper://HOST:PORT/PATH")
+    srv.add_argument("--node-id", default=None)
+    _node_options(srv, shards=DEFAULT_NUM_SHARDS)
+    srv.set_defaults(func=cmd_server)
+
+    wk = sub.add_parser("worker", help="run the handlers of MODULE:OBJECT (a Worker)")
+    wk.add_argument("target", help="e.g. myapp.jobs:worker")
+    wk.add_argument("--lease", type=float, default=None, help="lease seconds (default: worker's)")
+    wk.add_argument("--id", default=None, help="worker id")
+    wk.set_defaults(func=cmd_worker)
+
+
+def _node_options(p: argparse.ArgumentParser, *, shards: int) -> None:
+    p.add_argument("--shards", type=int, default=shards, help="shard count (fixed per cluster)")
+    p.add_argument("--lookahead", type=float, default=5.0, help="seconds read ahead")
+    p.add_argument("--retry-base", type=float, default=1.0, help="retry backoff base seconds")
+
+
+def _node(args: argparse.Namespace, store_url: str, coordinator: str) -> Node:
+    config = NodeConfig(
+        dispatch=DispatchConfig(lookahead_s=args.lookahead),
+        retry=RetryPolicy(base_s=args.retry_base),
+    )
+    return Node(
+        store=make_store(store_url, num_shards=args.shards),
+        coordinator=make_coordinator(coordinator),
+        clock=SystemClock(),
+        config=config,
+        node_id=getattr(args, "node_id", None),
+    )
+
+
+def _stop_on_signals(stop: asyncio.Event) -> None:
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+
+
+def _print_event(kind: str, ctx: JobContext, detail: str) -> None:
+    when = format_rfc3339(ctx.started_at_ms)
+    if kind == "started":
+        print(
+            f"{when} run   {ctx.job_type:<11} {ctx.job_id} attempt {ctx.attempt} "
+            f"late {ctx.lateness_ms} ms",
+            flush=True,
+        )
+    elif kind != "succeeded" or ctx.job_type != "demo.echo":
+        print(f"{' ' * len(when)} {kind:<5} {ctx.job_type:<11} {ctx.job_id} {detail}", flush=True)
+
+
+async def _serve(make_server: Callable[[], Server], worker: Worker | None) -> None:
+    """Build the server inside the running loop (grpc.aio needs it), run until a signal."""
+    stop = asyncio.Event()
+    _stop_on_signals(stop)
+    server = make_server()
+    await server.start()
+    print(f"timeshard node {server.node.node_id}: serving on {server.address}", flush=True)
+    worker_task = (
+        asyncio.create_task(worker.run([server.address], stop), name="dev-worker")
+        if worker
+        else None
+    )
+    await stop.wait()
+    if worker_task is not None:
+        await worker_task
+    await server.stop()
+
+
+def cmd_dev(args: argparse.Namespace) -> int:
+    data = Path(args.data)
+    store_url = args.store or f"sqlite://{(data / 'timeshard.db').resolve()}"
+    worker = add_demo_handlers(Worker(worker_id="dev-worker", lease_s=30, on_event=_print_event))
+    print(f"timeshard dev: store {store_url}", flush=True)
+    print("  try: timeshard jobs schedule demo.echo --in 2s --payload '{\"hi\": 1}'", flush=True)
+    asyncio.run(_serve(lambda: Server(_node(args, store_url, "local"), port=args.port), worker))
+    return 0
+
+
+def cmd_server(args: argparse.Namespace) -> int:
+    asyncio.run(
+        _serve(
+            lambda: Server(
+                _node(args, args.store, args.coordinator), host=args.host, port=args.port
+            ),
+            None,
+        )
+    )
+    return 0
+
+
+def load_worker(target: str) -> Worker:
+    module_name, _, attr = target.partition(":")
+    if not module_name or not attr:
+        raise SystemExit(f"error: {target!r}: give MODULE:OBJECT, e.g. myapp.jobs:worker")
+    sys.path.insert(0, str(Path.cwd()))
+    obj = getattr(importlib.import_module(module_name), attr, None)
+    if not isinstance(obj, Worker):
+        raise SystemExit(f"error: {target} is not a timeshard.worker.Worker")
+    return obj
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    worker = load_worker(args.target)
+    if args.lease is not None:
+        worker.lease_s = args.lease
+        worker.safety_margin_s = min(worker.safety_margin_s, args.lease / 4)
+    if args.id:
+        worker.worker_id = args.id
+    worker._on_event = _print_event
+
+    async def run() -> None:
+        stop = asyncio.Event()
+        _stop_on_signals(stop)
+        await worker.run([s for s in args.server.split(",") if s], stop)
+
+    print(f"timeshard worker {worker.worker_id}: {sorted(worker.handlers)} from {args.server}")
+    asyncio.run(run())
+    return 0
+
+
+logging.getLogger("grpc").setLevel(logging.ERROR)

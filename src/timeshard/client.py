@@ -1,0 +1,168 @@
+"""The Python client of the JobService (synchronous; one channel per client).
+
+    from timeshard.client import Client
+    with Client("127.0.0.1:50051") as c:
+        job = c.schedule("email.send", {"to": "a@example.com"}, delay_s=3600)
+
+RPC failures come back as the errors of ``timeshard.errors`` (``NotFound``,
+``InvalidArgument``, ``Unavailable``...), mapped from the gRPC status by the one table there.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
+
+import grpc
+from google.protobuf.duration_pb2 import Duration
+
+from timeshard.api.convert import dur, state_to_pb, ts
+from timeshard.errors import GRPC_STATUS, TimeshardError
+from timeshard.model import JobState
+from timeshard.v1 import timeshard_pb2 as pb
+from timeshard.v1 import timeshard_pb2_grpc as pb_grpc
+
+T = TypeVar("T")
+_FROM_STATUS = {code: cls for cls, code in GRPC_STATUS.items()}
+DEFAULT_SERVER = "127.0.0.1:50051"
+
+
+class RemoteError(TimeshardError):
+    """An error the server reported; ``code`` is its gRPC status. It is also an instance of
+    the matching error class (``except NotFound`` catches a remote NOT_FOUND)."""
+
+    def __init__(self, code: grpc.StatusCode, message: str) -> None:
+        TimeshardError.__init__(self, message)
+        self.code = code
+
+
+_REMOTE: dict[grpc.StatusCode, type[RemoteError]] = {
+    code: type(f"Remote{cls.__name__}", (RemoteError, cls), {})
+    for code, cls in _FROM_STATUS.items()
+}
+
+
+def translate(exc: grpc.RpcError) -> RemoteError:
+    code_fn = getattr(exc, "code", None)
+    code: grpc.StatusCode = code_fn() if code_fn else grpc.StatusCode.UNKNOWN
+    details_fn = getattr(exc, "details", None)
+    detail: str = (details_fn() if details_fn else None) or str(exc)
+    if code is grpc.StatusCode.UNAVAILABLE and "connect" in detail.lower():
+        detail = f"can not reach the timeshard server: {detail}"
+    return _REMOTE.get(code, RemoteError)(code, detail)
+
+
+def payload_bytes(payload: Any) -> bytes:
+    if isinstance(payload, bytes):
+        return payload
+    return json.dumps(payload, separators=(",", ":")).encode()
+
+
+class Client:
+    def __init__(
+        self,
+        address: str = DEFAULT_SERVER,
+        *,
+        timeout_s: float = 30.0,
+        retries: int = 3,
+        channel: grpc.Channel | None = None,
+    ) -> None:
+        self.address = address
+        self._channel = channel or grpc.insecure_channel(address)
+        self._jobs = pb_grpc.JobServiceStub(self._channel)
+        self.admin = pb_grpc.AdminServiceStub(self._channel)
+        self._timeout = timeout_s
+        self._retries = retries
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def _call(self, fn: Callable[..., T], request: Any, *, idempotent: bool = True) -> T:
+        """One RPC; UNAVAILABLE is retried with backoff when repeating it is safe."""
+        for attempt in range(self._retries + 1):
+            try:
+                return fn(request, timeout=self._timeout)
+            except grpc.RpcError as exc:
+                err = translate(exc)
+                retry = idempotent and getattr(err, "code", None) is grpc.StatusCode.UNAVAILABLE
+                if not retry or attempt == self._retries:
+                    raise err from None
+                time.sleep(min(2.0, 0.1 * 2**attempt))
+        raise AssertionError("unreachable")
+
+    def schedule(
+        self,
+        job_type: str,
+        payload: Any = None,
+        *,
+        delay_s: float | None = None,
+        run_at_ms: int | None = None,
+        idempotency_key: str = "",
+        max_attempts: int = 0,
+    ) -> pb.Job:
+        req = pb.ScheduleJobRequest(
+            type=job_type,
+            payload=payload_bytes(payload if payload is not None else {}),
+            idempotency_key=idempotency_key,
+            max_attempts=max_attempts,
+        )
+        if run_at_ms is not None:
+            req.run_at.CopyFrom(ts(run_at_ms))
+        else:
+            req.delay.CopyFrom(dur_from_s(delay_s or 0.0))
+        # Without a key a blind retry could create a second job; with one it is safe.
+        resp = self._call(self._jobs.ScheduleJob, req, idempotent=bool(idempotency_key))
+        return resp.job
+
+    def get(self, job_id: str) -> pb.Job:
+        return self._call(self._jobs.GetJob, pb.GetJobRequest(job_id=job_id))
+
+    def list(
+        self, *, state: JobState | None = None, job_type: str = "", page_size: int = 100
+    ) -> Iterator[pb.Job]:
+        token = ""
+        while True:
+            req = pb.ListJobsRequest(
+                state=state_to_pb(state) if state else pb.JOB_STATE_UNSPECIFIED,
+                type=job_type,
+                page_size=page_size,
+                page_token=token,
+            )
+            resp = self._call(self._jobs.ListJobs, req)
+            yield from resp.jobs
+            token = resp.next_page_token
+            if not token:
+                return
+
+    def cancel(self, job_id: str) -> pb.Job:
+        return self._call(self._jobs.CancelJob, pb.CancelJobRequest(job_id=job_id))
+
+    def reschedule(
+        self, job_id: str, *, delay_s: float | None = None, run_at_ms: int | None = None
+    ) -> pb.Job:
+        req = pb.RescheduleJobRequest(job_id=job_id)
+        if run_at_ms is not None:
+            req.run_at.CopyFrom(ts(run_at_ms))
+        else:
+            req.delay.CopyFrom(dur_from_s(delay_s or 0.0))
+        return self._call(self._jobs.RescheduleJob, req)
+
+    def cluster_info(self) -> pb.ClusterInfoResponse:
+        return self._call(self.admin.ClusterInfo, pb.ClusterInfoRequest())
+
+
+def dur_from_s(seconds: float) -> Duration:
+    """A Duration; a negative one is sent as is and the server, the one place that decides,
+    answers INVALID_ARGUMENT."""
+    if seconds < 0:
+        whole = -int(-seconds)
+        return Duration(seconds=whole, nanos=round((seconds - whole) * 1e9))
+    return dur(round(seconds * 1000))

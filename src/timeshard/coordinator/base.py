@@ -1,0 +1,47 @@
+"""The coordinator contract: who is in the cluster and which node owns which shard.
+
+A shard's owner is its only sub-scheduler. The coordinator decides ownership; the node makes
+it safe by taking the shard's epoch in the store (invariant 7) before dispatching, so two nodes
+that briefly both believe they own a shard can not both change it.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Member:
+    node_id: str
+    address: str  # host:port of the node's gRPC server
+
+
+ShardsChanged = Callable[[frozenset[int], frozenset[int]], Awaitable[None]]
+"""Called with (gained, lost) shards. Lost shards must stop dispatching before it returns."""
+
+
+class Coordinator(abc.ABC):
+    @abc.abstractmethod
+    async def start(self, me: Member, num_shards: int, on_change: ShardsChanged) -> None:
+        """Join the cluster. ``on_change`` is awaited, one call at a time, whenever this
+        node's set of shards changes (including the first assignment, and losing every shard
+        when the coordination session is suspended or lost)."""
+
+    @abc.abstractmethod
+    async def stop(self) -> None:
+        """Leave the cluster: release every shard (``on_change`` reports the loss) and
+        deregister."""
+
+    @abc.abstractmethod
+    def owned(self) -> frozenset[int]:
+        """Shards this node owns right now."""
+
+    @abc.abstractmethod
+    async def members(self) -> list[Member]:
+        """Live nodes, this one included."""
+
+    @abc.abstractmethod
+    async def owners(self) -> dict[int, str]:
+        """shard -> owning node id, for the shards that have an owner."""

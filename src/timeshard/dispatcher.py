@@ -1,0 +1,258 @@
+"""The shard dispatcher: the sub-scheduler of one shard, run by the shard's owner.
+
+It keeps a cursor (the oldest minute bucket not yet fully handled), reads bucket partitions from
+the cursor up to ``now + lookahead``, holds the entries it read ahead in a heap and, at each
+entry's exact time, looks at its job: a due job goes to the ready queue of its type, an expired
+lease is released and the job made ready again, an extended lease gets a fresh check entry.
+
+An entry is *handled* when its job was claimed, finished, cancelled or moved to a later time
+(whoever moved it wrote the later entry). The cursor passes a minute only when every entry in it
+is handled and the minute ended ``settle`` ago, and every cursor write is conditional on the
+shard's epoch (invariants 3, 4, 7).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from timeshard.clock import Clock
+from timeshard.errors import NotOwner, TimeshardError
+from timeshard.model import BucketEntry, Job, JobState
+from timeshard.ready import ReadyItem, ReadyQueues
+from timeshard.sharding import MINUTE_MS, minute_of, minute_start
+from timeshard.store.base import Store, entry_for
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class DispatchConfig:
+    lookahead_s: float = 5.0
+    """Read entries due this far ahead and hold them in memory."""
+    refresh_s: float = 1.0
+    """Re-read the near buckets this often, for entries other nodes wrote."""
+    settle_s: float = 5.0
+    """Pass a minute only this long after it ended (bounds writer clock skew, invariant 4)."""
+    page_size: int = 1000
+    retry_s: float = 1.0
+    """After a store error, try again this soon: a due job is retried, never dropped."""
+
+
+class ShardDispatcher:
+    def __init__(
+        self,
+        *,
+        shard: int,
+        epoch: int,
+        cursor: int,
+        store: Store,
+        clock: Clock,
+        ready: ReadyQueues,
+        config: DispatchConfig,
+    ) -> None:
+        self.shard = shard
+        self.epoch = epoch
+        self.cursor = cursor
+        self._store = store
+        self._clock = clock
+        self._ready = ready
+        self._cfg = config
+        self._horizon = minute_start(cursor)  # entries with due_at < horizon have been read
+        self._refreshed_at = -1  # when the last full refresh started
+        self._known: set[BucketEntry] = set()
+        self._pending: dict[int, set[BucketEntry]] = {}
+        self._heap: list[BucketEntry] = []
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self.deposed = False
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name=f"dispatcher-{self.shard}")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+        self._ready.drop_shard(self.shard)
+
+    @property
+    def in_memory(self) -> int:
+        return sum(len(s) for s in self._pending.values())
+
+    # -- what other parts of the node tell us ---------------------------------------------
+
+    def notify(self, entries: Iterable[BucketEntry]) -> None:
+        """Entries this node just wrote for this shard: no need to wait for a refresh."""
+        added = False
+        for e in entries:
+            if e.due_at < self._horizon and e.minute >= self.cursor:
+                added |= self._add(e)
+        if added:
+            self._wake.set()
+
+    def handled(self, entries: Iterable[BucketEntry]) -> None:
+        for e in entries:
+            self._pending.get(e.minute, set()).discard(e)
+
+    def recheck(self, entries: Iterable[BucketEntry]) -> None:
+        """A claim did not apply: look at these jobs again now."""
+        for e in entries:
+            if e in self._known:
+                heapq.heappush(self._heap, e)
+        self._wake.set()
+
+    # -- the loop -------------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                await self._step()
+            except NotOwner:
+                log.warning("shard %d: deposed at epoch %d; stopping", self.shard, self.epoch)
+                self.deposed = True
+                self._ready.drop_shard(self.shard)
+                return
+            except TimeshardError as exc:
+                log.warning("shard %d: %s; retrying in %.1fs", self.shard, exc, self._cfg.retry_s)
+                await self._clock.sleep(self._cfg.retry_s)
+            await self._wait()
+
+    async def _step(self) -> None:
+        now = self._clock.now_ms()
+        if now - self._refreshed_at >= self._cfg.refresh_s * 1000:
+            await self._refresh(now)
+            await self._advance_cursor()
+        due: list[BucketEntry] = []
+        while self._heap and self._heap[0].due_at <= now:
+            e = heapq.heappop(self._heap)
+            if e in self._pending.get(e.minute, ()):
+                due.append(e)
+        if due:
+            try:
+                await self._handle(due, now)
+            except BaseException:
+                for e in due:
+                    heapq.heappush(self._heap, e)
+                raise
+
+    async def _wait(self) -> None:
+        now = self._clock.now_ms()
+        next_refresh = self._refreshed_at + self._cfg.refresh_s * 1000
+        until = min(next_refresh, self._heap[0].due_at if self._heap else next_refresh)
+        delay = (until - now) / 1000
+        if delay <= 0:
+            await asyncio.sleep(0)
+            return
+        self._wake.clear()
+        sleeper = asyncio.ensure_future(self._clock.sleep(delay))
+        waker = asyncio.ensure_future(self._wake.wait())
+        try:
+            await asyncio.wait({sleeper, waker}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            sleeper.cancel()
+            waker.cancel()
+
+    # -- reading buckets ------------------------------------------------------------------
+
+    def _add(self, e: BucketEntry) -> bool:
+        if e in self._known:
+            return False
+        self._known.add(e)
+        self._pending.setdefault(e.minute, set()).add(e)
+        heapq.heappush(self._heap, e)
+        return True
+
+    async def _refresh(self, now: int) -> None:
+        """Read every entry due before ``now + lookahead`` not read yet, re-reading the last
+        ``settle`` of what was read before (late writes from other nodes land there)."""
+        horizon = now + round(self._cfg.lookahead_s * 1000)
+        start = max(minute_start(self.cursor), self._horizon - round(self._cfg.settle_s * 1000))
+        for minute in range(max(self.cursor, minute_of(start)), minute_of(horizon) + 1):
+            after: tuple[int, str] | None = None
+            while True:
+                page = await self._store.read_bucket(
+                    self.shard,
+                    minute,
+                    due_from=start,
+                    due_to=horizon,
+                    after=after,
+                    limit=self._cfg.page_size,
+                )
+                for e in page:
+                    self._add(e)
+                if len(page) < self._cfg.page_size:
+                    break
+                after = (page[-1].due_at, page[-1].job_id)
+        self._horizon = max(self._horizon, horizon)
+        self._refreshed_at = now
+
+    async def _advance_cursor(self) -> None:
+        cursor = self.cursor
+        settle = round(self._cfg.settle_s * 1000)
+        while (
+            minute_start(cursor) + MINUTE_MS + settle <= self._refreshed_at
+            and minute_start(cursor) + MINUTE_MS <= self._horizon
+            and not self._pending.get(cursor)
+        ):
+            self._pending.pop(cursor, None)
+            cursor += 1
+        if cursor == self.cursor:
+            return
+        if not await self._store.save_cursor(self.shard, self.epoch, cursor):
+            raise NotOwner(self.shard, self.epoch)
+        self._known = {e for e in self._known if e.minute >= cursor}
+        self.cursor = cursor
+
+    # -- deciding what an entry means -----------------------------------------------------
+
+    async def _handle(self, due: list[BucketEntry], now: int) -> None:
+        jobs = await self._store.get_jobs(sorted({e.job_id for e in due}))
+        chased: list[BucketEntry] = []
+        chases: list[BucketEntry] = []
+        for e in due:
+            chase = await self._decide(e, jobs.get(e.job_id), now)
+            if chase is not None:
+                chased.append(e)
+                chases.append(chase)
+        if chases:
+            await self._store.add_entries(chases)
+            self.notify(chases)
+            self.handled(chased)  # only once the later check is durable
+
+    async def _decide(self, e: BucketEntry, job: Job | None, now: int) -> BucketEntry | None:
+        """Ready the job, or mark the entry handled. Returns an entry to write when a lease was
+        extended past this check (the chase), else None."""
+        attention = job.next_attention() if job is not None else None
+        if job is None or attention is None:
+            self.handled([e])
+            return None
+        if attention > now:
+            if job.state is JobState.RUNNING:
+                return entry_for(job, attention, now)  # heartbeats moved the lease on
+            self.handled([e])  # rescheduled or retrying later: that writer wrote the entry
+            return None
+        if job.state is JobState.RUNNING:
+            out = await self._store.release_lease(job.job_id, job.fence, now)
+            if not out.applied or out.job is None:
+                self.recheck([e]) if out.job is not None else self.handled([e])
+                return None
+            log.info("job %s: lease of %s expired; runs again", job.job_id, job.lease_owner)
+            job = out.job
+        self._ready.push(
+            ReadyItem(
+                job_id=job.job_id,
+                job_type=job.job_type,
+                shard=self.shard,
+                fence=job.fence,
+                run_at=job.run_at,
+                entries=[e],
+            )
+        )
+        return None

@@ -1,0 +1,106 @@
+"""One root error; each specific error carries typed fields and builds its message from them.
+
+``GRPC_STATUS`` is the single table that maps our errors to gRPC status codes (the servicers use
+it on the way out, the client uses its inverse on the way in).
+"""
+
+from __future__ import annotations
+
+import grpc
+
+
+class TimeshardError(Exception):
+    """Root of every error timeshard raises on purpose."""
+
+    code: grpc.StatusCode = grpc.StatusCode.INTERNAL
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class InvalidArgument(TimeshardError):
+    code = grpc.StatusCode.INVALID_ARGUMENT
+
+    def __init__(self, field: str, problem: str) -> None:
+        super().__init__(f"{field}: {problem}")
+        self.field = field
+        self.problem = problem
+
+
+class NotFound(TimeshardError):
+    code = grpc.StatusCode.NOT_FOUND
+
+    def __init__(self, kind: str, ident: str) -> None:
+        super().__init__(f"{kind} {ident!r} not found")
+        self.kind = kind
+        self.ident = ident
+
+
+class AlreadyExists(TimeshardError):
+    code = grpc.StatusCode.ALREADY_EXISTS
+
+
+class FailedPrecondition(TimeshardError):
+    code = grpc.StatusCode.FAILED_PRECONDITION
+
+
+class StaleFence(FailedPrecondition):
+    def __init__(self, job_id: str, fence: int, current_fence: int, state: str) -> None:
+        super().__init__(
+            f"job {job_id!r}: fence {fence} is stale (the job is {state} with fence "
+            f"{current_fence}); this worker no longer holds its lease"
+        )
+        self.job_id = job_id
+        self.fence = fence
+        self.current_fence = current_fence
+        self.state = state
+
+
+class Unavailable(TimeshardError):
+    code = grpc.StatusCode.UNAVAILABLE
+
+
+class StoreUnavailable(Unavailable):
+    def __init__(self, detail: str) -> None:
+        super().__init__(f"job store unavailable: {detail}; retry with backoff")
+        self.detail = detail
+
+
+class NotOwner(Unavailable):
+    """This node does not (or no longer) own the shard; the epoch moved on."""
+
+    def __init__(self, shard: int, epoch: int) -> None:
+        super().__init__(f"shard {shard}: epoch {epoch} is no longer the owner's")
+        self.shard = shard
+        self.epoch = epoch
+
+
+class PermissionDenied(TimeshardError):
+    code = grpc.StatusCode.PERMISSION_DENIED
+
+
+class Unimplemented(TimeshardError):
+    code = grpc.StatusCode.UNIMPLEMENTED
+
+    def __init__(self, what: str) -> None:
+        super().__init__(f"{what} is not implemented on this server yet")
+        self.what = what
+
+
+GRPC_STATUS: dict[type[TimeshardError], grpc.StatusCode] = {
+    InvalidArgument: grpc.StatusCode.INVALID_ARGUMENT,
+    NotFound: grpc.StatusCode.NOT_FOUND,
+    AlreadyExists: grpc.StatusCode.ALREADY_EXISTS,
+    FailedPrecondition: grpc.StatusCode.FAILED_PRECONDITION,
+    Unavailable: grpc.StatusCode.UNAVAILABLE,
+    PermissionDenied: grpc.StatusCode.PERMISSION_DENIED,
+    Unimplemented: grpc.StatusCode.UNIMPLEMENTED,
+}
+
+
+def status_of(error: TimeshardError) -> grpc.StatusCode:
+    for cls in type(error).__mro__:
+        if cls in GRPC_STATUS:
+            return GRPC_STATUS[cls]
+    return grpc.StatusCode.INTERNAL

@@ -1,0 +1,153 @@
+"""Value objects. Each validates itself at construction: a Job that exists is a valid job."""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import json
+import re
+from dataclasses import dataclass, field, replace
+
+from timeshard.errors import InvalidArgument
+
+MAX_PAYLOAD_BYTES = 256 * 1024
+_TYPE_RE = re.compile(r"^[A-Za-z0-9_.:\-/]{1,128}$")
+_ID_RE = re.compile(r"^[A-Za-z0-9_.:@\-]{1,200}$")
+
+
+class JobState(enum.StrEnum):
+    SCHEDULED = "scheduled"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    DEAD = "dead"
+    CANCELLED = "cancelled"
+
+    @property
+    def terminal(self) -> bool:
+        return self in (JobState.SUCCEEDED, JobState.DEAD, JobState.CANCELLED)
+
+
+def validate_job_type(job_type: str) -> str:
+    if not job_type:
+        raise InvalidArgument("type", "a job type is required (e.g. demo.echo)")
+    if not _TYPE_RE.match(job_type):
+        raise InvalidArgument(
+            "type", f"{job_type!r} is not a job type: use 1-128 of A-Z a-z 0-9 _ . : - /"
+        )
+    return job_type
+
+
+def validate_job_id(job_id: str) -> str:
+    if not job_id or not _ID_RE.match(job_id):
+        raise InvalidArgument("job_id", f"{job_id!r} is not a job id")
+    return job_id
+
+
+def validate_payload(payload: bytes) -> bytes:
+    if len(payload) > MAX_PAYLOAD_BYTES:
+        raise InvalidArgument(
+            "payload", f"{len(payload)} bytes is over the limit of {MAX_PAYLOAD_BYTES} bytes"
+        )
+    return payload
+
+
+def parse_json_payload(text: str) -> bytes:
+    """A payload given as JSON text, checked and stored as UTF-8 bytes."""
+    try:
+        json.loads(text)
+    except ValueError as exc:
+        raise InvalidArgument("payload", f"not valid JSON: {exc}") from exc
+    return validate_payload(text.encode("utf-8"))
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Attempt:
+    """One run of a job, kept in its history."""
+
+    attempt: int
+    worker: str
+    started_at: int
+    finished_at: int | None = None
+    error: str = ""
+    outcome: str = ""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Job:
+    job_id: str
+    shard: int
+    job_type: str
+    payload: bytes = b""
+    state: JobState = JobState.SCHEDULED
+    run_at: int
+    created_at: int
+    attempt: int = 0
+    max_attempts: int = 3
+    fence: int = 0
+    lease_owner: str = ""
+    lease_until: int = 0
+    started_at: int = 0
+    finished_at: int = 0
+    idempotency_key: str = ""
+    last_error: str = ""
+    history: tuple[Attempt, ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        validate_job_id(self.job_id)
+        validate_job_type(self.job_type)
+        validate_payload(self.payload)
+        if self.shard < 0:
+            raise InvalidArgument("shard", f"{self.shard} is negative")
+        if self.max_attempts < 1:
+            raise InvalidArgument("max_attempts", f"must be at least 1, got {self.max_attempts}")
+        if self.run_at < 0:
+            raise InvalidArgument("run_at", "must be after 1970-01-01")
+
+    def next_attention(self) -> int | None:
+        """When the dispatcher must next look at this job (invariant 2), or None if terminal."""
+        if self.state is JobState.SCHEDULED:
+            return self.run_at
+        if self.state is JobState.RUNNING:
+            return self.lease_until
+        return None
+
+    def with_(self, **changes: object) -> Job:
+        return replace(self, **changes)  # type: ignore[arg-type]
+
+    def body_digest(self) -> str:
+        """What a client idempotency key is checked against: the same key with another body
+        is a conflict."""
+        h = hashlib.sha256()
+        h.update(self.job_type.encode())
+        h.update(b"\0")
+        h.update(self.payload)
+        h.update(b"\0")
+        h.update(str(self.max_attempts).encode())
+        return h.hexdigest()
+
+
+@dataclass(frozen=True, kw_only=True, slots=True, order=True)
+class BucketEntry:
+    """ "Look at job ``job_id`` at ``due_at``": one row of bucket partition (shard, minute)."""
+
+    shard: int
+    minute: int
+    due_at: int
+    job_id: str
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ShardState:
+    shard: int
+    epoch: int = 0
+    owner: str = ""
+    cursor: int = 0  # the oldest minute bucket not yet fully handled
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Outcome:
+    """What a conditional write did: ``applied`` and the job row as it now stands (after the
+    write if applied, as found if not; None if the job does not exist)."""
+
+    applied: bool
+    job: Job | None

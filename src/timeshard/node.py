@@ -1,0 +1,332 @@
+"""A scheduler node: the store, the coordinator, one dispatcher per owned shard, and the
+operations the gRPC servicers expose. No gRPC types here."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from timeshard.clock import Clock
+from timeshard.coordinator.base import Coordinator, Member
+from timeshard.dispatcher import DispatchConfig, ShardDispatcher
+from timeshard.errors import (
+    AlreadyExists,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    StaleFence,
+    TimeshardError,
+)
+from timeshard.model import (
+    BucketEntry,
+    Job,
+    JobState,
+    Outcome,
+    validate_job_id,
+    validate_job_type,
+    validate_payload,
+)
+from timeshard.ready import ReadyItem, ReadyQueues
+from timeshard.retry import RetryPolicy
+from timeshard.sharding import minute_of, shard_of
+from timeshard.store.base import ClaimRequest, JobPage, Store, entry_for
+
+log = logging.getLogger(__name__)
+
+MAX_CLAIM = 1000
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class NodeConfig:
+    dispatch: DispatchConfig = field(default_factory=DispatchConfig)
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    default_max_attempts: int = 3
+    default_lease_s: float = 30.0
+    max_lease_s: float = 600.0
+    min_lease_s: float = 1.0
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Claimed:
+    job: Job
+    lease_ms: int
+
+
+class Node:
+    def __init__(
+        self,
+        *,
+        store: Store,
+        coordinator: Coordinator,
+        clock: Clock,
+        config: NodeConfig | None = None,
+        node_id: str | None = None,
+        address: str = "",
+        rng: random.Random | None = None,
+    ) -> None:
+        self.store = store
+        self.coordinator = coordinator
+        self.clock = clock
+        self.config = config or NodeConfig()
+        self.node_id = node_id or f"node-{uuid.uuid4().hex[:8]}"
+        self.address = address
+        self.ready = ReadyQueues()
+        self.dispatchers: dict[int, ShardDispatcher] = {}
+        self._rng = rng or random.Random()
+        self._shard_lock = asyncio.Lock()
+
+    @property
+    def num_shards(self) -> int:
+        return self.store.num_shards
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        await self.store.open()
+        me = Member(node_id=self.node_id, address=self.address)
+        await self.coordinator.start(me, self.store.num_shards, self._shards_changed)
+
+    async def stop(self) -> None:
+        await self.coordinator.stop()
+        async with self._shard_lock:
+            for shard in list(self.dispatchers):
+                await self.dispatchers.pop(shard).stop()
+        await self.store.close()
+
+    async def _shards_changed(self, gained: frozenset[int], lost: frozenset[int]) -> None:
+        async with self._shard_lock:
+            for shard in sorted(lost):
+                d = self.dispatchers.pop(shard, None)
+                if d is not None:
+                    await d.stop()
+            for shard in sorted(gained):
+                await self._take(shard)
+
+    async def _take(self, shard: int) -> None:
+        """Take the shard's next epoch (invariant 7) and start dispatching from its cursor."""
+        for _ in range(10):
+            found = await self.store.get_shard(shard)
+            now_minute = minute_of(self.clock.now_ms())
+            applied, state = await self.store.acquire_shard(
+                shard, self.node_id, found.epoch, now_minute
+            )
+            if applied:
+                d = ShardDispatcher(
+                    shard=shard,
+                    epoch=state.epoch,
+                    cursor=state.cursor,
+                    store=self.store,
+                    clock=self.clock,
+                    ready=self.ready,
+                    config=self.config.dispatch,
+                )
+                self.dispatchers[shard] = d
+                d.start()
+                return
+        raise TimeshardError(f"shard {shard}: could not take its epoch (contended)")
+
+    def _notify(self, entries: Sequence[BucketEntry]) -> None:
+        for e in entries:
+            d = self.dispatchers.get(e.shard)
+            if d is not None:
+                d.notify([e])
+
+    # -- jobs -----------------------------------------------------------------------------
+
+    async def schedule(
+        self,
+        *,
+        job_type: str,
+        payload: bytes,
+        run_at: int,
+        idempotency_key: str = "",
+        max_attempts: int = 0,
+        job_id: str = "",
+    ) -> tuple[Job, bool]:
+        """Create a job; durable before it returns (invariant 1). Returns (job, created)."""
+        validate_job_type(job_type)
+        validate_payload(payload)
+        if max_attempts < 0:
+            raise InvalidArgument("max_attempts", f"must be positive, got {max_attempts}")
+        if len(idempotency_key) > 200:
+            raise InvalidArgument("idempotency_key", "longer than 200 characters")
+        now = self.clock.now_ms()
+        job_id = validate_job_id(job_id) if job_id else uuid.uuid4().hex
+        job = Job(
+            job_id=job_id,
+            shard=shard_of(job_id, self.num_shards),
+            job_type=job_type,
+            payload=payload,
+            run_at=run_at,
+            created_at=now,
+            max_attempts=max_attempts or self.config.default_max_attempts,
+            idempotency_key=idempotency_key,
+        )
+        entry = entry_for(job, run_at, now)
+        (result,) = await self.store.create_jobs([(job, entry)])
+        if result.conflict:
+            raise AlreadyExists(
+                f"idempotency key {idempotency_key!r} is already used by job "
+                f"{result.job.job_id} with a different body"
+                if idempotency_key
+                else f"job {job_id!r} already exists with a different body"
+            )
+        if result.created:
+            self._notify([entry])
+        return result.job, result.created
+
+    async def get(self, job_id: str) -> Job:
+        job = await self.store.get_job(validate_job_id(job_id))
+        if job is None:
+            raise NotFound("job", job_id)
+        return job
+
+    async def list_jobs(
+        self, *, state: JobState | None, job_type: str | None, limit: int, page_token: str
+    ) -> JobPage:
+        if not 0 <= limit <= 1000:
+            raise InvalidArgument("page_size", f"must be 0-1000, got {limit}")
+        return await self.store.list_jobs(
+            state=state, job_type=job_type, limit=limit or 100, page_token=page_token
+        )
+
+    async def cancel(self, job_id: str) -> Job:
+        for _ in range(20):
+            job = await self.get(job_id)
+            if job.state.terminal:
+                raise FailedPrecondition(
+                    f"job {job_id!r} is already {job.state.value}; only scheduled or running "
+                    "jobs can be cancelled"
+                )
+            out = await self.store.cancel_job(job_id, job.state, job.fence, self.clock.now_ms())
+            if out.applied and out.job is not None:
+                return out.job
+        raise FailedPrecondition(f"job {job_id!r} kept changing; try again")
+
+    async def reschedule(self, job_id: str, run_at: int) -> Job:
+        for _ in range(20):
+            job = await self.get(job_id)
+            if job.state is not JobState.SCHEDULED:
+                raise FailedPrecondition(
+                    f"job {job_id!r} is {job.state.value}; only a scheduled job can be rescheduled"
+                )
+            now = self.clock.now_ms()
+            out = await self.store.reschedule_job(job_id, job.fence, run_at, now)
+            if out.applied and out.job is not None:
+                self._notify([entry_for(out.job, run_at, now)])
+                return out.job
+        raise FailedPrecondition(f"job {job_id!r} kept changing; try again")
+
+    # -- workers --------------------------------------------------------------------------
+
+    def lease_ms(self, lease_s: float) -> int:
+        cfg = self.config
+        if lease_s < 0:
+            raise InvalidArgument("lease", "must not be negative")
+        lease_s = lease_s or cfg.default_lease_s
+        return round(min(max(lease_s, cfg.min_lease_s), cfg.max_lease_s) * 1000)
+
+    async def claim(
+        self, *, worker: str, types: Sequence[str], limit: int, wait_s: float, lease_s: float
+    ) -> list[Claimed]:
+        """Long-poll: wait up to ``wait_s`` for due jobs of ``types`` and claim up to ``limit``
+        with a conditional write each (invariant 5)."""
+        if not worker:
+            raise InvalidArgument("worker_id", "a worker id is required")
+        if not types:
+            raise InvalidArgument("types", "name at least one job type to claim")
+        for t in types:
+            validate_job_type(t)
+        if not 1 <= limit <= MAX_CLAIM:
+            raise InvalidArgument("max_jobs", f"must be 1-{MAX_CLAIM}, got {limit}")
+        lease = self.lease_ms(lease_s)
+        deadline = self.clock.monotonic() + max(0.0, min(wait_s, 60.0))
+        while True:
+            items = self.ready.take(types, limit)
+            if items:
+                claimed = await self._claim_items(items, worker, lease)
+                if claimed:
+                    return claimed
+                continue
+            remaining = deadline - self.clock.monotonic()
+            if remaining <= 0:
+                return []
+            await self._wait_ready(types, remaining)
+
+    async def _wait_ready(self, types: Sequence[str], timeout: float) -> None:
+        if self.ready.has_any(types):
+            return
+        changed = asyncio.ensure_future(self.ready.wait_changed())
+        sleeper = asyncio.ensure_future(self.clock.sleep(timeout))
+        try:
+            await asyncio.wait({changed, sleeper}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            changed.cancel()
+            sleeper.cancel()
+
+    async def _claim_items(self, items: list[ReadyItem], worker: str, lease: int) -> list[Claimed]:
+        now = self.clock.now_ms()
+        early = [i for i in items if i.run_at > now]  # never early, even across clock steps
+        items = [i for i in items if i.run_at <= now]
+        if early:
+            self.ready.push_front(early)
+        requests = [
+            ClaimRequest(
+                job_id=i.job_id,
+                expect_fence=i.fence,
+                worker=worker,
+                now=now,
+                lease_until=now + lease,
+            )
+            for i in items
+        ]
+        try:
+            outcomes = await self.store.claim_jobs(requests)
+        except TimeshardError:
+            self.ready.push_front(items)
+            raise
+        claimed: list[Claimed] = []
+        for item, out in zip(items, outcomes, strict=True):
+            d = self.dispatchers.get(item.shard)
+            if out.applied and out.job is not None:
+                claimed.append(Claimed(job=out.job, lease_ms=lease))
+                if d is not None:
+                    d.handled(item.entries)
+                    self._notify([entry_for(out.job, out.job.lease_until, now)])
+            elif d is not None:
+                d.recheck(item.entries)
+        return claimed
+
+    def _check(self, job_id: str, fence: int, out: Outcome) -> Job:
+        if out.job is None:
+            raise NotFound("job", job_id)
+        if not out.applied:
+            raise StaleFence(job_id, fence, out.job.fence, out.job.state.value)
+        return out.job
+
+    async def heartbeat(self, job_id: str, fence: int, lease_s: float) -> tuple[Job, int]:
+        lease = self.lease_ms(lease_s)
+        out = await self.store.renew_lease(job_id, fence, self.clock.now_ms() + lease)
+        return self._check(job_id, fence, out), lease
+
+    async def complete(self, job_id: str, fence: int) -> Job:
+        out = await self.store.complete_job(job_id, fence, self.clock.now_ms())
+        return self._check(job_id, fence, out)
+
+    async def fail(self, job_id: str, fence: int, error: str, permanent: bool) -> Job:
+        job = await self.get(job_id)
+        if job.state is not JobState.RUNNING or job.fence != fence:
+            raise StaleFence(job_id, fence, job.fence, job.state.value)
+        now = self.clock.now_ms()
+        retry_at: int | None = None
+        if not permanent and job.attempt < job.max_attempts:
+            retry_at = now + self.config.retry.delay_ms(job.attempt, self._rng)
+        out = await self.store.fail_job(job_id, fence, now, error[:4000], retry_at)
+        failed = self._check(job_id, fence, out)
+        if retry_at is not None:
+            self._notify([entry_for(failed, retry_at, now)])
+        return failed

@@ -1,0 +1,63 @@
+"""The gRPC server of a node: JobService, WorkerService, AdminService, health, reflection."""
+
+from __future__ import annotations
+
+import logging
+
+import grpc
+from grpc_health.v1 import _async as health_async
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from timeshard.api.servicers import AdminService, JobService, WorkerService
+from timeshard.node import Node
+from timeshard.v1 import timeshard_pb2 as pb
+from timeshard.v1 import timeshard_pb2_grpc as pb_grpc
+
+log = logging.getLogger(__name__)
+
+SERVICE_NAMES = tuple(
+    pb.DESCRIPTOR.services_by_name[n].full_name for n in pb.DESCRIPTOR.services_by_name
+)
+
+
+class Server:
+    """A node behind a grpc.aio server. ``port=0`` picks a free port (see ``.port``)."""
+
+    def __init__(self, node: Node, *, host: str = "127.0.0.1", port: int = 50051) -> None:
+        self.node = node
+        self._grpc = grpc.aio.server(
+            options=[
+                ("grpc.max_receive_message_length", 4 * 1024 * 1024),
+                ("grpc.so_reuseport", 0),
+            ]
+        )
+        pb_grpc.add_JobServiceServicer_to_server(JobService(node), self._grpc)
+        pb_grpc.add_WorkerServiceServicer_to_server(WorkerService(node), self._grpc)
+        pb_grpc.add_AdminServiceServicer_to_server(AdminService(node), self._grpc)
+        self._health = health_async.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(self._health, self._grpc)
+        reflection.enable_server_reflection(
+            (*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), self._grpc
+        )
+        self.port = self._grpc.add_insecure_port(f"{host}:{port}")
+        if self.port == 0:
+            raise OSError(f"can not listen on {host}:{port} (in use?)")
+        self.address = f"{host}:{self.port}"
+        if not node.address:
+            node.address = self.address
+
+    async def start(self) -> None:
+        await self.node.start()
+        await self._grpc.start()
+        for name in ("", *SERVICE_NAMES):
+            await self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        log.info("timeshard node %s serving on %s", self.node.node_id, self.address)
+
+    async def stop(self, grace: float = 2.0) -> None:
+        await self._health.enter_graceful_shutdown()
+        await self._grpc.stop(grace)
+        await self.node.stop()
+
+    async def wait(self) -> None:
+        await self._grpc.wait_for_termination()

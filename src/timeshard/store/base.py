@@ -1,0 +1,233 @@
+"""The job store contract. Cassandra-shaped: every write to a job row is conditional and says
+whether it applied and what it found; bucket partitions are ``(shard, minute)`` clustered by
+``(due_at, job_id)`` and are insert-only.
+
+Every implementation (``sqlite``, ``cassandra``) passes the one suite in ``tests/contract``.
+
+Vocabulary:
+- *applied*: the condition held and the whole write took effect, durably (QUORUM on Cassandra)
+  before the call returns. When it did not apply, nothing changed.
+- ``Outcome.job``: the row after the write when applied, the row as found when not (None when
+  the job does not exist).
+- Times are epoch milliseconds, UTC.
+"""
+
+from __future__ import annotations
+
+import abc
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from timeshard.model import Attempt, BucketEntry, Job, JobState, Outcome, ShardState
+from timeshard.sharding import minute_of
+
+
+def entry_for(job: Job, attention_at: int, now: int) -> BucketEntry:
+    """The bucket entry that makes the dispatcher look at ``job`` at ``attention_at``.
+
+    Late writes (invariant 4): a time already past is written as due *now*, into the bucket of
+    the current minute, which the dispatcher is still reading: a dispatcher advances its cursor
+    past a minute only ``settle`` after the minute ended, so it is never behind this bucket.
+    """
+    due = max(attention_at, now)
+    return BucketEntry(shard=job.shard, minute=minute_of(due), due_at=due, job_id=job.job_id)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CreateResult:
+    """``created``: this call wrote the job. Otherwise ``job`` is the job already stored under
+    the same id or idempotency key; ``conflict`` says the stored body differs."""
+
+    created: bool
+    job: Job
+    conflict: bool = False
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ClaimRequest:
+    job_id: str
+    expect_fence: int
+    worker: str
+    now: int
+    lease_until: int
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class JobPage:
+    jobs: list[Job]
+    next_token: str
+
+
+class Store(abc.ABC):
+    """The source of truth for jobs, buckets and shard state."""
+
+    num_shards: int
+
+    @abc.abstractmethod
+    async def open(self) -> None:
+        """Connect and create or migrate the schema. Idempotent."""
+
+    @abc.abstractmethod
+    async def close(self) -> None:
+        """Release connections. The store can not be used afterwards."""
+
+    # -- jobs -----------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def create_jobs(self, jobs: Sequence[tuple[Job, BucketEntry]]) -> list[CreateResult]:
+        """Create each job row if its id is new, then its bucket entry; both are durable when this
+        returns (invariant 1). A job with an ``idempotency_key`` is created once per key: a
+        repeat returns the stored job, with ``conflict`` set when its ``body_digest`` differs.
+        A crash between the key and the row leaves a key that the next repeat completes."""
+
+    @abc.abstractmethod
+    async def get_jobs(self, job_ids: Sequence[str]) -> dict[str, Job]:
+        """The jobs that exist among ``job_ids``."""
+
+    async def get_job(self, job_id: str) -> Job | None:
+        return (await self.get_jobs([job_id])).get(job_id)
+
+    @abc.abstractmethod
+    async def list_jobs(
+        self,
+        *,
+        state: JobState | None,
+        job_type: str | None,
+        limit: int,
+        page_token: str,
+    ) -> JobPage:
+        """Jobs in a stable order, filtered; ``next_token`` is empty on the last page."""
+
+    # -- buckets --------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def add_entries(self, entries: Sequence[BucketEntry]) -> None:
+        """Insert bucket entries (an upsert of identical rows; buckets are insert-only)."""
+
+    @abc.abstractmethod
+    async def read_bucket(
+        self,
+        shard: int,
+        minute: int,
+        *,
+        due_from: int,
+        due_to: int,
+        after: tuple[int, str] | None = None,
+        limit: int = 1000,
+    ) -> list[BucketEntry]:
+        """Entries of partition (shard, minute) with ``due_from <= due_at < due_to`` in
+        ``(due_at, job_id)`` order, strictly after ``after`` when given (paging)."""
+
+    # -- conditional job writes (the lease protocol) --------------------------------------
+
+    @abc.abstractmethod
+    async def claim_jobs(self, claims: Sequence[ClaimRequest]) -> list[Outcome]:
+        """For each claim, applied iff the job is ``scheduled`` with ``fence == expect_fence``:
+        sets ``running``, ``lease_owner=worker``, ``lease_until``, ``attempt+1``, ``fence+1``,
+        ``started_at=now``, appends an Attempt to the history, and writes the bucket entry that
+        checks the lease at ``lease_until`` (invariant 2)."""
+
+    @abc.abstractmethod
+    async def renew_lease(self, job_id: str, fence: int, lease_until: int) -> Outcome:
+        """Applied iff ``running`` with this fence: ``lease_until`` moves (never backwards).
+        No bucket entry is written: the dispatcher chases an extended lease when its old
+        check comes due."""
+
+    @abc.abstractmethod
+    async def complete_job(self, job_id: str, fence: int, now: int) -> Outcome:
+        """Applied iff ``running`` with this fence: ``succeeded``, ``finished_at=now``."""
+
+    @abc.abstractmethod
+    async def fail_job(
+        self,
+        job_id: str,
+        fence: int,
+        now: int,
+        error: str,
+        retry_at: int | None,
+    ) -> Outcome:
+        """Applied iff ``running`` with this fence. With ``retry_at``: ``scheduled`` at
+        ``retry_at`` plus its bucket entry; without: ``dead`` (the dead-letter queue).
+        The error is recorded on the job and its last Attempt."""
+
+    @abc.abstractmethod
+    async def release_lease(self, job_id: str, fence: int, now: int) -> Outcome:
+        """Applied iff ``running`` with this fence and ``lease_until <= now``: back to
+        ``scheduled`` (the fence stays; the next claim moves it). The caller still holds the
+        bucket entry that found the expiry, so no entry is written."""
+
+    @abc.abstractmethod
+    async def cancel_job(
+        self, job_id: str, expect_state: JobState, fence: int, now: int
+    ) -> Outcome:
+        """Applied iff the job is in ``expect_state`` (scheduled or running) with this fence:
+        ``cancelled``, the lease revoked (``fence+1``, so its worker is stale)."""
+
+    @abc.abstractmethod
+    async def reschedule_job(self, job_id: str, fence: int, run_at: int, now: int) -> Outcome:
+        """Applied iff ``scheduled`` with this fence: ``run_at`` moves and its bucket entry is
+        written."""
+
+    # -- shards (invariant 7) -------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def get_shard(self, shard: int) -> ShardState:
+        """The shard's state; epoch 0 and cursor 0 if never taken."""
+
+    @abc.abstractmethod
+    async def acquire_shard(
+        self, shard: int, owner: str, expect_epoch: int, initial_cursor: int
+    ) -> tuple[bool, ShardState]:
+        """Applied iff the stored epoch is ``expect_epoch`` (0 = never taken; the row is then
+        created with ``initial_cursor``): ``epoch+1`` and ``owner``. Returns the state after
+        (applied) or as found."""
+
+    @abc.abstractmethod
+    async def save_cursor(self, shard: int, epoch: int, cursor: int) -> bool:
+        """Applied iff the stored epoch is still ``epoch``; a deposed owner changes nothing."""
+
+
+def new_attempt(job: Job, worker: str, now: int) -> Attempt:
+    return Attempt(attempt=job.attempt + 1, worker=worker, started_at=now)
+
+
+def history_to_json(history: tuple[Attempt, ...]) -> str:
+    return json.dumps(
+        [
+            {
+                "attempt": a.attempt,
+                "worker": a.worker,
+                "started_at": a.started_at,
+                "finished_at": a.finished_at,
+                "error": a.error,
+                "outcome": a.outcome,
+            }
+            for a in history
+        ],
+        separators=(",", ":"),
+    )
+
+
+def history_from_json(text: str) -> tuple[Attempt, ...]:
+    return tuple(Attempt(**item) for item in json.loads(text or "[]"))
+
+
+def finish_attempt(job: Job, now: int, outcome: str, error: str = "") -> tuple[Attempt, ...]:
+    """The history with its last attempt closed."""
+    if not job.history:
+        return job.history
+    last = job.history[-1]
+    closed = Attempt(
+        attempt=last.attempt,
+        worker=last.worker,
+        started_at=last.started_at,
+        finished_at=now,
+        error=error,
+        outcome=outcome,
+    )
+    return (*job.history[:-1], closed)
+
+
+MAX_HISTORY = 20
+"""Attempts kept on a job (the newest); enough to diagnose, bounded so a row stays small."""

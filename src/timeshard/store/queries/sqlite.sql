@@ -1,0 +1,101 @@
+-- The embedded store's named queries. The conditions of each conditional write are checked in
+-- the same transaction (one writer thread), so they hold exactly as Cassandra's IF clauses do.
+
+-- name: schema
+CREATE TABLE IF NOT EXISTS jobs (
+    job_id TEXT PRIMARY KEY,
+    shard INTEGER NOT NULL,
+    type TEXT NOT NULL,
+    payload BLOB NOT NULL,
+    state TEXT NOT NULL,
+    run_at INTEGER NOT NULL,
+    created_at INTEGER NOT NULL,
+    attempt INTEGER NOT NULL,
+    max_attempts INTEGER NOT NULL,
+    fence INTEGER NOT NULL,
+    lease_owner TEXT NOT NULL,
+    lease_until INTEGER NOT NULL,
+    started_at INTEGER NOT NULL,
+    finished_at INTEGER NOT NULL,
+    idempotency_key TEXT NOT NULL,
+    last_error TEXT NOT NULL,
+    history TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs (state, type, job_id);
+CREATE TABLE IF NOT EXISTS buckets (
+    shard INTEGER NOT NULL,
+    minute INTEGER NOT NULL,
+    due_at INTEGER NOT NULL,
+    job_id TEXT NOT NULL,
+    PRIMARY KEY (shard, minute, due_at, job_id)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS idempotency_keys (
+    key TEXT PRIMARY KEY,
+    job_id TEXT NOT NULL,
+    digest TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS shards (
+    shard INTEGER PRIMARY KEY,
+    epoch INTEGER NOT NULL,
+    owner TEXT NOT NULL,
+    cursor INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS meta (
+    key TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
+
+-- name: select_job
+SELECT * FROM jobs WHERE job_id = ?;
+
+-- name: insert_job
+INSERT INTO jobs (job_id, shard, type, payload, state, run_at, created_at, attempt, max_attempts,
+                  fence, lease_owner, lease_until, started_at, finished_at, idempotency_key,
+                  last_error, history)
+VALUES (:job_id, :shard, :type, :payload, :state, :run_at, :created_at, :attempt, :max_attempts,
+        :fence, :lease_owner, :lease_until, :started_at, :finished_at, :idempotency_key,
+        :last_error, :history);
+
+-- name: update_job
+UPDATE jobs SET state = :state, run_at = :run_at, attempt = :attempt, fence = :fence,
+                lease_owner = :lease_owner, lease_until = :lease_until,
+                started_at = :started_at, finished_at = :finished_at,
+                last_error = :last_error, history = :history
+WHERE job_id = :job_id;
+
+-- name: insert_entry
+INSERT OR IGNORE INTO buckets (shard, minute, due_at, job_id) VALUES (?, ?, ?, ?);
+
+-- name: read_bucket
+SELECT shard, minute, due_at, job_id FROM buckets
+WHERE shard = ? AND minute = ? AND due_at >= ? AND due_at < ? AND (due_at, job_id) > (?, ?)
+ORDER BY due_at, job_id LIMIT ?;
+
+-- name: select_key
+SELECT job_id, digest FROM idempotency_keys WHERE key = ?;
+
+-- name: insert_key
+INSERT OR IGNORE INTO idempotency_keys (key, job_id, digest) VALUES (?, ?, ?);
+
+-- name: list_jobs
+SELECT * FROM jobs
+WHERE (:state IS NULL OR state = :state) AND (:type IS NULL OR type = :type) AND job_id > :after
+ORDER BY job_id LIMIT :limit;
+
+-- name: select_shard
+SELECT shard, epoch, owner, cursor FROM shards WHERE shard = ?;
+
+-- name: insert_shard
+INSERT OR IGNORE INTO shards (shard, epoch, owner, cursor) VALUES (?, ?, ?, ?);
+
+-- name: bump_epoch
+UPDATE shards SET epoch = epoch + 1, owner = ? WHERE shard = ? AND epoch = ?;
+
+-- name: save_cursor
+UPDATE shards SET cursor = ? WHERE shard = ? AND epoch = ?;
+
+-- name: select_meta
+SELECT value FROM meta WHERE key = ?;
+
+-- name: insert_meta
+INSERT OR IGNORE INTO meta (key, value) VALUES (?, ?);

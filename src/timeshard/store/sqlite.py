@@ -1,0 +1,481 @@
+"""The embedded store: stdlib sqlite3 in WAL mode, the same contract as Cassandra, no server.
+
+One writer thread owns the connection. Calls from the event loop are queued to it, and every
+call waiting when it wakes runs in one transaction (each in its own savepoint) committed once:
+group commit, so a burst of schedules or claims costs one fsync, not one each.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import sqlite3
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any, TypeVar
+
+from timeshard.errors import InvalidArgument, StoreUnavailable
+from timeshard.model import BucketEntry, Job, JobState, Outcome, ShardState
+from timeshard.sharding import DEFAULT_NUM_SHARDS, validate_num_shards
+from timeshard.store.base import (
+    MAX_HISTORY,
+    ClaimRequest,
+    CreateResult,
+    JobPage,
+    Store,
+    entry_for,
+    finish_attempt,
+    history_from_json,
+    history_to_json,
+    new_attempt,
+)
+from timeshard.store.named import load_queries
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+Q = load_queries("sqlite.sql")
+_Op = tuple[Callable[[sqlite3.Connection], Any], Future[Any]]
+
+
+def _row_to_job(row: sqlite3.Row) -> Job:
+    return Job(
+        job_id=row["job_id"],
+        shard=row["shard"],
+        job_type=row["type"],
+        payload=bytes(row["payload"]),
+        state=JobState(row["state"]),
+        run_at=row["run_at"],
+        created_at=row["created_at"],
+        attempt=row["attempt"],
+        max_attempts=row["max_attempts"],
+        fence=row["fence"],
+        lease_owner=row["lease_owner"],
+        lease_until=row["lease_until"],
+        started_at=row["started_at"],
+        finished_at=row["finished_at"],
+        idempotency_key=row["idempotency_key"],
+        last_error=row["last_error"],
+        history=history_from_json(row["history"]),
+    )
+
+
+def _job_params(job: Job) -> dict[str, Any]:
+    return {
+        "job_id": job.job_id,
+        "shard": job.shard,
+        "type": job.job_type,
+        "payload": job.payload,
+        "state": job.state.value,
+        "run_at": job.run_at,
+        "created_at": job.created_at,
+        "attempt": job.attempt,
+        "max_attempts": job.max_attempts,
+        "fence": job.fence,
+        "lease_owner": job.lease_owner,
+        "lease_until": job.lease_until,
+        "started_at": job.started_at,
+        "finished_at": job.finished_at,
+        "idempotency_key": job.idempotency_key,
+        "last_error": job.last_error,
+        "history": history_to_json(job.history[-MAX_HISTORY:]),
+    }
+
+
+def _select(db: sqlite3.Connection, job_id: str) -> Job | None:
+    row = db.execute(Q["select_job"], (job_id,)).fetchone()
+    return _row_to_job(row) if row is not None else None
+
+
+def _put_entry(db: sqlite3.Connection, e: BucketEntry) -> None:
+    db.execute(Q["insert_entry"], (e.shard, e.minute, e.due_at, e.job_id))
+
+
+def _conditional(
+    db: sqlite3.Connection,
+    job_id: str,
+    condition: Callable[[Job], bool],
+    change: Callable[[Job], Job],
+    entry_at: Callable[[Job], int | None] = lambda _: None,
+    now: int = 0,
+) -> Outcome:
+    """Read the row, and if ``condition`` holds write ``change(row)`` (and the bucket entry
+    for ``entry_at(new)``, if any) — atomic because the writer thread is the only one."""
+    found = _select(db, job_id)
+    if found is None or not condition(found):
+        return Outcome(applied=False, job=found)
+    new = change(found)
+    db.execute(Q["update_job"], _job_params(new))
+    at = entry_at(new)
+    if at is not None:
+        _put_entry(db, entry_for(new, at, now))
+    return Outcome(applied=True, job=new)
+
+
+class SqliteStore(Store):
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        num_shards: int = DEFAULT_NUM_SHARDS,
+        synchronous: str = "FULL",
+    ) -> None:
+        self.path = str(path)
+        self.num_shards = validate_num_shards(num_shards)
+        self._synchronous = synchronous
+        self._ops: queue.SimpleQueue[_Op | None] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._ready = threading.Event()
+        self._open_error: BaseException | None = None
+
+    @classmethod
+    def from_url(cls, url: str, *, num_shards: int = DEFAULT_NUM_SHARDS) -> SqliteStore:
+        """``sqlite:///abs/path.db`` or ``sqlite://relative.db`` or ``sqlite://:memory:``."""
+        rest = url.removeprefix("sqlite://")
+        return cls(rest or ":memory:", num_shards=num_shards)
+
+    # -- the writer thread ----------------------------------------------------------------
+
+    async def open(self) -> None:
+        if self._thread is not None:
+            return
+        if self.path != ":memory:":
+            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        self._thread = threading.Thread(target=self._run, name=f"sqlite:{self.path}", daemon=True)
+        self._thread.start()
+        await asyncio.get_running_loop().run_in_executor(None, self._ready.wait)
+        if self._open_error is not None:
+            raise StoreUnavailable(f"can not open {self.path}: {self._open_error}")
+        await self._call(self._check_shard_count)
+
+    def _connect(self) -> sqlite3.Connection:
+        db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        db.row_factory = sqlite3.Row
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute(f"PRAGMA synchronous={self._synchronous}")
+        db.execute("PRAGMA busy_timeout=5000")
+        db.executescript(Q["schema"])
+        return db
+
+    def _check_shard_count(self, db: sqlite3.Connection) -> None:
+        db.execute(Q["insert_meta"], ("num_shards", str(self.num_shards)))
+        stored = int(db.execute(Q["select_meta"], ("num_shards",)).fetchone()[0])
+        if stored != self.num_shards:
+            raise InvalidArgument(
+                "num_shards",
+                f"this store was created with {stored} shards, not {self.num_shards}; "
+                "the shard count is fixed when a cluster is created",
+            )
+
+    def _run(self) -> None:
+        try:
+            db = self._connect()
+        except BaseException as exc:  # reported to open()
+            self._open_error = exc
+            self._ready.set()
+            return
+        self._ready.set()
+        try:
+            while True:
+                first = self._ops.get()
+                if first is None:
+                    return
+                batch = [first]
+                while len(batch) < 512:
+                    try:
+                        nxt = self._ops.get_nowait()
+                    except queue.Empty:
+                        break
+                    if nxt is None:
+                        self._ops.put(None)
+                        break
+                    batch.append(nxt)
+                self._run_batch(db, batch)
+        finally:
+            db.close()
+
+    @staticmethod
+    def _run_batch(db: sqlite3.Connection, batch: list[_Op]) -> None:
+        results: list[tuple[Future[Any], bool, Any]] = []
+        try:
+            db.execute("BEGIN IMMEDIATE")
+            for fn, fut in batch:
+                db.execute("SAVEPOINT op")
+                try:
+                    results.append((fut, True, fn(db)))
+                    db.execute("RELEASE op")
+                except Exception as exc:
+                    db.execute("ROLLBACK TO op")
+                    db.execute("RELEASE op")
+                    results.append((fut, False, exc))
+            db.execute("COMMIT")
+        except sqlite3.Error as exc:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            err = StoreUnavailable(str(exc))
+            for _, fut in batch:
+                fut.set_exception(err)
+            return
+        for fut, ok, value in results:
+            if ok:
+                fut.set_result(value)
+            else:
+                fut.set_exception(value)
+
+    async def _call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        if self._thread is None:
+            raise StoreUnavailable("the store is not open")
+        fut: Future[T] = Future()
+        self._ops.put((fn, fut))
+        return await asyncio.wrap_future(fut)
+
+    async def close(self) -> None:
+        if self._thread is None:
+            return
+        self._ops.put(None)
+        await asyncio.get_running_loop().run_in_executor(None, self._thread.join)
+        self._thread = None
+
+    # -- jobs -----------------------------------------------------------------------------
+
+    async def create_jobs(self, jobs: Sequence[tuple[Job, BucketEntry]]) -> list[CreateResult]:
+        def run(db: sqlite3.Connection) -> list[CreateResult]:
+            return [self._create_one(db, job, entry) for job, entry in jobs]
+
+        return await self._call(run)
+
+    @staticmethod
+    def _create_one(db: sqlite3.Connection, job: Job, entry: BucketEntry) -> CreateResult:
+        if job.idempotency_key:
+            db.execute(Q["insert_key"], (job.idempotency_key, job.job_id, job.body_digest()))
+            owner_id, digest = db.execute(Q["select_key"], (job.idempotency_key,)).fetchone()
+            if owner_id != job.job_id:
+                existing = _select(db, owner_id)
+                if existing is not None:
+                    return CreateResult(
+                        created=False, job=existing, conflict=digest != job.body_digest()
+                    )
+                if digest != job.body_digest():
+                    raise InvalidArgument("idempotency_key", "in use by another job body")
+                job = job.with_(job_id=owner_id)  # finish a half-done create under the key
+                entry = BucketEntry(
+                    shard=entry.shard, minute=entry.minute, due_at=entry.due_at, job_id=owner_id
+                )
+        existing = _select(db, job.job_id)
+        if existing is not None:
+            return CreateResult(
+                created=False, job=existing, conflict=existing.body_digest() != job.body_digest()
+            )
+        db.execute(Q["insert_job"], _job_params(job))
+        _put_entry(db, entry)
+        return CreateResult(created=True, job=job)
+
+    async def get_jobs(self, job_ids: Sequence[str]) -> dict[str, Job]:
+        def run(db: sqlite3.Connection) -> dict[str, Job]:
+            found = (_select(db, i) for i in job_ids)
+            return {j.job_id: j for j in found if j is not None}
+
+        return await self._call(run)
+
+    async def list_jobs(
+        self, *, state: JobState | None, job_type: str | None, limit: int, page_token: str
+    ) -> JobPage:
+        params = {
+            "state": state.value if state else None,
+            "type": job_type or None,
+            "after": page_token,
+            "limit": limit + 1,
+        }
+
+        def run(db: sqlite3.Connection) -> list[Job]:
+            return [_row_to_job(r) for r in db.execute(Q["list_jobs"], params)]
+
+        jobs = await self._call(run)
+        more = len(jobs) > limit
+        jobs = jobs[:limit]
+        return JobPage(jobs=jobs, next_token=jobs[-1].job_id if more and jobs else "")
+
+    # -- buckets --------------------------------------------------------------------------
+
+    async def add_entries(self, entries: Sequence[BucketEntry]) -> None:
+        def run(db: sqlite3.Connection) -> None:
+            for e in entries:
+                _put_entry(db, e)
+
+        await self._call(run)
+
+    async def read_bucket(
+        self,
+        shard: int,
+        minute: int,
+        *,
+        due_from: int,
+        due_to: int,
+        after: tuple[int, str] | None = None,
+        limit: int = 1000,
+    ) -> list[BucketEntry]:
+        after_due, after_id = after if after is not None else (-1, "")
+        args = (shard, minute, due_from, due_to, after_due, after_id, limit)
+
+        def run(db: sqlite3.Connection) -> list[BucketEntry]:
+            return [
+                BucketEntry(shard=r[0], minute=r[1], due_at=r[2], job_id=r[3])
+                for r in db.execute(Q["read_bucket"], args)
+            ]
+
+        return await self._call(run)
+
+    # -- conditional job writes -----------------------------------------------------------
+
+    async def claim_jobs(self, claims: Sequence[ClaimRequest]) -> list[Outcome]:
+        def claim(db: sqlite3.Connection, c: ClaimRequest) -> Outcome:
+            return _conditional(
+                db,
+                c.job_id,
+                lambda j: j.state is JobState.SCHEDULED and j.fence == c.expect_fence,
+                lambda j: j.with_(
+                    state=JobState.RUNNING,
+                    lease_owner=c.worker,
+                    lease_until=c.lease_until,
+                    attempt=j.attempt + 1,
+                    fence=j.fence + 1,
+                    started_at=c.now,
+                    history=(*j.history, new_attempt(j, c.worker, c.now)),
+                ),
+                lambda j: j.lease_until,
+                c.now,
+            )
+
+        return await self._call(lambda db: [claim(db, c) for c in claims])
+
+    async def renew_lease(self, job_id: str, fence: int, lease_until: int) -> Outcome:
+        return await self._call(
+            lambda db: _conditional(
+                db,
+                job_id,
+                lambda j: j.state is JobState.RUNNING and j.fence == fence,
+                lambda j: j.with_(lease_until=max(j.lease_until, lease_until)),
+            )
+        )
+
+    async def complete_job(self, job_id: str, fence: int, now: int) -> Outcome:
+        return await self._call(
+            lambda db: _conditional(
+                db,
+                job_id,
+                lambda j: j.state is JobState.RUNNING and j.fence == fence,
+                lambda j: j.with_(
+                    state=JobState.SUCCEEDED,
+                    finished_at=now,
+                    lease_owner="",
+                    history=finish_attempt(j, now, "succeeded"),
+                ),
+            )
+        )
+
+    async def fail_job(
+        self, job_id: str, fence: int, now: int, error: str, retry_at: int | None
+    ) -> Outcome:
+        def change(j: Job) -> Job:
+            if retry_at is None:
+                return j.with_(
+                    state=JobState.DEAD,
+                    finished_at=now,
+                    lease_owner="",
+                    last_error=error,
+                    history=finish_attempt(j, now, "dead", error),
+                )
+            return j.with_(
+                state=JobState.SCHEDULED,
+                run_at=retry_at,
+                lease_owner="",
+                last_error=error,
+                history=finish_attempt(j, now, "retry", error),
+            )
+
+        return await self._call(
+            lambda db: _conditional(
+                db,
+                job_id,
+                lambda j: j.state is JobState.RUNNING and j.fence == fence,
+                change,
+                lambda j: j.run_at if j.state is JobState.SCHEDULED else None,
+                now,
+            )
+        )
+
+    async def release_lease(self, job_id: str, fence: int, now: int) -> Outcome:
+        return await self._call(
+            lambda db: _conditional(
+                db,
+                job_id,
+                lambda j: j.state is JobState.RUNNING and j.fence == fence and j.lease_until <= now,
+                lambda j: j.with_(
+                    state=JobState.SCHEDULED,
+                    lease_owner="",
+                    last_error="lease expired",
+                    history=finish_attempt(j, now, "lease expired", "lease expired"),
+                ),
+            )
+        )
+
+    async def cancel_job(
+        self, job_id: str, expect_state: JobState, fence: int, now: int
+    ) -> Outcome:
+        return await self._call(
+            lambda db: _conditional(
+                db,
+                job_id,
+                lambda j: j.state is expect_state and j.fence == fence and not j.state.terminal,
+                lambda j: j.with_(
+                    state=JobState.CANCELLED,
+                    fence=j.fence + 1,
+                    finished_at=now,
+                    lease_owner="",
+                    history=finish_attempt(j, now, "cancelled")
+                    if j.state is JobState.RUNNING
+                    else j.history,
+                ),
+            )
+        )
+
+    async def reschedule_job(self, job_id: str, fence: int, run_at: int, now: int) -> Outcome:
+        return await self._call(
+            lambda db: _conditional(
+                db,
+                job_id,
+                lambda j: j.state is JobState.SCHEDULED and j.fence == fence,
+                lambda j: j.with_(run_at=run_at),
+                lambda j: j.run_at,
+                now,
+            )
+        )
+
+    # -- shards ---------------------------------------------------------------------------
+
+    async def get_shard(self, shard: int) -> ShardState:
+        def run(db: sqlite3.Connection) -> ShardState:
+            row = db.execute(Q["select_shard"], (shard,)).fetchone()
+            if row is None:
+                return ShardState(shard=shard)
+            return ShardState(shard=row[0], epoch=row[1], owner=row[2], cursor=row[3])
+
+        return await self._call(run)
+
+    async def acquire_shard(
+        self, shard: int, owner: str, expect_epoch: int, initial_cursor: int
+    ) -> tuple[bool, ShardState]:
+        def run(db: sqlite3.Connection) -> tuple[bool, ShardState]:
+            db.execute(Q["insert_shard"], (shard, 0, "", initial_cursor))
+            applied = db.execute(Q["bump_epoch"], (owner, shard, expect_epoch)).rowcount == 1
+            row = db.execute(Q["select_shard"], (shard,)).fetchone()
+            return applied, ShardState(shard=row[0], epoch=row[1], owner=row[2], cursor=row[3])
+
+        return await self._call(run)
+
+    async def save_cursor(self, shard: int, epoch: int, cursor: int) -> bool:
+        return await self._call(
+            lambda db: db.execute(Q["save_cursor"], (cursor, shard, epoch)).rowcount == 1
+        )

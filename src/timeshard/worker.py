@@ -1,0 +1,362 @@
+"""The Python worker SDK.
+
+    from timeshard.worker import Worker, PermanentError
+
+    worker = Worker()
+
+    @worker.handler("email.send", timeout=30, concurrency=8)
+    async def send(ctx):            # or a plain def: it runs in a thread
+        await mailer.send(ctx.json(), idempotency_key=ctx.idempotency_key)
+
+    asyncio.run(worker.run(["127.0.0.1:50051"]))
+
+The worker claims over gRPC (long poll), heartbeats each job's lease, and cancels a handler whose
+lease it could not renew before ``lease - safety_margin`` on its own monotonic clock (invariant 6),
+so a paused or partitioned worker stops before another may start the job. A handler that raises
+``PermanentError`` sends its job straight to the dead-letter queue; any other exception is
+retried with backoff.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import inspect
+import json
+import logging
+import socket
+import threading
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import grpc
+
+from timeshard.api.convert import dur, dur_s, ts_ms
+from timeshard.client import RemoteError, translate
+from timeshard.clock import Clock, SystemClock
+from timeshard.model import validate_job_type
+from timeshard.v1 import timeshard_pb2 as pb
+from timeshard.v1 import timeshard_pb2_grpc as pb_grpc
+
+log = logging.getLogger(__name__)
+
+if TYPE_CHECKING:
+    from timeshard.v1.timeshard_pb2_grpc import WorkerServiceAsyncStub as WorkerStub
+
+
+class PermanentError(Exception):
+    """Raise from a handler when retrying can not help (bad input): the job goes to the DLQ."""
+
+
+class LeaseLost(Exception):
+    """Raised inside a sync handler's thread when its lease could not be kept."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class JobContext:
+    job_id: str
+    job_type: str
+    payload: bytes
+    attempt: int
+    max_attempts: int
+    fence: int
+    """Pass to external systems that must reject stale writers (invariant 6)."""
+    idempotency_key: str
+    run_at_ms: int
+    started_at_ms: int
+    worker_id: str
+    _cancelled: threading.Event = field(default_factory=threading.Event, repr=False)
+
+    def json(self) -> Any:
+        return json.loads(self.payload or b"null")
+
+    @property
+    def cancelled(self) -> bool:
+        """True once the lease is lost or the job cancelled: stop and do not write."""
+        return self._cancelled.is_set()
+
+    @property
+    def lateness_ms(self) -> int:
+        return self.started_at_ms - self.run_at_ms
+
+
+Handler = Callable[[JobContext], Any]
+EventHook = Callable[[str, JobContext, str], None]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class HandlerSpec:
+    job_type: str
+    fn: Handler
+    timeout_s: float
+    concurrency: int
+    is_async: bool
+
+
+class Worker:
+    def __init__(
+        self,
+        *,
+        worker_id: str | None = None,
+        lease_s: float = 30.0,
+        safety_margin_s: float | None = None,
+        claim_wait_s: float = 20.0,
+        clock: Clock | None = None,
+        on_event: EventHook | None = None,
+    ) -> None:
+        self.worker_id = worker_id or f"{socket.gethostname()}-{uuid.uuid4().hex[:6]}"
+        self.lease_s = lease_s
+        self.safety_margin_s = safety_margin_s if safety_margin_s is not None else lease_s / 6
+        if not 0 < self.safety_margin_s < lease_s:
+            raise ValueError("need 0 < safety_margin_s < lease_s")
+        self.claim_wait_s = claim_wait_s
+        self._clock = clock or SystemClock()
+        self._on_event = on_event
+        self.handlers: dict[str, HandlerSpec] = {}
+        self._running: dict[str, int] = {}
+        self._capacity = asyncio.Event()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._threads: ThreadPoolExecutor | None = None
+
+    # -- building -------------------------------------------------------------------------
+
+    def handler(
+        self, job_type: str, *, timeout: float = 300.0, concurrency: int = 1
+    ) -> Callable[[Handler], Handler]:
+        """Register ``fn(ctx)`` (async or sync) for ``job_type``; checked now, not at run time."""
+        validate_job_type(job_type)
+        if timeout <= 0 or concurrency < 1:
+            raise ValueError(f"{job_type}: need timeout > 0 and concurrency >= 1")
+        if job_type in self.handlers:
+            raise ValueError(f"{job_type}: a handler is already registered")
+
+        def register(fn: Handler) -> Handler:
+            params = [
+                p
+                for p in inspect.signature(fn).parameters.values()
+                if p.default is inspect.Parameter.empty
+                and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+            ]
+            if len(params) != 1:
+                raise TypeError(f"handler {fn.__name__} for {job_type} must take one argument: ctx")
+            self.handlers[job_type] = HandlerSpec(
+                job_type=job_type,
+                fn=fn,
+                timeout_s=timeout,
+                concurrency=concurrency,
+                is_async=inspect.iscoroutinefunction(fn),
+            )
+            return fn
+
+        return register
+
+    # -- running --------------------------------------------------------------------------
+
+    async def run(self, servers: Sequence[str], stop: asyncio.Event | None = None) -> None:
+        """Claim and run jobs from every server until ``stop`` is set (then finish in-flight
+        jobs)."""
+        if not self.handlers:
+            raise ValueError("register at least one handler before running the worker")
+        stop = stop or asyncio.Event()
+        threads = sum(s.concurrency for s in self.handlers.values() if not s.is_async)
+        self._threads = ThreadPoolExecutor(max_workers=max(1, threads), thread_name_prefix="job")
+        channels = [grpc.aio.insecure_channel(s) for s in servers]
+        loops = [
+            asyncio.create_task(
+                self._claim_loop(pb_grpc.WorkerServiceStub(ch), stop), name=f"claim-{s}"
+            )
+            for ch, s in zip(channels, servers, strict=True)
+        ]
+        try:
+            await stop.wait()
+        finally:
+            for t in loops:
+                t.cancel()
+            await asyncio.gather(*loops, return_exceptions=True)
+            if self._tasks:
+                await asyncio.gather(*self._tasks, return_exceptions=True)
+            for ch in channels:
+                await ch.close(None)
+            self._threads.shutdown(wait=False, cancel_futures=True)
+
+    def _free(self) -> dict[str, int]:
+        return {
+            t: s.concurrency - self._running.get(t, 0)
+            for t, s in self.handlers.items()
+            if s.concurrency > self._running.get(t, 0)
+        }
+
+    async def _claim_loop(self, stub: WorkerStub, stop: asyncio.Event) -> None:
+        backoff = 0.1
+        while not stop.is_set():
+            free = self._free()
+            if not free:
+                self._capacity.clear()
+                await self._capacity.wait()
+                continue
+            req = pb.ClaimRequest(
+                worker_id=self.worker_id,
+                types=sorted(free),
+                max_jobs=min(free.values()),
+                wait=dur(round(self.claim_wait_s * 1000)),
+                lease=dur(round(self.lease_s * 1000)),
+            )
+            sent = self._clock.monotonic()
+            try:
+                resp = await stub.Claim(req, timeout=self.claim_wait_s + 10)
+            except grpc.RpcError as exc:
+                log.warning("claim failed: %s; retrying in %.1fs", translate(exc), backoff)
+                await self._clock.sleep(backoff)
+                backoff = min(5.0, backoff * 2)
+                continue
+            backoff = 0.1
+            for claimed in resp.jobs:
+                self._start(stub, claimed, sent)
+
+    def _start(self, stub: WorkerStub, claimed: pb.ClaimedJob, sent: float) -> None:
+        job = claimed.job
+        self._running[job.type] = self._running.get(job.type, 0) + 1
+        ctx = JobContext(
+            job_id=job.job_id,
+            job_type=job.type,
+            payload=job.payload,
+            attempt=job.attempt,
+            max_attempts=job.max_attempts,
+            fence=claimed.fence,
+            idempotency_key=claimed.idempotency_key,
+            run_at_ms=ts_ms(job.run_at),
+            started_at_ms=ts_ms(job.started_at),
+            worker_id=self.worker_id,
+        )
+        deadline = sent + dur_s(claimed.lease) - self.safety_margin_s
+        task = asyncio.create_task(self._execute(stub, ctx, deadline), name=f"job-{job.job_id}")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _emit(self, kind: str, ctx: JobContext, detail: str = "") -> None:
+        if self._on_event is not None:
+            self._on_event(kind, ctx, detail)
+
+    async def _execute(self, stub: WorkerStub, ctx: JobContext, deadline: float) -> None:
+        spec = self.handlers[ctx.job_type]
+        self._emit("started", ctx)
+        handler = asyncio.create_task(self._invoke(spec, ctx), name=f"handler-{ctx.job_id}")
+        keeper = asyncio.create_task(
+            self._keep_lease(stub, ctx, deadline, handler), name=f"lease-{ctx.job_id}"
+        )
+        try:
+            outcome = await self._outcome(spec, ctx, handler)
+            keeper.cancel()
+            if outcome is not None:
+                await self._report(stub, ctx, *outcome)
+        finally:
+            keeper.cancel()
+            self._running[ctx.job_type] -= 1
+            self._capacity.set()
+
+    async def _outcome(
+        self, spec: HandlerSpec, ctx: JobContext, handler: asyncio.Task[Any]
+    ) -> tuple[str, str] | None:
+        """("complete", "") / ("retry", error) / ("permanent", error), or None when the lease
+        was lost (nothing to report: the job is someone else's now)."""
+        try:
+            async with asyncio.timeout(spec.timeout_s):
+                await asyncio.shield(handler)
+            return ("complete", "")
+        except TimeoutError:
+            ctx._cancelled.set()
+            handler.cancel()
+            await asyncio.gather(handler, return_exceptions=True)
+            return ("retry", f"timed out after {spec.timeout_s:g}s")
+        except (asyncio.CancelledError, LeaseLost):
+            if ctx.cancelled:
+                self._emit("lost", ctx, "lease lost; handler cancelled")
+                return None
+            raise
+        except PermanentError as exc:
+            return ("permanent", f"{type(exc).__name__}: {exc}")
+        except Exception as exc:
+            return ("retry", f"{type(exc).__name__}: {exc}")
+
+    async def _invoke(self, spec: HandlerSpec, ctx: JobContext) -> Any:
+        if spec.is_async:
+            return await spec.fn(ctx)
+        loop = asyncio.get_running_loop()
+        ident: list[int] = []
+
+        def call() -> Any:
+            ident.append(threading.get_ident())
+            return spec.fn(ctx)
+
+        assert self._threads is not None
+        fut = loop.run_in_executor(self._threads, call)
+        try:
+            return await fut
+        except asyncio.CancelledError:
+            if ident:  # interrupt the thread at its next bytecode (not inside a C call)
+                ctypes.pythonapi.PyThreadState_SetAsyncExc(
+                    ctypes.c_ulong(ident[0]), ctypes.py_object(LeaseLost)
+                )
+            raise
+
+    async def _keep_lease(
+        self,
+        stub: WorkerStub,
+        ctx: JobContext,
+        deadline: float,
+        handler: asyncio.Task[Any],
+    ) -> None:
+        every = self.lease_s / 3
+        next_beat = self._clock.monotonic() + every
+        while True:
+            now = self._clock.monotonic()
+            if now >= deadline:
+                log.warning("job %s: lease not renewed in time; cancelling handler", ctx.job_id)
+                break
+            await self._clock.sleep(max(0.0, min(next_beat, deadline) - now))
+            if self._clock.monotonic() < next_beat:
+                continue
+            sent = self._clock.monotonic()
+            try:
+                resp = await stub.Heartbeat(
+                    pb.HeartbeatRequest(
+                        job_id=ctx.job_id, fence=ctx.fence, lease=dur(round(self.lease_s * 1000))
+                    ),
+                    timeout=max(0.1, deadline - sent),
+                )
+                deadline = sent + dur_s(resp.lease) - self.safety_margin_s
+                next_beat = sent + every
+            except grpc.RpcError as exc:
+                err: RemoteError = translate(exc)
+                if err.code in (grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.NOT_FOUND):
+                    log.warning("job %s: %s; cancelling handler", ctx.job_id, err.message)
+                    break
+                next_beat = self._clock.monotonic() + min(1.0, every)
+        ctx._cancelled.set()
+        handler.cancel()
+
+    async def _report(self, stub: WorkerStub, ctx: JobContext, kind: str, error: str) -> None:
+        call: Callable[[], Awaitable[Any]]
+        if kind == "complete":
+            req_c = pb.CompleteRequest(job_id=ctx.job_id, fence=ctx.fence)
+            call = lambda: stub.Complete(req_c, timeout=10)  # noqa: E731
+        else:
+            req_f = pb.FailRequest(
+                job_id=ctx.job_id, fence=ctx.fence, error=error, permanent=kind == "permanent"
+            )
+            call = lambda: stub.Fail(req_f, timeout=10)  # noqa: E731
+        for attempt in range(5):
+            try:
+                await call()
+                self._emit("succeeded" if kind == "complete" else "failed", ctx, error)
+                return
+            except grpc.RpcError as exc:
+                err = translate(exc)
+                if err.code is not grpc.StatusCode.UNAVAILABLE:
+                    self._emit("rejected", ctx, err.message)
+                    return
+                await self._clock.sleep(0.2 * 2**attempt)
+        self._emit("unreported", ctx, "server unavailable; the lease will expire and it reruns")
