@@ -199,6 +199,11 @@ class SqliteStore(Store):
     @staticmethod
     def _run_batch(db: sqlite3.Connection, batch: list[_Op]) -> None:
         results: list[tuple[Future[Any], bool, Any]] = []
+        # A caller that was cancelled while queued does not get its op run; once running, an
+        # op can no longer be cancelled, so setting its result below can not fail.
+        batch = [(fn, fut) for fn, fut in batch if fut.set_running_or_notify_cancel()]
+        if not batch:
+            return
         try:
             db.execute("BEGIN IMMEDIATE")
             for fn, fut in batch:
