@@ -1,0 +1,121 @@
+"""The gRPC surface in-process: every bad input gets its status and an actionable message;
+health and reflection answer. Real server, embedded store, system clock."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import grpc
+import pytest
+from google.protobuf.duration_pb2 import Duration
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from timeshard.api.convert import dur
+from timeshard.clock import SystemClock
+from timeshard.coordinator.local import LocalCoordinator
+from timeshard.node import Node
+from timeshard.server import Server
+from timeshard.store.sqlite import SqliteStore
+from timeshard.v1 import timeshard_pb2 as pb
+from timeshard.v1 import timeshard_pb2_grpc as pb_grpc
+
+
+@asynccontextmanager
+async def serving() -> AsyncIterator[grpc.aio.Channel]:
+    node = Node(
+        store=SqliteStore(":memory:", num_shards=4),
+        coordinator=LocalCoordinator(),
+        clock=SystemClock(),
+    )
+    server = Server(node, port=0)
+    await server.start()
+    channel = grpc.aio.insecure_channel(server.address)
+    try:
+        yield channel
+    finally:
+        await channel.close(None)
+        await server.stop(0)
+
+
+async def status_of(call: object) -> tuple[grpc.StatusCode, str]:
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await call  # type: ignore[misc]
+    return info.value.code(), info.value.details() or ""
+
+
+async def test_bad_input_gets_the_right_status_and_message() -> None:
+    async with serving() as ch:
+        jobs = pb_grpc.JobServiceStub(ch)
+        workers = pb_grpc.WorkerServiceStub(ch)
+        code, msg = await status_of(
+            jobs.ScheduleJob(pb.ScheduleJobRequest(type="t", delay=Duration(seconds=-2)))
+        )
+        assert code is grpc.StatusCode.INVALID_ARGUMENT and "delay" in msg and "negative" in msg
+        code, msg = await status_of(jobs.ScheduleJob(pb.ScheduleJobRequest(delay=dur(1000))))
+        assert code is grpc.StatusCode.INVALID_ARGUMENT and "type" in msg
+        code, msg = await status_of(jobs.ScheduleJob(pb.ScheduleJobRequest(type="t")))
+        assert code is grpc.StatusCode.INVALID_ARGUMENT and "delay or a run_at" in msg
+        code, msg = await status_of(
+            jobs.ScheduleJob(pb.ScheduleJobRequest(type="t", delay=dur(0), payload=b"x" * 300_000))
+        )
+        assert code is grpc.StatusCode.INVALID_ARGUMENT and "over the limit" in msg
+        code, msg = await status_of(jobs.GetJob(pb.GetJobRequest(job_id="nope")))
+        assert code is grpc.StatusCode.NOT_FOUND and "nope" in msg
+        code, msg = await status_of(
+            workers.Claim(pb.ClaimRequest(worker_id="w", types=[], max_jobs=1))
+        )
+        assert code is grpc.StatusCode.INVALID_ARGUMENT and "type" in msg
+        code, msg = await status_of(workers.Complete(pb.CompleteRequest(job_id="nope", fence=1)))
+        assert code is grpc.StatusCode.NOT_FOUND
+
+
+async def test_lease_protocol_over_grpc_rejects_stale_fences() -> None:
+    async with serving() as ch:
+        jobs = pb_grpc.JobServiceStub(ch)
+        workers = pb_grpc.WorkerServiceStub(ch)
+        resp = await jobs.ScheduleJob(
+            pb.ScheduleJobRequest(type="t", delay=dur(0), idempotency_key="k")
+        )
+        claim = await workers.Claim(
+            pb.ClaimRequest(worker_id="w", types=["t"], max_jobs=5, wait=dur(5000), lease=dur(5000))
+        )
+        assert [c.job.job_id for c in claim.jobs] == [resp.job.job_id]
+        fence = claim.jobs[0].fence
+        assert claim.jobs[0].idempotency_key == "k"
+        code, msg = await status_of(
+            workers.Heartbeat(pb.HeartbeatRequest(job_id=resp.job.job_id, fence=fence - 1))
+        )
+        assert code is grpc.StatusCode.FAILED_PRECONDITION and "stale" in msg
+        await workers.Complete(pb.CompleteRequest(job_id=resp.job.job_id, fence=fence))
+        code, msg = await status_of(
+            workers.Complete(pb.CompleteRequest(job_id=resp.job.job_id, fence=fence))
+        )
+        assert code is grpc.StatusCode.FAILED_PRECONDITION
+        code, msg = await status_of(jobs.CancelJob(pb.CancelJobRequest(job_id=resp.job.job_id)))
+        assert code is grpc.StatusCode.FAILED_PRECONDITION and "succeeded" in msg
+        code, msg = await status_of(
+            jobs.ScheduleJob(
+                pb.ScheduleJobRequest(type="t", delay=dur(0), idempotency_key="k", payload=b"2")
+            )
+        )
+        assert code is grpc.StatusCode.ALREADY_EXISTS and "k" in msg
+
+
+async def test_health_and_reflection() -> None:
+    async with serving() as ch:
+        health = health_pb2_grpc.HealthStub(ch)
+        for service in ("", "timeshard.v1.JobService", "timeshard.v1.WorkerService"):
+            resp = await health.Check(health_pb2.HealthCheckRequest(service=service))
+            assert resp.status == health_pb2.HealthCheckResponse.SERVING
+        from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+
+        refl = reflection_pb2_grpc.ServerReflectionStub(ch)
+
+        async def one() -> AsyncIterator[reflection_pb2.ServerReflectionRequest]:
+            yield reflection_pb2.ServerReflectionRequest(list_services="")
+
+        names = set()
+        async for r in refl.ServerReflectionInfo(one()):
+            names |= {s.name for s in r.list_services_response.service}
+        assert {"timeshard.v1.JobService", "timeshard.v1.AdminService"} <= names

@@ -1,0 +1,196 @@
+"""Invariant 6: the worker SDK cancels a handler whose lease it could not renew before
+``lease - safety_margin`` on its own monotonic clock. A fake WorkerService stub stands in for
+the server (the real one is exercised by the acceptance tests)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from typing import Any
+
+import grpc
+import pytest
+
+from timeshard.api.convert import dur, ts
+from timeshard.clock import FakeClock
+from timeshard.v1 import timeshard_pb2 as pb
+from timeshard.worker import JobContext, PermanentError, Worker
+
+from tests.unit.helpers import wait_until
+
+LEASE_S = 3.0
+MARGIN_S = 0.5
+
+
+class FakeRpcError(grpc.RpcError):
+    def __init__(self, code: grpc.StatusCode, details: str = "") -> None:
+        self._code, self._details = code, details
+
+    def code(self) -> grpc.StatusCode:
+        return self._code
+
+    def details(self) -> str:
+        return self._details
+
+
+class FakeStub:
+    """Answers heartbeats as told; records completions and failures."""
+
+    def __init__(self, clock: FakeClock, heartbeat: str = "ok") -> None:
+        self.clock = clock
+        self.heartbeat = heartbeat
+        self.calls: list[tuple[str, Any]] = []
+
+    async def Heartbeat(self, req: pb.HeartbeatRequest, timeout: float) -> pb.HeartbeatResponse:
+        self.calls.append(("heartbeat", self.clock.monotonic()))
+        if self.heartbeat == "unavailable":
+            raise FakeRpcError(grpc.StatusCode.UNAVAILABLE, "partitioned")
+        if self.heartbeat == "stale":
+            raise FakeRpcError(grpc.StatusCode.FAILED_PRECONDITION, "fence 1 is stale")
+        return pb.HeartbeatResponse(lease=dur(round(LEASE_S * 1000)))
+
+    async def Complete(self, req: pb.CompleteRequest, timeout: float) -> pb.CompleteResponse:
+        self.calls.append(("complete", req.fence))
+        return pb.CompleteResponse()
+
+    async def Fail(self, req: pb.FailRequest, timeout: float) -> pb.FailResponse:
+        self.calls.append(("fail", (req.error, req.permanent)))
+        return pb.FailResponse()
+
+
+def claimed(job_type: str = "t") -> pb.ClaimedJob:
+    job = pb.Job(job_id="j1", type=job_type, attempt=1, max_attempts=3, fence=1)
+    job.run_at.CopyFrom(ts(1000))
+    job.started_at.CopyFrom(ts(1000))
+    return pb.ClaimedJob(job=job, fence=1, lease=dur(round(LEASE_S * 1000)), idempotency_key="k")
+
+
+def make_worker(clock: FakeClock) -> tuple[Worker, dict[str, Any]]:
+    seen: dict[str, Any] = {}
+    w = Worker(worker_id="w", lease_s=LEASE_S, safety_margin_s=MARGIN_S, clock=clock)
+
+    @w.handler("t", timeout=100)
+    async def forever(ctx: JobContext) -> None:
+        seen["ctx"] = ctx
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            seen["cancelled_at"] = clock.monotonic()
+            raise
+
+    @w.handler("perm", timeout=100)
+    async def bad(ctx: JobContext) -> None:
+        raise PermanentError("invalid input")
+
+    return w, seen
+
+
+async def run_job(
+    w: Worker, stub: FakeStub, clock: FakeClock, job: pb.ClaimedJob, seconds: float
+) -> asyncio.Task[Any]:
+    w._running.clear()
+    task = asyncio.ensure_future(
+        w._execute(stub, _ctx(w, job), clock.monotonic() + LEASE_S - MARGIN_S)  # type: ignore[arg-type]
+    )
+    steps = round(seconds / 0.1)
+    for _ in range(steps):
+        clock.advance(0.1)
+        for _ in range(5):
+            await asyncio.sleep(0)
+        if task.done():
+            break
+    return task
+
+
+def _ctx(w: Worker, c: pb.ClaimedJob) -> JobContext:
+    w._running[c.job.type] = 1
+    return JobContext(
+        job_id=c.job.job_id,
+        job_type=c.job.type,
+        payload=b"{}",
+        attempt=1,
+        max_attempts=3,
+        fence=c.fence,
+        idempotency_key=c.idempotency_key,
+        run_at_ms=1000,
+        started_at_ms=1000,
+        worker_id=w.worker_id,
+    )
+
+
+async def test_handler_is_cancelled_before_the_lease_ends_when_it_cannot_renew() -> None:
+    clock = FakeClock()
+    w, seen = make_worker(clock)
+    stub = FakeStub(clock, heartbeat="unavailable")
+    task = await run_job(w, stub, clock, claimed(), seconds=5)
+    assert task.done()
+    assert "cancelled_at" in seen, "the handler kept running without a lease"
+    assert seen["cancelled_at"] <= LEASE_S - MARGIN_S + 1e-6  # before another may start it
+    assert seen["ctx"].cancelled
+    assert any(kind == "heartbeat" for kind, _ in stub.calls)
+    assert not any(kind in ("complete", "fail") for kind, _ in stub.calls)
+
+
+async def test_handler_is_cancelled_at_once_when_the_fence_is_stale() -> None:
+    clock = FakeClock()
+    w, seen = make_worker(clock)
+    stub = FakeStub(clock, heartbeat="stale")
+    task = await run_job(w, stub, clock, claimed(), seconds=2)
+    assert task.done()
+    first_beat = next(t for kind, t in stub.calls if kind == "heartbeat")
+    assert first_beat <= seen["cancelled_at"] <= first_beat + 0.25  # not at the deadline
+
+
+async def test_renewed_lease_keeps_the_handler_running() -> None:
+    clock = FakeClock()
+    w, seen = make_worker(clock)
+    stub = FakeStub(clock, heartbeat="ok")
+    task = await run_job(w, stub, clock, claimed(), seconds=10)
+    assert not task.done() and "cancelled_at" not in seen
+    assert sum(1 for kind, _ in stub.calls if kind == "heartbeat") >= 9
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_permanent_error_is_reported_as_permanent() -> None:
+    clock = FakeClock()
+    w, _ = make_worker(clock)
+    stub = FakeStub(clock)
+    task = await run_job(w, stub, clock, claimed("perm"), seconds=0.3)
+    assert task.done()
+    assert ("fail", ("PermanentError: invalid input", True)) in stub.calls
+
+
+async def test_sync_handler_thread_is_interrupted_when_the_lease_is_lost() -> None:
+    clock = FakeClock()
+    w = Worker(worker_id="w", lease_s=LEASE_S, safety_margin_s=MARGIN_S, clock=clock)
+    stopped = threading.Event()
+
+    @w.handler("t", timeout=100)
+    def busy(ctx: JobContext) -> None:
+        try:
+            while True:
+                time.sleep(0.005)
+        finally:
+            stopped.set()
+
+    from concurrent.futures import ThreadPoolExecutor
+
+    w._threads = ThreadPoolExecutor(1)
+    stub = FakeStub(clock, heartbeat="unavailable")
+    await run_job(w, stub, clock, claimed(), seconds=4)
+    await wait_until(stopped.is_set, what="the handler thread to stop")
+    w._threads.shutdown()
+
+
+def test_handler_signature_is_checked_when_registered() -> None:
+    w = Worker()
+    with pytest.raises(TypeError, match="one argument"):
+
+        @w.handler("x")
+        async def no_ctx() -> None: ...
+
+    with pytest.raises(ValueError, match="already registered"):
+        w.handler("y")(lambda ctx: None)
+        w.handler("y")(lambda ctx: None)
