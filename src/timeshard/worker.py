@@ -231,8 +231,17 @@ class Worker:
             started_at_ms=ts_ms(job.started_at),
             worker_id=self.worker_id,
         )
-        deadline = sent + dur_s(claimed.lease) - self.safety_margin_s
-        task = asyncio.create_task(self._execute(stub, ctx, deadline), name=f"job-{job.job_id}")
+        # The lease started when the server took the claim, at some point after ``sent``. A
+        # claim answered at once gives a safe bound from ``sent``; one that waited in a long poll
+        # takes its arrival as a provisional base and renews at once, which gives a safe bound
+        # within one round trip (the margin covers that round trip).
+        received = self._clock.monotonic()
+        waited = received - sent > self.safety_margin_s / 2
+        base = received if waited else sent
+        deadline = base + dur_s(claimed.lease) - self.safety_margin_s
+        task = asyncio.create_task(
+            self._execute(stub, ctx, deadline, renew_now=waited), name=f"job-{job.job_id}"
+        )
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
@@ -240,12 +249,14 @@ class Worker:
         if self._on_event is not None:
             self._on_event(kind, ctx, detail)
 
-    async def _execute(self, stub: WorkerStub, ctx: JobContext, deadline: float) -> None:
+    async def _execute(
+        self, stub: WorkerStub, ctx: JobContext, deadline: float, renew_now: bool = False
+    ) -> None:
         spec = self.handlers[ctx.job_type]
         self._emit("started", ctx)
         handler = asyncio.create_task(self._invoke(spec, ctx), name=f"handler-{ctx.job_id}")
         keeper = asyncio.create_task(
-            self._keep_lease(stub, ctx, deadline, handler), name=f"lease-{ctx.job_id}"
+            self._keep_lease(stub, ctx, deadline, handler, renew_now), name=f"lease-{ctx.job_id}"
         )
         try:
             outcome = await self._outcome(spec, ctx, handler)
@@ -308,9 +319,10 @@ class Worker:
         ctx: JobContext,
         deadline: float,
         handler: asyncio.Task[Any],
+        renew_now: bool = False,
     ) -> None:
         every = self.lease_s / 3
-        next_beat = self._clock.monotonic() + every
+        next_beat = self._clock.monotonic() + (0.0 if renew_now else every)
         while True:
             now = self._clock.monotonic()
             if now >= deadline:

@@ -194,3 +194,22 @@ def test_handler_signature_is_checked_when_registered() -> None:
     with pytest.raises(ValueError, match="already registered"):
         w.handler("y")(lambda ctx: None)
         w.handler("y")(lambda ctx: None)
+
+
+async def test_a_job_that_waited_in_a_long_poll_renews_its_lease_at_once() -> None:
+    clock = FakeClock()
+    w, seen = make_worker(clock)
+    stub = FakeStub(clock, heartbeat="ok")
+    clock.advance(10)
+    w._start(stub, claimed(), sent=clock.monotonic() - 8)  # type: ignore[arg-type]
+    for _ in range(20):
+        await asyncio.sleep(0)
+    beats = [t for kind, t in stub.calls if kind == "heartbeat"]
+    assert beats and beats[0] == clock.monotonic(), "the lease base must be re-established at once"
+    clock.advance(LEASE_S)  # renewed, so still running past the provisional deadline
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert "cancelled_at" not in seen
+    for t in list(w._tasks):
+        t.cancel()
+    await asyncio.gather(*w._tasks, return_exceptions=True)
