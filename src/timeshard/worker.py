@@ -329,6 +329,9 @@ class Worker:
                 log.warning("job %s: lease not renewed in time; cancelling handler", ctx.job_id)
                 break
             await self._clock.sleep(max(0.0, min(next_beat, deadline) - now))
+            if self._clock.monotonic() >= deadline:
+                log.warning("job %s: lease deadline passed (paused?); cancelling", ctx.job_id)
+                break
             if self._clock.monotonic() < next_beat:
                 continue
             sent = self._clock.monotonic()

@@ -206,10 +206,23 @@ async def test_a_job_that_waited_in_a_long_poll_renews_its_lease_at_once() -> No
         await asyncio.sleep(0)
     beats = [t for kind, t in stub.calls if kind == "heartbeat"]
     assert beats and beats[0] == clock.monotonic(), "the lease base must be re-established at once"
-    clock.advance(LEASE_S)  # renewed, so still running past the provisional deadline
-    for _ in range(20):
-        await asyncio.sleep(0)
+    for _ in range(30):  # renewed, so still running past the provisional deadline
+        clock.advance(0.1)
+        for _ in range(5):
+            await asyncio.sleep(0)
     assert "cancelled_at" not in seen
     for t in list(w._tasks):
         t.cancel()
     await asyncio.gather(*w._tasks, return_exceptions=True)
+
+
+async def test_a_worker_paused_past_its_deadline_cancels_before_renewing() -> None:
+    clock = FakeClock()
+    w, seen = make_worker(clock)
+    stub = FakeStub(clock, heartbeat="ok")
+    task = await run_job(w, stub, clock, claimed(), seconds=0.5)
+    clock.advance(10)  # SIGSTOP for 10 s, then SIGCONT
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert task.done() and "cancelled_at" in seen
+    assert [k for k, _ in stub.calls] == [], "it renewed or reported after losing the lease"
