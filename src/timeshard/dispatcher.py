@@ -21,8 +21,9 @@ from dataclasses import dataclass
 
 from timeshard.clock import Clock
 from timeshard.errors import NotOwner, TimeshardError
-from timeshard.model import BucketEntry, Job, JobState
+from timeshard.model import SCHEDULE_ENTRY_PREFIX, BucketEntry, Job, JobState
 from timeshard.ready import ReadyItem, ReadyQueues
+from timeshard.schedules import ScheduleFirer
 from timeshard.sharding import MINUTE_MS, minute_of, minute_start
 from timeshard.store.base import Store, entry_for
 
@@ -53,6 +54,7 @@ class ShardDispatcher:
         clock: Clock,
         ready: ReadyQueues,
         config: DispatchConfig,
+        firer: ScheduleFirer | None = None,
     ) -> None:
         self.shard = shard
         self.epoch = epoch
@@ -61,6 +63,7 @@ class ShardDispatcher:
         self._clock = clock
         self._ready = ready
         self._cfg = config
+        self._firer = firer
         self._horizon = minute_start(cursor)  # entries with due_at < horizon have been read
         self._refreshed_at = -1  # when the last full refresh started
         self._known: set[BucketEntry] = set()
@@ -213,6 +216,12 @@ class ShardDispatcher:
     # -- deciding what an entry means -----------------------------------------------------
 
     async def _handle(self, due: list[BucketEntry], now: int) -> None:
+        schedules = [e for e in due if e.job_id.startswith(SCHEDULE_ENTRY_PREFIX)]
+        if schedules:
+            await self._fire(schedules)
+            due = [e for e in due if not e.job_id.startswith(SCHEDULE_ENTRY_PREFIX)]
+        if not due:
+            return
         jobs = await self._store.get_jobs(sorted({e.job_id for e in due}))
         chased: list[BucketEntry] = []
         chases: list[BucketEntry] = []
@@ -225,6 +234,14 @@ class ShardDispatcher:
             await self._store.add_entries(chases)
             self.notify(chases)
             self.handled(chased)  # only once the later check is durable
+
+    async def _fire(self, entries: list[BucketEntry]) -> None:
+        for e in entries:
+            schedule_id = e.job_id.removeprefix(SCHEDULE_ENTRY_PREFIX)
+            if self._firer is None or await self._firer.fire(schedule_id, e.due_at):
+                self.handled([e])
+            else:
+                self.recheck([e])
 
     async def _decide(self, e: BucketEntry, job: Job | None, now: int) -> BucketEntry | None:
         """Ready the job, or mark the entry handled. Returns an entry to write when a lease was

@@ -151,3 +151,93 @@ class Outcome:
 
     applied: bool
     job: Job | None
+
+
+SCHEDULE_ENTRY_PREFIX = "schedule:"
+"""Bucket entries whose id starts with this look at a schedule, not a job."""
+_SCHEDULE_ID_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,100}$")
+
+
+class MisfirePolicy(enum.StrEnum):
+    SKIP = "skip"  # drop missed runs, go on from the next future time
+    ONCE = "once"  # one catch-up now, for the latest missed time
+    ALL = "all"  # every missed run, up to max_catchup (the most recent ones)
+
+
+class OverlapPolicy(enum.StrEnum):
+    SKIP = "skip"  # the previous run is still going: skip this one (recorded)
+    QUEUE = "queue"  # at most one waits for the previous to finish
+    ALLOW = "allow"  # up to max_concurrent at once
+
+
+def validate_schedule_id(schedule_id: str) -> str:
+    if not _SCHEDULE_ID_RE.match(schedule_id):
+        raise InvalidArgument("schedule_id", f"{schedule_id!r}: use 1-100 of A-Z a-z 0-9 _ . -")
+    return schedule_id
+
+
+def _policy(kind: type[enum.StrEnum], field_name: str, value: str) -> None:
+    allowed = [p.value for p in kind]
+    if value not in allowed:
+        raise InvalidArgument(field_name, f"unknown policy {value!r}; use one of {allowed}")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Schedule:
+    """A cron schedule: its spec, the job template of each occurrence, its policies, and where
+    it stands (``next_fire``; ``version`` moves with every conditional update)."""
+
+    schedule_id: str
+    shard: int
+    cron: str
+    timezone: str
+    dst_gap: str = ""
+    dst_fold: str = ""
+    job_type: str
+    payload: bytes = b""
+    max_attempts: int = 0
+    misfire: MisfirePolicy = MisfirePolicy.ONCE
+    misfire_grace_ms: int = 60_000
+    max_catchup: int = 10
+    overlap: OverlapPolicy = OverlapPolicy.SKIP
+    max_concurrent: int = 1
+    jitter_ms: int = 0
+    paused: bool = False
+    next_fire: int
+    created_at: int
+    version: int = 0
+    active: tuple[str, ...] = ()
+    """Occurrence jobs created and maybe not finished (checked at each fire)."""
+    queued_at: int = 0
+    """Scheduled time of the occurrence waiting for the previous one (overlap=queue), or 0."""
+    skipped: int = 0
+    last_skip_at: int = 0
+    last_fire_at: int = 0
+
+    def __post_init__(self) -> None:
+        validate_schedule_id(self.schedule_id)
+        validate_job_type(self.job_type)
+        validate_payload(self.payload)
+        _policy(MisfirePolicy, "misfire", self.misfire)
+        _policy(OverlapPolicy, "overlap", self.overlap)
+        if self.misfire_grace_ms < 0:
+            raise InvalidArgument("misfire_grace", "must not be negative")
+        if not 1 <= self.max_catchup <= 1000:
+            raise InvalidArgument("max_catchup", f"must be 1-1000, got {self.max_catchup}")
+        if not 1 <= self.max_concurrent <= 1000:
+            raise InvalidArgument("max_concurrent", f"must be 1-1000, got {self.max_concurrent}")
+        if self.jitter_ms < 0:
+            raise InvalidArgument("jitter", "must not be negative")
+        if self.max_attempts < 0:
+            raise InvalidArgument("max_attempts", "must not be negative")
+
+    @property
+    def entry_id(self) -> str:
+        return SCHEDULE_ENTRY_PREFIX + self.schedule_id
+
+    def occurrence_id(self, scheduled_ms: int) -> str:
+        """The job id of the run at ``scheduled_ms``: unique across the cluster (invariant 8)."""
+        return f"{self.schedule_id}@{scheduled_ms}"
+
+    def with_(self, **changes: object) -> Schedule:
+        return replace(self, **changes)  # type: ignore[arg-type]

@@ -32,12 +32,31 @@ from timeshard.model import (
 )
 from timeshard.ready import ReadyItem, ReadyQueues
 from timeshard.retry import RetryPolicy
+from timeshard.schedules import ScheduleFirer, ScheduleOps
 from timeshard.sharding import minute_of, shard_of
 from timeshard.store.base import ClaimRequest, JobPage, Store, entry_for
 
 log = logging.getLogger(__name__)
 
 MAX_CLAIM = 1000
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TypePolicy:
+    """Per job type: attempts and backoff, and a cluster-wide concurrency limit."""
+
+    max_attempts: int | None = None
+    retry: RetryPolicy | None = None
+    concurrency: int | None = None
+    """Running at once across the cluster. Each node enforces its share, in proportion to
+    the shards it owns (rounded down, at least 1), so the total never exceeds the limit by
+    more than the number of nodes that own a shard but would get a share below 1."""
+
+    def __post_init__(self) -> None:
+        if self.max_attempts is not None and self.max_attempts < 1:
+            raise InvalidArgument("max_attempts", "must be at least 1")
+        if self.concurrency is not None and self.concurrency < 1:
+            raise InvalidArgument("concurrency", "must be at least 1")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -48,6 +67,15 @@ class NodeConfig:
     default_lease_s: float = 30.0
     max_lease_s: float = 600.0
     min_lease_s: float = 1.0
+    types: dict[str, TypePolicy] = field(default_factory=dict)
+
+    def max_attempts(self, job_type: str) -> int:
+        p = self.types.get(job_type)
+        return p.max_attempts if p and p.max_attempts else self.default_max_attempts
+
+    def retry_policy(self, job_type: str) -> RetryPolicy:
+        p = self.types.get(job_type)
+        return p.retry if p and p.retry else self.retry
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -78,6 +106,11 @@ class Node:
         self.dispatchers: dict[int, ShardDispatcher] = {}
         self._rng = rng or random.Random()
         self._shard_lock = asyncio.Lock()
+        self.schedules = ScheduleOps(store, clock, notify=self._notify)
+        self._running: dict[str, dict[str, int]] = {}  # type -> job id -> lease_until
+        self._firer = ScheduleFirer(
+            store, clock, self.config.default_max_attempts, notify=self._notify
+        )
 
     @property
     def num_shards(self) -> int:
@@ -123,6 +156,7 @@ class Node:
                     clock=self.clock,
                     ready=self.ready,
                     config=self.config.dispatch,
+                    firer=self._firer,
                 )
                 self.dispatchers[shard] = d
                 d.start()
@@ -130,6 +164,7 @@ class Node:
         raise TimeshardError(f"shard {shard}: could not take its epoch (contended)")
 
     def _notify(self, entries: Sequence[BucketEntry]) -> None:
+        """Hand entries this node just wrote to the local dispatcher of their shard."""
         for e in entries:
             d = self.dispatchers.get(e.shard)
             if d is not None:
@@ -163,7 +198,7 @@ class Node:
             payload=payload,
             run_at=run_at,
             created_at=now,
-            max_attempts=max_attempts or self.config.default_max_attempts,
+            max_attempts=max_attempts or self.config.max_attempts(job_type),
             idempotency_key=idempotency_key,
         )
         entry = entry_for(job, run_at, now)
@@ -246,7 +281,7 @@ class Node:
         lease = self.lease_ms(lease_s)
         deadline = self.clock.monotonic() + max(0.0, min(wait_s, 60.0))
         while True:
-            items = self.ready.take(types, limit)
+            items = self.ready.take(types, limit, self._type_room(types))
             if items:
                 claimed = await self._claim_items(items, worker, lease)
                 if claimed:
@@ -256,6 +291,30 @@ class Node:
             if remaining <= 0:
                 return []
             await self._wait_ready(types, remaining)
+
+    def _type_room(self, types: Sequence[str]) -> dict[str, int]:
+        """How many more jobs of each limited type this node may start now."""
+        now = self.clock.now_ms()
+        owned = len(self.dispatchers)
+        room: dict[str, int] = {}
+        for t in types:
+            policy = self.config.types.get(t)
+            if policy is None or policy.concurrency is None:
+                continue
+            running = self._running.setdefault(t, {})
+            for job_id in [j for j, until in running.items() if until <= now]:
+                del running[job_id]  # lease over: no longer running as far as limits go
+            share = max(1, policy.concurrency * owned // self.num_shards) if owned else 0
+            room[t] = max(0, share - len(running))
+        return room
+
+    def _track(self, job: Job) -> None:
+        if job.job_type in self.config.types:
+            running = self._running.setdefault(job.job_type, {})
+            if job.state is JobState.RUNNING:
+                running[job.job_id] = job.lease_until
+            else:
+                running.pop(job.job_id, None)
 
     async def _wait_ready(self, types: Sequence[str], timeout: float) -> None:
         if self.ready.has_any(types):
@@ -294,6 +353,7 @@ class Node:
             d = self.dispatchers.get(item.shard)
             if out.applied and out.job is not None:
                 claimed.append(Claimed(job=out.job, lease_ms=lease))
+                self._track(out.job)
                 if d is not None:
                     d.handled(item.entries)
                     self._notify([entry_for(out.job, out.job.lease_until, now)])
@@ -304,6 +364,7 @@ class Node:
     def _check(self, job_id: str, fence: int, out: Outcome) -> Job:
         if out.job is None:
             raise NotFound("job", job_id)
+        self._track(out.job)
         if not out.applied:
             raise StaleFence(job_id, fence, out.job.fence, out.job.state.value)
         return out.job
@@ -324,9 +385,69 @@ class Node:
         now = self.clock.now_ms()
         retry_at: int | None = None
         if not permanent and job.attempt < job.max_attempts:
-            retry_at = now + self.config.retry.delay_ms(job.attempt, self._rng)
+            retry_at = now + self.config.retry_policy(job.job_type).delay_ms(job.attempt, self._rng)
         out = await self.store.fail_job(job_id, fence, now, error[:4000], retry_at)
         failed = self._check(job_id, fence, out)
         if retry_at is not None:
             self._notify([entry_for(failed, retry_at, now)])
         return failed
+
+    # -- dead letters ---------------------------------------------------------------------
+
+    async def dead_letters(
+        self, *, job_type: str | None, since_ms: int, limit: int, page_token: str
+    ) -> JobPage:
+        """Dead jobs (failed permanently or out of attempts), filtered by type and by when
+        they died."""
+        page = await self.list_jobs(
+            state=JobState.DEAD, job_type=job_type, limit=limit, page_token=page_token
+        )
+        return JobPage(
+            jobs=[j for j in page.jobs if j.finished_at >= since_ms], next_token=page.next_token
+        )
+
+    async def _dead_jobs(self, job_ids: Sequence[str], job_type: str | None) -> list[Job]:
+        if job_ids:
+            found = await self.store.get_jobs([validate_job_id(i) for i in job_ids])
+            missing = [i for i in job_ids if i not in found]
+            if missing:
+                raise NotFound("job", missing[0])
+            not_dead = [j for j in found.values() if j.state is not JobState.DEAD]
+            if not_dead:
+                raise FailedPrecondition(
+                    f"job {not_dead[0].job_id!r} is {not_dead[0].state.value}, not dead; only "
+                    "dead-letter jobs can be replayed or purged"
+                )
+            return list(found.values())
+        if not job_type:
+            raise InvalidArgument("job_ids", "name jobs, or a type to take every dead job of")
+        out: list[Job] = []
+        token = ""
+        while True:
+            page = await self.dead_letters(
+                job_type=job_type, since_ms=0, limit=1000, page_token=token
+            )
+            out.extend(page.jobs)
+            token = page.next_token
+            if not token:
+                return out
+
+    async def replay(self, job_ids: Sequence[str], job_type: str | None) -> list[Job]:
+        """Dead jobs back to scheduled, due now, with a fresh attempt count and the same id
+        and idempotency key."""
+        replayed = []
+        for job in await self._dead_jobs(job_ids, job_type):
+            now = self.clock.now_ms()
+            out = await self.store.replay_job(job.job_id, job.fence, now, now)
+            if out.applied and out.job is not None:
+                self._notify([entry_for(out.job, now, now)])
+                replayed.append(out.job)
+        return replayed
+
+    async def purge(self, job_ids: Sequence[str], job_type: str | None) -> list[Job]:
+        purged = []
+        for job in await self._dead_jobs(job_ids, job_type):
+            out = await self.store.purge_job(job.job_id, job.fence)
+            if out.applied and out.job is not None:
+                purged.append(out.job)
+        return purged

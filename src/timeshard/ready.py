@@ -45,13 +45,19 @@ class ReadyQueues:
             q.move_to_end(item.job_id, last=False)
         self._changed.set()
 
-    def take(self, types: Iterable[str], limit: int) -> list[ReadyItem]:
-        """Up to ``limit`` items, oldest first within a type, types in the order given."""
+    def take(
+        self, types: Iterable[str], limit: int, per_type: dict[str, int] | None = None
+    ) -> list[ReadyItem]:
+        """Up to ``limit`` items, oldest first within a type, types in the order given, and
+        at most ``per_type[t]`` of type ``t`` when given."""
         out: list[ReadyItem] = []
         for t in types:
             q = self._by_type.get(t)
-            while q and len(out) < limit:
+            cap = (per_type or {}).get(t, limit)
+            taken = 0
+            while q and len(out) < limit and taken < cap:
                 out.append(q.popitem(last=False)[1])
+                taken += 1
             if len(out) >= limit:
                 break
         return out

@@ -13,7 +13,7 @@ from timeshard.clock import FakeClock
 from timeshard.coordinator.local import LocalCoordinator
 from timeshard.dispatcher import DispatchConfig
 from timeshard.model import BucketEntry, Job
-from timeshard.node import Node, NodeConfig
+from timeshard.node import Node, NodeConfig, TypePolicy
 from timeshard.sharding import minute_of
 from timeshard.store.sqlite import SqliteStore
 
@@ -48,10 +48,14 @@ async def advance(node: Node, clock: FakeClock, seconds: float, step: float = 0.
 
 
 def make_node(
-    path: Path | str = ":memory:", clock: FakeClock | None = None, shards: int = 4, **cfg: object
+    path: Path | str = ":memory:",
+    clock: FakeClock | None = None,
+    shards: int = 4,
+    types: dict[str, TypePolicy] | None = None,
+    **cfg: object,
 ) -> tuple[Node, FakeClock]:
     clock = clock or FakeClock(START_MS)
-    config = NodeConfig(dispatch=DispatchConfig(**cfg))  # type: ignore[arg-type]
+    config = NodeConfig(dispatch=DispatchConfig(**cfg), types=types or {})  # type: ignore[arg-type]
     node = Node(
         store=SqliteStore(path, num_shards=shards),
         coordinator=LocalCoordinator(),
@@ -64,9 +68,12 @@ def make_node(
 
 @asynccontextmanager
 async def running(
-    path: Path | str = ":memory:", clock: FakeClock | None = None, **cfg: object
+    path: Path | str = ":memory:",
+    clock: FakeClock | None = None,
+    types: dict[str, TypePolicy] | None = None,
+    **cfg: object,
 ) -> AsyncIterator[tuple[Node, FakeClock]]:
-    node, clock = make_node(path, clock, **cfg)
+    node, clock = make_node(path, clock, types=types, **cfg)
     await node.start()
     try:
         yield node, clock

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from timeshard.errors import InvalidArgument
-from timeshard.model import Job, JobState
+from timeshard.model import Job, JobState, MisfirePolicy, OverlapPolicy, Schedule
 from timeshard.v1 import timeshard_pb2 as pb
 
 _STATE_TO_PB = {
@@ -100,3 +102,76 @@ def run_at_of(
     if required:
         raise InvalidArgument("when", "give a delay or a run_at time")
     return now_ms
+
+
+def schedule_to_pb(s: Schedule) -> pb.Schedule:
+    return pb.Schedule(
+        schedule_id=s.schedule_id,
+        cron=s.cron,
+        timezone=s.timezone,
+        type=s.job_type,
+        payload=s.payload,
+        misfire=s.misfire.value,
+        misfire_grace=dur(s.misfire_grace_ms),
+        max_catchup=s.max_catchup,
+        overlap=s.overlap.value,
+        max_concurrent=s.max_concurrent,
+        jitter=dur(s.jitter_ms),
+        dst_gap=s.dst_gap,
+        dst_fold=s.dst_fold,
+        paused=s.paused,
+        next_fire=ts(s.next_fire),
+        max_attempts=s.max_attempts,
+        skipped=s.skipped,
+        last_skip_at=ts(s.last_skip_at) if s.last_skip_at else None,
+        last_fire_at=ts(s.last_fire_at) if s.last_fire_at else None,
+        active_jobs=list(s.active),
+        queued_at=ts(s.queued_at) if s.queued_at else None,
+    )
+
+
+def _ms_of(d: Duration, field: str) -> int:
+    if d.seconds < 0 or d.nanos < 0:
+        raise InvalidArgument(field, "must not be negative")
+    return round(dur_s(d) * 1000)
+
+
+def schedule_from_pb(msg: pb.Schedule, schedule_id: str) -> Schedule:
+    """A schedule as a client describes it; the server fills in shard and times."""
+    if not msg.cron:
+        raise InvalidArgument("cron", "a cron expression is required, e.g. '0 2 * * *'")
+    if not msg.timezone:
+        raise InvalidArgument("timezone", "an IANA time zone is required, e.g. Europe/Berlin")
+    return Schedule(
+        schedule_id=schedule_id,
+        shard=0,
+        cron=msg.cron,
+        timezone=msg.timezone,
+        dst_gap=msg.dst_gap,
+        dst_fold=msg.dst_fold,
+        job_type=msg.type,
+        payload=msg.payload,
+        max_attempts=msg.max_attempts,
+        misfire=_policy(MisfirePolicy, "misfire", msg.misfire or "once"),
+        misfire_grace_ms=_ms_of(msg.misfire_grace, "misfire_grace")
+        if msg.HasField("misfire_grace")
+        else 60_000,
+        max_catchup=msg.max_catchup or 10,
+        overlap=_policy(OverlapPolicy, "overlap", msg.overlap or "skip"),
+        max_concurrent=msg.max_concurrent or 1,
+        jitter_ms=_ms_of(msg.jitter, "jitter"),
+        next_fire=0,
+        created_at=0,
+    )
+
+
+P = TypeVar("P", MisfirePolicy, OverlapPolicy)
+
+
+def _policy(kind: type[P], field: str, value: str) -> P:
+    try:
+        return kind(value)
+    except ValueError:
+        raise InvalidArgument(
+            field, f"unknown policy {value!r}; use one of {[p.value for p in kind]}"
+        ) from None

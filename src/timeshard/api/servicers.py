@@ -10,9 +10,21 @@ from typing import Any, TypeVar
 
 import grpc
 
-from timeshard.api.convert import dur, dur_s, job_to_pb, run_at_of, state_from_pb, ts
-from timeshard.errors import TimeshardError, Unimplemented, status_of
+from timeshard.api.convert import (
+    dur,
+    dur_s,
+    job_to_pb,
+    run_at_of,
+    schedule_from_pb,
+    schedule_to_pb,
+    state_from_pb,
+    ts,
+    ts_ms,
+)
+from timeshard.cron import CronSpec
+from timeshard.errors import InvalidArgument, TimeshardError, Unimplemented, status_of
 from timeshard.node import Node
+from timeshard.schedules import new_schedule_id
 from timeshard.v1 import timeshard_pb2 as pb
 from timeshard.v1 import timeshard_pb2_grpc as pb_grpc
 
@@ -81,44 +93,93 @@ class JobService(pb_grpc.JobServiceServicer):
         return job_to_pb(await self.node.reschedule(request.job_id, run_at))
 
     @rpc
-    async def CreateSchedule(self, request: Any, context: Ctx) -> Any:
-        raise Unimplemented("CreateSchedule")
+    async def CreateSchedule(self, request: pb.CreateScheduleRequest, context: Ctx) -> pb.Schedule:
+        sid = request.schedule.schedule_id or new_schedule_id()
+        created = await self.node.schedules.create(schedule_from_pb(request.schedule, sid))
+        return schedule_to_pb(created)
 
     @rpc
-    async def GetSchedule(self, request: Any, context: Ctx) -> Any:
-        raise Unimplemented("GetSchedule")
+    async def GetSchedule(self, request: pb.GetScheduleRequest, context: Ctx) -> pb.Schedule:
+        return schedule_to_pb(await self.node.schedules.get(request.schedule_id))
 
     @rpc
-    async def ListSchedules(self, request: Any, context: Ctx) -> Any:
-        raise Unimplemented("ListSchedules")
+    async def ListSchedules(
+        self, request: pb.ListSchedulesRequest, context: Ctx
+    ) -> pb.ListSchedulesResponse:
+        found, token = await self.node.schedules.list_schedules(
+            request.page_size, request.page_token
+        )
+        return pb.ListSchedulesResponse(
+            schedules=[schedule_to_pb(s) for s in found], next_page_token=token
+        )
 
     @rpc
-    async def UpdateSchedule(self, request: Any, context: Ctx) -> Any:
-        raise Unimplemented("UpdateSchedule")
+    async def UpdateSchedule(self, request: pb.UpdateScheduleRequest, context: Ctx) -> pb.Schedule:
+        sid = request.schedule.schedule_id
+        if not sid:
+            raise InvalidArgument("schedule_id", "name the schedule to update")
+        await self.node.schedules.get(sid)
+        updated = await self.node.schedules.update(schedule_from_pb(request.schedule, sid))
+        return schedule_to_pb(updated)
 
     @rpc
-    async def PauseSchedule(self, request: Any, context: Ctx) -> Any:
-        raise Unimplemented("PauseSchedule")
+    async def PauseSchedule(self, request: pb.ScheduleIdRequest, context: Ctx) -> pb.Schedule:
+        return schedule_to_pb(await self.node.schedules.pause(request.schedule_id))
 
     @rpc
-    async def ResumeSchedule(self, request: Any, context: Ctx) -> Any:
-        raise Unimplemented("ResumeSchedule")
+    async def ResumeSchedule(self, request: pb.ScheduleIdRequest, context: Ctx) -> pb.Schedule:
+        return schedule_to_pb(await self.node.schedules.resume(request.schedule_id))
 
     @rpc
-    async def DeleteSchedule(self, request: Any, context: Ctx) -> Any:
-        raise Unimplemented("DeleteSchedule")
+    async def DeleteSchedule(
+        self, request: pb.ScheduleIdRequest, context: Ctx
+    ) -> pb.DeleteScheduleResponse:
+        await self.node.schedules.delete(request.schedule_id)
+        return pb.DeleteScheduleResponse()
 
     @rpc
-    async def PreviewSchedule(self, request: Any, context: Ctx) -> Any:
-        raise Unimplemented("PreviewSchedule")
+    async def PreviewSchedule(self, request: pb.PreviewRequest, context: Ctx) -> pb.PreviewResponse:
+        spec = CronSpec(
+            expression=request.cron,
+            timezone=request.timezone,
+            dst_gap=request.dst_gap or None,  # type: ignore[arg-type]
+            dst_fold=request.dst_fold or None,  # type: ignore[arg-type]
+        )
+        after = ts_ms(getattr(request, "from"))
+        entries = self.node.schedules.preview(
+            spec, after or self.node.clock.now_ms(), request.count or 10
+        )
+        return pb.PreviewResponse(
+            times=[pb.FireTime(utc=ts(e.at_ms), local=e.local, note=e.note or "") for e in entries]
+        )
 
     @rpc
-    async def ListDeadLetters(self, request: Any, context: Ctx) -> Any:
-        raise Unimplemented("ListDeadLetters")
+    async def ListDeadLetters(
+        self, request: pb.ListDeadLettersRequest, context: Ctx
+    ) -> pb.ListDeadLettersResponse:
+        page = await self.node.dead_letters(
+            job_type=request.type or None,
+            since_ms=ts_ms(request.since) if request.HasField("since") else 0,
+            limit=request.page_size,
+            page_token=request.page_token,
+        )
+        return pb.ListDeadLettersResponse(
+            jobs=[job_to_pb(j) for j in page.jobs], next_page_token=page.next_token
+        )
 
     @rpc
-    async def ReplayDeadLetters(self, request: Any, context: Ctx) -> Any:
-        raise Unimplemented("ReplayDeadLetters")
+    async def ReplayDeadLetters(
+        self, request: pb.ReplayDeadLettersRequest, context: Ctx
+    ) -> pb.ReplayDeadLettersResponse:
+        jobs = await self.node.replay(list(request.job_ids), request.type or None)
+        return pb.ReplayDeadLettersResponse(jobs=[job_to_pb(j) for j in jobs])
+
+    @rpc
+    async def PurgeDeadLetters(
+        self, request: pb.ReplayDeadLettersRequest, context: Ctx
+    ) -> pb.PurgeDeadLettersResponse:
+        jobs = await self.node.purge(list(request.job_ids), request.type or None)
+        return pb.PurgeDeadLettersResponse(job_ids=[j.job_id for j in jobs])
 
 
 class WorkerService(pb_grpc.WorkerServiceServicer):

@@ -19,7 +19,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from timeshard.model import Attempt, BucketEntry, Job, JobState, Outcome, ShardState
+from timeshard.model import Attempt, BucketEntry, Job, JobState, Outcome, Schedule, ShardState
 from timeshard.sharding import minute_of
 
 
@@ -30,8 +30,18 @@ def entry_for(job: Job, attention_at: int, now: int) -> BucketEntry:
     the current minute, which the dispatcher is still reading: a dispatcher advances its cursor
     past a minute only ``settle`` after the minute ended, so it is never behind this bucket.
     """
+    return entry_at(job.shard, job.job_id, attention_at, now)
+
+
+def entry_at(shard: int, ident: str, attention_at: int, now: int) -> BucketEntry:
     due = max(attention_at, now)
-    return BucketEntry(shard=job.shard, minute=minute_of(due), due_at=due, job_id=job.job_id)
+    return BucketEntry(shard=shard, minute=minute_of(due), due_at=due, job_id=ident)
+
+
+def schedule_entry(schedule: Schedule, attention_at: int, now: int) -> BucketEntry:
+    """The entry that makes the dispatcher of the schedule's shard look at it (cron follow-ups
+    are entries in the same buckets as jobs)."""
+    return entry_at(schedule.shard, schedule.entry_id, attention_at, now)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -168,6 +178,48 @@ class Store(abc.ABC):
     async def reschedule_job(self, job_id: str, fence: int, run_at: int, now: int) -> Outcome:
         """Applied iff ``scheduled`` with this fence: ``run_at`` moves and its bucket entry is
         written."""
+
+    @abc.abstractmethod
+    async def replay_job(self, job_id: str, fence: int, run_at: int, now: int) -> Outcome:
+        """Applied iff ``dead`` with this fence: ``scheduled`` at ``run_at`` with a fresh
+        attempt count (``attempt=0``), the same id and idempotency key, the history kept,
+        plus its bucket entry."""
+
+    @abc.abstractmethod
+    async def purge_job(self, job_id: str, fence: int) -> Outcome:
+        """Applied iff ``dead`` with this fence: the job row is deleted (its bucket entries,
+        insert-only, then find nothing). ``Outcome.job`` is the row as it was."""
+
+    # -- schedules ------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def create_schedule(
+        self, schedule: Schedule, entry: BucketEntry
+    ) -> tuple[bool, Schedule]:
+        """Create the schedule row if its id is new (a conditional insert), and its bucket
+        entry. Returns (created, the stored schedule)."""
+
+    @abc.abstractmethod
+    async def get_schedule(self, schedule_id: str) -> Schedule | None: ...
+
+    @abc.abstractmethod
+    async def list_schedules(self, *, limit: int, page_token: str) -> tuple[list[Schedule], str]:
+        """Schedules by id; the token is empty on the last page."""
+
+    @abc.abstractmethod
+    async def update_schedule(
+        self, schedule: Schedule, expect_version: int, entry: BucketEntry | None
+    ) -> tuple[bool, Schedule | None]:
+        """Applied iff the stored version is ``expect_version``: the row becomes ``schedule``
+        with ``version = expect_version + 1``. ``entry`` (if any) is written *before* the row,
+        so a crash in between leaves an extra entry (harmless: it finds the row and moves on),
+        never a row whose next fire has no entry (invariant 2). Returns (applied, the row
+        after, or as found)."""
+
+    @abc.abstractmethod
+    async def delete_schedule(self, schedule_id: str) -> bool:
+        """Delete the row; its remaining entries find nothing. False if it did not exist.
+        Occurrence jobs already created are left to run."""
 
     # -- shards (invariant 7) -------------------------------------------------------------
 

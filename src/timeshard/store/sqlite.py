@@ -8,6 +8,7 @@ group commit, so a burst of schedules or claims costs one fsync, not one each.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import queue
 import sqlite3
@@ -18,7 +19,16 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from timeshard.errors import InvalidArgument, StoreUnavailable
-from timeshard.model import BucketEntry, Job, JobState, Outcome, ShardState
+from timeshard.model import (
+    BucketEntry,
+    Job,
+    JobState,
+    MisfirePolicy,
+    Outcome,
+    OverlapPolicy,
+    Schedule,
+    ShardState,
+)
 from timeshard.sharding import DEFAULT_NUM_SHARDS, validate_num_shards
 from timeshard.store.base import (
     MAX_HISTORY,
@@ -82,6 +92,69 @@ def _job_params(job: Job) -> dict[str, Any]:
         "last_error": job.last_error,
         "history": history_to_json(job.history[-MAX_HISTORY:]),
     }
+
+
+def _row_to_schedule(row: sqlite3.Row) -> Schedule:
+    return Schedule(
+        schedule_id=row["schedule_id"],
+        shard=row["shard"],
+        cron=row["cron"],
+        timezone=row["timezone"],
+        dst_gap=row["dst_gap"],
+        dst_fold=row["dst_fold"],
+        job_type=row["type"],
+        payload=bytes(row["payload"]),
+        max_attempts=row["max_attempts"],
+        misfire=MisfirePolicy(row["misfire"]),
+        misfire_grace_ms=row["misfire_grace_ms"],
+        max_catchup=row["max_catchup"],
+        overlap=OverlapPolicy(row["overlap"]),
+        max_concurrent=row["max_concurrent"],
+        jitter_ms=row["jitter_ms"],
+        paused=bool(row["paused"]),
+        next_fire=row["next_fire"],
+        created_at=row["created_at"],
+        version=row["version"],
+        active=tuple(json.loads(row["active"])),
+        queued_at=row["queued_at"],
+        skipped=row["skipped"],
+        last_skip_at=row["last_skip_at"],
+        last_fire_at=row["last_fire_at"],
+    )
+
+
+def _schedule_params(s: Schedule) -> dict[str, Any]:
+    return {
+        "schedule_id": s.schedule_id,
+        "shard": s.shard,
+        "cron": s.cron,
+        "timezone": s.timezone,
+        "dst_gap": s.dst_gap,
+        "dst_fold": s.dst_fold,
+        "type": s.job_type,
+        "payload": s.payload,
+        "max_attempts": s.max_attempts,
+        "misfire": s.misfire.value,
+        "misfire_grace_ms": s.misfire_grace_ms,
+        "max_catchup": s.max_catchup,
+        "overlap": s.overlap.value,
+        "max_concurrent": s.max_concurrent,
+        "jitter_ms": s.jitter_ms,
+        "paused": int(s.paused),
+        "next_fire": s.next_fire,
+        "created_at": s.created_at,
+        "version": s.version,
+        "active": json.dumps(list(s.active)),
+        "queued_at": s.queued_at,
+        "skipped": s.skipped,
+        "last_skip_at": s.last_skip_at,
+        "last_fire_at": s.last_fire_at,
+    }
+
+
+def _select_schedule(db: sqlite3.Connection, schedule_id: str) -> Schedule | None:
+    row = db.execute(Q["select_schedule"], (schedule_id,)).fetchone()
+    return _row_to_schedule(row) if row is not None else None
 
 
 def _select(db: sqlite3.Connection, job_id: str) -> Job | None:
@@ -456,6 +529,75 @@ class SqliteStore(Store):
                 lambda j: j.run_at,
                 now,
             )
+        )
+
+    async def replay_job(self, job_id: str, fence: int, run_at: int, now: int) -> Outcome:
+        return await self._call(
+            lambda db: _conditional(
+                db,
+                job_id,
+                lambda j: j.state is JobState.DEAD and j.fence == fence,
+                lambda j: j.with_(
+                    state=JobState.SCHEDULED, run_at=run_at, attempt=0, finished_at=0
+                ),
+                lambda j: j.run_at,
+                now,
+            )
+        )
+
+    async def purge_job(self, job_id: str, fence: int) -> Outcome:
+        def run(db: sqlite3.Connection) -> Outcome:
+            found = _select(db, job_id)
+            if found is None or found.state is not JobState.DEAD or found.fence != fence:
+                return Outcome(applied=False, job=found)
+            db.execute(Q["delete_job"], (job_id,))
+            return Outcome(applied=True, job=found)
+
+        return await self._call(run)
+
+    # -- schedules ------------------------------------------------------------------------
+
+    async def create_schedule(
+        self, schedule: Schedule, entry: BucketEntry
+    ) -> tuple[bool, Schedule]:
+        def run(db: sqlite3.Connection) -> tuple[bool, Schedule]:
+            created = db.execute(Q["insert_schedule"], _schedule_params(schedule)).rowcount == 1
+            if created:
+                _put_entry(db, entry)
+            stored = _select_schedule(db, schedule.schedule_id)
+            assert stored is not None
+            return created, stored
+
+        return await self._call(run)
+
+    async def get_schedule(self, schedule_id: str) -> Schedule | None:
+        return await self._call(lambda db: _select_schedule(db, schedule_id))
+
+    async def list_schedules(self, *, limit: int, page_token: str) -> tuple[list[Schedule], str]:
+        def run(db: sqlite3.Connection) -> list[Schedule]:
+            rows = db.execute(Q["list_schedules"], (page_token, limit + 1))
+            return [_row_to_schedule(r) for r in rows]
+
+        found = await self._call(run)
+        more = len(found) > limit
+        found = found[:limit]
+        return found, found[-1].schedule_id if more and found else ""
+
+    async def update_schedule(
+        self, schedule: Schedule, expect_version: int, entry: BucketEntry | None
+    ) -> tuple[bool, Schedule | None]:
+        def run(db: sqlite3.Connection) -> tuple[bool, Schedule | None]:
+            if entry is not None:
+                _put_entry(db, entry)
+            params = {**_schedule_params(schedule), "version": expect_version}
+            applied = db.execute(Q["update_schedule"], params).rowcount == 1
+            return applied, _select_schedule(db, schedule.schedule_id)
+
+        return await self._call(run)
+
+    async def delete_schedule(self, schedule_id: str) -> bool:
+        return await self._call(
+            lambda db: db.execute(Q["delete_schedule"], (schedule_id,)).rowcount == 1
         )
 
     # -- shards ---------------------------------------------------------------------------

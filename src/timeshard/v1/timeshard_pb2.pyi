@@ -147,7 +147,7 @@ class RescheduleJobRequest(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., delay: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., run_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class Schedule(_message.Message):
-    __slots__ = ("schedule_id", "cron", "timezone", "type", "payload", "misfire", "misfire_grace", "max_catchup", "overlap", "max_concurrent", "jitter", "dst_gap", "dst_fold", "paused", "next_fire", "max_attempts")
+    __slots__ = ("schedule_id", "cron", "timezone", "type", "payload", "misfire", "misfire_grace", "max_catchup", "overlap", "max_concurrent", "jitter", "dst_gap", "dst_fold", "paused", "next_fire", "max_attempts", "skipped", "last_skip_at", "last_fire_at", "active_jobs", "queued_at")
     SCHEDULE_ID_FIELD_NUMBER: _ClassVar[int]
     CRON_FIELD_NUMBER: _ClassVar[int]
     TIMEZONE_FIELD_NUMBER: _ClassVar[int]
@@ -164,6 +164,11 @@ class Schedule(_message.Message):
     PAUSED_FIELD_NUMBER: _ClassVar[int]
     NEXT_FIRE_FIELD_NUMBER: _ClassVar[int]
     MAX_ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    SKIPPED_FIELD_NUMBER: _ClassVar[int]
+    LAST_SKIP_AT_FIELD_NUMBER: _ClassVar[int]
+    LAST_FIRE_AT_FIELD_NUMBER: _ClassVar[int]
+    ACTIVE_JOBS_FIELD_NUMBER: _ClassVar[int]
+    QUEUED_AT_FIELD_NUMBER: _ClassVar[int]
     schedule_id: str
     cron: str
     timezone: str
@@ -180,7 +185,12 @@ class Schedule(_message.Message):
     paused: bool
     next_fire: _timestamp_pb2.Timestamp
     max_attempts: int
-    def __init__(self, schedule_id: _Optional[str] = ..., cron: _Optional[str] = ..., timezone: _Optional[str] = ..., type: _Optional[str] = ..., payload: _Optional[bytes] = ..., misfire: _Optional[str] = ..., misfire_grace: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., max_catchup: _Optional[int] = ..., overlap: _Optional[str] = ..., max_concurrent: _Optional[int] = ..., jitter: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., dst_gap: _Optional[str] = ..., dst_fold: _Optional[str] = ..., paused: _Optional[bool] = ..., next_fire: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., max_attempts: _Optional[int] = ...) -> None: ...
+    skipped: int
+    last_skip_at: _timestamp_pb2.Timestamp
+    last_fire_at: _timestamp_pb2.Timestamp
+    active_jobs: _containers.RepeatedScalarFieldContainer[str]
+    queued_at: _timestamp_pb2.Timestamp
+    def __init__(self, schedule_id: _Optional[str] = ..., cron: _Optional[str] = ..., timezone: _Optional[str] = ..., type: _Optional[str] = ..., payload: _Optional[bytes] = ..., misfire: _Optional[str] = ..., misfire_grace: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., max_catchup: _Optional[int] = ..., overlap: _Optional[str] = ..., max_concurrent: _Optional[int] = ..., jitter: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., dst_gap: _Optional[str] = ..., dst_fold: _Optional[str] = ..., paused: _Optional[bool] = ..., next_fire: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., max_attempts: _Optional[int] = ..., skipped: _Optional[int] = ..., last_skip_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_fire_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., active_jobs: _Optional[_Iterable[str]] = ..., queued_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class CreateScheduleRequest(_message.Message):
     __slots__ = ("schedule",)
@@ -242,12 +252,14 @@ class PreviewRequest(_message.Message):
     def __init__(self, cron: _Optional[str] = ..., timezone: _Optional[str] = ..., count: _Optional[int] = ..., dst_gap: _Optional[str] = ..., dst_fold: _Optional[str] = ..., **kwargs) -> None: ...
 
 class FireTime(_message.Message):
-    __slots__ = ("utc", "local")
+    __slots__ = ("utc", "local", "note")
     UTC_FIELD_NUMBER: _ClassVar[int]
     LOCAL_FIELD_NUMBER: _ClassVar[int]
+    NOTE_FIELD_NUMBER: _ClassVar[int]
     utc: _timestamp_pb2.Timestamp
     local: str
-    def __init__(self, utc: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., local: _Optional[str] = ...) -> None: ...
+    note: str
+    def __init__(self, utc: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., local: _Optional[str] = ..., note: _Optional[str] = ...) -> None: ...
 
 class PreviewResponse(_message.Message):
     __slots__ = ("times",)
@@ -288,6 +300,12 @@ class ReplayDeadLettersResponse(_message.Message):
     JOBS_FIELD_NUMBER: _ClassVar[int]
     jobs: _containers.RepeatedCompositeFieldContainer[Job]
     def __init__(self, jobs: _Optional[_Iterable[_Union[Job, _Mapping]]] = ...) -> None: ...
+
+class PurgeDeadLettersResponse(_message.Message):
+    __slots__ = ("job_ids",)
+    JOB_IDS_FIELD_NUMBER: _ClassVar[int]
+    job_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, job_ids: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ClaimRequest(_message.Message):
     __slots__ = ("worker_id", "types", "max_jobs", "wait", "lease")

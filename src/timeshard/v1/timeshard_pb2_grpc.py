@@ -109,6 +109,11 @@ class JobServiceStub:
                 request_serializer=timeshard_dot_v1_dot_timeshard__pb2.ReplayDeadLettersRequest.SerializeToString,
                 response_deserializer=timeshard_dot_v1_dot_timeshard__pb2.ReplayDeadLettersResponse.FromString,
                 _registered_method=True)
+        self.PurgeDeadLetters = channel.unary_unary(
+                '/timeshard.v1.JobService/PurgeDeadLetters',
+                request_serializer=timeshard_dot_v1_dot_timeshard__pb2.ReplayDeadLettersRequest.SerializeToString,
+                response_deserializer=timeshard_dot_v1_dot_timeshard__pb2.PurgeDeadLettersResponse.FromString,
+                _registered_method=True)
 
 
 class JobServiceServicer:
@@ -204,6 +209,12 @@ class JobServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def PurgeDeadLetters(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_JobServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -281,6 +292,11 @@ def add_JobServiceServicer_to_server(servicer, server):
                     servicer.ReplayDeadLetters,
                     request_deserializer=timeshard_dot_v1_dot_timeshard__pb2.ReplayDeadLettersRequest.FromString,
                     response_serializer=timeshard_dot_v1_dot_timeshard__pb2.ReplayDeadLettersResponse.SerializeToString,
+            ),
+            'PurgeDeadLetters': grpc.unary_unary_rpc_method_handler(
+                    servicer.PurgeDeadLetters,
+                    request_deserializer=timeshard_dot_v1_dot_timeshard__pb2.ReplayDeadLettersRequest.FromString,
+                    response_serializer=timeshard_dot_v1_dot_timeshard__pb2.PurgeDeadLettersResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -688,6 +704,33 @@ class JobService:
             '/timeshard.v1.JobService/ReplayDeadLetters',
             timeshard_dot_v1_dot_timeshard__pb2.ReplayDeadLettersRequest.SerializeToString,
             timeshard_dot_v1_dot_timeshard__pb2.ReplayDeadLettersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PurgeDeadLetters(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/timeshard.v1.JobService/PurgeDeadLetters',
+            timeshard_dot_v1_dot_timeshard__pb2.ReplayDeadLettersRequest.SerializeToString,
+            timeshard_dot_v1_dot_timeshard__pb2.PurgeDeadLettersResponse.FromString,
             options,
             channel_credentials,
             insecure,

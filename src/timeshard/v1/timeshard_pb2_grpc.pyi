@@ -46,6 +46,7 @@ class JobServiceStub:
     PreviewSchedule: _grpc.UnaryUnaryMultiCallable[_timeshard_pb2.PreviewRequest, _timeshard_pb2.PreviewResponse]
     ListDeadLetters: _grpc.UnaryUnaryMultiCallable[_timeshard_pb2.ListDeadLettersRequest, _timeshard_pb2.ListDeadLettersResponse]
     ReplayDeadLetters: _grpc.UnaryUnaryMultiCallable[_timeshard_pb2.ReplayDeadLettersRequest, _timeshard_pb2.ReplayDeadLettersResponse]
+    PurgeDeadLetters: _grpc.UnaryUnaryMultiCallable[_timeshard_pb2.ReplayDeadLettersRequest, _timeshard_pb2.PurgeDeadLettersResponse]
 
 @_typing.type_check_only
 class JobServiceAsyncStub(JobServiceStub):
@@ -65,6 +66,7 @@ class JobServiceAsyncStub(JobServiceStub):
     PreviewSchedule: _aio.UnaryUnaryMultiCallable[_timeshard_pb2.PreviewRequest, _timeshard_pb2.PreviewResponse]  # type: ignore[assignment]
     ListDeadLetters: _aio.UnaryUnaryMultiCallable[_timeshard_pb2.ListDeadLettersRequest, _timeshard_pb2.ListDeadLettersResponse]  # type: ignore[assignment]
     ReplayDeadLetters: _aio.UnaryUnaryMultiCallable[_timeshard_pb2.ReplayDeadLettersRequest, _timeshard_pb2.ReplayDeadLettersResponse]  # type: ignore[assignment]
+    PurgeDeadLetters: _aio.UnaryUnaryMultiCallable[_timeshard_pb2.ReplayDeadLettersRequest, _timeshard_pb2.PurgeDeadLettersResponse]  # type: ignore[assignment]
 
 class JobServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -171,6 +173,13 @@ class JobServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _timeshard_pb2.ReplayDeadLettersRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_timeshard_pb2.ReplayDeadLettersResponse, _abc.Awaitable[_timeshard_pb2.ReplayDeadLettersResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def PurgeDeadLetters(
+        self,
+        request: _timeshard_pb2.ReplayDeadLettersRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_timeshard_pb2.PurgeDeadLettersResponse, _abc.Awaitable[_timeshard_pb2.PurgeDeadLettersResponse]]: ...
 
 def add_JobServiceServicer_to_server(servicer: JobServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
 

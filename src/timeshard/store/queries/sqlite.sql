@@ -40,6 +40,32 @@ CREATE TABLE IF NOT EXISTS shards (
     owner TEXT NOT NULL,
     cursor INTEGER NOT NULL
 );
+CREATE TABLE IF NOT EXISTS schedules (
+    schedule_id TEXT PRIMARY KEY,
+    shard INTEGER NOT NULL,
+    cron TEXT NOT NULL,
+    timezone TEXT NOT NULL,
+    dst_gap TEXT NOT NULL,
+    dst_fold TEXT NOT NULL,
+    type TEXT NOT NULL,
+    payload BLOB NOT NULL,
+    max_attempts INTEGER NOT NULL,
+    misfire TEXT NOT NULL,
+    misfire_grace_ms INTEGER NOT NULL,
+    max_catchup INTEGER NOT NULL,
+    overlap TEXT NOT NULL,
+    max_concurrent INTEGER NOT NULL,
+    jitter_ms INTEGER NOT NULL,
+    paused INTEGER NOT NULL,
+    next_fire INTEGER NOT NULL,
+    created_at INTEGER NOT NULL,
+    version INTEGER NOT NULL,
+    active TEXT NOT NULL,
+    queued_at INTEGER NOT NULL,
+    skipped INTEGER NOT NULL,
+    last_skip_at INTEGER NOT NULL,
+    last_fire_at INTEGER NOT NULL
+);
 CREATE TABLE IF NOT EXISTS meta (
     key TEXT PRIMARY KEY,
     value TEXT NOT NULL
@@ -99,3 +125,35 @@ SELECT value FROM meta WHERE key = ?;
 
 -- name: insert_meta
 INSERT OR IGNORE INTO meta (key, value) VALUES (?, ?);
+
+-- name: delete_job
+DELETE FROM jobs WHERE job_id = ?;
+
+-- name: select_schedule
+SELECT * FROM schedules WHERE schedule_id = ?;
+
+-- name: insert_schedule
+INSERT OR IGNORE INTO schedules (schedule_id, shard, cron, timezone, dst_gap, dst_fold, type,
+    payload, max_attempts, misfire, misfire_grace_ms, max_catchup, overlap, max_concurrent,
+    jitter_ms, paused, next_fire, created_at, version, active, queued_at, skipped, last_skip_at,
+    last_fire_at)
+VALUES (:schedule_id, :shard, :cron, :timezone, :dst_gap, :dst_fold, :type, :payload,
+    :max_attempts, :misfire, :misfire_grace_ms, :max_catchup, :overlap, :max_concurrent,
+    :jitter_ms, :paused, :next_fire, :created_at, :version, :active, :queued_at, :skipped,
+    :last_skip_at, :last_fire_at);
+
+-- name: update_schedule
+UPDATE schedules SET cron = :cron, timezone = :timezone, dst_gap = :dst_gap,
+    dst_fold = :dst_fold, type = :type, payload = :payload, max_attempts = :max_attempts,
+    misfire = :misfire, misfire_grace_ms = :misfire_grace_ms, max_catchup = :max_catchup,
+    overlap = :overlap, max_concurrent = :max_concurrent, jitter_ms = :jitter_ms,
+    paused = :paused, next_fire = :next_fire, version = :version + 1, active = :active,
+    queued_at = :queued_at, skipped = :skipped, last_skip_at = :last_skip_at,
+    last_fire_at = :last_fire_at
+WHERE schedule_id = :schedule_id AND version = :version;
+
+-- name: list_schedules
+SELECT * FROM schedules WHERE schedule_id > ? ORDER BY schedule_id LIMIT ?;
+
+-- name: delete_schedule
+DELETE FROM schedules WHERE schedule_id = ?;

@@ -1,0 +1,267 @@
+"""Cron schedules at run time: firing occurrences (called by the shard dispatcher when a
+schedule's bucket entry comes due) and the schedule operations of the JobService.
+
+Each occurrence is an ordinary job whose id derives from ``(schedule_id, scheduled_time)``,
+created with a conditional insert, so two dispatchers can never create the same run
+(invariant 8). The order of writes makes a crash anywhere safe: occurrences first (idempotent),
+then the entry of the next fire, then the schedule row (conditional on its version).
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+import zlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from timeshard.clock import Clock
+from timeshard.cron import CronSpec, PreviewEntry, next_fire, preview
+from timeshard.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
+from timeshard.model import (
+    BucketEntry,
+    Job,
+    MisfirePolicy,
+    OverlapPolicy,
+    Schedule,
+    validate_schedule_id,
+)
+from timeshard.sharding import shard_of
+from timeshard.store.base import Store, entry_for, schedule_entry
+
+log = logging.getLogger(__name__)
+
+QUEUE_RECHECK_MS = 1000
+"""How often a schedule with a queued occurrence looks whether the previous one finished."""
+MAX_MISSED_SCAN = 100_000
+"""Missed fire times examined after an outage (a bound on work, not on correctness of `once`
+for schedules firing more often than this many times per outage: the latest ones are kept)."""
+
+
+def spec_of(s: Schedule) -> CronSpec:
+    return CronSpec(
+        expression=s.cron,
+        timezone=s.timezone,
+        dst_gap=s.dst_gap or None,  # type: ignore[arg-type]
+        dst_fold=s.dst_fold or None,  # type: ignore[arg-type]
+    )
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class FirePlan:
+    run: list[int]  # scheduled times to create occurrences for
+    skipped: int  # occurrences dropped (misfire skip, overlap skip, queue overflow)
+    queued_at: int  # a time waiting for the previous run (overlap=queue), or 0
+    next_fire: int
+
+
+def plan_fire(s: Schedule, now: int, still_active: int) -> FirePlan:
+    """What to do when ``s`` comes due at ``now`` with ``still_active`` unfinished runs."""
+    spec = spec_of(s)
+    due: list[int] = [s.next_fire] if s.next_fire <= now else []
+    while due and len(due) < MAX_MISSED_SCAN:
+        t = next_fire(spec, due[-1])
+        if t > now:
+            break
+        due.append(t)
+    following = next_fire(spec, max(now, due[-1] if due else now))
+    missed = [t for t in due if now - t > s.misfire_grace_ms]
+    on_time = [t for t in due if now - t <= s.misfire_grace_ms]
+    keep: list[int]
+    if s.misfire is MisfirePolicy.SKIP:
+        keep = []
+    elif s.misfire is MisfirePolicy.ONCE:
+        keep = missed[-1:]
+    else:
+        keep = missed[-s.max_catchup :]
+    candidates = keep + on_time
+    skipped = len(missed) - len(keep)
+    capacity = max(0, (s.max_concurrent if s.overlap is OverlapPolicy.ALLOW else 1) - still_active)
+    if s.queued_at:  # the one that waited goes first, then the newest
+        candidates = [s.queued_at, *candidates]
+        run = candidates[:capacity]
+    else:  # more due than may run: the newest win
+        run = candidates[len(candidates) - capacity :] if capacity else []
+    rest = [t for t in candidates if t not in run]
+    queued_at = 0
+    if s.overlap is OverlapPolicy.QUEUE and rest:
+        queued_at = rest[0]  # the oldest waiting keeps its place; later ones are skipped
+        rest = rest[1:]
+    skipped += len(rest)
+    return FirePlan(run=run, skipped=skipped, queued_at=queued_at, next_fire=following)
+
+
+def jitter_of(occurrence_id: str, jitter_ms: int) -> int:
+    """A stable jitter per occurrence: every dispatcher computes the same run_at."""
+    return zlib.crc32(occurrence_id.encode()) % (jitter_ms + 1) if jitter_ms else 0
+
+
+class ScheduleFirer:
+    """Fires schedules whose entries come due; used by the shard dispatcher."""
+
+    def __init__(
+        self,
+        store: Store,
+        clock: Clock,
+        default_max_attempts: int,
+        notify: Callable[[Sequence[BucketEntry]], None],
+    ) -> None:
+        self._store = store
+        self._clock = clock
+        self._default_max_attempts = default_max_attempts
+        self._notify = notify
+
+    async def fire(self, schedule_id: str, due_at: int) -> bool:
+        """Look at a schedule whose entry at ``due_at`` came due. True when the entry is
+        handled; False when it must be looked at again (a concurrent update won)."""
+        s = await self._store.get_schedule(schedule_id)
+        now = self._clock.now_ms()
+        if s is None or s.paused:
+            return True  # deleted, or resume writes a new entry
+        wake = min(s.next_fire, s.queued_at or s.next_fire)
+        if wake > now:
+            return True  # moved later by an update; that writer wrote its entry
+        active = await self._store.get_jobs(list(s.active)) if s.active else {}
+        still = [j for j in active.values() if not j.state.terminal]
+        plan = plan_fire(s, now, len(still))
+        created = await self._create_occurrences(s, plan.run, now)
+        attention = (
+            min(plan.next_fire, now + QUEUE_RECHECK_MS) if plan.queued_at else plan.next_fire
+        )
+        updated = s.with_(
+            next_fire=plan.next_fire,
+            queued_at=plan.queued_at,
+            active=tuple(j.job_id for j in still) + tuple(created),
+            skipped=s.skipped + plan.skipped,
+            last_skip_at=now if plan.skipped else s.last_skip_at,
+            last_fire_at=now if created else s.last_fire_at,
+        )
+        entry = schedule_entry(s, attention, now)
+        applied, _ = await self._store.update_schedule(updated, s.version, entry)
+        if applied:
+            self._notify([entry])
+        if plan.skipped:
+            log.info("schedule %s: skipped %d occurrence(s)", schedule_id, plan.skipped)
+        return applied
+
+    async def _create_occurrences(self, s: Schedule, times: list[int], now: int) -> list[str]:
+        jobs = []
+        for t in times:
+            job_id = s.occurrence_id(t)
+            job = Job(
+                job_id=job_id,
+                shard=shard_of(job_id, self._store.num_shards),
+                job_type=s.job_type,
+                payload=s.payload,
+                run_at=t + jitter_of(job_id, s.jitter_ms),
+                created_at=now,
+                max_attempts=s.max_attempts or self._default_max_attempts,
+            )
+            jobs.append((job, entry_for(job, job.run_at, now)))
+        results = await self._store.create_jobs(jobs) if jobs else []
+        self._notify([e for (_, e), r in zip(jobs, results, strict=True) if r.created])
+        return [r.job.job_id for r in results]
+
+
+class ScheduleOps:
+    """The schedule operations of the JobService."""
+
+    def __init__(
+        self, store: Store, clock: Clock, notify: Callable[[Sequence[BucketEntry]], None]
+    ) -> None:
+        self._store = store
+        self._clock = clock
+        self._notify = notify
+
+    def build(self, s: Schedule) -> Schedule:
+        """Check the spec and set the shard and the first fire time."""
+        spec = spec_of(s)
+        now = self._clock.now_ms()
+        schedule_id = s.schedule_id
+        return s.with_(
+            shard=shard_of(schedule_id, self._store.num_shards),
+            next_fire=next_fire(spec, now),
+            created_at=now,
+            version=0,
+        )
+
+    async def create(self, s: Schedule) -> Schedule:
+        s = self.build(s)
+        entry = schedule_entry(s, s.next_fire, self._clock.now_ms())
+        created, stored = await self._store.create_schedule(s, entry)
+        if created:
+            self._notify([entry])
+        else:
+            raise AlreadyExists(
+                f"schedule {s.schedule_id!r} already exists; update it or pick another id"
+            )
+        return stored
+
+    async def get(self, schedule_id: str) -> Schedule:
+        s = await self._store.get_schedule(validate_schedule_id(schedule_id))
+        if s is None:
+            raise NotFound("schedule", schedule_id)
+        return s
+
+    async def list_schedules(self, limit: int, token: str) -> tuple[list[Schedule], str]:
+        if not 0 <= limit <= 1000:
+            raise InvalidArgument("page_size", f"must be 0-1000, got {limit}")
+        return await self._store.list_schedules(limit=limit or 100, page_token=token)
+
+    async def _change(
+        self, schedule_id: str, change: Callable[[Schedule], tuple[Schedule, int | None]]
+    ) -> Schedule:
+        for _ in range(20):
+            current = await self.get(schedule_id)
+            new, attention = change(current)
+            entry = schedule_entry(new, attention, self._clock.now_ms()) if attention else None
+            applied, stored = await self._store.update_schedule(new, current.version, entry)
+            if applied and stored is not None:
+                if entry is not None:
+                    self._notify([entry])
+                return stored
+        raise FailedPrecondition(f"schedule {schedule_id!r} kept changing; try again")
+
+    async def update(self, s: Schedule) -> Schedule:
+        spec = spec_of(s)  # validate before touching the stored row
+        now = self._clock.now_ms()
+
+        def change(cur: Schedule) -> tuple[Schedule, int | None]:
+            nxt = next_fire(spec, now)
+            new = s.with_(
+                shard=cur.shard,
+                created_at=cur.created_at,
+                version=cur.version,
+                next_fire=nxt,
+                paused=cur.paused,
+                active=cur.active,
+                queued_at=cur.queued_at,
+                skipped=cur.skipped,
+                last_skip_at=cur.last_skip_at,
+                last_fire_at=cur.last_fire_at,
+            )
+            return new, None if cur.paused else nxt
+
+        return await self._change(s.schedule_id, change)
+
+    async def pause(self, schedule_id: str) -> Schedule:
+        return await self._change(schedule_id, lambda cur: (cur.with_(paused=True), None))
+
+    async def resume(self, schedule_id: str) -> Schedule:
+        """Unpause; the schedule keeps its place, so runs missed while paused go through the
+        misfire policy at once."""
+        return await self._change(schedule_id, lambda cur: (cur.with_(paused=False), cur.next_fire))
+
+    async def delete(self, schedule_id: str) -> None:
+        if not await self._store.delete_schedule(validate_schedule_id(schedule_id)):
+            raise NotFound("schedule", schedule_id)
+
+    @staticmethod
+    def preview(spec: CronSpec, after_ms: int, count: int) -> list[PreviewEntry]:
+        if not 1 <= count <= 1000:
+            raise InvalidArgument("count", f"must be 1-1000, got {count}")
+        return preview(spec, after_ms, count)
+
+
+def new_schedule_id() -> str:
+    return uuid.uuid4().hex

@@ -1,0 +1,287 @@
+"""Cron schedules on the embedded store and the fake clock: occurrences, misfire and overlap
+policies, pause/resume, one run per occurrence (invariant 8); dead letters; per-type limits."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from timeshard.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
+from timeshard.model import JobState, MisfirePolicy, OverlapPolicy, Schedule
+from timeshard.node import Node, TypePolicy
+from timeshard.schedules import ScheduleFirer
+from timeshard.sharding import MINUTE_MS
+
+from tests.unit.helpers import START_MS, advance, running
+
+EVERY_MINUTE = "* * * * *"
+
+
+def sched(sid: str = "s1", cron: str = EVERY_MINUTE, **kw: object) -> Schedule:
+    fields: dict[str, object] = {
+        "schedule_id": sid,
+        "shard": 0,
+        "cron": cron,
+        "timezone": "UTC",
+        "job_type": "cron.t",
+        "payload": b'{"from": "cron"}',
+        "next_fire": 0,
+        "created_at": 0,
+    }
+    fields.update(kw)
+    return Schedule(**fields)  # type: ignore[arg-type]
+
+
+async def occurrences(node: Node, sid: str = "s1") -> dict[str, JobState]:
+    page = await node.list_jobs(state=None, job_type="cron.t", limit=1000, page_token="")
+    return {j.job_id: j.state for j in page.jobs if j.job_id.startswith(sid + "@")}
+
+
+def occ(minute: int, sid: str = "s1") -> str:
+    """The occurrence id of the run ``minute`` minutes after START_MS."""
+    return f"{sid}@{START_MS + minute * MINUTE_MS}"
+
+
+async def drain(node: Node) -> list[str]:
+    """Claim and complete every due cron.t job; returns their ids."""
+    done = []
+    for c in await node.claim(worker="w", types=["cron.t"], limit=100, wait_s=0, lease_s=30):
+        await node.complete(c.job.job_id, c.job.fence)
+        done.append(c.job.job_id)
+    return done
+
+
+async def test_each_occurrence_becomes_a_job_with_a_derived_id() -> None:
+    async with running() as (node, clock):
+        created = await node.schedules.create(sched())
+        assert created.next_fire == START_MS + MINUTE_MS
+        ran: list[str] = []
+        for _ in range(4):
+            await advance(node, clock, 60, step=5)
+            ran += await drain(node)
+        assert ran == [occ(1), occ(2), occ(3), occ(4)]
+        job = await node.get(occ(1))
+        assert job.payload == b'{"from": "cron"}' and job.run_at == START_MS + MINUTE_MS
+        with pytest.raises(AlreadyExists):
+            await node.schedules.create(sched())
+
+
+async def outage(path: Path, policy: MisfirePolicy, **kw: object) -> dict[str, JobState]:
+    """Run a every-minute schedule, stop the node 10 minutes, start it again."""
+    async with running(path) as (node, clock):
+        await node.schedules.create(sched(misfire=policy, misfire_grace_ms=30_000, **kw))
+        await advance(node, clock, 61, step=5)
+        assert await drain(node) == [occ(1)]
+    clock.advance(10 * 60 + 30)  # the cluster is down; minutes 2..11 pass unfired
+    async with running(path, clock=clock) as (node, clock):
+        await advance(node, clock, 2, step=1)
+        return await occurrences(node)
+
+
+async def test_misfire_skip_drops_missed_runs(tmp_path: Path) -> None:
+    assert set(await outage(tmp_path / "db", MisfirePolicy.SKIP)) == {occ(1)}
+
+
+async def test_misfire_once_runs_one_catch_up_for_the_latest_missed_time(tmp_path: Path) -> None:
+    assert set(await outage(tmp_path / "db", MisfirePolicy.ONCE)) == {occ(1), occ(11)}
+
+
+async def test_misfire_all_runs_every_missed_run_up_to_max_catchup(tmp_path: Path) -> None:
+    got = await outage(
+        tmp_path / "db",
+        MisfirePolicy.ALL,
+        max_catchup=4,
+        overlap=OverlapPolicy.ALLOW,
+        max_concurrent=10,
+    )
+    assert set(got) == {occ(1), occ(8), occ(9), occ(10), occ(11)}
+
+
+async def run_with_a_slow_handler(
+    overlap: OverlapPolicy, **kw: object
+) -> tuple[dict[str, JobState], Schedule, list[str]]:
+    """Minute 1's run is slow: it completes at the end of minute 3. From then on every run
+    completes within its minute."""
+    async with running() as (node, clock):
+        await node.schedules.create(sched(overlap=overlap, **kw))
+        started: list[str] = []
+        held = []
+        for minute in range(1, 6):
+            await advance(node, clock, 60, step=5)
+            for c in await node.claim(worker="w", types=["cron.t"], limit=10, wait_s=0, lease_s=600):
+                started.append(c.job.job_id)
+                held.append(c)
+            if minute >= 3:  # the slow ones finish
+                for c in held:
+                    await node.complete(c.job.job_id, c.job.fence)
+                held.clear()
+        for c in held:
+            await node.complete(c.job.job_id, c.job.fence)
+        await advance(node, clock, 2, step=1)
+        started += await drain(node)
+        return await occurrences(node), await node.schedules.get("s1"), started
+
+
+async def test_overlap_skip_skips_while_the_previous_run_is_going() -> None:
+    _, s, started = await run_with_a_slow_handler(OverlapPolicy.SKIP)
+    # minute 1 runs until minute 3; 2 and 3 are skipped; 4 and 5 run.
+    assert started == [occ(1), occ(4), occ(5)]
+    assert s.skipped == 2 and s.last_skip_at > 0
+
+
+async def test_overlap_queue_lets_one_wait_and_skips_the_rest() -> None:
+    _, s, started = await run_with_a_slow_handler(OverlapPolicy.QUEUE)
+    # minute 2 waits for minute 1; minute 3 is skipped (one waits at most); then 4, 5.
+    assert started[:2] == [occ(1), occ(2)] and occ(3) not in started
+    assert s.skipped == 1
+
+
+async def test_overlap_allow_runs_up_to_max_concurrent() -> None:
+    _, s, started = await run_with_a_slow_handler(OverlapPolicy.ALLOW, max_concurrent=2)
+    assert started[:2] == [occ(1), occ(2)] and occ(3) not in started
+    assert s.skipped == 1
+
+
+async def test_paused_schedule_keeps_its_place_and_applies_misfire_on_resume() -> None:
+    async with running() as (node, clock):
+        await node.schedules.create(sched(misfire=MisfirePolicy.ONCE, misfire_grace_ms=10_000))
+        await node.schedules.pause("s1")
+        await advance(node, clock, 5 * 60 + 20, step=10)
+        assert await occurrences(node) == {}
+        resumed = await node.schedules.resume("s1")
+        assert resumed.next_fire == START_MS + MINUTE_MS  # kept its place
+        await advance(node, clock, 2, step=1)
+        assert set(await occurrences(node)) == {occ(5)}  # one catch-up for the latest missed
+
+
+async def test_two_dispatchers_racing_on_one_occurrence_create_one_run() -> None:
+    async with running() as (node, clock):
+        s = await node.schedules.create(sched())
+        await node.schedules.pause("s1")  # keep the node's own dispatcher out of the race
+        paused = await node.schedules.get("s1")
+        unpaused = paused.with_(paused=False)
+        await node.store.update_schedule(unpaused, paused.version, None)
+        clock.advance(61)
+        firers = [ScheduleFirer(node.store, clock, 3, notify=lambda _: None) for _ in range(2)]
+        results = await asyncio.gather(*(f.fire("s1", s.next_fire) for f in firers))
+        assert sorted(results) == [False, True]  # one update of the row won
+        assert set(await occurrences(node)) == {occ(1)}
+
+
+async def test_schedule_input_is_checked() -> None:
+    async with running() as (node, _):
+        with pytest.raises(InvalidArgument) as info:
+            await node.schedules.create(sched(cron="61 * * * *"))
+        assert info.value.field == "expression"
+        with pytest.raises(InvalidArgument) as info:
+            await node.schedules.create(sched(timezone="Mars/Olympus"))
+        assert info.value.field == "timezone"
+        with pytest.raises(InvalidArgument) as info:
+            sched(overlap="sometimes")
+        assert info.value.field == "overlap"
+        with pytest.raises(NotFound):
+            await node.schedules.get("missing")
+        with pytest.raises(NotFound):
+            await node.schedules.delete("missing")
+
+
+async def test_deleted_schedule_stops_firing() -> None:
+    async with running() as (node, clock):
+        await node.schedules.create(sched())
+        await node.schedules.delete("s1")
+        await advance(node, clock, 120, step=10)
+        assert await occurrences(node) == {}
+
+
+# -- dead letters ----------------------------------------------------------------------------
+
+
+async def test_permanent_error_goes_to_the_dlq_and_replay_runs_it_again() -> None:
+    async with running() as (node, clock):
+        job, _ = await node.schedule(
+            job_type="t", payload=b'{"x": 1}', run_at=START_MS, idempotency_key="key-1"
+        )
+        await advance(node, clock, 0.5)
+        (c,) = await node.claim(worker="w", types=["t"], limit=1, wait_s=0, lease_s=30)
+        dead = await node.fail(job.job_id, c.job.fence, "ValueError: bad input", permanent=True)
+        assert dead.state is JobState.DEAD and dead.attempt == 1
+        page = await node.dead_letters(job_type="t", since_ms=0, limit=10, page_token="")
+        (letter,) = page.jobs
+        assert letter.last_error == "ValueError: bad input" and letter.payload == b'{"x": 1}'
+        assert letter.history[0].error == "ValueError: bad input"
+        with pytest.raises(NotFound):
+            await node.replay(["nope"], None)
+        with pytest.raises(InvalidArgument):
+            await node.replay([], None)
+
+
+async def test_replay_gives_a_fresh_attempt_count_and_keeps_the_key() -> None:
+    async with running() as (node, clock):
+        job, _ = await node.schedule(
+            job_type="t", payload=b"{}", run_at=START_MS, idempotency_key="key-1", max_attempts=1
+        )
+        await advance(node, clock, 0.5)
+        (c,) = await node.claim(worker="w", types=["t"], limit=1, wait_s=0, lease_s=30)
+        await node.fail(job.job_id, c.job.fence, "boom", permanent=False)  # out of attempts
+        assert (await node.get(job.job_id)).state is JobState.DEAD
+        (replayed,) = await node.replay([], "t")
+        assert replayed.state is JobState.SCHEDULED and replayed.attempt == 0
+        assert replayed.idempotency_key == "key-1" and replayed.job_id == job.job_id
+        await advance(node, clock, 0.5)
+        (c2,) = await node.claim(worker="w", types=["t"], limit=1, wait_s=0, lease_s=30)
+        assert c2.job.attempt == 1
+        await node.complete(job.job_id, c2.job.fence)
+        assert (await node.get(job.job_id)).state is JobState.SUCCEEDED
+        with pytest.raises(FailedPrecondition, match="not dead"):
+            await node.replay([job.job_id], None)
+
+
+async def test_purge_removes_dead_jobs_only() -> None:
+    async with running() as (node, clock):
+        a, _ = await node.schedule(job_type="t", payload=b"{}", run_at=START_MS)
+        b, _ = await node.schedule(job_type="t", payload=b"{}", run_at=START_MS + 3_600_000)
+        await advance(node, clock, 0.5)
+        (c,) = await node.claim(worker="w", types=["t"], limit=1, wait_s=0, lease_s=30)
+        await node.fail(a.job_id, c.job.fence, "x", permanent=True)
+        purged = await node.purge([], "t")
+        assert [j.job_id for j in purged] == [a.job_id]
+        with pytest.raises(NotFound):
+            await node.get(a.job_id)
+        assert (await node.get(b.job_id)).state is JobState.SCHEDULED
+        with pytest.raises(NotFound):
+            await node.purge([a.job_id], None)
+
+
+# -- per-type limits -------------------------------------------------------------------------
+
+
+async def test_cluster_wide_concurrency_limit_of_a_type() -> None:
+    async with running(types={"limited": TypePolicy(concurrency=2)}) as (node, clock):
+        for _ in range(5):
+            await node.schedule(job_type="limited", payload=b"{}", run_at=START_MS)
+            await node.schedule(job_type="free", payload=b"{}", run_at=START_MS)
+        await advance(node, clock, 0.5)
+        got = await node.claim(
+            worker="w", types=["limited", "free"], limit=20, wait_s=0, lease_s=30
+        )
+        assert sorted(c.job.job_type for c in got).count("limited") == 2
+        assert sum(1 for c in got if c.job.job_type == "free") == 5
+        first = next(c for c in got if c.job.job_type == "limited")
+        await node.complete(first.job.job_id, first.job.fence)
+        more = await node.claim(worker="w", types=["limited"], limit=20, wait_s=0, lease_s=30)
+        assert len(more) == 1
+
+
+async def test_per_type_max_attempts_and_backoff() -> None:
+    from timeshard.retry import RetryPolicy
+
+    policy = TypePolicy(max_attempts=5, retry=RetryPolicy(base_s=10, max_backoff_s=20))
+    async with running(types={"t": policy}) as (node, clock):
+        job, _ = await node.schedule(job_type="t", payload=b"{}", run_at=START_MS)
+        assert job.max_attempts == 5
+        await advance(node, clock, 0.5)
+        (c,) = await node.claim(worker="w", types=["t"], limit=1, wait_s=0, lease_s=30)
+        failed = await node.fail(job.job_id, c.job.fence, "x", permanent=False)
+        assert clock.now_ms() <= failed.run_at <= clock.now_ms() + 10_000
