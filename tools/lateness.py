@@ -58,7 +58,7 @@ def main() -> int:
     while pending and time.monotonic() < deadline:
         time.sleep(0.5)
         done: list[pb.Job] = []
-        for job in client.list(state=JobState.SUCCEEDED, job_type=args.type, page_size=1000):
+        for job in client.list_jobs(state=JobState.SUCCEEDED, job_type=args.type, page_size=1000):
             if job.job_id in pending:
                 done.append(job)
         for job in done:

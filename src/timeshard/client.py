@@ -125,7 +125,7 @@ class Client:
     def get(self, job_id: str) -> pb.Job:
         return self._call(self._jobs.GetJob, pb.GetJobRequest(job_id=job_id))
 
-    def list(
+    def list_jobs(
         self, *, state: JobState | None = None, job_type: str = "", page_size: int = 100
     ) -> Iterator[pb.Job]:
         token = ""
@@ -154,6 +154,73 @@ class Client:
         else:
             req.delay.CopyFrom(dur_from_s(delay_s or 0.0))
         return self._call(self._jobs.RescheduleJob, req)
+
+    # -- schedules ------------------------------------------------------------------------
+
+    def create_schedule(self, schedule: pb.Schedule) -> pb.Schedule:
+        req = pb.CreateScheduleRequest(schedule=schedule)
+        return self._call(self._jobs.CreateSchedule, req, idempotent=bool(schedule.schedule_id))
+
+    def get_schedule(self, schedule_id: str) -> pb.Schedule:
+        return self._call(self._jobs.GetSchedule, pb.GetScheduleRequest(schedule_id=schedule_id))
+
+    def list_schedules(self, page_size: int = 100) -> Iterator[pb.Schedule]:
+        token = ""
+        while True:
+            req = pb.ListSchedulesRequest(page_size=page_size, page_token=token)
+            resp = self._call(self._jobs.ListSchedules, req)
+            yield from resp.schedules
+            token = resp.next_page_token
+            if not token:
+                return
+
+    def update_schedule(self, schedule: pb.Schedule) -> pb.Schedule:
+        req = pb.UpdateScheduleRequest(schedule=schedule)
+        return self._call(self._jobs.UpdateSchedule, req)
+
+    def pause_schedule(self, schedule_id: str) -> pb.Schedule:
+        req = pb.ScheduleIdRequest(schedule_id=schedule_id)
+        return self._call(self._jobs.PauseSchedule, req)
+
+    def resume_schedule(self, schedule_id: str) -> pb.Schedule:
+        req = pb.ScheduleIdRequest(schedule_id=schedule_id)
+        return self._call(self._jobs.ResumeSchedule, req)
+
+    def delete_schedule(self, schedule_id: str) -> None:
+        req = pb.ScheduleIdRequest(schedule_id=schedule_id)
+        self._call(self._jobs.DeleteSchedule, req)
+
+    def preview(
+        self, cron: str, timezone: str, *, from_ms: int = 0, count: int = 10
+    ) -> pb.PreviewResponse:
+        req = pb.PreviewRequest(cron=cron, timezone=timezone, count=count)
+        if from_ms:
+            getattr(req, "from").CopyFrom(ts(from_ms))
+        return self._call(self._jobs.PreviewSchedule, req)
+
+    # -- dead letters ---------------------------------------------------------------------
+
+    def dead_letters(
+        self, *, job_type: str = "", since_ms: int = 0, page_size: int = 100
+    ) -> Iterator[pb.Job]:
+        token = ""
+        while True:
+            req = pb.ListDeadLettersRequest(type=job_type, page_size=page_size, page_token=token)
+            if since_ms:
+                req.since.CopyFrom(ts(since_ms))
+            resp = self._call(self._jobs.ListDeadLetters, req)
+            yield from resp.jobs
+            token = resp.next_page_token
+            if not token:
+                return
+
+    def replay(self, job_ids: list[str], job_type: str = "") -> list[pb.Job]:
+        req = pb.ReplayDeadLettersRequest(job_ids=job_ids, type=job_type)
+        return list(self._call(self._jobs.ReplayDeadLetters, req).jobs)
+
+    def purge(self, job_ids: list[str], job_type: str = "") -> list[str]:
+        req = pb.ReplayDeadLettersRequest(job_ids=job_ids, type=job_type)
+        return list(self._call(self._jobs.PurgeDeadLetters, req).job_ids)
 
     def cluster_info(self) -> pb.ClusterInfoResponse:
         return self._call(self.admin.ClusterInfo, pb.ClusterInfoRequest())

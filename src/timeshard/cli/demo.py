@@ -7,7 +7,7 @@ import asyncio
 import logging
 from typing import Any
 
-from timeshard.worker import JobContext, Worker
+from timeshard.worker import JobContext, PermanentError, Worker
 
 log = logging.getLogger("timeshard.demo")
 
@@ -22,11 +22,18 @@ def add_demo_handlers(worker: Worker) -> Worker:
         seconds = float(_get(ctx, "seconds", 1.0))
         await asyncio.sleep(seconds)
 
+    failures: dict[str, int] = {}  # per job id, in this process: a replay can then succeed
+
     @worker.handler("demo.fail", timeout=30, concurrency=16)
     async def fail(ctx: JobContext) -> None:
+        """Fails ``times`` times (counted per job in this worker), then succeeds; with
+        ``"permanent": true`` its failures are permanent (straight to the dead-letter queue)."""
         times = int(_get(ctx, "times", 1))
-        if ctx.attempt <= times:
-            raise RuntimeError(f"demo.fail: failing attempt {ctx.attempt} of the first {times}")
+        seen = failures.get(ctx.job_id, 0)
+        if seen < times:
+            failures[ctx.job_id] = seen + 1
+            error = PermanentError if _get(ctx, "permanent", False) else RuntimeError
+            raise error(f"demo.fail: failure {seen + 1} of {times}")
 
     return worker
 

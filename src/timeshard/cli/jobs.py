@@ -89,7 +89,7 @@ def job_json(job: pb.Job) -> dict[str, Any]:
     }
 
 
-def _line(job: pb.Job) -> str:
+def job_line(job: pb.Job) -> str:
     d = job_json(job)
     return (
         f"{d['job_id']}  {d['type']:<16} {d['state']:<10} attempt {d['attempt']}  "
@@ -143,7 +143,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     state = JobState(args.state) if args.state else None
     with _client(args) as c:
         jobs = []
-        for job in c.list(state=state, job_type=args.type, page_size=min(args.limit, 1000)):
+        for job in c.list_jobs(state=state, job_type=args.type, page_size=min(args.limit, 1000)):
             jobs.append(job)
             if len(jobs) >= args.limit:
                 break
@@ -151,17 +151,17 @@ def cmd_list(args: argparse.Namespace) -> int:
         print(json.dumps([job_json(j) for j in jobs], indent=2))
     else:
         for j in jobs:
-            print(_line(j))
+            print(job_line(j))
     return 0
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
     with _client(args) as c:
-        print(_line(c.cancel(args.job_id)))
+        print(job_line(c.cancel(args.job_id)))
     return 0
 
 
 def cmd_reschedule(args: argparse.Namespace) -> int:
     with _client(args) as c:
-        print(_line(c.reschedule(args.job_id, **_when(args))))
+        print(job_line(c.reschedule(args.job_id, **_when(args))))
     return 0

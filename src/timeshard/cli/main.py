@@ -7,7 +7,7 @@ import logging
 import os
 import sys
 
-from timeshard.cli import jobs, serve
+from timeshard.cli import jobs, schedules, serve
 from timeshard.client import DEFAULT_SERVER
 from timeshard.errors import TimeshardError
 
@@ -25,6 +25,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     serve.register(sub)
     jobs.register(sub)
+    schedules.register(sub)
     try:
         from timeshard.stack import cli as stack_cli
     except ImportError:  # the stack tools are optional in a slim install

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib
+import json
 import logging
 import signal
 import sys
@@ -14,8 +15,10 @@ from pathlib import Path
 from timeshard.cli.demo import add_demo_handlers
 from timeshard.clock import SystemClock, format_rfc3339
 from timeshard.dispatcher import DispatchConfig
+from timeshard.errors import InvalidArgument
 from timeshard.factory import make_coordinator, make_store
-from timeshard.node import Node, NodeConfig
+from timeshard.model import validate_job_type
+from timeshard.node import Node, NodeConfig, TypePolicy
 from timeshard.retry import RetryPolicy
 from timeshard.server import Server
 from timeshard.sharding import DEFAULT_NUM_SHARDS
@@ -50,12 +53,18 @@ def _node_options(p: argparse.ArgumentParser, *, shards: int) -> None:
     p.add_argument("--shards", type=int, default=shards, help="shard count (fixed per cluster)")
     p.add_argument("--lookahead", type=float, default=5.0, help="seconds read ahead")
     p.add_argument("--retry-base", type=float, default=1.0, help="retry backoff base seconds")
+    p.add_argument(
+        "--types",
+        help='JSON file of per-type policies: {"email.send": {"max_attempts": 5, '
+        '"retry_base": 2, "retry_max": 600, "concurrency": 10}}',
+    )
 
 
 def _node(args: argparse.Namespace, store_url: str, coordinator: str) -> Node:
     config = NodeConfig(
         dispatch=DispatchConfig(lookahead_s=args.lookahead),
         retry=RetryPolicy(base_s=args.retry_base),
+        types=load_type_policies(args.types) if args.types else {},
     )
     return Node(
         store=make_store(store_url, num_shards=args.shards),
@@ -64,6 +73,28 @@ def _node(args: argparse.Namespace, store_url: str, coordinator: str) -> Node:
         config=config,
         node_id=getattr(args, "node_id", None),
     )
+
+
+def load_type_policies(path: str) -> dict[str, TypePolicy]:
+    try:
+        raw = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        raise InvalidArgument("--types", f"{path}: {exc}") from None
+    if not isinstance(raw, dict):
+        raise InvalidArgument("--types", f"{path}: expected a JSON object of job types")
+    out = {}
+    for job_type, p in raw.items():
+        unknown = set(p) - {"max_attempts", "retry_base", "retry_max", "concurrency"}
+        if unknown:
+            raise InvalidArgument("--types", f"{job_type}: unknown keys {sorted(unknown)}")
+        retry = None
+        if "retry_base" in p or "retry_max" in p:
+            base = float(p.get("retry_base", 1.0))
+            retry = RetryPolicy(base_s=base, max_backoff_s=float(p.get("retry_max", 300.0)))
+        out[validate_job_type(job_type)] = TypePolicy(
+            max_attempts=p.get("max_attempts"), retry=retry, concurrency=p.get("concurrency")
+        )
+    return out
 
 
 def _stop_on_signals(stop: asyncio.Event) -> None:

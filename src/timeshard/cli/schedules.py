@@ -1,0 +1,243 @@
+"""``timeshard schedules ...`` (cron) and ``timeshard dlq ...`` (dead letters)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from timeshard.api.convert import dur, ts_ms
+from timeshard.cli.common import parse_duration, parse_time
+from timeshard.cli.jobs import job_json, job_line
+from timeshard.client import Client
+from timeshard.clock import SystemClock, format_rfc3339
+from timeshard.cron import CronSpec, preview
+from timeshard.model import MisfirePolicy, OverlapPolicy, parse_json_payload
+from timeshard.v1 import timeshard_pb2 as pb
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    sch = sub.add_parser("schedules", help="cron schedules")
+    ssub = sch.add_subparsers(dest="schedules_cmd", required=True)
+
+    c = ssub.add_parser("create", help="create a cron schedule; prints its id last")
+    c.add_argument("type", help="job type of each occurrence")
+    _spec_args(c, required=True)
+    c.add_argument("--id", default="", help="schedule id (default: generated)")
+    c.set_defaults(func=cmd_create)
+
+    u = ssub.add_parser("update", help="replace a schedule's spec, template and policies")
+    u.add_argument("schedule_id")
+    u.add_argument("type")
+    _spec_args(u, required=True)
+    u.set_defaults(func=cmd_update)
+
+    for name, fn, text in (
+        ("get", cmd_get, "show a schedule"),
+        ("pause", cmd_pause, "pause (keeps its place)"),
+        ("resume", cmd_resume, "resume (missed runs follow the misfire policy)"),
+        ("delete", cmd_delete, "delete (runs already created still run)"),
+    ):
+        p = ssub.add_parser(name, help=text)
+        p.add_argument("schedule_id")
+        p.add_argument("--json", action="store_true")
+        p.set_defaults(func=fn)
+
+    ls = ssub.add_parser("list", help="list schedules")
+    ls.add_argument("--json", action="store_true")
+    ls.set_defaults(func=cmd_list)
+
+    pv = ssub.add_parser("preview", help="the next fire times of an expression (no server)")
+    pv.add_argument("expr", help="cron expression, e.g. '30 2 * * *'")
+    pv.add_argument("--tz", required=True, help="IANA time zone, e.g. America/New_York")
+    pv.add_argument("--from", dest="start", help="RFC 3339 time (default: now)")
+    pv.add_argument("--count", type=int, default=10)
+    pv.add_argument("--dst-gap", choices=["shift", "skip"])
+    pv.add_argument("--dst-fold", choices=["first", "both"])
+    pv.add_argument("--json", action="store_true", help="a JSON array of UTC times")
+    pv.set_defaults(func=cmd_preview)
+
+    dlq = sub.add_parser("dlq", help="the dead-letter queue")
+    dsub = dlq.add_subparsers(dest="dlq_cmd", required=True)
+    dl = dsub.add_parser("list", help="dead jobs")
+    dl.add_argument("--type", default="")
+    dl.add_argument("--since", help="RFC 3339: died at or after")
+    dl.add_argument("--json", action="store_true")
+    dl.set_defaults(func=cmd_dlq_list)
+    ds = dsub.add_parser("show", help="a dead job: error, attempts, payload")
+    ds.add_argument("job_id")
+    ds.set_defaults(func=cmd_dlq_show)
+    for name, fn, text in (
+        ("replay", cmd_dlq_replay, "schedule dead jobs again (fresh attempts, same key)"),
+        ("purge", cmd_dlq_purge, "delete dead jobs"),
+    ):
+        p = dsub.add_parser(name, help=text)
+        p.add_argument("job_ids", nargs="*", help="job ids (or --type for all of a type)")
+        p.add_argument("--type", default="")
+        p.set_defaults(func=fn)
+
+
+def _spec_args(p: argparse.ArgumentParser, *, required: bool) -> None:
+    p.add_argument("--cron", required=required, help="e.g. '0 2 * * *' (optional seconds field)")
+    p.add_argument("--tz", required=required, help="IANA time zone, e.g. Europe/Berlin")
+    p.add_argument("--payload", default="{}")
+    p.add_argument("--misfire", default="once", choices=[m.value for m in MisfirePolicy])
+    p.add_argument("--misfire-grace", default="60s")
+    p.add_argument("--max-catchup", type=int, default=10)
+    p.add_argument("--overlap", default="skip", choices=[o.value for o in OverlapPolicy])
+    p.add_argument("--max-concurrent", type=int, default=1)
+    p.add_argument("--jitter", default="0s")
+    p.add_argument("--dst-gap", default="", choices=["", "shift", "skip"])
+    p.add_argument("--dst-fold", default="", choices=["", "first", "both"])
+    p.add_argument("--max-attempts", type=int, default=0)
+
+
+def _schedule_msg(args: argparse.Namespace, schedule_id: str) -> pb.Schedule:
+    return pb.Schedule(
+        schedule_id=schedule_id,
+        cron=args.cron,
+        timezone=args.tz,
+        type=args.type,
+        payload=parse_json_payload(args.payload),
+        misfire=args.misfire,
+        misfire_grace=dur(round(parse_duration(args.misfire_grace, "--misfire-grace") * 1000)),
+        max_catchup=args.max_catchup,
+        overlap=args.overlap,
+        max_concurrent=args.max_concurrent,
+        jitter=dur(round(parse_duration(args.jitter, "--jitter") * 1000)),
+        dst_gap=args.dst_gap,
+        dst_fold=args.dst_fold,
+        max_attempts=args.max_attempts,
+    )
+
+
+def schedule_json(s: pb.Schedule) -> dict[str, Any]:
+    def t(msg: Any, present: bool) -> str | None:
+        return format_rfc3339(ts_ms(msg)) if present else None
+
+    return {
+        "schedule_id": s.schedule_id,
+        "cron": s.cron,
+        "timezone": s.timezone,
+        "type": s.type,
+        "payload": s.payload.decode("utf-8", "replace"),
+        "paused": s.paused,
+        "next_fire": t(s.next_fire, True),
+        "misfire": s.misfire,
+        "overlap": s.overlap,
+        "max_concurrent": s.max_concurrent,
+        "dst_gap": s.dst_gap or "default",
+        "dst_fold": s.dst_fold or "default",
+        "skipped": s.skipped,
+        "last_fire_at": t(s.last_fire_at, s.HasField("last_fire_at")),
+        "last_skip_at": t(s.last_skip_at, s.HasField("last_skip_at")),
+        "active_jobs": list(s.active_jobs),
+    }
+
+
+def _show(s: pb.Schedule, as_json: bool) -> None:
+    d = schedule_json(s)
+    if as_json:
+        print(json.dumps(d, indent=2))
+        return
+    state = "paused" if s.paused else f"next {d['next_fire']}"
+    print(f"{s.schedule_id}  {s.cron!r} {s.timezone}  {s.type}  {state}  skipped {s.skipped}")
+
+
+def cmd_create(args: argparse.Namespace) -> int:
+    with Client(args.server) as c:
+        s = c.create_schedule(_schedule_msg(args, args.id))
+    print(f"created schedule, next run {schedule_json(s)['next_fire']}: {s.schedule_id}")
+    return 0
+
+
+def cmd_update(args: argparse.Namespace) -> int:
+    with Client(args.server) as c:
+        _show(c.update_schedule(_schedule_msg(args, args.schedule_id)), False)
+    return 0
+
+
+def cmd_get(args: argparse.Namespace) -> int:
+    with Client(args.server) as c:
+        _show(c.get_schedule(args.schedule_id), args.json)
+    return 0
+
+
+def cmd_pause(args: argparse.Namespace) -> int:
+    with Client(args.server) as c:
+        _show(c.pause_schedule(args.schedule_id), args.json)
+    return 0
+
+
+def cmd_resume(args: argparse.Namespace) -> int:
+    with Client(args.server) as c:
+        _show(c.resume_schedule(args.schedule_id), args.json)
+    return 0
+
+
+def cmd_delete(args: argparse.Namespace) -> int:
+    with Client(args.server) as c:
+        c.delete_schedule(args.schedule_id)
+    print(f"deleted schedule {args.schedule_id}")
+    return 0
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    with Client(args.server) as c:
+        found = list(c.list_schedules())
+    if args.json:
+        print(json.dumps([schedule_json(s) for s in found], indent=2))
+    else:
+        for s in found:
+            _show(s, False)
+    return 0
+
+
+def cmd_preview(args: argparse.Namespace) -> int:
+    spec = CronSpec(
+        expression=args.expr, timezone=args.tz, dst_gap=args.dst_gap, dst_fold=args.dst_fold
+    )
+    start = parse_time(args.start, "--from") if args.start else SystemClock().now_ms()
+    entries = preview(spec, start, args.count)
+    if args.json:
+        print(json.dumps([e.utc for e in entries]))
+        return 0
+    for e in entries:
+        note = f"   ({e.note})" if e.note else ""
+        print(f"{e.utc}   {e.local}{note}")
+    return 0
+
+
+def cmd_dlq_list(args: argparse.Namespace) -> int:
+    since = parse_time(args.since, "--since") if args.since else 0
+    with Client(args.server) as c:
+        jobs = list(c.dead_letters(job_type=args.type, since_ms=since))
+    if args.json:
+        print(json.dumps([job_json(j) for j in jobs], indent=2))
+    else:
+        for j in jobs:
+            print(f"{job_line(j)}  error: {j.last_error}")
+    return 0
+
+
+def cmd_dlq_show(args: argparse.Namespace) -> int:
+    with Client(args.server) as c:
+        job = c.get(args.job_id)
+    print(json.dumps(job_json(job), indent=2))
+    return 0
+
+
+def cmd_dlq_replay(args: argparse.Namespace) -> int:
+    with Client(args.server) as c:
+        jobs = c.replay(args.job_ids, args.type)
+    for j in jobs:
+        print(f"replayed {job_line(j)}")
+    print(f"{len(jobs)} replayed")
+    return 0
+
+
+def cmd_dlq_purge(args: argparse.Namespace) -> int:
+    with Client(args.server) as c:
+        ids = c.purge(args.job_ids, args.type)
+    print(f"{len(ids)} purged: {' '.join(ids)}")
+    return 0
