@@ -79,6 +79,27 @@ class NodeConfig:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class JobSpec:
+    """What a client asks for when it schedules a job."""
+
+    job_type: str
+    payload: bytes
+    run_at: int
+    idempotency_key: str = ""
+    max_attempts: int = 0
+    job_id: str = ""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class FinishItem:
+    job_id: str
+    fence: int
+    failed: bool = False
+    error: str = ""
+    permanent: bool = False
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class Claimed:
     job: Job
     lease_ms: int
@@ -183,36 +204,59 @@ class Node:
         job_id: str = "",
     ) -> tuple[Job, bool]:
         """Create a job; durable before it returns (invariant 1). Returns (job, created)."""
-        validate_job_type(job_type)
-        validate_payload(payload)
-        if max_attempts < 0:
-            raise InvalidArgument("max_attempts", f"must be positive, got {max_attempts}")
-        if len(idempotency_key) > 200:
-            raise InvalidArgument("idempotency_key", "longer than 200 characters")
-        now = self.clock.now_ms()
-        job_id = validate_job_id(job_id) if job_id else uuid.uuid4().hex
-        job = Job(
-            job_id=job_id,
-            shard=shard_of(job_id, self.num_shards),
+        spec = JobSpec(
             job_type=job_type,
             payload=payload,
             run_at=run_at,
-            created_at=now,
-            max_attempts=max_attempts or self.config.max_attempts(job_type),
             idempotency_key=idempotency_key,
+            max_attempts=max_attempts,
+            job_id=job_id,
         )
-        entry = entry_for(job, run_at, now)
-        (result,) = await self.store.create_jobs([(job, entry)])
-        if result.conflict:
-            raise AlreadyExists(
-                f"idempotency key {idempotency_key!r} is already used by job "
-                f"{result.job.job_id} with a different body"
-                if idempotency_key
-                else f"job {job_id!r} already exists with a different body"
-            )
-        if result.created:
-            self._notify([entry])
-        return result.job, result.created
+        (result,) = await self.schedule_many([spec])
+        return result
+
+    async def schedule_many(self, specs: Sequence[JobSpec]) -> list[tuple[Job, bool]]:
+        """Create jobs in one store round trip. Every spec is checked before anything is
+        written; an invalid one fails the call naming its index."""
+        now = self.clock.now_ms()
+        jobs = []
+        for i, spec in enumerate(specs):
+            try:
+                jobs.append(self._new_job(spec, now))
+            except InvalidArgument as exc:
+                field = f"jobs[{i}].{exc.field}" if len(specs) > 1 else exc.field
+                raise InvalidArgument(field, exc.problem) from None
+        entries = [entry_for(job, job.run_at, now) for job in jobs]
+        results = await self.store.create_jobs(list(zip(jobs, entries, strict=True)))
+        self._notify([e for e, r in zip(entries, results, strict=True) if r.created])
+        for spec, result in zip(specs, results, strict=True):
+            if result.conflict:
+                raise AlreadyExists(
+                    f"idempotency key {spec.idempotency_key!r} is already used by job "
+                    f"{result.job.job_id} with a different body"
+                    if spec.idempotency_key
+                    else f"job {spec.job_id!r} already exists with a different body"
+                )
+        return [(r.job, r.created) for r in results]
+
+    def _new_job(self, spec: JobSpec, now: int) -> Job:
+        validate_job_type(spec.job_type)
+        validate_payload(spec.payload)
+        if spec.max_attempts < 0:
+            raise InvalidArgument("max_attempts", f"must be positive, got {spec.max_attempts}")
+        if len(spec.idempotency_key) > 200:
+            raise InvalidArgument("idempotency_key", "longer than 200 characters")
+        job_id = validate_job_id(spec.job_id) if spec.job_id else uuid.uuid4().hex
+        return Job(
+            job_id=job_id,
+            shard=shard_of(job_id, self.num_shards),
+            job_type=spec.job_type,
+            payload=spec.payload,
+            run_at=spec.run_at,
+            created_at=now,
+            max_attempts=spec.max_attempts or self.config.max_attempts(spec.job_type),
+            idempotency_key=spec.idempotency_key,
+        )
 
     async def get(self, job_id: str) -> Job:
         job = await self.store.get_job(validate_job_id(job_id))
@@ -377,6 +421,20 @@ class Node:
     async def complete(self, job_id: str, fence: int) -> Job:
         out = await self.store.complete_job(job_id, fence, self.clock.now_ms())
         return self._check(job_id, fence, out)
+
+    async def finish(self, items: Sequence[FinishItem]) -> list[Job | TimeshardError]:
+        """Complete or fail many jobs at once, each conditional on its own fence; the store
+        groups the writes. Each item gets its job or its error."""
+
+        async def one(item: FinishItem) -> Job | TimeshardError:
+            try:
+                if item.failed:
+                    return await self.fail(item.job_id, item.fence, item.error, item.permanent)
+                return await self.complete(item.job_id, item.fence)
+            except TimeshardError as exc:
+                return exc
+
+        return list(await asyncio.gather(*(one(i) for i in items)))
 
     async def fail(self, job_id: str, fence: int, error: str, permanent: bool) -> Job:
         job = await self.get(job_id)

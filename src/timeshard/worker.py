@@ -27,7 +27,7 @@ import logging
 import socket
 import threading
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -120,6 +120,7 @@ class Worker:
         self._capacity = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()
         self._threads: ThreadPoolExecutor | None = None
+        self._reporters: dict[int, _Reporter] = {}
 
     # -- building -------------------------------------------------------------------------
 
@@ -354,24 +355,66 @@ class Worker:
         handler.cancel()
 
     async def _report(self, stub: WorkerStub, ctx: JobContext, kind: str, error: str) -> None:
-        call: Callable[[], Awaitable[Any]]
-        if kind == "complete":
-            req_c = pb.CompleteRequest(job_id=ctx.job_id, fence=ctx.fence)
-            call = lambda: stub.Complete(req_c, timeout=10)  # noqa: E731
+        reporter = self._reporters.get(id(stub))
+        if reporter is None:
+            reporter = self._reporters[id(stub)] = _Reporter(stub, self._clock)
+        item = pb.FinishItem(
+            job_id=ctx.job_id,
+            fence=ctx.fence,
+            failed=kind != "complete",
+            error=error,
+            permanent=kind == "permanent",
+        )
+        try:
+            result = await reporter.report(item)
+        except grpc.RpcError as exc:
+            self._emit("unreported", ctx, f"{translate(exc).message}; the lease will expire")
+            return
+        if result.code == 0:
+            self._emit("succeeded" if kind == "complete" else "failed", ctx, error)
         else:
-            req_f = pb.FailRequest(
-                job_id=ctx.job_id, fence=ctx.fence, error=error, permanent=kind == "permanent"
-            )
-            call = lambda: stub.Fail(req_f, timeout=10)  # noqa: E731
-        for attempt in range(5):
-            try:
-                await call()
-                self._emit("succeeded" if kind == "complete" else "failed", ctx, error)
-                return
-            except grpc.RpcError as exc:
-                err = translate(exc)
-                if err.code is not grpc.StatusCode.UNAVAILABLE:
-                    self._emit("rejected", ctx, err.message)
-                    return
-                await self._clock.sleep(0.2 * 2**attempt)
-        self._emit("unreported", ctx, "server unavailable; the lease will expire and it reruns")
+            self._emit("rejected", ctx, result.message)
+
+
+class _Reporter:
+    """Sends completions and failures to one server in batches: while one Finish call is in
+    flight, the next ones gather, so a busy worker makes few round trips and an idle one adds
+    no delay."""
+
+    MAX_BATCH = 500
+
+    def __init__(self, stub: WorkerStub, clock: Clock) -> None:
+        self._stub = stub
+        self._clock = clock
+        self._pending: list[tuple[pb.FinishItem, asyncio.Future[pb.FinishResult]]] = []
+        self._task: asyncio.Task[None] | None = None
+
+    async def report(self, item: pb.FinishItem) -> pb.FinishResult:
+        fut: asyncio.Future[pb.FinishResult] = asyncio.get_running_loop().create_future()
+        self._pending.append((item, fut))
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self._flush(), name="finish-reporter")
+        return await fut
+
+    async def _flush(self) -> None:
+        while self._pending:
+            await asyncio.sleep(0)  # let the reports of this loop turn join the batch
+            batch = self._pending[: self.MAX_BATCH]
+            del self._pending[: self.MAX_BATCH]
+            request = pb.FinishRequest(items=[item for item, _ in batch])
+            for attempt in range(5):
+                try:
+                    response = await self._stub.Finish(request, timeout=10)
+                except grpc.RpcError as exc:
+                    code = getattr(exc, "code", lambda: None)()
+                    if code is grpc.StatusCode.UNAVAILABLE and attempt < 4:
+                        await self._clock.sleep(0.2 * 2**attempt)
+                        continue
+                    for _, fut in batch:
+                        if not fut.done():
+                            fut.set_exception(exc)
+                    break
+                for (_, fut), result in zip(batch, response.results, strict=True):
+                    if not fut.done():
+                        fut.set_result(result)
+                break

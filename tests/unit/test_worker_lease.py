@@ -58,6 +58,14 @@ class FakeStub:
         self.calls.append(("fail", (req.error, req.permanent)))
         return pb.FailResponse()
 
+    async def Finish(self, req: pb.FinishRequest, timeout: float) -> pb.FinishResponse:
+        for item in req.items:
+            if item.failed:
+                self.calls.append(("fail", (item.error, item.permanent)))
+            else:
+                self.calls.append(("complete", item.fence))
+        return pb.FinishResponse(results=[pb.FinishResult(job_id=i.job_id) for i in req.items])
+
 
 def claimed(job_type: str = "t") -> pb.ClaimedJob:
     job = pb.Job(job_id="j1", type=job_type, attempt=1, max_attempts=3, fence=1)

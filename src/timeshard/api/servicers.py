@@ -18,17 +18,19 @@ from timeshard.api.convert import (
     schedule_from_pb,
     schedule_to_pb,
     state_from_pb,
+    state_to_pb,
     ts,
     ts_ms,
 )
 from timeshard.cron import CronSpec
 from timeshard.errors import InvalidArgument, TimeshardError, Unimplemented, status_of
-from timeshard.node import Node
+from timeshard.node import FinishItem, JobSpec, Node
 from timeshard.schedules import new_schedule_id
 from timeshard.v1 import timeshard_pb2 as pb
 from timeshard.v1 import timeshard_pb2_grpc as pb_grpc
 
 log = logging.getLogger(__name__)
+MAX_BATCH = 1000
 Req = TypeVar("Req")
 Resp = TypeVar("Resp")
 Ctx = grpc.aio.ServicerContext[Any, Any]
@@ -66,6 +68,33 @@ class JobService(pb_grpc.JobServiceServicer):
             max_attempts=request.max_attempts,
         )
         return pb.ScheduleJobResponse(job=job_to_pb(job), created=created)
+
+    @rpc
+    async def ScheduleJobs(
+        self, request: pb.ScheduleJobsRequest, context: Ctx
+    ) -> pb.ScheduleJobsResponse:
+        if len(request.jobs) > MAX_BATCH:
+            raise InvalidArgument("jobs", f"at most {MAX_BATCH} per call, got {len(request.jobs)}")
+        now = self.node.clock.now_ms()
+        specs = []
+        for i, r in enumerate(request.jobs):
+            try:
+                run_at = run_at_of(r, now, required=True)
+            except InvalidArgument as exc:
+                raise InvalidArgument(f"jobs[{i}].{exc.field}", exc.problem) from None
+            specs.append(
+                JobSpec(
+                    job_type=r.type,
+                    payload=r.payload,
+                    run_at=run_at,
+                    idempotency_key=r.idempotency_key,
+                    max_attempts=r.max_attempts,
+                )
+            )
+        results = await self.node.schedule_many(specs)
+        return pb.ScheduleJobsResponse(
+            results=[pb.ScheduleJobResponse(job=job_to_pb(j), created=c) for j, c in results]
+        )
 
     @rpc
     async def GetJob(self, request: pb.GetJobRequest, context: Ctx) -> pb.Job:
@@ -217,6 +246,29 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
     async def Complete(self, request: pb.CompleteRequest, context: Ctx) -> pb.CompleteResponse:
         await self.node.complete(request.job_id, request.fence)
         return pb.CompleteResponse()
+
+    @rpc
+    async def Finish(self, request: pb.FinishRequest, context: Ctx) -> pb.FinishResponse:
+        if len(request.items) > MAX_BATCH:
+            raise InvalidArgument("items", f"at most {MAX_BATCH} per call")
+        items = [
+            FinishItem(
+                job_id=i.job_id,
+                fence=i.fence,
+                failed=i.failed,
+                error=i.error,
+                permanent=i.permanent,
+            )
+            for i in request.items
+        ]
+        results = []
+        for item, out in zip(items, await self.node.finish(items), strict=True):
+            if isinstance(out, TimeshardError):
+                code = status_of(out).value[0]
+                results.append(pb.FinishResult(job_id=item.job_id, code=code, message=out.message))
+            else:
+                results.append(pb.FinishResult(job_id=item.job_id, state=state_to_pb(out.state)))
+        return pb.FinishResponse(results=results)
 
     @rpc
     async def Fail(self, request: pb.FailRequest, context: Ctx) -> pb.FailResponse:

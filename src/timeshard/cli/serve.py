@@ -46,6 +46,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     wk.add_argument("target", help="e.g. myapp.jobs:worker")
     wk.add_argument("--lease", type=float, default=None, help="lease seconds (default: worker's)")
     wk.add_argument("--id", default=None, help="worker id")
+    wk.add_argument("-q", "--quiet", action="store_true", help="do not print each job")
     wk.set_defaults(func=cmd_worker)
 
 
@@ -173,7 +174,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
         worker.safety_margin_s = min(worker.safety_margin_s, args.lease / 4)
     if args.id:
         worker.worker_id = args.id
-    worker._on_event = _print_event
+    if not args.quiet:
+        worker._on_event = _print_event
 
     async def run() -> None:
         stop = asyncio.Event()

@@ -104,6 +104,18 @@ class ScheduleJobResponse(_message.Message):
     created: bool
     def __init__(self, job: _Optional[_Union[Job, _Mapping]] = ..., created: _Optional[bool] = ...) -> None: ...
 
+class ScheduleJobsRequest(_message.Message):
+    __slots__ = ("jobs",)
+    JOBS_FIELD_NUMBER: _ClassVar[int]
+    jobs: _containers.RepeatedCompositeFieldContainer[ScheduleJobRequest]
+    def __init__(self, jobs: _Optional[_Iterable[_Union[ScheduleJobRequest, _Mapping]]] = ...) -> None: ...
+
+class ScheduleJobsResponse(_message.Message):
+    __slots__ = ("results",)
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[ScheduleJobResponse]
+    def __init__(self, results: _Optional[_Iterable[_Union[ScheduleJobResponse, _Mapping]]] = ...) -> None: ...
+
 class GetJobRequest(_message.Message):
     __slots__ = ("job_id",)
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
@@ -390,6 +402,44 @@ class FailResponse(_message.Message):
     state: JobState
     retry_at: _timestamp_pb2.Timestamp
     def __init__(self, state: _Optional[_Union[JobState, str]] = ..., retry_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class FinishItem(_message.Message):
+    __slots__ = ("job_id", "fence", "failed", "error", "permanent")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    FENCE_FIELD_NUMBER: _ClassVar[int]
+    FAILED_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    PERMANENT_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    fence: int
+    failed: bool
+    error: str
+    permanent: bool
+    def __init__(self, job_id: _Optional[str] = ..., fence: _Optional[int] = ..., failed: _Optional[bool] = ..., error: _Optional[str] = ..., permanent: _Optional[bool] = ...) -> None: ...
+
+class FinishRequest(_message.Message):
+    __slots__ = ("items",)
+    ITEMS_FIELD_NUMBER: _ClassVar[int]
+    items: _containers.RepeatedCompositeFieldContainer[FinishItem]
+    def __init__(self, items: _Optional[_Iterable[_Union[FinishItem, _Mapping]]] = ...) -> None: ...
+
+class FinishResult(_message.Message):
+    __slots__ = ("job_id", "code", "message", "state")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    code: int
+    message: str
+    state: JobState
+    def __init__(self, job_id: _Optional[str] = ..., code: _Optional[int] = ..., message: _Optional[str] = ..., state: _Optional[_Union[JobState, str]] = ...) -> None: ...
+
+class FinishResponse(_message.Message):
+    __slots__ = ("results",)
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[FinishResult]
+    def __init__(self, results: _Optional[_Iterable[_Union[FinishResult, _Mapping]]] = ...) -> None: ...
 
 class Node(_message.Message):
     __slots__ = ("node_id", "address")

@@ -39,6 +39,11 @@ class JobServiceStub:
                 request_serializer=timeshard_dot_v1_dot_timeshard__pb2.ScheduleJobRequest.SerializeToString,
                 response_deserializer=timeshard_dot_v1_dot_timeshard__pb2.ScheduleJobResponse.FromString,
                 _registered_method=True)
+        self.ScheduleJobs = channel.unary_unary(
+                '/timeshard.v1.JobService/ScheduleJobs',
+                request_serializer=timeshard_dot_v1_dot_timeshard__pb2.ScheduleJobsRequest.SerializeToString,
+                response_deserializer=timeshard_dot_v1_dot_timeshard__pb2.ScheduleJobsResponse.FromString,
+                _registered_method=True)
         self.GetJob = channel.unary_unary(
                 '/timeshard.v1.JobService/GetJob',
                 request_serializer=timeshard_dot_v1_dot_timeshard__pb2.GetJobRequest.SerializeToString,
@@ -120,6 +125,12 @@ class JobServiceServicer:
     """Missing associated documentation comment in .proto file."""
 
     def ScheduleJob(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ScheduleJobs(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -222,6 +233,11 @@ def add_JobServiceServicer_to_server(servicer, server):
                     servicer.ScheduleJob,
                     request_deserializer=timeshard_dot_v1_dot_timeshard__pb2.ScheduleJobRequest.FromString,
                     response_serializer=timeshard_dot_v1_dot_timeshard__pb2.ScheduleJobResponse.SerializeToString,
+            ),
+            'ScheduleJobs': grpc.unary_unary_rpc_method_handler(
+                    servicer.ScheduleJobs,
+                    request_deserializer=timeshard_dot_v1_dot_timeshard__pb2.ScheduleJobsRequest.FromString,
+                    response_serializer=timeshard_dot_v1_dot_timeshard__pb2.ScheduleJobsResponse.SerializeToString,
             ),
             'GetJob': grpc.unary_unary_rpc_method_handler(
                     servicer.GetJob,
@@ -326,6 +342,33 @@ class JobService:
             '/timeshard.v1.JobService/ScheduleJob',
             timeshard_dot_v1_dot_timeshard__pb2.ScheduleJobRequest.SerializeToString,
             timeshard_dot_v1_dot_timeshard__pb2.ScheduleJobResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ScheduleJobs(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/timeshard.v1.JobService/ScheduleJobs',
+            timeshard_dot_v1_dot_timeshard__pb2.ScheduleJobsRequest.SerializeToString,
+            timeshard_dot_v1_dot_timeshard__pb2.ScheduleJobsResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -771,6 +814,11 @@ class WorkerServiceStub:
                 request_serializer=timeshard_dot_v1_dot_timeshard__pb2.FailRequest.SerializeToString,
                 response_deserializer=timeshard_dot_v1_dot_timeshard__pb2.FailResponse.FromString,
                 _registered_method=True)
+        self.Finish = channel.unary_unary(
+                '/timeshard.v1.WorkerService/Finish',
+                request_serializer=timeshard_dot_v1_dot_timeshard__pb2.FinishRequest.SerializeToString,
+                response_deserializer=timeshard_dot_v1_dot_timeshard__pb2.FinishResponse.FromString,
+                _registered_method=True)
 
 
 class WorkerServiceServicer:
@@ -800,6 +848,12 @@ class WorkerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Finish(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_WorkerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -822,6 +876,11 @@ def add_WorkerServiceServicer_to_server(servicer, server):
                     servicer.Fail,
                     request_deserializer=timeshard_dot_v1_dot_timeshard__pb2.FailRequest.FromString,
                     response_serializer=timeshard_dot_v1_dot_timeshard__pb2.FailResponse.SerializeToString,
+            ),
+            'Finish': grpc.unary_unary_rpc_method_handler(
+                    servicer.Finish,
+                    request_deserializer=timeshard_dot_v1_dot_timeshard__pb2.FinishRequest.FromString,
+                    response_serializer=timeshard_dot_v1_dot_timeshard__pb2.FinishResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -932,6 +991,33 @@ class WorkerService:
             '/timeshard.v1.WorkerService/Fail',
             timeshard_dot_v1_dot_timeshard__pb2.FailRequest.SerializeToString,
             timeshard_dot_v1_dot_timeshard__pb2.FailResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Finish(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/timeshard.v1.WorkerService/Finish',
+            timeshard_dot_v1_dot_timeshard__pb2.FinishRequest.SerializeToString,
+            timeshard_dot_v1_dot_timeshard__pb2.FinishResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -32,6 +32,7 @@ class JobServiceStub:
     @_typing.overload
     def __new__(cls, channel: _aio.Channel) -> JobServiceAsyncStub: ...
     ScheduleJob: _grpc.UnaryUnaryMultiCallable[_timeshard_pb2.ScheduleJobRequest, _timeshard_pb2.ScheduleJobResponse]
+    ScheduleJobs: _grpc.UnaryUnaryMultiCallable[_timeshard_pb2.ScheduleJobsRequest, _timeshard_pb2.ScheduleJobsResponse]
     GetJob: _grpc.UnaryUnaryMultiCallable[_timeshard_pb2.GetJobRequest, _timeshard_pb2.Job]
     ListJobs: _grpc.UnaryUnaryMultiCallable[_timeshard_pb2.ListJobsRequest, _timeshard_pb2.ListJobsResponse]
     CancelJob: _grpc.UnaryUnaryMultiCallable[_timeshard_pb2.CancelJobRequest, _timeshard_pb2.Job]
@@ -52,6 +53,7 @@ class JobServiceStub:
 class JobServiceAsyncStub(JobServiceStub):
     def __init__(self, channel: _aio.Channel) -> None: ...
     ScheduleJob: _aio.UnaryUnaryMultiCallable[_timeshard_pb2.ScheduleJobRequest, _timeshard_pb2.ScheduleJobResponse]  # type: ignore[assignment]
+    ScheduleJobs: _aio.UnaryUnaryMultiCallable[_timeshard_pb2.ScheduleJobsRequest, _timeshard_pb2.ScheduleJobsResponse]  # type: ignore[assignment]
     GetJob: _aio.UnaryUnaryMultiCallable[_timeshard_pb2.GetJobRequest, _timeshard_pb2.Job]  # type: ignore[assignment]
     ListJobs: _aio.UnaryUnaryMultiCallable[_timeshard_pb2.ListJobsRequest, _timeshard_pb2.ListJobsResponse]  # type: ignore[assignment]
     CancelJob: _aio.UnaryUnaryMultiCallable[_timeshard_pb2.CancelJobRequest, _timeshard_pb2.Job]  # type: ignore[assignment]
@@ -75,6 +77,13 @@ class JobServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _timeshard_pb2.ScheduleJobRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_timeshard_pb2.ScheduleJobResponse, _abc.Awaitable[_timeshard_pb2.ScheduleJobResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def ScheduleJobs(
+        self,
+        request: _timeshard_pb2.ScheduleJobsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_timeshard_pb2.ScheduleJobsResponse, _abc.Awaitable[_timeshard_pb2.ScheduleJobsResponse]]: ...
 
     @_abc_1.abstractmethod
     def GetJob(
@@ -192,6 +201,7 @@ class WorkerServiceStub:
     Heartbeat: _grpc.UnaryUnaryMultiCallable[_timeshard_pb2.HeartbeatRequest, _timeshard_pb2.HeartbeatResponse]
     Complete: _grpc.UnaryUnaryMultiCallable[_timeshard_pb2.CompleteRequest, _timeshard_pb2.CompleteResponse]
     Fail: _grpc.UnaryUnaryMultiCallable[_timeshard_pb2.FailRequest, _timeshard_pb2.FailResponse]
+    Finish: _grpc.UnaryUnaryMultiCallable[_timeshard_pb2.FinishRequest, _timeshard_pb2.FinishResponse]
 
 @_typing.type_check_only
 class WorkerServiceAsyncStub(WorkerServiceStub):
@@ -200,6 +210,7 @@ class WorkerServiceAsyncStub(WorkerServiceStub):
     Heartbeat: _aio.UnaryUnaryMultiCallable[_timeshard_pb2.HeartbeatRequest, _timeshard_pb2.HeartbeatResponse]  # type: ignore[assignment]
     Complete: _aio.UnaryUnaryMultiCallable[_timeshard_pb2.CompleteRequest, _timeshard_pb2.CompleteResponse]  # type: ignore[assignment]
     Fail: _aio.UnaryUnaryMultiCallable[_timeshard_pb2.FailRequest, _timeshard_pb2.FailResponse]  # type: ignore[assignment]
+    Finish: _aio.UnaryUnaryMultiCallable[_timeshard_pb2.FinishRequest, _timeshard_pb2.FinishResponse]  # type: ignore[assignment]
 
 class WorkerServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -229,6 +240,13 @@ class WorkerServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _timeshard_pb2.FailRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_timeshard_pb2.FailResponse, _abc.Awaitable[_timeshard_pb2.FailResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def Finish(
+        self,
+        request: _timeshard_pb2.FinishRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_timeshard_pb2.FinishResponse, _abc.Awaitable[_timeshard_pb2.FinishResponse]]: ...
 
 def add_WorkerServiceServicer_to_server(servicer: WorkerServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
 
