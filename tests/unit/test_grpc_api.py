@@ -119,3 +119,44 @@ async def test_health_and_reflection() -> None:
         async for r in refl.ServerReflectionInfo(one()):
             names |= {s.name for s in r.list_services_response.service}
         assert {"timeshard.v1.JobService", "timeshard.v1.AdminService"} <= names
+
+
+async def test_schedule_jobs_batch_writes_nothing_when_one_item_is_bad() -> None:
+    async with serving() as ch:
+        jobs = pb_grpc.JobServiceStub(ch)
+        good = pb.ScheduleJobRequest(type="t", delay=dur(0))
+        bad = pb.ScheduleJobRequest(type="t", delay=Duration(seconds=-1))
+        code, msg = await status_of(jobs.ScheduleJobs(pb.ScheduleJobsRequest(jobs=[good, bad])))
+        assert code is grpc.StatusCode.INVALID_ARGUMENT and "jobs[1].delay" in msg
+        listed = await jobs.ListJobs(pb.ListJobsRequest(page_size=10))
+        assert list(listed.jobs) == []
+        resp = await jobs.ScheduleJobs(pb.ScheduleJobsRequest(jobs=[good, good]))
+        assert [r.created for r in resp.results] == [True, True]
+        assert len({r.job.job_id for r in resp.results}) == 2
+
+
+async def test_finish_reports_each_item_on_its_own_fence() -> None:
+    async with serving() as ch:
+        jobs = pb_grpc.JobServiceStub(ch)
+        workers = pb_grpc.WorkerServiceStub(ch)
+        req = pb.ScheduleJobRequest(type="t", delay=dur(0))
+        await jobs.ScheduleJobs(pb.ScheduleJobsRequest(jobs=[req, req]))
+        claim = await workers.Claim(
+            pb.ClaimRequest(worker_id="w", types=["t"], max_jobs=2, wait=dur(5000))
+        )
+        a, b = claim.jobs
+        resp = await workers.Finish(
+            pb.FinishRequest(
+                items=[
+                    pb.FinishItem(job_id=a.job.job_id, fence=a.fence),
+                    pb.FinishItem(job_id=b.job.job_id, fence=b.fence + 7, failed=True),
+                    pb.FinishItem(job_id="nope", fence=1),
+                ]
+            )
+        )
+        codes = [(r.code, r.state) for r in resp.results]
+        assert codes[0] == (0, pb.JOB_STATE_SUCCEEDED)
+        assert codes[1][0] == grpc.StatusCode.FAILED_PRECONDITION.value[0]
+        assert codes[2][0] == grpc.StatusCode.NOT_FOUND.value[0]
+        still = await jobs.GetJob(pb.GetJobRequest(job_id=b.job.job_id))
+        assert still.state == pb.JOB_STATE_RUNNING and still.fence == b.fence
