@@ -38,6 +38,9 @@ class DispatchConfig:
     """Re-read the near buckets this often, for entries other nodes wrote."""
     settle_s: float = 5.0
     """Pass a minute only this long after it ended (bounds writer clock skew, invariant 4)."""
+    reread_s: float = 5.0
+    """Each refresh re-reads this much of what it read before, for entries other nodes wrote
+    late (their own node can not notify us). 0 when this node is the only writer."""
     page_size: int = 1000
     retry_s: float = 1.0
     """After a store error, try again this soon: a due job is retried, never dropped."""
@@ -174,9 +177,9 @@ class ShardDispatcher:
 
     async def _refresh(self, now: int) -> None:
         """Read every entry due before ``now + lookahead`` not read yet, re-reading the last
-        ``settle`` of what was read before (late writes from other nodes land there)."""
+        ``reread`` of what was read before (late writes from other nodes land there)."""
         horizon = now + round(self._cfg.lookahead_s * 1000)
-        start = max(minute_start(self.cursor), self._horizon - round(self._cfg.settle_s * 1000))
+        start = max(minute_start(self.cursor), self._horizon - round(self._cfg.reread_s * 1000))
         for minute in range(max(self.cursor, minute_of(start)), minute_of(horizon) + 1):
             after: tuple[int, str] | None = None
             while True:

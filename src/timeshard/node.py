@@ -4,6 +4,7 @@ operations the gRPC servicers expose. No gRPC types here."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import random
 import uuid
@@ -12,6 +13,7 @@ from dataclasses import dataclass, field
 
 from timeshard.clock import Clock
 from timeshard.coordinator.base import Coordinator, Member
+from timeshard.coordinator.local import LocalCoordinator
 from timeshard.dispatcher import DispatchConfig, ShardDispatcher
 from timeshard.errors import (
     AlreadyExists,
@@ -176,13 +178,19 @@ class Node:
                     store=self.store,
                     clock=self.clock,
                     ready=self.ready,
-                    config=self.config.dispatch,
+                    config=self._dispatch_config(),
                     firer=self._firer,
                 )
                 self.dispatchers[shard] = d
                 d.start()
                 return
         raise TimeshardError(f"shard {shard}: could not take its epoch (contended)")
+
+    def _dispatch_config(self) -> DispatchConfig:
+        if isinstance(self.coordinator, LocalCoordinator):
+            # The only writer: every entry it writes reaches its dispatchers by notify().
+            return dataclasses.replace(self.config.dispatch, reread_s=0.0)
+        return self.config.dispatch
 
     def _notify(self, entries: Sequence[BucketEntry]) -> None:
         """Hand entries this node just wrote to the local dispatcher of their shard."""

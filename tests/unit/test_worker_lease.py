@@ -234,3 +234,24 @@ async def test_a_worker_paused_past_its_deadline_cancels_before_renewing() -> No
         await asyncio.sleep(0)
     assert task.done() and "cancelled_at" in seen
     assert [k for k, _ in stub.calls] == [], "it renewed or reported after losing the lease"
+
+
+async def test_handler_over_its_type_timeout_is_cancelled_and_retried() -> None:
+    clock = FakeClock()
+    w = Worker(worker_id="w", lease_s=LEASE_S, safety_margin_s=MARGIN_S, clock=clock)
+    cancelled = asyncio.Event()
+
+    @w.handler("t", timeout=1.0)
+    async def slow(ctx: JobContext) -> None:
+        try:
+            await asyncio.sleep(3600)
+        finally:
+            cancelled.set()
+
+    stub = FakeStub(clock, heartbeat="ok")
+    task = asyncio.ensure_future(
+        w._execute(stub, _ctx(w, claimed()), clock.monotonic() + LEASE_S - MARGIN_S)  # type: ignore[arg-type]
+    )
+    await wait_until(task.done, what="the timeout to fire")  # asyncio.timeout uses loop time
+    assert cancelled.is_set()
+    assert ("fail", ("timed out after 1s", False)) in stub.calls
