@@ -23,7 +23,7 @@ from timeshard.api.convert import (
     ts_ms,
 )
 from timeshard.cron import CronSpec
-from timeshard.errors import InvalidArgument, TimeshardError, Unimplemented, status_of
+from timeshard.errors import InvalidArgument, TimeshardError, status_of
 from timeshard.node import FinishItem, JobSpec, Node
 from timeshard.schedules import new_schedule_id
 from timeshard.v1 import timeshard_pb2 as pb
@@ -318,9 +318,11 @@ class AdminService(pb_grpc.AdminServiceServicer):
         return pb.ShardOwnersResponse(shards=out)
 
     @rpc
-    async def MoveShard(self, request: Any, context: Ctx) -> Any:
-        raise Unimplemented("MoveShard")
+    async def MoveShard(self, request: pb.MoveShardRequest, context: Ctx) -> pb.MoveShardResponse:
+        await self.node.coordinator.move_shard(request.shard, request.to_node)
+        return pb.MoveShardResponse()
 
     @rpc
-    async def DrainNode(self, request: Any, context: Ctx) -> Any:
-        raise Unimplemented("DrainNode")
+    async def DrainNode(self, request: pb.DrainNodeRequest, context: Ctx) -> pb.DrainNodeResponse:
+        moved = await self.node.coordinator.drain_node(request.node_id)
+        return pb.DrainNodeResponse(moved=moved)

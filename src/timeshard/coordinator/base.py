@@ -11,6 +11,8 @@ import abc
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+from timeshard.errors import FailedPrecondition
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Member:
@@ -45,3 +47,13 @@ class Coordinator(abc.ABC):
     @abc.abstractmethod
     async def owners(self) -> dict[int, str]:
         """shard -> owning node id, for the shards that have an owner."""
+
+    async def move_shard(self, shard: int, to_node: str) -> None:
+        """Pin ``shard`` on live node ``to_node``: its owner releases it and ``to_node`` takes
+        it (asynchronously; ``owners()`` shows when it is done)."""
+        raise FailedPrecondition(f"{type(self).__name__} can not move shards")
+
+    async def drain_node(self, node_id: str) -> list[int]:
+        """Move every shard off ``node_id`` and keep it without shards; returns the shards it
+        owned when asked."""
+        raise FailedPrecondition(f"{type(self).__name__} can not drain nodes")

@@ -615,9 +615,12 @@ class SqliteStore(Store):
         self, shard: int, owner: str, expect_epoch: int, initial_cursor: int
     ) -> tuple[bool, ShardState]:
         def run(db: sqlite3.Connection) -> tuple[bool, ShardState]:
-            db.execute(Q["insert_shard"], (shard, 0, "", initial_cursor))
+            if expect_epoch == 0:  # never taken: create it, as Cassandra's IF NOT EXISTS
+                db.execute(Q["insert_shard"], (shard, 0, "", initial_cursor))
             applied = db.execute(Q["bump_epoch"], (owner, shard, expect_epoch)).rowcount == 1
             row = db.execute(Q["select_shard"], (shard,)).fetchone()
+            if row is None:
+                return False, ShardState(shard=shard)
             return applied, ShardState(shard=row[0], epoch=row[1], owner=row[2], cursor=row[3])
 
         return await self._call(run)
