@@ -29,7 +29,7 @@ from timeshard.model import (
     Schedule,
     ShardState,
 )
-from timeshard.sharding import DEFAULT_NUM_SHARDS, validate_num_shards
+from timeshard.sharding import DEFAULT_NUM_SHARDS, shard_of, validate_num_shards
 from timeshard.store.base import (
     MAX_HISTORY,
     ClaimRequest,
@@ -160,6 +160,10 @@ def _select_schedule(db: sqlite3.Connection, schedule_id: str) -> Schedule | Non
 def _select(db: sqlite3.Connection, job_id: str) -> Job | None:
     row = db.execute(Q["select_job"], (job_id,)).fetchone()
     return _row_to_job(row) if row is not None else None
+
+
+def _stored_num_shards(db: sqlite3.Connection) -> int:
+    return int(db.execute(Q["select_meta"], ("num_shards",)).fetchone()[0])
 
 
 def _put_entry(db: sqlite3.Connection, e: BucketEntry) -> None:
@@ -337,9 +341,11 @@ class SqliteStore(Store):
                     )
                 if digest != job.body_digest():
                     raise InvalidArgument("idempotency_key", "in use by another job body")
-                job = job.with_(job_id=owner_id)  # finish a half-done create under the key
+                # Finish a half-done create under the key: the key's job id, and its shard.
+                shard = shard_of(owner_id, _stored_num_shards(db))
+                job = job.with_(job_id=owner_id, shard=shard)
                 entry = BucketEntry(
-                    shard=entry.shard, minute=entry.minute, due_at=entry.due_at, job_id=owner_id
+                    shard=shard, minute=entry.minute, due_at=entry.due_at, job_id=owner_id
                 )
         existing = _select(db, job.job_id)
         if existing is not None:

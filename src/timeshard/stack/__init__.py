@@ -1,0 +1,29 @@
+"""The real services on this machine, without Docker: Cassandra 5.0 from Maven Central jars and
+ZooKeeper 3.8 from Debian's package, as local processes on loopback.
+
+Used by ``timeshard stack up|down|status`` (``cli.py``), by ``.ci/services.sh`` and by test
+fixtures::
+
+    node = CassandraProcess(port=19042, storage_port=17000, run_dir=tmp / "cassandra")
+    node.start()          # fetches the jars once, then waits until CQL answers
+    ...
+    node.stop()
+
+    zk = ZooKeeperEnsemble(size=3, client_port=12181)
+    zk.start()
+    zk.kill(zk.leader() or 0)
+"""
+
+from __future__ import annotations
+
+from timeshard.stack.cassandra import CassandraProcess, ensure_jars
+from timeshard.stack.process import StackError
+from timeshard.stack.zookeeper import ZooKeeperEnsemble, ZooKeeperServer
+
+__all__ = [
+    "CassandraProcess",
+    "StackError",
+    "ZooKeeperEnsemble",
+    "ZooKeeperServer",
+    "ensure_jars",
+]

@@ -1,0 +1,311 @@
+"""A local Apache Cassandra 5.0 node from Maven Central jars, for development and tests.
+
+No Debian package, PyPI package or Maven tarball carries a 5.0 server, so ``cassandra-all`` and
+its runtime dependencies are copied from Maven into a cache kept between runs, and the node runs
+as ``java ... org.apache.cassandra.service.CassandraDaemon`` with a small single-node config
+written into a fresh run directory.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import importlib.resources
+import os
+import shutil
+import string
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from timeshard.stack.process import (
+    JavaServer,
+    Progress,
+    StackError,
+    java_executable,
+    log_progress,
+    log_tail,
+    port_open,
+)
+from timeshard.stack.state import cache_root
+
+DEFAULT_VERSION = "5.0.8"
+MAVEN_DEPENDENCY_PLUGIN = "org.apache.maven.plugins:maven-dependency-plugin:3.6.1"
+MAIN_CLASS = "org.apache.cassandra.service.CassandraDaemon"
+
+# From conf/jvm17-server.options of apache/cassandra (cassandra-5.0): G1 settings, the module
+# exports/opens Cassandra needs on Java 17, and the netty allocator settings.
+JVM17_OPTIONS = (
+    "-XX:+UseG1GC",
+    "-XX:+ParallelRefProcEnabled",
+    "-XX:MaxTenuringThreshold=1",
+    "-XX:G1HeapRegionSize=16m",
+    "-XX:G1RSetUpdatingPauseTimePercent=5",
+    "-XX:MaxGCPauseMillis=300",
+    "-XX:InitiatingHeapOccupancyPercent=70",
+    "-Djdk.attach.allowAttachSelf=true",
+    "--add-exports=java.base/jdk.internal.misc=ALL-UNNAMED",
+    "--add-exports=java.management.rmi/com.sun.jmx.remote.internal.rmi=ALL-UNNAMED",
+    "--add-exports=java.rmi/sun.rmi.registry=ALL-UNNAMED",
+    "--add-exports=java.rmi/sun.rmi.server=ALL-UNNAMED",
+    "--add-exports=java.sql/java.sql=ALL-UNNAMED",
+    "--add-exports=java.base/java.lang.ref=ALL-UNNAMED",
+    "--add-exports=jdk.unsupported/sun.misc=ALL-UNNAMED",
+    "--add-exports=jdk.compiler/com.sun.tools.javac.file=ALL-UNNAMED",
+    "--add-exports=jdk.attach/sun.tools.attach=ALL-UNNAMED",
+    "--add-opens=java.base/java.lang.module=ALL-UNNAMED",
+    "--add-opens=java.base/jdk.internal.loader=ALL-UNNAMED",
+    "--add-opens=java.base/jdk.internal.ref=ALL-UNNAMED",
+    "--add-opens=java.base/jdk.internal.reflect=ALL-UNNAMED",
+    "--add-opens=java.base/jdk.internal.math=ALL-UNNAMED",
+    "--add-opens=java.base/jdk.internal.module=ALL-UNNAMED",
+    "--add-opens=java.base/jdk.internal.util.jar=ALL-UNNAMED",
+    "--add-opens=jdk.management/com.sun.management.internal=ALL-UNNAMED",
+    "--add-opens=java.base/sun.nio.ch=ALL-UNNAMED",
+    "--add-opens=java.base/java.io=ALL-UNNAMED",
+    "--add-opens=java.base/java.lang.reflect=ALL-UNNAMED",
+    "--add-opens=jdk.compiler/com.sun.tools.javac=ALL-UNNAMED",
+    "--add-opens=java.base/java.lang=ALL-UNNAMED",
+    "--add-opens=java.base/java.util=ALL-UNNAMED",
+    "-Dio.netty.tryReflectionSetAccessible=true",
+    "-Dio.netty.allocator.useCacheForAllThreads=true",
+    "-Dio.netty.allocator.maxOrder=11",
+)
+
+
+def cassandra_version() -> str:
+    return os.environ.get("TIMESHARD_CASSANDRA_VERSION", DEFAULT_VERSION)
+
+
+def jar_dir(version: str) -> Path:
+    return cache_root() / f"cassandra-{version}" / "lib"
+
+
+def _resource(name: str) -> str:
+    return importlib.resources.files("timeshard.stack").joinpath("resources", name).read_text()
+
+
+def ensure_jars(version: str | None = None, *, progress: Progress = log_progress) -> Path:
+    """The folder of Cassandra's jars, fetched with Maven first if the cache lacks them.
+
+    A ``.complete`` marker is written last, so an interrupted fetch is redone; a file lock
+    keeps two processes from fetching into the same cache at once.
+    """
+    version = version or cassandra_version()
+    lib = jar_dir(version)
+    marker = lib / ".complete"
+    if marker.exists():
+        return lib
+    lib.parent.mkdir(parents=True, exist_ok=True)
+    with (lib.parent / ".lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not marker.exists():
+            _fetch_jars(version, lib, progress)
+    return lib
+
+
+def _fetch_jars(version: str, lib: Path, progress: Progress) -> None:
+    mvn = shutil.which("mvn")
+    if mvn is None:
+        raise StackError("mvn not found: install Maven (apt-get install maven) to fetch Cassandra")
+    progress(f"fetching Cassandra {version} jars from Maven Central into {lib} ...")
+    started = time.monotonic()
+    partial = lib.with_name("lib.partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    with tempfile.TemporaryDirectory(prefix="timeshard-mvn-") as work:
+        pom = Path(work) / "pom.xml"
+        pom.write_text(_resource("pom.xml"))
+        log_path = lib.parent / "maven.log"
+        with log_path.open("wb") as out:
+            code = subprocess.call(
+                [
+                    mvn,
+                    "-B",
+                    "-q",
+                    "-f",
+                    str(pom),
+                    f"-Dcassandra.version={version}",
+                    f"{MAVEN_DEPENDENCY_PLUGIN}:copy-dependencies",
+                    "-DincludeScope=runtime",
+                    f"-DoutputDirectory={partial}",
+                ],
+                cwd=work,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+    if code != 0 or not any(partial.glob("cassandra-all-*.jar")):
+        raise StackError(
+            f"fetching Cassandra {version} with Maven failed (exit {code}); "
+            f"end of {log_path}:\n{log_tail(log_path)}"
+        )
+    shutil.rmtree(lib, ignore_errors=True)
+    partial.rename(lib)
+    (lib / ".complete").write_text(f"{version}\n")
+    progress(f"fetched {len(list(lib.glob('*.jar')))} jars in {time.monotonic() - started:.1f} s")
+
+
+class CassandraProcess:
+    """One single-node Cassandra on ``host:port`` with its files under ``run_dir``.
+
+    ``start()`` writes the config if the run directory has none (a new node), or reuses it
+    (a restart keeps the data). ``stop()`` is SIGTERM then SIGKILL; ``kill()`` is SIGKILL.
+    ``unsafe_system`` skips flushing schema changes (3x faster keyspace creation): a node
+    started so must never be killed, or it forgets the tables created since its start.
+    """
+
+    def __init__(
+        self,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 9042,
+        storage_port: int = 7000,
+        run_dir: Path | None = None,
+        version: str | None = None,
+        heap: str = "1G",
+        cluster_name: str = "timeshard",
+        unsafe_system: bool = False,
+        progress: Progress = log_progress,
+    ) -> None:
+        self.host = host
+        self.port = port
+        self.storage_port = storage_port
+        self.version = version or cassandra_version()
+        self.heap = heap
+        self.cluster_name = cluster_name
+        self.unsafe_system = unsafe_system
+        self.progress = progress
+        self.run_dir = run_dir or Path(tempfile.mkdtemp(prefix=f"timeshard-cassandra-{port}-"))
+        self._server = JavaServer(f"Cassandra {self.address}", self.run_dir / "console.log")
+        self.start_seconds: float | None = None
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @property
+    def pid(self) -> int | None:
+        return self._server.pid
+
+    @property
+    def system_log(self) -> Path:
+        return self.run_dir / "logs" / "system.log"
+
+    def adopt(self, pid: int) -> None:
+        """Manage a node another process started (``stack down`` from the state file)."""
+        self._server.adopt(pid)
+
+    def running(self) -> bool:
+        return self._server.running()
+
+    def start(self, timeout: float = 180.0) -> None:
+        """Start the node and return once a CQL client can connect (or raise StackError)."""
+        lib = ensure_jars(self.version, progress=self.progress)
+        if port_open(self.host, self.port):
+            raise StackError(f"{self.address} is already in use: another Cassandra running?")
+        self._write_config()
+        started = time.monotonic()
+        self.progress(
+            f"starting Cassandra {self.version} on {self.address} (run dir {self.run_dir})"
+        )
+        self._server.spawn(self._argv(lib), cwd=self.run_dir)
+        try:
+            self.wait_ready(timeout)
+        except BaseException:
+            self._server.kill()
+            raise
+        self.start_seconds = time.monotonic() - started
+        self.progress(f"Cassandra is up on {self.address} after {self.start_seconds:.1f} s")
+
+    def stop(self, timeout: float = 60.0) -> None:
+        self._server.stop(timeout)
+
+    def kill(self) -> None:
+        self._server.kill()
+
+    def wait_ready(self, timeout: float) -> None:
+        started = time.monotonic()
+        deadline = started + timeout
+        next_note = started + 10.0
+        while True:
+            self._server.check_alive()
+            if port_open(self.host, self.port) and cql_ready(self.host, self.port):
+                return
+            now = time.monotonic()
+            if now > deadline:
+                raise StackError(
+                    f"Cassandra on {self.address} not ready after {timeout:.0f} s; "
+                    f"end of {self.system_log}:\n{log_tail(self.system_log)}"
+                )
+            if now >= next_note:
+                self.progress(
+                    f"waiting for Cassandra CQL on {self.address} ({now - started:.0f} s)"
+                )
+                next_note = now + 10.0
+            time.sleep(0.5)
+
+    def _write_config(self) -> None:
+        conf = self.run_dir / "conf"
+        if (conf / "cassandra.yaml").exists():
+            return
+        for sub in ("conf", "data", "logs"):
+            (self.run_dir / sub).mkdir(parents=True, exist_ok=True)
+        yaml = string.Template(_resource("cassandra.yaml")).substitute(
+            cluster_name=self.cluster_name,
+            host=self.host,
+            port=self.port,
+            storage_port=self.storage_port,
+        )
+        (conf / "cassandra.yaml").write_text(yaml)
+        (conf / "logback.xml").write_text(_resource("logback.xml"))
+
+    def _argv(self, lib: Path) -> list[str]:
+        conf = self.run_dir / "conf"
+        argv = [
+            java_executable(),
+            f"-Xms{self.heap}",
+            f"-Xmx{self.heap}",
+            "-Xss256k",
+            "-XX:+ExitOnOutOfMemoryError",
+            "-Djava.net.preferIPv4Stack=true",
+            *JVM17_OPTIONS,
+        ]
+        argv += [f"-javaagent:{jamm}" for jamm in sorted(lib.glob("jamm-*.jar"))[:1]]
+        argv += [
+            "-Dcassandra-foreground=yes",
+            f"-Dcassandra.config={(conf / 'cassandra.yaml').resolve().as_uri()}",
+            f"-Dcassandra.storagedir={(self.run_dir / 'data').resolve()}",
+            f"-Dcassandra.logdir={(self.run_dir / 'logs').resolve()}",
+            f"-Dlogback.configurationFile={(conf / 'logback.xml').resolve()}",
+            "-Dcassandra.skip_wait_for_gossip_to_settle=0",
+            # Faster schema changes, but a kill -9 then loses recent ones (and their data):
+            # only for a node that is never killed.
+            *(["-Dcassandra.unsafesystem=true"] if self.unsafe_system else []),
+            "-cp",
+            f"{conf.resolve()}:{lib.resolve()}/*",
+            MAIN_CLASS,
+        ]
+        return argv
+
+
+def cql_ready(host: str, port: int, timeout: float = 5.0) -> bool:
+    """True when a CQL client can connect and read ``system.local``."""
+    from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile
+    from cassandra.policies import RoundRobinPolicy
+
+    profile = ExecutionProfile(load_balancing_policy=RoundRobinPolicy(), request_timeout=timeout)
+    cluster = Cluster(
+        contact_points=[(host, port)],
+        execution_profiles={EXEC_PROFILE_DEFAULT: profile},
+        protocol_version=5,
+        connect_timeout=timeout,
+        control_connection_timeout=timeout,
+    )
+    try:
+        session = cluster.connect()
+        session.execute("SELECT release_version FROM system.local")
+        return True
+    except Exception:
+        return False
+    finally:
+        cluster.shutdown()

@@ -1,0 +1,231 @@
+"""Local ZooKeeper 3.8 from Debian's ``zookeeper`` package: one standalone server, or an
+ensemble of several on loopback ports (for failover and chaos tests)."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import tempfile
+import time
+from pathlib import Path
+
+from timeshard.stack.process import (
+    JavaServer,
+    Progress,
+    StackError,
+    java_executable,
+    log_progress,
+    log_tail,
+    port_open,
+)
+
+ZOOKEEPER_JAR = Path("/usr/share/java/zookeeper.jar")
+ZOOKEEPER_CONF = Path("/etc/zookeeper/conf")
+MAIN_CLASS = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
+
+
+def four_letter(host: str, port: int, command: str, timeout: float = 1.0) -> str:
+    """Send a ZooKeeper four-letter command (``ruok``, ``srvr``...) and return the answer."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout) as sock:
+            sock.sendall(command.encode())
+            chunks = []
+            while chunk := sock.recv(4096):
+                chunks.append(chunk)
+    except OSError:
+        return ""
+    return b"".join(chunks).decode(errors="replace")
+
+
+def server_mode(host: str, port: int) -> str:
+    """``standalone``, ``leader`` or ``follower`` once serving; empty before."""
+    for line in four_letter(host, port, "srvr").splitlines():
+        if line.startswith("Mode:"):
+            return line.split(":", 1)[1].strip()
+    return ""
+
+
+class ZooKeeperServer:
+    """One server of an ensemble (or the only one). ``myid`` counts from 1."""
+
+    def __init__(
+        self,
+        *,
+        myid: int,
+        host: str,
+        client_port: int,
+        run_dir: Path,
+        peers: list[tuple[int, str, int, int]],
+        tick_ms: int = 1000,
+        heap: str = "256m",
+    ) -> None:
+        self.myid = myid
+        self.host = host
+        self.client_port = client_port
+        self.run_dir = run_dir
+        self.peers = peers  # (myid, host, peer port, election port) of every server
+        self.tick_ms = tick_ms
+        self.heap = heap
+        self._server = JavaServer(f"ZooKeeper {self.address}", run_dir / "console.log")
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.client_port}"
+
+    @property
+    def pid(self) -> int | None:
+        return self._server.pid
+
+    def adopt(self, pid: int) -> None:
+        self._server.adopt(pid)
+
+    def running(self) -> bool:
+        return self._server.running()
+
+    def spawn(self) -> None:
+        """Start the JVM (keeping the data directory of an earlier run); do not wait."""
+        if not ZOOKEEPER_JAR.exists():
+            raise StackError(f"{ZOOKEEPER_JAR} missing: apt-get install -y zookeeper")
+        if port_open(self.host, self.client_port):
+            raise StackError(f"{self.address} is already in use: another ZooKeeper running?")
+        cfg = self._write_config()
+        classpath = f"{ZOOKEEPER_CONF}:{ZOOKEEPER_JAR}"
+        argv = [java_executable(), f"-Xmx{self.heap}", "-cp", classpath, MAIN_CLASS, str(cfg)]
+        self._server.spawn(argv, cwd=self.run_dir)
+
+    def wait_serving(self, timeout: float) -> str:
+        """Wait until ``ruok`` answers ``imok`` and the server is serving; return its mode."""
+        deadline = time.monotonic() + timeout
+        while True:
+            self._server.check_alive()
+            if four_letter(self.host, self.client_port, "ruok") == "imok":
+                mode = server_mode(self.host, self.client_port)
+                if mode:
+                    return mode
+            if time.monotonic() > deadline:
+                raise StackError(
+                    f"ZooKeeper {self.address} not serving after {timeout:.0f} s; "
+                    f"end of {self._server.console_log}:\n{log_tail(self._server.console_log)}"
+                )
+            time.sleep(0.1)
+
+    def stop(self, timeout: float = 20.0) -> None:
+        self._server.stop(timeout)
+
+    def kill(self) -> None:
+        self._server.kill()
+
+    def _write_config(self) -> Path:
+        data = self.run_dir / "data"
+        data.mkdir(parents=True, exist_ok=True)
+        lines = [
+            f"tickTime={self.tick_ms}",  # sessions may last 2 to 20 ticks
+            "initLimit=10",
+            "syncLimit=5",
+            f"dataDir={data.resolve()}",
+            f"clientPort={self.client_port}",
+            f"clientPortAddress={self.host}",
+            "admin.enableServer=false",
+            "4lw.commands.whitelist=*",
+            "maxClientCnxns=0",
+        ]
+        if len(self.peers) > 1:
+            (data / "myid").write_text(f"{self.myid}\n")
+            lines += [f"server.{i}={h}:{peer}:{election}" for i, h, peer, election in self.peers]
+        cfg = self.run_dir / "zoo.cfg"
+        cfg.write_text("\n".join(lines) + "\n")
+        return cfg
+
+
+class ZooKeeperEnsemble:
+    """``size`` servers on ``host``: client ports ``client_port + i``, quorum ports
+    ``peer_port + i`` and ``election_port + i``. ``size=1`` runs one standalone server.
+
+    Servers are numbered from 0 in this API (``kill(0)``), their ZooKeeper ``myid`` is i+1.
+    """
+
+    def __init__(
+        self,
+        size: int = 1,
+        *,
+        host: str = "127.0.0.1",
+        client_port: int = 2181,
+        peer_port: int = 2888,
+        election_port: int = 3888,
+        run_dir: Path | None = None,
+        tick_ms: int = 1000,
+        progress: Progress = log_progress,
+    ) -> None:
+        if size < 1:
+            raise ValueError(f"an ensemble needs at least one server, got {size}")
+        self.host = host
+        self.progress = progress
+        self.run_dir = run_dir or Path(tempfile.mkdtemp(prefix=f"timeshard-zk-{client_port}-"))
+        peers = [(i + 1, host, peer_port + i, election_port + i) for i in range(size)]
+        self.servers = [
+            ZooKeeperServer(
+                myid=i + 1,
+                host=host,
+                client_port=client_port + i,
+                run_dir=self.run_dir / f"server{i + 1}",
+                peers=peers,
+                tick_ms=tick_ms,
+            )
+            for i in range(size)
+        ]
+
+    @property
+    def hosts(self) -> str:
+        """The connection string for clients (kazoo ``hosts=``)."""
+        return ",".join(s.address for s in self.servers)
+
+    def start(self, timeout: float = 60.0) -> None:
+        """Start every server and return once each is serving (an ensemble has a leader)."""
+        started = time.monotonic()
+        self.progress(f"starting ZooKeeper on {self.hosts} (run dir {self.run_dir})")
+        try:
+            for server in self.servers:
+                server.spawn()
+            for server in self.servers:
+                server.wait_serving(timeout)
+        except BaseException:
+            self.kill_all()
+            raise
+        self.progress(f"ZooKeeper is up on {self.hosts} after {time.monotonic() - started:.1f} s")
+
+    def stop(self, timeout: float = 20.0) -> None:
+        for server in self.servers:
+            server.stop(timeout)
+
+    def kill_all(self) -> None:
+        for server in self.servers:
+            server.kill()
+
+    def stop_server(self, i: int, timeout: float = 20.0) -> None:
+        self.servers[i].stop(timeout)
+
+    def kill(self, i: int) -> None:
+        """SIGKILL server ``i`` (as a crash would)."""
+        self.servers[i].kill()
+
+    def restart(self, i: int, timeout: float = 60.0) -> None:
+        """Start server ``i`` again (stopping it first if it runs), keeping its data."""
+        server = self.servers[i]
+        if server.running():
+            server.stop()
+        server.spawn()
+        server.wait_serving(timeout)
+
+    def leader(self) -> int | None:
+        """Index of the current leader (or 0 for a standalone server), None if none serves."""
+        for i, server in enumerate(self.servers):
+            if server.running() and server_mode(server.host, server.client_port) in (
+                "leader",
+                "standalone",
+            ):
+                return i
+        return None
+
+    def remove_data(self) -> None:
+        """Delete the run directory (after ``stop``)."""
+        shutil.rmtree(self.run_dir, ignore_errors=True)

@@ -1,0 +1,276 @@
+"""The conditional job writes (invariant 5): each applies only with the right state and fence,
+says what it found when it does not, and then has changed nothing."""
+
+from __future__ import annotations
+
+import asyncio
+
+from tests.contract.conftest import OpenStore
+from tests.contract.helpers import (
+    LEASE_MS,
+    NOW,
+    assert_stored,
+    assert_unchanged,
+    claim,
+    claimed,
+    created,
+    entries_of,
+)
+from timeshard.model import JobState
+
+# -- claim ------------------------------------------------------------------------------------
+
+
+async def test_claim_takes_a_scheduled_job_with_its_fence(open_store: OpenStore) -> None:
+    async with open_store() as store:
+        job = await created(store, "c1")
+        [out] = await store.claim_jobs([claim(job, worker="w1", lease_ms=LEASE_MS)])
+        got = await assert_stored(store, out)
+        assert got.state is JobState.RUNNING
+        assert (got.lease_owner, got.lease_until, got.started_at) == ("w1", NOW + LEASE_MS, NOW)
+        assert (got.attempt, got.fence) == (1, 1)
+        [attempt] = got.history
+        assert (attempt.attempt, attempt.worker, attempt.started_at) == (1, "w1", NOW)
+        assert (got.run_at, got.payload, got.job_type) == (job.run_at, job.payload, job.job_type)
+        # Invariant 2: the lease is checked when it runs out.
+        lease_check = await entries_of(store, got, NOW + LEASE_MS)
+        assert [e.due_at for e in lease_check] == [NOW + LEASE_MS]
+
+
+async def test_claim_with_a_stale_fence_changes_nothing(open_store: OpenStore) -> None:
+    async with open_store() as store:
+        job = await created(store, "c2")
+        [out] = await store.claim_jobs([claim(job, fence=7)])
+        await assert_unchanged(store, out, job)
+        assert await entries_of(store, job, NOW + LEASE_MS) == []
+
+
+async def test_claim_of_a_running_job_is_rejected(open_store: OpenStore) -> None:
+    async with open_store() as store:
+        job = await created(store, "c3")
+        running = await claimed(store, job, worker="w1")
+        for fence in (0, 1):
+            [out] = await store.claim_jobs([claim(job, worker="w2", fence=fence)])
+            await assert_unchanged(store, out, running)
+
+
+async def test_claim_of_a_missing_job_reports_none(open_store: OpenStore) -> None:
+    async with open_store() as store:
+        job = await created(store, "present")
+        ghost = job.with_(job_id="ghost")
+        [out] = await store.claim_jobs([claim(ghost)])
+        assert not out.applied and out.job is None
+        assert await store.get_job("ghost") is None
+
+
+async def test_claims_in_a_batch_are_answered_in_order(open_store: OpenStore) -> None:
+    async with open_store() as store:
+        a = await created(store, "b-a")
+        b = await created(store, "b-b")
+        outs = await store.claim_jobs([claim(a), claim(b, fence=3), claim(a.with_(job_id="none"))])
+        assert [o.applied for o in outs] == [True, False, False]
+        assert outs[0].job is not None and outs[0].job.job_id == "b-a"
+        assert outs[1].job == b and outs[2].job is None
+
+
+async def test_concurrent_claims_of_one_job_have_one_winner(open_store: OpenStore) -> None:
+    async with open_store() as store:
+        job = await created(store, "race")
+        outs = await asyncio.gather(
+            *(store.claim_jobs([claim(job, worker=f"w{i}")]) for i in range(8))
+        )
+        winners = [o for [o] in outs if o.applied]
+        assert len(winners) == 1
+        stored = await store.get_job("race")
+        assert stored == winners[0].job
+        assert stored is not None and (stored.fence, stored.attempt) == (1, 1)
+        assert all(o.job == stored for [o] in outs)
+
+
+# -- renew ------------------------------------------------------------------------------------
+
+
+async def test_renew_moves_the_lease_forward_only(open_store: OpenStore) -> None:
+    async with open_store() as store:
+        running = await claimed(store, await created(store, "r1"))
+        out = await store.renew_lease("r1", running.fence, NOW + 4 * 60_000)
+        renewed = await assert_stored(store, out)
+        assert renewed == running.with_(lease_until=NOW + 4 * 60_000)
+        back = await store.renew_lease("r1", running.fence, NOW + 3 * 60_000)
+        assert back.applied and back.job == renewed  # never backwards
+        assert await entries_of(store, running, NOW + 4 * 60_000) == []  # renewals write none
+
+
+async def test_renew_with_a_stale_fence_or_state_is_rejected(open_store: OpenStore) -> None:
+    async with open_store() as store:
+        job = await created(store, "r2")
+        out = await store.renew_lease("r2", 0, NOW + 60_000)  # not running
+        await assert_unchanged(store, out, job)
+        running = await claimed(store, job)
+        stale = await store.renew_lease("r2", running.fence - 1, NOW + 60_000)
+        await assert_unchanged(store, stale, running)
+        missing = await store.renew_lease("nope", 1, NOW)
+        assert not missing.applied and missing.job is None
+
+
+# -- complete ---------------------------------------------------------------------------------
+
+
+async def test_complete_finishes_the_lease_holder(open_store: OpenStore) -> None:
+    async with open_store() as store:
+        running = await claimed(store, await created(store, "d1"))
+        out = await store.complete_job("d1", running.fence, NOW + 500)
+        done = await assert_stored(store, out)
+        assert done.state is JobState.SUCCEEDED and done.finished_at == NOW + 500
+        assert done.fence == running.fence and done.attempt == 1
+        [attempt] = done.history
+        assert (attempt.finished_at, attempt.outcome) == (NOW + 500, "succeeded")
+        again = await store.complete_job("d1", running.fence, NOW + 900)
+        await assert_unchanged(store, again, done)
+
+
+async def test_complete_with_a_stale_fence_changes_nothing(open_store: OpenStore) -> None:
+    async with open_store() as store:
+        job = await created(store, "d2")
+        early = await store.complete_job("d2", 0, NOW)  # scheduled, never claimed
+        await assert_unchanged(store, early, job)
+        running = await claimed(store, job)
+        stale = await store.complete_job("d2", running.fence + 1, NOW)
+        await assert_unchanged(store, stale, running)
+
+
+# -- fail -------------------------------------------------------------------------------------
+
+
+async def test_fail_with_a_retry_time_schedules_the_job_again(open_store: OpenStore) -> None:
+    async with open_store() as store:
+        running = await claimed(store, await created(store, "f1"))
+        retry_at = NOW + 5 * 60_000
+        out = await store.fail_job("f1", running.fence, NOW + 100, "timeout", retry_at)
+        retrying = await assert_stored(store, out)
+        assert retrying.state is JobState.SCHEDULED and retrying.run_at == retry_at
+        assert retrying.last_error == "timeout" and retrying.fence == running.fence
+        [attempt] = retrying.history
+        assert (attempt.error, attempt.finished_at) == ("timeout", NOW + 100)
+        assert [e.due_at for e in await entries_of(store, retrying, retry_at)] == [retry_at]
+        # The next claim moves the fence on from where the failed one left it.
+        [again] = await store.claim_jobs([claim(retrying, worker="w2")])
+        second = await assert_stored(store, again)
+        assert (second.attempt, second.fence, len(second.history)) == (2, 2, 2)
+
+
+async def test_fail_without_a_retry_time_makes_the_job_dead(open_store: OpenStore) -> None:
+    async with open_store() as store:
+        running = await claimed(store, await created(store, "f2"))
+        out = await store.fail_job("f2", running.fence, NOW + 100, "bad input", None)
+        dead = await assert_stored(store, out)
+        assert dead.state is JobState.DEAD and dead.last_error == "bad input"
+        assert dead.finished_at == NOW + 100 and dead.history[-1].error == "bad input"
+        assert dead.payload == running.payload  # kept for inspection and replay
+
+
+async def test_fail_with_a_stale_fence_changes_nothing(open_store: OpenStore) -> None:
+    async with open_store() as store:
+        running = await claimed(store, await created(store, "f3"))
+        out = await store.fail_job("f3", running.fence - 1, NOW, "x", NOW + 5 * 60_000)
+        await assert_unchanged(store, out, running)
+        assert await entries_of(store, running, NOW + 5 * 60_000) == []
+
+
+# -- release ----------------------------------------------------------------------------------
+
+
+async def test_release_returns_an_expired_lease(open_store: OpenStore) -> None:
+    async with open_store() as store:
+        running = await claimed(store, await created(store, "l1"), lease_ms=30_000)
+        early = await store.release_lease("l1", running.fence, NOW + 29_999)
+        await assert_unchanged(store, early, running)
+        out = await store.release_lease("l1", running.fence, NOW + 30_000)
+        back = await assert_stored(store, out)
+        assert back.state is JobState.SCHEDULED and back.fence == running.fence
+        assert back.lease_owner == ""
+        # The worker that lost the lease can no longer finish the job...
+        late = await store.complete_job("l1", running.fence, NOW + 31_000)
+        await assert_unchanged(store, late, back)
+        # ...and the next claim fences it out for good.
+        nxt = await claimed(store, back, worker="w2")
+        assert nxt.fence == running.fence + 1 and nxt.attempt == 2
+
+
+async def test_release_with_a_stale_fence_changes_nothing(open_store: OpenStore) -> None:
+    async with open_store() as store:
+        running = await claimed(store, await created(store, "l2"), lease_ms=1_000)
+        out = await store.release_lease("l2", running.fence + 1, NOW + 60_000)
+        await assert_unchanged(store, out, running)
+
+
+# -- cancel -----------------------------------------------------------------------------------
+
+
+async def test_cancel_a_scheduled_job(open_store: OpenStore) -> None:
+    async with open_store() as store:
+        job = await created(store, "x1")
+        wrong_state = await store.cancel_job("x1", JobState.RUNNING, 0, NOW)
+        await assert_unchanged(store, wrong_state, job)
+        stale = await store.cancel_job("x1", JobState.SCHEDULED, 5, NOW)
+        await assert_unchanged(store, stale, job)
+        out = await store.cancel_job("x1", JobState.SCHEDULED, 0, NOW + 1)
+        cancelled = await assert_stored(store, out)
+        assert cancelled.state is JobState.CANCELLED and cancelled.fence == 1
+        assert cancelled.finished_at == NOW + 1
+        [late_claim] = await store.claim_jobs([claim(job)])
+        await assert_unchanged(store, late_claim, cancelled)
+
+
+async def test_cancel_a_running_job_revokes_its_lease(open_store: OpenStore) -> None:
+    async with open_store() as store:
+        running = await claimed(store, await created(store, "x2"))
+        out = await store.cancel_job("x2", JobState.RUNNING, running.fence, NOW + 5)
+        cancelled = await assert_stored(store, out)
+        assert cancelled.state is JobState.CANCELLED and cancelled.fence == running.fence + 1
+        assert cancelled.history[-1].outcome == "cancelled"
+        for write in (
+            store.renew_lease("x2", running.fence, NOW + 90_000),
+            store.complete_job("x2", running.fence, NOW + 6),
+            store.fail_job("x2", running.fence, NOW + 6, "boom", NOW + 60_000),
+        ):
+            await assert_unchanged(store, await write, cancelled)
+
+
+async def test_cancel_a_finished_job_is_rejected(open_store: OpenStore) -> None:
+    async with open_store() as store:
+        running = await claimed(store, await created(store, "x3"))
+        done = await assert_stored(store, await store.complete_job("x3", running.fence, NOW))
+        for state in (JobState.SUCCEEDED, JobState.RUNNING):
+            out = await store.cancel_job("x3", state, done.fence, NOW)
+            await assert_unchanged(store, out, done)
+
+
+# -- reschedule -------------------------------------------------------------------------------
+
+
+async def test_reschedule_moves_run_at_and_writes_its_entry(open_store: OpenStore) -> None:
+    async with open_store() as store:
+        job = await created(store, "s1", run_at=NOW + 10_000)
+        out = await store.reschedule_job("s1", 0, NOW + 3_600_000, NOW)
+        moved = await assert_stored(store, out)
+        assert moved == job.with_(run_at=NOW + 3_600_000)
+        assert [e.due_at for e in await entries_of(store, moved, NOW + 3_600_000)] == [
+            NOW + 3_600_000
+        ]
+        past = await store.reschedule_job("s1", 0, NOW - 60_000, NOW)  # into the past: due now
+        assert (await assert_stored(store, past)).run_at == NOW - 60_000
+        assert NOW in [e.due_at for e in await entries_of(store, moved, NOW)]
+        assert await entries_of(store, moved, NOW - 60_000) == []
+
+
+async def test_reschedule_with_a_stale_fence_or_state_is_rejected(open_store: OpenStore) -> None:
+    async with open_store() as store:
+        job = await created(store, "s2")
+        later = NOW + 10 * 60_000
+        stale = await store.reschedule_job("s2", 1, later, NOW)
+        await assert_unchanged(store, stale, job)
+        running = await claimed(store, job)
+        busy = await store.reschedule_job("s2", running.fence, later, NOW)
+        await assert_unchanged(store, busy, running)
+        assert await entries_of(store, job, later) == []

@@ -1,0 +1,98 @@
+"""Cron schedule rows: created once, updated conditionally on their version, listed, deleted;
+each with the bucket entry of its next fire."""
+
+from __future__ import annotations
+
+from tests.contract.conftest import OpenStore
+from tests.contract.helpers import NOW, NUM_SHARDS
+from timeshard.model import MisfirePolicy, OverlapPolicy, Schedule
+from timeshard.sharding import minute_of, shard_of
+from timeshard.store.base import Store, schedule_entry
+
+
+def make_schedule(schedule_id: str, *, next_fire: int = NOW + 3_600_000) -> Schedule:
+    return Schedule(
+        schedule_id=schedule_id,
+        shard=shard_of(schedule_id, NUM_SHARDS),
+        cron="0 2 * * *",
+        timezone="Europe/Berlin",
+        dst_gap="shift",
+        job_type="invoices.generate",
+        payload=b'{"all":true}',
+        max_attempts=5,
+        misfire=MisfirePolicy.ALL,
+        misfire_grace_ms=30_000,
+        max_catchup=3,
+        overlap=OverlapPolicy.QUEUE,
+        max_concurrent=2,
+        jitter_ms=250,
+        next_fire=next_fire,
+        created_at=NOW,
+        active=("nightly@1", "nightly@2"),
+    )
+
+
+async def entry_times(store: Store, s: Schedule, at: int) -> list[int]:
+    page = await store.read_bucket(s.shard, minute_of(at), due_from=0, due_to=2**62)
+    return [e.due_at for e in page if e.job_id == s.entry_id]
+
+
+async def test_create_stores_the_schedule_and_its_entry(open_store: OpenStore) -> None:
+    async with open_store() as store:
+        s = make_schedule("nightly")
+        created, stored = await store.create_schedule(s, schedule_entry(s, s.next_fire, NOW))
+        assert created and stored == s
+        assert await store.get_schedule("nightly") == s
+        assert await entry_times(store, s, s.next_fire) == [s.next_fire]
+        other = make_schedule("nightly", next_fire=NOW + 60_000).with_(cron="* * * * *")
+        again, found = await store.create_schedule(other, schedule_entry(other, NOW, NOW))
+        assert not again and found == s
+        assert await store.get_schedule("nightly") == s
+        assert await store.get_schedule("missing") is None
+
+
+async def test_update_applies_only_at_the_expected_version(open_store: OpenStore) -> None:
+    async with open_store() as store:
+        s = make_schedule("hourly")
+        await store.create_schedule(s, schedule_entry(s, s.next_fire, NOW))
+        later = s.next_fire + 3_600_000
+        moved = s.with_(next_fire=later, last_fire_at=s.next_fire, active=("hourly@9",))
+        ok, after = await store.update_schedule(moved, 0, schedule_entry(moved, later, NOW))
+        assert ok and after == moved.with_(version=1)
+        assert await store.get_schedule("hourly") == after
+        assert await entry_times(store, s, later) == [later]
+        stale, found = await store.update_schedule(s.with_(paused=True), 0, None)
+        assert not stale and found == after
+        ok, paused = await store.update_schedule(after.with_(paused=True), 1, None)
+        assert ok and paused is not None and paused.paused and paused.version == 2
+        missing, none = await store.update_schedule(make_schedule("ghost"), 0, None)
+        assert not missing and none is None
+        assert await store.get_schedule("ghost") is None
+
+
+async def test_schedules_list_in_pages(open_store: OpenStore) -> None:
+    async with open_store() as store:
+        ids = [f"sched-{i}" for i in range(7)]
+        for i in ids:
+            s = make_schedule(i)
+            await store.create_schedule(s, schedule_entry(s, s.next_fire, NOW))
+        seen: list[str] = []
+        token = ""
+        while True:
+            page, token = await store.list_schedules(limit=3, page_token=token)
+            assert len(page) <= 3
+            seen += [s.schedule_id for s in page]
+            if not token:
+                break
+        assert sorted(seen) == ids and len(seen) == len(ids)
+
+
+async def test_delete_removes_the_row(open_store: OpenStore) -> None:
+    async with open_store() as store:
+        s = make_schedule("gone")
+        await store.create_schedule(s, schedule_entry(s, s.next_fire, NOW))
+        assert await store.delete_schedule("gone")
+        assert await store.get_schedule("gone") is None
+        assert not await store.delete_schedule("gone")
+        page, token = await store.list_schedules(limit=10, page_token="")
+        assert page == [] and token == ""

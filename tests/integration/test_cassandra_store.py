@@ -1,0 +1,268 @@
+"""The Cassandra store against real Cassandra: contention between separate clients, a node that
+crashes and comes back, and what only Cassandra has (migrations, table options, URL)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.contract.conftest import cassandra_address, cassandra_admin, free_port
+from tests.contract.helpers import NOW, claim, create, entries_of, make_job
+from timeshard.errors import InvalidArgument, StoreUnavailable
+from timeshard.model import BucketEntry, JobState
+from timeshard.sharding import minute_of, shard_of
+from timeshard.stack import CassandraProcess
+from timeshard.store.base import Store
+from timeshard.store.cassandra import CassandraStore, bucket_ttl, parse_url
+
+__all__ = ["cassandra_address", "cassandra_admin"]  # session fixtures shared with the contract
+
+pytestmark = pytest.mark.timeout(300)
+
+
+@pytest.fixture
+def keyspace(cassandra_admin: Any) -> Iterator[str]:
+    name = f"it_{uuid.uuid4().hex[:16]}"
+    yield name
+    cassandra_admin.execute(f"DROP KEYSPACE IF EXISTS {name}")
+
+
+def url(address: str, keyspace: str) -> str:
+    return f"cassandra://{address}/{keyspace}"
+
+
+async def test_sixteen_claimers_on_one_job_have_exactly_one_winner(
+    cassandra_address: str, keyspace: str
+) -> None:
+    # Sixteen separate clients (as on sixteen nodes), opened together: the migration runs once.
+    stores = [
+        CassandraStore.from_url(url(cassandra_address, keyspace), num_shards=8) for _ in range(16)
+    ]
+    await asyncio.gather(*(s.open() for s in stores))
+    try:
+        jobs = [make_job(f"contended-{i}") for i in range(5)]
+        await create(stores[0], *jobs)
+        for job in jobs:
+            outs = await asyncio.gather(
+                *(s.claim_jobs([claim(job, worker=f"worker-{i}")]) for i, s in enumerate(stores))
+            )
+            winners = [(i, o) for i, [o] in enumerate(outs) if o.applied]
+            assert len(winners) == 1, f"{job.job_id}: {len(winners)} claims applied"
+            i, won = winners[0]
+            stored = await stores[0].get_job(job.job_id)
+            assert stored is not None and stored == won.job
+            assert (stored.lease_owner, stored.fence, stored.attempt) == (f"worker-{i}", 1, 1)
+            assert len(stored.history) == 1
+            for [o] in outs:  # every loser saw the winner's row
+                assert o.job is not None and o.job.lease_owner == f"worker-{i}"
+    finally:
+        await asyncio.gather(*(s.close() for s in stores))
+
+
+async def test_migrations_are_recorded_once(
+    cassandra_address: str, keyspace: str, cassandra_admin: Any
+) -> None:
+    for _ in range(2):
+        store = CassandraStore.from_url(url(cassandra_address, keyspace))
+        await store.open()
+        await store.close()
+    rows = list(cassandra_admin.execute(f"SELECT * FROM {keyspace}.schema_migrations"))
+    assert sorted((r.version, r.done) for r in rows) == [(1, True), (2, True)]
+    table = cassandra_admin.execute(
+        "SELECT compaction, default_time_to_live FROM system_schema.tables "
+        "WHERE keyspace_name = %s AND table_name = 'buckets'",
+        (keyspace,),
+    ).one()
+    assert table.compaction["class"].endswith("TimeWindowCompactionStrategy")
+    assert table.default_time_to_live == 7 * 24 * 3600
+    replication = cassandra_admin.execute(
+        "SELECT replication FROM system_schema.keyspaces WHERE keyspace_name = %s", (keyspace,)
+    ).one()
+    assert replication.replication["replication_factor"] == "1"
+
+
+async def test_a_store_at_an_older_version_gets_the_newer_migrations(
+    cassandra_address: str, keyspace: str, cassandra_admin: Any
+) -> None:
+    store = CassandraStore.from_url(url(cassandra_address, keyspace))
+    await store.open()
+    await store.close()
+    # Back to version 1: as a keyspace made before schedules existed.
+    cassandra_admin.execute(f"DROP TABLE {keyspace}.schedules")
+    cassandra_admin.execute(f"DELETE FROM {keyspace}.schema_migrations WHERE version = 2")
+    store = CassandraStore.from_url(url(cassandra_address, keyspace))
+    await store.open()
+    try:
+        assert await store.get_schedule("nightly") is None  # the table is back
+    finally:
+        await store.close()
+    rows = cassandra_admin.execute(f"SELECT version, done FROM {keyspace}.schema_migrations")
+    assert sorted((r.version, r.done) for r in rows) == [(1, True), (2, True)]
+
+
+async def test_a_key_left_without_its_job_is_completed_by_the_repeat(
+    cassandra_address: str, keyspace: str, cassandra_admin: Any
+) -> None:
+    store = CassandraStore.from_url(url(cassandra_address, keyspace), num_shards=8)
+    await store.open()
+    try:
+        body = make_job("whatever", key="pay-42")
+        # As if a client crashed after writing the key, before the job row.
+        cassandra_admin.execute(
+            f"INSERT INTO {keyspace}.idempotency_keys (key, job_id, digest) VALUES (%s, %s, %s)",
+            ("pay-42", "first-try", body.body_digest()),
+        )
+        [result] = await create(store, make_job("second-try", key="pay-42"))
+        assert result.created and result.job.job_id == "first-try"
+        assert result.job.shard == shard_of("first-try", 8)
+        assert await store.get_job("second-try") is None
+        assert [e.job_id for e in await entries_of(store, result.job, result.job.run_at)] == [
+            "first-try"
+        ]
+        cassandra_admin.execute(
+            f"INSERT INTO {keyspace}.idempotency_keys (key, job_id, digest) VALUES (%s, %s, %s)",
+            ("pay-43", "lost", "another-digest"),
+        )
+        with pytest.raises(InvalidArgument, match="idempotency_key"):
+            await create(store, make_job("third", key="pay-43"))
+    finally:
+        await store.close()
+
+
+async def test_a_read_longer_than_a_driver_page_returns_every_row(
+    cassandra_address: str, keyspace: str
+) -> None:
+    store = CassandraStore.from_url(url(cassandra_address, keyspace), num_shards=8)
+    await store.open()
+    try:
+        entries = [
+            BucketEntry(shard=1, minute=minute_of(NOW), due_at=NOW + i % 60_000, job_id=f"p{i}")
+            for i in range(7_000)  # the driver fetches 5000 rows a page
+        ]
+        await store.add_entries(entries)
+        page = await store.read_bucket(1, minute_of(NOW), due_from=0, due_to=2**62, limit=10_000)
+        assert page == sorted(entries, key=lambda e: (e.due_at, e.job_id))
+    finally:
+        await store.close()
+
+
+async def test_no_cassandra_is_store_unavailable() -> None:
+    store = CassandraStore.from_url(f"cassandra://127.0.0.1:{free_port()}/nothing_here")
+    started = time.monotonic()
+    with pytest.raises(StoreUnavailable, match="NoHostAvailable"):
+        await store.open()
+    assert time.monotonic() - started < 30
+    with pytest.raises(StoreUnavailable):
+        await store.get_job("x")
+
+
+def test_urls_are_parsed_and_checked() -> None:
+    cfg = parse_url("cassandra://u:p%40ss@10.0.0.1:9142,10.0.0.2/ks_1?dc=dc1:3,dc2:2&serial=serial")
+    assert cfg.contact_points == (("10.0.0.1", 9142), ("10.0.0.2", 9042))
+    assert cfg.keyspace == "ks_1" and (cfg.username, cfg.password) == ("u", "p@ss")
+    assert cfg.replication == {"class": "NetworkTopologyStrategy", "dc1": 3, "dc2": 2}
+    assert cfg.serial_consistency == "serial" and cfg.consistency == "local_quorum"
+    assert parse_url("cassandra://h/ks?rf=3").replication == {
+        "class": "SimpleStrategy",
+        "replication_factor": 3,
+    }
+    for bad in ("cassandra://h:port/ks", "cassandra://h:9042", "sqlite:///x", "cassandra://h/k-s"):
+        with pytest.raises(InvalidArgument):
+            CassandraStore.from_url(bad)
+
+
+def test_bucket_entries_live_a_week_past_their_due_time() -> None:
+    assert bucket_ttl(NOW + 3_600_000, NOW) == 3600 + 7 * 24 * 3600
+    assert bucket_ttl(NOW - 3_600_000, NOW) == 7 * 24 * 3600  # late: a week from now
+    assert bucket_ttl(NOW + 30 * 365 * 86_400_000, NOW) == 0  # past Cassandra's limit: forever
+
+
+# -- a node that crashes and comes back ----------------------------------------------------------
+
+
+@pytest.fixture
+def own_node(tmp_path: Path) -> Iterator[CassandraProcess]:
+    """A Cassandra of this test's own (the shared one is not disturbed)."""
+    node = CassandraProcess(
+        port=free_port(),
+        storage_port=free_port(),
+        run_dir=tmp_path / "cassandra",
+        cluster_name="timeshard-crash",
+    )
+    node.start(timeout=240)
+    try:
+        yield node
+    finally:
+        node.stop()
+
+
+async def _wait_available(store: Store, timeout: float) -> float:
+    started = time.monotonic()
+    while True:
+        try:
+            await store.get_shard(0)
+            return time.monotonic() - started
+        except StoreUnavailable:
+            if time.monotonic() - started > timeout:
+                raise
+            await asyncio.sleep(0.5)
+
+
+@pytest.mark.timeout(600)
+async def test_a_killed_node_is_unavailable_then_loses_nothing(
+    own_node: CassandraProcess,
+) -> None:
+    store = CassandraStore.from_url(url(own_node.address, "crash"), num_shards=8)
+    await store.open()
+    try:
+        jobs = [make_job(f"before-{i:03d}", run_at=NOW + i * 1000) for i in range(60)]
+        assert all(r.created for r in await create(store, *jobs))
+        claimed = await store.claim_jobs([claim(j, worker="w") for j in jobs[:20]])
+        assert all(o.applied for o in claimed)
+        for out in claimed[:10]:
+            assert out.job is not None
+            assert (await store.complete_job(out.job.job_id, out.job.fence, NOW + 5)).applied
+        ok, shard = await store.acquire_shard(3, "node-a", 0, 100)
+        assert ok
+        acknowledged = await store.get_jobs([j.job_id for j in jobs])
+
+        own_node.kill()  # SIGKILL: no flush, no goodbye
+        started = time.monotonic()
+        attempts: list[Callable[[], Awaitable[object]]] = [
+            lambda: create(store, make_job("during")),
+            lambda: store.get_job("before-000"),
+            lambda: store.claim_jobs([claim(jobs[30], worker="w2")]),
+            lambda: store.complete_job("before-010", 1, NOW),
+            lambda: store.read_bucket(0, 0, due_from=0, due_to=1),
+            lambda: store.acquire_shard(3, "node-b", 1, 0),
+            lambda: store.save_cursor(3, 1, 200),
+        ]
+        for attempt in attempts:
+            with pytest.raises(StoreUnavailable):
+                await attempt()
+        assert time.monotonic() - started < 120, "unavailability must be reported, not hang"
+
+        own_node.start(timeout=240)
+        waited = await _wait_available(store, timeout=120)
+        assert waited < 120
+
+        after = await store.get_jobs([j.job_id for j in jobs])
+        assert after == acknowledged  # every acknowledged write survived, nothing else changed
+        for job in jobs:
+            assert await entries_of(store, job, job.run_at), f"{job.job_id} lost its entry"
+        assert await store.get_shard(3) == shard
+        # And it carries on: the rest are claimed and completed, new jobs are taken.
+        rest = [j for j in after.values() if j.state is JobState.SCHEDULED]
+        for out in await store.claim_jobs([claim(j, worker="w3") for j in rest]):
+            assert out.applied and out.job is not None
+            assert (await store.complete_job(out.job.job_id, out.job.fence, NOW + 9)).applied
+        [new] = await create(store, make_job("after"))
+        assert new.created
+    finally:
+        await store.close()
