@@ -70,6 +70,7 @@ from timeshard.model import (
     ShardState,
 )
 from timeshard.sharding import DEFAULT_NUM_SHARDS, shard_of, validate_num_shards
+from timeshard.store import transitions as T
 from timeshard.store.base import (
     MAX_HISTORY,
     ClaimRequest,
@@ -77,10 +78,8 @@ from timeshard.store.base import (
     JobPage,
     Store,
     entry_for,
-    finish_attempt,
     history_from_json,
     history_to_json,
-    new_attempt,
 )
 from timeshard.store.named import load_queries
 
@@ -739,25 +738,17 @@ class CassandraStore(Store):
 
     # -- conditional job writes -----------------------------------------------------------
 
-    async def _conditional(
-        self,
-        statement: str,
-        job_id: str,
-        condition: Callable[[Job], bool],
-        change: Callable[[Job], Job],
-        entry_at: Callable[[Job], int | None] = lambda _: None,
-        now: int = 0,
-    ) -> Outcome:
-        """Apply ``change`` with ``statement`` if ``condition`` holds, as one LWT on the row
-        image; write the bucket entry for ``entry_at(new)`` (if any) first."""
+    async def _conditional(self, statement: str, job_id: str, t: T.Transition) -> Outcome:
+        """Apply the transition with ``statement`` if its condition holds, as one LWT on the
+        row image; write the bucket entry the new row needs (if any) first."""
         found = await self._read_job(job_id)
         written: BucketEntry | None = None
         for _ in range(CAS_ROUNDS):
-            if found is None or not condition(found.job):
+            if found is None or not t.condition(found.job):
                 return Outcome(applied=False, job=found.job if found else None)
-            new = _bounded_history(change(found.job))
-            at = entry_at(new)
-            if at is not None and (entry := entry_for(new, at, now)) != written:
+            new = _bounded_history(t.change(found.job))
+            at = t.entry_at(new)
+            if at is not None and (entry := entry_for(new, at, t.now)) != written:
                 await self._put_entries([entry])
                 written = entry
             params = {**_job_columns(new), **{f"was_{k}": v for k, v in found.image.items()}}
@@ -787,126 +778,32 @@ class CassandraStore(Store):
             ) from unavailable
 
     async def claim_jobs(self, claims: Sequence[ClaimRequest]) -> list[Outcome]:
-        return await _gather(self._claim(c) for c in claims)
-
-    async def _claim(self, c: ClaimRequest) -> Outcome:
-        return await self._conditional(
-            "claim_job",
-            c.job_id,
-            lambda j: j.state is JobState.SCHEDULED and j.fence == c.expect_fence,
-            lambda j: j.with_(
-                state=JobState.RUNNING,
-                lease_owner=c.worker,
-                lease_until=c.lease_until,
-                attempt=j.attempt + 1,
-                fence=j.fence + 1,
-                started_at=c.now,
-                history=(*j.history, new_attempt(j, c.worker, c.now)),
-            ),
-            lambda j: j.lease_until,
-            c.now,
-        )
+        return await _gather(self._conditional("claim_job", c.job_id, T.claim(c)) for c in claims)
 
     async def renew_lease(self, job_id: str, fence: int, lease_until: int) -> Outcome:
-        return await self._conditional(
-            "renew_lease",
-            job_id,
-            lambda j: j.state is JobState.RUNNING and j.fence == fence,
-            lambda j: j.with_(lease_until=max(j.lease_until, lease_until)),
-        )
+        return await self._conditional("renew_lease", job_id, T.renew(fence, lease_until))
 
     async def complete_job(self, job_id: str, fence: int, now: int) -> Outcome:
-        return await self._conditional(
-            "complete_job",
-            job_id,
-            lambda j: j.state is JobState.RUNNING and j.fence == fence,
-            lambda j: j.with_(
-                state=JobState.SUCCEEDED,
-                finished_at=now,
-                lease_owner="",
-                history=finish_attempt(j, now, "succeeded"),
-            ),
-        )
+        return await self._conditional("complete_job", job_id, T.complete(fence, now))
 
     async def fail_job(
         self, job_id: str, fence: int, now: int, error: str, retry_at: int | None
     ) -> Outcome:
-        def change(j: Job) -> Job:
-            if retry_at is None:
-                return j.with_(
-                    state=JobState.DEAD,
-                    finished_at=now,
-                    lease_owner="",
-                    last_error=error,
-                    history=finish_attempt(j, now, "dead", error),
-                )
-            return j.with_(
-                state=JobState.SCHEDULED,
-                run_at=retry_at,
-                lease_owner="",
-                last_error=error,
-                history=finish_attempt(j, now, "retry", error),
-            )
-
-        return await self._conditional(
-            "fail_job",
-            job_id,
-            lambda j: j.state is JobState.RUNNING and j.fence == fence,
-            change,
-            lambda j: j.run_at if j.state is JobState.SCHEDULED else None,
-            now,
-        )
+        return await self._conditional("fail_job", job_id, T.fail(fence, now, error, retry_at))
 
     async def release_lease(self, job_id: str, fence: int, now: int) -> Outcome:
-        return await self._conditional(
-            "release_lease",
-            job_id,
-            lambda j: j.state is JobState.RUNNING and j.fence == fence and j.lease_until <= now,
-            lambda j: j.with_(
-                state=JobState.SCHEDULED,
-                lease_owner="",
-                last_error="lease expired",
-                history=finish_attempt(j, now, "lease expired", "lease expired"),
-            ),
-        )
+        return await self._conditional("release_lease", job_id, T.release(fence, now))
 
     async def cancel_job(
         self, job_id: str, expect_state: JobState, fence: int, now: int
     ) -> Outcome:
-        return await self._conditional(
-            "cancel_job",
-            job_id,
-            lambda j: j.state is expect_state and j.fence == fence and not j.state.terminal,
-            lambda j: j.with_(
-                state=JobState.CANCELLED,
-                fence=j.fence + 1,
-                finished_at=now,
-                lease_owner="",
-                history=finish_attempt(j, now, "cancelled")
-                if j.state is JobState.RUNNING
-                else j.history,
-            ),
-        )
+        return await self._conditional("cancel_job", job_id, T.cancel(expect_state, fence, now))
 
     async def reschedule_job(self, job_id: str, fence: int, run_at: int, now: int) -> Outcome:
-        return await self._conditional(
-            "reschedule_job",
-            job_id,
-            lambda j: j.state is JobState.SCHEDULED and j.fence == fence,
-            lambda j: j.with_(run_at=run_at),
-            lambda j: j.run_at,
-            now,
-        )
+        return await self._conditional("reschedule_job", job_id, T.reschedule(fence, run_at, now))
 
     async def replay_job(self, job_id: str, fence: int, run_at: int, now: int) -> Outcome:
-        return await self._conditional(
-            "replay_job",
-            job_id,
-            lambda j: j.state is JobState.DEAD and j.fence == fence,
-            lambda j: j.with_(state=JobState.SCHEDULED, run_at=run_at, attempt=0, finished_at=0),
-            lambda j: j.run_at,
-            now,
-        )
+        return await self._conditional("replay_job", job_id, T.replay(fence, run_at, now))
 
     async def purge_job(self, job_id: str, fence: int) -> Outcome:
         found = await self._read_job(job_id)

@@ -30,6 +30,7 @@ from timeshard.model import (
     ShardState,
 )
 from timeshard.sharding import DEFAULT_NUM_SHARDS, shard_of, validate_num_shards
+from timeshard.store import transitions as T
 from timeshard.store.base import (
     MAX_HISTORY,
     ClaimRequest,
@@ -37,15 +38,13 @@ from timeshard.store.base import (
     JobPage,
     Store,
     entry_for,
-    finish_attempt,
     history_from_json,
     history_to_json,
-    new_attempt,
 )
 from timeshard.store.named import load_queries
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
+R = TypeVar("R")
 Q = load_queries("sqlite.sql")
 _Op = tuple[Callable[[sqlite3.Connection], Any], Future[Any]]
 
@@ -170,24 +169,17 @@ def _put_entry(db: sqlite3.Connection, e: BucketEntry) -> None:
     db.execute(Q["insert_entry"], (e.shard, e.minute, e.due_at, e.job_id))
 
 
-def _conditional(
-    db: sqlite3.Connection,
-    job_id: str,
-    condition: Callable[[Job], bool],
-    change: Callable[[Job], Job],
-    entry_at: Callable[[Job], int | None] = lambda _: None,
-    now: int = 0,
-) -> Outcome:
-    """Read the row, and if ``condition`` holds write ``change(row)`` (and the bucket entry
-    for ``entry_at(new)``, if any) — atomic because the writer thread is the only one."""
+def _apply(db: sqlite3.Connection, job_id: str, t: T.Transition) -> Outcome:
+    """Read the row, and if the transition's condition holds write the changed row and the
+    entry it needs — atomic because the writer thread is the only one."""
     found = _select(db, job_id)
-    if found is None or not condition(found):
+    if found is None or not t.condition(found):
         return Outcome(applied=False, job=found)
-    new = change(found)
+    new = t.change(found)
     db.execute(Q["update_job"], _job_params(new))
-    at = entry_at(new)
+    at = t.entry_at(new)
     if at is not None:
-        _put_entry(db, entry_for(new, at, now))
+        _put_entry(db, entry_for(new, at, t.now))
     return Outcome(applied=True, job=new)
 
 
@@ -306,10 +298,10 @@ class SqliteStore(Store):
             else:
                 fut.set_exception(value)
 
-    async def _call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+    async def _call(self, fn: Callable[[sqlite3.Connection], R]) -> R:
         if self._thread is None:
             raise StoreUnavailable("the store is not open")
-        fut: Future[T] = Future()
+        fut: Future[R] = Future()
         self._ops.put((fn, fut))
         return await asyncio.wrap_future(fut)
 
@@ -414,142 +406,36 @@ class SqliteStore(Store):
     # -- conditional job writes -----------------------------------------------------------
 
     async def claim_jobs(self, claims: Sequence[ClaimRequest]) -> list[Outcome]:
-        def claim(db: sqlite3.Connection, c: ClaimRequest) -> Outcome:
-            return _conditional(
-                db,
-                c.job_id,
-                lambda j: j.state is JobState.SCHEDULED and j.fence == c.expect_fence,
-                lambda j: j.with_(
-                    state=JobState.RUNNING,
-                    lease_owner=c.worker,
-                    lease_until=c.lease_until,
-                    attempt=j.attempt + 1,
-                    fence=j.fence + 1,
-                    started_at=c.now,
-                    history=(*j.history, new_attempt(j, c.worker, c.now)),
-                ),
-                lambda j: j.lease_until,
-                c.now,
-            )
-
-        return await self._call(lambda db: [claim(db, c) for c in claims])
+        return await self._call(lambda db: [_apply(db, c.job_id, T.claim(c)) for c in claims])
 
     async def renew_lease(self, job_id: str, fence: int, lease_until: int) -> Outcome:
-        return await self._call(
-            lambda db: _conditional(
-                db,
-                job_id,
-                lambda j: j.state is JobState.RUNNING and j.fence == fence,
-                lambda j: j.with_(lease_until=max(j.lease_until, lease_until)),
-            )
-        )
+        return await self._call(lambda db: _apply(db, job_id, T.renew(fence, lease_until)))
 
     async def complete_job(self, job_id: str, fence: int, now: int) -> Outcome:
-        return await self._call(
-            lambda db: _conditional(
-                db,
-                job_id,
-                lambda j: j.state is JobState.RUNNING and j.fence == fence,
-                lambda j: j.with_(
-                    state=JobState.SUCCEEDED,
-                    finished_at=now,
-                    lease_owner="",
-                    history=finish_attempt(j, now, "succeeded"),
-                ),
-            )
-        )
+        return await self._call(lambda db: _apply(db, job_id, T.complete(fence, now)))
 
     async def fail_job(
         self, job_id: str, fence: int, now: int, error: str, retry_at: int | None
     ) -> Outcome:
-        def change(j: Job) -> Job:
-            if retry_at is None:
-                return j.with_(
-                    state=JobState.DEAD,
-                    finished_at=now,
-                    lease_owner="",
-                    last_error=error,
-                    history=finish_attempt(j, now, "dead", error),
-                )
-            return j.with_(
-                state=JobState.SCHEDULED,
-                run_at=retry_at,
-                lease_owner="",
-                last_error=error,
-                history=finish_attempt(j, now, "retry", error),
-            )
-
-        return await self._call(
-            lambda db: _conditional(
-                db,
-                job_id,
-                lambda j: j.state is JobState.RUNNING and j.fence == fence,
-                change,
-                lambda j: j.run_at if j.state is JobState.SCHEDULED else None,
-                now,
-            )
-        )
+        transition = T.fail(fence, now, error, retry_at)
+        return await self._call(lambda db: _apply(db, job_id, transition))
 
     async def release_lease(self, job_id: str, fence: int, now: int) -> Outcome:
-        return await self._call(
-            lambda db: _conditional(
-                db,
-                job_id,
-                lambda j: j.state is JobState.RUNNING and j.fence == fence and j.lease_until <= now,
-                lambda j: j.with_(
-                    state=JobState.SCHEDULED,
-                    lease_owner="",
-                    last_error="lease expired",
-                    history=finish_attempt(j, now, "lease expired", "lease expired"),
-                ),
-            )
-        )
+        return await self._call(lambda db: _apply(db, job_id, T.release(fence, now)))
 
     async def cancel_job(
         self, job_id: str, expect_state: JobState, fence: int, now: int
     ) -> Outcome:
-        return await self._call(
-            lambda db: _conditional(
-                db,
-                job_id,
-                lambda j: j.state is expect_state and j.fence == fence and not j.state.terminal,
-                lambda j: j.with_(
-                    state=JobState.CANCELLED,
-                    fence=j.fence + 1,
-                    finished_at=now,
-                    lease_owner="",
-                    history=finish_attempt(j, now, "cancelled")
-                    if j.state is JobState.RUNNING
-                    else j.history,
-                ),
-            )
-        )
+        transition = T.cancel(expect_state, fence, now)
+        return await self._call(lambda db: _apply(db, job_id, transition))
 
     async def reschedule_job(self, job_id: str, fence: int, run_at: int, now: int) -> Outcome:
-        return await self._call(
-            lambda db: _conditional(
-                db,
-                job_id,
-                lambda j: j.state is JobState.SCHEDULED and j.fence == fence,
-                lambda j: j.with_(run_at=run_at),
-                lambda j: j.run_at,
-                now,
-            )
-        )
+        transition = T.reschedule(fence, run_at, now)
+        return await self._call(lambda db: _apply(db, job_id, transition))
 
     async def replay_job(self, job_id: str, fence: int, run_at: int, now: int) -> Outcome:
-        return await self._call(
-            lambda db: _conditional(
-                db,
-                job_id,
-                lambda j: j.state is JobState.DEAD and j.fence == fence,
-                lambda j: j.with_(
-                    state=JobState.SCHEDULED, run_at=run_at, attempt=0, finished_at=0
-                ),
-                lambda j: j.run_at,
-                now,
-            )
-        )
+        transition = T.replay(fence, run_at, now)
+        return await self._call(lambda db: _apply(db, job_id, transition))
 
     async def purge_job(self, job_id: str, fence: int) -> Outcome:
         def run(db: sqlite3.Connection) -> Outcome:

@@ -1,0 +1,138 @@
+"""The lease protocol's state transitions, shared by every store.
+
+Each conditional write of the contract is a ``Transition``: the condition the stored job must
+meet, the job it becomes, and the bucket entry the new job needs (invariant 2). A store only
+decides how to apply one atomically: SQLite in one transaction, Cassandra as a lightweight
+transaction on the row image it read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from timeshard.model import Job, JobState
+from timeshard.store.base import ClaimRequest, finish_attempt, new_attempt
+
+
+def _no_entry(_: Job) -> int | None:
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class Transition:
+    condition: Callable[[Job], bool]
+    change: Callable[[Job], Job]
+    entry_at: Callable[[Job], int | None] = _no_entry
+    """When the changed job needs the dispatcher's attention, or None."""
+    now: int = 0
+
+
+def _running_with(fence: int) -> Callable[[Job], bool]:
+    return lambda j: j.state is JobState.RUNNING and j.fence == fence
+
+
+def claim(c: ClaimRequest) -> Transition:
+    return Transition(
+        lambda j: j.state is JobState.SCHEDULED and j.fence == c.expect_fence,
+        lambda j: j.with_(
+            state=JobState.RUNNING,
+            lease_owner=c.worker,
+            lease_until=c.lease_until,
+            attempt=j.attempt + 1,
+            fence=j.fence + 1,
+            started_at=c.now,
+            history=(*j.history, new_attempt(j, c.worker, c.now)),
+        ),
+        lambda j: j.lease_until,
+        c.now,
+    )
+
+
+def renew(fence: int, lease_until: int) -> Transition:
+    return Transition(
+        _running_with(fence), lambda j: j.with_(lease_until=max(j.lease_until, lease_until))
+    )
+
+
+def complete(fence: int, now: int) -> Transition:
+    return Transition(
+        _running_with(fence),
+        lambda j: j.with_(
+            state=JobState.SUCCEEDED,
+            finished_at=now,
+            lease_owner="",
+            history=finish_attempt(j, now, "succeeded"),
+        ),
+    )
+
+
+def fail(fence: int, now: int, error: str, retry_at: int | None) -> Transition:
+    def change(j: Job) -> Job:
+        if retry_at is None:
+            return j.with_(
+                state=JobState.DEAD,
+                finished_at=now,
+                lease_owner="",
+                last_error=error,
+                history=finish_attempt(j, now, "dead", error),
+            )
+        return j.with_(
+            state=JobState.SCHEDULED,
+            run_at=retry_at,
+            lease_owner="",
+            last_error=error,
+            history=finish_attempt(j, now, "retry", error),
+        )
+
+    return Transition(
+        _running_with(fence),
+        change,
+        lambda j: j.run_at if j.state is JobState.SCHEDULED else None,
+        now,
+    )
+
+
+def release(fence: int, now: int) -> Transition:
+    return Transition(
+        lambda j: _running_with(fence)(j) and j.lease_until <= now,
+        lambda j: j.with_(
+            state=JobState.SCHEDULED,
+            lease_owner="",
+            last_error="lease expired",
+            history=finish_attempt(j, now, "lease expired", "lease expired"),
+        ),
+    )
+
+
+def cancel(expect_state: JobState, fence: int, now: int) -> Transition:
+    return Transition(
+        lambda j: j.state is expect_state and j.fence == fence and not j.state.terminal,
+        lambda j: j.with_(
+            state=JobState.CANCELLED,
+            fence=j.fence + 1,
+            finished_at=now,
+            lease_owner="",
+            history=finish_attempt(j, now, "cancelled")
+            if j.state is JobState.RUNNING
+            else j.history,
+        ),
+    )
+
+
+def reschedule(fence: int, run_at: int, now: int) -> Transition:
+    return Transition(
+        lambda j: j.state is JobState.SCHEDULED and j.fence == fence,
+        lambda j: j.with_(run_at=run_at),
+        lambda j: j.run_at,
+        now,
+    )
+
+
+def replay(fence: int, run_at: int, now: int) -> Transition:
+    return Transition(
+        lambda j: j.state is JobState.DEAD and j.fence == fence,
+        lambda j: j.with_(state=JobState.SCHEDULED, run_at=run_at, attempt=0, finished_at=0),
+        lambda j: j.run_at,
+        now,
+    )
