@@ -44,6 +44,9 @@ class DispatchConfig:
     page_size: int = 1000
     retry_s: float = 1.0
     """After a store error, try again this soon: a due job is retried, never dropped."""
+    stale_s: float = 30.0
+    """A pending entry this long past due, and not waiting in a ready queue, is looked at
+    again: a safety net, so no path that loses track of an entry can strand its job."""
 
 
 class ShardDispatcher:
@@ -69,6 +72,7 @@ class ShardDispatcher:
         self._firer = firer
         self._horizon = minute_start(cursor)  # entries with due_at < horizon have been read
         self._refreshed_at = -1  # when the last full refresh started
+        self._stale_checked_at = -1
         self._known: set[BucketEntry] = set()
         self._pending: dict[int, set[BucketEntry]] = {}
         self._heap: list[BucketEntry] = []
@@ -198,6 +202,27 @@ class ShardDispatcher:
                 after = (page[-1].due_at, page[-1].job_id)
         self._horizon = max(self._horizon, horizon)
         self._refreshed_at = now
+        self._recheck_stale(now)
+
+    def _recheck_stale(self, now: int) -> None:
+        """Every ``stale_s``: push back into the heap the pending entries long past due that
+        are neither in the heap nor waiting in a ready queue."""
+        stale_ms = round(self._cfg.stale_s * 1000)
+        if now - self._stale_checked_at < stale_ms:
+            return
+        self._stale_checked_at = now
+        stale = now - stale_ms
+        queued = set(self._heap)
+        for minute in sorted(self._pending):
+            if minute_start(minute) > stale:
+                break
+            for e in self._pending[minute]:
+                if e.due_at <= stale and e not in queued and not self._ready_holds(e):
+                    log.warning("shard %d: entry %s stranded; looking again", self.shard, e)
+                    heapq.heappush(self._heap, e)
+
+    def _ready_holds(self, e: BucketEntry) -> bool:
+        return any(self._ready.holds(t, e.job_id) for t in self._ready.types())
 
     async def _advance_cursor(self) -> None:
         cursor = self.cursor

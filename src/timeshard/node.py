@@ -397,8 +397,8 @@ class Node:
         ]
         try:
             outcomes = await self.store.claim_jobs(requests)
-        except TimeshardError:
-            self.ready.push_front(items)
+        except BaseException:  # store down, or the caller gave up (deadline, disconnect)
+            self.ready.push_front(items)  # a claim that did apply is found by its fence later
             raise
         claimed: list[Claimed] = []
         for item, out in zip(items, outcomes, strict=True):

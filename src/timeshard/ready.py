@@ -62,6 +62,12 @@ class ReadyQueues:
                 break
         return out
 
+    def types(self) -> list[str]:
+        return list(self._by_type)
+
+    def holds(self, job_type: str, job_id: str) -> bool:
+        return job_id in self._by_type.get(job_type, {})
+
     def has_any(self, types: Iterable[str]) -> bool:
         return any(self._by_type.get(t) for t in types)
 

@@ -256,3 +256,39 @@ async def test_retry_then_dead_letter_after_max_attempts() -> None:
         dead = await node.fail(job.job_id, c2.job.fence, "boom again", permanent=False)
         assert dead.state is JobState.DEAD and dead.last_error == "boom again"
         assert [a.outcome for a in dead.history] == ["retry", "dead"]
+
+
+async def test_a_claim_cancelled_mid_write_gives_its_jobs_back() -> None:
+    import asyncio
+
+    async with running() as (node, clock):
+        job, _ = await node.schedule(job_type="t", payload=b"{}", run_at=START_MS)
+        await advance(node, clock, 0.5)
+        real = node.store.claim_jobs
+        blocked = asyncio.Event()
+
+        async def hang(claims):  # type: ignore[no-untyped-def]
+            blocked.set()
+            await asyncio.Event().wait()
+
+        node.store.claim_jobs = hang  # type: ignore[method-assign]
+        call = asyncio.ensure_future(
+            node.claim(worker="w", types=["t"], limit=1, wait_s=0, lease_s=5)
+        )
+        await blocked.wait()
+        call.cancel()  # the worker's deadline passed; gRPC cancels the handler
+        await asyncio.gather(call, return_exceptions=True)
+        node.store.claim_jobs = real  # type: ignore[method-assign]
+        (c,) = await node.claim(worker="w", types=["t"], limit=1, wait_s=0, lease_s=5)
+        assert c.job.job_id == job.job_id
+
+
+async def test_a_stranded_pending_entry_is_looked_at_again() -> None:
+    async with running(stale_s=10.0) as (node, clock):
+        job, _ = await node.schedule(job_type="t", payload=b"{}", run_at=START_MS)
+        await advance(node, clock, 0.5)
+        await wait_until(lambda: node.ready.count() == 1, what="ready")
+        node.ready.drop_shard(job.shard)  # lose it from memory, as a bug would
+        await advance(node, clock, 12, step=1)
+        claimed = await node.claim(worker="w", types=["t"], limit=1, wait_s=0, lease_s=5)
+        assert [c.job.job_id for c in claimed] == [job.job_id]

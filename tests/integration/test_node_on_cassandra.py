@@ -1,0 +1,161 @@
+"""A whole node on real Cassandra: gRPC in, the dispatcher, the worker SDK out. Jobs (and a late
+one, due before the cursor), a cron schedule, and Cassandra dying and coming back mid-run."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+
+from tests.contract.conftest import cassandra_address, cassandra_admin, free_port
+from timeshard.api.convert import dur, ts, ts_ms
+from timeshard.clock import SystemClock
+from timeshard.coordinator.local import LocalCoordinator
+from timeshard.node import Node
+from timeshard.server import Server
+from timeshard.stack import CassandraProcess
+from timeshard.store.cassandra import CassandraStore
+from timeshard.v1 import timeshard_pb2 as pb
+from timeshard.v1 import timeshard_pb2_grpc as pb_grpc
+from timeshard.worker import JobContext, Worker
+
+__all__ = ["cassandra_address", "cassandra_admin"]
+
+pytestmark = pytest.mark.timeout(300)
+
+
+@pytest.fixture
+def keyspace(cassandra_admin: Any) -> Iterator[str]:
+    name = f"node_{uuid.uuid4().hex[:10]}"
+    yield name
+    cassandra_admin.execute(f"DROP KEYSPACE IF EXISTS {name}")
+
+
+@asynccontextmanager
+async def node_with_worker(url: str) -> AsyncIterator[tuple[Server, list[JobContext]]]:
+    node = Node(
+        store=CassandraStore.from_url(url, num_shards=8),
+        coordinator=LocalCoordinator(),
+        clock=SystemClock(),
+    )
+    server = Server(node, port=0)
+    await server.start()
+    ran: list[JobContext] = []
+    worker = Worker(lease_s=10, claim_wait_s=2)
+
+    @worker.handler("it.job", concurrency=16)
+    async def job(ctx: JobContext) -> None:
+        ran.append(ctx)
+
+    stop = asyncio.Event()
+    task = asyncio.create_task(worker.run([server.address], stop))
+    try:
+        yield server, ran
+    finally:
+        stop.set()
+        await task
+        await server.stop(0)
+
+
+async def wait_for(pred: Any, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not pred():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.05)
+
+
+async def test_jobs_late_writes_and_cron_run_end_to_end(
+    cassandra_address: str, keyspace: str
+) -> None:
+    url = f"cassandra://{cassandra_address}/{keyspace}"
+    async with node_with_worker(url) as (server, ran):
+        async with grpc.aio.insecure_channel(server.address) as ch:
+            jobs = pb_grpc.JobServiceStub(ch)
+            now = time.time_ns() // 1_000_000
+            batch = [
+                pb.ScheduleJobRequest(type="it.job", run_at=ts(now + 1500 + i * 20))
+                for i in range(30)
+            ]
+            # Due ten minutes ago: written into the bucket the dispatcher reads now.
+            batch.append(pb.ScheduleJobRequest(type="it.job", run_at=ts(now - 600_000)))
+            resp = await jobs.ScheduleJobs(pb.ScheduleJobsRequest(jobs=batch))
+            ids = {r.job.job_id for r in resp.results}
+            await jobs.CreateSchedule(
+                pb.CreateScheduleRequest(
+                    schedule=pb.Schedule(
+                        schedule_id="each-second",
+                        cron="* * * * * *",
+                        timezone="UTC",
+                        type="it.job",
+                    )
+                )
+            )
+            await wait_for(lambda: ids <= {c.job_id for c in ran}, 60, "the jobs to run")
+            await wait_for(
+                lambda: sum(1 for c in ran if c.job_id.startswith("each-second@")) >= 3,
+                30,
+                "three cron runs",
+            )
+            assert all(c.lateness_ms >= 0 for c in ran if c.job_id in ids), "fired early"
+            on_time = [c.lateness_ms for c in ran if c.job_id in ids and c.run_at_ms > now]
+            assert len(on_time) == 30
+            for job_id in ids:
+                job = await jobs.GetJob(pb.GetJobRequest(job_id=job_id))
+                assert job.state in (pb.JOB_STATE_SUCCEEDED, pb.JOB_STATE_RUNNING)
+
+
+@pytest.fixture
+def own_cassandra(tmp_path: Path) -> Iterator[CassandraProcess]:
+    node = CassandraProcess(
+        port=free_port(),
+        storage_port=free_port(),
+        run_dir=tmp_path / "c",
+        cluster_name="timeshard-node-crash",
+    )
+    node.start(timeout=240)
+    try:
+        yield node
+    finally:
+        node.stop()
+
+
+@pytest.mark.timeout(600)
+async def test_cassandra_down_mid_run_is_unavailable_then_nothing_is_lost(
+    own_cassandra: CassandraProcess,
+) -> None:
+    url = f"cassandra://{own_cassandra.address}/crash"
+    async with node_with_worker(url) as (server, ran):
+        async with grpc.aio.insecure_channel(server.address) as ch:
+            jobs = pb_grpc.JobServiceStub(ch)
+            now = time.time_ns() // 1_000_000
+            batch = [
+                pb.ScheduleJobRequest(type="it.job", run_at=ts(now + 4000 + i * 100))
+                for i in range(20)
+            ]
+            resp = await jobs.ScheduleJobs(pb.ScheduleJobsRequest(jobs=batch))
+            ids = {r.job.job_id for r in resp.results}
+            own_cassandra.kill()
+            with pytest.raises(grpc.aio.AioRpcError) as info:
+                await jobs.ScheduleJob(
+                    pb.ScheduleJobRequest(type="it.job", delay=dur(0)), timeout=60
+                )
+            assert info.value.code() is grpc.StatusCode.UNAVAILABLE
+            assert "retry" in (info.value.details() or "")
+            down_until = time.time_ns() // 1_000_000
+            own_cassandra.start(timeout=240)
+            await wait_for(lambda: ids <= {c.job_id for c in ran}, 180, "every job to run")
+            assert {c.job_id for c in ran} >= ids
+            late = [c for c in ran if c.job_id in ids]
+            assert all(c.started_at_ms >= c.run_at_ms for c in late)
+            assert any(c.run_at_ms < down_until for c in late)  # some came due while it was down
+            fresh = await jobs.ScheduleJob(pb.ScheduleJobRequest(type="it.job", delay=dur(0)))
+            await wait_for(lambda: fresh.job.job_id in {c.job_id for c in ran}, 60, "a new job")
+            assert ts_ms(fresh.job.run_at) > 0
