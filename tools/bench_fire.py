@@ -30,7 +30,7 @@ from timeshard.v1 import timeshard_pb2_grpc as pb_grpc
 ROOT = Path(__file__).resolve().parent.parent
 CLI = [sys.executable, "-m", "timeshard.cli.main"]
 
-WORKER_MODULE = '''
+WORKER_MODULE = """
 import json, os, sys, time
 from timeshard.worker import Worker
 worker = Worker(lease_s=60, claim_wait_s=5)
@@ -46,7 +46,7 @@ async def noop(ctx):
         with open(OUT + ".tmp", "w") as f:
             json.dump({"lateness": lateness, "last_start_wall_ms": time.time_ns() // 1_000_000}, f)
         os.rename(OUT + ".tmp", OUT)
-'''
+"""
 
 
 def pct(values: list[int], p: float) -> int:
@@ -109,14 +109,19 @@ def main() -> int:
     log = open(tmp / "processes.log", "wb")  # noqa: SIM115
     server = subprocess.Popen(
         [*CLI, "server", "--port", str(args.port), "--store", store, "--shards", "16"],
-        stdout=log, stderr=log, env=env,
+        stdout=log,
+        stderr=log,
+        env=env,
     )
     worker = None
     try:
         wait_port(address)
         worker = subprocess.Popen(
             [*CLI, "--server", address, "worker", "bench_worker:worker", "--quiet"],
-            stdout=log, stderr=log, env=env, cwd=tmp,
+            stdout=log,
+            stderr=log,
+            env=env,
+            cwd=tmp,
         )
         lead_s = max(5.0, args.jobs / 2000)
         due = time.time_ns() // 1_000_000 + round(lead_s * 1000)

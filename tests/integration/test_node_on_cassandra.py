@@ -149,8 +149,8 @@ async def test_cassandra_down_mid_run_is_unavailable_then_nothing_is_lost(
                 )
             assert info.value.code() is grpc.StatusCode.UNAVAILABLE
             assert "retry" in (info.value.details() or "")
-            down_until = time.time_ns() // 1_000_000
             own_cassandra.start(timeout=240)
+            down_until = time.time_ns() // 1_000_000
             await wait_for(lambda: ids <= {c.job_id for c in ran}, 180, "every job to run")
             assert {c.job_id for c in ran} >= ids
             late = [c for c in ran if c.job_id in ids]

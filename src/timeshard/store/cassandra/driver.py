@@ -1,0 +1,316 @@
+"""cassandra-driver, adapted at the edge: the cluster and its execution profiles, driver
+futures as asyncio awaitables (every page, no thread per query), and driver errors translated
+into ``StoreUnavailable``. Only opening and closing (connecting, migrating, preparing) run in an
+executor thread."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import parse_qs, unquote
+
+from cassandra import (
+    ConsistencyLevel,
+    CoordinationFailure,
+    OperationTimedOut,
+    Timeout,
+    Unavailable,
+    WriteTimeout,
+)
+from cassandra.auth import PlainTextAuthProvider
+from cassandra.cluster import (
+    EXEC_PROFILE_DEFAULT,
+    Cluster,
+    ExecutionProfile,
+    NoHostAvailable,
+    ResponseFuture,
+)
+from cassandra.connection import ConnectionException
+from cassandra.policies import (
+    DCAwareRoundRobinPolicy,
+    ExponentialReconnectionPolicy,
+    TokenAwarePolicy,
+)
+from cassandra.protocol import IsBootstrappingErrorMessage, OverloadedErrorMessage, ServerError
+from cassandra.query import PreparedStatement, dict_factory
+
+from timeshard.errors import InvalidArgument, StoreUnavailable
+from timeshard.store.cassandra.rows import Row
+from timeshard.store.cassandra.schema import migrate, operations, replication_map
+
+_SERIAL = "serial-read"
+_CONSISTENCY = {  # durable before acknowledged: a quorum at least (invariant 1)
+    "local_quorum": ConsistencyLevel.LOCAL_QUORUM,
+    "quorum": ConsistencyLevel.QUORUM,
+    "each_quorum": ConsistencyLevel.EACH_QUORUM,
+    "all": ConsistencyLevel.ALL,
+}
+_SERIAL_CONSISTENCY = {
+    "serial": ConsistencyLevel.SERIAL,
+    "local_serial": ConsistencyLevel.LOCAL_SERIAL,
+}
+
+
+UNAVAILABLE_ERRORS: tuple[type[BaseException], ...] = (
+    Unavailable,
+    Timeout,
+    CoordinationFailure,
+    OperationTimedOut,
+    NoHostAvailable,
+    ConnectionException,
+    OverloadedErrorMessage,
+    IsBootstrappingErrorMessage,
+    ServerError,
+    OSError,
+)
+"""Driver errors that mean "not now": translated into ``StoreUnavailable``. Others (a bad
+query, a bad keyspace) are bugs or configuration errors and propagate as they are."""
+_MAYBE_APPLIED: tuple[type[BaseException], ...] = (
+    WriteTimeout,
+    OperationTimedOut,
+    NoHostAvailable,
+    ConnectionException,
+)
+"""Errors after which a conditional write may have been applied."""
+
+_CONDITIONAL = frozenset(
+    {
+        "insert_job",
+        "insert_key",
+        "claim_job",
+        "renew_lease",
+        "complete_job",
+        "fail_job",
+        "release_lease",
+        "cancel_job",
+        "reschedule_job",
+        "create_shard",
+        "bump_epoch",
+        "save_cursor",
+        "replay_job",
+        "purge_job",
+        "insert_schedule",
+        "update_schedule",
+        "delete_schedule",
+    }
+)
+"""The named queries that are lightweight transactions (their timeouts are ``Ambiguous``)."""
+
+
+class Ambiguous(Exception):
+    """A conditional write timed out: it may or may not have been applied."""
+
+
+def _unavailable(exc: BaseException) -> StoreUnavailable:
+    return StoreUnavailable(f"Cassandra: {type(exc).__name__}: {exc}")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ClusterConfig:
+    contact_points: tuple[tuple[str, int], ...]
+    keyspace: str
+    replication: Mapping[str, str | int]
+    consistency: str = "local_quorum"
+    serial_consistency: str = "local_serial"
+    local_dc: str | None = None
+    username: str | None = None
+    password: str | None = None
+    request_timeout: float = 15.0
+
+
+def parse_url(url: str) -> ClusterConfig:
+    """``cassandra://[user:password@]HOST:PORT[,HOST:PORT]/KEYSPACE[?options]``.
+
+    Options: ``rf=N`` (SimpleStrategy), or ``dc=NAME:N[,NAME:N]`` (NetworkTopologyStrategy);
+    ``consistency=local_quorum|quorum``, ``serial=local_serial|serial``, ``local_dc=NAME``.
+    """
+    if not url.startswith("cassandra://"):
+        raise InvalidArgument("store", f"{url!r} is not a cassandra:// URL")
+    rest, _, query = url.removeprefix("cassandra://").partition("?")
+    netloc, _, keyspace = rest.partition("/")
+    creds, _, hosts = netloc.rpartition("@")
+    if not hosts or not keyspace:
+        raise InvalidArgument("store", f"{url!r}: expected cassandra://HOST:PORT/KEYSPACE")
+    points: list[tuple[str, int]] = []
+    for item in hosts.split(","):
+        host, _, port = item.partition(":")
+        if not host or (port and not port.isdigit()):
+            raise InvalidArgument("store", f"{url!r}: bad host {item!r}")
+        points.append((host, int(port or 9042)))
+    opts = {k: v[-1] for k, v in parse_qs(query).items()}
+    user, _, password = creds.partition(":")
+    return ClusterConfig(
+        contact_points=tuple(points),
+        keyspace=keyspace.strip("/"),
+        replication=replication_map(rf=opts.get("rf"), dcs=opts.get("dc")),
+        consistency=opts.get("consistency", "local_quorum").lower(),
+        serial_consistency=opts.get("serial", "local_serial").lower(),
+        local_dc=opts.get("local_dc"),
+        username=unquote(user) if creds else None,
+        password=unquote(password) if creds else None,
+    )
+
+
+def _check(config: ClusterConfig) -> None:
+    if config.consistency not in _CONSISTENCY:
+        raise InvalidArgument(
+            "consistency", f"{config.consistency!r} is not one of {', '.join(_CONSISTENCY)}"
+        )
+    if config.serial_consistency not in _SERIAL_CONSISTENCY:
+        raise InvalidArgument(
+            "serial", f"{config.serial_consistency!r} is not serial or local_serial"
+        )
+    if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_]{0,47}", config.keyspace):
+        raise InvalidArgument("keyspace", f"{config.keyspace!r} is not a keyspace name")
+
+
+class _Pages:
+    """The rows of one ``execute_async`` call, every page, as an awaitable: the driver's
+    callbacks (on its I/O thread) hand each page to the event loop."""
+
+    def __init__(self, rf: ResponseFuture, loop: asyncio.AbstractEventLoop) -> None:
+        self._rf = rf
+        self._loop = loop
+        self._page: asyncio.Future[list[Row]] = loop.create_future()
+        rf.add_callbacks(self._on_rows, self._on_error)
+
+    def _deliver(self, rows: list[Row] | None, exc: BaseException | None) -> None:
+        fut = self._page
+        if fut.done():
+            return
+        if exc is not None:
+            fut.set_exception(exc)
+        else:
+            fut.set_result(list(rows or []))
+
+    def _on_rows(self, rows: list[Row] | None) -> None:
+        self._hand_over(rows, None)
+
+    def _on_error(self, exc: BaseException) -> None:
+        self._hand_over(None, exc)
+
+    def _hand_over(self, rows: list[Row] | None, exc: BaseException | None) -> None:
+        with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits any more
+            self._loop.call_soon_threadsafe(self._deliver, rows, exc)
+
+    async def all_rows(self) -> list[Row]:
+        rows: list[Row] = []
+        while True:
+            rows.extend(await self._page)
+            if not self._rf.has_more_pages:
+                return rows
+            self._page = self._loop.create_future()
+            self._rf.start_fetching_next_page()
+
+
+class Connection:
+    """One cluster session with the store's named operations prepared; at most
+    ``max_in_flight`` queries at a time. ``config`` is checked here, at construction."""
+
+    def __init__(
+        self, config: ClusterConfig, *, now_ms: Callable[[], int], max_in_flight: int
+    ) -> None:
+        _check(config)
+        self.config = config
+        self._now_ms = now_ms
+        self._max_in_flight = max_in_flight
+        self._in_flight: asyncio.Semaphore | None = None
+        self._cluster: Cluster | None = None
+        self._session: Any = None
+        self._prepared: dict[str, PreparedStatement] = {}
+
+    @property
+    def is_open(self) -> bool:
+        return self._session is not None
+
+    async def open(self) -> None:
+        """Connect, bring the keyspace up to date and prepare every operation."""
+        self._in_flight = asyncio.Semaphore(self._max_in_flight)
+        loop = asyncio.get_running_loop()
+        try:
+            await loop.run_in_executor(None, self._connect)
+        except UNAVAILABLE_ERRORS as exc:
+            await self.close()
+            raise _unavailable(exc) from exc
+
+    def _connect(self) -> None:
+        cfg = self.config
+        serial = _SERIAL_CONSISTENCY[cfg.serial_consistency]
+
+        def profile(consistency: int) -> ExecutionProfile:
+            return ExecutionProfile(
+                load_balancing_policy=TokenAwarePolicy(
+                    DCAwareRoundRobinPolicy(local_dc=cfg.local_dc)
+                ),
+                consistency_level=consistency,
+                serial_consistency_level=serial,
+                request_timeout=cfg.request_timeout,
+                row_factory=dict_factory,
+            )
+
+        auth = (
+            PlainTextAuthProvider(username=cfg.username, password=cfg.password or "")
+            if cfg.username
+            else None
+        )
+        self._cluster = Cluster(
+            contact_points=list(cfg.contact_points),
+            execution_profiles={
+                EXEC_PROFILE_DEFAULT: profile(_CONSISTENCY[cfg.consistency]),
+                _SERIAL: profile(serial),  # reads that see every Paxos decision
+            },
+            protocol_version=5,
+            auth_provider=auth,
+            connect_timeout=10,
+            # A restarted node is used again within seconds (the default waits up to 10 min).
+            reconnection_policy=ExponentialReconnectionPolicy(base_delay=0.5, max_delay=10.0),
+        )
+        session = self._cluster.connect()
+        migrate(
+            session,
+            cfg.keyspace,
+            cfg.replication,
+            owner=uuid.uuid4().hex,
+            now_ms=self._now_ms,
+        )
+        self._prepared = {
+            name: session.prepare(text) for name, text in operations(cfg.keyspace).items()
+        }
+        self._session = session
+
+    async def close(self) -> None:
+        cluster, self._cluster, self._session = self._cluster, None, None
+        if cluster is not None:
+            await asyncio.get_running_loop().run_in_executor(None, cluster.shutdown)
+
+    async def rows(
+        self, name: str, params: Sequence[Any] | Mapping[str, Any], *, serial: bool = False
+    ) -> list[Row]:
+        """Every row of the named operation (``serial``: read at the serial consistency, so
+        every Paxos decision is seen). A timeout of a conditional write raises ``Ambiguous``."""
+        if self._session is None or self._in_flight is None:
+            raise StoreUnavailable("the store is not open")
+        async with self._in_flight:
+            try:
+                rf = self._session.execute_async(
+                    self._prepared[name],
+                    params,
+                    execution_profile=_SERIAL if serial else EXEC_PROFILE_DEFAULT,
+                )
+                return await _Pages(rf, asyncio.get_running_loop()).all_rows()
+            except _MAYBE_APPLIED as exc:
+                if name in _CONDITIONAL:
+                    raise Ambiguous(f"{type(exc).__name__}: {exc}") from exc
+                raise _unavailable(exc) from exc
+            except UNAVAILABLE_ERRORS as exc:
+                raise _unavailable(exc) from exc
+
+    async def one(self, name: str, params: Sequence[Any] | Mapping[str, Any]) -> Row:
+        """The first row (for a conditional write: ``[applied]`` and the current image)."""
+        rows = await self.rows(name, params)
+        return rows[0] if rows else {}
