@@ -7,7 +7,7 @@ import logging
 import os
 import sys
 
-from timeshard.cli import jobs, schedules, serve
+from timeshard.cli import jobs, schedules, serve, shards
 from timeshard.client import DEFAULT_SERVER
 from timeshard.errors import TimeshardError
 
@@ -26,6 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.register(sub)
     jobs.register(sub)
     schedules.register(sub)
+    shards.register(sub)
     try:
         from timeshard.stack import cli as stack_cli
     except ImportError:  # the stack tools are optional in a slim install
