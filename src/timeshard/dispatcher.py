@@ -16,14 +16,14 @@ from __future__ import annotations
 import asyncio
 import heapq
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from timeshard.clock import Clock
 from timeshard.errors import NotOwner, TimeshardError
 from timeshard.model import SCHEDULE_ENTRY_PREFIX, BucketEntry, Job, JobState
 from timeshard.ready import ReadyItem, ReadyQueues
-from timeshard.schedules import ScheduleFirer
+from timeshard.schedules import FireResult, ScheduleFirer
 from timeshard.sharding import MINUTE_MS, minute_of, minute_start
 from timeshard.store.base import Store, entry_for
 
@@ -44,6 +44,12 @@ class DispatchConfig:
     page_size: int = 1000
     retry_s: float = 1.0
     """After a store error, try again this soon: a due job is retried, never dropped."""
+    missing_grace_s: float = 60.0
+    """An entry whose job (or schedule) row is missing is looked at again, every
+    ``missing_retry_s``, until it is this old: a store may write the entry before the row
+    (Cassandra does, so a crash never leaves a row without its entry), and the row can land
+    after the entry came due. Older, the row is taken to be gone (a failed create, a purge)."""
+    missing_retry_s: float = 0.5
     stale_s: float = 30.0
     """A pending entry this long past due, and not waiting in a ready queue, is looked at
     again: a safety net, so no path that loses track of an entry can strand its job."""
@@ -61,6 +67,7 @@ class ShardDispatcher:
         ready: ReadyQueues,
         config: DispatchConfig,
         firer: ScheduleFirer | None = None,
+        on_deposed: Callable[[int], None] | None = None,
     ) -> None:
         self.shard = shard
         self.epoch = epoch
@@ -70,12 +77,14 @@ class ShardDispatcher:
         self._ready = ready
         self._cfg = config
         self._firer = firer
+        self._on_deposed = on_deposed
         self._horizon = minute_start(cursor)  # entries with due_at < horizon have been read
         self._refreshed_at = -1  # when the last full refresh started
         self._stale_checked_at = -1
         self._known: set[BucketEntry] = set()
         self._pending: dict[int, set[BucketEntry]] = {}
         self._heap: list[BucketEntry] = []
+        self._later: list[tuple[int, BucketEntry]] = []  # (when, entry): delayed rechecks
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self.deposed = False
@@ -128,6 +137,8 @@ class ShardDispatcher:
                 log.warning("shard %d: deposed at epoch %d; stopping", self.shard, self.epoch)
                 self.deposed = True
                 self._ready.drop_shard(self.shard)
+                if self._on_deposed is not None:
+                    self._on_deposed(self.shard)
                 return
             except TimeshardError as exc:
                 log.warning("shard %d: %s; retrying in %.1fs", self.shard, exc, self._cfg.retry_s)
@@ -139,6 +150,8 @@ class ShardDispatcher:
         if now - self._refreshed_at >= self._cfg.refresh_s * 1000:
             await self._refresh(now)
             await self._advance_cursor()
+        while self._later and self._later[0][0] <= now:
+            heapq.heappush(self._heap, heapq.heappop(self._later)[1])
         due: list[BucketEntry] = []
         while self._heap and self._heap[0].due_at <= now:
             e = heapq.heappop(self._heap)
@@ -155,7 +168,11 @@ class ShardDispatcher:
     async def _wait(self) -> None:
         now = self._clock.now_ms()
         next_refresh = self._refreshed_at + self._cfg.refresh_s * 1000
-        until = min(next_refresh, self._heap[0].due_at if self._heap else next_refresh)
+        until = min(
+            next_refresh,
+            self._heap[0].due_at if self._heap else next_refresh,
+            self._later[0][0] if self._later else next_refresh,
+        )
         delay = (until - now) / 1000
         if delay <= 0:
             await asyncio.sleep(0)
@@ -246,7 +263,7 @@ class ShardDispatcher:
     async def _handle(self, due: list[BucketEntry], now: int) -> None:
         schedules = [e for e in due if e.job_id.startswith(SCHEDULE_ENTRY_PREFIX)]
         if schedules:
-            await self._fire(schedules)
+            await self._fire(schedules, now)
             due = [e for e in due if not e.job_id.startswith(SCHEDULE_ENTRY_PREFIX)]
         if not due:
             return
@@ -263,19 +280,42 @@ class ShardDispatcher:
             self.notify(chases)
             self.handled(chased)  # only once the later check is durable
 
-    async def _fire(self, entries: list[BucketEntry]) -> None:
+    async def _fire(self, entries: list[BucketEntry], now: int) -> None:
         for e in entries:
             schedule_id = e.job_id.removeprefix(SCHEDULE_ENTRY_PREFIX)
-            if self._firer is None or await self._firer.fire(schedule_id, e.due_at):
+            if self._firer is None:
                 self.handled([e])
-            else:
+                continue
+            fired = await self._firer.fire(schedule_id, e.due_at)
+            if fired is FireResult.HANDLED:
+                self.handled([e])
+            elif fired is FireResult.CONFLICT:
                 self.recheck([e])
+            else:
+                self._missing(e, now)
+
+    def _missing(self, e: BucketEntry, now: int) -> None:
+        """The entry's row is not there (yet): look again soon, or let it go when old."""
+        if now - e.due_at < self._cfg.missing_grace_s * 1000:
+            retry = now + round(self._cfg.missing_retry_s * 1000)
+            heapq.heappush(self._later, (retry, e))
+        else:
+            log.info(
+                "shard %d: %s has no row after %.0fs; done with it",
+                self.shard,
+                e,
+                self._cfg.missing_grace_s,
+            )
+            self.handled([e])
 
     async def _decide(self, e: BucketEntry, job: Job | None, now: int) -> BucketEntry | None:
         """Ready the job, or mark the entry handled. Returns an entry to write when a lease was
         extended past this check (the chase), else None."""
-        attention = job.next_attention() if job is not None else None
-        if job is None or attention is None:
+        if job is None:
+            self._missing(e, now)
+            return None
+        attention = job.next_attention()
+        if attention is None:
             self.handled([e])
             return None
         if attention > now:

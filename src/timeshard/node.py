@@ -129,6 +129,7 @@ class Node:
         self.dispatchers: dict[int, ShardDispatcher] = {}
         self._rng = rng or random.Random()
         self._shard_lock = asyncio.Lock()
+        self._background: set[asyncio.Task[None]] = set()
         self.schedules = ScheduleOps(store, clock, notify=self._notify)
         self._running: dict[str, dict[str, int]] = {}  # type -> job id -> lease_until
         self._firer = ScheduleFirer(
@@ -147,6 +148,8 @@ class Node:
         await self.coordinator.start(me, self.store.num_shards, self._shards_changed)
 
     async def stop(self) -> None:
+        for task in list(self._background):
+            task.cancel()
         await self.coordinator.stop()
         async with self._shard_lock:
             for shard in list(self.dispatchers):
@@ -155,12 +158,31 @@ class Node:
 
     async def _shards_changed(self, gained: frozenset[int], lost: frozenset[int]) -> None:
         async with self._shard_lock:
-            for shard in sorted(lost):
-                d = self.dispatchers.pop(shard, None)
-                if d is not None:
-                    await d.stop()
-            for shard in sorted(gained):
-                await self._take(shard)
+            await asyncio.gather(*(self._drop(shard) for shard in lost))
+            await asyncio.gather(*(self._take(shard) for shard in gained))
+
+    async def _drop(self, shard: int) -> None:
+        d = self.dispatchers.pop(shard, None)
+        if d is not None:
+            await d.stop()
+
+    def _deposed(self, shard: int) -> None:
+        """A dispatcher found its epoch taken. If the coordinator still says the shard is
+        ours (the other writer is the stale one), take the next epoch; otherwise the
+        coordinator's loss report is on its way."""
+        task = asyncio.create_task(self._retake(shard), name=f"retake-{shard}")
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _retake(self, shard: int) -> None:
+        await self.clock.sleep(1.0)
+        async with self._shard_lock:
+            d = self.dispatchers.get(shard)
+            if d is None or not d.deposed or shard not in self.coordinator.owned():
+                return
+            await self._drop(shard)
+            log.warning("shard %d: still ours by the coordinator; taking the next epoch", shard)
+            await self._take(shard)
 
     async def _take(self, shard: int) -> None:
         """Take the shard's next epoch (invariant 7) and start dispatching from its cursor."""
@@ -180,6 +202,7 @@ class Node:
                     ready=self.ready,
                     config=self._dispatch_config(),
                     firer=self._firer,
+                    on_deposed=self._deposed,
                 )
                 self.dispatchers[shard] = d
                 d.start()

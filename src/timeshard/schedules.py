@@ -9,6 +9,7 @@ then the entry of the next fire, then the schedule row (conditional on its versi
 
 from __future__ import annotations
 
+import enum
 import logging
 import uuid
 import zlib
@@ -45,6 +46,12 @@ def spec_of(s: Schedule) -> CronSpec:
         dst_gap=s.dst_gap or None,  # type: ignore[arg-type]
         dst_fold=s.dst_fold or None,  # type: ignore[arg-type]
     )
+
+
+class FireResult(enum.Enum):
+    HANDLED = "handled"  # the entry is done with
+    CONFLICT = "conflict"  # a concurrent update won: look again now
+    MISSING = "missing"  # no schedule row (deleted, or not written yet)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -111,16 +118,17 @@ class ScheduleFirer:
         self._default_max_attempts = default_max_attempts
         self._notify = notify
 
-    async def fire(self, schedule_id: str, due_at: int) -> bool:
-        """Look at a schedule whose entry at ``due_at`` came due. True when the entry is
-        handled; False when it must be looked at again (a concurrent update won)."""
+    async def fire(self, schedule_id: str, due_at: int) -> FireResult:
+        """Look at a schedule whose entry at ``due_at`` came due."""
         s = await self._store.get_schedule(schedule_id)
         now = self._clock.now_ms()
-        if s is None or s.paused:
-            return True  # deleted, or resume writes a new entry
+        if s is None:
+            return FireResult.MISSING  # deleted, or its row not written yet
+        if s.paused:
+            return FireResult.HANDLED  # resume writes a new entry
         wake = min(s.next_fire, s.queued_at or s.next_fire)
         if wake > now:
-            return True  # moved later by an update; that writer wrote its entry
+            return FireResult.HANDLED  # moved later by an update; that writer wrote its entry
         active = await self._store.get_jobs(list(s.active)) if s.active else {}
         still = [j for j in active.values() if not j.state.terminal]
         plan = plan_fire(s, now, len(still))
@@ -142,7 +150,7 @@ class ScheduleFirer:
             self._notify([entry])
         if plan.skipped:
             log.info("schedule %s: skipped %d occurrence(s)", schedule_id, plan.skipped)
-        return applied
+        return FireResult.HANDLED if applied else FireResult.CONFLICT
 
     async def _create_occurrences(self, s: Schedule, times: list[int], now: int) -> list[str]:
         jobs = []

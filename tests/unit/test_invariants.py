@@ -292,3 +292,40 @@ async def test_a_stranded_pending_entry_is_looked_at_again() -> None:
         await advance(node, clock, 12, step=1)
         claimed = await node.claim(worker="w", types=["t"], limit=1, wait_s=0, lease_s=5)
         assert [c.job.job_id for c in claimed] == [job.job_id]
+
+
+async def test_an_entry_that_comes_due_before_its_row_lands_is_not_dropped() -> None:
+    """Cassandra writes a job's bucket entry before its row (so a crash never leaves a row
+    without an entry); the row may land after the entry came due."""
+    from timeshard.model import Job
+    from timeshard.store.base import entry_for
+
+    async with running() as (node, clock):
+        job = Job(job_id="slow-row", shard=1, job_type="t", run_at=START_MS + 200, created_at=0)
+        entry = entry_for(job, job.run_at, START_MS)
+        await node.store.add_entries([entry])
+        node._notify([entry])  # as the writing node does
+        await advance(node, clock, 3, step=0.5)  # the entry comes due; no row yet
+        assert await node.claim(worker="w", types=["t"], limit=1, wait_s=0, lease_s=5) == []
+        await node.store.create_jobs([(job, entry)])
+        await advance(node, clock, 1, step=0.5)
+        claimed = await node.claim(worker="w", types=["t"], limit=1, wait_s=0, lease_s=5)
+        assert [c.job.job_id for c in claimed] == ["slow-row"]
+
+
+async def test_a_deposed_dispatcher_changes_nothing_and_its_node_retakes_when_still_owner(
+    tmp_path: Path,
+) -> None:
+    """Invariant 7: another writer took the shard's epoch; this node's cursor write is
+    refused, it stops; as the coordinator still names it owner, it takes the next epoch."""
+    async with running(tmp_path / "db") as (node, clock):
+        shard = 1
+        before = await node.store.get_shard(shard)
+        ok, _ = await node.store.acquire_shard(shard, "intruder", before.epoch, 0)
+        assert ok
+        await advance(node, clock, 70, step=5)  # a minute passes: the cursor must move
+        await wait_until(
+            lambda: node.dispatchers[shard].epoch == before.epoch + 2, what="the retake"
+        )
+        after = await node.store.get_shard(shard)
+        assert after.owner == "test-node" and after.epoch == before.epoch + 2

@@ -166,7 +166,7 @@ async def test_two_dispatchers_racing_on_one_occurrence_create_one_run() -> None
         clock.advance(61)
         firers = [ScheduleFirer(node.store, clock, 3, notify=lambda _: None) for _ in range(2)]
         results = await asyncio.gather(*(f.fire("s1", s.next_fire) for f in firers))
-        assert sorted(results) == [False, True]  # one update of the row won
+        assert sorted(r.value for r in results) == ["conflict", "handled"]  # one update won
         assert set(await occurrences(node)) == {occ(1)}
 
 
