@@ -184,11 +184,16 @@ class Worker:
             self._threads.shutdown(wait=False, cancel_futures=True)
 
     def _free(self) -> dict[str, int]:
-        return {
-            t: s.concurrency - self._running.get(t, 0)
-            for t, s in self.handlers.items()
-            if s.concurrency > self._running.get(t, 0)
-        }
+        """Types worth a claim now, with their free slots: a type claims again once a
+        quarter of its slots (or all, when idle) are free, so a busy worker asks for jobs in
+        batches rather than one round trip per finished job."""
+        out = {}
+        for t, s in self.handlers.items():
+            running = self._running.get(t, 0)
+            free = s.concurrency - running
+            if free > 0 and (running == 0 or free >= max(1, s.concurrency // 4)):
+                out[t] = free
+        return out
 
     async def _claim_loop(self, stub: WorkerStub, stop: asyncio.Event) -> None:
         backoff = 0.1
