@@ -8,7 +8,6 @@ group commit, so a burst of schedules or claims costs one fsync, not one each.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import queue
 import sqlite3
@@ -23,24 +22,20 @@ from timeshard.model import (
     BucketEntry,
     Job,
     JobState,
-    MisfirePolicy,
     Outcome,
-    OverlapPolicy,
     Schedule,
     ShardState,
 )
 from timeshard.sharding import DEFAULT_NUM_SHARDS, shard_of, validate_num_shards
 from timeshard.store import transitions as T
 from timeshard.store.base import (
-    MAX_HISTORY,
     ClaimRequest,
     CreateResult,
     JobPage,
     Store,
     entry_for,
-    history_from_json,
-    history_to_json,
 )
+from timeshard.store.codec import job_columns, schedule_columns, to_job, to_schedule
 from timeshard.store.named import load_queries
 
 log = logging.getLogger(__name__)
@@ -49,116 +44,14 @@ Q = load_queries("sqlite.sql")
 _Op = tuple[Callable[[sqlite3.Connection], Any], Future[Any]]
 
 
-def _row_to_job(row: sqlite3.Row) -> Job:
-    return Job(
-        job_id=row["job_id"],
-        shard=row["shard"],
-        job_type=row["type"],
-        payload=bytes(row["payload"]),
-        state=JobState(row["state"]),
-        run_at=row["run_at"],
-        created_at=row["created_at"],
-        attempt=row["attempt"],
-        max_attempts=row["max_attempts"],
-        fence=row["fence"],
-        lease_owner=row["lease_owner"],
-        lease_until=row["lease_until"],
-        started_at=row["started_at"],
-        finished_at=row["finished_at"],
-        idempotency_key=row["idempotency_key"],
-        last_error=row["last_error"],
-        history=history_from_json(row["history"]),
-    )
-
-
-def _job_params(job: Job) -> dict[str, Any]:
-    return {
-        "job_id": job.job_id,
-        "shard": job.shard,
-        "type": job.job_type,
-        "payload": job.payload,
-        "state": job.state.value,
-        "run_at": job.run_at,
-        "created_at": job.created_at,
-        "attempt": job.attempt,
-        "max_attempts": job.max_attempts,
-        "fence": job.fence,
-        "lease_owner": job.lease_owner,
-        "lease_until": job.lease_until,
-        "started_at": job.started_at,
-        "finished_at": job.finished_at,
-        "idempotency_key": job.idempotency_key,
-        "last_error": job.last_error,
-        "history": history_to_json(job.history[-MAX_HISTORY:]),
-    }
-
-
-def _row_to_schedule(row: sqlite3.Row) -> Schedule:
-    return Schedule(
-        schedule_id=row["schedule_id"],
-        shard=row["shard"],
-        cron=row["cron"],
-        timezone=row["timezone"],
-        dst_gap=row["dst_gap"],
-        dst_fold=row["dst_fold"],
-        job_type=row["type"],
-        payload=bytes(row["payload"]),
-        max_attempts=row["max_attempts"],
-        misfire=MisfirePolicy(row["misfire"]),
-        misfire_grace_ms=row["misfire_grace_ms"],
-        max_catchup=row["max_catchup"],
-        overlap=OverlapPolicy(row["overlap"]),
-        max_concurrent=row["max_concurrent"],
-        jitter_ms=row["jitter_ms"],
-        paused=bool(row["paused"]),
-        next_fire=row["next_fire"],
-        created_at=row["created_at"],
-        version=row["version"],
-        active=tuple(json.loads(row["active"])),
-        queued_at=row["queued_at"],
-        skipped=row["skipped"],
-        last_skip_at=row["last_skip_at"],
-        last_fire_at=row["last_fire_at"],
-    )
-
-
-def _schedule_params(s: Schedule) -> dict[str, Any]:
-    return {
-        "schedule_id": s.schedule_id,
-        "shard": s.shard,
-        "cron": s.cron,
-        "timezone": s.timezone,
-        "dst_gap": s.dst_gap,
-        "dst_fold": s.dst_fold,
-        "type": s.job_type,
-        "payload": s.payload,
-        "max_attempts": s.max_attempts,
-        "misfire": s.misfire.value,
-        "misfire_grace_ms": s.misfire_grace_ms,
-        "max_catchup": s.max_catchup,
-        "overlap": s.overlap.value,
-        "max_concurrent": s.max_concurrent,
-        "jitter_ms": s.jitter_ms,
-        "paused": int(s.paused),
-        "next_fire": s.next_fire,
-        "created_at": s.created_at,
-        "version": s.version,
-        "active": json.dumps(list(s.active)),
-        "queued_at": s.queued_at,
-        "skipped": s.skipped,
-        "last_skip_at": s.last_skip_at,
-        "last_fire_at": s.last_fire_at,
-    }
-
-
 def _select_schedule(db: sqlite3.Connection, schedule_id: str) -> Schedule | None:
     row = db.execute(Q["select_schedule"], (schedule_id,)).fetchone()
-    return _row_to_schedule(row) if row is not None else None
+    return to_schedule(row) if row is not None else None
 
 
 def _select(db: sqlite3.Connection, job_id: str) -> Job | None:
     row = db.execute(Q["select_job"], (job_id,)).fetchone()
-    return _row_to_job(row) if row is not None else None
+    return to_job(row) if row is not None else None
 
 
 def _stored_num_shards(db: sqlite3.Connection) -> int:
@@ -176,7 +69,7 @@ def _apply(db: sqlite3.Connection, job_id: str, t: T.Transition) -> Outcome:
     if found is None or not t.condition(found):
         return Outcome(applied=False, job=found)
     new = t.change(found)
-    db.execute(Q["update_job"], _job_params(new))
+    db.execute(Q["update_job"], job_columns(new))
     at = t.entry_at(new)
     if at is not None:
         _put_entry(db, entry_for(new, at, t.now))
@@ -344,7 +237,7 @@ class SqliteStore(Store):
             return CreateResult(
                 created=False, job=existing, conflict=existing.body_digest() != job.body_digest()
             )
-        db.execute(Q["insert_job"], _job_params(job))
+        db.execute(Q["insert_job"], job_columns(job))
         _put_entry(db, entry)
         return CreateResult(created=True, job=job)
 
@@ -366,7 +259,7 @@ class SqliteStore(Store):
         }
 
         def run(db: sqlite3.Connection) -> list[Job]:
-            return [_row_to_job(r) for r in db.execute(Q["list_jobs"], params)]
+            return [to_job(r) for r in db.execute(Q["list_jobs"], params)]
 
         jobs = await self._call(run)
         more = len(jobs) > limit
@@ -453,7 +346,7 @@ class SqliteStore(Store):
         self, schedule: Schedule, entry: BucketEntry
     ) -> tuple[bool, Schedule]:
         def run(db: sqlite3.Connection) -> tuple[bool, Schedule]:
-            created = db.execute(Q["insert_schedule"], _schedule_params(schedule)).rowcount == 1
+            created = db.execute(Q["insert_schedule"], schedule_columns(schedule)).rowcount == 1
             if created:
                 _put_entry(db, entry)
             stored = _select_schedule(db, schedule.schedule_id)
@@ -468,7 +361,7 @@ class SqliteStore(Store):
     async def list_schedules(self, *, limit: int, page_token: str) -> tuple[list[Schedule], str]:
         def run(db: sqlite3.Connection) -> list[Schedule]:
             rows = db.execute(Q["list_schedules"], (page_token, limit + 1))
-            return [_row_to_schedule(r) for r in rows]
+            return [to_schedule(r) for r in rows]
 
         found = await self._call(run)
         more = len(found) > limit
@@ -481,7 +374,7 @@ class SqliteStore(Store):
         def run(db: sqlite3.Connection) -> tuple[bool, Schedule | None]:
             if entry is not None:
                 _put_entry(db, entry)
-            params = {**_schedule_params(schedule), "version": expect_version}
+            params = {**schedule_columns(schedule), "version": expect_version}
             applied = db.execute(Q["update_schedule"], params).rowcount == 1
             return applied, _select_schedule(db, schedule.schedule_id)
 

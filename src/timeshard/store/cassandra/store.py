@@ -21,12 +21,9 @@ from timeshard.store.cassandra.rows import (
     bounded_history,
     bucket_ttl,
     image_of,
-    job_columns,
-    schedule_columns,
-    to_job,
-    to_schedule,
     to_shard_state,
 )
+from timeshard.store.codec import job_columns, schedule_columns, to_job, to_schedule
 
 CAS_ROUNDS = 20
 """Conditional writes retried on a row that changed but still meets the condition."""

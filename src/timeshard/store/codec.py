@@ -1,0 +1,116 @@
+"""Job and schedule rows to and from the model, one mapping for every store: the column names
+are the same in SQLite and Cassandra (``type`` holds ``job_type``; ``history`` and ``active``
+are JSON text). A row is any mapping of column to value (a driver ``dict``, a ``sqlite3.Row``)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from timeshard.model import Job, JobState, MisfirePolicy, OverlapPolicy, Schedule
+from timeshard.store.base import MAX_HISTORY, history_from_json, history_to_json
+
+Row = dict[str, Any]
+
+
+def to_job(row: Mapping[str, Any]) -> Job:
+    return Job(
+        job_id=row["job_id"],
+        shard=row["shard"],
+        job_type=row["type"],
+        payload=bytes(row["payload"] or b""),
+        state=JobState(row["state"]),
+        run_at=row["run_at"],
+        created_at=row["created_at"],
+        attempt=row["attempt"],
+        max_attempts=row["max_attempts"],
+        fence=row["fence"],
+        lease_owner=row["lease_owner"] or "",
+        lease_until=row["lease_until"],
+        started_at=row["started_at"],
+        finished_at=row["finished_at"],
+        idempotency_key=row["idempotency_key"] or "",
+        last_error=row["last_error"] or "",
+        history=history_from_json(row["history"]),
+    )
+
+
+def job_columns(job: Job) -> Row:
+    return {
+        "job_id": job.job_id,
+        "shard": job.shard,
+        "type": job.job_type,
+        "payload": job.payload,
+        "created_at": job.created_at,
+        "max_attempts": job.max_attempts,
+        "idempotency_key": job.idempotency_key,
+        "state": job.state.value,
+        "run_at": job.run_at,
+        "attempt": job.attempt,
+        "fence": job.fence,
+        "lease_owner": job.lease_owner,
+        "lease_until": job.lease_until,
+        "started_at": job.started_at,
+        "finished_at": job.finished_at,
+        "last_error": job.last_error,
+        "history": history_to_json(job.history[-MAX_HISTORY:]),
+    }
+
+
+def to_schedule(row: Mapping[str, Any]) -> Schedule:
+    return Schedule(
+        schedule_id=row["schedule_id"],
+        shard=row["shard"],
+        cron=row["cron"],
+        timezone=row["timezone"],
+        dst_gap=row["dst_gap"] or "",
+        dst_fold=row["dst_fold"] or "",
+        job_type=row["type"],
+        payload=bytes(row["payload"] or b""),
+        max_attempts=row["max_attempts"],
+        misfire=MisfirePolicy(row["misfire"]),
+        misfire_grace_ms=row["misfire_grace_ms"],
+        max_catchup=row["max_catchup"],
+        overlap=OverlapPolicy(row["overlap"]),
+        max_concurrent=row["max_concurrent"],
+        jitter_ms=row["jitter_ms"],
+        paused=bool(row["paused"]),
+        next_fire=row["next_fire"],
+        created_at=row["created_at"],
+        version=row["version"],
+        active=tuple(json.loads(row["active"] or "[]")),
+        queued_at=row["queued_at"],
+        skipped=row["skipped"],
+        last_skip_at=row["last_skip_at"],
+        last_fire_at=row["last_fire_at"],
+    )
+
+
+def schedule_columns(s: Schedule) -> Row:
+    return {
+        "schedule_id": s.schedule_id,
+        "shard": s.shard,
+        "cron": s.cron,
+        "timezone": s.timezone,
+        "dst_gap": s.dst_gap,
+        "dst_fold": s.dst_fold,
+        "type": s.job_type,
+        "payload": s.payload,
+        "max_attempts": s.max_attempts,
+        "misfire": s.misfire.value,
+        "misfire_grace_ms": s.misfire_grace_ms,
+        "max_catchup": s.max_catchup,
+        "overlap": s.overlap.value,
+        "max_concurrent": s.max_concurrent,
+        "jitter_ms": s.jitter_ms,
+        "paused": s.paused,
+        "next_fire": s.next_fire,
+        "created_at": s.created_at,
+        "version": s.version,
+        "active": json.dumps(list(s.active)),
+        "queued_at": s.queued_at,
+        "skipped": s.skipped,
+        "last_skip_at": s.last_skip_at,
+        "last_fire_at": s.last_fire_at,
+    }
