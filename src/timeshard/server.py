@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import socket
 
 import grpc
 from grpc_health.v1 import _async as health_async
@@ -24,7 +25,9 @@ SERVICE_NAMES = tuple(
 class Server:
     """A node behind a grpc.aio server. ``port=0`` picks a free port (see ``.port``)."""
 
-    def __init__(self, node: Node, *, host: str = "127.0.0.1", port: int = 50051) -> None:
+    def __init__(
+        self, node: Node, *, host: str = "127.0.0.1", port: int = 50051, advertise: str = ""
+    ) -> None:
         self.node = node
         self._grpc = grpc.aio.server(
             options=[
@@ -43,7 +46,9 @@ class Server:
         self.port = self._grpc.add_insecure_port(f"{host}:{port}")
         if self.port == 0:
             raise OSError(f"can not listen on {host}:{port} (in use?)")
-        self.address = f"{host}:{self.port}"
+        # What other nodes and workers dial (ClusterInfo); a wildcard listen address is not.
+        shown = socket.gethostname() if host in ("0.0.0.0", "::", "[::]") else host
+        self.address = advertise or f"{shown}:{self.port}"
         if not node.address:
             node.address = self.address
 

@@ -156,31 +156,39 @@ class Worker:
 
     # -- running --------------------------------------------------------------------------
 
-    async def run(self, servers: Sequence[str], stop: asyncio.Event | None = None) -> None:
-        """Claim and run jobs from every server until ``stop`` is set (then finish in-flight
-        jobs)."""
+    async def run(
+        self,
+        servers: Sequence[str],
+        stop: asyncio.Event | None = None,
+        *,
+        discover_every_s: float = 5.0,
+    ) -> None:
+        """Claim and run jobs from every node until ``stop`` is set (then finish in-flight
+        jobs). ``servers`` are seeds: the worker asks them for the cluster's members
+        (AdminService.ClusterInfo) every ``discover_every_s`` and claims from each live node,
+        so it keeps working as nodes join and leave (0 turns discovery off)."""
         if not self.handlers:
             raise ValueError("register at least one handler before running the worker")
         stop = stop or asyncio.Event()
         threads = sum(s.concurrency for s in self.handlers.values() if not s.is_async)
         self._threads = ThreadPoolExecutor(max_workers=max(1, threads), thread_name_prefix="job")
-        channels = [grpc.aio.insecure_channel(s) for s in servers]
-        loops = [
-            asyncio.create_task(
-                self._claim_loop(pb_grpc.WorkerServiceStub(ch), stop), name=f"claim-{s}"
-            )
-            for ch, s in zip(channels, servers, strict=True)
-        ]
+        nodes = _Nodes(self, stop)
+        for address in servers:
+            nodes.add(address)
+        discovery = (
+            asyncio.create_task(nodes.discover(list(servers), discover_every_s), name="discover")
+            if discover_every_s > 0
+            else None
+        )
         try:
             await stop.wait()
         finally:
-            for t in loops:
-                t.cancel()
-            await asyncio.gather(*loops, return_exceptions=True)
+            if discovery is not None:
+                discovery.cancel()
+            await nodes.stop_claiming()
             if self._tasks:
                 await asyncio.gather(*self._tasks, return_exceptions=True)
-            for ch in channels:
-                await ch.close(None)
+            await nodes.close()
             self._threads.shutdown(wait=False, cancel_futures=True)
 
     def _free(self) -> dict[str, int]:
@@ -379,6 +387,70 @@ class Worker:
             self._emit("succeeded" if kind == "complete" else "failed", ctx, error)
         else:
             self._emit("rejected", ctx, result.message)
+
+
+class _Nodes:
+    """The nodes a worker claims from: one channel and one claim loop each."""
+
+    def __init__(self, worker: Worker, stop: asyncio.Event) -> None:
+        self._worker = worker
+        self._stop = stop
+        self.channels: dict[str, grpc.aio.Channel] = {}
+        self.loops: dict[str, asyncio.Task[None]] = {}
+
+    def add(self, address: str) -> None:
+        if address in self.loops:
+            return
+        channel = self.channels.get(address) or grpc.aio.insecure_channel(address)
+        self.channels[address] = channel
+        stub = pb_grpc.WorkerServiceStub(channel)
+        self.loops[address] = asyncio.create_task(
+            self._worker._claim_loop(stub, self._stop), name=f"claim-{address}"
+        )
+
+    def drop(self, address: str) -> None:
+        """Stop claiming from a node that left; its channel stays open for the heartbeats
+        and reports of jobs it handed out."""
+        loop = self.loops.pop(address, None)
+        if loop is not None:
+            loop.cancel()
+
+    async def discover(self, seeds: list[str], every_s: float) -> None:
+        while True:
+            members = await self._members(seeds)
+            if members:
+                for address in members - set(self.loops):
+                    log.info("worker: node %s joined; claiming from it", address)
+                    self.add(address)
+                for address in set(self.loops) - members:
+                    log.info("worker: node %s left; no longer claiming from it", address)
+                    self.drop(address)
+            await self._worker._clock.sleep(every_s)
+
+    async def _members(self, seeds: list[str]) -> set[str]:
+        """Live nodes' addresses, from the first node that answers."""
+        for address in [*self.loops, *seeds]:
+            channel = self.channels.get(address) or grpc.aio.insecure_channel(address)
+            self.channels[address] = channel
+            try:
+                info = await pb_grpc.AdminServiceStub(channel).ClusterInfo(
+                    pb.ClusterInfoRequest(), timeout=5
+                )
+            except grpc.RpcError:
+                continue
+            return {n.address for n in info.nodes if n.address}
+        return set()
+
+    async def stop_claiming(self) -> None:
+        loops = list(self.loops.values())
+        for t in loops:
+            t.cancel()
+        await asyncio.gather(*loops, return_exceptions=True)
+        self.loops.clear()
+
+    async def close(self) -> None:
+        for channel in self.channels.values():
+            await channel.close(None)
 
 
 class _Reporter:

@@ -39,6 +39,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     srv.add_argument("--store", default="sqlite://.timeshard/timeshard.db")
     srv.add_argument("--coordinator", default="local", help="local | zookeeper://HOST:PORT/PATH")
     srv.add_argument("--node-id", default=None)
+    srv.add_argument(
+        "--advertise", default="", help="HOST:PORT others dial (default: --host:--port)"
+    )
     _node_options(srv, shards=DEFAULT_NUM_SHARDS)
     srv.set_defaults(func=cmd_server)
 
@@ -148,7 +151,10 @@ def cmd_server(args: argparse.Namespace) -> int:
     asyncio.run(
         _serve(
             lambda: Server(
-                _node(args, args.store, args.coordinator), host=args.host, port=args.port
+                _node(args, args.store, args.coordinator),
+                host=args.host,
+                port=args.port,
+                advertise=args.advertise,
             ),
             None,
         )
