@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from timeshard.clock import Clock
 from timeshard.coordinator.base import Coordinator, Member
 from timeshard.coordinator.local import LocalCoordinator
+from timeshard.deadletters import DeadLetters
 from timeshard.dispatcher import DispatchConfig, ShardDispatcher
 from timeshard.errors import (
     AlreadyExists,
@@ -131,6 +132,7 @@ class Node:
         self._shard_lock = asyncio.Lock()
         self._background: set[asyncio.Task[None]] = set()
         self.schedules = ScheduleOps(store, clock, notify=self._notify)
+        self.dead_letters = DeadLetters(store, clock, self._notify, self.list_jobs)
         self._running: dict[str, dict[str, int]] = {}  # type -> job id -> lease_until
         self._firer = ScheduleFirer(
             store, clock, self.config.default_max_attempts, notify=self._notify
@@ -480,63 +482,3 @@ class Node:
         if retry_at is not None:
             self._notify([entry_for(failed, retry_at, now)])
         return failed
-
-    # -- dead letters ---------------------------------------------------------------------
-
-    async def dead_letters(
-        self, *, job_type: str | None, since_ms: int, limit: int, page_token: str
-    ) -> JobPage:
-        """Dead jobs (failed permanently or out of attempts), filtered by type and by when
-        they died."""
-        page = await self.list_jobs(
-            state=JobState.DEAD, job_type=job_type, limit=limit, page_token=page_token
-        )
-        return JobPage(
-            jobs=[j for j in page.jobs if j.finished_at >= since_ms], next_token=page.next_token
-        )
-
-    async def _dead_jobs(self, job_ids: Sequence[str], job_type: str | None) -> list[Job]:
-        if job_ids:
-            found = await self.store.get_jobs([validate_job_id(i) for i in job_ids])
-            missing = [i for i in job_ids if i not in found]
-            if missing:
-                raise NotFound("job", missing[0])
-            not_dead = [j for j in found.values() if j.state is not JobState.DEAD]
-            if not_dead:
-                raise FailedPrecondition(
-                    f"job {not_dead[0].job_id!r} is {not_dead[0].state.value}, not dead; only "
-                    "dead-letter jobs can be replayed or purged"
-                )
-            return list(found.values())
-        if not job_type:
-            raise InvalidArgument("job_ids", "name jobs, or a type to take every dead job of")
-        out: list[Job] = []
-        token = ""
-        while True:
-            page = await self.dead_letters(
-                job_type=job_type, since_ms=0, limit=1000, page_token=token
-            )
-            out.extend(page.jobs)
-            token = page.next_token
-            if not token:
-                return out
-
-    async def replay(self, job_ids: Sequence[str], job_type: str | None) -> list[Job]:
-        """Dead jobs back to scheduled, due now, with a fresh attempt count and the same id
-        and idempotency key."""
-        replayed = []
-        for job in await self._dead_jobs(job_ids, job_type):
-            now = self.clock.now_ms()
-            out = await self.store.replay_job(job.job_id, job.fence, now, now)
-            if out.applied and out.job is not None:
-                self._notify([entry_for(out.job, now, now)])
-                replayed.append(out.job)
-        return replayed
-
-    async def purge(self, job_ids: Sequence[str], job_type: str | None) -> list[Job]:
-        purged = []
-        for job in await self._dead_jobs(job_ids, job_type):
-            out = await self.store.purge_job(job.job_id, job.fence)
-            if out.applied and out.job is not None:
-                purged.append(out.job)
-        return purged

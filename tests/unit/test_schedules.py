@@ -207,14 +207,14 @@ async def test_permanent_error_goes_to_the_dlq_and_replay_runs_it_again() -> Non
         (c,) = await node.claim(worker="w", types=["t"], limit=1, wait_s=0, lease_s=30)
         dead = await node.fail(job.job_id, c.job.fence, "ValueError: bad input", permanent=True)
         assert dead.state is JobState.DEAD and dead.attempt == 1
-        page = await node.dead_letters(job_type="t", since_ms=0, limit=10, page_token="")
+        page = await node.dead_letters.page(job_type="t", since_ms=0, limit=10, page_token="")
         (letter,) = page.jobs
         assert letter.last_error == "ValueError: bad input" and letter.payload == b'{"x": 1}'
         assert letter.history[0].error == "ValueError: bad input"
         with pytest.raises(NotFound):
-            await node.replay(["nope"], None)
+            await node.dead_letters.replay(["nope"], None)
         with pytest.raises(InvalidArgument):
-            await node.replay([], None)
+            await node.dead_letters.replay([], None)
 
 
 async def test_replay_gives_a_fresh_attempt_count_and_keeps_the_key() -> None:
@@ -226,7 +226,7 @@ async def test_replay_gives_a_fresh_attempt_count_and_keeps_the_key() -> None:
         (c,) = await node.claim(worker="w", types=["t"], limit=1, wait_s=0, lease_s=30)
         await node.fail(job.job_id, c.job.fence, "boom", permanent=False)  # out of attempts
         assert (await node.get(job.job_id)).state is JobState.DEAD
-        (replayed,) = await node.replay([], "t")
+        (replayed,) = await node.dead_letters.replay([], "t")
         assert replayed.state is JobState.SCHEDULED and replayed.attempt == 0
         assert replayed.idempotency_key == "key-1" and replayed.job_id == job.job_id
         await advance(node, clock, 0.5)
@@ -235,7 +235,7 @@ async def test_replay_gives_a_fresh_attempt_count_and_keeps_the_key() -> None:
         await node.complete(job.job_id, c2.job.fence)
         assert (await node.get(job.job_id)).state is JobState.SUCCEEDED
         with pytest.raises(FailedPrecondition, match="not dead"):
-            await node.replay([job.job_id], None)
+            await node.dead_letters.replay([job.job_id], None)
 
 
 async def test_purge_removes_dead_jobs_only() -> None:
@@ -245,13 +245,13 @@ async def test_purge_removes_dead_jobs_only() -> None:
         await advance(node, clock, 0.5)
         (c,) = await node.claim(worker="w", types=["t"], limit=1, wait_s=0, lease_s=30)
         await node.fail(a.job_id, c.job.fence, "x", permanent=True)
-        purged = await node.purge([], "t")
+        purged = await node.dead_letters.purge([], "t")
         assert [j.job_id for j in purged] == [a.job_id]
         with pytest.raises(NotFound):
             await node.get(a.job_id)
         assert (await node.get(b.job_id)).state is JobState.SCHEDULED
         with pytest.raises(NotFound):
-            await node.purge([a.job_id], None)
+            await node.dead_letters.purge([a.job_id], None)
 
 
 # -- per-type limits -------------------------------------------------------------------------

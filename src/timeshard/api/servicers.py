@@ -186,7 +186,7 @@ class JobService(pb_grpc.JobServiceServicer):
     async def ListDeadLetters(
         self, request: pb.ListDeadLettersRequest, context: Ctx
     ) -> pb.ListDeadLettersResponse:
-        page = await self.node.dead_letters(
+        page = await self.node.dead_letters.page(
             job_type=request.type or None,
             since_ms=ts_ms(request.since) if request.HasField("since") else 0,
             limit=request.page_size,
@@ -200,14 +200,14 @@ class JobService(pb_grpc.JobServiceServicer):
     async def ReplayDeadLetters(
         self, request: pb.ReplayDeadLettersRequest, context: Ctx
     ) -> pb.ReplayDeadLettersResponse:
-        jobs = await self.node.replay(list(request.job_ids), request.type or None)
+        jobs = await self.node.dead_letters.replay(list(request.job_ids), request.type or None)
         return pb.ReplayDeadLettersResponse(jobs=[job_to_pb(j) for j in jobs])
 
     @rpc
     async def PurgeDeadLetters(
         self, request: pb.ReplayDeadLettersRequest, context: Ctx
     ) -> pb.PurgeDeadLettersResponse:
-        jobs = await self.node.purge(list(request.job_ids), request.type or None)
+        jobs = await self.node.dead_letters.purge(list(request.job_ids), request.type or None)
         return pb.PurgeDeadLettersResponse(job_ids=[j.job_id for j in jobs])
 
 
