@@ -1,0 +1,156 @@
+"""Helpers shared by the peer benchmark scripts (same workload and figures as tools/bench_fire.py).
+
+Each job records the wall-clock time (ms since the epoch) at which its no-op body started, one
+line per job in per-process files under an output folder; the driver reads them back and
+computes the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+
+def log(msg: str) -> None:
+    sys.stderr.write(msg + "\n")
+    sys.stderr.flush()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_tcp(port: int, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                return
+        except OSError:
+            time.sleep(0.1)
+    raise SystemExit(f"nothing listening on 127.0.0.1:{port} after {timeout}s")
+
+
+def wait_file(path: Path, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        if time.monotonic() > deadline:
+            raise SystemExit(f"timed out waiting for {what}")
+        time.sleep(0.1)
+
+
+def lead_from_rate(n: int, warmup_per_s: float) -> float:
+    """Seconds from now to the due time: enough to schedule all N first at 2/3 of the rate a
+    warm-up measured (the machine is shared and noisy), and at least 5 s as in bench_fire."""
+    return max(5.0, 1.5 * n / warmup_per_s + 2)
+
+
+def now_ms() -> float:
+    return time.time_ns() / 1e6
+
+
+def count_starts(out_dir: Path) -> int:
+    n = 0
+    for f in out_dir.glob("starts-*.txt"):
+        with open(f, "rb") as fh:
+            n += fh.read().count(b"\n")
+    return n
+
+
+def wait_starts(out_dir: Path, n: int, timeout: float, procs: list[subprocess.Popen]) -> None:
+    deadline = time.monotonic() + timeout
+    last = -1
+    while True:
+        done = count_starts(out_dir)
+        if done >= n:
+            return
+        if done // 1000 != last // 1000:
+            log(f"  {done}/{n} started")
+        last = done
+        for p in procs:
+            if p.poll() is not None:
+                raise SystemExit(f"process {p.args!r} exited with {p.returncode}")
+        if time.monotonic() > deadline:
+            raise SystemExit(f"timed out: only {done}/{n} jobs started")
+        time.sleep(0.2)
+
+
+def pct(values: list[float], p: float) -> float:
+    s = sorted(values)
+    return s[min(len(s) - 1, round(p / 100 * (len(s) - 1)))]
+
+
+def figures(
+    system: str, out_dir: Path, n: int, due_ms: float, schedule_per_s: float, notes: list[str]
+) -> dict:
+    starts = [float(x) for f in out_dir.glob("starts-*.txt") for x in f.read_text().split()]
+    if len(starts) != n:
+        notes.append(f"{len(starts)} job starts recorded for {n} jobs scheduled (duplicates?)")
+    lat = [s - due_ms for s in starts]
+    span_s = max(0.001, (max(starts) - due_ms) / 1000)
+    early = sum(1 for x in lat if x < 0)
+    if early:
+        notes.append(f"{early} jobs started before their due time")
+    return {
+        "system": system,
+        "jobs": n,
+        "schedule_per_s": round(schedule_per_s),
+        "fire_per_s": round(n / span_s),
+        "lateness_ms_p50": round(pct(lat, 50), 1),
+        "lateness_ms_p99": round(pct(lat, 99), 1),
+        "lateness_ms_max": round(max(lat), 1),
+        "notes": notes,
+    }
+
+
+def emit(result: dict, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(result), flush=True)
+        return
+    for k, v in result.items():
+        if k == "notes":
+            for note in v:
+                print(f"{'note':>16}: {note}")
+        else:
+            print(f"{k:>16}: {v}")
+
+
+def stop(procs: list[subprocess.Popen | None], timeout: float = 15) -> None:
+    """SIGTERM, wait, then SIGKILL the processes this script started (in the given order)."""
+    for p in procs:
+        if p is None or p.poll() is not None:
+            continue
+        p.send_signal(signal.SIGTERM)
+        try:
+            p.wait(timeout)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
+def common_args(doc: str) -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap.add_argument("--jobs", type=int, default=20000)
+    ap.add_argument(
+        "--lead-s",
+        type=float,
+        default=0,
+        help="seconds from the start of scheduling to the due time (default: from a warm-up)",
+    )
+    ap.add_argument("--timeout", type=float, default=3600, help="give up after this many seconds")
+    ap.add_argument("--keep", action="store_true", help="keep the temporary folder (logs, data)")
+    ap.add_argument("--json", action="store_true")
+    return ap
+
+
+def child_env(**extra: str) -> dict[str, str]:
+    return {**os.environ, **extra}
