@@ -15,6 +15,7 @@ import asyncio
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -97,9 +98,13 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--jobs", type=int, default=20000)
     ap.add_argument("--store", default="sqlite", help="sqlite, or a cassandra:// URL")
-    ap.add_argument("--port", type=int, default=50191)
+    ap.add_argument("--port", type=int, default=0, help="server port (default: a free one)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
+    if not args.port:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            args.port = sock.getsockname()[1]
     tmp = Path(tempfile.mkdtemp(prefix="bench-fire-"))
     (tmp / "bench_worker.py").write_text(WORKER_MODULE)
     store = f"sqlite://{tmp}/bench.db" if args.store == "sqlite" else args.store

@@ -338,6 +338,7 @@ class ShardDispatcher:
                 fence=job.fence,
                 run_at=job.run_at,
                 entries=[e],
+                job=job,
             )
         )
         return None

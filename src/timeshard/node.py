@@ -417,6 +417,7 @@ class Node:
                 worker=worker,
                 now=now,
                 lease_until=now + lease,
+                known=i.job,
             )
             for i in items
         ]

@@ -11,7 +11,7 @@ from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from timeshard.model import BucketEntry
+from timeshard.model import BucketEntry, Job
 
 
 @dataclass(kw_only=True, slots=True)
@@ -22,6 +22,7 @@ class ReadyItem:
     fence: int  # the fence a claim must find
     run_at: int
     entries: list[BucketEntry] = field(default_factory=list)
+    job: Job | None = None  # the row as the dispatcher read it (saves the claim a read)
 
 
 class ReadyQueues:

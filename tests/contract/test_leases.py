@@ -274,3 +274,28 @@ async def test_reschedule_with_a_stale_fence_or_state_is_rejected(open_store: Op
         busy = await store.reschedule_job("s2", running.fence, later, NOW)
         await assert_unchanged(store, busy, running)
         assert await entries_of(store, job, later) == []
+
+
+async def test_claim_with_the_row_the_caller_read_is_right_even_when_that_row_is_stale(
+    open_store: OpenStore,
+) -> None:
+    """``ClaimRequest.known`` lets a store skip its read; a stale one must cost a retry,
+    never a wrong claim."""
+    from dataclasses import replace
+
+    async with open_store() as store:
+        job = await created(store, "known-fresh")
+        [out] = await store.claim_jobs([replace(claim(job), known=job)])
+        assert out.applied and out.job is not None and out.job.fence == job.fence + 1
+        assert await assert_stored(store, out) == out.job
+
+        other = await created(store, "known-stale")
+        rescheduled = await store.reschedule_job(other.job_id, other.fence, NOW + 5, NOW)
+        assert rescheduled.applied  # the row moved on; `other` is now a stale image
+        [out] = await store.claim_jobs([replace(claim(other), known=other)])
+        assert out.applied and out.job is not None and out.job.run_at == NOW + 5
+
+        done = await created(store, "known-done")
+        taken = await claimed(store, done)
+        [out] = await store.claim_jobs([replace(claim(done), known=done)])  # stale: it runs
+        assert not out.applied and out.job == taken

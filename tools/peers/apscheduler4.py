@@ -149,7 +149,8 @@ def main() -> int:
         f"one scheduler process (role both), async executor, max_concurrent_jobs="
         f"{args.max_concurrent}, task max_running_jobs=None; one DateTrigger schedule per job,"
         f" added with add_schedule() from the driver process, {args.in_flight} calls in flight"
-        " (there is no batch API)",
+        " (there is no batch API); the lead time comes from a warm-up of 100 paused schedules,"
+        " removed again",
     ]
     try:
         if args.store == "sqlite":

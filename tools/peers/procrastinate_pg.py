@@ -127,7 +127,8 @@ def main() -> int:
             f"one worker process, concurrency {args.concurrency}, fetch_job_polling_interval "
             f"{args.poll_s}s, listen_notify on (NOTIFY fires when a job is deferred, not when it"
             " becomes due: a scheduled job waits for the next poll)",
-            "jobs deferred with batch_defer_async, 500 a batch, 4 batches in flight",
+            "jobs deferred with batch_defer_async, 500 a batch, 4 batches in flight; the lead"
+            " time comes from a warm-up of 1000 far-future jobs on another queue, deleted again",
         ]
         asyncio.run(schedule(conninfo, 0, 0))  # the schema only
         worker = subprocess.Popen(

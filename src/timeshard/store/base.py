@@ -61,6 +61,10 @@ class ClaimRequest:
     worker: str
     now: int
     lease_until: int
+    known: Job | None = None
+    """The row as the caller last read it. A store may compare against it instead of reading
+    the row again; if it is stale the write does not apply and the store goes on from the row
+    it finds, so a stale one costs a retry, never a wrong claim."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

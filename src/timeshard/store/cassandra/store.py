@@ -211,10 +211,17 @@ class CassandraStore(Store):
 
     # -- conditional job writes -----------------------------------------------------------
 
-    async def _conditional(self, statement: str, job_id: str, t: T.Transition) -> Outcome:
+    async def _conditional(
+        self, statement: str, job_id: str, t: T.Transition, known: Job | None = None
+    ) -> Outcome:
         """Apply the transition with ``statement`` if its condition holds, as one LWT on the
-        row image; write the bucket entry the new row needs (if any) first."""
-        found = await self._read_job(job_id)
+        row image; write the bucket entry the new row needs (if any) first. With ``known``
+        (the row as the caller read it) the first attempt skips the read."""
+        found = (
+            Found(job=known, image=image_of(known))
+            if known is not None
+            else await self._read_job(job_id)
+        )
         written: BucketEntry | None = None
         for _ in range(CAS_ROUNDS):
             if found is None or not t.condition(found.job):
@@ -251,7 +258,9 @@ class CassandraStore(Store):
             ) from unavailable
 
     async def claim_jobs(self, claims: Sequence[ClaimRequest]) -> list[Outcome]:
-        return await _gather(self._conditional("claim_job", c.job_id, T.claim(c)) for c in claims)
+        return await _gather(
+            self._conditional("claim_job", c.job_id, T.claim(c), c.known) for c in claims
+        )
 
     async def renew_lease(self, job_id: str, fence: int, lease_until: int) -> Outcome:
         return await self._conditional("renew_lease", job_id, T.renew(fence, lease_until))
