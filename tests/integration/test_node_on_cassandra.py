@@ -8,13 +8,13 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
-from pathlib import Path
 from typing import Any
 
 import grpc
 import pytest
 
-from tests.contract.conftest import cassandra_address, cassandra_admin, free_port
+from tests.contract.conftest import cassandra_address, cassandra_admin
+from tests.integration.test_cassandra_store import own_node
 from timeshard.api.convert import dur, ts, ts_ms
 from timeshard.clock import SystemClock
 from timeshard.coordinator.local import LocalCoordinator
@@ -26,7 +26,7 @@ from timeshard.v1 import timeshard_pb2 as pb
 from timeshard.v1 import timeshard_pb2_grpc as pb_grpc
 from timeshard.worker import JobContext, Worker
 
-__all__ = ["cassandra_address", "cassandra_admin"]
+__all__ = ["cassandra_address", "cassandra_admin", "own_node"]  # shared fixtures
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -112,26 +112,11 @@ async def test_jobs_late_writes_and_cron_run_end_to_end(
                 assert job.state in (pb.JOB_STATE_SUCCEEDED, pb.JOB_STATE_RUNNING)
 
 
-@pytest.fixture
-def own_cassandra(tmp_path: Path) -> Iterator[CassandraProcess]:
-    node = CassandraProcess(
-        port=free_port(),
-        storage_port=free_port(),
-        run_dir=tmp_path / "c",
-        cluster_name="timeshard-node-crash",
-    )
-    node.start(timeout=240)
-    try:
-        yield node
-    finally:
-        node.stop()
-
-
 @pytest.mark.timeout(600)
 async def test_cassandra_down_mid_run_is_unavailable_then_nothing_is_lost(
-    own_cassandra: CassandraProcess,
+    own_node: CassandraProcess,
 ) -> None:
-    url = f"cassandra://{own_cassandra.address}/crash"
+    url = f"cassandra://{own_node.address}/crash"
     async with node_with_worker(url) as (server, ran):
         async with grpc.aio.insecure_channel(server.address) as ch:
             jobs = pb_grpc.JobServiceStub(ch)
@@ -142,14 +127,14 @@ async def test_cassandra_down_mid_run_is_unavailable_then_nothing_is_lost(
             ]
             resp = await jobs.ScheduleJobs(pb.ScheduleJobsRequest(jobs=batch))
             ids = {r.job.job_id for r in resp.results}
-            own_cassandra.kill()
+            own_node.kill()
             with pytest.raises(grpc.aio.AioRpcError) as info:
                 await jobs.ScheduleJob(
                     pb.ScheduleJobRequest(type="it.job", delay=dur(0)), timeout=60
                 )
             assert info.value.code() is grpc.StatusCode.UNAVAILABLE
             assert "retry" in (info.value.details() or "")
-            own_cassandra.start(timeout=240)
+            own_node.start(timeout=240)
             down_until = time.time_ns() // 1_000_000
             await wait_for(lambda: ids <= {c.job_id for c in ran}, 180, "every job to run")
             assert {c.job_id for c in ran} >= ids
