@@ -4,7 +4,7 @@
 
 Starts what it needs (a ZooKeeper and a Cassandra, or reuses ``TIMESHARD_ZOOKEEPER=host:port``
 and ``TIMESHARD_CASSANDRA=host:port``), runs 3 ``timeshard server`` nodes and 2 workers
-(``python -m timeshard.cli.main worker tests.chaos.recorder:worker --server a,b,c``: the demo
+(``python -m timeshard.cli.main worker timeshard.testing.recorder:worker --server a,b,c``: the demo
 handler plus a record of when each run really started and ended), schedules a steady stream of
 jobs, kill -9s the node that owns the most shards, and measures from the workers' records:
 
@@ -33,11 +33,13 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from tests.chaos.fleet import Fleet, first_runs, overlapping
-from tests.services import cassandra_node, zookeeper_ensemble
-
+from timeshard.testing.fleet import Fleet, first_runs, overlapping
+from timeshard.testing.services import (
+    cassandra_node,
+    create_keyspace,
+    drop_keyspace,
+    zookeeper_ensemble,
+)
 from timeshard.v1 import timeshard_pb2 as pb
 
 NODES = ("a", "b", "c")
@@ -93,11 +95,9 @@ def _cassandra(stack: ExitStack, run_dir: Path) -> str:
 
 
 def run(args: argparse.Namespace, run_dir: Path, zk_hosts: str, cassandra: str) -> dict[str, Any]:
-    from tests.chaos.conftest import _create_schema, _drop_keyspace
-
     keyspace = f"failover_{uuid.uuid4().hex[:12]}"
     store = f"cassandra://{cassandra}/{keyspace}"
-    _create_schema(store, args.shards)
+    create_keyspace(store, args.shards)
     zookeeper = (
         f"zookeeper://{zk_hosts}/timeshard-failover/{uuid.uuid4().hex[:12]}"
         f"?session_timeout={args.session_timeout}"
@@ -112,7 +112,7 @@ def run(args: argparse.Namespace, run_dir: Path, zk_hosts: str, cassandra: str) 
         if args.keep:
             say(f"kept {run_dir} and keyspace {keyspace}")
         else:
-            _drop_keyspace(cassandra, keyspace)
+            drop_keyspace(cassandra, keyspace)
 
 
 def _measure(args: argparse.Namespace, fleet: Fleet) -> dict[str, Any]:

@@ -7,7 +7,6 @@ The ensemble and Cassandra start once per session (or Cassandra comes from
 
 from __future__ import annotations
 
-import asyncio
 import os
 import uuid
 from collections.abc import Iterator
@@ -15,9 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.chaos.fleet import Fleet
-from tests.services import cassandra_node, zookeeper_ensemble
 from timeshard.stack import ZooKeeperEnsemble
+from timeshard.testing.fleet import Fleet
+from timeshard.testing.services import (
+    cassandra_node,
+    create_keyspace,
+    drop_keyspace,
+    zookeeper_ensemble,
+)
 
 SESSION_TIMEOUT_S = 2.0
 
@@ -49,7 +53,7 @@ def fleet(tmp_path: Path, ensemble: ZooKeeperEnsemble, cassandra: str) -> Iterat
     keyspace = f"chaos_{uuid.uuid4().hex[:12]}"
     store = f"cassandra://{cassandra}/{keyspace}"
     shards = 16
-    _create_schema(store, shards)
+    create_keyspace(store, shards)
     zookeeper = (
         f"zookeeper://{ensemble.hosts}/timeshard-chaos/{uuid.uuid4().hex[:12]}"
         f"?session_timeout={SESSION_TIMEOUT_S}"
@@ -59,33 +63,4 @@ def fleet(tmp_path: Path, ensemble: ZooKeeperEnsemble, cassandra: str) -> Iterat
         yield f
     finally:
         f.stop_all()
-        _drop_keyspace(cassandra, keyspace)
-
-
-def _create_schema(store_url: str, shards: int) -> None:
-    """Create the keyspace once, before three nodes race to do it."""
-    from timeshard.store.cassandra import CassandraStore
-
-    async def create() -> None:
-        store = CassandraStore.from_url(store_url, num_shards=shards)
-        await store.open()
-        await store.close()
-
-    asyncio.run(create())
-
-
-def _drop_keyspace(address: str, keyspace: str) -> None:
-    from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile
-    from cassandra.policies import RoundRobinPolicy
-
-    host, port = address.rsplit(":", 1)
-    profile = ExecutionProfile(load_balancing_policy=RoundRobinPolicy(), request_timeout=60)
-    cluster = Cluster(
-        contact_points=[(host, int(port))],
-        execution_profiles={EXEC_PROFILE_DEFAULT: profile},
-        protocol_version=5,
-    )
-    try:
-        cluster.connect().execute(f"DROP KEYSPACE IF EXISTS {keyspace}", timeout=60)
-    finally:
-        cluster.shutdown()
+        drop_keyspace(cassandra, keyspace)

@@ -13,8 +13,8 @@ import time
 import pytest
 
 from tests.chaos.conftest import SESSION_TIMEOUT_S
-from tests.chaos.fleet import Fleet, eventually, first_runs, overlapping
 from timeshard.stack import ZooKeeperEnsemble
+from timeshard.testing.fleet import Fleet, eventually, first_runs, overlapping
 
 # The test bodies must stay well under 2 minutes; the session's services start in fixtures,
 # with their own time limits.

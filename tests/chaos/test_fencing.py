@@ -18,14 +18,13 @@ from typing import Any
 
 import pytest
 
-from tests.chaos.conftest import _create_schema, _drop_keyspace
-from tests.services import TcpProxy
 from timeshard.clock import SystemClock
 from timeshard.coordinator.zookeeper import ZooKeeperCoordinator
 from timeshard.node import Node
 from timeshard.sharding import minute_of
 from timeshard.stack import ZooKeeperEnsemble
 from timeshard.store.cassandra import CassandraStore
+from timeshard.testing.services import TcpProxy, create_keyspace, drop_keyspace
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60, func_only=True)]
 SHARDS = 4
@@ -54,9 +53,9 @@ async def until(pred: Callable[[], Any], timeout: float, what: str) -> Any:
 def store_url(cassandra: str) -> Any:
     keyspace = f"fencing_{uuid.uuid4().hex[:12]}"
     url = f"cassandra://{cassandra}/{keyspace}"
-    _create_schema(url, SHARDS)
+    create_keyspace(url, SHARDS)
     yield url
-    _drop_keyspace(cassandra, keyspace)
+    drop_keyspace(cassandra, keyspace)
 
 
 def node(name: str, zk: str, store_url: str, clock: SystemClock) -> Node:

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.services import zookeeper_ensemble
+from timeshard.testing.services import zookeeper_ensemble
 
 
 @pytest.fixture(scope="session")

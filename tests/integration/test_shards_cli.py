@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.chaos.fleet import Fleet
+from timeshard.testing.fleet import Fleet
 
 pytestmark = pytest.mark.timeout(90)
 SHARDS = 16

@@ -17,11 +17,11 @@ import pytest
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoAuthError
 
-from tests.services import TcpProxy
 from timeshard.coordinator.base import Member
 from timeshard.coordinator.zkstate import ShardAdmin, connect
 from timeshard.coordinator.zookeeper import ZooKeeperCoordinator
 from timeshard.errors import FailedPrecondition, InvalidArgument, NotFound
+from timeshard.testing.services import TcpProxy
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -1,8 +1,8 @@
 """A cluster of real processes on this machine: ``timeshard server`` nodes sharing one store and
-one ZooKeeper, and ``timeshard worker`` processes running ``tests.chaos.recorder:worker``.
+one ZooKeeper, and ``timeshard worker`` processes running ``timeshard.testing.recorder:worker``.
 
-Used by the chaos tests and by ``tools/failover.py``. Every process is started here with our own
-``Popen`` and ended by its pid.
+Used by the chaos and integration tests and by ``tools/failover.py``. Every process is started
+here with our own ``Popen`` and ended by its pid.
 """
 
 from __future__ import annotations
@@ -12,31 +12,25 @@ import itertools
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import grpc
 
 from timeshard.api.convert import ts
+from timeshard.testing.services import free_port
 from timeshard.v1 import timeshard_pb2 as pb
 from timeshard.v1 import timeshard_pb2_grpc as pb_grpc
 
-REPO = Path(__file__).resolve().parents[2]
 CLI = [sys.executable, "-m", "timeshard.cli.main"]
 JOB_TYPE = "chaos.run"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+RECORDER = "timeshard.testing.recorder:worker"
 
 
 def eventually(pred: Callable[[], Any], timeout: float, what: str, every: float = 0.1) -> Any:
@@ -121,7 +115,6 @@ class Fleet:
             stdout=out,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
-            cwd=REPO,
             env={**os.environ, **proc.env},
         )
         return proc
@@ -164,7 +157,7 @@ class Fleet:
                 "--server",
                 servers,
                 "worker",
-                "tests.chaos.recorder:worker",
+                RECORDER,
                 "--lease",
                 str(self.lease_s),
                 "--id",
@@ -287,17 +280,22 @@ class Fleet:
                     for i, run_at in enumerate(chunk)
                 ]
             )
-            resp = self._any(lambda a, r=request: self.jobs(a).ScheduleJobs(r, timeout=30))
+            resp = self._any(partial(self._schedule_jobs, request=request))
             ids += [r.job.job_id for r in resp.results]
         return ids
 
     def get_jobs(self, job_ids: Iterable[str]) -> dict[str, pb.Job]:
         out: dict[str, pb.Job] = {}
         for job_id in job_ids:
-            out[job_id] = self._any(
-                lambda a, j=job_id: self.jobs(a).GetJob(pb.GetJobRequest(job_id=j), timeout=10)
-            )
+            out[job_id] = self._any(partial(self._get_job, job_id=job_id))
         return out
+
+    def _schedule_jobs(self, address: str, request: pb.ScheduleJobsRequest) -> Any:
+        return self.jobs(address).ScheduleJobs(request, timeout=30)
+
+    def _get_job(self, address: str, job_id: str) -> pb.Job:
+        job: pb.Job = self.jobs(address).GetJob(pb.GetJobRequest(job_id=job_id), timeout=10)
+        return job
 
     def wait_succeeded(self, job_ids: list[str], timeout: float) -> dict[str, pb.Job]:
         """Wait until every job succeeded (checking the ones not done yet each round)."""

@@ -1,8 +1,9 @@
-"""A worker for the chaos tests: ``chaos.run`` sleeps ``seconds`` (from its payload) and appends
-one JSON line per run to ``$TIMESHARD_RECORD``: when the handler really started and ended (wall
-clock, one machine), so the tests can see whether two runs of a job ever overlapped.
+"""A worker for the chaos tests and tools/failover.py: ``chaos.run`` sleeps ``seconds`` (from
+its payload) and appends one JSON line per run to ``$TIMESHARD_RECORD``: when the handler really
+started and ended (wall clock, one machine), so the tests can see whether two runs of a job ever
+overlapped.
 
-    python -m timeshard.cli.main --server A,B,C worker tests.chaos.recorder:worker
+    python -m timeshard.cli.main --server A,B,C worker timeshard.testing.recorder:worker
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Real ZooKeeper and Cassandra for the integration and chaos tiers, on free loopback ports.
+"""Real ZooKeeper and Cassandra for the integration and chaos tiers and the benchmark tools, on
+free loopback ports.
 
 Reuse running services with ``TIMESHARD_ZOOKEEPER=host:port[,host:port]`` and
 ``TIMESHARD_CASSANDRA=host:port``; otherwise the fixtures start them with ``timeshard.stack``.
@@ -6,12 +7,14 @@ Reuse running services with ``TIMESHARD_ZOOKEEPER=host:port[,host:port]`` and
 
 from __future__ import annotations
 
+import asyncio
 import random
 import selectors
 import socket
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 from timeshard.stack import CassandraProcess, ZooKeeperEnsemble
 
@@ -64,6 +67,42 @@ def cassandra_node(run_dir: Path) -> CassandraProcess:
     )
     node.start(timeout=240)
     return node
+
+
+def cassandra_cluster(address: str, *, request_timeout: float = 60) -> Any:
+    """A driver ``Cluster`` for ``host:port`` (the caller shuts it down)."""
+    from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile
+    from cassandra.policies import RoundRobinPolicy
+
+    host, port = address.rsplit(":", 1)
+    profile = ExecutionProfile(
+        load_balancing_policy=RoundRobinPolicy(), request_timeout=request_timeout
+    )
+    return Cluster(
+        contact_points=[(host, int(port))],
+        execution_profiles={EXEC_PROFILE_DEFAULT: profile},
+        protocol_version=5,
+    )
+
+
+def create_keyspace(store_url: str, shards: int) -> None:
+    """Create a Cassandra store's keyspace and tables once, before several nodes race to."""
+    from timeshard.store.cassandra import CassandraStore
+
+    async def create() -> None:
+        store = CassandraStore.from_url(store_url, num_shards=shards)
+        await store.open()
+        await store.close()
+
+    asyncio.run(create())
+
+
+def drop_keyspace(address: str, keyspace: str) -> None:
+    cluster = cassandra_cluster(address)
+    try:
+        cluster.connect().execute(f"DROP KEYSPACE IF EXISTS {keyspace}", timeout=60)
+    finally:
+        cluster.shutdown()
 
 
 class TcpProxy:
