@@ -39,8 +39,18 @@ class DispatchConfig:
     settle_s: float = 5.0
     """Pass a minute only this long after it ended (bounds writer clock skew, invariant 4)."""
     reread_s: float = 5.0
-    """Each refresh re-reads this much of what it read before, for entries other nodes wrote
-    late (their own node can not notify us). 0 when this node is the only writer."""
+    """Each refresh re-reads the entries due in the last ``reread_s`` before now, for entries
+    other nodes wrote (their node can not notify us) and that landed after we read past their
+    time. A writer re-lands an entry that landed more than ``late_s`` after its due time
+    (``Node``), so with writer clocks within ``max_skew_s`` this window covers every late
+    write: ``reread_s >= late_s + max_skew_s + refresh_s``. 0 when this node is the only
+    writer (it notifies itself)."""
+    late_s: float = 1.0
+    """A writer whose entry landed more than this after its due time writes it again, due
+    now (see ``Node._notify``)."""
+    max_skew_s: float = 2.0
+    """The wall-clock difference between nodes the design tolerates (late writes above; lease
+    expiry compares the claiming node's ``lease_until`` with the owner's clock)."""
     page_size: int = 1000
     retry_s: float = 1.0
     """After a store error, try again this soon: a due job is retried, never dropped."""
@@ -53,6 +63,19 @@ class DispatchConfig:
     stale_s: float = 30.0
     """A pending entry this long past due, and not waiting in a ready queue, is looked at
     again: a safety net, so no path that loses track of an entry can strand its job."""
+
+    def __post_init__(self) -> None:
+        covered = self.late_s + self.max_skew_s + self.refresh_s
+        if self.reread_s and self.reread_s < covered:
+            raise ValueError(
+                f"reread_s={self.reread_s:g} must be at least late_s + max_skew_s + refresh_s "
+                f"= {covered:g}, or late writes of other nodes can be missed"
+            )
+        if self.settle_s < covered:
+            raise ValueError(
+                f"settle_s={self.settle_s:g} must be at least late_s + max_skew_s + refresh_s "
+                f"= {covered:g}, or the cursor can pass a late write"
+            )
 
 
 class ShardDispatcher:
@@ -200,7 +223,10 @@ class ShardDispatcher:
         """Read every entry due before ``now + lookahead`` not read yet, re-reading the last
         ``reread`` of what was read before (late writes from other nodes land there)."""
         horizon = now + round(self._cfg.lookahead_s * 1000)
-        start = max(minute_start(self.cursor), self._horizon - round(self._cfg.reread_s * 1000))
+        start = self._horizon
+        if self._cfg.reread_s > 0:  # not only what is new: the last reread_s before now too
+            start = min(start, now - round(self._cfg.reread_s * 1000))
+        start = max(minute_start(self.cursor), start)
         for minute in range(max(self.cursor, minute_of(start)), minute_of(horizon) + 1):
             after: tuple[int, str] | None = None
             while True:

@@ -8,8 +8,9 @@ import dataclasses
 import logging
 import random
 import uuid
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from timeshard.clock import Clock
 from timeshard.coordinator.base import Coordinator, Member
@@ -37,7 +38,7 @@ from timeshard.ready import ReadyItem, ReadyQueues
 from timeshard.retry import RetryPolicy
 from timeshard.schedules import ScheduleFirer, ScheduleOps
 from timeshard.sharding import minute_of, shard_of
-from timeshard.store.base import ClaimRequest, JobPage, Store, entry_for
+from timeshard.store.base import ClaimRequest, JobPage, Store, entry_at, entry_for
 
 log = logging.getLogger(__name__)
 
@@ -172,9 +173,7 @@ class Node:
         """A dispatcher found its epoch taken. If the coordinator still says the shard is
         ours (the other writer is the stale one), take the next epoch; otherwise the
         coordinator's loss report is on its way."""
-        task = asyncio.create_task(self._retake(shard), name=f"retake-{shard}")
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
+        self._spawn(self._retake(shard), f"retake-{shard}")
 
     async def _retake(self, shard: int) -> None:
         await self.clock.sleep(1.0)
@@ -218,11 +217,40 @@ class Node:
         return self.config.dispatch
 
     def _notify(self, entries: Sequence[BucketEntry]) -> None:
-        """Hand entries this node just wrote to the local dispatcher of their shard."""
+        """Hand entries this node just wrote (durably) to the local dispatcher of their shard.
+
+        An entry that landed more than ``late_s`` after its due time (a slow write, a stalled
+        process) may be behind what the owner has read, even behind its cursor: it is written
+        again, due now, where the owner still reads (invariant 4, for every writer)."""
+        late_before = self.clock.now_ms() - round(self.config.dispatch.late_s * 1000)
+        late: list[BucketEntry] = []
         for e in entries:
             d = self.dispatchers.get(e.shard)
             if d is not None:
                 d.notify([e])
+            if e.due_at < late_before:
+                late.append(e)
+        if late:
+            self._spawn(self._reland(late), "reland")
+
+    async def _reland(self, entries: Sequence[BucketEntry]) -> None:
+        for attempt in range(1000):
+            now = self.clock.now_ms()
+            again = [entry_at(e.shard, e.job_id, now, now) for e in entries]
+            try:
+                await self.store.add_entries(again)
+            except TimeshardError as exc:
+                log.warning("late entries not written again yet (%s); retrying", exc)
+                await self.clock.sleep(min(5.0, 0.1 * 2**attempt))
+                continue
+            log.info("%d entries landed late; written again due now", len(again))
+            self._notify(again)
+            return
+
+    def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
+        task = asyncio.create_task(coro, name=name)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     # -- jobs -----------------------------------------------------------------------------
 
