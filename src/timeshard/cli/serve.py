@@ -17,6 +17,7 @@ from timeshard.clock import SystemClock, format_rfc3339
 from timeshard.dispatcher import DispatchConfig
 from timeshard.errors import InvalidArgument
 from timeshard.factory import make_coordinator, make_store
+from timeshard.metrics import MetricsServer, serve_metrics
 from timeshard.model import validate_job_type
 from timeshard.node import Node, NodeConfig, TypePolicy
 from timeshard.retry import RetryPolicy
@@ -62,6 +63,14 @@ def _node_options(p: argparse.ArgumentParser, *, shards: int) -> None:
         help='JSON file of per-type policies: {"email.send": {"max_attempts": 5, '
         '"retry_base": 2, "retry_max": 600, "concurrency": 10}}',
     )
+    p.add_argument(
+        "--metrics-port",
+        type=int,
+        default=0,
+        metavar="PORT",
+        help="serve Prometheus metrics at http://METRICS_HOST:PORT/metrics (default: off)",
+    )
+    p.add_argument("--metrics-host", default="127.0.0.1", help="metrics listen address")
 
 
 def _node(args: argparse.Namespace, store_url: str, coordinator: str) -> Node:
@@ -119,13 +128,16 @@ def _print_event(kind: str, ctx: JobContext, detail: str) -> None:
         print(f"{' ' * len(when)} {kind:<5} {ctx.job_type:<11} {ctx.job_id} {detail}", flush=True)
 
 
-async def _serve(make_server: Callable[[], Server], worker: Worker | None) -> None:
+async def _serve(
+    make_server: Callable[[], Server], worker: Worker | None, args: argparse.Namespace
+) -> None:
     """Build the server inside the running loop (grpc.aio needs it), run until a signal."""
     stop = asyncio.Event()
     _stop_on_signals(stop)
     server = make_server()
     await server.start()
     print(f"timeshard node {server.node.node_id}: serving on {server.address}", flush=True)
+    metrics = await _start_metrics(server, args)
     worker_task = (
         asyncio.create_task(worker.run([server.address], stop), name="dev-worker")
         if worker
@@ -134,7 +146,17 @@ async def _serve(make_server: Callable[[], Server], worker: Worker | None) -> No
     await stop.wait()
     if worker_task is not None:
         await worker_task
+    if metrics is not None:
+        await metrics.stop()
     await server.stop()
+
+
+async def _start_metrics(server: Server, args: argparse.Namespace) -> MetricsServer | None:
+    if not args.metrics_port:
+        return None
+    metrics = await serve_metrics(server.node, host=args.metrics_host, port=args.metrics_port)
+    print(f"timeshard node {server.node.node_id}: metrics on {metrics.url}", flush=True)
+    return metrics
 
 
 def cmd_dev(args: argparse.Namespace) -> int:
@@ -143,7 +165,9 @@ def cmd_dev(args: argparse.Namespace) -> int:
     worker = add_demo_handlers(Worker(worker_id="dev-worker", lease_s=30, on_event=_print_event))
     print(f"timeshard dev: store {store_url}", flush=True)
     print("  try: timeshard jobs schedule demo.echo --in 2s --payload '{\"hi\": 1}'", flush=True)
-    asyncio.run(_serve(lambda: Server(_node(args, store_url, "local"), port=args.port), worker))
+    asyncio.run(
+        _serve(lambda: Server(_node(args, store_url, "local"), port=args.port), worker, args)
+    )
     return 0
 
 
@@ -157,6 +181,7 @@ def cmd_server(args: argparse.Namespace) -> int:
                 advertise=args.advertise,
             ),
             None,
+            args,
         )
     )
     return 0
