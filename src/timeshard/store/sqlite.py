@@ -10,8 +10,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import queue
+import random
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from pathlib import Path
@@ -42,6 +44,36 @@ log = logging.getLogger(__name__)
 R = TypeVar("R")
 Q = load_queries("sqlite.sql")
 _Op = tuple[Callable[[sqlite3.Connection], Any], Future[Any]]
+
+#: How long one statement waits for another connection's write lock (SQLite's busy handler).
+BUSY_TIMEOUT_S = 5.0
+#: How long ``open()`` keeps retrying a database another process holds locked before it fails.
+OPEN_TIMEOUT_S = 60.0
+_OPEN_RETRY_FIRST_S = 0.01
+_OPEN_RETRY_MAX_S = 0.5
+
+
+def _is_locked(exc: sqlite3.OperationalError) -> bool:
+    """``database is locked`` (SQLITE_BUSY) or ``database table is locked`` (SQLITE_LOCKED),
+    extended codes included: another connection holds the lock; waiting may help."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is None:
+        return "locked" in str(exc)
+    return code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+
+
+def _migrate(db: sqlite3.Connection) -> None:
+    """Create what is missing, in one write transaction taken up front (``BEGIN IMMEDIATE``
+    waits in the busy handler; statement by statement each would upgrade a read lock to a write
+    lock, which SQLite refuses at once when another connection is writing)."""
+    try:
+        # executescript commits a pending transaction before it runs, so BEGIN goes inside it.
+        db.executescript(f"BEGIN IMMEDIATE;\n{Q['schema']};")
+        db.execute("COMMIT")
+    except BaseException:
+        if db.in_transaction:
+            db.execute("ROLLBACK")
+        raise
 
 
 def _select_schedule(db: sqlite3.Connection, schedule_id: str) -> Schedule | None:
@@ -83,8 +115,10 @@ class SqliteStore(Store):
         *,
         num_shards: int = DEFAULT_NUM_SHARDS,
         synchronous: str = "FULL",
+        open_timeout: float = OPEN_TIMEOUT_S,
     ) -> None:
         self.path = str(path)
+        self._open_timeout = open_timeout
         self.num_shards = validate_num_shards(num_shards)
         self._synchronous = synchronous
         self._ops: queue.SimpleQueue[_Op | None] = queue.SimpleQueue()
@@ -109,16 +143,44 @@ class SqliteStore(Store):
         self._thread.start()
         await asyncio.get_running_loop().run_in_executor(None, self._ready.wait)
         if self._open_error is not None:
-            raise StoreUnavailable(f"can not open {self.path}: {self._open_error}")
+            error, self._open_error, self._thread = self._open_error, None, None
+            self._ready.clear()  # open() may be called again
+            raise StoreUnavailable(f"can not open {self.path}: {error}")
         await self._call(self._check_shard_count)
 
     def _connect(self) -> sqlite3.Connection:
-        db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-        db.row_factory = sqlite3.Row
-        db.execute("PRAGMA journal_mode=WAL")
-        db.execute(f"PRAGMA synchronous={self._synchronous}")
-        db.execute("PRAGMA busy_timeout=5000")
-        db.executescript(Q["schema"])
+        """Connect, switch to WAL and migrate; while another process holds the file locked, wait
+        and retry with backoff until ``open_timeout`` has passed.
+
+        The busy timeout alone is not enough: servers started together on one new file race to
+        switch it to WAL, and SQLite answers the loser ``database is locked`` at once, without
+        calling the busy handler (it would deadlock: both hold a read lock and want to write).
+        """
+        deadline = time.monotonic() + self._open_timeout
+        delay = _OPEN_RETRY_FIRST_S
+        while True:
+            try:
+                return self._connect_once()
+            except sqlite3.OperationalError as exc:
+                if not _is_locked(exc) or time.monotonic() + delay >= deadline:
+                    raise
+                log.info("%s is locked by another process (%s); retrying", self.path, exc)
+            time.sleep(random.uniform(delay / 2, delay))  # jitter: racers spread out
+            delay = min(delay * 2, _OPEN_RETRY_MAX_S)
+
+    def _connect_once(self) -> sqlite3.Connection:
+        db = sqlite3.connect(
+            self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
+        )
+        try:
+            db.row_factory = sqlite3.Row
+            db.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT_S * 1000)}")
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute(f"PRAGMA synchronous={self._synchronous}")
+            _migrate(db)
+        except BaseException:
+            db.close()
+            raise
         return db
 
     def _check_shard_count(self, db: sqlite3.Connection) -> None:
