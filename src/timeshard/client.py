@@ -6,6 +6,9 @@
 
 RPC failures come back as the errors of ``timeshard.errors`` (``NotFound``,
 ``InvalidArgument``, ``Unavailable``...), mapped from the gRPC status by the one table there.
+
+TLS and the role token come from ``tls=`` (a directory of PEM files or a ``ClientTls``) and
+``token=``, or else from ``TIMESHARD_TLS_DIR`` and ``TIMESHARD_TOKEN`` (``timeshard.security``).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from google.protobuf.duration_pb2 import Duration
 from timeshard.api.convert import dur, state_to_pb, ts
 from timeshard.errors import GRPC_STATUS, TimeshardError
 from timeshard.model import JobState
+from timeshard.security.channel import ClientSecurity, TlsArg
 from timeshard.v1 import timeshard_pb2 as pb
 from timeshard.v1 import timeshard_pb2_grpc as pb_grpc
 
@@ -68,9 +72,11 @@ class Client:
         timeout_s: float = 30.0,
         retries: int = 3,
         channel: grpc.Channel | None = None,
+        tls: TlsArg = None,
+        token: str | None = None,
     ) -> None:
         self.address = address
-        self._channel = channel or grpc.insecure_channel(address)
+        self._channel = channel or ClientSecurity.resolve(tls, token).sync_channel(address)
         self._jobs = pb_grpc.JobServiceStub(self._channel)
         self.admin = pb_grpc.AdminServiceStub(self._channel)
         self._timeout = timeout_s

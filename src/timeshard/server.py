@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import socket
 
@@ -12,6 +13,7 @@ from grpc_reflection.v1alpha import reflection
 
 from timeshard.api.servicers import AdminService, JobService, WorkerService
 from timeshard.node import Node
+from timeshard.security.policy import ServerSecurity
 from timeshard.v1 import timeshard_pb2 as pb
 from timeshard.v1 import timeshard_pb2_grpc as pb_grpc
 
@@ -23,13 +25,26 @@ SERVICE_NAMES = tuple(
 
 
 class Server:
-    """A node behind a grpc.aio server. ``port=0`` picks a free port (see ``.port``)."""
+    """A node behind a grpc.aio server. ``port=0`` picks a free port (see ``.port``).
+
+    ``security`` adds TLS and role tokens (``timeshard.security``); without either the server
+    refuses to listen beyond loopback unless ``security.insecure`` is set."""
 
     def __init__(
-        self, node: Node, *, host: str = "127.0.0.1", port: int = 50051, advertise: str = ""
+        self,
+        node: Node,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 50051,
+        advertise: str = "",
+        security: ServerSecurity | None = None,
     ) -> None:
         self.node = node
+        self.security = security or ServerSecurity()
+        self.security.check_listen(host, port)
+        self._reload_task: asyncio.Task[None] | None = None
         self._grpc = grpc.aio.server(
+            interceptors=self.security.interceptors(),
             options=[
                 ("grpc.max_receive_message_length", 4 * 1024 * 1024),
                 ("grpc.so_reuseport", 0),
@@ -43,7 +58,7 @@ class Server:
         reflection.enable_server_reflection(
             (*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), self._grpc
         )
-        self.port = self._grpc.add_insecure_port(f"{host}:{port}")
+        self.port = self.security.add_port(self._grpc, f"{host}:{port}")
         if self.port == 0:
             raise OSError(f"can not listen on {host}:{port} (in use?)")
         # What other nodes and workers dial (ClusterInfo); a wildcard listen address is not.
@@ -57,9 +72,23 @@ class Server:
         await self._grpc.start()
         for name in ("", *SERVICE_NAMES):
             await self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
-        log.info("timeshard node %s serving on %s", self.node.node_id, self.address)
+        self._reload_task = asyncio.create_task(
+            self.security.reload_periodically(), name="security-reload"
+        )
+        log.info(
+            "timeshard node %s serving on %s (%s)",
+            self.node.node_id,
+            self.address,
+            self.security.describe(),
+        )
+
+    def reload_security(self) -> None:
+        """Re-read certificates and tokens (SIGHUP) without dropping a connection."""
+        self.security.reload()
 
     async def stop(self, grace: float = 2.0) -> None:
+        if self._reload_task is not None:
+            self._reload_task.cancel()
         await self._health.enter_graceful_shutdown()
         await self._grpc.stop(grace)
         await self.node.stop()

@@ -38,6 +38,7 @@ from timeshard.api.convert import dur, dur_s, ts_ms
 from timeshard.client import RemoteError, translate
 from timeshard.clock import Clock, SystemClock
 from timeshard.model import validate_job_type
+from timeshard.security.channel import ClientSecurity, TlsArg
 from timeshard.v1 import timeshard_pb2 as pb
 from timeshard.v1 import timeshard_pb2_grpc as pb_grpc
 
@@ -106,6 +107,8 @@ class Worker:
         claim_wait_s: float = 20.0,
         clock: Clock | None = None,
         on_event: EventHook | None = None,
+        tls: TlsArg = None,
+        token: str | None = None,
     ) -> None:
         self.worker_id = worker_id or f"{socket.gethostname()}-{uuid.uuid4().hex[:6]}"
         self.lease_s = lease_s
@@ -115,6 +118,11 @@ class Worker:
         self.claim_wait_s = claim_wait_s
         self._clock = clock or SystemClock()
         self._on_event = on_event
+        self.tls = tls
+        """TLS: a directory of PEM files or a ``ClientTls``; None: ``TIMESHARD_TLS_DIR``, read
+        when the worker starts running."""
+        self.token = token
+        """The role token; None: ``TIMESHARD_TOKEN``, read when the worker starts running."""
         self.handlers: dict[str, HandlerSpec] = {}
         self._running: dict[str, int] = {}
         self._capacity = asyncio.Event()
@@ -172,7 +180,7 @@ class Worker:
         stop = stop or asyncio.Event()
         threads = sum(s.concurrency for s in self.handlers.values() if not s.is_async)
         self._threads = ThreadPoolExecutor(max_workers=max(1, threads), thread_name_prefix="job")
-        nodes = _Nodes(self, stop)
+        nodes = _Nodes(self, stop, ClientSecurity.resolve(self.tls, self.token))
         for address in servers:
             nodes.add(address)
         discovery = (
@@ -392,21 +400,26 @@ class Worker:
 class _Nodes:
     """The nodes a worker claims from: one channel and one claim loop each."""
 
-    def __init__(self, worker: Worker, stop: asyncio.Event) -> None:
+    def __init__(self, worker: Worker, stop: asyncio.Event, security: ClientSecurity) -> None:
         self._worker = worker
         self._stop = stop
+        self._security = security
         self.channels: dict[str, grpc.aio.Channel] = {}
         self.loops: dict[str, asyncio.Task[None]] = {}
 
     def add(self, address: str) -> None:
         if address in self.loops:
             return
-        channel = self.channels.get(address) or grpc.aio.insecure_channel(address)
-        self.channels[address] = channel
+        channel = self._channel(address)
         stub = pb_grpc.WorkerServiceStub(channel)
         self.loops[address] = asyncio.create_task(
             self._worker._claim_loop(stub, self._stop), name=f"claim-{address}"
         )
+
+    def _channel(self, address: str) -> grpc.aio.Channel:
+        if address not in self.channels:
+            self.channels[address] = self._security.aio_channel(address)
+        return self.channels[address]
 
     def drop(self, address: str) -> None:
         """Stop claiming from a node that left; its channel stays open for the heartbeats
@@ -430,8 +443,7 @@ class _Nodes:
     async def _members(self, seeds: list[str]) -> set[str]:
         """Live nodes' addresses, from the first node that answers."""
         for address in [*self.loops, *seeds]:
-            channel = self.channels.get(address) or grpc.aio.insecure_channel(address)
-            self.channels[address] = channel
+            channel = self._channel(address)
             try:
                 info = await pb_grpc.AdminServiceStub(channel).ClusterInfo(
                     pb.ClusterInfoRequest(), timeout=5
