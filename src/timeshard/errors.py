@@ -80,6 +80,12 @@ class PermissionDenied(TimeshardError):
     code = grpc.StatusCode.PERMISSION_DENIED
 
 
+class Unauthenticated(TimeshardError):
+    """No role token, or one the server does not know."""
+
+    code = grpc.StatusCode.UNAUTHENTICATED
+
+
 class Unimplemented(TimeshardError):
     code = grpc.StatusCode.UNIMPLEMENTED
 
@@ -95,6 +101,7 @@ GRPC_STATUS: dict[type[TimeshardError], grpc.StatusCode] = {
     FailedPrecondition: grpc.StatusCode.FAILED_PRECONDITION,
     Unavailable: grpc.StatusCode.UNAVAILABLE,
     PermissionDenied: grpc.StatusCode.PERMISSION_DENIED,
+    Unauthenticated: grpc.StatusCode.UNAUTHENTICATED,
     Unimplemented: grpc.StatusCode.UNIMPLEMENTED,
 }
 

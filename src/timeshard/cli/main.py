@@ -7,7 +7,8 @@ import logging
 import os
 import sys
 
-from timeshard.cli import jobs, schedules, serve, shards
+from timeshard.cli import certs, jobs, schedules, serve, shards, tokens
+from timeshard.cli.security import add_client_options, apply_client_options
 from timeshard.client import DEFAULT_SERVER
 from timeshard.errors import TimeshardError
 
@@ -21,12 +22,15 @@ def build_parser() -> argparse.ArgumentParser:
         default=os.environ.get("TIMESHARD_SERVER", DEFAULT_SERVER),
         help="node address (env TIMESHARD_SERVER; default %(default)s)",
     )
+    add_client_options(parser)
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", required=True)
     serve.register(sub)
     jobs.register(sub)
     schedules.register(sub)
     shards.register(sub)
+    certs.register(sub)
+    tokens.register(sub)
     try:
         from timeshard.stack import cli as stack_cli
     except ImportError:  # the stack tools are optional in a slim install
@@ -44,6 +48,7 @@ def main(argv: list[str] | None = None) -> int:
         stream=sys.stderr,
     )
     try:
+        apply_client_options(args)
         code: int = args.func(args)
     except TimeshardError as exc:
         status = getattr(exc, "code", None)

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from timeshard.cli.demo import add_demo_handlers
+from timeshard.cli.security import add_server_options, server_security
 from timeshard.clock import SystemClock, format_rfc3339
 from timeshard.dispatcher import DispatchConfig
 from timeshard.errors import InvalidArgument
@@ -21,6 +22,7 @@ from timeshard.metrics import MetricsServer, serve_metrics
 from timeshard.model import validate_job_type
 from timeshard.node import Node, NodeConfig, TypePolicy
 from timeshard.retry import RetryPolicy
+from timeshard.security.auth import Role
 from timeshard.server import Server
 from timeshard.sharding import DEFAULT_NUM_SHARDS
 from timeshard.worker import JobContext, Worker
@@ -32,6 +34,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     dev.add_argument("--data", default=".timeshard", help="directory of the embedded store")
     dev.add_argument("--store", default="", help="store URL instead of the embedded one")
     _node_options(dev, shards=16)
+    add_server_options(dev)
     dev.set_defaults(func=cmd_dev)
 
     srv = sub.add_parser("server", help="run a scheduler node")
@@ -44,6 +47,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--advertise", default="", help="HOST:PORT others dial (default: --host:--port)"
     )
     _node_options(srv, shards=DEFAULT_NUM_SHARDS)
+    add_server_options(srv)
     srv.set_defaults(func=cmd_server)
 
     wk = sub.add_parser("worker", help="run the handlers of MODULE:OBJECT (a Worker)")
@@ -136,6 +140,8 @@ async def _serve(
     _stop_on_signals(stop)
     server = make_server()
     await server.start()
+    # Rotation: re-read certificates and tokens without dropping a connection.
+    asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, server.reload_security)
     print(f"timeshard node {server.node.node_id}: serving on {server.address}", flush=True)
     metrics = await _start_metrics(server, args)
     worker_task = (
@@ -162,16 +168,26 @@ async def _start_metrics(server: Server, args: argparse.Namespace) -> MetricsSer
 def cmd_dev(args: argparse.Namespace) -> int:
     data = Path(args.data)
     store_url = args.store or f"sqlite://{(data / 'timeshard.db').resolve()}"
+    security = server_security(args)
     worker = add_demo_handlers(Worker(worker_id="dev-worker", lease_s=30, on_event=_print_event))
+    # The demo worker dials its own node: the client side of the same TLS directory, and a
+    # worker token that lives only in this process.
+    worker.tls = args.tls_dir or False
+    worker.token = security.auth.add_ephemeral("dev-worker", [Role.WORKER]) if security.auth else ""
     print(f"timeshard dev: store {store_url}", flush=True)
     print("  try: timeshard jobs schedule demo.echo --in 2s --payload '{\"hi\": 1}'", flush=True)
     asyncio.run(
-        _serve(lambda: Server(_node(args, store_url, "local"), port=args.port), worker, args)
+        _serve(
+            lambda: Server(_node(args, store_url, "local"), port=args.port, security=security),
+            worker,
+            args,
+        )
     )
     return 0
 
 
 def cmd_server(args: argparse.Namespace) -> int:
+    security = server_security(args)
     asyncio.run(
         _serve(
             lambda: Server(
@@ -179,6 +195,7 @@ def cmd_server(args: argparse.Namespace) -> int:
                 host=args.host,
                 port=args.port,
                 advertise=args.advertise,
+                security=security,
             ),
             None,
             args,

@@ -25,10 +25,12 @@ from typing import Any, TypeVar
 import grpc
 
 from timeshard.api.convert import ts_ms
+from timeshard.cli.security import add_client_options, apply_client_options
 from timeshard.client import DEFAULT_SERVER, translate
 from timeshard.clock import format_rfc3339
 from timeshard.coordinator.zkstate import ClusterView, ShardAdmin, connect
 from timeshard.errors import InvalidArgument, TimeshardError, Unavailable
+from timeshard.security.channel import ClientSecurity
 from timeshard.v1 import timeshard_pb2 as pb
 from timeshard.v1 import timeshard_pb2_grpc as pb_grpc
 
@@ -130,7 +132,7 @@ class Admin:
 
     def stub(self, address: str) -> pb_grpc.AdminServiceStub:
         if address not in self._channels:
-            self._channels[address] = grpc.insecure_channel(address)
+            self._channels[address] = ClientSecurity.resolve().sync_channel(address)
         return pb_grpc.AdminServiceStub(self._channels[address])
 
     def first(self, call: Callable[[pb_grpc.AdminServiceStub], T]) -> T:
@@ -388,9 +390,11 @@ def main(argv: list[str] | None = None) -> int:
         default=os.environ.get("TIMESHARD_SERVER", DEFAULT_SERVER),
         help="node address(es), comma-separated (env TIMESHARD_SERVER)",
     )
+    add_client_options(parser)
     configure(parser)
     args = parser.parse_args(argv)
     try:
+        apply_client_options(args)
         code: int = args.func(args)
     except TimeshardError as exc:
         status = getattr(exc, "code", None)

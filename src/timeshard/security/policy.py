@@ -99,8 +99,7 @@ class ServerSecurity:
             except Exception:
                 log.exception("reload of %s failed, keeping the current ones", what)
                 continue
-            if changed:
-                log.info("reloaded %s", what)
+            log.info("reload: %s %s", what, "replaced" if changed else "unchanged")
 
     async def reload_periodically(self) -> None:
         if self.reload_interval_s <= 0 or (self.tls is None and self.auth is None):
