@@ -33,4 +33,8 @@ def make_coordinator(url: str) -> Coordinator:
 
         coordinator: Coordinator = ZooKeeperCoordinator.from_url(url)
         return coordinator
-    raise InvalidArgument("coordinator", f"{url!r}: use local or zookeeper://HOST:PORT/PATH")
+    from timeshard.coordinator.zkstate import redact_url
+
+    raise InvalidArgument(
+        "coordinator", f"{redact_url(url)!r}: use local or zookeeper://HOST:PORT/PATH"
+    )

@@ -17,10 +17,13 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
+import os
 import re
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote
 
@@ -28,12 +31,13 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.retry import KazooRetry
-from kazoo.security import make_digest_acl
+from kazoo.security import ACL, OPEN_ACL_UNSAFE, Permissions, make_digest_acl
 
 from timeshard.coordinator.assignment import assign
 from timeshard.errors import FailedPrecondition, InvalidArgument, NotFound, Unavailable
 
 DEFAULT_PATH = "/timeshard"
+ENV_PASSWORD = "TIMESHARD_ZOOKEEPER_PASSWORD"
 DEFAULT_SESSION_TIMEOUT_S = 4.0
 NODE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$")
 
@@ -66,7 +70,9 @@ class ZooKeeperConfig:
     2-20 of its ticks)."""
     connect_timeout_s: float = 15.0
     username: str | None = None
-    password: str | None = None
+    """With a user, every znode timeshard creates carries a digest ACL that gives that user
+    (and no one else) every permission, and the session authenticates as that user."""
+    password: str | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if not self.hosts:
@@ -77,16 +83,32 @@ class ZooKeeperConfig:
             raise InvalidArgument("session_timeout", "must be between 0 and 600 seconds")
         if not 0 < self.connect_timeout_s <= 600:
             raise InvalidArgument("connect_timeout", "must be between 0 and 600 seconds")
+        if self.username is not None and (not self.username or ":" in self.username):
+            raise InvalidArgument("coordinator", "the ZooKeeper user must be non-empty, no ':'")
+        if self.username and not self.password:
+            raise InvalidArgument(
+                "coordinator",
+                f"ZooKeeper user {self.username!r} has no password: give it in the URL, with "
+                f"?password_file=PATH, or in {ENV_PASSWORD}",
+            )
+
+    @property
+    def acl(self) -> list[ACL] | None:
+        """The ACL of every znode timeshard creates (None: ZooKeeper's open default)."""
+        if not self.username:
+            return None
+        return [make_digest_acl(self.username, self.password or "", all=True)]
 
     def client(self) -> KazooClient:
         """A kazoo client (not started) that reconnects quickly and forever: a node waits for
         ZooKeeper to come back rather than giving up."""
         auth: dict[str, Any] = {}
         if self.username:
-            secret = f"{self.username}:{self.password or ''}"
+            _hide_auth_in_kazoo_logs()
+            # kazoo applies default_acl to every create, ensure_path and transaction.
             auth = {
-                "auth_data": [("digest", secret)],
-                "default_acl": [make_digest_acl(self.username, self.password or "", all=True)],
+                "auth_data": [("digest", f"{self.username}:{self.password or ''}")],
+                "default_acl": self.acl,
             }
         return KazooClient(
             hosts=self.hosts,
@@ -97,34 +119,89 @@ class ZooKeeperConfig:
         )
 
 
-def parse_url(url: str) -> ZooKeeperConfig:
-    """``zookeeper://[user:password@]HOST:PORT[,HOST:PORT...]/PATH[?session_timeout=4]``.
+class _RedactAuth(logging.Filter):
+    """kazoo logs each request at DEBUG, the digest ``Auth`` one with ``user:password``."""
 
-    Options: ``session_timeout`` and ``connect_timeout`` in seconds. With a user, every znode
-    is created with a digest ACL that only that user may read or change.
+    def filter(self, record: logging.LogRecord) -> bool:
+        if "Auth(" in str(record.msg) or any("Auth(" in str(a) for a in record.args or ()):
+            record.msg = re.sub(r"auth='[^']*'", "auth='***'", record.getMessage())
+            record.args = ()
+        return True
+
+
+def _hide_auth_in_kazoo_logs() -> None:
+    logger = logging.getLogger("kazoo.client")
+    if not any(isinstance(f, _RedactAuth) for f in logger.filters):
+        logger.addFilter(_RedactAuth())
+
+
+def redact_url(url: str) -> str:
+    """``url`` with the password of its ``user:password@`` part replaced, for messages."""
+    return re.sub(r"(://[^:/@]*):[^@/]*@", r"\1:***@", url)
+
+
+def parse_url(url: str) -> ZooKeeperConfig:
+    """``zookeeper://[user[:password]@]HOST:PORT[,HOST:PORT...]/PATH[?session_timeout=4]``.
+
+    Options: ``session_timeout`` and ``connect_timeout`` in seconds; ``password_file``, a file
+    holding the user's password (better than the URL, which ``ps`` shows). A user without a
+    password in the URL or a file takes ``TIMESHARD_ZOOKEEPER_PASSWORD``. With a user, every
+    znode is created with a digest ACL that only that user may read or change.
     """
+    shown = redact_url(url)
     if not url.startswith("zookeeper://"):
-        raise InvalidArgument("coordinator", f"{url!r} is not a zookeeper:// URL")
+        raise InvalidArgument("coordinator", f"{shown!r} is not a zookeeper:// URL")
     rest, _, query = url.removeprefix("zookeeper://").partition("?")
     netloc, slash, path = rest.partition("/")
     creds, _, hosts = netloc.rpartition("@")
     for item in hosts.split(","):
         host, _, port = item.partition(":")
         if not host or not port.isdigit():
-            raise InvalidArgument("coordinator", f"{url!r}: bad host {item!r}, want HOST:PORT")
+            raise InvalidArgument("coordinator", f"{shown!r}: bad host {item!r}, want HOST:PORT")
     opts = {k: v[-1] for k, v in parse_qs(query, keep_blank_values=True).items()}
-    unknown = set(opts) - {"session_timeout", "connect_timeout"}
+    unknown = set(opts) - {"session_timeout", "connect_timeout", "password_file"}
     if unknown:
-        raise InvalidArgument("coordinator", f"{url!r}: unknown option(s) {sorted(unknown)}")
-    user, _, password = creds.partition(":")
+        raise InvalidArgument("coordinator", f"{shown!r}: unknown option(s) {sorted(unknown)}")
+    user, has_password, password = creds.partition(":")
+    if "password_file" in opts and not creds:
+        raise InvalidArgument("password_file", "give the user too: zookeeper://USER@HOST:PORT/...")
+    if creds and not has_password:
+        password = _password_from(opts.get("password_file", ""))
     return ZooKeeperConfig(
         hosts=hosts,
         path=f"/{path.strip('/')}" if slash and path.strip("/") else DEFAULT_PATH,
         session_timeout_s=_seconds(opts, "session_timeout", DEFAULT_SESSION_TIMEOUT_S),
         connect_timeout_s=_seconds(opts, "connect_timeout", 15.0),
         username=unquote(user) if creds else None,
-        password=unquote(password) if creds else None,
+        password=unquote(password) if creds and has_password else (password or None),
     )
+
+
+def _password_from(password_file: str) -> str:
+    if password_file:
+        try:
+            return Path(password_file).read_text().strip()
+        except OSError as exc:
+            raise InvalidArgument("password_file", f"{password_file}: {exc.strerror}") from None
+    return os.environ.get(ENV_PASSWORD, "")
+
+
+def open_acl_warning(acls: list[ACL], path: str) -> str | None:
+    """A warning when ``acls`` let anyone (``world:anyone``) read or change ``path``."""
+    for acl in acls:
+        if acl.id.scheme == "world" and acl.perms & (Permissions.READ | Permissions.WRITE):
+            return (
+                f"znode {path} is readable or writable by anyone (it was created without "
+                "credentials); restrict it, e.g. zkCli.sh setAcl -R "
+                f"{path} digest:USER:HASH:cdrwa"
+            )
+    return None
+
+
+PARENT_ACL = OPEN_ACL_UNSAFE
+"""The ACL of the parents of a cluster's root that timeshard creates: they are shared
+namespaces (other clusters live beside ours), and an open parent exposes nothing of ours: our
+root, with its own ACL and its persistent children, can be neither read nor deleted through it."""
 
 
 def _seconds(opts: dict[str, str], key: str, default: float) -> float:

@@ -39,12 +39,14 @@ from timeshard.coordinator.assignment import assign
 from timeshard.coordinator.base import Coordinator, Member, ShardsChanged
 from timeshard.coordinator.kazoo_bridge import ConnectionDropped, LoopBridge
 from timeshard.coordinator.zkstate import (
+    PARENT_ACL,
     CoordinatorUnavailable,
     Layout,
     ShardAdmin,
     ZooKeeperConfig,
     decode,
     encode,
+    open_acl_warning,
     parse_url,
     shard_names,
     validate_node_id,
@@ -261,9 +263,18 @@ class ZooKeeperCoordinator(Coordinator):
         return int(client_id[0]) if client_id else None
 
     async def _prepare(self) -> None:
-        """Create the layout, and record or check the cluster's shard count."""
+        """Create the layout (with the configured ACL), and record or check the cluster's
+        shard count."""
+        parent = self.layout.root.rsplit("/", 1)[0]
+        if parent:
+            await self._zk(self._kazoo.ensure_path_async(parent, acl=PARENT_ACL))
         for path in self.layout.folders:
             await self._zk(self._kazoo.ensure_path_async(path))
+        if self.config.acl:
+            acls, _ = await self._zk(self._kazoo.get_acls_async(self.layout.root))
+            warning = open_acl_warning(acls, self.layout.root)
+            if warning:
+                log.warning("%s", warning)
         config = encode({"num_shards": self._num_shards})
         try:
             await self._zk(self._kazoo.create_async(self.layout.config, config))
