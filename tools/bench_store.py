@@ -30,77 +30,16 @@ import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile
-from cassandra.concurrent import execute_concurrent_with_args
-from cassandra.policies import RoundRobinPolicy
+from bench.cassandra import raw_lwt
+from bench.progress import Progress, note
 
 from timeshard.model import Job
 from timeshard.sharding import shard_of
 from timeshard.store.base import ClaimRequest, entry_for
 from timeshard.store.cassandra import CassandraStore
+from timeshard.testing.services import drop_keyspace
 
 NUM_SHARDS = 128
-
-
-def note(message: str) -> None:
-    sys.stderr.write(f"bench: {message}\n")
-    sys.stderr.flush()
-
-
-class Meter:
-    """Counts operations and reports progress about once a second."""
-
-    def __init__(self, name: str, total: int) -> None:
-        self.name, self.total, self.done = name, total, 0
-        self.started = time.monotonic()
-        self._next = self.started + 1.0
-
-    def add(self, n: int) -> None:
-        self.done += n
-        now = time.monotonic()
-        if now >= self._next:
-            rate = self.done / (now - self.started)
-            note(f"{self.name}: {self.done}/{self.total} ({rate:,.0f}/s)")
-            self._next = now + 1.0
-
-    def result(self) -> dict[str, Any]:
-        seconds = time.monotonic() - self.started
-        return {
-            "operation": self.name,
-            "count": self.done,
-            "seconds": round(seconds, 3),
-            "per_second": round(self.done / seconds, 1) if seconds else 0.0,
-        }
-
-
-def raw_lwt(address: str, keyspace: str, n: int, concurrency: int) -> dict[str, Any]:
-    """Plain conditional writes through the driver: the ceiling of any store built on them."""
-    host, port = address.rsplit(":", 1)
-    profile = ExecutionProfile(load_balancing_policy=RoundRobinPolicy(), request_timeout=30)
-    cluster = Cluster(
-        contact_points=[(host, int(port))],
-        execution_profiles={EXEC_PROFILE_DEFAULT: profile},
-        protocol_version=5,
-    )
-    session = cluster.connect()
-    try:
-        session.execute(f"CREATE TABLE {keyspace}.bench_lwt (k text PRIMARY KEY, v bigint)")
-        insert = session.prepare(f"INSERT INTO {keyspace}.bench_lwt (k, v) VALUES (?, 0)")
-        update = session.prepare(f"UPDATE {keyspace}.bench_lwt SET v = 1 WHERE k = ? IF v = 0")
-        keys = [(f"k{i}",) for i in range(n)]
-        execute_concurrent_with_args(session, insert, keys, concurrency=concurrency)
-        note(f"raw LWT: {n} conditional updates, {concurrency} in flight ...")
-        meter = Meter("raw LWT (UPDATE ... IF)", n)
-        for start in range(0, n, concurrency * 4):
-            chunk = keys[start : start + concurrency * 4]
-            results = execute_concurrent_with_args(session, update, chunk, concurrency=concurrency)
-            failed = [r for ok, r in results if not ok or not r.was_applied]
-            if failed:
-                raise SystemExit(f"raw LWT: {len(failed)} writes failed or did not apply")
-            meter.add(len(chunk))
-        return meter.result()
-    finally:
-        cluster.shutdown()
 
 
 def make_jobs(n: int, now: int) -> list[Job]:
@@ -124,11 +63,12 @@ in flight as in the raw phase."""
 
 
 async def in_batches(
+    name: str,
     items: Sequence[Any],
     concurrency: int,
-    meter: Meter,
     run: Callable[[Sequence[Any]], Awaitable[None]],
 ) -> dict[str, Any]:
+    meter = Progress(name, len(items))
     starts = iter(range(0, len(items), BATCH))
 
     async def worker() -> None:
@@ -138,14 +78,14 @@ async def in_batches(
             meter.add(len(batch))
 
     await asyncio.gather(*(worker() for _ in range(max(1, concurrency // BATCH))))
-    return meter.result()
+    return {"operation": name, **meter.close()}
 
 
 async def run_phases(address: str, keyspace: str, n: int, concurrency: int) -> list[dict[str, Any]]:
     store = CassandraStore.from_url(f"cassandra://{address}/{keyspace}", num_shards=NUM_SHARDS)
     await store.open()  # creates the keyspace
     try:
-        raw = await asyncio.to_thread(raw_lwt, address, keyspace, n, concurrency)
+        raw = await asyncio.to_thread(raw_lwt, address, keyspace, n=n, concurrency=concurrency)
         now = time.time_ns() // 1_000_000
         jobs = make_jobs(n, now)
 
@@ -173,26 +113,12 @@ async def run_phases(address: str, keyspace: str, n: int, concurrency: int) -> l
                 raise SystemExit("claim/complete: a write did not apply")
 
         note(f"store: scheduling {n} jobs, {concurrency} in flight ...")
-        ingest = await in_batches(jobs, concurrency, Meter("store.create_jobs", n), schedule)
+        ingest = await in_batches("store.create_jobs", jobs, concurrency, schedule)
         note(f"store: claiming and completing {n} jobs, {concurrency} in flight ...")
-        firing = await in_batches(jobs, concurrency, Meter("store claim+complete", n), fire)
+        firing = await in_batches("store claim+complete", jobs, concurrency, fire)
         return [raw, ingest, firing]
     finally:
         await store.close()
-
-
-def drop_keyspace(address: str, keyspace: str) -> None:
-    host, port = address.rsplit(":", 1)
-    profile = ExecutionProfile(load_balancing_policy=RoundRobinPolicy(), request_timeout=60)
-    cluster = Cluster(
-        contact_points=[(host, int(port))],
-        execution_profiles={EXEC_PROFILE_DEFAULT: profile},
-        protocol_version=5,
-    )
-    try:
-        cluster.connect().execute(f"DROP KEYSPACE IF EXISTS {keyspace}")
-    finally:
-        cluster.shutdown()
 
 
 def report(rows: list[dict[str, Any]]) -> str:

@@ -1,8 +1,9 @@
-"""Helpers shared by the peer benchmark scripts (same workload and figures as tools/bench_fire.py).
+"""Helpers shared by the peer benchmark scripts (the workload and figures of
+``tools/loadtest.py fire``: N jobs due uniformly over --window seconds, 0 = all at one instant).
 
-Each job records the wall-clock time (ms since the epoch) at which its no-op body started, one
-line per job in per-process files under an output folder; the driver reads them back and
-computes the figures.
+Each job's no-op body writes one line per run into a per-process file under an output folder:
+``<start ms> <due ms> <job index>`` (wall clock, ms since the epoch); the driver reads them back
+and computes the figures under the same names as the load test.
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ def wait_file(path: Path, timeout: float, what: str) -> None:
 
 def lead_from_rate(n: int, warmup_per_s: float) -> float:
     """Seconds from now to the due time: enough to schedule all N first at 2/3 of the rate a
-    warm-up measured (the machine is shared and noisy), and at least 5 s as in bench_fire."""
+    warm-up measured (the machine is shared and noisy), and at least 5 s."""
     return max(5.0, 1.5 * n / warmup_per_s + 2)
 
 
@@ -89,25 +90,45 @@ def pct(values: list[float], p: float) -> float:
     return s[min(len(s) - 1, round(p / 100 * (len(s) - 1)))]
 
 
+def due_times(first_due_ms: float, n: int, window_s: float) -> list[float]:
+    """Job i is due at ``first_due + i * window / n`` (all at once for a window of 0)."""
+    return [first_due_ms + i * window_s * 1000 / n for i in range(n)]
+
+
 def figures(
-    system: str, out_dir: Path, n: int, due_ms: float, schedule_per_s: float, notes: list[str]
+    system: str,
+    out_dir: Path,
+    n: int,
+    first_due_ms: float,
+    ingest_per_s: float,
+    notes: list[str],
+    window_s: float = 0.0,
 ) -> dict:
-    starts = [float(x) for f in out_dir.glob("starts-*.txt") for x in f.read_text().split()]
-    if len(starts) != n:
-        notes.append(f"{len(starts)} job starts recorded for {n} jobs scheduled (duplicates?)")
-    lat = [s - due_ms for s in starts]
-    span_s = max(0.001, (max(starts) - due_ms) / 1000)
-    early = sum(1 for x in lat if x < 0)
+    first: dict[int, tuple[float, float]] = {}  # job index -> (start, due) of its first run
+    runs = early = 0
+    for f in out_dir.glob("starts-*.txt"):
+        for line in f.read_text().splitlines():
+            start, due, index = line.split()
+            runs += 1
+            early += float(start) < float(due)
+            if int(index) not in first or float(start) < first[int(index)][0]:
+                first[int(index)] = (float(start), float(due))
+    late = sorted((start - due) / 1000 for start, due in first.values())
+    span_s = max(0.001, (max(s for s, _ in first.values()) - first_due_ms) / 1000)
     if early:
         notes.append(f"{early} jobs started before their due time")
     return {
         "system": system,
         "jobs": n,
-        "schedule_per_s": round(schedule_per_s),
-        "fire_per_s": round(n / span_s),
-        "lateness_ms_p50": round(pct(lat, 50), 1),
-        "lateness_ms_p99": round(pct(lat, 99), 1),
-        "lateness_ms_max": round(max(lat), 1),
+        "window_s": window_s,
+        "ingest_per_s": round(ingest_per_s, 1),
+        "fire_per_s": round(len(first) / span_s, 1),
+        "lateness_p50_s": round(pct(late, 50), 4),
+        "lateness_p99_s": round(pct(late, 99), 4),
+        "lateness_max_s": round(late[-1], 4),
+        "early": early,
+        "lost": n - len(first),
+        "duplicates": runs - len(first),
         "notes": notes,
     }
 
@@ -145,6 +166,9 @@ def common_args(doc: str) -> argparse.ArgumentParser:
         type=float,
         default=0,
         help="seconds from the start of scheduling to the due time (default: from a warm-up)",
+    )
+    ap.add_argument(
+        "--window", type=float, default=0.0, help="seconds the due times span (0: one instant)"
     )
     ap.add_argument("--timeout", type=float, default=3600, help="give up after this many seconds")
     ap.add_argument("--keep", action="store_true", help="keep the temporary folder (logs, data)")

@@ -1,11 +1,11 @@
-"""APScheduler 4 with a SQL data store: the tools/bench_fire.py workload on this machine.
+"""APScheduler 4 with a SQL data store: the `tools/loadtest.py fire` workload on this machine.
 
     python tools/peers/apscheduler4.py --jobs 20000 [--store sqlite|postgres] [--json]
 
-Adds N schedules with a DateTrigger all at the same instant a few seconds ahead, from the driver
-process, and runs them in one separate scheduler process (role "both": it turns due schedules into
-jobs and runs them, a no-op coroutine on the async executor). Measures jobs/s from the due time
-until the last job body started, and lateness (start minus due time) p50 / p99 / max.
+Adds N schedules with a DateTrigger a few seconds ahead, spread over --window seconds, from the
+driver process, and runs them in one separate scheduler process (role "both": it turns due
+schedules into jobs and runs them, a no-op coroutine on the async executor). Measures jobs/s from
+the first due time until the last job body started, and lateness (start minus due) p50/p99/max.
 
   sqlite:   SQLAlchemyDataStore on sqlite+aiosqlite (a file; SQLite defaults: rollback journal,
             synchronous=FULL). The local event broker cannot cross processes, so the scheduler
@@ -42,12 +42,12 @@ TASKS_MODULE = """
 import os, time
 _f = None
 
-async def noop():
+async def noop(index=-1, due=0.0):
     global _f
     start = time.time_ns() / 1e6
     if _f is None:
         _f = open(f"{os.environ['BENCH_OUT']}/starts-{os.getpid()}.txt", "a", buffering=1)
-    _f.write(f"{start:.3f}\\n")
+    _f.write(f"{start:.3f} {due:.3f} {index}\\n")
 """
 
 RUNNER_MODULE = """
@@ -80,8 +80,10 @@ def make_scheduler(store: str, url: str, max_concurrent: int = 100) -> AsyncSche
     )
 
 
-async def add_schedules(store: str, url: str, n: int, lead_s: float, in_flight: int) -> tuple:
-    """Add N one-shot schedules all due at one instant from this (client) process, `in_flight`
+async def add_schedules(
+    store: str, url: str, n: int, lead_s: float, in_flight: int, window_s: float = 0.0
+) -> tuple:
+    """Add N one-shot schedules due over `window_s` from this (client) process, `in_flight`
     add_schedule() calls at a time. Unless lead_s is given, the due time is set from the rate of
     a warm-up of paused schedules (removed again). Returns (due time in ms, schedules/s)."""
     import bench_tasks
@@ -100,22 +102,25 @@ async def add_schedules(store: str, url: str, n: int, lead_s: float, in_flight: 
             for schedule_id in ids:
                 await client.remove_schedule(schedule_id)
         due_ms = c.now_ms() + lead_s * 1000
-        due = datetime.fromtimestamp(due_ms / 1000, UTC)
+        dues = c.due_times(due_ms, n, window_s)
         c.log(f"scheduling {n} APScheduler date schedules due in {lead_s:.0f}s ({store})")
         t0 = time.monotonic()
         done = 0
+        indices = iter(range(n))  # shared by the adders: each job is added once
 
-        async def add(count: int) -> None:
+        async def add() -> None:
             nonlocal done
-            for _ in range(count):
-                await client.add_schedule("bench.noop", DateTrigger(due))
+            for i in indices:
+                at = datetime.fromtimestamp(dues[i] / 1000, UTC)
+                kwargs = {"index": i, "due": dues[i]}
+                await client.add_schedule("bench.noop", DateTrigger(at), kwargs=kwargs)
                 done += 1
                 if done % 2_000 == 0:
                     c.log(f"  scheduled {done}/{n}")
 
         async with anyio.create_task_group() as tg:
-            for i in range(in_flight):
-                tg.start_soon(add, n // in_flight + (i < n % in_flight))
+            for _ in range(in_flight):
+                tg.start_soon(add)
         return due_ms, n / (time.monotonic() - t0)
 
 
@@ -193,7 +198,7 @@ def main() -> int:
             asyncio.run(add_schedules(args.store, url, 0, 0, 1))
             runner = start_runner()
         due_ms, rate = asyncio.run(
-            add_schedules(args.store, url, args.jobs, args.lead_s, args.in_flight)
+            add_schedules(args.store, url, args.jobs, args.lead_s, args.in_flight, args.window)
         )
         c.log(f"  scheduled {args.jobs} at {rate:.0f}/s")
         if runner is None:
@@ -202,7 +207,9 @@ def main() -> int:
             c.log("warning: scheduling ran past the due time")
             notes.append("scheduling ran past the due time: raise --lead-s")
         c.wait_starts(out, args.jobs, args.timeout, [p for p in (runner, pg) if p])
-        result = c.figures(f"apscheduler4+{args.store}", out, args.jobs, due_ms, rate, notes)
+        result = c.figures(
+            f"apscheduler4+{args.store}", out, args.jobs, due_ms, rate, notes, args.window
+        )
     finally:
         c.stop([runner, pg])
         log.close()

@@ -1,11 +1,12 @@
-"""Celery ETA tasks on a Redis broker: the tools/bench_fire.py workload on this machine.
+"""Celery ETA tasks on a Redis broker: the `tools/loadtest.py fire` workload on this machine.
 
-    python tools/peers/celery_redis.py --jobs 20000 [--pool threads] [--json]
+    python tools/peers/celery_redis.py --jobs 20000 [--window 10] [--pool threads] [--json]
 
 Starts a local redis-server (127.0.0.1, free port, fresh folder, AOF on with fsync every second,
-no RDB snapshots) and one Celery worker process, sends N no-op tasks with the same `eta` a few
-seconds ahead (one `send_task` per job, as an application would), and measures jobs/s from the
-due time until the last task body started, and lateness (start minus eta) p50 / p99 / max.
+no RDB snapshots) and one Celery worker process, sends N no-op tasks with an `eta` a few
+seconds ahead, spread over --window seconds (one `send_task` per job, as an application would),
+and measures jobs/s from the first due time until the last task body started, and lateness
+(start minus eta) p50 / p99 / max.
 Needs `redis-server` (Debian) and `celery[redis]` (pip). Progress on stderr; figures on stdout.
 """
 
@@ -38,12 +39,12 @@ OUT = os.environ["BENCH_OUT"]
 _files = {}
 
 @app.task(name="bench.noop")
-def noop():
+def noop(index=-1, due=0.0):
     start = time.time_ns() / 1e6
     f = _files.get(os.getpid())
     if f is None:
         f = _files[os.getpid()] = open(f"{OUT}/starts-{os.getpid()}.txt", "a", buffering=1)
-    f.write(f"{start:.3f}\\n")
+    f.write(f"{start:.3f} {due:.3f} {index}\\n")
 
 @worker_ready.connect
 def ready(**_):
@@ -101,11 +102,12 @@ def main() -> int:
         with app.producer_or_acquire() as producer:
             lead_s = args.lead_s or warmup_lead(app, producer, args.jobs)
             due_ms = c.now_ms() + lead_s * 1000
-            eta = datetime.fromtimestamp(due_ms / 1000, UTC)
+            dues = c.due_times(due_ms, args.jobs, args.window)
+            etas = [datetime.fromtimestamp(d / 1000, UTC) for d in dues]
             c.log(f"scheduling {args.jobs} Celery ETA tasks due in {lead_s:.0f}s ({broker})")
             t0 = time.monotonic()
             for i in range(args.jobs):
-                app.send_task("bench.noop", eta=eta, producer=producer)
+                app.send_task("bench.noop", args=[i, dues[i]], eta=etas[i], producer=producer)
                 if (i + 1) % 10_000 == 0:
                     c.log(f"  scheduled {i + 1}/{args.jobs}")
         rate = args.jobs / (time.monotonic() - t0)
@@ -114,7 +116,7 @@ def main() -> int:
             c.log("warning: scheduling ran past the due time")
             notes.append("scheduling ran past the due time: raise --lead-s")
         c.wait_starts(out, args.jobs, args.timeout, [worker, redis])
-        result = c.figures("celery+redis", out, args.jobs, due_ms, rate, notes)
+        result = c.figures("celery+redis", out, args.jobs, due_ms, rate, notes, args.window)
     finally:
         c.stop([worker, redis])
         log.close()

@@ -1,12 +1,13 @@
-"""Procrastinate on PostgreSQL: the tools/bench_fire.py workload on this machine.
+"""Procrastinate on PostgreSQL: the `tools/loadtest.py fire` workload on this machine.
 
     python tools/peers/procrastinate_pg.py --jobs 20000 [--concurrency 32] [--poll-s 5] [--json]
 
 Starts a local PostgreSQL cluster (Debian `postgresql`, initdb in a fresh folder, 127.0.0.1,
 default durability: fsync on, synchronous_commit on) and one Procrastinate worker process
-(async no-op task), defers N jobs with the same `schedule_at` a few seconds ahead in batches of
-500, 4 batches in flight (batch_defer_async), and measures jobs/s from the due time until the last
-job body started, and lateness (start minus due time) p50 / p99 / max.
+(async no-op task), defers N jobs due a few seconds ahead, spread over --window seconds, in
+batches of 500, 4 batches in flight (as batch_defer_async, with a schedule_at per job), and
+measures jobs/s from the first due time until the last job body started, and lateness (start
+minus due time) p50 / p99 / max.
 Needs procrastinate (pip, with psycopg[binary]). Progress on stderr; figures on stdout.
 """
 
@@ -36,12 +37,12 @@ app = procrastinate.App(connector=procrastinate.PsycopgConnector(
 _f = None
 
 @app.task(name="bench.noop")
-async def noop():
+async def noop(index: int = -1, due: float = 0.0):
     global _f
     start = time.time_ns() / 1e6
     if _f is None:
         _f = open(f"{os.environ['BENCH_OUT']}/starts-{os.getpid()}.txt", "a", buffering=1)
-    _f.write(f"{start:.3f}\\n")
+    _f.write(f"{start:.3f} {due:.3f} {index}\\n")
 
 def run():
     open(os.environ["BENCH_OUT"] + "/ready", "w").close()
@@ -50,25 +51,32 @@ def run():
 """
 
 
-async def defer_all(noop, n: int, due: datetime, batch: int = 500, in_flight: int = 4) -> float:
+async def defer_all(noop, dues: list[float], batch: int = 500, in_flight: int = 4) -> float:
+    """Defer one job per due time in batches (each job its own schedule_at: the jobs a batch
+    carries are built as batch_defer_async builds them, with the time set per job)."""
     sem = asyncio.Semaphore(in_flight)
-    deferrer = noop.configure(schedule_at=due)
-    done = 0
+    deferrer = noop.configure(schedule_at=datetime.fromtimestamp(dues[0] / 1000, UTC))
+    at = [datetime.fromtimestamp(d / 1000, UTC) for d in dues]
+    n, done = len(dues), 0
 
-    async def one(count: int) -> None:
+    async def one(start: int) -> None:
         nonlocal done
         async with sem:
-            await deferrer.batch_defer_async(*[{} for _ in range(count)])
-            done += count
-            if done % 10_000 < count:
+            jobs = [
+                deferrer.job.evolve(task_kwargs={"index": i, "due": dues[i]}, scheduled_at=at[i])
+                for i in range(start, min(n, start + batch))
+            ]
+            await deferrer.job_manager.batch_defer_jobs_async(jobs=jobs)
+            done += len(jobs)
+            if done % 10_000 < len(jobs):
                 c.log(f"  scheduled {done}/{n}")
 
     t0 = time.monotonic()
-    await asyncio.gather(*(one(min(batch, n - i)) for i in range(0, n, batch)))
+    await asyncio.gather(*(one(i) for i in range(0, n, batch)))
     return n / (time.monotonic() - t0)
 
 
-async def schedule(conninfo: str, n: int, lead_s: float) -> tuple[float, float]:
+async def schedule(conninfo: str, n: int, lead_s: float, window_s: float) -> tuple[float, float]:
     import bench_app
 
     app = bench_app.app
@@ -89,7 +97,7 @@ async def schedule(conninfo: str, n: int, lead_s: float) -> tuple[float, float]:
                 )
         due_ms = c.now_ms() + lead_s * 1000
         c.log(f"scheduling {n} Procrastinate jobs due in {lead_s:.0f}s")
-        rate = await defer_all(bench_app.noop, n, datetime.fromtimestamp(due_ms / 1000, UTC))
+        rate = await defer_all(bench_app.noop, c.due_times(due_ms, n, window_s))
         c.log(f"  scheduled {n} at {rate:.0f}/s")
         return due_ms, rate
 
@@ -130,7 +138,7 @@ def main() -> int:
             "jobs deferred with batch_defer_async, 500 a batch, 4 batches in flight; the lead"
             " time comes from a warm-up of 1000 far-future jobs on another queue, deleted again",
         ]
-        asyncio.run(schedule(conninfo, 0, 0))  # the schema only
+        asyncio.run(schedule(conninfo, 0, 0, 0))  # the schema only
         worker = subprocess.Popen(
             [sys.executable, "-c", "import bench_app; bench_app.run()"],
             stdout=log,
@@ -139,12 +147,14 @@ def main() -> int:
             cwd=tmp,
         )
         c.wait_file(out / "ready", 60, "the Procrastinate worker to start")
-        due_ms, rate = asyncio.run(schedule(conninfo, args.jobs, args.lead_s))
+        due_ms, rate = asyncio.run(schedule(conninfo, args.jobs, args.lead_s, args.window))
         if c.now_ms() > due_ms:
             c.log("warning: scheduling ran past the due time")
             notes.append("scheduling ran past the due time: raise --lead-s")
         c.wait_starts(out, args.jobs, args.timeout, [worker, pg])
-        result = c.figures("procrastinate+postgres", out, args.jobs, due_ms, rate, notes)
+        result = c.figures(
+            "procrastinate+postgres", out, args.jobs, due_ms, rate, notes, args.window
+        )
     finally:
         c.stop([worker, pg])
         log.close()

@@ -15,7 +15,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -119,7 +119,8 @@ class Fleet:
         )
         return proc
 
-    def start_server(self, name: str, port: int | None = None) -> Proc:
+    def start_server(self, name: str, port: int | None = None, extra: Sequence[str] = ()) -> Proc:
+        """``timeshard server`` on ``port`` (a free one by default); ``extra``: more flags."""
         port = port or free_port()
         argv = [
             *CLI,
@@ -136,6 +137,7 @@ class Fleet:
             str(self.shards),
             "--lookahead",
             str(self.lookahead_s),
+            *extra,
         ]
         proc = Proc(name=name, argv=argv, log=self.run_dir / f"{name}.log", env={})
         proc.address = f"127.0.0.1:{port}"
@@ -148,24 +150,34 @@ class Fleet:
             raise RuntimeError(f"{name} is still running")
         return self.start_server(name, port=int(old.address.rsplit(":", 1)[1]))
 
-    def start_workers(self, count: int) -> None:
+    def start_workers(
+        self, count: int, target: str = RECORDER, env: dict[str, str] | None = None
+    ) -> None:
+        """``count`` worker processes running ``target`` (MODULE:OBJECT); each gets
+        ``TIMESHARD_RECORD=<run_dir>/<name>.runs``, plus ``env``."""
         servers = ",".join(p.address for p in self.servers.values())
-        for i in range(count):
+        first = len(self.workers)
+        for i in range(first, first + count):
             name = f"worker{i}"
             argv = [
                 *CLI,
                 "--server",
                 servers,
                 "worker",
-                RECORDER,
+                target,
                 "--lease",
                 str(self.lease_s),
                 "--id",
                 name,
                 "--quiet",
             ]
-            env = {"TIMESHARD_RECORD": str(self.run_dir / f"{name}.runs")}
-            proc = Proc(name=name, argv=argv, log=self.run_dir / f"{name}.log", env=env)
+            record = {"TIMESHARD_RECORD": str(self.run_dir / f"{name}.runs")}
+            proc = Proc(
+                name=name,
+                argv=argv,
+                log=self.run_dir / f"{name}.log",
+                env={**record, **(env or {})},
+            )
             self.workers[name] = self._spawn(proc)
 
     def wait_serving(self, names: Iterable[str] | None = None, timeout: float = 60) -> None:

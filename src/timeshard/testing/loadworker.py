@@ -1,0 +1,62 @@
+"""The no-op worker of ``tools/loadtest.py``: ``loadtest.noop`` does nothing but note, for each
+run, the job id, its due time and when the handler started (wall clock, ms), one line per run
+in ``$TIMESHARD_RECORD``:
+
+    <job_id> <run_at_ms> <start_ms>
+
+Lines are buffered and written out at least every 0.2 s (and at exit), so the load test can
+follow progress while the recording costs a few microseconds per job.
+
+    timeshard --server HOST:PORT worker timeshard.testing.loadworker:worker
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import os
+import time
+from typing import TextIO
+
+from timeshard.worker import JobContext, Worker
+
+JOB_TYPE = "loadtest.noop"
+FLUSH_S = 0.2
+
+worker = Worker(lease_s=60, claim_wait_s=5)
+
+
+class RunLog:
+    def __init__(self, path: str) -> None:
+        self._out: TextIO = open(path, "a")  # noqa: SIM115 - closed at exit
+        self._flusher: asyncio.Task[None] | None = None
+        atexit.register(self.close)
+
+    def add(self, job_id: str, run_at_ms: int, start_ms: float) -> None:
+        self._out.write(f"{job_id} {run_at_ms} {start_ms:.3f}\n")
+        if self._flusher is None:
+            self._flusher = asyncio.get_running_loop().create_task(
+                self._flush_often(), name="loadworker-flush"
+            )
+
+    async def _flush_often(self) -> None:
+        while True:
+            await asyncio.sleep(FLUSH_S)
+            self._out.flush()
+
+    def close(self) -> None:
+        self._out.close()
+
+
+_log: RunLog | None = None
+
+
+@worker.handler(
+    JOB_TYPE, timeout=60, concurrency=int(os.environ.get("TIMESHARD_LOADTEST_CONCURRENCY", "512"))
+)
+async def noop(ctx: JobContext) -> None:
+    start_ms = time.time_ns() / 1e6
+    global _log
+    if _log is None:
+        _log = RunLog(os.environ["TIMESHARD_RECORD"])
+    _log.add(ctx.job_id, ctx.run_at_ms, start_ms)

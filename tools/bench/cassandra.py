@@ -1,0 +1,75 @@
+"""Cassandra side of the benchmarks: the raw ceiling (plain single-row lightweight transactions
+through the driver alone, ``UPDATE ... IF v = 0`` on distinct rows) and store URLs."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any
+from urllib.parse import urlsplit
+
+from timeshard.testing.services import cassandra_cluster
+
+from .progress import Progress
+
+
+def split_store_url(url: str) -> tuple[str, str]:
+    """``cassandra://host:port/ks`` -> (``host:port``, ``ks`` or "")."""
+    parts = urlsplit(url)
+    return parts.netloc, parts.path.strip("/")
+
+
+def fresh_keyspace(prefix: str = "loadtest") -> str:
+    return f"{prefix}_{uuid.uuid4().hex[:12]}"
+
+
+def raw_lwt(
+    address: str,
+    keyspace: str,
+    *,
+    n: int | None = None,
+    seconds: float | None = None,
+    concurrency: int = 256,
+) -> dict[str, Any]:
+    """Single-row conditional updates, ``concurrency`` in flight, until ``n`` are done or
+    ``seconds`` of them have run; rows are inserted (untimed) a chunk ahead. The keyspace must
+    exist; the table ``bench_lwt`` is made in it."""
+    from cassandra.concurrent import execute_concurrent_with_args
+
+    if n is None and seconds is None:
+        raise ValueError("give n or seconds")
+    cluster = cassandra_cluster(address, request_timeout=30)
+    session = cluster.connect()
+    try:
+        session.execute(
+            f"CREATE TABLE IF NOT EXISTS {keyspace}.bench_lwt (k text PRIMARY KEY, v bigint)"
+        )
+        insert = session.prepare(f"INSERT INTO {keyspace}.bench_lwt (k, v) VALUES (?, 0)")
+        update = session.prepare(f"UPDATE {keyspace}.bench_lwt SET v = 1 WHERE k = ? IF v = 0")
+        run = uuid.uuid4().hex[:8]
+        progress = Progress("raw LWT", n or 0)
+        done, timed = 0, 0.0
+        chunk_size = concurrency * 4
+        while (n is None or done < n) and (seconds is None or timed < seconds):
+            size = chunk_size if n is None else min(chunk_size, n - done)
+            keys = [(f"{run}-{done + i}",) for i in range(size)]
+            execute_concurrent_with_args(session, insert, keys, concurrency=concurrency)
+            t0 = time.monotonic()
+            results = execute_concurrent_with_args(session, update, keys, concurrency=concurrency)
+            timed += time.monotonic() - t0
+            failed = [r for ok, r in results if not ok or not r.was_applied]
+            if failed:
+                raise SystemExit(f"raw LWT: {len(failed)} writes failed or did not apply")
+            done += size
+            if n is None:
+                progress.total = done
+            progress.update(done)
+        progress.close()
+        return {
+            "operation": "raw LWT (UPDATE ... IF)",
+            "count": done,
+            "seconds": round(timed, 3),
+            "per_second": round(done / timed, 1) if timed else 0.0,
+        }
+    finally:
+        cluster.shutdown()

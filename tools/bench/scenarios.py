@@ -1,0 +1,358 @@
+"""The load-test scenarios against real timeshard processes: ``fire`` (a pre-loaded burst or
+window), ``steady`` (streamed at an offered rate) and ``backlog`` (bursts with millions of
+future jobs stored)."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import platform
+import shutil
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from timeshard.testing.services import create_keyspace, drop_keyspace
+
+from . import cassandra as cass
+from .procs import Timeshard, cpu_delta
+from .progress import Progress, note
+from .records import RunRecords, figures, timeline
+from .submit import now_ms, schedule, stream, warmup_rate
+
+DAY_MS = 86_400_000
+
+
+@dataclass
+class Store:
+    url: str
+    kind: str
+    sqlite_path: Path | None = None
+    cassandra: str = ""
+    keyspace: str = ""
+    drop: bool = False
+
+    def size_bytes(self) -> int | None:
+        """Bytes on disk (SQLite: the file and its WAL); None where it can not be read here."""
+        if self.sqlite_path is None:
+            return None
+        files = [Path(f"{self.sqlite_path}{suffix}") for suffix in ("", "-wal", "-shm")]
+        return sum(f.stat().st_size for f in files if f.exists())
+
+
+def prepare_store(spec: str, run_dir: Path, shards: int) -> Store:
+    if spec in ("", "sqlite", "embedded"):
+        path = run_dir / "loadtest.db"
+        return Store(url=f"sqlite://{path}", kind="sqlite", sqlite_path=path)
+    if spec.startswith("sqlite://"):
+        return Store(url=spec, kind="sqlite", sqlite_path=Path(spec.removeprefix("sqlite://")))
+    if spec.startswith("cassandra://"):
+        address, keyspace = cass.split_store_url(spec)
+        fresh = not keyspace
+        keyspace = keyspace or cass.fresh_keyspace()
+        url = f"cassandra://{address}/{keyspace}"
+        note(f"Cassandra {address}, keyspace {keyspace}" + (" (dropped at the end)" * fresh))
+        create_keyspace(url, shards)
+        return Store(url=url, kind="cassandra", cassandra=address, keyspace=keyspace, drop=fresh)
+    raise SystemExit(f"--store {spec!r}: give sqlite, sqlite:///PATH or cassandra://HOST:PORT[/KS]")
+
+
+@contextlib.contextmanager
+def running(args: argparse.Namespace) -> Iterator[tuple[Timeshard, Store, RunRecords]]:
+    """A fresh store, a server and the workers; everything ended and removed afterwards
+    (unless --keep)."""
+    run_dir = Path(tempfile.mkdtemp(prefix="loadtest-"))
+    store = prepare_store(args.store, run_dir, args.shards)
+    ts = Timeshard(
+        run_dir,
+        store.url,
+        shards=args.shards,
+        workers=args.workers,
+        concurrency=args.concurrency,
+        lookahead_s=args.lookahead,
+    )
+    try:
+        note(
+            f"starting timeshard server ({store.kind}, {args.shards} shards) and "
+            f"{args.workers} worker processes; logs in {run_dir}"
+        )
+        ts.start()
+        yield ts, store, RunRecords(ts.record_paths())
+    finally:
+        ts.stop()
+        if store.drop and not args.keep:
+            drop_keyspace(store.cassandra, store.keyspace)
+        if args.keep:
+            note(f"kept {run_dir}" + (f" and keyspace {store.keyspace}" if store.keyspace else ""))
+        else:
+            shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def wait_fired(
+    ts: Timeshard,
+    records: RunRecords,
+    n: int,
+    due_ms: tuple[float, float],
+    drain_s: float,
+    label: str = "fire",
+) -> None:
+    """Follow the workers' records until ``n`` jobs ran, or nothing new ran for ``drain_s``
+    once the last one is due (``due_ms``: the first and the last due time)."""
+    first_due_ms, last_due_ms = due_ms
+    progress = Progress(label, n)
+    waiting = True
+    last_change = time.monotonic()
+    while True:
+        if records.poll():
+            last_change = time.monotonic()
+        fired = len(records.first)
+        if waiting and (now_ms() >= first_due_ms or fired):
+            waiting = False
+            progress.started = time.monotonic()  # rates from the first due time on
+        wait_s = (first_due_ms - now_ms()) / 1000
+        progress.update(fired, extra=f"first due in {wait_s:.1f} s" if waiting else "")
+        if fired >= n:
+            break
+        idle = time.monotonic() - last_change
+        if now_ms() > last_due_ms and idle > drain_s:
+            note(f"nothing ran for {drain_s:g} s after the last due time: {n - fired} lost")
+            break
+        ts.check_alive()
+        time.sleep(0.1)
+    progress.close()
+
+
+def per_1k(seconds: float | None, jobs: int) -> float | None:
+    return round(seconds / jobs * 1000, 4) if seconds is not None and jobs else None
+
+
+def per_job(delta: float | None, jobs: int) -> float | None:
+    return round(delta / jobs, 4) if delta is not None and jobs else None
+
+
+def counter_delta(before: dict[str, float], after: dict[str, float], name: str) -> float | None:
+    if name not in before or name not in after:
+        return None
+    return after[name] - before[name]
+
+
+ROUNDS = "timeshard_store_paxos_rounds_total"
+ROWS = "timeshard_store_conditional_rows_total"
+
+
+def fire_phase(
+    ts: Timeshard,
+    records: RunRecords,
+    *,
+    jobs: int,
+    window_s: float,
+    mode: str,
+    lead_s: float | None,
+    drain_s: float,
+) -> tuple[dict[str, Any], list[tuple[float, float, float]]]:
+    """Schedule ``jobs`` due uniformly over ``window_s`` from ``lead_s`` ahead (from a warm-up
+    by default: ingest ends before the first is due), then follow them until they ran."""
+    if lead_s is None:
+        rate = warmup_rate(ts.address, mode)
+        lead_s = max(3.0, 1.3 * jobs / rate + 1.0)
+        note(f"warm-up: {rate:,.0f} jobs/s ({mode}); first due in {lead_s:.1f} s")
+    first_due = int(now_ms() + lead_s * 1000)
+    run_ats = [first_due + round(i * window_s * 1000 / jobs) for i in range(jobs)]
+    cpu0, ctr0 = ts.cpu(), ts.store_counters()
+    progress = Progress("ingest", jobs)
+    ids = schedule(ts.address, run_ats, mode, progress)
+    ingest = progress.close()
+    ran_past_due = now_ms() > first_due
+    if ran_past_due:
+        note("warning: ingest ran past the first due time (raise --lead)")
+    cpu1, ctr1 = ts.cpu(), ts.store_counters()
+    wait_fired(ts, records, jobs, (run_ats[0], run_ats[-1]), drain_s)
+    cpu2, ctr2 = ts.cpu(), ts.store_counters()
+    result = figures(records, ids, first_due)
+    fired = result["fired"]
+    ingest_cpu, fire_cpu = cpu_delta(cpu0, cpu1), cpu_delta(cpu1, cpu2)
+    out: dict[str, Any] = {
+        "jobs": jobs,
+        "window_s": window_s,
+        "offered_per_s": round(jobs / window_s, 1) if window_s else None,
+        "mode": mode,
+        "lead_s": round(lead_s, 2),
+        "ingest_per_s": ingest["per_second"],
+        "ingest_s": ingest["seconds"],
+        "ingest_ran_past_due": ran_past_due,
+        **result,
+        "cpu_s_per_1k": {
+            "server_ingest": per_1k(ingest_cpu["server"], jobs),
+            "client_ingest": per_1k(ingest_cpu["client"], jobs),
+            "server_fire": per_1k(fire_cpu["server"], fired),
+            "workers_fire": per_1k(fire_cpu["workers"], fired),
+        },
+        "paxos_rounds_per_ingested_job": per_job(counter_delta(ctr0, ctr1, ROUNDS), jobs),
+        "paxos_rounds_per_fired_job": per_job(counter_delta(ctr1, ctr2, ROUNDS), fired),
+        "conditional_rows_per_fired_job": per_job(counter_delta(ctr1, ctr2, ROWS), fired),
+    }
+    return out, timeline(records, ids)
+
+
+def machine() -> dict[str, Any]:
+    return {
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "platform": platform.platform(terse=True),
+    }
+
+
+def fire(args: argparse.Namespace) -> tuple[dict[str, Any], list[Any]]:
+    window = args.jobs / args.rate if args.rate else args.window
+    with running(args) as (ts, store, records):
+        result, rows = fire_phase(
+            ts,
+            records,
+            jobs=args.jobs,
+            window_s=window,
+            mode=args.mode,
+            lead_s=args.lead,
+            drain_s=args.drain,
+        )
+    result = {"scenario": "fire", "store": store.kind, "workers": args.workers, **result}
+    if store.kind == "cassandra":
+        result.update(lwt_ceiling(args, store, result.get("fire_per_s")))
+    result["machine"] = machine()
+    return result, [("timeshard " + store.kind, rows)]
+
+
+def lwt_ceiling(args: argparse.Namespace, store: Store, fire_per_s: float | None) -> dict[str, Any]:
+    """The single-row LWT rate of the same Cassandra, measured now (after the run)."""
+    note(f"raw single-row LWTs on the same Cassandra for {args.lwt_seconds:g} s")
+    keyspace = store.keyspace
+    try:
+        if store.drop and not args.keep:  # the run's keyspace is gone: use another, fresh one
+            keyspace = cass.fresh_keyspace("loadtest_lwt")
+            create_keyspace(f"cassandra://{store.cassandra}/{keyspace}", args.shards)
+        raw = cass.raw_lwt(store.cassandra, keyspace, seconds=args.lwt_seconds)
+    finally:
+        if keyspace != store.keyspace:
+            drop_keyspace(store.cassandra, keyspace)
+    lwt = raw["per_second"]
+    return {
+        "single_row_lwt_per_s": lwt,
+        "fire_over_single_row_lwt": round(fire_per_s / lwt, 2) if fire_per_s and lwt else None,
+    }
+
+
+def steady(args: argparse.Namespace) -> tuple[dict[str, Any], list[Any]]:
+    count = round(args.rate * args.duration)
+    lead = args.lead if args.lead is not None else 2.0
+    with running(args) as (ts, store, records):
+        run_ats: list[int] = []
+        ids: list[str] = []
+        cpu0, ctr0 = ts.cpu(), ts.store_counters()
+        offer_s: list[float] = []
+
+        def offer() -> None:
+            t0 = time.monotonic()
+            stream(ts.address, args.rate, count, lead, args.mode, run_ats, ids)
+            offer_s.append(time.monotonic() - t0)
+
+        sender = threading.Thread(target=offer, name="loadtest-offer", daemon=True)
+        sender.start()
+        progress = Progress("fire", count)
+        last_change = time.monotonic()
+        while True:
+            if records.poll():
+                last_change = time.monotonic()
+            progress.update(len(records.first), extra=f"offered {len(ids):,}")
+            if len(records.first) >= count:
+                break
+            if not sender.is_alive() and time.monotonic() - last_change > args.drain:
+                break
+            ts.check_alive()
+            time.sleep(0.1)
+        progress.close()
+        sender.join()
+        cpu1, ctr1 = ts.cpu(), ts.store_counters()
+        result = figures(records, ids, run_ats[0])
+        used = cpu_delta(cpu0, cpu1)
+        fired = result["fired"]
+        out = {
+            "scenario": "steady",
+            "store": store.kind,
+            "workers": args.workers,
+            "mode": args.mode,
+            "offered_per_s": args.rate,
+            "duration_s": args.duration,
+            "jobs": count,
+            "lead_s": lead,
+            "ingest_per_s": round(len(ids) / offer_s[0], 1) if offer_s else None,
+            **result,
+            "cpu_s_per_1k": {
+                "server": per_1k(used["server"], fired),
+                "workers": per_1k(used["workers"], fired),
+                "client": per_1k(used["client"], fired),
+            },
+            "paxos_rounds_per_job": per_job(counter_delta(ctr0, ctr1, ROUNDS), fired),
+            "machine": machine(),
+        }
+        return out, [("timeshard " + store.kind, timeline(records, ids))]
+
+
+def backlog(args: argparse.Namespace) -> tuple[dict[str, Any], list[Any]]:
+    sizes = sorted({int(s) for s in str(args.stored).replace("_", "").split(",") if s})
+    rows: list[dict[str, Any]] = []
+    series: list[Any] = []
+    with running(args) as (ts, store, records):
+        loaded, load_total_s, load_rate = 0, 0.0, 0.0
+        for size in sizes:
+            todo = size - loaded
+            start = int(now_ms()) + DAY_MS
+            step = max(1, 30 * DAY_MS // max(1, todo))  # spread over 30 days of buckets
+            progress = Progress("load", todo)
+            schedule(
+                ts.address,
+                range(start, start + todo * step, step),
+                "batch",
+                progress,
+                keep_ids=False,
+            )
+            load = progress.close()
+            loaded, load_total_s = size, load_total_s + load["seconds"]
+            load_rate = load["per_second"] or load_rate
+            records.forget()
+            lead = args.lead if args.lead is not None else max(3.0, 1.3 * args.jobs / load_rate + 1)
+            burst, rows_t = fire_phase(
+                ts,
+                records,
+                jobs=args.jobs,
+                window_s=args.window,
+                mode="batch",
+                lead_s=lead,
+                drain_s=args.drain,
+            )
+            rows.append(
+                {
+                    "stored": size,
+                    "load_s": load["seconds"],
+                    "load_per_s": load["per_second"],
+                    "load_total_s": round(load_total_s, 3),
+                    "store_bytes": store.size_bytes(),
+                    **burst,
+                }
+            )
+            series.append((f"{size:,} stored", rows_t))
+    flat = [r["cpu_s_per_1k"]["server_fire"] for r in rows]
+    growth = round(flat[-1] / flat[0], 3) if len(flat) > 1 and flat[0] and flat[-1] else None
+    result = {
+        "scenario": "backlog",
+        "store": store.kind,
+        "workers": args.workers,
+        "burst_jobs": args.jobs,
+        "results": rows,
+        "server_cpu_per_fired_job_largest_over_smallest": growth,
+        "machine": machine(),
+    }
+    return result, series

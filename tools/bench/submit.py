@@ -1,0 +1,150 @@
+"""Job submission as a client would do it: ScheduleJobs batches of 500 with a few in flight
+(``batch``), or one ScheduleJob per job from a synchronous client, in due order (``single``);
+all at once (a pre-loaded burst or window) or streamed at a steady offered rate."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+
+import grpc
+
+from timeshard.api.convert import ts
+from timeshard.testing.loadworker import JOB_TYPE
+from timeshard.v1 import timeshard_pb2 as pb
+from timeshard.v1 import timeshard_pb2_grpc as pb_grpc
+
+from .progress import Progress
+
+BATCH = 500
+IN_FLIGHT = 4
+WARMUP_TYPE = "loadtest.warmup"  # no worker handles it; due far ahead, it never runs
+
+
+def now_ms() -> float:
+    return time.time_ns() / 1e6
+
+
+def _request(run_at_ms: int, job_type: str = JOB_TYPE) -> pb.ScheduleJobRequest:
+    return pb.ScheduleJobRequest(type=job_type, payload=b"{}", run_at=ts(run_at_ms))
+
+
+def schedule(
+    address: str,
+    run_ats: Sequence[int],
+    mode: str,
+    progress: Progress | None = None,
+    *,
+    job_type: str = JOB_TYPE,
+    keep_ids: bool = True,
+) -> list[str]:
+    """Schedule one job per due time (in that order); returns their ids (``keep_ids``)."""
+    if mode == "single":
+        return _schedule_single(address, run_ats, progress, job_type, keep_ids)
+    return asyncio.run(_schedule_batches(address, run_ats, progress, job_type, keep_ids))
+
+
+def _schedule_single(
+    address: str,
+    run_ats: Sequence[int],
+    progress: Progress | None,
+    job_type: str,
+    keep_ids: bool,
+) -> list[str]:
+    ids: list[str] = []
+    with grpc.insecure_channel(address) as channel:
+        stub = pb_grpc.JobServiceStub(channel)
+        for i, at in enumerate(run_ats):
+            resp = stub.ScheduleJob(_request(at, job_type), timeout=60)
+            if keep_ids:
+                ids.append(resp.job.job_id)
+            if progress is not None and i % 50 == 49:
+                progress.add(50)
+    if progress is not None:
+        progress.update(len(run_ats))
+    return ids
+
+
+async def _schedule_batches(
+    address: str,
+    run_ats: Sequence[int],
+    progress: Progress | None,
+    job_type: str,
+    keep_ids: bool,
+) -> list[str]:
+    starts = iter(range(0, len(run_ats), BATCH))
+    found: dict[int, list[str]] = {}
+    async with grpc.aio.insecure_channel(address) as channel:
+        stub = pb_grpc.JobServiceStub(channel)
+
+        async def sender() -> None:
+            for start in starts:  # shared by the senders: each batch goes once
+                chunk = run_ats[start : start + BATCH]
+                req = pb.ScheduleJobsRequest(jobs=[_request(at, job_type) for at in chunk])
+                resp = await stub.ScheduleJobs(req, timeout=120)
+                if keep_ids:
+                    found[start] = [r.job.job_id for r in resp.results]
+                if progress is not None:
+                    progress.add(len(chunk))
+
+        await asyncio.gather(*(sender() for _ in range(IN_FLIGHT)))
+    return [j for start in sorted(found) for j in found[start]]
+
+
+def warmup_rate(address: str, mode: str, seconds: float = 1.5) -> float:
+    """Jobs per second this client schedules now (far-future jobs of a type no worker runs)."""
+    far = int(now_ms()) + 7 * 86_400_000
+    count, t0 = 0, time.monotonic()
+    step = 50 if mode == "single" else BATCH * IN_FLIGHT
+    while time.monotonic() - t0 < seconds and count < 20_000:
+        schedule(address, [far + count + i for i in range(step)], mode, job_type=WARMUP_TYPE)
+        count += step
+    return count / (time.monotonic() - t0)
+
+
+def stream(
+    address: str,
+    rate: float,
+    count: int,
+    lead_s: float,
+    mode: str,
+    run_ats: list[int],
+    ids: list[str],
+) -> None:
+    """Offer ``count`` jobs at ``rate`` per second, each sent ``lead_s`` before it is due;
+    fills ``run_ats`` at once and ``ids`` as the jobs are acknowledged."""
+    base = int(now_ms() + lead_s * 1000)
+    run_ats.extend(base + round(i * 1000 / rate) for i in range(count))
+    t0 = time.monotonic()
+    if mode == "single":
+        with grpc.insecure_channel(address) as channel:
+            stub = pb_grpc.JobServiceStub(channel)
+            for i, at in enumerate(run_ats):
+                delay = t0 + i / rate - time.monotonic()
+                if delay > 0:
+                    time.sleep(delay)
+                ids.append(stub.ScheduleJob(_request(at), timeout=60).job.job_id)
+        return
+    asyncio.run(_stream_batches(address, rate, run_ats, ids, t0))
+
+
+async def _stream_batches(
+    address: str,
+    rate: float,
+    run_ats: list[int],
+    ids: list[str],
+    t0: float,
+) -> None:
+    """Every 10 ms, one ScheduleJobs of the jobs whose send time has come (up to 500)."""
+    async with grpc.aio.insecure_channel(address) as channel:
+        stub = pb_grpc.JobServiceStub(channel)
+        sent = 0
+        while sent < len(run_ats):
+            due_now = min(len(run_ats), int((time.monotonic() - t0) * rate) + 1, sent + BATCH)
+            if due_now > sent:
+                req = pb.ScheduleJobsRequest(jobs=[_request(at) for at in run_ats[sent:due_now]])
+                resp = await stub.ScheduleJobs(req, timeout=60)
+                ids.extend(r.job.job_id for r in resp.results)
+                sent = due_now
+            await asyncio.sleep(0.01)

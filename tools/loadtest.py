@@ -1,0 +1,158 @@
+"""Load tests of timeshard through its real processes, side by side with the peers.
+
+    python tools/loadtest.py fire --jobs 20000 --window 10 [--rate R] [--store URL]
+                                  [--workers 2] [--batch|--single] [--json] [--plot F.png]
+    python tools/loadtest.py steady --rate 1000 --duration 30
+    python tools/loadtest.py backlog --stored 10000,1000000 --jobs 10000
+    python tools/loadtest.py peers --jobs 20000 --window 10
+
+Each run starts a ``timeshard server`` (the embedded SQLite store in a temporary folder, or
+``--store cassandra://HOST:PORT[/KEYSPACE]``: without a keyspace a fresh one, dropped at the
+end) with its metrics endpoint, and W worker processes running a no-op handler that notes when
+each run started. Lateness = handler start - due time; early = started before due; lost =
+scheduled but not run when nothing more ran for --drain seconds after the last due time;
+duplicates = run more than once. CPU seconds per 1,000 jobs come from /proc for the server and
+the workers, and from this process for the client. On Cassandra the Paxos rounds per job come
+from the server's ``timeshard_store_paxos_rounds_total`` (scraped before and after), and a few
+seconds of raw single-row LWTs on the same Cassandra give the ceiling to compare with.
+
+Progress goes to stderr (a bar on a terminal); the figures to stdout, with --json as one JSON
+object on the last line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from bench import scenarios
+from bench.plot import plot
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--store", default="sqlite", help="sqlite (default) or cassandra://HOST:PORT[/KS]"
+    )
+    p.add_argument("--workers", type=int, default=2, help="worker processes (2)")
+    p.add_argument("--concurrency", type=int, default=512, help="handler slots per worker (512)")
+    p.add_argument("--shards", type=int, default=16, help="shards of the store (16)")
+    p.add_argument("--lookahead", type=float, default=5.0, help="server --lookahead seconds (5)")
+    p.add_argument(
+        "--lead",
+        type=float,
+        default=None,
+        help="seconds from now to the first due time (default: from a warm-up)",
+    )
+    p.add_argument(
+        "--drain",
+        type=float,
+        default=30.0,
+        help="after the last due time, give up when nothing ran for this long (30)",
+    )
+    p.add_argument("--keep", action="store_true", help="keep logs, records and the keyspace")
+    p.add_argument("--json", action="store_true", help="last stdout line: one JSON object")
+    p.add_argument("--plot", metavar="FILE.png", help="lateness and fire rate over time")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument(
+        "--batch",
+        dest="mode",
+        action="store_const",
+        const="batch",
+        help="ScheduleJobs batches of 500, 4 in flight (default)",
+    )
+    mode.add_argument(
+        "--single",
+        dest="mode",
+        action="store_const",
+        const="single",
+        help="one ScheduleJob per job from a synchronous client",
+    )
+    p.set_defaults(mode="batch")
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=__doc__.split("\n\n", 1)[1],
+    )
+    sub = ap.add_subparsers(dest="command", required=True)
+
+    fire = sub.add_parser("fire", help="N jobs due over a window (or at a rate), then fired")
+    fire.add_argument("--jobs", type=int, default=20000)
+    fire.add_argument("--window", type=float, default=10.0, help="seconds the due times span")
+    fire.add_argument("--rate", type=float, default=0, help="offered jobs/s (window = N / R)")
+    fire.add_argument(
+        "--lwt-seconds",
+        type=float,
+        default=4.0,
+        help="Cassandra: seconds of raw single-row LWTs measured after the run",
+    )
+    _common(fire)
+
+    steady = sub.add_parser("steady", help="jobs streamed at an offered rate below capacity")
+    steady.add_argument("--rate", type=float, required=True, help="jobs per second offered")
+    steady.add_argument("--duration", type=float, default=30.0, help="seconds of offered load")
+    _common(steady)
+
+    backlog = sub.add_parser("backlog", help="bursts fired with N future jobs already stored")
+    backlog.add_argument("--stored", default="10000,1000000", help="sizes, e.g. 10000,1000000")
+    backlog.add_argument("--jobs", type=int, default=10000, help="jobs in each burst")
+    backlog.add_argument("--window", type=float, default=0.0, help="seconds a burst spans (0)")
+    _common(backlog)
+
+    peers = sub.add_parser("peers", help="the fire workload on timeshard and on the peers")
+    peers.add_argument("--jobs", type=int, default=20000)
+    peers.add_argument("--window", type=float, default=10.0)
+    peers.add_argument("--peers", default="celery,procrastinate,aps-sqlite,aps-postgres")
+    peers.add_argument(
+        "--peers-python",
+        default=None,
+        help="the peers' virtualenv Python (default: $TIMESHARD_PEERS_PYTHON, "
+        "else /opt/timeshard-peers/bin/python)",
+    )
+    _common(peers)
+    return ap
+
+
+def show(result: dict[str, Any], indent: str = "") -> None:
+    for key, value in result.items():
+        if isinstance(value, dict):
+            print(f"{indent}{key}:")
+            show(value, indent + "  ")
+        elif isinstance(value, list) and value and isinstance(value[0], dict):
+            print(f"{indent}{key}:")
+            for i, item in enumerate(value):
+                print(f"{indent}  [{i}]")
+                show(item, indent + "    ")
+        else:
+            print(f"{indent}{key:>{32 - len(indent)}}: {value}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    if args.command == "peers":
+        from bench.peers import compare
+
+        result, series = compare(args)
+    else:
+        result, series = getattr(scenarios, args.command)(args)
+    if args.plot:
+        plot(args.plot, series, f"timeshard loadtest {args.command}")
+        scenarios.note(f"plot written to {args.plot}")
+    if args.command == "peers":
+        from bench.peers import table
+
+        print(table(result))
+    elif not args.json:
+        show(result)
+    if args.json:
+        print(json.dumps(result))
+    bad = result.get("lost") or result.get("duplicates") or result.get("early")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
