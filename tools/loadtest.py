@@ -27,6 +27,7 @@ import json
 import sys
 from typing import Any
 
+import grpc
 from bench import scenarios
 from bench.plot import plot
 
@@ -133,12 +134,16 @@ def show(result: dict[str, Any], indent: str = "") -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    if args.command == "peers":
-        from bench.peers import compare
+    try:
+        if args.command == "peers":
+            from bench.peers import compare
 
-        result, series = compare(args)
-    else:
-        result, series = getattr(scenarios, args.command)(args)
+            result, series = compare(args)
+        else:
+            result, series = getattr(scenarios, args.command)(args)
+    except grpc.RpcError as exc:
+        code, details = exc.code().name, exc.details()  # type: ignore[attr-defined]
+        raise SystemExit(f"loadtest: the server answered {code}: {details}") from None
     if args.plot:
         plot(args.plot, series, f"timeshard loadtest {args.command}")
         scenarios.note(f"plot written to {args.plot}")

@@ -76,6 +76,7 @@ def running(args: argparse.Namespace) -> Iterator[tuple[Timeshard, Store, RunRec
         concurrency=args.concurrency,
         lookahead_s=args.lookahead,
     )
+    keep = args.keep
     try:
         note(
             f"starting timeshard server ({store.kind}, {args.shards} shards) and "
@@ -83,12 +84,15 @@ def running(args: argparse.Namespace) -> Iterator[tuple[Timeshard, Store, RunRec
         )
         ts.start()
         yield ts, store, RunRecords(ts.record_paths())
+    except BaseException:
+        keep = True  # the logs say what went wrong
+        raise
     finally:
         ts.stop()
         if store.drop and not args.keep:
             drop_keyspace(store.cassandra, store.keyspace)
-        if args.keep:
-            note(f"kept {run_dir}" + (f" and keyspace {store.keyspace}" if store.keyspace else ""))
+        if keep:
+            note(f"kept {run_dir} (server and worker logs, run records)")
         else:
             shutil.rmtree(run_dir, ignore_errors=True)
 
