@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable, Sequence
 
 from timeshard.clock import Clock
 from timeshard.errors import FailedPrecondition, InvalidArgument, NotFound
+from timeshard.limits import MAX_BATCH
 from timeshard.model import BucketEntry, Job, JobState, validate_job_id
 from timeshard.store.base import JobPage, Store, entry_for
 
@@ -54,14 +55,19 @@ class DeadLetters:
             return list(found.values())
         if not job_type:
             raise InvalidArgument("job_ids", "name jobs, or a type to take every dead job of")
+        # At most MAX_BATCH per call, so the reply that lists them stays bounded; the caller
+        # calls again for the rest (replayed or purged jobs are no longer dead).
         out: list[Job] = []
         token = ""
-        while True:
-            page = await self.page(job_type=job_type, since_ms=0, limit=1000, page_token=token)
+        while len(out) < MAX_BATCH:
+            page = await self.page(
+                job_type=job_type, since_ms=0, limit=MAX_BATCH - len(out), page_token=token
+            )
             out.extend(page.jobs)
             token = page.next_token
             if not token:
-                return out
+                break
+        return out
 
     async def replay(self, job_ids: Sequence[str], job_type: str | None) -> list[Job]:
         """Dead jobs back to scheduled, due now, with a fresh attempt count and the same id

@@ -9,10 +9,18 @@ import re
 from dataclasses import dataclass, field, replace
 
 from timeshard.errors import InvalidArgument
+from timeshard.limits import (
+    MAX_JOB_ID_CHARS,
+    MAX_JOB_TYPE_CHARS,
+    MAX_PAYLOAD_BYTES,
+    MAX_SCHEDULE_ID_CHARS,
+    MAX_WORKER_ID_BYTES,
+    check_bytes,
+    shown,
+)
 
-MAX_PAYLOAD_BYTES = 256 * 1024
-_TYPE_RE = re.compile(r"^[A-Za-z0-9_.:\-/]{1,128}$")
-_ID_RE = re.compile(r"^[A-Za-z0-9_.:@\-]{1,200}$")
+_TYPE_RE = re.compile(rf"^[A-Za-z0-9_.:\-/]{{1,{MAX_JOB_TYPE_CHARS}}}$")
+_ID_RE = re.compile(rf"^[A-Za-z0-9_.:@\-]{{1,{MAX_JOB_ID_CHARS}}}$")
 
 
 class JobState(enum.StrEnum):
@@ -30,17 +38,28 @@ class JobState(enum.StrEnum):
 def validate_job_type(job_type: str) -> str:
     if not job_type:
         raise InvalidArgument("type", "a job type is required (e.g. demo.echo)")
-    if not _TYPE_RE.match(job_type):
+    if not _TYPE_RE.fullmatch(job_type):
         raise InvalidArgument(
-            "type", f"{job_type!r} is not a job type: use 1-128 of A-Z a-z 0-9 _ . : - /"
+            "type",
+            f"{shown(job_type)} is not a job type: "
+            f"use 1-{MAX_JOB_TYPE_CHARS} of A-Z a-z 0-9 _ . : - /",
         )
     return job_type
 
 
 def validate_job_id(job_id: str) -> str:
-    if not job_id or not _ID_RE.match(job_id):
-        raise InvalidArgument("job_id", f"{job_id!r} is not a job id")
+    if not job_id or not _ID_RE.fullmatch(job_id):
+        raise InvalidArgument(
+            "job_id",
+            f"{shown(job_id)} is not a job id: use 1-{MAX_JOB_ID_CHARS} of A-Z a-z 0-9 _ . : @ -",
+        )
     return job_id
+
+
+def validate_worker_id(worker_id: str) -> str:
+    if not worker_id:
+        raise InvalidArgument("worker_id", "a worker id is required")
+    return check_bytes("worker_id", worker_id, MAX_WORKER_ID_BYTES)
 
 
 def validate_payload(payload: bytes) -> bytes:
@@ -134,6 +153,9 @@ class BucketEntry:
     minute: int
     due_at: int
     job_id: str
+    home: int | None = field(default=None, compare=False)
+    """Where the job's row lives, when the store keeps rows in minute partitions (Cassandra):
+    lets the dispatcher read the row without looking the job up. Not part of the identity."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -155,7 +177,7 @@ class Outcome:
 
 SCHEDULE_ENTRY_PREFIX = "schedule:"
 """Bucket entries whose id starts with this look at a schedule, not a job."""
-_SCHEDULE_ID_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,100}$")
+_SCHEDULE_ID_RE = re.compile(rf"^[A-Za-z0-9_.\-]{{1,{MAX_SCHEDULE_ID_CHARS}}}$")
 
 
 class MisfirePolicy(enum.StrEnum):
@@ -171,15 +193,18 @@ class OverlapPolicy(enum.StrEnum):
 
 
 def validate_schedule_id(schedule_id: str) -> str:
-    if not _SCHEDULE_ID_RE.match(schedule_id):
-        raise InvalidArgument("schedule_id", f"{schedule_id!r}: use 1-100 of A-Z a-z 0-9 _ . -")
+    if not _SCHEDULE_ID_RE.fullmatch(schedule_id):
+        raise InvalidArgument(
+            "schedule_id",
+            f"{shown(schedule_id)}: use 1-{MAX_SCHEDULE_ID_CHARS} of A-Z a-z 0-9 _ . -",
+        )
     return schedule_id
 
 
 def _policy(kind: type[enum.StrEnum], field_name: str, value: str) -> None:
     allowed = [p.value for p in kind]
     if value not in allowed:
-        raise InvalidArgument(field_name, f"unknown policy {value!r}; use one of {allowed}")
+        raise InvalidArgument(field_name, f"unknown policy {shown(value)}; use one of {allowed}")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

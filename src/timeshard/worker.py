@@ -37,7 +37,8 @@ import grpc
 from timeshard.api.convert import dur, dur_s, ts_ms
 from timeshard.client import RemoteError, translate
 from timeshard.clock import Clock, SystemClock
-from timeshard.model import validate_job_type
+from timeshard.limits import MAX_CLAIM_TYPES, MAX_REPLY_BYTES, truncate_error
+from timeshard.model import validate_job_type, validate_worker_id
 from timeshard.security.channel import ClientSecurity, TlsArg
 from timeshard.v1 import timeshard_pb2 as pb
 from timeshard.v1 import timeshard_pb2_grpc as pb_grpc
@@ -110,7 +111,9 @@ class Worker:
         tls: TlsArg = None,
         token: str | None = None,
     ) -> None:
-        self.worker_id = worker_id or f"{socket.gethostname()}-{uuid.uuid4().hex[:6]}"
+        self.worker_id = validate_worker_id(
+            worker_id or f"{socket.gethostname()}-{uuid.uuid4().hex[:6]}"
+        )
         self.lease_s = lease_s
         self.safety_margin_s = safety_margin_s if safety_margin_s is not None else lease_s / 6
         if not 0 < self.safety_margin_s < lease_s:
@@ -141,6 +144,8 @@ class Worker:
             raise ValueError(f"{job_type}: need timeout > 0 and concurrency >= 1")
         if job_type in self.handlers:
             raise ValueError(f"{job_type}: a handler is already registered")
+        if len(self.handlers) >= MAX_CLAIM_TYPES:
+            raise ValueError(f"at most {MAX_CLAIM_TYPES} job types per worker (one claim)")
 
         def register(fn: Handler) -> Handler:
             params = [
@@ -223,6 +228,7 @@ class Worker:
                 worker_id=self.worker_id,
                 types=sorted(free),
                 max_jobs=min(free.values()),
+                max_reply_bytes=MAX_REPLY_BYTES,  # our channels accept that much
                 wait=dur(round(self.claim_wait_s * 1000)),
                 lease=dur(round(self.lease_s * 1000)),
             )
@@ -383,7 +389,7 @@ class Worker:
             job_id=ctx.job_id,
             fence=ctx.fence,
             failed=kind != "complete",
-            error=error,
+            error=truncate_error(error),  # the server would; a long one could not be sent
             permanent=kind == "permanent",
         )
         try:
@@ -418,7 +424,9 @@ class _Nodes:
 
     def _channel(self, address: str) -> grpc.aio.Channel:
         if address not in self.channels:
-            self.channels[address] = self._security.aio_channel(address)
+            self.channels[address] = self._security.aio_channel(
+                address, options=[("grpc.max_receive_message_length", MAX_REPLY_BYTES)]
+            )
         return self.channels[address]
 
     def drop(self, address: str) -> None:

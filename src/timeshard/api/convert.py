@@ -8,6 +8,7 @@ from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from timeshard.errors import InvalidArgument
+from timeshard.limits import shown
 from timeshard.model import Job, JobState, MisfirePolicy, OverlapPolicy, Schedule
 from timeshard.v1 import timeshard_pb2 as pb
 
@@ -173,5 +174,5 @@ def _policy(kind: type[P], field: str, value: str) -> P:
         return kind(value)
     except ValueError:
         raise InvalidArgument(
-            field, f"unknown policy {value!r}; use one of {[p.value for p in kind]}"
+            field, f"unknown policy {shown(value)}; use one of {[p.value for p in kind]}"
         ) from None

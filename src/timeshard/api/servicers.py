@@ -22,15 +22,27 @@ from timeshard.api.convert import (
     ts,
     ts_ms,
 )
+from timeshard.api.replies import claim_cap, claimed_job, fit_page, fit_written
 from timeshard.cron import CronSpec
 from timeshard.errors import InvalidArgument, TimeshardError, status_of
+from timeshard.limits import (
+    MAX_BATCH,
+    MAX_CLAIM_JOBS,
+    MAX_CLAIM_TYPES,
+    MAX_IDEMPOTENCY_KEY_BYTES,
+    MAX_NODE_ID_BYTES,
+    MAX_PAGE_TOKEN_BYTES,
+    check_bytes,
+    check_count,
+    truncate_error,
+)
+from timeshard.model import Job, Schedule, validate_job_id, validate_job_type, validate_worker_id
 from timeshard.node import FinishItem, JobSpec, Node
 from timeshard.schedules import new_schedule_id
 from timeshard.v1 import timeshard_pb2 as pb
 from timeshard.v1 import timeshard_pb2_grpc as pb_grpc
 
 log = logging.getLogger(__name__)
-MAX_BATCH = 1000
 Req = TypeVar("Req")
 Resp = TypeVar("Resp")
 Ctx = grpc.aio.ServicerContext[Any, Any]
@@ -60,6 +72,7 @@ class JobService(pb_grpc.JobServiceServicer):
         self, request: pb.ScheduleJobRequest, context: Ctx
     ) -> pb.ScheduleJobResponse:
         run_at = run_at_of(request, self.node.clock.now_ms(), required=True)
+        _check_key(request.idempotency_key)
         job, created = await self.node.schedule(
             job_type=request.type,
             payload=request.payload,
@@ -73,13 +86,13 @@ class JobService(pb_grpc.JobServiceServicer):
     async def ScheduleJobs(
         self, request: pb.ScheduleJobsRequest, context: Ctx
     ) -> pb.ScheduleJobsResponse:
-        if len(request.jobs) > MAX_BATCH:
-            raise InvalidArgument("jobs", f"at most {MAX_BATCH} per call, got {len(request.jobs)}")
+        check_count("jobs", len(request.jobs), MAX_BATCH)
         now = self.node.clock.now_ms()
         specs = []
         for i, r in enumerate(request.jobs):
             try:
                 run_at = run_at_of(r, now, required=True)
+                _check_key(r.idempotency_key)
             except InvalidArgument as exc:
                 raise InvalidArgument(f"jobs[{i}].{exc.field}", exc.problem) from None
             specs.append(
@@ -92,8 +105,12 @@ class JobService(pb_grpc.JobServiceServicer):
                 )
             )
         results = await self.node.schedule_many(specs)
+        jobs = fit_written([job_to_pb(j) for j, _ in results])
         return pb.ScheduleJobsResponse(
-            results=[pb.ScheduleJobResponse(job=job_to_pb(j), created=c) for j, c in results]
+            results=[
+                pb.ScheduleJobResponse(job=j, created=c)
+                for j, (_, c) in zip(jobs, results, strict=True)
+            ]
         )
 
     @rpc
@@ -102,15 +119,18 @@ class JobService(pb_grpc.JobServiceServicer):
 
     @rpc
     async def ListJobs(self, request: pb.ListJobsRequest, context: Ctx) -> pb.ListJobsResponse:
-        page = await self.node.list_jobs(
-            state=state_from_pb(request.state),
-            job_type=request.type or None,
-            limit=request.page_size,
-            page_token=request.page_token,
-        )
-        return pb.ListJobsResponse(
-            jobs=[job_to_pb(j) for j in page.jobs], next_page_token=page.next_token
-        )
+        state = state_from_pb(request.state)
+        job_type = _type_filter(request.type)
+        token = _check_token(request.page_token)
+
+        async def read(limit: int) -> tuple[list[Job], str]:
+            page = await self.node.list_jobs(
+                state=state, job_type=job_type, limit=limit, page_token=token
+            )
+            return page.jobs, page.next_token
+
+        jobs, next_token = await fit_page(read, request.page_size, job_to_pb)
+        return pb.ListJobsResponse(jobs=jobs, next_page_token=next_token)
 
     @rpc
     async def CancelJob(self, request: pb.CancelJobRequest, context: Ctx) -> pb.Job:
@@ -135,12 +155,13 @@ class JobService(pb_grpc.JobServiceServicer):
     async def ListSchedules(
         self, request: pb.ListSchedulesRequest, context: Ctx
     ) -> pb.ListSchedulesResponse:
-        found, token = await self.node.schedules.list_schedules(
-            request.page_size, request.page_token
-        )
-        return pb.ListSchedulesResponse(
-            schedules=[schedule_to_pb(s) for s in found], next_page_token=token
-        )
+        token = _check_token(request.page_token)
+
+        async def read(limit: int) -> tuple[list[Schedule], str]:
+            return await self.node.schedules.list_schedules(limit, token)
+
+        found, next_token = await fit_page(read, request.page_size, schedule_to_pb)
+        return pb.ListSchedulesResponse(schedules=found, next_page_token=next_token)
 
     @rpc
     async def UpdateSchedule(self, request: pb.UpdateScheduleRequest, context: Ctx) -> pb.Schedule:
@@ -186,28 +207,33 @@ class JobService(pb_grpc.JobServiceServicer):
     async def ListDeadLetters(
         self, request: pb.ListDeadLettersRequest, context: Ctx
     ) -> pb.ListDeadLettersResponse:
-        page = await self.node.dead_letters.page(
-            job_type=request.type or None,
-            since_ms=ts_ms(request.since) if request.HasField("since") else 0,
-            limit=request.page_size,
-            page_token=request.page_token,
-        )
-        return pb.ListDeadLettersResponse(
-            jobs=[job_to_pb(j) for j in page.jobs], next_page_token=page.next_token
-        )
+        job_type = _type_filter(request.type)
+        since_ms = ts_ms(request.since) if request.HasField("since") else 0
+        token = _check_token(request.page_token)
+
+        async def read(limit: int) -> tuple[list[Job], str]:
+            page = await self.node.dead_letters.page(
+                job_type=job_type, since_ms=since_ms, limit=limit, page_token=token
+            )
+            return page.jobs, page.next_token
+
+        jobs, next_token = await fit_page(read, request.page_size, job_to_pb)
+        return pb.ListDeadLettersResponse(jobs=jobs, next_page_token=next_token)
 
     @rpc
     async def ReplayDeadLetters(
         self, request: pb.ReplayDeadLettersRequest, context: Ctx
     ) -> pb.ReplayDeadLettersResponse:
-        jobs = await self.node.dead_letters.replay(list(request.job_ids), request.type or None)
-        return pb.ReplayDeadLettersResponse(jobs=[job_to_pb(j) for j in jobs])
+        job_ids, job_type = _dead_letter_selection(request)
+        jobs = await self.node.dead_letters.replay(job_ids, job_type)
+        return pb.ReplayDeadLettersResponse(jobs=fit_written([job_to_pb(j) for j in jobs]))
 
     @rpc
     async def PurgeDeadLetters(
         self, request: pb.ReplayDeadLettersRequest, context: Ctx
     ) -> pb.PurgeDeadLettersResponse:
-        jobs = await self.node.dead_letters.purge(list(request.job_ids), request.type or None)
+        job_ids, job_type = _dead_letter_selection(request)
+        jobs = await self.node.dead_letters.purge(job_ids, job_type)
         return pb.PurgeDeadLettersResponse(job_ids=[j.job_id for j in jobs])
 
 
@@ -217,17 +243,22 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
 
     @rpc
     async def Claim(self, request: pb.ClaimRequest, context: Ctx) -> pb.ClaimResponse:
+        validate_worker_id(request.worker_id)
+        check_count("types", len(request.types), MAX_CLAIM_TYPES)
+        if not 0 <= request.max_jobs <= MAX_CLAIM_JOBS:
+            raise InvalidArgument("max_jobs", f"must be 1-{MAX_CLAIM_JOBS}, got {request.max_jobs}")
         claimed = await self.node.claim(
             worker=request.worker_id,
             types=list(request.types),
-            limit=request.max_jobs or 1,
+            # Granted in part beyond what fits in the reply: its claims are written first.
+            limit=min(request.max_jobs or 1, claim_cap(request.max_reply_bytes)),
             wait_s=dur_s(request.wait),
             lease_s=dur_s(request.lease),
         )
         return pb.ClaimResponse(
             jobs=[
                 pb.ClaimedJob(
-                    job=job_to_pb(c.job),
+                    job=claimed_job(job_to_pb(c.job)),
                     fence=c.job.fence,
                     lease_until=ts(c.job.lease_until),
                     idempotency_key=c.job.idempotency_key or c.job.job_id,
@@ -239,28 +270,33 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
 
     @rpc
     async def Heartbeat(self, request: pb.HeartbeatRequest, context: Ctx) -> pb.HeartbeatResponse:
+        validate_job_id(request.job_id)
         job, lease = await self.node.heartbeat(request.job_id, request.fence, dur_s(request.lease))
         return pb.HeartbeatResponse(lease_until=ts(job.lease_until), lease=dur(lease))
 
     @rpc
     async def Complete(self, request: pb.CompleteRequest, context: Ctx) -> pb.CompleteResponse:
-        await self.node.complete(request.job_id, request.fence)
+        await self.node.complete(validate_job_id(request.job_id), request.fence)
         return pb.CompleteResponse()
 
     @rpc
     async def Finish(self, request: pb.FinishRequest, context: Ctx) -> pb.FinishResponse:
-        if len(request.items) > MAX_BATCH:
-            raise InvalidArgument("items", f"at most {MAX_BATCH} per call")
-        items = [
-            FinishItem(
-                job_id=i.job_id,
-                fence=i.fence,
-                failed=i.failed,
-                error=i.error,
-                permanent=i.permanent,
+        check_count("items", len(request.items), MAX_BATCH)
+        items = []
+        for n, i in enumerate(request.items):
+            try:
+                validate_job_id(i.job_id)
+            except InvalidArgument as exc:
+                raise InvalidArgument(f"items[{n}].{exc.field}", exc.problem) from None
+            items.append(
+                FinishItem(
+                    job_id=i.job_id,
+                    fence=i.fence,
+                    failed=i.failed,
+                    error=truncate_error(i.error),
+                    permanent=i.permanent,
+                )
             )
-            for i in request.items
-        ]
         results = []
         for item, out in zip(items, await self.node.finish(items), strict=True):
             if isinstance(out, TimeshardError):
@@ -272,7 +308,12 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
 
     @rpc
     async def Fail(self, request: pb.FailRequest, context: Ctx) -> pb.FailResponse:
-        job = await self.node.fail(request.job_id, request.fence, request.error, request.permanent)
+        job = await self.node.fail(
+            validate_job_id(request.job_id),
+            request.fence,
+            truncate_error(request.error),
+            request.permanent,
+        )
         resp = pb.FailResponse(state=pb.JOB_STATE_DEAD)
         if job.next_attention() is not None:
             resp = pb.FailResponse(state=pb.JOB_STATE_SCHEDULED, retry_at=ts(job.run_at))
@@ -319,10 +360,34 @@ class AdminService(pb_grpc.AdminServiceServicer):
 
     @rpc
     async def MoveShard(self, request: pb.MoveShardRequest, context: Ctx) -> pb.MoveShardResponse:
+        check_bytes("to_node", request.to_node, MAX_NODE_ID_BYTES)
         await self.node.coordinator.move_shard(request.shard, request.to_node)
         return pb.MoveShardResponse()
 
     @rpc
     async def DrainNode(self, request: pb.DrainNodeRequest, context: Ctx) -> pb.DrainNodeResponse:
+        check_bytes("node_id", request.node_id, MAX_NODE_ID_BYTES)
         moved = await self.node.coordinator.drain_node(request.node_id)
         return pb.DrainNodeResponse(moved=moved)
+
+
+def _check_key(key: str) -> str:
+    return check_bytes("idempotency_key", key, MAX_IDEMPOTENCY_KEY_BYTES)
+
+
+def _check_token(token: str) -> str:
+    return check_bytes("page_token", token, MAX_PAGE_TOKEN_BYTES)
+
+
+def _type_filter(job_type: str) -> str | None:
+    return validate_job_type(job_type) if job_type else None
+
+
+def _dead_letter_selection(request: pb.ReplayDeadLettersRequest) -> tuple[list[str], str | None]:
+    check_count("job_ids", len(request.job_ids), MAX_BATCH)
+    for n, job_id in enumerate(request.job_ids):
+        try:
+            validate_job_id(job_id)
+        except InvalidArgument as exc:
+            raise InvalidArgument(f"job_ids[{n}]", exc.problem) from None
+    return list(request.job_ids), _type_filter(request.type)

@@ -10,6 +10,7 @@ from typing import Literal, get_args
 from timeshard.cron.expression import parse_expression
 from timeshard.cron.zones import load_zone
 from timeshard.errors import InvalidArgument
+from timeshard.limits import MAX_CRON_CHARS, MAX_TIMEZONE_CHARS, check_chars, shown
 
 DstGap = Literal["shift", "skip"]
 DstFold = Literal["first", "both"]
@@ -46,12 +47,18 @@ class CronSpec:
     dst_fold: DstFold | None = None
 
     def __post_init__(self) -> None:
+        if isinstance(self.expression, str):
+            check_chars("expression", self.expression, MAX_CRON_CHARS)
+        if isinstance(self.timezone, str):
+            check_chars("timezone", self.timezone, MAX_TIMEZONE_CHARS)
         parse_expression(self.expression)
         load_zone(self.timezone)
         if self.dst_gap is not None and self.dst_gap not in get_args(DstGap):
-            raise InvalidArgument("dst_gap", f"unknown policy {self.dst_gap!r}; {_GAP_HELP}")
+            raise InvalidArgument("dst_gap", f"unknown policy {shown(self.dst_gap)}; {_GAP_HELP}")
         if self.dst_fold is not None and self.dst_fold not in get_args(DstFold):
-            raise InvalidArgument("dst_fold", f"unknown policy {self.dst_fold!r}; {_FOLD_HELP}")
+            raise InvalidArgument(
+                "dst_fold", f"unknown policy {shown(self.dst_fold)}; {_FOLD_HELP}"
+            )
 
     @property
     def fixed_time(self) -> bool:

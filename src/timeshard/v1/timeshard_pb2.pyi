@@ -320,18 +320,20 @@ class PurgeDeadLettersResponse(_message.Message):
     def __init__(self, job_ids: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ClaimRequest(_message.Message):
-    __slots__ = ("worker_id", "types", "max_jobs", "wait", "lease")
+    __slots__ = ("worker_id", "types", "max_jobs", "wait", "lease", "max_reply_bytes")
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     TYPES_FIELD_NUMBER: _ClassVar[int]
     MAX_JOBS_FIELD_NUMBER: _ClassVar[int]
     WAIT_FIELD_NUMBER: _ClassVar[int]
     LEASE_FIELD_NUMBER: _ClassVar[int]
+    MAX_REPLY_BYTES_FIELD_NUMBER: _ClassVar[int]
     worker_id: str
     types: _containers.RepeatedScalarFieldContainer[str]
     max_jobs: int
     wait: _duration_pb2.Duration
     lease: _duration_pb2.Duration
-    def __init__(self, worker_id: _Optional[str] = ..., types: _Optional[_Iterable[str]] = ..., max_jobs: _Optional[int] = ..., wait: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., lease: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+    max_reply_bytes: int
+    def __init__(self, worker_id: _Optional[str] = ..., types: _Optional[_Iterable[str]] = ..., max_jobs: _Optional[int] = ..., wait: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., lease: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., max_reply_bytes: _Optional[int] = ...) -> None: ...
 
 class ClaimedJob(_message.Message):
     __slots__ = ("job", "fence", "lease_until", "idempotency_key", "lease")

@@ -1,0 +1,100 @@
+"""Every limit on what a request may carry to the store, in one place.
+
+Each string and list a client sends is bounded, so one request can not bloat a row (a 3 MB
+worker id once made a 9 MB job row that no default client could read back) and every reply
+fits in a gRPC message. Going over a limit is ``INVALID_ARGUMENT`` naming the field and the
+limit; the message shows a short prefix and the length, never the whole input.
+
+Error text (``Fail``/``Finish``) is the one exception: it is truncated, not refused. It comes
+from handler code the worker does not control, and refusing the report would leave the job to
+run again after its lease for the sake of a long message.
+
+Replies. gRPC's default limit on a received message is 4 MiB, and most clients keep it. A
+``Claim`` reply carries whole jobs with their payloads and can not be cut short once the
+claims are written, so the server caps the jobs of one claim at what fits the worst case:
+``CLAIM_WORST_JOB_BYTES`` (a job with every field at its limit) into the reply size the client
+accepts — 4 MiB unless the request declares more in ``max_reply_bytes`` (at most
+``MAX_REPLY_BYTES``; the Python worker SDK declares that and raises its channel's limit to
+match). See ``timeshard.api.replies``.
+"""
+
+from __future__ import annotations
+
+from timeshard.errors import InvalidArgument
+
+# -- strings (bytes of UTF-8 unless the field has its own alphabet) ---------------------------
+
+MAX_JOB_TYPE_CHARS = 128
+MAX_JOB_ID_CHARS = 200
+MAX_SCHEDULE_ID_CHARS = 100
+MAX_WORKER_ID_BYTES = 200
+MAX_IDEMPOTENCY_KEY_BYTES = 200
+MAX_NODE_ID_BYTES = 200
+MAX_CRON_CHARS = 256
+MAX_TIMEZONE_CHARS = 64  # the longest IANA name is about half that
+MAX_PAGE_TOKEN_BYTES = 1024
+MAX_ERROR_BYTES = 4000
+"""Error text is truncated to this (at a character boundary), not refused."""
+MAX_PAYLOAD_BYTES = 256 * 1024
+
+# -- lists -----------------------------------------------------------------------------------
+
+MAX_BATCH = 1000
+"""Items of one ScheduleJobs or Finish call, job ids of one replay or purge."""
+MAX_CLAIM_TYPES = 256
+MAX_CLAIM_JOBS = 1000
+"""What a Claim may ask for; the reply cap below usually grants fewer."""
+MAX_PAGE_SIZE = 1000
+
+# -- replies ---------------------------------------------------------------------------------
+
+DEFAULT_MAX_REPLY_BYTES = 4 * 1024 * 1024
+"""gRPC's default limit on a received message: what a client accepts unless it says more."""
+MAX_REPLY_BYTES = 64 * 1024 * 1024
+"""The most a client may declare it accepts (``ClaimRequest.max_reply_bytes``)."""
+REPLY_HEADROOM_BYTES = 16 * 1024
+"""Kept free in every reply for what is not a job (framing, tokens)."""
+
+_SHOWN_CHARS = 40
+
+
+def shown(value: str | bytes) -> str:
+    """A value for an error message: whole when short, else a prefix and the length."""
+    if len(value) <= _SHOWN_CHARS:
+        return repr(value)
+    unit = "bytes" if isinstance(value, bytes) else "characters"
+    return f"{value[:_SHOWN_CHARS]!r}... ({len(value)} {unit})"
+
+
+def check_bytes(field: str, value: str, max_bytes: int, *, required: bool = False) -> str:
+    """``value`` if its UTF-8 form fits in ``max_bytes`` (and it is given, when required)."""
+    if required and not value:
+        raise InvalidArgument(field, "is required")
+    size = len(value.encode("utf-8"))
+    if size > max_bytes:
+        raise InvalidArgument(
+            field, f"{shown(value)} is {size} bytes, over the limit of {max_bytes} bytes"
+        )
+    return value
+
+
+def check_chars(field: str, value: str, max_chars: int) -> str:
+    if len(value) > max_chars:
+        raise InvalidArgument(field, f"{shown(value)} is over the limit of {max_chars} characters")
+    return value
+
+
+def check_count(field: str, count: int, max_count: int) -> int:
+    if count > max_count:
+        raise InvalidArgument(field, f"at most {max_count} per call, got {count}")
+    return count
+
+
+def truncate_error(text: str, max_bytes: int = MAX_ERROR_BYTES) -> str:
+    """Error text cut to ``max_bytes`` of UTF-8 at a character boundary, saying so."""
+    data = text.encode("utf-8")
+    if len(data) <= max_bytes:
+        return text
+    note = f"... (truncated from {len(data)} bytes)"
+    keep = data[: max_bytes - len(note.encode("utf-8"))]
+    return keep.decode("utf-8", errors="ignore") + note
