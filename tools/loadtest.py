@@ -155,8 +155,13 @@ def main(argv: list[str] | None = None) -> int:
         show(result)
     if args.json:
         print(json.dumps(result))
-    bad = result.get("lost") or result.get("duplicates") or result.get("early")
-    return 1 if bad else 0
+    # this run, or its rows (backlog sizes; in peers, timeshard's row but not the peers')
+    rows = [
+        r for r in result.get("results", []) if r.get("system", "timeshard+")[:10] == "timeshard+"
+    ]
+    runs = [result, *rows]
+    bad = any(r.get("lost") or r.get("duplicates") or r.get("early") for r in runs)
+    return 1 if bad else 0  # a timeshard run lost, repeated or started a job early
 
 
 if __name__ == "__main__":
