@@ -17,6 +17,7 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from timeshard.stack.process import (
     JavaServer,
@@ -145,13 +146,21 @@ def _fetch_jars(version: str, lib: Path, progress: Progress) -> None:
     progress(f"fetched {len(list(lib.glob('*.jar')))} jars in {time.monotonic() - started:.1f} s")
 
 
+DEFAULT_CREDENTIALS = ("cassandra", "cassandra")
+"""The superuser role Cassandra creates on the first start of an authenticating cluster."""
+
+
 class CassandraProcess:
-    """One single-node Cassandra on ``host:port`` with its files under ``run_dir``.
+    """One Cassandra node on ``host:port`` with its files under ``run_dir``: alone (the
+    default), or one node of a cluster (``seeds`` and ``initial_token`` given, see
+    ``CassandraCluster``).
 
     ``start()`` writes the config if the run directory has none (a new node), or reuses it
     (a restart keeps the data). ``stop()`` is SIGTERM then SIGKILL; ``kill()`` is SIGKILL.
     ``unsafe_system`` skips flushing schema changes (3x faster keyspace creation): a node
     started so must never be killed, or it forgets the tables created since its start.
+    ``auth`` turns on ``PasswordAuthenticator`` (and ``CassandraAuthorizer``): the node is ready
+    once the default superuser (``DEFAULT_CREDENTIALS``) can log in.
     """
 
     def __init__(
@@ -164,6 +173,9 @@ class CassandraProcess:
         version: str | None = None,
         heap: str = "1G",
         cluster_name: str = "timeshard",
+        seeds: str | None = None,
+        initial_token: int = 0,
+        auth: bool = False,
         unsafe_system: bool = False,
         progress: Progress = log_progress,
     ) -> None:
@@ -173,6 +185,9 @@ class CassandraProcess:
         self.version = version or cassandra_version()
         self.heap = heap
         self.cluster_name = cluster_name
+        self.seeds = seeds or f"{host}:{storage_port}"
+        self.initial_token = initial_token
+        self.auth = auth
         self.unsafe_system = unsafe_system
         self.progress = progress
         self.run_dir = run_dir or Path(tempfile.mkdtemp(prefix=f"timeshard-cassandra-{port}-"))
@@ -188,6 +203,11 @@ class CassandraProcess:
         return self._server.pid
 
     @property
+    def credentials(self) -> tuple[str, str] | None:
+        """The superuser's (username, password) when the node authenticates, else None."""
+        return DEFAULT_CREDENTIALS if self.auth else None
+
+    @property
     def system_log(self) -> Path:
         return self.run_dir / "logs" / "system.log"
 
@@ -198,17 +218,14 @@ class CassandraProcess:
     def running(self) -> bool:
         return self._server.running()
 
+    def check_alive(self) -> None:
+        """Raise StackError with the end of its console log if the node has exited."""
+        self._server.check_alive()
+
     def start(self, timeout: float = 180.0) -> None:
         """Start the node and return once a CQL client can connect (or raise StackError)."""
-        lib = ensure_jars(self.version, progress=self.progress)
-        if port_open(self.host, self.port):
-            raise StackError(f"{self.address} is already in use: another Cassandra running?")
-        self._write_config()
         started = time.monotonic()
-        self.progress(
-            f"starting Cassandra {self.version} on {self.address} (run dir {self.run_dir})"
-        )
-        self._server.spawn(self._argv(lib), cwd=self.run_dir)
+        self.spawn()
         try:
             self.wait_ready(timeout)
         except BaseException:
@@ -216,6 +233,20 @@ class CassandraProcess:
             raise
         self.start_seconds = time.monotonic() - started
         self.progress(f"Cassandra is up on {self.address} after {self.start_seconds:.1f} s")
+
+    def spawn(self) -> None:
+        """Start the JVM and return at once (``wait_ready`` waits for CQL)."""
+        lib = ensure_jars(self.version, progress=self.progress)
+        for port in (self.port, self.storage_port):
+            if port_open(self.host, port):
+                raise StackError(
+                    f"{self.host}:{port} is already in use: another Cassandra running?"
+                )
+        self._write_config()
+        self.progress(
+            f"starting Cassandra {self.version} on {self.address} (run dir {self.run_dir})"
+        )
+        self._server.spawn(self._argv(lib), cwd=self.run_dir)
 
     def stop(self, timeout: float = 60.0) -> None:
         self._server.stop(timeout)
@@ -228,8 +259,10 @@ class CassandraProcess:
         deadline = started + timeout
         next_note = started + 10.0
         while True:
-            self._server.check_alive()
-            if port_open(self.host, self.port) and cql_ready(self.host, self.port):
+            self.check_alive()
+            if port_open(self.host, self.port) and cql_ready(
+                self.host, self.port, credentials=self.credentials
+            ):
                 return
             now = time.monotonic()
             if now > deadline:
@@ -255,7 +288,11 @@ class CassandraProcess:
             host=self.host,
             port=self.port,
             storage_port=self.storage_port,
+            seeds=self.seeds,
+            initial_token=self.initial_token,
         )
+        if self.auth:
+            yaml += _resource("cassandra-auth.yaml")
         (conf / "cassandra.yaml").write_text(yaml)
         (conf / "logback.xml").write_text(_resource("logback.xml"))
 
@@ -281,6 +318,8 @@ class CassandraProcess:
             # Faster schema changes, but a kill -9 then loses recent ones (and their data):
             # only for a node that is never killed.
             *(["-Dcassandra.unsafesystem=true"] if self.unsafe_system else []),
+            # Create the default superuser at once (the default waits 10 s after start-up).
+            *(["-Dcassandra.superuser_setup_delay_ms=0"] if self.auth else []),
             "-cp",
             f"{conf.resolve()}:{lib.resolve()}/*",
             MAIN_CLASS,
@@ -288,19 +327,12 @@ class CassandraProcess:
         return argv
 
 
-def cql_ready(host: str, port: int, timeout: float = 5.0) -> bool:
-    """True when a CQL client can connect and read ``system.local``."""
-    from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile
-    from cassandra.policies import RoundRobinPolicy
-
-    profile = ExecutionProfile(load_balancing_policy=RoundRobinPolicy(), request_timeout=timeout)
-    cluster = Cluster(
-        contact_points=[(host, port)],
-        execution_profiles={EXEC_PROFILE_DEFAULT: profile},
-        protocol_version=5,
-        connect_timeout=timeout,
-        control_connection_timeout=timeout,
-    )
+def cql_ready(
+    host: str, port: int, timeout: float = 5.0, *, credentials: tuple[str, str] | None = None
+) -> bool:
+    """True when a CQL client can connect (and log in with ``credentials``) and read
+    ``system.local``."""
+    cluster = driver_cluster([(host, port)], credentials=credentials, timeout=timeout)
     try:
         session = cluster.connect()
         session.execute("SELECT release_version FROM system.local")
@@ -309,3 +341,26 @@ def cql_ready(host: str, port: int, timeout: float = 5.0) -> bool:
         return False
     finally:
         cluster.shutdown()
+
+
+def driver_cluster(
+    contact_points: list[tuple[str, int]],
+    *,
+    credentials: tuple[str, str] | None = None,
+    timeout: float = 5.0,
+) -> Any:
+    """A cassandra-driver ``Cluster`` for checks and set-up (the caller shuts it down)."""
+    from cassandra.auth import PlainTextAuthProvider
+    from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile
+    from cassandra.policies import RoundRobinPolicy
+
+    profile = ExecutionProfile(load_balancing_policy=RoundRobinPolicy(), request_timeout=timeout)
+    auth = PlainTextAuthProvider(*credentials) if credentials else None
+    return Cluster(
+        contact_points=contact_points,
+        execution_profiles={EXEC_PROFILE_DEFAULT: profile},
+        protocol_version=5,
+        auth_provider=auth,
+        connect_timeout=timeout,
+        control_connection_timeout=timeout,
+    )

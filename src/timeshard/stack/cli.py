@@ -3,18 +3,29 @@
 ``up`` records what it started in ``stack.json`` (see ``state.py``) so that ``status`` and
 ``down`` work from a later process. Progress goes to stderr; ``up --json`` prints the addresses
 as its last stdout line, e.g. ``{"cassandra": "127.0.0.1:9042", "zookeeper": "127.0.0.1:2181"}``.
+
+``up --cassandra-nodes 3`` starts a cluster of three Cassandra nodes on 127.0.0.1, .2 and .3
+(``--cassandra-host`` moves the first address), all on the same ports; ``"cassandra"`` is then
+the list of contact points, ``127.0.0.1:9042,127.0.0.2:9042,127.0.0.3:9042``. Use it with a
+keyspace replicated on all three, e.g.
+``cassandra://127.0.0.1:9042,127.0.0.2:9042,127.0.0.3:9042/ks?rf=3&consistency=quorum&serial=serial``.
+``up --cassandra-auth`` turns on password authentication; the superuser's credentials are
+printed (``cassandra_username`` and ``cassandra_password`` in the JSON line) and recorded.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
 import shutil
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from timeshard.stack.cassandra import CassandraProcess, cql_ready
+from timeshard.stack.cassandra import cql_ready
+from timeshard.stack.cassandra_cluster import CassandraCluster, ring_problem
 from timeshard.stack.process import StackError, pid_matches, port_open, stop_pid
 from timeshard.stack.state import load_state, save_state, state_file, state_root
 from timeshard.stack.zookeeper import ZooKeeperEnsemble, four_letter
@@ -38,13 +49,30 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
     up = actions.add_parser("up", help="start the services (those already running are kept)")
     _add_common(up)
-    up.add_argument("--cassandra-port", type=int, default=9042, help="CQL port (9042)")
+    up.add_argument("--cassandra-port", type=int, help="CQL port of every node (9042)")
+    up.add_argument(
+        "--cassandra-nodes", type=int, help="Cassandra nodes, one per loopback address (1)"
+    )
+    up.add_argument(
+        "--cassandra-host", help="address of the first node; the others take the next (127.0.0.1)"
+    )
+    up.add_argument(
+        "--cassandra-auth",
+        action="store_true",
+        default=None,
+        help="password authentication (superuser cassandra/cassandra)",
+    )
+    up.add_argument(
+        "--unsafe-system",
+        action="store_true",
+        help="tests only: faster schema changes, but a killed node forgets its recent ones",
+    )
     up.add_argument("--storage-port", type=int, default=7000, help="Cassandra internode (7000)")
     up.add_argument("--zookeeper-port", type=int, default=2181, help="first client port (2181)")
     up.add_argument(
         "--zookeeper-size", type=int, default=1, choices=(1, 3), help="1 standalone, 3 ensemble"
     )
-    up.add_argument("--heap", default="1G", help="Cassandra heap (1G)")
+    up.add_argument("--heap", help="heap of each Cassandra node (1G; 512M with several nodes)")
     up.add_argument("--timeout", type=float, default=180.0, help="seconds to wait for each")
     up.set_defaults(func=_up)
 
@@ -70,6 +98,11 @@ def main(argv: list[str] | None = None) -> int:
     return int(args.func(args))
 
 
+def _quiet_driver() -> None:
+    """The driver logs every host it discovers: noise for a command that checks a cluster."""
+    logging.getLogger("cassandra").setLevel(logging.WARNING)
+
+
 def _progress(message: str) -> None:
     sys.stderr.write(f"stack: {message}\n")
     sys.stderr.flush()
@@ -81,47 +114,108 @@ def _selected(args: argparse.Namespace) -> tuple[str, ...]:
 
 # -- up ---------------------------------------------------------------------------------------
 
+CASSANDRA_DEFAULTS: dict[str, Any] = {"nodes": 1, "host": "127.0.0.1", "port": 9042, "auth": False}
+
+
+def _cassandra_shape(args: argparse.Namespace) -> dict[str, Any]:
+    """The Cassandra asked for: only the options given (None for the rest)."""
+    return {
+        "nodes": args.cassandra_nodes,
+        "host": args.cassandra_host,
+        "port": args.cassandra_port,
+        "auth": args.cassandra_auth,
+    }
+
+
+def _recorded_shape(record: dict[str, Any]) -> dict[str, Any]:
+    first = _processes("cassandra", record)[0]["address"]
+    host, port = first.rsplit(":", 1)
+    nodes = len(_processes("cassandra", record))
+    return {"nodes": nodes, "host": host, "port": int(port), "auth": bool(record.get("auth"))}
+
 
 def _up(args: argparse.Namespace) -> int:
+    _quiet_driver()
     state = load_state()
     try:
         for service in _selected(args):
-            if _alive(service, state.get(service)):
-                _progress(f"{service} already runs on {state[service]['address']}")
+            record = state.get(service)
+            if _alive(service, record):
+                assert record is not None
+                if service == "cassandra":
+                    _check_same_cassandra(args, record)
+                _progress(f"{service} already runs on {record['address']}")
                 continue
             state[service] = _start_cassandra(args) if service == "cassandra" else _start_zk(args)
             save_state(state)
     except StackError as exc:
         _progress(f"error: {exc}")
         return 1
-    addresses = {s: state[s]["address"] for s in _selected(args)}
+    addresses: dict[str, str] = {s: state[s]["address"] for s in _selected(args)}
+    cassandra = state.get("cassandra", {}) if "cassandra" in addresses else {}
+    if cassandra.get("auth"):
+        addresses["cassandra_username"] = cassandra["username"]
+        addresses["cassandra_password"] = cassandra["password"]
     if args.json:
         sys.stdout.write(json.dumps(addresses) + "\n")
     else:
-        for service, address in addresses.items():
-            sys.stdout.write(f"{service} {address}\n")
+        for service in _selected(args):
+            sys.stdout.write(f"{service} {addresses[service]}\n")
+        if cassandra.get("auth"):
+            sys.stdout.write(
+                f"cassandra user {cassandra['username']} password {cassandra['password']}\n"
+            )
     _progress(f"state in {state_file()}")
     return 0
 
 
+def _check_same_cassandra(args: argparse.Namespace, record: dict[str, Any]) -> None:
+    """A running Cassandra is kept only if it is what was asked for (a test run against one
+    node when it asked for three would prove nothing)."""
+    have = _recorded_shape(record)
+    differs = {k: v for k, v in _cassandra_shape(args).items() if v is not None and v != have[k]}
+    if differs:
+        asked = ", ".join(f"{k}={v}" for k, v in differs.items())
+        running = ", ".join(f"{k}={v}" for k, v in have.items())
+        raise StackError(
+            f"cassandra already runs with {running}, not {asked}: "
+            "stop it first (stack down --only cassandra)"
+        )
+
+
 def _start_cassandra(args: argparse.Namespace) -> dict[str, Any]:
-    run_dir = state_root() / f"cassandra-{args.cassandra_port}"
-    shutil.rmtree(run_dir, ignore_errors=True)  # a fresh node each time
-    node = CassandraProcess(
-        port=args.cassandra_port,
+    shape = {
+        k: v if v is not None else CASSANDRA_DEFAULTS[k] for k, v in _cassandra_shape(args).items()
+    }
+    run_dir = state_root() / f"cassandra-{shape['host']}-{shape['port']}"
+    shutil.rmtree(run_dir, ignore_errors=True)  # a fresh cluster each time
+    cluster = CassandraCluster(
+        shape["nodes"],
+        first_host=shape["host"],
+        port=shape["port"],
         storage_port=args.storage_port,
         run_dir=run_dir,
-        heap=args.heap,
+        heap=args.heap or ("1G" if shape["nodes"] == 1 else "512M"),
+        auth=shape["auth"],
+        unsafe_system=args.unsafe_system,
         progress=_progress,
     )
-    node.start(timeout=args.timeout)
-    return {
-        "address": node.address,
-        "pid": node.pid,
+    cluster.start(timeout=args.timeout * cluster.size)
+    record: dict[str, Any] = {
+        "address": cluster.address,
+        "nodes": [
+            {"address": n.address, "pid": n.pid, "run_dir": str(n.run_dir)} for n in cluster.nodes
+        ],
         "run_dir": str(run_dir),
-        "version": node.version,
-        "start_seconds": round(node.start_seconds or 0.0, 1),
+        "version": cluster.nodes[0].version,
+        "heap": cluster.nodes[0].heap,
+        "auth": shape["auth"],
+        "unsafe_system": args.unsafe_system,
+        "start_seconds": round(cluster.start_seconds or 0.0, 1),
     }
+    if cluster.credentials:
+        record["username"], record["password"] = cluster.credentials
+    return record
 
 
 def _start_zk(args: argparse.Namespace) -> dict[str, Any]:
@@ -148,8 +242,15 @@ def _start_zk(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _processes(service: str, record: dict[str, Any]) -> list[dict[str, Any]]:
-    """The (pid, address, run_dir) records of a service's processes."""
-    return list(record["servers"]) if service == "zookeeper" else [record]
+    """The (pid, address, run_dir) records of a service's processes (a Cassandra recorded
+    before clusters existed is its own single process record)."""
+    if service == "zookeeper":
+        return list(record["servers"])
+    return list(record.get("nodes") or [record])
+
+
+def _credentials(record: dict[str, Any]) -> tuple[str, str] | None:
+    return (record["username"], record["password"]) if record.get("auth") else None
 
 
 def _alive(service: str, record: dict[str, Any] | None) -> bool:
@@ -158,14 +259,17 @@ def _alive(service: str, record: dict[str, Any] | None) -> bool:
     return all(pid_matches(p["pid"], p["run_dir"]) for p in _processes(service, record))
 
 
-def _answers(service: str, address: str) -> bool:
+def _answers(service: str, address: str, record: dict[str, Any]) -> bool:
     host, port = address.rsplit(":", 1)
     if service == "cassandra":
-        return port_open(host, int(port)) and cql_ready(host, int(port))
+        return port_open(host, int(port)) and cql_ready(
+            host, int(port), credentials=_credentials(record)
+        )
     return four_letter(host, int(port), "ruok") == "imok"
 
 
 def _status(args: argparse.Namespace) -> int:
+    _quiet_driver()
     state = load_state()
     report: dict[str, Any] = {}
     for service in _selected(args):
@@ -178,27 +282,38 @@ def _status(args: argparse.Namespace) -> int:
                 "address": p["address"],
                 "pid": p["pid"],
                 "running": pid_matches(p["pid"], p["run_dir"]),
-                "answers": _answers(service, p["address"]),
+                "answers": _answers(service, p["address"], record),
             }
             for p in _processes(service, record)
         ]
-        report[service] = {
+        info: dict[str, Any] = {
             "address": record["address"],
             "running": all(p["running"] and p["answers"] for p in procs),
             "processes": procs,
         }
+        if service == "cassandra" and len(procs) > 1 and info["running"]:
+            problem = ring_problem(record["address"], len(procs), _credentials(record))
+            info["ring"] = problem or "complete"
+            info["running"] = problem is None
+        report[service] = info
     if args.json:
         sys.stdout.write(json.dumps(report) + "\n")
     else:
-        for service, info in report.items():
-            if "address" not in info:
-                sys.stdout.write(f"{service}: not started\n")
-                continue
-            for p in info["processes"]:
-                what = "up" if p["running"] and p["answers"] else "running, not answering"
-                what = what if p["running"] else "gone"
-                sys.stdout.write(f"{service} {p['address']} pid {p['pid']}: {what}\n")
+        _print_status(report)
     return 0 if all(info["running"] for info in report.values()) else 3
+
+
+def _print_status(report: dict[str, Any]) -> None:
+    for service, info in report.items():
+        if "address" not in info:
+            sys.stdout.write(f"{service}: not started\n")
+            continue
+        for p in info["processes"]:
+            what = "up" if p["running"] and p["answers"] else "running, not answering"
+            what = what if p["running"] else "gone"
+            sys.stdout.write(f"{service} {p['address']} pid {p['pid']}: {what}\n")
+        if "ring" in info:
+            sys.stdout.write(f"{service} ring: {info['ring']}\n")
 
 
 def _down(args: argparse.Namespace) -> int:
@@ -208,15 +323,20 @@ def _down(args: argparse.Namespace) -> int:
         if not record:
             _progress(f"{service}: nothing recorded")
             continue
-        for p in _processes(service, record):
-            if pid_matches(p["pid"], p["run_dir"]):
-                _progress(f"stopping {service} {p['address']} (pid {p['pid']})")
-                started = time.monotonic()
-                stop_pid(p["pid"], timeout=args.timeout, name=service)
-                _progress(f"stopped in {time.monotonic() - started:.1f} s")
-            else:
-                _progress(f"{service} {p['address']} (pid {p['pid']}) was not running")
+        procs = _processes(service, record)
+        with ThreadPoolExecutor(len(procs)) as pool:  # nodes stop together, not in turn
+            list(pool.map(_stop, [service] * len(procs), procs, [args.timeout] * len(procs)))
         save_state(state)
     if args.json:
         sys.stdout.write(json.dumps({"stopped": list(_selected(args))}) + "\n")
     return 0
+
+
+def _stop(service: str, proc: dict[str, Any], timeout: float) -> None:
+    if not pid_matches(proc["pid"], proc["run_dir"]):
+        _progress(f"{service} {proc['address']} (pid {proc['pid']}) was not running")
+        return
+    _progress(f"stopping {service} {proc['address']} (pid {proc['pid']})")
+    started = time.monotonic()
+    stop_pid(proc["pid"], timeout=timeout, name=service)
+    _progress(f"stopped {service} {proc['address']} in {time.monotonic() - started:.1f} s")
