@@ -9,6 +9,7 @@ then the entry of the next fire, then the schedule row (conditional on its versi
 
 from __future__ import annotations
 
+import asyncio
 import enum
 import logging
 import uuid
@@ -17,7 +18,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from timeshard.clock import Clock
-from timeshard.cron import CronSpec, PreviewEntry, next_fire, preview
+from timeshard.cron import (
+    CronSpec,
+    PreviewEntry,
+    fire_times_between,
+    newest_fire_times,
+    next_fire,
+    preview,
+)
 from timeshard.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
 from timeshard.model import (
     BucketEntry,
@@ -34,9 +42,11 @@ log = logging.getLogger(__name__)
 
 QUEUE_RECHECK_MS = 1000
 """How often a schedule with a queued occurrence looks whether the previous one finished."""
-MAX_MISSED_SCAN = 100_000
-"""Missed fire times examined after an outage (a bound on work, not on correctness of `once`
-for schedules firing more often than this many times per outage: the latest ones are kept)."""
+COUNT_LIMIT = 10_000
+"""Dropped occurrences counted per catch-up (into ``skipped``); beyond it the count is a lower
+bound. Counting every one would cost more than the catch-up itself (a per-second schedule
+paused for a day has 86,399 to drop), and nothing else needs them listed."""
+_COUNT_CHUNK = 500
 
 
 def spec_of(s: Schedule) -> CronSpec:
@@ -62,40 +72,96 @@ class FirePlan:
     next_fire: int
 
 
-def plan_fire(s: Schedule, now: int, still_active: int) -> FirePlan:
-    """What to do when ``s`` comes due at ``now`` with ``still_active`` unfinished runs."""
+@dataclass(frozen=True, kw_only=True, slots=True)
+class _Times:
+    """Due times, ascending: ``head``, then the spec's fire times in ``(after, until]``.
+
+    Never listed whole: an outage can leave a great many (86,400 a day for a per-second
+    schedule); each question reads only the few it needs."""
+
+    head: tuple[int, ...]
+    spec: CronSpec
+    after: int
+    until: int
+
+    def oldest(self, n: int) -> list[int]:
+        lazy = fire_times_between(self.spec, self.after, self.until, n - len(self.head))
+        return [*self.head, *lazy][:n]
+
+    def newest(self, n: int) -> list[int]:
+        if n <= 0:
+            return []
+        return [*self.head, *newest_fire_times(self.spec, self.after, self.until, n)][-n:]
+
+    async def count(self, limit: int) -> int:
+        """How many, counting no further than ``limit``; yields to the loop between chunks."""
+        counted, after = len(self.head), self.after
+        while counted < limit:
+            want = min(_COUNT_CHUNK, limit - counted)
+            chunk = fire_times_between(self.spec, after, self.until, want)
+            counted += len(chunk)
+            if len(chunk) < want:
+                break
+            after = chunk[-1]
+            await asyncio.sleep(0)
+        return counted
+
+
+def _due(s: Schedule, spec: CronSpec, now: int) -> tuple[_Times, _Times]:
+    """The due times — ``s.next_fire`` and the fire times after it up to ``now`` — split into
+    missed (older than ``misfire_grace``) and on time."""
+    first, cutoff = s.next_fire, now - s.misfire_grace_ms - 1
+    if first > now:
+        none = _Times(head=(), spec=spec, after=now, until=now)
+        return none, none
+    if first > cutoff:
+        missed = _Times(head=(), spec=spec, after=first, until=first)
+        return missed, _Times(head=(first,), spec=spec, after=first, until=now)
+    missed = _Times(head=(first,), spec=spec, after=first, until=cutoff)
+    return missed, _Times(head=(), spec=spec, after=cutoff, until=now)
+
+
+async def plan_fire(s: Schedule, now: int, still_active: int) -> FirePlan:
+    """What to do when ``s`` comes due at ``now`` with ``still_active`` unfinished runs.
+
+    The work is bounded whatever the outage: the missed runs kept (one, or ``max_catchup``) are
+    found from the newest backwards, and dropped ones are only counted, up to ``COUNT_LIMIT``,
+    yielding to the event loop as it goes."""
     spec = spec_of(s)
-    due: list[int] = [s.next_fire] if s.next_fire <= now else []
-    while due and len(due) < MAX_MISSED_SCAN:
-        t = next_fire(spec, due[-1])
-        if t > now:
-            break
-        due.append(t)
-    following = next_fire(spec, max(now, due[-1] if due else now))
-    missed = [t for t in due if now - t > s.misfire_grace_ms]
-    on_time = [t for t in due if now - t <= s.misfire_grace_ms]
-    keep: list[int]
-    if s.misfire is MisfirePolicy.SKIP:
-        keep = []
-    elif s.misfire is MisfirePolicy.ONCE:
-        keep = missed[-1:]
-    else:
-        keep = missed[-s.max_catchup :]
-    candidates = keep + on_time
-    skipped = len(missed) - len(keep)
+    missed, on_time = _due(s, spec, now)
+    keep_n = {MisfirePolicy.SKIP: 0, MisfirePolicy.ONCE: 1}.get(s.misfire, s.max_catchup)
+    keep = missed.newest(keep_n)
+    n_missed = await missed.count(COUNT_LIMIT)
+    if n_missed >= COUNT_LIMIT:
+        log.info("schedule %s: %d+ missed runs (counted no further)", s.schedule_id, n_missed)
+    total = len(keep) + await on_time.count(COUNT_LIMIT)  # the candidates: keep, then on time
+
+    def oldest(n: int) -> list[int]:
+        return [*keep, *on_time.oldest(n - len(keep))][:n]
+
+    def newest(n: int) -> list[int]:
+        latest = on_time.newest(n)
+        return [*keep[len(keep) - (n - len(latest)) :], *latest] if len(latest) < n else latest
+
     capacity = max(0, (s.max_concurrent if s.overlap is OverlapPolicy.ALLOW else 1) - still_active)
-    if s.queued_at:  # the one that waited goes first, then the newest
-        candidates = [s.queued_at, *candidates]
-        run = candidates[:capacity]
+    if s.queued_at:  # the one that waited goes first, then the oldest
+        run = [s.queued_at, *oldest(capacity - 1)] if capacity else []
+        rest = total + 1 - len(run)
+        first_rest = s.queued_at if not run else (oldest(capacity)[-1] if rest else 0)
     else:  # more due than may run: the newest win
-        run = candidates[len(candidates) - capacity :] if capacity else []
-    rest = [t for t in candidates if t not in run]
+        run = newest(capacity) if capacity else []
+        rest = total - len(run)
+        first_rest = oldest(1)[0] if rest else 0
     queued_at = 0
     if s.overlap is OverlapPolicy.QUEUE and rest:
-        queued_at = rest[0]  # the oldest waiting keeps its place; later ones are skipped
-        rest = rest[1:]
-    skipped += len(rest)
-    return FirePlan(run=run, skipped=skipped, queued_at=queued_at, next_fire=following)
+        queued_at = first_rest  # the oldest waiting keeps its place; later ones are skipped
+        rest -= 1
+    return FirePlan(
+        run=run,
+        skipped=n_missed - len(keep) + rest,
+        queued_at=queued_at,
+        next_fire=next_fire(spec, now),
+    )
 
 
 def jitter_of(occurrence_id: str, jitter_ms: int) -> int:
@@ -131,7 +197,7 @@ class ScheduleFirer:
             return FireResult.HANDLED  # moved later by an update; that writer wrote its entry
         active = await self._store.get_jobs(list(s.active)) if s.active else {}
         still = [j for j in active.values() if not j.state.terminal]
-        plan = plan_fire(s, now, len(still))
+        plan = await plan_fire(s, now, len(still))
         created = await self._create_occurrences(s, plan.run, now)
         attention = (
             min(plan.next_fire, now + QUEUE_RECHECK_MS) if plan.queued_at else plan.next_fire

@@ -15,7 +15,14 @@ shifted out of a gap meeting the first real time after it) fire once.
 
 from __future__ import annotations
 
-from timeshard.cron.schedule import PreviewEntry, next_fire, next_fire_times, preview
+from timeshard.cron.schedule import (
+    PreviewEntry,
+    fire_times_between,
+    newest_fire_times,
+    next_fire,
+    next_fire_times,
+    preview,
+)
 from timeshard.cron.spec import CronSpec, DstFold, DstGap
 
 __all__ = [
@@ -23,6 +30,8 @@ __all__ = [
     "DstFold",
     "DstGap",
     "PreviewEntry",
+    "fire_times_between",
+    "newest_fire_times",
     "next_fire",
     "next_fire_times",
     "preview",

@@ -114,7 +114,10 @@ def _walls_from(spec: CronSpec, start: datetime) -> Any:
     return croniter(spec.croniter_expression, first, ret_type=datetime)
 
 
-def _next_fires(spec: CronSpec, after_ms: int, count: int) -> list[_Fire]:
+def _next_fires(
+    spec: CronSpec, after_ms: int, count: int, until_ms: int | None = None
+) -> list[_Fire]:
+    """The first ``count`` fires after ``after_ms`` (and at or before ``until_ms``)."""
     _check_window(after_ms, count)
     zone = spec.zone
     walls = _walls_from(spec, naive_wall(earliest_wall_after(zone, after_ms)))
@@ -129,6 +132,8 @@ def _next_fires(spec: CronSpec, after_ms: int, count: int) -> list[_Fire]:
         placed = resolve(zone, wall)
         while queue and queue[0] < placed.first_ms and len(final) < count:
             final.append(pending.pop(heapq.heappop(queue)))
+        if until_ms is not None and placed.first_ms > until_ms:
+            break  # this wall time's runs, and every later one's, come after until_ms
         for fire in _fires_of(wall, placed, spec):
             if fire.at_ms <= after_ms:
                 continue
@@ -144,6 +149,8 @@ def _next_fires(spec: CronSpec, after_ms: int, count: int) -> list[_Fire]:
             walls = _walls_from(spec, placed.gap_end)
     while queue and len(final) < count:
         final.append(pending.pop(heapq.heappop(queue)))
+    if until_ms is not None:
+        return [fire for fire in final if fire.at_ms <= until_ms]
     return final
 
 
@@ -155,6 +162,41 @@ def next_fire_times(spec: CronSpec, after_ms: int, count: int) -> list[int]:
     1970..9999 or a negative ``count``.
     """
     return [fire.at_ms for fire in _next_fires(spec, after_ms, count)]
+
+
+def fire_times_between(spec: CronSpec, after_ms: int, until_ms: int, limit: int) -> list[int]:
+    """The fire instants in ``(after_ms, until_ms]``, ascending, at most ``limit`` (the oldest).
+
+    The work is in proportion to what is returned, however far ``until_ms`` is."""
+    if until_ms <= after_ms or limit <= 0:
+        return []
+    return [fire.at_ms for fire in _next_fires(spec, after_ms, limit, until_ms)]
+
+
+def newest_fire_times(spec: CronSpec, after_ms: int, until_ms: int, count: int) -> list[int]:
+    """The newest ``count`` fire instants in ``(after_ms, until_ms]``, ascending.
+
+    Found without visiting every fire time in between (a per-second schedule over a day has
+    86,400): windows are read backwards from ``until_ms``, each twice as long as the one before
+    while fires are sparse, and half as long when one would hold more than twice what is still
+    needed. The work is about ``count`` fire times and a few dozen windows."""
+    found: list[int] = []  # newest first
+    top, span = until_ms, _FIRST_WINDOW_MS
+    while len(found) < count and top > after_ms:
+        start = max(after_ms, top - span)
+        cap = 2 * (count - len(found)) + 64
+        window = fire_times_between(spec, start, top, cap + 1)
+        if len(window) > cap and span > _FIRST_WINDOW_MS:
+            span //= 2  # dense here: a shorter window, so as not to read more than needed
+            continue
+        if len(window) > cap:  # a second holds them all (never, with whole-second fires)
+            window = fire_times_between(spec, start, top, top - start + 1)
+        found.extend(reversed(window))
+        top, span = start, span * 2
+    return sorted(found[:count])
+
+
+_FIRST_WINDOW_MS = 1000
 
 
 def next_fire(spec: CronSpec, after_ms: int) -> int:
