@@ -1,7 +1,7 @@
 # The two commands of the README: `make dev` and `make test`. Everything else is a helper.
 PY ?= python3
 
-.PHONY: install dev test unit lint proto
+.PHONY: install dev test test-cluster unit lint proto
 
 install:
 	$(PY) -m pip install -q -e '.[dev]'
@@ -13,6 +13,12 @@ dev: install
 # test tier against them and the embedded store, then stops them.
 test: install
 	bash tools/run_tests.sh
+
+# The Cassandra half of the contract suite on a 3-node cluster (127.0.0.1-3; replication factor
+# 3, QUORUM writes, SERIAL conditional writes). Starts the cluster unless it runs, stops what it
+# started. Not part of `make test`. See tools/test_cluster.sh for its settings.
+test-cluster: install
+	bash tools/test_cluster.sh
 
 unit: install
 	$(PY) -m pytest tests/unit tests/acceptance -q

@@ -1,8 +1,11 @@
 """One suite, every store: each test here runs against ``sqlite`` and ``cassandra``.
 
-Cassandra: ``$TIMESHARD_CASSANDRA`` (host:port) if set, else one node started for the whole
-session with ``timeshard.stack`` on free ports. Each test gets a fresh keyspace, dropped
-afterwards. A Cassandra that can not start makes the tests error, never skip.
+Cassandra: ``$TIMESHARD_CASSANDRA`` (host:port, or several for a cluster:
+``127.0.0.1:9042,127.0.0.2:9042,127.0.0.3:9042``) if set, else one node started for the whole
+session with ``timeshard.stack`` on free ports. ``$TIMESHARD_CASSANDRA_OPTIONS`` is added to each
+store URL as its query, e.g. ``rf=3&consistency=quorum&serial=serial`` on a 3-node cluster
+(``make test-cluster``). Each test gets a fresh keyspace, dropped afterwards. A Cassandra that
+can not start makes the tests error, never skip.
 """
 
 from __future__ import annotations
@@ -29,9 +32,16 @@ def free_port() -> int:
         return port
 
 
+def url_options() -> str:
+    """``?rf=3&...`` from ``$TIMESHARD_CASSANDRA_OPTIONS``, or nothing."""
+    options = os.environ.get("TIMESHARD_CASSANDRA_OPTIONS", "").lstrip("?")
+    return f"?{options}" if options else ""
+
+
 @pytest.fixture(scope="session")
 def cassandra_address(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """host:port of a Cassandra node for this session."""
+    """host:port of a Cassandra node (or host:port,host:port,... of a cluster) for this
+    session."""
     given = os.environ.get("TIMESHARD_CASSANDRA")
     if given:
         yield given
@@ -58,10 +68,10 @@ def cassandra_admin(cassandra_address: str) -> Iterator[Any]:
     from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile
     from cassandra.policies import RoundRobinPolicy
 
-    host, port = cassandra_address.rsplit(":", 1)
+    points = [(h, int(p)) for h, p in (a.rsplit(":", 1) for a in cassandra_address.split(","))]
     profile = ExecutionProfile(load_balancing_policy=RoundRobinPolicy(), request_timeout=60)
     cluster = Cluster(
-        contact_points=[(host, int(port))],
+        contact_points=points,
         execution_profiles={EXEC_PROFILE_DEFAULT: profile},
         protocol_version=5,
     )
@@ -98,7 +108,7 @@ def open_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[OpenS
 
             keyspace = keyspaces.setdefault(name, f"contract_{uuid.uuid4().hex[:16]}")
             store = CassandraStore.from_url(
-                f"cassandra://{address}/{keyspace}", num_shards=num_shards
+                f"cassandra://{address}/{keyspace}{url_options()}", num_shards=num_shards
             )
         await store.open()
         try:

@@ -8,14 +8,18 @@ written into a fresh run directory.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import importlib.resources
+import logging
 import os
 import shutil
 import string
 import subprocess
 import tempfile
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -334,13 +338,38 @@ def cql_ready(
     ``system.local``."""
     cluster = driver_cluster([(host, port)], credentials=credentials, timeout=timeout)
     try:
-        session = cluster.connect()
+        with probe_quietly():
+            session = cluster.connect()
         session.execute("SELECT release_version FROM system.local")
         return True
     except Exception:
         return False
     finally:
         cluster.shutdown()
+
+
+class _ThisThread(logging.Filter):
+    def __init__(self) -> None:
+        super().__init__()
+        self.thread = threading.get_ident()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.thread != self.thread
+
+
+@contextlib.contextmanager
+def probe_quietly() -> Iterator[None]:
+    """A probe of a node that is starting expects to fail until it is up: keep the driver from
+    logging each failed connect (with its traceback) from this thread meanwhile."""
+    loggers = [logging.getLogger(name) for name in ("cassandra.cluster", "cassandra.connection")]
+    quiet = _ThisThread()
+    for logger in loggers:
+        logger.addFilter(quiet)
+    try:
+        yield
+    finally:
+        for logger in loggers:
+            logger.removeFilter(quiet)
 
 
 def driver_cluster(

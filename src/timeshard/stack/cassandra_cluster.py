@@ -16,7 +16,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from timeshard.stack.cassandra import CassandraProcess, driver_cluster
+from timeshard.stack.cassandra import CassandraProcess, driver_cluster, probe_quietly
 from timeshard.stack.process import Progress, StackError, log_progress
 
 RING_TOKENS = 2**64
@@ -178,7 +178,8 @@ def ring_problem(
     points = [(host, int(port)) for host, port in (a.rsplit(":", 1) for a in address.split(","))]
     cluster = driver_cluster(points, credentials=credentials, timeout=timeout)
     try:
-        session = cluster.connect()
+        with probe_quietly():
+            session = cluster.connect()
         hosts = [h for h in cluster.metadata.all_hosts() if h.is_up]
         if len(hosts) < size:
             return f"the driver reaches {len(hosts)} of {size} nodes"
