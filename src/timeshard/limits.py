@@ -36,6 +36,8 @@ MAX_PAGE_TOKEN_BYTES = 1024
 MAX_ERROR_BYTES = 4000
 """Error text is truncated to this (at a character boundary), not refused."""
 MAX_PAYLOAD_BYTES = 256 * 1024
+MAX_RUN_AT_MS = 253_402_300_799_999
+"""The latest time a job may run at, 9999-12-31T23:59:59.999Z: the last a Timestamp can say."""
 
 # -- lists -----------------------------------------------------------------------------------
 

@@ -14,6 +14,7 @@ from typing import Any
 import grpc
 import pytest
 from google.protobuf.duration_pb2 import Duration
+from google.protobuf.timestamp_pb2 import Timestamp
 
 from tests.unit.test_grpc_api import status_of
 from timeshard.api.convert import dur
@@ -98,6 +99,27 @@ OVER_LIMIT: list[tuple[str, str, Call]] = [
         "jobs",
         lambda s: s[0].ScheduleJobs(
             pb.ScheduleJobsRequest(jobs=[pb.ScheduleJobRequest(type="t", delay=NOW)] * 1001)
+        ),
+    ),
+    (
+        "delay past 9999",
+        "delay",
+        lambda s: s[0].ScheduleJob(
+            pb.ScheduleJobRequest(type="t", delay=Duration(seconds=315_576_000_000))
+        ),
+    ),
+    (
+        "run_at past 9999",
+        "run_at",
+        lambda s: s[0].ScheduleJob(
+            pb.ScheduleJobRequest(type="t", run_at=Timestamp(seconds=253_402_300_800))
+        ),
+    ),
+    (
+        "reschedule past 9999",
+        "delay",
+        lambda s: s[0].RescheduleJob(
+            pb.RescheduleJobRequest(job_id="j", delay=Duration(seconds=315_576_000_000))
         ),
     ),
     ("job id (get)", "job_id", lambda s: s[0].GetJob(pb.GetJobRequest(job_id=HUGE))),

@@ -8,7 +8,7 @@ from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from timeshard.errors import InvalidArgument
-from timeshard.limits import shown
+from timeshard.limits import MAX_RUN_AT_MS, shown
 from timeshard.model import Job, JobState, MisfirePolicy, OverlapPolicy, Schedule
 from timeshard.v1 import timeshard_pb2 as pb
 
@@ -94,15 +94,22 @@ def run_at_of(
     if which == "delay":
         if msg.delay.seconds < 0 or msg.delay.nanos < 0:
             raise InvalidArgument("delay", "must not be negative (use 0s to run now)")
-        return now_ms + round(dur_s(msg.delay) * 1000)
+        delay_ms = msg.delay.seconds * 1000 + round(msg.delay.nanos / 1_000_000)
+        return _not_after_9999("delay", now_ms + delay_ms)
     if which == "run_at":
         ms = ts_ms(msg.run_at)
         if ms <= 0:
             raise InvalidArgument("run_at", "must be after 1970-01-01T00:00:00Z")
-        return ms
+        return _not_after_9999("run_at", ms)
     if required:
         raise InvalidArgument("when", "give a delay or a run_at time")
     return now_ms
+
+
+def _not_after_9999(field: str, ms: int) -> int:
+    if ms > MAX_RUN_AT_MS:
+        raise InvalidArgument(field, "the time must be before 9999-12-31T23:59:59.999Z")
+    return ms
 
 
 def schedule_to_pb(s: Schedule) -> pb.Schedule:
