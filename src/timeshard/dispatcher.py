@@ -139,6 +139,16 @@ class ShardDispatcher:
         if added:
             self._wake.set()
 
+    def deposed_by_store(self) -> None:
+        """A write of ours was rejected by a newer epoch: stop, as if the cursor write was."""
+        if self._task is not None and not self.deposed:
+            self._task.cancel()
+            self._task = None
+            self.deposed = True
+            self._ready.drop_shard(self.shard)
+            if self._on_deposed is not None:
+                self._on_deposed(self.shard)
+
     def handled(self, entries: Iterable[BucketEntry]) -> None:
         for e in entries:
             self._pending.get(e.minute, set()).discard(e)
@@ -293,7 +303,7 @@ class ShardDispatcher:
             due = [e for e in due if not e.job_id.startswith(SCHEDULE_ENTRY_PREFIX)]
         if not due:
             return
-        jobs = await self._store.get_jobs(sorted({e.job_id for e in due}))
+        jobs = await self._store.get_jobs_for(due)
         chased: list[BucketEntry] = []
         chases: list[BucketEntry] = []
         for e in due:

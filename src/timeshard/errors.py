@@ -31,8 +31,8 @@ class InvalidArgument(TimeshardError):
 class NotFound(TimeshardError):
     code = grpc.StatusCode.NOT_FOUND
 
-    def __init__(self, kind: str, ident: str) -> None:
-        super().__init__(f"{kind} {ident!r} not found")
+    def __init__(self, kind: str, ident: str, why: str = "") -> None:
+        super().__init__(f"{kind} {ident!r} not found" + (f": {why}" if why else ""))
         self.kind = kind
         self.ident = ident
 

@@ -22,6 +22,7 @@ from timeshard.errors import (
     FailedPrecondition,
     InvalidArgument,
     NotFound,
+    NotOwner,
     StaleFence,
     TimeshardError,
 )
@@ -288,7 +289,8 @@ class Node:
                 field = f"jobs[{i}].{exc.field}" if len(specs) > 1 else exc.field
                 raise InvalidArgument(field, exc.problem) from None
         entries = [entry_for(job, job.run_at, now) for job in jobs]
-        results = await self.store.create_jobs(list(zip(jobs, entries, strict=True)))
+        fresh = {job.job_id for job, spec in zip(jobs, specs, strict=True) if not spec.job_id}
+        results = await self.store.create_jobs(list(zip(jobs, entries, strict=True)), fresh=fresh)
         self._notify([e for e, r in zip(entries, results, strict=True) if r.created])
         for spec, result in zip(specs, results, strict=True):
             if result.conflict:
@@ -322,6 +324,10 @@ class Node:
     async def get(self, job_id: str) -> Job:
         job = await self.store.get_job(validate_job_id(job_id))
         if job is None:
+            if self.store.expired(job_id):
+                raise NotFound(
+                    "job", job_id, "it finished and expired after the retention period"
+                )
             raise NotFound("job", job_id)
         return job
 
@@ -451,6 +457,12 @@ class Node:
         ]
         try:
             outcomes = await self.store.claim_jobs(requests)
+        except NotOwner as exc:  # deposed in a partition: the new owner dispatches these
+            d = self.dispatchers.get(exc.shard)
+            if d is not None:
+                d.deposed_by_store()
+            self.ready.push_front([i for i in items if i.shard != exc.shard])
+            return []
         except BaseException:  # store down, or the caller gave up (deadline, disconnect)
             self.ready.push_front(items)  # a claim that did apply is found by its fence later
             raise
@@ -499,15 +511,18 @@ class Node:
         return list(await asyncio.gather(*(one(i) for i in items)))
 
     async def fail(self, job_id: str, fence: int, error: str, permanent: bool) -> Job:
-        job = await self.get(job_id)
-        if job.state is not JobState.RUNNING or job.fence != fence:
-            raise StaleFence(job_id, fence, job.fence, job.state.value)
+        """A retryable failure goes back to ``scheduled`` after a backoff, while attempts
+        remain; otherwise the job is dead. Decided from the job as stored, in the write."""
         now = self.clock.now_ms()
-        retry_at: int | None = None
-        if not permanent and job.attempt < job.max_attempts:
-            retry_at = now + self.config.retry_policy(job.job_type).delay_ms(job.attempt, self._rng)
+
+        def retry_at(job: Job) -> int | None:
+            if permanent or job.attempt >= job.max_attempts:
+                return None
+            policy = self.config.retry_policy(job.job_type)
+            return now + policy.delay_ms(job.attempt, self._rng)
+
         out = await self.store.fail_job(job_id, fence, now, error[:4000], retry_at)
         failed = self._check(job_id, fence, out)
-        if retry_at is not None:
-            self._notify([entry_for(failed, retry_at, now)])
+        if failed.state is JobState.SCHEDULED:
+            self._notify([entry_for(failed, failed.run_at, now)])
         return failed

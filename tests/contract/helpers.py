@@ -13,7 +13,7 @@ NUM_SHARDS = 8
 def make_job(
     job_id: str,
     *,
-    run_at: int = NOW + 10_000,
+    run_at: int = NOW,  # due: claims (at NOW) apply; never early
     job_type: str = "demo.echo",
     payload: bytes = b'{"n":1}',
     key: str = "",
@@ -55,12 +55,13 @@ async def claimed(store: Store, job: Job, *, worker: str = "w1", lease_ms: int =
 def claim(
     job: Job, *, worker: str = "w1", lease_ms: int = LEASE_MS, fence: int | None = None
 ) -> ClaimRequest:
+    now = max(NOW, job.run_at)  # never early: a claim applies once the job is due
     return ClaimRequest(
         job_id=job.job_id,
         expect_fence=job.fence if fence is None else fence,
         worker=worker,
-        now=NOW,
-        lease_until=NOW + lease_ms,
+        now=now,
+        lease_until=now + lease_ms,
     )
 
 

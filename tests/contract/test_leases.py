@@ -290,12 +290,28 @@ async def test_claim_with_the_row_the_caller_read_is_right_even_when_that_row_is
         assert await assert_stored(store, out) == out.job
 
         other = await created(store, "known-stale")
-        rescheduled = await store.reschedule_job(other.job_id, other.fence, NOW + 5, NOW)
+        rescheduled = await store.reschedule_job(other.job_id, other.fence, NOW - 5, NOW)
         assert rescheduled.applied  # the row moved on; `other` is now a stale image
         [out] = await store.claim_jobs([replace(claim(other), known=other)])
-        assert out.applied and out.job is not None and out.job.run_at == NOW + 5
+        assert out.applied and out.job is not None and out.job.run_at == NOW - 5
 
         done = await created(store, "known-done")
         taken = await claimed(store, done)
         [out] = await store.claim_jobs([replace(claim(done), known=done)])  # stale: it runs
         assert not out.applied and out.job == taken
+
+
+async def test_a_claim_never_applies_before_the_job_is_due(open_store: OpenStore) -> None:
+    """Never early, whatever the caller read: a job made ready and then rescheduled an hour
+    later is not claimed with the image read before (issue 10, defect 1)."""
+    from dataclasses import replace
+
+    async with open_store() as store:
+        job = await created(store, "later")
+        moved = await store.reschedule_job(job.job_id, job.fence, NOW + 3_600_000, NOW)
+        assert moved.applied and moved.job is not None
+        for known in (job, None):  # the stale image the ready queue held, or none
+            [out] = await store.claim_jobs([replace(claim(job), known=known)])
+            await assert_unchanged(store, out, moved.job)
+        [late] = await store.claim_jobs([claim(moved.job)])  # at its new time it applies
+        assert late.applied and late.job is not None and late.job.started_at == NOW + 3_600_000

@@ -9,7 +9,7 @@ after ``a`` has read past the entry's due time.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Collection, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -53,9 +53,11 @@ class SlowStore(SqliteStore):
         self._clock = clock
         self.delay_s = delay_s
 
-    async def create_jobs(self, jobs: Sequence[tuple[Job, BucketEntry]]) -> list[CreateResult]:
+    async def create_jobs(
+        self, jobs: Sequence[tuple[Job, BucketEntry]], *, fresh: Collection[str] = frozenset()
+    ) -> list[CreateResult]:
         await self._clock.sleep(self.delay_s)
-        return await super().create_jobs(jobs)
+        return await super().create_jobs(jobs, fresh=fresh)
 
 
 @asynccontextmanager

@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import abc
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
 from timeshard.model import Attempt, BucketEntry, Job, JobState, Outcome, Schedule, ShardState
 from timeshard.sharding import minute_of
+from timeshard.store.stats import StoreStats
 
 
 def entry_for(job: Job, attention_at: int, now: int) -> BucketEntry:
@@ -73,10 +74,17 @@ class JobPage:
     next_token: str
 
 
+RetryAt = int | None | Callable[[Job], int | None]
+"""When to retry a failed job: a time, None (dead-letter it), or decided from the job as
+stored (its attempt and max_attempts), so the caller need not read the job first."""
+
+
 class Store(abc.ABC):
     """The source of truth for jobs, buckets and shard state."""
 
     num_shards: int
+    stats: StoreStats
+    """What the store did (Paxos rounds, operations, errors): for metrics and benchmarks."""
 
     @abc.abstractmethod
     async def open(self) -> None:
@@ -89,11 +97,16 @@ class Store(abc.ABC):
     # -- jobs -----------------------------------------------------------------------------
 
     @abc.abstractmethod
-    async def create_jobs(self, jobs: Sequence[tuple[Job, BucketEntry]]) -> list[CreateResult]:
-        """Create each job row if its id is new, then its bucket entry; both are durable when this
-        returns (invariant 1). A job with an ``idempotency_key`` is created once per key: a
+    async def create_jobs(
+        self, jobs: Sequence[tuple[Job, BucketEntry]], *, fresh: Collection[str] = frozenset()
+    ) -> list[CreateResult]:
+        """Create each job row if its id is new, and its bucket entry; both are durable when
+        this returns (invariant 1). A job with an ``idempotency_key`` is created once per key: a
         repeat returns the stored job, with ``conflict`` set when its ``body_digest`` differs.
-        A crash between the key and the row leaves a key that the next repeat completes."""
+        A crash between the key and the row leaves a key that the next repeat completes.
+
+        ``fresh``: ids generated for this call (random, 128 bits) that no other call can use
+        and this call does not repeat: the store may skip the check that the id is new."""
 
     @abc.abstractmethod
     async def get_jobs(self, job_ids: Sequence[str]) -> dict[str, Job]:
@@ -101,6 +114,16 @@ class Store(abc.ABC):
 
     async def get_job(self, job_id: str) -> Job | None:
         return (await self.get_jobs([job_id])).get(job_id)
+
+    async def get_jobs_for(self, entries: Sequence[BucketEntry]) -> dict[str, Job]:
+        """The jobs the dispatcher's entries point to, as stored now. A store that keeps rows
+        in partitions may use ``BucketEntry.home`` to read them without looking them up, and
+        fences the owner's reads (a partition's epoch is raised before its owner reads it)."""
+        return await self.get_jobs(sorted({e.job_id for e in entries}))
+
+    def expired(self, job_id: str) -> bool:
+        """After ``get_job`` found nothing: whether the job existed and expired (retention)."""
+        return False
 
     @abc.abstractmethod
     async def list_jobs(
@@ -159,10 +182,11 @@ class Store(abc.ABC):
         fence: int,
         now: int,
         error: str,
-        retry_at: int | None,
+        retry_at: RetryAt,
     ) -> Outcome:
-        """Applied iff ``running`` with this fence. With ``retry_at``: ``scheduled`` at
-        ``retry_at`` plus its bucket entry; without: ``dead`` (the dead-letter queue).
+        """Applied iff ``running`` with this fence. With a retry time (given, or computed
+        from the stored job): ``scheduled`` at that time plus its bucket entry; without:
+        ``dead`` (the dead-letter queue).
         The error is recorded on the job and its last Attempt."""
 
     @abc.abstractmethod

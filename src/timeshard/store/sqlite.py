@@ -14,7 +14,7 @@ import random
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, TypeVar
@@ -34,9 +34,11 @@ from timeshard.store.base import (
     ClaimRequest,
     CreateResult,
     JobPage,
+    RetryAt,
     Store,
     entry_for,
 )
+from timeshard.store.stats import StoreStats
 from timeshard.store.codec import job_columns, schedule_columns, to_job, to_schedule
 from timeshard.store.named import load_queries
 
@@ -122,6 +124,7 @@ class SqliteStore(Store):
         self.num_shards = validate_num_shards(num_shards)
         self._synchronous = synchronous
         self._ops: queue.SimpleQueue[_Op | None] = queue.SimpleQueue()
+        self.stats = StoreStats()
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()
         self._open_error: BaseException | None = None
@@ -216,6 +219,7 @@ class SqliteStore(Store):
                         self._ops.put(None)
                         break
                     batch.append(nxt)
+                self.stats.round(len(batch))  # one transaction: the embedded "round"
                 self._run_batch(db, batch)
         finally:
             db.close()
@@ -269,7 +273,9 @@ class SqliteStore(Store):
 
     # -- jobs -----------------------------------------------------------------------------
 
-    async def create_jobs(self, jobs: Sequence[tuple[Job, BucketEntry]]) -> list[CreateResult]:
+    async def create_jobs(
+        self, jobs: Sequence[tuple[Job, BucketEntry]], *, fresh: Collection[str] = frozenset()
+    ) -> list[CreateResult]:
         def run(db: sqlite3.Connection) -> list[CreateResult]:
             return [self._create_one(db, job, entry) for job, entry in jobs]
 
@@ -370,7 +376,7 @@ class SqliteStore(Store):
         return await self._call(lambda db: _apply(db, job_id, T.complete(fence, now)))
 
     async def fail_job(
-        self, job_id: str, fence: int, now: int, error: str, retry_at: int | None
+        self, job_id: str, fence: int, now: int, error: str, retry_at: RetryAt
     ) -> Outcome:
         transition = T.fail(fence, now, error, retry_at)
         return await self._call(lambda db: _apply(db, job_id, transition))

@@ -7,7 +7,7 @@ each write transaction as a round, so the two can be compared.
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
 
@@ -21,7 +21,7 @@ class StoreStats:
     """Calls by named operation."""
     errors: Counter[str] = field(default_factory=Counter)
     """Failed calls (store unavailable, timeouts) by named operation."""
-    seconds: Counter[str] = field(default_factory=Counter)
+    seconds: defaultdict[str, float] = field(default_factory=lambda: defaultdict(float))
     """Total time spent in each named operation, for latency averages."""
 
     def round(self, rows: int = 1) -> None:

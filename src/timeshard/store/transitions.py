@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from timeshard.model import Job, JobState
-from timeshard.store.base import ClaimRequest, finish_attempt, new_attempt
+from timeshard.store.base import ClaimRequest, RetryAt, finish_attempt, new_attempt
 
 
 def _no_entry(_: Job) -> int | None:
@@ -33,8 +33,11 @@ def _running_with(fence: int) -> Callable[[Job], bool]:
 
 
 def claim(c: ClaimRequest) -> Transition:
+    """Never early: a job rescheduled to later since it was made ready does not apply."""
     return Transition(
-        lambda j: j.state is JobState.SCHEDULED and j.fence == c.expect_fence,
+        lambda j: j.state is JobState.SCHEDULED
+        and j.fence == c.expect_fence
+        and j.run_at <= c.now,
         lambda j: j.with_(
             state=JobState.RUNNING,
             lease_owner=c.worker,
@@ -67,8 +70,9 @@ def complete(fence: int, now: int) -> Transition:
     )
 
 
-def fail(fence: int, now: int, error: str, retry_at: int | None) -> Transition:
+def fail(fence: int, now: int, error: str, retry: RetryAt) -> Transition:
     def change(j: Job) -> Job:
+        retry_at = retry(j) if callable(retry) else retry
         if retry_at is None:
             return j.with_(
                 state=JobState.DEAD,

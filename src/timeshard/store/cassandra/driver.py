@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
+import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -37,11 +38,12 @@ from cassandra.policies import (
     TokenAwarePolicy,
 )
 from cassandra.protocol import IsBootstrappingErrorMessage, OverloadedErrorMessage, ServerError
-from cassandra.query import PreparedStatement, dict_factory
+from cassandra.query import BatchStatement, BatchType, PreparedStatement, dict_factory
 
 from timeshard.errors import InvalidArgument, StoreUnavailable
 from timeshard.store.cassandra.rows import Row
 from timeshard.store.cassandra.schema import migrate, operations, replication_map
+from timeshard.store.stats import StoreStats
 
 _SERIAL = "serial-read"
 _CONSISTENCY = {  # durable before acknowledged: a quorum at least (invariant 1)
@@ -80,20 +82,16 @@ _MAYBE_APPLIED: tuple[type[BaseException], ...] = (
 
 _CONDITIONAL = frozenset(
     {
-        "insert_job",
+        "claim_index",
         "insert_key",
-        "claim_job",
-        "renew_lease",
-        "complete_job",
-        "fail_job",
-        "release_lease",
-        "cancel_job",
-        "reschedule_job",
+        "raise_epoch",
+        "create_row_if_new",
+        "update_state",
+        "update_all",
+        "delete_row",
         "create_shard",
         "bump_epoch",
         "save_cursor",
-        "replay_job",
-        "purge_job",
         "insert_schedule",
         "update_schedule",
         "delete_schedule",
@@ -198,6 +196,9 @@ class _Pages:
         with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits any more
             self._loop.call_soon_threadsafe(self._deliver, rows, exc)
 
+    async def first_page(self) -> list[Row]:
+        return await self._page
+
     async def all_rows(self) -> list[Row]:
         rows: list[Row] = []
         while True:
@@ -223,6 +224,7 @@ class Connection:
         self._cluster: Cluster | None = None
         self._session: Any = None
         self._prepared: dict[str, PreparedStatement] = {}
+        self.stats = StoreStats()
 
     @property
     def is_open(self) -> bool:
@@ -293,22 +295,75 @@ class Connection:
     ) -> list[Row]:
         """Every row of the named operation (``serial``: read at the serial consistency, so
         every Paxos decision is seen). A timeout of a conditional write raises ``Ambiguous``."""
+        if self._session is None:
+            raise StoreUnavailable("the store is not open")
+        if name in _CONDITIONAL:
+            self.stats.round()
+        return await self._run(name, name in _CONDITIONAL, serial, self._prepared[name], params)
+
+    async def batch(
+        self, statements: Sequence[tuple[str, Mapping[str, Any]]], *, conditional: bool
+    ) -> list[Row]:
+        """The named statements as one unlogged batch: all of one partition (then applied
+        atomically and in isolation; with conditions, one Paxos round for all of them), or
+        of several partitions without conditions (one round trip, no atomicity)."""
+        if self._session is None:
+            raise StoreUnavailable("the store is not open")
+        if len(statements) == 1:
+            name, params = statements[0]
+            return await self.rows(name, params)
+        batch = BatchStatement(batch_type=BatchType.UNLOGGED)
+        for name, params in statements:
+            batch.add(self._prepared[name], params)
+        if conditional:
+            self.stats.round(len(statements))
+        label = f"batch:{statements[-1][0]}"
+        return await self._run(label, conditional, False, batch, None)
+
+    async def page(
+        self, name: str, params: Sequence[Any], *, size: int, state: bytes | None
+    ) -> tuple[list[Row], bytes | None]:
+        """One page of the named query and the paging state of the next (None: the last)."""
         if self._session is None or self._in_flight is None:
             raise StoreUnavailable("the store is not open")
+        stmt = self._prepared[name]
+        async with self._in_flight:
+            try:
+                bound = stmt.bind(params)
+                bound.fetch_size = size
+                rf = self._session.execute_async(
+                    bound, paging_state=state, execution_profile=EXEC_PROFILE_DEFAULT
+                )
+                pages = _Pages(rf, asyncio.get_running_loop())
+                rows = await pages.first_page()
+            except UNAVAILABLE_ERRORS as exc:
+                raise _unavailable(exc) from exc
+        return rows, rf._paging_state if rf.has_more_pages else None
+
+    async def _run(
+        self, label: str, conditional: bool, serial: bool, stmt: Any, params: Any
+    ) -> list[Row]:
+        if self._in_flight is None:
+            raise StoreUnavailable("the store is not open")
+        stats = self.stats
+        stats.operations[label] += 1
+        started = time.perf_counter()
         async with self._in_flight:
             try:
                 rf = self._session.execute_async(
-                    self._prepared[name],
-                    params,
-                    execution_profile=_SERIAL if serial else EXEC_PROFILE_DEFAULT,
+                    stmt, params, execution_profile=_SERIAL if serial else EXEC_PROFILE_DEFAULT
                 )
                 return await _Pages(rf, asyncio.get_running_loop()).all_rows()
             except _MAYBE_APPLIED as exc:
-                if name in _CONDITIONAL:
+                stats.errors[label] += 1
+                if conditional:
                     raise Ambiguous(f"{type(exc).__name__}: {exc}") from exc
                 raise _unavailable(exc) from exc
             except UNAVAILABLE_ERRORS as exc:
+                stats.errors[label] += 1
                 raise _unavailable(exc) from exc
+            finally:
+                stats.seconds[label] += time.perf_counter() - started
 
     async def one(self, name: str, params: Sequence[Any] | Mapping[str, Any]) -> Row:
         """The first row (for a conditional write: ``[applied]`` and the current image)."""

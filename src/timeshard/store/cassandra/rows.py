@@ -8,7 +8,7 @@ from typing import Any
 
 from timeshard.model import Job, ShardState
 from timeshard.store.base import MAX_HISTORY
-from timeshard.store.codec import job_columns, to_job
+from timeshard.store.codec import to_job
 
 Row = dict[str, Any]
 
@@ -16,19 +16,10 @@ BUCKET_RETENTION_S = 7 * 24 * 3600
 """Bucket entries live this long past their due time (then TWCS drops them whole)."""
 MAX_TTL_S = 20 * 365 * 24 * 3600  # Cassandra's limit; entries due later get no TTL at all
 
-IMAGE = (
-    "state",
-    "fence",
-    "attempt",
-    "run_at",
-    "lease_owner",
-    "lease_until",
-    "started_at",
-    "finished_at",
-    "last_error",
-    "history",
-)
-"""The mutable columns of a job row: every conditional write compares all of them."""
+IMAGE = ("state", "fence", "run_at", "lease_until")
+"""The columns every conditional write on a job row compares: each transition's condition reads
+only these, and each transition changes at least one of them, so a row whose image matches is
+the row the new values were computed from."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,23 +27,24 @@ class Found:
     """A job as read, with the raw values its next conditional write must compare."""
 
     job: Job
-    image: Row
+    image: tuple[Any, ...]
 
     @classmethod
     def from_row(cls, row: Row) -> Found:
-        return cls(job=to_job(row), image={k: row[k] for k in IMAGE})
+        return cls(job=to_job(row), image=tuple(row[k] for k in IMAGE))
 
-    def after(self, current: Row) -> Found:
-        """This row with the current image Cassandra returned from a write that did not apply
-        (the other columns are fixed when the job is created)."""
-        image = {k: current[k] for k in IMAGE}
-        return Found(job=to_job({**job_columns(self.job), **image}), image=image)
+    @classmethod
+    def of(cls, job: Job) -> Found:
+        return cls(job=job, image=image_of(job))
 
 
-def image_of(job: Job) -> Row:
-    """The image ``job`` has once written (what a SERIAL read of it returns)."""
-    columns = job_columns(job)
-    return {k: columns[k] for k in IMAGE}
+def image_of(job: Job) -> tuple[Any, ...]:
+    """The image ``job`` has once written."""
+    return (job.state.value, job.fence, job.run_at, job.lease_until)
+
+
+def row_image(row: Row) -> tuple[Any, ...]:
+    return tuple(row.get(k) for k in IMAGE)
 
 
 def bounded_history(job: Job) -> Job:

@@ -1,0 +1,69 @@
+"""Group commit per partition: while one batch for a partition is in flight, the writes that
+arrive for it wait and go out together in the next one. No timer: a lone write goes at once;
+under load, each partition has one batch in flight and the next one filling."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Hashable
+from typing import Generic, TypeVar
+
+log = logging.getLogger(__name__)
+
+K = TypeVar("K", bound=Hashable)
+T = TypeVar("T")
+
+
+class PartitionBatcher(Generic[K, T]):
+    """``submit(key, item)`` queues ``item`` for partition ``key``; ``run(key, items)`` writes
+    a batch and must settle every item (each item carries its own future)."""
+
+    def __init__(
+        self,
+        run: Callable[[K, list[T]], Awaitable[None]],
+        *,
+        max_items: int,
+        fail: Callable[[T, BaseException], None],
+        name: str,
+    ) -> None:
+        self._run = run
+        self._max = max_items
+        self._fail = fail
+        self._name = name
+        self._queues: dict[K, list[T]] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def submit(self, key: K, item: T) -> None:
+        queue = self._queues.get(key)
+        if queue is not None:
+            queue.append(item)  # a flusher for this partition is running: it takes it
+            return
+        self._queues[key] = [item]
+        task = asyncio.create_task(self._flush(key), name=f"{self._name}-{key}")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _flush(self, key: K) -> None:
+        await asyncio.sleep(0)  # let the writes of this loop turn join the first batch
+        try:
+            while True:
+                queue = self._queues[key]
+                if not queue:
+                    return
+                items, self._queues[key] = queue[: self._max], queue[self._max :]
+                try:
+                    await self._run(key, items)
+                except BaseException as exc:
+                    for item in items:
+                        self._fail(item, exc)
+                    if isinstance(exc, asyncio.CancelledError):
+                        raise
+        finally:
+            for item in self._queues.pop(key, []):
+                self._fail(item, asyncio.CancelledError())
+
+    async def close(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)

@@ -1,0 +1,632 @@
+"""Job rows in minute partitions, written a partition batch at a time.
+
+A job's row lives in partition ``(shard, minute)``, the minute of its ``run_at`` when it was
+created (its *home*); it never moves. A bucket entry names the home, and ``job_index`` maps an
+id to it. Every transition of the lease protocol goes through ``PartitionBatcher``: the
+transitions waiting for one partition become one unlogged batch with a condition per row (one
+Paxos round), preceded, when this store owns the shard, by ``raise_epoch`` (the static epoch of
+the partition, ``IF epoch <= ours``): once a new owner has written or read a partition, a
+deposed owner's batch there is rejected.
+
+A batch that does not apply returns the current image of each row it compared; rows whose image
+changed are read again (SERIAL) and their transitions re-decided, the rest go out again. A batch
+that timed out is settled by a SERIAL read of its rows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import OrderedDict
+from collections.abc import Collection, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from timeshard.clock import Clock
+from timeshard.errors import InvalidArgument, NotOwner, StoreUnavailable
+from timeshard.model import BucketEntry, Job, JobState, Outcome
+from timeshard.sharding import minute_of, shard_of
+from timeshard.store import transitions as T
+from timeshard.store.base import CreateResult, entry_for
+from timeshard.store.cassandra.batcher import PartitionBatcher
+from timeshard.store.cassandra.driver import Ambiguous, Connection
+from timeshard.store.cassandra.rows import (
+    Found,
+    Row,
+    bounded_history,
+    bucket_ttl,
+    image_of,
+    row_image,
+)
+from timeshard.store.codec import job_columns, to_job
+
+log = logging.getLogger(__name__)
+
+CAS_ROUNDS = 20
+"""Conditional batches retried on rows that changed but still meet their conditions."""
+MAX_BATCH = 100
+"""Rows in one conditional batch (Cassandra's batch size limit must allow it; see deploy/)."""
+MAX_BATCH_BYTES = 256 * 1024
+STAMP_BACK_US = 60_000_000
+"""A plain create is stamped this far in the past (see ``create_row`` in cassandra.cql)."""
+CACHE_SIZE = 200_000
+
+Key = tuple[int, int]  # (shard, home minute)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Retention:
+    finished_s: int = 7 * 24 * 3600
+    """Succeeded and cancelled jobs (and their idempotency keys) live this long."""
+    dead_s: int = 30 * 24 * 3600
+    """Dead letters live this long unless replayed or purged."""
+    index_s: int = 30 * 24 * 3600
+    """The id index outlives a finished row by this much, so a get can say it expired."""
+
+    def __post_init__(self) -> None:
+        for name in ("finished_s", "dead_s", "index_s"):
+            if getattr(self, name) < 60:
+                raise InvalidArgument("retention", f"{name} must be at least 60 seconds")
+
+    def ttl(self, job: Job) -> int:
+        if job.state is JobState.DEAD:
+            return self.dead_s
+        return self.finished_s if job.state.terminal else 0
+
+
+@dataclass(slots=True, eq=False)
+class _Op:
+    job_id: str
+    transition: T.Transition
+    found: Found | None
+    epoch: int | None
+    owner_only: bool
+    fut: asyncio.Future[Outcome]
+    delete: bool = False
+    new: Job | None = None
+    entry: BucketEntry | None = None
+    entry_written: bool = False
+    reread: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class _New:
+    index: int
+    job: Job
+    entry: BucketEntry
+    home: int
+
+
+class _Lru(OrderedDict[str, Any]):
+    def put(self, key: str, value: Any) -> None:
+        self[key] = value
+        self.move_to_end(key)
+        if len(self) > CACHE_SIZE:
+            self.popitem(last=False)
+
+
+class JobRows:
+    def __init__(
+        self, conn: Connection, clock: Clock, num_shards: int, retention: Retention
+    ) -> None:
+        self._conn = conn
+        self._clock = clock
+        self._num_shards = num_shards
+        self.retention = retention
+        self.epochs: dict[int, int] = {}
+        """Shards this store took, and the epoch it took them at."""
+        self._raised: set[tuple[int, int, int]] = set()
+        self._homes = _Lru()  # job id -> home minute (never changes)
+        self._images = _Lru()  # job id -> Found, for jobs this store wrote last
+        self._expired: _Lru = _Lru()
+        self._batcher: PartitionBatcher[Key, _Op] = PartitionBatcher(
+            self._run, max_items=MAX_BATCH, fail=_fail, name="jobrows"
+        )
+
+    async def close(self) -> None:
+        await self._batcher.close()
+
+    # -- creating -------------------------------------------------------------------------
+
+    async def put_entries(self, entries: Sequence[BucketEntry]) -> None:
+        now = self._clock.now_ms()
+        await _gather(
+            self._conn.rows(
+                "insert_entry",
+                (e.shard, e.minute, e.due_at, e.job_id, e.home, bucket_ttl(e.due_at, now)),
+            )
+            for e in entries
+        )
+
+    async def create(
+        self, jobs: Sequence[tuple[Job, BucketEntry]], fresh: Collection[str]
+    ) -> list[CreateResult]:
+        """Entries and index first (a crash leaves an entry or an index row without a job,
+        which find nothing, never a job without an entry), then the rows: plain batches per
+        partition for fresh ids, conditional ones for ids someone else may also create."""
+        results: dict[int, CreateResult] = {}
+        plain: list[_New] = []
+        guarded: list[_New] = []
+        for i, (job, entry) in enumerate(jobs):
+            job = bounded_history(job)
+            if job.job_id in fresh and not job.idempotency_key:
+                plain.append(_New(i, job, entry, minute_of(job.run_at)))
+                continue
+            decided = await self._decide_owner(i, job, entry)
+            if isinstance(decided, CreateResult):
+                results[i] = decided
+                continue
+            first = next((n for n in guarded if n.job.job_id == decided.job.job_id), None)
+            if first is not None:  # the same key (or id) twice in this call: created once
+                conflict = first.job.body_digest() != job.body_digest()
+                results[i] = CreateResult(created=False, job=first.job, conflict=conflict)
+                continue
+            guarded.append(decided)
+        todo = [*plain, *guarded]
+        await self.put_entries([_homed(n.entry, n.home) for n in todo])
+        await _gather(
+            self._conn.rows("insert_index", (n.job.shard, n.home, n.job.job_id, 0)) for n in plain
+        )
+        await _gather(self._create_plain(k, ns) for k, ns in _by_home(plain).items())
+        parts = await _gather(self._create_guarded(k, ns) for k, ns in _by_home(guarded).items())
+        for part in parts:
+            results.update(part)
+        for n in plain:
+            results[n.index] = CreateResult(created=True, job=n.job)
+        for n in todo:
+            self._homes.put(n.job.job_id, n.home)
+        return [results[i] for i in range(len(jobs))]
+
+    async def _decide_owner(self, i: int, job: Job, entry: BucketEntry) -> CreateResult | _New:
+        """For a job with a key or a chosen id: settle which call creates it and where.
+        Returns the stored job when it exists already, else the job to create."""
+        if job.idempotency_key:
+            key = await self._claim_key(job)
+            if key["job_id"] != job.job_id:
+                stored = await self.get([key["job_id"]])
+                if key["job_id"] in stored:
+                    owner = stored[key["job_id"]]
+                    conflict = key["digest"] != job.body_digest()
+                    return CreateResult(created=False, job=owner, conflict=conflict)
+                if key["digest"] != job.body_digest():
+                    raise InvalidArgument("idempotency_key", "in use by another job body")
+                # The key's job was never written (a crash in between): finish it under its id.
+                shard = shard_of(key["job_id"], self._num_shards)
+                job = job.with_(job_id=key["job_id"], shard=shard)
+                entry = BucketEntry(
+                    shard=shard, minute=entry.minute, due_at=entry.due_at, job_id=job.job_id
+                )
+        home = minute_of(job.run_at)
+        index = await self._claim_index(job, home)
+        if index is not None:  # created before (maybe half-way): where the index says
+            home = index["minute"]
+        return _New(i, job, entry, home)
+
+    async def _claim_key(self, job: Job) -> Row:
+        params = (job.idempotency_key, job.job_id, job.body_digest())
+        try:
+            row = await self._conn.one("insert_key", params)
+        except Ambiguous as exc:
+            rows = await self._conn.rows("select_key", (job.idempotency_key,), serial=True)
+            if not rows:
+                raise StoreUnavailable(f"idempotency key write timed out: {exc}") from exc
+            return rows[0]
+        return {"job_id": job.job_id, "digest": job.body_digest()} if row["[applied]"] else row
+
+    async def _claim_index(self, job: Job, home: int) -> Row | None:
+        """``None`` when this call wrote the index row; else the row found."""
+        params = (job.shard, home, job.job_id)
+        for _ in range(CAS_ROUNDS):
+            try:
+                row = await self._conn.one("claim_index", params)
+            except Ambiguous:
+                rows = await self._conn.rows("select_index", (job.job_id,), serial=True)
+                if not rows:
+                    continue
+                return rows[0]
+            return None if row["[applied]"] else row
+        raise StoreUnavailable(f"creating job {job.job_id!r} kept timing out")
+
+    async def _create_plain(self, key: Key, news: list[_New]) -> None:
+        stamp = self._clock.now_ms() * 1000 - STAMP_BACK_US
+        init = ("init_epoch", {"shard": key[0], "minute": key[1]})
+        rows = [("create_row", {**_row_params(n.job, key), "stamp": stamp}) for n in news]
+        weights = [512 + len(n.job.payload) for n in news]
+        await _gather(
+            self._conn.batch([init, *chunk], conditional=False) for chunk in _sized(rows, weights)
+        )
+
+    async def _create_guarded(self, key: Key, news: list[_New]) -> dict[int, CreateResult]:
+        await self._conn.rows("init_epoch", {"shard": key[0], "minute": key[1]})
+        out: dict[int, CreateResult] = {}
+        todo = list(news)
+        for _ in range(CAS_ROUNDS):
+            if not todo:
+                return out
+            statements = [("create_row_if_new", _row_params(n.job, key)) for n in todo]
+            try:
+                rows = await self._conn.batch(statements, conditional=True)
+            except Ambiguous:
+                rows = [{"[applied]": False}]
+            if rows and rows[0].get("[applied]"):
+                out.update({n.index: CreateResult(created=True, job=n.job) for n in todo})
+                return out
+            stored = await self._read(key, [n.job.job_id for n in todo], serial=True)
+            left = []
+            for n in todo:
+                found = stored.get(n.job.job_id)
+                if found is None:
+                    left.append(n)
+                elif found.job == n.job:  # ours, from a batch that timed out but applied
+                    out[n.index] = CreateResult(created=True, job=n.job)
+                else:
+                    conflict = found.job.body_digest() != n.job.body_digest()
+                    out[n.index] = CreateResult(created=False, job=found.job, conflict=conflict)
+            todo = left
+        raise StoreUnavailable(f"creating {len(todo)} jobs kept conflicting")
+
+    # -- reading --------------------------------------------------------------------------
+
+    async def _read(self, key: Key, job_ids: Sequence[str], *, serial: bool) -> dict[str, Found]:
+        found: dict[str, Found] = {}
+        for chunk in _chunks(list(dict.fromkeys(job_ids)), MAX_BATCH):
+            rows = await self._conn.rows("select_rows", (key[0], key[1], chunk), serial=serial)
+            for r in rows:
+                if r.get("state") is not None:
+                    f = Found.from_row({**r, "shard": key[0]})
+                    found[f.job.job_id] = f
+        return found
+
+    async def _home(self, job_id: str) -> int | None:
+        home = self._homes.get(job_id)
+        if home is not None:
+            return int(home)
+        rows = await self._conn.rows("select_index", (job_id,))
+        if not rows:
+            return None
+        self._homes.put(job_id, rows[0]["minute"])
+        return int(rows[0]["minute"])
+
+    async def get(
+        self, job_ids: Sequence[str], homes: dict[str, int] | None = None
+    ) -> dict[str, Job]:
+        """Jobs as stored now (QUORUM). ``homes``: where some of them live, if known."""
+        ids = list(dict.fromkeys(job_ids))
+        known = dict(homes or {})
+        missing = [i for i in ids if i not in known]
+        looked_up: dict[str, int] = {}
+        for job_id, home in zip(
+            missing, await _gather(self._home(i) for i in missing), strict=True
+        ):
+            if home is not None:
+                looked_up[job_id] = home
+        by_key: dict[Key, list[str]] = {}
+        for job_id, home in {**known, **looked_up}.items():
+            by_key.setdefault((shard_of(job_id, self._num_shards), home), []).append(job_id)
+        await _gather(self._raise_before_read(k) for k in by_key)
+        parts = await _gather(self._read(k, ids_, serial=False) for k, ids_ in by_key.items())
+        out = {job_id: f.job for part in parts for job_id, f in part.items()}
+        for job_id in looked_up:
+            if job_id not in out:
+                self._expired.put(job_id, True)
+        return out
+
+    def expired(self, job_id: str) -> bool:
+        """The index still names the job but its row is gone: it finished and expired."""
+        return job_id in self._expired
+
+    async def _raise_before_read(self, key: Key) -> None:
+        """As the shard's owner, raise the partition's epoch before reading it (once per
+        partition and epoch): nothing a deposed owner writes there afterwards applies."""
+        epoch = self.epochs.get(key[0])
+        if epoch is None or (key[0], key[1], epoch) in self._raised:
+            return
+        params = {"shard": key[0], "minute": key[1], "epoch": epoch}
+        try:
+            row = await self._conn.one("raise_epoch", params)
+            if not row.get("[applied]") and row.get("epoch") is None:
+                await self._conn.rows("init_epoch", params)
+                row = await self._conn.one("raise_epoch", params)
+        except Ambiguous:
+            return  # the next batch raises it (or finds we were deposed)
+        if row.get("[applied]"):
+            self._raised.add((key[0], key[1], epoch))
+
+    # -- transitions ----------------------------------------------------------------------
+
+    async def apply(
+        self,
+        job_id: str,
+        transition: T.Transition,
+        *,
+        known: Job | None = None,
+        owner_only: bool = False,
+        delete: bool = False,
+    ) -> Outcome:
+        """Apply one transition, batched with the others of its partition. ``known``: the row
+        as the caller read it (else the store's last image, else a read). ``owner_only``:
+        only the shard's owner may apply it (a claim, a lease release): raises ``NotOwner``
+        when the partition's epoch says this store was deposed."""
+        home = await self._home(job_id)
+        if home is None:
+            return Outcome(applied=False, job=None)
+        shard = shard_of(job_id, self._num_shards)
+        if known is not None:
+            found: Found | None = Found.of(known)
+        else:
+            found = self._images.get(job_id)
+        fut: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
+        op = _Op(
+            job_id=job_id,
+            transition=transition,
+            found=found,
+            epoch=self.epochs.get(shard),
+            owner_only=owner_only,
+            fut=fut,
+            delete=delete,
+            reread=found is None,
+        )
+        self._batcher.submit((shard, home), op)
+        return await fut
+
+    async def _run(self, key: Key, ops: list[_Op]) -> None:
+        todo = ops
+        for _ in range(CAS_ROUNDS):
+            await self._load(key, [op for op in todo if op.reread])
+            ready = [op for op in todo if self._decide(key, op)]
+            if not ready:
+                return
+            # The entry a changed row needs goes first: a crash in between leaves an extra
+            # entry (it finds the row and moves on), never a row without one (invariant 2).
+            # One write per row in a batch (all conditions are checked before any write):
+            # a second transition of the same job waits for the next round.
+            first: dict[str, _Op] = {}
+            for op in ready:
+                first.setdefault(op.job_id, op)
+            batch_ops = list(first.values())
+            for op in ready:
+                if first[op.job_id] is not op:
+                    op.reread = True
+            entries = [
+                op.entry for op in batch_ops if op.entry is not None and not op.entry_written
+            ]
+            await self.put_entries(entries)
+            for op in batch_ops:
+                op.entry_written = op.entry is not None
+            for batch in _by_size(batch_ops):
+                await self._write(key, batch)
+            todo = [op for op in ready if not op.fut.done()]
+            if not todo:
+                return
+        for op in todo:
+            _fail(op, StoreUnavailable(f"job {op.job_id!r} kept changing for {CAS_ROUNDS} rounds"))
+
+    async def _load(self, key: Key, ops: list[_Op]) -> None:
+        if not ops:
+            return
+        stored = await self._read(key, [op.job_id for op in ops], serial=True)
+        for op in ops:
+            op.found = stored.get(op.job_id)
+            op.reread = False
+
+    def _decide(self, key: Key, op: _Op) -> bool:
+        """Whether the op still has something to write; settles it otherwise."""
+        if op.fut.done():
+            return False
+        if op.found is None:
+            op.fut.set_result(Outcome(applied=False, job=None))
+            return False
+        t = op.transition
+        if not t.condition(op.found.job):
+            op.fut.set_result(Outcome(applied=False, job=op.found.job))
+            return False
+        op.new = op.found.job if op.delete else bounded_history(t.change(op.found.job))
+        at = None if op.delete else t.entry_at(op.new)
+        entry = _homed(entry_for(op.new, at, t.now), key[1]) if at is not None else None
+        if entry != op.entry:
+            op.entry, op.entry_written = entry, False
+        return True
+
+    async def _write(self, key: Key, ops: list[_Op]) -> None:
+        epochs = {op.epoch for op in ops if op.epoch is not None}
+        epoch = max(epochs) if epochs else None
+        statements: list[tuple[str, dict[str, Any]]] = []
+        if epoch is not None:
+            statements.append(("raise_epoch", {"shard": key[0], "minute": key[1], "epoch": epoch}))
+        statements += [self._statement(key, op) for op in ops]
+        try:
+            rows = await self._conn.batch(statements, conditional=True)
+        except Ambiguous:
+            await self._settle(key, ops)
+            return
+        if rows and rows[0].get("[applied]"):
+            for op in ops:
+                self._applied(op)
+            await self._after(key, ops)
+            return
+        # Not applied: Cassandra returned the compared columns of each row that exists (a
+        # lone statement's answer names no key; the row is gone if it has no state).
+        if len(statements) == 1 and rows and rows[0].get("state") is not None:
+            rows = [{**rows[0], "job_id": ops[0].job_id}]
+        returned = {r["job_id"]: r for r in rows if r.get("job_id") is not None}
+        stored_epoch = next((r["epoch"] for r in rows if "epoch" in r), None)
+        if epoch is not None and (stored_epoch is None or stored_epoch > epoch):
+            await self._deposed(key, ops, epoch, stored_epoch)
+        for op in ops:
+            assert op.found is not None
+            r = returned.get(op.job_id)
+            if r is None:
+                op.found = None  # the row is gone
+            elif row_image(r) != op.found.image:
+                op.reread = True  # changed since read: decide again on the current row
+
+    async def _deposed(self, key: Key, ops: list[_Op], epoch: int, stored: int | None) -> None:
+        if stored is None:  # a partition created before epochs: start it at 0
+            await self._conn.rows("init_epoch", {"shard": key[0], "minute": key[1]})
+            return
+        log.warning("shard %d: partition %d has epoch %d > ours %d", key[0], key[1], stored, epoch)
+        for op in ops:
+            if op.owner_only:
+                _fail(op, NotOwner(key[0], epoch))
+            else:
+                op.epoch = None  # a worker's result: its fence decides, whoever writes it
+        if self.epochs.get(key[0]) == epoch:
+            del self.epochs[key[0]]
+
+    def _statement(self, key: Key, op: _Op) -> tuple[str, dict[str, Any]]:
+        assert op.found is not None and op.new is not None
+        was = dict(
+            zip(
+                ("was_state", "was_fence", "was_run_at", "was_lease_until"),
+                op.found.image,
+                strict=True,
+            )
+        )
+        base = {"shard": key[0], "minute": key[1], "job_id": op.job_id, **was}
+        if op.delete:
+            return "delete_row", base
+        new, old = op.new, op.found.job
+        if new.state.terminal or old.state.terminal:
+            return "update_all", {
+                **base,
+                **_row_params(new, key),
+                "ttl": self.retention.ttl(new),
+            }
+        cols = job_columns(new)
+        changed = {k: cols[k] for k in _STATE_COLUMNS}
+        return "update_state", {**base, **changed}
+
+    async def _settle(self, key: Key, ops: list[_Op]) -> None:
+        """A batch timed out: read what Paxos decided; each op applied or goes again."""
+        stored = await self._read(key, [op.job_id for op in ops], serial=True)
+        applied = []
+        for op in ops:
+            found = stored.get(op.job_id)
+            assert op.new is not None
+            if (op.delete and found is None) or (
+                found is not None and found.image == image_of(op.new) and not op.delete
+            ):
+                self._applied(op)
+                applied.append(op)
+            else:
+                op.found = found
+        await self._after(key, applied)
+
+    def _applied(self, op: _Op) -> None:
+        assert op.new is not None and op.found is not None
+        if op.delete:
+            op.fut.set_result(Outcome(applied=True, job=op.found.job))
+            self._images.pop(op.job_id, None)
+            return
+        if op.new.state.terminal:
+            self._images.pop(op.job_id, None)
+        else:
+            self._images.put(op.job_id, Found.of(op.new))
+        op.fut.set_result(Outcome(applied=True, job=op.new))
+
+    async def _after(self, key: Key, ops: Iterable[_Op]) -> None:
+        """Index rows and idempotency keys follow a job into (or out of) a finished state."""
+        writes = []
+        for op in ops:
+            assert op.new is not None and op.found is not None
+            job, home = op.new, key[1]
+            if op.delete:
+                writes.append(self._conn.rows("delete_index", (job.job_id,)))
+                if job.idempotency_key:
+                    writes.append(self._conn.rows("delete_key", (job.idempotency_key,)))
+                continue
+            if not (job.state.terminal or op.found.job.state.terminal):
+                continue
+            ttl = self.retention.ttl(job)
+            index_ttl = ttl + self.retention.index_s if ttl else 0
+            writes.append(self._conn.rows("insert_index", (job.shard, home, job.job_id, index_ttl)))
+            if job.idempotency_key:
+                key_params = (ttl, job.job_id, job.body_digest(), job.idempotency_key)
+                writes.append(self._conn.rows("expire_key", key_params))
+        await _gather(writes)
+
+    def forget_shard(self, shard: int) -> None:
+        self.epochs.pop(shard, None)
+
+    def took_shard(self, shard: int, epoch: int) -> None:
+        self.epochs[shard] = epoch
+
+    # -- listing --------------------------------------------------------------------------
+
+    async def scan(self, size: int, state: bytes | None) -> tuple[list[Job], bytes | None]:
+        rows, nxt = await self._conn.page("scan_rows", (), size=size, state=state)
+        return [to_job(r) for r in rows if r.get("state") is not None], nxt
+
+
+_WAS = ("was_state", "was_fence", "was_run_at", "was_lease_until")
+_STATE_COLUMNS = (
+    "state",
+    "run_at",
+    "attempt",
+    "fence",
+    "lease_owner",
+    "lease_until",
+    "started_at",
+    "finished_at",
+    "last_error",
+    "history",
+)
+
+
+def _row_params(job: Job, key: Key) -> dict[str, Any]:
+    cols = job_columns(job)
+    cols.pop("shard")
+    return {**cols, "shard": key[0], "minute": key[1]}
+
+
+def _homed(e: BucketEntry, home: int) -> BucketEntry:
+    return BucketEntry(shard=e.shard, minute=e.minute, due_at=e.due_at, job_id=e.job_id, home=home)
+
+
+def _by_home(news: list[_New]) -> dict[Key, list[_New]]:
+    out: dict[Key, list[_New]] = {}
+    for n in news:
+        out.setdefault((n.job.shard, n.home), []).append(n)
+    return out
+
+
+def _sized(items: list[Any], weights: list[int]) -> Iterable[list[Any]]:
+    """``items`` in chunks of at most ``MAX_BATCH`` and about ``MAX_BATCH_BYTES``."""
+    chunk: list[Any] = []
+    size = 0
+    for item, weight in zip(items, weights, strict=True):
+        if chunk and (len(chunk) >= MAX_BATCH or size + weight > MAX_BATCH_BYTES):
+            yield chunk
+            chunk, size = [], 0
+        chunk.append(item)
+        size += weight
+    if chunk:
+        yield chunk
+
+
+def _by_size(ops: list[_Op]) -> Iterable[list[_Op]]:
+    weights = [512 + (len(op.new.payload) if op.new is not None else 0) for op in ops]
+    return _sized(ops, weights)
+
+
+def _chunks(items: list[Any], n: int) -> Iterable[list[Any]]:
+    for i in range(0, len(items), n):
+        yield items[i : i + n]
+
+
+def _fail(op: _Op, exc: BaseException) -> None:
+    if not op.fut.done():
+        if isinstance(exc, asyncio.CancelledError):
+            op.fut.cancel()
+        else:
+            op.fut.set_exception(exc)
+
+
+async def _gather(aws: Any) -> list[Any]:
+    """Run concurrently and wait for all; then raise the first error, if any (so no write of
+    this call is still in flight when it fails)."""
+    results = await asyncio.gather(*aws, return_exceptions=True)
+    for r in results:
+        if isinstance(r, BaseException):
+            raise r
+    return list(results)
