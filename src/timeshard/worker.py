@@ -12,9 +12,14 @@
 
 The worker claims over gRPC (long poll), heartbeats each job's lease, and cancels a handler whose
 lease it could not renew before ``lease - safety_margin`` on its own monotonic clock (invariant 6),
-so a paused or partitioned worker stops before another may start the job. A handler that raises
-``PermanentError`` sends its job straight to the dead-letter queue; any other exception is
-retried with backoff.
+so a paused or partitioned worker stops before another may start the job. ``ctx.cancelled`` reads
+that clock when asked, so a process paused past its lease sees it the moment it resumes; call
+``ctx.check()`` (or ``await ctx.checkpoint()``) before each step with an effect, and it raises
+``LeaseLost`` instead. A handler that raises ``PermanentError`` sends its job straight to the
+dead-letter queue; any other exception is retried with backoff.
+
+A result is retried, on the job's node and then the others, until it is in or the lease is over
+(``timeshard.results``), the lease renewed meanwhile; nothing is sent once the lease is over.
 """
 
 from __future__ import annotations
@@ -37,8 +42,10 @@ import grpc
 from timeshard.api.convert import dur, dur_s, ts_ms
 from timeshard.client import RemoteError, translate
 from timeshard.clock import Clock, SystemClock
+from timeshard.lease import Lease, LeaseLost
 from timeshard.limits import MAX_CLAIM_TYPES, MAX_REPLY_BYTES, truncate_error
 from timeshard.model import validate_job_type, validate_worker_id
+from timeshard.results import Results
 from timeshard.security.channel import ClientSecurity, TlsArg
 from timeshard.v1 import timeshard_pb2 as pb
 from timeshard.v1 import timeshard_pb2_grpc as pb_grpc
@@ -51,10 +58,6 @@ if TYPE_CHECKING:
 
 class PermanentError(Exception):
     """Raise from a handler when retrying can not help (bad input): the job goes to the DLQ."""
-
-
-class LeaseLost(Exception):
-    """Raised inside a sync handler's thread when its lease could not be kept."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -70,15 +73,28 @@ class JobContext:
     run_at_ms: int
     started_at_ms: int
     worker_id: str
-    _cancelled: threading.Event = field(default_factory=threading.Event, repr=False)
+    _lease: Lease = field(default_factory=Lease, repr=False)
 
     def json(self) -> Any:
         return json.loads(self.payload or b"null")
 
     @property
     def cancelled(self) -> bool:
-        """True once the lease is lost or the job cancelled: stop and do not write."""
-        return self._cancelled.is_set()
+        """True once this job is no longer the handler's to work on — its lease not renewed in
+        time, lost to another worker, the job cancelled, or the type's timeout passed: stop and
+        do not write. Read from the monotonic clock when asked, so a process paused past its
+        lease sees it the moment it resumes."""
+        return self._lease.over
+
+    def check(self) -> None:
+        """Raise ``LeaseLost`` if ``cancelled``: call it before each step that has an effect."""
+        if self._lease.over:
+            raise LeaseLost(f"job {self.job_id}: {self._lease.why()}")
+
+    async def checkpoint(self) -> None:
+        """``check()``, after letting the event loop run (the lease keeper among the rest)."""
+        await asyncio.sleep(0)
+        self.check()
 
     @property
     def lateness_ms(self) -> int:
@@ -131,7 +147,8 @@ class Worker:
         self._capacity = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()
         self._threads: ThreadPoolExecutor | None = None
-        self._reporters: dict[int, _Reporter] = {}
+        self._nodes: _Nodes | None = None
+        self._results = Results(self._clock, self._other_nodes)
 
     # -- building -------------------------------------------------------------------------
 
@@ -185,7 +202,7 @@ class Worker:
         stop = stop or asyncio.Event()
         threads = sum(s.concurrency for s in self.handlers.values() if not s.is_async)
         self._threads = ThreadPoolExecutor(max_workers=max(1, threads), thread_name_prefix="job")
-        nodes = _Nodes(self, stop, ClientSecurity.resolve(self.tls, self.token))
+        nodes = self._nodes = _Nodes(self, stop, ClientSecurity.resolve(self.tls, self.token))
         for address in servers:
             nodes.add(address)
         discovery = (
@@ -281,15 +298,15 @@ class Worker:
         self, stub: WorkerStub, ctx: JobContext, deadline: float, renew_now: bool = False
     ) -> None:
         spec = self.handlers[ctx.job_type]
+        ctx._lease.begin(self._clock, deadline)
         self._emit("started", ctx)
         handler = asyncio.create_task(self._invoke(spec, ctx), name=f"handler-{ctx.job_id}")
         keeper = asyncio.create_task(
-            self._keep_lease(stub, ctx, deadline, handler, renew_now), name=f"lease-{ctx.job_id}"
+            self._keep_lease(stub, ctx, handler, renew_now), name=f"lease-{ctx.job_id}"
         )
         try:
             outcome = await self._outcome(spec, ctx, handler)
-            keeper.cancel()
-            if outcome is not None:
+            if outcome is not None:  # the keeper renews the lease while the report is pending
                 await self._report(stub, ctx, *outcome)
         finally:
             keeper.cancel()
@@ -306,13 +323,13 @@ class Worker:
                 await asyncio.shield(handler)
             return ("complete", "")
         except TimeoutError:
-            ctx._cancelled.set()
+            ctx._lease.stop(f"timed out after {spec.timeout_s:g}s")
             handler.cancel()
             await asyncio.gather(handler, return_exceptions=True)
             return ("retry", f"timed out after {spec.timeout_s:g}s")
         except (asyncio.CancelledError, LeaseLost):
             if ctx.cancelled:
-                self._emit("lost", ctx, "lease lost; handler cancelled")
+                self._emit("lost", ctx, f"{ctx._lease.why()}; handler stopped")
                 return None
             raise
         except PermanentError as exc:
@@ -345,46 +362,45 @@ class Worker:
         self,
         stub: WorkerStub,
         ctx: JobContext,
-        deadline: float,
         handler: asyncio.Task[Any],
         renew_now: bool = False,
     ) -> None:
-        every = self.lease_s / 3
+        """Renew the lease every third of it (on the job's node; after a failure, on the next
+        known node) until cancelled — the result is in — and stop the handler once the lease
+        is over: not renewed before its deadline, or refused (stale fence, job gone)."""
+        lease, every, failures = ctx._lease, self.lease_s / 3, 0
         next_beat = self._clock.monotonic() + (0.0 if renew_now else every)
-        while True:
-            now = self._clock.monotonic()
-            if now >= deadline:
-                log.warning("job %s: lease not renewed in time; cancelling handler", ctx.job_id)
-                break
-            await self._clock.sleep(max(0.0, min(next_beat, deadline) - now))
-            if self._clock.monotonic() >= deadline:
-                log.warning("job %s: lease deadline passed (paused?); cancelling", ctx.job_id)
-                break
-            if self._clock.monotonic() < next_beat:
-                continue
+        while lease.held():
+            wake = min(next_beat, lease.deadline)
+            await self._clock.sleep(max(0.0, wake - self._clock.monotonic()))
+            if not lease.held() or self._clock.monotonic() < next_beat:
+                continue  # (a pause past the deadline ends here: no renewal once it is over)
+            targets = self._results.targets(stub)
             sent = self._clock.monotonic()
             try:
-                resp = await stub.Heartbeat(
+                resp = await targets[failures % len(targets)].Heartbeat(
                     pb.HeartbeatRequest(
                         job_id=ctx.job_id, fence=ctx.fence, lease=dur(round(self.lease_s * 1000))
                     ),
-                    timeout=max(0.1, deadline - sent),
+                    timeout=max(0.1, lease.deadline - sent),
                 )
-                deadline = sent + dur_s(resp.lease) - self.safety_margin_s
-                next_beat = sent + every
             except grpc.RpcError as exc:
                 err: RemoteError = translate(exc)
                 if err.code in (grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.NOT_FOUND):
-                    log.warning("job %s: %s; cancelling handler", ctx.job_id, err.message)
+                    lease.lose(err.message)
                     break
+                failures += 1
                 next_beat = self._clock.monotonic() + min(1.0, every)
-        ctx._cancelled.set()
+                continue
+            lease.extend(sent + dur_s(resp.lease) - self.safety_margin_s)
+            failures, next_beat = 0, sent + every
+        lease.stop(lease.why())
+        log.warning("job %s: %s; stopping its handler", ctx.job_id, lease.why())
         handler.cancel()
 
     async def _report(self, stub: WorkerStub, ctx: JobContext, kind: str, error: str) -> None:
-        reporter = self._reporters.get(id(stub))
-        if reporter is None:
-            reporter = self._reporters[id(stub)] = _Reporter(stub, self._clock)
+        """Send the result, retried until it is in or the lease is over (``Results``); once the
+        lease is over nothing is sent, and the job is left to its lease expiry."""
         item = pb.FinishItem(
             job_id=ctx.job_id,
             fence=ctx.fence,
@@ -392,15 +408,16 @@ class Worker:
             error=truncate_error(error),  # the server would; a long one could not be sent
             permanent=kind == "permanent",
         )
-        try:
-            result = await reporter.report(item)
-        except grpc.RpcError as exc:
-            self._emit("unreported", ctx, f"{translate(exc).message}; the lease will expire")
-            return
-        if result.code == 0:
+        result, why = await self._results.deliver(item, stub, ctx._lease)
+        if result is None:
+            self._emit("unreported", ctx, f"{why}; the job is left to its lease expiry")
+        elif result.code == 0:
             self._emit("succeeded" if kind == "complete" else "failed", ctx, error)
         else:
             self._emit("rejected", ctx, result.message)
+
+    def _other_nodes(self) -> list[WorkerStub]:
+        return list(self._nodes.stubs.values()) if self._nodes is not None else []
 
 
 class _Nodes:
@@ -412,12 +429,14 @@ class _Nodes:
         self._security = security
         self.channels: dict[str, grpc.aio.Channel] = {}
         self.loops: dict[str, asyncio.Task[None]] = {}
+        self.stubs: dict[str, WorkerStub] = {}
+        """The live nodes' WorkerService: where results and heartbeats may go."""
 
     def add(self, address: str) -> None:
         if address in self.loops:
             return
         channel = self._channel(address)
-        stub = pb_grpc.WorkerServiceStub(channel)
+        stub = self.stubs[address] = pb_grpc.WorkerServiceStub(channel)
         self.loops[address] = asyncio.create_task(
             self._worker._claim_loop(stub, self._stop), name=f"claim-{address}"
         )
@@ -433,6 +452,7 @@ class _Nodes:
         """Stop claiming from a node that left; its channel stays open for the heartbeats
         and reports of jobs it handed out."""
         loop = self.loops.pop(address, None)
+        self.stubs.pop(address, None)
         if loop is not None:
             loop.cancel()
 
@@ -471,47 +491,3 @@ class _Nodes:
     async def close(self) -> None:
         for channel in self.channels.values():
             await channel.close(None)
-
-
-class _Reporter:
-    """Sends completions and failures to one server in batches: while one Finish call is in
-    flight, the next ones gather, so a busy worker makes few round trips and an idle one adds
-    no delay."""
-
-    MAX_BATCH = 500
-
-    def __init__(self, stub: WorkerStub, clock: Clock) -> None:
-        self._stub = stub
-        self._clock = clock
-        self._pending: list[tuple[pb.FinishItem, asyncio.Future[pb.FinishResult]]] = []
-        self._task: asyncio.Task[None] | None = None
-
-    async def report(self, item: pb.FinishItem) -> pb.FinishResult:
-        fut: asyncio.Future[pb.FinishResult] = asyncio.get_running_loop().create_future()
-        self._pending.append((item, fut))
-        if self._task is None or self._task.done():
-            self._task = asyncio.create_task(self._flush(), name="finish-reporter")
-        return await fut
-
-    async def _flush(self) -> None:
-        while self._pending:
-            await asyncio.sleep(0)  # let the reports of this loop turn join the batch
-            batch = self._pending[: self.MAX_BATCH]
-            del self._pending[: self.MAX_BATCH]
-            request = pb.FinishRequest(items=[item for item, _ in batch])
-            for attempt in range(5):
-                try:
-                    response = await self._stub.Finish(request, timeout=10)
-                except grpc.RpcError as exc:
-                    code = getattr(exc, "code", lambda: None)()
-                    if code is grpc.StatusCode.UNAVAILABLE and attempt < 4:
-                        await self._clock.sleep(0.2 * 2**attempt)
-                        continue
-                    for _, fut in batch:
-                        if not fut.done():
-                            fut.set_exception(exc)
-                    break
-                for (_, fut), result in zip(batch, response.results, strict=True):
-                    if not fut.done():
-                        fut.set_result(result)
-                break

@@ -12,12 +12,12 @@ from typing import Any
 import grpc
 import pytest
 
+from tests.unit.helpers import wait_until
 from timeshard.api.convert import dur, ts
 from timeshard.clock import FakeClock
+from timeshard.lease import LeaseLost
 from timeshard.v1 import timeshard_pb2 as pb
 from timeshard.worker import JobContext, PermanentError, Worker
-
-from tests.unit.helpers import wait_until
 
 LEASE_S = 3.0
 MARGIN_S = 0.5
@@ -255,3 +255,87 @@ async def test_handler_over_its_type_timeout_is_cancelled_and_retried() -> None:
     await wait_until(task.done, what="the timeout to fire")  # asyncio.timeout uses loop time
     assert cancelled.is_set()
     assert ("fail", ("timed out after 1s", False)) in stub.calls
+
+
+# -- a process paused past its lease (issue 10, defect 8) -------------------------------------
+
+
+def pausable_worker(clock: FakeClock, check: str) -> tuple[Worker, asyncio.Event, dict[str, Any]]:
+    """A handler that waits for ``go`` (its call to an external system), then either asks
+    ``ctx.cancelled`` ("ask"), calls ``await ctx.checkpoint()`` ("checkpoint") or nothing
+    ("ignore") before writing its effect."""
+    w = Worker(worker_id="w", lease_s=LEASE_S, safety_margin_s=MARGIN_S, clock=clock)
+    go = asyncio.Event()
+    seen: dict[str, Any] = {"effects": 0}
+
+    @w.handler("t", timeout=100)
+    async def handler(ctx: JobContext) -> None:
+        await go.wait()
+        seen["cancelled_on_resume"] = ctx.cancelled
+        if check == "ask" and ctx.cancelled:
+            return
+        if check == "checkpoint":
+            await ctx.checkpoint()
+        seen["effects"] += 1
+
+    return w, go, seen
+
+
+async def pause_then_resume(w: Worker, go: asyncio.Event, clock: FakeClock) -> FakeStub:
+    stub = FakeStub(clock, heartbeat="ok")
+    task = await run_job(w, stub, clock, claimed(), seconds=0.5)
+    calls_before = len(stub.calls)
+    # SIGSTOP for 10 s, well past the lease; the external call's answer arrived meanwhile.
+    # SIGCONT: the loop runs again, and the handler's wake-up happens to come first.
+    go.set()
+    clock.advance(10)
+    for _ in range(50):
+        await asyncio.sleep(0)
+    assert task.done()
+    del stub.calls[:calls_before]  # what happened after the pause
+    return stub
+
+
+async def test_a_handler_resumed_after_a_pause_past_its_lease_sees_cancelled_at_once() -> None:
+    clock = FakeClock()
+    w, go, seen = pausable_worker(clock, check="ask")
+    stub = await pause_then_resume(w, go, clock)
+    assert seen["cancelled_on_resume"] is True
+    assert seen["effects"] == 0
+    assert stub.calls == [], "it renewed or reported after the lease was over"
+
+
+async def test_a_checkpoint_after_a_pause_past_the_lease_raises_lease_lost() -> None:
+    clock = FakeClock()
+    w, go, seen = pausable_worker(clock, check="checkpoint")
+    events: list[tuple[str, str]] = []
+    w._on_event = lambda kind, ctx, detail: events.append((kind, detail))
+    stub = await pause_then_resume(w, go, clock)
+    assert seen["effects"] == 0
+    assert stub.calls == []
+    assert ("lost", "the lease deadline passed (not renewed in time); handler stopped") in events
+
+
+async def test_a_result_is_not_sent_once_the_lease_is_over() -> None:
+    """A handler that never looks at its lease finishes after the pause: its success is not
+    reported (another worker may hold the job by now); the job is left to its lease expiry."""
+    clock = FakeClock()
+    w, go, seen = pausable_worker(clock, check="ignore")
+    events: list[tuple[str, str]] = []
+    w._on_event = lambda kind, ctx, detail: events.append((kind, detail))
+    stub = await pause_then_resume(w, go, clock)
+    assert seen["effects"] == 1  # it did not ask: nothing can stop a step it takes unasked
+    assert stub.calls == [], "a success was reported after the lease was over"
+    assert [k for k, _ in events][-1] == "unreported"
+
+
+def test_check_raises_once_the_deadline_passes_on_the_monotonic_clock() -> None:
+    clock = FakeClock()
+    ctx = _ctx(Worker(worker_id="w", clock=clock), claimed())
+    ctx._lease.begin(clock, deadline=clock.monotonic() + 2.5)
+    ctx.check()  # held
+    assert not ctx.cancelled
+    clock.advance(2.5)  # no task ran: the clock alone says the lease is over
+    assert ctx.cancelled
+    with pytest.raises(LeaseLost, match="deadline passed"):
+        ctx.check()

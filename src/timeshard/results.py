@@ -1,0 +1,130 @@
+"""Getting a finished job's result to the cluster, for the worker SDK.
+
+A result is retried until it is in or the job's lease is over: a completion refused during a
+short store outage (``UNAVAILABLE``) once was dropped, and the job ran again after its lease.
+Any node accepts a result and writes it conditional on the job's fence, so it is tried on the
+node the job came from, then on each other known node in turn, with backoff. Retrying is safe:
+a result that did land before is refused the next time (stale fence) and changes nothing.
+Nothing is sent once the lease is over: the job is left to its lease expiry (invariant 6).
+
+Results for one node travel in batches: while one ``Finish`` call is in flight the next ones
+gather, so a busy worker makes few round trips and an idle one adds no delay.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+import grpc
+
+from timeshard.client import translate
+from timeshard.clock import Clock
+from timeshard.lease import Lease
+from timeshard.v1 import timeshard_pb2 as pb
+
+if TYPE_CHECKING:
+    from timeshard.v1.timeshard_pb2_grpc import WorkerServiceAsyncStub as WorkerStub
+
+RETRYABLE = frozenset(
+    {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.ABORTED}
+)
+"""Not applied, or not known to be: worth sending again (to this node or another)."""
+_RETRYABLE_VALUES = frozenset(code.value[0] for code in RETRYABLE)
+FIRST_BACKOFF_S = 0.1
+MAX_BACKOFF_S = 2.0
+CALL_TIMEOUT_S = 10.0
+
+
+class LeaseOver(Exception):
+    """The lease ended before the result could be sent; it was not sent."""
+
+
+class _Batcher:
+    """Sends the results for one node in batches."""
+
+    MAX_BATCH = 500
+
+    def __init__(self, stub: WorkerStub) -> None:
+        self.stub = stub
+        self._pending: list[tuple[pb.FinishItem, Lease, asyncio.Future[pb.FinishResult]]] = []
+        self._task: asyncio.Task[None] | None = None
+
+    async def send(self, item: pb.FinishItem, lease: Lease) -> pb.FinishResult:
+        """The node's answer for ``item``; ``grpc.RpcError`` if the call failed, ``LeaseOver``
+        if the lease ended while the item waited for its batch."""
+        fut: asyncio.Future[pb.FinishResult] = asyncio.get_running_loop().create_future()
+        self._pending.append((item, lease, fut))
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self._flush(), name="finish-batcher")
+        return await fut
+
+    async def _flush(self) -> None:
+        while self._pending:
+            await asyncio.sleep(0)  # let the results of this loop turn join the batch
+            batch = self._pending[: self.MAX_BATCH]
+            del self._pending[: self.MAX_BATCH]
+            for _, lease, fut in batch:  # checked as it leaves, not only as it was queued
+                if not lease.held() and not fut.done():
+                    fut.set_exception(LeaseOver(lease.why()))
+            batch = [entry for entry in batch if not entry[2].done()]
+            if not batch:
+                continue
+            request = pb.FinishRequest(items=[item for item, _, _ in batch])
+            try:
+                response = await self.stub.Finish(request, timeout=CALL_TIMEOUT_S)
+            except grpc.RpcError as exc:
+                for _, _, fut in batch:
+                    if not fut.done():
+                        fut.set_exception(exc)
+                continue
+            for (_, _, fut), result in zip(batch, response.results, strict=True):
+                if not fut.done():
+                    fut.set_result(result)
+
+
+class Results:
+    """Delivers results; ``nodes()`` gives the stubs of the other nodes known now."""
+
+    def __init__(self, clock: Clock, nodes: Callable[[], Sequence[WorkerStub]]) -> None:
+        self._clock = clock
+        self._nodes = nodes
+        self._batchers: dict[int, _Batcher] = {}  # by id(stub); each holds its stub
+
+    def targets(self, origin: WorkerStub) -> list[WorkerStub]:
+        """Where a job's result or heartbeat goes: its own node first, then the others."""
+        return [origin, *(s for s in self._nodes() if s is not origin)]
+
+    def _batcher(self, stub: WorkerStub) -> _Batcher:
+        found = self._batchers.get(id(stub))
+        if found is None:
+            found = self._batchers[id(stub)] = _Batcher(stub)
+        return found
+
+    async def deliver(
+        self, item: pb.FinishItem, origin: WorkerStub, lease: Lease
+    ) -> tuple[pb.FinishResult | None, str]:
+        """The node's answer, or None and why it was given up: a refusal that retrying can not
+        change, or the lease ending first."""
+        backoff, attempt, last = FIRST_BACKOFF_S, 0, ""
+        while lease.held():
+            targets = self.targets(origin)
+            stub = targets[attempt % len(targets)]
+            attempt += 1
+            try:
+                result = await self._batcher(stub).send(item, lease)
+            except LeaseOver:
+                break
+            except grpc.RpcError as exc:
+                err = translate(exc)
+                if err.code not in RETRYABLE:
+                    return None, err.message
+                last = err.message
+            else:
+                if result.code not in _RETRYABLE_VALUES:
+                    return result, ""
+                last = result.message
+            await self._clock.sleep(max(0.0, min(backoff, lease.remaining())))
+            backoff = min(backoff * 2, MAX_BACKOFF_S)
+        return None, f"{last}; not sent: {lease.why()}" if last else f"not sent: {lease.why()}"

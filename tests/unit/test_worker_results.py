@@ -1,0 +1,183 @@
+"""A finished job's result is retried — on its node, then on the other nodes — until it is in or
+the lease is over, and the lease is renewed while the result is pending (issue 10, defect 9: a
+completion refused with "job store unavailable" was dropped and the job ran again after its
+lease). Real servers, the embedded store, the system clock; a store that fails on cue."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from timeshard.clock import SystemClock
+from timeshard.coordinator.base import Member
+from timeshard.coordinator.local import LocalCoordinator
+from timeshard.errors import StoreUnavailable
+from timeshard.model import Job, JobState, Outcome
+from timeshard.node import Node, NodeConfig
+from timeshard.server import Server
+from timeshard.store.sqlite import SqliteStore
+from timeshard.worker import JobContext, Worker
+
+
+class FlakyStore(SqliteStore):
+    """Refuses results (and, if told, lease renewals) as a store in an outage does."""
+
+    results_down_until = 0.0
+    renewals_down_until = 0.0
+
+    def _check(self, until: float) -> None:
+        if time.monotonic() < until:
+            raise StoreUnavailable("injected outage")
+
+    async def complete_job(self, job_id: str, fence: int, now: int) -> Outcome:
+        self._check(self.results_down_until)
+        return await super().complete_job(job_id, fence, now)
+
+    async def fail_job(
+        self, job_id: str, fence: int, now: int, error: str, retry_at: int | None
+    ) -> Outcome:
+        self._check(self.results_down_until)
+        return await super().fail_job(job_id, fence, now, error, retry_at)
+
+    async def renew_lease(self, job_id: str, fence: int, lease_until: int) -> Outcome:
+        self._check(self.renewals_down_until)
+        return await super().renew_lease(job_id, fence, lease_until)
+
+
+class Cluster(LocalCoordinator):
+    """Every node reports the same members; only an owner takes the shards."""
+
+    members_list: list[Member] = []
+
+    def __init__(self, owner: bool = True) -> None:
+        super().__init__()
+        self._owner = owner
+
+    async def start(self, me: Member, num_shards: int, on_change: object) -> None:
+        if self._owner:
+            await super().start(me, num_shards, on_change)  # type: ignore[arg-type]
+        else:
+            self._me = me
+
+    async def members(self) -> list[Member]:
+        return list(self.members_list)
+
+
+def server(path: Path, owner: bool = True) -> Server:
+    node = Node(
+        store=FlakyStore(path, num_shards=2),
+        coordinator=Cluster(owner),
+        clock=SystemClock(),
+        config=NodeConfig(min_lease_s=0.5),
+    )
+    return Server(node, port=0)
+
+
+def store_of(srv: Server) -> FlakyStore:
+    store = srv.node.store
+    assert isinstance(store, FlakyStore)
+    return store
+
+
+@asynccontextmanager
+async def working(
+    servers: list[Server], lease_s: float
+) -> AsyncIterator[tuple[list[str], list[tuple[str, str]]]]:
+    """A worker whose handler records each run and returns at once; its events."""
+    for srv in servers:
+        await srv.start()
+    Cluster.members_list = [
+        Member(node_id=str(i), address=s.address) for i, s in enumerate(servers)
+    ]
+    ran: list[str] = []
+    events: list[tuple[str, str]] = []
+    worker = Worker(
+        worker_id="w",
+        lease_s=lease_s,
+        claim_wait_s=0.5,
+        on_event=lambda kind, ctx, detail: events.append((kind, detail)),
+    )
+
+    @worker.handler("t")
+    async def handle(ctx: JobContext) -> None:
+        ran.append(ctx.job_id)
+
+    stop = asyncio.Event()
+    task = asyncio.create_task(worker.run([servers[0].address], stop, discover_every_s=0.2))
+    try:
+        yield ran, events
+    finally:
+        stop.set()
+        await task
+        for srv in servers:
+            await srv.stop(0)
+
+
+async def wait_for(job: Job, srv: Server, timeout: float) -> Job:
+    deadline = time.monotonic() + timeout
+    while True:
+        now = await srv.node.get(job.job_id)
+        if now.state.terminal or time.monotonic() > deadline:
+            return now
+        await asyncio.sleep(0.05)
+
+
+async def test_a_completion_refused_in_a_short_store_outage_is_retried_not_rerun(
+    tmp_path: Path,
+) -> None:
+    srv = server(tmp_path / "db")
+    async with working([srv], lease_s=4.0) as (ran, events):
+        # The store is out for 1.5 s from the moment the job is due (well inside the lease
+        # of 4 s, minus its margin): completions and renewals both fail meanwhile.
+        store_of(srv).results_down_until = time.monotonic() + 1.5
+        store_of(srv).renewals_down_until = time.monotonic() + 1.5
+        job, _ = await srv.node.schedule(job_type="t", payload=b"{}", run_at=0)
+        done = await wait_for(job, srv, timeout=10)
+        assert done.state is JobState.SUCCEEDED, (done, events)
+        assert done.attempt == 1 and ran == [job.job_id]  # ran once
+        assert ("succeeded", "") in events
+
+
+async def test_a_pending_result_keeps_its_lease_renewed_past_the_lease(tmp_path: Path) -> None:
+    srv = server(tmp_path / "db")
+    async with working([srv], lease_s=1.5) as (ran, events):
+        # Results are refused for twice the lease; renewals work: the lease is kept while the
+        # result waits, so the job is neither released nor run again.
+        store_of(srv).results_down_until = time.monotonic() + 3.0
+        job, _ = await srv.node.schedule(job_type="t", payload=b"{}", run_at=0)
+        done = await wait_for(job, srv, timeout=15)
+        assert done.state is JobState.SUCCEEDED, (done, events)
+        assert done.attempt == 1 and ran == [job.job_id]
+
+
+async def test_a_result_goes_to_another_node_when_the_jobs_node_is_gone(tmp_path: Path) -> None:
+    owner, other = server(tmp_path / "db"), server(tmp_path / "db", owner=False)
+    async with working([owner, other], lease_s=4.0) as (ran, events):
+        await asyncio.sleep(0.5)  # the worker discovers both nodes
+        store_of(owner).results_down_until = time.monotonic() + 60  # its node never takes it
+        job, _ = await owner.node.schedule(job_type="t", payload=b"{}", run_at=0)
+        deadline = time.monotonic() + 10
+        while not ran and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        await owner.stop(0)  # and now the node is gone altogether
+        done = await wait_for(job, other, timeout=10)
+        assert done.state is JobState.SUCCEEDED, (done, events)
+        assert done.attempt == 1 and ran == [job.job_id]
+
+
+async def test_a_result_is_given_up_when_the_lease_ends_first(tmp_path: Path) -> None:
+    srv = server(tmp_path / "db")
+    async with working([srv], lease_s=1.5) as (_, events):
+        store_of(srv).results_down_until = time.monotonic() + 60
+        store_of(srv).renewals_down_until = time.monotonic() + 60
+        await srv.node.schedule(job_type="t", payload=b"{}", run_at=0)
+        deadline = time.monotonic() + 10
+        while not any(k == "unreported" for k, _ in events) and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        kinds = [k for k, _ in events]
+        assert "unreported" in kinds and "succeeded" not in kinds, events
+        detail = next(d for k, d in events if k == "unreported")
+        assert "injected outage" in detail and "lease expiry" in detail
