@@ -129,10 +129,11 @@ class CassandraCluster:
             self.kill()
             raise
         self.start_seconds = time.monotonic() - started
-        self.progress(
-            f"Cassandra cluster of {self.size} is up on {self.address} "
-            f"after {self.start_seconds:.1f} s"
-        )
+        if others:
+            self.progress(
+                f"Cassandra cluster of {self.size} is up on {self.address} "
+                f"after {self.start_seconds:.1f} s"
+            )
 
     def wait_ring(self, timeout: float) -> None:
         started = time.monotonic()
