@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import grpc
 
 from timeshard.security.auth import ENV_TOKEN
-from timeshard.security.tls import ClientTls
+from timeshard.security.tls import ENV_SERVER_NAME, ClientTls
 
 TlsArg = ClientTls | str | os.PathLike[str] | Literal[False] | None
 """A ``ClientTls``, a directory of PEM files, False (plaintext) or None (the environment)."""
@@ -44,7 +44,9 @@ class ClientSecurity:
         elif isinstance(tls, ClientTls):
             resolved = tls
         else:
-            resolved = ClientTls.from_dir(Path(tls))
+            resolved = ClientTls.from_dir(
+                Path(tls), server_name=os.environ.get(ENV_SERVER_NAME, "")
+            )
         if token is None:
             token = os.environ.get(ENV_TOKEN, "")
         return cls(tls=resolved, token=token.strip())

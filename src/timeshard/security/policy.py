@@ -17,6 +17,7 @@ import grpc
 
 from timeshard.errors import InvalidArgument, TimeshardError
 from timeshard.security.auth import Authenticator, AuthInterceptor
+from timeshard.security.decoding import DecodeGuard
 from timeshard.security.tls import ServerTls
 
 log = logging.getLogger(__name__)
@@ -77,8 +78,10 @@ class ServerSecurity:
                 where,
             )
 
-    def interceptors(self) -> list[AuthInterceptor]:
-        return [AuthInterceptor(self.auth)] if self.auth is not None else []
+    def interceptors(self) -> list[AuthInterceptor | DecodeGuard]:
+        """Tokens are checked first, so a denied request is never decoded."""
+        auth = [AuthInterceptor(self.auth)] if self.auth is not None else []
+        return [*auth, DecodeGuard()]
 
     def add_port(self, server: grpc.aio.Server, address: str) -> int:
         if self.tls is not None:

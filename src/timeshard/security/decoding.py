@@ -1,0 +1,71 @@
+"""Requests that do not decode are INVALID_ARGUMENT.
+
+grpcio answers a request whose bytes are not a valid message of the method's type (corrupt wire
+format, a string field that is not UTF-8) with UNKNOWN and the decoder's exception in the
+details. This interceptor decodes the request itself and answers INVALID_ARGUMENT with a short
+message instead, before the servicer runs. It covers the unary-unary methods (every
+``timeshard.v1`` RPC); health's Watch and reflection's stream keep grpcio's behaviour.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeAlias
+
+import grpc
+
+Handler: TypeAlias = "grpc.RpcMethodHandler[Any, Any]"
+Continuation = Callable[[grpc.HandlerCallDetails], Awaitable[Handler]]
+
+if TYPE_CHECKING:  # the stubs' class is generic, grpc's is not
+    _ServerInterceptor = grpc.aio.ServerInterceptor[Any, Any]
+else:
+    _ServerInterceptor = grpc.aio.ServerInterceptor
+
+_REASON_CHARS = 200
+
+
+@dataclass(frozen=True, slots=True)
+class _Undecodable:
+    reason: str
+
+
+class DecodeGuard(_ServerInterceptor):
+    async def intercept_service(
+        self, continuation: Continuation, handler_call_details: grpc.HandlerCallDetails
+    ) -> Handler:
+        handler: Handler | None = await continuation(handler_call_details)
+        if (
+            handler is None
+            or handler.request_streaming
+            or handler.response_streaming
+            or handler.request_deserializer is None
+            or handler.unary_unary is None
+        ):
+            return handler  # type: ignore[return-value]
+        return _guarded(handler, handler_call_details.method)
+
+
+def _guarded(handler: Handler, method: str) -> Handler:
+    decode = handler.request_deserializer
+    behaviour: Any = handler.unary_unary  # a coroutine function on grpc.aio (the stubs: sync)
+    assert decode is not None and behaviour is not None
+
+    def safe_decode(raw: bytes) -> Any:
+        try:
+            return decode(raw)
+        except Exception as exc:  # DecodeError, and whatever a decoder may raise on garbage
+            return _Undecodable(str(exc)[:_REASON_CHARS] or type(exc).__name__)
+
+    async def guarded(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+        if isinstance(request, _Undecodable):
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"the request is not a valid message for {method}: {request.reason}",
+            )
+        return await behaviour(request, context)
+
+    return grpc.unary_unary_rpc_method_handler(
+        guarded, request_deserializer=safe_decode, response_serializer=handler.response_serializer
+    )
