@@ -416,3 +416,26 @@ async def test_client_and_worker_over_mtls_with_tokens(pki: Path, tokens: dict[s
         finally:
             stop.set()
             await task
+
+
+# -- requests that do not decode -----------------------------------------------------------
+
+
+async def test_a_request_that_does_not_decode_is_invalid_argument_after_the_token_check(
+    tokens: dict[str, str],
+) -> None:
+    bad_utf8 = b"\x0a\x02\xff\xfe"  # GetJobRequest.job_id = b"\xff\xfe"
+    corrupt = b"\x0a\x05ab"  # a length past the end
+    async with serving(ServerSecurity(auth=Authenticator(tokens["file"]))) as server:
+        for token, expected in [
+            (tokens["client"], grpc.StatusCode.INVALID_ARGUMENT),
+            ("", grpc.StatusCode.UNAUTHENTICATED),  # refused before anything is decoded
+        ]:
+            async with channel(server, as_(token)) as ch:
+                get = ch.unary_unary("/timeshard.v1.JobService/GetJob")
+                for raw in (bad_utf8, corrupt):
+                    with pytest.raises(grpc.aio.AioRpcError) as info:
+                        await get(raw, timeout=5)
+                    assert info.value.code() is expected
+                    if expected is grpc.StatusCode.INVALID_ARGUMENT:
+                        assert "not a valid message" in (info.value.details() or "")

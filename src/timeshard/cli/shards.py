@@ -29,7 +29,13 @@ from timeshard.cli.security import add_client_options, apply_client_options
 from timeshard.client import DEFAULT_SERVER, translate
 from timeshard.clock import format_rfc3339
 from timeshard.coordinator.zkstate import ClusterView, ShardAdmin, connect
-from timeshard.errors import InvalidArgument, TimeshardError, Unavailable
+from timeshard.errors import (
+    InvalidArgument,
+    PermissionDenied,
+    TimeshardError,
+    Unauthenticated,
+    Unavailable,
+)
 from timeshard.security.channel import ClientSecurity
 from timeshard.v1 import timeshard_pb2 as pb
 from timeshard.v1 import timeshard_pb2_grpc as pb_grpc
@@ -159,6 +165,8 @@ class Admin:
                 out[node.node_id] = _rpc(
                     self.stub(node.address).ShardOwners, pb.ShardOwnersRequest()
                 )
+            except (PermissionDenied, Unauthenticated):
+                raise  # it answered: no to these credentials
             except TimeshardError:
                 out[node.node_id] = None
         return out
