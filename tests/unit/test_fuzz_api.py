@@ -104,8 +104,6 @@ KNOWN_DEFECTS = {
     "left": "ScheduleJobs is not all-or-nothing: an idempotency key that conflicts (within the "
     "batch or with an existing job) fails the call with ALREADY_EXISTS after the items before "
     "it were written",
-    "OverflowError": "a delay or run_at past the store's 64-bit milliseconds reaches SQLite "
-    "(OverflowError -> UNKNOWN)",
 }
 """Problems this test found in code it does not own, reported and not yet fixed: while only
 these appear the test is an expected failure; any other problem fails it. Remove an entry when
