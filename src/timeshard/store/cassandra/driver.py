@@ -302,7 +302,10 @@ class Connection:
         return await self._run(name, name in _CONDITIONAL, serial, self._prepared[name], params)
 
     async def batch(
-        self, statements: Sequence[tuple[str, Mapping[str, Any]]], *, conditional: bool
+        self,
+        statements: Sequence[tuple[str, Sequence[Any] | Mapping[str, Any]]],
+        *,
+        conditional: bool,
     ) -> list[Row]:
         """The named statements as one unlogged batch: all of one partition (then applied
         atomically and in isolation; with conditions, one Paxos round for all of them), or

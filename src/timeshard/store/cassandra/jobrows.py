@@ -129,13 +129,22 @@ class JobRows:
     # -- creating -------------------------------------------------------------------------
 
     async def put_entries(self, entries: Sequence[BucketEntry]) -> None:
+        """One unlogged batch per bucket partition (atomic, one write per partition)."""
         now = self._clock.now_ms()
+        by_bucket: dict[Key, list[tuple[str, tuple[Any, ...]]]] = {}
+        for e in entries:
+            params = (e.shard, e.minute, e.due_at, e.job_id, e.home, bucket_ttl(e.due_at, now))
+            by_bucket.setdefault((e.shard, e.minute), []).append(("insert_entry", params))
         await _gather(
-            self._conn.rows(
-                "insert_entry",
-                (e.shard, e.minute, e.due_at, e.job_id, e.home, bucket_ttl(e.due_at, now)),
-            )
-            for e in entries
+            self._conn.batch(chunk, conditional=False)
+            for statements in by_bucket.values()
+            for chunk in _chunks(statements, MAX_BATCH)
+        )
+
+    async def _plain_writes(self, statements: list[tuple[str, tuple[Any, ...]]]) -> None:
+        """Writes of many partitions that need no atomicity, a few round trips in all."""
+        await _gather(
+            self._conn.batch(chunk, conditional=False) for chunk in _chunks(statements, 50)
         )
 
     async def create(
@@ -163,9 +172,13 @@ class JobRows:
                 continue
             guarded.append(decided)
         todo = [*plain, *guarded]
-        await self.put_entries([_homed(n.entry, n.home) for n in todo])
         await _gather(
-            self._conn.rows("insert_index", (n.job.shard, n.home, n.job.job_id, 0)) for n in plain
+            [
+                self.put_entries([_homed(n.entry, n.home) for n in todo]),
+                self._plain_writes(
+                    [("insert_index", (n.job.shard, n.home, n.job.job_id, 0)) for n in plain]
+                ),
+            ]
         )
         await _gather(self._create_plain(k, ns) for k, ns in _by_home(plain).items())
         parts = await _gather(self._create_guarded(k, ns) for k, ns in _by_home(guarded).items())
@@ -526,24 +539,24 @@ class JobRows:
 
     async def _after(self, key: Key, ops: Iterable[_Op]) -> None:
         """Index rows and idempotency keys follow a job into (or out of) a finished state."""
-        writes = []
+        writes: list[tuple[str, tuple[Any, ...]]] = []
         for op in ops:
             assert op.new is not None and op.found is not None
             job, home = op.new, key[1]
             if op.delete:
-                writes.append(self._conn.rows("delete_index", (job.job_id,)))
+                writes.append(("delete_index", (job.job_id,)))
                 if job.idempotency_key:
-                    writes.append(self._conn.rows("delete_key", (job.idempotency_key,)))
+                    writes.append(("delete_key", (job.idempotency_key,)))
                 continue
             if not (job.state.terminal or op.found.job.state.terminal):
                 continue
             ttl = self.retention.ttl(job)
             index_ttl = ttl + self.retention.index_s if ttl else 0
-            writes.append(self._conn.rows("insert_index", (job.shard, home, job.job_id, index_ttl)))
+            writes.append(("insert_index", (job.shard, home, job.job_id, index_ttl)))
             if job.idempotency_key:
                 key_params = (ttl, job.job_id, job.body_digest(), job.idempotency_key)
-                writes.append(self._conn.rows("expire_key", key_params))
-        await _gather(writes)
+                writes.append(("expire_key", key_params))
+        await self._plain_writes(writes)
 
     def forget_shard(self, shard: int) -> None:
         self.epochs.pop(shard, None)
