@@ -439,3 +439,15 @@ async def test_a_request_that_does_not_decode_is_invalid_argument_after_the_toke
                     assert info.value.code() is expected
                     if expected is grpc.StatusCode.INVALID_ARGUMENT:
                         assert "not a valid message" in (info.value.details() or "")
+
+
+async def test_a_denial_under_mtls_names_the_client_certificate(
+    pki: Path, tokens: dict[str, str], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="timeshard.security")
+    security = ServerSecurity(tls=ServerTls(pki, mtls=True), auth=Authenticator(tokens["file"]))
+    async with serving(security) as server:
+        client = ClientSecurity(tls=tls_of(pki, cert_from=pki), token=tokens["worker"])
+        async with channel(server, client) as ch:
+            assert await code_of(list_jobs(ch)) is grpc.StatusCode.PERMISSION_DENIED
+    assert "(certificate 'timeshard-client')" in caplog.text

@@ -384,11 +384,18 @@ class AuthInterceptor(_ServerInterceptor):
         return _denying(handler, method, denial)
 
 
+def _who(context: grpc.aio.ServicerContext[Any, Any]) -> str:
+    """The peer's address, and under mutual TLS the common name of its certificate."""
+    names = list(context.auth_context().get("x509_common_name") or [])
+    cn = names[0].decode("utf-8", "replace") if names else ""
+    return f"{context.peer()} (certificate {cn!r})" if cn else str(context.peer())
+
+
 def _denying(handler: Handler | None, method: str, denial: Denial) -> Handler:
     """A handler of the same shape as ``handler`` that logs and aborts with ``denial``."""
 
     async def deny(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
-        log.warning("denied %s to %s: %s", method, context.peer(), denial.reason)
+        log.warning("denied %s to %s: %s", method, _who(context), denial.reason)
         await context.abort(denial.code, denial.message)
 
     # The request of a denied call is never parsed: its bytes come from an unchecked peer.
