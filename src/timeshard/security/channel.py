@@ -10,6 +10,7 @@ refuse insecure channels).
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -19,7 +20,10 @@ from typing import TYPE_CHECKING, Any, Literal
 import grpc
 
 from timeshard.security.auth import ENV_TOKEN
+from timeshard.security.policy import is_loopback
 from timeshard.security.tls import ENV_SERVER_NAME, ClientTls
+
+log = logging.getLogger(__name__)
 
 TlsArg = ClientTls | str | os.PathLike[str] | Literal[False] | None
 """A ``ClientTls``, a directory of PEM files, False (plaintext) or None (the environment)."""
@@ -54,7 +58,15 @@ class ClientSecurity:
     def metadata(self) -> tuple[tuple[str, str], ...]:
         return (("authorization", f"Bearer {self.token}"),) if self.token else ()
 
+    def _warn_plaintext_token(self, address: str) -> None:
+        host = address.rsplit(":", 1)[0] if ":" in address else address
+        if self.token and self.tls is None and not is_loopback(host):
+            log.warning(
+                "sending a role token to %s without TLS: anyone on the path can read it", address
+            )
+
     def sync_channel(self, address: str, options: ChannelOptions = ()) -> grpc.Channel:
+        self._warn_plaintext_token(address)
         opts = [*options, *(self.tls.options() if self.tls else [])]
         channel = (
             grpc.secure_channel(address, self.tls.credentials(), options=opts)
@@ -66,6 +78,7 @@ class ClientSecurity:
         return channel
 
     def aio_channel(self, address: str, options: ChannelOptions = ()) -> grpc.aio.Channel:
+        self._warn_plaintext_token(address)
         opts = [*options, *(self.tls.options() if self.tls else [])]
         # The stubs type interceptors as 'cast or ignore' (grpc_stubs' _PartialStub...).
         interceptors: Any = [_AioToken(self.metadata())] if self.token else None
