@@ -304,14 +304,25 @@ class Worker:
         keeper = asyncio.create_task(
             self._keep_lease(stub, ctx, handler, renew_now), name=f"lease-{ctx.job_id}"
         )
+        freed = False
+
+        def free_slot() -> None:
+            nonlocal freed
+            if not freed:
+                freed = True
+                self._running[ctx.job_type] -= 1
+                self._capacity.set()
+
         try:
             outcome = await self._outcome(spec, ctx, handler)
-            if outcome is not None:  # the keeper renews the lease while the report is pending
+            # The handler is done: its slot takes the next job while the result travels (in a
+            # batch with others); the keeper renews the lease until the result is in.
+            free_slot()
+            if outcome is not None:
                 await self._report(stub, ctx, *outcome)
         finally:
             keeper.cancel()
-            self._running[ctx.job_type] -= 1
-            self._capacity.set()
+            free_slot()
 
     async def _outcome(
         self, spec: HandlerSpec, ctx: JobContext, handler: asyncio.Task[Any]
