@@ -86,6 +86,8 @@ class _Op:
     new: Job | None = None
     entry: BucketEntry | None = None
     entry_written: bool = False
+    entry_with_write: bool = False
+    """The entry may be written with the row's batch rather than before it (a claim)."""
     reread: bool = False
 
 
@@ -355,6 +357,7 @@ class JobRows:
         known: Job | None = None,
         owner_only: bool = False,
         delete: bool = False,
+        entry_with_write: bool = False,
     ) -> Outcome:
         """Apply one transition, batched with the others of its partition. ``known``: the row
         as the caller read it (else the store's last image, else a read). ``owner_only``:
@@ -378,6 +381,7 @@ class JobRows:
             fut=fut,
             delete=delete,
             reread=found is None,
+            entry_with_write=entry_with_write,
         )
         self._batcher.submit((shard, home), op)
         return await fut
@@ -400,14 +404,20 @@ class JobRows:
             for op in ready:
                 if first[op.job_id] is not op:
                     op.reread = True
-            entries = [
-                op.entry for op in batch_ops if op.entry is not None and not op.entry_written
-            ]
-            await self.put_entries(entries)
-            for op in batch_ops:
-                op.entry_written = op.entry is not None
-            for batch in _by_size(batch_ops):
-                await self._write(key, batch)
+            # A claim's lease-check entry can go with the batch: until the claim returns,
+            # its caller holds the entry that made the job ready, which a new owner would
+            # find (and chase the lease from) if this node died in between. Other entries go
+            # first, so no row is ever left without one (invariant 2).
+            unwritten = [op for op in batch_ops if op.entry is not None and not op.entry_written]
+            await self.put_entries(_entries(op for op in unwritten if not op.entry_with_write))
+            await _gather(
+                [
+                    self.put_entries(_entries(op for op in unwritten if op.entry_with_write)),
+                    self._write_all(key, batch_ops),
+                ]
+            )
+            for op in unwritten:
+                op.entry_written = True
             todo = [op for op in ready if not op.fut.done()]
             if not todo:
                 return
@@ -439,6 +449,10 @@ class JobRows:
         if entry != op.entry:
             op.entry, op.entry_written = entry, False
         return True
+
+    async def _write_all(self, key: Key, ops: list[_Op]) -> None:
+        for batch in _by_size(ops):  # one after the other: they contend for one partition
+            await self._write(key, batch)
 
     async def _write(self, key: Key, ops: list[_Op]) -> None:
         epochs = {op.epoch for op in ops if op.epoch is not None}
@@ -590,6 +604,10 @@ def _row_params(job: Job, key: Key) -> dict[str, Any]:
     cols = job_columns(job)
     cols.pop("shard")
     return {**cols, "shard": key[0], "minute": key[1]}
+
+
+def _entries(ops: Iterable[_Op]) -> list[BucketEntry]:
+    return [op.entry for op in ops if op.entry is not None]
 
 
 def _homed(e: BucketEntry, home: int) -> BucketEntry:

@@ -154,7 +154,10 @@ class CassandraStore(Store):
 
     async def claim_jobs(self, claims: Sequence[ClaimRequest]) -> list[Outcome]:
         return await _gather(
-            self._jobs.apply(c.job_id, T.claim(c), known=c.known, owner_only=True) for c in claims
+            self._jobs.apply(
+                c.job_id, T.claim(c), known=c.known, owner_only=True, entry_with_write=True
+            )
+            for c in claims
         )
 
     async def renew_lease(self, job_id: str, fence: int, lease_until: int) -> Outcome:
