@@ -25,40 +25,109 @@ class ReadyItem:
     job: Job | None = None  # the row as the dispatcher read it (saves the claim a read)
 
 
+class _TypeQueue:
+    """The ready jobs of one type: a FIFO per shard, taken from in turn, so that one claim
+    spans many shards (their store writes go out in parallel, one batch per partition)."""
+
+    __slots__ = ("by_shard", "shard_of", "turn")
+
+    def __init__(self) -> None:
+        self.by_shard: dict[int, OrderedDict[str, ReadyItem]] = {}
+        self.shard_of: dict[str, int] = {}
+        self.turn: list[int] = []  # shards with items, in the order they are served
+
+    def __len__(self) -> int:
+        return len(self.shard_of)
+
+    def get(self, job_id: str) -> ReadyItem | None:
+        shard = self.shard_of.get(job_id)
+        return None if shard is None else self.by_shard[shard][job_id]
+
+    def put(self, item: ReadyItem, *, front: bool = False) -> None:
+        self.remove(item.job_id)
+        q = self.by_shard.get(item.shard)
+        if q is None:
+            q = self.by_shard[item.shard] = OrderedDict()
+        if not q:
+            self.turn.insert(0, item.shard) if front else self.turn.append(item.shard)
+        q[item.job_id] = item
+        if front:
+            q.move_to_end(item.job_id, last=False)
+        self.shard_of[item.job_id] = item.shard
+
+    def remove(self, job_id: str) -> None:
+        shard = self.shard_of.pop(job_id, None)
+        if shard is None:
+            return
+        q = self.by_shard[shard]
+        del q[job_id]
+        if not q:
+            self.turn.remove(shard)
+
+    def take(self, n: int) -> list[ReadyItem]:
+        out: list[ReadyItem] = []
+        while self.turn and len(out) < n:
+            rounds, self.turn = self.turn, []
+            for shard in rounds:
+                q = self.by_shard[shard]
+                if len(out) < n and q:
+                    item = q.popitem(last=False)[1]
+                    del self.shard_of[item.job_id]
+                    out.append(item)
+                if q:
+                    self.turn.append(shard)
+        return out
+
+    def drop_shard(self, shard: int) -> None:
+        q = self.by_shard.pop(shard, None)
+        if q:
+            for job_id in q:
+                del self.shard_of[job_id]
+            self.turn.remove(shard)
+
+    def count(self, shard: int | None) -> int:
+        if shard is None:
+            return len(self.shard_of)
+        return len(self.by_shard.get(shard, ()))
+
+
 class ReadyQueues:
     def __init__(self) -> None:
-        self._by_type: dict[str, OrderedDict[str, ReadyItem]] = {}
+        self._by_type: dict[str, _TypeQueue] = {}
         self._changed = asyncio.Event()
 
+    def _queue(self, job_type: str) -> _TypeQueue:
+        q = self._by_type.get(job_type)
+        if q is None:
+            q = self._by_type[job_type] = _TypeQueue()
+        return q
+
     def push(self, item: ReadyItem) -> None:
-        q = self._by_type.setdefault(item.job_type, OrderedDict())
+        q = self._queue(item.job_type)
         held = q.get(item.job_id)
         if held is not None and held.fence == item.fence:
             held.entries.extend(e for e in item.entries if e not in held.entries)
             return
-        q[item.job_id] = item
+        q.put(item)
         self._changed.set()
 
     def push_front(self, items: Iterable[ReadyItem]) -> None:
-        for item in items:
-            q = self._by_type.setdefault(item.job_type, OrderedDict())
-            q[item.job_id] = item
-            q.move_to_end(item.job_id, last=False)
+        for item in reversed(list(items)):
+            self._queue(item.job_type).put(item, front=True)
         self._changed.set()
 
     def take(
         self, types: Iterable[str], limit: int, per_type: dict[str, int] | None = None
     ) -> list[ReadyItem]:
-        """Up to ``limit`` items, oldest first within a type, types in the order given, and
-        at most ``per_type[t]`` of type ``t`` when given."""
+        """Up to ``limit`` items, oldest first within a shard and shards in turn within a
+        type, types in the order given, and at most ``per_type[t]`` of type ``t`` when given."""
         out: list[ReadyItem] = []
         for t in types:
             q = self._by_type.get(t)
+            if q is None:
+                continue
             cap = (per_type or {}).get(t, limit)
-            taken = 0
-            while q and len(out) < limit and taken < cap:
-                out.append(q.popitem(last=False)[1])
-                taken += 1
+            out += q.take(min(cap, limit - len(out)))
             if len(out) >= limit:
                 break
         return out
@@ -67,20 +136,18 @@ class ReadyQueues:
         return list(self._by_type)
 
     def holds(self, job_type: str, job_id: str) -> bool:
-        return job_id in self._by_type.get(job_type, {})
+        q = self._by_type.get(job_type)
+        return q is not None and q.get(job_id) is not None
 
     def has_any(self, types: Iterable[str]) -> bool:
         return any(self._by_type.get(t) for t in types)
 
     def count(self, shard: int | None = None) -> int:
-        return sum(
-            1 for q in self._by_type.values() for i in q.values() if shard in (None, i.shard)
-        )
+        return sum(q.count(shard) for q in self._by_type.values())
 
     def drop_shard(self, shard: int) -> None:
         for q in self._by_type.values():
-            for job_id in [k for k, i in q.items() if i.shard == shard]:
-                del q[job_id]
+            q.drop_shard(shard)
 
     async def wait_changed(self) -> None:
         """Wait until something is pushed (callers re-check what they need)."""
