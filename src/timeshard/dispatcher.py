@@ -25,7 +25,7 @@ from timeshard.model import SCHEDULE_ENTRY_PREFIX, BucketEntry, Job, JobState
 from timeshard.ready import ReadyItem, ReadyQueues
 from timeshard.schedules import FireResult, ScheduleFirer
 from timeshard.sharding import MINUTE_MS, minute_of, minute_start
-from timeshard.store.base import Store, entry_for
+from timeshard.store.base import Store, entry_at, entry_for
 
 log = logging.getLogger(__name__)
 
@@ -277,7 +277,36 @@ class ShardDispatcher:
     def _ready_holds(self, e: BucketEntry) -> bool:
         return any(self._ready.holds(t, e.job_id) for t in self._ready.types())
 
+    async def _park_waiting(self) -> None:
+        """Due jobs still waiting in a ready queue (no worker for their type, or its
+        concurrency limit reached) must not hold the cursor back: once their minute could be
+        passed, their entries are written again, due now, in the current minute, and the old
+        ones handled. The job stays ready; a new owner finds the new entry (issue 10,
+        defect 2). One entry write per waiting job per minute."""
+        settle = round(self._cfg.settle_s * 1000)
+        cursor_end = minute_start(self.cursor) + MINUTE_MS
+        if cursor_end + settle > self._refreshed_at or cursor_end > self._horizon:
+            return
+        waiting = [e for e in self._pending.get(self.cursor, ()) if self._ready_holds(e)]
+        if not waiting:
+            return
+        now = self._clock.now_ms()
+        moved = {e: entry_at(e.shard, e.job_id, now, now, home=e.home) for e in waiting}
+        await self._store.add_entries(list(moved.values()))
+        for old, new in moved.items():
+            self._ready.replace_entry(old, new)
+            self._known.add(new)
+            self._pending.setdefault(new.minute, set()).add(new)
+        self.handled(waiting)
+        log.info("shard %d: %d due jobs wait for a worker; moved on", self.shard, len(waiting))
+
+    @property
+    def waiting(self) -> int:
+        """Due jobs this shard holds ready, not claimed yet."""
+        return self._ready.count(self.shard)
+
     async def _advance_cursor(self) -> None:
+        await self._park_waiting()
         cursor = self.cursor
         settle = round(self._cfg.settle_s * 1000)
         while (

@@ -132,6 +132,13 @@ class ReadyQueues:
                 break
         return out
 
+    def replace_entry(self, old: BucketEntry, new: BucketEntry) -> None:
+        """The item holding ``old`` now holds ``new`` instead (its entry was moved on)."""
+        for q in self._by_type.values():
+            item = q.get(old.job_id)
+            if item is not None:
+                item.entries = [new if e == old else e for e in item.entries]
+
     def types(self) -> list[str]:
         return list(self._by_type)
 

@@ -34,9 +34,11 @@ def entry_for(job: Job, attention_at: int, now: int) -> BucketEntry:
     return entry_at(job.shard, job.job_id, attention_at, now)
 
 
-def entry_at(shard: int, ident: str, attention_at: int, now: int) -> BucketEntry:
+def entry_at(
+    shard: int, ident: str, attention_at: int, now: int, *, home: int | None = None
+) -> BucketEntry:
     due = max(attention_at, now)
-    return BucketEntry(shard=shard, minute=minute_of(due), due_at=due, job_id=ident)
+    return BucketEntry(shard=shard, minute=minute_of(due), due_at=due, job_id=ident, home=home)
 
 
 def schedule_entry(schedule: Schedule, attention_at: int, now: int) -> BucketEntry:
