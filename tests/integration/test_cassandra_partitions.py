@@ -1,0 +1,165 @@
+"""The partition data model on real Cassandra (issue 8): a deposed owner's batches are rejected
+by the epoch it no longer holds, a worker's result still lands by its fence, many jobs' claims
+cost one Paxos round, and a job whose time moves never lives in two places."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import pytest
+
+from tests.contract.conftest import cassandra_address, cassandra_admin
+from tests.contract.helpers import NOW, NUM_SHARDS, claim, create, make_job
+from timeshard.errors import NotOwner
+from timeshard.model import BucketEntry, JobState
+from timeshard.sharding import minute_of, shard_of
+from timeshard.store.cassandra import CassandraStore
+
+__all__ = ["cassandra_address", "cassandra_admin"]
+
+pytestmark = pytest.mark.timeout(300)
+
+
+@pytest.fixture
+def keyspace(cassandra_admin: Any) -> Iterator[str]:
+    name = f"part_{uuid.uuid4().hex[:16]}"
+    yield name
+    cassandra_admin.execute(f"DROP KEYSPACE IF EXISTS {name}")
+
+
+@asynccontextmanager
+async def stores(address: str, keyspace: str, n: int) -> AsyncIterator[list[CassandraStore]]:
+    """``n`` separate clients of one keyspace (as on ``n`` nodes)."""
+    opened = [
+        CassandraStore.from_url(f"cassandra://{address}/{keyspace}", num_shards=NUM_SHARDS)
+        for _ in range(n)
+    ]
+    await opened[0].open()  # migrate once, then the others
+    await asyncio.gather(*(s.open() for s in opened[1:]))
+    try:
+        yield opened
+    finally:
+        await asyncio.gather(*(s.close() for s in opened))
+
+
+def ids_in_shard(shard: int, n: int, prefix: str) -> list[str]:
+    out: list[str] = []
+    i = 0
+    while len(out) < n:
+        job_id = f"{prefix}-{i}"
+        if shard_of(job_id, NUM_SHARDS) == shard:
+            out.append(job_id)
+        i += 1
+    return out
+
+
+async def test_a_deposed_owner_can_not_claim_once_the_new_owner_touched_the_partition(
+    cassandra_address: str, keyspace: str
+) -> None:
+    async with stores(cassandra_address, keyspace, 2) as (old, new):
+        shard = 3
+        a, b, c = (make_job(i) for i in ids_in_shard(shard, 3, "fence"))
+        await create(old, a, b, c)
+        applied, state = await old.acquire_shard(shard, "old", 0, minute_of(NOW))
+        assert applied and state.epoch == 1
+        [first] = await old.claim_jobs([claim(a)])
+        assert first.applied  # the owner claims
+        applied, state = await new.acquire_shard(shard, "new", 1, 0)
+        assert applied and state.epoch == 2
+        # The new owner reads the partition (the dispatcher does before it hands jobs out):
+        # that raises the partition's epoch.
+        entries = [BucketEntry(shard=shard, minute=minute_of(NOW), due_at=NOW, job_id=b.job_id)]
+        assert b.job_id in await new.get_jobs_for(entries)
+        with pytest.raises(NotOwner):
+            await old.claim_jobs([claim(b)])  # deposed: rejected, changes nothing
+        stored = await new.get_job(b.job_id)
+        assert stored is not None and stored.state is JobState.SCHEDULED and stored.fence == 0
+        [won] = await new.claim_jobs([claim(b, worker="w2")])
+        assert won.applied
+        # A worker's result is decided by its fence, whichever node writes it: the job the
+        # old owner handed out still completes through the old owner's store.
+        assert first.job is not None
+        done = await old.complete_job(a.job_id, first.job.fence, NOW + 10)
+        assert done.applied and done.job is not None and done.job.state is JobState.SUCCEEDED
+        # And the new owner's claims are not affected by the old one.
+        [last] = await new.claim_jobs([claim(c)])
+        assert last.applied
+
+
+async def test_claims_of_many_jobs_of_one_partition_cost_one_paxos_round(
+    cassandra_address: str, keyspace: str
+) -> None:
+    async with stores(cassandra_address, keyspace, 1) as (store,):
+        shard = 5
+        jobs = [make_job(i) for i in ids_in_shard(shard, 40, "round")]
+        await create(store, *jobs)
+        await store.acquire_shard(shard, "me", 0, minute_of(NOW))
+        before = store.stats.paxos_rounds
+        outs = await store.claim_jobs([claim(j) for j in jobs])
+        assert all(o.applied for o in outs)
+        rounds = store.stats.paxos_rounds - before
+        assert rounds <= 3, f"40 claims of one partition took {rounds} Paxos rounds"
+        before = store.stats.paxos_rounds
+        done = await asyncio.gather(
+            *(store.complete_job(o.job.job_id, o.job.fence, NOW + 5) for o in outs if o.job)
+        )
+        assert all(d.applied for d in done)
+        assert store.stats.paxos_rounds - before <= 3
+
+
+@pytest.mark.parametrize("other", ["cancel", "reschedule"])
+async def test_a_claim_racing_a_cancel_or_reschedule_has_one_winner(
+    cassandra_address: str, keyspace: str, other: str
+) -> None:
+    """From two clients at once, many times: exactly one of the two applies, and the stored
+    row is the winner's (issue 10, defect 10)."""
+    async with stores(cassandra_address, keyspace, 2) as (one, two):
+        jobs = [make_job(f"race-{other}-{i}") for i in range(12)]
+        await create(one, *jobs)
+        for job in jobs:
+            if other == "cancel":
+                rival = two.cancel_job(job.job_id, JobState.SCHEDULED, 0, NOW)
+            else:
+                rival = two.reschedule_job(job.job_id, 0, NOW + 3_600_000, NOW)
+            [claimed], moved = await asyncio.gather(one.claim_jobs([claim(job)]), rival)
+            assert claimed.applied != moved.applied, f"{job.job_id}: both or neither applied"
+            stored = await one.get_job(job.job_id)
+            winner = claimed if claimed.applied else moved
+            assert stored is not None and stored == winner.job
+
+
+async def test_a_rescheduled_job_has_one_row_and_runs_at_its_new_time_only(
+    cassandra_address: str, keyspace: str
+) -> None:
+    """The job never moves: its row stays in its home partition and the reschedule writes an
+    entry for the new time first. A crash between the two writes leaves the job at its old
+    time (the call failed), never in two places; the old entry then finds a later run_at."""
+    async with stores(cassandra_address, keyspace, 1) as (store,):
+        job = make_job("moved", run_at=NOW)
+        await create(store, job)
+        later = NOW + 10 * 60_000
+        out = await store.reschedule_job(job.job_id, 0, later, NOW)
+        assert out.applied
+        old_entry = BucketEntry(shard=job.shard, minute=minute_of(NOW), due_at=NOW, job_id="moved")
+        new_entry = BucketEntry(
+            shard=job.shard, minute=minute_of(later), due_at=later, job_id="moved"
+        )
+        for entry in (old_entry, new_entry):
+            found = await store.get_jobs_for([entry])
+            assert list(found) == ["moved"] and found["moved"].run_at == later
+        [early] = await store.claim_jobs([claim(job)])  # at NOW, through the old entry
+        assert not early.applied
+        # The crash case: only the entry of a reschedule landed; the job stays where it was.
+        await store.add_entries(
+            [
+                BucketEntry(
+                    shard=job.shard, minute=minute_of(later + 5), due_at=later + 5, job_id="moved"
+                )
+            ]
+        )
+        stored = await store.get_job("moved")
+        assert stored is not None and stored.run_at == later and stored.state is JobState.SCHEDULED
