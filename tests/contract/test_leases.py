@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from tests.contract.conftest import OpenStore
 from tests.contract.helpers import (
     LEASE_MS,
@@ -13,8 +15,10 @@ from tests.contract.helpers import (
     assert_unchanged,
     claim,
     claimed,
+    create,
     created,
     entries_of,
+    make_job,
 )
 from timeshard.model import JobState
 
@@ -315,3 +319,27 @@ async def test_a_claim_never_applies_before_the_job_is_due(open_store: OpenStore
             await assert_unchanged(store, out, moved.job)
         [late] = await store.claim_jobs([claim(moved.job)])  # at its new time it applies
         assert late.applied and late.job is not None and late.job.started_at == NOW + 3_600_000
+
+
+@pytest.mark.parametrize("rival", ["cancel", "reschedule"])
+async def test_a_claim_racing_a_cancel_or_reschedule_has_one_winner(
+    open_store: OpenStore, rival: str
+) -> None:
+    """Sent at once, many times: exactly one of the two applies and the stored row is the
+    winner's (issue 10, defect 10; a two-client version runs on Cassandra in integration)."""
+    async with open_store() as store:
+        jobs = [make_job(f"race-{rival}-{i}") for i in range(10)]
+        await create(store, *jobs)
+        for i, job in enumerate(jobs):
+            other = (
+                store.cancel_job(job.job_id, JobState.SCHEDULED, 0, NOW)
+                if rival == "cancel"
+                else store.reschedule_job(job.job_id, 0, NOW + 3_600_000, NOW)
+            )
+            claiming = store.claim_jobs([claim(job)])
+            pair = (claiming, other) if i % 2 else (other, claiming)  # both orders
+            first, second = await asyncio.gather(*pair)
+            [claimed], moved = (first, second) if i % 2 else (second, first)
+            assert claimed.applied != moved.applied, f"{job.job_id}: both or neither applied"
+            winner = claimed if claimed.applied else moved
+            assert await store.get_job(job.job_id) == winner.job
