@@ -9,6 +9,11 @@ fixtures::
     ...
     node.stop()
 
+    cluster = CassandraCluster(3, run_dir=tmp / "cluster")   # 127.0.0.1, .2, .3 on :9042
+    cluster.start()       # seed first, then the others; waits until the ring is complete
+    ...
+    cluster.stop()
+
     zk = ZooKeeperEnsemble(size=3, client_port=12181)
     zk.start()
     zk.kill(zk.leader() or 0)
@@ -17,10 +22,12 @@ fixtures::
 from __future__ import annotations
 
 from timeshard.stack.cassandra import CassandraProcess, ensure_jars
+from timeshard.stack.cassandra_cluster import CassandraCluster
 from timeshard.stack.process import StackError
 from timeshard.stack.zookeeper import ZooKeeperEnsemble, ZooKeeperServer
 
 __all__ = [
+    "CassandraCluster",
     "CassandraProcess",
     "StackError",
     "ZooKeeperEnsemble",
