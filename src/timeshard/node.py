@@ -424,13 +424,16 @@ class Node:
             running = self._running.setdefault(job.job_type, {})
             if job.state is JobState.RUNNING:
                 running[job.job_id] = job.lease_until
-            else:
-                running.pop(job.job_id, None)
+            elif running.pop(job.job_id, None) is not None:
+                self.ready.wake()  # room under the type's limit: claims waiting for it go on
 
     async def _wait_ready(self, types: Sequence[str], timeout: float) -> None:
+        """Wait for a change of the ready queues (registered before anything is awaited, so
+        no push is missed: a missed one left claims asleep for a whole long poll), or, when
+        jobs wait only for room under a concurrency limit, at most a second."""
+        changed = self.ready.waiter()
         if self.ready.has_any(types):
-            return
-        changed = asyncio.ensure_future(self.ready.wait_changed())
+            timeout = min(timeout, 1.0)
         sleeper = asyncio.ensure_future(self.clock.sleep(timeout))
         try:
             await asyncio.wait({changed, sleeper}, return_when=asyncio.FIRST_COMPLETED)

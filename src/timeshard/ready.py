@@ -94,7 +94,7 @@ class _TypeQueue:
 class ReadyQueues:
     def __init__(self) -> None:
         self._by_type: dict[str, _TypeQueue] = {}
-        self._changed = asyncio.Event()
+        self._waiters: list[asyncio.Future[None]] = []
 
     def _queue(self, job_type: str) -> _TypeQueue:
         q = self._by_type.get(job_type)
@@ -109,12 +109,12 @@ class ReadyQueues:
             held.entries.extend(e for e in item.entries if e not in held.entries)
             return
         q.put(item)
-        self._changed.set()
+        self.wake()
 
     def push_front(self, items: Iterable[ReadyItem]) -> None:
         for item in reversed(list(items)):
             self._queue(item.job_type).put(item, front=True)
-        self._changed.set()
+        self.wake()
 
     def take(
         self, types: Iterable[str], limit: int, per_type: dict[str, int] | None = None
@@ -156,7 +156,20 @@ class ReadyQueues:
         for q in self._by_type.values():
             q.drop_shard(shard)
 
+    def waiter(self) -> asyncio.Future[None]:
+        """A future done at the next change (a push, or ``wake``). Registered at once, so a
+        caller that checks the queues and then waits can not miss a push in between."""
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append(fut)
+        return fut
+
+    def wake(self) -> None:
+        """Wake every waiter (something changed: jobs were pushed, or room was freed)."""
+        waiters, self._waiters = self._waiters, []
+        for fut in waiters:
+            if not fut.done():
+                fut.set_result(None)
+
     async def wait_changed(self) -> None:
-        """Wait until something is pushed (callers re-check what they need)."""
-        self._changed.clear()
-        await self._changed.wait()
+        """Wait until something changes (callers re-check what they need)."""
+        await self.waiter()

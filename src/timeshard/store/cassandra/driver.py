@@ -269,8 +269,9 @@ class Connection:
             protocol_version=5,
             auth_provider=auth,
             connect_timeout=10,
-            # A restarted node is used again within seconds (the default waits up to 10 min).
-            reconnection_policy=ExponentialReconnectionPolicy(base_delay=0.5, max_delay=10.0),
+            # A restarted node is used again within ~2 s (the default waits up to 10 min; 10 s
+            # left a node "unavailable" for 16 s after Cassandra was back, issue 10 defect 7).
+            reconnection_policy=ExponentialReconnectionPolicy(base_delay=0.2, max_delay=2.0),
         )
         session = self._cluster.connect()
         migrate(
