@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from timeshard.clock import Clock
 from timeshard.errors import NotOwner, TimeshardError
 from timeshard.model import SCHEDULE_ENTRY_PREFIX, BucketEntry, Job, JobState
+from timeshard.observe.events import NodeMetrics
 from timeshard.ready import ReadyItem, ReadyQueues
 from timeshard.schedules import FireResult, ScheduleFirer
 from timeshard.sharding import MINUTE_MS, minute_of, minute_start
@@ -91,6 +92,7 @@ class ShardDispatcher:
         config: DispatchConfig,
         firer: ScheduleFirer | None = None,
         on_deposed: Callable[[int], None] | None = None,
+        metrics: NodeMetrics | None = None,
     ) -> None:
         self.shard = shard
         self.epoch = epoch
@@ -101,6 +103,7 @@ class ShardDispatcher:
         self._cfg = config
         self._firer = firer
         self._on_deposed = on_deposed
+        self._metrics = metrics or NodeMetrics(clock)
         self._horizon = minute_start(cursor)  # entries with due_at < horizon have been read
         self._refreshed_at = -1  # when the last full refresh started
         self._stale_checked_at = -1
@@ -127,6 +130,24 @@ class ShardDispatcher:
     @property
     def in_memory(self) -> int:
         return sum(len(s) for s in self._pending.values())
+
+    def backlog(self, now: int) -> tuple[int, int | None]:
+        """Entries due by ``now`` and not handled yet (not yet claimed, fired or found
+        finished), and the oldest due time among them or among the entries not read yet when
+        the reads are behind: ``now`` minus it is the shard's real dispatch lag. Entries
+        waiting for their row to appear are left out."""
+        waiting = {e for _, e in self._later}
+        due = [
+            e.due_at
+            for minute, entries in self._pending.items()
+            if minute_start(minute) <= now
+            for e in entries
+            if e.due_at <= now and e not in waiting
+        ]
+        oldest = min(due, default=None)
+        if self._horizon <= now:  # entries due since the last read are not even known yet
+            oldest = self._horizon if oldest is None else min(oldest, self._horizon)
+        return len(due), oldest
 
     # -- what other parts of the node tell us ---------------------------------------------
 
@@ -395,6 +416,8 @@ class ShardDispatcher:
                 return None
             log.info("job %s: lease of %s expired; runs again", job.job_id, job.lease_owner)
             job = out.job
+            self._metrics.lease_expired(job)
+        self._metrics.dispatched(job, now)
         self._ready.push(
             ReadyItem(
                 job_id=job.job_id,

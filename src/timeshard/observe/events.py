@@ -1,0 +1,273 @@
+"""What a node counts as it works: ``NodeMetrics``, the one object the node, its dispatchers and
+its servicers report to, each with a single call after the fact.
+
+It keeps:
+- Prometheus counters and histograms by job type, in a registry of its own (several nodes may
+  share a process in tests): jobs scheduled, claimed, succeeded, failed, retried,
+  dead-lettered, cancelled, lease expiries and the re-runs they cause, and fire lateness;
+- a window of recent lateness (``LatenessWindow``) and the last failures and dead letters, for
+  the status page and ``timeshard status``;
+- ``health``: what the health watcher last found (store, coordinator, dead-letter count);
+- the OpenTelemetry spans of each job (``Tracing``; a no-op without the packages).
+
+Label sets are bounded: the only label of job counters is the job type, and past
+``max_types`` distinct types the rest count under ``type="_other"``. A job id is never a
+label; it appears only in the bounded lists of recent events.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from prometheus_client import Counter, Histogram
+from prometheus_client.registry import CollectorRegistry
+
+from timeshard.clock import Clock
+from timeshard.model import Job, JobState
+from timeshard.observe.tracing import Tracing
+from timeshard.observe.window import LatenessWindow
+
+log = logging.getLogger(__name__)
+
+LATENESS_BUCKETS_S = (
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+    60.0,
+    120.0,
+    300.0,
+    900.0,
+    3600.0,
+)
+OTHER_TYPE = "_other"
+RECENT = 50
+LEASE_EXPIRED = "lease expired"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class JobEvent:
+    """One recent failure or dead letter, as the status page lists it."""
+
+    at_ms: int
+    job_id: str
+    job_type: str
+    shard: int
+    attempt: int
+    kind: str
+    """``retry``, ``dead`` or ``lease expired``."""
+    error: str
+
+
+@dataclass(kw_only=True, slots=True)
+class Health:
+    """What the health watcher found at its last probe (``observe.health``)."""
+
+    store_ok: bool = True
+    store_error: str = ""
+    coordinator_ok: bool = True
+    checked_at_ms: int = 0
+    dead_letters: int | None = None
+    """Dead jobs in the store, counted by the node that owns shard 0 (None: not counted here)."""
+    dead_letters_at_ms: int = 0
+    latest_dead: list[Job] = field(default_factory=list)
+    """The newest dead jobs found by that count."""
+
+    @property
+    def serving(self) -> bool:
+        return self.store_ok and self.coordinator_ok
+
+
+class NodeMetrics:
+    def __init__(self, clock: Clock, *, max_types: int = 200, tracer_provider: Any = None) -> None:
+        self.clock = clock
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.max_types = max_types
+        self._types: set[str] = set()
+        self.window = LatenessWindow(clock)
+        self.failures: deque[JobEvent] = deque(maxlen=RECENT)
+        self.dead: deque[JobEvent] = deque(maxlen=RECENT)
+        self.health = Health()
+        self.tracing = Tracing(tracer_provider)
+        r = self.registry
+
+        def jobs(name: str, what: str) -> Counter:
+            return Counter(f"timeshard_jobs_{name}", what, ["type"], registry=r)
+
+        self.scheduled_total = jobs("scheduled", "Jobs created (a repeated idempotent call not).")
+        self.claimed_total = jobs("claimed", "Claims that applied: a run handed to a worker.")
+        self.succeeded_total = jobs("succeeded", "Jobs completed by their worker.")
+        self.failed_total = jobs("failed", "Failures reported by workers (retried or not).")
+        self.retries_total = jobs("retries", "Failures scheduled to run again after a backoff.")
+        self.dead_lettered_total = jobs(
+            "dead_lettered", "Jobs moved to the dead-letter queue (permanent or out of attempts)."
+        )
+        self.cancelled_total = jobs("cancelled", "Jobs cancelled by a client.")
+        self.lease_expiries_total = Counter(
+            "timeshard_lease_expiries",
+            "Leases that ran out without a result (the job is made ready again).",
+            ["type"],
+            registry=r,
+        )
+        self.reruns_total = Counter(
+            "timeshard_job_reruns",
+            "Claims of a job whose previous run's lease expired (it may have run twice).",
+            ["type"],
+            registry=r,
+        )
+        self.lateness = Histogram(
+            "timeshard_fire_lateness_seconds",
+            "From a job's due time to the claim that handed it to a worker, on the owner node "
+            "(first runs and retries; re-runs after a lease expiry are counted apart).",
+            ["type"],
+            buckets=LATENESS_BUCKETS_S,
+            registry=r,
+        )
+
+    def type_label(self, job_type: str) -> str:
+        """``job_type``, or ``_other`` once ``max_types`` distinct types were seen."""
+        if job_type in self._types:
+            return job_type
+        if len(self._types) >= self.max_types:
+            return OTHER_TYPE
+        self._types.add(job_type)
+        return job_type
+
+    # -- hooks: each called once, after the fact -------------------------------------------
+
+    def scheduled(self, jobs: list[Job], started_ms: int) -> None:
+        """``jobs`` were created (durably) by a call that started at ``started_ms``."""
+        now = self.clock.now_ms()
+        for job in jobs:
+            self.scheduled_total.labels(self.type_label(job.job_type)).inc()
+            self.tracing.record(
+                "timeshard.schedule",
+                job.job_id,
+                start_ms=started_ms,
+                end_ms=now,
+                attributes=_attrs(job),
+            )
+
+    def dispatched(self, job: Job, now: int) -> None:
+        """The owner's dispatcher made ``job`` ready (due, or its lease expired) at ``now``."""
+        self.tracing.record(
+            "timeshard.dispatch",
+            job.job_id,
+            start_ms=min(job.run_at, now),
+            end_ms=now,
+            attributes=_attrs(job),
+        )
+
+    def claimed(self, job: Job, started_ms: int) -> None:
+        """A claim that started at ``started_ms`` applied: ``job`` is running (its new fence)."""
+        label = self.type_label(job.job_type)
+        self.claimed_total.labels(label).inc()
+        rerun = len(job.history) >= 2 and job.history[-2].outcome == LEASE_EXPIRED
+        if rerun:
+            self.reruns_total.labels(label).inc()
+        else:
+            late_ms = max(0, started_ms - job.run_at)
+            self.lateness.labels(label).observe(late_ms / 1000)
+            self.window.add(late_ms)
+        self.tracing.record(
+            "timeshard.claim",
+            job.job_id,
+            start_ms=started_ms,
+            end_ms=self.clock.now_ms(),
+            attributes={
+                **_attrs(job),
+                "timeshard.worker": job.lease_owner,
+                "timeshard.rerun": rerun,
+            },
+        )
+
+    def lease_expired(self, job: Job) -> None:
+        """The dispatcher released ``job``'s expired lease (it is made ready again)."""
+        self.lease_expiries_total.labels(self.type_label(job.job_type)).inc()
+        self.failures.appendleft(self._event(job, LEASE_EXPIRED, LEASE_EXPIRED))
+
+    def written(self, job: Job) -> None:
+        """A conditional write by a worker or client applied; ``job`` is the row after it.
+        Counts results (succeeded, retry, dead) and cancels; a renewed lease counts nothing."""
+        label = self.type_label(job.job_type)
+        if job.state is JobState.RUNNING:
+            return
+        if job.state is JobState.CANCELLED:
+            self.cancelled_total.labels(label).inc()
+            return
+        if job.state is JobState.SUCCEEDED:
+            self.succeeded_total.labels(label).inc()
+        elif job.state is JobState.SCHEDULED:
+            self.failed_total.labels(label).inc()
+            self.retries_total.labels(label).inc()
+            self.failures.appendleft(self._event(job, "retry", job.last_error))
+            log.info(
+                "job %s (%s) failed attempt %d/%d; retry at %d",
+                job.job_id,
+                job.job_type,
+                job.attempt,
+                job.max_attempts,
+                job.run_at,
+                extra={"job_id": job.job_id, "shard": job.shard, "event": "job.retry"},
+            )
+        elif job.state is JobState.DEAD:
+            self.failed_total.labels(label).inc()
+            self.dead_lettered_total.labels(label).inc()
+            event = self._event(job, "dead", job.last_error)
+            self.failures.appendleft(event)
+            self.dead.appendleft(event)
+            log.warning(
+                "job %s (%s) dead-lettered after attempt %d/%d: %s",
+                job.job_id,
+                job.job_type,
+                job.attempt,
+                job.max_attempts,
+                job.last_error[:200],
+                extra={"job_id": job.job_id, "shard": job.shard, "event": "job.dead_lettered"},
+            )
+        self._finish_span(job)
+
+    def _finish_span(self, job: Job) -> None:
+        if not self.tracing.enabled:
+            return
+        last = job.history[-1] if job.history else None
+        now = self.clock.now_ms()
+        self.tracing.record(
+            "timeshard.finish",
+            job.job_id,
+            start_ms=last.finished_at if last and last.finished_at else now,
+            end_ms=now,
+            attributes={**_attrs(job), "timeshard.state": job.state.value},
+            error=job.last_error if job.state is not JobState.SUCCEEDED else "",
+        )
+
+    def _event(self, job: Job, kind: str, error: str) -> JobEvent:
+        return JobEvent(
+            at_ms=self.clock.now_ms(),
+            job_id=job.job_id,
+            job_type=job.job_type,
+            shard=job.shard,
+            attempt=job.attempt,
+            kind=kind,
+            error=error[:300],
+        )
+
+
+def _attrs(job: Job) -> dict[str, str | int | float | bool]:
+    return {
+        "timeshard.job_type": job.job_type,
+        "timeshard.shard": job.shard,
+        "timeshard.fence": job.fence,
+        "timeshard.attempt": job.attempt,
+    }
