@@ -123,6 +123,11 @@ class Store(abc.ABC):
         fences the owner's reads (a partition's epoch is raised before its owner reads it)."""
         return await self.get_jobs(sorted({e.job_id for e in entries}))
 
+    async def clock_ms(self) -> int | None:
+        """The store's own clock (epoch ms), to check this node's against; None for a store
+        without one (the embedded store shares this machine's clock)."""
+        return None
+
     def expired(self, job_id: str) -> bool:
         """After ``get_job`` found nothing: whether the job existed and expired (retention)."""
         return False

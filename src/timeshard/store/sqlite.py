@@ -38,9 +38,9 @@ from timeshard.store.base import (
     Store,
     entry_for,
 )
-from timeshard.store.stats import StoreStats
 from timeshard.store.codec import job_columns, schedule_columns, to_job, to_schedule
 from timeshard.store.named import load_queries
+from timeshard.store.stats import StoreStats
 
 log = logging.getLogger(__name__)
 R = TypeVar("R")

@@ -85,6 +85,10 @@ class CassandraStore(Store):
         homes = {e.job_id: e.home for e in entries if e.home is not None}
         return await self._jobs.get([e.job_id for e in entries], homes)
 
+    async def clock_ms(self) -> int | None:
+        row = await self._conn.one("select_now", ())
+        return int(row["now"]) if row else None
+
     def expired(self, job_id: str) -> bool:
         return self._jobs.expired(job_id)
 
