@@ -12,7 +12,6 @@ from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from timeshard import clockcheck
 from timeshard.clock import Clock
 from timeshard.coordinator.base import Coordinator, Member
 from timeshard.coordinator.local import LocalCoordinator
@@ -36,6 +35,7 @@ from timeshard.model import (
     validate_job_type,
     validate_payload,
 )
+from timeshard.observe.events import NodeMetrics
 from timeshard.ready import ReadyItem, ReadyQueues
 from timeshard.retry import RetryPolicy
 from timeshard.schedules import ScheduleFirer, ScheduleOps
@@ -132,13 +132,12 @@ class Node:
         self.ready = ReadyQueues()
         self.dispatchers: dict[int, ShardDispatcher] = {}
         self._rng = rng or random.Random()
+        self.metrics = NodeMetrics(clock)
         self._shard_lock = asyncio.Lock()
         self._background: set[asyncio.Task[None]] = set()
         self.schedules = ScheduleOps(store, clock, notify=self._notify)
         self.dead_letters = DeadLetters(store, clock, self._notify, self.list_jobs)
         self._running: dict[str, dict[str, int]] = {}  # type -> job id -> lease_until
-        self.clock_offset_ms: float | None = None
-        """The store's clock minus ours, as last measured (None: not measured)."""
         self._firer = ScheduleFirer(
             store, clock, self.config.default_max_attempts, notify=self._notify
         )
@@ -153,17 +152,6 @@ class Node:
         await self.store.open()
         me = Member(node_id=self.node_id, address=self.address)
         await self.coordinator.start(me, self.store.num_shards, self._shards_changed)
-        self._spawn(self._watch_clock(), "clock-check")
-
-    async def _watch_clock(self, every_s: float = 60.0) -> None:
-        """Measure this node's clock against the store's, now and every minute (defect 6)."""
-        while True:
-            reading = await clockcheck.check(
-                self.store, self.clock, self.config.dispatch.max_skew_s, self.node_id
-            )
-            if reading is not None:
-                self.clock_offset_ms = reading.offset_ms
-            await self.clock.sleep(every_s)
 
     async def stop(self) -> None:
         for task in list(self._background):
@@ -219,6 +207,7 @@ class Node:
                     config=self._dispatch_config(),
                     firer=self._firer,
                     on_deposed=self._deposed,
+                    metrics=self.metrics,
                 )
                 self.dispatchers[shard] = d
                 d.start()
@@ -305,6 +294,7 @@ class Node:
         entries = [entry_for(job, job.run_at, now) for job in jobs]
         fresh = {job.job_id for job, spec in zip(jobs, specs, strict=True) if not spec.job_id}
         results = await self.store.create_jobs(list(zip(jobs, entries, strict=True)), fresh=fresh)
+        self.metrics.scheduled([r.job for r in results if r.created], now)
         self._notify([e for e, r in zip(entries, results, strict=True) if r.created])
         for spec, result in zip(specs, results, strict=True):
             if result.conflict:
@@ -339,7 +329,9 @@ class Node:
         job = await self.store.get_job(validate_job_id(job_id))
         if job is None:
             if self.store.expired(job_id):
-                raise NotFound("job", job_id, "it finished and expired after the retention period")
+                raise NotFound(
+                    "job", job_id, "it finished and expired after the retention period"
+                )
             raise NotFound("job", job_id)
         return job
 
@@ -362,6 +354,7 @@ class Node:
                 )
             out = await self.store.cancel_job(job_id, job.state, job.fence, self.clock.now_ms())
             if out.applied and out.job is not None:
+                self.metrics.written(out.job)
                 return out.job
         raise FailedPrecondition(f"job {job_id!r} kept changing; try again")
 
@@ -486,6 +479,7 @@ class Node:
             d = self.dispatchers.get(item.shard)
             if out.applied and out.job is not None:
                 claimed.append(Claimed(job=out.job, lease_ms=lease))
+                self.metrics.claimed(out.job, now)
                 self._track(out.job)
                 if d is not None:
                     d.handled(item.entries)
@@ -500,6 +494,7 @@ class Node:
         self._track(out.job)
         if not out.applied:
             raise StaleFence(job_id, fence, out.job.fence, out.job.state.value)
+        self.metrics.written(out.job)
         return out.job
 
     async def heartbeat(self, job_id: str, fence: int, lease_s: float) -> tuple[Job, int]:
