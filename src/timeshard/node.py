@@ -12,6 +12,7 @@ from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from timeshard import clockcheck
 from timeshard.clock import Clock
 from timeshard.coordinator.base import Coordinator, Member
 from timeshard.coordinator.local import LocalCoordinator
@@ -138,6 +139,8 @@ class Node:
         self.schedules = ScheduleOps(store, clock, notify=self._notify)
         self.dead_letters = DeadLetters(store, clock, self._notify, self.list_jobs)
         self._running: dict[str, dict[str, int]] = {}  # type -> job id -> lease_until
+        self.clock_offset_ms: float | None = None
+        """The store's clock minus ours, as last measured (None: not measured)."""
         self._firer = ScheduleFirer(
             store, clock, self.config.default_max_attempts, notify=self._notify
         )
@@ -152,6 +155,17 @@ class Node:
         await self.store.open()
         me = Member(node_id=self.node_id, address=self.address)
         await self.coordinator.start(me, self.store.num_shards, self._shards_changed)
+        self._spawn(self._watch_clock(), "clock-check")
+
+    async def _watch_clock(self, every_s: float = 60.0) -> None:
+        """Measure this node's clock against the store's, now and every minute (defect 6)."""
+        while True:
+            reading = await clockcheck.check(
+                self.store, self.clock, self.config.dispatch.max_skew_s, self.node_id
+            )
+            if reading is not None:
+                self.clock_offset_ms = reading.offset_ms
+            await self.clock.sleep(every_s)
 
     async def stop(self) -> None:
         for task in list(self._background):
@@ -329,9 +343,7 @@ class Node:
         job = await self.store.get_job(validate_job_id(job_id))
         if job is None:
             if self.store.expired(job_id):
-                raise NotFound(
-                    "job", job_id, "it finished and expired after the retention period"
-                )
+                raise NotFound("job", job_id, "it finished and expired after the retention period")
             raise NotFound("job", job_id)
         return job
 
