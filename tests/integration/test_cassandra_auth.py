@@ -14,7 +14,7 @@ import pytest
 
 from tests.contract.conftest import free_port
 from tests.contract.helpers import create, make_job
-from timeshard.errors import StoreUnavailable
+from timeshard.errors import InvalidArgument
 from timeshard.model import JobState
 from timeshard.stack import CassandraProcess
 from timeshard.stack.cassandra import cql_ready, driver_cluster
@@ -97,7 +97,7 @@ async def test_the_store_opens_with_the_credentials_of_its_url(
 async def test_without_credentials_the_store_does_not_open(
     auth_node: CassandraProcess, keyspace: str, superuser: Any
 ) -> None:
-    with pytest.raises(StoreUnavailable, match="requires authentication"):
+    with pytest.raises(InvalidArgument, match="requires authentication"):
         async with opened(f"cassandra://{auth_node.address}/{keyspace}"):
             pass
     assert _keyspace_exists(superuser, keyspace) is False
@@ -107,7 +107,7 @@ async def test_a_wrong_password_is_refused_and_not_echoed(
     auth_node: CassandraProcess, keyspace: str, superuser: Any
 ) -> None:
     wrong = f"not-the-password-{uuid.uuid4().hex[:8]}"
-    with pytest.raises(StoreUnavailable, match="password are incorrect") as raised:
+    with pytest.raises(InvalidArgument, match="password are incorrect") as raised:
         async with opened(f"cassandra://cassandra:{wrong}@{auth_node.address}/{keyspace}"):
             pass
     assert wrong not in str(raised.value)

@@ -16,10 +16,12 @@ from typing import Any
 from urllib.parse import parse_qs, unquote
 
 from cassandra import (
+    AuthenticationFailed,
     ConsistencyLevel,
     CoordinationFailure,
     OperationTimedOut,
     Timeout,
+    Unauthorized,
     Unavailable,
     WriteTimeout,
 )
@@ -236,6 +238,17 @@ class Connection:
         loop = asyncio.get_running_loop()
         try:
             await loop.run_in_executor(None, self._connect)
+        except (AuthenticationFailed, Unauthorized) as exc:
+            await self.close()
+            raise InvalidArgument("store", f"Cassandra refused this login: {exc}") from exc
+        except NoHostAvailable as exc:
+            await self.close()
+            refusals = [e for e in exc.errors.values() if isinstance(e, AuthenticationFailed)]
+            if refusals:  # wrong or missing credentials never cure themselves: not retryable
+                raise InvalidArgument(
+                    "store", f"Cassandra refused the credentials: {refusals[0]}"
+                ) from exc
+            raise _unavailable(exc) from exc
         except UNAVAILABLE_ERRORS as exc:
             await self.close()
             raise _unavailable(exc) from exc

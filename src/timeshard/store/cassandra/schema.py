@@ -80,7 +80,12 @@ def migrate(
     starting together do not issue the same schema change at once (concurrent CREATE TABLE can
     leave Cassandra with two table ids); the other waits until it is recorded as done."""
     q = queries_for(keyspace)
-    session.execute(q["ddl_keyspace"].replace("{replication}", _cql_map(replication)))
+    exists = session.execute(
+        "SELECT keyspace_name FROM system_schema.keyspaces WHERE keyspace_name = %s", (keyspace,)
+    ).one()
+    if exists is None:  # (CREATE ... IF NOT EXISTS needs CREATE on all keyspaces, even when
+        # the keyspace exists: a role limited to an admin-made keyspace could not open it)
+        session.execute(q["ddl_keyspace"].replace("{replication}", _cql_map(replication)))
     session.execute(q["ddl_schema_migrations"])
     stmt = {n: session.prepare(q[n]) for n in q if n.endswith("migration")}
     stmt["select_migrations"] = session.prepare(q["select_migrations"])
