@@ -6,20 +6,22 @@ from timeshard.coordinator.base import Coordinator
 from timeshard.coordinator.local import LocalCoordinator
 from timeshard.errors import InvalidArgument
 from timeshard.sharding import DEFAULT_NUM_SHARDS
-from timeshard.store.base import Store
+from timeshard.store.base import Retention, Store
 
 
-def make_store(url: str, *, num_shards: int = DEFAULT_NUM_SHARDS) -> Store:
+def make_store(
+    url: str, *, num_shards: int = DEFAULT_NUM_SHARDS, retention: Retention | None = None
+) -> Store:
     """``sqlite:///path/to/file.db`` (the embedded default) or
     ``cassandra://HOST:PORT[,HOST:PORT...]/KEYSPACE``."""
     if url.startswith("sqlite://"):
         from timeshard.store.sqlite import SqliteStore
 
-        return SqliteStore.from_url(url, num_shards=num_shards)
+        return SqliteStore.from_url(url, num_shards=num_shards, retention=retention)
     if url.startswith("cassandra://"):
         from timeshard.store.cassandra import CassandraStore
 
-        store: Store = CassandraStore.from_url(url, num_shards=num_shards)
+        store: Store = CassandraStore.from_url(url, num_shards=num_shards, retention=retention)
         return store
     raise InvalidArgument("store", f"{url!r}: use sqlite:///PATH or cassandra://HOST:PORT/KEYSPACE")
 

@@ -163,3 +163,30 @@ async def test_a_rescheduled_job_has_one_row_and_runs_at_its_new_time_only(
         )
         stored = await store.get_job("moved")
         assert stored is not None and stored.run_at == later and stored.state is JobState.SCHEDULED
+
+
+async def test_a_finished_job_expires_with_its_key_and_a_get_says_so(
+    cassandra_address: str, keyspace: str
+) -> None:
+    from timeshard.store.base import Retention
+
+    store = CassandraStore.from_url(
+        f"cassandra://{cassandra_address}/{keyspace}",
+        num_shards=NUM_SHARDS,
+        retention=Retention(finished_s=2, dead_s=3600, index_s=3600),
+    )
+    await store.open()
+    try:
+        job = make_job("short-lived", key="short-key")
+        await create(store, job)
+        [claimed] = await store.claim_jobs([claim(job)])
+        assert claimed.job is not None
+        assert (await store.complete_job(job.job_id, claimed.job.fence, NOW + 1)).applied
+        assert await store.get_job(job.job_id) is not None
+        await asyncio.sleep(3.5)
+        assert await store.get_job(job.job_id) is None
+        assert store.expired(job.job_id)  # the index outlives the row: it says "expired"
+        [again] = await create(store, make_job("short-2", key="short-key"))
+        assert again.created, "the idempotency key should have expired with its job"
+    finally:
+        await store.close()

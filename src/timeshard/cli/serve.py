@@ -25,6 +25,7 @@ from timeshard.retry import RetryPolicy
 from timeshard.security.auth import Role
 from timeshard.server import Server
 from timeshard.sharding import DEFAULT_NUM_SHARDS
+from timeshard.store.base import Retention
 from timeshard.worker import JobContext, Worker
 
 
@@ -61,6 +62,18 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def _node_options(p: argparse.ArgumentParser, *, shards: int) -> None:
     p.add_argument("--shards", type=int, default=shards, help="shard count (fixed per cluster)")
     p.add_argument("--lookahead", type=float, default=5.0, help="seconds read ahead")
+    p.add_argument(
+        "--retention-hours",
+        type=float,
+        default=7 * 24,
+        help="keep succeeded and cancelled jobs this long (default 7 days)",
+    )
+    p.add_argument(
+        "--dead-retention-hours",
+        type=float,
+        default=30 * 24,
+        help="keep dead letters this long unless replayed or purged (default 30 days)",
+    )
     p.add_argument("--retry-base", type=float, default=1.0, help="retry backoff base seconds")
     p.add_argument(
         "--types",
@@ -84,7 +97,7 @@ def _node(args: argparse.Namespace, store_url: str, coordinator: str) -> Node:
         types=load_type_policies(args.types) if args.types else {},
     )
     return Node(
-        store=make_store(store_url, num_shards=args.shards),
+        store=make_store(store_url, num_shards=args.shards, retention=_retention(args)),
         coordinator=make_coordinator(coordinator),
         clock=SystemClock(),
         config=config,
@@ -236,3 +249,10 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 
 logging.getLogger("grpc").setLevel(logging.ERROR)
+
+
+def _retention(args: argparse.Namespace) -> Retention:
+    return Retention(
+        finished_s=round(args.retention_hours * 3600),
+        dead_s=round(args.dead_retention_hours * 3600),
+    )

@@ -19,6 +19,7 @@ import json
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
+from timeshard.errors import InvalidArgument
 from timeshard.model import Attempt, BucketEntry, Job, JobState, Outcome, Schedule, ShardState
 from timeshard.sharding import minute_of
 from timeshard.store.stats import StoreStats
@@ -74,6 +75,30 @@ class ClaimRequest:
 class JobPage:
     jobs: list[Job]
     next_token: str
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Retention:
+    """How long finished jobs are kept (Cassandra: TTL; SQLite: a sweep every minute)."""
+
+    finished_s: int = 7 * 24 * 3600
+    """Succeeded and cancelled jobs (and their idempotency keys) live this long."""
+    dead_s: int = 30 * 24 * 3600
+    """Dead letters live this long unless replayed or purged."""
+    index_s: int = 30 * 24 * 3600
+    """Cassandra: the id index outlives a finished row by this much, so a get can say it
+    expired rather than that it never existed."""
+
+    def __post_init__(self) -> None:
+        for name in ("finished_s", "dead_s", "index_s"):
+            if getattr(self, name) < 1:
+                raise InvalidArgument("retention", f"{name} must be at least 1 second")
+
+    def ttl(self, job: Job) -> int:
+        """Seconds a job in its state is kept from now (0: as long as it is not finished)."""
+        if job.state is JobState.DEAD:
+            return self.dead_s
+        return self.finished_s if job.state.terminal else 0
 
 
 RetryAt = int | None | Callable[[Job], int | None]

@@ -19,6 +19,7 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, TypeVar
 
+from timeshard.clock import Clock, SystemClock
 from timeshard.errors import InvalidArgument, StoreUnavailable
 from timeshard.model import (
     BucketEntry,
@@ -34,6 +35,7 @@ from timeshard.store.base import (
     ClaimRequest,
     CreateResult,
     JobPage,
+    Retention,
     RetryAt,
     Store,
     entry_for,
@@ -43,6 +45,8 @@ from timeshard.store.named import load_queries
 from timeshard.store.stats import StoreStats
 
 log = logging.getLogger(__name__)
+SWEEP_EVERY_S = 10.0
+SWEEP_ROWS = 5000
 R = TypeVar("R")
 Q = load_queries("sqlite.sql")
 _Op = tuple[Callable[[sqlite3.Connection], Any], Future[Any]]
@@ -118,8 +122,14 @@ class SqliteStore(Store):
         num_shards: int = DEFAULT_NUM_SHARDS,
         synchronous: str = "FULL",
         open_timeout: float = OPEN_TIMEOUT_S,
+        retention: Retention | None = None,
+        clock: Clock | None = None,
     ) -> None:
         self.path = str(path)
+        self.retention = retention or Retention()
+        self._clock: Clock = clock or SystemClock()
+        self._sweeper: asyncio.Task[None] | None = None
+        self._sweep_after = 0
         self._open_timeout = open_timeout
         self.num_shards = validate_num_shards(num_shards)
         self._synchronous = synchronous
@@ -130,10 +140,12 @@ class SqliteStore(Store):
         self._open_error: BaseException | None = None
 
     @classmethod
-    def from_url(cls, url: str, *, num_shards: int = DEFAULT_NUM_SHARDS) -> SqliteStore:
+    def from_url(
+        cls, url: str, *, num_shards: int = DEFAULT_NUM_SHARDS, retention: Retention | None = None
+    ) -> SqliteStore:
         """``sqlite:///abs/path.db`` or ``sqlite://relative.db`` or ``sqlite://:memory:``."""
         rest = url.removeprefix("sqlite://")
-        return cls(rest or ":memory:", num_shards=num_shards)
+        return cls(rest or ":memory:", num_shards=num_shards, retention=retention)
 
     # -- the writer thread ----------------------------------------------------------------
 
@@ -150,6 +162,7 @@ class SqliteStore(Store):
             self._ready.clear()  # open() may be called again
             raise StoreUnavailable(f"can not open {self.path}: {error}")
         await self._call(self._check_shard_count)
+        self._sweeper = asyncio.create_task(self._sweep_forever(), name=f"sweep:{self.path}")
 
     def _connect(self) -> sqlite3.Connection:
         """Connect, switch to WAL and migrate; while another process holds the file locked, wait
@@ -265,11 +278,50 @@ class SqliteStore(Store):
         return await asyncio.wrap_future(fut)
 
     async def close(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            await asyncio.gather(self._sweeper, return_exceptions=True)
+            self._sweeper = None
         if self._thread is None:
             return
         self._ops.put(None)
         await asyncio.get_running_loop().run_in_executor(None, self._thread.join)
         self._thread = None
+
+    # -- retention ------------------------------------------------------------------------
+
+    async def _sweep_forever(self, every_s: float = SWEEP_EVERY_S) -> None:
+        while True:
+            await self._clock.sleep(every_s)
+            try:
+                await self.sweep()
+            except StoreUnavailable as exc:
+                log.warning("retention sweep skipped: %s", exc)
+
+    async def sweep(self, limit: int = SWEEP_ROWS) -> int:
+        """Delete the finished jobs past their retention among the next ``limit`` rows (and
+        their idempotency keys); returns how many. Bounded work per call, wrapping around."""
+        now = self._clock.now_ms()
+
+        def run(db: sqlite3.Connection) -> int:
+            rows = db.execute(Q["sweep_scan"], (self._sweep_after, limit)).fetchall()
+            self._sweep_after = rows[-1][0] if len(rows) == limit else 0
+            gone = 0
+            for rowid, job_id, state, finished_at, key in rows:
+                if state == JobState.DEAD.value:
+                    keep_ms = self.retention.dead_s * 1000
+                elif state in (JobState.SUCCEEDED.value, JobState.CANCELLED.value):
+                    keep_ms = self.retention.finished_s * 1000
+                else:
+                    continue
+                if finished_at + keep_ms <= now:
+                    db.execute(Q["sweep_delete"], (rowid, finished_at, state))
+                    if key:
+                        db.execute(Q["sweep_key"], (key, job_id))
+                    gone += 1
+            return gone
+
+        return await self._call(run)
 
     # -- jobs -----------------------------------------------------------------------------
 

@@ -35,9 +35,7 @@ def _running_with(fence: int) -> Callable[[Job], bool]:
 def claim(c: ClaimRequest) -> Transition:
     """Never early: a job rescheduled to later since it was made ready does not apply."""
     return Transition(
-        lambda j: j.state is JobState.SCHEDULED
-        and j.fence == c.expect_fence
-        and j.run_at <= c.now,
+        lambda j: j.state is JobState.SCHEDULED and j.fence == c.expect_fence and j.run_at <= c.now,
         lambda j: j.with_(
             state=JobState.RUNNING,
             lease_owner=c.worker,

@@ -24,10 +24,10 @@ from typing import Any
 
 from timeshard.clock import Clock
 from timeshard.errors import InvalidArgument, NotOwner, StoreUnavailable
-from timeshard.model import BucketEntry, Job, JobState, Outcome
+from timeshard.model import BucketEntry, Job, Outcome
 from timeshard.sharding import minute_of, shard_of
 from timeshard.store import transitions as T
-from timeshard.store.base import CreateResult, entry_for
+from timeshard.store.base import CreateResult, Retention, entry_for
 from timeshard.store.cassandra.batcher import PartitionBatcher
 from timeshard.store.cassandra.driver import Ambiguous, Connection
 from timeshard.store.cassandra.rows import (
@@ -52,26 +52,6 @@ STAMP_BACK_US = 60_000_000
 CACHE_SIZE = 200_000
 
 Key = tuple[int, int]  # (shard, home minute)
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Retention:
-    finished_s: int = 7 * 24 * 3600
-    """Succeeded and cancelled jobs (and their idempotency keys) live this long."""
-    dead_s: int = 30 * 24 * 3600
-    """Dead letters live this long unless replayed or purged."""
-    index_s: int = 30 * 24 * 3600
-    """The id index outlives a finished row by this much, so a get can say it expired."""
-
-    def __post_init__(self) -> None:
-        for name in ("finished_s", "dead_s", "index_s"):
-            if getattr(self, name) < 60:
-                raise InvalidArgument("retention", f"{name} must be at least 60 seconds")
-
-    def ttl(self, job: Job) -> int:
-        if job.state is JobState.DEAD:
-            return self.dead_s
-        return self.finished_s if job.state.terminal else 0
 
 
 @dataclass(slots=True, eq=False)
@@ -568,7 +548,7 @@ class JobRows:
             index_ttl = ttl + self.retention.index_s if ttl else 0
             writes.append(("insert_index", (job.shard, home, job.job_id, index_ttl)))
             if job.idempotency_key:
-                key_params = (ttl, job.job_id, job.body_digest(), job.idempotency_key)
+                key_params = (job.job_id, job.body_digest(), job.idempotency_key, ttl)
                 writes.append(("expire_key", key_params))
         await self._plain_writes(writes)
 

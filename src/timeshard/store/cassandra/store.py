@@ -15,9 +15,9 @@ from timeshard.errors import InvalidArgument, StoreUnavailable
 from timeshard.model import BucketEntry, Job, JobState, Outcome, Schedule, ShardState
 from timeshard.sharding import DEFAULT_NUM_SHARDS, validate_num_shards
 from timeshard.store import transitions as T
-from timeshard.store.base import ClaimRequest, CreateResult, JobPage, RetryAt, Store
+from timeshard.store.base import ClaimRequest, CreateResult, JobPage, Retention, RetryAt, Store
 from timeshard.store.cassandra.driver import Ambiguous, ClusterConfig, Connection, parse_url
-from timeshard.store.cassandra.jobrows import JobRows, Retention
+from timeshard.store.cassandra.jobrows import JobRows
 from timeshard.store.cassandra.rows import to_shard_state
 from timeshard.store.codec import schedule_columns, to_schedule
 
@@ -46,9 +46,14 @@ class CassandraStore(Store):
 
     @classmethod
     def from_url(
-        cls, url: str, *, num_shards: int = DEFAULT_NUM_SHARDS, clock: Clock | None = None
+        cls,
+        url: str,
+        *,
+        num_shards: int = DEFAULT_NUM_SHARDS,
+        clock: Clock | None = None,
+        retention: Retention | None = None,
     ) -> CassandraStore:
-        return cls(parse_url(url), num_shards=num_shards, clock=clock)
+        return cls(parse_url(url), num_shards=num_shards, clock=clock, retention=retention)
 
     # -- connection -----------------------------------------------------------------------
 

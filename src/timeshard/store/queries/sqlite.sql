@@ -157,3 +157,15 @@ SELECT * FROM schedules WHERE schedule_id > ? ORDER BY schedule_id LIMIT ?;
 
 -- name: delete_schedule
 DELETE FROM schedules WHERE schedule_id = ?;
+
+-- name: sweep_scan
+-- Retention: the next rows in table order, a bounded slice per sweep (no index needed; a
+-- full pass over a million jobs takes about half an hour of sweeps).
+SELECT rowid, job_id, state, finished_at, idempotency_key FROM jobs
+WHERE rowid > ? ORDER BY rowid LIMIT ?;
+
+-- name: sweep_delete
+DELETE FROM jobs WHERE rowid = ? AND finished_at = ? AND state = ?;
+
+-- name: sweep_key
+DELETE FROM idempotency_keys WHERE key = ? AND job_id = ?;
