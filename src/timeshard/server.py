@@ -13,6 +13,8 @@ from grpc_reflection.v1alpha import reflection
 
 from timeshard.api.servicers import AdminService, JobService, WorkerService
 from timeshard.node import Node
+from timeshard.observe.health import HealthConfig, HealthWatcher
+from timeshard.observe.rpc import RpcMetrics
 from timeshard.security.policy import ServerSecurity
 from timeshard.v1 import timeshard_pb2 as pb
 from timeshard.v1 import timeshard_pb2_grpc as pb_grpc
@@ -22,6 +24,7 @@ log = logging.getLogger(__name__)
 SERVICE_NAMES = tuple(
     pb.DESCRIPTOR.services_by_name[n].full_name for n in pb.DESCRIPTOR.services_by_name
 )
+REFLECTION = (reflection.SERVICE_NAME, "grpc.reflection.v1.ServerReflection")
 
 
 class Server:
@@ -38,22 +41,28 @@ class Server:
         port: int = 50051,
         advertise: str = "",
         security: ServerSecurity | None = None,
+        health_config: HealthConfig | None = None,
     ) -> None:
         self.node = node
         self.security = security or ServerSecurity()
         self.security.check_listen(host, port)
         self._reload_task: asyncio.Task[None] | None = None
         self._grpc = grpc.aio.server(
-            interceptors=self.security.interceptors(),
+            # Outermost first: RPC metrics see every call as the client does, refusals included.
+            interceptors=[
+                RpcMetrics(node.metrics, (*SERVICE_NAMES, health.SERVICE_NAME, *REFLECTION)),
+                *self.security.interceptors(),
+            ],
             options=[
                 ("grpc.max_receive_message_length", 4 * 1024 * 1024),
                 ("grpc.so_reuseport", 0),
-            ]
+            ],
         )
         pb_grpc.add_JobServiceServicer_to_server(JobService(node), self._grpc)
         pb_grpc.add_WorkerServiceServicer_to_server(WorkerService(node), self._grpc)
         pb_grpc.add_AdminServiceServicer_to_server(AdminService(node), self._grpc)
         self._health = health_async.HealthServicer()
+        self.health_watcher = HealthWatcher(node, self._set_serving, health_config)
         health_pb2_grpc.add_HealthServicer_to_server(self._health, self._grpc)
         reflection.enable_server_reflection(
             (*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), self._grpc
@@ -70,8 +79,8 @@ class Server:
     async def start(self) -> None:
         await self.node.start()
         await self._grpc.start()
-        for name in ("", *SERVICE_NAMES):
-            await self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        await self.health_watcher.check()  # the first answer is the truth, not a default
+        self.health_watcher.start()
         self._reload_task = asyncio.create_task(
             self.security.reload_periodically(), name="security-reload"
         )
@@ -82,6 +91,15 @@ class Server:
             self.security.describe(),
         )
 
+    async def _set_serving(self, serving: bool) -> None:
+        status = (
+            health_pb2.HealthCheckResponse.SERVING
+            if serving
+            else health_pb2.HealthCheckResponse.NOT_SERVING
+        )
+        for name in ("", *SERVICE_NAMES):
+            await self._health.set(name, status)
+
     def reload_security(self) -> None:
         """Re-read certificates and tokens (SIGHUP) without dropping a connection."""
         self.security.reload()
@@ -89,6 +107,7 @@ class Server:
     async def stop(self, grace: float = 2.0) -> None:
         if self._reload_task is not None:
             self._reload_task.cancel()
+        await self.health_watcher.stop()
         await self._health.enter_graceful_shutdown()
         await self._grpc.stop(grace)
         await self.node.stop()

@@ -9,7 +9,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import CollectorRegistry
 
 from tests.unit.helpers import running, wait_until
-from timeshard.metrics import MetricsServer, StoreCollector, serve_metrics
+from timeshard.observe.http import HttpServer, metrics_route, serve_node
+from timeshard.observe.metrics import StoreCollector
 from timeshard.store.stats import StoreStats
 
 
@@ -38,7 +39,7 @@ async def test_store_counters_are_read_live_at_each_scrape() -> None:
     stats = StoreStats()
     registry = CollectorRegistry(auto_describe=False)
     registry.register(StoreCollector(lambda: stats))
-    server = MetricsServer(registry, port=0)
+    server = HttpServer({"/metrics": metrics_route(registry)}, port=0)
     await server.start()
     try:
         status, headers, body = await scrape(server.port)
@@ -64,7 +65,7 @@ async def test_store_counters_are_read_live_at_each_scrape() -> None:
 async def test_a_store_without_stats_exports_no_store_metrics() -> None:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(StoreCollector(lambda: None))
-    server = MetricsServer(registry, port=0)
+    server = HttpServer({"/metrics": metrics_route(registry)}, port=0)
     await server.start()
     try:
         status, _, body = await scrape(server.port)
@@ -74,10 +75,10 @@ async def test_a_store_without_stats_exports_no_store_metrics() -> None:
         await server.stop()
 
 
-async def test_a_node_serves_its_gauges_and_only_at_metrics() -> None:
+async def test_a_node_serves_its_gauges_at_metrics() -> None:
     async with running() as (node, _):
         await wait_until(lambda: len(node.dispatchers) == node.num_shards, what="shards taken")
-        server = await serve_metrics(node, host="127.0.0.1", port=0)
+        server = await serve_node(node, host="127.0.0.1", port=0)
         try:
             status, _, body = await scrape(server.port)
             assert status == 200
@@ -88,6 +89,6 @@ async def test_a_node_serves_its_gauges_and_only_at_metrics() -> None:
             if getattr(node.store, "stats", None) is not None:
                 assert ("timeshard_store_paxos_rounds_total", ()) in got
 
-            assert (await scrape(server.port, "/"))[0] == 404
+            assert (await scrape(server.port, "/nothing-here"))[0] == 404
         finally:
             await server.stop()

@@ -11,6 +11,7 @@ from timeshard.cli import certs, jobs, schedules, serve, shards, tokens
 from timeshard.cli.security import add_client_options, apply_client_options
 from timeshard.client import DEFAULT_SERVER
 from timeshard.errors import TimeshardError
+from timeshard.observe import logs
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -24,6 +25,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_client_options(parser)
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    parser.add_argument(
+        "--log-format",
+        choices=logs.FORMATS,
+        default=os.environ.get("TIMESHARD_LOG_FORMAT", "text"),
+        help="text for a terminal, json for one object per line (env TIMESHARD_LOG_FORMAT)",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     serve.register(sub)
     jobs.register(sub)
@@ -42,11 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    logs.configure(args.log_format, level=logging.DEBUG if args.verbose else logging.INFO)
     try:
         apply_client_options(args)
         code: int = args.func(args)

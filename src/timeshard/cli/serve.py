@@ -18,9 +18,12 @@ from timeshard.clock import SystemClock, format_rfc3339
 from timeshard.dispatcher import DispatchConfig
 from timeshard.errors import InvalidArgument
 from timeshard.factory import make_coordinator, make_store
-from timeshard.metrics import MetricsServer, serve_metrics
 from timeshard.model import validate_job_type
 from timeshard.node import Node, NodeConfig, TypePolicy
+from timeshard.observe.http import HttpServer, serve_node, serve_registry
+from timeshard.observe.logs import set_node
+from timeshard.observe.metrics import Forward, registry_of
+from timeshard.observe.worker import WorkerMetrics
 from timeshard.retry import RetryPolicy
 from timeshard.security.auth import Role
 from timeshard.server import Server
@@ -56,6 +59,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     wk.add_argument("--lease", type=float, default=None, help="lease seconds (default: worker's)")
     wk.add_argument("--id", default=None, help="worker id")
     wk.add_argument("-q", "--quiet", action="store_true", help="do not print each job")
+    _metrics_options(wk, what="this worker's Prometheus metrics")
     wk.set_defaults(func=cmd_worker)
 
 
@@ -80,14 +84,30 @@ def _node_options(p: argparse.ArgumentParser, *, shards: int) -> None:
         help='JSON file of per-type policies: {"email.send": {"max_attempts": 5, '
         '"retry_base": 2, "retry_max": 600, "concurrency": 10}}',
     )
+    _metrics_options(p, what="Prometheus metrics, and the status page at /")
+    p.add_argument(
+        "--http-port",
+        type=int,
+        default=0,
+        metavar="PORT",
+        help="serve the status page (/, /status.json) and /metrics on this port too "
+        "(default: only on --metrics-port)",
+    )
+
+
+def _metrics_options(p: argparse.ArgumentParser, *, what: str) -> None:
     p.add_argument(
         "--metrics-port",
         type=int,
         default=0,
         metavar="PORT",
-        help="serve Prometheus metrics at http://METRICS_HOST:PORT/metrics (default: off)",
+        help=f"serve {what} at http://METRICS_HOST:PORT/metrics (default: off)",
     )
-    p.add_argument("--metrics-host", default="127.0.0.1", help="metrics listen address")
+    p.add_argument(
+        "--metrics-host",
+        default="127.0.0.1",
+        help="listen address of the HTTP ports (no authentication: keep it private)",
+    )
 
 
 def _node(args: argparse.Namespace, store_url: str, coordinator: str) -> Node:
@@ -155,8 +175,9 @@ async def _serve(
     await server.start()
     # Rotation: re-read certificates and tokens without dropping a connection.
     asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, server.reload_security)
+    set_node(server.node.node_id)
     print(f"timeshard node {server.node.node_id}: serving on {server.address}", flush=True)
-    metrics = await _start_metrics(server, args)
+    http = await _start_http(server, args)
     worker_task = (
         asyncio.create_task(worker.run([server.address], stop), name="dev-worker")
         if worker
@@ -165,17 +186,24 @@ async def _serve(
     await stop.wait()
     if worker_task is not None:
         await worker_task
-    if metrics is not None:
-        await metrics.stop()
+    for h in http:
+        await h.stop()
     await server.stop()
 
 
-async def _start_metrics(server: Server, args: argparse.Namespace) -> MetricsServer | None:
-    if not args.metrics_port:
-        return None
-    metrics = await serve_metrics(server.node, host=args.metrics_host, port=args.metrics_port)
-    print(f"timeshard node {server.node.node_id}: metrics on {metrics.url}", flush=True)
-    return metrics
+async def _start_http(server: Server, args: argparse.Namespace) -> list[HttpServer]:
+    """The node's HTTP ports: /metrics, the status page and /status.json on each."""
+    ports = [p for p in dict.fromkeys([args.metrics_port, args.http_port]) if p]
+    started = []
+    for port in ports:
+        http = await serve_node(server.node, host=args.metrics_host, port=port)
+        started.append(http)
+        print(
+            f"timeshard node {server.node.node_id}: metrics on {http.url('/metrics')}, "
+            f"status page on {http.url('/')}",
+            flush=True,
+        )
+    return started
 
 
 def cmd_dev(args: argparse.Namespace) -> int:
@@ -235,13 +263,23 @@ def cmd_worker(args: argparse.Namespace) -> int:
         worker.safety_margin_s = min(worker.safety_margin_s, args.lease / 4)
     if args.id:
         worker.worker_id = args.id
-    if not args.quiet:
-        worker._on_event = _print_event
+    metrics = WorkerMetrics()
+    worker._on_event = metrics.hook(None if args.quiet else _print_event)
+    set_node(worker.worker_id)
 
     async def run() -> None:
         stop = asyncio.Event()
         _stop_on_signals(stop)
-        await worker.run([s for s in args.server.split(",") if s], stop)
+        http = None
+        if args.metrics_port:
+            registry = registry_of(Forward(metrics.registry))
+            http = await serve_registry(registry, host=args.metrics_host, port=args.metrics_port)
+            print(f"timeshard worker {worker.worker_id}: metrics on {http.url('/metrics')}")
+        try:
+            await worker.run([s for s in args.server.split(",") if s], stop)
+        finally:
+            if http is not None:
+                await http.stop()
 
     print(f"timeshard worker {worker.worker_id}: {sorted(worker.handlers)} from {args.server}")
     asyncio.run(run())

@@ -40,6 +40,12 @@ class Coordinator(abc.ABC):
     def owned(self) -> frozenset[int]:
         """Shards this node owns right now."""
 
+    @property
+    def connected(self) -> bool:
+        """Whether this node's coordination session is live now (health checks read it). A
+        coordinator without a session (``local``) is always connected."""
+        return True
+
     @abc.abstractmethod
     async def members(self) -> list[Member]:
         """Live nodes, this one included."""

@@ -148,6 +148,11 @@ class ZooKeeperCoordinator(Coordinator):
     def owned(self) -> frozenset[int]:
         return self._owned
 
+    @property
+    def connected(self) -> bool:
+        """False while the session is suspended or lost (kazoo's state), or before joining."""
+        return self._connected and self._client is not None
+
     async def members(self) -> list[Member]:
         names = await self._read(lambda c: c.get_children_async(self.layout.members))
         raws = await asyncio.gather(*(self._data(self.layout.member(n)) for n in names))

@@ -51,8 +51,21 @@ LATENESS_BUCKETS_S = (
     900.0,
     3600.0,
 )
+RPC_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 OTHER_TYPE = "_other"
 RECENT = 50
+COUNTED = (
+    "scheduled",
+    "claimed",
+    "succeeded",
+    "failed",
+    "retries",
+    "dead_lettered",
+    "cancelled",
+    "lease_expiries",
+    "job_reruns",
+)
+"""The per-type counters, as ``totals()`` names them."""
 LEASE_EXPIRED = "lease expired"
 
 
@@ -126,6 +139,19 @@ class NodeMetrics:
             ["type"],
             registry=r,
         )
+        self.rpc_requests_total = Counter(
+            "timeshard_rpc_requests",
+            "gRPC calls answered, by service, method and status code.",
+            ["grpc_service", "grpc_method", "grpc_code"],
+            registry=r,
+        )
+        self.rpc_duration = Histogram(
+            "timeshard_rpc_duration_seconds",
+            "Time to answer a gRPC call (a long-polling Claim includes its wait).",
+            ["grpc_service", "grpc_method"],
+            buckets=RPC_BUCKETS_S,
+            registry=r,
+        )
         self.lateness = Histogram(
             "timeshard_fire_lateness_seconds",
             "From a job's due time to the claim that handed it to a worker, on the owner node "
@@ -134,6 +160,19 @@ class NodeMetrics:
             buckets=LATENESS_BUCKETS_S,
             registry=r,
         )
+
+    def totals(self) -> dict[str, dict[str, int]]:
+        """The job counters by type: ``{type: {"scheduled": n, "claimed": n, ...}}``."""
+        out: dict[str, dict[str, int]] = {}
+        for family in self.registry.collect():
+            name = family.name.removeprefix("timeshard_jobs_").removeprefix("timeshard_")
+            if name not in COUNTED:
+                continue
+            for sample in family.samples:
+                if sample.name.endswith("_total"):
+                    row = out.setdefault(sample.labels["type"], dict.fromkeys(COUNTED, 0))
+                    row[name] = int(sample.value)
+        return out
 
     def type_label(self, job_type: str) -> str:
         """``job_type``, or ``_other`` once ``max_types`` distinct types were seen."""

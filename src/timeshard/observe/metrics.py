@@ -1,40 +1,43 @@
 """Prometheus metrics of a node, served at ``http://HOST:PORT/metrics`` (``--metrics-port``).
 
-Nothing is counted twice: a custom collector reads the live counters where they are kept (the
-store's ``StoreStats``, the node's dispatchers and ready queues) each time the endpoint is
-scraped. The endpoint is a few lines of HTTP/1.1 on the node's own event loop, so a scrape
-reads those counters between two steps of the loop, never while another thread changes them.
+Two kinds, one registry per node:
 
-Exported (names after the Prometheus conventions: ``_total`` counters, base units):
+- counted as things happen, in ``NodeMetrics`` (``observe.events``): jobs by type, fire
+  lateness, lease expiries, re-runs, and RPCs by method and status (``observe.rpc``);
+- read live at each scrape by the collectors below, where the numbers are kept: the store's
+  ``StoreStats``, the node's dispatchers and ready queues, the coordinator's session, what the
+  health watcher last found. Nothing is copied, so nothing drifts.
 
-- ``timeshard_store_paxos_rounds_total``: conditional statements or batches sent to the store
-  (one Paxos round each on Cassandra; one write transaction on SQLite);
-- ``timeshard_store_conditional_rows_total``: rows those rounds carried;
-- ``timeshard_store_operations_total{op}``, ``timeshard_store_errors_total{op}``,
+The endpoint runs on the node's own event loop (``observe.http``), so a scrape reads those
+numbers between two steps of the loop, never while another thread changes them.
+
+Read at scrape time (names after the Prometheus conventions: ``_total`` counters, base units):
+
+- ``timeshard_store_paxos_rounds_total``, ``timeshard_store_conditional_rows_total``;
+  ``timeshard_store_operations_total{op}``, ``timeshard_store_errors_total{op}``,
   ``timeshard_store_operation_seconds_total{op}``: store calls by named operation;
-- ``timeshard_node_shards_owned``, ``timeshard_node_ready_jobs``: gauges of this node;
+- ``timeshard_node_info{node_id}``, ``timeshard_node_serving``, ``timeshard_store_up``,
+  ``timeshard_coordinator_connected``, ``timeshard_cluster_shards``,
+  ``timeshard_node_shards_owned``, ``timeshard_node_ready_jobs``;
+- per shard this node owns: ``timeshard_shard_epoch{shard}``, ``timeshard_shard_due_jobs{shard}``
+  (due and not handed out), ``timeshard_shard_dispatch_lag_seconds{shard}`` (the oldest of
+  them), ``timeshard_shard_ready_jobs{shard}``;
+- ``timeshard_dead_letter_jobs``: the size of the dead-letter queue (from the node that owns
+  shard 0, which counts it);
 - the ``process_*`` and ``python_info`` metrics of prometheus_client.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import logging
 from collections.abc import Callable, Iterable, Mapping
 
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
-from prometheus_client.registry import CollectorRegistry
+from prometheus_client.registry import Collector, CollectorRegistry
 
 from timeshard.node import Node
 from timeshard.store.stats import StoreStats
-
-log = logging.getLogger(__name__)
-
-MAX_REQUEST_BYTES = 8192
 
 
 class StoreCollector:
@@ -79,89 +82,110 @@ def _by_op(name: str, documentation: str, counts: Mapping[str, float]) -> Metric
     return family
 
 
+def _gauge(name: str, documentation: str, value: float) -> Metric:
+    return GaugeMetricFamily(name, documentation, value=value)
+
+
 class NodeCollector:
-    """The store's counters and a few gauges of one node."""
+    """The store's counters and the gauges of one node, read at scrape time."""
 
     def __init__(self, node: Node) -> None:
         self._node = node
         self._store = StoreCollector(lambda: getattr(node.store, "stats", None))
 
     def collect(self) -> Iterable[Metric]:
+        node, health = self._node, self._node.metrics.health
         yield from self._store.collect()
-        yield GaugeMetricFamily(
+        info = GaugeMetricFamily(
+            "timeshard_node_info", "This node's id (always 1).", labels=["node_id"]
+        )
+        info.add_metric([node.node_id], 1)
+        yield info
+        yield _gauge(
+            "timeshard_node_serving",
+            "1 while gRPC health says SERVING (store reachable and coordinator session live).",
+            int(health.serving),
+        )
+        yield _gauge(
+            "timeshard_store_up",
+            "1 if the last store probe answered in time.",
+            int(health.store_ok),
+        )
+        yield _gauge(
+            "timeshard_coordinator_connected",
+            "1 while the coordinator session (ZooKeeper) is connected; 0 when suspended or lost.",
+            int(node.coordinator.connected),
+        )
+        yield _gauge("timeshard_cluster_shards", "Shards in the cluster.", node.num_shards)
+        yield _gauge(
             "timeshard_node_shards_owned",
             "Shards this node owns and dispatches.",
-            value=len(self._node.dispatchers),
+            len(node.dispatchers),
         )
-        yield GaugeMetricFamily(
+        yield _gauge(
             "timeshard_node_ready_jobs",
             "Due jobs held in this node's ready queues, not yet claimed.",
-            value=self._node.ready.count(),
+            node.ready.count(),
         )
+        yield from self._shards()
+        if health.dead_letters is not None:
+            yield _gauge(
+                "timeshard_dead_letter_jobs",
+                "Jobs in the dead-letter queue (counted by the node that owns shard 0).",
+                health.dead_letters,
+            )
+
+    def _shards(self) -> Iterable[Metric]:
+        node = self._node
+        now = node.clock.now_ms()
+        epoch = GaugeMetricFamily(
+            "timeshard_shard_epoch", "Epoch of each shard this node owns.", labels=["shard"]
+        )
+        due = GaugeMetricFamily(
+            "timeshard_shard_due_jobs",
+            "Entries due and not yet handed out (claimed, fired or found finished), per shard.",
+            labels=["shard"],
+        )
+        lag = GaugeMetricFamily(
+            "timeshard_shard_dispatch_lag_seconds",
+            "Age of the oldest due entry not yet handed out, per shard (0 when none).",
+            labels=["shard"],
+        )
+        ready = GaugeMetricFamily(
+            "timeshard_shard_ready_jobs",
+            "Jobs in the ready queues, waiting for a claim, per shard.",
+            labels=["shard"],
+        )
+        for shard, d in sorted(node.dispatchers.items()):
+            label = [str(shard)]
+            count, oldest = d.backlog(now)
+            epoch.add_metric(label, d.epoch)
+            due.add_metric(label, count)
+            lag.add_metric(label, max(0, now - oldest) / 1000 if oldest is not None else 0.0)
+            ready.add_metric(label, node.ready.count(shard))
+        return [epoch, due, lag, ready]
 
 
-def node_registry(node: Node) -> CollectorRegistry:
+class Forward:
+    """Forwards a registry's metrics into another registry."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self._registry = registry
+
+    def collect(self) -> Iterable[Metric]:
+        return self._registry.collect()
+
+
+def registry_of(*collectors: Collector, process: bool = True) -> CollectorRegistry:
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(NodeCollector(node))
-    ProcessCollector(registry=registry)
-    PlatformCollector(registry=registry)
+    for c in collectors:
+        registry.register(c)
+    if process:
+        ProcessCollector(registry=registry)
+        PlatformCollector(registry=registry)
     return registry
 
 
-class MetricsServer:
-    """``GET /metrics`` on ``host:port`` (``port=0``: a free one, see ``.port`` after start)."""
-
-    def __init__(self, registry: CollectorRegistry, *, host: str = "127.0.0.1", port: int) -> None:
-        self.registry = registry
-        self.host = host
-        self.port = port
-        self._server: asyncio.Server | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://{self.host}:{self.port}/metrics"
-
-    async def start(self) -> None:
-        self._server = await asyncio.start_server(self._handle, self.host, self.port)
-        self.port = self._server.sockets[0].getsockname()[1]
-        log.info("metrics on %s", self.url)
-
-    async def stop(self) -> None:
-        if self._server is not None:
-            self._server.close()
-            await self._server.wait_closed()
-            self._server = None
-
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout=10)
-            status, ctype, body = self._respond(head)
-            writer.write(
-                f"HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\n"
-                f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
-                + body
-            )
-            await writer.drain()
-        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError):
-            pass  # a scraper that hung up or sent no request: nothing to answer
-        except ConnectionError:
-            pass
-        finally:
-            writer.close()
-            with contextlib.suppress(ConnectionError):
-                await writer.wait_closed()
-
-    def _respond(self, head: bytes) -> tuple[str, str, bytes]:
-        method, _, rest = head.partition(b"\r\n")[0].decode("latin-1").partition(" ")
-        path = rest.split(" ", 1)[0].split("?", 1)[0]
-        if method != "GET":
-            return "405 Method Not Allowed", "text/plain", b"GET /metrics\n"
-        if path != "/metrics":
-            return "404 Not Found", "text/plain", b"metrics are at /metrics\n"
-        return "200 OK", CONTENT_TYPE_LATEST, generate_latest(self.registry)
-
-
-async def serve_metrics(node: Node, *, host: str, port: int) -> MetricsServer:
-    server = MetricsServer(node_registry(node), host=host, port=port)
-    await server.start()
-    return server
+def node_registry(node: Node) -> CollectorRegistry:
+    """Everything ``/metrics`` shows for ``node``."""
+    return registry_of(NodeCollector(node), Forward(node.metrics.registry))

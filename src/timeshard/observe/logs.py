@@ -1,0 +1,103 @@
+"""Log output: plain text for a terminal (the default), or one JSON object per line
+(``--log-format json``) for a log pipeline.
+
+Each JSON line carries ``time`` (RFC 3339, UTC, milliseconds), ``level``, ``logger``,
+``message``, ``event``, and when known ``node``, ``shard`` and ``job_id``:
+
+- ``node`` is the process's node or worker id (``configure(node=...)``);
+- ``shard`` and ``job_id`` come from the call's ``extra`` when it gives them, otherwise from the
+  asyncio task that logged: a shard's dispatcher runs as ``dispatcher-<shard>``, a worker's job
+  as ``job-<id>``, ``handler-<id>`` or ``lease-<id>``, so a line logged by them names its
+  shard or job without every call spelling it out;
+- ``event`` is the call's ``extra={"event": ...}`` when given, else the message's template
+  (``"shard %d: deposed at epoch %d; stopping"``), the same for every occurrence, so lines can
+  be grouped without parsing the message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import sys
+from datetime import UTC, datetime
+from typing import Any
+
+FORMATS = ("text", "json")
+TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+_TASK_PREFIXES = {
+    "dispatcher-": "shard",
+    "job-": "job_id",
+    "handler-": "job_id",
+    "lease-": "job_id",
+}
+
+
+def _from_task() -> dict[str, Any]:
+    try:
+        task = asyncio.current_task()
+    except RuntimeError:  # no running loop in this thread
+        return {}
+    if task is None:
+        return {}
+    name = task.get_name()
+    for prefix, key in _TASK_PREFIXES.items():
+        if name.startswith(prefix):
+            value = name.removeprefix(prefix)
+            if key == "shard":
+                return {"shard": int(value)} if value.isdigit() else {}
+            return {key: value}
+    return {}
+
+
+class JsonFormatter(logging.Formatter):
+    def __init__(self, node: str = "") -> None:
+        super().__init__()
+        self.node = node
+
+    def format(self, record: logging.LogRecord) -> str:
+        out: dict[str, Any] = {
+            "time": datetime.fromtimestamp(record.created, UTC)
+            .isoformat(timespec="milliseconds")
+            .replace("+00:00", "Z"),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+            "event": getattr(record, "event", None) or str(record.msg),
+        }
+        node = getattr(record, "node", None) or self.node
+        if node:
+            out["node"] = node
+        found = _from_task()
+        for key in ("shard", "job_id"):
+            value = getattr(record, key, None)
+            if value is None:
+                value = found.get(key)
+            if value is not None:
+                out[key] = value
+        if record.exc_info:
+            out["exception"] = self.formatException(record.exc_info)
+        return json.dumps(out, ensure_ascii=False, default=str)
+
+
+def configure(log_format: str = "text", *, level: int = logging.INFO, node: str = "") -> None:
+    """Send the root logger's records to stderr in ``log_format`` (``text`` or ``json``)."""
+    if log_format not in FORMATS:
+        raise ValueError(f"log format {log_format!r}: use one of {FORMATS}")
+    handler = logging.StreamHandler(sys.stderr)
+    formatter: logging.Formatter = (
+        JsonFormatter(node) if log_format == "json" else logging.Formatter(TEXT_FORMAT)
+    )
+    handler.setFormatter(formatter)
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(level)
+
+
+def set_node(node: str) -> None:
+    """Name the node (or worker) in every JSON line from now on."""
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler.formatter, JsonFormatter):
+            handler.formatter.node = node

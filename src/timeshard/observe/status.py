@@ -1,0 +1,151 @@
+"""One node's state as data: what the status page shows, ``/status.json`` serves and the
+``AdminService.NodeStatus`` RPC answers (``timeshard status`` merges the nodes' answers).
+
+Cluster-wide facts (members, which node owns which shard) come from the coordinator; the
+details of a shard (due entries, dispatch lag, ready jobs) only its owner knows, so a node
+reports them for its own shards.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from timeshard.errors import TimeshardError
+from timeshard.model import Job
+from timeshard.node import Node
+from timeshard.observe.events import JobEvent
+from timeshard.observe.window import DEFAULT_WINDOW_S, Percentiles
+
+CLUSTER_TIMEOUT_S = 2.0
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ShardRow:
+    shard: int
+    owner: str
+    """The owner by the coordinator ("" when none)."""
+    epoch: int = 0
+    due: int = 0
+    lag_ms: int = 0
+    ready: int = 0
+    in_memory: int = 0
+    here: bool = False
+    """Owned (dispatched) by this node: the numbers above are known."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class NodeStatus:
+    node_id: str
+    address: str
+    at_ms: int
+    serving: bool
+    store_ok: bool
+    store_error: str
+    coordinator_ok: bool
+    cluster_error: str
+    """Why the members and owners could not be read ("" when they were)."""
+    num_shards: int
+    members: list[tuple[str, str]]
+    shards: list[ShardRow]
+    window_s: float
+    lateness: Percentiles
+    lateness_buckets: dict[float, int]
+    totals: dict[str, dict[str, int]]
+    dead_letters: int | None
+    dead_letters_at_ms: int
+    failures: list[JobEvent]
+    dead: list[JobEvent]
+    """Dead letters this node saw happen, then the newest in the store (counted on shard 0's
+    owner)."""
+    clock_offset_ms: float | None = None
+    """This node's clock against the store's (None: not measured yet)."""
+
+    def as_json(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["lateness_buckets"] = [[le, n] for le, n in sorted(self.lateness_buckets.items())]
+        out["members"] = [{"node_id": n, "address": a} for n, a in self.members]
+        return out
+
+
+async def node_status(node: Node, window_s: float = DEFAULT_WINDOW_S) -> NodeStatus:
+    metrics, health = node.metrics, node.metrics.health
+    members: list[tuple[str, str]] = []
+    owners: dict[int, str] = {}
+    cluster_error = ""
+    try:
+        async with asyncio.timeout(CLUSTER_TIMEOUT_S):
+            found, owners = await asyncio.gather(
+                node.coordinator.members(), node.coordinator.owners()
+            )
+        members = [(m.node_id, m.address) for m in found]
+    except TimeoutError:
+        cluster_error = f"the coordinator did not answer within {CLUSTER_TIMEOUT_S:g} s"
+    except TimeshardError as exc:
+        cluster_error = exc.message
+    buckets, _ = metrics.window.buckets(window_s)
+    return NodeStatus(
+        node_id=node.node_id,
+        address=node.address,
+        at_ms=node.clock.now_ms(),
+        serving=health.serving,
+        store_ok=health.store_ok,
+        store_error=health.store_error,
+        coordinator_ok=health.coordinator_ok,
+        cluster_error=cluster_error,
+        num_shards=node.num_shards,
+        members=members,
+        shards=shard_rows(node, owners),
+        window_s=window_s,
+        lateness=metrics.window.percentiles(window_s),
+        lateness_buckets=buckets,
+        totals=metrics.totals(),
+        dead_letters=health.dead_letters,
+        dead_letters_at_ms=health.dead_letters_at_ms,
+        failures=list(metrics.failures),
+        dead=_dead(list(metrics.dead), health.latest_dead),
+        clock_offset_ms=node.clock_offset_ms,
+    )
+
+
+def shard_rows(node: Node, owners: dict[int, str]) -> list[ShardRow]:
+    now = node.clock.now_ms()
+    rows = []
+    for shard in range(node.num_shards):
+        d = node.dispatchers.get(shard)
+        if d is None:
+            rows.append(ShardRow(shard=shard, owner=owners.get(shard, "")))
+            continue
+        due, oldest = d.backlog(now)
+        rows.append(
+            ShardRow(
+                shard=shard,
+                owner=owners.get(shard, node.node_id),
+                epoch=d.epoch,
+                due=due,
+                lag_ms=max(0, now - oldest) if oldest is not None else 0,
+                ready=node.ready.count(shard),
+                in_memory=d.in_memory,
+                here=True,
+            )
+        )
+    return rows
+
+
+def _dead(seen: list[JobEvent], stored: list[Job]) -> list[JobEvent]:
+    """Dead letters seen here, then the newest stored ones not among them."""
+    ids = {e.job_id for e in seen}
+    return seen + [
+        JobEvent(
+            at_ms=j.finished_at,
+            job_id=j.job_id,
+            job_type=j.job_type,
+            shard=j.shard,
+            attempt=j.attempt,
+            kind="dead",
+            error=j.last_error[:300],
+        )
+        for j in stored
+        if j.job_id not in ids
+    ]
