@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import CollectorRegistry
 
-from tests.unit.helpers import running, wait_until
+from tests.unit.helpers import START_MS, advance, running, settle, wait_until
+from timeshard.observe.health import HealthWatcher
 from timeshard.observe.http import HttpServer, metrics_route, serve_node
 from timeshard.observe.metrics import StoreCollector
 from timeshard.store.stats import StoreStats
@@ -92,3 +94,122 @@ async def test_a_node_serves_its_gauges_at_metrics() -> None:
             assert (await scrape(server.port, "/nothing-here"))[0] == 404
         finally:
             await server.stop()
+
+
+# -- a scripted run: the counters say exactly what happened ------------------------------------
+
+
+def value(
+    got: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: str, **labels: str
+) -> float:
+    return got.get((name, tuple(sorted(labels.items()))), 0.0)
+
+
+async def test_a_scripted_run_shows_in_the_metrics_with_the_right_values() -> None:
+    """Schedule N, fail M (retried, then they succeed), dead-letter K, cancel one, let one
+    lease expire, leave one unclaimed: every counter, the lateness histogram and the shard
+    gauges agree with what happened."""
+    n, m, k = 12, 3, 2
+    async with running() as (node, clock):
+        await wait_until(lambda: len(node.dispatchers) == node.num_shards, what="shards taken")
+        http = await serve_node(node, host="127.0.0.1", port=0)
+        try:
+            for _ in range(n):
+                await node.schedule(job_type="mail", payload=b"{}", run_at=START_MS + 1000)
+            victim, _ = await node.schedule(
+                job_type="mail", payload=b"{}", run_at=START_MS + 60_000
+            )
+            await node.cancel(victim.job_id)
+            await advance(node, clock, 2.5)  # due 1 s in, claimed 2.5 s in: 1.5 s late each
+
+            claimed = await node.claim(worker="w", types=["mail"], limit=n, wait_s=0, lease_s=30)
+            assert len(claimed) == n
+            for c in claimed[:m]:
+                await node.fail(c.job.job_id, c.job.fence, "timeout talking to smtp", False)
+            for c in claimed[m : m + k]:
+                await node.fail(c.job.job_id, c.job.fence, "bad address", True)
+            for c in claimed[m + k :]:
+                await node.complete(c.job.job_id, c.job.fence)
+            first = samples((await scrape(http.port))[2])
+
+            # One run whose lease runs out, then runs again.
+            slow, _ = await node.schedule(job_type="slow", payload=b"", run_at=START_MS + 2500)
+            await settle(node)
+            (run1,) = await node.claim(worker="w", types=["slow"], limit=1, wait_s=0, lease_s=1)
+            await advance(node, clock, 2.0)
+            (run2,) = await node.claim(worker="w2", types=["slow"], limit=1, wait_s=0, lease_s=30)
+            assert run2.job.job_id == slow.job_id and run2.job.fence > run1.job.fence
+
+            # The retries (backoff at most 1 s) are due by now: they succeed.
+            retried = await node.claim(worker="w", types=["mail"], limit=n, wait_s=0, lease_s=30)
+            assert sorted(c.job.job_id for c in retried) == sorted(
+                c.job.job_id for c in claimed[:m]
+            )
+            for c in retried:
+                await node.complete(c.job.job_id, c.job.fence)
+
+            # One due job nobody claims: its shard shows it due, and how late.
+            idle, _ = await node.schedule(job_type="idle", payload=b"", run_at=clock.now_ms())
+            await advance(node, clock, 3.0)
+            got = samples((await scrape(http.port))[2])
+        finally:
+            await http.stop()
+
+    # Lateness of the first runs: each 1.5 s late (in the 2.5 s bucket, not the 1 s one).
+    assert value(first, "timeshard_fire_lateness_seconds_count", type="mail") == n
+    assert value(first, "timeshard_fire_lateness_seconds_sum", type="mail") == pytest.approx(
+        1.5 * n
+    )
+    assert value(first, "timeshard_fire_lateness_seconds_bucket", type="mail", le="1.0") == 0
+    assert value(first, "timeshard_fire_lateness_seconds_bucket", type="mail", le="2.5") == n
+
+    assert value(got, "timeshard_jobs_scheduled_total", type="mail") == n + 1
+    assert value(got, "timeshard_jobs_claimed_total", type="mail") == n + m
+    assert value(got, "timeshard_jobs_failed_total", type="mail") == m + k
+    assert value(got, "timeshard_jobs_retries_total", type="mail") == m
+    assert value(got, "timeshard_jobs_dead_lettered_total", type="mail") == k
+    assert value(got, "timeshard_jobs_succeeded_total", type="mail") == n - k
+    assert value(got, "timeshard_jobs_cancelled_total", type="mail") == 1
+    assert value(got, "timeshard_fire_lateness_seconds_count", type="mail") == n + m
+    # The expired lease: one expiry, one re-run, and the re-run is not counted as lateness.
+    assert value(got, "timeshard_lease_expiries_total", type="slow") == 1
+    assert value(got, "timeshard_job_reruns_total", type="slow") == 1
+    assert value(got, "timeshard_jobs_claimed_total", type="slow") == 2
+    assert value(got, "timeshard_fire_lateness_seconds_count", type="slow") == 1
+    # The unclaimed job: due on its shard with 3 s of dispatch lag; no other shard is behind.
+    shard = str(idle.shard)
+    assert value(got, "timeshard_shard_due_jobs", shard=shard) == 1
+    assert value(got, "timeshard_shard_ready_jobs", shard=shard) == 1
+    assert value(got, "timeshard_shard_dispatch_lag_seconds", shard=shard) == pytest.approx(3.0)
+    for s in range(node.num_shards):
+        assert value(got, "timeshard_shard_epoch", shard=str(s)) >= 1
+        if str(s) != shard:
+            assert value(got, "timeshard_shard_dispatch_lag_seconds", shard=str(s)) == 0
+            assert value(got, "timeshard_shard_due_jobs", shard=str(s)) == 0
+    assert value(got, "timeshard_cluster_shards") == node.num_shards
+    assert value(got, "timeshard_coordinator_connected") == 1
+    # No job id ever becomes a label.
+    assert all(victim.job_id not in str(key) and slow.job_id not in str(key) for key in got)
+
+
+async def test_the_dead_letter_count_comes_from_the_store() -> None:
+    async with running() as (node, _):
+        await wait_until(lambda: len(node.dispatchers) == node.num_shards, what="shards taken")
+        for _ in range(3):
+            await node.schedule(job_type="t", payload=b"", run_at=START_MS, max_attempts=1)
+        await settle(node)
+        for c in await node.claim(worker="w", types=["t"], limit=3, wait_s=0, lease_s=30):
+            await node.fail(c.job.job_id, c.job.fence, "nope", False)  # out of attempts
+
+        async def ignore(_: bool) -> None:
+            return None
+
+        watcher = HealthWatcher(node, ignore)
+        await watcher.count_dead_letters(force=True)
+        http = await serve_node(node, host="127.0.0.1", port=0)
+        try:
+            got = samples((await scrape(http.port))[2])
+        finally:
+            await http.stop()
+        assert value(got, "timeshard_dead_letter_jobs") == 3
+        assert len(node.metrics.health.latest_dead) == 3
