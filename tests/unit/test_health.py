@@ -1,0 +1,129 @@
+"""Health that tells the truth: gRPC health is NOT_SERVING while the store does not answer or
+the coordinator's session is lost, and SERVING again when they are back."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from tests.unit.helpers import START_MS, wait_until
+from timeshard.clock import FakeClock
+from timeshard.coordinator.local import LocalCoordinator
+from timeshard.errors import StoreUnavailable
+from timeshard.model import ShardState
+from timeshard.node import Node
+from timeshard.observe.health import HealthConfig
+from timeshard.server import Server
+from timeshard.store.sqlite import SqliteStore
+
+SERVING = health_pb2.HealthCheckResponse.SERVING
+NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
+
+
+class StoppableStore(SqliteStore):
+    """The embedded store with a switch: stopped, every call fails as an unreachable store
+    does (``StoreUnavailable``); hung, calls never answer."""
+
+    stopped = False
+    hung = False
+
+    async def get_shard(self, shard: int) -> ShardState:
+        if self.hung:
+            await asyncio.Event().wait()
+        if self.stopped:
+            raise StoreUnavailable("connection refused (stopped by the test)")
+        return await super().get_shard(shard)
+
+
+class SessionCoordinator(LocalCoordinator):
+    """The local coordinator with a session that a test can lose."""
+
+    live = True
+
+    @property
+    def connected(self) -> bool:
+        return self.live
+
+
+@asynccontextmanager
+async def serving(
+    store: SqliteStore, coordinator: LocalCoordinator, clock: FakeClock
+) -> AsyncIterator[tuple[Server, health_pb2_grpc.HealthStub]]:
+    node = Node(store=store, coordinator=coordinator, clock=clock, node_id="n1")
+    server = Server(node, port=0, health_config=HealthConfig(every_s=1.0, timeout_s=0.2))
+    await server.start()
+    channel = grpc.aio.insecure_channel(server.address)
+    try:
+        yield server, health_pb2_grpc.HealthStub(channel)
+    finally:
+        await channel.close(None)
+        await server.stop(0)
+
+
+async def status(stub: health_pb2_grpc.HealthStub, service: str = "") -> int:
+    reply = await stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=5)
+    return int(reply.status)
+
+
+async def flips_to(stub: health_pb2_grpc.HealthStub, clock: FakeClock, want: int) -> None:
+    """Let the watcher's loop run (one probe per fake second) until health says ``want``."""
+    for _ in range(50):
+        if await status(stub) == want:
+            return
+        clock.advance(1.0)
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"health never became {want}")
+
+
+async def test_health_follows_the_store_down_and_back() -> None:
+    store = StoppableStore(":memory:", num_shards=4)
+    clock = FakeClock(START_MS)
+    async with serving(store, LocalCoordinator(), clock) as (server, stub):
+        assert await status(stub) == SERVING
+        assert await status(stub, "timeshard.v1.WorkerService") == SERVING
+
+        store.stopped = True
+        await flips_to(stub, clock, NOT_SERVING)
+        assert await status(stub, "timeshard.v1.JobService") == NOT_SERVING
+        health = server.node.metrics.health
+        assert not health.store_ok and "connection refused" in health.store_error
+
+        store.stopped = False
+        await flips_to(stub, clock, SERVING)
+        assert await status(stub, "timeshard.v1.JobService") == SERVING
+
+
+async def test_a_store_that_does_not_answer_in_time_is_down() -> None:
+    store = StoppableStore(":memory:", num_shards=4)
+    async with serving(store, LocalCoordinator(), FakeClock(START_MS)) as (server, stub):
+        store.hung = True
+        assert await server.health_watcher.check() is False  # the probe's 0.2 s timeout
+        assert await status(stub) == NOT_SERVING
+        assert "no answer within 0.2 s" in server.node.metrics.health.store_error
+        store.hung = False
+        assert await server.health_watcher.check() is True
+        assert await status(stub) == SERVING
+
+
+async def test_health_follows_the_coordinator_session() -> None:
+    coordinator = SessionCoordinator()
+    clock = FakeClock(START_MS)
+    async with serving(SqliteStore(":memory:", num_shards=4), coordinator, clock) as (_, stub):
+        assert await status(stub) == SERVING
+        coordinator.live = False
+        await flips_to(stub, clock, NOT_SERVING)
+        coordinator.live = True
+        await flips_to(stub, clock, SERVING)
+
+
+async def test_a_node_that_starts_without_its_session_is_not_serving_from_the_start() -> None:
+    coordinator = SessionCoordinator()
+    coordinator.live = False
+    clock = FakeClock(START_MS)
+    async with serving(SqliteStore(":memory:", num_shards=4), coordinator, clock) as (s, stub):
+        assert await status(stub) == NOT_SERVING
+        await wait_until(lambda: not s.node.metrics.health.serving, what="health recorded")
