@@ -132,16 +132,17 @@ class JobRows:
     async def create(
         self, jobs: Sequence[tuple[Job, BucketEntry]], fresh: Collection[str]
     ) -> list[CreateResult]:
-        """Entries and index first (a crash leaves an entry or an index row without a job,
-        which find nothing, never a job without an entry), then the rows: plain batches per
-        partition for fresh ids, conditional ones for ids someone else may also create."""
+        """A job with a fresh id lives in the partition of its entry's minute: its row and its
+        entry go in one unlogged batch with the same partition key (one mutation, applied
+        atomically), concurrently with its index row. Other jobs: entries first (a crash leaves
+        an entry that finds nothing, never a job without one), then a conditional batch."""
         results: dict[int, CreateResult] = {}
         plain: list[_New] = []
         guarded: list[_New] = []
         for i, (job, entry) in enumerate(jobs):
             job = bounded_history(job)
             if job.job_id in fresh and not job.idempotency_key:
-                plain.append(_New(i, job, entry, minute_of(job.run_at)))
+                plain.append(_New(i, job, entry, entry.minute))
                 continue
             decided = await self._decide_owner(i, job, entry)
             if isinstance(decided, CreateResult):
@@ -153,22 +154,20 @@ class JobRows:
                 results[i] = CreateResult(created=False, job=first.job, conflict=conflict)
                 continue
             guarded.append(decided)
-        todo = [*plain, *guarded]
+        index = [("insert_index", (n.job.shard, n.home, n.job.job_id, 0)) for n in plain]
         await _gather(
             [
-                self.put_entries([_homed(n.entry, n.home) for n in todo]),
-                self._plain_writes(
-                    [("insert_index", (n.job.shard, n.home, n.job.job_id, 0)) for n in plain]
-                ),
+                self.put_entries([_homed(n.entry, n.home) for n in guarded]),
+                self._plain_writes(index),
+                *(self._create_plain(k, ns) for k, ns in _by_home(plain).items()),
             ]
         )
-        await _gather(self._create_plain(k, ns) for k, ns in _by_home(plain).items())
         parts = await _gather(self._create_guarded(k, ns) for k, ns in _by_home(guarded).items())
         for part in parts:
             results.update(part)
         for n in plain:
             results[n.index] = CreateResult(created=True, job=n.job)
-        for n in todo:
+        for n in [*plain, *guarded]:
             self._homes.put(n.job.job_id, n.home)
         return [results[i] for i in range(len(jobs))]
 
@@ -224,11 +223,22 @@ class JobRows:
 
     async def _create_plain(self, key: Key, news: list[_New]) -> None:
         stamp = self._clock.now_ms() * 1000 - STAMP_BACK_US
-        init = ("init_epoch", {"shard": key[0], "minute": key[1]})
-        rows = [("create_row", {**_row_params(n.job, key), "stamp": stamp}) for n in news]
-        weights = [512 + len(n.job.payload) for n in news]
+        init: tuple[str, Any] = ("init_epoch", {"shard": key[0], "minute": key[1]})
+        now = self._clock.now_ms()
+        pairs: list[list[tuple[str, Any]]] = []
+        for n in news:
+            e = n.entry
+            entry = (e.shard, e.minute, e.due_at, e.job_id, n.home, bucket_ttl(e.due_at, now))
+            pairs.append(
+                [
+                    ("create_row", {**_row_params(n.job, key), "stamp": stamp}),
+                    ("insert_entry", entry),
+                ]
+            )
+        weights = [1024 + len(n.job.payload) for n in news]
         await _gather(
-            self._conn.batch([init, *chunk], conditional=False) for chunk in _sized(rows, weights)
+            self._conn.batch([init, *(s for pair in chunk for s in pair)], conditional=False)
+            for chunk in _sized(pairs, weights)
         )
 
     async def _create_guarded(self, key: Key, news: list[_New]) -> dict[int, CreateResult]:
@@ -301,6 +311,10 @@ class JobRows:
         await _gather(self._raise_before_read(k) for k in by_key)
         parts = await _gather(self._read(k, ids_, serial=False) for k, ids_ in by_key.items())
         out = {job_id: f.job for part in parts for job_id, f in part.items()}
+        for key, ids_ in by_key.items():
+            for job_id in ids_:
+                if job_id in out:
+                    self._homes.put(job_id, key[1])
         for job_id in looked_up:
             if job_id not in out:
                 self._expired.put(job_id, True)
