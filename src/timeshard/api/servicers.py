@@ -23,6 +23,7 @@ from timeshard.api.convert import (
     ts_ms,
 )
 from timeshard.api.replies import claim_cap, claimed_job, fit_page, fit_written
+from timeshard.api.status import node_status_to_pb
 from timeshard.cron import CronSpec
 from timeshard.errors import InvalidArgument, TimeshardError, status_of
 from timeshard.limits import (
@@ -38,6 +39,8 @@ from timeshard.limits import (
 )
 from timeshard.model import Job, Schedule, validate_job_id, validate_job_type, validate_worker_id
 from timeshard.node import FinishItem, JobSpec, Node
+from timeshard.observe.status import node_status
+from timeshard.observe.window import DEFAULT_WINDOW_S
 from timeshard.schedules import new_schedule_id
 from timeshard.v1 import timeshard_pb2 as pb
 from timeshard.v1 import timeshard_pb2_grpc as pb_grpc
@@ -345,6 +348,7 @@ class AdminService(pb_grpc.AdminServiceServicer):
             d = self.node.dispatchers.get(shard)
             state = await self.node.store.get_shard(shard)
             cursor_ms = state.cursor * 60_000
+            due, oldest = d.backlog(now) if d else (0, None)
             out.append(
                 pb.ShardInfo(
                     shard=shard,
@@ -354,9 +358,20 @@ class AdminService(pb_grpc.AdminServiceServicer):
                     cursor_lag_ms=max(0, now - cursor_ms) if state.epoch else 0,
                     ready=self.node.ready.count(shard) if d else 0,
                     in_memory=d.in_memory if d else 0,
+                    due=due,
+                    dispatch_lag_ms=max(0, now - oldest) if oldest is not None else 0,
                 )
             )
         return pb.ShardOwnersResponse(shards=out)
+
+    @rpc
+    async def NodeStatus(
+        self, request: pb.NodeStatusRequest, context: Ctx
+    ) -> pb.NodeStatusResponse:
+        window_s = dur_s(request.window) if request.HasField("window") else DEFAULT_WINDOW_S
+        if not 10 <= window_s <= 900:
+            raise InvalidArgument("window", f"must be 10 s to 15 min, got {window_s:g} s")
+        return node_status_to_pb(await node_status(self.node, window_s))
 
     @rpc
     async def MoveShard(self, request: pb.MoveShardRequest, context: Ctx) -> pb.MoveShardResponse:

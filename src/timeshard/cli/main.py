@@ -7,7 +7,7 @@ import logging
 import os
 import sys
 
-from timeshard.cli import certs, jobs, schedules, serve, shards, tokens
+from timeshard.cli import certs, jobs, schedules, serve, shards, status, tokens
 from timeshard.cli.security import add_client_options, apply_client_options
 from timeshard.client import DEFAULT_SERVER
 from timeshard.errors import TimeshardError
@@ -36,6 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     jobs.register(sub)
     schedules.register(sub)
     shards.register(sub)
+    status.register(sub)
     certs.register(sub)
     tokens.register(sub)
     try:

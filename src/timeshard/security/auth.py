@@ -21,7 +21,8 @@ names them):
   get, list, update, pause, resume, delete, preview) and listing dead letters;
 - ``worker``: WorkerService (claim, heartbeat, complete, fail, finish) and
   AdminService.ClusterInfo (workers discover the nodes);
-- ``admin``: the above and dead-letter replay/purge, shard owners, move shard, drain node.
+- ``admin``: the above and dead-letter replay/purge, shard owners, move shard, drain node,
+  node status.
 
 Health checking and reflection stay open: load balancers and service managers probe health
 without credentials, and reflection describes only the public ``timeshard.v1`` schema (no data).
@@ -99,6 +100,7 @@ METHOD_ROLES: dict[str, Role] = {
     _ADMIN + "ShardOwners": Role.ADMIN,
     _ADMIN + "MoveShard": Role.ADMIN,
     _ADMIN + "DrainNode": Role.ADMIN,
+    _ADMIN + "NodeStatus": Role.ADMIN,
 }
 """Each RPC of ``timeshard.v1`` and the role it needs (``admin`` passes every check)."""
 

@@ -464,7 +464,7 @@ class ClusterInfoResponse(_message.Message):
     def __init__(self, nodes: _Optional[_Iterable[_Union[Node, _Mapping]]] = ..., num_shards: _Optional[int] = ...) -> None: ...
 
 class ShardInfo(_message.Message):
-    __slots__ = ("shard", "owner", "epoch", "cursor", "cursor_lag_ms", "ready", "in_memory")
+    __slots__ = ("shard", "owner", "epoch", "cursor", "cursor_lag_ms", "ready", "in_memory", "due", "dispatch_lag_ms")
     SHARD_FIELD_NUMBER: _ClassVar[int]
     OWNER_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
@@ -472,6 +472,8 @@ class ShardInfo(_message.Message):
     CURSOR_LAG_MS_FIELD_NUMBER: _ClassVar[int]
     READY_FIELD_NUMBER: _ClassVar[int]
     IN_MEMORY_FIELD_NUMBER: _ClassVar[int]
+    DUE_FIELD_NUMBER: _ClassVar[int]
+    DISPATCH_LAG_MS_FIELD_NUMBER: _ClassVar[int]
     shard: int
     owner: str
     epoch: int
@@ -479,7 +481,9 @@ class ShardInfo(_message.Message):
     cursor_lag_ms: int
     ready: int
     in_memory: int
-    def __init__(self, shard: _Optional[int] = ..., owner: _Optional[str] = ..., epoch: _Optional[int] = ..., cursor: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., cursor_lag_ms: _Optional[int] = ..., ready: _Optional[int] = ..., in_memory: _Optional[int] = ...) -> None: ...
+    due: int
+    dispatch_lag_ms: int
+    def __init__(self, shard: _Optional[int] = ..., owner: _Optional[str] = ..., epoch: _Optional[int] = ..., cursor: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., cursor_lag_ms: _Optional[int] = ..., ready: _Optional[int] = ..., in_memory: _Optional[int] = ..., due: _Optional[int] = ..., dispatch_lag_ms: _Optional[int] = ...) -> None: ...
 
 class ShardOwnersRequest(_message.Message):
     __slots__ = ()
@@ -514,3 +518,113 @@ class DrainNodeResponse(_message.Message):
     MOVED_FIELD_NUMBER: _ClassVar[int]
     moved: _containers.RepeatedScalarFieldContainer[int]
     def __init__(self, moved: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class NodeStatusRequest(_message.Message):
+    __slots__ = ("window",)
+    WINDOW_FIELD_NUMBER: _ClassVar[int]
+    window: _duration_pb2.Duration
+    def __init__(self, window: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+
+class ShardStatus(_message.Message):
+    __slots__ = ("shard", "epoch", "due", "dispatch_lag_ms", "ready", "in_memory")
+    SHARD_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    DUE_FIELD_NUMBER: _ClassVar[int]
+    DISPATCH_LAG_MS_FIELD_NUMBER: _ClassVar[int]
+    READY_FIELD_NUMBER: _ClassVar[int]
+    IN_MEMORY_FIELD_NUMBER: _ClassVar[int]
+    shard: int
+    epoch: int
+    due: int
+    dispatch_lag_ms: int
+    ready: int
+    in_memory: int
+    def __init__(self, shard: _Optional[int] = ..., epoch: _Optional[int] = ..., due: _Optional[int] = ..., dispatch_lag_ms: _Optional[int] = ..., ready: _Optional[int] = ..., in_memory: _Optional[int] = ...) -> None: ...
+
+class LatenessBucket(_message.Message):
+    __slots__ = ("le_ms", "count")
+    LE_MS_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    le_ms: float
+    count: int
+    def __init__(self, le_ms: _Optional[float] = ..., count: _Optional[int] = ...) -> None: ...
+
+class TypeCounts(_message.Message):
+    __slots__ = ("type", "scheduled", "claimed", "succeeded", "failed", "retries", "dead_lettered", "cancelled", "lease_expiries", "reruns")
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    SCHEDULED_FIELD_NUMBER: _ClassVar[int]
+    CLAIMED_FIELD_NUMBER: _ClassVar[int]
+    SUCCEEDED_FIELD_NUMBER: _ClassVar[int]
+    FAILED_FIELD_NUMBER: _ClassVar[int]
+    RETRIES_FIELD_NUMBER: _ClassVar[int]
+    DEAD_LETTERED_FIELD_NUMBER: _ClassVar[int]
+    CANCELLED_FIELD_NUMBER: _ClassVar[int]
+    LEASE_EXPIRIES_FIELD_NUMBER: _ClassVar[int]
+    RERUNS_FIELD_NUMBER: _ClassVar[int]
+    type: str
+    scheduled: int
+    claimed: int
+    succeeded: int
+    failed: int
+    retries: int
+    dead_lettered: int
+    cancelled: int
+    lease_expiries: int
+    reruns: int
+    def __init__(self, type: _Optional[str] = ..., scheduled: _Optional[int] = ..., claimed: _Optional[int] = ..., succeeded: _Optional[int] = ..., failed: _Optional[int] = ..., retries: _Optional[int] = ..., dead_lettered: _Optional[int] = ..., cancelled: _Optional[int] = ..., lease_expiries: _Optional[int] = ..., reruns: _Optional[int] = ...) -> None: ...
+
+class JobEvent(_message.Message):
+    __slots__ = ("at", "job_id", "type", "shard", "attempt", "kind", "error")
+    AT_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    SHARD_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    at: _timestamp_pb2.Timestamp
+    job_id: str
+    type: str
+    shard: int
+    attempt: int
+    kind: str
+    error: str
+    def __init__(self, at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., job_id: _Optional[str] = ..., type: _Optional[str] = ..., shard: _Optional[int] = ..., attempt: _Optional[int] = ..., kind: _Optional[str] = ..., error: _Optional[str] = ...) -> None: ...
+
+class NodeStatusResponse(_message.Message):
+    __slots__ = ("node_id", "address", "serving", "store_reachable", "store_error", "coordinator_connected", "num_shards", "shards", "window", "lateness", "lateness_max_ms", "jobs", "dead_letters_counted", "dead_letters", "dead_letters_at", "recent_failures", "recent_dead_letters")
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    SERVING_FIELD_NUMBER: _ClassVar[int]
+    STORE_REACHABLE_FIELD_NUMBER: _ClassVar[int]
+    STORE_ERROR_FIELD_NUMBER: _ClassVar[int]
+    COORDINATOR_CONNECTED_FIELD_NUMBER: _ClassVar[int]
+    NUM_SHARDS_FIELD_NUMBER: _ClassVar[int]
+    SHARDS_FIELD_NUMBER: _ClassVar[int]
+    WINDOW_FIELD_NUMBER: _ClassVar[int]
+    LATENESS_FIELD_NUMBER: _ClassVar[int]
+    LATENESS_MAX_MS_FIELD_NUMBER: _ClassVar[int]
+    JOBS_FIELD_NUMBER: _ClassVar[int]
+    DEAD_LETTERS_COUNTED_FIELD_NUMBER: _ClassVar[int]
+    DEAD_LETTERS_FIELD_NUMBER: _ClassVar[int]
+    DEAD_LETTERS_AT_FIELD_NUMBER: _ClassVar[int]
+    RECENT_FAILURES_FIELD_NUMBER: _ClassVar[int]
+    RECENT_DEAD_LETTERS_FIELD_NUMBER: _ClassVar[int]
+    node_id: str
+    address: str
+    serving: bool
+    store_reachable: bool
+    store_error: str
+    coordinator_connected: bool
+    num_shards: int
+    shards: _containers.RepeatedCompositeFieldContainer[ShardStatus]
+    window: _duration_pb2.Duration
+    lateness: _containers.RepeatedCompositeFieldContainer[LatenessBucket]
+    lateness_max_ms: float
+    jobs: _containers.RepeatedCompositeFieldContainer[TypeCounts]
+    dead_letters_counted: bool
+    dead_letters: int
+    dead_letters_at: _timestamp_pb2.Timestamp
+    recent_failures: _containers.RepeatedCompositeFieldContainer[JobEvent]
+    recent_dead_letters: _containers.RepeatedCompositeFieldContainer[JobEvent]
+    def __init__(self, node_id: _Optional[str] = ..., address: _Optional[str] = ..., serving: _Optional[bool] = ..., store_reachable: _Optional[bool] = ..., store_error: _Optional[str] = ..., coordinator_connected: _Optional[bool] = ..., num_shards: _Optional[int] = ..., shards: _Optional[_Iterable[_Union[ShardStatus, _Mapping]]] = ..., window: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., lateness: _Optional[_Iterable[_Union[LatenessBucket, _Mapping]]] = ..., lateness_max_ms: _Optional[float] = ..., jobs: _Optional[_Iterable[_Union[TypeCounts, _Mapping]]] = ..., dead_letters_counted: _Optional[bool] = ..., dead_letters: _Optional[int] = ..., dead_letters_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., recent_failures: _Optional[_Iterable[_Union[JobEvent, _Mapping]]] = ..., recent_dead_letters: _Optional[_Iterable[_Union[JobEvent, _Mapping]]] = ...) -> None: ...

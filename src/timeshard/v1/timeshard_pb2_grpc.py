@@ -1058,6 +1058,11 @@ class AdminServiceStub:
                 request_serializer=timeshard_dot_v1_dot_timeshard__pb2.DrainNodeRequest.SerializeToString,
                 response_deserializer=timeshard_dot_v1_dot_timeshard__pb2.DrainNodeResponse.FromString,
                 _registered_method=True)
+        self.NodeStatus = channel.unary_unary(
+                '/timeshard.v1.AdminService/NodeStatus',
+                request_serializer=timeshard_dot_v1_dot_timeshard__pb2.NodeStatusRequest.SerializeToString,
+                response_deserializer=timeshard_dot_v1_dot_timeshard__pb2.NodeStatusResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServiceServicer:
@@ -1087,6 +1092,12 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def NodeStatus(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -1109,6 +1120,11 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.DrainNode,
                     request_deserializer=timeshard_dot_v1_dot_timeshard__pb2.DrainNodeRequest.FromString,
                     response_serializer=timeshard_dot_v1_dot_timeshard__pb2.DrainNodeResponse.SerializeToString,
+            ),
+            'NodeStatus': grpc.unary_unary_rpc_method_handler(
+                    servicer.NodeStatus,
+                    request_deserializer=timeshard_dot_v1_dot_timeshard__pb2.NodeStatusRequest.FromString,
+                    response_serializer=timeshard_dot_v1_dot_timeshard__pb2.NodeStatusResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1219,6 +1235,33 @@ class AdminService:
             '/timeshard.v1.AdminService/DrainNode',
             timeshard_dot_v1_dot_timeshard__pb2.DrainNodeRequest.SerializeToString,
             timeshard_dot_v1_dot_timeshard__pb2.DrainNodeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def NodeStatus(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/timeshard.v1.AdminService/NodeStatus',
+            timeshard_dot_v1_dot_timeshard__pb2.NodeStatusRequest.SerializeToString,
+            timeshard_dot_v1_dot_timeshard__pb2.NodeStatusResponse.FromString,
             options,
             channel_credentials,
             insecure,

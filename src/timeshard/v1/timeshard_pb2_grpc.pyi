@@ -259,6 +259,7 @@ class AdminServiceStub:
     ShardOwners: _grpc.UnaryUnaryMultiCallable[_timeshard_pb2.ShardOwnersRequest, _timeshard_pb2.ShardOwnersResponse]
     MoveShard: _grpc.UnaryUnaryMultiCallable[_timeshard_pb2.MoveShardRequest, _timeshard_pb2.MoveShardResponse]
     DrainNode: _grpc.UnaryUnaryMultiCallable[_timeshard_pb2.DrainNodeRequest, _timeshard_pb2.DrainNodeResponse]
+    NodeStatus: _grpc.UnaryUnaryMultiCallable[_timeshard_pb2.NodeStatusRequest, _timeshard_pb2.NodeStatusResponse]
 
 @_typing.type_check_only
 class AdminServiceAsyncStub(AdminServiceStub):
@@ -267,6 +268,7 @@ class AdminServiceAsyncStub(AdminServiceStub):
     ShardOwners: _aio.UnaryUnaryMultiCallable[_timeshard_pb2.ShardOwnersRequest, _timeshard_pb2.ShardOwnersResponse]  # type: ignore[assignment]
     MoveShard: _aio.UnaryUnaryMultiCallable[_timeshard_pb2.MoveShardRequest, _timeshard_pb2.MoveShardResponse]  # type: ignore[assignment]
     DrainNode: _aio.UnaryUnaryMultiCallable[_timeshard_pb2.DrainNodeRequest, _timeshard_pb2.DrainNodeResponse]  # type: ignore[assignment]
+    NodeStatus: _aio.UnaryUnaryMultiCallable[_timeshard_pb2.NodeStatusRequest, _timeshard_pb2.NodeStatusResponse]  # type: ignore[assignment]
 
 class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -296,5 +298,12 @@ class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _timeshard_pb2.DrainNodeRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_timeshard_pb2.DrainNodeResponse, _abc.Awaitable[_timeshard_pb2.DrainNodeResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def NodeStatus(
+        self,
+        request: _timeshard_pb2.NodeStatusRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_timeshard_pb2.NodeStatusResponse, _abc.Awaitable[_timeshard_pb2.NodeStatusResponse]]: ...
 
 def add_AdminServiceServicer_to_server(servicer: AdminServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

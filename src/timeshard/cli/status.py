@@ -1,0 +1,207 @@
+"""``timeshard status [--json]``: the cluster at a glance.
+
+Asks the nodes behind ``--server`` for the members (``ClusterInfo``), then every member for
+its state (``AdminService.NodeStatus``, admin role) and merges the answers: health of each node,
+shards per node and the shards nobody dispatches, each shard's due entries and dispatch lag,
+the dead-letter queue's size, recent lateness percentiles (the nodes' lateness buckets add up)
+and the latest failures.
+
+Exits 1 when a node did not answer or is not serving, or a shard has no owner (for scripts).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from timeshard.api.convert import dur, ts_ms
+from timeshard.cli.shards import Admin, _rpc
+from timeshard.clock import format_rfc3339
+from timeshard.errors import PermissionDenied, TimeshardError, Unauthenticated, Unavailable
+from timeshard.observe.window import percentiles
+from timeshard.v1 import timeshard_pb2 as pb
+
+LAG_WARN_MS = 5_000
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("status", help="the cluster at a glance: nodes, shards, lag, DLQ, lateness")
+    p.add_argument("--json", action="store_true", help="print the merged state as JSON")
+    p.add_argument(
+        "--window",
+        type=float,
+        default=300.0,
+        metavar="SECONDS",
+        help="recent lateness over this long (10-900, default 300)",
+    )
+    p.set_defaults(func=cmd_status)
+
+
+def gather(servers: str, window_s: float) -> dict[str, Any]:
+    """The merged state of the cluster behind ``servers``."""
+    with Admin(servers) as admin:
+        info = admin.cluster()
+        answers: dict[str, pb.NodeStatusResponse | None] = {}
+        errors: dict[str, str] = {}
+        for node in info.nodes:
+            try:
+                answers[node.node_id] = _rpc(
+                    admin.stub(node.address).NodeStatus,
+                    pb.NodeStatusRequest(window=dur(round(window_s * 1000))),
+                )
+            except (PermissionDenied, Unauthenticated):
+                raise  # it answered: no to these credentials
+            except TimeshardError as exc:
+                answers[node.node_id] = None
+                errors[node.node_id] = exc.message
+    if not any(answers.values()):
+        raise Unavailable("no node answered NodeStatus")
+    return merge(info, answers, errors, window_s)
+
+
+def merge(
+    info: pb.ClusterInfoResponse,
+    answers: dict[str, pb.NodeStatusResponse | None],
+    errors: dict[str, str],
+    window_s: float,
+) -> dict[str, Any]:
+    shards: dict[int, dict[str, Any]] = {}
+    buckets: dict[float, int] = {}
+    top = 0.0
+    dead: dict[str, Any] | None = None
+    failures: list[dict[str, Any]] = []
+    nodes = []
+    for n in info.nodes:
+        a = answers.get(n.node_id)
+        row: dict[str, Any] = {
+            "node_id": n.node_id,
+            "address": n.address,
+            "answered": a is not None,
+        }
+        if a is None:
+            row["error"] = errors.get(n.node_id, "")
+            nodes.append(row)
+            continue
+        row.update(
+            serving=a.serving,
+            store_reachable=a.store_reachable,
+            store_error=a.store_error,
+            coordinator_connected=a.coordinator_connected,
+            shards=len(a.shards),
+            due=sum(s.due for s in a.shards),
+            max_lag_ms=max((s.dispatch_lag_ms for s in a.shards), default=0),
+        )
+        nodes.append(row)
+        for s in a.shards:
+            shards[s.shard] = {
+                "shard": s.shard,
+                "owner": n.node_id,
+                "epoch": s.epoch,
+                "due": s.due,
+                "dispatch_lag_ms": s.dispatch_lag_ms,
+                "ready": s.ready,
+            }
+        for b in a.lateness:
+            buckets[b.le_ms] = buckets.get(b.le_ms, 0) + b.count
+        top = max(top, a.lateness_max_ms)
+        if a.dead_letters_counted:
+            dead = {
+                "count": a.dead_letters,
+                "counted_by": n.node_id,
+                "counted_at": format_rfc3339(ts_ms(a.dead_letters_at)),
+            }
+        failures += [_event(e, n.node_id) for e in a.recent_failures]
+    all_answered = all(answers.values())
+    unowned = [s for s in range(info.num_shards) if s not in shards] if all_answered else None
+    late = percentiles(buckets, top)
+    return {
+        "num_shards": info.num_shards,
+        "nodes": nodes,
+        "shards": [shards[s] for s in sorted(shards)],
+        "shards_without_owner": unowned,
+        "dead_letters": dead,
+        "lateness": {"window_s": window_s, **late.as_dict()},
+        "recent_failures": sorted(failures, key=lambda e: e["at"], reverse=True)[:20],
+    }
+
+
+def _event(e: pb.JobEvent, node: str) -> dict[str, Any]:
+    return {
+        "at": format_rfc3339(ts_ms(e.at)),
+        "node": node,
+        "job_id": e.job_id,
+        "type": e.type,
+        "shard": e.shard,
+        "attempt": e.attempt,
+        "kind": e.kind,
+        "error": e.error,
+    }
+
+
+def _ms(v: float) -> str:
+    return f"{v / 1000:.2f}s" if v >= 1000 else f"{v:.0f}ms"
+
+
+def render(st: dict[str, Any]) -> list[str]:
+    unowned = st["shards_without_owner"]
+    owner_note = (
+        "owners unknown (a node did not answer)"
+        if unowned is None
+        else f"{len(unowned)} without an owner" + (f": {unowned[:20]}" if unowned else "")
+    )
+    dead = st["dead_letters"]
+    dlq = (
+        f"{dead['count']} (counted {dead['counted_at']} by {dead['counted_by']})"
+        if dead
+        else "not counted yet"
+    )
+    late = st["lateness"]
+    out = [
+        f"{len(st['nodes'])} node(s), {st['num_shards']} shards, {owner_note}",
+        f"dead letters: {dlq}",
+        f"lateness, last {late['window_s']:g} s ({late['count']} claims): "
+        f"p50 {_ms(late['p50_ms'])}  p90 {_ms(late['p90_ms'])}  p99 {_ms(late['p99_ms'])}  "
+        f"max {_ms(late['max_ms'])}",
+        "",
+        f"{'NODE':<20} {'ADDRESS':<22} {'HEALTH':<12} {'SHARDS':>6} {'DUE':>6} {'MAX LAG':>8}",
+    ]
+    for n in st["nodes"]:
+        if not n["answered"]:
+            out.append(f"{n['node_id']:<20} {n['address']:<22} no answer: {n.get('error', '')}")
+            continue
+        health = "SERVING" if n["serving"] else "NOT_SERVING"
+        why = []
+        if not n["store_reachable"]:
+            why.append(f"store: {n['store_error']}")
+        if not n["coordinator_connected"]:
+            why.append("coordinator session lost")
+        out.append(
+            f"{n['node_id']:<20} {n['address']:<22} {health:<12} {n['shards']:>6} "
+            f"{n['due']:>6} {_ms(n['max_lag_ms']):>8}" + (f"  ({'; '.join(why)})" if why else "")
+        )
+    behind = [s for s in st["shards"] if s["dispatch_lag_ms"] > LAG_WARN_MS]
+    if behind:
+        out += ["", f"shards behind (dispatch lag over {LAG_WARN_MS // 1000} s):"]
+        out += [
+            f"  shard {s['shard']} on {s['owner']}: {s['due']} due, lag {_ms(s['dispatch_lag_ms'])}"
+            for s in sorted(behind, key=lambda s: -s["dispatch_lag_ms"])[:20]
+        ]
+    if st["recent_failures"]:
+        out += ["", "recent failures:"]
+        out += [
+            f"  {e['at']} {e['type']} {e['job_id']} attempt {e['attempt']} {e['kind']}: "
+            f"{e['error'][:120]}"
+            for e in st["recent_failures"][:10]
+        ]
+    return out
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    st = gather(args.server, args.window)
+    if args.json:
+        print(json.dumps(st, indent=2))
+    else:
+        print("\n".join(render(st)))
+    healthy = all(n["answered"] and n["serving"] for n in st["nodes"])
+    return 0 if healthy and not st["shards_without_owner"] else 1
