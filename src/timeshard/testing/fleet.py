@@ -148,6 +148,8 @@ class Fleet:
         old = self.servers[name]
         if old.alive():
             raise RuntimeError(f"{name} is still running")
+        for f in old.files:
+            f.close()
         return self.start_server(name, port=int(old.address.rsplit(":", 1)[1]))
 
     def start_workers(
@@ -179,6 +181,17 @@ class Fleet:
                 env={**record, **(env or {})},
             )
             self.workers[name] = self._spawn(proc)
+
+    def restart_worker(self, name: str) -> Proc:
+        """Start worker ``name`` again (same command line and environment, a new pid)."""
+        old = self.workers[name]
+        if old.alive():
+            raise RuntimeError(f"{name} is still running")
+        for f in old.files:
+            f.close()
+        proc = Proc(name=name, argv=old.argv, log=old.log, env=old.env)
+        self.workers[name] = self._spawn(proc)
+        return proc
 
     def wait_serving(self, names: Iterable[str] | None = None, timeout: float = 60) -> None:
         for name in names or list(self.servers):

@@ -1,0 +1,605 @@
+"""The checker of a chaos run: reads what the run wrote down (``ledger.py``) and the store as
+the API showed it after the drain, and counts every way the guarantees of DESIGN.md could have
+been broken.
+
+Must be zero (``MUST_BE_ZERO``):
+
+- ``lost``: acknowledged (a ScheduleJobs reply, or a cron occurrence the store holds), not
+  cancelled, and not terminal after the drain (or gone);
+- ``overlapping``: jobs two of whose runs were active at the same time. A run ends when its end
+  is recorded, or when its process was killed; a run whose process was paused (SIGSTOP) and
+  took no step after it resumed ended, for this count, when it was stopped (invariant 6);
+- ``double_effects``: effects applied twice: a job whose effect was applied under two keys, or a
+  writer that reached the effect with a fence no newer than the one that applied it (a holder
+  past its lease: the idempotency key alone stopped it);
+- ``cron_missing`` / ``cron_doubled``: cron slots from the first fire to the schedule's final
+  ``next_fire`` with no occurrence job, or with more than one;
+- ``ran_after_cancel``: runs claimed after their job's cancel was acknowledged;
+- ``early``: runs claimed (or started) before their due time, including the due time a
+  reschedule acknowledged before the claim set;
+- ``wrong_state``: jobs that ended otherwise than planned (a planned success dead, a permanent
+  failure succeeded, an acknowledged cancel not cancelled, a success with no effect applied).
+
+Also counted and explained, but expected under faults: sequential re-runs (a job run again
+after a run whose result did not land: its worker killed or paused, its lease lost, its result
+not delivered), planned retries, effects a re-run found applied already.
+
+    python -m timeshard.testing.chaos.check RUN_DIR [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import itertools
+import json
+import math
+import statistics
+import sys
+from collections import Counter, defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from timeshard.testing.chaos.ledger import Fault, Ledger, RunRecord, read_run
+
+MUST_BE_ZERO = (
+    "lost",
+    "overlapping",
+    "double_effects",
+    "cron_missing",
+    "cron_doubled",
+    "ran_after_cancel",
+    "early",
+    "wrong_state",
+)
+TERMINAL = frozenset({"succeeded", "dead", "cancelled"})
+STEP_OUTCOMES = frozenset({"ok", "retry", "permanent", "error"})
+"""End outcomes that are the handler's own doing (a step), not the SDK stopping it."""
+SHOWN = 10
+"""Findings of one kind listed in the text report (all are in the JSON)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Finding:
+    kind: str
+    job: str
+    detail: str
+
+
+@dataclass(kw_only=True)
+class JobPlan:
+    """A job as the driver scheduled and changed it."""
+
+    job: str
+    expect: str
+    run_at: int
+    sent: float
+    acked: float
+    cancel: dict[str, Any] | None = None
+    reschedules: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass(kw_only=True)
+class Report:
+    counts: dict[str, Any]
+    findings: list[Finding]
+
+    def failed(self) -> dict[str, int]:
+        return {k: int(self.counts[k]) for k in MUST_BE_ZERO if self.counts[k]}
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed()
+
+    def as_json(self) -> dict[str, Any]:
+        return {**self.counts, "ok": self.ok, "failed": self.failed()}
+
+    def text(self) -> str:
+        c = self.counts
+        faults = ", ".join(f"{k} {v}" for k, v in sorted(c["faults"].items())) or "none"
+        lines = [
+            f"jobs: {c['jobs']} ({c['client_jobs']} scheduled by the client, "
+            f"{c['cron_occurrences']} cron occurrences), terminal {c['terminal']}",
+            f"faults: {c['faults_total']} ({faults})",
+            f"runs: {c['runs']}; planned retries {c['retries']}; sequential re-runs "
+            f"{c['reruns']}; effects found applied by a re-run {c['effects_deduplicated']}",
+        ]
+        for cause, n in sorted(c["rerun_causes"].items(), key=lambda kv: -kv[1]):
+            lines.append(f"  re-run because {cause}: {n}")
+        lines.append(
+            f"lateness (first runs): p50 {c['lateness_p50_s']:.3f} s, "
+            f"p99 {c['lateness_p99_s']:.3f} s, max {c['lateness_max_s']:.3f} s"
+        )
+        for key in MUST_BE_ZERO:
+            mark = "ok " if not c[key] else "BAD"
+            lines.append(f"{mark} {key}: {c[key]}")
+        by_kind: dict[str, list[Finding]] = defaultdict(list)
+        for f in self.findings:
+            by_kind[f.kind].append(f)
+        for kind, found in by_kind.items():
+            lines.append(f"{kind} ({len(found)}):")
+            lines += [f"  {f.job}: {f.detail}" for f in found[:SHOWN]]
+            if len(found) > SHOWN:
+                lines.append(f"  ... and {len(found) - SHOWN} more (see --json)")
+        lines.append("PASS" if self.ok else f"FAIL: {self.failed()}")
+        return "\n".join(lines)
+
+
+class _Times:
+    """The faults that touched each worker process, by pid."""
+
+    def __init__(self, faults: list[Fault]) -> None:
+        self.faults = faults
+        self.stops: dict[int, list[tuple[float, float]]] = defaultdict(list)
+        self.kills: dict[int, float] = {}
+        for f in faults:
+            if f.pid is None:
+                continue
+            if f.kind.endswith("_stop"):
+                self.stops[f.pid].append((f.start_mono, f.end_mono or math.inf))
+            elif f.kind.endswith("_kill"):
+                self.kills[f.pid] = f.start_mono
+        for stops in self.stops.values():
+            stops.sort()
+
+    def effective_end(self, run: RunRecord) -> float:
+        """When the run stopped being active (see the module docstring)."""
+        kill = self.kills.get(run.pid)
+        if run.end is None:
+            return kill if kill is not None and kill >= run.mono else math.inf
+        end = float(run.end["mono"])
+        steps = [float(e["mono"]) for e in run.effects]
+        if run.outcome in STEP_OUTCOMES:
+            steps.append(end)
+        for stopped, resumed in self.stops.get(run.pid, []):
+            if run.mono < stopped < end and not any(s > resumed for s in steps):
+                return stopped
+        return end
+
+    def _wall_span(self, run: RunRecord, until: float) -> tuple[float, float]:
+        """From the claim (the claiming node's clock: one machine) to the run's end."""
+        return float(run.started_at), float(run.end["wall"]) if run.end else until
+
+    def paused(self, run: RunRecord, until: float) -> bool:
+        """Its process was stopped while it held the claim: a claim can be taken for a worker
+        whose long poll is in flight when it is stopped, and reach it only when it resumes."""
+        start, end = self._wall_span(run, until)
+        stops = [f for f in self.faults if f.pid == run.pid and f.kind.endswith("_stop")]
+        return any(f.start_wall <= end and (f.end_wall or math.inf) >= start for f in stops)
+
+    def killed(self, run: RunRecord) -> bool:
+        kill = self.kills.get(run.pid)
+        return kill is not None and kill >= run.mono
+
+    def around(self, start: float, end: float) -> list[Fault]:
+        """Faults of scheduler nodes and services active during ``[start, end]``."""
+        return [
+            f
+            for f in self.faults
+            if not f.kind.startswith("worker")
+            and f.start_mono <= end
+            and (f.end_mono if f.end_mono is not None else math.inf) >= start
+        ]
+
+
+def _plans(ledger: Ledger) -> dict[str, JobPlan]:
+    plans: dict[str, JobPlan] = {}
+    for r in ledger.records("job"):
+        plans[r["job"]] = JobPlan(
+            job=r["job"], expect=r["expect"], run_at=r["run_at"], sent=r["sent"], acked=r["acked"]
+        )
+    for r in ledger.records("cancel"):
+        if r["job"] in plans:
+            plans[r["job"]].cancel = r
+    for r in ledger.records("reschedule"):
+        if r["job"] in plans:
+            plans[r["job"]].reschedules.append(r)
+    return plans
+
+
+def _store_jobs(ledger: Ledger) -> dict[str, dict[str, Any]]:
+    jobs: dict[str, dict[str, Any]] = ledger.store.get("jobs", {})
+    return jobs
+
+
+def _schedules(ledger: Ledger) -> dict[str, dict[str, Any]]:
+    return {r["id"]: r for r in ledger.records("schedule")}
+
+
+def _occurrences(ledger: Ledger, schedules: Iterable[str]) -> dict[str, tuple[str, int]]:
+    """Occurrence job id -> (schedule id, scheduled ms), from the store and the ledger."""
+    ids = set(_store_jobs(ledger)) | {r.job for r in ledger.runs}
+    out: dict[str, tuple[str, int]] = {}
+    known = set(schedules)
+    for job in ids:
+        sid, at, ms = job.rpartition("@")
+        if at and sid in known and ms.isdigit():
+            out[job] = (sid, int(ms))
+    return out
+
+
+def _cancel_acked(plan: JobPlan | None) -> float | None:
+    if plan and plan.cancel and plan.cancel.get("result") == "cancelled":
+        return float(plan.cancel["acked"])
+    return None
+
+
+def _lost(
+    plans: dict[str, JobPlan], occurrences: Iterable[str], store: dict[str, dict[str, Any]]
+) -> list[Finding]:
+    out = []
+    for job in sorted({*plans, *occurrences}):
+        if _cancel_acked(plans.get(job)) is not None:
+            continue  # judged by wrong_state
+        row = store.get(job)
+        state = row["state"] if row else "missing"
+        if state not in TERMINAL:
+            attempts = len(row.get("history", [])) if row else 0
+            detail = f"{state} after the drain, {attempts} attempt(s) in its history"
+            out.append(Finding(kind="lost", job=job, detail=detail))
+    return out
+
+
+def _expected_state(plan: JobPlan | None) -> set[str]:
+    if plan is None:
+        return {"succeeded"}  # a cron occurrence
+    if _cancel_acked(plan) is not None:
+        return {"cancelled"}
+    ends = {"permanent": {"dead"}}.get(plan.expect, {"succeeded"})
+    if plan.cancel is not None:  # refused or unknown: either may stand
+        ends = ends | {"cancelled"}
+    return ends
+
+
+def _wrong_state(
+    plans: dict[str, JobPlan],
+    occurrences: Iterable[str],
+    store: dict[str, dict[str, Any]],
+    effects_by_job: dict[str, list[str]],
+) -> list[Finding]:
+    out = []
+    for job in sorted({*plans, *occurrences}):
+        row = store.get(job)
+        if row is None or row["state"] not in TERMINAL:
+            continue  # lost (or an acknowledged cancel that did not hold: below)
+        want = _expected_state(plans.get(job))
+        if row["state"] not in want:
+            outcomes = [h.get("outcome", "") for h in row.get("history", [])]
+            out.append(
+                Finding(
+                    kind="wrong_state",
+                    job=job,
+                    detail=f"{row['state']}, expected {'/'.join(sorted(want))}; "
+                    f"attempts {outcomes}; last error {row.get('last_error', '')[:120]!r}",
+                )
+            )
+        elif row["state"] == "succeeded" and not effects_by_job.get(job):
+            out.append(
+                Finding(kind="wrong_state", job=job, detail="succeeded, but no effect applied")
+            )
+    for job, plan in sorted(plans.items()):
+        row = store.get(job)
+        if _cancel_acked(plan) is not None and (row is None or row["state"] not in TERMINAL):
+            state = row["state"] if row else "missing"
+            out.append(
+                Finding(kind="wrong_state", job=job, detail=f"cancel acknowledged, yet {state}")
+            )
+    return out
+
+
+def _runs_by_job(runs: Iterable[RunRecord]) -> dict[str, list[RunRecord]]:
+    by_job: dict[str, list[RunRecord]] = defaultdict(list)
+    for r in runs:
+        by_job[r.job].append(r)
+    for rs in by_job.values():
+        rs.sort(key=lambda r: (r.mono, r.fence))
+    return by_job
+
+
+def _describe(run: RunRecord, end: float) -> str:
+    until = "still running" if math.isinf(end) else f"to {end:.3f}"
+    return f"fence {run.fence} on {run.worker} (pid {run.pid}) from {run.mono:.3f} {until}"
+
+
+def _overlapping(by_job: dict[str, list[RunRecord]], times: _Times) -> list[Finding]:
+    out = []
+    for job, runs in sorted(by_job.items()):
+        latest: tuple[float, RunRecord] | None = None
+        for run in runs:
+            if latest is not None and run.mono < latest[0]:
+                out.append(
+                    Finding(
+                        kind="overlapping",
+                        job=job,
+                        detail=f"{_describe(latest[1], latest[0])} and "
+                        f"{_describe(run, times.effective_end(run))}",
+                    )
+                )
+                break
+            end = times.effective_end(run)
+            if latest is None or end > latest[0]:
+                latest = (end, run)
+    return out
+
+
+def _effects(
+    ledger: Ledger, by_job: dict[str, list[RunRecord]]
+) -> tuple[list[Finding], int, dict[str, list[str]]]:
+    """Double effects, how many re-runs found their effect applied already, and the keys each
+    job's effect was applied under."""
+    found: list[Finding] = []
+    by_job_keys: dict[str, list[str]] = defaultdict(list)
+    for key, body in ledger.effects.items():
+        by_job_keys[body["job"]].append(key)
+    for job, keys in sorted(by_job_keys.items()):
+        if len(keys) > 1:
+            found.append(Finding(kind="double_effects", job=job, detail=f"applied under {keys}"))
+    deduplicated = 0
+    for job, runs in sorted(by_job.items()):
+        for run in runs:
+            for e in run.effects:
+                if e["result"] != "duplicate":
+                    continue
+                first = ledger.effects.get(e["key"]) or e.get("prior") or {}
+                if not first:
+                    found.append(
+                        Finding(
+                            kind="double_effects",
+                            job=job,
+                            detail=f"key {e['key']!r} found applied, but by no one recorded",
+                        )
+                    )
+                elif first.get("job") != job:
+                    found.append(
+                        Finding(
+                            kind="double_effects",
+                            job=job,
+                            detail=f"key {e['key']!r} was applied for job {first.get('job')}",
+                        )
+                    )
+                elif run.fence <= int(first.get("fence", -1)):
+                    found.append(
+                        Finding(
+                            kind="double_effects",
+                            job=job,
+                            detail=f"fence {run.fence} on {run.worker} reached the effect after "
+                            f"fence {first.get('fence')} on {first.get('worker')} applied it "
+                            "(stopped only by the idempotency key)",
+                        )
+                    )
+                else:
+                    deduplicated += 1
+    return found, deduplicated, by_job_keys
+
+
+def _cron(
+    ledger: Ledger, occurrences: dict[str, tuple[str, int]]
+) -> tuple[list[Finding], list[Finding]]:
+    store_schedules: dict[str, dict[str, Any]] = ledger.store.get("schedules", {})
+    by_schedule: dict[str, dict[int, list[str]]] = defaultdict(lambda: defaultdict(list))
+    for job, (sid, ms) in occurrences.items():
+        by_schedule[sid][ms].append(job)
+    missing: list[Finding] = []
+    doubled: list[Finding] = []
+    for sid, s in sorted(_schedules(ledger).items()):
+        period, first = int(s["period_ms"]), int(s["first_fire"])
+        slots: dict[int, list[str]] = defaultdict(list)
+        for ms, jobs in by_schedule[sid].items():
+            if ms >= first:
+                slots[first + (ms - first) // period * period] += jobs
+        final = store_schedules.get(sid, {}).get("next_fire")
+        if final is None:
+            final = max(slots, default=first - period) + period
+            missing.append(Finding(kind="cron_missing", job=sid, detail="final next_fire unknown"))
+        for slot in range(first, int(final), period):
+            if not slots.get(slot):
+                missing.append(Finding(kind="cron_missing", job=f"{sid}@{slot}", detail="no job"))
+        for slot, jobs in sorted(slots.items()):
+            if len(jobs) > 1:
+                doubled.append(
+                    Finding(kind="cron_doubled", job=f"{sid}@{slot}", detail=f"jobs {sorted(jobs)}")
+                )
+    return missing, doubled
+
+
+def _ran_after_cancel(
+    plans: dict[str, JobPlan], by_job: dict[str, list[RunRecord]]
+) -> list[Finding]:
+    out = []
+    for job, plan in sorted(plans.items()):
+        acked = _cancel_acked(plan)
+        if acked is None:
+            continue
+        for run in by_job.get(job, []):
+            if run.started_at > acked:
+                out.append(
+                    Finding(
+                        kind="ran_after_cancel",
+                        job=job,
+                        detail=f"claimed at {run.started_at}, {run.started_at - acked:.0f} ms "
+                        f"after the cancel was acknowledged (fence {run.fence} on {run.worker})",
+                    )
+                )
+    return out
+
+
+def _early(plans: dict[str, JobPlan], by_job: dict[str, list[RunRecord]]) -> list[Finding]:
+    out = []
+    for job, runs in sorted(by_job.items()):
+        plan = plans.get(job)
+        first_fence = min(r.fence for r in runs)
+        for run in runs:
+            due, why = run.run_at, "its due time as claimed"
+            if plan is not None and not plan.reschedules and run.fence == first_fence:
+                due, why = max(due, plan.run_at), "its scheduled time"
+            if plan is not None:
+                for r in plan.reschedules:
+                    if r.get("result") == "applied" and run.started_at > r["acked"]:
+                        due, why = max(due, r["run_at"]), "the time a reschedule set"
+            if run.started_at < due or run.wall < due:
+                out.append(
+                    Finding(
+                        kind="early",
+                        job=job,
+                        detail=f"claimed at {run.started_at}, handler at {run.wall:.0f}, "
+                        f"{due - min(run.started_at, run.wall):.0f} ms before {why} ({due})",
+                    )
+                )
+    return out
+
+
+def _rerun_cause(prev: RunRecord, nxt: RunRecord, times: _Times) -> str:
+    kinds = prev.sdk_kinds()
+    if times.killed(prev) and "succeeded" not in kinds:
+        return "its worker was killed (kill -9) before the result was in"
+    if times.paused(prev, nxt.wall) and "succeeded" not in kinds:
+        return "its worker was paused (SIGSTOP) past its lease"
+    context = sorted({f"{f.kind}" for f in times.around(prev.mono, nxt.mono)})
+    during = f" (during {', '.join(context)})" if context else " (no node or service fault)"
+    if prev.outcome in ("lost", "cancelled") or "lost" in kinds:
+        return "its lease was lost" + during
+    if "unreported" in kinds:
+        return "its result could not be delivered" + during
+    if "rejected" in kinds:
+        return "its result was refused" + during
+    if prev.end is None:
+        return "UNEXPLAINED: the previous run has no end and its process was not killed"
+    return f"UNEXPLAINED: the previous run ended {prev.outcome!r}, SDK events {kinds}"
+
+
+def _reruns(
+    by_job: dict[str, list[RunRecord]], times: _Times
+) -> tuple[int, int, Counter[str], list[Finding]]:
+    retries, reruns, causes = 0, 0, Counter[str]()
+    unexplained: list[Finding] = []
+    for job, runs in sorted(by_job.items()):
+        ordered = sorted(runs, key=lambda r: r.fence)
+        for prev, nxt in itertools.pairwise(ordered):
+            if prev.outcome == "retry":
+                retries += 1
+                continue
+            reruns += 1
+            cause = _rerun_cause(prev, nxt, times)
+            causes[cause] += 1
+            if cause.startswith("UNEXPLAINED"):
+                unexplained.append(
+                    Finding(kind="unexplained_rerun", job=job, detail=f"fence {nxt.fence}: {cause}")
+                )
+    return retries, reruns, causes, unexplained
+
+
+def _lateness(plans: dict[str, JobPlan], by_job: dict[str, list[RunRecord]]) -> list[float]:
+    """Seconds from due to handler start of each job's first run; a job sent after its due time
+    is due when it was sent."""
+    out = []
+    for job, runs in by_job.items():
+        first = min(runs, key=lambda r: r.fence)
+        floor = 0.0
+        plan = plans.get(job)
+        if plan is not None:
+            floor = plan.sent
+            for r in plan.reschedules:
+                if r.get("result") == "applied" and r["run_at"] == first.run_at:
+                    floor = max(floor, r["sent"])
+        out.append((first.wall - max(first.run_at, floor)) / 1000.0)
+    return out
+
+
+def _quantile(values: list[float], q: float) -> float:
+    if not values:
+        return 0.0
+    if len(values) == 1:
+        return values[0]
+    return statistics.quantiles(values, n=1000, method="inclusive")[round(q * 1000) - 1]
+
+
+def check(ledger: Ledger) -> Report:
+    plans = _plans(ledger)
+    store = _store_jobs(ledger)
+    schedules = _schedules(ledger)
+    occurrences = _occurrences(ledger, schedules)
+    times = _Times(ledger.faults())
+    by_job = _runs_by_job(ledger.runs)
+
+    effects, deduplicated, effects_by_job = _effects(ledger, by_job)
+    missing, doubled = _cron(ledger, occurrences)
+    lost = _lost(plans, occurrences, store)
+    wrong = _wrong_state(plans, occurrences, store, effects_by_job)
+    overlapping = _overlapping(by_job, times)
+    overlapping += [
+        Finding(kind="overlapping", job=job, detail=f"fence {fence} started twice")
+        for job, fence in ledger.duplicate_claims
+    ]
+    after_cancel = _ran_after_cancel(plans, by_job)
+    early = _early(plans, by_job)
+    retries, reruns, causes, unexplained = _reruns(by_job, times)
+    lateness = _lateness(plans, by_job)
+    all_jobs = {*plans, *occurrences}
+    unknown = sorted(set(by_job) - all_jobs)
+
+    def jobs_of(findings: list[Finding]) -> int:
+        return len({f.job for f in findings})
+
+    counts: dict[str, Any] = {
+        "jobs": len(all_jobs),
+        "client_jobs": len(plans),
+        "cron_occurrences": len(occurrences),
+        "terminal": sum(1 for j in all_jobs if store.get(j, {}).get("state") in TERMINAL),
+        "faults": dict(Counter(f.kind for f in times.faults)),
+        "faults_total": len(times.faults),
+        "runs": len(ledger.runs),
+        "lost": jobs_of(lost),
+        "overlapping": jobs_of(overlapping),
+        "double_effects": jobs_of(effects),
+        "cron_missing": len(missing),
+        "cron_doubled": len(doubled),
+        "ran_after_cancel": jobs_of(after_cancel),
+        "early": jobs_of(early),
+        "wrong_state": jobs_of(wrong),
+        "retries": retries,
+        "reruns": reruns,
+        "rerun_causes": dict(causes),
+        "unexplained_reruns": len(unexplained),
+        "effects_deduplicated": deduplicated,
+        "unknown_jobs_run": len(unknown),
+        "lateness_p50_s": round(_quantile(lateness, 0.5), 4),
+        "lateness_p99_s": round(_quantile(lateness, 0.99), 4),
+        "lateness_max_s": round(max(lateness, default=0.0), 4),
+    }
+    findings = [
+        *lost,
+        *overlapping,
+        *effects,
+        *missing,
+        *doubled,
+        *after_cancel,
+        *early,
+        *wrong,
+        *unexplained,
+        *(Finding(kind="unknown_job_run", job=j, detail="run, not acknowledged") for j in unknown),
+    ]
+    return Report(counts=counts, findings=findings)
+
+
+def check_dir(run_dir: Path) -> Report:
+    return check(read_run(run_dir))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("run_dir", type=Path)
+    parser.add_argument("--json", action="store_true", help="last stdout line: a JSON object")
+    args = parser.parse_args(argv)
+    report = check_dir(args.run_dir)
+    out = sys.stdout
+    out.write(report.text() + "\n")
+    if args.json:
+        findings = [dataclasses.asdict(f) for f in report.findings]
+        out.write(json.dumps({**report.as_json(), "findings": findings}) + "\n")
+    return 0 if report.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,421 @@
+"""One chaos run: a fresh keyspace and ZooKeeper path, 3 scheduler nodes and 4 chaos workers
+(``Fleet``), two cron schedules (every second, every minute), the workload and the fault plan
+side by side for ``duration_s``, then the drain: faults over, every process up, schedules
+paused, and every job terminal (or the drain's time up). The store as the API shows it then is
+written down, the processes stopped, and the checker reads it all.
+
+    report = ChaosRun(config, services, run_dir).run()
+
+``Services`` says what runs the store and the coordinator, and whether this run may restart
+their servers (an ensemble or a Cassandra cluster it was handed as objects) or only use them
+(addresses only: those faults are left out of the plan).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from timeshard.api.convert import dur, ts_ms
+from timeshard.stack import CassandraCluster, ZooKeeperEnsemble
+from timeshard.testing.chaos.check import Report, check_dir
+from timeshard.testing.chaos.faults import Injector
+from timeshard.testing.chaos.ledger import (
+    JOURNAL,
+    LEDGER_DIR,
+    STORE,
+    JsonLines,
+    now_wall_ms,
+    read_lines,
+)
+from timeshard.testing.chaos.load import Api, GaveUp, LoadShape, Workload
+from timeshard.testing.chaos.plan import FaultKind, PlanShape, fault_plan
+from timeshard.testing.chaos.worker import JOB_TYPE
+from timeshard.testing.fleet import Fleet
+from timeshard.testing.services import create_keyspace, drop_keyspace
+from timeshard.v1 import timeshard_pb2 as pb
+
+NODES = ("a", "b", "c")
+WORKER_TARGET = "timeshard.testing.chaos.worker:worker"
+STATE_NAMES = {
+    pb.JOB_STATE_SCHEDULED: "scheduled",
+    pb.JOB_STATE_RUNNING: "running",
+    pb.JOB_STATE_SUCCEEDED: "succeeded",
+    pb.JOB_STATE_DEAD: "dead",
+    pb.JOB_STATE_CANCELLED: "cancelled",
+}
+CRONS = (("sec", "* * * * * *", 1000), ("min", "* * * * *", 60_000))
+"""(name, expression, period ms): every second and every minute, in UTC."""
+
+
+def say(message: str) -> None:
+    sys.stderr.write(f"chaos: {message}\n")
+    sys.stderr.flush()
+
+
+@dataclass(frozen=True, kw_only=True)
+class ChaosConfig:
+    duration_s: float = 300.0
+    rate: float = 10.0
+    seed: int = 1
+    shards: int = 32
+    workers: int = 4
+    lease_s: float = 4.0
+    session_s: float = 4.0
+    lookahead_s: float = 2.0
+    drain_s: float = 300.0
+    """How long the drain may take before what is not terminal counts as lost."""
+    fault_gap_s: tuple[float, float] = (6.0, 16.0)
+    faults: bool = True
+    keep_keyspace: bool = False
+
+
+@dataclass(kw_only=True)
+class Services:
+    zookeeper: str
+    cassandra: str
+    ensemble: ZooKeeperEnsemble | None = None
+    cluster: CassandraCluster | None = None
+
+    @property
+    def cassandra_nodes(self) -> int:
+        return len(self.cassandra.split(","))
+
+    def store_url(self, keyspace: str) -> str:
+        if self.cassandra_nodes >= 3:
+            return f"cassandra://{self.cassandra}/{keyspace}?rf=3&consistency=quorum&serial=serial"
+        return f"cassandra://{self.cassandra}/{keyspace}"
+
+    def fault_kinds(self) -> tuple[FaultKind, ...]:
+        kinds = [FaultKind.WORKER_KILL, FaultKind.WORKER_STOP]
+        kinds += [FaultKind.NODE_KILL, FaultKind.NODE_STOP]
+        if self.ensemble is not None and len(self.ensemble.servers) >= 3:
+            kinds.append(FaultKind.ZK_RESTART)
+        if self.cluster is not None and self.cluster.size >= 3:
+            kinds.append(FaultKind.CASSANDRA_KILL)
+        return tuple(kinds)
+
+
+@dataclass(kw_only=True)
+class _Progress:
+    """Counts the runs started so far, reading only what the ledger files gained."""
+
+    ledger: Path
+    offsets: dict[Path, int] = field(default_factory=dict)
+    runs: int = 0
+
+    def count(self) -> int:
+        for path in self.ledger.glob("*.jsonl"):
+            with path.open("rb") as f:
+                f.seek(self.offsets.get(path, 0))
+                chunk = f.read()
+            cut = chunk.rfind(b"\n") + 1
+            self.offsets[path] = self.offsets.get(path, 0) + cut
+            self.runs += chunk[:cut].count(b'"ev":"start"')
+        return self.runs
+
+
+class ChaosRun:
+    def __init__(
+        self,
+        config: ChaosConfig,
+        services: Services,
+        run_dir: Path,
+        progress: Callable[[str], None] = say,
+    ) -> None:
+        self.config = config
+        self.services = services
+        self.run_dir = run_dir
+        self.progress = progress
+        self.run_id = f"c{config.seed}-{uuid.uuid4().hex[:6]}"
+        self.keyspace = f"chaos_{self.run_id.replace('-', '_')}"
+        self.journal = JsonLines(run_dir / JOURNAL)
+        self.fleet = Fleet(
+            run_dir / "fleet",
+            zookeeper=(
+                f"zookeeper://{services.zookeeper}/timeshard-chaos/{self.run_id}"
+                f"?session_timeout={config.session_s:g}"
+            ),
+            store=services.store_url(self.keyspace),
+            shards=config.shards,
+            lookahead_s=config.lookahead_s,
+            lease_s=config.lease_s,
+            progress=progress,
+        )
+        self.api = Api(lambda: [p.address for p in self.fleet.servers.values()])
+        self.facts: dict[str, Any] = {}
+
+    def run(self) -> Report:
+        """The whole run; the checker's report, with the driver's own facts added."""
+        create_keyspace(self.fleet.store, self.config.shards)
+        try:
+            self._start()
+            self._load_and_faults()
+            self._drain()
+        finally:
+            self.api.close()
+            self.fleet.stop_all()
+            if not self.config.keep_keyspace:
+                drop_keyspace(self.services.cassandra.split(",")[0], self.keyspace)
+            self.journal.close()
+        report = check_dir(self.run_dir)
+        report.counts.update(self.facts)
+        (self.run_dir / "report.json").write_text(json.dumps(report.as_json(), indent=2) + "\n")
+        return report
+
+    # -- start ------------------------------------------------------------------------------
+
+    def _start(self) -> None:
+        cfg = self.config
+        self.progress(
+            f"run {self.run_id} in {self.run_dir}: store {self.fleet.store}, "
+            f"ZooKeeper {self.services.zookeeper}"
+        )
+        for name in NODES:
+            self.fleet.start_server(name)
+        self.fleet.wait_serving(timeout=120)
+        self.fleet.wait_spread(NODES, timeout=120)
+        env = {"TIMESHARD_CHAOS_DIR": str(self.run_dir)}
+        self.fleet.start_workers(cfg.workers, target=WORKER_TARGET, env=env)
+        (self.run_dir / LEDGER_DIR).mkdir(parents=True, exist_ok=True)
+        self.progress(f"nodes {', '.join(NODES)} serve {cfg.shards} shards; {cfg.workers} workers")
+        for name, cron, period in CRONS:
+            self._create_schedule(f"{self.run_id}-{name}", cron, period)
+
+    def _create_schedule(self, sid: str, cron: str, period_ms: int) -> None:
+        schedule = pb.Schedule(
+            schedule_id=sid,
+            cron=cron,
+            timezone="UTC",
+            type=JOB_TYPE,
+            payload=json.dumps({"seconds": 0.05}).encode(),
+            misfire="all",  # every slot runs, late or not: a missing one is a finding
+            misfire_grace=dur(60_000),
+            max_catchup=1000,
+            overlap="allow",
+            max_concurrent=50,
+            max_attempts=10,
+        )
+        reply = self.api.call("CreateSchedule", pb.CreateScheduleRequest(schedule=schedule))
+        self.journal.write(
+            {
+                "ev": "schedule",
+                "id": sid,
+                "cron": cron,
+                "period_ms": period_ms,
+                "first_fire": ts_ms(reply.next_fire),
+                "created": now_wall_ms(),
+            }
+        )
+
+    # -- load and faults --------------------------------------------------------------------
+
+    def _plan_shape(self) -> PlanShape:
+        cfg, services = self.config, self.services
+        return PlanShape(
+            duration_s=cfg.duration_s,
+            kinds=services.fault_kinds() if cfg.faults else (),
+            workers=cfg.workers,
+            nodes=len(NODES),
+            zookeepers=len(services.ensemble.servers) if services.ensemble else 0,
+            cassandras=services.cluster.size if services.cluster else 0,
+            lease_s=cfg.lease_s,
+            session_s=cfg.session_s,
+            gap_s=cfg.fault_gap_s,
+        )
+
+    def _load_and_faults(self) -> None:
+        cfg = self.config
+        plan = fault_plan(cfg.seed, self._plan_shape())
+        self.journal.write(
+            {
+                "ev": "run",
+                "run_id": self.run_id,
+                "config": asdict(cfg),
+                "store": self.fleet.store,
+                "plan": [{**asdict(f), "kind": str(f.kind)} for f in plan],
+            }
+        )
+        kinds = ", ".join(sorted({str(f.kind) for f in plan})) or "none"
+        self.progress(
+            f"{cfg.duration_s:g} s of load at {cfg.rate:g} jobs/s; {len(plan)} faults ({kinds})"
+        )
+        workload = Workload(
+            self.api,
+            self.journal,
+            LoadShape(rate=cfg.rate, duration_s=cfg.duration_s, seed=cfg.seed, run_id=self.run_id),
+        )
+        injector = Injector(
+            self.fleet,
+            self.journal,
+            plan,
+            zookeeper=self.services.ensemble,
+            cassandra=self.services.cluster,
+            progress=self.progress,
+        )
+        stop = threading.Event()
+        started = time.monotonic()
+        threads = [
+            threading.Thread(target=workload.run, args=(stop,), name="chaos-load"),
+            threading.Thread(target=injector.run, args=(started, stop), name="chaos-faults"),
+        ]
+        for t in threads:
+            t.start()
+        try:
+            self._watch(started, workload, injector)
+        finally:
+            stop.set()
+            for t in threads:
+                t.join()
+            injector.finish()
+        self.facts |= {
+            "load": asdict(workload.stats),
+            "fault_errors": injector.errors,
+            "faults_planned": len(plan),
+        }
+
+    def _watch(self, started: float, workload: Workload, injector: Injector) -> None:
+        """Progress every 10 s until the load's end; a process that exited on its own (not by
+        a fault) is recorded and started again."""
+        runs = _Progress(ledger=self.run_dir / LEDGER_DIR)
+        next_note = started + 10.0
+        while (elapsed := time.monotonic() - started) < self.config.duration_s:
+            time.sleep(1.0)
+            self._restart_crashed(busy=injector.current)
+            if time.monotonic() >= next_note:
+                s = workload.stats
+                doing = f"; now {injector.current}" if injector.current else ""
+                self.progress(
+                    f"{elapsed:.0f}/{self.config.duration_s:g} s: {s.acked} jobs acknowledged "
+                    f"({s.unacked} not), cancels {s.cancels}, reschedules {s.reschedules}, "
+                    f"runs {runs.count()}, faults {len(injector.done)}{doing}"
+                )
+                next_note += 10.0
+
+    def _restart_crashed(self, busy: str) -> None:
+        """``busy``: the fault under way (its target may be down on purpose)."""
+        procs = [*self.fleet.servers.values(), *self.fleet.workers.values()]
+        for proc in procs:
+            if proc.alive() or proc.name in busy.split():
+                continue
+            assert proc.popen is not None
+            code = proc.popen.poll()
+            self.journal.write({"ev": "crash", "name": proc.name, "pid": proc.pid, "code": code})
+            self.progress(
+                f"{proc.name} (pid {proc.pid}) exited by itself (code {code}): restarting"
+            )
+            if proc.name in self.fleet.servers:
+                self.fleet.restart_server(proc.name)
+            else:
+                self.fleet.restart_worker(proc.name)
+
+    # -- drain -------------------------------------------------------------------------------
+
+    def _drain(self) -> None:
+        load_end = time.monotonic()
+        self._restart_crashed(busy="")
+        self.fleet.wait_serving(timeout=120)
+        for name, _, _ in CRONS:
+            sid = f"{self.run_id}-{name}"
+            self.api.call("PauseSchedule", pb.ScheduleIdRequest(schedule_id=sid), give_up_s=120)
+            self.journal.write({"ev": "schedule_pause", "id": sid, "acked": now_wall_ms()})
+        self.progress(f"load over; draining (up to {self.config.drain_s:g} s)")
+        deadline = load_end + self.config.drain_s
+        drained = False
+        while True:
+            open_jobs = self._open_jobs()
+            if not open_jobs:
+                drained = True
+                break
+            if time.monotonic() > deadline:
+                break
+            self.progress(f"drain: {len(open_jobs)} jobs not finished, e.g. {open_jobs[:3]}")
+            time.sleep(3.0)
+        drain_s = time.monotonic() - load_end
+        self.progress(f"drain {'done' if drained else 'TIMED OUT'} after {drain_s:.0f} s")
+        self.facts |= {"drained": drained, "drain_s": round(drain_s, 1)}
+        self.journal.write({"ev": "drain", "drained": drained, "drain_s": drain_s})
+        self._snapshot()
+
+    def _list(self, state: pb.JobState = pb.JOB_STATE_UNSPECIFIED) -> list[pb.Job]:
+        jobs: list[pb.Job] = []
+        token = ""
+        while True:
+            request = pb.ListJobsRequest(state=state, page_size=1000, page_token=token)
+            reply = self.api.call("ListJobs", request, give_up_s=120)
+            jobs += list(reply.jobs)
+            token = reply.next_page_token
+            if not token:
+                return jobs
+
+    def _open_jobs(self) -> list[str]:
+        try:
+            found = self._list(pb.JOB_STATE_SCHEDULED) + self._list(pb.JOB_STATE_RUNNING)
+        except (GaveUp, grpc.RpcError) as exc:
+            self.progress(f"drain: listing failed ({exc}); trying again")
+            return ["?"]
+        return sorted(j.job_id for j in found)
+
+    def _snapshot(self) -> None:
+        """The store as the API shows it: every job listed, every acknowledged job the listing
+        missed read one by one, and the schedules."""
+        jobs = {j.job_id: job_summary(j) for j in self._list()}
+        acked = [r["job"] for r in _journal_records(self.run_dir, "job")]
+        for job_id in sorted(set(acked) - set(jobs)):
+            try:
+                jobs[job_id] = job_summary(self.api.call("GetJob", pb.GetJobRequest(job_id=job_id)))
+            except grpc.RpcError as exc:
+                if exc.code() != grpc.StatusCode.NOT_FOUND:
+                    raise
+        schedules = {}
+        for name, _, _ in CRONS:
+            sid = f"{self.run_id}-{name}"
+            s = self.api.call("GetSchedule", pb.GetScheduleRequest(schedule_id=sid))
+            schedules[sid] = {
+                "next_fire": ts_ms(s.next_fire),
+                "skipped": s.skipped,
+                "paused": s.paused,
+                "last_fire_at": ts_ms(s.last_fire_at),
+            }
+        snapshot = {"jobs": jobs, "schedules": schedules, "taken": now_wall_ms()}
+        (self.run_dir / STORE).write_text(json.dumps(snapshot))
+        self.progress(f"store: {len(jobs)} jobs read back")
+
+
+def _journal_records(run_dir: Path, ev: str) -> Iterable[dict[str, Any]]:
+    return (r for r in read_lines(run_dir / JOURNAL) if r.get("ev") == ev)
+
+
+def job_summary(j: pb.Job) -> dict[str, Any]:
+    return {
+        "job_id": j.job_id,
+        "state": STATE_NAMES.get(j.state, "unknown"),
+        "run_at": ts_ms(j.run_at),
+        "attempt": j.attempt,
+        "max_attempts": j.max_attempts,
+        "fence": j.fence,
+        "shard": j.shard,
+        "started_at": ts_ms(j.started_at),
+        "finished_at": ts_ms(j.finished_at),
+        "last_error": j.last_error[:300],
+        "history": [
+            {
+                "attempt": a.attempt,
+                "worker": a.worker,
+                "started_at": ts_ms(a.started_at),
+                "finished_at": ts_ms(a.finished_at),
+                "outcome": a.outcome,
+                "error": a.error[:200],
+            }
+            for a in j.history
+        ],
+    }

@@ -1,0 +1,348 @@
+"""The chaos checker on hand-written run directories: a clean run passes; a lost job, an overlap,
+a doubled or missing cron occurrence, an early start, a double effect, a run after a cancel and
+a wrong end state each fail it. Also the rule of invariant 6 for a paused process: it ended when
+it was stopped, unless it took a step after it resumed."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from timeshard.testing.chaos.check import MUST_BE_ZERO, check_dir, main
+from timeshard.testing.chaos.ledger import JOURNAL, LEDGER_DIR, STORE, Effects, JsonLines
+
+T0 = 1_800_000_000_000  # epoch ms of mono 0.0 in these ledgers
+
+
+def wall(mono: float) -> float:
+    return T0 + mono * 1000
+
+
+class RunDir:
+    """Writes a run directory as a chaos run would: the driver's journal, the workers' ledger
+    files, the effects and the store snapshot."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.journal = JsonLines(path / JOURNAL)
+        self.effects = Effects(path)
+        self.store: dict[str, Any] = {"jobs": {}, "schedules": {}}
+        self._files: dict[tuple[str, int], JsonLines] = {}
+
+    def _ledger(self, worker: str, pid: int) -> JsonLines:
+        if (worker, pid) not in self._files:
+            self._files[worker, pid] = JsonLines(self.path / LEDGER_DIR / f"{worker}-{pid}.jsonl")
+        return self._files[worker, pid]
+
+    def job(
+        self, job: str, *, due: float = 1.0, expect: str = "ok", state: str | None = None
+    ) -> None:
+        """Scheduled at mono 0 for mono ``due``; ``state``: its end state in the store."""
+        self.journal.write(
+            {
+                "ev": "job",
+                "job": job,
+                "key": f"key-{job}",
+                "run_at": int(wall(due)),
+                "sent": wall(0),
+                "acked": wall(0.01),
+                "expect": expect,
+            }
+        )
+        default = "dead" if expect == "permanent" else "succeeded"
+        self.store_job(job, state or default)
+
+    def store_job(self, job: str, state: str) -> None:
+        self.store["jobs"][job] = {"job_id": job, "state": state, "history": []}
+
+    def run(
+        self,
+        job: str,
+        *,
+        start: float,
+        end: float | None,
+        fence: int = 1,
+        worker: str = "w0",
+        pid: int = 100,
+        outcome: str = "ok",
+        due: float = 1.0,
+        claimed: float | None = None,
+        effect: bool | None = None,
+        effect_at: float | None = None,
+        sdk: tuple[str, ...] | None = None,
+        key: str | None = None,
+    ) -> None:
+        """One run: started at mono ``start`` (claimed at ``claimed``, default a little before),
+        ended at ``end`` (None: no end record) with ``outcome``; an ``ok`` run applies its
+        effect (at ``effect_at``, default just before its end)."""
+        out = self._ledger(worker, pid)
+        key = key or f"key-{job}"
+        claimed_at = start - 0.005 if claimed is None else claimed
+        base = {"job": job, "fence": fence}
+        out.write(
+            {
+                **base,
+                "ev": "start",
+                "attempt": fence,
+                "key": key,
+                "worker": worker,
+                "pid": pid,
+                "run_at": int(wall(due)),
+                "started_at": int(wall(claimed_at)),
+                "mono": start,
+                "wall": wall(start),
+            }
+        )
+        if effect if effect is not None else outcome == "ok":
+            result = self.effects.apply(key=key, job=job, fence=fence, worker=worker)
+            at = effect_at if effect_at is not None else (end or start) - 0.001
+            out.write(
+                {
+                    **base,
+                    "ev": "effect",
+                    "key": key,
+                    "result": "applied" if result.applied else "duplicate",
+                    "prior": result.prior,
+                    "mono": at,
+                    "wall": wall(at),
+                }
+            )
+        if end is not None:
+            out.write({**base, "ev": "end", "outcome": outcome, "mono": end, "wall": wall(end)})
+            kinds = sdk if sdk is not None else ("succeeded",) if outcome == "ok" else ()
+            for kind in kinds:
+                out.write({**base, "ev": "sdk", "kind": kind, "detail": "", "mono": end})
+
+    def fault(self, kind: str, *, pid: int | None, start: float, end: float) -> None:
+        self.journal.write(
+            {
+                "ev": "fault",
+                "kind": kind,
+                "target": "w0",
+                "pid": pid,
+                "start_mono": start,
+                "end_mono": end,
+                "start_wall": wall(start),
+                "end_wall": wall(end),
+            }
+        )
+
+    def cancel(self, job: str, *, acked: float, result: str = "cancelled") -> None:
+        self.journal.write(
+            {"ev": "cancel", "job": job, "sent": wall(acked - 0.01), "acked": wall(acked),
+             "result": result}
+        )  # fmt: skip
+
+    def reschedule(self, job: str, *, acked: float, due: float) -> None:
+        self.journal.write(
+            {"ev": "reschedule", "job": job, "run_at": int(wall(due)), "sent": wall(acked - 0.01),
+             "acked": wall(acked), "result": "applied"}
+        )  # fmt: skip
+
+    def cron(self, sid: str, *, period_s: float, first: float, next_fire: float) -> None:
+        period = int(period_s * 1000)
+        self.journal.write(
+            {"ev": "schedule", "id": sid, "period_ms": period, "first_fire": int(wall(first))}
+        )
+        self.store["schedules"][sid] = {"next_fire": int(wall(next_fire))}
+
+    def occurrence(self, sid: str, at: float, *, run_from: float | None = None) -> str:
+        job = f"{sid}@{int(wall(at))}"
+        self.store_job(job, "succeeded")
+        start = at + 0.01 if run_from is None else run_from
+        self.run(job, start=start, end=start + 0.05, due=at, key=job)
+        return job
+
+    def done(self) -> Path:
+        (self.path / STORE).write_text(json.dumps(self.store))
+        return self.path
+
+
+@pytest.fixture
+def run(tmp_path: Path) -> RunDir:
+    r = RunDir(tmp_path)
+    clean(r)
+    return r
+
+
+def clean(r: RunDir) -> None:
+    """A run with something of everything, all as it should be."""
+    for i in range(5):
+        r.job(f"ok{i}", due=1.0 + i)
+        r.run(f"ok{i}", start=1.01 + i, end=1.2 + i, due=1.0 + i)
+    r.job("retry", due=2.0)
+    r.run("retry", start=2.01, end=2.1, due=2.0, outcome="retry", sdk=("failed",))
+    r.run("retry", fence=2, start=3.01, end=3.1, due=3.0)
+    r.job("perm", due=2.0, expect="permanent")
+    r.run("perm", start=2.01, end=2.1, due=2.0, outcome="permanent", sdk=("failed",))
+    r.job("cancelled", due=9.0, state="cancelled")
+    r.cancel("cancelled", acked=3.0)
+    r.job("moved", due=2.0)
+    r.reschedule("moved", acked=1.0, due=6.0)
+    r.run("moved", start=6.01, end=6.1, due=6.0)
+    # kill -9 of the worker running "killed": it runs again elsewhere after its lease.
+    r.job("killed", due=1.0)
+    r.run("killed", start=1.01, end=None, pid=101, effect=False)
+    r.fault("worker_kill", pid=101, start=1.5, end=3.0)
+    r.run("killed", fence=2, start=6.0, end=6.1, pid=102, worker="w1")
+    # A worker paused past its lease: its run is taken over while it is stopped and, resumed,
+    # stops without another step (the SDK's deadline check): no overlap.
+    r.job("paused", due=1.0)
+    r.run("paused", start=1.01, end=12.0, pid=103, outcome="lost", sdk=("lost",))
+    r.fault("worker_stop", pid=103, start=1.2, end=11.9)
+    r.run("paused", fence=2, start=7.0, end=7.1, pid=104, worker="w2")
+    r.cron("sec", period_s=1.0, first=10.0, next_fire=13.0)
+    for at in (10.0, 11.0, 12.0):
+        r.occurrence("sec", at)
+
+
+def result(r: RunDir) -> dict[str, Any]:
+    report = check_dir(r.done())
+    return report.as_json() | {"text": report.text()}
+
+
+def test_a_clean_run_passes_and_explains_its_reruns(run: RunDir) -> None:
+    got = result(run)
+    assert got["ok"], got["text"]
+    assert all(got[k] == 0 for k in MUST_BE_ZERO)
+    assert got["jobs"] == 14 and got["cron_occurrences"] == 3 and got["terminal"] == 14
+    assert got["retries"] == 1 and got["reruns"] == 2
+    assert got["rerun_causes"] == {
+        "its worker was killed (kill -9) before the result was in": 1,
+        "its worker was paused (SIGSTOP) past its lease": 1,
+    }
+    assert got["faults"] == {"worker_kill": 1, "worker_stop": 1}
+    assert 0 < got["lateness_p50_s"] <= got["lateness_p99_s"] <= got["lateness_max_s"] < 6
+
+
+def test_a_lost_job_fails_it(run: RunDir) -> None:
+    run.job("stuck", due=3.0, state="scheduled")
+    run.job("gone", due=3.0)
+    del run.store["jobs"]["gone"]
+    got = result(run)
+    assert got["lost"] == 2 and got["failed"] == {"lost": 2}, got["text"]
+
+
+def test_a_lost_cron_occurrence_fails_it(run: RunDir) -> None:
+    job = run.occurrence("sec", 13.0)
+    run.store_job(job, "running")
+    assert result(run)["lost"] == 1
+
+
+def test_two_runs_at_once_fail_it(run: RunDir) -> None:
+    run.job("twice", due=1.0)
+    run.run("twice", start=1.01, end=2.0, pid=105, effect=False, outcome="lost", sdk=())
+    run.run("twice", fence=2, start=1.5, end=1.6, pid=106, worker="w1")
+    got = result(run)
+    assert got["overlapping"] == 1 and not got["ok"], got["text"]
+
+
+def test_a_paused_run_that_took_a_step_after_resuming_overlaps(run: RunDir) -> None:
+    """Resumed, it applied its effect (and so went on running) while another run held the
+    job: the pause does not end it."""
+    run.job("resumed", due=1.0)
+    run.run("resumed", fence=2, start=7.0, end=7.1, pid=108, worker="w1")  # applies first
+    run.run("resumed", start=1.01, end=12.0, pid=107, effect_at=11.95)
+    run.fault("worker_stop", pid=107, start=1.2, end=11.9)
+    got = result(run)
+    assert got["overlapping"] == 1, got["text"]
+    assert got["double_effects"] == 1  # the stale holder reached the effect after fence 2
+
+
+def test_a_killed_run_overlaps_a_run_started_before_the_kill(run: RunDir) -> None:
+    run.job("early-rerun", due=1.0)
+    run.run("early-rerun", start=1.01, end=None, pid=109, effect=False)
+    run.fault("worker_kill", pid=109, start=5.0, end=6.0)
+    run.run("early-rerun", fence=2, start=4.0, end=4.1, pid=110, worker="w1")
+    assert result(run)["overlapping"] == 1
+
+
+def test_a_doubled_cron_occurrence_fails_it(run: RunDir) -> None:
+    run.occurrence("sec", 11.5)  # a second job for the slot of 11.0
+    got = result(run)
+    assert got["cron_doubled"] == 1 and got["cron_missing"] == 0, got["text"]
+
+
+def test_a_missing_cron_occurrence_fails_it(tmp_path: Path) -> None:
+    r = RunDir(tmp_path)
+    r.cron("min", period_s=60, first=60, next_fire=240)
+    r.occurrence("min", 60)
+    r.occurrence("min", 180)
+    got = result(r)
+    assert got["cron_missing"] == 1 and not got["ok"], got["text"]
+
+
+def test_an_early_start_fails_it(run: RunDir) -> None:
+    run.job("hasty", due=5.0)
+    run.run("hasty", start=4.0, end=4.1, due=5.0)
+    got = result(run)
+    assert got["early"] == 1 and got["failed"] == {"early": 1}, got["text"]
+
+
+def test_a_claim_before_the_time_a_reschedule_set_is_early(run: RunDir) -> None:
+    """Defect 1 of issue 10: rescheduled to later once due, the job ran at once (the claim
+    still carried the old due time)."""
+    run.job("pushed", due=1.0)
+    run.reschedule("pushed", acked=1.5, due=3600.0)
+    run.run("pushed", start=2.0, end=2.1, due=1.0)
+    assert result(run)["early"] == 1
+
+
+def test_a_double_effect_fails_it(run: RunDir) -> None:
+    run.job("two-keys", due=1.0)
+    run.run("two-keys", start=1.01, end=1.2, pid=111, key="key-a", sdk=("unreported",))
+    run.run("two-keys", fence=2, start=6.0, end=6.1, pid=112, key="key-b")
+    got = result(run)
+    assert got["double_effects"] == 1 and not got["ok"], got["text"]
+
+
+def test_a_rerun_finding_its_effect_applied_is_deduplicated_not_doubled(run: RunDir) -> None:
+    run.job("again", due=1.0)
+    run.run("again", start=1.01, end=1.2, pid=113, sdk=("unreported",))
+    run.run("again", fence=2, start=6.0, end=6.1, pid=114)
+    got = result(run)
+    assert got["ok"], got["text"]
+    assert got["effects_deduplicated"] == 1
+    assert any(c.startswith("its result could not be delivered") for c in got["rerun_causes"])
+
+
+def test_a_run_after_the_cancel_was_acknowledged_fails_it(run: RunDir) -> None:
+    run.job("zombie", due=1.0, state="cancelled")
+    run.cancel("zombie", acked=2.0)
+    run.run("zombie", start=2.5, end=2.6, claimed=2.4)
+    got = result(run)
+    assert got["ran_after_cancel"] == 1 and got["failed"] == {"ran_after_cancel": 1}, got["text"]
+
+
+def test_a_run_claimed_before_the_cancel_is_not_after_it(run: RunDir) -> None:
+    """Claimed just before the cancel landed, started just after it was acknowledged."""
+    run.job("raced", due=1.0, state="cancelled")
+    run.cancel("raced", acked=2.0)
+    run.run("raced", start=2.1, end=2.2, claimed=1.99, outcome="cancelled", sdk=("lost",))
+    assert result(run)["ok"]
+
+
+def test_a_job_that_ended_otherwise_than_planned_fails_it(run: RunDir) -> None:
+    run.job("should-die", due=1.0, expect="permanent", state="succeeded")
+    run.run("should-die", start=1.01, end=1.1)
+    run.job("uncancelled", due=9.0, state="succeeded")
+    run.cancel("uncancelled", acked=3.0)
+    got = result(run)
+    assert got["wrong_state"] == 2 and not got["ok"], got["text"]
+
+
+def test_the_command_prints_one_json_line_last_and_fails_on_a_finding(
+    run: RunDir, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = run.done()
+    assert main([str(path), "--json"]) == 0
+    last = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    for key in (*MUST_BE_ZERO, "jobs", "faults", "lateness_p99_s"):
+        assert key in last
+    run.job("stuck", due=3.0, state="scheduled")
+    assert main([str(run.done()), "--json"]) == 1
+    last = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert last["lost"] == 1 and last["findings"][0]["job"] == "stuck"
