@@ -43,29 +43,13 @@ from pathlib import Path
 from typing import Any
 
 from timeshard.testing.chaos.ledger import Fault, Ledger, RunRecord, read_run
+from timeshard.testing.chaos.report import MUST_BE_ZERO, Finding, Report
 
-MUST_BE_ZERO = (
-    "lost",
-    "overlapping",
-    "double_effects",
-    "cron_missing",
-    "cron_doubled",
-    "ran_after_cancel",
-    "early",
-    "wrong_state",
-)
+__all__ = ["MUST_BE_ZERO", "Finding", "Report", "check", "check_dir", "main"]
+
 TERMINAL = frozenset({"succeeded", "dead", "cancelled"})
 STEP_OUTCOMES = frozenset({"ok", "retry", "permanent", "error"})
 """End outcomes that are the handler's own doing (a step), not the SDK stopping it."""
-SHOWN = 10
-"""Findings of one kind listed in the text report (all are in the JSON)."""
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Finding:
-    kind: str
-    job: str
-    detail: str
 
 
 @dataclass(kw_only=True)
@@ -79,52 +63,6 @@ class JobPlan:
     acked: float
     cancel: dict[str, Any] | None = None
     reschedules: list[dict[str, Any]] = field(default_factory=list)
-
-
-@dataclass(kw_only=True)
-class Report:
-    counts: dict[str, Any]
-    findings: list[Finding]
-
-    def failed(self) -> dict[str, int]:
-        return {k: int(self.counts[k]) for k in MUST_BE_ZERO if self.counts[k]}
-
-    @property
-    def ok(self) -> bool:
-        return not self.failed()
-
-    def as_json(self) -> dict[str, Any]:
-        return {**self.counts, "ok": self.ok, "failed": self.failed()}
-
-    def text(self) -> str:
-        c = self.counts
-        faults = ", ".join(f"{k} {v}" for k, v in sorted(c["faults"].items())) or "none"
-        lines = [
-            f"jobs: {c['jobs']} ({c['client_jobs']} scheduled by the client, "
-            f"{c['cron_occurrences']} cron occurrences), terminal {c['terminal']}",
-            f"faults: {c['faults_total']} ({faults})",
-            f"runs: {c['runs']}; planned retries {c['retries']}; sequential re-runs "
-            f"{c['reruns']}; effects found applied by a re-run {c['effects_deduplicated']}",
-        ]
-        for cause, n in sorted(c["rerun_causes"].items(), key=lambda kv: -kv[1]):
-            lines.append(f"  re-run because {cause}: {n}")
-        lines.append(
-            f"lateness (first runs): p50 {c['lateness_p50_s']:.3f} s, "
-            f"p99 {c['lateness_p99_s']:.3f} s, max {c['lateness_max_s']:.3f} s"
-        )
-        for key in MUST_BE_ZERO:
-            mark = "ok " if not c[key] else "BAD"
-            lines.append(f"{mark} {key}: {c[key]}")
-        by_kind: dict[str, list[Finding]] = defaultdict(list)
-        for f in self.findings:
-            by_kind[f.kind].append(f)
-        for kind, found in by_kind.items():
-            lines.append(f"{kind} ({len(found)}):")
-            lines += [f"  {f.job}: {f.detail}" for f in found[:SHOWN]]
-            if len(found) > SHOWN:
-                lines.append(f"  ... and {len(found) - SHOWN} more (see --json)")
-        lines.append("PASS" if self.ok else f"FAIL: {self.failed()}")
-        return "\n".join(lines)
 
 
 class _Times:
