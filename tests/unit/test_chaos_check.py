@@ -346,3 +346,14 @@ def test_the_command_prints_one_json_line_last_and_fails_on_a_finding(
     assert main([str(run.done()), "--json"]) == 1
     last = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert last["lost"] == 1 and last["findings"][0]["job"] == "stuck"
+
+
+def test_a_handler_started_after_its_claims_lease_is_shown(run: RunDir) -> None:
+    """A claim taken while its worker was stopped reaches the handler after the lease: shown
+    (it is what let a stale run act), and its harm is counted where it happens."""
+    run.journal.write({"ev": "run", "config": {"lease_s": 4.0}})
+    run.job("stale", due=1.0)
+    run.run("stale", fence=2, start=6.0, end=6.1, pid=115, worker="w1")
+    run.run("stale", start=9.0, end=9.01, claimed=1.01, outcome="cancelled", sdk=("lost",))
+    got = result(run)
+    assert got["started_after_lease"] == 1 and got["ok"], got["text"]

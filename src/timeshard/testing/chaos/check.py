@@ -453,6 +453,25 @@ def _quantile(values: list[float], q: float) -> float:
     return statistics.quantiles(values, n=1000, method="inclusive")[round(q * 1000) - 1]
 
 
+def _started_after_lease(ledger: Ledger) -> list[Finding]:
+    """Handlers started once their claim's lease was over by this machine's clock (a claim
+    taken for a worker stopped with its long poll in flight reaches it when it resumes): the
+    SDK should drop such a claim, not run it. The harm it can do is counted above (an overlap, a
+    stale effect); this shows how often the door was open."""
+    runs = ledger.records("run")
+    lease_ms = float(runs[0]["config"]["lease_s"]) * 1000 if runs else 4000.0
+    return [
+        Finding(
+            kind="started_after_lease",
+            job=r.job,
+            detail=f"fence {r.fence} on {r.worker}: claimed at {r.started_at}, handler started "
+            f"{r.wall - r.started_at:.0f} ms later (lease {lease_ms:.0f} ms)",
+        )
+        for r in ledger.runs
+        if r.wall > r.started_at + lease_ms
+    ]
+
+
 def check(ledger: Ledger) -> Report:
     plans = _plans(ledger)
     store = _store_jobs(ledger)
@@ -476,6 +495,7 @@ def check(ledger: Ledger) -> Report:
     lateness = _lateness(plans, by_job)
     all_jobs = {*plans, *occurrences}
     unknown = sorted(set(by_job) - all_jobs)
+    after_lease = _started_after_lease(ledger)
 
     def jobs_of(findings: list[Finding]) -> int:
         return len({f.job for f in findings})
@@ -502,6 +522,7 @@ def check(ledger: Ledger) -> Report:
         "unexplained_reruns": len(unexplained),
         "effects_deduplicated": deduplicated,
         "unknown_jobs_run": len(unknown),
+        "started_after_lease": len(after_lease),
         "lateness_p50_s": round(_quantile(lateness, 0.5), 4),
         "lateness_p99_s": round(_quantile(lateness, 0.99), 4),
         "lateness_max_s": round(max(lateness, default=0.0), 4),
@@ -516,6 +537,7 @@ def check(ledger: Ledger) -> Report:
         *early,
         *wrong,
         *unexplained,
+        *after_lease,
         *(Finding(kind="unknown_job_run", job=j, detail="run, not acknowledged") for j in unknown),
     ]
     return Report(counts=counts, findings=findings)

@@ -51,7 +51,8 @@ class Report:
             f"{c['cron_occurrences']} cron occurrences), terminal {c['terminal']}",
             f"faults: {c['faults_total']} ({faults})",
             f"runs: {c['runs']}; planned retries {c['retries']}; sequential re-runs "
-            f"{c['reruns']}; effects found applied by a re-run {c['effects_deduplicated']}",
+            f"{c['reruns']}; effects found applied by a re-run {c['effects_deduplicated']}; "
+            f"handlers started after their lease {c['started_after_lease']}",
         ]
         for cause, n in sorted(c["rerun_causes"].items(), key=lambda kv: -kv[1]):
             lines.append(f"  re-run because {cause}: {n}")
