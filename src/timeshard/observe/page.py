@@ -42,7 +42,10 @@ table{border-collapse:collapse;width:100%;font-size:13px}
 th,td{text-align:left;padding:4px 8px;border-bottom:1px solid #e6e8ec;vertical-align:top}
 th{color:#5b6475;font-weight:600;white-space:nowrap}
 td.num,th.num{text-align:right;white-space:nowrap}
-td.err{max-width:420px;word-break:break-word;color:#8b1111}
+.events{list-style:none;margin:0;padding:0}
+.events li{padding:6px 0;border-bottom:1px solid #e6e8ec}
+.events .meta{font-size:12px;color:#5b6475}
+.err{color:#8b1111;word-break:break-word;font-size:13px}
 code{font-size:12px;word-break:break-all}
 .shards{display:grid;grid-template-columns:repeat(auto-fill,minmax(104px,1fr));gap:6px}
 .shard{border-radius:6px;padding:6px 8px;font-size:12px;background:#eef0f4}
@@ -218,19 +221,16 @@ def _types(s: NodeStatus) -> str:
 
 
 def _events(title: str, ident: str, events: Sequence[JobEvent], empty: str) -> str:
+    """A list rather than a table: a job id and an error text do not fit a phone's columns."""
     if not events:
         return f"<section><h2>{title}</h2><p class='muted' id='{ident}'>{empty}</p></section>"
-    rows = [
-        [
-            escape(format_rfc3339(e.at_ms)),
-            escape(e.job_type),
-            f"<code>{escape(e.job_id)}</code>",
-            str(e.attempt),
-            escape(e.kind),
-            escape(e.error),
-        ]
+    items = "".join(
+        "<li>"
+        f"<div class='meta'><b>{escape(e.job_type)}</b> · {escape(e.kind)} · attempt "
+        f"{e.attempt} · shard {e.shard} · {escape(format_rfc3339(e.at_ms))}</div>"
+        f"<code>{escape(e.job_id)}</code>"
+        f"<div class='err'>{escape(e.error)}</div>"
+        "</li>"
         for e in events[:20]
-    ]
-    head = ["When", "Type", "Job", "Attempt", "What", "Error"]
-    table = _table(ident, head, rows, {3: "num", 5: "err"})
-    return f"<section><h2>{title}</h2>{table}</section>"
+    )
+    return f"<section><h2>{title}</h2><ul class='events' id='{ident}'>{items}</ul></section>"
