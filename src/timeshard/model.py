@@ -6,7 +6,8 @@ import enum
 import hashlib
 import json
 import re
-from dataclasses import dataclass, field, replace
+from collections.abc import Sequence
+from dataclasses import dataclass, field, fields, replace
 
 from timeshard.errors import InvalidArgument
 from timeshard.limits import (
@@ -131,6 +132,8 @@ class Job:
         return None
 
     def with_(self, **changes: object) -> Job:
+        if changes.keys() <= _UNCHECKED_JOB_FIELDS:
+            return _copy_job(self, changes)  # nothing __post_init__ checks changes
         return replace(self, **changes)  # type: ignore[arg-type]
 
     def body_digest(self) -> str:
@@ -143,6 +146,38 @@ class Job:
         h.update(b"\0")
         h.update(str(self.max_attempts).encode())
         return h.hexdigest()
+
+
+_JOB_FIELDS = tuple(f.name for f in fields(Job))
+_JOB_GET = tuple(getattr(Job, name).__get__ for name in _JOB_FIELDS)
+_JOB_SET = tuple(getattr(Job, name).__set__ for name in _JOB_FIELDS)
+_UNCHECKED_JOB_FIELDS = frozenset(_JOB_FIELDS) - {
+    "job_id",
+    "job_type",
+    "payload",
+    "shard",
+    "max_attempts",
+    "run_at",
+}
+
+
+def _copy_job(job: Job, changes: dict[str, object]) -> Job:
+    new = object.__new__(Job)
+    for name, get, put in zip(_JOB_FIELDS, _JOB_GET, _JOB_SET, strict=True):
+        put(new, changes[name] if name in changes else get(job))
+    return new
+
+
+def restore_job(values: Sequence[object]) -> Job:
+    """A Job from its field values in declaration order, as a store wrote them. Not checked
+    again: a store writes only Jobs, each checked when it was made, so checking every row it
+    reads back would only cost time (each fired job is read a few times)."""
+    if len(values) != len(_JOB_SET):
+        raise ValueError(f"a Job has {len(_JOB_SET)} fields, got {len(values)} values")
+    job = object.__new__(Job)
+    for put, value in zip(_JOB_SET, values, strict=False):  # the length is checked above
+        put(job, value)
+    return job
 
 
 @dataclass(frozen=True, kw_only=True, slots=True, order=True)

@@ -5,13 +5,79 @@ are JSON text). A row is any mapping of column to value (a driver ``dict``, a ``
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from timeshard.model import Job, JobState, MisfirePolicy, OverlapPolicy, Schedule
-from timeshard.store.base import MAX_HISTORY, history_from_json, history_to_json
+from timeshard.model import (
+    Attempt,
+    Job,
+    JobState,
+    MisfirePolicy,
+    OverlapPolicy,
+    Schedule,
+    restore_job,
+)
+from timeshard.store.base import MAX_HISTORY, history_from_json
 
 Row = dict[str, Any]
+
+JOB_COLUMNS = (
+    "job_id",
+    "shard",
+    "type",
+    "payload",
+    "state",
+    "run_at",
+    "created_at",
+    "attempt",
+    "max_attempts",
+    "fence",
+    "lease_owner",
+    "lease_until",
+    "started_at",
+    "finished_at",
+    "idempotency_key",
+    "last_error",
+    "history",
+)
+"""A job row's columns in the order of ``Job``'s fields: a row selected in this order decodes
+by position (``job_from_row``)."""
+_STATE = 4
+_HISTORY = 16
+_STATES = {s.value: s for s in JobState}
+_HISTORY_JSON = json.JSONEncoder(separators=(",", ":"))  # json.dumps(..., separators) builds one
+
+
+def job_from_row(row: Sequence[Any]) -> Job:
+    """A job from a row of ``JOB_COLUMNS`` that a store wrote from a Job (not checked again;
+    NOT NULL columns, as SQLite keeps them)."""
+    values = list(row)
+    values[_STATE] = _STATES[values[_STATE]]
+    values[_HISTORY] = history_from_text(values[_HISTORY])
+    return restore_job(values)
+
+
+def history_from_text(text: str | None) -> tuple[Attempt, ...]:
+    return () if not text or text == "[]" else history_from_json(text)
+
+
+def history_text(history: tuple[Attempt, ...]) -> str:
+    """The history as JSON text (as ``store.base.history_to_json`` writes it)."""
+    if not history:
+        return "[]"
+    return _HISTORY_JSON.encode(
+        [
+            {
+                "attempt": a.attempt,
+                "worker": a.worker,
+                "started_at": a.started_at,
+                "finished_at": a.finished_at,
+                "error": a.error,
+                "outcome": a.outcome,
+            }
+            for a in history[-MAX_HISTORY:]
+        ]
+    )
 
 
 def to_job(row: Mapping[str, Any]) -> Job:
@@ -32,7 +98,7 @@ def to_job(row: Mapping[str, Any]) -> Job:
         finished_at=row["finished_at"],
         idempotency_key=row["idempotency_key"] or "",
         last_error=row["last_error"] or "",
-        history=history_from_json(row["history"]),
+        history=history_from_text(row["history"]),
     )
 
 
@@ -54,7 +120,7 @@ def job_columns(job: Job) -> Row:
         "started_at": job.started_at,
         "finished_at": job.finished_at,
         "last_error": job.last_error,
-        "history": history_to_json(job.history[-MAX_HISTORY:]),
+        "history": history_text(job.history),
     }
 
 

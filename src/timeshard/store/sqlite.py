@@ -2,12 +2,15 @@
 
 One writer thread owns the connection. Calls from the event loop are queued to it, and every
 call waiting when it wakes runs in one transaction (each in its own savepoint) committed once:
-group commit, so a burst of schedules or claims costs one fsync, not one each.
+group commit, so a burst of schedules or claims costs one fsync, not one each. The results of a
+transaction go back to the event loop in one hop, not one per call.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 import logging
 import queue
 import random
@@ -15,7 +18,6 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Collection, Sequence
-from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -40,7 +42,7 @@ from timeshard.store.base import (
     Store,
     entry_for,
 )
-from timeshard.store.codec import job_columns, schedule_columns, to_job, to_schedule
+from timeshard.store.codec import job_columns, job_from_row, schedule_columns, to_schedule
 from timeshard.store.named import load_queries
 from timeshard.store.stats import StoreStats
 
@@ -49,7 +51,8 @@ SWEEP_EVERY_S = 10.0
 SWEEP_ROWS = 5000
 R = TypeVar("R")
 Q = load_queries("sqlite.sql")
-_Op = tuple[Callable[[sqlite3.Connection], Any], Future[Any]]
+_Op = tuple[Callable[[sqlite3.Connection], Any], "asyncio.Future[Any]"]
+_Result = tuple["asyncio.Future[Any]", bool, Any]  # (future, ok, value or exception)
 
 #: How long one statement waits for another connection's write lock (SQLite's busy handler).
 BUSY_TIMEOUT_S = 5.0
@@ -89,7 +92,28 @@ def _select_schedule(db: sqlite3.Connection, schedule_id: str) -> Schedule | Non
 
 def _select(db: sqlite3.Connection, job_id: str) -> Job | None:
     row = db.execute(Q["select_job"], (job_id,)).fetchone()
-    return to_job(row) if row is not None else None
+    return job_from_row(row) if row is not None else None
+
+
+def _settle(results: list[_Result]) -> None:
+    """On the event loop: hand each caller its result (unless it gave up meanwhile)."""
+    for fut, ok, value in results:
+        if fut.done():
+            continue
+        if ok:
+            fut.set_result(value)
+        else:
+            fut.set_exception(value)
+
+
+def _deliver(results: list[_Result]) -> None:
+    """From the writer thread: one hop to each event loop that waits, for all its results."""
+    by_loop: dict[asyncio.AbstractEventLoop, list[_Result]] = {}
+    for result in results:
+        by_loop.setdefault(result[0].get_loop(), []).append(result)
+    for loop, mine in by_loop.items():
+        with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits for these
+            loop.call_soon_threadsafe(_settle, mine)
 
 
 def _stored_num_shards(db: sqlite3.Connection) -> int:
@@ -239,10 +263,10 @@ class SqliteStore(Store):
 
     @staticmethod
     def _run_batch(db: sqlite3.Connection, batch: list[_Op]) -> None:
-        results: list[tuple[Future[Any], bool, Any]] = []
-        # A caller that was cancelled while queued does not get its op run; once running, an
-        # op can no longer be cancelled, so setting its result below can not fail.
-        batch = [(fn, fut) for fn, fut in batch if fut.set_running_or_notify_cancel()]
+        results: list[_Result] = []
+        # A caller that was cancelled while queued does not get its op run. (A cancel that
+        # lands after this check is like one after the op ran: the op's effect stands.)
+        batch = [(fn, fut) for fn, fut in batch if not fut.cancelled()]
         if not batch:
             return
         try:
@@ -261,21 +285,16 @@ class SqliteStore(Store):
             if db.in_transaction:
                 db.execute("ROLLBACK")
             err = StoreUnavailable(str(exc))
-            for _, fut in batch:
-                fut.set_exception(err)
+            _deliver([(fut, False, err) for _, fut in batch])
             return
-        for fut, ok, value in results:
-            if ok:
-                fut.set_result(value)
-            else:
-                fut.set_exception(value)
+        _deliver(results)
 
     async def _call(self, fn: Callable[[sqlite3.Connection], R]) -> R:
         if self._thread is None:
             raise StoreUnavailable("the store is not open")
-        fut: Future[R] = Future()
+        fut: asyncio.Future[R] = asyncio.get_running_loop().create_future()
         self._ops.put((fn, fut))
-        return await asyncio.wrap_future(fut)
+        return await fut
 
     async def close(self) -> None:
         if self._sweeper is not None:
@@ -352,19 +371,21 @@ class SqliteStore(Store):
                 entry = BucketEntry(
                     shard=shard, minute=entry.minute, due_at=entry.due_at, job_id=owner_id
                 )
-        existing = _select(db, job.job_id)
-        if existing is not None:
+        if db.execute(Q["insert_job"], job_columns(job)).rowcount == 0:  # the id exists
+            existing = _select(db, job.job_id)
+            assert existing is not None  # (this transaction holds the write lock)
             return CreateResult(
                 created=False, job=existing, conflict=existing.body_digest() != job.body_digest()
             )
-        db.execute(Q["insert_job"], job_columns(job))
         _put_entry(db, entry)
         return CreateResult(created=True, job=job)
 
     async def get_jobs(self, job_ids: Sequence[str]) -> dict[str, Job]:
+        ids = json.dumps(list(job_ids))
+
         def run(db: sqlite3.Connection) -> dict[str, Job]:
-            found = (_select(db, i) for i in job_ids)
-            return {j.job_id: j for j in found if j is not None}
+            rows = db.execute(Q["select_jobs"], (ids,))
+            return {row[0]: job_from_row(row) for row in rows}
 
         return await self._call(run)
 
@@ -379,7 +400,7 @@ class SqliteStore(Store):
         }
 
         def run(db: sqlite3.Connection) -> list[Job]:
-            return [to_job(r) for r in db.execute(Q["list_jobs"], params)]
+            return [job_from_row(r) for r in db.execute(Q["list_jobs"], params)]
 
         jobs = await self._call(run)
         more = len(jobs) > limit

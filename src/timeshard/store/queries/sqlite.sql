@@ -72,12 +72,22 @@ CREATE TABLE IF NOT EXISTS meta (
 );
 
 -- name: select_job
-SELECT * FROM jobs WHERE job_id = ?;
+-- The columns in the order of Job's fields (codec.JOB_COLUMNS): rows decode by position.
+SELECT job_id, shard, type, payload, state, run_at, created_at, attempt, max_attempts, fence,
+       lease_owner, lease_until, started_at, finished_at, idempotency_key, last_error, history
+FROM jobs WHERE job_id = ?;
+
+-- name: select_jobs
+-- Many jobs in one statement: the ids as a JSON array.
+SELECT job_id, shard, type, payload, state, run_at, created_at, attempt, max_attempts, fence,
+       lease_owner, lease_until, started_at, finished_at, idempotency_key, last_error, history
+FROM jobs WHERE job_id IN (SELECT value FROM json_each(?));
 
 -- name: insert_job
-INSERT INTO jobs (job_id, shard, type, payload, state, run_at, created_at, attempt, max_attempts,
-                  fence, lease_owner, lease_until, started_at, finished_at, idempotency_key,
-                  last_error, history)
+-- A job whose id exists already is left as it is (the caller reads it).
+INSERT OR IGNORE INTO jobs (job_id, shard, type, payload, state, run_at, created_at, attempt,
+                            max_attempts, fence, lease_owner, lease_until, started_at,
+                            finished_at, idempotency_key, last_error, history)
 VALUES (:job_id, :shard, :type, :payload, :state, :run_at, :created_at, :attempt, :max_attempts,
         :fence, :lease_owner, :lease_until, :started_at, :finished_at, :idempotency_key,
         :last_error, :history);
@@ -104,7 +114,9 @@ SELECT job_id, digest FROM idempotency_keys WHERE key = ?;
 INSERT OR IGNORE INTO idempotency_keys (key, job_id, digest) VALUES (?, ?, ?);
 
 -- name: list_jobs
-SELECT * FROM jobs
+SELECT job_id, shard, type, payload, state, run_at, created_at, attempt, max_attempts, fence,
+       lease_owner, lease_until, started_at, finished_at, idempotency_key, last_error, history
+FROM jobs
 WHERE (:state IS NULL OR state = :state) AND (:type IS NULL OR type = :type) AND job_id > :after
 ORDER BY job_id LIMIT :limit;
 
