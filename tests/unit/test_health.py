@@ -11,12 +11,14 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from tests.unit.helpers import START_MS, wait_until
+from tests.unit.test_metrics import scrape
 from timeshard.clock import FakeClock
 from timeshard.coordinator.local import LocalCoordinator
 from timeshard.errors import StoreUnavailable
 from timeshard.model import ShardState
 from timeshard.node import Node
 from timeshard.observe.health import HealthConfig
+from timeshard.observe.http import serve_node
 from timeshard.server import Server
 from timeshard.store.sqlite import SqliteStore
 
@@ -83,18 +85,26 @@ async def test_health_follows_the_store_down_and_back() -> None:
     store = StoppableStore(":memory:", num_shards=4)
     clock = FakeClock(START_MS)
     async with serving(store, LocalCoordinator(), clock) as (server, stub):
-        assert await status(stub) == SERVING
-        assert await status(stub, "timeshard.v1.WorkerService") == SERVING
+        http = await serve_node(server.node, host="127.0.0.1", port=0)
+        try:
+            assert await status(stub) == SERVING
+            assert await status(stub, "timeshard.v1.WorkerService") == SERVING
+            assert (await scrape(http.port, "/readyz"))[0] == 200
 
-        store.stopped = True
-        await flips_to(stub, clock, NOT_SERVING)
-        assert await status(stub, "timeshard.v1.JobService") == NOT_SERVING
-        health = server.node.metrics.health
-        assert not health.store_ok and "connection refused" in health.store_error
+            store.stopped = True
+            await flips_to(stub, clock, NOT_SERVING)
+            assert await status(stub, "timeshard.v1.JobService") == NOT_SERVING
+            health = server.node.metrics.health
+            assert not health.store_ok and "connection refused" in health.store_error
+            assert (await scrape(http.port, "/readyz"))[0] == 503  # the kubelet's probe
+            assert (await scrape(http.port, "/livez"))[0] == 200
 
-        store.stopped = False
-        await flips_to(stub, clock, SERVING)
-        assert await status(stub, "timeshard.v1.JobService") == SERVING
+            store.stopped = False
+            await flips_to(stub, clock, SERVING)
+            assert await status(stub, "timeshard.v1.JobService") == SERVING
+            assert (await scrape(http.port, "/readyz"))[0] == 200
+        finally:
+            await http.stop()
 
 
 async def test_a_store_that_does_not_answer_in_time_is_down() -> None:

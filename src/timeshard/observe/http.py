@@ -1,4 +1,5 @@
-"""The small HTTP server of a node: ``/metrics``, the status page ``/`` and ``/status.json``.
+"""The small HTTP server of a node: ``/metrics``, the status page ``/``, ``/status.json``, and
+``/readyz`` (200 while gRPC health says SERVING, else 503) and ``/livez`` for probes.
 
 A few lines of HTTP/1.1 on the node's own event loop (one request per connection), so a page or
 a scrape reads the node's live state between two steps of the loop, never while another thread
@@ -109,7 +110,24 @@ def node_routes(node: Node) -> dict[str, Route]:
         body = json.dumps((await node_status(node)).as_json(), indent=1)
         return "200 OK", "application/json", body.encode()
 
-    return {"/metrics": metrics, "/": page, "/status.json": status_json}
+    async def ready() -> Response:
+        """The gRPC health status over HTTP, for probes that can not speak gRPC over TLS (the
+        kubelet's): the same watcher decides both."""
+        health = node.metrics.health
+        if health.serving:
+            return "200 OK", "text/plain", b"SERVING\n"
+        return "503 Service Unavailable", "text/plain", b"NOT_SERVING\n"
+
+    async def live() -> Response:
+        return "200 OK", "text/plain", b"ok\n"  # the event loop answers
+
+    return {
+        "/metrics": metrics,
+        "/": page,
+        "/status.json": status_json,
+        "/readyz": ready,
+        "/livez": live,
+    }
 
 
 async def serve_node(node: Node, *, host: str, port: int) -> HttpServer:
