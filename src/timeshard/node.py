@@ -305,6 +305,7 @@ class Node:
             except InvalidArgument as exc:
                 field = f"jobs[{i}].{exc.field}" if len(specs) > 1 else exc.field
                 raise InvalidArgument(field, exc.problem) from None
+        await self._refuse_conflicts(specs, jobs)
         entries = [entry_for(job, job.run_at, now) for job in jobs]
         fresh = {job.job_id for job, spec in zip(jobs, specs, strict=True) if not spec.job_id}
         results = await self.store.create_jobs(list(zip(jobs, entries, strict=True)), fresh=fresh)
@@ -319,6 +320,34 @@ class Node:
                     else f"job {spec.job_id!r} already exists with a different body"
                 )
         return [(r.job, r.created) for r in results]
+
+    async def _refuse_conflicts(self, specs: Sequence[JobSpec], jobs: Sequence[Job]) -> None:
+        """A batch is all or nothing: a key or id used twice in it with different bodies, or
+        already stored with a different body, fails the call before anything is written.
+        (Two calls racing on one key can still both pass this check; the store then creates
+        the job once and the later call reports the conflict after writing its other jobs.)"""
+        seen: dict[str, Job] = {}
+        for i, (spec, job) in enumerate(zip(specs, jobs, strict=True)):
+            name = (spec.idempotency_key and f"key:{spec.idempotency_key}") or spec.job_id
+            if not name:
+                continue
+            first = seen.setdefault(name, job)
+            if first.body_digest() != job.body_digest():
+                raise AlreadyExists(
+                    f"jobs[{i}] reuses {_what(spec)} of an earlier job in this "
+                    "batch with a different body"
+                )
+        keyed = [j for j in jobs if j.idempotency_key]
+        chosen = [j for j, s in zip(jobs, specs, strict=True) if s.job_id and not s.idempotency_key]
+        if not keyed and not chosen:
+            return
+        stored = await self.store.find_existing(keyed, chosen)
+        for spec, job in zip(specs, jobs, strict=True):
+            other = stored.get(job.idempotency_key or job.job_id)
+            if other is not None and other.body_digest() != job.body_digest():
+                raise AlreadyExists(
+                    f"{_what(spec)} is already used by job {other.job_id} with a different body"
+                )
 
     def _new_job(self, spec: JobSpec, now: int) -> Job:
         validate_job_type(spec.job_type)
@@ -548,3 +577,9 @@ class Node:
         if failed.state is JobState.SCHEDULED:
             self._notify([entry_for(failed, failed.run_at, now)])
         return failed
+
+
+def _what(spec: JobSpec) -> str:
+    if spec.idempotency_key:
+        return f"idempotency key {spec.idempotency_key!r}"
+    return f"job id {spec.job_id!r}"

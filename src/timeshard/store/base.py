@@ -142,6 +142,25 @@ class Store(abc.ABC):
     async def get_job(self, job_id: str) -> Job | None:
         return (await self.get_jobs([job_id])).get(job_id)
 
+    async def find_existing(self, keyed: Sequence[Job], chosen: Sequence[Job]) -> dict[str, Job]:
+        """The stored jobs these would collide with: by idempotency key for ``keyed`` (the
+        result is keyed by the key), by id for ``chosen`` (keyed by the id). A read, so a
+        batch can be refused before anything of it is written."""
+        found: dict[str, Job] = {}
+        owners = await self.key_owners([j.idempotency_key for j in keyed])
+        stored = await self.get_jobs([*owners.values(), *(j.job_id for j in chosen)])
+        for key, job_id in owners.items():
+            if job_id in stored:
+                found[key] = stored[job_id]
+        for j in chosen:
+            if j.job_id in stored:
+                found[j.job_id] = stored[j.job_id]
+        return found
+
+    @abc.abstractmethod
+    async def key_owners(self, keys: Sequence[str]) -> dict[str, str]:
+        """Idempotency key -> the id of the job it was used for, for the keys stored."""
+
     async def get_jobs_for(self, entries: Sequence[BucketEntry]) -> dict[str, Job]:
         """The jobs the dispatcher's entries point to, as stored now. A store that keeps rows
         in partitions may use ``BucketEntry.home`` to read them without looking them up, and

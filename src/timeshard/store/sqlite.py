@@ -380,6 +380,13 @@ class SqliteStore(Store):
         _put_entry(db, entry)
         return CreateResult(created=True, job=job)
 
+    async def key_owners(self, keys: Sequence[str]) -> dict[str, str]:
+        def run(db: sqlite3.Connection) -> dict[str, str]:
+            rows = ((k, db.execute(Q["select_key"], (k,)).fetchone()) for k in keys)
+            return {k: row[0] for k, row in rows if row is not None}
+
+        return await self._call(run) if keys else {}
+
     async def get_jobs(self, job_ids: Sequence[str]) -> dict[str, Job]:
         ids = json.dumps(list(job_ids))
 

@@ -83,6 +83,14 @@ class CassandraStore(Store):
     ) -> list[CreateResult]:
         return await self._jobs.create(jobs, fresh)
 
+    async def key_owners(self, keys: Sequence[str]) -> dict[str, str]:
+        rows = await _gather(self._conn.rows("select_key", (k,)) for k in dict.fromkeys(keys))
+        return {
+            k: r[0]["job_id"]
+            for k, r in zip(dict.fromkeys(keys), rows, strict=True)
+            if r and r[0]["job_id"] is not None
+        }
+
     async def get_jobs(self, job_ids: Sequence[str]) -> dict[str, Job]:
         return await self._jobs.get(job_ids)
 
