@@ -12,6 +12,8 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from prometheus_client import disable_created_metrics
+
 from timeshard.cli.demo import add_demo_handlers
 from timeshard.cli.security import add_server_options, server_security
 from timeshard.clock import SystemClock, format_rfc3339
@@ -172,10 +174,11 @@ async def _serve(
     stop = asyncio.Event()
     _stop_on_signals(stop)
     server = make_server()
+    set_node(server.node.node_id)
+    disable_created_metrics()  # the *_created series only repeat the process start time
     await server.start()
     # Rotation: re-read certificates and tokens without dropping a connection.
     asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, server.reload_security)
-    set_node(server.node.node_id)
     print(f"timeshard node {server.node.node_id}: serving on {server.address}", flush=True)
     http = await _start_http(server, args)
     worker_task = (
@@ -266,6 +269,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     metrics = WorkerMetrics()
     worker._on_event = metrics.hook(None if args.quiet else _print_event)
     set_node(worker.worker_id)
+    disable_created_metrics()
 
     async def run() -> None:
         stop = asyncio.Event()

@@ -9,8 +9,9 @@ sending traffic to a node that can only answer UNAVAILABLE, and send it again wh
 
 The same task keeps the dead-letter queue's size for the metrics and the status page. Only the
 node that owns shard 0 counts it (one count per cluster), every ``dead_letters_every_s``
-seconds and never more often than ten times the last count took: the count reads the dead jobs
-through ``Store.list_jobs``, which on Cassandra is a scan of the jobs table.
+seconds, or a second after a job died on this node, and never more often than ten times the
+last count took: the count reads the dead jobs through ``Store.list_jobs``, which on Cassandra
+is a scan of the jobs table.
 """
 
 from __future__ import annotations
@@ -49,6 +50,8 @@ class HealthWatcher:
         self._serving: bool | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._next_count_ms = 0
+        self._soonest_ms = 0
+        """A dead letter written by this node makes the next count due this soon."""
 
     @property
     def serving(self) -> bool:
@@ -123,7 +126,9 @@ class HealthWatcher:
         if 0 not in node.coordinator.owned():
             health.dead_letters = None  # another node counts
             return
-        if not force and now < self._next_count_ms:
+        dead = self._node.metrics.dead
+        fresh = bool(dead) and dead[0].at_ms > health.dead_letters_at_ms  # one died here since
+        if not force and now < (self._soonest_ms if fresh else self._next_count_ms):
             return
         started = node.clock.monotonic()
         try:
@@ -137,6 +142,7 @@ class HealthWatcher:
         health.dead_letters_at_ms = now
         every_ms = self.config.dead_letters_every_s * 1000
         self._next_count_ms = now + round(max(every_ms, 10 * took_ms))
+        self._soonest_ms = now + round(max(self.config.every_s * 1000, 10 * took_ms))
 
     async def _count(self) -> tuple[int, list[Job]]:
         count, token, latest = 0, "", list[Job]()
