@@ -12,8 +12,6 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from prometheus_client import disable_created_metrics
-
 from timeshard.cli.demo import add_demo_handlers
 from timeshard.cli.security import add_server_options, server_security
 from timeshard.clock import SystemClock, format_rfc3339
@@ -24,7 +22,7 @@ from timeshard.model import validate_job_type
 from timeshard.node import Node, NodeConfig, TypePolicy
 from timeshard.observe.http import HttpServer, serve_node, serve_registry
 from timeshard.observe.logs import set_node
-from timeshard.observe.metrics import Forward, registry_of
+from timeshard.observe.metrics import Forward, drop_created_series, registry_of
 from timeshard.observe.worker import WorkerMetrics
 from timeshard.retry import RetryPolicy
 from timeshard.security.auth import Role
@@ -175,7 +173,7 @@ async def _serve(
     _stop_on_signals(stop)
     server = make_server()
     set_node(server.node.node_id)
-    disable_created_metrics()  # the *_created series only repeat the process start time
+    drop_created_series()
     await server.start()
     # Rotation: re-read certificates and tokens without dropping a connection.
     asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, server.reload_security)
@@ -269,7 +267,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     metrics = WorkerMetrics()
     worker._on_event = metrics.hook(None if args.quiet else _print_event)
     set_node(worker.worker_id)
-    disable_created_metrics()
+    drop_created_series()
 
     async def run() -> None:
         stop = asyncio.Event()

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 
+from prometheus_client import disable_created_metrics
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
@@ -189,3 +190,8 @@ def registry_of(*collectors: Collector, process: bool = True) -> CollectorRegist
 def node_registry(node: Node) -> CollectorRegistry:
     """Everything ``/metrics`` shows for ``node``."""
     return registry_of(NodeCollector(node), Forward(node.metrics.registry))
+
+
+def drop_created_series() -> None:
+    """No ``*_created`` series (process-wide): they only repeat when each series appeared."""
+    disable_created_metrics()  # type: ignore[no-untyped-call]
