@@ -23,7 +23,11 @@ def make_store(
 
         store: Store = CassandraStore.from_url(url, num_shards=num_shards, retention=retention)
         return store
-    raise InvalidArgument("store", f"{url!r}: use sqlite:///PATH or cassandra://HOST:PORT/KEYSPACE")
+    from timeshard.coordinator.zkstate import redact_url
+
+    raise InvalidArgument(
+        "store", f"{redact_url(url)!r}: use sqlite:///PATH or cassandra://HOST:PORT/KEYSPACE"
+    )
 
 
 def make_coordinator(url: str) -> Coordinator:
