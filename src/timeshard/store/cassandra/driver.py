@@ -123,6 +123,11 @@ class ClusterConfig:
     request_timeout: float = 15.0
 
 
+def redact(url: str) -> str:
+    """The URL with its password (if any) replaced, for messages and logs."""
+    return re.sub(r"(://[^:/@]*:)[^@/]*@", r"\1***@", url)
+
+
 def parse_url(url: str) -> ClusterConfig:
     """``cassandra://[user:password@]HOST:PORT[,HOST:PORT]/KEYSPACE[?options]``.
 
@@ -130,17 +135,17 @@ def parse_url(url: str) -> ClusterConfig:
     ``consistency=local_quorum|quorum``, ``serial=local_serial|serial``, ``local_dc=NAME``.
     """
     if not url.startswith("cassandra://"):
-        raise InvalidArgument("store", f"{url!r} is not a cassandra:// URL")
+        raise InvalidArgument("store", f"{redact(url)!r} is not a cassandra:// URL")
     rest, _, query = url.removeprefix("cassandra://").partition("?")
     netloc, _, keyspace = rest.partition("/")
     creds, _, hosts = netloc.rpartition("@")
     if not hosts or not keyspace:
-        raise InvalidArgument("store", f"{url!r}: expected cassandra://HOST:PORT/KEYSPACE")
+        raise InvalidArgument("store", f"{redact(url)!r}: expected cassandra://HOST:PORT/KEYSPACE")
     points: list[tuple[str, int]] = []
     for item in hosts.split(","):
         host, _, port = item.partition(":")
         if not host or (port and not port.isdigit()):
-            raise InvalidArgument("store", f"{url!r}: bad host {item!r}")
+            raise InvalidArgument("store", f"{redact(url)!r}: bad host {item!r}")
         points.append((host, int(port or 9042)))
     opts = {k: v[-1] for k, v in parse_qs(query).items()}
     user, _, password = creds.partition(":")

@@ -17,22 +17,42 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import OrderedDict
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from timeshard.clock import Clock
-from timeshard.errors import InvalidArgument, NotOwner, StoreUnavailable
+from timeshard.errors import NotOwner, StoreUnavailable
 from timeshard.model import BucketEntry, Job, Outcome
-from timeshard.sharding import minute_of, shard_of
+from timeshard.sharding import shard_of
 from timeshard.store import transitions as T
 from timeshard.store.base import CreateResult, Retention, entry_for
 from timeshard.store.cassandra.batcher import PartitionBatcher
+from timeshard.store.cassandra.creates import Creator
 from timeshard.store.cassandra.driver import Ambiguous, Connection
+from timeshard.store.cassandra.parts import (
+    CAS_ROUNDS,
+    MAX_BATCH,
+    Key,
+    Lru,
+)
+from timeshard.store.cassandra.parts import (
+    chunks as _chunks,
+)
+from timeshard.store.cassandra.parts import (
+    gather as _gather,
+)
+from timeshard.store.cassandra.parts import (
+    homed as _homed,
+)
+from timeshard.store.cassandra.parts import (
+    row_params as _row_params,
+)
+from timeshard.store.cassandra.parts import (
+    sized as _sized,
+)
 from timeshard.store.cassandra.rows import (
     Found,
-    Row,
     bounded_history,
     bucket_ttl,
     image_of,
@@ -41,17 +61,6 @@ from timeshard.store.cassandra.rows import (
 from timeshard.store.codec import job_columns, to_job
 
 log = logging.getLogger(__name__)
-
-CAS_ROUNDS = 20
-"""Conditional batches retried on rows that changed but still meet their conditions."""
-MAX_BATCH = 100
-"""Rows in one conditional batch (Cassandra's batch size limit must allow it; see deploy/)."""
-MAX_BATCH_BYTES = 256 * 1024
-STAMP_BACK_US = 60_000_000
-"""A plain create is stamped this far in the past (see ``create_row`` in cassandra.cql)."""
-CACHE_SIZE = 200_000
-
-Key = tuple[int, int]  # (shard, home minute)
 
 
 @dataclass(slots=True, eq=False)
@@ -71,22 +80,6 @@ class _Op:
     reread: bool = False
 
 
-@dataclass(frozen=True, slots=True)
-class _New:
-    index: int
-    job: Job
-    entry: BucketEntry
-    home: int
-
-
-class _Lru(OrderedDict[str, Any]):
-    def put(self, key: str, value: Any) -> None:
-        self[key] = value
-        self.move_to_end(key)
-        if len(self) > CACHE_SIZE:
-            self.popitem(last=False)
-
-
 class JobRows:
     def __init__(
         self, conn: Connection, clock: Clock, num_shards: int, retention: Retention
@@ -98,17 +91,23 @@ class JobRows:
         self.epochs: dict[int, int] = {}
         """Shards this store took, and the epoch it took them at."""
         self._raised: set[tuple[int, int, int]] = set()
-        self._homes = _Lru()  # job id -> home minute (never changes)
-        self._images = _Lru()  # job id -> Found, for jobs this store wrote last
-        self._expired: _Lru = _Lru()
+        self.homes = Lru()  # job id -> home minute (never changes)
+        self._images = Lru()  # job id -> Found, for jobs this store wrote last
+        self._expired = Lru()
+        self._creator = Creator(conn, clock, num_shards, self)
         self._batcher: PartitionBatcher[Key, _Op] = PartitionBatcher(
             self._run, max_items=MAX_BATCH, fail=_fail, name="jobrows"
         )
 
+    async def create(
+        self, jobs: Sequence[tuple[Job, BucketEntry]], fresh: Collection[str]
+    ) -> list[CreateResult]:
+        return await self._creator.create(jobs, fresh)
+
     async def close(self) -> None:
         await self._batcher.close()
 
-    # -- creating -------------------------------------------------------------------------
+    # -- creating (creates.py) --------------------------------------------------------------
 
     async def put_entries(self, entries: Sequence[BucketEntry]) -> None:
         """One unlogged batch per bucket partition (atomic, one write per partition)."""
@@ -123,156 +122,15 @@ class JobRows:
             for chunk in _chunks(statements, MAX_BATCH)
         )
 
-    async def _plain_writes(self, statements: list[tuple[str, tuple[Any, ...]]]) -> None:
+    async def plain_writes(self, statements: list[tuple[str, tuple[Any, ...]]]) -> None:
         """Writes of many partitions that need no atomicity, a few round trips in all."""
         await _gather(
             self._conn.batch(chunk, conditional=False) for chunk in _chunks(statements, 50)
         )
 
-    async def create(
-        self, jobs: Sequence[tuple[Job, BucketEntry]], fresh: Collection[str]
-    ) -> list[CreateResult]:
-        """A job with a fresh id lives in the partition of its entry's minute: its row and its
-        entry go in one unlogged batch with the same partition key (one mutation, applied
-        atomically), concurrently with its index row. Other jobs: entries first (a crash leaves
-        an entry that finds nothing, never a job without one), then a conditional batch."""
-        results: dict[int, CreateResult] = {}
-        plain: list[_New] = []
-        guarded: list[_New] = []
-        for i, (job, entry) in enumerate(jobs):
-            job = bounded_history(job)
-            if job.job_id in fresh and not job.idempotency_key:
-                plain.append(_New(i, job, entry, entry.minute))
-                continue
-            decided = await self._decide_owner(i, job, entry)
-            if isinstance(decided, CreateResult):
-                results[i] = decided
-                continue
-            first = next((n for n in guarded if n.job.job_id == decided.job.job_id), None)
-            if first is not None:  # the same key (or id) twice in this call: created once
-                conflict = first.job.body_digest() != job.body_digest()
-                results[i] = CreateResult(created=False, job=first.job, conflict=conflict)
-                continue
-            guarded.append(decided)
-        index = [("insert_index", (n.job.shard, n.home, n.job.job_id, 0)) for n in plain]
-        await _gather(
-            [
-                self.put_entries([_homed(n.entry, n.home) for n in guarded]),
-                self._plain_writes(index),
-                *(self._create_plain(k, ns) for k, ns in _by_home(plain).items()),
-            ]
-        )
-        parts = await _gather(self._create_guarded(k, ns) for k, ns in _by_home(guarded).items())
-        for part in parts:
-            results.update(part)
-        for n in plain:
-            results[n.index] = CreateResult(created=True, job=n.job)
-        for n in [*plain, *guarded]:
-            self._homes.put(n.job.job_id, n.home)
-        return [results[i] for i in range(len(jobs))]
-
-    async def _decide_owner(self, i: int, job: Job, entry: BucketEntry) -> CreateResult | _New:
-        """For a job with a key or a chosen id: settle which call creates it and where.
-        Returns the stored job when it exists already, else the job to create."""
-        if job.idempotency_key:
-            key = await self._claim_key(job)
-            if key["job_id"] != job.job_id:
-                stored = await self.get([key["job_id"]])
-                if key["job_id"] in stored:
-                    owner = stored[key["job_id"]]
-                    conflict = key["digest"] != job.body_digest()
-                    return CreateResult(created=False, job=owner, conflict=conflict)
-                if key["digest"] != job.body_digest():
-                    raise InvalidArgument("idempotency_key", "in use by another job body")
-                # The key's job was never written (a crash in between): finish it under its id.
-                shard = shard_of(key["job_id"], self._num_shards)
-                job = job.with_(job_id=key["job_id"], shard=shard)
-                entry = BucketEntry(
-                    shard=shard, minute=entry.minute, due_at=entry.due_at, job_id=job.job_id
-                )
-        home = minute_of(job.run_at)
-        index = await self._claim_index(job, home)
-        if index is not None:  # created before (maybe half-way): where the index says
-            home = index["minute"]
-        return _New(i, job, entry, home)
-
-    async def _claim_key(self, job: Job) -> Row:
-        params = (job.idempotency_key, job.job_id, job.body_digest())
-        try:
-            row = await self._conn.one("insert_key", params)
-        except Ambiguous as exc:
-            rows = await self._conn.rows("select_key", (job.idempotency_key,), serial=True)
-            if not rows:
-                raise StoreUnavailable(f"idempotency key write timed out: {exc}") from exc
-            return rows[0]
-        return {"job_id": job.job_id, "digest": job.body_digest()} if row["[applied]"] else row
-
-    async def _claim_index(self, job: Job, home: int) -> Row | None:
-        """``None`` when this call wrote the index row; else the row found."""
-        params = (job.shard, home, job.job_id)
-        for _ in range(CAS_ROUNDS):
-            try:
-                row = await self._conn.one("claim_index", params)
-            except Ambiguous:
-                rows = await self._conn.rows("select_index", (job.job_id,), serial=True)
-                if not rows:
-                    continue
-                return rows[0]
-            return None if row["[applied]"] else row
-        raise StoreUnavailable(f"creating job {job.job_id!r} kept timing out")
-
-    async def _create_plain(self, key: Key, news: list[_New]) -> None:
-        stamp = self._clock.now_ms() * 1000 - STAMP_BACK_US
-        init: tuple[str, Any] = ("init_epoch", {"shard": key[0], "minute": key[1]})
-        now = self._clock.now_ms()
-        pairs: list[list[tuple[str, Any]]] = []
-        for n in news:
-            e = n.entry
-            entry = (e.shard, e.minute, e.due_at, e.job_id, n.home, bucket_ttl(e.due_at, now))
-            pairs.append(
-                [
-                    ("create_row", {**_row_params(n.job, key), "stamp": stamp}),
-                    ("insert_entry", entry),
-                ]
-            )
-        weights = [1024 + len(n.job.payload) for n in news]
-        await _gather(
-            self._conn.batch([init, *(s for pair in chunk for s in pair)], conditional=False)
-            for chunk in _sized(pairs, weights)
-        )
-
-    async def _create_guarded(self, key: Key, news: list[_New]) -> dict[int, CreateResult]:
-        await self._conn.rows("init_epoch", {"shard": key[0], "minute": key[1]})
-        out: dict[int, CreateResult] = {}
-        todo = list(news)
-        for _ in range(CAS_ROUNDS):
-            if not todo:
-                return out
-            statements = [("create_row_if_new", _row_params(n.job, key)) for n in todo]
-            try:
-                rows = await self._conn.batch(statements, conditional=True)
-            except Ambiguous:
-                rows = [{"[applied]": False}]
-            if rows and rows[0].get("[applied]"):
-                out.update({n.index: CreateResult(created=True, job=n.job) for n in todo})
-                return out
-            stored = await self._read(key, [n.job.job_id for n in todo], serial=True)
-            left = []
-            for n in todo:
-                found = stored.get(n.job.job_id)
-                if found is None:
-                    left.append(n)
-                elif found.job == n.job:  # ours, from a batch that timed out but applied
-                    out[n.index] = CreateResult(created=True, job=n.job)
-                else:
-                    conflict = found.job.body_digest() != n.job.body_digest()
-                    out[n.index] = CreateResult(created=False, job=found.job, conflict=conflict)
-            todo = left
-        raise StoreUnavailable(f"creating {len(todo)} jobs kept conflicting")
-
     # -- reading --------------------------------------------------------------------------
 
-    async def _read(self, key: Key, job_ids: Sequence[str], *, serial: bool) -> dict[str, Found]:
+    async def read(self, key: Key, job_ids: Sequence[str], *, serial: bool) -> dict[str, Found]:
         found: dict[str, Found] = {}
         for chunk in _chunks(list(dict.fromkeys(job_ids)), MAX_BATCH):
             rows = await self._conn.rows("select_rows", (key[0], key[1], chunk), serial=serial)
@@ -283,13 +141,13 @@ class JobRows:
         return found
 
     async def _home(self, job_id: str) -> int | None:
-        home = self._homes.get(job_id)
+        home = self.homes.get(job_id)
         if home is not None:
             return int(home)
         rows = await self._conn.rows("select_index", (job_id,))
         if not rows:
             return None
-        self._homes.put(job_id, rows[0]["minute"])
+        self.homes.put(job_id, rows[0]["minute"])
         return int(rows[0]["minute"])
 
     async def get(
@@ -309,12 +167,12 @@ class JobRows:
         for job_id, home in {**known, **looked_up}.items():
             by_key.setdefault((shard_of(job_id, self._num_shards), home), []).append(job_id)
         await _gather(self._raise_before_read(k) for k in by_key)
-        parts = await _gather(self._read(k, ids_, serial=False) for k, ids_ in by_key.items())
+        parts = await _gather(self.read(k, ids_, serial=False) for k, ids_ in by_key.items())
         out = {job_id: f.job for part in parts for job_id, f in part.items()}
         for key, ids_ in by_key.items():
             for job_id in ids_:
                 if job_id in out:
-                    self._homes.put(job_id, key[1])
+                    self.homes.put(job_id, key[1])
         for job_id in looked_up:
             if job_id not in out:
                 self._expired.put(job_id, True)
@@ -421,7 +279,7 @@ class JobRows:
     async def _load(self, key: Key, ops: list[_Op]) -> None:
         if not ops:
             return
-        stored = await self._read(key, [op.job_id for op in ops], serial=True)
+        stored = await self.read(key, [op.job_id for op in ops], serial=True)
         for op in ops:
             op.found = stored.get(op.job_id)
             op.reread = False
@@ -519,7 +377,7 @@ class JobRows:
 
     async def _settle(self, key: Key, ops: list[_Op]) -> None:
         """A batch timed out: read what Paxos decided; each op applied or goes again."""
-        stored = await self._read(key, [op.job_id for op in ops], serial=True)
+        stored = await self.read(key, [op.job_id for op in ops], serial=True)
         applied = []
         for op in ops:
             found = stored.get(op.job_id)
@@ -564,7 +422,7 @@ class JobRows:
             if job.idempotency_key:
                 key_params = (job.job_id, job.body_digest(), job.idempotency_key, ttl)
                 writes.append(("expire_key", key_params))
-        await self._plain_writes(writes)
+        await self.plain_writes(writes)
 
     def forget_shard(self, shard: int) -> None:
         self.epochs.pop(shard, None)
@@ -594,49 +452,13 @@ _STATE_COLUMNS = (
 )
 
 
-def _row_params(job: Job, key: Key) -> dict[str, Any]:
-    cols = job_columns(job)
-    cols.pop("shard")
-    return {**cols, "shard": key[0], "minute": key[1]}
-
-
 def _entries(ops: Iterable[_Op]) -> list[BucketEntry]:
     return [op.entry for op in ops if op.entry is not None]
-
-
-def _homed(e: BucketEntry, home: int) -> BucketEntry:
-    return BucketEntry(shard=e.shard, minute=e.minute, due_at=e.due_at, job_id=e.job_id, home=home)
-
-
-def _by_home(news: list[_New]) -> dict[Key, list[_New]]:
-    out: dict[Key, list[_New]] = {}
-    for n in news:
-        out.setdefault((n.job.shard, n.home), []).append(n)
-    return out
-
-
-def _sized(items: list[Any], weights: list[int]) -> Iterable[list[Any]]:
-    """``items`` in chunks of at most ``MAX_BATCH`` and about ``MAX_BATCH_BYTES``."""
-    chunk: list[Any] = []
-    size = 0
-    for item, weight in zip(items, weights, strict=True):
-        if chunk and (len(chunk) >= MAX_BATCH or size + weight > MAX_BATCH_BYTES):
-            yield chunk
-            chunk, size = [], 0
-        chunk.append(item)
-        size += weight
-    if chunk:
-        yield chunk
 
 
 def _by_size(ops: list[_Op]) -> Iterable[list[_Op]]:
     weights = [512 + (len(op.new.payload) if op.new is not None else 0) for op in ops]
     return _sized(ops, weights)
-
-
-def _chunks(items: list[Any], n: int) -> Iterable[list[Any]]:
-    for i in range(0, len(items), n):
-        yield items[i : i + n]
 
 
 def _fail(op: _Op, exc: BaseException) -> None:
@@ -645,13 +467,3 @@ def _fail(op: _Op, exc: BaseException) -> None:
             op.fut.cancel()
         else:
             op.fut.set_exception(exc)
-
-
-async def _gather(aws: Any) -> list[Any]:
-    """Run concurrently and wait for all; then raise the first error, if any (so no write of
-    this call is still in flight when it fails)."""
-    results = await asyncio.gather(*aws, return_exceptions=True)
-    for r in results:
-        if isinstance(r, BaseException):
-            raise r
-    return list(results)

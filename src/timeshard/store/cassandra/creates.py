@@ -1,0 +1,207 @@
+"""Creating jobs in their partitions (part of ``JobRows``).
+
+A job with a fresh id (random, generated for this call) is a plain write: its row and its entry
+share a partition key and go in one unlogged batch (one mutation), its index row alongside. A
+job with a key or a chosen id is settled first by a lightweight transaction (``insert_key``,
+``claim_index``), then created ``IF state = null``, batched per partition.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from timeshard.clock import Clock
+from timeshard.errors import InvalidArgument, StoreUnavailable
+from timeshard.model import BucketEntry, Job
+from timeshard.sharding import minute_of, shard_of
+from timeshard.store.base import CreateResult
+from timeshard.store.cassandra.driver import Ambiguous, Connection
+from timeshard.store.cassandra.parts import (
+    CAS_ROUNDS,
+    Key,
+)
+from timeshard.store.cassandra.parts import (
+    gather as _gather,
+)
+from timeshard.store.cassandra.parts import (
+    homed as _homed,
+)
+from timeshard.store.cassandra.parts import (
+    row_params as _row_params,
+)
+from timeshard.store.cassandra.parts import (
+    sized as _sized,
+)
+from timeshard.store.cassandra.rows import Row, bounded_history, bucket_ttl
+
+if TYPE_CHECKING:
+    from timeshard.store.cassandra.jobrows import JobRows
+
+STAMP_BACK_US = 60_000_000
+"""A plain create is stamped this far in the past (see ``create_row`` in cassandra.cql)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _New:
+    index: int
+    job: Job
+    entry: BucketEntry
+    home: int
+
+
+class Creator:
+    def __init__(self, conn: Connection, clock: Clock, num_shards: int, rows: JobRows) -> None:
+        self._conn = conn
+        self._clock = clock
+        self._num_shards = num_shards
+        self._rows = rows
+
+    async def create(
+        self, jobs: Sequence[tuple[Job, BucketEntry]], fresh: Collection[str]
+    ) -> list[CreateResult]:
+        """A job with a fresh id lives in the partition of its entry's minute: its row and its
+        entry go in one unlogged batch with the same partition key (one mutation, applied
+        atomically), concurrently with its index row. Other jobs: entries first (a crash leaves
+        an entry that finds nothing, never a job without one), then a conditional batch."""
+        results: dict[int, CreateResult] = {}
+        plain: list[_New] = []
+        guarded: list[_New] = []
+        for i, (job, entry) in enumerate(jobs):
+            job = bounded_history(job)
+            if job.job_id in fresh and not job.idempotency_key:
+                plain.append(_New(i, job, entry, entry.minute))
+                continue
+            decided = await self._decide_owner(i, job, entry)
+            if isinstance(decided, CreateResult):
+                results[i] = decided
+                continue
+            first = next((n for n in guarded if n.job.job_id == decided.job.job_id), None)
+            if first is not None:  # the same key (or id) twice in this call: created once
+                conflict = first.job.body_digest() != job.body_digest()
+                results[i] = CreateResult(created=False, job=first.job, conflict=conflict)
+                continue
+            guarded.append(decided)
+        index = [("insert_index", (n.job.shard, n.home, n.job.job_id, 0)) for n in plain]
+        await _gather(
+            [
+                self._rows.put_entries([_homed(n.entry, n.home) for n in guarded]),
+                self._rows.plain_writes(index),
+                *(self._create_plain(k, ns) for k, ns in _by_home(plain).items()),
+            ]
+        )
+        parts = await _gather(self._create_guarded(k, ns) for k, ns in _by_home(guarded).items())
+        for part in parts:
+            results.update(part)
+        for n in plain:
+            results[n.index] = CreateResult(created=True, job=n.job)
+        for n in [*plain, *guarded]:
+            self._rows.homes.put(n.job.job_id, n.home)
+        return [results[i] for i in range(len(jobs))]
+
+    async def _decide_owner(self, i: int, job: Job, entry: BucketEntry) -> CreateResult | _New:
+        """For a job with a key or a chosen id: settle which call creates it and where.
+        Returns the stored job when it exists already, else the job to create."""
+        if job.idempotency_key:
+            key = await self._claim_key(job)
+            if key["job_id"] != job.job_id:
+                stored = await self._rows.get([key["job_id"]])
+                if key["job_id"] in stored:
+                    owner = stored[key["job_id"]]
+                    conflict = key["digest"] != job.body_digest()
+                    return CreateResult(created=False, job=owner, conflict=conflict)
+                if key["digest"] != job.body_digest():
+                    raise InvalidArgument("idempotency_key", "in use by another job body")
+                # The key's job was never written (a crash in between): finish it under its id.
+                shard = shard_of(key["job_id"], self._num_shards)
+                job = job.with_(job_id=key["job_id"], shard=shard)
+                entry = BucketEntry(
+                    shard=shard, minute=entry.minute, due_at=entry.due_at, job_id=job.job_id
+                )
+        home = minute_of(job.run_at)
+        index = await self._claim_index(job, home)
+        if index is not None:  # created before (maybe half-way): where the index says
+            home = index["minute"]
+        return _New(i, job, entry, home)
+
+    async def _claim_key(self, job: Job) -> Row:
+        params = (job.idempotency_key, job.job_id, job.body_digest())
+        try:
+            row = await self._conn.one("insert_key", params)
+        except Ambiguous as exc:
+            rows = await self._conn.rows("select_key", (job.idempotency_key,), serial=True)
+            if not rows:
+                raise StoreUnavailable(f"idempotency key write timed out: {exc}") from exc
+            return rows[0]
+        return {"job_id": job.job_id, "digest": job.body_digest()} if row["[applied]"] else row
+
+    async def _claim_index(self, job: Job, home: int) -> Row | None:
+        """``None`` when this call wrote the index row; else the row found."""
+        params = (job.shard, home, job.job_id)
+        for _ in range(CAS_ROUNDS):
+            try:
+                row = await self._conn.one("claim_index", params)
+            except Ambiguous:
+                rows = await self._conn.rows("select_index", (job.job_id,), serial=True)
+                if not rows:
+                    continue
+                return rows[0]
+            return None if row["[applied]"] else row
+        raise StoreUnavailable(f"creating job {job.job_id!r} kept timing out")
+
+    async def _create_plain(self, key: Key, news: list[_New]) -> None:
+        stamp = self._clock.now_ms() * 1000 - STAMP_BACK_US
+        init: tuple[str, Any] = ("init_epoch", {"shard": key[0], "minute": key[1]})
+        now = self._clock.now_ms()
+        pairs: list[list[tuple[str, Any]]] = []
+        for n in news:
+            e = n.entry
+            entry = (e.shard, e.minute, e.due_at, e.job_id, n.home, bucket_ttl(e.due_at, now))
+            pairs.append(
+                [
+                    ("create_row", {**_row_params(n.job, key), "stamp": stamp}),
+                    ("insert_entry", entry),
+                ]
+            )
+        weights = [1024 + len(n.job.payload) for n in news]
+        await _gather(
+            self._conn.batch([init, *(s for pair in chunk for s in pair)], conditional=False)
+            for chunk in _sized(pairs, weights)
+        )
+
+    async def _create_guarded(self, key: Key, news: list[_New]) -> dict[int, CreateResult]:
+        await self._conn.rows("init_epoch", {"shard": key[0], "minute": key[1]})
+        out: dict[int, CreateResult] = {}
+        todo = list(news)
+        for _ in range(CAS_ROUNDS):
+            if not todo:
+                return out
+            statements = [("create_row_if_new", _row_params(n.job, key)) for n in todo]
+            try:
+                rows = await self._conn.batch(statements, conditional=True)
+            except Ambiguous:
+                rows = [{"[applied]": False}]
+            if rows and rows[0].get("[applied]"):
+                out.update({n.index: CreateResult(created=True, job=n.job) for n in todo})
+                return out
+            stored = await self._rows.read(key, [n.job.job_id for n in todo], serial=True)
+            left = []
+            for n in todo:
+                found = stored.get(n.job.job_id)
+                if found is None:
+                    left.append(n)
+                elif found.job == n.job:  # ours, from a batch that timed out but applied
+                    out[n.index] = CreateResult(created=True, job=n.job)
+                else:
+                    conflict = found.job.body_digest() != n.job.body_digest()
+                    out[n.index] = CreateResult(created=False, job=found.job, conflict=conflict)
+            todo = left
+        raise StoreUnavailable(f"creating {len(todo)} jobs kept conflicting")
+
+
+def _by_home(news: list[_New]) -> dict[Key, list[_New]]:
+    out: dict[Key, list[_New]] = {}
+    for n in news:
+        out.setdefault((n.job.shard, n.home), []).append(n)
+    return out
