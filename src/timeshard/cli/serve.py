@@ -257,6 +257,18 @@ def load_worker(target: str) -> Worker:
     return obj
 
 
+def install_event_hooks(worker: Worker, metrics: WorkerMetrics, *, quiet: bool) -> None:
+    """Count each job event, then pass it to the hook the worker was built with (its own
+    record of results, e.g. the chaos suite's ledger), then print it unless ``quiet``."""
+    hooks = [h for h in (worker._on_event, None if quiet else _print_event) if h is not None]
+
+    def each(kind: str, ctx: JobContext, detail: str) -> None:
+        for hook in hooks:
+            hook(kind, ctx, detail)
+
+    worker._on_event = metrics.hook(each if hooks else None)
+
+
 def cmd_worker(args: argparse.Namespace) -> int:
     worker = load_worker(args.target)
     if args.lease is not None:
@@ -265,7 +277,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     if args.id:
         worker.worker_id = args.id
     metrics = WorkerMetrics()
-    worker._on_event = metrics.hook(None if args.quiet else _print_event)
+    install_event_hooks(worker, metrics, quiet=args.quiet)
     set_node(worker.worker_id)
     drop_created_series()
 
