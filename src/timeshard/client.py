@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import grpc
@@ -62,6 +63,31 @@ def payload_bytes(payload: Any) -> bytes:
     if isinstance(payload, bytes):
         return payload
     return json.dumps(payload, separators=(",", ":")).encode()
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class NewJob:
+    """One job for ``Client.schedule_many``: due after ``delay_s`` or at ``run_at_ms``."""
+
+    job_type: str
+    payload: Any = None
+    delay_s: float | None = None
+    run_at_ms: int | None = None
+    idempotency_key: str = ""
+    max_attempts: int = 0
+
+    def request(self) -> pb.ScheduleJobRequest:
+        req = pb.ScheduleJobRequest(
+            type=self.job_type,
+            payload=payload_bytes(self.payload if self.payload is not None else {}),
+            idempotency_key=self.idempotency_key,
+            max_attempts=self.max_attempts,
+        )
+        if self.run_at_ms is not None:
+            req.run_at.CopyFrom(ts(self.run_at_ms))
+        else:
+            req.delay.CopyFrom(dur_from_s(self.delay_s or 0.0))
+        return req
 
 
 class Client:
@@ -127,6 +153,34 @@ class Client:
         # Without a key a blind retry could create a second job; with one it is safe.
         resp = self._call(self._jobs.ScheduleJob, req, idempotent=bool(idempotency_key))
         return resp.job
+
+    def schedule_many(
+        self,
+        jobs: Iterable[NewJob],
+        *,
+        batch_size: int = 500,
+        on_batch: Callable[[int], None] | None = None,
+    ) -> list[pb.Job]:
+        """Schedule many jobs, ``batch_size`` per ScheduleJobs call (each call is all or
+        nothing). Returns the jobs in order; ``on_batch(n)`` is called after each batch with
+        how many are done so far (for progress)."""
+        if not 1 <= batch_size <= 1000:
+            raise ValueError("batch_size must be 1-1000")
+        done: list[pb.Job] = []
+        batch: list[NewJob] = []
+        for job in [*jobs, None]:
+            if job is not None:
+                batch.append(job)
+            if batch and (job is None or len(batch) == batch_size):
+                req = pb.ScheduleJobsRequest(jobs=[j.request() for j in batch])
+                # A blind retry is safe only when every job in it has a key.
+                keyed = all(j.idempotency_key for j in batch)
+                resp = self._call(self._jobs.ScheduleJobs, req, idempotent=keyed)
+                done += [r.job for r in resp.results]
+                batch = []
+                if on_batch is not None:
+                    on_batch(len(done))
+        return done
 
     def get(self, job_id: str) -> pb.Job:
         return self._call(self._jobs.GetJob, pb.GetJobRequest(job_id=job_id))

@@ -1,14 +1,16 @@
-"""``timeshard jobs ...``: schedule, get, list, cancel, reschedule over the JobService."""
+"""``timeshard jobs ...``: schedule, load, get, list, cancel, reschedule over the JobService."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
+import time
 from typing import Any
 
 from timeshard.api.convert import state_from_pb, ts_ms
 from timeshard.cli.common import parse_duration, parse_time
-from timeshard.client import Client
+from timeshard.client import Client, NewJob
 from timeshard.clock import format_rfc3339
 from timeshard.errors import InvalidArgument
 from timeshard.model import JobState, parse_json_payload
@@ -28,6 +30,16 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     s.add_argument("--key", default="", help="idempotency key: a repeat returns the same job")
     s.add_argument("--max-attempts", type=int, default=0)
     s.set_defaults(func=cmd_schedule)
+
+    ld = jsub.add_parser(
+        "load",
+        help="schedule the jobs of a JSON Lines file (- for stdin), in batches; prints the count",
+        description='Each line: {"type": "demo.echo", "payload": {...}, "in": "2s" or '
+        '"at": "2026-12-01T09:00:00Z", "key": "...", "max_attempts": 3}.',
+    )
+    ld.add_argument("file")
+    ld.add_argument("--batch", type=int, default=500, help="jobs per ScheduleJobs call")
+    ld.set_defaults(func=cmd_load)
 
     g = jsub.add_parser("get", help="show one job")
     g.add_argument("job_id")
@@ -121,6 +133,43 @@ def cmd_schedule(args: argparse.Namespace) -> int:
         )
     print(f"scheduled {job.type} at {job_json(job)['run_at']}: {job.job_id}")
     return 0
+
+
+def cmd_load(args: argparse.Namespace) -> int:
+    source = sys.stdin if args.file == "-" else open(args.file, encoding="utf-8")  # noqa: SIM115
+    with source:
+        jobs = [_line_job(n, line) for n, line in enumerate(source, 1) if line.strip()]
+    started = time.monotonic()
+
+    def progress(done: int) -> None:
+        rate = done / max(1e-9, time.monotonic() - started)
+        print(f"\r{done:,}/{len(jobs):,} scheduled, {rate:,.0f}/s", end="", file=sys.stderr)
+
+    with _client(args) as c:
+        scheduled = c.schedule_many(jobs, batch_size=args.batch, on_batch=progress)
+    print(file=sys.stderr)
+    print(len(scheduled))
+    return 0
+
+
+def _line_job(n: int, line: str) -> NewJob:
+    try:
+        item = json.loads(line)
+        if not isinstance(item, dict) or "type" not in item:
+            raise ValueError('each line must be an object with a "type"')
+        if "at" in item:
+            when: dict[str, Any] = {"run_at_ms": parse_time(str(item["at"]))}
+        else:
+            when = {"delay_s": parse_duration(str(item.get("in", "0s")))}
+        return NewJob(
+            job_type=str(item["type"]),
+            payload=item.get("payload", {}),
+            idempotency_key=str(item.get("key", "")),
+            max_attempts=int(item.get("max_attempts", 0)),
+            **when,
+        )
+    except (ValueError, TypeError, InvalidArgument) as exc:
+        raise InvalidArgument("file", f"line {n}: {exc}") from None
 
 
 def cmd_get(args: argparse.Namespace) -> int:
