@@ -331,9 +331,11 @@ def _cron(
         if final is None:
             final = max(slots, default=first - period) + period
             missing.append(Finding(kind="cron_missing", job=sid, detail="final next_fire unknown"))
+        skipped = store_schedules.get(sid, {}).get("skipped", 0)
+        why = f"no job (the schedule counts {skipped} skipped by its policies)"
         for slot in range(first, int(final), period):
             if not slots.get(slot):
-                missing.append(Finding(kind="cron_missing", job=f"{sid}@{slot}", detail="no job"))
+                missing.append(Finding(kind="cron_missing", job=f"{sid}@{slot}", detail=why))
         for slot, jobs in sorted(slots.items()):
             if len(jobs) > 1:
                 doubled.append(
@@ -522,6 +524,9 @@ def check(ledger: Ledger) -> Report:
         "unexplained_reruns": len(unexplained),
         "effects_deduplicated": deduplicated,
         "unknown_jobs_run": len(unknown),
+        "cron_skipped": sum(
+            int(s.get("skipped", 0)) for s in ledger.store.get("schedules", {}).values()
+        ),
         "started_after_lease": len(after_lease),
         "lateness_p50_s": round(_quantile(lateness, 0.5), 4),
         "lateness_p99_s": round(_quantile(lateness, 0.99), 4),

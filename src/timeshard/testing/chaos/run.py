@@ -201,8 +201,8 @@ class ChaosRun:
             misfire="all",  # every slot runs, late or not: a missing one is a finding
             misfire_grace=dur(60_000),
             max_catchup=1000,
-            overlap="allow",
-            max_concurrent=50,
+            overlap="allow",  # up to the most a schedule may: no slot skipped for overlap
+            max_concurrent=1000,
             max_attempts=10,
         )
         reply = self.api.call("CreateSchedule", pb.CreateScheduleRequest(schedule=schedule))
