@@ -233,6 +233,11 @@ class Worker:
                 out[t] = free
         return out
 
+    def _poll_wait_s(self) -> float:
+        """A long poll waits at most half of what a lease leaves after its margin, so a claim
+        taken at the end of the wait still has a lease counted from when it was sent."""
+        return min(self.claim_wait_s, (self.lease_s - self.safety_margin_s) / 2)
+
     async def _claim_loop(self, stub: WorkerStub, stop: asyncio.Event) -> None:
         backoff = 0.1
         while not stop.is_set():
@@ -246,12 +251,12 @@ class Worker:
                 types=sorted(free),
                 max_jobs=min(free.values()),
                 max_reply_bytes=MAX_REPLY_BYTES,  # our channels accept that much
-                wait=dur(round(self.claim_wait_s * 1000)),
+                wait=dur(round(self._poll_wait_s() * 1000)),
                 lease=dur(round(self.lease_s * 1000)),
             )
             sent = self._clock.monotonic()
             try:
-                resp = await stub.Claim(req, timeout=self.claim_wait_s + 10)
+                resp = await stub.Claim(req, timeout=self._poll_wait_s() + 10)
             except grpc.RpcError as exc:
                 log.warning("claim failed: %s; retrying in %.1fs", translate(exc), backoff)
                 await self._clock.sleep(backoff)
@@ -276,14 +281,14 @@ class Worker:
             started_at_ms=ts_ms(job.started_at),
             worker_id=self.worker_id,
         )
-        # The lease started when the server took the claim, at some point after ``sent``. A
-        # claim answered at once gives a safe bound from ``sent``; one that waited in a long poll
-        # takes its arrival as a provisional base and renews at once, which gives a safe bound
-        # within one round trip (the margin covers that round trip).
+        # The lease started when the server took the claim, at some point after ``sent``: a
+        # safe base whatever happened since, even a reply that sat in the socket while this
+        # process was stopped (its arrival is not: a handler then acted on a lease long over,
+        # found by the chaos suite). A long poll waits at most half the lease, so a claim that
+        # waited still has time; it renews at once to get the rest.
         received = self._clock.monotonic()
         waited = received - sent > self.safety_margin_s / 2
-        base = received if waited else sent
-        deadline = base + dur_s(claimed.lease) - self.safety_margin_s
+        deadline = sent + dur_s(claimed.lease) - self.safety_margin_s
         task = asyncio.create_task(
             self._execute(stub, ctx, deadline, renew_now=waited), name=f"job-{job.job_id}"
         )

@@ -209,7 +209,8 @@ async def test_a_job_that_waited_in_a_long_poll_renews_its_lease_at_once() -> No
     w, seen = make_worker(clock)
     stub = FakeStub(clock, heartbeat="ok")
     clock.advance(10)
-    w._start(stub, claimed(), sent=clock.monotonic() - 8)  # type: ignore[arg-type]
+    waited = w._poll_wait_s()  # as long as a long poll may wait
+    w._start(stub, claimed(), sent=clock.monotonic() - waited)  # type: ignore[arg-type]
     for _ in range(20):
         await asyncio.sleep(0)
     beats = [t for kind, t in stub.calls if kind == "heartbeat"]

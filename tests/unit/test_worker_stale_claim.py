@@ -7,24 +7,19 @@ fence 3 reached the effect 2.7 s after its lease ended and after fence 4 had app
 runs active at once for 6 ms). Invariant 6 wants no step without a lease; with a long poll the
 worker can not know how old the claim is until a renewal answers.
 
-Expected to fail until the worker SDK confirms such a claim's lease (renews it) before it starts
-the handler; then remove the xfail marker.
+Fixed: the SDK counts a claim's lease from when it sent the claim (the server took it later),
+and a long poll waits at most half the lease.
 """
 
 from __future__ import annotations
 
 import asyncio
 
-import pytest
-
 from tests.unit.test_worker_lease import LEASE_S, MARGIN_S, FakeStub, claimed
 from timeshard.clock import FakeClock
 from timeshard.worker import JobContext, Worker
 
 
-@pytest.mark.xfail(
-    strict=True, reason="worker SDK: a long-polled claim runs its handler before its lease is known"
-)
 async def test_a_claim_taken_while_the_worker_was_stopped_never_reaches_an_effect() -> None:
     clock = FakeClock()
     w = Worker(worker_id="w", lease_s=LEASE_S, safety_margin_s=MARGIN_S, clock=clock)
