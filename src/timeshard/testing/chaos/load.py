@@ -16,6 +16,7 @@ import random
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -122,7 +123,12 @@ def poisson(rng: random.Random, mean: float) -> int:
 
 
 class Workload:
-    """Runs in a thread of its own: one tick a second until the load's end."""
+    """Runs in a thread of its own: one tick a second until the load's end. A tick's jobs go
+    out in one ScheduleJobs call on a sender thread (``SENDERS`` at most at once, as several
+    clients would), so a slow call does not hold the offered rate back; the decisions are all
+    drawn in the tick, in order, from the seed."""
+
+    SENDERS = 4
 
     def __init__(self, api: Api, journal: JsonLines, shape: LoadShape) -> None:
         self.api = api
@@ -133,22 +139,25 @@ class Workload:
         self._count = 0
         self._pending: list[_Pending] = []
         self._next_burst = 5.0
+        self._lock = threading.Lock()
+        self._senders = threading.Semaphore(self.SENDERS)
 
     def run(self, stop: threading.Event) -> None:
         started = time.monotonic()
         tick = started
-        while not stop.is_set():
-            elapsed = time.monotonic() - started
-            remaining = self.shape.duration_s - elapsed
-            if remaining <= 0:
-                return
-            self._tick(elapsed, remaining)
-            tick = max(tick + 1.0, time.monotonic() - 0.5)  # late ticks are not made up
-            stop.wait(max(0.0, tick - time.monotonic()))
+        with ThreadPoolExecutor(self.SENDERS, thread_name_prefix="chaos-send") as pool:
+            while not stop.is_set():
+                elapsed = time.monotonic() - started
+                remaining = self.shape.duration_s - elapsed
+                if remaining <= 0:
+                    break
+                self._tick(pool, elapsed, remaining)
+                tick = max(tick + 1.0, time.monotonic() - 0.5)  # late ticks are not made up
+                stop.wait(max(0.0, tick - time.monotonic()))
 
     # -- one second of load -----------------------------------------------------------------
 
-    def _tick(self, elapsed: float, remaining: float) -> None:
+    def _tick(self, pool: ThreadPoolExecutor, elapsed: float, remaining: float) -> None:
         rate, rng = self.shape.rate, self._rng
         now = int(now_wall_ms())
         horizon = min(25_000.0, max(1_000.0, remaining * 1000))
@@ -164,7 +173,7 @@ class Workload:
             jobs += [(at, "burst", False)] * max(1, int(rate * 2))
             self._next_burst = elapsed + rng.uniform(8, 20)
         if jobs:
-            self._schedule(jobs)
+            self._schedule(pool, jobs)
         self._cancel(now)
         self._reschedule(now, remaining)
 
@@ -184,7 +193,7 @@ class Workload:
             return spec, "permanent"
         return spec, "ok"
 
-    def _schedule(self, jobs: list[tuple[int, str, bool]]) -> None:
+    def _schedule(self, pool: ThreadPoolExecutor, jobs: list[tuple[int, str, bool]]) -> None:
         items, meta = [], []
         for run_at, mode, long in jobs:
             self._count += 1
@@ -200,18 +209,25 @@ class Workload:
                 )
             )
             meta.append((key, run_at, mode, long, expect))
-        self.stats.sent += len(items)
+        with self._lock:
+            self.stats.sent += len(items)
+        self._senders.acquire()  # all senders busy: this tick waits (the cluster is slow)
+        future = pool.submit(self._send, items, meta)
+        future.add_done_callback(lambda _: self._senders.release())
+
+    def _send(self, items: list[pb.ScheduleJobRequest], meta: list[tuple[Any, ...]]) -> None:
         sent = now_wall_ms()
         try:
             reply = self.api.call("ScheduleJobs", pb.ScheduleJobsRequest(jobs=items))
         except (GaveUp, grpc.RpcError) as exc:
-            self.stats.unacked += len(items)
+            with self._lock:
+                self.stats.unacked += len(items)
             self.journal.write(
                 {"ev": "unacked", "keys": [m[0] for m in meta], "sent": sent, "error": str(exc)}
             )
             return
         acked = now_wall_ms()
-        for (key, run_at, mode, long, expect), result in zip(meta, reply.results, strict=True):
+        for (key, run_at, mode, _, expect), result in zip(meta, reply.results, strict=True):
             job = result.job.job_id
             self.journal.write(
                 {
@@ -226,20 +242,23 @@ class Workload:
                     "created": result.created,
                 }
             )
-            self._pending.append(_Pending(job=job, run_at=run_at, long=long))
-        self.stats.acked += len(items)
-        cutoff = int(acked) - 30_000
-        self._pending = [p for p in self._pending if p.run_at > cutoff]
+        with self._lock:
+            for (_, run_at, _, long, _), result in zip(meta, reply.results, strict=True):
+                self._pending.append(_Pending(job=result.job.job_id, run_at=run_at, long=long))
+            self.stats.acked += len(items)
+            cutoff = int(acked) - 30_000
+            self._pending = [p for p in self._pending if p.run_at > cutoff]
 
     # -- cancels and reschedules -----------------------------------------------------------
 
     def _pick(self, pred: Callable[[_Pending], bool]) -> _Pending | None:
-        choices = [p for p in self._pending if not p.touched and pred(p)]
-        if not choices:
-            return None
-        chosen = self._rng.choice(choices)
-        chosen.touched = True
-        return chosen
+        with self._lock:
+            choices = [p for p in self._pending if not p.touched and pred(p)]
+            if not choices:
+                return None
+            chosen = self._rng.choice(choices)
+            chosen.touched = True
+            return chosen
 
     def _cancel(self, now: int) -> None:
         rate, rng = self.shape.rate, self._rng
