@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from timeshard import clockcheck
-from timeshard.clock import Clock
+from timeshard.clock import Clock, SystemClock
 from timeshard.coordinator.base import Coordinator, Member
 from timeshard.coordinator.local import LocalCoordinator
 from timeshard.deadletters import DeadLetters
@@ -110,6 +110,11 @@ class FinishItem:
 class Claimed:
     job: Job
     lease_ms: int
+
+
+def _set_done(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)
 
 
 class Node:
@@ -480,6 +485,13 @@ class Node:
         changed = self.ready.waiter()
         if self.ready.has_any(types):
             timeout = min(timeout, 1.0)
+        if type(self.clock) is SystemClock:  # a timer on the loop, not a task per wait
+            timer = asyncio.get_running_loop().call_later(timeout, _set_done, changed)
+            try:
+                await changed
+            finally:
+                timer.cancel()
+            return
         sleeper = asyncio.ensure_future(self.clock.sleep(timeout))
         try:
             await asyncio.wait({changed, sleeper}, return_when=asyncio.FIRST_COMPLETED)

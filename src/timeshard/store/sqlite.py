@@ -59,6 +59,11 @@ BUSY_TIMEOUT_S = 5.0
 #: How long ``open()`` keeps retrying a database another process holds locked before it fails.
 OPEN_TIMEOUT_S = 60.0
 _OPEN_RETRY_FIRST_S = 0.01
+#: ``get_jobs`` of at most this many ids reads on the event loop through a reader connection
+#: (WAL: a reader sees the last commit and never waits for the writer), not through the writer
+#: queue, where the dispatcher's read of a due job waited behind a commit's fsync. Larger reads
+#: go to the writer thread, so a burst does not hold up the event loop.
+INLINE_READ_MAX = 64
 _OPEN_RETRY_MAX_S = 0.5
 
 
@@ -162,6 +167,7 @@ class SqliteStore(Store):
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()
         self._open_error: BaseException | None = None
+        self._read_db: sqlite3.Connection | None = None
 
     @classmethod
     def from_url(
@@ -301,11 +307,23 @@ class SqliteStore(Store):
             self._sweeper.cancel()
             await asyncio.gather(self._sweeper, return_exceptions=True)
             self._sweeper = None
+        if self._read_db is not None:
+            self._read_db.close()
+            self._read_db = None
         if self._thread is None:
             return
         self._ops.put(None)
         await asyncio.get_running_loop().run_in_executor(None, self._thread.join)
         self._thread = None
+
+    def _reader(self) -> sqlite3.Connection | None:
+        """The event loop's read-only connection (not for ``:memory:``: another connection
+        would open another database)."""
+        if self._read_db is None and self._thread is not None and self.path != ":memory:":
+            db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+            db.execute("PRAGMA query_only=1")
+            self._read_db = db
+        return self._read_db
 
     # -- retention ------------------------------------------------------------------------
 
@@ -394,7 +412,13 @@ class SqliteStore(Store):
             rows = db.execute(Q["select_jobs"], (ids,))
             return {row[0]: job_from_row(row) for row in rows}
 
-        return await self._call(run)
+        reader = self._reader() if len(job_ids) <= INLINE_READ_MAX else None
+        if reader is None:
+            return await self._call(run)
+        try:
+            return run(reader)
+        except sqlite3.Error as exc:
+            raise StoreUnavailable(str(exc)) from exc
 
     async def list_jobs(
         self, *, state: JobState | None, job_type: str | None, limit: int, page_token: str
