@@ -36,7 +36,14 @@ class JobState(enum.StrEnum):
         return self in (JobState.SUCCEEDED, JobState.DEAD, JobState.CANCELLED)
 
 
+_VALID_TYPES: set[str] = set()
+"""Job types found valid: a node sees a few types over and over (every job is checked twice)."""
+_VALID_TYPES_MAX = 4096
+
+
 def validate_job_type(job_type: str) -> str:
+    if job_type in _VALID_TYPES:
+        return job_type
     if not job_type:
         raise InvalidArgument("type", "a job type is required (e.g. demo.echo)")
     if not _TYPE_RE.fullmatch(job_type):
@@ -45,6 +52,8 @@ def validate_job_type(job_type: str) -> str:
             f"{shown(job_type)} is not a job type: "
             f"use 1-{MAX_JOB_TYPE_CHARS} of A-Z a-z 0-9 _ . : - /",
         )
+    if len(_VALID_TYPES) < _VALID_TYPES_MAX:
+        _VALID_TYPES.add(job_type)
     return job_type
 
 

@@ -51,39 +51,49 @@ def dur_s(d: Duration) -> float:
     return d.seconds + d.nanos / 1e9
 
 
-def job_to_pb(job: Job) -> pb.Job:
-    def opt(ms: int) -> Timestamp | None:
-        return ts(ms) if ms else None
-
-    return pb.Job(
+def job_to_pb(job: Job, *, history: bool = True) -> pb.Job:
+    """The job as the API shows it (``history=False``: without its attempts, as a claim hands it
+    out). Times are set field by field: on the hot paths (every scheduled and every claimed job)
+    that is twice as fast as building a Timestamp per field."""
+    msg = pb.Job(
         job_id=job.job_id,
         type=job.job_type,
         payload=job.payload,
-        state=state_to_pb(job.state),
-        run_at=ts(job.run_at),
-        created_at=ts(job.created_at),
+        state=_STATE_TO_PB[job.state],
         attempt=job.attempt,
         max_attempts=job.max_attempts,
         fence=job.fence,
         lease_owner=job.lease_owner,
-        lease_until=opt(job.lease_until),
-        started_at=opt(job.started_at),
-        finished_at=opt(job.finished_at),
         idempotency_key=job.idempotency_key,
         last_error=job.last_error,
         shard=job.shard,
-        history=[
+    )
+    _set_ts(msg.run_at, job.run_at)
+    _set_ts(msg.created_at, job.created_at)
+    if job.lease_until:
+        _set_ts(msg.lease_until, job.lease_until)
+    if job.started_at:
+        _set_ts(msg.started_at, job.started_at)
+    if job.finished_at:
+        _set_ts(msg.finished_at, job.finished_at)
+    if history and job.history:
+        msg.history.extend(
             pb.Attempt(
                 attempt=a.attempt,
                 worker=a.worker,
                 started_at=ts(a.started_at),
-                finished_at=opt(a.finished_at or 0),
+                finished_at=ts(a.finished_at) if a.finished_at else None,
                 outcome=a.outcome,
                 error=a.error,
             )
             for a in job.history
-        ],
-    )
+        )
+    return msg
+
+
+def _set_ts(field: Timestamp, ms: int) -> None:
+    field.seconds = ms // 1000
+    field.nanos = (ms % 1000) * 1_000_000
 
 
 def run_at_of(

@@ -22,7 +22,7 @@ from timeshard.api.convert import (
     ts,
     ts_ms,
 )
-from timeshard.api.replies import claim_cap, claimed_job, fit_page, fit_written
+from timeshard.api.replies import claim_cap, fit_page, fit_written
 from timeshard.api.status import node_status_to_pb
 from timeshard.cron import CronSpec
 from timeshard.errors import InvalidArgument, TimeshardError, status_of
@@ -261,7 +261,7 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
         return pb.ClaimResponse(
             jobs=[
                 pb.ClaimedJob(
-                    job=claimed_job(job_to_pb(c.job)),
+                    job=job_to_pb(c.job, history=False),
                     fence=c.job.fence,
                     lease_until=ts(c.job.lease_until),
                     idempotency_key=c.job.idempotency_key or c.job.job_id,
