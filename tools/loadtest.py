@@ -5,6 +5,7 @@
     python tools/loadtest.py steady --rate 1000 --duration 30
     python tools/loadtest.py backlog --stored 10000,1000000 --jobs 10000
     python tools/loadtest.py peers --jobs 20000 --window 10
+    python tools/loadtest.py report [--skip backlog,peers]   # the set docs/benchmarks.md shows
 
 Each run starts a ``timeshard server`` (the embedded SQLite store in a temporary folder, or
 ``--store cassandra://HOST:PORT[/KEYSPACE]``: without a keyspace a fresh one, dropped at the
@@ -28,7 +29,7 @@ import sys
 from typing import Any
 
 import grpc
-from bench import scenarios
+from bench import report, scenarios
 from bench.plot import plot
 
 
@@ -115,6 +116,7 @@ def parser() -> argparse.ArgumentParser:
         "else /opt/timeshard-peers/bin/python)",
     )
     _common(peers)
+    report.add_parser(sub)
     return ap
 
 
@@ -134,6 +136,9 @@ def show(result: dict[str, Any], indent: str = "") -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    if args.command == "report":
+        report.report(args, parser().parse_args)
+        return 0
     try:
         if args.command == "peers":
             from bench.peers import compare
