@@ -315,7 +315,9 @@ class Node:
         fresh = {job.job_id for job, spec in zip(jobs, specs, strict=True) if not spec.job_id}
         results = await self.store.create_jobs(list(zip(jobs, entries, strict=True)), fresh=fresh)
         self.metrics.scheduled([r.job for r in results if r.created], now)
-        self._notify([e for e, r in zip(entries, results, strict=True) if r.created])
+        # The entries the store wrote name the jobs it created, which are not always the ids
+        # generated here (a key can name a job a failed call left half-made).
+        self._notify([entry_for(r.job, r.job.run_at, now) for r in results if r.created])
         for spec, result in zip(specs, results, strict=True):
             if result.conflict:
                 raise AlreadyExists(

@@ -12,8 +12,7 @@ landed again.
 Here: the key is claimed for a job id that was never written; scheduling with that key must
 notify (and so re-land, when late) the entry of the job it returns.
 
-Expected to fail until the node derives the entries it notifies from the jobs the store
-created; then remove the xfail marker.
+Fixed: the node derives the entries it notifies from the jobs the store created.
 """
 
 from __future__ import annotations
@@ -44,9 +43,6 @@ def keyspace(cassandra_admin: Any) -> Iterator[str]:
     cassandra_admin.execute(f"DROP KEYSPACE IF EXISTS {name}")
 
 
-@pytest.mark.xfail(
-    strict=True, reason="node: entries notified for the ids it generated, not the ids created"
-)
 async def test_a_job_finished_under_a_keys_id_is_notified_under_that_id(
     cassandra_address: str, cassandra_admin: Any, keyspace: str
 ) -> None:

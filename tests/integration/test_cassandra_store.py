@@ -73,7 +73,7 @@ async def test_migrations_are_recorded_once(
         await store.open()
         await store.close()
     rows = list(cassandra_admin.execute(f"SELECT * FROM {keyspace}.schema_migrations"))
-    assert sorted((r.version, r.done) for r in rows) == [(1, True), (2, True)]
+    assert sorted((r.version, r.done) for r in rows) == [(1, True), (2, True), (3, True)]
     table = cassandra_admin.execute(
         "SELECT compaction, default_time_to_live FROM system_schema.tables "
         "WHERE keyspace_name = %s AND table_name = 'buckets'",
@@ -103,7 +103,7 @@ async def test_a_store_at_an_older_version_gets_the_newer_migrations(
     finally:
         await store.close()
     rows = cassandra_admin.execute(f"SELECT version, done FROM {keyspace}.schema_migrations")
-    assert sorted((r.version, r.done) for r in rows) == [(1, True), (2, True)]
+    assert sorted((r.version, r.done) for r in rows) == [(1, True), (2, True), (3, True)]
 
 
 async def test_a_key_left_without_its_job_is_completed_by_the_repeat(
