@@ -282,9 +282,9 @@ class CassandraProcess:
             time.sleep(0.5)
 
     def _write_config(self) -> None:
+        # Written on every start (the data may be kept): a changed setting of the project
+        # (batch limits, commit-log window) must reach a node whose run dir already exists.
         conf = self.run_dir / "conf"
-        if (conf / "cassandra.yaml").exists():
-            return
         for sub in ("conf", "data", "logs"):
             (self.run_dir / sub).mkdir(parents=True, exist_ok=True)
         yaml = string.Template(_resource("cassandra.yaml")).substitute(
