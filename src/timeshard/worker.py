@@ -306,9 +306,7 @@ class Worker:
         ctx._lease.begin(self._clock, deadline)
         self._emit("started", ctx)
         handler = asyncio.create_task(self._invoke(spec, ctx), name=f"handler-{ctx.job_id}")
-        keeper = asyncio.create_task(
-            self._keep_lease(stub, ctx, handler, renew_now), name=f"lease-{ctx.job_id}"
-        )
+        keeper = self._start_keeper(stub, ctx, handler, renew_now)
         freed = False
 
         def free_slot() -> None:
@@ -374,18 +372,37 @@ class Worker:
                 )
             raise
 
+    def _start_keeper(
+        self, stub: WorkerStub, ctx: JobContext, handler: asyncio.Task[Any], renew_now: bool
+    ) -> asyncio.Task[None] | _LateKeeper:
+        """The job's lease keeper. On the system clock it starts only when it first has
+        something to do (the first renewal, or the deadline if that comes first): most jobs are
+        done long before and never need its task and timer (a quarter of a busy worker's time)."""
+        first_beat = self._clock.monotonic() + (0.0 if renew_now else self.lease_s / 3)
+
+        def start() -> asyncio.Task[None]:
+            keep = self._keep_lease(stub, ctx, handler, first_beat=first_beat)
+            return asyncio.create_task(keep, name=f"lease-{ctx.job_id}")
+
+        if renew_now or type(self._clock) is not SystemClock:
+            return start()
+        wake = min(first_beat, ctx._lease.deadline)
+        return _LateKeeper(start, max(0.0, wake - self._clock.monotonic()))
+
     async def _keep_lease(
         self,
         stub: WorkerStub,
         ctx: JobContext,
         handler: asyncio.Task[Any],
-        renew_now: bool = False,
+        *,
+        first_beat: float,
     ) -> None:
-        """Renew the lease every third of it (on the job's node; after a failure, on the next
-        known node) until cancelled — the result is in — and stop the handler once the lease
-        is over: not renewed before its deadline, or refused (stale fence, job gone)."""
+        """Renew the lease every third of it, from ``first_beat`` on (on the job's node; after a
+        failure, on the next known node) until cancelled — the result is in — and stop the
+        handler once the lease is over: not renewed before its deadline, or refused (stale
+        fence, job gone)."""
         lease, every, failures = ctx._lease, self.lease_s / 3, 0
-        next_beat = self._clock.monotonic() + (0.0 if renew_now else every)
+        next_beat = first_beat
         while lease.held():
             wake = min(next_beat, lease.deadline)
             await self._clock.sleep(max(0.0, wake - self._clock.monotonic()))
@@ -434,6 +451,25 @@ class Worker:
 
     def _other_nodes(self) -> list[WorkerStub]:
         return list(self._nodes.stubs.values()) if self._nodes is not None else []
+
+
+class _LateKeeper:
+    """A lease keeper not started yet: a timer on the loop that starts it when it is due."""
+
+    __slots__ = ("_start", "_task", "_timer")
+
+    def __init__(self, start: Callable[[], asyncio.Task[None]], delay: float) -> None:
+        self._start = start
+        self._task: asyncio.Task[None] | None = None
+        self._timer = asyncio.get_running_loop().call_later(delay, self._begin)
+
+    def _begin(self) -> None:
+        self._task = self._start()
+
+    def cancel(self) -> None:
+        self._timer.cancel()
+        if self._task is not None:
+            self._task.cancel()
 
 
 class _Nodes:

@@ -1,0 +1,82 @@
+"""On the system clock a job's lease keeper starts only when its first renewal is due: a handler
+that runs past several renewals still keeps its lease (and the job runs once), and one that
+finishes at once never starts a keeper at all."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from timeshard.clock import SystemClock
+from timeshard.coordinator.local import LocalCoordinator
+from timeshard.model import JobState
+from timeshard.node import Node, NodeConfig
+from timeshard.server import Server
+from timeshard.store.sqlite import SqliteStore
+from timeshard.worker import JobContext, Worker
+
+LEASE_S = 1.2  # renewals every 0.4 s; the handler below runs past three of them
+
+
+async def run_one(
+    handler_s: float, lease_s: float = LEASE_S, margin_s: float = 0.2
+) -> tuple[list[int], JobState, int, int]:
+    node = Node(
+        store=SqliteStore(":memory:", num_shards=2),
+        coordinator=LocalCoordinator(),
+        clock=SystemClock(),
+        config=NodeConfig(min_lease_s=0.5),
+    )
+    server = Server(node, port=0)
+    await server.start()
+    worker = Worker(lease_s=lease_s, safety_margin_s=margin_s, claim_wait_s=0.5)
+    runs: list[int] = []
+    keepers_started = 0
+    keep_lease = worker._keep_lease
+
+    def counting(*args, **kwargs):  # type: ignore[no-untyped-def]
+        nonlocal keepers_started
+        keepers_started += 1  # called when a keeper starts, not when its job does
+        return keep_lease(*args, **kwargs)
+
+    worker._keep_lease = counting  # type: ignore[method-assign]
+
+    @worker.handler("t", timeout=30)
+    async def handle(ctx: JobContext) -> None:
+        runs.append(ctx.fence)
+        await asyncio.sleep(handler_s)
+        ctx.check()  # raises if the lease was not kept
+
+    # Ready before the worker asks: its claim is answered at once, not after a long poll
+    # (a long-polled claim renews its lease at once, so it would start a keeper).
+    job, _ = await node.schedule(job_type="t", payload=b"{}", run_at=0)
+    while not node.ready.count():
+        await asyncio.sleep(0.01)
+    stop = asyncio.Event()
+    task = asyncio.create_task(worker.run([server.address], stop, discover_every_s=0))
+    try:
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            found = await node.get(job.job_id)
+            if found.state.terminal:
+                break
+            await asyncio.sleep(0.05)
+        found = await node.get(job.job_id)
+        return runs, found.state, found.attempt, keepers_started
+    finally:
+        stop.set()
+        await task
+        await server.stop(0)
+
+
+async def test_a_handler_longer_than_its_lease_keeps_it_through_a_late_started_keeper() -> None:
+    runs, state, attempt, keepers = await run_one(handler_s=1.5)
+    assert state is JobState.SUCCEEDED
+    assert len(runs) == 1 and attempt == 1, "the lease was lost and the job ran again"
+    assert keepers == 1
+
+
+async def test_a_quick_handler_never_starts_a_keeper() -> None:
+    runs, state, attempt, keepers = await run_one(handler_s=0.0, lease_s=30, margin_s=5)
+    assert state is JobState.SUCCEEDED and len(runs) == 1 and attempt == 1
+    assert keepers == 0
