@@ -71,6 +71,12 @@ def _common(p: argparse.ArgumentParser) -> None:
         const="single",
         help="one ScheduleJob per job from a synchronous client",
     )
+    p.add_argument(
+        "--clients",
+        type=int,
+        default=1,
+        help="with --single: this many synchronous clients at once, each one call at a time (1)",
+    )
     p.set_defaults(mode="batch")
 
 

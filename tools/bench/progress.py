@@ -30,10 +30,11 @@ class Progress:
         self.started = time.monotonic()
         self._recent: deque[tuple[float, int]] = deque([(self.started, 0)])
         self._drawn = 0.0
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
 
     def add(self, n: int) -> None:
-        self.update(self.done + n)
+        with self._lock:  # several threads may add at once
+            self.update(self.done + n)
 
     def update(self, done: int, extra: str | None = None) -> None:
         with self._lock:

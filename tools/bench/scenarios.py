@@ -158,18 +158,19 @@ def fire_phase(
     mode: str,
     lead_s: float | None,
     drain_s: float,
+    clients: int = 1,
 ) -> tuple[dict[str, Any], list[tuple[float, float, float]]]:
     """Schedule ``jobs`` due uniformly over ``window_s`` from ``lead_s`` ahead (from a warm-up
     by default: ingest ends before the first is due), then follow them until they ran."""
     if lead_s is None:
-        rate = warmup_rate(ts.address, mode)
+        rate = warmup_rate(ts.address, mode, clients=clients)
         lead_s = max(3.0, 1.3 * jobs / rate + 1.0)
         note(f"warm-up: {rate:,.0f} jobs/s ({mode}); first due in {lead_s:.1f} s")
     first_due = int(now_ms() + lead_s * 1000)
     run_ats = [first_due + round(i * window_s * 1000 / jobs) for i in range(jobs)]
     cpu0, ctr0 = ts.cpu(), ts.store_counters()
     progress = Progress("ingest", jobs)
-    ids = schedule(ts.address, run_ats, mode, progress)
+    ids = schedule(ts.address, run_ats, mode, progress, clients=clients)
     ingest = progress.close()
     ran_past_due = now_ms() > first_due
     if ran_past_due:
@@ -185,6 +186,7 @@ def fire_phase(
         "window_s": window_s,
         "offered_per_s": round(jobs / window_s, 1) if window_s else None,
         "mode": mode,
+        "clients": clients if mode == "single" else None,
         "lead_s": round(lead_s, 2),
         "ingest_per_s": ingest["per_second"],
         "ingest_s": ingest["seconds"],
@@ -222,6 +224,7 @@ def fire(args: argparse.Namespace) -> tuple[dict[str, Any], list[Any]]:
             mode=args.mode,
             lead_s=args.lead,
             drain_s=args.drain,
+            clients=getattr(args, "clients", 1),
         )
     result = {"scenario": "fire", "store": store.kind, "workers": args.workers, **result}
     if store.kind == "cassandra":

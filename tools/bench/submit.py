@@ -5,6 +5,7 @@ all at once (a pre-loaded burst or window) or streamed at a steady offered rate.
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections.abc import Sequence
 
@@ -38,8 +39,13 @@ def schedule(
     *,
     job_type: str = JOB_TYPE,
     keep_ids: bool = True,
+    clients: int = 1,
 ) -> list[str]:
-    """Schedule one job per due time (in that order); returns their ids (``keep_ids``)."""
+    """Schedule one job per due time (in that order); returns their ids (``keep_ids``).
+    ``single`` with ``clients`` > 1: that many synchronous clients in threads, each sending
+    every ``clients``-th job one call at a time (callers of a web app, say)."""
+    if mode == "single" and clients > 1:
+        return _schedule_clients(address, run_ats, progress, job_type, keep_ids, clients)
     if mode == "single":
         return _schedule_single(address, run_ats, progress, job_type, keep_ids)
     return asyncio.run(_schedule_batches(address, run_ats, progress, job_type, keep_ids))
@@ -62,7 +68,35 @@ def _schedule_single(
             if progress is not None and i % 50 == 49:
                 progress.add(50)
     if progress is not None:
-        progress.update(len(run_ats))
+        progress.add(len(run_ats) % 50)
+    return ids
+
+
+def _schedule_clients(
+    address: str,
+    run_ats: Sequence[int],
+    progress: Progress | None,
+    job_type: str,
+    keep_ids: bool,
+    clients: int,
+) -> list[str]:
+    slices: list[list[str]] = [[] for _ in range(clients)]
+
+    def client(k: int) -> None:
+        slices[k] = _schedule_single(address, run_ats[k::clients], progress, job_type, keep_ids)
+
+    threads = [
+        threading.Thread(target=client, args=(k,), name=f"client-{k}") for k in range(clients)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if not keep_ids:
+        return []
+    ids: list[str] = [""] * len(run_ats)
+    for k, part in enumerate(slices):
+        ids[k::clients] = part
     return ids
 
 
@@ -92,13 +126,14 @@ async def _schedule_batches(
     return [j for start in sorted(found) for j in found[start]]
 
 
-def warmup_rate(address: str, mode: str, seconds: float = 1.5) -> float:
+def warmup_rate(address: str, mode: str, seconds: float = 1.5, *, clients: int = 1) -> float:
     """Jobs per second this client schedules now (far-future jobs of a type no worker runs)."""
     far = int(now_ms()) + 7 * 86_400_000
     count, t0 = 0, time.monotonic()
-    step = 50 if mode == "single" else BATCH * IN_FLIGHT
+    step = 50 * clients if mode == "single" else BATCH * IN_FLIGHT
     while time.monotonic() - t0 < seconds and count < 20_000:
-        schedule(address, [far + count + i for i in range(step)], mode, job_type=WARMUP_TYPE)
+        batch = [far + count + i for i in range(step)]
+        schedule(address, batch, mode, job_type=WARMUP_TYPE, clients=clients)
         count += step
     return count / (time.monotonic() - t0)
 
