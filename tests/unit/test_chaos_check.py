@@ -357,3 +357,13 @@ def test_a_handler_started_after_its_claims_lease_is_shown(run: RunDir) -> None:
     run.run("stale", start=9.0, end=9.01, claimed=1.01, outcome="cancelled", sdk=("lost",))
     got = result(run)
     assert got["started_after_lease"] == 1 and got["ok"], got["text"]
+
+
+def test_a_rerun_is_not_put_down_to_a_kill_that_came_later(run: RunDir) -> None:
+    run.job("late-kill", due=1.0)
+    run.run("late-kill", start=1.01, end=1.2, pid=116, sdk=("unreported",))
+    run.run("late-kill", fence=2, start=6.0, end=6.1, pid=117, worker="w1")
+    run.fault("worker_kill", pid=116, start=30.0, end=31.0)
+    causes = result(run)["rerun_causes"]
+    assert not any("killed" in c for c in causes if "killed" in c and causes[c] > 1), causes
+    assert any(c.startswith("its result could not be delivered") for c in causes), causes

@@ -107,9 +107,10 @@ class _Times:
         stops = [f for f in self.faults if f.pid == run.pid and f.kind.endswith("_stop")]
         return any(f.start_wall <= end and (f.end_wall or math.inf) >= start for f in stops)
 
-    def killed(self, run: RunRecord) -> bool:
+    def killed(self, run: RunRecord, until: float) -> bool:
+        """Its process was killed while it ran or held its result, before ``until``."""
         kill = self.kills.get(run.pid)
-        return kill is not None and kill >= run.mono
+        return kill is not None and run.mono <= kill <= until
 
     def around(self, start: float, end: float) -> list[Fault]:
         """Faults of scheduler nodes and services active during ``[start, end]``."""
@@ -392,7 +393,7 @@ def _early(plans: dict[str, JobPlan], by_job: dict[str, list[RunRecord]]) -> lis
 
 def _rerun_cause(prev: RunRecord, nxt: RunRecord, times: _Times) -> str:
     kinds = prev.sdk_kinds()
-    if times.killed(prev) and "succeeded" not in kinds:
+    if times.killed(prev, nxt.mono) and "succeeded" not in kinds:
         return "its worker was killed (kill -9) before the result was in"
     if times.paused(prev, nxt.wall) and "succeeded" not in kinds:
         return "its worker was paused (SIGSTOP) past its lease"
