@@ -367,3 +367,9 @@ def test_a_rerun_is_not_put_down_to_a_kill_that_came_later(run: RunDir) -> None:
     causes = result(run)["rerun_causes"]
     assert not any("killed" in c for c in causes if "killed" in c and causes[c] > 1), causes
     assert any(c.startswith("its result could not be delivered") for c in causes), causes
+
+
+def test_a_process_that_exited_by_itself_is_reported(run: RunDir) -> None:
+    run.journal.write({"ev": "crash", "name": "b", "pid": 4242, "code": 1})
+    got = result(run)
+    assert got["crashes"] == ["b (pid 4242, code 1)"] and "exited by themselves" in got["text"]

@@ -529,6 +529,9 @@ def check(ledger: Ledger) -> Report:
             int(s.get("skipped", 0)) for s in ledger.store.get("schedules", {}).values()
         ),
         "started_after_lease": len(after_lease),
+        "crashes": [
+            f"{r['name']} (pid {r['pid']}, code {r['code']})" for r in ledger.records("crash")
+        ],
         "lateness_p50_s": round(_quantile(lateness, 0.5), 4),
         "lateness_p99_s": round(_quantile(lateness, 0.99), 4),
         "lateness_max_s": round(max(lateness, default=0.0), 4),

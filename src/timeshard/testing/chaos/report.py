@@ -57,6 +57,8 @@ class Report:
         for cause, n in sorted(c["rerun_causes"].items(), key=lambda kv: -kv[1]):
             lines.append(f"  re-run because {cause}: {n}")
         lines.append(f"cron occurrences skipped by the schedules' own count: {c['cron_skipped']}")
+        if c["crashes"]:
+            lines.append(f"processes that exited by themselves (restarted): {c['crashes']}")
         lines.append(
             f"lateness (first runs): p50 {c['lateness_p50_s']:.3f} s, "
             f"p99 {c['lateness_p99_s']:.3f} s, max {c['lateness_max_s']:.3f} s"
