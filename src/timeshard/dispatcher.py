@@ -147,6 +147,10 @@ class ShardDispatcher:
             self._task = None
         self._ready.drop_shard(self.shard)
 
+    def next_due(self) -> int | None:
+        """When the earliest entry this dispatcher holds comes due (None: none held)."""
+        return self._heap[0].due_at if self._heap else None
+
     @property
     def in_memory(self) -> int:
         return sum(len(s) for s in self._pending.values())

@@ -46,6 +46,9 @@ from timeshard.store.base import ClaimRequest, JobPage, Store, entry_at, entry_f
 log = logging.getLogger(__name__)
 
 MAX_CLAIM = 1000
+CLAIM_LINGER_MS = 2
+"""A claim that found fewer jobs than it may take waits this long at most for jobs coming due
+meanwhile (see ``Node._linger``)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -445,8 +448,11 @@ class Node:
         lease = self.lease_ms(lease_s)
         deadline = self.clock.monotonic() + max(0.0, min(wait_s, 60.0))
         while True:
-            items = self.ready.take(types, limit, self._type_room(types))
+            room = self._type_room(types)
+            items = self.ready.take(types, limit, room)
             if items:
+                if len(items) < limit and not room and type(self.clock) is SystemClock:
+                    items += await self._linger(items, types, limit - len(items))
                 claimed = await self._claim_items(items, worker, lease)
                 if claimed:
                     return claimed
@@ -455,6 +461,33 @@ class Node:
             if remaining <= 0:
                 return []
             await self._wait_ready(types, remaining)
+
+    async def _linger(
+        self, held: list[ReadyItem], types: Sequence[str], room: int
+    ) -> list[ReadyItem]:
+        """Jobs coming due within ``CLAIM_LINGER_MS`` join a claim that found fewer than it may
+        take (each once its dispatcher made it ready: never early), so trickling jobs go out a
+        few per claim and per result call rather than one each: those two calls were most of
+        a trickling job's cost. Only while a dispatcher holds an entry due that soon, so a
+        claim among sparse jobs answers at once. (Not for types with a concurrency limit.)"""
+        more: list[ReadyItem] = []
+        until = self.clock.now_ms() + CLAIM_LINGER_MS
+        try:
+            while len(more) < room:
+                due = min(
+                    (d for d in map(ShardDispatcher.next_due, self.dispatchers.values()) if d),
+                    default=None,
+                )
+                now = self.clock.now_ms()
+                if due is None or due > until or now > due + CLAIM_LINGER_MS:
+                    break  # none due that soon, or its dispatcher is late: answer now
+                changed = self.ready.waiter()
+                await self._wait_change(changed, (due + CLAIM_LINGER_MS - now) / 1000)
+                more += self.ready.take(types, room - len(more))
+        except BaseException:
+            self.ready.push_front([*held, *more])  # the caller gave up: they stay ready
+            raise
+        return more
 
     def _type_room(self, types: Sequence[str]) -> dict[str, int]:
         """How many more jobs of each limited type this node may start now."""
@@ -487,6 +520,10 @@ class Node:
         changed = self.ready.waiter()
         if self.ready.has_any(types):
             timeout = min(timeout, 1.0)
+        await self._wait_change(changed, timeout)
+
+    async def _wait_change(self, changed: asyncio.Future[None], timeout: float) -> None:
+        """Wait for ``changed`` (a ready-queue waiter) or ``timeout`` seconds."""
         if type(self.clock) is SystemClock:  # a timer on the loop, not a task per wait
             timer = asyncio.get_running_loop().call_later(timeout, _set_done, changed)
             try:
