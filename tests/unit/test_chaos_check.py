@@ -373,3 +373,9 @@ def test_a_process_that_exited_by_itself_is_reported(run: RunDir) -> None:
     run.journal.write({"ev": "crash", "name": "b", "pid": 4242, "code": 1})
     got = result(run)
     assert got["crashes"] == ["b (pid 4242, code 1)"] and "exited by themselves" in got["text"]
+
+
+def test_a_job_no_reply_acknowledged_left_scheduled_is_shown_not_lost(run: RunDir) -> None:
+    run.store_job("stray", "scheduled")
+    got = result(run)
+    assert got["unacknowledged_not_terminal"] == 1 and got["lost"] == 0 and got["ok"]

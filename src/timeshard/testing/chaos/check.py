@@ -498,6 +498,11 @@ def check(ledger: Ledger) -> Report:
     lateness = _lateness(plans, by_job)
     all_jobs = {*plans, *occurrences}
     unknown = sorted(set(by_job) - all_jobs)
+    # Jobs of calls that were never answered (the client gave up): not acknowledged, so not
+    # lost; but left scheduled they show the same hole from the other side.
+    stray = sorted(
+        j for j, row in store.items() if j not in all_jobs and row["state"] not in TERMINAL
+    )
     after_lease = _started_after_lease(ledger)
 
     def jobs_of(findings: list[Finding]) -> int:
@@ -525,6 +530,7 @@ def check(ledger: Ledger) -> Report:
         "unexplained_reruns": len(unexplained),
         "effects_deduplicated": deduplicated,
         "unknown_jobs_run": len(unknown),
+        "unacknowledged_not_terminal": len(stray),
         "cron_skipped": sum(
             int(s.get("skipped", 0)) for s in ledger.store.get("schedules", {}).values()
         ),
@@ -548,6 +554,10 @@ def check(ledger: Ledger) -> Report:
         *unexplained,
         *after_lease,
         *(Finding(kind="unknown_job_run", job=j, detail="run, not acknowledged") for j in unknown),
+        *(
+            Finding(kind="unacknowledged_not_terminal", job=j, detail=store[j]["state"])
+            for j in stray
+        ),
     ]
     return Report(counts=counts, findings=findings)
 
