@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from tests.unit.test_worker_lease import LEASE_S, MARGIN_S, FakeStub, claimed
 from timeshard.clock import FakeClock
 from timeshard.worker import JobContext, Worker
@@ -40,3 +42,28 @@ async def test_a_claim_taken_while_the_worker_was_stopped_never_reaches_an_effec
         await asyncio.sleep(0)
     await asyncio.gather(*w._tasks, return_exceptions=True)
     assert effects == [], "the handler acted on a claim whose lease was already over"
+
+
+@pytest.mark.xfail(strict=True, reason="worker SDK: runs the handler of a claim already dead")
+async def test_a_claim_whose_lease_is_over_on_arrival_never_runs_its_handler() -> None:
+    """Still seen after the fix above (soak with 92 faults, seed 1): 70 handlers started on
+    claims whose lease had ended before the reply arrived, 6 of them while another worker ran
+    the same job (e.g. 072c9d1f...: fence 1 started on worker3 0.46 s into fence 2's run on
+    worker1, and stopped at its first check 2 ms later). The SDK knows such a claim is dead when
+    it arrives (``sent + lease - margin`` is past): it should drop it, not call the handler,
+    whose code before its first check runs without a lease."""
+    clock = FakeClock()
+    w = Worker(worker_id="w", lease_s=LEASE_S, safety_margin_s=MARGIN_S, clock=clock)
+    called: list[int] = []
+
+    @w.handler("t", timeout=100)
+    async def handler(ctx: JobContext) -> None:
+        called.append(ctx.fence)  # anything a handler does before its first check
+
+    clock.advance(20)
+    w._running["t"] = 0
+    w._start(FakeStub(clock), claimed(), sent=clock.monotonic() - 10)  # type: ignore[arg-type]
+    for _ in range(20):
+        await asyncio.sleep(0)
+    await asyncio.gather(*w._tasks, return_exceptions=True)
+    assert called == [], "the handler ran for a claim whose lease was over when it arrived"
