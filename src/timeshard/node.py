@@ -41,7 +41,14 @@ from timeshard.ready import ReadyItem, ReadyQueues
 from timeshard.retry import RetryPolicy
 from timeshard.schedules import ScheduleFirer, ScheduleOps
 from timeshard.sharding import minute_of, shard_of
-from timeshard.store.base import ClaimRequest, JobPage, Store, entry_at, entry_for
+from timeshard.store.base import (
+    ClaimRequest,
+    CreateResult,
+    JobPage,
+    Store,
+    entry_at,
+    entry_for,
+)
 
 log = logging.getLogger(__name__)
 
@@ -316,11 +323,9 @@ class Node:
         await self._refuse_conflicts(specs, jobs)
         entries = [entry_for(job, job.run_at, now) for job in jobs]
         fresh = {job.job_id for job, spec in zip(jobs, specs, strict=True) if not spec.job_id}
-        results = await self.store.create_jobs(list(zip(jobs, entries, strict=True)), fresh=fresh)
-        self.metrics.scheduled([r.job for r in results if r.created], now)
-        # The entries the store wrote name the jobs it created, which are not always the ids
-        # generated here (a key can name a job a failed call left half-made).
-        self._notify([entry_for(r.job, r.job.run_at, now) for r in results if r.created])
+        # Shielded: once written, a job is notified (and re-landed when late) even if the
+        # caller gives up meanwhile (a client's deadline), or its entry could stay unread.
+        results = await asyncio.shield(self._create(jobs, entries, fresh, now))
         for spec, result in zip(specs, results, strict=True):
             if result.conflict:
                 raise AlreadyExists(
@@ -330,6 +335,25 @@ class Node:
                     else f"job {spec.job_id!r} already exists with a different body"
                 )
         return [(r.job, r.created) for r in results]
+
+    async def _create(
+        self, jobs: Sequence[Job], entries: Sequence[BucketEntry], fresh: set[str], now: int
+    ) -> list[CreateResult]:
+        results = await self.store.create_jobs(list(zip(jobs, entries, strict=True)), fresh=fresh)
+        self.metrics.scheduled([r.job for r in results if r.created], now)
+        # The entries the store wrote name the jobs it created, which are not always the ids
+        # generated here (a key can name a job a failed call left half-made).
+        self._notify([entry_for(r.job, r.job.run_at, now) for r in results if r.created])
+        # A repeat that finds its job made and due (the first call may have been cut off before
+        # it notified): its entry may be unread, so one is written again, due now.
+        made = [
+            entry_at(r.job.shard, r.job.job_id, now, now)
+            for r in results
+            if not r.created and r.job.state is JobState.SCHEDULED and r.job.run_at <= now
+        ]
+        if made:
+            self._spawn(self._reland(made), "reland-repeats")
+        return results
 
     async def _refuse_conflicts(self, specs: Sequence[JobSpec], jobs: Sequence[Job]) -> None:
         """A batch is all or nothing: a key or id used twice in it with different bodies, or

@@ -23,8 +23,6 @@ from collections.abc import AsyncIterator, Collection, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-import pytest
-
 from tests.unit.helpers import START_MS, advance, settle, wait_until
 from tests.unit.test_late_writes import FixedCoordinator
 from timeshard.clock import FakeClock
@@ -83,7 +81,6 @@ async def owner_and_writer(tmp_path: Path) -> AsyncIterator[tuple[Node, Node, Fa
         await a.stop()
 
 
-@pytest.mark.xfail(strict=True, reason="node: a job made by a cancelled call is never dispatched")
 async def test_a_job_whose_creating_call_was_cancelled_still_runs(tmp_path: Path) -> None:
     async with owner_and_writer(tmp_path) as (a, b, clock):
         await advance(a, clock, 3)  # a has read ahead to now + lookahead
