@@ -268,6 +268,12 @@ class Worker:
 
     def _start(self, stub: WorkerStub, claimed: pb.ClaimedJob, sent: float) -> None:
         job = claimed.job
+        if self._clock.monotonic() >= sent + dur_s(claimed.lease) - self.safety_margin_s:
+            # The lease was over before the reply was even read (this process was stopped):
+            # the job is someone else's now; its handler must not take a single step.
+            log.warning("job %s: claim arrived after its lease; not started", job.job_id)
+            self._capacity.set()
+            return
         self._running[job.type] = self._running.get(job.type, 0) + 1
         ctx = JobContext(
             job_id=job.job_id,

@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import asyncio
 
-import pytest
-
 from tests.unit.test_worker_lease import LEASE_S, MARGIN_S, FakeStub, claimed
 from timeshard.clock import FakeClock
 from timeshard.worker import JobContext, Worker
@@ -44,7 +42,6 @@ async def test_a_claim_taken_while_the_worker_was_stopped_never_reaches_an_effec
     assert effects == [], "the handler acted on a claim whose lease was already over"
 
 
-@pytest.mark.xfail(strict=True, reason="worker SDK: runs the handler of a claim already dead")
 async def test_a_claim_whose_lease_is_over_on_arrival_never_runs_its_handler() -> None:
     """Still seen after the fix above (soak with 92 faults, seed 1): 70 handlers started on
     claims whose lease had ended before the reply arrived, 6 of them while another worker ran

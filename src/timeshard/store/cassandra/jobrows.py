@@ -392,16 +392,20 @@ class JobRows:
         await self._after(key, applied)
 
     def _applied(self, op: _Op) -> None:
+        """Record a write that applied. Its caller may have given up meanwhile (its future is
+        done): the write stands, the image is kept, and the other ops of the batch go on."""
         assert op.new is not None and op.found is not None
         if op.delete:
-            op.fut.set_result(Outcome(applied=True, job=op.found.job))
             self._images.pop(op.job_id, None)
-            return
-        if op.new.state.terminal:
-            self._images.pop(op.job_id, None)
+            outcome = Outcome(applied=True, job=op.found.job)
         else:
-            self._images.put(op.job_id, Found.of(op.new))
-        op.fut.set_result(Outcome(applied=True, job=op.new))
+            if op.new.state.terminal:
+                self._images.pop(op.job_id, None)
+            else:
+                self._images.put(op.job_id, Found.of(op.new))
+            outcome = Outcome(applied=True, job=op.new)
+        if not op.fut.done():
+            op.fut.set_result(outcome)
 
     async def _after(self, key: Key, ops: Iterable[_Op]) -> None:
         """Index rows and idempotency keys follow a job into (or out of) a finished state."""
