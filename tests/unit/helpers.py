@@ -5,16 +5,18 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-from timeshard.clock import FakeClock
+from timeshard.clock import Clock, FakeClock
+from timeshard.coordinator.base import Coordinator, Member, ShardsChanged
 from timeshard.coordinator.local import LocalCoordinator
 from timeshard.dispatcher import DispatchConfig
 from timeshard.model import BucketEntry, Job
 from timeshard.node import Node, NodeConfig, TypePolicy
 from timeshard.sharding import minute_of
+from timeshard.store.base import Store
 from timeshard.store.sqlite import SqliteStore
 
 START_MS = 1_800_000_000_000  # a minute boundary: 2027-01-15T08:00:00Z
@@ -90,3 +92,56 @@ async def all_entries(node: Node, job: Job) -> list[BucketEntry]:
         page = await node.store.read_bucket(job.shard, minute, due_from=0, due_to=2**62)
         out.extend(e for e in page if e.job_id == job.job_id)
     return out
+
+
+class FixedCoordinator(Coordinator):
+    """Owns the given shards for ever (not the embedded coordinator: the node re-reads as a
+    node of a cluster does)."""
+
+    def __init__(self, shards: Iterable[int]) -> None:
+        self._owned = frozenset(shards)
+
+    async def start(self, me: Member, num_shards: int, on_change: ShardsChanged) -> None:
+        await on_change(self._owned, frozenset())
+
+    async def stop(self) -> None:
+        pass
+
+    def owned(self) -> frozenset[int]:
+        return self._owned
+
+    async def members(self) -> list[Member]:
+        return []
+
+    async def owners(self) -> dict[int, str]:
+        return {}
+
+
+@asynccontextmanager
+async def owner_and_writer(
+    db: Path, clock: FakeClock, writer_store: Store, writer_clock: Clock | None = None
+) -> AsyncIterator[tuple[Node, Node]]:
+    """Two nodes on one SQLite file: ``a`` owns every shard and re-reads like a node of a
+    cluster; ``b`` owns none and writes through ``writer_store`` (on ``writer_clock``)."""
+    config = NodeConfig(dispatch=DispatchConfig(lookahead_s=5, refresh_s=1, reread_s=5))
+    a = Node(
+        store=SqliteStore(db, num_shards=4),
+        coordinator=FixedCoordinator(range(4)),
+        clock=clock,
+        config=config,
+        node_id="a",
+    )
+    b = Node(
+        store=writer_store,
+        coordinator=FixedCoordinator(()),
+        clock=writer_clock or clock,
+        config=config,
+        node_id="b",
+    )
+    await a.start()
+    await b.start()
+    try:
+        yield a, b
+    finally:
+        await b.stop()
+        await a.stop()

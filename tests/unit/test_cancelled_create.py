@@ -24,11 +24,10 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 from tests.unit.helpers import START_MS, advance, settle, wait_until
-from tests.unit.test_late_writes import FixedCoordinator
+from tests.unit.helpers import owner_and_writer as pair
 from timeshard.clock import FakeClock
-from timeshard.dispatcher import DispatchConfig
 from timeshard.model import BucketEntry, Job
-from timeshard.node import Node, NodeConfig
+from timeshard.node import Node
 from timeshard.store.base import CreateResult
 from timeshard.store.sqlite import SqliteStore
 
@@ -57,28 +56,8 @@ class DetachedSlowStore(SqliteStore):
 async def owner_and_writer(tmp_path: Path) -> AsyncIterator[tuple[Node, Node, FakeClock]]:
     clock = FakeClock(START_MS)
     db = tmp_path / "shared.db"
-    config = NodeConfig(dispatch=DispatchConfig(lookahead_s=5, refresh_s=1, reread_s=5))
-    a = Node(
-        store=SqliteStore(db, num_shards=4),
-        coordinator=FixedCoordinator(range(4)),
-        clock=clock,
-        config=config,
-        node_id="a",
-    )
-    b = Node(
-        store=DetachedSlowStore(db, clock),
-        coordinator=FixedCoordinator(()),
-        clock=clock,
-        config=config,
-        node_id="b",
-    )
-    await a.start()
-    await b.start()
-    try:
+    async with pair(db, clock, DetachedSlowStore(db, clock)) as (a, b):
         yield a, b, clock
-    finally:
-        await b.stop()
-        await a.stop()
 
 
 async def test_a_job_whose_creating_call_was_cancelled_still_runs(tmp_path: Path) -> None:

@@ -8,12 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.helpers import START_MS
-from tests.unit.test_late_writes import FixedCoordinator
+from tests.unit.helpers import START_MS, FixedCoordinator, advance, owner_and_writer
 from timeshard import clockcheck
 from timeshard.clock import FakeClock
 from timeshard.dispatcher import DispatchConfig
-from timeshard.node import Node, NodeConfig
+from timeshard.node import Node
 from timeshard.store.sqlite import SqliteStore
 
 
@@ -95,26 +94,8 @@ async def test_a_writer_behind_by_the_whole_bound_loses_nothing(tmp_path: Path) 
     jobs carry due times the owner has already read past; the re-read still finds them."""
     clock = FakeClock(START_MS)
     db = tmp_path / "shared.db"
-    config = NodeConfig(dispatch=DispatchConfig(lookahead_s=5, refresh_s=1, reread_s=5))
-    a = Node(
-        store=SqliteStore(db, num_shards=4),
-        coordinator=FixedCoordinator(range(4)),
-        clock=clock,
-        config=config,
-        node_id="a",
-    )
-    b = Node(
-        store=SqliteStore(db, num_shards=4),
-        coordinator=FixedCoordinator(()),
-        clock=OffsetClock(clock, -1_900),
-        config=config,
-        node_id="b",
-    )
-    from tests.unit.helpers import advance
-
-    await a.start()
-    await b.start()
-    try:
+    writer = SqliteStore(db, num_shards=4)
+    async with owner_and_writer(db, clock, writer, OffsetClock(clock, -1_900)) as (a, b):
         await advance(a, clock, 3)
         jobs = []
         for _ in range(6):
@@ -124,6 +105,3 @@ async def test_a_writer_behind_by_the_whole_bound_loses_nothing(tmp_path: Path) 
         await advance(a, clock, 3)
         claimed = await a.claim(worker="w", types=["t"], limit=10, wait_s=0, lease_s=5)
         assert sorted(c.job.job_id for c in claimed) == sorted(jobs)
-    finally:
-        await b.stop()
-        await a.stop()

@@ -13,36 +13,18 @@ from collections.abc import AsyncIterator, Collection, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-from tests.unit.helpers import START_MS, advance, settle, wait_until
+from tests.unit.helpers import (
+    START_MS,
+    advance,
+    owner_and_writer,
+    settle,
+    wait_until,
+)
 from timeshard.clock import FakeClock
-from timeshard.coordinator.base import Coordinator, Member, ShardsChanged
-from timeshard.dispatcher import DispatchConfig
 from timeshard.model import BucketEntry, Job
-from timeshard.node import Node, NodeConfig
+from timeshard.node import Node
 from timeshard.store.base import CreateResult
 from timeshard.store.sqlite import SqliteStore
-
-
-class FixedCoordinator(Coordinator):
-    """Owns the given shards for ever (not the embedded coordinator: the node re-reads)."""
-
-    def __init__(self, shards: Sequence[int]) -> None:
-        self._owned = frozenset(shards)
-
-    async def start(self, me: Member, num_shards: int, on_change: ShardsChanged) -> None:
-        await on_change(self._owned, frozenset())
-
-    async def stop(self) -> None:
-        pass
-
-    def owned(self) -> frozenset[int]:
-        return self._owned
-
-    async def members(self) -> list[Member]:
-        return []
-
-    async def owners(self) -> dict[int, str]:
-        return {}
 
 
 class SlowStore(SqliteStore):
@@ -61,39 +43,17 @@ class SlowStore(SqliteStore):
 
 
 @asynccontextmanager
-async def owner_and_writer(tmp_path: Path, delay_s: float) -> AsyncIterator[tuple[Node, Node]]:
+async def slow_writer(tmp_path: Path, delay_s: float) -> AsyncIterator[tuple[Node, Node]]:
     clock = FakeClock(START_MS)
     db = tmp_path / "shared.db"
-    config = NodeConfig(dispatch=DispatchConfig(lookahead_s=5, refresh_s=1, reread_s=5))
-    a = Node(
-        store=SqliteStore(db, num_shards=4),
-        coordinator=FixedCoordinator(range(4)),
-        clock=clock,
-        config=config,
-        node_id="a",
-    )
-    b = Node(
-        store=SlowStore(db, clock, delay_s),
-        coordinator=FixedCoordinator(()),
-        clock=clock,
-        config=config,
-        node_id="b",
-    )
-    await a.start()
-    await b.start()
-    try:
-        yield a, b
-    finally:
-        await b.stop()
-        await a.stop()
+    async with owner_and_writer(db, clock, SlowStore(db, clock, delay_s)) as nodes:
+        yield nodes
 
 
 async def _schedule_slowly(a: Node, b: Node, clock: FakeClock, delay_s: float) -> Job:
     """``b`` schedules a job due now; its write lands ``delay_s`` later, while ``a`` reads."""
     await advance(a, clock, 3)  # a has read ahead to now + lookahead
-    task = asyncio.create_task(
-        b.schedule(job_type="t", payload=b"{}", run_at=clock.now_ms())
-    )
+    task = asyncio.create_task(b.schedule(job_type="t", payload=b"{}", run_at=clock.now_ms()))
     await settle(a)
     await advance(a, clock, delay_s + 0.1, step=0.25)  # the write lands in here
     await wait_until(task.done, what="the slow schedule to return")
@@ -105,7 +65,7 @@ async def _schedule_slowly(a: Node, b: Node, clock: FakeClock, delay_s: float) -
 async def test_a_late_entry_from_another_node_is_read_again(tmp_path: Path) -> None:
     """Landed 2 s after its due time: the owner's re-read of the last ``reread_s`` finds it
     (before the fix the re-read began where the previous refresh began, after its time)."""
-    async with owner_and_writer(tmp_path, delay_s=2.0) as (a, b):
+    async with slow_writer(tmp_path, delay_s=2.0) as (a, b):
         clock = a.clock
         assert isinstance(clock, FakeClock)
         job = await _schedule_slowly(a, b, clock, 2.0)
@@ -118,7 +78,7 @@ async def test_a_late_entry_from_another_node_is_read_again(tmp_path: Path) -> N
 async def test_an_entry_that_landed_very_late_is_written_again_due_now(tmp_path: Path) -> None:
     """Landed 20 s after its due time, beyond any re-read window: the writer writes the entry
     again, due now, and the owner finds that one."""
-    async with owner_and_writer(tmp_path, delay_s=20.0) as (a, b):
+    async with slow_writer(tmp_path, delay_s=20.0) as (a, b):
         clock = a.clock
         assert isinstance(clock, FakeClock)
         job = await _schedule_slowly(a, b, clock, 20.0)
