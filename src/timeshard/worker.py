@@ -45,7 +45,7 @@ from timeshard.clock import Clock, SystemClock
 from timeshard.lease import Lease, LeaseLost
 from timeshard.limits import MAX_CLAIM_TYPES, MAX_REPLY_BYTES, truncate_error
 from timeshard.model import validate_job_type, validate_worker_id
-from timeshard.results import Results
+from timeshard.results import Results, call_timeout
 from timeshard.security.channel import ClientSecurity, TlsArg
 from timeshard.v1 import timeshard_pb2 as pb
 from timeshard.v1 import timeshard_pb2_grpc as pb_grpc
@@ -421,15 +421,16 @@ class Worker:
                     pb.HeartbeatRequest(
                         job_id=ctx.job_id, fence=ctx.fence, lease=dur(round(self.lease_s * 1000))
                     ),
-                    timeout=max(0.1, lease.deadline - sent),
+                    timeout=call_timeout(lease.deadline - sent, len(targets)),
                 )
             except grpc.RpcError as exc:
                 err: RemoteError = translate(exc)
                 if err.code in (grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.NOT_FOUND):
                     lease.lose(err.message)
                     break
-                failures += 1
-                next_beat = self._clock.monotonic() + min(1.0, every)
+                failures += 1  # the next node at once; a pause after each round of them
+                pause = min(1.0, every) if failures % len(targets) == 0 else 0.0
+                next_beat = self._clock.monotonic() + pause
                 continue
             lease.extend(sent + dur_s(resp.lease) - self.safety_margin_s)
             failures, next_beat = 0, sent + every

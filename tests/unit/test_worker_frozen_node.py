@@ -7,8 +7,8 @@ run again"). E.g. job 22ad4c45...: node a stopped at 00:45:17.761; its handler h
 00:45:20.321, the heartbeat hung, "the lease deadline passed (not renewed in time)" at
 00:45:20.892, and the job ran a second time at 00:45:21.7 (its effect deduplicated by its key).
 
-Expected to fail until a heartbeat gives a node a bounded share of the time left and then tries
-the next; then remove the xfail marker.
+Fixed: a heartbeat (and a result) gives one node a bounded share of the time left
+(``results.call_timeout``) and then tries the next at once.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 
 import grpc
-import pytest
 
 from tests.unit.test_worker_lease import (
     LEASE_S,
@@ -27,6 +26,7 @@ from tests.unit.test_worker_lease import (
     run_job,
 )
 from timeshard.clock import FakeClock
+from timeshard.lease import Lease
 from timeshard.results import Results
 from timeshard.v1 import timeshard_pb2 as pb
 
@@ -40,7 +40,6 @@ class FrozenStub(FakeStub):
         raise FakeRpcError(grpc.StatusCode.DEADLINE_EXCEEDED, "no answer")
 
 
-@pytest.mark.xfail(strict=True, reason="worker SDK: a heartbeat waits for a frozen node all lease")
 async def test_a_frozen_node_does_not_cost_its_jobs_their_lease() -> None:
     clock = FakeClock()
     w, seen = make_worker(clock)
@@ -53,3 +52,32 @@ async def test_a_frozen_node_does_not_cost_its_jobs_their_lease() -> None:
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
+
+
+class FrozenFinishStub(FakeStub):
+    """A frozen node that took the job: no answer to a result until the call's deadline."""
+
+    async def Finish(self, req: pb.FinishRequest, timeout: float) -> pb.FinishResponse:
+        self.calls.append(("finish-timeout", timeout))
+        await self.clock.sleep(timeout)
+        raise FakeRpcError(grpc.StatusCode.DEADLINE_EXCEEDED, "no answer")
+
+
+async def test_a_result_for_a_frozen_node_reaches_another_within_the_lease() -> None:
+    clock = FakeClock()
+    frozen, other = FrozenFinishStub(clock), FakeStub(clock)
+    results = Results(clock, lambda: [frozen, other])
+    lease = Lease(clock, clock.monotonic() + LEASE_S)
+    item = pb.FinishItem(job_id="j1", fence=1)
+    delivery = asyncio.ensure_future(results.deliver(item, frozen, lease))  # type: ignore[arg-type]
+    for _ in range(round(LEASE_S / 0.1)):
+        clock.advance(0.1)
+        for _ in range(5):
+            await asyncio.sleep(0)
+        if delivery.done():
+            break
+    assert delivery.done(), "the result waited on the frozen node for the whole lease"
+    result, why = delivery.result()
+    assert result is not None and result.code == 0, why
+    assert ("complete", 1) in other.calls
+    assert frozen.calls[0][1] <= LEASE_S / 2  # a share of the lease, not all of it
