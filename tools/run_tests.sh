@@ -12,7 +12,8 @@ if [[ -z "${TIMESHARD_CASSANDRA:-}" || -z "${TIMESHARD_ZOOKEEPER:-}" ]]; then
     (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq zookeeper) >&2
   fi
   addresses=$(python -m timeshard.stack up --json | tail -n 1)
-  started=1
+  # stop at the end only what this run started, not a stack someone else left running
+  started=$(python -c 'import json,sys; print(int(bool(json.loads(sys.argv[1])["started"])))' "$addresses")
   TIMESHARD_CASSANDRA=$(python -c 'import json,sys; print(json.loads(sys.argv[1])["cassandra"])' "$addresses")
   TIMESHARD_ZOOKEEPER=$(python -c 'import json,sys; print(json.loads(sys.argv[1])["zookeeper"])' "$addresses")
   export TIMESHARD_CASSANDRA TIMESHARD_ZOOKEEPER

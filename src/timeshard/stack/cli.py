@@ -137,6 +137,7 @@ def _recorded_shape(record: dict[str, Any]) -> dict[str, Any]:
 def _up(args: argparse.Namespace) -> int:
     _quiet_driver()
     state = load_state()
+    started: list[str] = []
     try:
         for service in _selected(args):
             record = state.get(service)
@@ -148,6 +149,7 @@ def _up(args: argparse.Namespace) -> int:
                 continue
             state[service] = _start_cassandra(args) if service == "cassandra" else _start_zk(args)
             save_state(state)
+            started.append(service)
     except StackError as exc:
         _progress(f"error: {exc}")
         return 1
@@ -156,8 +158,8 @@ def _up(args: argparse.Namespace) -> int:
     if cassandra.get("auth"):
         addresses["cassandra_username"] = cassandra["username"]
         addresses["cassandra_password"] = cassandra["password"]
-    if args.json:
-        sys.stdout.write(json.dumps(addresses) + "\n")
+    if args.json:  # "started": what this call started (a script stops only those)
+        sys.stdout.write(json.dumps({**addresses, "started": started}) + "\n")
     else:
         for service in _selected(args):
             sys.stdout.write(f"{service} {addresses[service]}\n")
