@@ -100,6 +100,31 @@ async def test_a_batch_reports_each_job_in_order(open_store: OpenStore) -> None:
         assert sorted(found) == sorted({"new-1", "old", "new-4", *keyed})
 
 
+async def test_one_key_twice_in_a_batch_with_another_body_is_a_conflict(
+    open_store: OpenStore,
+) -> None:
+    async with open_store() as store:
+        a, b = make_job("kb-a", key="kb"), make_job("kb-b", key="kb", payload=b'{"n":3}')
+        first, clash = await create(store, a, b)
+        assert first.created and first.job == a
+        assert not clash.created and clash.conflict and clash.job == a
+        assert await store.get_jobs(["kb-a", "kb-b"]) == {"kb-a": a}
+
+
+async def test_many_keyed_jobs_in_one_batch_are_each_created_once(open_store: OpenStore) -> None:
+    jobs = [make_job(f"keyed-{i:03d}", key=f"key-{i % 40}") for i in range(60)]
+    async with open_store() as store:
+        results = await create(store, *jobs)
+        assert [r.created for r in results] == [True] * 40 + [False] * 20
+        assert [r.job.job_id for r in results[40:]] == [f"keyed-{i:03d}" for i in range(20)]
+        assert not any(r.conflict for r in results)
+        again = await create(store, *jobs[:40])
+        assert [r.job.job_id for r in again] == [j.job_id for j in jobs[:40]]
+        assert not any(r.created for r in again)
+        stored = await store.get_jobs([j.job_id for j in jobs])
+        assert sorted(stored) == [f"keyed-{i:03d}" for i in range(40)]
+
+
 async def test_a_large_batch_is_written_whole(open_store: OpenStore) -> None:
     jobs = [make_job(f"bulk-{i:04d}", run_at=NOW + i) for i in range(300)]
     async with open_store() as store:

@@ -21,6 +21,7 @@ from timeshard.store.cassandra.driver import Ambiguous, Connection
 from timeshard.store.cassandra.parts import (
     CAS_ROUNDS,
     Key,
+    gather_bounded,
 )
 from timeshard.store.cassandra.parts import (
     gather as _gather,
@@ -39,6 +40,8 @@ from timeshard.store.cassandra.rows import Row, bounded_history, bucket_ttl
 if TYPE_CHECKING:
     from timeshard.store.cassandra.jobrows import JobRows
 
+DECIDE_IN_FLIGHT = 32
+"""Lightweight transactions of one create call in flight at once (keys and chosen ids)."""
 STAMP_BACK_US = 60_000_000
 """A plain create is stamped this far in the past (see ``create_row`` in cassandra.cql)."""
 
@@ -68,20 +71,33 @@ class Creator:
         results: dict[int, CreateResult] = {}
         plain: list[_New] = []
         guarded: list[_New] = []
+        to_decide: list[tuple[int, Job, BucketEntry]] = []
+        first_with_key: dict[str, int] = {}
+        repeats: list[tuple[int, Job]] = []  # a key seen before in this call: that job's result
         for i, (job, entry) in enumerate(jobs):
             job = bounded_history(job)
             if job.job_id in fresh and not job.idempotency_key:
                 plain.append(_New(i, job, entry, entry.minute))
-                continue
-            decided = await self._decide_owner(i, job, entry)
+            elif job.idempotency_key in first_with_key:
+                repeats.append((i, job))
+            else:
+                if job.idempotency_key:
+                    first_with_key[job.idempotency_key] = i
+                to_decide.append((i, job, entry))
+        decisions = await gather_bounded(
+            (self._decide_owner(i, job, entry) for i, job, entry in to_decide), DECIDE_IN_FLIGHT
+        )
+        by_id: dict[str, _New] = {}
+        for decided, (i, job, _) in zip(decisions, to_decide, strict=True):
             if isinstance(decided, CreateResult):
                 results[i] = decided
                 continue
-            first = next((n for n in guarded if n.job.job_id == decided.job.job_id), None)
-            if first is not None:  # the same key (or id) twice in this call: created once
+            first = by_id.get(decided.job.job_id)
+            if first is not None:  # the same id twice in this call: created once
                 conflict = first.job.body_digest() != job.body_digest()
                 results[i] = CreateResult(created=False, job=first.job, conflict=conflict)
                 continue
+            by_id[decided.job.job_id] = decided
             guarded.append(decided)
         index = [("insert_index", (n.job.shard, n.home, n.job.job_id, 0)) for n in plain]
         await _gather(
@@ -98,6 +114,10 @@ class Creator:
             results[n.index] = CreateResult(created=True, job=n.job)
         for n in [*plain, *guarded]:
             self._rows.homes.put(n.job.job_id, n.home)
+        for i, job in repeats:
+            owner = results[first_with_key[job.idempotency_key]].job
+            conflict = owner.body_digest() != job.body_digest()
+            results[i] = CreateResult(created=False, job=owner, conflict=conflict)
         return [results[i] for i in range(len(jobs))]
 
     async def _decide_owner(self, i: int, job: Job, entry: BucketEntry) -> CreateResult | _New:
@@ -174,6 +194,7 @@ class Creator:
         await self._conn.rows("init_epoch", {"shard": key[0], "minute": key[1]})
         out: dict[int, CreateResult] = {}
         todo = list(news)
+        timed_out = False  # a batch of ours may have applied unseen
         for _ in range(CAS_ROUNDS):
             if not todo:
                 return out
@@ -181,7 +202,7 @@ class Creator:
             try:
                 rows = await self._conn.batch(statements, conditional=True)
             except Ambiguous:
-                rows = [{"[applied]": False}]
+                rows, timed_out = [{"[applied]": False}], True
             if rows and rows[0].get("[applied]"):
                 out.update({n.index: CreateResult(created=True, job=n.job) for n in todo})
                 return out
@@ -191,7 +212,7 @@ class Creator:
                 found = stored.get(n.job.job_id)
                 if found is None:
                     left.append(n)
-                elif found.job == n.job:  # ours, from a batch that timed out but applied
+                elif timed_out and found.job == n.job:  # ours: a batch timed out but applied
                     out[n.index] = CreateResult(created=True, job=n.job)
                 else:
                     conflict = found.job.body_digest() != n.job.body_digest()

@@ -65,3 +65,14 @@ async def gather(aws: Any) -> list[Any]:
         if isinstance(r, BaseException):
             raise r
     return list(results)
+
+
+async def gather_bounded(aws: Iterable[Any], limit: int) -> list[Any]:
+    """``gather`` with at most ``limit`` of them in flight at once."""
+    gate = asyncio.Semaphore(limit)
+
+    async def one(aw: Any) -> Any:
+        async with gate:
+            return await aw
+
+    return await gather(one(aw) for aw in aws)
