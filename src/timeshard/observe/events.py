@@ -188,8 +188,11 @@ class NodeMetrics:
     def scheduled(self, jobs: list[Job], started_ms: int) -> None:
         """``jobs`` were created (durably) by a call that started at ``started_ms``."""
         now = self.clock.now_ms()
+        tracing = self.tracing.enabled
         for job in jobs:
             self.scheduled_total.labels(self.type_label(job.job_type)).inc()
+            if not tracing:
+                continue
             self.tracing.record(
                 "timeshard.schedule",
                 job.job_id,
@@ -200,6 +203,8 @@ class NodeMetrics:
 
     def dispatched(self, job: Job, now: int) -> None:
         """The owner's dispatcher made ``job`` ready (due, or its lease expired) at ``now``."""
+        if not self.tracing.enabled:
+            return
         self.tracing.record(
             "timeshard.dispatch",
             job.job_id,
@@ -219,6 +224,8 @@ class NodeMetrics:
             late_ms = max(0, started_ms - job.run_at)
             self.lateness.labels(label).observe(late_ms / 1000)
             self.window.add(late_ms)
+        if not self.tracing.enabled:
+            return
         self.tracing.record(
             "timeshard.claim",
             job.job_id,

@@ -44,12 +44,24 @@ class Tracing:
 
     def __init__(self, provider: Any = None) -> None:
         self._tracer: Any = None
+        self._global = provider is None
         if _otel is not None:
             self._tracer = _otel.get_tracer("timeshard", tracer_provider=provider)
 
     @property
     def enabled(self) -> bool:
-        return self._tracer is not None
+        """A provider that records is set. With the package importable but no provider
+        configured, the spans would be no-ops that still cost ~15 % of a node's firing CPU
+        (docs/benchmarks.md), so they are not built at all."""
+        if self._tracer is None:
+            return False
+        if self._global:  # set at most once, maybe after this was made: look until it is
+            assert _otel is not None
+            provider = _otel.get_tracer_provider()
+            if isinstance(provider, _otel.ProxyTracerProvider | _otel.NoOpTracerProvider):
+                return False
+            self._global = False
+        return True
 
     def _context(self, job_id: str) -> Any:
         assert _otel is not None
@@ -80,7 +92,7 @@ class Tracing:
         self, name: str, job_id: str, *, start_ms: int, attributes: dict[str, AttrValue]
     ) -> Any:
         """An open span (None when tracing is off); close it with ``end``."""
-        if self._tracer is None:
+        if not self.enabled:
             return None
         attrs: dict[str, AttrValue] = {"timeshard.job_id": job_id, **attributes}
         return self._tracer.start_span(

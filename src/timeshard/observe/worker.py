@@ -21,7 +21,7 @@ from prometheus_client.registry import CollectorRegistry
 
 from timeshard.clock import Clock, SystemClock
 from timeshard.observe.events import LATENESS_BUCKETS_S, OTHER_TYPE
-from timeshard.observe.tracing import Tracing
+from timeshard.observe.tracing import AttrValue, Tracing
 from timeshard.worker import EventHook, JobContext
 
 OUTCOMES = frozenset({"succeeded", "failed", "lost", "unreported", "rejected"})
@@ -74,18 +74,7 @@ class WorkerMetrics:
         key = (ctx.job_id, ctx.fence)
         if kind == "started":
             self.lateness.labels(label).observe(max(0, now - ctx.run_at_ms) / 1000)
-            span = self.tracing.start(
-                "timeshard.handler",
-                ctx.job_id,
-                start_ms=now,
-                attributes={
-                    "timeshard.job_type": ctx.job_type,
-                    "timeshard.fence": ctx.fence,
-                    "timeshard.attempt": ctx.attempt,
-                    "timeshard.worker": ctx.worker_id,
-                },
-            )
-            self._started[key] = (now, span)
+            self._started[key] = (now, self._handler_span(ctx, now))
             return
         if kind not in OUTCOMES:
             return
@@ -98,6 +87,19 @@ class WorkerMetrics:
         if span is not None:
             span.set_attribute("timeshard.outcome", kind)
         self.tracing.end(span, end_ms=now, error=detail if kind != "succeeded" else "")
+
+    def _handler_span(self, ctx: JobContext, now: int) -> Any:
+        if not self.tracing.enabled:
+            return None
+        attributes: dict[str, AttrValue] = {
+            "timeshard.job_type": ctx.job_type,
+            "timeshard.fence": ctx.fence,
+            "timeshard.attempt": ctx.attempt,
+            "timeshard.worker": ctx.worker_id,
+        }
+        return self.tracing.start(
+            "timeshard.handler", ctx.job_id, start_ms=now, attributes=attributes
+        )
 
     def hook(self, then: EventHook | None = None) -> EventHook:
         """An event hook that counts, then calls ``then`` (e.g. the CLI's printer)."""
