@@ -1,5 +1,6 @@
 """A scheduler node: the store, the coordinator, one dispatcher per owned shard, and the
-operations the gRPC servicers expose. No gRPC types here."""
+operations the gRPC servicers expose (claims are made by its ``timeshard.claims.Claims``). No
+gRPC types here."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from timeshard import clockcheck
-from timeshard.clock import Clock, SystemClock
+from timeshard.claims import Claimed, Claims
+from timeshard.clock import Clock
 from timeshard.coordinator.base import Coordinator, Member
 from timeshard.coordinator.local import LocalCoordinator
 from timeshard.deadletters import DeadLetters
@@ -23,7 +25,6 @@ from timeshard.errors import (
     FailedPrecondition,
     InvalidArgument,
     NotFound,
-    NotOwner,
     StaleFence,
     TimeshardError,
 )
@@ -37,12 +38,11 @@ from timeshard.model import (
     validate_payload,
 )
 from timeshard.observe.events import NodeMetrics
-from timeshard.ready import ReadyItem, ReadyQueues
+from timeshard.ready import ReadyQueues
 from timeshard.retry import RetryPolicy
 from timeshard.schedules import ScheduleFirer, ScheduleOps
 from timeshard.sharding import minute_of, shard_of
 from timeshard.store.base import (
-    ClaimRequest,
     CreateResult,
     JobPage,
     Store,
@@ -51,11 +51,6 @@ from timeshard.store.base import (
 )
 
 log = logging.getLogger(__name__)
-
-MAX_CLAIM = 1000
-CLAIM_LINGER_MS = 2
-"""A claim that found fewer jobs than it may take waits this long at most for jobs coming due
-meanwhile (see ``Node._linger``)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -116,17 +111,6 @@ class FinishItem:
     permanent: bool = False
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Claimed:
-    job: Job
-    lease_ms: int
-
-
-def _set_done(fut: asyncio.Future[None]) -> None:
-    if not fut.done():
-        fut.set_result(None)
-
-
 class Node:
     def __init__(
         self,
@@ -153,7 +137,16 @@ class Node:
         self._background: set[asyncio.Task[None]] = set()
         self.schedules = ScheduleOps(store, clock, notify=self._notify)
         self.dead_letters = DeadLetters(store, clock, self._notify, self.list_jobs)
-        self._running: dict[str, dict[str, int]] = {}  # type -> job id -> lease_until
+        self.claims = Claims(
+            store=store,
+            clock=clock,
+            ready=self.ready,
+            dispatchers=self.dispatchers,
+            metrics=self.metrics,
+            policies=self.config.types,
+            lease_ms=self.lease_ms,
+            notify=self._notify,
+        )
         self.clock_offset_ms: float | None = None
         """The store's clock minus ours, as last measured (None: not measured)."""
         self._firer = ScheduleFirer(
@@ -460,154 +453,15 @@ class Node:
         self, *, worker: str, types: Sequence[str], limit: int, wait_s: float, lease_s: float
     ) -> list[Claimed]:
         """Long-poll: wait up to ``wait_s`` for due jobs of ``types`` and claim up to ``limit``
-        with a conditional write each (invariant 5)."""
-        if not worker:
-            raise InvalidArgument("worker_id", "a worker id is required")
-        if not types:
-            raise InvalidArgument("types", "name at least one job type to claim")
-        for t in types:
-            validate_job_type(t)
-        if not 1 <= limit <= MAX_CLAIM:
-            raise InvalidArgument("max_jobs", f"must be 1-{MAX_CLAIM}, got {limit}")
-        lease = self.lease_ms(lease_s)
-        deadline = self.clock.monotonic() + max(0.0, min(wait_s, 60.0))
-        while True:
-            room = self._type_room(types)
-            items = self.ready.take(types, limit, room)
-            if items:
-                if len(items) < limit and not room and type(self.clock) is SystemClock:
-                    items += await self._linger(items, types, limit - len(items))
-                claimed = await self._claim_items(items, worker, lease)
-                if claimed:
-                    return claimed
-                continue
-            remaining = deadline - self.clock.monotonic()
-            if remaining <= 0:
-                return []
-            await self._wait_ready(types, remaining)
-
-    async def _linger(
-        self, held: list[ReadyItem], types: Sequence[str], room: int
-    ) -> list[ReadyItem]:
-        """Jobs coming due within ``CLAIM_LINGER_MS`` join a claim that found fewer than it may
-        take (each once its dispatcher made it ready: never early), so trickling jobs go out a
-        few per claim and per result call rather than one each: those two calls were most of
-        a trickling job's cost. Only while a dispatcher holds an entry due that soon, so a
-        claim among sparse jobs answers at once. (Not for types with a concurrency limit.)"""
-        more: list[ReadyItem] = []
-        until = self.clock.now_ms() + CLAIM_LINGER_MS
-        try:
-            while len(more) < room:
-                due = min(
-                    (d for d in map(ShardDispatcher.next_due, self.dispatchers.values()) if d),
-                    default=None,
-                )
-                now = self.clock.now_ms()
-                if due is None or due > until or now > due + CLAIM_LINGER_MS:
-                    break  # none due that soon, or its dispatcher is late: answer now
-                changed = self.ready.waiter()
-                await self._wait_change(changed, (due + CLAIM_LINGER_MS - now) / 1000)
-                more += self.ready.take(types, room - len(more))
-        except BaseException:
-            self.ready.push_front([*held, *more])  # the caller gave up: they stay ready
-            raise
-        return more
-
-    def _type_room(self, types: Sequence[str]) -> dict[str, int]:
-        """How many more jobs of each limited type this node may start now."""
-        now = self.clock.now_ms()
-        owned = len(self.dispatchers)
-        room: dict[str, int] = {}
-        for t in types:
-            policy = self.config.types.get(t)
-            if policy is None or policy.concurrency is None:
-                continue
-            running = self._running.setdefault(t, {})
-            for job_id in [j for j, until in running.items() if until <= now]:
-                del running[job_id]  # lease over: no longer running as far as limits go
-            share = max(1, policy.concurrency * owned // self.num_shards) if owned else 0
-            room[t] = max(0, share - len(running))
-        return room
-
-    def _track(self, job: Job) -> None:
-        if job.job_type in self.config.types:
-            running = self._running.setdefault(job.job_type, {})
-            if job.state is JobState.RUNNING:
-                running[job.job_id] = job.lease_until
-            elif running.pop(job.job_id, None) is not None:
-                self.ready.wake()  # room under the type's limit: claims waiting for it go on
-
-    async def _wait_ready(self, types: Sequence[str], timeout: float) -> None:
-        """Wait for a change of the ready queues (registered before anything is awaited, so
-        no push is missed: a missed one left claims asleep for a whole long poll), or, when
-        jobs wait only for room under a concurrency limit, at most a second."""
-        changed = self.ready.waiter()
-        if self.ready.has_any(types):
-            timeout = min(timeout, 1.0)
-        await self._wait_change(changed, timeout)
-
-    async def _wait_change(self, changed: asyncio.Future[None], timeout: float) -> None:
-        """Wait for ``changed`` (a ready-queue waiter) or ``timeout`` seconds."""
-        if type(self.clock) is SystemClock:  # a timer on the loop, not a task per wait
-            timer = asyncio.get_running_loop().call_later(timeout, _set_done, changed)
-            try:
-                await changed
-            finally:
-                timer.cancel()
-            return
-        sleeper = asyncio.ensure_future(self.clock.sleep(timeout))
-        try:
-            await asyncio.wait({changed, sleeper}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            changed.cancel()
-            sleeper.cancel()
-
-    async def _claim_items(self, items: list[ReadyItem], worker: str, lease: int) -> list[Claimed]:
-        now = self.clock.now_ms()
-        early = [i for i in items if i.run_at > now]  # never early, even across clock steps
-        items = [i for i in items if i.run_at <= now]
-        if early:
-            self.ready.push_front(early)
-        requests = [
-            ClaimRequest(
-                job_id=i.job_id,
-                expect_fence=i.fence,
-                worker=worker,
-                now=now,
-                lease_until=now + lease,
-                known=i.job,
-            )
-            for i in items
-        ]
-        try:
-            outcomes = await self.store.claim_jobs(requests)
-        except NotOwner as exc:  # deposed in a partition: the new owner dispatches these
-            d = self.dispatchers.get(exc.shard)
-            if d is not None:
-                d.deposed_by_store()
-            self.ready.push_front([i for i in items if i.shard != exc.shard])
-            return []
-        except BaseException:  # store down, or the caller gave up (deadline, disconnect)
-            self.ready.push_front(items)  # a claim that did apply is found by its fence later
-            raise
-        claimed: list[Claimed] = []
-        for item, out in zip(items, outcomes, strict=True):
-            d = self.dispatchers.get(item.shard)
-            if out.applied and out.job is not None:
-                claimed.append(Claimed(job=out.job, lease_ms=lease))
-                self.metrics.claimed(out.job, now)
-                self._track(out.job)
-                if d is not None:
-                    d.handled(item.entries)
-                    self._notify([entry_for(out.job, out.job.lease_until, now)])
-            elif d is not None:
-                d.recheck(item.entries)
-        return claimed
+        with a conditional write each (invariant 5). See ``timeshard.claims``."""
+        return await self.claims.claim(
+            worker=worker, types=types, limit=limit, wait_s=wait_s, lease_s=lease_s
+        )
 
     def _check(self, job_id: str, fence: int, out: Outcome) -> Job:
         if out.job is None:
             raise NotFound("job", job_id)
-        self._track(out.job)
+        self.claims.track(out.job)
         if not out.applied:
             raise StaleFence(job_id, fence, out.job.fence, out.job.state.value)
         self.metrics.written(out.job)

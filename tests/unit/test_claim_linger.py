@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from timeshard import node as node_module
+from timeshard import claims as claims_module
 from timeshard.clock import SystemClock
 from timeshard.coordinator.local import LocalCoordinator
 from timeshard.node import Node
@@ -20,7 +20,7 @@ LINGER_MS = 200
 
 @pytest.fixture(autouse=True)
 def long_linger(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(node_module, "CLAIM_LINGER_MS", LINGER_MS)
+    monkeypatch.setattr(claims_module, "CLAIM_LINGER_MS", LINGER_MS)
 
 
 async def claims_of(gap_ms: int) -> tuple[list[list[str]], list[str], list[int]]:

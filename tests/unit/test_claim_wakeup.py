@@ -16,7 +16,7 @@ def item(job_id: str) -> ReadyItem:
 
 async def test_a_push_right_after_the_check_wakes_the_waiting_claim() -> None:
     async with running() as (node, _):
-        waiting = asyncio.create_task(node._wait_ready(["t"], timeout=30))
+        waiting = asyncio.create_task(node.claims._wait_ready(["t"], timeout=30))
         asyncio.get_running_loop().call_soon(node.ready.push, item("j1"))
         await wait_until(waiting.done, timeout=2, what="the waiting claim to wake")
 
@@ -24,7 +24,7 @@ async def test_a_push_right_after_the_check_wakes_the_waiting_claim() -> None:
 async def test_room_freed_under_a_concurrency_limit_wakes_the_waiting_claim() -> None:
     async with running() as (node, _):
         node.ready.push(item("j2"))  # ready, but say the type has no room: it waits for room
-        waiting = asyncio.create_task(node._wait_ready(["t"], timeout=30))
+        waiting = asyncio.create_task(node.claims._wait_ready(["t"], timeout=30))
         await asyncio.sleep(0.01)
         assert not waiting.done(), "a claim with nothing it may take must wait, not spin"
         node.ready.wake()

@@ -1,0 +1,216 @@
+"""The claim side of a node: long-polled claims of ready jobs, each a conditional write on its
+fence (invariant 5); the linger that lets jobs coming due join a claim; and each limited job
+type's running jobs, which decide how many more this node may start. The ``Node`` owns one
+``Claims`` and exposes ``claim`` as its API; no gRPC types here."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from timeshard.clock import Clock, SystemClock
+from timeshard.dispatcher import ShardDispatcher
+from timeshard.errors import InvalidArgument, NotOwner
+from timeshard.model import BucketEntry, Job, JobState, validate_job_type
+from timeshard.observe.events import NodeMetrics
+from timeshard.ready import ReadyItem, ReadyQueues
+from timeshard.store.base import ClaimRequest, Store, entry_for
+
+if TYPE_CHECKING:
+    from timeshard.node import TypePolicy
+
+MAX_CLAIM = 1000
+CLAIM_LINGER_MS = 2
+"""A claim that found fewer jobs than it may take waits this long at most for jobs coming due
+meanwhile (see ``Claims._linger``)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Claimed:
+    job: Job
+    lease_ms: int
+
+
+def _set_done(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)
+
+
+class Claims:
+    """Claims from a node's ready queues. ``dispatchers`` is the node's own map of the shards
+    it owns (read, never changed here); ``notify`` hands the node entries it just wrote;
+    ``lease_ms`` turns a requested lease into the one granted."""
+
+    def __init__(
+        self,
+        *,
+        store: Store,
+        clock: Clock,
+        ready: ReadyQueues,
+        dispatchers: Mapping[int, ShardDispatcher],
+        metrics: NodeMetrics,
+        policies: Mapping[str, TypePolicy],
+        lease_ms: Callable[[float], int],
+        notify: Callable[[Sequence[BucketEntry]], None],
+    ) -> None:
+        self._store = store
+        self._clock = clock
+        self._ready = ready
+        self._dispatchers = dispatchers
+        self._metrics = metrics
+        self._policies = policies
+        self._lease_ms = lease_ms
+        self._notify = notify
+        self._running: dict[str, dict[str, int]] = {}  # type -> job id -> lease_until
+
+    async def claim(
+        self, *, worker: str, types: Sequence[str], limit: int, wait_s: float, lease_s: float
+    ) -> list[Claimed]:
+        """Long-poll: wait up to ``wait_s`` for due jobs of ``types`` and claim up to ``limit``
+        with a conditional write each (invariant 5)."""
+        if not worker:
+            raise InvalidArgument("worker_id", "a worker id is required")
+        if not types:
+            raise InvalidArgument("types", "name at least one job type to claim")
+        for t in types:
+            validate_job_type(t)
+        if not 1 <= limit <= MAX_CLAIM:
+            raise InvalidArgument("max_jobs", f"must be 1-{MAX_CLAIM}, got {limit}")
+        lease = self._lease_ms(lease_s)
+        deadline = self._clock.monotonic() + max(0.0, min(wait_s, 60.0))
+        while True:
+            room = self._type_room(types)
+            items = self._ready.take(types, limit, room)
+            if items:
+                if len(items) < limit and not room and type(self._clock) is SystemClock:
+                    items += await self._linger(items, types, limit - len(items))
+                claimed = await self._claim_items(items, worker, lease)
+                if claimed:
+                    return claimed
+                continue
+            remaining = deadline - self._clock.monotonic()
+            if remaining <= 0:
+                return []
+            await self._wait_ready(types, remaining)
+
+    async def _linger(
+        self, held: list[ReadyItem], types: Sequence[str], room: int
+    ) -> list[ReadyItem]:
+        """Jobs coming due within ``CLAIM_LINGER_MS`` join a claim that found fewer than it may
+        take (each once its dispatcher made it ready: never early), so trickling jobs go out a
+        few per claim and per result call rather than one each: those two calls were most of
+        a trickling job's cost. Only while a dispatcher holds an entry due that soon, so a
+        claim among sparse jobs answers at once. (Not for types with a concurrency limit.)"""
+        more: list[ReadyItem] = []
+        until = self._clock.now_ms() + CLAIM_LINGER_MS
+        try:
+            while len(more) < room:
+                due = min(
+                    (d for d in map(ShardDispatcher.next_due, self._dispatchers.values()) if d),
+                    default=None,
+                )
+                now = self._clock.now_ms()
+                if due is None or due > until or now > due + CLAIM_LINGER_MS:
+                    break  # none due that soon, or its dispatcher is late: answer now
+                changed = self._ready.waiter()
+                await self._wait_change(changed, (due + CLAIM_LINGER_MS - now) / 1000)
+                more += self._ready.take(types, room - len(more))
+        except BaseException:
+            self._ready.push_front([*held, *more])  # the caller gave up: they stay ready
+            raise
+        return more
+
+    def _type_room(self, types: Sequence[str]) -> dict[str, int]:
+        """How many more jobs of each limited type this node may start now."""
+        now = self._clock.now_ms()
+        owned = len(self._dispatchers)
+        room: dict[str, int] = {}
+        for t in types:
+            policy = self._policies.get(t)
+            if policy is None or policy.concurrency is None:
+                continue
+            running = self._running.setdefault(t, {})
+            for job_id in [j for j, until in running.items() if until <= now]:
+                del running[job_id]  # lease over: no longer running as far as limits go
+            share = max(1, policy.concurrency * owned // self._store.num_shards) if owned else 0
+            room[t] = max(0, share - len(running))
+        return room
+
+    def track(self, job: Job) -> None:
+        """Follow a job of a configured type from the job a write returned: running until its
+        lease is over, or no longer running."""
+        if job.job_type in self._policies:
+            running = self._running.setdefault(job.job_type, {})
+            if job.state is JobState.RUNNING:
+                running[job.job_id] = job.lease_until
+            elif running.pop(job.job_id, None) is not None:
+                self._ready.wake()  # room under the type's limit: claims waiting for it go on
+
+    async def _wait_ready(self, types: Sequence[str], timeout: float) -> None:
+        """Wait for a change of the ready queues (registered before anything is awaited, so
+        no push is missed: a missed one left claims asleep for a whole long poll), or, when
+        jobs wait only for room under a concurrency limit, at most a second."""
+        changed = self._ready.waiter()
+        if self._ready.has_any(types):
+            timeout = min(timeout, 1.0)
+        await self._wait_change(changed, timeout)
+
+    async def _wait_change(self, changed: asyncio.Future[None], timeout: float) -> None:
+        """Wait for ``changed`` (a ready-queue waiter) or ``timeout`` seconds."""
+        if type(self._clock) is SystemClock:  # a timer on the loop, not a task per wait
+            timer = asyncio.get_running_loop().call_later(timeout, _set_done, changed)
+            try:
+                await changed
+            finally:
+                timer.cancel()
+            return
+        sleeper = asyncio.ensure_future(self._clock.sleep(timeout))
+        try:
+            await asyncio.wait({changed, sleeper}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            changed.cancel()
+            sleeper.cancel()
+
+    async def _claim_items(self, items: list[ReadyItem], worker: str, lease: int) -> list[Claimed]:
+        now = self._clock.now_ms()
+        early = [i for i in items if i.run_at > now]  # never early, even across clock steps
+        items = [i for i in items if i.run_at <= now]
+        if early:
+            self._ready.push_front(early)
+        requests = [
+            ClaimRequest(
+                job_id=i.job_id,
+                expect_fence=i.fence,
+                worker=worker,
+                now=now,
+                lease_until=now + lease,
+                known=i.job,
+            )
+            for i in items
+        ]
+        try:
+            outcomes = await self._store.claim_jobs(requests)
+        except NotOwner as exc:  # deposed in a partition: the new owner dispatches these
+            d = self._dispatchers.get(exc.shard)
+            if d is not None:
+                d.deposed_by_store()
+            self._ready.push_front([i for i in items if i.shard != exc.shard])
+            return []
+        except BaseException:  # store down, or the caller gave up (deadline, disconnect)
+            self._ready.push_front(items)  # a claim that did apply is found by its fence later
+            raise
+        claimed: list[Claimed] = []
+        for item, out in zip(items, outcomes, strict=True):
+            d = self._dispatchers.get(item.shard)
+            if out.applied and out.job is not None:
+                claimed.append(Claimed(job=out.job, lease_ms=lease))
+                self._metrics.claimed(out.job, now)
+                self.track(out.job)
+                if d is not None:
+                    d.handled(item.entries)
+                    self._notify([entry_for(out.job, out.job.lease_until, now)])
+            elif d is not None:
+                d.recheck(item.entries)
+        return claimed
