@@ -10,13 +10,13 @@
 
     asyncio.run(worker.run(["127.0.0.1:50051"]))
 
-The worker claims over gRPC (long poll), heartbeats each job's lease, and cancels a handler whose
-lease it could not renew before ``lease - safety_margin`` on its own monotonic clock (invariant 6),
-so a paused or partitioned worker stops before another may start the job. ``ctx.cancelled`` reads
-that clock when asked, so a process paused past its lease sees it the moment it resumes; call
-``ctx.check()`` (or ``await ctx.checkpoint()``) before each step with an effect, and it raises
-``LeaseLost`` instead. A handler that raises ``PermanentError`` sends its job straight to the
-dead-letter queue; any other exception is retried with backoff.
+The worker claims over gRPC (long poll), heartbeats each job's lease (``timeshard.keeper``), and
+cancels a handler whose lease it could not renew before ``lease - safety_margin`` on its own
+monotonic clock (invariant 6), so a paused or partitioned worker stops before another may start
+the job. ``ctx.cancelled`` reads that clock when asked, so a process paused past its lease sees
+it the moment it resumes; call ``ctx.check()`` (or ``await ctx.checkpoint()``) before each step
+with an effect, and it raises ``LeaseLost`` instead. A handler that raises ``PermanentError``
+sends its job straight to the dead-letter queue; any other exception is retried with backoff.
 
 A result is retried, on the job's node and then the others, until it is in or the lease is over
 (``timeshard.results``), the lease renewed meanwhile; nothing is sent once the lease is over.
@@ -40,12 +40,13 @@ from typing import TYPE_CHECKING, Any
 import grpc
 
 from timeshard.api.convert import dur, dur_s, ts_ms
-from timeshard.client import RemoteError, translate
+from timeshard.client import translate
 from timeshard.clock import Clock, SystemClock
+from timeshard.keeper import LateKeeper, LeaseKeeper
 from timeshard.lease import Lease, LeaseLost
 from timeshard.limits import MAX_CLAIM_TYPES, MAX_REPLY_BYTES, truncate_error
 from timeshard.model import validate_job_type, validate_worker_id
-from timeshard.results import Results, call_timeout
+from timeshard.results import Results
 from timeshard.security.channel import ClientSecurity, TlsArg
 from timeshard.v1 import timeshard_pb2 as pb
 from timeshard.v1 import timeshard_pb2_grpc as pb_grpc
@@ -380,63 +381,18 @@ class Worker:
 
     def _start_keeper(
         self, stub: WorkerStub, ctx: JobContext, handler: asyncio.Task[Any], renew_now: bool
-    ) -> asyncio.Task[None] | _LateKeeper:
-        """The job's lease keeper. On the system clock it starts only when it first has
-        something to do (the first renewal, or the deadline if that comes first): most jobs are
-        done long before and never need its task and timer (a quarter of a busy worker's time)."""
-        first_beat = self._clock.monotonic() + (0.0 if renew_now else self.lease_s / 3)
-
-        def start() -> asyncio.Task[None]:
-            keep = self._keep_lease(stub, ctx, handler, first_beat=first_beat)
-            return asyncio.create_task(keep, name=f"lease-{ctx.job_id}")
-
-        if renew_now or type(self._clock) is not SystemClock:
-            return start()
-        wake = min(first_beat, ctx._lease.deadline)
-        return _LateKeeper(start, max(0.0, wake - self._clock.monotonic()))
-
-    async def _keep_lease(
-        self,
-        stub: WorkerStub,
-        ctx: JobContext,
-        handler: asyncio.Task[Any],
-        *,
-        first_beat: float,
-    ) -> None:
-        """Renew the lease every third of it, from ``first_beat`` on (on the job's node; after a
-        failure, on the next known node) until cancelled — the result is in — and stop the
-        handler once the lease is over: not renewed before its deadline, or refused (stale
-        fence, job gone)."""
-        lease, every, failures = ctx._lease, self.lease_s / 3, 0
-        next_beat = first_beat
-        while lease.held():
-            wake = min(next_beat, lease.deadline)
-            await self._clock.sleep(max(0.0, wake - self._clock.monotonic()))
-            if not lease.held() or self._clock.monotonic() < next_beat:
-                continue  # (a pause past the deadline ends here: no renewal once it is over)
-            targets = self._results.targets(stub)
-            sent = self._clock.monotonic()
-            try:
-                resp = await targets[failures % len(targets)].Heartbeat(
-                    pb.HeartbeatRequest(
-                        job_id=ctx.job_id, fence=ctx.fence, lease=dur(round(self.lease_s * 1000))
-                    ),
-                    timeout=call_timeout(lease.deadline - sent, len(targets)),
-                )
-            except grpc.RpcError as exc:
-                err: RemoteError = translate(exc)
-                if err.code in (grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.NOT_FOUND):
-                    lease.lose(err.message)
-                    break
-                failures += 1  # the next node at once; a pause after each round of them
-                pause = min(1.0, every) if failures % len(targets) == 0 else 0.0
-                next_beat = self._clock.monotonic() + pause
-                continue
-            lease.extend(sent + dur_s(resp.lease) - self.safety_margin_s)
-            failures, next_beat = 0, sent + every
-        lease.stop(lease.why())
-        log.warning("job %s: %s; stopping its handler", ctx.job_id, lease.why())
-        handler.cancel()
+    ) -> asyncio.Task[None] | LateKeeper:
+        """The job's lease keeper (``timeshard.keeper``), with this worker's lease settings."""
+        keeper = LeaseKeeper(
+            clock=self._clock,
+            results=self._results,
+            job_id=ctx.job_id,
+            fence=ctx.fence,
+            lease=ctx._lease,
+            lease_s=self.lease_s,
+            safety_margin_s=self.safety_margin_s,
+        )
+        return keeper.start(stub, handler, renew_now)
 
     async def _report(self, stub: WorkerStub, ctx: JobContext, kind: str, error: str) -> None:
         """Send the result, retried until it is in or the lease is over (``Results``); once the
@@ -458,25 +414,6 @@ class Worker:
 
     def _other_nodes(self) -> list[WorkerStub]:
         return list(self._nodes.stubs.values()) if self._nodes is not None else []
-
-
-class _LateKeeper:
-    """A lease keeper not started yet: a timer on the loop that starts it when it is due."""
-
-    __slots__ = ("_start", "_task", "_timer")
-
-    def __init__(self, start: Callable[[], asyncio.Task[None]], delay: float) -> None:
-        self._start = start
-        self._task: asyncio.Task[None] | None = None
-        self._timer = asyncio.get_running_loop().call_later(delay, self._begin)
-
-    def _begin(self) -> None:
-        self._task = self._start()
-
-    def cancel(self) -> None:
-        self._timer.cancel()
-        if self._task is not None:
-            self._task.cancel()
 
 
 class _Nodes:

@@ -7,8 +7,11 @@ from __future__ import annotations
 import asyncio
 import time
 
+import pytest
+
 from timeshard.clock import SystemClock
 from timeshard.coordinator.local import LocalCoordinator
+from timeshard.keeper import LeaseKeeper
 from timeshard.model import JobState
 from timeshard.node import Node, NodeConfig
 from timeshard.server import Server
@@ -19,7 +22,10 @@ LEASE_S = 1.2  # renewals every 0.4 s; the handler below runs past three of them
 
 
 async def run_one(
-    handler_s: float, lease_s: float = LEASE_S, margin_s: float = 0.2
+    monkeypatch: pytest.MonkeyPatch,
+    handler_s: float,
+    lease_s: float = LEASE_S,
+    margin_s: float = 0.2,
 ) -> tuple[list[int], JobState, int, int]:
     node = Node(
         store=SqliteStore(":memory:", num_shards=2),
@@ -32,14 +38,14 @@ async def run_one(
     worker = Worker(lease_s=lease_s, safety_margin_s=margin_s, claim_wait_s=0.5)
     runs: list[int] = []
     keepers_started = 0
-    keep_lease = worker._keep_lease
+    keep = LeaseKeeper.keep
 
     def counting(*args, **kwargs):  # type: ignore[no-untyped-def]
         nonlocal keepers_started
         keepers_started += 1  # called when a keeper starts, not when its job does
-        return keep_lease(*args, **kwargs)
+        return keep(*args, **kwargs)
 
-    worker._keep_lease = counting  # type: ignore[method-assign]
+    monkeypatch.setattr(LeaseKeeper, "keep", counting)
 
     @worker.handler("t", timeout=30)
     async def handle(ctx: JobContext) -> None:
@@ -69,14 +75,18 @@ async def run_one(
         await server.stop(0)
 
 
-async def test_a_handler_longer_than_its_lease_keeps_it_through_a_late_started_keeper() -> None:
-    runs, state, attempt, keepers = await run_one(handler_s=1.5)
+async def test_a_handler_longer_than_its_lease_keeps_it_through_a_late_started_keeper(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    runs, state, attempt, keepers = await run_one(monkeypatch, handler_s=1.5)
     assert state is JobState.SUCCEEDED
     assert len(runs) == 1 and attempt == 1, "the lease was lost and the job ran again"
     assert keepers == 1
 
 
-async def test_a_quick_handler_never_starts_a_keeper() -> None:
-    runs, state, attempt, keepers = await run_one(handler_s=0.0, lease_s=30, margin_s=5)
+async def test_a_quick_handler_never_starts_a_keeper(monkeypatch: pytest.MonkeyPatch) -> None:
+    runs, state, attempt, keepers = await run_one(
+        monkeypatch, handler_s=0.0, lease_s=30, margin_s=5
+    )
     assert state is JobState.SUCCEEDED and len(runs) == 1 and attempt == 1
     assert keepers == 0

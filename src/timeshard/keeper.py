@@ -1,0 +1,135 @@
+"""Keeping a running job's lease, for the worker SDK.
+
+While its handler runs and until its result is in, a job's lease is renewed every third of the
+lease, on the job's node and, after a failure, on the next known node (``Results.targets``):
+any node accepts a heartbeat. The handler is stopped once the lease is over — not renewed
+before its deadline on the worker's monotonic clock, or refused (stale fence, job gone) — so a
+paused or partitioned worker stops before another may start the job (invariant 6).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import grpc
+
+from timeshard.api.convert import dur, dur_s
+from timeshard.client import RemoteError, translate
+from timeshard.clock import Clock, SystemClock
+from timeshard.lease import Lease
+from timeshard.results import Results, call_timeout
+from timeshard.v1 import timeshard_pb2 as pb
+
+log = logging.getLogger("timeshard.worker")  # part of the worker SDK: its logger, as before
+
+if TYPE_CHECKING:
+    from timeshard.v1.timeshard_pb2_grpc import WorkerServiceAsyncStub as WorkerStub
+
+
+class LeaseKeeper:
+    """The keeper of one job's lease, made when the job starts, with the worker's lease
+    settings then (``lease_s``, ``safety_margin_s``)."""
+
+    __slots__ = ("_clock", "_fence", "_job_id", "_lease", "_lease_s", "_margin_s", "_results")
+
+    def __init__(
+        self,
+        *,
+        clock: Clock,
+        results: Results,
+        job_id: str,
+        fence: int,
+        lease: Lease,
+        lease_s: float,
+        safety_margin_s: float,
+    ) -> None:
+        self._clock = clock
+        self._results = results
+        self._job_id = job_id
+        self._fence = fence
+        self._lease = lease
+        self._lease_s = lease_s
+        self._margin_s = safety_margin_s
+
+    def start(
+        self, stub: WorkerStub, handler: asyncio.Task[Any], renew_now: bool
+    ) -> asyncio.Task[None] | LateKeeper:
+        """The job's lease keeper. On the system clock it starts only when it first has
+        something to do (the first renewal, or the deadline if that comes first): most jobs are
+        done long before and never need its task and timer (a quarter of a busy worker's time)."""
+        first_beat = self._clock.monotonic() + (0.0 if renew_now else self._lease_s / 3)
+
+        def start() -> asyncio.Task[None]:
+            keep = self.keep(stub, handler, first_beat=first_beat)
+            return asyncio.create_task(keep, name=f"lease-{self._job_id}")
+
+        if renew_now or type(self._clock) is not SystemClock:
+            return start()
+        wake = min(first_beat, self._lease.deadline)
+        return LateKeeper(start, max(0.0, wake - self._clock.monotonic()))
+
+    async def keep(
+        self,
+        stub: WorkerStub,
+        handler: asyncio.Task[Any],
+        *,
+        first_beat: float,
+    ) -> None:
+        """Renew the lease every third of it, from ``first_beat`` on (on the job's node; after a
+        failure, on the next known node) until cancelled — the result is in — and stop the
+        handler once the lease is over: not renewed before its deadline, or refused (stale
+        fence, job gone)."""
+        lease, every, failures = self._lease, self._lease_s / 3, 0
+        next_beat = first_beat
+        while lease.held():
+            wake = min(next_beat, lease.deadline)
+            await self._clock.sleep(max(0.0, wake - self._clock.monotonic()))
+            if not lease.held() or self._clock.monotonic() < next_beat:
+                continue  # (a pause past the deadline ends here: no renewal once it is over)
+            targets = self._results.targets(stub)
+            sent = self._clock.monotonic()
+            try:
+                resp = await targets[failures % len(targets)].Heartbeat(
+                    pb.HeartbeatRequest(
+                        job_id=self._job_id,
+                        fence=self._fence,
+                        lease=dur(round(self._lease_s * 1000)),
+                    ),
+                    timeout=call_timeout(lease.deadline - sent, len(targets)),
+                )
+            except grpc.RpcError as exc:
+                err: RemoteError = translate(exc)
+                if err.code in (grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.NOT_FOUND):
+                    lease.lose(err.message)
+                    break
+                failures += 1  # the next node at once; a pause after each round of them
+                pause = min(1.0, every) if failures % len(targets) == 0 else 0.0
+                next_beat = self._clock.monotonic() + pause
+                continue
+            lease.extend(sent + dur_s(resp.lease) - self._margin_s)
+            failures, next_beat = 0, sent + every
+        lease.stop(lease.why())
+        log.warning("job %s: %s; stopping its handler", self._job_id, lease.why())
+        handler.cancel()
+
+
+class LateKeeper:
+    """A lease keeper not started yet: a timer on the loop that starts it when it is due."""
+
+    __slots__ = ("_start", "_task", "_timer")
+
+    def __init__(self, start: Callable[[], asyncio.Task[None]], delay: float) -> None:
+        self._start = start
+        self._task: asyncio.Task[None] | None = None
+        self._timer = asyncio.get_running_loop().call_later(delay, self._begin)
+
+    def _begin(self) -> None:
+        self._task = self._start()
+
+    def cancel(self) -> None:
+        self._timer.cancel()
+        if self._task is not None:
+            self._task.cancel()
