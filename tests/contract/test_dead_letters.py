@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from tests.contract.conftest import OpenStore
 from tests.contract.helpers import (
     NOW,
@@ -76,5 +78,9 @@ async def test_a_purged_keyed_job_can_be_created_again(open_store: OpenStore) ->
         assert (await store.purge_job("dl-7", gone.fence)).applied
         [result] = await create(store, make_job("dl-8", key="again-key"))
         assert result.created and result.job.job_id == "dl-7"  # the key keeps its job id
+        await asyncio.sleep(0.5)  # nothing the purge left in flight may undo the new job
         stored = await store.get_job("dl-7")
         assert stored is not None and stored.state is JobState.SCHEDULED
+        [repeat] = await create(store, make_job("dl-9", key="again-key"))
+        assert not repeat.created and repeat.job.job_id == "dl-7"
+        assert await store.get_job("dl-9") is None

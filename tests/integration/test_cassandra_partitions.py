@@ -190,3 +190,37 @@ async def test_a_finished_job_expires_with_its_key_and_a_get_says_so(
         assert again.created, "the idempotency key should have expired with its job"
     finally:
         await store.close()
+
+
+async def test_a_job_made_again_after_a_purge_outlives_the_dead_jobs_retention(
+    cassandra_address: str, keyspace: str
+) -> None:
+    """A dead job's index row and key get the dead-letter retention as their time to live; a
+    purge leaves them (the key keeps its id), so the job made again under that key must
+    rewrite them without it, or it would lose its key (a repeat would make a second job) and
+    its index (its home) when the dead one's retention ran out."""
+    from timeshard.store.base import Retention
+
+    store = CassandraStore.from_url(
+        f"cassandra://{cassandra_address}/{keyspace}",
+        num_shards=NUM_SHARDS,
+        retention=Retention(finished_s=3600, dead_s=2, index_s=1),
+    )
+    await store.open()
+    try:
+        job = make_job("revived", key="revived-key")
+        await create(store, job)
+        [running] = await store.claim_jobs([claim(job)])
+        assert running.job is not None
+        died = await store.fail_job(job.job_id, running.job.fence, NOW + 1, "bad input", None)
+        assert died.applied and died.job is not None and died.job.state is JobState.DEAD
+        assert (await store.purge_job(job.job_id, died.job.fence)).applied
+        [again] = await create(store, make_job("other-id", key="revived-key"))
+        assert again.created and again.job.job_id == "revived"
+        await asyncio.sleep(4)  # past the dead job's retention (2 s) and its index's (+1 s)
+        stored = await store.get_job("revived")
+        assert stored is not None and stored.state is JobState.SCHEDULED
+        [repeat] = await create(store, make_job("third-id", key="revived-key"))
+        assert not repeat.created and repeat.job.job_id == "revived"
+    finally:
+        await store.close()

@@ -52,6 +52,9 @@ class _New:
     job: Job
     entry: BucketEntry
     home: int
+    revived: bool = False
+    """Its index row (or key) was there already: a job made before and purged, or a create
+    cut short. Those rows may carry the old job's time to live; a new job rewrites them."""
 
 
 class Creator:
@@ -112,6 +115,8 @@ class Creator:
             results.update(part)
         for n in plain:
             results[n.index] = CreateResult(created=True, job=n.job)
+        revived = [n for n in guarded if n.revived and results[n.index].created]
+        await self._rows.plain_writes([w for n in revived for w in _lasting(n.job, n.home)])
         for n in [*plain, *guarded]:
             self._rows.homes.put(n.job.job_id, n.home)
         for i, job in repeats:
@@ -123,6 +128,7 @@ class Creator:
     async def _decide_owner(self, i: int, job: Job, entry: BucketEntry) -> CreateResult | _New:
         """For a job with a key or a chosen id: settle which call creates it and where.
         Returns the stored job when it exists already, else the job to create."""
+        original_id = job.job_id
         if job.idempotency_key:
             key = await self._claim_key(job)
             if key["job_id"] != job.job_id:
@@ -139,11 +145,12 @@ class Creator:
                 entry = BucketEntry(
                     shard=shard, minute=entry.minute, due_at=entry.due_at, job_id=job.job_id
                 )
+        adopted = job.job_id != original_id
         home = minute_of(job.run_at)
         index = await self._claim_index(job, home)
         if index is not None:  # created before (maybe half-way): where the index says
             home = index["minute"]
-        return _New(i, job, entry, home)
+        return _New(i, job, entry, home, revived=adopted or index is not None)
 
     async def _claim_key(self, job: Job) -> Row:
         params = (job.idempotency_key, job.job_id, job.body_digest())
@@ -219,6 +226,14 @@ class Creator:
                     out[n.index] = CreateResult(created=False, job=found.job, conflict=conflict)
             todo = left
         raise StoreUnavailable(f"creating {len(todo)} jobs kept conflicting")
+
+
+def _lasting(job: Job, home: int) -> list[tuple[str, tuple[Any, ...]]]:
+    """The index row (and key) of a job created anew, without a time to live."""
+    writes: list[tuple[str, tuple[Any, ...]]] = [("insert_index", (job.shard, home, job.job_id, 0))]
+    if job.idempotency_key:
+        writes.append(("expire_key", (job.job_id, job.body_digest(), job.idempotency_key, 0)))
+    return writes
 
 
 def _by_home(news: list[_New]) -> dict[Key, list[_New]]:

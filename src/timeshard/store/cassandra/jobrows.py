@@ -413,11 +413,9 @@ class JobRows:
         for op in ops:
             assert op.new is not None and op.found is not None
             job, home = op.new, key[1]
-            if op.delete:
-                writes.append(("delete_index", (job.job_id,)))
-                if job.idempotency_key:
-                    writes.append(("delete_key", (job.idempotency_key,)))
-                continue
+            if op.delete:  # (purged: its index and key keep the time to live they got when
+                continue  # it died; the key keeps its job id, as on SQLite, so a repeat of the
+                # key creates the same job again, and no late delete can hit a new job's rows)
             if not (job.state.terminal or op.found.job.state.terminal):
                 continue
             ttl = self.retention.ttl(job)
