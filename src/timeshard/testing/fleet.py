@@ -289,8 +289,16 @@ class Fleet:
         result: dict[int, pb.ShardInfo] = eventually(spread, timeout, f"shards spread on {nodes}")
         return result
 
-    def schedule(self, run_ats_ms: list[int], *, seconds: float = 0.05, tag: str = "") -> list[str]:
-        """Schedule one ``chaos.run`` job per time; returns the job ids in the same order."""
+    def schedule(
+        self,
+        run_ats_ms: list[int],
+        *,
+        seconds: float = 0.05,
+        tag: str = "",
+        avoid: Iterable[str] = (),
+    ) -> list[str]:
+        """Schedule one ``chaos.run`` job per time (through a server not in ``avoid``); returns
+        the job ids in the same order."""
         ids: list[str] = []
         for chunk_start in range(0, len(run_ats_ms), 200):
             chunk = run_ats_ms[chunk_start : chunk_start + 200]
@@ -305,7 +313,7 @@ class Fleet:
                     for i, run_at in enumerate(chunk)
                 ]
             )
-            resp = self._any(partial(self._schedule_jobs, request=request))
+            resp = self._any(partial(self._schedule_jobs, request=request), avoid)
             ids += [r.job.job_id for r in resp.results]
         return ids
 
