@@ -13,10 +13,11 @@ from typing import Any
 import pytest
 
 from tests.contract.conftest import cassandra_address, cassandra_admin
-from tests.contract.helpers import NOW, NUM_SHARDS, claim, create, make_job
+from tests.contract.helpers import NOW, NUM_SHARDS, claim, claimed, create, make_job
 from timeshard.errors import NotOwner
 from timeshard.model import BucketEntry, JobState
 from timeshard.sharding import minute_of, shard_of
+from timeshard.store.base import ClaimRequest
 from timeshard.store.cassandra import CassandraStore
 
 __all__ = ["cassandra_address", "cassandra_admin"]
@@ -224,3 +225,38 @@ async def test_a_job_made_again_after_a_purge_outlives_the_dead_jobs_retention(
         assert not repeat.created and repeat.job.job_id == "revived"
     finally:
         await store.close()
+
+
+async def test_a_node_that_missed_later_writes_does_not_refuse_or_stall_on_its_old_image(
+    cassandra_address: str, keyspace: str
+) -> None:
+    """Seen in a chaos soak: node c claimed a job (fence 1) and was paused; node b released the
+    expired lease and handed the job out again (fence 2). Back, c refused the new holder's
+    heartbeat as stale from the image it had written itself, and, as the shard's owner again,
+    could not release the second lease once it expired: the job stayed running for good."""
+    async with stores(cassandra_address, keyspace, 2) as (c, b):
+        job = make_job("paused-image")
+        await create(c, job)
+        first = await claimed(c, job, lease_ms=1_000)  # c remembers the row it wrote (fence 1)
+        expired = NOW + 1_000
+        released = await b.release_lease(job.job_id, first.fence, expired)
+        assert released.applied and released.job is not None
+        request = ClaimRequest(
+            job_id=job.job_id,
+            expect_fence=released.job.fence,
+            worker="w2",
+            now=expired,
+            lease_until=expired + 1_000,
+        )
+        [again] = await b.claim_jobs([request])
+        assert again.applied and again.job is not None and again.job.fence == first.fence + 1
+        second = again.job
+        renewed = await c.renew_lease(job.job_id, second.fence, second.lease_until + 500)
+        assert renewed.applied, f"refused on an old image: {renewed.job}"
+        assert renewed.job is not None
+        late = renewed.job.lease_until
+        out = await c.release_lease(job.job_id, second.fence, late)
+        assert out.applied, f"the second lease could not be released: {out.job}"
+        stored = await b.get_job(job.job_id)
+        assert stored is not None and stored.state is JobState.SCHEDULED
+        assert stored.fence == second.fence

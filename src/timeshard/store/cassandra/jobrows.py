@@ -78,6 +78,9 @@ class _Op:
     entry_with_write: bool = False
     """The entry may be written with the row's batch rather than before it (a claim)."""
     reread: bool = False
+    fresh: bool = False
+    """``found`` is the row as the store answered for this op (a read or a refused write),
+    not a remembered image: only then may a failed condition settle the op."""
 
 
 class JobRows:
@@ -243,8 +246,12 @@ class JobRows:
         for _ in range(CAS_ROUNDS):
             await self._load(key, [op for op in todo if op.reread])
             ready = [op for op in todo if self._decide(key, op)]
+            recheck = [op for op in todo if op.reread and not op.fut.done()]
             if not ready:
-                return
+                if not recheck:
+                    return
+                todo = recheck
+                continue
             # The entry a changed row needs goes first: a crash in between leaves an extra
             # entry (it finds the row and moves on), never a row without one (invariant 2).
             # One write per row in a batch (all conditions are checked before any write):
@@ -270,7 +277,7 @@ class JobRows:
             )
             for op in unwritten:
                 op.entry_written = True
-            todo = [op for op in ready if not op.fut.done()]
+            todo = [op for op in (*ready, *recheck) if not op.fut.done()]
             if not todo:
                 return
         for op in todo:
@@ -282,7 +289,9 @@ class JobRows:
         stored = await self.read(key, [op.job_id for op in ops], serial=True)
         for op in ops:
             op.found = stored.get(op.job_id)
-            op.reread = False
+            op.reread, op.fresh = False, True
+            if op.job_id in self._images:  # another node wrote it since: forget ours
+                self._images.pop(op.job_id, None)
 
     def _decide(self, key: Key, op: _Op) -> bool:
         """Whether the op still has something to write; settles it otherwise."""
@@ -293,6 +302,9 @@ class JobRows:
             return False
         t = op.transition
         if not t.condition(op.found.job):
+            if not op.fresh:  # a remembered image (or the caller's read) may be stale: a
+                op.reread = True  # node that was paused or deposed must not refuse on it
+                return False
             op.fut.set_result(Outcome(applied=False, job=op.found.job))
             return False
         op.new = op.found.job if op.delete else bounded_history(t.change(op.found.job))
@@ -335,9 +347,11 @@ class JobRows:
             assert op.found is not None
             r = returned.get(op.job_id)
             if r is None:
-                op.found = None  # the row is gone
+                op.found, op.fresh = None, True  # the row is gone
             elif row_image(r) != op.found.image:
                 op.reread = True  # changed since read: decide again on the current row
+            else:
+                op.fresh = True  # as stored (another row of the batch failed)
 
     async def _deposed(self, key: Key, ops: list[_Op], epoch: int, stored: int | None) -> None:
         if stored is None:  # a partition created before epochs: start it at 0
@@ -388,7 +402,7 @@ class JobRows:
                 self._applied(op)
                 applied.append(op)
             else:
-                op.found = found
+                op.found, op.fresh = found, True
         await self._after(key, applied)
 
     def _applied(self, op: _Op) -> None:
