@@ -2,9 +2,12 @@
 
 While its handler runs and until its result is in, a job's lease is renewed every third of the
 lease, on the job's node and, after a failure, on the next known node (``Results.targets``):
-any node accepts a heartbeat. The handler is stopped once the lease is over — not renewed
-before its deadline on the worker's monotonic clock, or refused (stale fence, job gone) — so a
-paused or partitioned worker stops before another may start the job (invariant 6).
+any node accepts a heartbeat. A renewal that has no answer after half the time left is asked
+of the next node as well, and the first answer wins: a frozen node (SIGSTOP, cut off) neither
+answers nor refuses, while a slow one (a slow store) may still answer in time, so it is not
+given up. The handler is stopped once the lease is over — not renewed before its deadline on
+the worker's monotonic clock, or refused (stale fence, job gone) — so a paused or partitioned
+worker stops before another may start the job (invariant 6).
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from timeshard.api.convert import dur, dur_s
 from timeshard.client import RemoteError, translate
 from timeshard.clock import Clock, SystemClock
 from timeshard.lease import Lease
-from timeshard.results import Results, call_timeout
+from timeshard.results import Results
 from timeshard.v1 import timeshard_pb2 as pb
 
 log = logging.getLogger("timeshard.worker")  # part of the worker SDK: its logger, as before
@@ -92,28 +95,67 @@ class LeaseKeeper:
             targets = self._results.targets(stub)
             sent = self._clock.monotonic()
             try:
-                resp = await targets[failures % len(targets)].Heartbeat(
-                    pb.HeartbeatRequest(
-                        job_id=self._job_id,
-                        fence=self._fence,
-                        lease=dur(round(self._lease_s * 1000)),
-                    ),
-                    timeout=call_timeout(lease.deadline - sent, len(targets)),
-                )
+                resp = await self._renew(targets, failures % len(targets))
             except grpc.RpcError as exc:
                 err: RemoteError = translate(exc)
-                if err.code in (grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.NOT_FOUND):
+                if err.code in _REFUSED:
                     lease.lose(err.message)
                     break
-                failures += 1  # the next node at once; a pause after each round of them
-                pause = min(1.0, every) if failures % len(targets) == 0 else 0.0
-                next_beat = self._clock.monotonic() + pause
+                failures += 1  # every node asked failed: again soon, from the next one
+                next_beat = self._clock.monotonic() + min(1.0, every)
                 continue
             lease.extend(sent + dur_s(resp.lease) - self._margin_s)
             failures, next_beat = 0, sent + every
         lease.stop(lease.why())
         log.warning("job %s: %s; stopping its handler", self._job_id, lease.why())
         handler.cancel()
+
+    async def _renew(self, targets: list[WorkerStub], first: int) -> pb.HeartbeatResponse:
+        """One renewal: asked of ``targets[first]``, and of the next node too whenever the
+        ones asked have not answered within half the time left or have failed. The first
+        answer wins (a renewal applied twice only extends the lease); raises a refusal at
+        once, and the last error when every node asked failed."""
+        request = pb.HeartbeatRequest(
+            job_id=self._job_id, fence=self._fence, lease=dur(round(self._lease_s * 1000))
+        )
+        calls: set[asyncio.Future[Any]] = set()
+        timer: asyncio.Future[Any] | None = None
+        asked, last_error = 0, None
+        try:
+            while True:
+                if timer is None and asked < len(targets):  # time to ask another node
+                    left = max(0.1, self._lease.deadline - self._clock.monotonic())
+                    stub = targets[(first + asked) % len(targets)]
+                    calls.add(asyncio.ensure_future(stub.Heartbeat(request, timeout=left)))
+                    asked += 1
+                    if asked < len(targets):
+                        timer = asyncio.ensure_future(self._clock.sleep(left / 2))
+                if not calls:
+                    assert last_error is not None
+                    raise last_error
+                done, _ = await asyncio.wait(
+                    calls | ({timer} if timer else set()), return_when=asyncio.FIRST_COMPLETED
+                )
+                if timer is not None and timer in done:
+                    timer = None
+                for call in done & calls:
+                    calls.discard(call)
+                    exc = call.exception()
+                    if exc is None:
+                        return call.result()  # type: ignore[no-any-return]
+                    if not isinstance(exc, grpc.RpcError) or translate(exc).code in _REFUSED:
+                        raise exc
+                    last_error = exc
+                    if timer is not None:  # a node that failed: the next one at once
+                        timer.cancel()
+                        timer = None
+        finally:
+            for pending in (*calls, *([timer] if timer else [])):
+                pending.cancel()
+
+
+_REFUSED = (grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.NOT_FOUND)
+"""A renewal the store refused: the lease is not this worker's any more."""
 
 
 class LateKeeper:

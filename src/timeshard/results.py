@@ -37,15 +37,6 @@ MAX_BACKOFF_S = 2.0
 CALL_TIMEOUT_S = 10.0
 
 
-def call_timeout(remaining_s: float, nodes: int) -> float:
-    """How long one call about a lease may wait on one node: all the time left when no other
-    node could take it, else a share that leaves the others time. A frozen node (SIGSTOP, cut
-    off) neither answers nor refuses; waiting on it for the whole lease once cost a job its
-    lease while any other node would have renewed it."""
-    share = remaining_s if nodes <= 1 else remaining_s / min(nodes, 3)
-    return max(0.1, min(CALL_TIMEOUT_S, share))
-
-
 class LeaseOver(Exception):
     """The lease ended before the result could be sent; it was not sent."""
 
@@ -55,9 +46,8 @@ class _Batcher:
 
     MAX_BATCH = 500
 
-    def __init__(self, stub: WorkerStub, nodes: Callable[[], int]) -> None:
+    def __init__(self, stub: WorkerStub) -> None:
         self.stub = stub
-        self._nodes = nodes
         self._pending: list[tuple[pb.FinishItem, Lease, asyncio.Future[pb.FinishResult]]] = []
         self._task: asyncio.Task[None] | None = None
 
@@ -82,11 +72,8 @@ class _Batcher:
             if not batch:
                 continue
             request = pb.FinishRequest(items=[item for item, _, _ in batch])
-            remaining = min(lease.remaining() for _, lease, _ in batch)
             try:
-                response = await self.stub.Finish(
-                    request, timeout=call_timeout(remaining, self._nodes())
-                )
+                response = await self.stub.Finish(request, timeout=CALL_TIMEOUT_S)
             except grpc.RpcError as exc:
                 for _, _, fut in batch:
                     if not fut.done():
@@ -112,7 +99,7 @@ class Results:
     def _batcher(self, stub: WorkerStub) -> _Batcher:
         found = self._batchers.get(id(stub))
         if found is None:
-            found = self._batchers[id(stub)] = _Batcher(stub, lambda: len(self.targets(stub)))
+            found = self._batchers[id(stub)] = _Batcher(stub)
         return found
 
     async def deliver(
