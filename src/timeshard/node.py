@@ -26,6 +26,7 @@ from timeshard.errors import (
     InvalidArgument,
     NotFound,
     StaleFence,
+    StoreUnavailable,
     TimeshardError,
 )
 from timeshard.model import (
@@ -80,6 +81,10 @@ class NodeConfig:
     max_lease_s: float = 600.0
     min_lease_s: float = 1.0
     types: dict[str, TypePolicy] = field(default_factory=dict)
+    open_timeout_s: float = 120.0
+    """How long a starting node waits for its store to be reachable (retrying) before it
+    gives up: a node restarted while one Cassandra node is down, or the cluster is busy, must
+    not exit on the first timed-out query (seen in the chaos soak)."""
 
     def max_attempts(self, job_type: str) -> int:
         p = self.types.get(job_type)
@@ -160,10 +165,31 @@ class Node:
     # -- lifecycle ------------------------------------------------------------------------
 
     async def start(self) -> None:
-        await self.store.open()
+        await self._open_store()
         me = Member(node_id=self.node_id, address=self.address)
         await self.coordinator.start(me, self.store.num_shards, self._shards_changed)
         self._spawn(self._watch_clock(), "clock-check")
+
+    async def _open_store(self) -> None:
+        """Open the store, retried with backoff while it is unavailable (not when it refuses:
+        a bad configuration never cures itself)."""
+        deadline = self.clock.monotonic() + self.config.open_timeout_s
+        delay = 0.5
+        while True:
+            try:
+                await self.store.open()
+                return
+            except StoreUnavailable as exc:
+                if self.clock.monotonic() + delay > deadline:
+                    raise
+                log.warning(
+                    "node %s: the job store is not available yet (%s); retrying in %.1f s",
+                    self.node_id,
+                    exc,
+                    delay,
+                )
+            await self.clock.sleep(delay)
+            delay = min(delay * 2, 5.0)
 
     async def _watch_clock(self, every_s: float = 60.0) -> None:
         """Measure this node's clock against the store's, now and every minute (defect 6)."""

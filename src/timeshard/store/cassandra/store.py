@@ -61,7 +61,11 @@ class CassandraStore(Store):
         if self._conn.is_open:
             return
         await self._conn.open()
-        await self._check_shard_count()
+        try:
+            await self._check_shard_count()
+        except BaseException:
+            await self._conn.close()  # so that opening again checks again
+            raise
 
     async def close(self) -> None:
         await self._jobs.close()
