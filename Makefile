@@ -24,7 +24,7 @@ unit: install
 	$(PY) -m pytest tests/unit tests/acceptance -q
 
 lint: install
-	ruff check src tools && ruff format --check src tools && mypy
+	ruff check src tools tests && ruff format --check src tools tests && mypy
 
 proto:
 	$(PY) tools/gen_proto.py

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import grpc
 
+from tests.acceptance.conftest import Procs, cli, eventually, free_port, get_job, wait_serving
 from timeshard.clock import parse_rfc3339
 from timeshard.v1 import timeshard_pb2 as pb
 from timeshard.v1 import timeshard_pb2_grpc as pb_grpc
-
-from tests.acceptance.conftest import Procs, cli, eventually, free_port, get_job, wait_serving
 
 
 def test_dev_runs_a_delayed_job_on_time(procs: Procs) -> None:
@@ -27,9 +26,7 @@ def test_dev_runs_a_delayed_job_on_time(procs: Procs) -> None:
     assert job["attempt"] == 1 and job["finished_at"] is not None
     eventually(lambda: job_id in procs.log("dev"), 5, "dev to print the job")
     # demo.fail fails twice, then succeeds on its third attempt.
-    out = cli(
-        server, "jobs", "schedule", "demo.fail", "--in", "0s", "--payload", '{"times": 2}'
-    )
+    out = cli(server, "jobs", "schedule", "demo.fail", "--in", "0s", "--payload", '{"times": 2}')
     fail_id = out.stdout.split()[-1]
     job = eventually(
         lambda: (j := get_job(server, fail_id))["state"] == "succeeded" and j, 30, "demo.fail"
@@ -45,7 +42,11 @@ def test_bad_input_is_a_clear_error_without_a_traceback(procs: Procs) -> None:
     wait_serving(server)
     cases = [
         (["jobs", "schedule", "demo.echo", "--in=-5s"], "INVALID_ARGUMENT", "negative"),
-        (["jobs", "schedule", "demo.echo", "--in", "2s", "--payload", "{bad"], "INVALID_ARGUMENT", "JSON"),
+        (
+            ["jobs", "schedule", "demo.echo", "--in", "2s", "--payload", "{bad"],
+            "INVALID_ARGUMENT",
+            "JSON",
+        ),
         (["jobs", "schedule", "demo.echo", "--at", "tomorrow"], "INVALID_ARGUMENT", "RFC 3339"),
         (["jobs", "schedule", "", "--in", "1s"], "INVALID_ARGUMENT", "job type is required"),
         (["jobs", "get", "no-such-job"], "NOT_FOUND", "no-such-job"),
@@ -70,13 +71,22 @@ def test_job_of_a_killed_worker_runs_again_elsewhere_and_its_stale_fence_is_reje
     wait_serving(server)
     for name in ("w1", "w2"):
         procs.start(
-            name, "--server", server, "worker", "timeshard.cli.demo:worker", "--id", name,
-            "--lease", "2",
+            name,
+            "--server",
+            server,
+            "worker",
+            "timeshard.cli.demo:worker",
+            "--id",
+            name,
+            "--lease",
+            "2",
         )
     out = cli(server, "jobs", "schedule", "demo.sleep", "--in", "1s", "--payload", '{"seconds": 4}')
     job_id = out.stdout.split()[-1]
     running = eventually(
-        lambda: (j := get_job(server, job_id))["state"] == "running" and j, 20, "a worker to start it"
+        lambda: (j := get_job(server, job_id))["state"] == "running" and j,
+        20,
+        "a worker to start it",
     )
     first_owner, first_fence = running["lease_owner"], running["fence"]
     procs.kill9(first_owner)

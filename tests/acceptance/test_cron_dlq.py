@@ -13,8 +13,16 @@ def test_cron_schedule_runs_pauses_and_previews(procs: Procs) -> None:
     procs.start("dev", "dev", "--port", str(port), "--data", "data")
     wait_serving(server)
     out = cli(
-        server, "schedules", "create", "demo.echo", "--cron", "*/2 * * * * *", "--tz", "UTC",
-        "--id", "every-2s",
+        server,
+        "schedules",
+        "create",
+        "demo.echo",
+        "--cron",
+        "*/2 * * * * *",
+        "--tz",
+        "UTC",
+        "--id",
+        "every-2s",
     )
     assert out.stdout.split()[-1] == "every-2s"
 
@@ -28,7 +36,9 @@ def test_cron_schedule_runs_pauses_and_previews(procs: Procs) -> None:
     assert paused["paused"] is True
     listed = json.loads(cli(server, "schedules", "list", "--json").stdout)
     assert [s["schedule_id"] for s in listed] == ["every-2s"]
-    bad = cli(server, "schedules", "create", "demo.echo", "--cron", "* * *", "--tz", "UTC", check=False)
+    bad = cli(
+        server, "schedules", "create", "demo.echo", "--cron", "* * *", "--tz", "UTC", check=False
+    )
     assert bad.returncode != 0 and "INVALID_ARGUMENT" in bad.stderr and "expression" in bad.stderr
     cli(server, "schedules", "delete", "every-2s")
     gone = cli(server, "schedules", "get", "every-2s", check=False)
@@ -37,8 +47,17 @@ def test_cron_schedule_runs_pauses_and_previews(procs: Procs) -> None:
 
 def test_preview_across_a_dst_change_prints_utc_times() -> None:
     out = cli(
-        "unused:1", "schedules", "preview", "30 2 * * *", "--tz", "America/New_York",
-        "--from", "2026-03-07T12:00:00Z", "--count", "2", "--json",
+        "unused:1",
+        "schedules",
+        "preview",
+        "30 2 * * *",
+        "--tz",
+        "America/New_York",
+        "--from",
+        "2026-03-07T12:00:00Z",
+        "--count",
+        "2",
+        "--json",
     )
     assert json.loads(out.stdout) == ["2026-03-08T07:00:00Z", "2026-03-09T06:30:00Z"]
 
@@ -49,8 +68,14 @@ def test_permanent_failure_lands_in_the_dlq_and_replays(procs: Procs) -> None:
     procs.start("dev", "dev", "--port", str(port), "--data", "data")
     wait_serving(server)
     out = cli(
-        server, "jobs", "schedule", "demo.fail", "--in", "0s",
-        "--payload", '{"times": 1, "permanent": true}',
+        server,
+        "jobs",
+        "schedule",
+        "demo.fail",
+        "--in",
+        "0s",
+        "--payload",
+        '{"times": 1, "permanent": true}',
     )
     job_id = out.stdout.split()[-1]
     dead = eventually(lambda: (j := get_job(server, job_id))["state"] == "dead" and j, 15, "dead")

@@ -76,40 +76,41 @@ async def test_jobs_late_writes_and_cron_run_end_to_end(
     cassandra_address: str, keyspace: str
 ) -> None:
     url = f"cassandra://{cassandra_address}/{keyspace}"
-    async with node_with_worker(url) as (server, ran):
-        async with grpc.aio.insecure_channel(server.address) as ch:
-            jobs = pb_grpc.JobServiceStub(ch)
-            now = time.time_ns() // 1_000_000
-            batch = [
-                pb.ScheduleJobRequest(type="it.job", run_at=ts(now + 1500 + i * 20))
-                for i in range(30)
-            ]
-            # Due ten minutes ago: written into the bucket the dispatcher reads now.
-            batch.append(pb.ScheduleJobRequest(type="it.job", run_at=ts(now - 600_000)))
-            resp = await jobs.ScheduleJobs(pb.ScheduleJobsRequest(jobs=batch))
-            ids = {r.job.job_id for r in resp.results}
-            await jobs.CreateSchedule(
-                pb.CreateScheduleRequest(
-                    schedule=pb.Schedule(
-                        schedule_id="each-second",
-                        cron="* * * * * *",
-                        timezone="UTC",
-                        type="it.job",
-                    )
+    async with (
+        node_with_worker(url) as (server, ran),
+        grpc.aio.insecure_channel(server.address) as ch,
+    ):
+        jobs = pb_grpc.JobServiceStub(ch)
+        now = time.time_ns() // 1_000_000
+        batch = [
+            pb.ScheduleJobRequest(type="it.job", run_at=ts(now + 1500 + i * 20)) for i in range(30)
+        ]
+        # Due ten minutes ago: written into the bucket the dispatcher reads now.
+        batch.append(pb.ScheduleJobRequest(type="it.job", run_at=ts(now - 600_000)))
+        resp = await jobs.ScheduleJobs(pb.ScheduleJobsRequest(jobs=batch))
+        ids = {r.job.job_id for r in resp.results}
+        await jobs.CreateSchedule(
+            pb.CreateScheduleRequest(
+                schedule=pb.Schedule(
+                    schedule_id="each-second",
+                    cron="* * * * * *",
+                    timezone="UTC",
+                    type="it.job",
                 )
             )
-            await wait_for(lambda: ids <= {c.job_id for c in ran}, 60, "the jobs to run")
-            await wait_for(
-                lambda: sum(1 for c in ran if c.job_id.startswith("each-second@")) >= 3,
-                30,
-                "three cron runs",
-            )
-            assert all(c.lateness_ms >= 0 for c in ran if c.job_id in ids), "fired early"
-            on_time = [c.lateness_ms for c in ran if c.job_id in ids and c.run_at_ms > now]
-            assert len(on_time) == 30
-            for job_id in ids:
-                job = await jobs.GetJob(pb.GetJobRequest(job_id=job_id))
-                assert job.state in (pb.JOB_STATE_SUCCEEDED, pb.JOB_STATE_RUNNING)
+        )
+        await wait_for(lambda: ids <= {c.job_id for c in ran}, 60, "the jobs to run")
+        await wait_for(
+            lambda: sum(1 for c in ran if c.job_id.startswith("each-second@")) >= 3,
+            30,
+            "three cron runs",
+        )
+        assert all(c.lateness_ms >= 0 for c in ran if c.job_id in ids), "fired early"
+        on_time = [c.lateness_ms for c in ran if c.job_id in ids and c.run_at_ms > now]
+        assert len(on_time) == 30
+        for job_id in ids:
+            job = await jobs.GetJob(pb.GetJobRequest(job_id=job_id))
+            assert job.state in (pb.JOB_STATE_SUCCEEDED, pb.JOB_STATE_RUNNING)
 
 
 @pytest.mark.timeout(600)
@@ -117,30 +118,29 @@ async def test_cassandra_down_mid_run_is_unavailable_then_nothing_is_lost(
     own_node: CassandraProcess,
 ) -> None:
     url = f"cassandra://{own_node.address}/crash"
-    async with node_with_worker(url) as (server, ran):
-        async with grpc.aio.insecure_channel(server.address) as ch:
-            jobs = pb_grpc.JobServiceStub(ch)
-            now = time.time_ns() // 1_000_000
-            batch = [
-                pb.ScheduleJobRequest(type="it.job", run_at=ts(now + 4000 + i * 100))
-                for i in range(20)
-            ]
-            resp = await jobs.ScheduleJobs(pb.ScheduleJobsRequest(jobs=batch))
-            ids = {r.job.job_id for r in resp.results}
-            own_node.kill()
-            with pytest.raises(grpc.aio.AioRpcError) as info:
-                await jobs.ScheduleJob(
-                    pb.ScheduleJobRequest(type="it.job", delay=dur(0)), timeout=60
-                )
-            assert info.value.code() is grpc.StatusCode.UNAVAILABLE
-            assert "retry" in (info.value.details() or "")
-            own_node.start(timeout=240)
-            down_until = time.time_ns() // 1_000_000
-            await wait_for(lambda: ids <= {c.job_id for c in ran}, 180, "every job to run")
-            assert {c.job_id for c in ran} >= ids
-            late = [c for c in ran if c.job_id in ids]
-            assert all(c.started_at_ms >= c.run_at_ms for c in late)
-            assert any(c.run_at_ms < down_until for c in late)  # some came due while it was down
-            fresh = await jobs.ScheduleJob(pb.ScheduleJobRequest(type="it.job", delay=dur(0)))
-            await wait_for(lambda: fresh.job.job_id in {c.job_id for c in ran}, 60, "a new job")
-            assert ts_ms(fresh.job.run_at) > 0
+    async with (
+        node_with_worker(url) as (server, ran),
+        grpc.aio.insecure_channel(server.address) as ch,
+    ):
+        jobs = pb_grpc.JobServiceStub(ch)
+        now = time.time_ns() // 1_000_000
+        batch = [
+            pb.ScheduleJobRequest(type="it.job", run_at=ts(now + 4000 + i * 100)) for i in range(20)
+        ]
+        resp = await jobs.ScheduleJobs(pb.ScheduleJobsRequest(jobs=batch))
+        ids = {r.job.job_id for r in resp.results}
+        own_node.kill()
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await jobs.ScheduleJob(pb.ScheduleJobRequest(type="it.job", delay=dur(0)), timeout=60)
+        assert info.value.code() is grpc.StatusCode.UNAVAILABLE
+        assert "retry" in (info.value.details() or "")
+        own_node.start(timeout=240)
+        down_until = time.time_ns() // 1_000_000
+        await wait_for(lambda: ids <= {c.job_id for c in ran}, 180, "every job to run")
+        assert {c.job_id for c in ran} >= ids
+        late = [c for c in ran if c.job_id in ids]
+        assert all(c.started_at_ms >= c.run_at_ms for c in late)
+        assert any(c.run_at_ms < down_until for c in late)  # some came due while it was down
+        fresh = await jobs.ScheduleJob(pb.ScheduleJobRequest(type="it.job", delay=dur(0)))
+        await wait_for(lambda: fresh.job.job_id in {c.job_id for c in ran}, 60, "a new job")
+        assert ts_ms(fresh.job.run_at) > 0

@@ -3,6 +3,7 @@ the invariant it guards and fails if it breaks."""
 
 from __future__ import annotations
 
+import contextlib
 import random
 from pathlib import Path
 
@@ -20,7 +21,7 @@ from timeshard.store.sqlite import SqliteStore
 
 async def test_schedule_is_durable_before_it_returns(tmp_path: Path) -> None:
     db = tmp_path / "t.db"
-    async with running(db) as (node, clock):
+    async with running(db) as (node, _clock):
         job, created = await node.schedule(job_type="t", payload=b"{}", run_at=START_MS + 5000)
         assert created
         # A second connection, as after a crash, sees the row and its bucket entry.
@@ -101,10 +102,8 @@ async def test_every_live_job_has_an_entry_no_later_than_it_needs_attention() ->
                 # else: the worker vanishes; its lease must expire and the job come back
             if rng.random() < 0.1:
                 victim = rng.choice(ids)
-                try:
+                with contextlib.suppress(FailedPrecondition):
                     await node.reschedule(victim, clock.now_ms() + rng.randint(0, 30_000))
-                except FailedPrecondition:
-                    pass
             await _assert_attention_covered(node, ids)
         states = {(await node.get(i)).state for i in ids}
         assert JobState.SUCCEEDED in states and JobState.DEAD in states

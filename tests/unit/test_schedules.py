@@ -8,13 +8,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.unit.helpers import START_MS, advance, running
 from timeshard.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
 from timeshard.model import JobState, MisfirePolicy, OverlapPolicy, Schedule
 from timeshard.node import Node, TypePolicy
 from timeshard.schedules import ScheduleFirer
 from timeshard.sharding import MINUTE_MS
-
-from tests.unit.helpers import START_MS, advance, running
 
 EVERY_MINUTE = "* * * * *"
 
@@ -110,7 +109,9 @@ async def run_with_a_slow_handler(
         held = []
         for minute in range(1, 6):
             await advance(node, clock, 60, step=5)
-            for c in await node.claim(worker="w", types=["cron.t"], limit=10, wait_s=0, lease_s=600):
+            for c in await node.claim(
+                worker="w", types=["cron.t"], limit=10, wait_s=0, lease_s=600
+            ):
                 started.append(c.job.job_id)
                 held.append(c)
             if minute >= 3:  # the slow ones finish
