@@ -40,12 +40,13 @@ class DispatchConfig:
     settle_s: float = 5.0
     """Pass a minute only this long after it ended (bounds writer clock skew, invariant 4)."""
     reread_s: float = 5.0
-    """Each refresh re-reads the entries due in the last ``reread_s`` before now, for entries
-    other nodes wrote (their node can not notify us) and that landed after we read past their
-    time. A writer re-lands an entry that landed more than ``late_s`` after its due time
-    (``Node``), so with writer clocks within ``max_skew_s`` this window covers every late
-    write: ``reread_s >= late_s + max_skew_s + refresh_s``. 0 when this node is the only
-    writer (it notifies itself)."""
+    """Each refresh re-reads the entries due in the last ``reread_s`` before it was due (one
+    ``refresh_s`` after the last refresh that succeeded, so a store outage widens the window
+    by its length), for entries other nodes wrote (their node can not notify us) and that
+    landed after we read past their time. A writer re-lands an entry that landed more than
+    ``late_s`` after its due time (``Node``), so with writer clocks within ``max_skew_s``
+    this window covers every late write: ``reread_s >= late_s + max_skew_s + refresh_s``.
+    0 when this node is the only writer (it notifies itself)."""
     late_s: float = 1.0
     """A writer whose entry landed more than this after its due time writes it again, due
     now (see ``Node._notify``)."""
@@ -269,12 +270,20 @@ class ShardDispatcher:
         return True
 
     async def _refresh(self, now: int) -> None:
-        """Read every entry due before ``now + lookahead`` not read yet, re-reading the last
-        ``reread`` of what was read before (late writes from other nodes land there)."""
+        """Read every entry due before ``now + lookahead`` not read yet, re-reading ``reread``
+        before the time this refresh is due (late writes from other nodes land there).
+
+        The window is anchored at the last refresh that succeeded, not at ``now``: after the
+        store was away for longer than ``reread_s``, an entry another node wrote just before
+        the outage, due during it, lies further back than ``now - reread_s``, and must still
+        be read (invariant 2)."""
         horizon = now + round(self._cfg.lookahead_s * 1000)
         start = self._horizon
-        if self._cfg.reread_s > 0:  # not only what is new: the last reread_s before now too
-            start = min(start, now - round(self._cfg.reread_s * 1000))
+        if self._cfg.reread_s > 0:  # not only what is new: the reread window too
+            due_at = now
+            if self._refreshed_at >= 0:
+                due_at = min(now, self._refreshed_at + round(self._cfg.refresh_s * 1000))
+            start = min(start, due_at - round(self._cfg.reread_s * 1000))
         start = max(minute_start(self.cursor), start)
         for minute in range(max(self.cursor, minute_of(start)), minute_of(horizon) + 1):
             after: tuple[int, str] | None = None

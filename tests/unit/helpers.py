@@ -119,13 +119,18 @@ class FixedCoordinator(Coordinator):
 
 @asynccontextmanager
 async def owner_and_writer(
-    db: Path, clock: FakeClock, writer_store: Store, writer_clock: Clock | None = None
+    db: Path,
+    clock: FakeClock,
+    writer_store: Store,
+    writer_clock: Clock | None = None,
+    owner_store: Store | None = None,
 ) -> AsyncIterator[tuple[Node, Node]]:
     """Two nodes on one SQLite file: ``a`` owns every shard and re-reads like a node of a
-    cluster; ``b`` owns none and writes through ``writer_store`` (on ``writer_clock``)."""
+    cluster (through ``owner_store`` if given); ``b`` owns none and writes through
+    ``writer_store`` (on ``writer_clock``)."""
     config = NodeConfig(dispatch=DispatchConfig(lookahead_s=5, refresh_s=1, reread_s=5))
     a = Node(
-        store=SqliteStore(db, num_shards=4),
+        store=owner_store or SqliteStore(db, num_shards=4),
         coordinator=FixedCoordinator(range(4)),
         clock=clock,
         config=config,
