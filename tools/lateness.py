@@ -17,10 +17,10 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from timeshard.api.convert import ts_ms
 from timeshard.client import Client
 from timeshard.model import JobState
 from timeshard.v1 import timeshard_pb2 as pb
+from timeshard.wire import ts_ms
 
 
 def percentile(values: list[int], p: float) -> float:

@@ -22,41 +22,14 @@ from typing import Any, TypeVar
 import grpc
 from google.protobuf.duration_pb2 import Duration
 
-from timeshard.api.convert import dur, state_to_pb, ts
-from timeshard.errors import GRPC_STATUS, TimeshardError
 from timeshard.model import JobState
 from timeshard.security.channel import ClientSecurity, TlsArg
 from timeshard.v1 import timeshard_pb2 as pb
 from timeshard.v1 import timeshard_pb2_grpc as pb_grpc
+from timeshard.wire import dur, state_to_pb, translate, ts
 
 T = TypeVar("T")
-_FROM_STATUS = {code: cls for cls, code in GRPC_STATUS.items()}
 DEFAULT_SERVER = "127.0.0.1:50051"
-
-
-class RemoteError(TimeshardError):
-    """An error the server reported; ``code`` is its gRPC status. It is also an instance of
-    the matching error class (``except NotFound`` catches a remote NOT_FOUND)."""
-
-    def __init__(self, code: grpc.StatusCode, message: str) -> None:
-        TimeshardError.__init__(self, message)
-        self.code = code
-
-
-_REMOTE: dict[grpc.StatusCode, type[RemoteError]] = {
-    code: type(f"Remote{cls.__name__}", (RemoteError, cls), {})
-    for code, cls in _FROM_STATUS.items()
-}
-
-
-def translate(exc: grpc.RpcError) -> RemoteError:
-    code_fn = getattr(exc, "code", None)
-    code: grpc.StatusCode = code_fn() if code_fn else grpc.StatusCode.UNKNOWN
-    details_fn = getattr(exc, "details", None)
-    detail: str = (details_fn() if details_fn else None) or str(exc)
-    if code is grpc.StatusCode.UNAVAILABLE and "connect" in detail.lower():
-        detail = f"can not reach the timeshard server: {detail}"
-    return _REMOTE.get(code, RemoteError)(code, detail)
 
 
 def payload_bytes(payload: Any) -> bytes:

@@ -13,11 +13,11 @@ from grpc_reflection.v1alpha import reflection
 
 from timeshard.api.servicers import AdminService, JobService, WorkerService
 from timeshard.node import Node
-from timeshard.observe.health import HealthConfig, HealthWatcher
 from timeshard.observe.rpc import RpcMetrics
 from timeshard.security.policy import ServerSecurity
 from timeshard.v1 import timeshard_pb2 as pb
 from timeshard.v1 import timeshard_pb2_grpc as pb_grpc
+from timeshard.views.health import HealthConfig, HealthWatcher
 
 log = logging.getLogger(__name__)
 

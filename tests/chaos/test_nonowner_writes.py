@@ -11,9 +11,9 @@ import time
 import pytest
 
 from tests.chaos.test_failover import NODES, check_runs, start
-from timeshard.api.convert import ts
 from timeshard.testing.fleet import JOB_TYPE, Fleet
 from timeshard.v1 import timeshard_pb2 as pb
+from timeshard.wire import ts
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(110, func_only=True)]
 

@@ -15,9 +15,9 @@ from timeshard.clock import SystemClock
 from timeshard.coordinator.local import LocalCoordinator
 from timeshard.factory import make_store
 from timeshard.node import Node
-from timeshard.observe.health import HealthConfig
 from timeshard.server import Server
 from timeshard.testing.services import cassandra_node
+from timeshard.views.health import HealthConfig
 
 pytestmark = pytest.mark.timeout(900)
 

@@ -14,10 +14,10 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from timeshard.clock import SystemClock
 from timeshard.coordinator.zookeeper import ZooKeeperCoordinator
 from timeshard.node import Node
-from timeshard.observe.health import HealthConfig
 from timeshard.server import Server
 from timeshard.store.sqlite import SqliteStore
 from timeshard.testing.services import zookeeper_ensemble
+from timeshard.views.health import HealthConfig
 
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING

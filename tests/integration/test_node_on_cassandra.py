@@ -15,7 +15,6 @@ import pytest
 
 from tests.contract.conftest import cassandra_address, cassandra_admin
 from tests.integration.test_cassandra_store import own_node
-from timeshard.api.convert import dur, ts, ts_ms
 from timeshard.clock import SystemClock
 from timeshard.coordinator.local import LocalCoordinator
 from timeshard.node import Node
@@ -24,6 +23,7 @@ from timeshard.stack import CassandraProcess
 from timeshard.store.cassandra import CassandraStore
 from timeshard.v1 import timeshard_pb2 as pb
 from timeshard.v1 import timeshard_pb2_grpc as pb_grpc
+from timeshard.wire import dur, ts, ts_ms
 from timeshard.worker import JobContext, Worker
 
 __all__ = ["cassandra_address", "cassandra_admin", "own_node"]  # shared fixtures

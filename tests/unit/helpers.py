@@ -12,9 +12,9 @@ from pathlib import Path
 from timeshard.clock import Clock, FakeClock
 from timeshard.coordinator.base import Coordinator, Member, ShardsChanged
 from timeshard.coordinator.local import LocalCoordinator
-from timeshard.dispatcher import DispatchConfig
 from timeshard.model import BucketEntry, Job
 from timeshard.node import Node, NodeConfig, TypePolicy
+from timeshard.node.dispatcher import DispatchConfig
 from timeshard.sharding import minute_of
 from timeshard.store.base import Store
 from timeshard.store.sqlite import SqliteStore

@@ -15,7 +15,7 @@ from tests.unit.test_schedules import drain, occurrences, sched
 from timeshard.cron import CronSpec, fire_times_between, newest_fire_times, next_fire
 from timeshard.model import MisfirePolicy, OverlapPolicy, Schedule
 from timeshard.node import Node
-from timeshard.schedules import COUNT_LIMIT, FirePlan, plan_fire, spec_of
+from timeshard.node.schedules import COUNT_LIMIT, FirePlan, plan_fire, spec_of
 from timeshard.sharding import minute_of
 
 DAY_S = 86_400

@@ -9,10 +9,10 @@ import time
 
 import pytest
 
-from timeshard import claims as claims_module
 from timeshard.clock import SystemClock
 from timeshard.coordinator.local import LocalCoordinator
 from timeshard.node import Node
+from timeshard.node import claims as claims_module
 from timeshard.store.sqlite import SqliteStore
 
 LINGER_MS = 200

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 
 from tests.unit.helpers import running, wait_until
-from timeshard.ready import ReadyItem
+from timeshard.node.ready import ReadyItem
 
 
 def item(job_id: str) -> ReadyItem:

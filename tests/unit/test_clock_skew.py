@@ -9,10 +9,9 @@ from pathlib import Path
 import pytest
 
 from tests.unit.helpers import START_MS, FixedCoordinator, advance, owner_and_writer
-from timeshard import clockcheck
 from timeshard.clock import FakeClock
-from timeshard.dispatcher import DispatchConfig
-from timeshard.node import Node
+from timeshard.node import Node, clockcheck
+from timeshard.node.dispatcher import DispatchConfig
 from timeshard.store.sqlite import SqliteStore
 
 
@@ -51,7 +50,7 @@ async def test_a_clock_beyond_the_bound_is_logged_and_one_within_it_is_not(
     store = StoreWithClock(tmp_path / "s.db", clock, offset_ms=1_500)
     await store.open()
     try:
-        with caplog.at_level(logging.WARNING, logger="timeshard.clockcheck"):
+        with caplog.at_level(logging.WARNING, logger="timeshard.node.clockcheck"):
             reading = await clockcheck.check(store, clock, 2.0, "n1")
             assert reading is not None and reading.offset_ms == 1_500
             assert not caplog.records

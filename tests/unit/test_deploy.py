@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from tests.unit.helpers import running
-from timeshard.observe.metrics import node_registry
-from timeshard.observe.worker import WorkerMetrics
+from timeshard.views.metrics import node_registry
+from timeshard.worker.metrics import WorkerMetrics
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"

@@ -43,13 +43,13 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from timeshard.api.convert import dur
 from timeshard.clock import FakeClock
 from timeshard.coordinator.local import LocalCoordinator
 from timeshard.node import Node
 from timeshard.server import Server
 from timeshard.store.sqlite import SqliteStore
 from timeshard.v1 import timeshard_pb2 as pb
+from timeshard.wire import dur
 
 PROFILE = os.environ.get("TIMESHARD_FUZZ", "default")
 SCALE, ROUNDS = {"smoke": (0.1, 1), "default": (1, 1), "long": (1, 10)}[PROFILE]

@@ -17,10 +17,10 @@ from timeshard.coordinator.local import LocalCoordinator
 from timeshard.errors import StoreUnavailable
 from timeshard.model import ShardState
 from timeshard.node import Node
-from timeshard.observe.health import HealthConfig
-from timeshard.observe.http import serve_node
 from timeshard.server import Server
 from timeshard.store.sqlite import SqliteStore
+from timeshard.views.health import HealthConfig
+from timeshard.views.http import serve_node
 
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING

@@ -17,7 +17,6 @@ from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from tests.unit.test_grpc_api import status_of
-from timeshard.api.convert import dur
 from timeshard.api.replies import CLAIM_WORST_JOB_BYTES, claim_cap
 from timeshard.clock import SystemClock
 from timeshard.coordinator.local import LocalCoordinator
@@ -35,6 +34,7 @@ from timeshard.server import Server
 from timeshard.store.sqlite import SqliteStore
 from timeshard.v1 import timeshard_pb2 as pb
 from timeshard.v1 import timeshard_pb2_grpc as pb_grpc
+from timeshard.wire import dur
 from timeshard.worker import JobContext, Worker
 
 HUGE = "x" * 3_000_000  # the worker id that once made a 9 MB job row

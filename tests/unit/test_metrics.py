@@ -10,10 +10,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import CollectorRegistry
 
 from tests.unit.helpers import START_MS, advance, running, settle, wait_until
-from timeshard.observe.health import HealthWatcher
-from timeshard.observe.http import HttpServer, metrics_route, serve_node
-from timeshard.observe.metrics import StoreCollector
 from timeshard.store.stats import StoreStats
+from timeshard.views.health import HealthWatcher
+from timeshard.views.http import HttpServer, metrics_route, serve_node
+from timeshard.views.metrics import StoreCollector
 
 
 async def scrape(port: int, path: str = "/metrics") -> tuple[int, dict[str, str], str]:

@@ -7,7 +7,7 @@ import random
 import pytest
 
 from timeshard.errors import InvalidArgument
-from timeshard.retry import RetryPolicy
+from timeshard.node.retry import RetryPolicy
 
 
 def test_ceiling_doubles_per_attempt_up_to_the_cap() -> None:

@@ -12,7 +12,7 @@ from tests.unit.helpers import START_MS, advance, running
 from timeshard.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
 from timeshard.model import JobState, MisfirePolicy, OverlapPolicy, Schedule
 from timeshard.node import Node, TypePolicy
-from timeshard.schedules import ScheduleFirer
+from timeshard.node.schedules import ScheduleFirer
 from timeshard.sharding import MINUTE_MS
 
 EVERY_MINUTE = "* * * * *"
@@ -276,7 +276,7 @@ async def test_cluster_wide_concurrency_limit_of_a_type() -> None:
 
 
 async def test_per_type_max_attempts_and_backoff() -> None:
-    from timeshard.retry import RetryPolicy
+    from timeshard.node.retry import RetryPolicy
 
     policy = TypePolicy(max_attempts=5, retry=RetryPolicy(base_s=10, max_backoff_s=20))
     async with running(types={"t": policy}) as (node, clock):

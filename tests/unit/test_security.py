@@ -20,7 +20,6 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from tests.unit.helpers import wait_until
-from timeshard.api.convert import dur
 from timeshard.client import Client
 from timeshard.clock import SystemClock
 from timeshard.coordinator.local import LocalCoordinator
@@ -43,6 +42,7 @@ from timeshard.server import Server
 from timeshard.store.sqlite import SqliteStore
 from timeshard.v1 import timeshard_pb2 as pb
 from timeshard.v1 import timeshard_pb2_grpc as pb_grpc
+from timeshard.wire import dur
 from timeshard.worker import JobContext, Worker
 
 NOW = dt.datetime.now(dt.UTC)

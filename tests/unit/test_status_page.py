@@ -10,8 +10,8 @@ from typing import Any
 
 from tests.browser import Browser, find_chromium
 from tests.unit.helpers import START_MS, advance, running, wait_until
-from timeshard.observe.health import HealthWatcher
-from timeshard.observe.http import serve_node
+from timeshard.views.health import HealthWatcher
+from timeshard.views.http import serve_node
 
 HOSTILE = "<script>document.title='owned'</script>"
 

@@ -14,8 +14,8 @@ from tests.unit.helpers import START_MS, advance, running, wait_until
 from timeshard.clock import FakeClock
 from timeshard.observe.logs import JsonFormatter
 from timeshard.observe.tracing import Tracing, job_parent
-from timeshard.observe.worker import WorkerMetrics
 from timeshard.worker import JobContext
+from timeshard.worker.metrics import WorkerMetrics
 
 sdk_trace = pytest.importorskip("opentelemetry.sdk.trace")
 in_memory = pytest.importorskip("opentelemetry.sdk.trace.export.in_memory_span_exporter")

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from timeshard.cli.serve import install_event_hooks
-from timeshard.observe.worker import WorkerMetrics
 from timeshard.worker import JobContext, Worker
+from timeshard.worker.metrics import WorkerMetrics
 
 
 def ctx() -> JobContext:

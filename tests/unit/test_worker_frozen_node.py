@@ -27,11 +27,11 @@ from tests.unit.test_worker_lease import (
     make_worker,
     run_job,
 )
-from timeshard.api.convert import dur
 from timeshard.clock import FakeClock
-from timeshard.lease import Lease
-from timeshard.results import CALL_TIMEOUT_S, Results
 from timeshard.v1 import timeshard_pb2 as pb
+from timeshard.wire import dur
+from timeshard.worker.lease import Lease
+from timeshard.worker.results import CALL_TIMEOUT_S, Results
 
 
 class FrozenStub(FakeStub):

@@ -11,12 +11,12 @@ import pytest
 
 from timeshard.clock import SystemClock
 from timeshard.coordinator.local import LocalCoordinator
-from timeshard.keeper import LeaseKeeper
 from timeshard.model import JobState
 from timeshard.node import Node, NodeConfig
 from timeshard.server import Server
 from timeshard.store.sqlite import SqliteStore
 from timeshard.worker import JobContext, Worker
+from timeshard.worker.keeper import LeaseKeeper
 
 LEASE_S = 1.2  # renewals every 0.4 s; the handler below runs past three of them
 

@@ -13,11 +13,11 @@ import grpc
 import pytest
 
 from tests.unit.helpers import wait_until
-from timeshard.api.convert import dur, ts
 from timeshard.clock import FakeClock
-from timeshard.lease import LeaseLost
 from timeshard.v1 import timeshard_pb2 as pb
+from timeshard.wire import dur, ts
 from timeshard.worker import JobContext, PermanentError, Worker
+from timeshard.worker.lease import LeaseLost
 
 LEASE_S = 3.0
 MARGIN_S = 0.5

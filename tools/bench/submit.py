@@ -11,10 +11,10 @@ from collections.abc import Sequence
 
 import grpc
 
-from timeshard.api.convert import ts
 from timeshard.testing.loadworker import JOB_TYPE
 from timeshard.v1 import timeshard_pb2 as pb
 from timeshard.v1 import timeshard_pb2_grpc as pb_grpc
+from timeshard.wire import ts
 
 from .progress import Progress
 

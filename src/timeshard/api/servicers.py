@@ -10,18 +10,6 @@ from typing import Any, TypeVar
 
 import grpc
 
-from timeshard.api.convert import (
-    dur,
-    dur_s,
-    job_to_pb,
-    run_at_of,
-    schedule_from_pb,
-    schedule_to_pb,
-    state_from_pb,
-    state_to_pb,
-    ts,
-    ts_ms,
-)
 from timeshard.api.replies import claim_cap, fit_page, fit_written
 from timeshard.api.status import node_status_to_pb
 from timeshard.cron import CronSpec
@@ -39,11 +27,23 @@ from timeshard.limits import (
 )
 from timeshard.model import Job, Schedule, validate_job_id, validate_job_type, validate_worker_id
 from timeshard.node import FinishItem, JobSpec, Node
-from timeshard.observe.status import node_status
+from timeshard.node.schedules import new_schedule_id
 from timeshard.observe.window import DEFAULT_WINDOW_S
-from timeshard.schedules import new_schedule_id
 from timeshard.v1 import timeshard_pb2 as pb
 from timeshard.v1 import timeshard_pb2_grpc as pb_grpc
+from timeshard.views.status import node_status
+from timeshard.wire import (
+    dur,
+    dur_s,
+    job_to_pb,
+    run_at_of,
+    schedule_from_pb,
+    schedule_to_pb,
+    state_from_pb,
+    state_to_pb,
+    ts,
+    ts_ms,
+)
 
 log = logging.getLogger(__name__)
 Req = TypeVar("Req")

@@ -1,11 +1,11 @@
-"""``NodeStatus`` (``observe.status``) to and from its protobuf message."""
+"""``NodeStatus`` (``views.status``) to and from its protobuf message."""
 
 from __future__ import annotations
 
-from timeshard.api.convert import dur, ts
 from timeshard.observe.events import JobEvent
-from timeshard.observe.status import NodeStatus
 from timeshard.v1 import timeshard_pb2 as pb
+from timeshard.views.status import NodeStatus
+from timeshard.wire import dur, ts
 
 
 def event_to_pb(e: JobEvent) -> pb.JobEvent:

@@ -8,13 +8,13 @@ import sys
 import time
 from typing import Any
 
-from timeshard.api.convert import state_from_pb, ts_ms
 from timeshard.cli.common import parse_duration, parse_time
 from timeshard.client import Client, NewJob
 from timeshard.clock import format_rfc3339
 from timeshard.errors import InvalidArgument
 from timeshard.model import JobState, parse_json_payload
 from timeshard.v1 import timeshard_pb2 as pb
+from timeshard.wire import state_from_pb, ts_ms
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -6,7 +6,6 @@ import argparse
 import json
 from typing import Any
 
-from timeshard.api.convert import dur, ts_ms
 from timeshard.cli.common import parse_duration, parse_time
 from timeshard.cli.jobs import job_json, job_line
 from timeshard.client import Client
@@ -14,6 +13,7 @@ from timeshard.clock import SystemClock, format_rfc3339
 from timeshard.cron import CronSpec, preview
 from timeshard.model import MisfirePolicy, OverlapPolicy, parse_json_payload
 from timeshard.v1 import timeshard_pb2 as pb
+from timeshard.wire import dur, ts_ms
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

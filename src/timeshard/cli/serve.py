@@ -15,21 +15,21 @@ from pathlib import Path
 from timeshard.cli.demo import add_demo_handlers
 from timeshard.cli.security import add_server_options, server_security
 from timeshard.clock import SystemClock, format_rfc3339
-from timeshard.dispatcher import DispatchConfig
 from timeshard.errors import InvalidArgument
 from timeshard.factory import make_coordinator, make_store
 from timeshard.model import validate_job_type
 from timeshard.node import Node, NodeConfig, TypePolicy
-from timeshard.observe.http import HttpServer, serve_node, serve_registry
+from timeshard.node.dispatcher import DispatchConfig
+from timeshard.node.retry import RetryPolicy
 from timeshard.observe.logs import set_node
-from timeshard.observe.metrics import Forward, drop_created_series, registry_of
-from timeshard.observe.worker import WorkerMetrics
-from timeshard.retry import RetryPolicy
 from timeshard.security.auth import Role
 from timeshard.server import Server
 from timeshard.sharding import DEFAULT_NUM_SHARDS
 from timeshard.store.base import Retention
+from timeshard.views.http import HttpServer, serve_node, serve_registry
+from timeshard.views.metrics import Forward, drop_created_series, registry_of
 from timeshard.worker import JobContext, Worker
+from timeshard.worker.metrics import WorkerMetrics
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

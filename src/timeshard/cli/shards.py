@@ -24,9 +24,8 @@ from typing import Any, TypeVar
 
 import grpc
 
-from timeshard.api.convert import ts_ms
 from timeshard.cli.security import add_client_options, apply_client_options
-from timeshard.client import DEFAULT_SERVER, translate
+from timeshard.client import DEFAULT_SERVER
 from timeshard.clock import format_rfc3339
 from timeshard.coordinator.zkstate import ClusterView, ShardAdmin, connect
 from timeshard.errors import (
@@ -39,6 +38,7 @@ from timeshard.errors import (
 from timeshard.security.channel import ClientSecurity
 from timeshard.v1 import timeshard_pb2 as pb
 from timeshard.v1 import timeshard_pb2_grpc as pb_grpc
+from timeshard.wire import translate, ts_ms
 
 T = TypeVar("T")
 RPC_TIMEOUT_S = 10.0

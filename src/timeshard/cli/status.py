@@ -15,12 +15,12 @@ import argparse
 import json
 from typing import Any
 
-from timeshard.api.convert import dur, ts_ms
 from timeshard.cli.shards import Admin, _rpc
 from timeshard.clock import format_rfc3339
 from timeshard.errors import PermissionDenied, TimeshardError, Unauthenticated, Unavailable
 from timeshard.observe.window import percentiles
 from timeshard.v1 import timeshard_pb2 as pb
+from timeshard.wire import dur, ts_ms
 
 LAG_WARN_MS = 5_000
 

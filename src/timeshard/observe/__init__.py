@@ -1,12 +1,10 @@
-"""Operability: what a node and a worker tell an operator.
+"""The instruments: what the core, the servicers and the worker SDK write to. They stand low,
+on the kernel only; the views that read a node (status, health, ``/metrics``, the page) are in
+``timeshard.views``, and a worker's own metrics in ``timeshard.worker.metrics``.
 
 - ``events``: ``NodeMetrics``, the counters the node, its dispatchers and servicers report to;
-- ``metrics``: the Prometheus collectors and the ``/metrics`` registry of a node;
-- ``worker``: a worker's metrics and spans, from its event hook;
 - ``rpc``: RPC counts and latency by method and status (a gRPC server interceptor);
-- ``health``: the watcher that sets gRPC health from the store and the coordinator;
-- ``status``: one node's state as data (the status page, ``/status.json``, ``NodeStatus``);
-- ``page`` and ``http``: the status page and the small HTTP server for it and ``/metrics``;
+- ``window``: the sliding windows behind lateness percentiles;
 - ``logs``: ``--log-format json``;
 - ``tracing``: OpenTelemetry spans of a job's life, when the packages are installed.
 """

@@ -85,7 +85,7 @@ class JobEvent:
 
 @dataclass(kw_only=True, slots=True)
 class Health:
-    """What the health watcher found at its last probe (``observe.health``)."""
+    """What the health watcher found at its last probe (``views.health``)."""
 
     store_ok: bool = True
     store_error: str = ""

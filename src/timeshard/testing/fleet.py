@@ -23,10 +23,10 @@ from typing import Any
 
 import grpc
 
-from timeshard.api.convert import ts
 from timeshard.testing.services import free_port
 from timeshard.v1 import timeshard_pb2 as pb
 from timeshard.v1 import timeshard_pb2_grpc as pb_grpc
+from timeshard.wire import ts
 
 CLI = [sys.executable, "-m", "timeshard.cli.main"]
 JOB_TYPE = "chaos.run"

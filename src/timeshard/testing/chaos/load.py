@@ -22,11 +22,11 @@ from typing import Any
 
 import grpc
 
-from timeshard.api.convert import ts
 from timeshard.testing.chaos.ledger import JsonLines, now_wall_ms
 from timeshard.testing.chaos.worker import JOB_TYPE
 from timeshard.v1 import timeshard_pb2 as pb
 from timeshard.v1 import timeshard_pb2_grpc as pb_grpc
+from timeshard.wire import ts
 
 RETRYABLE = frozenset(
     {

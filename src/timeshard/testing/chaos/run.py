@@ -25,7 +25,6 @@ from typing import Any
 
 import grpc
 
-from timeshard.api.convert import dur, ts_ms
 from timeshard.stack import CassandraCluster, ZooKeeperEnsemble
 from timeshard.testing.chaos.check import Report, check_dir
 from timeshard.testing.chaos.faults import Injector
@@ -43,6 +42,7 @@ from timeshard.testing.chaos.worker import JOB_TYPE
 from timeshard.testing.fleet import Fleet
 from timeshard.testing.services import create_keyspace, drop_keyspace
 from timeshard.v1 import timeshard_pb2 as pb
+from timeshard.wire import dur, ts_ms
 
 NODES = ("a", "b", "c")
 WORKER_TARGET = "timeshard.testing.chaos.worker:worker"

@@ -17,7 +17,6 @@ import os
 from pathlib import Path
 from typing import Any
 
-from timeshard.lease import LeaseLost
 from timeshard.testing.chaos.ledger import (
     LEDGER_DIR,
     Effects,
@@ -26,6 +25,7 @@ from timeshard.testing.chaos.ledger import (
     now_wall_ms,
 )
 from timeshard.worker import JobContext, PermanentError, Worker
+from timeshard.worker.lease import LeaseLost
 
 JOB_TYPE = "chaos.job"
 LEASE_S = 4.0

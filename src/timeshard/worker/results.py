@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING
 
 import grpc
 
-from timeshard.client import translate
 from timeshard.clock import Clock
-from timeshard.lease import Lease
 from timeshard.v1 import timeshard_pb2 as pb
+from timeshard.wire import translate
+from timeshard.worker.lease import Lease
 
 if TYPE_CHECKING:
     from timeshard.v1.timeshard_pb2_grpc import WorkerServiceAsyncStub as WorkerStub

@@ -8,23 +8,38 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from timeshard.clock import Clock, SystemClock
-from timeshard.dispatcher import ShardDispatcher
 from timeshard.errors import InvalidArgument, NotOwner
 from timeshard.model import BucketEntry, Job, JobState, validate_job_type
+from timeshard.node.dispatcher import ShardDispatcher
+from timeshard.node.ready import ReadyItem, ReadyQueues
+from timeshard.node.retry import RetryPolicy
 from timeshard.observe.events import NodeMetrics
-from timeshard.ready import ReadyItem, ReadyQueues
 from timeshard.store.base import ClaimRequest, Store, entry_for
-
-if TYPE_CHECKING:
-    from timeshard.node import TypePolicy
 
 MAX_CLAIM = 1000
 CLAIM_LINGER_MS = 2
 """A claim that found fewer jobs than it may take waits this long at most for jobs coming due
 meanwhile (see ``Claims._linger``)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TypePolicy:
+    """Per job type: attempts and backoff, and a cluster-wide concurrency limit."""
+
+    max_attempts: int | None = None
+    retry: RetryPolicy | None = None
+    concurrency: int | None = None
+    """Running at once across the cluster. Each node enforces its share, in proportion to
+    the shards it owns (rounded down, at least 1), so the total never exceeds the limit by
+    more than the number of nodes that own a shard but would get a share below 1."""
+
+    def __post_init__(self) -> None:
+        if self.max_attempts is not None and self.max_attempts < 1:
+            raise InvalidArgument("max_attempts", "must be at least 1")
+        if self.concurrency is not None and self.concurrency < 1:
+            raise InvalidArgument("concurrency", "must be at least 1")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -14,7 +14,7 @@ from html import escape
 
 from timeshard.clock import format_rfc3339
 from timeshard.observe.events import JobEvent
-from timeshard.observe.status import NodeStatus, ShardRow
+from timeshard.views.status import NodeStatus, ShardRow
 
 REFRESH_S = 10
 LAG_WARN_MS = 5_000

@@ -8,7 +8,7 @@ Two kinds, one registry per node:
   ``StoreStats``, the node's dispatchers and ready queues, the coordinator's session, what the
   health watcher last found. Nothing is copied, so nothing drifts.
 
-The endpoint runs on the node's own event loop (``observe.http``), so a scrape reads those
+The endpoint runs on the node's own event loop (``views.http``), so a scrape reads those
 numbers between two steps of the loop, never while another thread changes them.
 
 Read at scrape time (names after the Prometheus conventions: ``_total`` counters, base units):

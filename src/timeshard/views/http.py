@@ -20,9 +20,9 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import CollectorRegistry
 
 from timeshard.node import Node
-from timeshard.observe.metrics import node_registry
-from timeshard.observe.page import render
-from timeshard.observe.status import node_status
+from timeshard.views.metrics import node_registry
+from timeshard.views.page import render
+from timeshard.views.status import node_status
 
 log = logging.getLogger(__name__)
 

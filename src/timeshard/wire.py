@@ -1,16 +1,47 @@
-"""Between model objects and protobuf messages; input checks that belong to the wire format."""
+"""The wire: between model objects and protobuf messages, input checks that belong to the wire
+format, and gRPC statuses read back into the errors of ``timeshard.errors`` (the inverse of its
+``GRPC_STATUS`` table). Shared by the client, the worker SDK and the servicers."""
 
 from __future__ import annotations
 
 from typing import TypeVar
 
+import grpc
 from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from timeshard.errors import InvalidArgument
+from timeshard.errors import GRPC_STATUS, InvalidArgument, TimeshardError
 from timeshard.limits import MAX_RUN_AT_MS, shown
 from timeshard.model import Job, JobState, MisfirePolicy, OverlapPolicy, Schedule
 from timeshard.v1 import timeshard_pb2 as pb
+
+_FROM_STATUS = {code: cls for cls, code in GRPC_STATUS.items()}
+
+
+class RemoteError(TimeshardError):
+    """An error the server reported; ``code`` is its gRPC status. It is also an instance of
+    the matching error class (``except NotFound`` catches a remote NOT_FOUND)."""
+
+    def __init__(self, code: grpc.StatusCode, message: str) -> None:
+        TimeshardError.__init__(self, message)
+        self.code = code
+
+
+_REMOTE: dict[grpc.StatusCode, type[RemoteError]] = {
+    code: type(f"Remote{cls.__name__}", (RemoteError, cls), {})
+    for code, cls in _FROM_STATUS.items()
+}
+
+
+def translate(exc: grpc.RpcError) -> RemoteError:
+    code_fn = getattr(exc, "code", None)
+    code: grpc.StatusCode = code_fn() if code_fn else grpc.StatusCode.UNKNOWN
+    details_fn = getattr(exc, "details", None)
+    detail: str = (details_fn() if details_fn else None) or str(exc)
+    if code is grpc.StatusCode.UNAVAILABLE and "connect" in detail.lower():
+        detail = f"can not reach the timeshard server: {detail}"
+    return _REMOTE.get(code, RemoteError)(code, detail)
+
 
 _STATE_TO_PB = {
     JobState.SCHEDULED: pb.JOB_STATE_SCHEDULED,

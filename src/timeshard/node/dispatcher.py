@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from timeshard.clock import Clock, SystemClock
 from timeshard.errors import NotOwner, TimeshardError
 from timeshard.model import SCHEDULE_ENTRY_PREFIX, BucketEntry, Job, JobState
+from timeshard.node.ready import ReadyItem, ReadyQueues
+from timeshard.node.schedules import FireResult, ScheduleFirer
 from timeshard.observe.events import NodeMetrics
-from timeshard.ready import ReadyItem, ReadyQueues
-from timeshard.schedules import FireResult, ScheduleFirer
 from timeshard.sharding import MINUTE_MS, minute_of, minute_start
 from timeshard.store.base import Store, entry_at, entry_for
 

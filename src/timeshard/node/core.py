@@ -1,5 +1,5 @@
 """A scheduler node: the store, the coordinator, one dispatcher per owned shard, and the
-operations the gRPC servicers expose (claims are made by its ``timeshard.claims.Claims``). No
+operations the gRPC servicers expose (claims are made by its ``timeshard.node.claims.Claims``). No
 gRPC types here."""
 
 from __future__ import annotations
@@ -13,13 +13,9 @@ from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from timeshard import clockcheck
-from timeshard.claims import Claimed, Claims
 from timeshard.clock import Clock
 from timeshard.coordinator.base import Coordinator, Member
 from timeshard.coordinator.local import LocalCoordinator
-from timeshard.deadletters import DeadLetters
-from timeshard.dispatcher import DispatchConfig, ShardDispatcher
 from timeshard.errors import (
     AlreadyExists,
     FailedPrecondition,
@@ -38,10 +34,14 @@ from timeshard.model import (
     validate_job_type,
     validate_payload,
 )
+from timeshard.node import clockcheck
+from timeshard.node.claims import Claimed, Claims, TypePolicy
+from timeshard.node.deadletters import DeadLetters
+from timeshard.node.dispatcher import DispatchConfig, ShardDispatcher
+from timeshard.node.ready import ReadyQueues
+from timeshard.node.retry import RetryPolicy
+from timeshard.node.schedules import ScheduleFirer, ScheduleOps
 from timeshard.observe.events import NodeMetrics
-from timeshard.ready import ReadyQueues
-from timeshard.retry import RetryPolicy
-from timeshard.schedules import ScheduleFirer, ScheduleOps
 from timeshard.sharding import minute_of, shard_of
 from timeshard.store.base import (
     CreateResult,
@@ -52,24 +52,6 @@ from timeshard.store.base import (
 )
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class TypePolicy:
-    """Per job type: attempts and backoff, and a cluster-wide concurrency limit."""
-
-    max_attempts: int | None = None
-    retry: RetryPolicy | None = None
-    concurrency: int | None = None
-    """Running at once across the cluster. Each node enforces its share, in proportion to
-    the shards it owns (rounded down, at least 1), so the total never exceeds the limit by
-    more than the number of nodes that own a shard but would get a share below 1."""
-
-    def __post_init__(self) -> None:
-        if self.max_attempts is not None and self.max_attempts < 1:
-            raise InvalidArgument("max_attempts", "must be at least 1")
-        if self.concurrency is not None and self.concurrency < 1:
-            raise InvalidArgument("concurrency", "must be at least 1")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -479,7 +461,7 @@ class Node:
         self, *, worker: str, types: Sequence[str], limit: int, wait_s: float, lease_s: float
     ) -> list[Claimed]:
         """Long-poll: wait up to ``wait_s`` for due jobs of ``types`` and claim up to ``limit``
-        with a conditional write each (invariant 5). See ``timeshard.claims``."""
+        with a conditional write each (invariant 5). See ``timeshard.node.claims``."""
         return await self.claims.claim(
             worker=worker, types=types, limit=limit, wait_s=wait_s, lease_s=lease_s
         )

@@ -19,12 +19,11 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 
-from timeshard.api.convert import dur, dur_s
-from timeshard.client import RemoteError, translate
 from timeshard.clock import Clock, SystemClock
-from timeshard.lease import Lease
-from timeshard.results import Results
 from timeshard.v1 import timeshard_pb2 as pb
+from timeshard.wire import RemoteError, dur, dur_s, translate
+from timeshard.worker.lease import Lease
+from timeshard.worker.results import Results
 
 log = logging.getLogger("timeshard.worker")  # part of the worker SDK: its logger, as before
 

@@ -10,7 +10,7 @@
 
     asyncio.run(worker.run(["127.0.0.1:50051"]))
 
-The worker claims over gRPC (long poll), heartbeats each job's lease (``timeshard.keeper``), and
+The worker claims over gRPC (long poll), heartbeats each job's lease (``keeper``), and
 cancels a handler whose lease it could not renew before ``lease - safety_margin`` on its own
 monotonic clock (invariant 6), so a paused or partitioned worker stops before another may start
 the job. ``ctx.cancelled`` reads that clock when asked, so a process paused past its lease sees
@@ -19,7 +19,7 @@ with an effect, and it raises ``LeaseLost`` instead. A handler that raises ``Per
 sends its job straight to the dead-letter queue; any other exception is retried with backoff.
 
 A result is retried, on the job's node and then the others, until it is in or the lease is over
-(``timeshard.results``), the lease renewed meanwhile; nothing is sent once the lease is over.
+(``timeshard.worker.results``), the lease renewed meanwhile; nothing is sent once the lease is over.
 """
 
 from __future__ import annotations
@@ -39,19 +39,18 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 
-from timeshard.api.convert import dur, dur_s, ts_ms
-from timeshard.client import translate
 from timeshard.clock import Clock, SystemClock
-from timeshard.keeper import LateKeeper, LeaseKeeper
-from timeshard.lease import Lease, LeaseLost
 from timeshard.limits import MAX_CLAIM_TYPES, MAX_REPLY_BYTES, truncate_error
 from timeshard.model import validate_job_type, validate_worker_id
-from timeshard.results import Results
 from timeshard.security.channel import ClientSecurity, TlsArg
 from timeshard.v1 import timeshard_pb2 as pb
 from timeshard.v1 import timeshard_pb2_grpc as pb_grpc
+from timeshard.wire import dur, dur_s, translate, ts_ms
+from timeshard.worker.keeper import LateKeeper, LeaseKeeper
+from timeshard.worker.lease import Lease, LeaseLost
+from timeshard.worker.results import Results
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("timeshard.worker")  # the SDK logs as one component
 
 if TYPE_CHECKING:
     from timeshard.v1.timeshard_pb2_grpc import WorkerServiceAsyncStub as WorkerStub
@@ -382,7 +381,7 @@ class Worker:
     def _start_keeper(
         self, stub: WorkerStub, ctx: JobContext, handler: asyncio.Task[Any], renew_now: bool
     ) -> asyncio.Task[None] | LateKeeper:
-        """The job's lease keeper (``timeshard.keeper``), with this worker's lease settings."""
+        """The job's lease keeper (``keeper``), with this worker's lease settings."""
         keeper = LeaseKeeper(
             clock=self._clock,
             results=self._results,

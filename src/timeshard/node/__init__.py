@@ -1,0 +1,9 @@
+"""The server core: a node (``core``), one shard dispatcher per shard it owns, the claim side
+with each job type's policy, the ready queues, cron firing, dead letters, the clock check and
+the retry policy. It stands on the store and coordinator contracts and the kernel, and never
+imports the worker SDK, the client, the CLI or the views of a node."""
+
+from timeshard.node.claims import TypePolicy
+from timeshard.node.core import FinishItem, JobSpec, Node, NodeConfig
+
+__all__ = ["FinishItem", "JobSpec", "Node", "NodeConfig", "TypePolicy"]
