@@ -24,7 +24,7 @@ unit: install
 	$(PY) -m pytest tests/unit tests/acceptance -q
 
 lint: install
-	ruff check src tools tests && ruff format --check src tools tests && mypy
+	ruff check src tools tests && ruff format --check src tools tests && mypy && lint-imports
 
 proto:
 	$(PY) tools/gen_proto.py

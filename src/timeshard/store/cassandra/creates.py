@@ -1,4 +1,4 @@
-"""Creating jobs in their partitions (part of ``JobRows``).
+"""Creating jobs in their partitions, for ``JobRows`` (through the ``Rows`` seam).
 
 A job with a fresh id (random, generated for this call) is a plain write: its row and its entry
 share a partition key and go in one unlogged batch (one mutation), its index row alongside. A
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from timeshard.clock import Clock
 from timeshard.errors import InvalidArgument, StoreUnavailable
@@ -21,6 +21,7 @@ from timeshard.store.cassandra.driver import Ambiguous, Connection
 from timeshard.store.cassandra.parts import (
     CAS_ROUNDS,
     Key,
+    Lru,
     gather_bounded,
 )
 from timeshard.store.cassandra.parts import (
@@ -35,10 +36,26 @@ from timeshard.store.cassandra.parts import (
 from timeshard.store.cassandra.parts import (
     sized as _sized,
 )
-from timeshard.store.cassandra.rows import Row, bounded_history, bucket_ttl
+from timeshard.store.cassandra.rows import Found, Row, bounded_history, bucket_ttl
 
-if TYPE_CHECKING:
-    from timeshard.store.cassandra.jobrows import JobRows
+
+class Rows(Protocol):
+    """What creating needs of the job rows it creates in (``JobRows`` is one): the home cache,
+    reads, and the plain writes of entries and index rows. A seam, so that ``Creator`` does not
+    import the ``JobRows`` that owns it."""
+
+    homes: Lru
+
+    async def get(
+        self, job_ids: Sequence[str], homes: dict[str, int] | None = None
+    ) -> dict[str, Job]: ...
+
+    async def read(self, key: Key, job_ids: Sequence[str], *, serial: bool) -> dict[str, Found]: ...
+
+    async def put_entries(self, entries: Sequence[BucketEntry]) -> None: ...
+
+    async def plain_writes(self, statements: list[tuple[str, tuple[Any, ...]]]) -> None: ...
+
 
 DECIDE_IN_FLIGHT = 32
 """Lightweight transactions of one create call in flight at once (keys and chosen ids)."""
@@ -58,7 +75,7 @@ class _New:
 
 
 class Creator:
-    def __init__(self, conn: Connection, clock: Clock, num_shards: int, rows: JobRows) -> None:
+    def __init__(self, conn: Connection, clock: Clock, num_shards: int, rows: Rows) -> None:
         self._conn = conn
         self._clock = clock
         self._num_shards = num_shards
