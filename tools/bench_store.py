@@ -35,7 +35,7 @@ from bench.progress import Progress, note
 
 from timeshard.model import Job
 from timeshard.sharding import shard_of
-from timeshard.store.base import ClaimRequest, entry_for
+from timeshard.store.base import JobClaim, entry_for
 from timeshard.store.cassandra import CassandraStore
 from timeshard.testing.services import drop_keyspace
 
@@ -96,7 +96,7 @@ async def run_phases(address: str, keyspace: str, n: int, concurrency: int) -> l
 
         async def fire(batch: Sequence[Job]) -> None:
             claims = [
-                ClaimRequest(
+                JobClaim(
                     job_id=j.job_id,
                     expect_fence=0,
                     worker="bench",

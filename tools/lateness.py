@@ -45,7 +45,7 @@ def main() -> int:
     t0 = time.monotonic()
     with ThreadPoolExecutor(16) as pool:
         ids = list(
-            pool.map(lambda at: client.schedule(args.type, {"n": at}, run_at_ms=at).job_id, run_ats)
+            pool.map(lambda at: client.schedule(args.type, {"n": at}, run_at=at).job_id, run_ats)
         )
     sched_s = time.monotonic() - t0
     print(f"scheduled {len(ids)} jobs in {sched_s:.2f}s", file=sys.stderr)

@@ -40,12 +40,12 @@ def payload_bytes(payload: Any) -> bytes:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class NewJob:
-    """One job for ``Client.schedule_many``: due after ``delay_s`` or at ``run_at_ms``."""
+    """One job for ``Client.schedule_many``: due after ``delay_s`` or at ``run_at``."""
 
     job_type: str
     payload: Any = None
     delay_s: float | None = None
-    run_at_ms: int | None = None
+    run_at: int | None = None
     idempotency_key: str = ""
     max_attempts: int = 0
 
@@ -56,8 +56,8 @@ class NewJob:
             idempotency_key=self.idempotency_key,
             max_attempts=self.max_attempts,
         )
-        if self.run_at_ms is not None:
-            req.run_at.CopyFrom(ts(self.run_at_ms))
+        if self.run_at is not None:
+            req.run_at.CopyFrom(ts(self.run_at))
         else:
             req.delay.CopyFrom(dur_from_s(self.delay_s or 0.0))
         return req
@@ -109,7 +109,7 @@ class Client:
         payload: Any = None,
         *,
         delay_s: float | None = None,
-        run_at_ms: int | None = None,
+        run_at: int | None = None,
         idempotency_key: str = "",
         max_attempts: int = 0,
     ) -> pb.Job:
@@ -119,8 +119,8 @@ class Client:
             idempotency_key=idempotency_key,
             max_attempts=max_attempts,
         )
-        if run_at_ms is not None:
-            req.run_at.CopyFrom(ts(run_at_ms))
+        if run_at is not None:
+            req.run_at.CopyFrom(ts(run_at))
         else:
             req.delay.CopyFrom(dur_from_s(delay_s or 0.0))
         # Without a key a blind retry could create a second job; with one it is safe.
@@ -179,11 +179,11 @@ class Client:
         return self._call(self._jobs.CancelJob, pb.CancelJobRequest(job_id=job_id))
 
     def reschedule(
-        self, job_id: str, *, delay_s: float | None = None, run_at_ms: int | None = None
+        self, job_id: str, *, delay_s: float | None = None, run_at: int | None = None
     ) -> pb.Job:
         req = pb.RescheduleJobRequest(job_id=job_id)
-        if run_at_ms is not None:
-            req.run_at.CopyFrom(ts(run_at_ms))
+        if run_at is not None:
+            req.run_at.CopyFrom(ts(run_at))
         else:
             req.delay.CopyFrom(dur_from_s(delay_s or 0.0))
         return self._call(self._jobs.RescheduleJob, req)

@@ -53,7 +53,7 @@ MAX_PAGE_SIZE = 1000
 DEFAULT_MAX_REPLY_BYTES = 4 * 1024 * 1024
 """gRPC's default limit on a received message: what a client accepts unless it says more."""
 MAX_REPLY_BYTES = 64 * 1024 * 1024
-"""The most a client may declare it accepts (``ClaimRequest.max_reply_bytes``)."""
+"""The most a client may declare it accepts (``JobClaim.max_reply_bytes``)."""
 REPLY_HEADROOM_BYTES = 16 * 1024
 """Kept free in every reply for what is not a job (framing, tokens)."""
 

@@ -211,7 +211,7 @@ class ShardState:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class Outcome:
+class WriteResult:
     """What a conditional write did: ``applied`` and the job row as it now stands (after the
     write if applied, as found if not; None if the job does not exist)."""
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from timeshard.model import BucketEntry, Job, Outcome
+from timeshard.model import BucketEntry, Job, WriteResult
 from timeshard.sharding import minute_of, shard_of
-from timeshard.store.base import ClaimRequest, CreateResult, Store, entry_for
+from timeshard.store.base import CreateResult, JobClaim, Store, entry_for
 
 NOW = 1_800_000_000_000  # 2027-01-15T08:00:00Z, a minute boundary
 NUM_SHARDS = 8
@@ -54,9 +54,9 @@ async def claimed(store: Store, job: Job, *, worker: str = "w1", lease_ms: int =
 
 def claim(
     job: Job, *, worker: str = "w1", lease_ms: int = LEASE_MS, fence: int | None = None
-) -> ClaimRequest:
+) -> JobClaim:
     now = max(NOW, job.run_at)  # never early: a claim applies once the job is due
-    return ClaimRequest(
+    return JobClaim(
         job_id=job.job_id,
         expect_fence=job.fence if fence is None else fence,
         worker=worker,
@@ -71,14 +71,14 @@ async def entries_of(store: Store, job: Job, at: int) -> list[BucketEntry]:
     return [e for e in page if e.job_id == job.job_id]
 
 
-async def assert_unchanged(store: Store, out: Outcome, before: Job) -> None:
+async def assert_unchanged(store: Store, out: WriteResult, before: Job) -> None:
     """A write that did not apply reports the row as found and changed nothing."""
     assert not out.applied
     assert out.job == before
     assert await store.get_job(before.job_id) == before
 
 
-async def assert_stored(store: Store, out: Outcome) -> Job:
+async def assert_stored(store: Store, out: WriteResult) -> Job:
     """A write that applied reports the row as it is now stored."""
     assert out.applied and out.job is not None
     stored = await store.get_job(out.job.job_id)

@@ -91,29 +91,29 @@ async def test_concurrent_claims_of_one_job_have_one_winner(open_store: OpenStor
         assert all(o.job == stored for [o] in outs)
 
 
-# -- renew ------------------------------------------------------------------------------------
+# -- heartbeat ---------------------------------------------------------------------------------
 
 
-async def test_renew_moves_the_lease_forward_only(open_store: OpenStore) -> None:
+async def test_a_heartbeat_moves_the_lease_forward_only(open_store: OpenStore) -> None:
     async with open_store() as store:
         running = await claimed(store, await created(store, "r1"))
-        out = await store.renew_lease("r1", running.fence, NOW + 4 * 60_000)
-        renewed = await assert_stored(store, out)
-        assert renewed == running.with_(lease_until=NOW + 4 * 60_000)
-        back = await store.renew_lease("r1", running.fence, NOW + 3 * 60_000)
-        assert back.applied and back.job == renewed  # never backwards
-        assert await entries_of(store, running, NOW + 4 * 60_000) == []  # renewals write none
+        out = await store.heartbeat("r1", running.fence, NOW + 4 * 60_000)
+        extended = await assert_stored(store, out)
+        assert extended == running.with_(lease_until=NOW + 4 * 60_000)
+        back = await store.heartbeat("r1", running.fence, NOW + 3 * 60_000)
+        assert back.applied and back.job == extended  # never backwards
+        assert await entries_of(store, running, NOW + 4 * 60_000) == []  # heartbeats write none
 
 
-async def test_renew_with_a_stale_fence_or_state_is_rejected(open_store: OpenStore) -> None:
+async def test_a_heartbeat_with_a_stale_fence_or_state_is_rejected(open_store: OpenStore) -> None:
     async with open_store() as store:
         job = await created(store, "r2")
-        out = await store.renew_lease("r2", 0, NOW + 60_000)  # not running
+        out = await store.heartbeat("r2", 0, NOW + 60_000)  # not running
         await assert_unchanged(store, out, job)
         running = await claimed(store, job)
-        stale = await store.renew_lease("r2", running.fence - 1, NOW + 60_000)
+        stale = await store.heartbeat("r2", running.fence - 1, NOW + 60_000)
         await assert_unchanged(store, stale, running)
-        missing = await store.renew_lease("nope", 1, NOW)
+        missing = await store.heartbeat("nope", 1, NOW)
         assert not missing.applied and missing.job is None
 
 
@@ -234,7 +234,7 @@ async def test_cancel_a_running_job_revokes_its_lease(open_store: OpenStore) -> 
         assert cancelled.state is JobState.CANCELLED and cancelled.fence == running.fence + 1
         assert cancelled.history[-1].outcome == "cancelled"
         for write in (
-            store.renew_lease("x2", running.fence, NOW + 90_000),
+            store.heartbeat("x2", running.fence, NOW + 90_000),
             store.complete_job("x2", running.fence, NOW + 6),
             store.fail_job("x2", running.fence, NOW + 6, "boom", NOW + 60_000),
         ):
@@ -283,7 +283,7 @@ async def test_reschedule_with_a_stale_fence_or_state_is_rejected(open_store: Op
 async def test_claim_with_the_row_the_caller_read_is_right_even_when_that_row_is_stale(
     open_store: OpenStore,
 ) -> None:
-    """``ClaimRequest.known`` lets a store skip its read; a stale one must cost a retry,
+    """``JobClaim.known`` lets a store skip its read; a stale one must cost a retry,
     never a wrong claim."""
     from dataclasses import replace
 

@@ -17,7 +17,7 @@ from tests.contract.helpers import NOW, NUM_SHARDS, claim, claimed, create, make
 from timeshard.errors import NotOwner
 from timeshard.model import BucketEntry, JobState
 from timeshard.sharding import minute_of, shard_of
-from timeshard.store.base import ClaimRequest
+from timeshard.store.base import JobClaim
 from timeshard.store.cassandra import CassandraStore
 
 __all__ = ["cassandra_address", "cassandra_admin"]
@@ -241,7 +241,7 @@ async def test_a_node_that_missed_later_writes_does_not_refuse_or_stall_on_its_o
         expired = NOW + 1_000
         released = await b.release_lease(job.job_id, first.fence, expired)
         assert released.applied and released.job is not None
-        request = ClaimRequest(
+        request = JobClaim(
             job_id=job.job_id,
             expect_fence=released.job.fence,
             worker="w2",
@@ -251,10 +251,10 @@ async def test_a_node_that_missed_later_writes_does_not_refuse_or_stall_on_its_o
         [again] = await b.claim_jobs([request])
         assert again.applied and again.job is not None and again.job.fence == first.fence + 1
         second = again.job
-        renewed = await c.renew_lease(job.job_id, second.fence, second.lease_until + 500)
-        assert renewed.applied, f"refused on an old image: {renewed.job}"
-        assert renewed.job is not None
-        late = renewed.job.lease_until
+        extended = await c.heartbeat(job.job_id, second.fence, second.lease_until + 500)
+        assert extended.applied, f"refused on an old image: {extended.job}"
+        assert extended.job is not None
+        late = extended.job.lease_until
         out = await c.release_lease(job.job_id, second.fence, late)
         assert out.applied, f"the second lease could not be released: {out.job}"
         stored = await b.get_job(job.job_id)

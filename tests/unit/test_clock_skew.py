@@ -83,9 +83,11 @@ async def test_the_node_measures_its_offset_when_it_starts(tmp_path: Path) -> No
 
 def test_the_config_refuses_a_reread_window_shorter_than_the_skew_it_must_cover() -> None:
     with pytest.raises(ValueError, match="reread_s"):
-        DispatchConfig(reread_s=3.0, late_s=1.0, max_skew_s=2.0, refresh_s=1.0)
+        DispatchConfig(reread_s=3.0, reland_after_s=1.0, max_skew_s=2.0, refresh_s=1.0)
     with pytest.raises(ValueError, match="settle_s"):
-        DispatchConfig(settle_s=3.0, late_s=1.0, max_skew_s=2.0, refresh_s=1.0, reread_s=5.0)
+        DispatchConfig(
+            settle_s=3.0, reland_after_s=1.0, max_skew_s=2.0, refresh_s=1.0, reread_s=5.0
+        )
 
 
 async def test_a_writer_behind_by_the_whole_bound_loses_nothing(tmp_path: Path) -> None:

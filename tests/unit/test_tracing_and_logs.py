@@ -43,7 +43,7 @@ async def test_a_jobs_spans_share_one_trace_with_its_id_and_fence() -> None:
             max_attempts=3,
             fence=claimed.job.fence,
             idempotency_key=job.job_id,
-            run_at_ms=job.run_at,
+            run_at=job.run_at,
             started_at_ms=claimed.job.started_at,
             worker_id="w1",
         )
@@ -98,7 +98,7 @@ def test_worker_metrics_count_runs_and_lateness() -> None:
         max_attempts=3,
         fence=1,
         idempotency_key="j1",
-        run_at_ms=START_MS,
+        run_at=START_MS,
         started_at_ms=START_MS + 1500,
         worker_id="w",
     )

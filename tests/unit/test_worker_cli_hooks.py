@@ -20,7 +20,7 @@ def ctx() -> JobContext:
         max_attempts=3,
         fence=1,
         idempotency_key="j1",
-        run_at_ms=1000,
+        run_at=1000,
         started_at_ms=1000,
         worker_id="w",
     )

@@ -4,11 +4,11 @@ answers nor refuses (frozen, or cut off) waits for the whole rest of the lease
 (``timeout=lease.deadline - sent``), so it never tries another node before the lease is over,
 although any node accepts a heartbeat (DESIGN.md: "a dead node does not make its in-flight jobs
 run again"). E.g. job 22ad4c45...: node a stopped at 00:45:17.761; its handler had finished at
-00:45:20.321, the heartbeat hung, "the lease deadline passed (not renewed in time)" at
+00:45:20.321, the heartbeat hung, "the lease deadline passed (not extended in time)" at
 00:45:20.892, and the job ran a second time at 00:45:21.7 (its effect deduplicated by its key).
 
-Fixed: a renewal with no answer after half the time left is asked of the next node as well,
-and the first answer wins (``keeper.LeaseKeeper._renew``). A first fix gave up on the node
+Fixed: a heartbeat with no answer after half the time left is asked of the next node as well,
+and the first answer wins (``heartbeats.Heartbeats._heartbeat``). A first fix gave up on the node
 after a share of the time left instead; a 30-minute soak then re-ran 1,538 jobs (88 before):
 a slow store made slow answers, not frozen nodes, and they were abandoned.
 """
@@ -51,15 +51,15 @@ async def test_a_frozen_node_does_not_cost_its_jobs_their_lease() -> None:
     task = await run_job(w, frozen, clock, claimed(), seconds=LEASE_S * 3)
     try:
         assert any(kind == "heartbeat" for kind, _ in other.calls), "no other node was tried"
-        assert "cancelled_at" not in seen, "the lease was lost while another node could renew it"
+        assert "cancelled_at" not in seen, "the lease was lost while another node could extend it"
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
 
 
 class SlowStub(FakeStub):
-    """A live node on a slow store: it answers a renewal after ``DELAY_S`` (a third of the
-    lease: more than half the time a renewal has left, less than all of it)."""
+    """A live node on a slow store: it answers a heartbeat after ``DELAY_S`` (a third of the
+    lease: more than half the time a heartbeat has left, less than all of it)."""
 
     DELAY_S = LEASE_S / 3
 
@@ -79,7 +79,7 @@ async def test_a_slow_answer_is_not_given_up_for_another_node() -> None:
     task = await run_job(w, slow, clock, claimed(), seconds=LEASE_S * 3)
     try:
         assert any(kind == "heartbeat" for kind, _ in down.calls), "no other node was asked"
-        assert "cancelled_at" not in seen, "the slow node's renewal was abandoned"
+        assert "cancelled_at" not in seen, "the slow node's heartbeat was abandoned"
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
@@ -95,7 +95,7 @@ class FrozenFinishStub(FakeStub):
 
 
 async def test_a_result_for_a_frozen_node_goes_to_another_after_its_timeout() -> None:
-    """While the keeper holds the lease (here: a long one), a result the job's frozen node
+    """While the heartbeat loop holds the lease (here: a long one), a result the job's frozen node
     never answers goes to the next node once its call times out."""
     clock = FakeClock()
     frozen, other = FrozenFinishStub(clock), FakeStub(clock)

@@ -1,4 +1,4 @@
-"""Invariant 6: the worker SDK cancels a handler whose lease it could not renew before
+"""Invariant 6: the worker SDK cancels a handler whose lease it could not extend before
 ``lease - safety_margin`` on its own monotonic clock. A fake WorkerService stub stands in for
 the server (the real one is exercised by the acceptance tests)."""
 
@@ -121,13 +121,13 @@ def _ctx(w: Worker, c: pb.ClaimedJob) -> JobContext:
         max_attempts=3,
         fence=c.fence,
         idempotency_key=c.idempotency_key,
-        run_at_ms=1000,
+        run_at=1000,
         started_at_ms=1000,
         worker_id=w.worker_id,
     )
 
 
-async def test_handler_is_cancelled_before_the_lease_ends_when_it_cannot_renew() -> None:
+async def test_handler_is_cancelled_before_the_lease_ends_when_its_heartbeats_fail() -> None:
     clock = FakeClock()
     w, seen = make_worker(clock)
     stub = FakeStub(clock, heartbeat="unavailable")
@@ -146,11 +146,11 @@ async def test_handler_is_cancelled_at_once_when_the_fence_is_stale() -> None:
     stub = FakeStub(clock, heartbeat="stale")
     task = await run_job(w, stub, clock, claimed(), seconds=2)
     assert task.done()
-    first_beat = next(t for kind, t in stub.calls if kind == "heartbeat")
-    assert first_beat <= seen["cancelled_at"] <= first_beat + 0.25  # not at the deadline
+    first_heartbeat = next(t for kind, t in stub.calls if kind == "heartbeat")
+    assert first_heartbeat <= seen["cancelled_at"] <= first_heartbeat + 0.25  # not at the deadline
 
 
-async def test_renewed_lease_keeps_the_handler_running() -> None:
+async def test_a_lease_extended_by_heartbeats_keeps_the_handler_running() -> None:
     clock = FakeClock()
     w, seen = make_worker(clock)
     stub = FakeStub(clock, heartbeat="ok")
@@ -204,7 +204,7 @@ def test_handler_signature_is_checked_when_registered() -> None:
         w.handler("y")(lambda ctx: None)
 
 
-async def test_a_job_that_waited_in_a_long_poll_renews_its_lease_at_once() -> None:
+async def test_a_job_that_waited_in_a_long_poll_sends_a_heartbeat_at_once() -> None:
     clock = FakeClock()
     w, seen = make_worker(clock)
     stub = FakeStub(clock, heartbeat="ok")
@@ -215,7 +215,7 @@ async def test_a_job_that_waited_in_a_long_poll_renews_its_lease_at_once() -> No
         await asyncio.sleep(0)
     beats = [t for kind, t in stub.calls if kind == "heartbeat"]
     assert beats and beats[0] == clock.monotonic(), "the lease base must be re-established at once"
-    for _ in range(30):  # renewed, so still running past the provisional deadline
+    for _ in range(30):  # extended, so still running past the provisional deadline
         clock.advance(0.1)
         for _ in range(5):
             await asyncio.sleep(0)
@@ -225,7 +225,7 @@ async def test_a_job_that_waited_in_a_long_poll_renews_its_lease_at_once() -> No
     await asyncio.gather(*w._tasks, return_exceptions=True)
 
 
-async def test_a_worker_paused_past_its_deadline_cancels_before_renewing() -> None:
+async def test_a_worker_paused_past_its_deadline_cancels_before_its_next_heartbeat() -> None:
     clock = FakeClock()
     w, seen = make_worker(clock)
     stub = FakeStub(clock, heartbeat="ok")
@@ -234,7 +234,7 @@ async def test_a_worker_paused_past_its_deadline_cancels_before_renewing() -> No
     for _ in range(20):
         await asyncio.sleep(0)
     assert task.done() and "cancelled_at" in seen
-    assert [k for k, _ in stub.calls] == [], "it renewed or reported after losing the lease"
+    assert [k for k, _ in stub.calls] == [], "it extended or reported after losing the lease"
 
 
 async def test_handler_over_its_type_timeout_is_cancelled_and_retried() -> None:
@@ -303,7 +303,7 @@ async def test_a_handler_resumed_after_a_pause_past_its_lease_sees_cancelled_at_
     stub = await pause_then_resume(w, go, clock)
     assert seen["cancelled_on_resume"] is True
     assert seen["effects"] == 0
-    assert stub.calls == [], "it renewed or reported after the lease was over"
+    assert stub.calls == [], "it extended or reported after the lease was over"
 
 
 async def test_a_checkpoint_after_a_pause_past_the_lease_raises_lease_lost() -> None:
@@ -314,7 +314,7 @@ async def test_a_checkpoint_after_a_pause_past_the_lease_raises_lease_lost() -> 
     stub = await pause_then_resume(w, go, clock)
     assert seen["effects"] == 0
     assert stub.calls == []
-    assert ("lost", "the lease deadline passed (not renewed in time); handler stopped") in events
+    assert ("lost", "the lease deadline passed (not extended in time); handler stopped") in events
 
 
 async def test_a_result_is_not_sent_once_the_lease_is_over() -> None:

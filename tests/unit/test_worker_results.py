@@ -1,5 +1,5 @@
 """A finished job's result is retried — on its node, then on the other nodes — until it is in or
-the lease is over, and the lease is renewed while the result is pending (issue 10, defect 9: a
+the lease is over, and the lease is extended while the result is pending (issue 10, defect 9: a
 completion refused with "job store unavailable" was dropped and the job ran again after its
 lease). Real servers, the embedded store, the system clock; a store that fails on cue."""
 
@@ -15,7 +15,7 @@ from timeshard.clock import SystemClock
 from timeshard.coordinator.base import Member
 from timeshard.coordinator.local import LocalCoordinator
 from timeshard.errors import StoreUnavailable
-from timeshard.model import Job, JobState, Outcome
+from timeshard.model import Job, JobState, WriteResult
 from timeshard.node import Node, NodeConfig
 from timeshard.server import Server
 from timeshard.store.sqlite import SqliteStore
@@ -23,28 +23,28 @@ from timeshard.worker import JobContext, Worker
 
 
 class FlakyStore(SqliteStore):
-    """Refuses results (and, if told, lease renewals) as a store in an outage does."""
+    """Refuses results (and, if told, lease heartbeats) as a store in an outage does."""
 
     results_down_until = 0.0
-    renewals_down_until = 0.0
+    heartbeats_down_until = 0.0
 
     def _check(self, until: float) -> None:
         if time.monotonic() < until:
             raise StoreUnavailable("injected outage")
 
-    async def complete_job(self, job_id: str, fence: int, now: int) -> Outcome:
+    async def complete_job(self, job_id: str, fence: int, now: int) -> WriteResult:
         self._check(self.results_down_until)
         return await super().complete_job(job_id, fence, now)
 
     async def fail_job(
         self, job_id: str, fence: int, now: int, error: str, retry_at: int | None
-    ) -> Outcome:
+    ) -> WriteResult:
         self._check(self.results_down_until)
         return await super().fail_job(job_id, fence, now, error, retry_at)
 
-    async def renew_lease(self, job_id: str, fence: int, lease_until: int) -> Outcome:
-        self._check(self.renewals_down_until)
-        return await super().renew_lease(job_id, fence, lease_until)
+    async def heartbeat(self, job_id: str, fence: int, lease_until: int) -> WriteResult:
+        self._check(self.heartbeats_down_until)
+        return await super().heartbeat(job_id, fence, lease_until)
 
 
 class Cluster(LocalCoordinator):
@@ -131,9 +131,9 @@ async def test_a_completion_refused_in_a_short_store_outage_is_retried_not_rerun
     srv = server(tmp_path / "db")
     async with working([srv], lease_s=4.0) as (ran, events):
         # The store is out for 1.5 s from the moment the job is due (well inside the lease
-        # of 4 s, minus its margin): completions and renewals both fail meanwhile.
+        # of 4 s, minus its margin): completions and heartbeats both fail meanwhile.
         store_of(srv).results_down_until = time.monotonic() + 1.5
-        store_of(srv).renewals_down_until = time.monotonic() + 1.5
+        store_of(srv).heartbeats_down_until = time.monotonic() + 1.5
         job, _ = await srv.node.schedule(job_type="t", payload=b"{}", run_at=0)
         done = await wait_for(job, srv, timeout=40)  # generous: a busy 2-core box
         assert done.state is JobState.SUCCEEDED, (done, events)
@@ -144,10 +144,10 @@ async def test_a_completion_refused_in_a_short_store_outage_is_retried_not_rerun
         assert ("succeeded", "") in events, events
 
 
-async def test_a_pending_result_keeps_its_lease_renewed_past_the_lease(tmp_path: Path) -> None:
+async def test_a_pending_result_keeps_its_lease_extended_past_the_lease(tmp_path: Path) -> None:
     srv = server(tmp_path / "db")
     async with working([srv], lease_s=1.5) as (ran, events):
-        # Results are refused for twice the lease; renewals work: the lease is kept while the
+        # Results are refused for twice the lease; heartbeats work: the lease is kept while the
         # result waits, so the job is neither released nor run again.
         store_of(srv).results_down_until = time.monotonic() + 3.0
         job, _ = await srv.node.schedule(job_type="t", payload=b"{}", run_at=0)
@@ -175,7 +175,7 @@ async def test_a_result_is_given_up_when_the_lease_ends_first(tmp_path: Path) ->
     srv = server(tmp_path / "db")
     async with working([srv], lease_s=1.5) as (_, events):
         store_of(srv).results_down_until = time.monotonic() + 60
-        store_of(srv).renewals_down_until = time.monotonic() + 60
+        store_of(srv).heartbeats_down_until = time.monotonic() + 60
         await srv.node.schedule(job_type="t", payload=b"{}", run_at=0)
         deadline = time.monotonic() + 10
         while not any(k == "unreported" for k, _ in events) and time.monotonic() < deadline:

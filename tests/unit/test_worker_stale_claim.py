@@ -1,11 +1,11 @@
 """Found by the chaos suite (tools/chaos.py): a claim the server took while the worker was
 stopped (SIGSTOP) with its long poll in flight reaches the worker only when it resumes, after
 the lease is over and another worker has the job. The SDK takes the reply's arrival as a
-provisional lease base and starts the handler at once, renewing alongside: a handler that acts
+provisional lease base and starts the handler at once, extending alongside: a handler that acts
 at once passes ``ctx.check()`` and reaches its effect with a stale fence (seen in chaos runs:
 fence 3 reached the effect 2.7 s after its lease ended and after fence 4 had applied it; and two
 runs active at once for 6 ms). Invariant 6 wants no step without a lease; with a long poll the
-worker can not know how old the claim is until a renewal answers.
+worker can not know how old the claim is until a heartbeat answers.
 
 Fixed: the SDK counts a claim's lease from when it sent the claim (the server took it later),
 and a long poll waits at most half the lease.

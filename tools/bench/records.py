@@ -39,13 +39,13 @@ class RunRecords:
                 added += 1
         return added
 
-    def _add(self, job_id: str, run_at_ms: int, start_ms: float) -> None:
-        if start_ms < run_at_ms:
+    def _add(self, job_id: str, run_at: int, start_ms: float) -> None:
+        if start_ms < run_at:
             self.early += 1
         if job_id in self.first:
             self.repeated[job_id] = self.repeated.get(job_id, 0) + 1
         else:
-            self.first[job_id] = (run_at_ms, start_ms)
+            self.first[job_id] = (run_at, start_ms)
 
     def forget(self) -> None:
         """Start counting afresh (the next burst of a backlog run); the files are not re-read."""

@@ -27,8 +27,8 @@ def now_ms() -> float:
     return time.time_ns() / 1e6
 
 
-def _request(run_at_ms: int, job_type: str = JOB_TYPE) -> pb.ScheduleJobRequest:
-    return pb.ScheduleJobRequest(type=job_type, payload=b"{}", run_at=ts(run_at_ms))
+def _request(run_at: int, job_type: str = JOB_TYPE) -> pb.ScheduleJobRequest:
+    return pb.ScheduleJobRequest(type=job_type, payload=b"{}", run_at=ts(run_at))
 
 
 def schedule(

@@ -115,7 +115,7 @@ def _client(args: argparse.Namespace) -> Client:
 
 def _when(args: argparse.Namespace) -> dict[str, Any]:
     if args.at:
-        return {"run_at_ms": parse_time(args.at)}
+        return {"run_at": parse_time(args.at)}
     return {"delay_s": parse_duration(args.delay)}
 
 
@@ -158,7 +158,7 @@ def _line_job(n: int, line: str) -> NewJob:
         if not isinstance(item, dict) or "type" not in item:
             raise ValueError('each line must be an object with a "type"')
         if "at" in item:
-            when: dict[str, Any] = {"run_at_ms": parse_time(str(item["at"]))}
+            when: dict[str, Any] = {"run_at": parse_time(str(item["at"]))}
         else:
             when = {"delay_s": parse_duration(str(item.get("in", "0s")))}
         return NewJob(

@@ -16,7 +16,7 @@ from timeshard.node.dispatcher import ShardDispatcher
 from timeshard.node.ready import ReadyItem, ReadyQueues
 from timeshard.node.retry import RetryPolicy
 from timeshard.observe.events import NodeMetrics
-from timeshard.store.base import ClaimRequest, Store, entry_for
+from timeshard.store.base import JobClaim, Store, entry_for
 
 MAX_CLAIM = 1000
 CLAIM_LINGER_MS = 2
@@ -195,7 +195,7 @@ class Claims:
         if early:
             self._ready.push_front(early)
         requests = [
-            ClaimRequest(
+            JobClaim(
                 job_id=i.job_id,
                 expect_fence=i.fence,
                 worker=worker,

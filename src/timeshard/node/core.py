@@ -29,7 +29,7 @@ from timeshard.model import (
     BucketEntry,
     Job,
     JobState,
-    Outcome,
+    WriteResult,
     validate_job_id,
     validate_job_type,
     validate_payload,
@@ -253,10 +253,10 @@ class Node:
     def _notify(self, entries: Sequence[BucketEntry]) -> None:
         """Hand entries this node just wrote (durably) to the local dispatcher of their shard.
 
-        An entry that landed more than ``late_s`` after its due time (a slow write, a stalled
-        process) may be behind what the owner has read, even behind its cursor: it is written
-        again, due now, where the owner still reads (invariant 4, for every writer)."""
-        late_before = self.clock.now_ms() - round(self.config.dispatch.late_s * 1000)
+        An entry that landed more than ``reland_after_s`` after its due time (a slow write, a
+        stalled process) may be behind what the owner has read, even behind its cursor: it is
+        written again, due now, where the owner still reads (invariant 4, for every writer)."""
+        late_before = self.clock.now_ms() - round(self.config.dispatch.reland_after_s * 1000)
         late: list[BucketEntry] = []
         for e in entries:
             d = self.dispatchers.get(e.shard)
@@ -466,7 +466,7 @@ class Node:
             worker=worker, types=types, limit=limit, wait_s=wait_s, lease_s=lease_s
         )
 
-    def _check(self, job_id: str, fence: int, out: Outcome) -> Job:
+    def _check(self, job_id: str, fence: int, out: WriteResult) -> Job:
         if out.job is None:
             raise NotFound("job", job_id)
         self.claims.track(out.job)
@@ -477,7 +477,7 @@ class Node:
 
     async def heartbeat(self, job_id: str, fence: int, lease_s: float) -> tuple[Job, int]:
         lease = self.lease_ms(lease_s)
-        out = await self.store.renew_lease(job_id, fence, self.clock.now_ms() + lease)
+        out = await self.store.heartbeat(job_id, fence, self.clock.now_ms() + lease)
         return self._check(job_id, fence, out), lease
 
     async def complete(self, job_id: str, fence: int) -> Job:

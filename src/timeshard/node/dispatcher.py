@@ -44,10 +44,10 @@ class DispatchConfig:
     ``refresh_s`` after the last refresh that succeeded, so a store outage widens the window
     by its length), for entries other nodes wrote (their node can not notify us) and that
     landed after we read past their time. A writer re-lands an entry that landed more than
-    ``late_s`` after its due time (``Node``), so with writer clocks within ``max_skew_s``
-    this window covers every late write: ``reread_s >= late_s + max_skew_s + refresh_s``.
+    ``reland_after_s`` after its due time (``Node``), so with writer clocks within ``max_skew_s``
+    this window covers every late write: ``reread_s >= reland_after_s + max_skew_s + refresh_s``.
     0 when this node is the only writer (it notifies itself)."""
-    late_s: float = 1.0
+    reland_after_s: float = 1.0
     """A writer whose entry landed more than this after its due time writes it again, due
     now (see ``Node._notify``)."""
     max_skew_s: float = 2.0
@@ -67,16 +67,16 @@ class DispatchConfig:
     again: a safety net, so no path that loses track of an entry can strand its job."""
 
     def __post_init__(self) -> None:
-        covered = self.late_s + self.max_skew_s + self.refresh_s
+        covered = self.reland_after_s + self.max_skew_s + self.refresh_s
         if self.reread_s and self.reread_s < covered:
             raise ValueError(
-                f"reread_s={self.reread_s:g} must be at least late_s + max_skew_s + refresh_s "
-                f"= {covered:g}, or late writes of other nodes can be missed"
+                f"reread_s={self.reread_s:g} must be at least reland_after_s + max_skew_s + "
+                f"refresh_s = {covered:g}, or late writes of other nodes can be missed"
             )
         if self.settle_s < covered:
             raise ValueError(
-                f"settle_s={self.settle_s:g} must be at least late_s + max_skew_s + refresh_s "
-                f"= {covered:g}, or the cursor can pass a late write"
+                f"settle_s={self.settle_s:g} must be at least reland_after_s + max_skew_s + "
+                f"refresh_s = {covered:g}, or the cursor can pass a late write"
             )
 
 

@@ -245,7 +245,7 @@ class NodeMetrics:
 
     def written(self, job: Job) -> None:
         """A conditional write by a worker or client applied; ``job`` is the row after it.
-        Counts results (succeeded, retry, dead) and cancels; a renewed lease counts nothing."""
+        Counts results (succeeded, retry, dead) and cancels; an extended lease counts nothing."""
         label = self.type_label(job.job_type)
         if job.state is JobState.RUNNING:
             return

@@ -7,7 +7,7 @@ Every implementation (``sqlite``, ``cassandra``) passes the one suite in ``tests
 Vocabulary:
 - *applied*: the condition held and the whole write took effect, durably (QUORUM on Cassandra)
   before the call returns. When it did not apply, nothing changed.
-- ``Outcome.job``: the row after the write when applied, the row as found when not (None when
+- ``WriteResult.job``: the row after the write when applied, the row as found when not (None when
   the job does not exist).
 - Times are epoch milliseconds, UTC.
 """
@@ -20,7 +20,7 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
 from timeshard.errors import InvalidArgument
-from timeshard.model import Attempt, BucketEntry, Job, JobState, Outcome, Schedule, ShardState
+from timeshard.model import Attempt, BucketEntry, Job, JobState, Schedule, ShardState, WriteResult
 from timeshard.sharding import minute_of
 from timeshard.store.stats import StoreStats
 
@@ -59,7 +59,7 @@ class CreateResult:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class ClaimRequest:
+class JobClaim:
     job_id: str
     expect_fence: int
     worker: str
@@ -210,20 +210,20 @@ class Store(abc.ABC):
     # -- conditional job writes (the lease protocol) --------------------------------------
 
     @abc.abstractmethod
-    async def claim_jobs(self, claims: Sequence[ClaimRequest]) -> list[Outcome]:
+    async def claim_jobs(self, claims: Sequence[JobClaim]) -> list[WriteResult]:
         """For each claim, applied iff the job is ``scheduled`` with ``fence == expect_fence``:
         sets ``running``, ``lease_owner=worker``, ``lease_until``, ``attempt+1``, ``fence+1``,
         ``started_at=now``, appends an Attempt to the history, and writes the bucket entry that
         checks the lease at ``lease_until`` (invariant 2)."""
 
     @abc.abstractmethod
-    async def renew_lease(self, job_id: str, fence: int, lease_until: int) -> Outcome:
+    async def heartbeat(self, job_id: str, fence: int, lease_until: int) -> WriteResult:
         """Applied iff ``running`` with this fence: ``lease_until`` moves (never backwards).
         No bucket entry is written: the dispatcher chases an extended lease when its old
         check comes due."""
 
     @abc.abstractmethod
-    async def complete_job(self, job_id: str, fence: int, now: int) -> Outcome:
+    async def complete_job(self, job_id: str, fence: int, now: int) -> WriteResult:
         """Applied iff ``running`` with this fence: ``succeeded``, ``finished_at=now``."""
 
     @abc.abstractmethod
@@ -234,14 +234,14 @@ class Store(abc.ABC):
         now: int,
         error: str,
         retry_at: RetryAt,
-    ) -> Outcome:
+    ) -> WriteResult:
         """Applied iff ``running`` with this fence. With a retry time (given, or computed
         from the stored job): ``scheduled`` at that time plus its bucket entry; without:
         ``dead`` (the dead-letter queue).
         The error is recorded on the job and its last Attempt."""
 
     @abc.abstractmethod
-    async def release_lease(self, job_id: str, fence: int, now: int) -> Outcome:
+    async def release_lease(self, job_id: str, fence: int, now: int) -> WriteResult:
         """Applied iff ``running`` with this fence and ``lease_until <= now``: back to
         ``scheduled`` (the fence stays; the next claim moves it). The caller still holds the
         bucket entry that found the expiry, so no entry is written."""
@@ -249,25 +249,25 @@ class Store(abc.ABC):
     @abc.abstractmethod
     async def cancel_job(
         self, job_id: str, expect_state: JobState, fence: int, now: int
-    ) -> Outcome:
+    ) -> WriteResult:
         """Applied iff the job is in ``expect_state`` (scheduled or running) with this fence:
         ``cancelled``, the lease revoked (``fence+1``, so its worker is stale)."""
 
     @abc.abstractmethod
-    async def reschedule_job(self, job_id: str, fence: int, run_at: int, now: int) -> Outcome:
+    async def reschedule_job(self, job_id: str, fence: int, run_at: int, now: int) -> WriteResult:
         """Applied iff ``scheduled`` with this fence: ``run_at`` moves and its bucket entry is
         written."""
 
     @abc.abstractmethod
-    async def replay_job(self, job_id: str, fence: int, run_at: int, now: int) -> Outcome:
+    async def replay_job(self, job_id: str, fence: int, run_at: int, now: int) -> WriteResult:
         """Applied iff ``dead`` with this fence: ``scheduled`` at ``run_at`` with a fresh
         attempt count (``attempt=0``), the same id and idempotency key, the history kept,
         plus its bucket entry."""
 
     @abc.abstractmethod
-    async def purge_job(self, job_id: str, fence: int) -> Outcome:
+    async def purge_job(self, job_id: str, fence: int) -> WriteResult:
         """Applied iff ``dead`` with this fence: the job row is deleted (its bucket entries,
-        insert-only, then find nothing). ``Outcome.job`` is the row as it was."""
+        insert-only, then find nothing). ``WriteResult.job`` is the row as it was."""
 
     # -- schedules ------------------------------------------------------------------------
 

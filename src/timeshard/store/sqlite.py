@@ -27,15 +27,15 @@ from timeshard.model import (
     BucketEntry,
     Job,
     JobState,
-    Outcome,
     Schedule,
     ShardState,
+    WriteResult,
 )
 from timeshard.sharding import DEFAULT_NUM_SHARDS, shard_of, validate_num_shards
 from timeshard.store import transitions as T
 from timeshard.store.base import (
-    ClaimRequest,
     CreateResult,
+    JobClaim,
     JobPage,
     Retention,
     RetryAt,
@@ -129,18 +129,18 @@ def _put_entry(db: sqlite3.Connection, e: BucketEntry) -> None:
     db.execute(Q["insert_entry"], (e.shard, e.minute, e.due_at, e.job_id))
 
 
-def _apply(db: sqlite3.Connection, job_id: str, t: T.Transition) -> Outcome:
+def _apply(db: sqlite3.Connection, job_id: str, t: T.Transition) -> WriteResult:
     """Read the row, and if the transition's condition holds write the changed row and the
     entry it needs — atomic because the writer thread is the only one."""
     found = _select(db, job_id)
     if found is None or not t.condition(found):
-        return Outcome(applied=False, job=found)
+        return WriteResult(applied=False, job=found)
     new = t.change(found)
     db.execute(Q["update_job"], job_columns(new))
     at = t.entry_at(new)
     if at is not None:
         _put_entry(db, entry_for(new, at, t.now))
-    return Outcome(applied=True, job=new)
+    return WriteResult(applied=True, job=new)
 
 
 class SqliteStore(Store):
@@ -470,45 +470,45 @@ class SqliteStore(Store):
 
     # -- conditional job writes -----------------------------------------------------------
 
-    async def claim_jobs(self, claims: Sequence[ClaimRequest]) -> list[Outcome]:
+    async def claim_jobs(self, claims: Sequence[JobClaim]) -> list[WriteResult]:
         return await self._call(lambda db: [_apply(db, c.job_id, T.claim(c)) for c in claims])
 
-    async def renew_lease(self, job_id: str, fence: int, lease_until: int) -> Outcome:
-        return await self._call(lambda db: _apply(db, job_id, T.renew(fence, lease_until)))
+    async def heartbeat(self, job_id: str, fence: int, lease_until: int) -> WriteResult:
+        return await self._call(lambda db: _apply(db, job_id, T.heartbeat(fence, lease_until)))
 
-    async def complete_job(self, job_id: str, fence: int, now: int) -> Outcome:
+    async def complete_job(self, job_id: str, fence: int, now: int) -> WriteResult:
         return await self._call(lambda db: _apply(db, job_id, T.complete(fence, now)))
 
     async def fail_job(
         self, job_id: str, fence: int, now: int, error: str, retry_at: RetryAt
-    ) -> Outcome:
+    ) -> WriteResult:
         transition = T.fail(fence, now, error, retry_at)
         return await self._call(lambda db: _apply(db, job_id, transition))
 
-    async def release_lease(self, job_id: str, fence: int, now: int) -> Outcome:
+    async def release_lease(self, job_id: str, fence: int, now: int) -> WriteResult:
         return await self._call(lambda db: _apply(db, job_id, T.release(fence, now)))
 
     async def cancel_job(
         self, job_id: str, expect_state: JobState, fence: int, now: int
-    ) -> Outcome:
+    ) -> WriteResult:
         transition = T.cancel(expect_state, fence, now)
         return await self._call(lambda db: _apply(db, job_id, transition))
 
-    async def reschedule_job(self, job_id: str, fence: int, run_at: int, now: int) -> Outcome:
+    async def reschedule_job(self, job_id: str, fence: int, run_at: int, now: int) -> WriteResult:
         transition = T.reschedule(fence, run_at, now)
         return await self._call(lambda db: _apply(db, job_id, transition))
 
-    async def replay_job(self, job_id: str, fence: int, run_at: int, now: int) -> Outcome:
+    async def replay_job(self, job_id: str, fence: int, run_at: int, now: int) -> WriteResult:
         transition = T.replay(fence, run_at, now)
         return await self._call(lambda db: _apply(db, job_id, transition))
 
-    async def purge_job(self, job_id: str, fence: int) -> Outcome:
-        def run(db: sqlite3.Connection) -> Outcome:
+    async def purge_job(self, job_id: str, fence: int) -> WriteResult:
+        def run(db: sqlite3.Connection) -> WriteResult:
             found = _select(db, job_id)
             if found is None or found.state is not JobState.DEAD or found.fence != fence:
-                return Outcome(applied=False, job=found)
+                return WriteResult(applied=False, job=found)
             db.execute(Q["delete_job"], (job_id,))
-            return Outcome(applied=True, job=found)
+            return WriteResult(applied=True, job=found)
 
         return await self._call(run)
 

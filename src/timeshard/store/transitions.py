@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from timeshard.model import Job, JobState
-from timeshard.store.base import ClaimRequest, RetryAt, finish_attempt, new_attempt
+from timeshard.store.base import JobClaim, RetryAt, finish_attempt, new_attempt
 
 
 def _no_entry(_: Job) -> int | None:
@@ -32,7 +32,7 @@ def _running_with(fence: int) -> Callable[[Job], bool]:
     return lambda j: j.state is JobState.RUNNING and j.fence == fence
 
 
-def claim(c: ClaimRequest) -> Transition:
+def claim(c: JobClaim) -> Transition:
     """Never early: a job rescheduled to later since it was made ready does not apply."""
     return Transition(
         lambda j: j.state is JobState.SCHEDULED and j.fence == c.expect_fence and j.run_at <= c.now,
@@ -50,7 +50,7 @@ def claim(c: ClaimRequest) -> Transition:
     )
 
 
-def renew(fence: int, lease_until: int) -> Transition:
+def heartbeat(fence: int, lease_until: int) -> Transition:
     return Transition(
         _running_with(fence), lambda j: j.with_(lease_until=max(j.lease_until, lease_until))
     )

@@ -74,7 +74,7 @@ class Run:
     attempt: int
     fence: int
     worker: str
-    run_at_ms: int
+    run_at: int
     started_at_ms: int
     start: float
     end: float

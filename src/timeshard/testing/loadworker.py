@@ -2,7 +2,7 @@
 run, the job id, its due time and when the handler started (wall clock, ms), one line per run
 in ``$TIMESHARD_RECORD``:
 
-    <job_id> <run_at_ms> <start_ms>
+    <job_id> <run_at> <start_ms>
 
 Lines are buffered and written out at least every 0.2 s (and at exit), so the load test can
 follow progress while the recording costs a few microseconds per job.
@@ -32,8 +32,8 @@ class RunLog:
         self._flusher: asyncio.Task[None] | None = None
         atexit.register(self.close)
 
-    def add(self, job_id: str, run_at_ms: int, start_ms: float) -> None:
-        self._out.write(f"{job_id} {run_at_ms} {start_ms:.3f}\n")
+    def add(self, job_id: str, run_at: int, start_ms: float) -> None:
+        self._out.write(f"{job_id} {run_at} {start_ms:.3f}\n")
         if self._flusher is None:
             self._flusher = asyncio.get_running_loop().create_task(
                 self._flush_often(), name="loadworker-flush"
@@ -59,4 +59,4 @@ async def noop(ctx: JobContext) -> None:
     global _log
     if _log is None:
         _log = RunLog(os.environ["TIMESHARD_RECORD"])
-    _log.add(ctx.job_id, ctx.run_at_ms, start_ms)
+    _log.add(ctx.job_id, ctx.run_at, start_ms)

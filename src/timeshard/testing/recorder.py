@@ -33,7 +33,7 @@ def record(ctx: JobContext, started: float, ended: float) -> None:
         "attempt": ctx.attempt,
         "fence": ctx.fence,
         "worker": ctx.worker_id,
-        "run_at_ms": ctx.run_at_ms,
+        "run_at": ctx.run_at,
         "started_at_ms": ctx.started_at_ms,
         "start": started,
         "end": ended,

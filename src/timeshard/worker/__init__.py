@@ -1,5 +1,5 @@
 """The Python worker SDK: the ``Worker`` and its handlers (``core``), each job's lease and its
-keeper, the delivery of results, and the worker's metrics. It talks to nodes over gRPC only
+heartbeats, the delivery of results, and the worker's metrics. It talks to nodes over gRPC only
 (through ``timeshard.wire``) and never imports the node or a store.
 
     from timeshard.worker import Worker, PermanentError

@@ -10,8 +10,8 @@
 
     asyncio.run(worker.run(["127.0.0.1:50051"]))
 
-The worker claims over gRPC (long poll), heartbeats each job's lease (``keeper``), and
-cancels a handler whose lease it could not renew before ``lease - safety_margin`` on its own
+The worker claims over gRPC (long poll), heartbeats each job's lease (``heartbeats``), and
+cancels a handler whose lease it could not extend before ``lease - safety_margin`` on its own
 monotonic clock (invariant 6), so a paused or partitioned worker stops before another may start
 the job. ``ctx.cancelled`` reads that clock when asked, so a process paused past its lease sees
 it the moment it resumes; call ``ctx.check()`` (or ``await ctx.checkpoint()``) before each step
@@ -19,7 +19,7 @@ with an effect, and it raises ``LeaseLost`` instead. A handler that raises ``Per
 sends its job straight to the dead-letter queue; any other exception is retried with backoff.
 
 A result is retried, on the job's node and then the others, until it is in or the lease is over
-(``timeshard.worker.results``), the lease renewed meanwhile; nothing is sent once the lease is over.
+(``results``), the lease extended meanwhile; nothing is sent once the lease is over.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ from timeshard.security.channel import ClientSecurity, TlsArg
 from timeshard.v1 import timeshard_pb2 as pb
 from timeshard.v1 import timeshard_pb2_grpc as pb_grpc
 from timeshard.wire import dur, dur_s, translate, ts_ms
-from timeshard.worker.keeper import LateKeeper, LeaseKeeper
+from timeshard.worker.heartbeats import DeferredHeartbeats, Heartbeats
 from timeshard.worker.lease import Lease, LeaseLost
 from timeshard.worker.results import Results
 
@@ -70,7 +70,7 @@ class JobContext:
     fence: int
     """Pass to external systems that must reject stale writers (invariant 6)."""
     idempotency_key: str
-    run_at_ms: int
+    run_at: int
     started_at_ms: int
     worker_id: str
     _lease: Lease = field(default_factory=Lease, repr=False)
@@ -80,7 +80,7 @@ class JobContext:
 
     @property
     def cancelled(self) -> bool:
-        """True once this job is no longer the handler's to work on — its lease not renewed in
+        """True once this job is no longer the handler's to work on — its lease not extended in
         time, lost to another worker, the job cancelled, or the type's timeout passed: stop and
         do not write. Read from the monotonic clock when asked, so a process paused past its
         lease sees it the moment it resumes."""
@@ -92,13 +92,13 @@ class JobContext:
             raise LeaseLost(f"job {self.job_id}: {self._lease.why()}")
 
     async def checkpoint(self) -> None:
-        """``check()``, after letting the event loop run (the lease keeper among the rest)."""
+        """``check()``, after letting the event loop run (the heartbeat loop among the rest)."""
         await asyncio.sleep(0)
         self.check()
 
     @property
     def lateness_ms(self) -> int:
-        return self.started_at_ms - self.run_at_ms
+        return self.started_at_ms - self.run_at
 
 
 Handler = Callable[[JobContext], Any]
@@ -283,7 +283,7 @@ class Worker:
             max_attempts=job.max_attempts,
             fence=claimed.fence,
             idempotency_key=claimed.idempotency_key,
-            run_at_ms=ts_ms(job.run_at),
+            run_at=ts_ms(job.run_at),
             started_at_ms=ts_ms(job.started_at),
             worker_id=self.worker_id,
         )
@@ -291,12 +291,12 @@ class Worker:
         # safe base whatever happened since, even a reply that sat in the socket while this
         # process was stopped (its arrival is not: a handler then acted on a lease long over,
         # found by the chaos suite). A long poll waits at most half the lease, so a claim that
-        # waited still has time; it renews at once to get the rest.
+        # waited still has time; it sends a heartbeat at once to get the rest.
         received = self._clock.monotonic()
         waited = received - sent > self.safety_margin_s / 2
         deadline = sent + dur_s(claimed.lease) - self.safety_margin_s
         task = asyncio.create_task(
-            self._execute(stub, ctx, deadline, renew_now=waited), name=f"job-{job.job_id}"
+            self._execute(stub, ctx, deadline, heartbeat_now=waited), name=f"job-{job.job_id}"
         )
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -306,13 +306,13 @@ class Worker:
             self._on_event(kind, ctx, detail)
 
     async def _execute(
-        self, stub: WorkerStub, ctx: JobContext, deadline: float, renew_now: bool = False
+        self, stub: WorkerStub, ctx: JobContext, deadline: float, heartbeat_now: bool = False
     ) -> None:
         spec = self.handlers[ctx.job_type]
         ctx._lease.begin(self._clock, deadline)
         self._emit("started", ctx)
         handler = asyncio.create_task(self._invoke(spec, ctx), name=f"handler-{ctx.job_id}")
-        keeper = self._start_keeper(stub, ctx, handler, renew_now)
+        heartbeats = self._start_heartbeats(stub, ctx, handler, heartbeat_now)
         freed = False
 
         def free_slot() -> None:
@@ -325,12 +325,12 @@ class Worker:
         try:
             outcome = await self._outcome(spec, ctx, handler)
             # The handler is done: its slot takes the next job while the result travels (in a
-            # batch with others); the keeper renews the lease until the result is in.
+            # batch with others); the heartbeat loop extends the lease until the result is in.
             free_slot()
             if outcome is not None:
                 await self._report(stub, ctx, *outcome)
         finally:
-            keeper.cancel()
+            heartbeats.cancel()
             free_slot()
 
     async def _outcome(
@@ -378,11 +378,11 @@ class Worker:
                 )
             raise
 
-    def _start_keeper(
-        self, stub: WorkerStub, ctx: JobContext, handler: asyncio.Task[Any], renew_now: bool
-    ) -> asyncio.Task[None] | LateKeeper:
-        """The job's lease keeper (``keeper``), with this worker's lease settings."""
-        keeper = LeaseKeeper(
+    def _start_heartbeats(
+        self, stub: WorkerStub, ctx: JobContext, handler: asyncio.Task[Any], heartbeat_now: bool
+    ) -> asyncio.Task[None] | DeferredHeartbeats:
+        """The job's heartbeat loop (``heartbeats``), with this worker's lease settings."""
+        heartbeats = Heartbeats(
             clock=self._clock,
             results=self._results,
             job_id=ctx.job_id,
@@ -391,7 +391,7 @@ class Worker:
             lease_s=self.lease_s,
             safety_margin_s=self.safety_margin_s,
         )
-        return keeper.start(stub, handler, renew_now)
+        return heartbeats.start(stub, handler, heartbeat_now)
 
     async def _report(self, stub: WorkerStub, ctx: JobContext, kind: str, error: str) -> None:
         """Send the result, retried until it is in or the lease is over (``Results``); once the

@@ -1,6 +1,6 @@
 """A claimed job's lease as the worker holding it sees it: a deadline on the worker's own
 monotonic clock (the server's ``lease_until`` minus the safety margin, measured from when the
-claim or the last renewal was sent), moved on by each renewal.
+claim or the last heartbeat was sent), moved on by each heartbeat.
 
 The deadline is compared with the clock at the moment anyone asks, never cached in a flag that
 a task must first set: a process paused past its lease (SIGSTOP, a long GC pause, a laptop lid)
@@ -35,7 +35,7 @@ class Lease:
         self._clock, self.deadline = clock, deadline
 
     def extend(self, deadline: float) -> None:
-        """A renewal was granted (the deadline never moves back)."""
+        """A heartbeat was granted (the deadline never moves back)."""
         self.deadline = max(self.deadline, deadline)
 
     def remaining(self) -> float:
@@ -63,4 +63,4 @@ class Lease:
     def why(self) -> str:
         if self.reason:
             return self.reason
-        return "the lease deadline passed (not renewed in time)"
+        return "the lease deadline passed (not extended in time)"

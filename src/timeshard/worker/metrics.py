@@ -73,7 +73,7 @@ class WorkerMetrics:
         label = self._label(ctx.job_type)
         key = (ctx.job_id, ctx.fence)
         if kind == "started":
-            self.lateness.labels(label).observe(max(0, now - ctx.run_at_ms) / 1000)
+            self.lateness.labels(label).observe(max(0, now - ctx.run_at) / 1000)
             self._started[key] = (now, self._handler_span(ctx, now))
             return
         if kind not in OUTCOMES:

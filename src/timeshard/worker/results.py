@@ -44,7 +44,7 @@ class LeaseOver(Exception):
 class _Batcher:
     """Sends the results for one node in batches."""
 
-    MAX_BATCH = 500
+    RESULTS_PER_CALL = 500
 
     def __init__(self, stub: WorkerStub) -> None:
         self.stub = stub
@@ -63,8 +63,8 @@ class _Batcher:
     async def _flush(self) -> None:
         while self._pending:
             await asyncio.sleep(0)  # let the results of this loop turn join the batch
-            batch = self._pending[: self.MAX_BATCH]
-            del self._pending[: self.MAX_BATCH]
+            batch = self._pending[: self.RESULTS_PER_CALL]
+            del self._pending[: self.RESULTS_PER_CALL]
             for _, lease, fut in batch:  # checked as it leaves, not only as it was queued
                 if not lease.held() and not fut.done():
                     fut.set_exception(LeaseOver(lease.why()))

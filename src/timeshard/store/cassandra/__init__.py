@@ -6,7 +6,7 @@ How the contract maps onto Cassandra:
   contract's condition, and writes with ``IF`` on the row image it read (state and fence, plus
   the columns its new values were computed from, such as attempt and history). When the write
   does not apply, Cassandra returns the row's current image; if the condition still holds there
-  (someone renewed a lease meanwhile), the write is tried again on that image, otherwise the
+  (someone extended a lease meanwhile), the write is tried again on that image, otherwise the
   outcome is "not applied" with that row. So the condition is decided by Paxos, never by a read.
 - A conditional write that times out has an unknown outcome; a SERIAL read settles it (it
   finishes or discards any Paxos round in flight) before the store answers.
@@ -26,6 +26,7 @@ queries, versioned migrations), ``rows`` (row <-> model codecs, bucket TTL).
 from __future__ import annotations
 
 from timeshard.store.cassandra.driver import UNAVAILABLE_ERRORS, ClusterConfig, parse_url
+from timeshard.store.cassandra.parts import CAS_ROUNDS
 from timeshard.store.cassandra.rows import (
     BUCKET_RETENTION_S,
     IMAGE,
@@ -40,7 +41,7 @@ from timeshard.store.cassandra.schema import (
     queries_for,
     replication_map,
 )
-from timeshard.store.cassandra.store import CAS_ROUNDS, LIST_SCAN_MAX, CassandraStore
+from timeshard.store.cassandra.store import LIST_SCAN_MAX, CassandraStore
 
 __all__ = [
     "BUCKET_RETENTION_S",

@@ -23,7 +23,7 @@ from typing import Any
 
 from timeshard.clock import Clock
 from timeshard.errors import NotOwner, StoreUnavailable
-from timeshard.model import BucketEntry, Job, Outcome
+from timeshard.model import BucketEntry, Job, WriteResult
 from timeshard.sharding import shard_of
 from timeshard.store import transitions as T
 from timeshard.store.base import CreateResult, Retention, entry_for
@@ -32,7 +32,7 @@ from timeshard.store.cassandra.creates import Creator
 from timeshard.store.cassandra.driver import Ambiguous, Connection
 from timeshard.store.cassandra.parts import (
     CAS_ROUNDS,
-    MAX_BATCH,
+    ROWS_PER_BATCH,
     Key,
     Lru,
 )
@@ -70,7 +70,7 @@ class _Op:
     found: Found | None
     epoch: int | None
     owner_only: bool
-    fut: asyncio.Future[Outcome]
+    fut: asyncio.Future[WriteResult]
     delete: bool = False
     new: Job | None = None
     entry: BucketEntry | None = None
@@ -99,7 +99,7 @@ class JobRows:
         self._expired = Lru()
         self._creator = Creator(conn, clock, num_shards, self)
         self._batcher: PartitionBatcher[Key, _Op] = PartitionBatcher(
-            self._run, max_items=MAX_BATCH, fail=_fail, name="jobrows"
+            self._run, max_items=ROWS_PER_BATCH, fail=_fail, name="jobrows"
         )
 
     async def create(
@@ -122,7 +122,7 @@ class JobRows:
         await _gather(
             self._conn.batch(chunk, conditional=False)
             for statements in by_bucket.values()
-            for chunk in _chunks(statements, MAX_BATCH)
+            for chunk in _chunks(statements, ROWS_PER_BATCH)
         )
 
     async def plain_writes(self, statements: list[tuple[str, tuple[Any, ...]]]) -> None:
@@ -135,7 +135,7 @@ class JobRows:
 
     async def read(self, key: Key, job_ids: Sequence[str], *, serial: bool) -> dict[str, Found]:
         found: dict[str, Found] = {}
-        for chunk in _chunks(list(dict.fromkeys(job_ids)), MAX_BATCH):
+        for chunk in _chunks(list(dict.fromkeys(job_ids)), ROWS_PER_BATCH):
             rows = await self._conn.rows("select_rows", (key[0], key[1], chunk), serial=serial)
             for r in rows:
                 if r.get("state") is not None:
@@ -213,20 +213,20 @@ class JobRows:
         owner_only: bool = False,
         delete: bool = False,
         entry_with_write: bool = False,
-    ) -> Outcome:
+    ) -> WriteResult:
         """Apply one transition, batched with the others of its partition. ``known``: the row
         as the caller read it (else the store's last image, else a read). ``owner_only``:
         only the shard's owner may apply it (a claim, a lease release): raises ``NotOwner``
         when the partition's epoch says this store was deposed."""
         home = await self._home(job_id)
         if home is None:
-            return Outcome(applied=False, job=None)
+            return WriteResult(applied=False, job=None)
         shard = shard_of(job_id, self._num_shards)
         if known is not None:
             found: Found | None = Found.of(known)
         else:
             found = self._images.get(job_id)
-        fut: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
+        fut: asyncio.Future[WriteResult] = asyncio.get_running_loop().create_future()
         op = _Op(
             job_id=job_id,
             transition=transition,
@@ -298,14 +298,14 @@ class JobRows:
         if op.fut.done():
             return False
         if op.found is None:
-            op.fut.set_result(Outcome(applied=False, job=None))
+            op.fut.set_result(WriteResult(applied=False, job=None))
             return False
         t = op.transition
         if not t.condition(op.found.job):
             if not op.fresh:  # a remembered image (or the caller's read) may be stale: a
                 op.reread = True  # node that was paused or deposed must not refuse on it
                 return False
-            op.fut.set_result(Outcome(applied=False, job=op.found.job))
+            op.fut.set_result(WriteResult(applied=False, job=op.found.job))
             return False
         op.new = op.found.job if op.delete else bounded_history(t.change(op.found.job))
         at = None if op.delete else t.entry_at(op.new)
@@ -411,13 +411,13 @@ class JobRows:
         assert op.new is not None and op.found is not None
         if op.delete:
             self._images.pop(op.job_id, None)
-            outcome = Outcome(applied=True, job=op.found.job)
+            outcome = WriteResult(applied=True, job=op.found.job)
         else:
             if op.new.state.terminal:
                 self._images.pop(op.job_id, None)
             else:
                 self._images.put(op.job_id, Found.of(op.new))
-            outcome = Outcome(applied=True, job=op.new)
+            outcome = WriteResult(applied=True, job=op.new)
         if not op.fut.done():
             op.fut.set_result(outcome)
 

@@ -11,10 +11,11 @@ from timeshard.model import BucketEntry, Job
 from timeshard.store.codec import job_columns
 
 CAS_ROUNDS = 20
-"""Conditional batches retried on rows that changed but still meet their conditions."""
-MAX_BATCH = 100
+"""Conditional writes (a single row or a batch) retried on rows that changed but still meet
+their conditions."""
+ROWS_PER_BATCH = 100
 """Rows in one conditional batch (Cassandra's batch size limit must allow it; see deploy/)."""
-MAX_BATCH_BYTES = 256 * 1024
+BYTES_PER_BATCH = 256 * 1024
 CACHE_SIZE = 200_000
 
 Key = tuple[int, int]  # (shard, home minute)
@@ -39,11 +40,11 @@ def homed(e: BucketEntry, home: int) -> BucketEntry:
 
 
 def sized(items: list[Any], weights: list[int]) -> Iterable[list[Any]]:
-    """``items`` in chunks of at most ``MAX_BATCH`` and about ``MAX_BATCH_BYTES``."""
+    """``items`` in chunks of at most ``ROWS_PER_BATCH`` and about ``BYTES_PER_BATCH``."""
     chunk: list[Any] = []
     size = 0
     for item, weight in zip(items, weights, strict=True):
-        if chunk and (len(chunk) >= MAX_BATCH or size + weight > MAX_BATCH_BYTES):
+        if chunk and (len(chunk) >= ROWS_PER_BATCH or size + weight > BYTES_PER_BATCH):
             yield chunk
             chunk, size = [], 0
         chunk.append(item)

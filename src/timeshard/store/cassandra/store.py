@@ -12,17 +12,16 @@ from typing import Any
 
 from timeshard.clock import Clock, SystemClock
 from timeshard.errors import InvalidArgument, StoreUnavailable
-from timeshard.model import BucketEntry, Job, JobState, Outcome, Schedule, ShardState
+from timeshard.model import BucketEntry, Job, JobState, Schedule, ShardState, WriteResult
 from timeshard.sharding import DEFAULT_NUM_SHARDS, validate_num_shards
 from timeshard.store import transitions as T
-from timeshard.store.base import ClaimRequest, CreateResult, JobPage, Retention, RetryAt, Store
+from timeshard.store.base import CreateResult, JobClaim, JobPage, Retention, RetryAt, Store
 from timeshard.store.cassandra.driver import Ambiguous, ClusterConfig, Connection, parse_url
 from timeshard.store.cassandra.jobrows import JobRows
+from timeshard.store.cassandra.parts import CAS_ROUNDS
 from timeshard.store.cassandra.rows import to_shard_state
 from timeshard.store.codec import schedule_columns, to_schedule
 
-CAS_ROUNDS = 20
-"""Conditional writes retried on a row that changed but still meets the condition."""
 LIST_SCAN_MAX = 10_000
 """Rows ``list_jobs`` reads per call at most; a sparse filter may return a short page."""
 
@@ -173,7 +172,7 @@ class CassandraStore(Store):
 
     # -- conditional job writes -----------------------------------------------------------
 
-    async def claim_jobs(self, claims: Sequence[ClaimRequest]) -> list[Outcome]:
+    async def claim_jobs(self, claims: Sequence[JobClaim]) -> list[WriteResult]:
         return await _gather(
             self._jobs.apply(
                 c.job_id, T.claim(c), known=c.known, owner_only=True, entry_with_write=True
@@ -181,32 +180,32 @@ class CassandraStore(Store):
             for c in claims
         )
 
-    async def renew_lease(self, job_id: str, fence: int, lease_until: int) -> Outcome:
-        return await self._jobs.apply(job_id, T.renew(fence, lease_until))
+    async def heartbeat(self, job_id: str, fence: int, lease_until: int) -> WriteResult:
+        return await self._jobs.apply(job_id, T.heartbeat(fence, lease_until))
 
-    async def complete_job(self, job_id: str, fence: int, now: int) -> Outcome:
+    async def complete_job(self, job_id: str, fence: int, now: int) -> WriteResult:
         return await self._jobs.apply(job_id, T.complete(fence, now))
 
     async def fail_job(
         self, job_id: str, fence: int, now: int, error: str, retry_at: RetryAt
-    ) -> Outcome:
+    ) -> WriteResult:
         return await self._jobs.apply(job_id, T.fail(fence, now, error, retry_at))
 
-    async def release_lease(self, job_id: str, fence: int, now: int) -> Outcome:
+    async def release_lease(self, job_id: str, fence: int, now: int) -> WriteResult:
         return await self._jobs.apply(job_id, T.release(fence, now), owner_only=True)
 
     async def cancel_job(
         self, job_id: str, expect_state: JobState, fence: int, now: int
-    ) -> Outcome:
+    ) -> WriteResult:
         return await self._jobs.apply(job_id, T.cancel(expect_state, fence, now))
 
-    async def reschedule_job(self, job_id: str, fence: int, run_at: int, now: int) -> Outcome:
+    async def reschedule_job(self, job_id: str, fence: int, run_at: int, now: int) -> WriteResult:
         return await self._jobs.apply(job_id, T.reschedule(fence, run_at, now))
 
-    async def replay_job(self, job_id: str, fence: int, run_at: int, now: int) -> Outcome:
+    async def replay_job(self, job_id: str, fence: int, run_at: int, now: int) -> WriteResult:
         return await self._jobs.apply(job_id, T.replay(fence, run_at, now))
 
-    async def purge_job(self, job_id: str, fence: int) -> Outcome:
+    async def purge_job(self, job_id: str, fence: int) -> WriteResult:
         purge = T.Transition(lambda j: j.state is JobState.DEAD and j.fence == fence, lambda j: j)
         return await self._jobs.apply(job_id, purge, delete=True)
 

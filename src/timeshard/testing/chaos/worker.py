@@ -66,7 +66,7 @@ class _Recorder:
             key=ctx.idempotency_key,
             worker=ctx.worker_id,
             pid=os.getpid(),
-            run_at=ctx.run_at_ms,
+            run_at=ctx.run_at,
             started_at=ctx.started_at_ms,
         )
 

@@ -1,11 +1,11 @@
 """Keeping a running job's lease, for the worker SDK.
 
-While its handler runs and until its result is in, a job's lease is renewed every third of the
+While its handler runs and until its result is in, a job's lease is extended every third of the
 lease, on the job's node and, after a failure, on the next known node (``Results.targets``):
-any node accepts a heartbeat. A renewal that has no answer after half the time left is asked
+any node accepts a heartbeat. A heartbeat that has no answer after half the time left is asked
 of the next node as well, and the first answer wins: a frozen node (SIGSTOP, cut off) neither
 answers nor refuses, while a slow one (a slow store) may still answer in time, so it is not
-given up. The handler is stopped once the lease is over — not renewed before its deadline on
+given up. The handler is stopped once the lease is over — not extended before its deadline on
 the worker's monotonic clock, or refused (stale fence, job gone) — so a paused or partitioned
 worker stops before another may start the job (invariant 6).
 """
@@ -31,8 +31,8 @@ if TYPE_CHECKING:
     from timeshard.v1.timeshard_pb2_grpc import WorkerServiceAsyncStub as WorkerStub
 
 
-class LeaseKeeper:
-    """The keeper of one job's lease, made when the job starts, with the worker's lease
+class Heartbeats:
+    """The heartbeat loop of one job's lease, made when the job starts, with the worker's lease
     settings then (``lease_s``, ``safety_margin_s``)."""
 
     __slots__ = ("_clock", "_fence", "_job_id", "_lease", "_lease_s", "_margin_s", "_results")
@@ -57,62 +57,62 @@ class LeaseKeeper:
         self._margin_s = safety_margin_s
 
     def start(
-        self, stub: WorkerStub, handler: asyncio.Task[Any], renew_now: bool
-    ) -> asyncio.Task[None] | LateKeeper:
-        """The job's lease keeper. On the system clock it starts only when it first has
-        something to do (the first renewal, or the deadline if that comes first): most jobs are
+        self, stub: WorkerStub, handler: asyncio.Task[Any], heartbeat_now: bool
+    ) -> asyncio.Task[None] | DeferredHeartbeats:
+        """The job's heartbeat loop. On the system clock it starts only when it first has
+        something to do (the first heartbeat, or the deadline if that comes first): most jobs are
         done long before and never need its task and timer (a quarter of a busy worker's time)."""
-        first_beat = self._clock.monotonic() + (0.0 if renew_now else self._lease_s / 3)
+        first_heartbeat = self._clock.monotonic() + (0.0 if heartbeat_now else self._lease_s / 3)
 
         def start() -> asyncio.Task[None]:
-            keep = self.keep(stub, handler, first_beat=first_beat)
+            keep = self.run(stub, handler, first_heartbeat=first_heartbeat)
             return asyncio.create_task(keep, name=f"lease-{self._job_id}")
 
-        if renew_now or type(self._clock) is not SystemClock:
+        if heartbeat_now or type(self._clock) is not SystemClock:
             return start()
-        wake = min(first_beat, self._lease.deadline)
-        return LateKeeper(start, max(0.0, wake - self._clock.monotonic()))
+        wake = min(first_heartbeat, self._lease.deadline)
+        return DeferredHeartbeats(start, max(0.0, wake - self._clock.monotonic()))
 
-    async def keep(
+    async def run(
         self,
         stub: WorkerStub,
         handler: asyncio.Task[Any],
         *,
-        first_beat: float,
+        first_heartbeat: float,
     ) -> None:
-        """Renew the lease every third of it, from ``first_beat`` on (on the job's node; after a
-        failure, on the next known node) until cancelled — the result is in — and stop the
-        handler once the lease is over: not renewed before its deadline, or refused (stale
-        fence, job gone)."""
+        """Send a heartbeat every third of the lease, from ``first_heartbeat`` on (on the job's
+        node; after a failure, on the next known node) until cancelled — the result is in — and
+        stop the handler once the lease is over: not extended before its deadline, or refused
+        (stale fence, job gone)."""
         lease, every, failures = self._lease, self._lease_s / 3, 0
-        next_beat = first_beat
+        next_heartbeat = first_heartbeat
         while lease.held():
-            wake = min(next_beat, lease.deadline)
+            wake = min(next_heartbeat, lease.deadline)
             await self._clock.sleep(max(0.0, wake - self._clock.monotonic()))
-            if not lease.held() or self._clock.monotonic() < next_beat:
-                continue  # (a pause past the deadline ends here: no renewal once it is over)
+            if not lease.held() or self._clock.monotonic() < next_heartbeat:
+                continue  # (a pause past the deadline ends here: no heartbeat once it is over)
             targets = self._results.targets(stub)
             sent = self._clock.monotonic()
             try:
-                resp = await self._renew(targets, failures % len(targets))
+                resp = await self._heartbeat(targets, failures % len(targets))
             except grpc.RpcError as exc:
                 err: RemoteError = translate(exc)
                 if err.code in _REFUSED:
                     lease.lose(err.message)
                     break
                 failures += 1  # every node asked failed: again soon, from the next one
-                next_beat = self._clock.monotonic() + min(1.0, every)
+                next_heartbeat = self._clock.monotonic() + min(1.0, every)
                 continue
             lease.extend(sent + dur_s(resp.lease) - self._margin_s)
-            failures, next_beat = 0, sent + every
+            failures, next_heartbeat = 0, sent + every
         lease.stop(lease.why())
         log.warning("job %s: %s; stopping its handler", self._job_id, lease.why())
         handler.cancel()
 
-    async def _renew(self, targets: list[WorkerStub], first: int) -> pb.HeartbeatResponse:
-        """One renewal: asked of ``targets[first]``, and of the next node too whenever the
+    async def _heartbeat(self, targets: list[WorkerStub], first: int) -> pb.HeartbeatResponse:
+        """One heartbeat: asked of ``targets[first]``, and of the next node too whenever the
         ones asked have not answered within half the time left or have failed. The first
-        answer wins (a renewal applied twice only extends the lease); raises a refusal at
+        answer wins (a heartbeat applied twice only extends the lease); raises a refusal at
         once, and the last error when every node asked failed."""
         request = pb.HeartbeatRequest(
             job_id=self._job_id, fence=self._fence, lease=dur(round(self._lease_s * 1000))
@@ -154,11 +154,11 @@ class LeaseKeeper:
 
 
 _REFUSED = (grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.NOT_FOUND)
-"""A renewal the store refused: the lease is not this worker's any more."""
+"""A heartbeat the store refused: the lease is not this worker's any more."""
 
 
-class LateKeeper:
-    """A lease keeper not started yet: a timer on the loop that starts it when it is due."""
+class DeferredHeartbeats:
+    """A heartbeat loop not started yet: a timer on the loop that starts it when it is due."""
 
     __slots__ = ("_start", "_task", "_timer")
 

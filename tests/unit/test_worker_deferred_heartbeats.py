@@ -1,6 +1,6 @@
-"""On the system clock a job's lease keeper starts only when its first renewal is due: a handler
-that runs past several renewals still keeps its lease (and the job runs once), and one that
-finishes at once never starts a keeper at all."""
+"""On the system clock a job's heartbeat loop starts only when its first heartbeat is due: a handler
+that runs past several heartbeats still keeps its lease (and the job runs once), and one that
+finishes at once never starts a heartbeat loop at all."""
 
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ from timeshard.node import Node, NodeConfig
 from timeshard.server import Server
 from timeshard.store.sqlite import SqliteStore
 from timeshard.worker import JobContext, Worker
-from timeshard.worker.keeper import LeaseKeeper
+from timeshard.worker.heartbeats import Heartbeats
 
-LEASE_S = 1.2  # renewals every 0.4 s; the handler below runs past three of them
+LEASE_S = 1.2  # heartbeats every 0.4 s; the handler below runs past three of them
 
 
 async def run_one(
@@ -37,15 +37,15 @@ async def run_one(
     await server.start()
     worker = Worker(lease_s=lease_s, safety_margin_s=margin_s, claim_wait_s=0.5)
     runs: list[int] = []
-    keepers_started = 0
-    keep = LeaseKeeper.keep
+    heartbeat_loops_started = 0
+    keep = Heartbeats.run
 
     def counting(*args, **kwargs):  # type: ignore[no-untyped-def]
-        nonlocal keepers_started
-        keepers_started += 1  # called when a keeper starts, not when its job does
+        nonlocal heartbeat_loops_started
+        heartbeat_loops_started += 1  # called when a heartbeat loop starts, not when its job does
         return keep(*args, **kwargs)
 
-    monkeypatch.setattr(LeaseKeeper, "keep", counting)
+    monkeypatch.setattr(Heartbeats, "keep", counting)
 
     @worker.handler("t", timeout=30)
     async def handle(ctx: JobContext) -> None:
@@ -54,7 +54,7 @@ async def run_one(
         ctx.check()  # raises if the lease was not kept
 
     # Ready before the worker asks: its claim is answered at once, not after a long poll
-    # (a long-polled claim renews its lease at once, so it would start a keeper).
+    # (a long-polled claim extends its lease at once, so it would start a heartbeat loop).
     job, _ = await node.schedule(job_type="t", payload=b"{}", run_at=0)
     while not node.ready.count():
         await asyncio.sleep(0.01)
@@ -68,25 +68,23 @@ async def run_one(
                 break
             await asyncio.sleep(0.05)
         found = await node.get(job.job_id)
-        return runs, found.state, found.attempt, keepers_started
+        return runs, found.state, found.attempt, heartbeat_loops_started
     finally:
         stop.set()
         await task
         await server.stop(0)
 
 
-async def test_a_handler_longer_than_its_lease_keeps_it_through_a_late_started_keeper(
+async def test_a_handler_longer_than_its_lease_keeps_it_through_a_deferred_heartbeat_loop(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    runs, state, attempt, keepers = await run_one(monkeypatch, handler_s=1.5)
+    runs, state, attempt, loops = await run_one(monkeypatch, handler_s=1.5)
     assert state is JobState.SUCCEEDED
     assert len(runs) == 1 and attempt == 1, "the lease was lost and the job ran again"
-    assert keepers == 1
+    assert loops == 1
 
 
-async def test_a_quick_handler_never_starts_a_keeper(monkeypatch: pytest.MonkeyPatch) -> None:
-    runs, state, attempt, keepers = await run_one(
-        monkeypatch, handler_s=0.0, lease_s=30, margin_s=5
-    )
+async def test_a_quick_handler_never_starts_its_heartbeats(monkeypatch: pytest.MonkeyPatch) -> None:
+    runs, state, attempt, loops = await run_one(monkeypatch, handler_s=0.0, lease_s=30, margin_s=5)
     assert state is JobState.SUCCEEDED and len(runs) == 1 and attempt == 1
-    assert keepers == 0
+    assert loops == 0
