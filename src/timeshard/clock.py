@@ -68,6 +68,32 @@ class FakeClock:
                 fut.set_result(None)
 
 
+def wake(fut: asyncio.Future[None]) -> None:
+    """Complete a waker made for ``sleep_or_wake`` (a no-op once it is done)."""
+    if not fut.done():
+        fut.set_result(None)
+
+
+async def sleep_or_wake(clock: Clock, delay: float, waker: asyncio.Future[None]) -> None:
+    """Sleep ``delay`` seconds on ``clock``, or less if ``waker`` completes first (``wake``).
+    On the system clock it is one timer on the loop, not a task per wait: trickling jobs wake a
+    dispatcher or a long-polled claim once each, and two tasks and a wait per step were most of
+    their cost. On another clock (a fake one in tests) it races the clock's sleep."""
+    if type(clock) is SystemClock:
+        timer = asyncio.get_running_loop().call_later(delay, wake, waker)
+        try:
+            await waker
+        finally:
+            timer.cancel()
+        return
+    sleeper = asyncio.ensure_future(clock.sleep(delay))
+    try:
+        await asyncio.wait({waker, sleeper}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        waker.cancel()
+        sleeper.cancel()
+
+
 def to_datetime(ms: int) -> datetime:
     return datetime.fromtimestamp(ms / 1000, tz=UTC)
 

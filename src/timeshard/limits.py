@@ -47,13 +47,16 @@ MAX_CLAIM_TYPES = 256
 MAX_CLAIM_JOBS = 1000
 """What a Claim may ask for; the reply cap below usually grants fewer."""
 MAX_PAGE_SIZE = 1000
+"""Items of one listing page (jobs, schedules, dead letters); 0 asks for the default."""
+MAX_PREVIEW_COUNT = 1000
+"""Fire times one schedule preview returns."""
 
 # -- replies ---------------------------------------------------------------------------------
 
 DEFAULT_MAX_REPLY_BYTES = 4 * 1024 * 1024
 """gRPC's default limit on a received message: what a client accepts unless it says more."""
 MAX_REPLY_BYTES = 64 * 1024 * 1024
-"""The most a client may declare it accepts (``JobClaim.max_reply_bytes``)."""
+"""The most a client may declare it accepts (a Claim's ``max_reply_bytes``)."""
 REPLY_HEADROOM_BYTES = 16 * 1024
 """Kept free in every reply for what is not a job (framing, tokens)."""
 
@@ -83,6 +86,12 @@ def check_bytes(field: str, value: str, max_bytes: int, *, required: bool = Fals
 def check_chars(field: str, value: str, max_chars: int) -> str:
     if len(value) > max_chars:
         raise InvalidArgument(field, f"{shown(value)} is over the limit of {max_chars} characters")
+    return value
+
+
+def check_range(field: str, value: int, low: int, high: int) -> int:
+    if not low <= value <= high:
+        raise InvalidArgument(field, f"must be {low}-{high}, got {value}")
     return value
 
 

@@ -1,4 +1,4 @@
-"""Defect 0 of issue 10, on real processes: jobs due now, scheduled through nodes that do not
+"""Invariant 4 on real processes: jobs due now, scheduled through nodes that do not
 own their shard, all run. Before the fix about 2 % of them stayed ``scheduled`` for ever: the
 owner had read past their due time before their entry landed, and never read there again.
 """

@@ -307,7 +307,7 @@ async def test_claim_with_the_row_the_caller_read_is_right_even_when_that_row_is
 
 async def test_a_claim_never_applies_before_the_job_is_due(open_store: OpenStore) -> None:
     """Never early, whatever the caller read: a job made ready and then rescheduled an hour
-    later is not claimed with the image read before (issue 10, defect 1)."""
+    later is not claimed with the image read before (it once ran at its old time)."""
     from dataclasses import replace
 
     async with open_store() as store:
@@ -326,7 +326,7 @@ async def test_a_claim_racing_a_cancel_or_reschedule_has_one_winner(
     open_store: OpenStore, rival: str
 ) -> None:
     """Sent at once, many times: exactly one of the two applies and the stored row is the
-    winner's (issue 10, defect 10; a two-client version runs on Cassandra in integration)."""
+    winner's (a two-client version runs on Cassandra in integration)."""
     async with open_store() as store:
         jobs = [make_job(f"race-{rival}-{i}") for i in range(10)]
         await create(store, *jobs)

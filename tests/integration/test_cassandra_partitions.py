@@ -1,4 +1,4 @@
-"""The partition data model on real Cassandra (issue 8): a deposed owner's batches are rejected
+"""The partition data model on real Cassandra: a deposed owner's batches are rejected
 by the epoch it no longer holds, a worker's result still lands by its fence, many jobs' claims
 cost one Paxos round, and a job whose time moves never lives in two places."""
 
@@ -117,7 +117,7 @@ async def test_a_claim_racing_a_cancel_or_reschedule_has_one_winner(
     cassandra_address: str, keyspace: str, other: str
 ) -> None:
     """From two clients at once, many times: exactly one of the two applies, and the stored
-    row is the winner's (issue 10, defect 10)."""
+    row is the winner's."""
     async with stores(cassandra_address, keyspace, 2) as (one, two):
         jobs = [make_job(f"race-{other}-{i}") for i in range(12)]
         await create(one, *jobs)

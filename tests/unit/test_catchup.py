@@ -1,5 +1,5 @@
 """Cron catch-up after an outage or a pause does bounded work and keeps the event loop serving
-(issue 10, defect 5: resuming a per-second schedule paused for a day once computed every missed
+(resuming a per-second schedule paused for a day once computed every missed
 time, 16 s with nothing else served), and plans exactly what listing every due time would."""
 
 from __future__ import annotations

@@ -283,7 +283,7 @@ def test_an_early_start_fails_it(run: RunDir) -> None:
 
 
 def test_a_claim_before_the_time_a_reschedule_set_is_early(run: RunDir) -> None:
-    """Defect 1 of issue 10: rescheduled to later once due, the job ran at once (the claim
+    """Rescheduled to later once due, the job ran at once (the claim
     still carried the old due time)."""
     run.job("pushed", due=1.0)
     run.reschedule("pushed", acked=1.5, due=3600.0)

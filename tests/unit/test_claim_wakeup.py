@@ -1,4 +1,4 @@
-"""Defect 7 of issue 10: after a store outage one node's claims slept through their whole long
+"""After a store outage one node's claims slept through their whole long
 poll while jobs were ready. A claim checked the ready queues, then registered for a change one
 loop turn later; a push in between was lost. These tests push exactly in that gap."""
 

@@ -1,5 +1,5 @@
-"""Defect 6 of issue 10: the skew the design tolerates is stated (``max_skew_s``), a node whose
-clock is off by more is detected and logged, and within the bound nothing is lost."""
+"""Invariant 4 and clock skew: the skew the design tolerates is stated (``max_skew_s``), a node
+whose clock is off by more is detected and logged, and within the bound nothing is lost."""
 
 from __future__ import annotations
 

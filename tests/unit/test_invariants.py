@@ -1,4 +1,4 @@
-"""The invariants of DESIGN.md 1-5 on the embedded store and the fake clock. Each test states
+"""Invariants 1-5 (docs/architecture.md) on the embedded store and the fake clock. Each test states
 the invariant it guards and fails if it breaks."""
 
 from __future__ import annotations
@@ -115,7 +115,7 @@ async def test_every_live_job_has_an_entry_no_later_than_it_needs_attention() ->
 async def test_an_unclaimed_due_job_does_not_hold_its_shard_and_survives_owner_death(
     tmp_path: Path,
 ) -> None:
-    """Invariant 3 without a stall (issue 10, defect 2): a due job nobody claims (a type
+    """Invariant 3 without a stall: a due job nobody claims (a type
     without workers) is not handled, so a new owner finds it again; but it does not pin its
     shard's cursor, which keeps up with the clock like the others."""
     db = tmp_path / "t.db"

@@ -1,5 +1,5 @@
 """Invariant 4 with two nodes: an entry written by a node that does not own the shard, due
-before what the owner has already read, must still be found (issue 10, defect 0).
+before what the owner has already read, must still be found.
 
 Two nodes share one SQLite file. The owner ``a`` owns every shard and re-reads like a node of a
 cluster (it is not the only writer); ``b`` owns none. ``b``'s store is slow: its write lands

@@ -1,7 +1,7 @@
 """Every string and list that reaches the store has a limit (``timeshard.limits``): over it, the
 call is INVALID_ARGUMENT naming the field, and the message shows a prefix and the length, never
 the input. Replies fit in what the client accepts, so no write is applied behind a reply the
-client can not read (issue 10, defect 4). Through the real gRPC server."""
+client can not read. Through the real gRPC server."""
 
 from __future__ import annotations
 

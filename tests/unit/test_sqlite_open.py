@@ -1,5 +1,5 @@
 """Opening the embedded store while other processes open or write the same file: servers started
-together on one new file must all come up (issue 10, defect 3), never exit with ``database is
+together on one new file must all come up, never exit with ``database is
 locked``."""
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 jobs claimed from the frozen node ran again. The worker's heartbeat to a node that neither
 answers nor refuses (frozen, or cut off) waits for the whole rest of the lease
 (``timeout=lease.deadline - sent``), so it never tries another node before the lease is over,
-although any node accepts a heartbeat (DESIGN.md: "a dead node does not make its in-flight jobs
-run again"). E.g. job 22ad4c45...: node a stopped at 00:45:17.761; its handler had finished at
+although any node accepts a heartbeat (docs/architecture.md: a dead node does not make its in-flight
+jobs run again). E.g. job 22ad4c45...: node a stopped at 00:45:17.761; its handler had finished at
 00:45:20.321, the heartbeat hung, "the lease deadline passed (not extended in time)" at
 00:45:20.892, and the job ran a second time at 00:45:21.7 (its effect deduplicated by its key).
 

@@ -258,7 +258,7 @@ async def test_handler_over_its_type_timeout_is_cancelled_and_retried() -> None:
     assert ("fail", ("timed out after 1s", False)) in stub.calls
 
 
-# -- a process paused past its lease (issue 10, defect 8) -------------------------------------
+# -- a process paused past its lease (invariant 6) ---------------------------------------------
 
 
 def pausable_worker(clock: FakeClock, check: str) -> tuple[Worker, asyncio.Event, dict[str, Any]]:

@@ -1,5 +1,5 @@
 """A finished job's result is retried — on its node, then on the other nodes — until it is in or
-the lease is over, and the lease is extended while the result is pending (issue 10, defect 9: a
+the lease is over, and the lease is extended while the result is pending (once, a
 completion refused with "job store unavailable" was dropped and the job ran again after its
 lease). Real servers, the embedded store, the system clock; a store that fails on cue."""
 

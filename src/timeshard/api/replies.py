@@ -100,12 +100,6 @@ def claim_cap(max_reply_bytes: int) -> int:
     return min(fits, MAX_CLAIM_JOBS)
 
 
-def claimed_job(job: pb.Job) -> pb.Job:
-    """The job as a claim hands it out: without its attempt history."""
-    del job.history[:]
-    return job
-
-
 def summary(job: pb.Job) -> pb.Job:
     """The job without payload, history and last error: what a reply to an applied write
     carries when the full jobs would not fit."""

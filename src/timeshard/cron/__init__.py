@@ -1,4 +1,5 @@
-"""Cron schedules: expressions, time zones and daylight saving, as DESIGN.md "Time" states them.
+"""Cron schedules: expressions, time zones and daylight saving, as
+docs/architecture.md ("Time") states them.
 
 Pure computation, no I/O. ``CronSpec`` is a validated schedule; ``next_fire_times``,
 ``next_fire`` and ``preview`` compute when it fires, in epoch milliseconds UTC.

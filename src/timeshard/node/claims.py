@@ -9,8 +9,9 @@ import asyncio
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from timeshard.clock import Clock, SystemClock
+from timeshard.clock import Clock, SystemClock, sleep_or_wake
 from timeshard.errors import InvalidArgument, NotOwner
+from timeshard.limits import MAX_CLAIM_JOBS, check_range
 from timeshard.model import BucketEntry, Job, JobState, validate_job_type
 from timeshard.node.dispatcher import ShardDispatcher
 from timeshard.node.ready import ReadyItem, ReadyQueues
@@ -18,7 +19,6 @@ from timeshard.node.retry import RetryPolicy
 from timeshard.observe.events import NodeMetrics
 from timeshard.store.base import JobClaim, Store, entry_for
 
-MAX_CLAIM = 1000
 CLAIM_LINGER_MS = 2
 """A claim that found fewer jobs than it may take waits this long at most for jobs coming due
 meanwhile (see ``Claims._linger``)."""
@@ -46,11 +46,6 @@ class TypePolicy:
 class Claimed:
     job: Job
     lease_ms: int
-
-
-def _set_done(fut: asyncio.Future[None]) -> None:
-    if not fut.done():
-        fut.set_result(None)
 
 
 class Claims:
@@ -91,8 +86,7 @@ class Claims:
             raise InvalidArgument("types", "name at least one job type to claim")
         for t in types:
             validate_job_type(t)
-        if not 1 <= limit <= MAX_CLAIM:
-            raise InvalidArgument("max_jobs", f"must be 1-{MAX_CLAIM}, got {limit}")
+        check_range("max_jobs", limit, 1, MAX_CLAIM_JOBS)
         lease = self._lease_ms(lease_s)
         deadline = self._clock.monotonic() + max(0.0, min(wait_s, 60.0))
         while True:
@@ -174,19 +168,7 @@ class Claims:
 
     async def _wait_change(self, changed: asyncio.Future[None], timeout: float) -> None:
         """Wait for ``changed`` (a ready-queue waiter) or ``timeout`` seconds."""
-        if type(self._clock) is SystemClock:  # a timer on the loop, not a task per wait
-            timer = asyncio.get_running_loop().call_later(timeout, _set_done, changed)
-            try:
-                await changed
-            finally:
-                timer.cancel()
-            return
-        sleeper = asyncio.ensure_future(self._clock.sleep(timeout))
-        try:
-            await asyncio.wait({changed, sleeper}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            changed.cancel()
-            sleeper.cancel()
+        await sleep_or_wake(self._clock, timeout, changed)
 
     async def _claim_items(self, items: list[ReadyItem], worker: str, lease: int) -> list[Claimed]:
         now = self._clock.now_ms()

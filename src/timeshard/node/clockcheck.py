@@ -1,4 +1,5 @@
-"""Clock skew between this node and the store (issue 10, defect 6).
+"""Clock skew between this node and the store: invariant 4 holds only while node clocks are
+within ``max_skew_s`` of each other, so each node measures its own offset and says so loudly.
 
 Nodes compare wall clocks in two places: a late write is found only if its writer's clock is
 within ``DispatchConfig.max_skew_s`` of the owner's (the re-read window covers that much), and

@@ -25,6 +25,7 @@ from timeshard.errors import (
     StoreUnavailable,
     TimeshardError,
 )
+from timeshard.limits import MAX_PAGE_SIZE, check_range
 from timeshard.model import (
     BucketEntry,
     Job,
@@ -174,7 +175,8 @@ class Node:
             delay = min(delay * 2, 5.0)
 
     async def _watch_clock(self, every_s: float = 60.0) -> None:
-        """Measure this node's clock against the store's, now and every minute (defect 6)."""
+        """Measure this node's clock against the store's, now and every minute (invariant 4 assumes
+        bounded skew)."""
         while True:
             reading = await clockcheck.check(
                 self.store, self.clock, self.config.dispatch.max_skew_s, self.node_id
@@ -414,8 +416,7 @@ class Node:
     async def list_jobs(
         self, *, state: JobState | None, job_type: str | None, limit: int, page_token: str
     ) -> JobPage:
-        if not 0 <= limit <= 1000:
-            raise InvalidArgument("page_size", f"must be 0-1000, got {limit}")
+        check_range("page_size", limit, 0, MAX_PAGE_SIZE)
         return await self.store.list_jobs(
             state=state, job_type=job_type, limit=limit or 100, page_token=page_token
         )

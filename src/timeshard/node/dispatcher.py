@@ -19,7 +19,7 @@ import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from timeshard.clock import Clock, SystemClock
+from timeshard.clock import Clock, sleep_or_wake, wake
 from timeshard.errors import NotOwner, TimeshardError
 from timeshard.model import SCHEDULE_ENTRY_PREFIX, BucketEntry, Job, JobState
 from timeshard.node.ready import ReadyItem, ReadyQueues
@@ -80,26 +80,6 @@ class DispatchConfig:
             )
 
 
-async def sleep_or_wake(clock: Clock, delay: float, wake: asyncio.Event) -> None:
-    """Sleep ``delay`` seconds on ``clock``, or less if ``wake`` is set. On the system clock it
-    is one timer on the loop: trickling jobs wake a dispatcher once each, and two tasks and a
-    wait per step were most of its cost."""
-    if type(clock) is SystemClock:
-        timer = asyncio.get_running_loop().call_later(delay, wake.set)
-        try:
-            await wake.wait()
-        finally:
-            timer.cancel()
-        return
-    sleeper = asyncio.ensure_future(clock.sleep(delay))
-    waker = asyncio.ensure_future(wake.wait())
-    try:
-        await asyncio.wait({sleeper, waker}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        sleeper.cancel()
-        waker.cancel()
-
-
 class ShardDispatcher:
     def __init__(
         self,
@@ -132,7 +112,7 @@ class ShardDispatcher:
         self._pending: dict[int, set[BucketEntry]] = {}
         self._heap: list[BucketEntry] = []
         self._later: list[tuple[int, BucketEntry]] = []  # (when, entry): delayed rechecks
-        self._wake = asyncio.Event()
+        self._waker: asyncio.Future[None] | None = None  # set while the loop waits
         self._task: asyncio.Task[None] | None = None
         self.deposed = False
 
@@ -183,7 +163,7 @@ class ShardDispatcher:
             if e.due_at < self._horizon and e.minute >= self.cursor:
                 added |= self._add(e)
         if added:
-            self._wake.set()
+            self._wake_up()
 
     def deposed_by_store(self) -> None:
         """A write of ours was rejected by a newer epoch: stop, as if the cursor write was."""
@@ -204,7 +184,7 @@ class ShardDispatcher:
         for e in entries:
             if e in self._known:
                 heapq.heappush(self._heap, e)
-        self._wake.set()
+        self._wake_up()
 
     # -- the loop -------------------------------------------------------------------------
 
@@ -256,8 +236,17 @@ class ShardDispatcher:
         if delay <= 0:
             await asyncio.sleep(0)
             return
-        self._wake.clear()
-        await sleep_or_wake(self._clock, delay, self._wake)
+        self._waker = asyncio.get_running_loop().create_future()
+        try:
+            await sleep_or_wake(self._clock, delay, self._waker)
+        finally:
+            self._waker = None
+
+    def _wake_up(self) -> None:
+        """Cut the loop's wait short (a wake-up while it is not waiting is not needed: it
+        looks at its heap before it waits again)."""
+        if self._waker is not None:
+            wake(self._waker)
 
     # -- reading buckets ------------------------------------------------------------------
 
@@ -329,8 +318,8 @@ class ShardDispatcher:
         """Due jobs still waiting in a ready queue (no worker for their type, or its
         concurrency limit reached) must not hold the cursor back: once their minute could be
         passed, their entries are written again, due now, in the current minute, and the old
-        ones handled. The job stays ready; a new owner finds the new entry (issue 10,
-        defect 2). One entry write per waiting job per minute."""
+        ones handled. The job stays ready; a new owner finds the new entry (a waiting job once
+        pinned the cursor for good). One entry write per waiting job per minute."""
         settle = round(self._cfg.settle_s * 1000)
         cursor_end = minute_start(self.cursor) + MINUTE_MS
         if cursor_end + settle > self._refreshed_at or cursor_end > self._horizon:

@@ -169,7 +169,3 @@ class ReadyQueues:
         for fut in waiters:
             if not fut.done():
                 fut.set_result(None)
-
-    async def wait_changed(self) -> None:
-        """Wait until something changes (callers re-check what they need)."""
-        await self.waiter()

@@ -26,7 +26,8 @@ from timeshard.cron import (
     next_fire,
     preview,
 )
-from timeshard.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
+from timeshard.errors import AlreadyExists, FailedPrecondition, NotFound
+from timeshard.limits import MAX_PAGE_SIZE, MAX_PREVIEW_COUNT, check_range
 from timeshard.model import (
     BucketEntry,
     Job,
@@ -278,8 +279,7 @@ class ScheduleOps:
         return s
 
     async def list_schedules(self, limit: int, token: str) -> tuple[list[Schedule], str]:
-        if not 0 <= limit <= 1000:
-            raise InvalidArgument("page_size", f"must be 0-1000, got {limit}")
+        check_range("page_size", limit, 0, MAX_PAGE_SIZE)
         return await self._store.list_schedules(limit=limit or 100, page_token=token)
 
     async def _change(
@@ -332,8 +332,7 @@ class ScheduleOps:
 
     @staticmethod
     def preview(spec: CronSpec, after_ms: int, count: int) -> list[PreviewEntry]:
-        if not 1 <= count <= 1000:
-            raise InvalidArgument("count", f"must be 1-1000, got {count}")
+        check_range("count", count, 1, MAX_PREVIEW_COUNT)
         return preview(spec, after_ms, count)
 
 

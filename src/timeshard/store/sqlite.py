@@ -505,7 +505,7 @@ class SqliteStore(Store):
     async def purge_job(self, job_id: str, fence: int) -> WriteResult:
         def run(db: sqlite3.Connection) -> WriteResult:
             found = _select(db, job_id)
-            if found is None or found.state is not JobState.DEAD or found.fence != fence:
+            if found is None or not T.purge(fence).condition(found):
                 return WriteResult(applied=False, job=found)
             db.execute(Q["delete_job"], (job_id,))
             return WriteResult(applied=True, job=found)

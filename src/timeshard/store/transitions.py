@@ -138,3 +138,9 @@ def replay(fence: int, run_at: int, now: int) -> Transition:
         lambda j: j.run_at,
         now,
     )
+
+
+def purge(fence: int) -> Transition:
+    """Only a dead job, at the fence its caller saw, is purged; the store deletes its row (and
+    nothing else: its key and index keep the time to live they got when it died)."""
+    return Transition(lambda j: j.state is JobState.DEAD and j.fence == fence, lambda j: j)

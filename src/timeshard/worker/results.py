@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 import grpc
 
+from timeshard.batching import GroupCommit
 from timeshard.clock import Clock
 from timeshard.v1 import timeshard_pb2 as pb
 from timeshard.wire import translate
@@ -41,47 +42,52 @@ class LeaseOver(Exception):
     """The lease ended before the result could be sent; it was not sent."""
 
 
-class _Batcher:
-    """Sends the results for one node in batches."""
+RESULTS_PER_CALL = 500
+"""Results of one Finish call at most (the API takes ``limits.MAX_BATCH``)."""
 
-    RESULTS_PER_CALL = 500
+_Pending = tuple[pb.FinishItem, Lease, "asyncio.Future[pb.FinishResult]"]
 
-    def __init__(self, stub: WorkerStub) -> None:
-        self.stub = stub
-        self._pending: list[tuple[pb.FinishItem, Lease, asyncio.Future[pb.FinishResult]]] = []
-        self._task: asyncio.Task[None] | None = None
 
-    async def send(self, item: pb.FinishItem, lease: Lease) -> pb.FinishResult:
+def _fail(pending: _Pending, exc: BaseException) -> None:
+    if not pending[2].done():
+        pending[2].set_exception(exc)
+
+
+class _Sender:
+    """Sends the results for each node in batches: one Finish call in flight per node, the
+    results that come meanwhile in the next one (``GroupCommit``)."""
+
+    def __init__(self) -> None:
+        self._stubs: dict[int, WorkerStub] = {}
+        self._groups: GroupCommit[int, _Pending] = GroupCommit(
+            self._finish, max_items=RESULTS_PER_CALL, fail=_fail, name="finish"
+        )
+
+    async def send(self, stub: WorkerStub, item: pb.FinishItem, lease: Lease) -> pb.FinishResult:
         """The node's answer for ``item``; ``grpc.RpcError`` if the call failed, ``LeaseOver``
         if the lease ended while the item waited for its batch."""
         fut: asyncio.Future[pb.FinishResult] = asyncio.get_running_loop().create_future()
-        self._pending.append((item, lease, fut))
-        if self._task is None or self._task.done():
-            self._task = asyncio.create_task(self._flush(), name="finish-batcher")
+        self._stubs[id(stub)] = stub
+        self._groups.submit(id(stub), (item, lease, fut))
         return await fut
 
-    async def _flush(self) -> None:
-        while self._pending:
-            await asyncio.sleep(0)  # let the results of this loop turn join the batch
-            batch = self._pending[: self.RESULTS_PER_CALL]
-            del self._pending[: self.RESULTS_PER_CALL]
-            for _, lease, fut in batch:  # checked as it leaves, not only as it was queued
-                if not lease.held() and not fut.done():
-                    fut.set_exception(LeaseOver(lease.why()))
-            batch = [entry for entry in batch if not entry[2].done()]
-            if not batch:
-                continue
-            request = pb.FinishRequest(items=[item for item, _, _ in batch])
-            try:
-                response = await self.stub.Finish(request, timeout=CALL_TIMEOUT_S)
-            except grpc.RpcError as exc:
-                for _, _, fut in batch:
-                    if not fut.done():
-                        fut.set_exception(exc)
-                continue
-            for (_, _, fut), result in zip(batch, response.results, strict=True):
-                if not fut.done():
-                    fut.set_result(result)
+    async def _finish(self, key: int, batch: list[_Pending]) -> None:
+        for _, lease, fut in batch:  # checked as it leaves, not only as it was queued
+            if not lease.held() and not fut.done():
+                fut.set_exception(LeaseOver(lease.why()))
+        batch = [entry for entry in batch if not entry[2].done()]
+        if not batch:
+            return
+        request = pb.FinishRequest(items=[item for item, _, _ in batch])
+        try:
+            response = await self._stubs[key].Finish(request, timeout=CALL_TIMEOUT_S)
+        except grpc.RpcError as exc:
+            for pending in batch:
+                _fail(pending, exc)
+            return
+        for (_, _, fut), result in zip(batch, response.results, strict=True):
+            if not fut.done():
+                fut.set_result(result)
 
 
 class Results:
@@ -90,17 +96,11 @@ class Results:
     def __init__(self, clock: Clock, nodes: Callable[[], Sequence[WorkerStub]]) -> None:
         self._clock = clock
         self._nodes = nodes
-        self._batchers: dict[int, _Batcher] = {}  # by id(stub); each holds its stub
+        self._sender = _Sender()
 
     def targets(self, origin: WorkerStub) -> list[WorkerStub]:
         """Where a job's result or heartbeat goes: its own node first, then the others."""
         return [origin, *(s for s in self._nodes() if s is not origin)]
-
-    def _batcher(self, stub: WorkerStub) -> _Batcher:
-        found = self._batchers.get(id(stub))
-        if found is None:
-            found = self._batchers[id(stub)] = _Batcher(stub)
-        return found
 
     async def deliver(
         self, item: pb.FinishItem, origin: WorkerStub, lease: Lease
@@ -113,7 +113,7 @@ class Results:
             stub = targets[attempt % len(targets)]
             attempt += 1
             try:
-                result = await self._batcher(stub).send(item, lease)
+                result = await self._sender.send(stub, item, lease)
             except LeaseOver:
                 break
             except grpc.RpcError as exc:

@@ -7,8 +7,8 @@ How the contract maps onto Cassandra:
   the columns its new values were computed from, such as attempt and history). When the write
   does not apply, Cassandra returns the row's current image; if the condition still holds there
   (someone extended a lease meanwhile), the write is tried again on that image, otherwise the
-  outcome is "not applied" with that row. So the condition is decided by Paxos, never by a read.
-- A conditional write that times out has an unknown outcome; a SERIAL read settles it (it
+  result is "not applied" with that row. So the condition is decided by Paxos, never by a read.
+- A conditional write that times out has an unknown result; a SERIAL read settles it (it
   finishes or discards any Paxos round in flight) before the store answers.
 - Bucket entries are written *before* the job write they belong to: a crash in between leaves
   an entry whose job does not need attention then (harmless, the dispatcher compares every
@@ -18,9 +18,17 @@ How the contract maps onto Cassandra:
   Only ``open`` and ``close`` (connecting, migrating, preparing) run in an executor thread.
 - Driver errors become ``StoreUnavailable`` (``raise ... from``).
 
-Modules: ``store`` (``CassandraStore``, the contract's operations), ``driver`` (cluster,
-session, execution profiles, async paging, error translation), ``schema`` (replication, named
-queries, versioned migrations), ``rows`` (row <-> model codecs, bucket TTL).
+Modules, top to bottom:
+
+- ``store``: ``CassandraStore``, the contract's operations (shards, cursors, schedules, keys);
+- ``jobrows``: ``JobRows``, every write to a job row, batched per partition and fenced by the
+  owner's epoch, and the reads of job rows;
+- ``creates``: ``Creator``, making jobs in their partitions (through the ``Rows`` seam);
+- - (the group commit of one partition's writes is ``timeshard.batching.GroupCommit``);
+- ``parts``: what those share (partition keys, chunking, bounded gathering, ``CAS_ROUNDS``);
+- ``rows``: row <-> model codecs, bucket time to live;
+- ``schema``: replication, named queries, versioned migrations;
+- ``driver``: cluster, session, execution profiles, async paging, error translation.
 """
 
 from __future__ import annotations

@@ -288,7 +288,7 @@ class Connection:
             auth_provider=auth,
             connect_timeout=10,
             # A restarted node is used again within ~2 s (the default waits up to 10 min; 10 s
-            # left a node "unavailable" for 16 s after Cassandra was back, issue 10 defect 7).
+            # left a node "unavailable" for 16 s after Cassandra was back, seen in a soak).
             reconnection_policy=ExponentialReconnectionPolicy(base_delay=0.2, max_delay=2.0),
         )
         session = self._cluster.connect()

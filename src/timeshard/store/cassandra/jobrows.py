@@ -2,7 +2,7 @@
 
 A job's row lives in partition ``(shard, minute)``, the minute of its ``run_at`` when it was
 created (its *home*); it never moves. A bucket entry names the home, and ``job_index`` maps an
-id to it. Every transition of the lease protocol goes through ``PartitionBatcher``: the
+id to it. Every transition of the lease protocol goes through ``GroupCommit``: the
 transitions waiting for one partition become one unlogged batch with a condition per row (one
 Paxos round), preceded, when this store owns the shard, by ``raise_epoch`` (the static epoch of
 the partition, ``IF epoch <= ours``): once a new owner has written or read a partition, a
@@ -21,13 +21,13 @@ from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from timeshard.batching import GroupCommit
 from timeshard.clock import Clock
 from timeshard.errors import NotOwner, StoreUnavailable
 from timeshard.model import BucketEntry, Job, WriteResult
 from timeshard.sharding import shard_of
 from timeshard.store import transitions as T
 from timeshard.store.base import CreateResult, Retention, entry_for
-from timeshard.store.cassandra.batcher import PartitionBatcher
 from timeshard.store.cassandra.creates import Creator
 from timeshard.store.cassandra.driver import Ambiguous, Connection
 from timeshard.store.cassandra.parts import (
@@ -98,7 +98,7 @@ class JobRows:
         self._images = Lru()  # job id -> Found, for jobs this store wrote last
         self._expired = Lru()
         self._creator = Creator(conn, clock, num_shards, self)
-        self._batcher: PartitionBatcher[Key, _Op] = PartitionBatcher(
+        self._batcher: GroupCommit[Key, _Op] = GroupCommit(
             self._run, max_items=ROWS_PER_BATCH, fail=_fail, name="jobrows"
         )
 
@@ -440,9 +440,6 @@ class JobRows:
                 writes.append(("expire_key", key_params))
         await self.plain_writes(writes)
 
-    def forget_shard(self, shard: int) -> None:
-        self.epochs.pop(shard, None)
-
     def took_shard(self, shard: int, epoch: int) -> None:
         self.epochs[shard] = epoch
 
@@ -453,7 +450,6 @@ class JobRows:
         return [to_job(r) for r in rows if r.get("state") is not None], nxt
 
 
-_WAS = ("was_state", "was_fence", "was_run_at", "was_lease_until")
 _STATE_COLUMNS = (
     "state",
     "run_at",

@@ -4,11 +4,9 @@ are one lightweight transaction each (see the package docstring for how the cont
 
 from __future__ import annotations
 
-import asyncio
 import base64
 from collections.abc import Collection, Sequence
 from dataclasses import replace
-from typing import Any
 
 from timeshard.clock import Clock, SystemClock
 from timeshard.errors import InvalidArgument, StoreUnavailable
@@ -19,6 +17,7 @@ from timeshard.store.base import CreateResult, JobClaim, JobPage, Retention, Ret
 from timeshard.store.cassandra.driver import Ambiguous, ClusterConfig, Connection, parse_url
 from timeshard.store.cassandra.jobrows import JobRows
 from timeshard.store.cassandra.parts import CAS_ROUNDS
+from timeshard.store.cassandra.parts import gather as _gather
 from timeshard.store.cassandra.rows import to_shard_state
 from timeshard.store.codec import schedule_columns, to_schedule
 
@@ -206,8 +205,7 @@ class CassandraStore(Store):
         return await self._jobs.apply(job_id, T.replay(fence, run_at, now))
 
     async def purge_job(self, job_id: str, fence: int) -> WriteResult:
-        purge = T.Transition(lambda j: j.state is JobState.DEAD and j.fence == fence, lambda j: j)
-        return await self._jobs.apply(job_id, purge, delete=True)
+        return await self._jobs.apply(job_id, T.purge(fence), delete=True)
 
     # -- schedules ------------------------------------------------------------------------
 
@@ -342,13 +340,3 @@ class CassandraStore(Store):
                 continue  # still ours and not written: write again
             return bool(row["[applied]"])
         raise StoreUnavailable(f"shard {shard}: cursor write kept timing out")
-
-
-async def _gather(aws: Any) -> list[Any]:
-    """Run concurrently and wait for all; then raise the first error, if any (so no write of
-    this call is still in flight when it fails)."""
-    results = await asyncio.gather(*aws, return_exceptions=True)
-    for r in results:
-        if isinstance(r, BaseException):
-            raise r
-    return list(results)

@@ -1,5 +1,5 @@
 """The chaos suite: a cluster of real processes on this machine under a seeded plan of faults,
-a workload of delayed and cron jobs, and a checker of every guarantee of DESIGN.md.
+a workload of delayed and cron jobs, and a checker of every guarantee in docs/architecture.md.
 
 - ``plan``: the seeded fault plan;
 - ``worker``: the handlers the worker processes run, writing a ledger outside the system;

@@ -1,6 +1,6 @@
 """The checker of a chaos run: reads what the run wrote down (``ledger.py``) and the store as
-the API showed it after the drain, and counts every way the guarantees of DESIGN.md could have
-been broken.
+the API showed it after the drain, and counts every way the guarantees of docs/architecture.md
+could have been broken.
 
 Must be zero (``MUST_BE_ZERO``):
 

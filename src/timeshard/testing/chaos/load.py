@@ -279,7 +279,8 @@ class Workload:
             t = self._pick(lambda p: p.run_at > now + 1500)
             if t is not None:
                 self._send_reschedule(t.job, min(latest, now + int(rng.uniform(1000, 20_000))))
-        # Due about now: pushed later as a claim may be taking it (never early, defect 1).
+        # Due about now: pushed later as a claim may be taking it (never early: a claim once
+        # carried the old due time of a rescheduled job).
         for _ in range(poisson(rng, rate * 0.02)):
             t = self._pick(lambda p: abs(p.run_at - now) <= 400)
             if t is not None:

@@ -1,6 +1,8 @@
-"""Group commit per partition: while one batch for a partition is in flight, the writes that
-arrive for it wait and go out together in the next one. No timer: a lone write goes at once;
-under load, each partition has one batch in flight and the next one filling."""
+"""Group commit per key (a store partition; a node the worker sends results to): while one
+batch for a key is in flight, the items that arrive for it wait and go out together in the next
+one (at most ``max_items`` each). No timer: a lone item goes at once; under load, each key has
+one batch in flight and the next one filling. Used by the Cassandra store and the worker SDK
+alike, so it stands in the kernel and imports nothing of timeshard."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ K = TypeVar("K", bound=Hashable)
 T = TypeVar("T")
 
 
-class PartitionBatcher(Generic[K, T]):
+class GroupCommit(Generic[K, T]):
     """``submit(key, item)`` queues ``item`` for partition ``key``; ``run(key, items)`` writes
     a batch and must settle every item (each item carries its own future)."""
 
