@@ -112,9 +112,8 @@ class Injector:
             }
         )
         self.done.append(str(fault.kind))
-        self.progress(
-            f"fault {fault.kind} {name} (pid {pid}) over after {end_mono - start[0]:.1f} s"
-        )
+        who = f"pid {pid}" if pid is not None else f"pids {extra.get('pids')}"
+        self.progress(f"fault {fault.kind} {name} ({who}) over after {end_mono - start[0]:.1f} s")
 
     def _carry_out(self, fault: Fault) -> None:
         name = self._name(fault)
