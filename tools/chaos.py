@@ -2,15 +2,27 @@
 of every guarantee (timeshard.testing.chaos).
 
     python tools/chaos.py [--duration SECONDS] [--rate JOBS_PER_S] [--seed N] [--json]
-                          [--cassandra-nodes 1|3]
+                          [--cassandra-nodes 1|3] [--faults KIND,...]
 
 Starts a Cassandra (three nodes on 127.0.0.11-13 with --cassandra-nodes 3, replication factor
 3, QUORUM/SERIAL; one node on 127.0.0.11 with 1), a 3-server ZooKeeper ensemble, 3 scheduler
 nodes and 4 worker processes; schedules delayed and cron jobs while it kills, pauses and
-restarts workers, nodes, a ZooKeeper server and a Cassandra node; drains; checks. Reuse running
-services with --cassandra HOST:PORT[,...] / --zookeeper HOST:PORT[,...] (or TIMESHARD_CASSANDRA
-and TIMESHARD_ZOOKEEPER when no --cassandra-nodes is given): their servers are then left alone
-(no ZooKeeper restarts, no Cassandra kills).
+restarts workers, nodes, a ZooKeeper server and a Cassandra node, and takes the whole store
+away; drains; checks. The fault kinds:
+
+    worker_kill     kill -9 a worker, start it again
+    worker_stop     SIGSTOP a worker past its lease, then SIGCONT
+    node_kill       kill -9 a scheduler node, start it again
+    node_stop       SIGSTOP a scheduler node past its ZooKeeper session, then SIGCONT
+    zk_restart      kill -9 one ZooKeeper server of three, start it again
+    cassandra_kill  kill -9 one Cassandra node of three, start it again (--cassandra-nodes 3)
+    store_outage    kill -9 every Cassandra node (with --cassandra-nodes 1 the only one), hold
+                    them down 10-20 s, start them again; over when the store answers
+
+The seeded plan draws from every kind the run can inject; --faults narrows it to a few. Reuse
+running services with --cassandra HOST:PORT[,...] / --zookeeper HOST:PORT[,...] (or
+TIMESHARD_CASSANDRA and TIMESHARD_ZOOKEEPER when no --cassandra-nodes is given): their servers
+are then left alone (no ZooKeeper restarts, no Cassandra kills, no store outages).
 
 Progress goes to stderr; the report to stdout, and with --json its last line is one JSON object.
 The exit status is 1 when a must-be-zero count is not zero (lost, overlapping, double_effects,
@@ -31,7 +43,15 @@ from contextlib import ExitStack
 from pathlib import Path
 
 from timeshard.stack import CassandraCluster
-from timeshard.testing.chaos.run import ChaosConfig, ChaosRun, Services, say
+from timeshard.testing.chaos.plan import FaultKind
+from timeshard.testing.chaos.run import (
+    ChaosConfig,
+    ChaosRun,
+    Services,
+    chosen_kinds,
+    injectable_kinds,
+    say,
+)
 from timeshard.testing.services import zookeeper_ensemble
 
 
@@ -52,8 +72,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lease", type=float, default=4.0, help="worker lease seconds")
     parser.add_argument("--drain", type=float, default=300.0, help="most seconds to drain")
     parser.add_argument("--no-faults", action="store_true", help="the load alone")
+    parser.add_argument(
+        "--faults",
+        type=_kinds,
+        default=(),
+        metavar="KIND,...",
+        help=f"only these fault kinds ({', '.join(FaultKind)}; default: all the run can inject)",
+    )
     parser.add_argument("--dir", type=Path, help="run directory (default: a new one in /tmp)")
     args = parser.parse_args(argv)
+    try:  # before any service starts: the kinds asked for must be ones this run can inject
+        chosen_kinds(_injectable(args), args.faults)
+    except ValueError as exc:
+        parser.error(str(exc))
 
     run_dir = args.dir or Path(tempfile.mkdtemp(prefix=f"timeshard-chaos-{args.seed}-"))
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -66,6 +97,7 @@ def main(argv: list[str] | None = None) -> int:
         session_s=args.session_timeout,
         drain_s=args.drain,
         faults=not args.no_faults,
+        fault_kinds=args.faults,
     )
     started = time.monotonic()
     with ExitStack() as stack:
@@ -80,8 +112,33 @@ def main(argv: list[str] | None = None) -> int:
     return 0 if report.ok else 1
 
 
+def _kinds(text: str) -> tuple[FaultKind, ...]:
+    try:
+        return tuple(FaultKind(k.strip()) for k in text.split(",") if k.strip())
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{exc}; the kinds: {', '.join(FaultKind)}") from exc
+
+
+def _reused_zookeeper(args: argparse.Namespace) -> str | None:
+    return args.zookeeper or os.environ.get("TIMESHARD_ZOOKEEPER")
+
+
+def _reused_cassandra(args: argparse.Namespace) -> str | None:
+    return args.cassandra or (
+        os.environ.get("TIMESHARD_CASSANDRA") if args.cassandra_nodes is None else None
+    )
+
+
+def _injectable(args: argparse.Namespace) -> tuple[FaultKind, ...]:
+    """The kinds the services these arguments start (or reuse) will let the run inject."""
+    return injectable_kinds(
+        zookeepers=0 if _reused_zookeeper(args) else 3,
+        cassandras=0 if _reused_cassandra(args) else args.cassandra_nodes or 3,
+    )
+
+
 def _zookeeper(args: argparse.Namespace, run_dir: Path, stack: ExitStack, s: Services) -> None:
-    given = args.zookeeper or os.environ.get("TIMESHARD_ZOOKEEPER")
+    given = _reused_zookeeper(args)
     if given:
         say(f"using ZooKeeper {given} (no ZooKeeper restarts)")
         s.zookeeper = given
@@ -92,11 +149,9 @@ def _zookeeper(args: argparse.Namespace, run_dir: Path, stack: ExitStack, s: Ser
 
 
 def _cassandra(args: argparse.Namespace, run_dir: Path, stack: ExitStack, s: Services) -> None:
-    given = args.cassandra or (
-        os.environ.get("TIMESHARD_CASSANDRA") if args.cassandra_nodes is None else None
-    )
+    given = _reused_cassandra(args)
     if given:
-        say(f"using Cassandra {given} (no Cassandra kills)")
+        say(f"using Cassandra {given} (no Cassandra kills, no store outages)")
         s.cassandra = given
         return
     nodes = args.cassandra_nodes or 3

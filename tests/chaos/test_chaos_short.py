@@ -3,9 +3,10 @@ workers while workers and nodes are killed and paused and a ZooKeeper server res
 drain and the checker (``timeshard.testing.chaos``). Every must-be-zero count must be zero.
 
 The store is the single Cassandra node of the session (``TIMESHARD_CASSANDRA`` or started by
-the fixture), so no Cassandra node is killed here: that fault needs three (``tools/chaos.py
---cassandra-nodes 3``). The drain may take minutes on a busy machine; only what is not terminal
-when it ends counts as lost.
+the fixture), shared with other tests, so no Cassandra node is killed and the store is never
+taken away here: those faults need a Cassandra of the run's own (``tools/chaos.py
+--cassandra-nodes 3`` for a node kill, ``--cassandra-nodes 1`` or 3 for a store outage). The
+drain may take minutes on a busy machine; only what is not terminal when it ends counts as lost.
 """
 
 from __future__ import annotations

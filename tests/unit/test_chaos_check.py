@@ -379,3 +379,35 @@ def test_a_job_no_reply_acknowledged_left_scheduled_is_shown_not_lost(run: RunDi
     run.store_job("stray", "scheduled")
     got = result(run)
     assert got["unacknowledged_not_terminal"] == 1 and got["lost"] == 0 and got["ok"]
+
+
+def test_reruns_across_a_store_outage_are_put_down_to_it(run: RunDir) -> None:
+    """Every Cassandra node down at once (no pid: several processes): a lease that could not be
+    renewed and a result that could not be delivered while the store was away are explained by
+    the outage, as a one-node kill would explain them, and so is a lease lost in the burst of
+    jobs released when the store is back (for as long as it was away); nothing is counted as a
+    process kill."""
+    run.fault("store_outage", pid=None, start=20.0, end=50.0)
+    run.job("unrenewed", due=19.0)
+    run.run(
+        "unrenewed", start=19.01, end=24.0, pid=118, outcome="lost", sdk=("lost",), effect=False
+    )
+    run.run("unrenewed", fence=2, start=52.0, end=52.1, pid=119, worker="w1")
+    run.job("undelivered", due=19.0)
+    run.run("undelivered", start=19.01, end=21.0, pid=118, sdk=("unreported",))
+    run.run("undelivered", fence=2, start=53.0, end=53.1, pid=119, worker="w1")
+    # The store answered at 50.0 after 30 s away: the jobs due meanwhile are released at once.
+    run.job("burst", due=45.0)
+    run.run("burst", start=55.0, end=59.0, pid=119, worker="w1", outcome="lost", sdk=("lost",))
+    run.run("burst", fence=2, start=62.0, end=62.1, pid=118)
+    run.job("later", due=85.0)  # a re-run once the catch-up is over names no fault
+    run.run("later", start=85.01, end=85.2, pid=119, worker="w1", sdk=("unreported",))
+    run.run("later", fence=2, start=91.0, end=91.1, pid=118)
+    got = result(run)
+    assert got["ok"] and got["unexplained_reruns"] == 0, got["text"]
+    causes = got["rerun_causes"]
+    assert causes["its lease was lost (during store_outage)"] == 1, causes
+    assert causes["its result could not be delivered (during store_outage)"] == 1, causes
+    assert causes["its lease was lost (in the catch-up after store_outage)"] == 1, causes
+    assert causes["its result could not be delivered (no node or service fault)"] == 1, causes
+    assert got["faults"] == {"worker_kill": 1, "worker_stop": 1, "store_outage": 1}

@@ -22,7 +22,8 @@ Must be zero (``MUST_BE_ZERO``):
 
 Also counted and explained, but expected under faults: sequential re-runs (a job run again
 after a run whose result did not land: its worker killed or paused, its lease lost, its result
-not delivered), planned retries, effects a re-run found applied already.
+not delivered; with the node or service fault under way between the two runs, or the store
+outage whose catch-up they fell in), planned retries, effects a re-run found applied already.
 
     python -m timeshard.testing.chaos.check RUN_DIR [--json]
 """
@@ -50,6 +51,8 @@ __all__ = ["MUST_BE_ZERO", "Finding", "Report", "check", "check_dir", "main"]
 TERMINAL = frozenset({"succeeded", "dead", "cancelled"})
 STEP_OUTCOMES = frozenset({"ok", "retry", "permanent", "error"})
 """End outcomes that are the handler's own doing (a step), not the SDK stopping it."""
+CATCH_UP_KINDS = frozenset({"store_outage"})
+"""Faults after which a backlog of due jobs is released at once (``_Times.catching_up``)."""
 
 
 @dataclass(kw_only=True)
@@ -120,6 +123,19 @@ class _Times:
             if not f.kind.startswith("worker")
             and f.start_mono <= end
             and (f.end_mono if f.end_mono is not None else math.inf) >= start
+        ]
+
+    def catching_up(self, start: float, end: float) -> list[Fault]:
+        """Store outages whose catch-up overlaps ``[start, end]``: once the store answers, the
+        jobs that fell due while it was away are released together, and on a busy machine
+        leases run out in that burst. The catch-up is taken to last as long as the outage."""
+        return [
+            f
+            for f in self.faults
+            if f.kind in CATCH_UP_KINDS
+            and f.end_mono is not None
+            and f.end_mono <= end
+            and f.end_mono + (f.end_mono - f.start_mono) >= start
         ]
 
 
@@ -398,7 +414,13 @@ def _rerun_cause(prev: RunRecord, nxt: RunRecord, times: _Times) -> str:
     if times.paused(prev, nxt.wall) and "succeeded" not in kinds:
         return "its worker was paused (SIGSTOP) past its lease"
     context = sorted({f"{f.kind}" for f in times.around(prev.mono, nxt.mono)})
-    during = f" (during {', '.join(context)})" if context else " (no node or service fault)"
+    after = sorted({f"{f.kind}" for f in times.catching_up(prev.mono, nxt.mono)})
+    if context:
+        during = f" (during {', '.join(context)})"
+    elif after:
+        during = f" (in the catch-up after {', '.join(after)})"
+    else:
+        during = " (no node or service fault)"
     if prev.outcome in ("lost", "cancelled") or "lost" in kinds:
         return "its lease was lost" + during
     if "unreported" in kinds:

@@ -1,10 +1,12 @@
 """Carrying out the fault plan on real processes: kill -9 and restart, SIGSTOP and SIGCONT of
-workers and scheduler nodes; kill -9 and restart of a ZooKeeper server and of a Cassandra node.
+workers and scheduler nodes; kill -9 and restart of a ZooKeeper server, of a Cassandra node,
+and of every Cassandra node at once (a store outage).
 
 Each fault goes into the journal with the pid it hit and its start and end on the monotonic
 clock (for a pause: when it was stopped and when it was continued), once it is over. A
 Cassandra node starts again in the background (a minute or so) while other faults go on; the
-next Cassandra fault waits for it.
+next Cassandra fault waits for it. A store outage is carried out in the foreground: its end is
+when the store answers again, and no other fault starts while the store is away.
 """
 
 from __future__ import annotations
@@ -80,6 +82,8 @@ class Injector:
             return self.zookeeper.servers[fault.target % len(self.zookeeper.servers)].address
         if fault.kind is FaultKind.CASSANDRA_KILL and self.cassandra is not None:
             return self.cassandra.nodes[fault.target % self.cassandra.size].address
+        if fault.kind is FaultKind.STORE_OUTAGE and self.cassandra is not None:
+            return self.cassandra.address
         return "?"
 
     def _record(
@@ -108,9 +112,8 @@ class Injector:
             }
         )
         self.done.append(str(fault.kind))
-        self.progress(
-            f"fault {fault.kind} {name} (pid {pid}) over after {end_mono - start[0]:.1f} s"
-        )
+        who = f"pid {pid}" if pid is not None else f"pids {extra.get('pids')}"
+        self.progress(f"fault {fault.kind} {name} ({who}) over after {end_mono - start[0]:.1f} s")
 
     def _carry_out(self, fault: Fault) -> None:
         name = self._name(fault)
@@ -125,6 +128,8 @@ class Injector:
             self._restart_zookeeper(fault, name)
         elif fault.kind is FaultKind.CASSANDRA_KILL:
             self._kill_cassandra(fault, name)
+        elif fault.kind is FaultKind.STORE_OUTAGE:
+            self._store_outage(fault, name)
 
     def _pause(self, fault: Fault, name: str) -> None:
         proc = self.fleet.servers.get(name) or self.fleet.workers[name]
@@ -167,11 +172,14 @@ class Injector:
         self.zookeeper.restart(index, timeout=120)
         self._record(fault, name, pid, start, new_pid=server.pid)
 
-    def _kill_cassandra(self, fault: Fault, name: str) -> None:
-        assert self.cassandra is not None
+    def _wait_cassandra_restart(self) -> None:
         if self._restarting is not None and self._restarting.is_alive():
             self.progress("waiting for the Cassandra node killed before to be up again")
             self._restarting.join()
+
+    def _kill_cassandra(self, fault: Fault, name: str) -> None:
+        assert self.cassandra is not None
+        self._wait_cassandra_restart()
         node = self.cassandra.nodes[fault.target % self.cassandra.size]
         pid = node.pid
         node.kill()
@@ -189,3 +197,25 @@ class Injector:
 
         self._restarting = threading.Thread(target=restart, name="cassandra-restart")
         self._restarting.start()
+
+    def _store_outage(self, fault: Fault, name: str) -> None:
+        """Every node killed at once, held down, then the cluster started again; the fault is
+        over (and journaled) when the store answers again. A start that fails is an error of
+        the run: the store stays away, and the drain shows what that did."""
+        assert self.cassandra is not None
+        self._wait_cassandra_restart()
+        pids = [node.pid for node in self.cassandra.nodes]
+        self.cassandra.kill()  # SIGKILL to each node; returns once they are gone
+        start = (now_mono(), now_wall_ms())
+        time.sleep(fault.hold_s)
+        self.cassandra.start(timeout=600)
+        up_s = now_mono() - start[0] - fault.hold_s
+        self._record(
+            fault,
+            name,
+            None,  # several processes: see pids
+            start,
+            pids=pids,
+            new_pids=[node.pid for node in self.cassandra.nodes],
+            restart_s=round(up_s, 1),
+        )

@@ -3,7 +3,8 @@
 timing of the system under test still varies).
 
 Faults come one after another with a gap in between, so the cluster keeps a majority of each
-kind of server; every kind the run can inject comes once before any comes twice.
+kind of server (but for a store outage, which takes every Cassandra node away at once); every
+kind the run can inject comes once before any comes twice.
 """
 
 from __future__ import annotations
@@ -26,6 +27,9 @@ class FaultKind(enum.StrEnum):
     """kill -9 one ZooKeeper server, start it again after ``hold_s``."""
     CASSANDRA_KILL = "cassandra_kill"
     """kill -9 one Cassandra node (of three), start it again after ``hold_s``."""
+    STORE_OUTAGE = "store_outage"
+    """kill -9 every Cassandra node the run started (with one node: that one), start them
+    again after ``hold_s``; over when the store answers again."""
 
 
 WEIGHTS = {
@@ -35,6 +39,7 @@ WEIGHTS = {
     FaultKind.NODE_STOP: 2,
     FaultKind.ZK_RESTART: 1,
     FaultKind.CASSANDRA_KILL: 1,
+    FaultKind.STORE_OUTAGE: 1,
 }
 
 
@@ -74,6 +79,8 @@ def _hold(kind: FaultKind, shape: PlanShape, rng: random.Random) -> float:
         return shape.session_s + rng.uniform(2.0, 5.0)  # past the ZooKeeper session
     if kind is FaultKind.CASSANDRA_KILL:
         return rng.uniform(10.0, 30.0)  # and then a minute or so to start again
+    if kind is FaultKind.STORE_OUTAGE:
+        return rng.uniform(10.0, 20.0)  # past the dispatcher's 5 s re-read window
     if kind is FaultKind.ZK_RESTART:
         return rng.uniform(2.0, 8.0)
     return rng.uniform(1.0, 5.0)
@@ -87,13 +94,19 @@ def _targets(kind: FaultKind, shape: PlanShape) -> int:
         FaultKind.NODE_STOP: shape.nodes,
         FaultKind.ZK_RESTART: shape.zookeepers,
         FaultKind.CASSANDRA_KILL: shape.cassandras,
+        FaultKind.STORE_OUTAGE: 1 if shape.cassandras else 0,
     }[kind]
 
 
 def expected_s(kind: FaultKind) -> float:
     """A rough time a fault of this kind takes beyond its hold (a restart). A Cassandra node
-    starts again in the background, for a minute or so, while other faults go on."""
-    return {FaultKind.CASSANDRA_KILL: 5.0, FaultKind.ZK_RESTART: 5.0}.get(kind, 2.0)
+    starts again in the background, for a minute or so, while other faults go on; after a
+    store outage the next fault waits until the store answers again (half a minute or more)."""
+    return {
+        FaultKind.CASSANDRA_KILL: 5.0,
+        FaultKind.ZK_RESTART: 5.0,
+        FaultKind.STORE_OUTAGE: 30.0,
+    }.get(kind, 2.0)
 
 
 def fault_plan(seed: int, shape: PlanShape) -> list[Fault]:

@@ -76,6 +76,8 @@ class ChaosConfig:
     """How long the drain may take before what is not terminal counts as lost."""
     fault_gap_s: tuple[float, float] = (6.0, 16.0)
     faults: bool = True
+    fault_kinds: tuple[FaultKind, ...] = ()
+    """Only these kinds in the plan (each must be one the run can inject); empty: all it can."""
     keep_keyspace: bool = False
 
 
@@ -96,13 +98,42 @@ class Services:
         return f"cassandra://{self.cassandra}/{keyspace}"
 
     def fault_kinds(self) -> tuple[FaultKind, ...]:
-        kinds = [FaultKind.WORKER_KILL, FaultKind.WORKER_STOP]
-        kinds += [FaultKind.NODE_KILL, FaultKind.NODE_STOP]
-        if self.ensemble is not None and len(self.ensemble.servers) >= 3:
-            kinds.append(FaultKind.ZK_RESTART)
-        if self.cluster is not None and self.cluster.size >= 3:
-            kinds.append(FaultKind.CASSANDRA_KILL)
-        return tuple(kinds)
+        return injectable_kinds(
+            zookeepers=len(self.ensemble.servers) if self.ensemble is not None else 0,
+            cassandras=self.cluster.size if self.cluster is not None else 0,
+        )
+
+
+def injectable_kinds(*, zookeepers: int, cassandras: int) -> tuple[FaultKind, ...]:
+    """The fault kinds a run can inject with this many ZooKeeper servers and Cassandra nodes
+    of its own (0: none, or only addresses to use). One server of three may restart and one
+    Cassandra node of three may be killed without taking the service away; a store outage
+    takes every Cassandra node away, so one node of its own is enough."""
+    kinds = [FaultKind.WORKER_KILL, FaultKind.WORKER_STOP]
+    kinds += [FaultKind.NODE_KILL, FaultKind.NODE_STOP]
+    if zookeepers >= 3:
+        kinds.append(FaultKind.ZK_RESTART)
+    if cassandras >= 3:
+        kinds.append(FaultKind.CASSANDRA_KILL)
+    if cassandras >= 1:
+        kinds.append(FaultKind.STORE_OUTAGE)
+    return tuple(kinds)
+
+
+def chosen_kinds(
+    available: tuple[FaultKind, ...], only: tuple[FaultKind, ...]
+) -> tuple[FaultKind, ...]:
+    """``available`` narrowed to ``only`` (empty: all of them); a kind asked for that this run
+    cannot inject is an error, not a quietly shorter plan."""
+    if not only:
+        return available
+    missing = [str(k) for k in only if k not in available]
+    if missing:
+        raise ValueError(
+            f"fault kinds {', '.join(missing)} cannot be injected here "
+            f"(this run can: {', '.join(map(str, available))})"
+        )
+    return tuple(k for k in available if k in only)
 
 
 @dataclass(kw_only=True)
@@ -153,6 +184,7 @@ class ChaosRun:
         )
         self.api = Api(lambda: [p.address for p in self.fleet.servers.values()])
         self.facts: dict[str, Any] = {}
+        self._plan_shape()  # fault kinds this run cannot inject fail here, before anything starts
 
     def run(self) -> Report:
         """The whole run; the checker's report, with the driver's own facts added."""
@@ -223,7 +255,7 @@ class ChaosRun:
         cfg, services = self.config, self.services
         return PlanShape(
             duration_s=cfg.duration_s,
-            kinds=services.fault_kinds() if cfg.faults else (),
+            kinds=chosen_kinds(services.fault_kinds(), cfg.fault_kinds) if cfg.faults else (),
             workers=cfg.workers,
             nodes=len(NODES),
             zookeepers=len(services.ensemble.servers) if services.ensemble else 0,
