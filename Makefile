@@ -1,7 +1,7 @@
 # The two commands of the README: `make dev` and `make test`. Everything else is a helper.
 PY ?= python3
 
-.PHONY: install dev test test-cluster unit lint proto
+.PHONY: install dev test test-cluster fuzz unit lint proto
 
 install:
 	$(PY) -m pip install -q -e '.[dev]'
@@ -19,6 +19,12 @@ test: install
 # started. Not part of `make test`. See tools/test_cluster.sh for its settings.
 test-cluster: install
 	bash tools/test_cluster.sh
+
+# The API fuzz test at full size: 10,000+ generated and mutated requests from a fixed seed
+# (`make test` runs about 3,000 of them). CI runs it after `make test`. TIMESHARD_FUZZ=long
+# for ten rounds from random seeds.
+fuzz: install
+	TIMESHARD_FUZZ=$${TIMESHARD_FUZZ:-full} $(PY) -m pytest tests/unit/test_fuzz_api.py -q
 
 unit: install
 	$(PY) -m pytest tests/unit tests/acceptance -q
