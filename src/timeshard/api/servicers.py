@@ -29,9 +29,10 @@ from timeshard.model import Job, Schedule, validate_job_id, validate_job_type, v
 from timeshard.node import FinishItem, JobSpec, Node
 from timeshard.node.schedules import new_schedule_id
 from timeshard.observe.window import DEFAULT_WINDOW_S
+from timeshard.sharding import minute_start
 from timeshard.v1 import timeshard_pb2 as pb
 from timeshard.v1 import timeshard_pb2_grpc as pb_grpc
-from timeshard.views.status import node_status
+from timeshard.views.status import node_status, shard_rows
 from timeshard.wire import (
     dur,
     dur_s,
@@ -341,25 +342,25 @@ class AdminService(pb_grpc.AdminServiceServicer):
     async def ShardOwners(
         self, request: pb.ShardOwnersRequest, context: Ctx
     ) -> pb.ShardOwnersResponse:
+        """Every shard: its owner by the coordinator, its epoch and cursor by the store, and
+        this node's own view of the shards it owns (``views.status.shard_rows``)."""
         owners = await self.node.coordinator.owners()
         now = self.node.clock.now_ms()
         out = []
-        for shard in range(self.node.num_shards):
-            d = self.node.dispatchers.get(shard)
-            state = await self.node.store.get_shard(shard)
-            cursor_ms = state.cursor * 60_000
-            due, oldest = d.backlog(now) if d else (0, None)
+        for row in shard_rows(self.node, owners):
+            state = await self.node.store.get_shard(row.shard)
+            cursor_ms = minute_start(state.cursor)
             out.append(
                 pb.ShardInfo(
-                    shard=shard,
-                    owner=owners.get(shard, ""),
+                    shard=row.shard,
+                    owner=owners.get(row.shard, ""),
                     epoch=state.epoch,
                     cursor=ts(cursor_ms),
                     cursor_lag_ms=max(0, now - cursor_ms) if state.epoch else 0,
-                    ready=self.node.ready.count(shard) if d else 0,
-                    in_memory=d.in_memory if d else 0,
-                    due=due,
-                    dispatch_lag_ms=max(0, now - oldest) if oldest is not None else 0,
+                    ready=row.ready,
+                    in_memory=row.in_memory,
+                    due=row.due,
+                    dispatch_lag_ms=row.lag_ms,
                 )
             )
         return pb.ShardOwnersResponse(shards=out)
