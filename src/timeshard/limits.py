@@ -48,6 +48,7 @@ MAX_CLAIM_JOBS = 1000
 """What a Claim may ask for; the reply cap below usually grants fewer."""
 MAX_PAGE_SIZE = 1000
 """Items of one listing page (jobs, schedules, dead letters); 0 asks for the default."""
+DEFAULT_PAGE_SIZE = 100
 MAX_PREVIEW_COUNT = 1000
 """Fire times one schedule preview returns."""
 

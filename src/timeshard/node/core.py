@@ -25,7 +25,14 @@ from timeshard.errors import (
     StoreUnavailable,
     TimeshardError,
 )
-from timeshard.limits import MAX_PAGE_SIZE, check_range
+from timeshard.limits import (
+    DEFAULT_PAGE_SIZE,
+    MAX_IDEMPOTENCY_KEY_BYTES,
+    MAX_PAGE_SIZE,
+    check_bytes,
+    check_range,
+    truncate_error,
+)
 from timeshard.model import (
     BucketEntry,
     Job,
@@ -391,8 +398,7 @@ class Node:
         validate_payload(spec.payload)
         if spec.max_attempts < 0:
             raise InvalidArgument("max_attempts", f"must be positive, got {spec.max_attempts}")
-        if len(spec.idempotency_key) > 200:
-            raise InvalidArgument("idempotency_key", "longer than 200 characters")
+        check_bytes("idempotency_key", spec.idempotency_key, MAX_IDEMPOTENCY_KEY_BYTES)
         job_id = validate_job_id(spec.job_id) if spec.job_id else uuid.uuid4().hex
         return Job(
             job_id=job_id,
@@ -418,7 +424,7 @@ class Node:
     ) -> JobPage:
         check_range("page_size", limit, 0, MAX_PAGE_SIZE)
         return await self.store.list_jobs(
-            state=state, job_type=job_type, limit=limit or 100, page_token=page_token
+            state=state, job_type=job_type, limit=limit or DEFAULT_PAGE_SIZE, page_token=page_token
         )
 
     async def cancel(self, job_id: str) -> Job:
@@ -510,7 +516,7 @@ class Node:
             policy = self.config.retry_policy(job.job_type)
             return now + policy.delay_ms(job.attempt, self._rng)
 
-        out = await self.store.fail_job(job_id, fence, now, error[:4000], retry_at)
+        out = await self.store.fail_job(job_id, fence, now, truncate_error(error), retry_at)
         failed = self._check(job_id, fence, out)
         if failed.state is JobState.SCHEDULED:
             self._notify([entry_for(failed, failed.run_at, now)])

@@ -27,7 +27,7 @@ from timeshard.cron import (
     preview,
 )
 from timeshard.errors import AlreadyExists, FailedPrecondition, NotFound
-from timeshard.limits import MAX_PAGE_SIZE, MAX_PREVIEW_COUNT, check_range
+from timeshard.limits import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, MAX_PREVIEW_COUNT, check_range
 from timeshard.model import (
     BucketEntry,
     Job,
@@ -280,7 +280,7 @@ class ScheduleOps:
 
     async def list_schedules(self, limit: int, token: str) -> tuple[list[Schedule], str]:
         check_range("page_size", limit, 0, MAX_PAGE_SIZE)
-        return await self._store.list_schedules(limit=limit or 100, page_token=token)
+        return await self._store.list_schedules(limit=limit or DEFAULT_PAGE_SIZE, page_token=token)
 
     async def _change(
         self, schedule_id: str, change: Callable[[Schedule], tuple[Schedule, int | None]]
