@@ -45,7 +45,7 @@ async def run_one(
         heartbeat_loops_started += 1  # called when a heartbeat loop starts, not when its job does
         return keep(*args, **kwargs)
 
-    monkeypatch.setattr(Heartbeats, "keep", counting)
+    monkeypatch.setattr(Heartbeats, "run", counting)
 
     @worker.handler("t", timeout=30)
     async def handle(ctx: JobContext) -> None:
