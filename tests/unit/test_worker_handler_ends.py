@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from tests.unit.helpers import advance, running
 from timeshard.clock import SystemClock
 from timeshard.coordinator.local import LocalCoordinator
 from timeshard.model import Job, JobState
@@ -23,7 +24,7 @@ from timeshard.node import Node, NodeConfig, TypePolicy
 from timeshard.node.retry import RetryPolicy
 from timeshard.server import Server
 from timeshard.store.sqlite import SqliteStore
-from timeshard.worker import JobContext, Worker
+from timeshard.worker import JobContext, PermanentError, Worker
 from timeshard.worker.metrics import OUTCOMES
 
 FAST_RETRY = RetryPolicy(base_s=0.05, max_backoff_s=0.05)
@@ -273,3 +274,80 @@ async def test_an_event_hook_that_raises_does_not_leak_the_handlers_slot() -> No
             done = await wait_job(srv, job, lambda j: j.state.terminal, what="both jobs done")
             assert done.state is JobState.SUCCEEDED and done.attempt == 1, done
         await wait_for(lambda: w._slots.free("t") == 1, what="the slot back")
+
+
+# -- the other rows of docs/handlers.md -----------------------------------------------------------
+
+
+async def test_a_return_succeeds_and_any_other_exception_is_a_retried_attempt() -> None:
+    srv = make_server()
+    w = worker()
+
+    @w.handler("t", timeout=60)
+    async def handle(ctx: JobContext) -> None:
+        if ctx.attempt == 1:
+            raise ValueError("boom")
+
+    async with working(w, [srv]) as run:
+        job, _ = await srv.node.schedule(job_type="t", payload=b"{}", run_at=0)
+        done = await wait_job(srv, job, lambda j: j.state.terminal, what="the job to finish")
+        assert done.state is JobState.SUCCEEDED and done.attempt == 2, done
+        assert [(a.attempt, a.error) for a in done.history] == [(1, "ValueError: boom"), (2, "")]
+        await wait_for(lambda: ("succeeded", "", 2) in run.events, what="the success heard")
+        assert ("failed", "ValueError: boom", 1) in run.events
+
+
+async def test_a_permanent_error_sends_the_job_to_the_dead_letters_at_once() -> None:
+    srv = make_server()
+    w = worker()
+
+    @w.handler("t", timeout=60)
+    def handle(ctx: JobContext) -> None:
+        raise PermanentError("no recipient")
+
+    async with working(w, [srv]):
+        job, _ = await srv.node.schedule(job_type="t", payload=b"{}", run_at=0)
+        done = await wait_job(srv, job, lambda j: j.state.terminal, what="the job to finish")
+        assert done.state is JobState.DEAD and done.attempt == 1, done
+        assert done.last_error == "PermanentError: no recipient"
+
+
+async def test_a_cancelled_job_stops_its_handler_at_the_next_heartbeat() -> None:
+    srv = make_server()
+    w = worker(lease_s=1.5, safety_margin_s=0.25)  # a heartbeat every 0.5 s
+    started = asyncio.Event()
+    stopped: list[str] = []
+
+    @w.handler("t", timeout=60)
+    async def handle(ctx: JobContext) -> None:
+        started.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            stopped.append(ctx.job_id)
+            raise
+
+    async with working(w, [srv]) as run:
+        job, _ = await srv.node.schedule(job_type="t", payload=b"{}", run_at=0)
+        await asyncio.wait_for(started.wait(), 30)
+        await srv.node.cancel(job.job_id)
+        await wait_for(lambda: stopped == [job.job_id], what="the handler stopped")
+        await wait_for(lambda: any(k == "lost" for k, _, _ in run.events), what="lost")
+        done = await srv.node.get(job.job_id)
+        assert done.state is JobState.CANCELLED and done.history[-1].outcome == "cancelled"
+        assert not any(k in ("succeeded", "failed") for k, _, _ in run.events)
+
+
+async def test_a_worker_that_dies_holding_a_job_leaves_it_to_its_lease_expiry() -> None:
+    """Process death: nothing more comes from the worker; the node records the attempt as
+    "lease expired" when the lease ends and the job runs again (at max_attempts it is dead: the
+    node side of issue 17)."""
+    async with running() as (node, clock):
+        job, _ = await node.schedule(job_type="t", payload=b"{}", run_at=clock.now_ms())
+        await advance(node, clock, 0.5)
+        claimed = await node.claim(worker="gone", types=["t"], limit=1, wait_s=0, lease_s=5)
+        assert [c.job.job_id for c in claimed] == [job.job_id]
+        await advance(node, clock, 8)
+        after = await node.get(job.job_id)
+        assert after.history[0].error == "lease expired", after
+        assert after.state is not JobState.RUNNING or after.attempt == 2, after
