@@ -25,6 +25,7 @@ A result is retried, on the job's node and then the others, until it is in or th
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ctypes
 import inspect
 import json
@@ -32,8 +33,8 @@ import logging
 import socket
 import threading
 import uuid
-from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Coroutine, Generator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -49,6 +50,7 @@ from timeshard.wire import dur, dur_s, translate, ts_ms
 from timeshard.worker.heartbeats import DeferredHeartbeats, Heartbeats
 from timeshard.worker.lease import Lease, LeaseLost
 from timeshard.worker.results import Results
+from timeshard.worker.slots import Run, Slots
 
 log = logging.getLogger("timeshard.worker")  # the SDK logs as one component
 
@@ -143,8 +145,7 @@ class Worker:
         self.token = token
         """The role token; None: ``TIMESHARD_TOKEN``, read when the worker starts running."""
         self.handlers: dict[str, HandlerSpec] = {}
-        self._running: dict[str, int] = {}
-        self._capacity = asyncio.Event()
+        self._slots = Slots(lambda job_type: self.handlers[job_type].concurrency)
         self._tasks: set[asyncio.Task[None]] = set()
         self._threads: ThreadPoolExecutor | None = None
         self._nodes: _Nodes | None = None
@@ -221,40 +222,42 @@ class Worker:
             await nodes.close()
             self._threads.shutdown(wait=False, cancel_futures=True)
 
-    def _free(self) -> dict[str, int]:
-        """Types worth a claim now, with their free slots: a type claims again once a
+    def _to_ask(self, job_type: str) -> int:
+        """How many jobs of ``job_type`` are worth a claim now: a type claims again once a
         quarter of its slots (or all, when idle) are free, so a busy worker asks for jobs in
         batches rather than one round trip per finished job."""
-        out = {}
-        for t, s in self.handlers.items():
-            running = self._running.get(t, 0)
-            free = s.concurrency - running
-            if free > 0 and (running == 0 or free >= max(1, s.concurrency // 4)):
-                out[t] = free
-        return out
+        limit = self.handlers[job_type].concurrency
+        free = self._slots.free(job_type)
+        if free <= 0 or (free < limit and free < max(1, limit // 4)):
+            return 0
+        return self._slots.to_ask(job_type)
 
     def _poll_wait_s(self) -> float:
         """A long poll waits at most half of what a lease leaves after its margin, so a claim
         taken at the end of the wait still has a lease counted from when it was sent."""
         return min(self.claim_wait_s, (self.lease_s - self.safety_margin_s) / 2)
 
-    async def _claim_loop(self, stub: WorkerStub, stop: asyncio.Event) -> None:
+    async def _claim_loop(self, stub: WorkerStub, stop: asyncio.Event, job_type: str) -> None:
+        """One type's long polls to one node. Each type polls on its own (issue 17): a claim
+        names one limit for all its types, so one claim for every type either capped them all
+        at the smallest type's free slots, or asked only for the types with a free slot and
+        waited out its long poll while a full type's slots freed."""
         backoff = 0.1
         while not stop.is_set():
-            free = self._free()
-            if not free:
-                self._capacity.clear()
-                await self._capacity.wait()
+            n = self._to_ask(job_type)
+            if n <= 0:
+                await self._slots.wait_freed(job_type)
                 continue
             req = pb.ClaimRequest(
                 worker_id=self.worker_id,
-                types=sorted(free),
-                max_jobs=min(free.values()),
+                types=[job_type],
+                max_jobs=n,
                 max_reply_bytes=MAX_REPLY_BYTES,  # our channels accept that much
                 wait=dur(round(self._poll_wait_s() * 1000)),
                 lease=dur(round(self.lease_s * 1000)),
             )
             sent = self._clock.monotonic()
+            self._slots.asking(job_type, n)
             try:
                 resp = await stub.Claim(req, timeout=self._poll_wait_s() + 10)
             except grpc.RpcError as exc:
@@ -262,6 +265,8 @@ class Worker:
                 await self._clock.sleep(backoff)
                 backoff = min(5.0, backoff * 2)
                 continue
+            finally:
+                self._slots.asking(job_type, -n)
             backoff = 0.1
             for claimed in resp.jobs:
                 self._start(stub, claimed, sent)
@@ -272,9 +277,8 @@ class Worker:
             # The lease was over before the reply was even read (this process was stopped):
             # the job is someone else's now; its handler must not take a single step.
             log.warning("job %s: claim arrived after its lease; not started", job.job_id)
-            self._capacity.set()
             return
-        self._running[job.type] = self._running.get(job.type, 0) + 1
+        run = self._slots.claimed(job.job_id, job.type)
         ctx = JobContext(
             job_id=job.job_id,
             job_type=job.type,
@@ -296,70 +300,105 @@ class Worker:
         waited = received - sent > self.safety_margin_s / 2
         deadline = sent + dur_s(claimed.lease) - self.safety_margin_s
         task = asyncio.create_task(
-            self._execute(stub, ctx, deadline, heartbeat_now=waited), name=f"job-{job.job_id}"
+            self._execute(stub, ctx, deadline, heartbeat_now=waited, run=run),
+            name=f"job-{job.job_id}",
         )
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
     def _emit(self, kind: str, ctx: JobContext, detail: str = "") -> None:
-        if self._on_event is not None:
+        """Tell the event hook; a hook that raises is logged, never let into the worker's own
+        bookkeeping (one that raised on "started" once kept its job's slot for good)."""
+        if self._on_event is None:
+            return
+        try:
             self._on_event(kind, ctx, detail)
+        except Exception:
+            log.exception("job %s: the event hook raised on %r; ignored", ctx.job_id, kind)
 
     async def _execute(
-        self, stub: WorkerStub, ctx: JobContext, deadline: float, heartbeat_now: bool = False
+        self,
+        stub: WorkerStub,
+        ctx: JobContext,
+        deadline: float,
+        heartbeat_now: bool = False,
+        run: Run | None = None,
     ) -> None:
+        """Run one claimed job: wait for its slot, call its handler, report how it ended. Its
+        slot is given back when the handler really ended (``Slots.release``), not before."""
+        run = run or self._slots.claimed(ctx.job_id, ctx.job_type)
         spec = self.handlers[ctx.job_type]
         ctx._lease.begin(self._clock, deadline)
-        self._emit("started", ctx)
-        handler = asyncio.create_task(self._invoke(spec, ctx), name=f"handler-{ctx.job_id}")
+        handler = asyncio.create_task(self._invoke(spec, ctx, run), name=f"handler-{ctx.job_id}")
+        handler.add_done_callback(lambda _: self._slots.release(run))
         heartbeats = self._start_heartbeats(stub, ctx, handler, heartbeat_now)
-        freed = False
-
-        def free_slot() -> None:
-            nonlocal freed
-            if not freed:
-                freed = True
-                self._running[ctx.job_type] -= 1
-                self._capacity.set()
-
         try:
-            outcome = await self._outcome(spec, ctx, handler)
-            # The handler is done: its slot takes the next job while the result travels (in a
-            # batch with others); the heartbeat loop extends the lease until the result is in.
-            free_slot()
+            outcome = await self._outcome(spec, ctx, run, handler)
             if outcome is not None:
                 await self._report(stub, ctx, *outcome)
         finally:
             heartbeats.cancel()
-            free_slot()
 
     async def _outcome(
-        self, spec: HandlerSpec, ctx: JobContext, handler: asyncio.Task[Any]
+        self, spec: HandlerSpec, ctx: JobContext, run: Run, handler: asyncio.Task[Any]
     ) -> tuple[str, str] | None:
         """("complete", "") / ("retry", error) / ("permanent", error), or None when the lease
-        was lost (nothing to report: the job is someone else's now)."""
+        was lost (nothing to report: the job is someone else's now). The type's timeout counts
+        from when the handler started; a job that waited that long for its slot is not run."""
+        loop = asyncio.get_running_loop()
         try:
-            async with asyncio.timeout(spec.timeout_s):
+            async with asyncio.timeout(spec.timeout_s) as limit:
+                run.on_start = lambda: limit.reschedule(loop.time() + spec.timeout_s)
                 await asyncio.shield(handler)
             return ("complete", "")
-        except TimeoutError:
-            ctx._lease.stop(f"timed out after {spec.timeout_s:g}s")
+        except TimeoutError as exc:
+            if not limit.expired():
+                return ("retry", _describe(exc))  # the handler's own
+            why = f"timed out after {spec.timeout_s:g}s"
+            if not run.started:
+                why = f"not started within its timeout of {spec.timeout_s:g}s: it waited for "
+                why += run.waiting_for()
+            ctx._lease.stop(why)
             handler.cancel()
-            await asyncio.gather(handler, return_exceptions=True)
-            return ("retry", f"timed out after {spec.timeout_s:g}s")
-        except (asyncio.CancelledError, LeaseLost):
+            # A cooperative handler stops at once; one that can not be stopped keeps its slot
+            # (and this job) until it ends, but the attempt is reported now.
+            await asyncio.wait({handler}, timeout=self.safety_margin_s)
+            return ("retry", why)
+        except (asyncio.CancelledError, LeaseLost) as exc:
             if ctx.cancelled:
                 self._emit("lost", ctx, f"{ctx._lease.why()}; handler stopped")
                 return None
-            raise
+            if isinstance(exc, LeaseLost):
+                return ("retry", _describe(exc))
+            raise  # this worker's own task was cancelled (shutting down)
         except PermanentError as exc:
-            return ("permanent", f"{type(exc).__name__}: {exc}")
+            return ("permanent", _describe(exc))
         except Exception as exc:
-            return ("retry", f"{type(exc).__name__}: {exc}")
+            return ("retry", _describe(exc))
 
-    async def _invoke(self, spec: HandlerSpec, ctx: JobContext) -> Any:
-        if spec.is_async:
-            return await spec.fn(ctx)
+    async def _invoke(self, spec: HandlerSpec, ctx: JobContext, run: Run) -> Any:
+        """Wait for the job's slot, then call its handler. What the handler raises that would
+        end the event loop or be taken for the worker cancelling it — ``SystemExit``,
+        ``KeyboardInterrupt``, its own ``CancelledError`` — comes out as ``_Raised``, an
+        ordinary exception that fails the attempt (issue 17)."""
+        await self._slots.acquire(run)
+        run.start()
+        self._emit("started", ctx)
+        try:
+            if spec.is_async:
+                return await _Guarded(spec.fn(ctx), ctx)
+            return await self._in_thread(spec, ctx, run)
+        except (SystemExit, KeyboardInterrupt) as exc:
+            raise _Raised(_describe(exc)) from exc
+        except asyncio.CancelledError as exc:
+            task = asyncio.current_task()
+            if ctx.cancelled or (task is not None and task.cancelling()):
+                raise  # the worker stopped it
+            raise _Raised(f"{_describe(exc)} (raised by the handler)") from exc
+
+    async def _in_thread(self, spec: HandlerSpec, ctx: JobContext, run: Run) -> Any:
+        """Call a ``def`` handler in a thread; ``run.thread`` is done once the thread returned
+        (the call can not be stopped, only interrupted between bytecodes)."""
         loop = asyncio.get_running_loop()
         ident: list[int] = []
 
@@ -368,11 +407,13 @@ class Worker:
             return spec.fn(ctx)
 
         assert self._threads is not None
-        fut = loop.run_in_executor(self._threads, call)
+        job: Future[Any] = self._threads.submit(call)
+        returned = run.thread = loop.create_future()
+        job.add_done_callback(lambda _: _set_soon_threadsafe(loop, returned))
         try:
-            return await fut
+            return await asyncio.wrap_future(job)
         except asyncio.CancelledError:
-            if ident:  # interrupt the thread at its next bytecode (not inside a C call)
+            if ident and not job.done():  # interrupt it at its next bytecode (not in a C call)
                 ctypes.pythonapi.PyThreadState_SetAsyncExc(
                     ctypes.c_ulong(ident[0]), ctypes.py_object(LeaseLost)
                 )
@@ -415,15 +456,74 @@ class Worker:
         return list(self._nodes.stubs.values()) if self._nodes is not None else []
 
 
+class _Raised(Exception):
+    """What a handler raised that must not leave it as it is (see ``Worker._invoke``)."""
+
+
+def _describe(exc: BaseException) -> str:
+    """How an attempt's error reads in the job's history: "SystemExit: 3"."""
+    if isinstance(exc, _Raised):
+        return str(exc)
+    text = str(exc)
+    if not text and not isinstance(exc, Exception):
+        return type(exc).__name__
+    return f"{type(exc).__name__}: {text}"
+
+
+def _set_soon_threadsafe(loop: asyncio.AbstractEventLoop, fut: asyncio.Future[None]) -> None:
+    def settle() -> None:
+        if not fut.done():
+            fut.set_result(None)
+
+    with contextlib.suppress(RuntimeError):  # the loop is closed: no one waits any more
+        loop.call_soon_threadsafe(settle)
+
+
+class _Guarded:
+    """Drives an ``async def`` handler one step at a time and, once its lease is over, throws
+    ``LeaseLost`` into it instead of resuming it. A handler that blocked the event loop past its
+    lease (``time.sleep``, a long computation) is so stopped at its next ``await``, before it
+    takes another step (invariant 6): on resuming, other tasks — the heartbeat loop among them —
+    may not have run yet. (The blocking call itself can not be stopped.)"""
+
+    __slots__ = ("_coro", "_ctx")
+
+    def __init__(self, coro: Coroutine[Any, Any, Any], ctx: JobContext) -> None:
+        self._coro, self._ctx = coro, ctx
+
+    def __await__(self) -> Generator[Any, Any, Any]:
+        coro, lease = self._coro, self._ctx._lease
+        value: Any = None
+        error: BaseException | None = None
+        while True:
+            try:
+                if error is not None:
+                    step = coro.throw(error)
+                elif not lease.held():
+                    step = coro.throw(LeaseLost(f"job {self._ctx.job_id}: {lease.why()}"))
+                else:
+                    step = coro.send(value)
+            except StopIteration as done:
+                return done.value
+            value, error = None, None
+            try:
+                value = yield step
+            except GeneratorExit:
+                coro.close()
+                raise
+            except BaseException as exc:  # thrown in by the task: cancellation
+                error = exc
+
+
 class _Nodes:
-    """The nodes a worker claims from: one channel and one claim loop each."""
+    """The nodes a worker claims from: one channel each, and a claim loop per job type."""
 
     def __init__(self, worker: Worker, stop: asyncio.Event, security: ClientSecurity) -> None:
         self._worker = worker
         self._stop = stop
         self._security = security
         self.channels: dict[str, grpc.aio.Channel] = {}
-        self.loops: dict[str, asyncio.Task[None]] = {}
+        self.loops: dict[str, list[asyncio.Task[None]]] = {}
         self.stubs: dict[str, WorkerStub] = {}
         """The live nodes' WorkerService: where results and heartbeats may go."""
 
@@ -432,9 +532,13 @@ class _Nodes:
             return
         channel = self._channel(address)
         stub = self.stubs[address] = pb_grpc.WorkerServiceStub(channel)
-        self.loops[address] = asyncio.create_task(
-            self._worker._claim_loop(stub, self._stop), name=f"claim-{address}"
-        )
+        self.loops[address] = [
+            asyncio.create_task(
+                self._worker._claim_loop(stub, self._stop, job_type),
+                name=f"claim-{address}-{job_type}",
+            )
+            for job_type in self._worker.handlers
+        ]
 
     def _channel(self, address: str) -> grpc.aio.Channel:
         if address not in self.channels:
@@ -446,9 +550,9 @@ class _Nodes:
     def drop(self, address: str) -> None:
         """Stop claiming from a node that left; its channel stays open for the heartbeats
         and reports of jobs it handed out."""
-        loop = self.loops.pop(address, None)
+        loops = self.loops.pop(address, [])
         self.stubs.pop(address, None)
-        if loop is not None:
+        for loop in loops:
             loop.cancel()
 
     async def discover(self, seeds: list[str], every_s: float) -> None:
@@ -477,7 +581,7 @@ class _Nodes:
         return set()
 
     async def stop_claiming(self) -> None:
-        loops = list(self.loops.values())
+        loops = [t for per_node in self.loops.values() for t in per_node]
         for t in loops:
             t.cancel()
         await asyncio.gather(*loops, return_exceptions=True)
