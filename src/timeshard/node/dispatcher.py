@@ -330,7 +330,12 @@ class ShardDispatcher:
         concurrency limit reached) must not hold the cursor back: once their minute could be
         passed, their entries are written again, due now, in the current minute, and the old
         ones handled. The job stays ready; a new owner finds the new entry (issue 10,
-        defect 2). One entry write per waiting job per minute."""
+        defect 2), and the job row keeps its ``run_at``, so the job's age survives the move.
+        One row read and one entry write per waiting job per minute.
+
+        The rows are read first: a job cancelled or rescheduled through another node since it
+        was made ready (this node is not told) leaves the ready queue here, and its entries are
+        looked at again, which finds them handled (issue 17, 12)."""
         settle = round(self._cfg.settle_s * 1000)
         cursor_end = minute_start(self.cursor) + MINUTE_MS
         if cursor_end + settle > self._refreshed_at or cursor_end > self._horizon:
@@ -339,14 +344,49 @@ class ShardDispatcher:
         if not waiting:
             return
         now = self._clock.now_ms()
+        rows = await self._store.get_jobs_for(waiting)
+        waiting = [e for e in waiting if self._still_waiting(e, rows.get(e.job_id), now)]
+        if not waiting:
+            return
         moved = {e: entry_at(e.shard, e.job_id, now, now, home=e.home) for e in waiting}
         await self._store.add_entries(list(moved.values()))
         for old, new in moved.items():
-            self._ready.replace_entry(old, new)
-            self._known.add(new)
-            self._pending.setdefault(new.minute, set()).add(new)
+            if self._ready_holds(old):
+                self._ready.replace_entry(old, new)
+                self._known.add(new)
+                self._pending.setdefault(new.minute, set()).add(new)
+            else:  # claimed meanwhile: the claim handled the old entry; look at the new one
+                self._add(new)
         self.handled(waiting)
         log.info("shard %d: %d due jobs wait for a worker; moved on", self.shard, len(waiting))
+
+    def _still_waiting(self, e: BucketEntry, job: Job | None, now: int) -> bool:
+        """Whether the ready item of ``e``'s job still stands for the stored row ``job``:
+        scheduled, due, with the fence a claim must find. If not, the item leaves the ready
+        queue and its entries are looked at again (``_decide`` finds them handled, or makes
+        the job ready again as it now is)."""
+        item = self._ready.find(e.job_id)
+        if item is None:
+            return False  # claimed while the rows were read: the claim handled it
+        if (
+            job is not None
+            and job.state is JobState.SCHEDULED
+            and job.fence == item.fence
+            and job.run_at <= now
+        ):
+            item.job, item.run_at = job, job.run_at
+            return True
+        self._ready.remove(e.job_id)
+        self.recheck(item.entries)
+        return False
+
+    def forget(self, job_id: str) -> None:
+        """A write of this node moved ``job_id`` out of the state its ready item stands for
+        (cancelled, rescheduled): out of the ready queue now, and its entries looked at again
+        (found handled, or the job made ready again as it now is)."""
+        item = self._ready.remove(job_id)
+        if item is not None:
+            self.recheck(item.entries)
 
     @property
     def waiting(self) -> int:

@@ -139,6 +139,24 @@ class ReadyQueues:
             if item is not None:
                 item.entries = [new if e == old else e for e in item.entries]
 
+    def find(self, job_id: str) -> ReadyItem | None:
+        """The item of ``job_id`` in any type's queue (None: not queued here)."""
+        for q in self._by_type.values():
+            item = q.get(job_id)
+            if item is not None:
+                return item
+        return None
+
+    def remove(self, job_id: str) -> ReadyItem | None:
+        """Take ``job_id`` out of the queues (it was cancelled, moved, or is no longer
+        due); returns its item, None if it was not queued."""
+        for q in self._by_type.values():
+            item = q.get(job_id)
+            if item is not None:
+                q.remove(job_id)
+                return item
+        return None
+
     def types(self) -> list[str]:
         return list(self._by_type)
 
