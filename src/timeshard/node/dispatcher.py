@@ -157,17 +157,21 @@ class ShardDispatcher:
         return sum(len(s) for s in self._pending.values())
 
     def backlog(self, now: int) -> tuple[int, int | None]:
-        """Entries due by ``now`` and not handled yet (not yet claimed, fired or found
-        finished), and the oldest due time among them or among the entries not read yet when
-        the reads are behind: ``now`` minus it is the shard's real dispatch lag. Entries
-        waiting for their row to appear are left out."""
+        """Entries due by ``now`` that this dispatcher has not yet acted on (not made ready,
+        fired or found finished), and the oldest due time among them or among the entries
+        not read yet when the reads are behind: ``now`` minus it is the shard's dispatch lag,
+        how far its owner is behind. Left out: entries waiting for their row to appear, and
+        jobs already made ready and waiting for a claim: their entry is written again, due
+        now, every minute (``_park_waiting``), so its due time says nothing of how long they
+        wait; ``ReadyQueues.unclaimed`` tells that, per type, from the job's own due time."""
         waiting = {e for _, e in self._later}
+        ready = self._ready.job_ids(self.shard)
         due = [
             e.due_at
             for minute, entries in self._pending.items()
             if minute_start(minute) <= now
             for e in entries
-            if e.due_at <= now and e not in waiting
+            if e.due_at <= now and e not in waiting and e.job_id not in ready
         ]
         oldest = min(due, default=None)
         if self._horizon <= now:  # entries due since the last read are not even known yet
