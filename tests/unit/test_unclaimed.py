@@ -17,8 +17,10 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.unit.helpers import START_MS, advance, running
+from tests.unit.helpers import START_MS, FixedCoordinator, advance, running
+from timeshard.clock import FakeClock
 from timeshard.node import Node
+from timeshard.store.sqlite import SqliteStore
 from timeshard.views.metrics import node_registry
 from timeshard.views.page import render
 from timeshard.views.status import node_status
@@ -142,3 +144,40 @@ async def test_a_run_again_after_its_lease_expired_ages_from_the_expiry() -> Non
         got = scrape(node)
         assert got[("timeshard_type_unclaimed_jobs", (("type", "slow"),))] == 1
         assert age(got, "slow") == pytest.approx((clock.now_ms() - (START_MS + 62_000)) / 1000)
+
+
+class MovableCoordinator(FixedCoordinator):
+    """Owns the given shards until told one has gone, and never reports the loss (a
+    ZooKeeper loss report that is late)."""
+
+    def lose(self, shard: int) -> None:
+        self._owned = self._owned - {shard}
+
+
+async def test_a_deposed_dispatcher_stops_reporting_its_shard(tmp_path: Path) -> None:
+    """A dispatcher deposed by a newer epoch stays in the node's map until the coordinator's
+    loss report; meanwhile its shard was counted twice (old and new owner) and its stopped
+    reads showed a dispatch lag growing on the node that no longer dispatches it."""
+    coordinator = MovableCoordinator(range(4))
+    clock = FakeClock(START_MS)
+    node = Node(
+        store=SqliteStore(tmp_path / "t.db", num_shards=4),
+        coordinator=coordinator,
+        clock=clock,
+        node_id="old-owner",
+    )
+    await node.start()
+    try:
+        await advance(node, clock, 2)
+        coordinator.lose(1)
+        node.dispatchers[1].deposed_by_store()  # a write of ours met a newer epoch
+        await advance(node, clock, 60, step=5)
+        assert 1 in node.dispatchers, "the test needs the deposed dispatcher kept"
+        got = scrape(node)
+        assert ("timeshard_shard_epoch", (("shard", "1"),)) not in got
+        assert ("timeshard_shard_dispatch_lag_seconds", (("shard", "1"),)) not in got
+        assert got[("timeshard_node_shards_owned", ())] == 3
+        status = await node_status(node)
+        assert not status.shards[1].here
+    finally:
+        await node.stop()

@@ -344,8 +344,9 @@ class AdminService(pb_grpc.AdminServiceServicer):
         owners = await self.node.coordinator.owners()
         now = self.node.clock.now_ms()
         out = []
+        dispatching = self.node.dispatching
         for shard in range(self.node.num_shards):
-            d = self.node.dispatchers.get(shard)
+            d = dispatching.get(shard)
             state = await self.node.store.get_shard(shard)
             cursor_ms = state.cursor * 60_000
             due, oldest = d.backlog(now) if d else (0, None)

@@ -144,6 +144,14 @@ class Node:
     def num_shards(self) -> int:
         return self.store.num_shards
 
+    @property
+    def dispatching(self) -> dict[int, ShardDispatcher]:
+        """The dispatchers that still dispatch: a deposed one (a newer epoch took its shard)
+        stays in ``dispatchers`` until the coordinator's loss report or a retake, but its
+        shard's numbers are the new owner's to report (else the shard is counted twice, with
+        a lag growing on the node that stopped)."""
+        return {s: d for s, d in self.dispatchers.items() if not d.deposed}
+
     # -- lifecycle ------------------------------------------------------------------------
 
     async def start(self) -> None:

@@ -127,7 +127,7 @@ class NodeCollector:
         yield _gauge(
             "timeshard_node_shards_owned",
             "Shards this node owns and dispatches.",
-            len(node.dispatchers),
+            len(node.dispatching),
         )
         yield _gauge(
             "timeshard_node_ready_jobs",
@@ -164,7 +164,7 @@ class NodeCollector:
             "Jobs in the ready queues, waiting for a claim, per shard.",
             labels=["shard"],
         )
-        for shard, d in sorted(node.dispatchers.items()):
+        for shard, d in sorted(node.dispatching.items()):
             label = [str(shard)]
             count, oldest = d.backlog(now)
             epoch.add_metric(label, d.epoch)

@@ -136,8 +136,9 @@ def unclaimed_rows(node: Node) -> list[TypeWaiting]:
 def shard_rows(node: Node, owners: dict[int, str]) -> list[ShardRow]:
     now = node.clock.now_ms()
     rows = []
+    dispatching = node.dispatching
     for shard in range(node.num_shards):
-        d = node.dispatchers.get(shard)
+        d = dispatching.get(shard)
         if d is None:
             rows.append(ShardRow(shard=shard, owner=owners.get(shard, "")))
             continue
