@@ -36,6 +36,8 @@ async def test_status_summarises_the_cluster(capsys: pytest.CaptureFixture[str])
         for c in claimed[1:]:
             await node.complete(c.job.job_id, c.job.fence)
         await server.health_watcher.count_dead_letters(force=True)
+        await node.schedule(job_type="reprot", payload=b"", run_at=now - 90_000)
+        await wait_until(lambda: node.ready.count() == 1, what="the misspelt job ready")
 
         code = await asyncio.to_thread(main, ["--server", server.address, "status", "--json"])
         st = json.loads(capsys.readouterr().out)
@@ -49,6 +51,9 @@ async def test_status_summarises_the_cluster(capsys: pytest.CaptureFixture[str])
         (failure,) = st["recent_failures"]
         assert failure["job_id"] == claimed[0].job.job_id and failure["kind"] == "dead"
         assert failure["error"] == "no <printer>"
+        (waiting,) = [t for t in st["unclaimed"] if t["jobs"]]
+        assert waiting["type"] == "reprot" and waiting["jobs"] == 1
+        assert 90_000 <= waiting["oldest_age_ms"] < 120_000
 
         code = await asyncio.to_thread(main, ["--server", server.address, "status"])
         text = capsys.readouterr().out
@@ -56,6 +61,8 @@ async def test_status_summarises_the_cluster(capsys: pytest.CaptureFixture[str])
         assert "1 node(s), 4 shards, 0 without an owner" in text
         assert "dead letters: 1 (counted" in text and "(4 claims)" in text
         assert "node-a" in text and "SERVING" in text and "no <printer>" in text
+        assert "due jobs nobody has claimed" in text
+        assert "  reprot: 1 waiting, oldest due 9" in text and "<- check" in text
     finally:
         await server.stop(0)
 

@@ -1,4 +1,4 @@
-"""How a worker asks for jobs (issue 17): each type's free slots are asked for whatever the other
+"""How a worker asks for jobs: each type's free slots are asked for whatever the other
 types do, and a handler's concurrency holds per worker, across every node it claims from. Real
 gRPC, in-process nodes on the embedded store and the system clock."""
 

@@ -1,7 +1,6 @@
 """Every way a handler ends maps to one recorded outcome, the worker survives it, and a job never
-runs twice at once in one worker (issue 17: DESIGN.md, "The handler boundary"; docs/handlers.md
-has the table these tests stand behind). Real gRPC between the worker and an in-process node on
-the embedded store and the system clock."""
+runs twice at once in one worker (docs/handlers.md has the table these tests stand behind). Real
+gRPC between the worker and an in-process node on the embedded store and the system clock."""
 
 from __future__ import annotations
 
@@ -340,8 +339,7 @@ async def test_a_cancelled_job_stops_its_handler_at_the_next_heartbeat() -> None
 
 async def test_a_worker_that_dies_holding_a_job_leaves_it_to_its_lease_expiry() -> None:
     """Process death: nothing more comes from the worker; the node records the attempt as
-    "lease expired" when the lease ends and the job runs again (at max_attempts it is dead: the
-    node side of issue 17)."""
+    "lease expired" when the lease ends and the job runs again (at max_attempts it is dead)."""
     async with running() as (node, clock):
         job, _ = await node.schedule(job_type="t", payload=b"{}", run_at=clock.now_ms())
         await advance(node, clock, 0.5)

@@ -296,7 +296,7 @@ async def pause_then_resume(w: Worker, go: asyncio.Event, clock: FakeClock) -> F
 
 
 async def test_a_handler_resumed_after_a_pause_past_its_lease_sees_cancelled_at_once() -> None:
-    """Since issue 17 an ``async def`` is not even resumed: ``LeaseLost`` is raised at its
+    """An ``async def`` is not even resumed: ``LeaseLost`` is raised at its
     ``await`` (``core._Guarded``), so it never gets to ask."""
     clock = FakeClock()
     w, go, seen = pausable_worker(clock, check="ask")
@@ -319,7 +319,7 @@ async def test_a_checkpoint_after_a_pause_past_the_lease_raises_lease_lost() -> 
 
 async def test_a_result_is_not_sent_once_the_lease_is_over() -> None:
     """A handler that never looks at its lease is stopped at its ``await`` after the pause
-    (issue 17; it once took the step and finished), and nothing is reported (another worker may
+    (it once took the step and finished), and nothing is reported (another worker may
     hold the job by now); the job is left to its lease expiry."""
     clock = FakeClock()
     w, go, seen = pausable_worker(clock, check="ignore")

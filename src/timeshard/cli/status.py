@@ -3,8 +3,10 @@
 Asks the nodes behind ``--server`` for the members (``ClusterInfo``), then every member for
 its state (``AdminService.NodeStatus``, admin role) and merges the answers: health of each node,
 shards per node and the shards nobody dispatches, each shard's due entries and dispatch lag,
-the dead-letter queue's size, recent lateness percentiles (the nodes' lateness buckets add up)
-and the latest failures.
+the job types whose due jobs wait for a claim and for how long (no worker, a typo in a type, a
+pause or a concurrency limit: the dispatch lag does not show these, it is how far an owner is
+behind), the dead-letter queue's size, recent lateness percentiles (the nodes' lateness buckets
+add up) and the latest failures.
 
 Exits 1 when a node did not answer or is not serving, or a shard has no owner (for scripts).
 """
@@ -23,6 +25,7 @@ from timeshard.v1 import timeshard_pb2 as pb
 from timeshard.wire import dur, ts_ms
 
 LAG_WARN_MS = 5_000
+UNCLAIMED_WARN_MS = 60_000
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -71,6 +74,7 @@ def merge(
     top = 0.0
     dead: dict[str, Any] | None = None
     failures: list[dict[str, Any]] = []
+    unclaimed: dict[str, dict[str, Any]] = {}
     nodes = []
     for n in info.nodes:
         a = answers.get(n.node_id)
@@ -112,6 +116,10 @@ def merge(
                 "counted_at": format_rfc3339(ts_ms(a.dead_letters_at)),
             }
         failures += [_event(e, n.node_id) for e in a.recent_failures]
+        for w in a.unclaimed:
+            t = unclaimed.setdefault(w.type, {"type": w.type, "jobs": 0, "oldest_age_ms": 0})
+            t["jobs"] += w.jobs
+            t["oldest_age_ms"] = max(t["oldest_age_ms"], w.oldest_age_ms)
     all_answered = all(answers.values())
     unowned = [s for s in range(info.num_shards) if s not in shards] if all_answered else None
     late = percentiles(buckets, top)
@@ -121,6 +129,7 @@ def merge(
         "shards": [shards[s] for s in sorted(shards)],
         "shards_without_owner": unowned,
         "dead_letters": dead,
+        "unclaimed": sorted(unclaimed.values(), key=lambda t: (-t["oldest_age_ms"], t["type"])),
         "lateness": {"window_s": window_s, **late.as_dict()},
         "recent_failures": sorted(failures, key=lambda e: e["at"], reverse=True)[:20],
     }
@@ -186,6 +195,14 @@ def render(st: dict[str, Any]) -> list[str]:
         out += [
             f"  shard {s['shard']} on {s['owner']}: {s['due']} due, lag {_ms(s['dispatch_lag_ms'])}"
             for s in sorted(behind, key=lambda s: -s["dispatch_lag_ms"])[:20]
+        ]
+    waiting = [t for t in st["unclaimed"] if t["jobs"]]
+    if waiting:
+        out += ["", "due jobs nobody has claimed (no worker for the type? paused? at its limit?):"]
+        out += [
+            f"  {t['type']}: {t['jobs']} waiting, oldest due {_ms(t['oldest_age_ms'])} ago"
+            + ("  <- check" if t["oldest_age_ms"] > UNCLAIMED_WARN_MS else "")
+            for t in waiting[:20]
         ]
     if st["recent_failures"]:
         out += ["", "recent failures:"]

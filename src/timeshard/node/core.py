@@ -152,6 +152,14 @@ class Node:
     def num_shards(self) -> int:
         return self.store.num_shards
 
+    @property
+    def dispatching(self) -> dict[int, ShardDispatcher]:
+        """The dispatchers that still dispatch: a deposed one (a newer epoch took its shard)
+        stays in ``dispatchers`` until the coordinator's loss report or a retake, but its
+        shard's numbers are the new owner's to report (else the shard is counted twice, with
+        a lag growing on the node that stopped)."""
+        return {s: d for s, d in self.dispatchers.items() if not d.deposed}
+
     # -- lifecycle ------------------------------------------------------------------------
 
     async def start(self) -> None:
@@ -438,6 +446,7 @@ class Node:
             out = await self.store.cancel_job(job_id, job.state, job.fence, self.clock.now_ms())
             if out.applied and out.job is not None:
                 self.metrics.written(out.job)
+                self._left_ready(out.job)
                 return out.job
         raise FailedPrecondition(f"job {job_id!r} kept changing; try again")
 
@@ -452,8 +461,17 @@ class Node:
             out = await self.store.reschedule_job(job_id, job.fence, run_at, now)
             if out.applied and out.job is not None:
                 self._notify([entry_for(out.job, run_at, now)])
+                self._left_ready(out.job)
                 return out.job
         raise FailedPrecondition(f"job {job_id!r} kept changing; try again")
+
+    def _left_ready(self, job: Job) -> None:
+        """``job`` was cancelled or moved by this node: if its owner is this node and holds it
+        ready, it leaves the ready queue (and the counts) now. Through another node, the owner
+        finds out when it next looks at the job (``ShardDispatcher._park_waiting``)."""
+        d = self.dispatchers.get(job.shard)
+        if d is not None:
+            d.forget(job.job_id)
 
     # -- workers --------------------------------------------------------------------------
 

@@ -137,17 +137,21 @@ class ShardDispatcher:
         return sum(len(s) for s in self._pending.values())
 
     def backlog(self, now: int) -> tuple[int, int | None]:
-        """Entries due by ``now`` and not handled yet (not yet claimed, fired or found
-        finished), and the oldest due time among them or among the entries not read yet when
-        the reads are behind: ``now`` minus it is the shard's real dispatch lag. Entries
-        waiting for their row to appear are left out."""
+        """Entries due by ``now`` that this dispatcher has not yet acted on (not made ready,
+        fired or found finished), and the oldest due time among them or among the entries
+        not read yet when the reads are behind: ``now`` minus it is the shard's dispatch lag,
+        how far its owner is behind. Left out: entries waiting for their row to appear, and
+        jobs already made ready and waiting for a claim: their entry is written again, due
+        now, every minute (``_park_waiting``), so its due time says nothing of how long they
+        wait; ``ReadyQueues.unclaimed`` tells that, per type, from the job's own due time."""
         waiting = {e for _, e in self._later}
+        ready = self._ready.job_ids(self.shard)
         due = [
             e.due_at
             for minute, entries in self._pending.items()
             if minute_start(minute) <= now
             for e in entries
-            if e.due_at <= now and e not in waiting
+            if e.due_at <= now and e not in waiting and e.job_id not in ready
         ]
         oldest = min(due, default=None)
         if self._horizon <= now:  # entries due since the last read are not even known yet
@@ -319,7 +323,12 @@ class ShardDispatcher:
         concurrency limit reached) must not hold the cursor back: once their minute could be
         passed, their entries are written again, due now, in the current minute, and the old
         ones handled. The job stays ready; a new owner finds the new entry (a waiting job once
-        pinned the cursor for good). One entry write per waiting job per minute."""
+        pinned the cursor for good), and the job row keeps its ``run_at``, so the job's age
+        survives the move. One row read and one entry write per waiting job per minute.
+
+        The rows are read first: a job cancelled or rescheduled through another node since it
+        was made ready (this node is not told) leaves the ready queue here, and its entries are
+        looked at again, which finds them handled."""
         settle = round(self._cfg.settle_s * 1000)
         cursor_end = minute_start(self.cursor) + MINUTE_MS
         if cursor_end + settle > self._refreshed_at or cursor_end > self._horizon:
@@ -328,14 +337,49 @@ class ShardDispatcher:
         if not waiting:
             return
         now = self._clock.now_ms()
+        rows = await self._store.get_jobs_for(waiting)
+        waiting = [e for e in waiting if self._still_waiting(e, rows.get(e.job_id), now)]
+        if not waiting:
+            return
         moved = {e: entry_at(e.shard, e.job_id, now, now, home=e.home) for e in waiting}
         await self._store.add_entries(list(moved.values()))
         for old, new in moved.items():
-            self._ready.replace_entry(old, new)
-            self._known.add(new)
-            self._pending.setdefault(new.minute, set()).add(new)
+            if self._ready_holds(old):
+                self._ready.replace_entry(old, new)
+                self._known.add(new)
+                self._pending.setdefault(new.minute, set()).add(new)
+            else:  # claimed meanwhile: the claim handled the old entry; look at the new one
+                self._add(new)
         self.handled(waiting)
         log.info("shard %d: %d due jobs wait for a worker; moved on", self.shard, len(waiting))
+
+    def _still_waiting(self, e: BucketEntry, job: Job | None, now: int) -> bool:
+        """Whether the ready item of ``e``'s job still stands for the stored row ``job``:
+        scheduled, due, with the fence a claim must find. If not, the item leaves the ready
+        queue and its entries are looked at again (``_decide`` finds them handled, or makes
+        the job ready again as it now is)."""
+        item = self._ready.find(e.job_id)
+        if item is None:
+            return False  # claimed while the rows were read: the claim handled it
+        if (
+            job is not None
+            and job.state is JobState.SCHEDULED
+            and job.fence == item.fence
+            and job.run_at <= now
+        ):
+            item.job, item.run_at = job, job.run_at
+            return True
+        self._ready.remove(e.job_id)
+        self.recheck(item.entries)
+        return False
+
+    def forget(self, job_id: str) -> None:
+        """A write of this node moved ``job_id`` out of the state its ready item stands for
+        (cancelled, rescheduled): out of the ready queue now, and its entries looked at again
+        (found handled, or the job made ready again as it now is)."""
+        item = self._ready.remove(job_id)
+        if item is not None:
+            self.recheck(item.entries)
 
     @property
     def waiting(self) -> int:

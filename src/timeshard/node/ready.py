@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from timeshard.model import BucketEntry, Job
+from timeshard.observe.events import LEASE_EXPIRED
 
 
 @dataclass(kw_only=True, slots=True)
@@ -21,8 +22,31 @@ class ReadyItem:
     shard: int
     fence: int  # the fence a claim must find
     run_at: int
+    """The job row's ``run_at``: kept as the job's entries are written again (a waiting job's
+    entry moves on every minute, its row does not), so a new owner reads it too."""
     entries: list[BucketEntry] = field(default_factory=list)
     job: Job | None = None  # the row as the dispatcher read it (saves the claim a read)
+
+    @property
+    def due_since(self) -> int:
+        """Since when the job has been due: its ``run_at``, or, for a run again after its
+        lease expired (the release keeps ``run_at``), the end of that lease."""
+        job = self.job
+        if job is not None and job.history and job.history[-1].outcome == LEASE_EXPIRED:
+            return max(self.run_at, job.lease_until)
+        return self.run_at
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Unclaimed:
+    """The due jobs of one type waiting in a node's ready queues for a claim."""
+
+    jobs: int
+    oldest_due: int | None
+    """The ``due_since`` of the longest waiting (None when none waits)."""
+
+    def age_ms(self, now: int) -> int:
+        return max(0, now - self.oldest_due) if self.oldest_due is not None else 0
 
 
 class _TypeQueue:
@@ -90,6 +114,10 @@ class _TypeQueue:
             return len(self.shard_of)
         return len(self.by_shard.get(shard, ()))
 
+    def items(self) -> Iterable[ReadyItem]:
+        for q in self.by_shard.values():
+            yield from q.values()
+
 
 class ReadyQueues:
     def __init__(self) -> None:
@@ -138,6 +166,39 @@ class ReadyQueues:
             item = q.get(old.job_id)
             if item is not None:
                 item.entries = [new if e == old else e for e in item.entries]
+
+    def find(self, job_id: str) -> ReadyItem | None:
+        """The item of ``job_id`` in any type's queue (None: not queued here)."""
+        for q in self._by_type.values():
+            item = q.get(job_id)
+            if item is not None:
+                return item
+        return None
+
+    def remove(self, job_id: str) -> ReadyItem | None:
+        """Take ``job_id`` out of the queues (it was cancelled, moved, or is no longer
+        due); returns its item, None if it was not queued."""
+        for q in self._by_type.values():
+            item = q.get(job_id)
+            if item is not None:
+                q.remove(job_id)
+                return item
+        return None
+
+    def job_ids(self, shard: int) -> set[str]:
+        """The jobs of ``shard`` queued here."""
+        return {i for q in self._by_type.values() for i in q.by_shard.get(shard, ())}
+
+    def unclaimed(self) -> dict[str, Unclaimed]:
+        """Per type ever queued on this node (an emptied type stays, at zero, so a gauge of
+        it falls to 0 rather than vanishing): how many jobs wait for a claim and since when
+        the oldest is due. A pass over the queued items: for scrapes and status, not the
+        hot path."""
+        out: dict[str, Unclaimed] = {}
+        for t, q in self._by_type.items():
+            oldest = min((i.due_since for i in q.items()), default=None)
+            out[t] = Unclaimed(jobs=len(q), oldest_due=oldest)
+        return out
 
     def types(self) -> list[str]:
         return list(self._by_type)

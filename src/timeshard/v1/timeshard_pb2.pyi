@@ -573,6 +573,16 @@ class TypeCounts(_message.Message):
     reruns: int
     def __init__(self, type: _Optional[str] = ..., scheduled: _Optional[int] = ..., claimed: _Optional[int] = ..., succeeded: _Optional[int] = ..., failed: _Optional[int] = ..., retries: _Optional[int] = ..., dead_lettered: _Optional[int] = ..., cancelled: _Optional[int] = ..., lease_expiries: _Optional[int] = ..., reruns: _Optional[int] = ...) -> None: ...
 
+class TypeWaiting(_message.Message):
+    __slots__ = ("type", "jobs", "oldest_age_ms")
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    JOBS_FIELD_NUMBER: _ClassVar[int]
+    OLDEST_AGE_MS_FIELD_NUMBER: _ClassVar[int]
+    type: str
+    jobs: int
+    oldest_age_ms: int
+    def __init__(self, type: _Optional[str] = ..., jobs: _Optional[int] = ..., oldest_age_ms: _Optional[int] = ...) -> None: ...
+
 class JobEvent(_message.Message):
     __slots__ = ("at", "job_id", "type", "shard", "attempt", "kind", "error")
     AT_FIELD_NUMBER: _ClassVar[int]
@@ -592,7 +602,7 @@ class JobEvent(_message.Message):
     def __init__(self, at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., job_id: _Optional[str] = ..., type: _Optional[str] = ..., shard: _Optional[int] = ..., attempt: _Optional[int] = ..., kind: _Optional[str] = ..., error: _Optional[str] = ...) -> None: ...
 
 class NodeStatusResponse(_message.Message):
-    __slots__ = ("node_id", "address", "serving", "store_reachable", "store_error", "coordinator_connected", "num_shards", "shards", "window", "lateness", "lateness_max_ms", "jobs", "dead_letters_counted", "dead_letters", "dead_letters_at", "recent_failures", "recent_dead_letters")
+    __slots__ = ("node_id", "address", "serving", "store_reachable", "store_error", "coordinator_connected", "num_shards", "shards", "window", "lateness", "lateness_max_ms", "jobs", "dead_letters_counted", "dead_letters", "dead_letters_at", "recent_failures", "recent_dead_letters", "unclaimed")
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
     SERVING_FIELD_NUMBER: _ClassVar[int]
@@ -610,6 +620,7 @@ class NodeStatusResponse(_message.Message):
     DEAD_LETTERS_AT_FIELD_NUMBER: _ClassVar[int]
     RECENT_FAILURES_FIELD_NUMBER: _ClassVar[int]
     RECENT_DEAD_LETTERS_FIELD_NUMBER: _ClassVar[int]
+    UNCLAIMED_FIELD_NUMBER: _ClassVar[int]
     node_id: str
     address: str
     serving: bool
@@ -627,4 +638,5 @@ class NodeStatusResponse(_message.Message):
     dead_letters_at: _timestamp_pb2.Timestamp
     recent_failures: _containers.RepeatedCompositeFieldContainer[JobEvent]
     recent_dead_letters: _containers.RepeatedCompositeFieldContainer[JobEvent]
-    def __init__(self, node_id: _Optional[str] = ..., address: _Optional[str] = ..., serving: _Optional[bool] = ..., store_reachable: _Optional[bool] = ..., store_error: _Optional[str] = ..., coordinator_connected: _Optional[bool] = ..., num_shards: _Optional[int] = ..., shards: _Optional[_Iterable[_Union[ShardStatus, _Mapping]]] = ..., window: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., lateness: _Optional[_Iterable[_Union[LatenessBucket, _Mapping]]] = ..., lateness_max_ms: _Optional[float] = ..., jobs: _Optional[_Iterable[_Union[TypeCounts, _Mapping]]] = ..., dead_letters_counted: _Optional[bool] = ..., dead_letters: _Optional[int] = ..., dead_letters_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., recent_failures: _Optional[_Iterable[_Union[JobEvent, _Mapping]]] = ..., recent_dead_letters: _Optional[_Iterable[_Union[JobEvent, _Mapping]]] = ...) -> None: ...
+    unclaimed: _containers.RepeatedCompositeFieldContainer[TypeWaiting]
+    def __init__(self, node_id: _Optional[str] = ..., address: _Optional[str] = ..., serving: _Optional[bool] = ..., store_reachable: _Optional[bool] = ..., store_error: _Optional[str] = ..., coordinator_connected: _Optional[bool] = ..., num_shards: _Optional[int] = ..., shards: _Optional[_Iterable[_Union[ShardStatus, _Mapping]]] = ..., window: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., lateness: _Optional[_Iterable[_Union[LatenessBucket, _Mapping]]] = ..., lateness_max_ms: _Optional[float] = ..., jobs: _Optional[_Iterable[_Union[TypeCounts, _Mapping]]] = ..., dead_letters_counted: _Optional[bool] = ..., dead_letters: _Optional[int] = ..., dead_letters_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., recent_failures: _Optional[_Iterable[_Union[JobEvent, _Mapping]]] = ..., recent_dead_letters: _Optional[_Iterable[_Union[JobEvent, _Mapping]]] = ..., unclaimed: _Optional[_Iterable[_Union[TypeWaiting, _Mapping]]] = ...) -> None: ...

@@ -20,8 +20,14 @@ Read at scrape time (names after the Prometheus conventions: ``_total`` counters
   ``timeshard_coordinator_connected``, ``timeshard_cluster_shards``,
   ``timeshard_node_shards_owned``, ``timeshard_node_ready_jobs``;
 - per shard this node owns: ``timeshard_shard_epoch{shard}``, ``timeshard_shard_due_jobs{shard}``
-  (due and not handed out), ``timeshard_shard_dispatch_lag_seconds{shard}`` (the oldest of
-  them), ``timeshard_shard_ready_jobs{shard}``;
+  (due and not yet acted on by the dispatcher), ``timeshard_shard_dispatch_lag_seconds{shard}``
+  (the oldest of them: how far the owner is behind), ``timeshard_shard_ready_jobs{shard}``
+  (made ready, waiting for a claim);
+- per job type queued on this node: ``timeshard_type_unclaimed_jobs{type}`` (due, made ready,
+  not claimed) and ``timeshard_type_oldest_unclaimed_age_seconds{type}`` (how long the oldest
+  of them has been due, from the job's own due time, which its entry being written again
+  every minute and a failover keep): a type with no worker, paused, or held at its
+  concurrency limit shows here as an age that keeps growing, never in the dispatch lag;
 - ``timeshard_dead_letter_jobs``: the size of the dead-letter queue (from the node that owns
   shard 0, which counts it);
 - the ``process_*`` and ``python_info`` metrics of prometheus_client.
@@ -121,7 +127,7 @@ class NodeCollector:
         yield _gauge(
             "timeshard_node_shards_owned",
             "Shards this node owns and dispatches.",
-            len(node.dispatchers),
+            len(node.dispatching),
         )
         yield _gauge(
             "timeshard_node_ready_jobs",
@@ -129,6 +135,7 @@ class NodeCollector:
             node.ready.count(),
         )
         yield from self._shards()
+        yield from self._types()
         if health.dead_letters is not None:
             yield _gauge(
                 "timeshard_dead_letter_jobs",
@@ -157,7 +164,7 @@ class NodeCollector:
             "Jobs in the ready queues, waiting for a claim, per shard.",
             labels=["shard"],
         )
-        for shard, d in sorted(node.dispatchers.items()):
+        for shard, d in sorted(node.dispatching.items()):
             label = [str(shard)]
             count, oldest = d.backlog(now)
             epoch.add_metric(label, d.epoch)
@@ -165,6 +172,31 @@ class NodeCollector:
             lag.add_metric(label, max(0, now - oldest) / 1000 if oldest is not None else 0.0)
             ready.add_metric(label, node.ready.count(shard))
         return [epoch, due, lag, ready]
+
+    def _types(self) -> Iterable[Metric]:
+        node = self._node
+        now = node.clock.now_ms()
+        jobs = GaugeMetricFamily(
+            "timeshard_type_unclaimed_jobs",
+            "Due jobs made ready on this node and not claimed yet, per type (no worker, "
+            "paused, or held by a concurrency limit).",
+            labels=["type"],
+        )
+        age = GaugeMetricFamily(
+            "timeshard_type_oldest_unclaimed_age_seconds",
+            "How long the oldest due job not claimed yet has been due, per type, from its own "
+            "due time (0 when none waits).",
+            labels=["type"],
+        )
+        merged: dict[str, tuple[int, int]] = {}  # label -> (jobs, oldest age ms)
+        for t, u in node.ready.unclaimed().items():
+            label = node.metrics.type_label(t)
+            n, oldest = merged.get(label, (0, 0))
+            merged[label] = (n + u.jobs, max(oldest, u.age_ms(now)))
+        for label, (n, oldest) in sorted(merged.items()):
+            jobs.add_metric([label], n)
+            age.add_metric([label], oldest / 1000)
+        return [jobs, age]
 
 
 class Forward:

@@ -1,8 +1,10 @@
 """The status page of a node: one server-rendered HTML page, no script, no build step.
 
-It answers an operator's three questions at a glance — are jobs firing on time (lateness
+It answers an operator's questions at a glance — are jobs firing on time (lateness
 percentiles over the last minutes), is a shard falling behind (each shard's owner, due entries
-and dispatch lag), what is failing (recent failures and dead letters) — and reads on a phone:
+and dispatch lag), are due jobs waiting for a worker (per type, how many and since when: a
+type without workers, paused or at its limit), what is failing (recent failures and dead
+letters) — and reads on a phone:
 the layout is a single column of cards that wrap, wide tables scroll inside their card, and the
 page refreshes itself every 10 seconds. Every value from a job (ids, types, errors) is escaped.
 """
@@ -18,6 +20,7 @@ from timeshard.views.status import NodeStatus, ShardRow
 
 REFRESH_S = 10
 LAG_WARN_MS = 5_000
+UNCLAIMED_WARN_MS = 60_000
 _THIS = " <span class='muted'>(this node)</span>"
 
 STYLE = """
@@ -69,6 +72,7 @@ def render(status: NodeStatus) -> str:
             _summary(s),
             _nodes(s),
             _shards(s),
+            _unclaimed(s),
             _types(s),
             _events("Recent failures", "failures", s.failures, "No failures seen by this node."),
             _events("Dead letters", "dead-letters", s.dead, "The dead-letter queue is empty."),
@@ -196,6 +200,36 @@ def _shards(s: NodeStatus) -> str:
         "of the oldest, jobs waiting in the ready queue). Yellow: lag over "
         f"{LAG_WARN_MS // 1000} s. Red: no owner.</p>"
         f'<div class="shards" id="shards">{tiles}</div></section>'
+    )
+
+
+def _unclaimed(s: NodeStatus) -> str:
+    """Due jobs nobody claims never show in the lateness (only claims are timed) nor in the
+    dispatch lag (their owner is not behind): here, each type with how long it has waited."""
+    if not s.unclaimed:
+        return (
+            "<section><h2>Waiting for a claim</h2>"
+            "<p class='muted' id='unclaimed'>No due job waits for a worker.</p></section>"
+        )
+    rows = [
+        [
+            escape(w.job_type),
+            str(w.jobs),
+            (
+                f"<span class='badge warn'>{escape(_ms(w.oldest_age_ms))}</span>"
+                if w.oldest_age_ms > UNCLAIMED_WARN_MS
+                else escape(_ms(w.oldest_age_ms))
+            ),
+        ]
+        for w in s.unclaimed
+    ]
+    table = _table("unclaimed", ["Type", "Jobs", "Oldest due for"], rows, {1: "num", 2: "num"})
+    return (
+        "<section><h2>Waiting for a claim</h2>"
+        '<p class="muted">Due jobs made ready here that no worker has claimed, by type: no '
+        "worker polls the type (or it is misspelt), it is paused, or at its concurrency limit. "
+        f"Marked when the oldest has been due over {UNCLAIMED_WARN_MS // 60_000} min.</p>"
+        f"{table}</section>"
     )
 
 

@@ -9,7 +9,7 @@ reports them for its own shards.
 from __future__ import annotations
 
 import asyncio
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from timeshard.errors import TimeshardError
@@ -33,6 +33,16 @@ class ShardRow:
     in_memory: int = 0
     here: bool = False
     """Owned (dispatched) by this node: the numbers above are known."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TypeWaiting:
+    """Due jobs of one type made ready on this node and not claimed yet."""
+
+    job_type: str
+    jobs: int
+    oldest_age_ms: int
+    """How long the oldest of them has been due (from the job's own due time)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -61,6 +71,9 @@ class NodeStatus:
     owner)."""
     clock_offset_ms: float | None = None
     """This node's clock against the store's (None: not measured yet)."""
+    unclaimed: list[TypeWaiting] = field(default_factory=list)
+    """Per job type queued here, the longest waiting first (a type without workers, paused,
+    or held by its concurrency limit)."""
 
     def as_json(self) -> dict[str, Any]:
         out = asdict(self)
@@ -106,14 +119,26 @@ async def node_status(node: Node, window_s: float = DEFAULT_WINDOW_S) -> NodeSta
         failures=list(metrics.failures),
         dead=_dead(list(metrics.dead), health.latest_dead),
         clock_offset_ms=node.clock_offset_ms,
+        unclaimed=unclaimed_rows(node),
     )
+
+
+def unclaimed_rows(node: Node) -> list[TypeWaiting]:
+    now = node.clock.now_ms()
+    rows = [
+        TypeWaiting(job_type=t, jobs=u.jobs, oldest_age_ms=u.age_ms(now))
+        for t, u in node.ready.unclaimed().items()
+        if u.jobs
+    ]
+    return sorted(rows, key=lambda r: (-r.oldest_age_ms, r.job_type))
 
 
 def shard_rows(node: Node, owners: dict[int, str]) -> list[ShardRow]:
     now = node.clock.now_ms()
     rows = []
+    dispatching = node.dispatching
     for shard in range(node.num_shards):
-        d = node.dispatchers.get(shard)
+        d = dispatching.get(shard)
         if d is None:
             rows.append(ShardRow(shard=shard, owner=owners.get(shard, "")))
             continue

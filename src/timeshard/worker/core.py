@@ -238,7 +238,7 @@ class Worker:
         return min(self.claim_wait_s, (self.lease_s - self.safety_margin_s) / 2)
 
     async def _claim_loop(self, stub: WorkerStub, stop: asyncio.Event, job_type: str) -> None:
-        """One type's long polls to one node. Each type polls on its own (issue 17): a claim
+        """One type's long polls to one node. Each type polls on its own: a claim
         names one limit for all its types, so one claim for every type either capped them all
         at the smallest type's free slots, or asked only for the types with a free slot and
         waited out its long poll while a full type's slots freed."""
@@ -380,7 +380,7 @@ class Worker:
         """Wait for the job's slot, then call its handler. What the handler raises that would
         end the event loop or be taken for the worker cancelling it — ``SystemExit``,
         ``KeyboardInterrupt``, its own ``CancelledError`` — comes out as ``_Raised``, an
-        ordinary exception that fails the attempt (issue 17)."""
+        ordinary exception that fails the attempt."""
         await self._slots.acquire(run)
         run.start()
         self._emit("started", ctx)

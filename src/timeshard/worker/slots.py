@@ -1,4 +1,4 @@
-"""A worker's handler slots, for the worker SDK (issue 17).
+"""A worker's handler slots, for the worker SDK.
 
 A type's ``concurrency`` is per worker, across every node it claims from. A job holds a slot of
 its type from its claim until its handler has really ended — not when the worker gave up on it:
