@@ -30,7 +30,7 @@ from typing import Any
 
 import grpc
 from bench import report, scenarios
-from bench.plot import plot
+from bench.plot import plot, require
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -142,6 +142,8 @@ def show(result: dict[str, Any], indent: str = "") -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    if getattr(args, "plot", None):
+        require()
     if args.command == "report":
         report.report(args, parser().parse_args)
         return 0

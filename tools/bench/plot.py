@@ -8,16 +8,23 @@ from pathlib import Path
 Row = tuple[float, float, float]  # due ms, start ms, lateness s
 
 
-def plot(path: str, series: Sequence[tuple[str, Sequence[Row]]], title: str) -> None:
+def require() -> None:
+    """Fail at start, not after a long run, when ``--plot`` can not be honoured."""
     try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        import matplotlib  # noqa: F401
     except ImportError:
         raise SystemExit(
-            "--plot needs matplotlib, which is not installed: pip install matplotlib"
+            "--plot needs matplotlib, which is not installed: pip install -e '.[bench]'"
         ) from None
+
+
+def plot(path: str, series: Sequence[tuple[str, Sequence[Row]]], title: str) -> None:
+    require()
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
     fig, (late_ax, rate_ax) = plt.subplots(2, 1, figsize=(10, 7), sharex=True)
     for label, rows in series:
         if not rows:
