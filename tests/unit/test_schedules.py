@@ -9,11 +9,18 @@ from pathlib import Path
 import pytest
 
 from tests.unit.helpers import START_MS, advance, running
+from timeshard.cli.main import main
+from timeshard.clock import SystemClock
+from timeshard.coordinator.local import LocalCoordinator
 from timeshard.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
-from timeshard.model import JobState, MisfirePolicy, OverlapPolicy, Schedule
+from timeshard.model import MIN_MISFIRE_GRACE_MS, JobState, MisfirePolicy, OverlapPolicy, Schedule
 from timeshard.node import Node, TypePolicy
 from timeshard.node.schedules import ScheduleFirer
+from timeshard.server import Server
 from timeshard.sharding import MINUTE_MS
+from timeshard.store.sqlite import SqliteStore
+from timeshard.v1 import timeshard_pb2 as pb
+from timeshard.wire import dur, schedule_from_pb
 
 EVERY_MINUTE = "* * * * *"
 
@@ -186,6 +193,75 @@ async def test_schedule_input_is_checked() -> None:
             await node.schedules.get("missing")
         with pytest.raises(NotFound):
             await node.schedules.delete("missing")
+
+
+# -- misfire_grace has a floor -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("grace_ms", [0, 1, 999])
+def test_a_grace_below_one_second_is_refused_naming_the_field_and_the_minimum(
+    grace_ms: int,
+) -> None:
+    """With misfire=skip and a grace of 0 every on-time run was counted as missed (starting a
+    run takes milliseconds), so the schedule never fired; the value was accepted."""
+    with pytest.raises(InvalidArgument) as info:
+        sched(misfire=MisfirePolicy.SKIP, misfire_grace_ms=grace_ms)
+    assert info.value.field == "misfire_grace"
+    assert f"must be at least 1s, got {grace_ms / 1000:g}s" in info.value.problem
+    assert sched(misfire_grace_ms=MIN_MISFIRE_GRACE_MS).misfire_grace_ms == 1000
+
+
+def test_the_api_refuses_a_zero_grace() -> None:
+    msg = pb.Schedule(cron="* * * * *", timezone="UTC", type="cron.t", misfire="skip")
+    msg.misfire_grace.CopyFrom(dur(0))
+    with pytest.raises(InvalidArgument) as info:
+        schedule_from_pb(msg, "s1")
+    assert info.value.field == "misfire_grace"
+    msg.misfire_grace.CopyFrom(dur(1000))
+    assert schedule_from_pb(msg, "s1").misfire_grace_ms == 1000
+
+
+async def test_the_cli_create_and_update_refuse_a_zero_grace(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    node = Node(
+        store=SqliteStore(":memory:", num_shards=4),
+        coordinator=LocalCoordinator(),
+        clock=SystemClock(),
+    )
+    server = Server(node, port=0)
+    await server.start()
+    try:
+        spec = ["--cron", "0 3 * * *", "--tz", "UTC", "--misfire", "skip", "--misfire-grace"]
+        cli = ["--server", server.address, "schedules"]
+        code = await asyncio.to_thread(main, [*cli, "create", "cron.t", *spec, "0s", "--id", "s1"])
+        assert code == 2
+        assert "misfire_grace: must be at least 1s, got 0s" in capsys.readouterr().err
+        with pytest.raises(NotFound):
+            await node.schedules.get("s1")  # nothing written
+        code = await asyncio.to_thread(main, [*cli, "create", "cron.t", *spec, "1s", "--id", "s1"])
+        assert code == 0
+        code = await asyncio.to_thread(main, [*cli, "update", "s1", "cron.t", *spec, "0s"])
+        assert code == 2
+        assert "misfire_grace: must be at least 1s, got 0s" in capsys.readouterr().err
+        assert (await node.schedules.get("s1")).misfire_grace_ms == 1000  # unchanged
+    finally:
+        await server.stop(0)
+
+
+async def test_misfire_skip_with_the_smallest_grace_fires_every_on_time_run() -> None:
+    async with running() as (node, clock):
+        await node.schedules.create(
+            sched(
+                misfire=MisfirePolicy.SKIP,
+                misfire_grace_ms=MIN_MISFIRE_GRACE_MS,
+                overlap=OverlapPolicy.ALLOW,  # no run waits on the one before
+                max_concurrent=5,
+            )
+        )
+        await advance(node, clock, 3 * 60 + 5, step=0.7)  # a run starts up to 0.7 s late
+        assert sorted(await drain(node)) == [occ(1), occ(2), occ(3)]
+        assert (await node.schedules.get("s1")).skipped == 0
 
 
 async def test_deleted_schedule_stops_firing() -> None:
