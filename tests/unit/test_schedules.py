@@ -164,6 +164,60 @@ async def test_paused_schedule_keeps_its_place_and_applies_misfire_on_resume() -
         assert set(await occurrences(node)) == {occ(5)}  # one catch-up for the latest missed
 
 
+async def paused_through_an_update(new: Schedule) -> tuple[Schedule, set[str]]:
+    """Create an every-minute misfire=all schedule, pause it, update it to ``new`` 3.5 minutes
+    later, resume it at 7.5 minutes; returns what the update left and the runs after resume."""
+    async with running() as (node, clock):
+        await node.schedules.create(catching_up(sched()))
+        await node.schedules.pause("s1")
+        await advance(node, clock, 3 * 60 + 30, step=10)
+        updated = await node.schedules.update(new)
+        await advance(node, clock, 4 * 60, step=10)
+        assert await occurrences(node) == {}
+        await node.schedules.resume("s1")
+        await advance(node, clock, 2, step=1)
+        return updated, set(await occurrences(node))
+
+
+def catching_up(s: Schedule) -> Schedule:
+    """misfire=all with room to run every missed run at once."""
+    return s.with_(
+        misfire=MisfirePolicy.ALL,
+        misfire_grace_ms=10_000,
+        max_catchup=20,
+        overlap=OverlapPolicy.ALLOW,
+        max_concurrent=20,
+    )
+
+
+async def test_updating_a_paused_schedule_keeps_its_place() -> None:
+    """The runs missed since the pause are still caught up on resume: 7, not the 4 after the
+    update."""
+    updated, ran = await paused_through_an_update(catching_up(sched(payload=b'{"v": 2}')))
+    assert updated.paused and updated.next_fire == START_MS + MINUTE_MS
+    assert ran == {occ(m) for m in range(1, 8)}
+
+
+async def test_a_new_expression_takes_over_from_a_paused_schedules_place() -> None:
+    """Changed cron: the new expression's runs from where the schedule stood (minute 1) are
+    the missed ones: minutes 2, 4 and 6, not only those after the update (4, 6)."""
+    updated, ran = await paused_through_an_update(catching_up(sched(cron="*/2 * * * *")))
+    assert updated.next_fire == START_MS + 2 * MINUTE_MS
+    assert ran == {occ(2), occ(4), occ(6)}
+
+
+async def test_updating_a_running_schedule_keeps_or_moves_its_next_fire() -> None:
+    async with running() as (node, clock):
+        await node.schedules.create(sched(cron="0 * * * *"))
+        await advance(node, clock, 10 * 60, step=30)
+        same = await node.schedules.update(sched(cron="0 * * * *", payload=b"{}"))
+        assert same.next_fire == START_MS + 60 * MINUTE_MS  # unchanged
+        moved = await node.schedules.update(sched(cron="*/15 * * * *"))
+        assert moved.next_fire == START_MS + 15 * MINUTE_MS  # the new spec, from now
+        await advance(node, clock, 5 * 60 + 5, step=5)
+        assert set(await occurrences(node)) == {occ(15)}
+
+
 async def test_two_dispatchers_racing_on_one_occurrence_create_one_run() -> None:
     async with running() as (node, clock):
         s = await node.schedules.create(sched())

@@ -297,11 +297,25 @@ class ScheduleOps:
         raise FailedPrecondition(f"schedule {schedule_id!r} kept changing; try again")
 
     async def update(self, s: Schedule) -> Schedule:
+        """Replace a schedule's spec, job template and policies; it keeps its place.
+
+        Its place is its next fire time: every run before it has been handled. With the same
+        spec (cron, time zone, DST policies) that time is kept, so a paused schedule's runs
+        missed before the update are still handled by its misfire policy on resume, as if it
+        had not been updated. With a new spec, the new spec takes over from that place: the
+        next fire is its first time after the place or after now, whichever is earlier. For a
+        running schedule that is the new spec from now on; for a paused one whose next run is
+        past, the new spec's times since that run are the missed runs of resume (the old
+        spec's are not run). The runs of the new spec between the pause and the old next run
+        are not counted: the schedule does not record when it was paused."""
         spec = spec_of(s)  # validate before touching the stored row
         now = self._clock.now_ms()
 
         def change(cur: Schedule) -> tuple[Schedule, int | None]:
-            nxt = next_fire(spec, now)
+            if spec == spec_of(cur):
+                nxt = cur.next_fire
+            else:
+                nxt = next_fire(spec, min(cur.next_fire - 1, now))
             new = s.with_(
                 shard=cur.shard,
                 created_at=cur.created_at,
