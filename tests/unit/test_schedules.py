@@ -12,6 +12,7 @@ from tests.unit.helpers import START_MS, advance, running
 from timeshard.cli.main import main
 from timeshard.clock import SystemClock
 from timeshard.coordinator.local import LocalCoordinator
+from timeshard.cron import CronSpec
 from timeshard.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
 from timeshard.model import MIN_MISFIRE_GRACE_MS, JobState, MisfirePolicy, OverlapPolicy, Schedule
 from timeshard.node import Node, TypePolicy
@@ -316,6 +317,44 @@ async def test_misfire_skip_with_the_smallest_grace_fires_every_on_time_run() ->
         await advance(node, clock, 3 * 60 + 5, step=0.7)  # a run starts up to 0.7 s late
         assert sorted(await drain(node)) == [occ(1), occ(2), occ(3)]
         assert (await node.schedules.get("s1")).skipped == 0
+
+
+async def test_an_expression_that_can_never_fire_is_refused_by_create_and_preview() -> None:
+    async with running() as (node, _):
+        for cron in ["0 0 31 2 *", "0 0 30 2 */2", "0 0 31 4,6 */7"]:
+            with pytest.raises(InvalidArgument) as info:
+                await node.schedules.create(sched(cron=cron))
+            assert info.value.field == "expression"
+            assert "the schedule would never fire" in info.value.problem
+            with pytest.raises(InvalidArgument):
+                CronSpec(expression=cron, timezone="UTC")  # what preview is given
+        assert await node.schedules.list_schedules(10, "") == ([], "")
+
+
+async def test_a_stored_schedule_that_no_longer_checks_does_not_hold_up_its_shard(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A row written before a rule got stricter ('0 0 30 2 */2' used to fire on the OR rule):
+    the dispatcher lets its entry go, with an error in the log, and the jobs due with it on
+    the same shard still run; an update with a valid spec makes it fire again."""
+    async with running() as (node, clock):
+        bad = (await node.schedules.create(sched())).with_(cron="0 0 30 2 */2")
+        current = await node.schedules.get("s1")
+        await node.store.update_schedule(bad, current.version, None)
+        shard_mates = []
+        while len(shard_mates) < 3:
+            job, _ = await node.schedule(job_type="cron.t", payload=b"", run_at=START_MS + 61_000)
+            if job.shard == bad.shard:
+                shard_mates.append(job.job_id)
+        await advance(node, clock, 65, step=5)
+        assert set(shard_mates) <= set(await drain(node))
+        assert "schedule s1 cannot fire: expression: day-of-month 30 never occurs" in caplog.text
+        fixed = await node.schedules.update(sched())
+        assert fixed.next_fire == START_MS + MINUTE_MS  # its place, now 5 s late
+        await advance(node, clock, 5, step=1)
+        assert occ(1) in await drain(node)
+        await advance(node, clock, 60, step=5)
+        assert occ(2) in await drain(node)
 
 
 async def test_deleted_schedule_stops_firing() -> None:

@@ -58,6 +58,15 @@ def spec_of(s: Schedule) -> CronSpec:
     )
 
 
+def stored_spec(s: Schedule) -> CronSpec | None:
+    """The spec of a stored schedule, or None if it no longer checks: a row written before a
+    rule got stricter (a day-of-month that never occurs under the AND rule, say)."""
+    try:
+        return spec_of(s)
+    except InvalidArgument:
+        return None
+
+
 class FireResult(enum.Enum):
     HANDLED = "handled"  # the entry is done with
     CONFLICT = "conflict"  # a concurrent update won: look again now
@@ -185,11 +194,25 @@ class ScheduleFirer:
         self._notify = notify
 
     async def fire(self, schedule_id: str, due_at: int) -> FireResult:
-        """Look at a schedule whose entry at ``due_at`` came due."""
-        s = await self._store.get_schedule(schedule_id)
+        """Look at a schedule whose entry at ``due_at`` came due.
+
+        A stored schedule that no longer checks is logged and let go (HANDLED) rather than
+        raised: raising would put the entry back and hold up every other entry due on the
+        shard, for good. It fires again once an update gives it a valid spec (a row that cannot
+        be read at all can only be deleted)."""
+        try:
+            s = await self._store.get_schedule(schedule_id)
+        except InvalidArgument as exc:  # the row no longer makes a valid Schedule
+            log.error("schedule %s cannot fire: %s; delete and create it again", schedule_id, exc)
+            return FireResult.HANDLED
         now = self._clock.now_ms()
         if s is None:
             return FireResult.MISSING  # deleted, or its row not written yet
+        try:
+            spec_of(s)
+        except InvalidArgument as exc:  # its spec no longer checks (see stored_spec)
+            log.error("schedule %s cannot fire: %s; update or delete it", schedule_id, exc)
+            return FireResult.HANDLED
         if s.paused:
             return FireResult.HANDLED  # resume writes a new entry
         wake = min(s.next_fire, s.queued_at or s.next_fire)
@@ -312,7 +335,7 @@ class ScheduleOps:
         now = self._clock.now_ms()
 
         def change(cur: Schedule) -> tuple[Schedule, int | None]:
-            if spec == spec_of(cur):
+            if spec == stored_spec(cur):  # None (a stored spec that no longer checks) differs
                 nxt = cur.next_fire
             else:
                 nxt = next_fire(spec, min(cur.next_fire - 1, now))
