@@ -224,6 +224,12 @@ SCHEDULE_ENTRY_PREFIX = "schedule:"
 _SCHEDULE_ID_RE = re.compile(rf"^[A-Za-z0-9_.\-]{{1,{MAX_SCHEDULE_ID_CHARS}}}$")
 
 
+MIN_MISFIRE_GRACE_MS = 1000
+"""The smallest ``misfire_grace``. A run is missed when it starts more than the grace after its
+time, and handing a due run to the firer always takes a little (milliseconds, up to a dispatcher
+refresh): with a grace of 0 every run would be late, so ``misfire=skip`` would never fire."""
+
+
 class MisfirePolicy(enum.StrEnum):
     SKIP = "skip"  # drop missed runs, go on from the next future time
     ONCE = "once"  # one catch-up now, for the latest missed time
@@ -289,8 +295,14 @@ class Schedule:
         validate_payload(self.payload)
         _policy(MisfirePolicy, "misfire", self.misfire)
         _policy(OverlapPolicy, "overlap", self.overlap)
-        if self.misfire_grace_ms < 0:
-            raise InvalidArgument("misfire_grace", "must not be negative")
+        if self.misfire_grace_ms < MIN_MISFIRE_GRACE_MS:
+            raise InvalidArgument(
+                "misfire_grace",
+                f"must be at least {MIN_MISFIRE_GRACE_MS / 1000:g}s, got "
+                f"{self.misfire_grace_ms / 1000:g}s: a run that starts within the grace of its "
+                "time is on time, and starting one always takes a moment, so a smaller grace "
+                "would count every run as missed",
+            )
         if not 1 <= self.max_catchup <= 1000:
             raise InvalidArgument("max_catchup", f"must be 1-1000, got {self.max_catchup}")
         if not 1 <= self.max_concurrent <= 1000:

@@ -412,6 +412,64 @@ def test_calendar(expression: str, timezone: str, after: str, expected: list[str
     assert fires(expression, timezone, after, len(expected)) == expected
 
 
+# --- The day-of-month / day-of-week rule ------------------------------------------------------
+#
+# DESIGN "Time": both day fields restricted means either matches (OR); otherwise both must
+# (AND). A field is restricted when it does not start with '*' (or '?'), so '*/2' keeps AND.
+# The sets below are the days each field allows, written out by hand; day-of-week is cron's
+# (0 = Sunday). The rule itself is applied here, not taken from croniter.
+
+ODD_DAYS = frozenset(range(1, 32, 2))
+EVERY_DAY = frozenset(range(1, 32))
+EVERY_WEEKDAY = frozenset(range(7))
+DAY_RULE_CASES: list[tuple[str, frozenset[int], frozenset[int], bool]] = [
+    # (expression, days of the month, days of the week, OR?)
+    ("0 0 1 * */2", frozenset({1}), frozenset({0, 2, 4, 6}), False),
+    ("0 0 */2 * 1", ODD_DAYS, frozenset({1}), False),
+    ("0 0 1-7 * 1", frozenset(range(1, 8)), frozenset({1}), True),
+    ("0 0 * * 1", EVERY_DAY, frozenset({1}), False),
+    ("0 0 13 * *", frozenset({13}), EVERY_WEEKDAY, False),
+    ("0 0 13 * FRI", frozenset({13}), frozenset({5}), True),
+    ("0 0 */10 * MON-FRI", frozenset({1, 11, 21, 31}), frozenset(range(1, 6)), False),
+    ("0 0 ? * */3", EVERY_DAY, frozenset({0, 3, 6}), False),
+    ("0 0 1,15 * */1", frozenset({1, 15}), EVERY_WEEKDAY, False),
+    ("0 0 */1 * 0", EVERY_DAY, frozenset({0}), False),
+]
+
+
+def _days_by_the_rule(
+    days: frozenset[int], weekdays: frozenset[int], day_or: bool, first: date, n: int
+) -> list[str]:
+    found, day = [], first
+    while len(found) < n:
+        dom, dow = day.day in days, day.isoweekday() % 7 in weekdays
+        if (dom or dow) if day_or else (dom and dow):
+            found.append(f"{day.isoformat()}T00:00:00Z")
+        day += timedelta(days=1)
+    return found
+
+
+@pytest.mark.parametrize(("expression", "days", "weekdays", "day_or"), DAY_RULE_CASES)
+def test_day_fields_or_only_when_neither_starts_with_a_star(
+    expression: str, days: frozenset[int], weekdays: frozenset[int], day_or: bool
+) -> None:
+    dom, dow = expression.split()[2], expression.split()[4]
+    assert day_or == (not dom.startswith(("*", "?")) and not dow.startswith(("*", "?")))
+    expected = _days_by_the_rule(days, weekdays, day_or, date(2026, 1, 2), 40)
+    assert fires(expression, "UTC", "2026-01-01T00:00:00Z", 40) == expected
+
+
+def test_a_day_of_month_with_a_starred_weekday_fires_once_a_month_at_most() -> None:
+    """The issue's example: '0 0 1 * */2' is the 1st when it is a Sunday, Tuesday, Thursday
+    or Saturday, not those four days of every week."""
+    assert fires("0 0 1 * */2", "UTC", "2026-01-01T00:00:00Z", 4) == [
+        "2026-02-01T00:00:00Z",  # a Sunday
+        "2026-03-01T00:00:00Z",  # a Sunday
+        "2026-08-01T00:00:00Z",  # a Saturday
+        "2026-09-01T00:00:00Z",  # a Tuesday
+    ]
+
+
 def test_next_fire_is_the_first_of_next_fire_times() -> None:
     spec = CronSpec(expression="30 2 * * *", timezone="America/New_York")
     assert next_fire(spec, ms("2026-03-07T12:00:00Z")) == ms("2026-03-08T07:00:00Z")
@@ -526,6 +584,10 @@ BAD_SPECS: list[tuple[str, dict[str, Any], str, str]] = [
      "day-of-month 30 never occurs in FEB"),
     ("day-31-short-months", {"expression": "0 0 31 4,6,9,11 *"}, "expression",
      "never occurs in APR, JUN, SEP, NOV"),
+    ("february-30-starred-weekday", {"expression": "0 0 30 2 */2"}, "expression",
+     "day-of-month 30 never occurs in FEB"),
+    ("april-31-starred-weekday", {"expression": "0 0 31 4 */7"}, "expression",
+     "both day fields must match"),
     ("reboot", {"expression": "@reboot"}, "expression", "unknown alias '@reboot'"),
     ("not-a-string", {"expression": None}, "expression", "must be a string"),
     ("unknown-zone", {"timezone": "Mars/Olympus_Mons"}, "timezone", "unknown time zone"),
@@ -566,7 +628,18 @@ def test_bad_window_names_the_field(after_ms: Any, count: Any, field: str) -> No
 
 
 @pytest.mark.parametrize(
-    "expression", ["0 0 ? * ?", "0 0 1-31 * *", "0 0 * * 0-7", "0 0 1 1 *", "0 0 29 2 *"]
+    "expression",
+    [
+        "0 0 ? * ?",
+        "0 0 1-31 * *",
+        "0 0 * * 0-7",
+        "0 0 1 1 *",
+        "0 0 29 2 *",
+        "0 0 30 2 1",  # OR: every Monday of February
+        "0 0 31 4 MON",
+        "0 0 L 2 */2",
+        "0 0 29 2 */7",  # a 29 February that is a Sunday: 2032, 2060, 2088, 2128
+    ],
 )
 def test_valid_edge_expressions_are_accepted(expression: str) -> None:
     spec = CronSpec(expression=expression, timezone="UTC")

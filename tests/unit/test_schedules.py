@@ -9,11 +9,19 @@ from pathlib import Path
 import pytest
 
 from tests.unit.helpers import START_MS, advance, running
+from timeshard.cli.main import main
+from timeshard.clock import SystemClock
+from timeshard.coordinator.local import LocalCoordinator
+from timeshard.cron import CronSpec
 from timeshard.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
-from timeshard.model import JobState, MisfirePolicy, OverlapPolicy, Schedule
+from timeshard.model import MIN_MISFIRE_GRACE_MS, JobState, MisfirePolicy, OverlapPolicy, Schedule
 from timeshard.node import Node, TypePolicy
 from timeshard.node.schedules import ScheduleFirer
+from timeshard.server import Server
 from timeshard.sharding import MINUTE_MS
+from timeshard.store.sqlite import SqliteStore
+from timeshard.v1 import timeshard_pb2 as pb
+from timeshard.wire import dur, schedule_from_pb
 
 EVERY_MINUTE = "* * * * *"
 
@@ -157,6 +165,60 @@ async def test_paused_schedule_keeps_its_place_and_applies_misfire_on_resume() -
         assert set(await occurrences(node)) == {occ(5)}  # one catch-up for the latest missed
 
 
+async def paused_through_an_update(new: Schedule) -> tuple[Schedule, set[str]]:
+    """Create an every-minute misfire=all schedule, pause it, update it to ``new`` 3.5 minutes
+    later, resume it at 7.5 minutes; returns what the update left and the runs after resume."""
+    async with running() as (node, clock):
+        await node.schedules.create(catching_up(sched()))
+        await node.schedules.pause("s1")
+        await advance(node, clock, 3 * 60 + 30, step=10)
+        updated = await node.schedules.update(new)
+        await advance(node, clock, 4 * 60, step=10)
+        assert await occurrences(node) == {}
+        await node.schedules.resume("s1")
+        await advance(node, clock, 2, step=1)
+        return updated, set(await occurrences(node))
+
+
+def catching_up(s: Schedule) -> Schedule:
+    """misfire=all with room to run every missed run at once."""
+    return s.with_(
+        misfire=MisfirePolicy.ALL,
+        misfire_grace_ms=10_000,
+        max_catchup=20,
+        overlap=OverlapPolicy.ALLOW,
+        max_concurrent=20,
+    )
+
+
+async def test_updating_a_paused_schedule_keeps_its_place() -> None:
+    """The runs missed since the pause are still caught up on resume: 7, not the 4 after the
+    update."""
+    updated, ran = await paused_through_an_update(catching_up(sched(payload=b'{"v": 2}')))
+    assert updated.paused and updated.next_fire == START_MS + MINUTE_MS
+    assert ran == {occ(m) for m in range(1, 8)}
+
+
+async def test_a_new_expression_takes_over_from_a_paused_schedules_place() -> None:
+    """Changed cron: the new expression's runs from where the schedule stood (minute 1) are
+    the missed ones: minutes 2, 4 and 6, not only those after the update (4, 6)."""
+    updated, ran = await paused_through_an_update(catching_up(sched(cron="*/2 * * * *")))
+    assert updated.next_fire == START_MS + 2 * MINUTE_MS
+    assert ran == {occ(2), occ(4), occ(6)}
+
+
+async def test_updating_a_running_schedule_keeps_or_moves_its_next_fire() -> None:
+    async with running() as (node, clock):
+        await node.schedules.create(sched(cron="0 * * * *"))
+        await advance(node, clock, 10 * 60, step=30)
+        same = await node.schedules.update(sched(cron="0 * * * *", payload=b"{}"))
+        assert same.next_fire == START_MS + 60 * MINUTE_MS  # unchanged
+        moved = await node.schedules.update(sched(cron="*/15 * * * *"))
+        assert moved.next_fire == START_MS + 15 * MINUTE_MS  # the new spec, from now
+        await advance(node, clock, 5 * 60 + 5, step=5)
+        assert set(await occurrences(node)) == {occ(15)}
+
+
 async def test_two_dispatchers_racing_on_one_occurrence_create_one_run() -> None:
     async with running() as (node, clock):
         s = await node.schedules.create(sched())
@@ -186,6 +248,113 @@ async def test_schedule_input_is_checked() -> None:
             await node.schedules.get("missing")
         with pytest.raises(NotFound):
             await node.schedules.delete("missing")
+
+
+# -- misfire_grace has a floor -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("grace_ms", [0, 1, 999])
+def test_a_grace_below_one_second_is_refused_naming_the_field_and_the_minimum(
+    grace_ms: int,
+) -> None:
+    """With misfire=skip and a grace of 0 every on-time run was counted as missed (starting a
+    run takes milliseconds), so the schedule never fired; the value was accepted."""
+    with pytest.raises(InvalidArgument) as info:
+        sched(misfire=MisfirePolicy.SKIP, misfire_grace_ms=grace_ms)
+    assert info.value.field == "misfire_grace"
+    assert f"must be at least 1s, got {grace_ms / 1000:g}s" in info.value.problem
+    assert sched(misfire_grace_ms=MIN_MISFIRE_GRACE_MS).misfire_grace_ms == 1000
+
+
+def test_the_api_refuses_a_zero_grace() -> None:
+    msg = pb.Schedule(cron="* * * * *", timezone="UTC", type="cron.t", misfire="skip")
+    msg.misfire_grace.CopyFrom(dur(0))
+    with pytest.raises(InvalidArgument) as info:
+        schedule_from_pb(msg, "s1")
+    assert info.value.field == "misfire_grace"
+    msg.misfire_grace.CopyFrom(dur(1000))
+    assert schedule_from_pb(msg, "s1").misfire_grace_ms == 1000
+
+
+async def test_the_cli_create_and_update_refuse_a_zero_grace(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    node = Node(
+        store=SqliteStore(":memory:", num_shards=4),
+        coordinator=LocalCoordinator(),
+        clock=SystemClock(),
+    )
+    server = Server(node, port=0)
+    await server.start()
+    try:
+        spec = ["--cron", "0 3 * * *", "--tz", "UTC", "--misfire", "skip", "--misfire-grace"]
+        cli = ["--server", server.address, "schedules"]
+        code = await asyncio.to_thread(main, [*cli, "create", "cron.t", *spec, "0s", "--id", "s1"])
+        assert code == 2
+        assert "misfire_grace: must be at least 1s, got 0s" in capsys.readouterr().err
+        with pytest.raises(NotFound):
+            await node.schedules.get("s1")  # nothing written
+        code = await asyncio.to_thread(main, [*cli, "create", "cron.t", *spec, "1s", "--id", "s1"])
+        assert code == 0
+        code = await asyncio.to_thread(main, [*cli, "update", "s1", "cron.t", *spec, "0s"])
+        assert code == 2
+        assert "misfire_grace: must be at least 1s, got 0s" in capsys.readouterr().err
+        assert (await node.schedules.get("s1")).misfire_grace_ms == 1000  # unchanged
+    finally:
+        await server.stop(0)
+
+
+async def test_misfire_skip_with_the_smallest_grace_fires_every_on_time_run() -> None:
+    async with running() as (node, clock):
+        await node.schedules.create(
+            sched(
+                misfire=MisfirePolicy.SKIP,
+                misfire_grace_ms=MIN_MISFIRE_GRACE_MS,
+                overlap=OverlapPolicy.ALLOW,  # no run waits on the one before
+                max_concurrent=5,
+            )
+        )
+        await advance(node, clock, 3 * 60 + 5, step=0.7)  # a run starts up to 0.7 s late
+        assert sorted(await drain(node)) == [occ(1), occ(2), occ(3)]
+        assert (await node.schedules.get("s1")).skipped == 0
+
+
+async def test_an_expression_that_can_never_fire_is_refused_by_create_and_preview() -> None:
+    async with running() as (node, _):
+        for cron in ["0 0 31 2 *", "0 0 30 2 */2", "0 0 31 4,6 */7"]:
+            with pytest.raises(InvalidArgument) as info:
+                await node.schedules.create(sched(cron=cron))
+            assert info.value.field == "expression"
+            assert "the schedule would never fire" in info.value.problem
+            with pytest.raises(InvalidArgument):
+                CronSpec(expression=cron, timezone="UTC")  # what preview is given
+        assert await node.schedules.list_schedules(10, "") == ([], "")
+
+
+async def test_a_stored_schedule_that_no_longer_checks_does_not_hold_up_its_shard(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A row written before a rule got stricter ('0 0 30 2 */2' used to fire on the OR rule):
+    the dispatcher lets its entry go, with an error in the log, and the jobs due with it on
+    the same shard still run; an update with a valid spec makes it fire again."""
+    async with running() as (node, clock):
+        bad = (await node.schedules.create(sched())).with_(cron="0 0 30 2 */2")
+        current = await node.schedules.get("s1")
+        await node.store.update_schedule(bad, current.version, None)
+        shard_mates = []
+        while len(shard_mates) < 3:
+            job, _ = await node.schedule(job_type="cron.t", payload=b"", run_at=START_MS + 61_000)
+            if job.shard == bad.shard:
+                shard_mates.append(job.job_id)
+        await advance(node, clock, 65, step=5)
+        assert set(shard_mates) <= set(await drain(node))
+        assert "schedule s1 cannot fire: expression: day-of-month 30 never occurs" in caplog.text
+        fixed = await node.schedules.update(sched())
+        assert fixed.next_fire == START_MS + MINUTE_MS  # its place, now 5 s late
+        await advance(node, clock, 5, step=1)
+        assert occ(1) in await drain(node)
+        await advance(node, clock, 60, step=5)
+        assert occ(2) in await drain(node)
 
 
 async def test_deleted_schedule_stops_firing() -> None:

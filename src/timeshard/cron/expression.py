@@ -15,6 +15,12 @@ or random values), a year field, and ``@reboot``.
 
 The result is a canonical expression for croniter made only of ``*`` and explicit number lists,
 so croniter's own leniencies (wrapping ranges, ``0`` meaning 1 in some fields) never apply.
+
+The two day fields: when both are restricted a day matches if either does (OR, Vixie cron's
+rule); otherwise both must match (AND). A field is restricted when its text does not start with
+``*`` (or ``?``), so ``*/2`` keeps the AND rule (DESIGN.md "Time"). The canonical form turns
+``*/2`` into a number list, which croniter would read as restricted, so the rule is decided
+here, from the text, and handed to croniter as ``day_or``.
 """
 
 from __future__ import annotations
@@ -84,6 +90,9 @@ class ParsedExpression:
 
     croniter_expression: str
     """Canonical form: minute hour dom month dow [second] — seconds last, as croniter wants."""
+    day_or: bool
+    """Both day fields restricted (neither starts with ``*`` or ``?``): a day matches if either
+    field does. Otherwise both must match. croniter's ``day_or``."""
     fixed_time: bool
     """No ``*`` in the minute or hour field (``*/15`` counts as ``*``; ``0-59`` and ``1,2`` do
     not): such a schedule names wall-clock times of day, so the DST rule treats it as fixed."""
@@ -165,20 +174,30 @@ def _canonical_field(spec: _Field, raw: str) -> tuple[str, frozenset[int | str]]
     return ",".join(parts), frozenset(values)
 
 
+def _restricted(token: str) -> bool:
+    return not token.startswith(("*", "?"))
+
+
 def _check_day_can_occur(
-    days: frozenset[int | str], months: frozenset[int | str], weekdays: frozenset[int | str]
+    days: frozenset[int | str], months: frozenset[int | str], day_of_week: str, day_or: bool
 ) -> None:
     """Reject a day-of-month that no allowed month has (30 February) when day-of-week cannot
-    rescue it; otherwise the schedule would never fire."""
-    if "*" in days or "l" in days or "*" not in weekdays:
+    rescue it (the AND rule); otherwise the schedule would never fire."""
+    if "*" in days or "l" in days or day_or:
         return
     month_numbers = range(1, 13) if "*" in months else [m for m in months if isinstance(m, int)]
     longest = max(_DAYS_IN_MONTH[m - 1] for m in month_numbers)
     first_day = min(d for d in days if isinstance(d, int))
     if first_day > longest:
         names = ", ".join(_MONTH_NAMES[m - 1].upper() for m in sorted(month_numbers))
+        why = ""
+        if day_of_week not in ("*", "?"):
+            why = (
+                f" (day-of-week {day_of_week!r} starts with '*', so both day fields must match;"
+                " a day-of-week that does not start with '*' would make either one enough)"
+            )
         raise _invalid(
-            f"day-of-month {first_day} never occurs in {names}; the schedule would never fire"
+            f"day-of-month {first_day} never occurs in {names}; the schedule would never fire{why}"
         )
 
 
@@ -209,12 +228,15 @@ def _parse(expression: str) -> ParsedExpression:
     parsed = {
         spec.name: _canonical_field(spec, token) for spec, token in zip(specs, tokens, strict=True)
     }
-    _check_day_can_occur(parsed["day-of-month"][1], parsed["month"][1], parsed["day-of-week"][1])
+    day_of_month, day_of_week = tokens[-3], tokens[-1]
+    day_or = _restricted(day_of_month) and _restricted(day_of_week)
+    _check_day_can_occur(parsed["day-of-month"][1], parsed["month"][1], day_of_week, day_or)
     ordered = [parsed[spec.name][0] for spec in _FIVE_FIELDS]
     if "second" in parsed:
         ordered.append(parsed["second"][0])
     minute, hour = tokens[-5], tokens[-4]
     return ParsedExpression(
         croniter_expression=" ".join(ordered),
+        day_or=day_or,
         fixed_time="*" not in minute and "*" not in hour,
     )

@@ -4,7 +4,8 @@ each is placed on the real timeline under the schedule's DST policies.
 Why not croniter's own time-zone support: it follows neither the default rule nor the
 overrides (with croniter 7, ``30 1 * * *`` in America/New_York fires twice on the day the
 clocks go back). Enumerating naive wall times keeps croniter to what it is good at — field
-matching, ``L``, month lengths, the day-of-month/day-of-week OR — and leaves time zones to us.
+matching, ``L``, month lengths, the day-of-month/day-of-week OR (when ``CronSpec.day_or`` says
+it applies) — and leaves time zones to us.
 
 Wall times are visited in increasing order, but their instants are not quite in order: in a
 fold, the second pass through a repeated hour comes after later wall times' first passes. Two
@@ -111,7 +112,7 @@ def _walls_from(spec: CronSpec, start: datetime) -> Any:
     """croniter over the local wall times that match, from ``start`` (inclusive, to the
     second) on. croniter itself returns only times strictly after its start time."""
     first = start.replace(microsecond=0) - timedelta(seconds=1)
-    return croniter(spec.croniter_expression, first, ret_type=datetime)
+    return croniter(spec.croniter_expression, first, ret_type=datetime, day_or=spec.day_or)
 
 
 def _next_fires(

@@ -86,6 +86,11 @@ class CronSpec:
         return load_zone(self.timezone)
 
     @property
+    def day_or(self) -> bool:
+        """Both day fields restricted, so a day matches if either does (see ``expression``)."""
+        return parse_expression(self.expression).day_or
+
+    @property
     def croniter_expression(self) -> str:
         """The canonical expression croniter matches wall-clock times against."""
         return parse_expression(self.expression).croniter_expression

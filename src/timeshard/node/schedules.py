@@ -59,6 +59,15 @@ def spec_of(s: Schedule) -> CronSpec:
     )
 
 
+def stored_spec(s: Schedule) -> CronSpec | None:
+    """The spec of a stored schedule, or None if it no longer checks: a row written before a
+    rule got stricter (a day-of-month that never occurs under the AND rule, say)."""
+    try:
+        return spec_of(s)
+    except InvalidArgument:
+        return None
+
+
 class FireResult(enum.Enum):
     HANDLED = "handled"  # the entry is done with
     CONFLICT = "conflict"  # a concurrent update won: look again now
@@ -186,11 +195,25 @@ class ScheduleFirer:
         self._notify = notify
 
     async def fire(self, schedule_id: str, due_at: int) -> FireResult:
-        """Look at a schedule whose entry at ``due_at`` came due."""
-        s = await self._store.get_schedule(schedule_id)
+        """Look at a schedule whose entry at ``due_at`` came due.
+
+        A stored schedule that no longer checks is logged and let go (HANDLED) rather than
+        raised: raising would put the entry back and hold up every other entry due on the
+        shard, for good. It fires again once an update gives it a valid spec (a row that cannot
+        be read at all can only be deleted)."""
+        try:
+            s = await self._store.get_schedule(schedule_id)
+        except InvalidArgument as exc:  # the row no longer makes a valid Schedule
+            log.error("schedule %s cannot fire: %s; delete and create it again", schedule_id, exc)
+            return FireResult.HANDLED
         now = self._clock.now_ms()
         if s is None:
             return FireResult.MISSING  # deleted, or its row not written yet
+        try:
+            spec_of(s)
+        except InvalidArgument as exc:  # its spec no longer checks (see stored_spec)
+            log.error("schedule %s cannot fire: %s; update or delete it", schedule_id, exc)
+            return FireResult.HANDLED
         if s.paused:
             return FireResult.HANDLED  # resume writes a new entry
         wake = min(s.next_fire, s.queued_at or s.next_fire)
@@ -297,11 +320,25 @@ class ScheduleOps:
         raise FailedPrecondition(f"schedule {schedule_id!r} kept changing; try again")
 
     async def update(self, s: Schedule) -> Schedule:
+        """Replace a schedule's spec, job template and policies; it keeps its place.
+
+        Its place is its next fire time: every run before it has been handled. With the same
+        spec (cron, time zone, DST policies) that time is kept, so a paused schedule's runs
+        missed before the update are still handled by its misfire policy on resume, as if it
+        had not been updated. With a new spec, the new spec takes over from that place: the
+        next fire is its first time after the place or after now, whichever is earlier. For a
+        running schedule that is the new spec from now on; for a paused one whose next run is
+        past, the new spec's times since that run are the missed runs of resume (the old
+        spec's are not run). The runs of the new spec between the pause and the old next run
+        are not counted: the schedule does not record when it was paused."""
         spec = spec_of(s)  # validate before touching the stored row
         now = self._clock.now_ms()
 
         def change(cur: Schedule) -> tuple[Schedule, int | None]:
-            nxt = next_fire(spec, now)
+            if spec == stored_spec(cur):  # None (a stored spec that no longer checks) differs
+                nxt = cur.next_fire
+            else:
+                nxt = next_fire(spec, min(cur.next_fire - 1, now))
             new = s.with_(
                 shard=cur.shard,
                 created_at=cur.created_at,
