@@ -39,6 +39,17 @@ MAX_PAYLOAD_BYTES = 256 * 1024
 MAX_RUN_AT_MS = 253_402_300_799_999
 """The latest time a job may run at, 9999-12-31T23:59:59.999Z: the last a Timestamp can say."""
 
+# -- schedules ------------------------------------------------------------------------------
+
+MIN_MISFIRE_GRACE_MS = 1000
+"""The smallest ``misfire_grace``. A run is missed when it starts more than the grace after its
+time, and handing a due run to the firer always takes a little (milliseconds, up to a dispatcher
+refresh): with a grace of 0 every run would be late, so ``misfire=skip`` would never fire."""
+MAX_CATCHUP = 1000
+"""Missed occurrences one schedule may run on catching up (``max_catchup``)."""
+MAX_CONCURRENT_RUNS = 1000
+"""Occurrences of one schedule running at once with ``overlap=allow`` (``max_concurrent``)."""
+
 # -- lists -----------------------------------------------------------------------------------
 
 MAX_BATCH = 1000

@@ -11,12 +11,16 @@ from dataclasses import dataclass, field, fields, replace
 
 from timeshard.errors import InvalidArgument
 from timeshard.limits import (
+    MAX_CATCHUP,
+    MAX_CONCURRENT_RUNS,
     MAX_JOB_ID_CHARS,
     MAX_JOB_TYPE_CHARS,
     MAX_PAYLOAD_BYTES,
     MAX_SCHEDULE_ID_CHARS,
     MAX_WORKER_ID_BYTES,
+    MIN_MISFIRE_GRACE_MS,
     check_bytes,
+    check_range,
     shown,
 )
 
@@ -224,12 +228,6 @@ SCHEDULE_ENTRY_PREFIX = "schedule:"
 _SCHEDULE_ID_RE = re.compile(rf"^[A-Za-z0-9_.\-]{{1,{MAX_SCHEDULE_ID_CHARS}}}$")
 
 
-MIN_MISFIRE_GRACE_MS = 1000
-"""The smallest ``misfire_grace``. A run is missed when it starts more than the grace after its
-time, and handing a due run to the firer always takes a little (milliseconds, up to a dispatcher
-refresh): with a grace of 0 every run would be late, so ``misfire=skip`` would never fire."""
-
-
 class MisfirePolicy(enum.StrEnum):
     SKIP = "skip"  # drop missed runs, go on from the next future time
     ONCE = "once"  # one catch-up now, for the latest missed time
@@ -303,10 +301,8 @@ class Schedule:
                 "time is on time, and starting one always takes a moment, so a smaller grace "
                 "would count every run as missed",
             )
-        if not 1 <= self.max_catchup <= 1000:
-            raise InvalidArgument("max_catchup", f"must be 1-1000, got {self.max_catchup}")
-        if not 1 <= self.max_concurrent <= 1000:
-            raise InvalidArgument("max_concurrent", f"must be 1-1000, got {self.max_concurrent}")
+        check_range("max_catchup", self.max_catchup, 1, MAX_CATCHUP)
+        check_range("max_concurrent", self.max_concurrent, 1, MAX_CONCURRENT_RUNS)
         if self.jitter_ms < 0:
             raise InvalidArgument("jitter", "must not be negative")
         if self.max_attempts < 0:

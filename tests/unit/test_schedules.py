@@ -14,7 +14,8 @@ from timeshard.clock import SystemClock
 from timeshard.coordinator.local import LocalCoordinator
 from timeshard.cron import CronSpec
 from timeshard.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
-from timeshard.model import MIN_MISFIRE_GRACE_MS, JobState, MisfirePolicy, OverlapPolicy, Schedule
+from timeshard.limits import MIN_MISFIRE_GRACE_MS
+from timeshard.model import JobState, MisfirePolicy, OverlapPolicy, Schedule
 from timeshard.node import Node, TypePolicy
 from timeshard.node.schedules import ScheduleFirer
 from timeshard.server import Server
@@ -455,3 +456,18 @@ async def test_per_type_max_attempts_and_backoff() -> None:
         (c,) = await node.claim(worker="w", types=["t"], limit=1, wait_s=0, lease_s=30)
         failed = await node.fail(job.job_id, c.job.fence, "x", permanent=False)
         assert clock.now_ms() <= failed.run_at <= clock.now_ms() + 10_000
+
+
+async def test_a_row_stored_with_a_zero_grace_reads_with_the_minimum_and_fires() -> None:
+    """Before the grace had its minimum, 0 was accepted and stored: such a row must still read
+    (as the minimum grace) and fire, not fail every get, update and pause."""
+    async with running() as (node, clock):
+        made = await node.schedules.create(sched(misfire=MisfirePolicy.SKIP))
+        legacy = made.with_()
+        object.__setattr__(legacy, "misfire_grace_ms", 0)  # as an older node wrote it
+        current = await node.schedules.get("s1")
+        await node.store.update_schedule(legacy, current.version, None)
+        stored = await node.schedules.get("s1")
+        assert stored.misfire_grace_ms == MIN_MISFIRE_GRACE_MS
+        await advance(node, clock, 61, step=1)
+        assert occ(1) in await drain(node)

@@ -26,7 +26,7 @@ from timeshard.cron import (
     next_fire,
     preview,
 )
-from timeshard.errors import AlreadyExists, FailedPrecondition, NotFound
+from timeshard.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
 from timeshard.limits import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, MAX_PREVIEW_COUNT, check_range
 from timeshard.model import (
     BucketEntry,

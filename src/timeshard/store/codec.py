@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from json.encoder import encode_basestring_ascii
 from typing import Any
 
+from timeshard.limits import MIN_MISFIRE_GRACE_MS
 from timeshard.model import (
     Attempt,
     Job,
@@ -136,7 +137,8 @@ def to_schedule(row: Mapping[str, Any]) -> Schedule:
         payload=bytes(row["payload"] or b""),
         max_attempts=row["max_attempts"],
         misfire=MisfirePolicy(row["misfire"]),
-        misfire_grace_ms=row["misfire_grace_ms"],
+        # a row written before the grace had its minimum is read with the minimum
+        misfire_grace_ms=max(row["misfire_grace_ms"], MIN_MISFIRE_GRACE_MS),
         max_catchup=row["max_catchup"],
         overlap=OverlapPolicy(row["overlap"]),
         max_concurrent=row["max_concurrent"],
