@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 from timeshard.api.convert import dur, ts_ms
-from timeshard.cli.common import parse_duration, parse_time
+from timeshard.cli.common import MAX_INT32, parse_duration, parse_time, whole
 from timeshard.cli.jobs import job_json, job_line
 from timeshard.client import Client
 from timeshard.clock import SystemClock, format_rfc3339
@@ -51,7 +51,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     pv.add_argument("expr", help="cron expression, e.g. '30 2 * * *'")
     pv.add_argument("--tz", required=True, help="IANA time zone, e.g. America/New_York")
     pv.add_argument("--from", dest="start", help="RFC 3339 time (default: now)")
-    pv.add_argument("--count", type=int, default=10)
+    pv.add_argument("--count", type=whole(1, 1000), default=10, help="how many (1-1000)")
     pv.add_argument("--dst-gap", choices=["shift", "skip"])
     pv.add_argument("--dst-fold", choices=["first", "both"])
     pv.add_argument("--json", action="store_true", help="a JSON array of UTC times")
@@ -83,13 +83,15 @@ def _spec_args(p: argparse.ArgumentParser, *, required: bool) -> None:
     p.add_argument("--payload", default="{}")
     p.add_argument("--misfire", default="once", choices=[m.value for m in MisfirePolicy])
     p.add_argument("--misfire-grace", default="60s")
-    p.add_argument("--max-catchup", type=int, default=10)
+    p.add_argument("--max-catchup", type=whole(1, 1000), default=10)
     p.add_argument("--overlap", default="skip", choices=[o.value for o in OverlapPolicy])
-    p.add_argument("--max-concurrent", type=int, default=1)
+    p.add_argument("--max-concurrent", type=whole(1, 1000), default=1)
     p.add_argument("--jitter", default="0s")
     p.add_argument("--dst-gap", default="", choices=["", "shift", "skip"])
     p.add_argument("--dst-fold", default="", choices=["", "first", "both"])
-    p.add_argument("--max-attempts", type=int, default=0)
+    p.add_argument(
+        "--max-attempts", type=whole(0, MAX_INT32, note="0: the type's default"), default=0
+    )
 
 
 def _schedule_msg(args: argparse.Namespace, schedule_id: str) -> pb.Schedule:

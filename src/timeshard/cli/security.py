@@ -8,6 +8,7 @@ import argparse
 import os
 from pathlib import Path
 
+from timeshard.cli.common import number
 from timeshard.errors import InvalidArgument
 from timeshard.security.auth import ENV_TOKEN, Authenticator
 from timeshard.security.policy import ServerSecurity
@@ -63,7 +64,7 @@ def add_server_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--reload-interval",
-        type=float,
+        type=number(lo=0, note="seconds; 0: only on SIGHUP"),
         default=0.0,
         help="re-read certificates and tokens every N seconds (SIGHUP always does)",
     )

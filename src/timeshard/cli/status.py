@@ -16,6 +16,7 @@ import json
 from typing import Any
 
 from timeshard.api.convert import dur, ts_ms
+from timeshard.cli.common import number
 from timeshard.cli.shards import Admin, _rpc
 from timeshard.clock import format_rfc3339
 from timeshard.errors import PermissionDenied, TimeshardError, Unauthenticated, Unavailable
@@ -30,7 +31,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--json", action="store_true", help="print the merged state as JSON")
     p.add_argument(
         "--window",
-        type=float,
+        type=number(10, 900, note="seconds"),
         default=300.0,
         metavar="SECONDS",
         help="recent lateness over this long (10-900, default 300)",
