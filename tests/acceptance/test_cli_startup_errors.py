@@ -74,6 +74,13 @@ def test_data_that_can_not_be_a_directory(tmp_path: Path) -> None:
     assert_one_error(code, out, "--data", "a-file/data", "Not a directory")
 
 
+def test_a_store_path_under_a_file(tmp_path: Path) -> None:
+    (tmp_path / "a-file").write_text("")
+    store = f"sqlite://{tmp_path}/a-file/jobs.db"
+    code, out = run(tmp_path, "server", "--port", "0", "--store", store)
+    assert_one_error(code, out, f"{tmp_path}/a-file")
+
+
 @pytest.mark.parametrize(
     ("content", "says"),
     [
