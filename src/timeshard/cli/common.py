@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import argparse
 import re
 
+from timeshard.argtypes import MAX_INT32 as MAX_INT32
+from timeshard.argtypes import MAX_PORT as MAX_PORT
+from timeshard.argtypes import number as number
+from timeshard.argtypes import port as port
+from timeshard.argtypes import whole as whole
 from timeshard.clock import parse_rfc3339
 from timeshard.errors import InvalidArgument
 
@@ -30,3 +36,20 @@ def parse_time(text: str, field: str = "--at") -> int:
         return parse_rfc3339(text)
     except ValueError as exc:
         raise InvalidArgument(field, str(exc)) from None
+
+
+# -- argparse types for numeric flags: a value out of range is an argparse error (exit 2, the
+# flag named), not a traceback or a silent fallback later on.
+
+
+MAX_SHARDS = 65536
+
+
+def shard_count(text: str) -> int:
+    """``--shards``: a power of two (so a shard can later split in two), 1-65536."""
+    value = whole(1, MAX_SHARDS)(text)
+    if value & (value - 1):
+        raise argparse.ArgumentTypeError(
+            f"must be a power of two (1, 2, 4, ... 65536), got {value}"
+        )
+    return value

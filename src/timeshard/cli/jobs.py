@@ -8,7 +8,7 @@ import sys
 import time
 from typing import Any
 
-from timeshard.cli.common import parse_duration, parse_time
+from timeshard.cli.common import MAX_INT32, parse_duration, parse_time, whole
 from timeshard.client import Client, NewJob
 from timeshard.clock import format_rfc3339
 from timeshard.errors import InvalidArgument
@@ -28,7 +28,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     when.add_argument("--at", help="absolute time, RFC 3339, e.g. 2026-12-01T09:00:00Z")
     s.add_argument("--payload", default="{}", help="JSON payload (default {})")
     s.add_argument("--key", default="", help="idempotency key: a repeat returns the same job")
-    s.add_argument("--max-attempts", type=int, default=0)
+    s.add_argument(
+        "--max-attempts",
+        type=whole(0, MAX_INT32, note="0: the type's default"),
+        default=0,
+    )
     s.set_defaults(func=cmd_schedule)
 
     ld = jsub.add_parser(
@@ -38,7 +42,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         '"at": "2026-12-01T09:00:00Z", "key": "...", "max_attempts": 3}.',
     )
     ld.add_argument("file")
-    ld.add_argument("--batch", type=int, default=500, help="jobs per ScheduleJobs call")
+    ld.add_argument(
+        "--batch", type=whole(1, 1000), default=500, help="jobs per ScheduleJobs call (1-1000)"
+    )
     ld.set_defaults(func=cmd_load)
 
     g = jsub.add_parser("get", help="show one job")
@@ -49,7 +55,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     ls = jsub.add_parser("list", help="list jobs")
     ls.add_argument("--state", choices=[s.value for s in JobState])
     ls.add_argument("--type", default="")
-    ls.add_argument("--limit", type=int, default=50)
+    ls.add_argument(
+        "--limit", type=whole(1), default=50, help="at most this many jobs (default 50)"
+    )
     ls.add_argument("--json", action="store_true")
     ls.set_defaults(func=cmd_list)
 
@@ -136,9 +144,14 @@ def cmd_schedule(args: argparse.Namespace) -> int:
 
 
 def cmd_load(args: argparse.Namespace) -> int:
-    source = sys.stdin if args.file == "-" else open(args.file, encoding="utf-8")  # noqa: SIM115
-    with source:
-        jobs = [_line_job(n, line) for n, line in enumerate(source, 1) if line.strip()]
+    try:
+        source = sys.stdin if args.file == "-" else open(args.file, encoding="utf-8")  # noqa: SIM115
+        with source:
+            jobs = [_line_job(n, line) for n, line in enumerate(source, 1) if line.strip()]
+    except OSError as exc:
+        raise InvalidArgument("file", f"{args.file}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise InvalidArgument("file", f"{args.file}: not UTF-8 text ({exc.reason})") from None
     started = time.monotonic()
 
     def progress(done: int) -> None:

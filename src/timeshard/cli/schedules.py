@@ -6,7 +6,7 @@ import argparse
 import json
 from typing import Any
 
-from timeshard.cli.common import parse_duration, parse_time
+from timeshard.cli.common import MAX_INT32, parse_duration, parse_time, whole
 from timeshard.cli.jobs import job_json, job_line
 from timeshard.client import Client
 from timeshard.clock import SystemClock, format_rfc3339
@@ -26,10 +26,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     c.add_argument("--id", default="", help="schedule id (default: generated)")
     c.set_defaults(func=cmd_create)
 
-    u = ssub.add_parser("update", help="replace a schedule's spec, template and policies")
+    u = ssub.add_parser(
+        "update",
+        help="change the options given; the others keep their values",
+        description="Reads the schedule, changes only the options given, and writes it back.",
+    )
     u.add_argument("schedule_id")
-    u.add_argument("type")
-    _spec_args(u, required=True)
+    u.add_argument("type", nargs="?", help="job type of each occurrence (default: keep)")
+    _spec_args(u, required=False, keep=True)
     u.set_defaults(func=cmd_update)
 
     for name, fn, text in (
@@ -51,7 +55,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     pv.add_argument("expr", help="cron expression, e.g. '30 2 * * *'")
     pv.add_argument("--tz", required=True, help="IANA time zone, e.g. America/New_York")
     pv.add_argument("--from", dest="start", help="RFC 3339 time (default: now)")
-    pv.add_argument("--count", type=int, default=10)
+    pv.add_argument("--count", type=whole(1, 1000), default=10, help="how many (1-1000)")
     pv.add_argument("--dst-gap", choices=["shift", "skip"])
     pv.add_argument("--dst-fold", choices=["first", "both"])
     pv.add_argument("--json", action="store_true", help="a JSON array of UTC times")
@@ -77,19 +81,28 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         p.set_defaults(func=fn)
 
 
-def _spec_args(p: argparse.ArgumentParser, *, required: bool) -> None:
+def _spec_args(p: argparse.ArgumentParser, *, required: bool, keep: bool = False) -> None:
+    """``keep``: every default is None, so an update can tell what was given."""
+
+    def default(value: object) -> object:
+        return None if keep else value
+
     p.add_argument("--cron", required=required, help="e.g. '0 2 * * *' (optional seconds field)")
     p.add_argument("--tz", required=required, help="IANA time zone, e.g. Europe/Berlin")
-    p.add_argument("--payload", default="{}")
-    p.add_argument("--misfire", default="once", choices=[m.value for m in MisfirePolicy])
-    p.add_argument("--misfire-grace", default="60s")
-    p.add_argument("--max-catchup", type=int, default=10)
-    p.add_argument("--overlap", default="skip", choices=[o.value for o in OverlapPolicy])
-    p.add_argument("--max-concurrent", type=int, default=1)
-    p.add_argument("--jitter", default="0s")
-    p.add_argument("--dst-gap", default="", choices=["", "shift", "skip"])
-    p.add_argument("--dst-fold", default="", choices=["", "first", "both"])
-    p.add_argument("--max-attempts", type=int, default=0)
+    p.add_argument("--payload", default=default("{}"))
+    p.add_argument("--misfire", default=default("once"), choices=[m.value for m in MisfirePolicy])
+    p.add_argument("--misfire-grace", default=default("60s"))
+    p.add_argument("--max-catchup", type=whole(1, 1000), default=default(10))
+    p.add_argument("--overlap", default=default("skip"), choices=[o.value for o in OverlapPolicy])
+    p.add_argument("--max-concurrent", type=whole(1, 1000), default=default(1))
+    p.add_argument("--jitter", default=default("0s"))
+    p.add_argument("--dst-gap", default=default(""), choices=["", "shift", "skip"])
+    p.add_argument("--dst-fold", default=default(""), choices=["", "first", "both"])
+    p.add_argument(
+        "--max-attempts",
+        type=whole(0, MAX_INT32, note="0: the type's default"),
+        default=default(0),
+    )
 
 
 def _schedule_msg(args: argparse.Namespace, schedule_id: str) -> pb.Schedule:
@@ -152,9 +165,40 @@ def cmd_create(args: argparse.Namespace) -> int:
 
 
 def cmd_update(args: argparse.Namespace) -> int:
+    """UpdateSchedule replaces the whole schedule, so read it, change what was given, send it
+    back. (Two updates of one schedule at once: the later write wins whole.)"""
     with Client(args.server) as c:
-        _show(c.update_schedule(_schedule_msg(args, args.schedule_id)), False)
+        current = c.get_schedule(args.schedule_id)
+        _show(c.update_schedule(_changed(current, args)), False)
     return 0
+
+
+def _changed(current: pb.Schedule, args: argparse.Namespace) -> pb.Schedule:
+    msg = pb.Schedule()
+    msg.CopyFrom(current)
+    plain = {
+        "cron": "cron",
+        "tz": "timezone",
+        "type": "type",
+        "misfire": "misfire",
+        "max_catchup": "max_catchup",
+        "overlap": "overlap",
+        "max_concurrent": "max_concurrent",
+        "dst_gap": "dst_gap",
+        "dst_fold": "dst_fold",
+        "max_attempts": "max_attempts",
+    }
+    for dest, field in plain.items():
+        if getattr(args, dest) is not None:
+            setattr(msg, field, getattr(args, dest))
+    if args.payload is not None:
+        msg.payload = parse_json_payload(args.payload)
+    if args.misfire_grace is not None:
+        grace = parse_duration(args.misfire_grace, "--misfire-grace")
+        msg.misfire_grace.CopyFrom(dur(round(grace * 1000)))
+    if args.jitter is not None:
+        msg.jitter.CopyFrom(dur(round(parse_duration(args.jitter, "--jitter") * 1000)))
+    return msg
 
 
 def cmd_get(args: argparse.Namespace) -> int:

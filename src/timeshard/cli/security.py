@@ -8,6 +8,7 @@ import argparse
 import os
 from pathlib import Path
 
+from timeshard.cli.common import number
 from timeshard.errors import InvalidArgument
 from timeshard.security.auth import ENV_TOKEN, Authenticator
 from timeshard.security.policy import ServerSecurity
@@ -44,6 +45,8 @@ def apply_client_options(args: argparse.Namespace) -> None:
             os.environ[ENV_TOKEN] = Path(token_file).read_text().strip()
         except OSError as exc:
             raise InvalidArgument("--token-file", f"{token_file}: {exc.strerror}") from None
+        except UnicodeDecodeError:
+            raise InvalidArgument("--token-file", f"{token_file}: not UTF-8 text") from None
 
 
 def add_server_options(parser: argparse.ArgumentParser) -> None:
@@ -63,7 +66,7 @@ def add_server_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--reload-interval",
-        type=float,
+        type=number(lo=0, note="seconds; 0: only on SIGHUP"),
         default=0.0,
         help="re-read certificates and tokens every N seconds (SIGHUP always does)",
     )
@@ -75,9 +78,13 @@ def server_security(args: argparse.Namespace) -> ServerSecurity:
         raise InvalidArgument("--mtls", "needs --tls-dir (the CA that signs client certificates)")
     if args.reload_interval < 0:
         raise InvalidArgument("--reload-interval", "must not be negative")
+    try:
+        auth = Authenticator(args.auth_file) if args.auth_file else None
+    except UnicodeDecodeError:
+        raise InvalidArgument("--auth-file", f"{args.auth_file}: not UTF-8 text") from None
     return ServerSecurity(
         tls=ServerTls(tls_dir, mtls=args.mtls) if tls_dir else None,
-        auth=Authenticator(args.auth_file) if args.auth_file else None,
+        auth=auth,
         insecure=args.insecure,
         reload_interval_s=args.reload_interval,
     )

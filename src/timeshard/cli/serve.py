@@ -7,11 +7,13 @@ import asyncio
 import importlib
 import json
 import logging
+import math
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+from timeshard.cli.common import number, port, shard_count
 from timeshard.cli.demo import add_demo_handlers
 from timeshard.cli.security import add_server_options, server_security
 from timeshard.clock import SystemClock, format_rfc3339
@@ -34,7 +36,7 @@ from timeshard.worker.metrics import WorkerMetrics
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     dev = sub.add_parser("dev", help="one-machine node + embedded store + demo worker")
-    dev.add_argument("--port", type=int, default=50051)
+    dev.add_argument("--port", type=port(zero="any free port"), default=50051)
     dev.add_argument("--data", default=".timeshard", help="directory of the embedded store")
     dev.add_argument("--store", default="", help="store URL instead of the embedded one")
     _node_options(dev, shards=16)
@@ -43,7 +45,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
     srv = sub.add_parser("server", help="run a scheduler node")
     srv.add_argument("--host", default="127.0.0.1")
-    srv.add_argument("--port", type=int, default=50051)
+    srv.add_argument("--port", type=port(zero="any free port"), default=50051)
     srv.add_argument("--store", default="sqlite://.timeshard/timeshard.db")
     srv.add_argument("--coordinator", default="local", help="local | zookeeper://HOST:PORT/PATH")
     srv.add_argument("--node-id", default=None)
@@ -56,7 +58,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
     wk = sub.add_parser("worker", help="run the handlers of MODULE:OBJECT (a Worker)")
     wk.add_argument("target", help="e.g. myapp.jobs:worker")
-    wk.add_argument("--lease", type=float, default=None, help="lease seconds (default: worker's)")
+    lease = NodeConfig()  # the nodes grant leases of min_lease_s to max_lease_s
+    wk.add_argument(
+        "--lease",
+        type=number(lease.min_lease_s, lease.max_lease_s, note="seconds, what a node grants"),
+        default=None,
+        help="lease seconds (default: the worker's)",
+    )
     wk.add_argument("--id", default=None, help="worker id")
     wk.add_argument("-q", "--quiet", action="store_true", help="do not print each job")
     _metrics_options(wk, what="this worker's Prometheus metrics")
@@ -64,21 +72,36 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def _node_options(p: argparse.ArgumentParser, *, shards: int) -> None:
-    p.add_argument("--shards", type=int, default=shards, help="shard count (fixed per cluster)")
-    p.add_argument("--lookahead", type=float, default=5.0, help="seconds read ahead")
+    p.add_argument(
+        "--shards",
+        type=shard_count,
+        default=shards,
+        help="shard count, a power of two (fixed per cluster)",
+    )
+    p.add_argument(
+        "--lookahead",
+        type=number(above=0, hi=3600, note="seconds"),
+        default=5.0,
+        help="seconds read ahead",
+    )
     p.add_argument(
         "--retention-hours",
-        type=float,
+        type=number(above=0, hi=MAX_RETENTION_HOURS, note="hours; Cassandra's TTL limit"),
         default=7 * 24,
         help="keep succeeded and cancelled jobs this long (default 7 days)",
     )
     p.add_argument(
         "--dead-retention-hours",
-        type=float,
+        type=number(above=0, hi=MAX_RETENTION_HOURS, note="hours; Cassandra's TTL limit"),
         default=30 * 24,
         help="keep dead letters this long unless replayed or purged (default 30 days)",
     )
-    p.add_argument("--retry-base", type=float, default=1.0, help="retry backoff base seconds")
+    p.add_argument(
+        "--retry-base",
+        type=number(above=0, hi=RetryPolicy().max_backoff_s, note="seconds, up to the max backoff"),
+        default=1.0,
+        help="retry backoff base seconds",
+    )
     p.add_argument(
         "--types",
         help='JSON file of per-type policies: {"email.send": {"max_attempts": 5, '
@@ -87,7 +110,7 @@ def _node_options(p: argparse.ArgumentParser, *, shards: int) -> None:
     _metrics_options(p, what="Prometheus metrics, and the status page at /")
     p.add_argument(
         "--http-port",
-        type=int,
+        type=port(zero="off"),
         default=0,
         metavar="PORT",
         help="serve the status page (/, /status.json) and /metrics on this port too "
@@ -98,7 +121,7 @@ def _node_options(p: argparse.ArgumentParser, *, shards: int) -> None:
 def _metrics_options(p: argparse.ArgumentParser, *, what: str) -> None:
     p.add_argument(
         "--metrics-port",
-        type=int,
+        type=port(zero="off"),
         default=0,
         metavar="PORT",
         help=f"serve {what} at http://METRICS_HOST:PORT/metrics (default: off)",
@@ -114,7 +137,7 @@ def _node(args: argparse.Namespace, store_url: str, coordinator: str) -> Node:
     config = NodeConfig(
         dispatch=DispatchConfig(lookahead_s=args.lookahead),
         retry=RetryPolicy(base_s=args.retry_base),
-        types=load_type_policies(args.types) if args.types else {},
+        types=args.type_policies,
     )
     return Node(
         store=make_store(store_url, num_shards=args.shards, retention=_retention(args)),
@@ -125,26 +148,58 @@ def _node(args: argparse.Namespace, store_url: str, coordinator: str) -> Node:
     )
 
 
+def _check_node_options(args: argparse.Namespace) -> None:
+    """What can be checked before the node starts: a bad file or value is refused here, not
+    after the node has joined the cluster."""
+    args.type_policies = load_type_policies(args.types) if args.types else {}
+    _retention(args)
+
+
 def load_type_policies(path: str) -> dict[str, TypePolicy]:
     try:
         raw = json.loads(Path(path).read_text())
     except (OSError, ValueError) as exc:
-        raise InvalidArgument("--types", f"{path}: {exc}") from None
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+        raise InvalidArgument("--types", f"{path}: {why}") from None
     if not isinstance(raw, dict):
         raise InvalidArgument("--types", f"{path}: expected a JSON object of job types")
-    out = {}
-    for job_type, p in raw.items():
-        unknown = set(p) - {"max_attempts", "retry_base", "retry_max", "concurrency"}
-        if unknown:
-            raise InvalidArgument("--types", f"{job_type}: unknown keys {sorted(unknown)}")
-        retry = None
-        if "retry_base" in p or "retry_max" in p:
-            base = float(p.get("retry_base", 1.0))
-            retry = RetryPolicy(base_s=base, max_backoff_s=float(p.get("retry_max", 300.0)))
-        out[validate_job_type(job_type)] = TypePolicy(
-            max_attempts=p.get("max_attempts"), retry=retry, concurrency=p.get("concurrency")
+    return {validate_job_type(t): _type_policy(path, t, p) for t, p in raw.items()}
+
+
+_POLICY_KEYS = {"max_attempts": int, "retry_base": float, "retry_max": float, "concurrency": int}
+
+
+def _type_policy(path: str, job_type: str, p: object) -> TypePolicy:
+    """One type's entry of a --types file; every value checked for its kind and range."""
+    where = f"{path}: {job_type}"
+    if not isinstance(p, dict):
+        raise InvalidArgument("--types", f'{where}: expected an object, e.g. {{"concurrency": 10}}')
+    unknown = set(p) - set(_POLICY_KEYS)
+    if unknown:
+        raise InvalidArgument(
+            "--types", f"{where}: unknown keys {sorted(unknown)}; use {sorted(_POLICY_KEYS)}"
         )
-    return out
+    for key, kind in _POLICY_KEYS.items():
+        value = p.get(key)
+        if value is None:
+            continue
+        # JSON true/false are ints to Python; 2.5 is not a count; "3" is not a number.
+        ok = isinstance(value, int) if kind is int else isinstance(value, int | float)
+        if isinstance(value, bool) or not ok or value <= 0 or not math.isfinite(value):
+            want = "a whole number, at least 1" if kind is int else "a number of seconds, above 0"
+            raise InvalidArgument("--types", f"{where}: {key} must be {want}, got {value!r}")
+    retry = None
+    if "retry_base" in p or "retry_max" in p:
+        base = float(p.get("retry_base", 1.0))
+        most = float(p.get("retry_max", max(300.0, base)))
+        if most < base:
+            raise InvalidArgument(
+                "--types", f"{where}: retry_max ({most:g}) must not be below retry_base ({base:g})"
+            )
+        retry = RetryPolicy(base_s=base, max_backoff_s=most)
+    return TypePolicy(
+        max_attempts=p.get("max_attempts"), retry=retry, concurrency=p.get("concurrency")
+    )
 
 
 def _stop_on_signals(stop: asyncio.Event) -> None:
@@ -169,48 +224,93 @@ async def _serve(
     make_server: Callable[[], Server], worker: Worker | None, args: argparse.Namespace
 ) -> None:
     """Build the server inside the running loop (grpc.aio needs it), run until a signal."""
-    stop = asyncio.Event()
-    _stop_on_signals(stop)
-    server = make_server()
-    set_node(server.node.node_id)
-    drop_created_series()
-    await server.start()
-    # Rotation: re-read certificates and tokens without dropping a connection.
-    asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, server.reload_security)
-    print(f"timeshard node {server.node.node_id}: serving on {server.address}", flush=True)
-    http = await _start_http(server, args)
-    worker_task = (
-        asyncio.create_task(worker.run([server.address], stop), name="dev-worker")
-        if worker
-        else None
-    )
-    await stop.wait()
-    if worker_task is not None:
-        await worker_task
-    for h in http:
-        await h.stop()
-    await server.stop()
+    server = _listen(make_server, args)
+    http = await _start_http(server, args)  # a port in use fails here, before the node joins
+    try:
+        set_node(server.node.node_id)
+        drop_created_series()
+        await server.start()
+        stop = asyncio.Event()
+        _stop_on_signals(stop)
+        # Rotation: re-read certificates and tokens without dropping a connection.
+        asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, server.reload_security)
+        print(f"timeshard node {server.node.node_id}: serving on {server.address}", flush=True)
+        for h in http:
+            print(
+                f"timeshard node {server.node.node_id}: metrics on {h.url('/metrics')}, "
+                f"status page on {h.url('/')}",
+                flush=True,
+            )
+        worker_task = (
+            asyncio.create_task(worker.run([server.address], stop), name="dev-worker")
+            if worker
+            else None
+        )
+        await stop.wait()
+        if worker_task is not None:
+            await worker_task
+    finally:
+        for h in http:
+            await h.stop()
+        await server.stop()
+
+
+def _listen(make_server: Callable[[], Server], args: argparse.Namespace) -> Server:
+    try:
+        return make_server()
+    except RuntimeError as exc:  # grpc: "Failed to bind to address HOST:PORT; ..."
+        if "bind" not in str(exc):
+            raise
+        where = f"{getattr(args, 'host', '127.0.0.1')}:{args.port}"
+        raise InvalidArgument(
+            "--port", f"can not listen on {where}: in use, or not an address of this machine"
+        ) from None
 
 
 async def _start_http(server: Server, args: argparse.Namespace) -> list[HttpServer]:
     """The node's HTTP ports: /metrics, the status page and /status.json on each."""
-    ports = [p for p in dict.fromkeys([args.metrics_port, args.http_port]) if p]
-    started = []
-    for port in ports:
-        http = await serve_node(server.node, host=args.metrics_host, port=port)
-        started.append(http)
-        print(
-            f"timeshard node {server.node.node_id}: metrics on {http.url('/metrics')}, "
-            f"status page on {http.url('/')}",
-            flush=True,
-        )
+    started: list[HttpServer] = []
+    try:
+        for flag, port in (("--metrics-port", args.metrics_port), ("--http-port", args.http_port)):
+            if port and all(h.port != port for h in started):
+                started.append(
+                    await _http(
+                        flag, port, args, serve_node(server.node, host=args.metrics_host, port=port)
+                    )
+                )
+    except BaseException:
+        for h in started:
+            await h.stop()
+        raise
     return started
 
 
+async def _http(
+    flag: str, port: int, args: argparse.Namespace, starting: Awaitable[HttpServer]
+) -> HttpServer:
+    """Await an HTTP port; one in use (or a bad --metrics-host) is the user's to fix."""
+    try:
+        return await starting
+    except OSError as exc:
+        raise InvalidArgument(
+            flag, f"can not listen on {args.metrics_host}:{port}: {exc.strerror or exc}"
+        ) from None
+
+
+def _data_dir(path: str) -> Path:
+    """``timeshard dev --data``: made if missing; a path that can not be a directory is refused."""
+    data = Path(path)
+    try:
+        data.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InvalidArgument("--data", f"can not make directory {path}: {exc.strerror}") from None
+    return data
+
+
 def cmd_dev(args: argparse.Namespace) -> int:
-    data = Path(args.data)
-    store_url = args.store or f"sqlite://{(data / 'timeshard.db').resolve()}"
+    store_url = args.store or f"sqlite://{(_data_dir(args.data) / 'timeshard.db').resolve()}"
     security = server_security(args)
+    _check_node_options(args)
     worker = add_demo_handlers(Worker(worker_id="dev-worker", lease_s=30, on_event=_print_event))
     # The demo worker dials its own node: the client side of the same TLS directory, and a
     # worker token that lives only in this process.
@@ -230,6 +330,7 @@ def cmd_dev(args: argparse.Namespace) -> int:
 
 def cmd_server(args: argparse.Namespace) -> int:
     security = server_security(args)
+    _check_node_options(args)
     asyncio.run(
         _serve(
             lambda: Server(
@@ -251,7 +352,17 @@ def load_worker(target: str) -> Worker:
     if not module_name or not attr:
         raise SystemExit(f"error: {target!r}: give MODULE:OBJECT, e.g. myapp.jobs:worker")
     sys.path.insert(0, str(Path.cwd()))
-    obj = getattr(importlib.import_module(module_name), attr, None)
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        missing = exc.name or ""
+        if not missing or not f"{module_name}.".startswith(f"{missing}."):
+            raise  # the worker's own module imports something missing: its traceback helps
+        raise SystemExit(
+            f"error: {target}: no module named {missing!r} (run from the directory that "
+            "holds it, or install it)"
+        ) from None
+    obj = getattr(module, attr, None)
     if not isinstance(obj, Worker):
         raise SystemExit(f"error: {target} is not a timeshard.worker.Worker")
     return obj
@@ -287,7 +398,12 @@ def cmd_worker(args: argparse.Namespace) -> int:
         http = None
         if args.metrics_port:
             registry = registry_of(Forward(metrics.registry))
-            http = await serve_registry(registry, host=args.metrics_host, port=args.metrics_port)
+            http = await _http(
+                "--metrics-port",
+                args.metrics_port,
+                args,
+                serve_registry(registry, host=args.metrics_host, port=args.metrics_port),
+            )
             print(f"timeshard worker {worker.worker_id}: metrics on {http.url('/metrics')}")
         try:
             await worker.run([s for s in args.server.split(",") if s], stop)
@@ -301,6 +417,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 
 logging.getLogger("grpc").setLevel(logging.ERROR)
+MAX_RETENTION_HOURS = 20 * 365 * 24  # Cassandra refuses a TTL over 20 years
 
 
 def _retention(args: argparse.Namespace) -> Retention:

@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 
 import grpc
 
+from timeshard.cli.common import MAX_INT32, number, whole
 from timeshard.cli.security import add_client_options, apply_client_options
 from timeshard.client import DEFAULT_SERVER
 from timeshard.clock import format_rfc3339
@@ -42,6 +43,7 @@ from timeshard.wire import translate, ts_ms
 
 T = TypeVar("T")
 RPC_TIMEOUT_S = 10.0
+WAIT_S = 60.0  # --wait without a value
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -69,7 +71,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     plan.set_defaults(func=cmd_plan)
 
     move = ssub.add_parser("move", help="pin SHARD on node NODE")
-    move.add_argument("shard", type=int)
+    move.add_argument("shard", type=whole(0, MAX_INT32))
     move.add_argument("--to", required=True, metavar="NODE", help="node id")
     _coordinator_option(move)
     _wait_option(move)
@@ -107,10 +109,12 @@ def _coordinator_option(p: argparse.ArgumentParser) -> None:
 def _wait_option(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--wait",
-        type=float,
+        type=number(lo=0, hi=24 * 3600, note="seconds"),
+        nargs="?",
+        const=WAIT_S,
         default=0.0,
         metavar="SECONDS",
-        help="wait up to this long until the shards have moved",
+        help=f"wait up to this long (alone: {WAIT_S:g} s) until the shards have moved",
     )
 
 

@@ -17,6 +17,7 @@ import argparse
 import json
 from typing import Any
 
+from timeshard.cli.common import number
 from timeshard.cli.shards import Admin, _rpc
 from timeshard.clock import format_rfc3339
 from timeshard.errors import PermissionDenied, TimeshardError, Unauthenticated, Unavailable
@@ -33,7 +34,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--json", action="store_true", help="print the merged state as JSON")
     p.add_argument(
         "--window",
-        type=float,
+        type=number(10, 900, note="seconds"),
         default=300.0,
         metavar="SECONDS",
         help="recent lateness over this long (10-900, default 300)",

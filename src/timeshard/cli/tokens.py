@@ -7,10 +7,14 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Callable
+from typing import TypeVar
 
 from timeshard.cli.security import ENV_AUTH_FILE
-from timeshard.errors import NotFound
+from timeshard.errors import InvalidArgument, NotFound
 from timeshard.security.auth import Role, add_token, load_table, remove_token
+
+T = TypeVar("T")
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -50,7 +54,7 @@ def _file_option(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_add(args: argparse.Namespace) -> int:
-    token = add_token(args.file, args.name, args.role)
+    token = _utf8(args.file, lambda: add_token(args.file, args.name, args.role))
     roles = ", ".join(sorted(set(args.role)))
     print(
         f"added token {args.name!r} ({roles}) to {args.file}; only its hash is stored, so copy "
@@ -62,14 +66,22 @@ def cmd_add(args: argparse.Namespace) -> int:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    for entry in load_table(args.file).entries:
+    for entry in _utf8(args.file, lambda: load_table(args.file)).entries:
         roles = ",".join(sorted(r.value for r in entry.roles))
         print(f"{entry.name:<24} {roles:<20} {entry.hash[:19]}…")
     return 0
 
 
 def cmd_remove(args: argparse.Namespace) -> int:
-    if not remove_token(args.file, args.name):
+    if not _utf8(args.file, lambda: remove_token(args.file, args.name)):
         raise NotFound("token", args.name)
     print(f"removed token {args.name!r}; nodes refuse it once they reload (SIGHUP)")
     return 0
+
+
+def _utf8(path: str, call: Callable[[], T]) -> T:
+    """``call``, with a file that is not text (JSON and TOML are UTF-8) refused by name."""
+    try:
+        return call()
+    except UnicodeDecodeError:
+        raise InvalidArgument("--file", f"{path}: not UTF-8 text") from None

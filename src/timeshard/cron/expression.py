@@ -18,9 +18,9 @@ so croniter's own leniencies (wrapping ranges, ``0`` meaning 1 in some fields) n
 
 The two day fields: when both are restricted a day matches if either does (OR, Vixie cron's
 rule); otherwise both must match (AND). A field is restricted when its text does not start with
-``*`` (or ``?``), so ``*/2`` keeps the AND rule (DESIGN.md "Time"). The canonical form turns
-``*/2`` into a number list, which croniter would read as restricted, so the rule is decided
-here, from the text, and handed to croniter as ``day_or``.
+``*`` (or ``?``), so ``*/2`` keeps the AND rule (docs/architecture.md, Time). The canonical
+form turns ``*/2`` into a number list, which croniter would read as restricted, so the rule is
+decided here, from the text, and handed to croniter as ``day_or``.
 """
 
 from __future__ import annotations

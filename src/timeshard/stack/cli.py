@@ -24,6 +24,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from timeshard.argtypes import MAX_PORT, number, whole
 from timeshard.stack.cassandra import cql_ready
 from timeshard.stack.cassandra_cluster import CassandraCluster, ring_problem
 from timeshard.stack.process import StackError, pid_matches, port_open, stop_pid
@@ -49,9 +50,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
     up = actions.add_parser("up", help="start the services (those already running are kept)")
     _add_common(up)
-    up.add_argument("--cassandra-port", type=int, help="CQL port of every node (9042)")
     up.add_argument(
-        "--cassandra-nodes", type=int, help="Cassandra nodes, one per loopback address (1)"
+        "--cassandra-port", type=whole(1, MAX_PORT), help="CQL port of every node (9042)"
+    )
+    up.add_argument(
+        "--cassandra-nodes",
+        type=whole(1, 250),
+        help="Cassandra nodes, one per loopback address (1)",
     )
     up.add_argument(
         "--cassandra-host", help="address of the first node; the others take the next (127.0.0.1)"
@@ -67,18 +72,29 @@ def configure(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="tests only: faster schema changes, but a killed node forgets its recent ones",
     )
-    up.add_argument("--storage-port", type=int, default=7000, help="Cassandra internode (7000)")
-    up.add_argument("--zookeeper-port", type=int, default=2181, help="first client port (2181)")
+    up.add_argument(
+        "--storage-port", type=whole(1, MAX_PORT), default=7000, help="Cassandra internode (7000)"
+    )
+    up.add_argument(
+        "--zookeeper-port",
+        type=whole(1, MAX_PORT - 2),
+        default=2181,
+        help="first client port (2181)",
+    )
     up.add_argument(
         "--zookeeper-size", type=int, default=1, choices=(1, 3), help="1 standalone, 3 ensemble"
     )
     up.add_argument("--heap", help="heap of each Cassandra node (1G; 512M with several nodes)")
-    up.add_argument("--timeout", type=float, default=180.0, help="seconds to wait for each")
+    up.add_argument(
+        "--timeout", type=number(above=0), default=180.0, help="seconds to wait for each"
+    )
     up.set_defaults(func=_up)
 
     down = actions.add_parser("down", help="stop what `stack up` started")
     _add_common(down)
-    down.add_argument("--timeout", type=float, default=60.0, help="SIGTERM grace period (60)")
+    down.add_argument(
+        "--timeout", type=number(lo=0), default=60.0, help="SIGTERM grace period (60)"
+    )
     down.set_defaults(func=_down)
 
     status = actions.add_parser("status", help="show what runs")
