@@ -102,6 +102,18 @@ class Health:
         return self.store_ok and self.coordinator_ok
 
 
+def type_label(seen: set[str], max_types: int, job_type: str) -> str:
+    """The ``type`` label of ``job_type``: itself, or ``_other`` once ``max_types`` distinct
+    types are in ``seen`` (which it adds to), so a typo or a flood of types can not make the
+    series of a metric unbounded. The node's and the worker's metrics share it."""
+    if job_type in seen:
+        return job_type
+    if len(seen) >= max_types:
+        return OTHER_TYPE
+    seen.add(job_type)
+    return job_type
+
+
 class NodeMetrics:
     def __init__(self, clock: Clock, *, max_types: int = 200, tracer_provider: Any = None) -> None:
         self.clock = clock
@@ -176,12 +188,7 @@ class NodeMetrics:
 
     def type_label(self, job_type: str) -> str:
         """``job_type``, or ``_other`` once ``max_types`` distinct types were seen."""
-        if job_type in self._types:
-            return job_type
-        if len(self._types) >= self.max_types:
-            return OTHER_TYPE
-        self._types.add(job_type)
-        return job_type
+        return type_label(self._types, self.max_types, job_type)
 
     # -- hooks: each called once, after the fact -------------------------------------------
 

@@ -20,7 +20,7 @@ from prometheus_client import Counter, Histogram
 from prometheus_client.registry import CollectorRegistry
 
 from timeshard.clock import Clock, SystemClock
-from timeshard.observe.events import LATENESS_BUCKETS_S, OTHER_TYPE
+from timeshard.observe.events import LATENESS_BUCKETS_S, type_label
 from timeshard.observe.tracing import AttrValue, Tracing
 from timeshard.worker.core import EventHook, JobContext
 
@@ -60,12 +60,7 @@ class WorkerMetrics:
         )
 
     def _label(self, job_type: str) -> str:
-        if job_type in self._types:
-            return job_type
-        if len(self._types) >= self.max_types:
-            return OTHER_TYPE
-        self._types.add(job_type)
-        return job_type
+        return type_label(self._types, self.max_types, job_type)
 
     def on_event(self, kind: str, ctx: JobContext, detail: str) -> None:
         """The worker's event hook: ``started`` and one of ``OUTCOMES`` per run."""
