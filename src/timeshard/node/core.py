@@ -238,6 +238,7 @@ class Node:
                     firer=self._firer,
                     on_deposed=self._deposed,
                     metrics=self.metrics,
+                    retry_at=self.retry_at,
                 )
                 self.dispatchers[shard] = d
                 d.start()
@@ -504,16 +505,22 @@ class Node:
         now = self.clock.now_ms()
 
         def retry_at(job: Job) -> int | None:
-            if permanent or job.attempt >= job.max_attempts:
-                return None
-            policy = self.config.retry_policy(job.job_type)
-            return now + policy.delay_ms(job.attempt, self._rng)
+            return None if permanent else self.retry_at(job, now)
 
         out = await self.store.fail_job(job_id, fence, now, error[:4000], retry_at)
         failed = self._check(job_id, fence, out)
         if failed.state is JobState.SCHEDULED:
             self._notify([entry_for(failed, failed.run_at, now)])
         return failed
+
+    def retry_at(self, job: Job, now: int) -> int | None:
+        """When a failed attempt of ``job`` (as stored, the attempt just ended) runs again: after
+        its type's backoff while attempts remain, else None (dead). The one rule for every
+        retryable end of an attempt: a worker's failure and an expired lease."""
+        if job.attempt >= job.max_attempts:
+            return None
+        policy = self.config.retry_policy(job.job_type)
+        return now + policy.delay_ms(job.attempt, self._rng)
 
 
 def _what(spec: JobSpec) -> str:

@@ -241,10 +241,14 @@ class Store(abc.ABC):
         The error is recorded on the job and its last Attempt."""
 
     @abc.abstractmethod
-    async def release_lease(self, job_id: str, fence: int, now: int) -> WriteResult:
-        """Applied iff ``running`` with this fence and ``lease_until <= now``: back to
-        ``scheduled`` (the fence stays; the next claim moves it). The caller still holds the
-        bucket entry that found the expiry, so no entry is written."""
+    async def release_lease(
+        self, job_id: str, fence: int, now: int, retry_at: RetryAt
+    ) -> WriteResult:
+        """Applied iff ``running`` with this fence and ``lease_until <= now``: the attempt
+        failed with ``"lease expired"`` (its error and its outcome in the history). Then, as
+        ``fail_job``: with a retry time (given, or computed from the stored job: attempts
+        left, the type's backoff) ``scheduled`` at that time plus its bucket entry; without,
+        ``dead``. The fence stays; the next claim moves it."""
 
     @abc.abstractmethod
     async def cancel_job(
