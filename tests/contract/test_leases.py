@@ -249,6 +249,31 @@ async def test_release_with_a_stale_fence_changes_nothing(open_store: OpenStore)
         assert await entries_of(store, running, NOW + 60_000) == []
 
 
+async def test_give_back_reschedules_now_without_counting_the_attempt(
+    open_store: OpenStore,
+) -> None:
+    """A worker shutting down hands its job back: it runs again at once, and the attempt it
+    did not finish does not use up one of ``max_attempts``."""
+    async with open_store() as store:
+        job = await created(store, "g1", max_attempts=1)
+        running = await claimed(store, job)
+        stale = await store.give_back_job("g1", running.fence + 1, NOW + 50, "worker shut down")
+        await assert_unchanged(store, stale, running)
+        out = await store.give_back_job("g1", running.fence, NOW + 100, "worker shut down")
+        back = await assert_stored(store, out)
+        assert (back.state, back.run_at, back.attempt) == (JobState.SCHEDULED, NOW + 100, 0)
+        assert back.fence == running.fence and back.lease_owner == ""
+        [attempt] = back.history
+        assert (attempt.outcome, attempt.error) == ("given back", "worker shut down")
+        assert NOW + 100 in [e.due_at for e in await entries_of(store, back, NOW + 100)]
+        # The old holder's result is refused; the one attempt is still there to run.
+        late = await store.complete_job("g1", running.fence, NOW + 200)
+        await assert_unchanged(store, late, back)
+        [again] = await store.claim_jobs([claim(back, worker="w2")])
+        nxt = await assert_stored(store, again)
+        assert (nxt.attempt, nxt.fence, len(nxt.history)) == (1, running.fence + 1, 2)
+
+
 # -- cancel -----------------------------------------------------------------------------------
 
 

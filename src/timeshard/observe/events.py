@@ -26,7 +26,7 @@ from prometheus_client import Counter, Histogram
 from prometheus_client.registry import CollectorRegistry
 
 from timeshard.clock import Clock
-from timeshard.model import LEASE_EXPIRED, Job, JobState
+from timeshard.model import GIVEN_BACK, LEASE_EXPIRED, Job, JobState
 from timeshard.observe.tracing import Tracing
 from timeshard.observe.window import LatenessWindow
 
@@ -271,6 +271,14 @@ class NodeMetrics:
             return
         if job.state is JobState.SUCCEEDED:
             self.succeeded_total.labels(label).inc()
+        elif job.state is JobState.SCHEDULED and _given_back(job):
+            log.info(
+                "job %s (%s) given back by its worker (%s); runs again now",
+                job.job_id,
+                job.job_type,
+                job.last_error,
+                extra={"job_id": job.job_id, "shard": job.shard, "event": "job.given_back"},
+            )
         elif job.state is JobState.SCHEDULED:
             self.failed_total.labels(label).inc()
             self.retries_total.labels(label).inc()
@@ -334,3 +342,7 @@ def _attrs(job: Job) -> dict[str, str | int | float | bool]:
         "timeshard.fence": job.fence,
         "timeshard.attempt": job.attempt,
     }
+
+
+def _given_back(job: Job) -> bool:
+    return bool(job.history) and job.history[-1].outcome == GIVEN_BACK

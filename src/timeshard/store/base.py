@@ -251,6 +251,13 @@ class Store(abc.ABC):
         ``dead``. The fence stays; the next claim moves it."""
 
     @abc.abstractmethod
+    async def give_back_job(self, job_id: str, fence: int, now: int, reason: str) -> WriteResult:
+        """Applied iff ``running`` with this fence (the lease holder asks, e.g. a worker
+        shutting down): ``scheduled`` at ``now`` plus its bucket entry, ``attempt - 1`` (the
+        attempt does not count against ``max_attempts``), the attempt closed as ``given back``
+        with ``reason``. The fence stays; the next claim moves it."""
+
+    @abc.abstractmethod
     async def cancel_job(
         self, job_id: str, expect_state: JobState, fence: int, now: int
     ) -> WriteResult:

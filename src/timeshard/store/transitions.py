@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from timeshard.model import LEASE_EXPIRED, Job, JobState
+from timeshard.model import GIVEN_BACK, LEASE_EXPIRED, Job, JobState
 from timeshard.store.base import JobClaim, RetryAt, finish_attempt, new_attempt
 
 
@@ -109,6 +109,24 @@ def release(fence: int, now: int, retry: RetryAt) -> Transition:
     return Transition(
         lambda j: _running_with(fence)(j) and j.lease_until <= now,
         _failed(now, LEASE_EXPIRED, retry, LEASE_EXPIRED),
+        _retry_entry,
+        now,
+    )
+
+
+def give_back(fence: int, now: int, reason: str) -> Transition:
+    """The lease holder hands the job back unfinished: ``scheduled`` now, and the attempt is
+    not counted (``attempt - 1``; its history entry stays, as ``given back``)."""
+    return Transition(
+        _running_with(fence),
+        lambda j: j.with_(
+            state=JobState.SCHEDULED,
+            run_at=now,
+            attempt=max(0, j.attempt - 1),
+            lease_owner="",
+            last_error=reason,
+            history=finish_attempt(j, now, GIVEN_BACK, reason),
+        ),
         _retry_entry,
         now,
     )

@@ -197,6 +197,9 @@ class CassandraStore(Store):
         transition = T.release(fence, now, retry_at)
         return await self._jobs.apply(job_id, transition, owner_only=True)
 
+    async def give_back_job(self, job_id: str, fence: int, now: int, reason: str) -> WriteResult:
+        return await self._jobs.apply(job_id, T.give_back(fence, now, reason))
+
     async def cancel_job(
         self, job_id: str, expect_state: JobState, fence: int, now: int
     ) -> WriteResult:
