@@ -39,7 +39,7 @@ import socket
 import threading
 import uuid
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -138,26 +138,24 @@ class _InFlight:
     handler: asyncio.Task[Any] | None = None
 
 
-class _CountingThreads(ThreadPoolExecutor):
-    """The handlers' threads, counting the calls still running (a thread interrupted at the
-    drain may not end at once: inside a blocking C call it ends when the call returns)."""
+class _HandlerThreads(ThreadPoolExecutor):
+    """The handlers' threads, knowing how many calls have not ended (a thread interrupted at
+    the drain may not end at once: inside a blocking C call it ends when the call returns).
+    A call has ended when its future is done, which the pool sets as the handler returns."""
 
     def __init__(self, max_workers: int) -> None:
         super().__init__(max_workers=max_workers, thread_name_prefix="job")
-        self._lock = threading.Lock()
-        self.active = 0
+        self._calls: set[Future[Any]] = set()
 
-    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
-        def counted() -> Any:
-            with self._lock:
-                self.active += 1
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                with self._lock:
-                    self.active -= 1
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
+        call = super().submit(fn, *args, **kwargs)
+        self._calls.add(call)
+        call.add_done_callback(self._calls.discard)
+        return call
 
-        return super().submit(counted)
+    @property
+    def active(self) -> int:
+        return sum(1 for call in list(self._calls) if not call.done())
 
 
 class Worker:
@@ -259,7 +257,7 @@ class Worker:
         if self._stop_asked:
             stop.set()
         threads = sum(s.concurrency for s in self.handlers.values() if not s.is_async)
-        threads_pool = self._threads = _CountingThreads(max(1, threads))
+        threads_pool = self._threads = _HandlerThreads(max(1, threads))
         nodes = self._nodes = _Nodes(self, stop, ClientSecurity.resolve(self.tls, self.token))
         for address in servers:
             nodes.add(address)
@@ -506,7 +504,7 @@ class Worker:
         if tracked is not None:
             tracked.handler = handler
 
-    async def _drain(self, threads: _CountingThreads) -> None:
+    async def _drain(self, threads: _HandlerThreads) -> None:
         if self._tasks:
             log.info(
                 "worker %s: stopping; waiting up to %.0f s for %d running jobs",
@@ -529,7 +527,7 @@ class Worker:
         await self._until(stopped, STOP_GRACE_S)
         await asyncio.gather(*(self._give_back(f, threads) for f in left))
 
-    async def _give_back(self, f: _InFlight, threads: _CountingThreads) -> None:
+    async def _give_back(self, f: _InFlight, threads: _HandlerThreads) -> None:
         ended = f.task.done() and f.handler is not None and f.handler.done()
         if not ended or (not f.is_async and threads.active > 0):
             self.abandoned += 1
