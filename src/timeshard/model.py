@@ -223,6 +223,14 @@ class WriteResult:
     job: Job | None
 
 
+LEASE_EXPIRED = "lease expired"
+"""The error and the outcome of an attempt whose lease ran out without a result: a failed
+attempt like any retryable failure (retried after the backoff, dead at ``max_attempts``)."""
+
+GIVEN_BACK = "given back"
+"""The outcome of an attempt its worker gave back unfinished (it was shutting down): not a
+failure, so it does not count against ``max_attempts``."""
+
 SCHEDULE_ENTRY_PREFIX = "schedule:"
 """Bucket entries whose id starts with this look at a schedule, not a job."""
 _SCHEDULE_ID_RE = re.compile(rf"^[A-Za-z0-9_.\-]{{1,{MAX_SCHEDULE_ID_CHARS}}}$")

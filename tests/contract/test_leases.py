@@ -20,7 +20,7 @@ from tests.contract.helpers import (
     entries_of,
     make_job,
 )
-from timeshard.model import JobState
+from timeshard.model import Job, JobState
 
 # -- claim ------------------------------------------------------------------------------------
 
@@ -184,28 +184,94 @@ async def test_fail_with_a_stale_fence_changes_nothing(open_store: OpenStore) ->
 # -- release ----------------------------------------------------------------------------------
 
 
-async def test_release_returns_an_expired_lease(open_store: OpenStore) -> None:
+async def test_release_of_an_expired_lease_is_a_failed_attempt_retried(
+    open_store: OpenStore,
+) -> None:
     async with open_store() as store:
         running = await claimed(store, await created(store, "l1"), lease_ms=30_000)
-        early = await store.release_lease("l1", running.fence, NOW + 29_999)
+        retry_at = NOW + 5 * 60_000
+        early = await store.release_lease("l1", running.fence, NOW + 29_999, retry_at)
         await assert_unchanged(store, early, running)
-        out = await store.release_lease("l1", running.fence, NOW + 30_000)
+        out = await store.release_lease("l1", running.fence, NOW + 30_000, retry_at)
         back = await assert_stored(store, out)
         assert back.state is JobState.SCHEDULED and back.fence == running.fence
-        assert back.lease_owner == ""
+        assert back.lease_owner == "" and back.run_at == retry_at
+        assert back.last_error == "lease expired"
+        [attempt] = back.history
+        assert (attempt.outcome, attempt.error) == ("lease expired", "lease expired")
+        assert attempt.finished_at == NOW + 30_000
+        # Invariant 2: the retry has its entry at the retry time.
+        assert [e.due_at for e in await entries_of(store, back, retry_at)] == [retry_at]
         # The worker that lost the lease can no longer finish the job...
         late = await store.complete_job("l1", running.fence, NOW + 31_000)
         await assert_unchanged(store, late, back)
         # ...and the next claim fences it out for good.
-        nxt = await claimed(store, back, worker="w2")
+        [again] = await store.claim_jobs([claim(back, worker="w2")])
+        nxt = await assert_stored(store, again)
         assert nxt.fence == running.fence + 1 and nxt.attempt == 2
+
+
+async def test_release_at_the_last_attempt_makes_the_job_dead(open_store: OpenStore) -> None:
+    """The retry decided from the stored row, as the node does: attempts used up -> dead."""
+    async with open_store() as store:
+        job = await created(store, "l3", max_attempts=2)
+        seen: list[tuple[int, int]] = []
+
+        def retry_at(j: Job) -> int | None:
+            seen.append((j.attempt, j.max_attempts))
+            return None if j.attempt >= j.max_attempts else NOW
+
+        first = await claimed(store, job, lease_ms=1_000)
+        out = await store.release_lease("l3", first.fence, NOW + 1_000, retry_at)
+        retried = await assert_stored(store, out)
+        assert (retried.state, retried.attempt) == (JobState.SCHEDULED, 1)
+        second = await claimed(store, retried, lease_ms=1_000)
+        out = await store.release_lease("l3", second.fence, NOW + 2_000, retry_at)
+        dead = await assert_stored(store, out)
+        assert dead.state is JobState.DEAD and dead.attempt == dead.max_attempts == 2
+        assert dead.finished_at == NOW + 2_000 and dead.last_error == "lease expired"
+        assert [(a.attempt, a.outcome) for a in dead.history] == [
+            (1, "lease expired"),
+            (2, "lease expired"),
+        ]
+        assert dead.payload == job.payload  # kept for inspection and replay
+        assert seen[-1] == (2, 2)
+        # A dead job can not be claimed: it never runs a third time.
+        [again] = await store.claim_jobs([claim(dead, worker="w3")])
+        await assert_unchanged(store, again, dead)
 
 
 async def test_release_with_a_stale_fence_changes_nothing(open_store: OpenStore) -> None:
     async with open_store() as store:
         running = await claimed(store, await created(store, "l2"), lease_ms=1_000)
-        out = await store.release_lease("l2", running.fence + 1, NOW + 60_000)
+        out = await store.release_lease("l2", running.fence + 1, NOW + 60_000, NOW + 60_000)
         await assert_unchanged(store, out, running)
+        assert await entries_of(store, running, NOW + 60_000) == []
+
+
+async def test_give_back_reschedules_now_without_counting_the_attempt(
+    open_store: OpenStore,
+) -> None:
+    """A worker shutting down hands its job back: it runs again at once, and the attempt it
+    did not finish does not use up one of ``max_attempts``."""
+    async with open_store() as store:
+        job = await created(store, "g1", max_attempts=1)
+        running = await claimed(store, job)
+        stale = await store.give_back_job("g1", running.fence + 1, NOW + 50, "worker shut down")
+        await assert_unchanged(store, stale, running)
+        out = await store.give_back_job("g1", running.fence, NOW + 100, "worker shut down")
+        back = await assert_stored(store, out)
+        assert (back.state, back.run_at, back.attempt) == (JobState.SCHEDULED, NOW + 100, 0)
+        assert back.fence == running.fence and back.lease_owner == ""
+        [attempt] = back.history
+        assert (attempt.outcome, attempt.error) == ("given back", "worker shut down")
+        assert NOW + 100 in [e.due_at for e in await entries_of(store, back, NOW + 100)]
+        # The old holder's result is refused; the one attempt is still there to run.
+        late = await store.complete_job("g1", running.fence, NOW + 200)
+        await assert_unchanged(store, late, back)
+        [again] = await store.claim_jobs([claim(back, worker="w2")])
+        nxt = await assert_stored(store, again)
+        assert (nxt.attempt, nxt.fence, len(nxt.history)) == (1, running.fence + 1, 2)
 
 
 # -- cancel -----------------------------------------------------------------------------------

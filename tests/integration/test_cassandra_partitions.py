@@ -239,7 +239,7 @@ async def test_a_node_that_missed_later_writes_does_not_refuse_or_stall_on_its_o
         await create(c, job)
         first = await claimed(c, job, lease_ms=1_000)  # c remembers the row it wrote (fence 1)
         expired = NOW + 1_000
-        released = await b.release_lease(job.job_id, first.fence, expired)
+        released = await b.release_lease(job.job_id, first.fence, expired, expired)
         assert released.applied and released.job is not None
         request = JobClaim(
             job_id=job.job_id,
@@ -255,7 +255,7 @@ async def test_a_node_that_missed_later_writes_does_not_refuse_or_stall_on_its_o
         assert extended.applied, f"refused on an old image: {extended.job}"
         assert extended.job is not None
         late = extended.job.lease_until
-        out = await c.release_lease(job.job_id, second.fence, late)
+        out = await c.release_lease(job.job_id, second.fence, late, late)
         assert out.applied, f"the second lease could not be released: {out.job}"
         stored = await b.get_job(job.job_id)
         assert stored is not None and stored.state is JobState.SCHEDULED

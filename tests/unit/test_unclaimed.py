@@ -134,16 +134,19 @@ async def test_a_new_owner_ages_the_waiting_job_from_its_original_due_time(
 
 
 async def test_a_run_again_after_its_lease_expired_ages_from_the_expiry() -> None:
-    """The release keeps ``run_at`` (the first due time, long past): the re-run has been due
-    since its lease ran out, not since then."""
+    """An expired lease is a failed attempt, retried after the type's backoff: the re-run has
+    been due since its retry time (after the lease ran out), not since its first due time."""
     async with running() as (node, clock):
-        await node.schedule(job_type="slow", payload=b"", run_at=START_MS + 1000)
+        job, _ = await node.schedule(job_type="slow", payload=b"", run_at=START_MS + 1000)
         await advance(node, clock, 2)
         await node.claim(worker="w", types=["slow"], limit=1, wait_s=0, lease_s=60)
-        await advance(node, clock, 60, step=5)  # the lease ends 62 s in; nobody claims since
+        await advance(node, clock, 75, step=5)  # the lease ends 62 s in; nobody claims since
+        stored = await node.get(job.job_id)
+        due_since = max(stored.run_at, stored.lease_until)
+        assert due_since >= START_MS + 62_000, "aged from the first due time"
         got = scrape(node)
         assert got[("timeshard_type_unclaimed_jobs", (("type", "slow"),))] == 1
-        assert age(got, "slow") == pytest.approx((clock.now_ms() - (START_MS + 62_000)) / 1000)
+        assert age(got, "slow") == pytest.approx((clock.now_ms() - due_since) / 1000)
 
 
 class MovableCoordinator(FixedCoordinator):

@@ -299,6 +299,7 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
                     failed=i.failed,
                     error=truncate_error(i.error),
                     permanent=i.permanent,
+                    give_back=i.give_back,
                 )
             )
         results = []

@@ -8,6 +8,7 @@ import importlib
 import json
 import logging
 import math
+import os
 import signal
 import sys
 from collections.abc import Awaitable, Callable
@@ -66,6 +67,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="lease seconds (default: the worker's)",
     )
     wk.add_argument("--id", default=None, help="worker id")
+    wk.add_argument(
+        "--drain-timeout",
+        type=_drain_seconds,
+        default=30.0,
+        metavar="SECONDS",
+        help="on SIGTERM/SIGINT, let running jobs finish this long, then give the rest back to "
+        "run elsewhere (default 30; a second signal ends the wait at once)",
+    )
     wk.add_argument("-q", "--quiet", action="store_true", help="do not print each job")
     _metrics_options(wk, what="this worker's Prometheus metrics")
     wk.set_defaults(func=cmd_worker)
@@ -200,6 +209,32 @@ def _type_policy(path: str, job_type: str, p: object) -> TypePolicy:
     return TypePolicy(
         max_attempts=p.get("max_attempts"), retry=retry, concurrency=p.get("concurrency")
     )
+
+
+def _drain_seconds(text: str) -> float:
+    value = float(text)
+    if not 0 <= value <= 24 * 3600:
+        raise argparse.ArgumentTypeError(f"must be 0-86400 seconds, got {text}")
+    return value
+
+
+def _stop_worker_on_signals(worker: Worker, drain_s: float) -> None:
+    """The first SIGTERM/SIGINT starts the drain (``Worker.stop``); the next one ends it."""
+    loop = asyncio.get_running_loop()
+
+    def on_signal(sig: signal.Signals) -> None:
+        if worker.stopping:
+            print(f"timeshard worker {worker.worker_id}: {sig.name} again: not waiting", flush=True)
+        else:
+            print(
+                f"timeshard worker {worker.worker_id}: {sig.name}: stopping; running jobs get "
+                f"{drain_s:g} s (signal again to stop now)",
+                flush=True,
+            )
+        worker.stop(drain_s)
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, on_signal, sig)
 
 
 def _stop_on_signals(stop: asyncio.Event) -> None:
@@ -393,8 +428,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     drop_created_series()
 
     async def run() -> None:
-        stop = asyncio.Event()
-        _stop_on_signals(stop)
+        _stop_worker_on_signals(worker, args.drain_timeout)
         http = None
         if args.metrics_port:
             registry = registry_of(Forward(metrics.registry))
@@ -406,13 +440,23 @@ def cmd_worker(args: argparse.Namespace) -> int:
             )
             print(f"timeshard worker {worker.worker_id}: metrics on {http.url('/metrics')}")
         try:
-            await worker.run([s for s in args.server.split(",") if s], stop)
+            await worker.run([s for s in args.server.split(",") if s])
         finally:
             if http is not None:
                 await http.stop()
 
     print(f"timeshard worker {worker.worker_id}: {sorted(worker.handlers)} from {args.server}")
     asyncio.run(run())
+    if worker.abandoned:
+        # Their threads may never end, and the interpreter would wait for them at exit: the
+        # drain is bounded only if the process leaves now. Their jobs are left to their lease.
+        print(
+            f"timeshard worker {worker.worker_id}: {worker.abandoned} handlers did not stop; "
+            "exiting without them",
+            flush=True,
+        )
+        logging.shutdown()
+        os._exit(1)
     return 0
 
 

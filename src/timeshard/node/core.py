@@ -104,6 +104,8 @@ class FinishItem:
     failed: bool = False
     error: str = ""
     permanent: bool = False
+    give_back: bool = False
+    """The worker hands the job back unfinished (``Node.give_back``); wins over ``failed``."""
 
 
 class Node:
@@ -255,6 +257,7 @@ class Node:
                     firer=self._firer,
                     on_deposed=self._deposed,
                     metrics=self.metrics,
+                    retry_at=self.retry_at,
                 )
                 self.dispatchers[shard] = d
                 d.start()
@@ -515,6 +518,8 @@ class Node:
 
         async def one(item: FinishItem) -> Job | TimeshardError:
             try:
+                if item.give_back:
+                    return await self.give_back(item.job_id, item.fence, item.error)
                 if item.failed:
                     return await self.fail(item.job_id, item.fence, item.error, item.permanent)
                 return await self.complete(item.job_id, item.fence)
@@ -529,16 +534,32 @@ class Node:
         now = self.clock.now_ms()
 
         def retry_at(job: Job) -> int | None:
-            if permanent or job.attempt >= job.max_attempts:
-                return None
-            policy = self.config.retry_policy(job.job_type)
-            return now + policy.delay_ms(job.attempt, self._rng)
+            return None if permanent else self.retry_at(job, now)
 
         out = await self.store.fail_job(job_id, fence, now, truncate_error(error), retry_at)
         failed = self._check(job_id, fence, out)
         if failed.state is JobState.SCHEDULED:
             self._notify([entry_for(failed, failed.run_at, now)])
         return failed
+
+    async def give_back(self, job_id: str, fence: int, reason: str) -> Job:
+        """The lease holder hands the job back unfinished (a worker shutting down stopped its
+        handler): it runs again at once, elsewhere, and the attempt does not count against
+        ``max_attempts`` (a deploy must not use up a job's attempts)."""
+        now = self.clock.now_ms()
+        out = await self.store.give_back_job(job_id, fence, now, reason[:4000] or "given back")
+        job = self._check(job_id, fence, out)
+        self._notify([entry_for(job, job.run_at, now)])
+        return job
+
+    def retry_at(self, job: Job, now: int) -> int | None:
+        """When a failed attempt of ``job`` (as stored, the attempt just ended) runs again: after
+        its type's backoff while attempts remain, else None (dead). The one rule for every
+        retryable end of an attempt: a worker's failure and an expired lease."""
+        if job.attempt >= job.max_attempts:
+            return None
+        policy = self.config.retry_policy(job.job_type)
+        return now + policy.delay_ms(job.attempt, self._rng)
 
 
 def _what(spec: JobSpec) -> str:

@@ -3,7 +3,8 @@
 It keeps a cursor (the oldest minute bucket not yet fully handled), reads bucket partitions from
 the cursor up to ``now + lookahead``, holds the entries it read ahead in a heap and, at each
 entry's exact time, looks at its job: a due job goes to the ready queue of its type, an expired
-lease is released and the job made ready again, an extended lease gets a fresh check entry.
+lease is a failed attempt (retried after a backoff, or dead), an extended lease gets a fresh
+check entry.
 
 An entry is *handled* when its job was claimed, finished, cancelled or moved to a later time
 (whoever moved it wrote the later entry). The cursor passes a minute only when every entry in it
@@ -91,6 +92,7 @@ class ShardDispatcher:
         clock: Clock,
         ready: ReadyQueues,
         config: DispatchConfig,
+        retry_at: Callable[[Job, int], int | None],
         firer: ScheduleFirer | None = None,
         on_deposed: Callable[[int], None] | None = None,
         metrics: NodeMetrics | None = None,
@@ -103,6 +105,7 @@ class ShardDispatcher:
         self._ready = ready
         self._cfg = config
         self._firer = firer
+        self._retry_at = retry_at
         self._on_deposed = on_deposed
         self._metrics = metrics or NodeMetrics(clock)
         self._horizon = minute_start(cursor)  # entries with due_at < horizon have been read
@@ -470,13 +473,8 @@ class ShardDispatcher:
             self.handled([e])  # rescheduled or retrying later: that writer wrote the entry
             return None
         if job.state is JobState.RUNNING:
-            out = await self._store.release_lease(job.job_id, job.fence, now)
-            if not out.applied or out.job is None:
-                self.recheck([e]) if out.job is not None else self.handled([e])
-                return None
-            log.info("job %s: lease of %s expired; runs again", job.job_id, job.lease_owner)
-            job = out.job
-            self._metrics.lease_expired(job)
+            await self._expire(e, job, now)
+            return None
         self._metrics.dispatched(job, now)
         self._ready.push(
             ReadyItem(
@@ -490,3 +488,27 @@ class ShardDispatcher:
             )
         )
         return None
+
+    async def _expire(self, e: BucketEntry, job: Job, now: int) -> None:
+        """The lease ran out without a result: a failed attempt (``"lease expired"``), retried
+        after the type's backoff while attempts remain, else dead. The store wrote the retry's
+        entry with the row; this one is handled."""
+        out = await self._store.release_lease(
+            job.job_id, job.fence, now, lambda j: self._retry_at(j, now)
+        )
+        if not out.applied or out.job is None:
+            self.recheck([e]) if out.job is not None else self.handled([e])
+            return
+        released = out.job
+        self._metrics.lease_expired(released)
+        if released.state is JobState.SCHEDULED:
+            log.info(
+                "job %s: lease of %s expired (attempt %d/%d); runs again at %d",
+                job.job_id,
+                job.lease_owner,
+                released.attempt,
+                released.max_attempts,
+                released.run_at,
+            )
+            self.notify([entry_for(released, released.run_at, now)])
+        self.handled([e])

@@ -11,8 +11,7 @@ from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from timeshard.model import BucketEntry, Job
-from timeshard.observe.events import LEASE_EXPIRED
+from timeshard.model import LEASE_EXPIRED, BucketEntry, Job
 
 
 @dataclass(kw_only=True, slots=True)

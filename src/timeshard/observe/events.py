@@ -26,7 +26,7 @@ from prometheus_client import Counter, Histogram
 from prometheus_client.registry import CollectorRegistry
 
 from timeshard.clock import Clock
-from timeshard.model import Job, JobState
+from timeshard.model import GIVEN_BACK, LEASE_EXPIRED, Job, JobState
 from timeshard.observe.tracing import Tracing
 from timeshard.observe.window import LatenessWindow
 
@@ -66,7 +66,6 @@ COUNTED = (
     "job_reruns",
 )
 """The per-type counters, as ``totals()`` names them."""
-LEASE_EXPIRED = "lease expired"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -141,7 +140,8 @@ class NodeMetrics:
         self.cancelled_total = jobs("cancelled", "Jobs cancelled by a client.")
         self.lease_expiries_total = Counter(
             "timeshard_lease_expiries",
-            "Leases that ran out without a result (the job is made ready again).",
+            "Leases that ran out without a result: a failed attempt (retried, or dead at the "
+            "last attempt; counted in retries or dead_lettered too).",
             ["type"],
             registry=r,
         )
@@ -246,9 +246,26 @@ class NodeMetrics:
         )
 
     def lease_expired(self, job: Job) -> None:
-        """The dispatcher released ``job``'s expired lease (it is made ready again)."""
-        self.lease_expiries_total.labels(self.type_label(job.job_type)).inc()
-        self.failures.appendleft(self._event(job, LEASE_EXPIRED, LEASE_EXPIRED))
+        """The dispatcher released ``job``'s expired lease, a failed attempt: ``job`` is the
+        row after it, retried (``scheduled``) or out of attempts (``dead``)."""
+        label = self.type_label(job.job_type)
+        self.lease_expiries_total.labels(label).inc()
+        if job.state is not JobState.DEAD:
+            self.retries_total.labels(label).inc()
+            self.failures.appendleft(self._event(job, LEASE_EXPIRED, LEASE_EXPIRED))
+            return
+        self.dead_lettered_total.labels(label).inc()
+        event = self._event(job, "dead", LEASE_EXPIRED)
+        self.failures.appendleft(event)
+        self.dead.appendleft(event)
+        log.warning(
+            "job %s (%s) dead-lettered: its lease expired on attempt %d/%d",
+            job.job_id,
+            job.job_type,
+            job.attempt,
+            job.max_attempts,
+            extra={"job_id": job.job_id, "shard": job.shard, "event": "job.dead_lettered"},
+        )
 
     def written(self, job: Job) -> None:
         """A conditional write by a worker or client applied; ``job`` is the row after it.
@@ -261,6 +278,14 @@ class NodeMetrics:
             return
         if job.state is JobState.SUCCEEDED:
             self.succeeded_total.labels(label).inc()
+        elif job.state is JobState.SCHEDULED and _given_back(job):
+            log.info(
+                "job %s (%s) given back by its worker (%s); runs again now",
+                job.job_id,
+                job.job_type,
+                job.last_error,
+                extra={"job_id": job.job_id, "shard": job.shard, "event": "job.given_back"},
+            )
         elif job.state is JobState.SCHEDULED:
             self.failed_total.labels(label).inc()
             self.retries_total.labels(label).inc()
@@ -324,3 +349,7 @@ def _attrs(job: Job) -> dict[str, str | int | float | bool]:
         "timeshard.fence": job.fence,
         "timeshard.attempt": job.attempt,
     }
+
+
+def _given_back(job: Job) -> bool:
+    return bool(job.history) and job.history[-1].outcome == GIVEN_BACK

@@ -241,10 +241,21 @@ class Store(abc.ABC):
         The error is recorded on the job and its last Attempt."""
 
     @abc.abstractmethod
-    async def release_lease(self, job_id: str, fence: int, now: int) -> WriteResult:
-        """Applied iff ``running`` with this fence and ``lease_until <= now``: back to
-        ``scheduled`` (the fence stays; the next claim moves it). The caller still holds the
-        bucket entry that found the expiry, so no entry is written."""
+    async def release_lease(
+        self, job_id: str, fence: int, now: int, retry_at: RetryAt
+    ) -> WriteResult:
+        """Applied iff ``running`` with this fence and ``lease_until <= now``: the attempt
+        failed with ``"lease expired"`` (its error and its outcome in the history). Then, as
+        ``fail_job``: with a retry time (given, or computed from the stored job: attempts
+        left, the type's backoff) ``scheduled`` at that time plus its bucket entry; without,
+        ``dead``. The fence stays; the next claim moves it."""
+
+    @abc.abstractmethod
+    async def give_back_job(self, job_id: str, fence: int, now: int, reason: str) -> WriteResult:
+        """Applied iff ``running`` with this fence (the lease holder asks, e.g. a worker
+        shutting down): ``scheduled`` at ``now`` plus its bucket entry, ``attempt - 1`` (the
+        attempt does not count against ``max_attempts``), the attempt closed as ``given back``
+        with ``reason``. The fence stays; the next claim moves it."""
 
     @abc.abstractmethod
     async def cancel_job(

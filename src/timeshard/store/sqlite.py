@@ -485,8 +485,15 @@ class SqliteStore(Store):
         transition = T.fail(fence, now, error, retry_at)
         return await self._call(lambda db: _apply(db, job_id, transition))
 
-    async def release_lease(self, job_id: str, fence: int, now: int) -> WriteResult:
-        return await self._call(lambda db: _apply(db, job_id, T.release(fence, now)))
+    async def release_lease(
+        self, job_id: str, fence: int, now: int, retry_at: RetryAt
+    ) -> WriteResult:
+        transition = T.release(fence, now, retry_at)
+        return await self._call(lambda db: _apply(db, job_id, transition))
+
+    async def give_back_job(self, job_id: str, fence: int, now: int, reason: str) -> WriteResult:
+        transition = T.give_back(fence, now, reason)
+        return await self._call(lambda db: _apply(db, job_id, transition))
 
     async def cancel_job(
         self, job_id: str, expect_state: JobState, fence: int, now: int

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from timeshard.model import Job, JobState
+from timeshard.model import GIVEN_BACK, LEASE_EXPIRED, Job, JobState
 from timeshard.store.base import JobClaim, RetryAt, finish_attempt, new_attempt
 
 
@@ -68,7 +68,12 @@ def complete(fence: int, now: int) -> Transition:
     )
 
 
-def fail(fence: int, now: int, error: str, retry: RetryAt) -> Transition:
+def _failed(
+    now: int, error: str, retry: RetryAt, outcome: str | None = None
+) -> Callable[[Job], Job]:
+    """A failed attempt: ``scheduled`` at the retry time, or ``dead`` without one. ``outcome``
+    names the closed attempt (default: ``retry`` or ``dead``)."""
+
     def change(j: Job) -> Job:
         retry_at = retry(j) if callable(retry) else retry
         if retry_at is None:
@@ -77,33 +82,53 @@ def fail(fence: int, now: int, error: str, retry: RetryAt) -> Transition:
                 finished_at=now,
                 lease_owner="",
                 last_error=error,
-                history=finish_attempt(j, now, "dead", error),
+                history=finish_attempt(j, now, outcome or "dead", error),
             )
         return j.with_(
             state=JobState.SCHEDULED,
             run_at=retry_at,
             lease_owner="",
             last_error=error,
-            history=finish_attempt(j, now, "retry", error),
+            history=finish_attempt(j, now, outcome or "retry", error),
         )
 
+    return change
+
+
+def _retry_entry(j: Job) -> int | None:
+    return j.run_at if j.state is JobState.SCHEDULED else None
+
+
+def fail(fence: int, now: int, error: str, retry: RetryAt) -> Transition:
+    return Transition(_running_with(fence), _failed(now, error, retry), _retry_entry, now)
+
+
+def release(fence: int, now: int, retry: RetryAt) -> Transition:
+    """An expired lease is a failed attempt (DESIGN, the handler boundary): retried at
+    ``retry`` like a retryable failure, or dead when there is none (attempts exhausted)."""
     return Transition(
-        _running_with(fence),
-        change,
-        lambda j: j.run_at if j.state is JobState.SCHEDULED else None,
+        lambda j: _running_with(fence)(j) and j.lease_until <= now,
+        _failed(now, LEASE_EXPIRED, retry, LEASE_EXPIRED),
+        _retry_entry,
         now,
     )
 
 
-def release(fence: int, now: int) -> Transition:
+def give_back(fence: int, now: int, reason: str) -> Transition:
+    """The lease holder hands the job back unfinished: ``scheduled`` now, and the attempt is
+    not counted (``attempt - 1``; its history entry stays, as ``given back``)."""
     return Transition(
-        lambda j: _running_with(fence)(j) and j.lease_until <= now,
+        _running_with(fence),
         lambda j: j.with_(
             state=JobState.SCHEDULED,
+            run_at=now,
+            attempt=max(0, j.attempt - 1),
             lease_owner="",
-            last_error="lease expired",
-            history=finish_attempt(j, now, "lease expired", "lease expired"),
+            last_error=reason,
+            history=finish_attempt(j, now, GIVEN_BACK, reason),
         ),
+        _retry_entry,
+        now,
     )
 
 

@@ -406,18 +406,20 @@ class FailResponse(_message.Message):
     def __init__(self, state: _Optional[_Union[JobState, str]] = ..., retry_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class FinishItem(_message.Message):
-    __slots__ = ("job_id", "fence", "failed", "error", "permanent")
+    __slots__ = ("job_id", "fence", "failed", "error", "permanent", "give_back")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     FENCE_FIELD_NUMBER: _ClassVar[int]
     FAILED_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
     PERMANENT_FIELD_NUMBER: _ClassVar[int]
+    GIVE_BACK_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     fence: int
     failed: bool
     error: str
     permanent: bool
-    def __init__(self, job_id: _Optional[str] = ..., fence: _Optional[int] = ..., failed: _Optional[bool] = ..., error: _Optional[str] = ..., permanent: _Optional[bool] = ...) -> None: ...
+    give_back: bool
+    def __init__(self, job_id: _Optional[str] = ..., fence: _Optional[int] = ..., failed: _Optional[bool] = ..., error: _Optional[str] = ..., permanent: _Optional[bool] = ..., give_back: _Optional[bool] = ...) -> None: ...
 
 class FinishRequest(_message.Message):
     __slots__ = ("items",)

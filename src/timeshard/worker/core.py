@@ -20,6 +20,12 @@ sends its job straight to the dead-letter queue; any other exception is retried 
 
 A result is retried, on the job's node and then the others, until it is in or the lease is over
 (``results``), the lease extended meanwhile; nothing is sent once the lease is over.
+
+``worker.stop(drain_s)`` (what ``timeshard worker`` does on SIGTERM/SIGINT) stops claiming, lets
+the running handlers finish for at most ``drain_s`` (a second ``stop()`` ends that at once), then
+stops the others and gives their jobs back, so they run elsewhere at once and the unfinished
+attempt does not count against ``max_attempts``. A handler that does not stop (a thread inside a
+blocking call) is not given back: its job is left to its lease expiry, a failed attempt.
 """
 
 from __future__ import annotations
@@ -116,6 +122,44 @@ class HandlerSpec:
     is_async: bool
 
 
+SHUT_DOWN = "worker shut down"
+"""Why a job was given back: the reason stored with its attempt."""
+STOP_GRACE_S = 2.0
+"""After the drain, how long the handlers still running get to stop before their jobs are
+given back (or, if they do not stop, left to their lease)."""
+
+
+@dataclass(kw_only=True, slots=True)
+class _InFlight:
+    """A job this worker runs, as the drain needs it."""
+
+    ctx: JobContext
+    stub: WorkerStub
+    task: asyncio.Task[None]
+    is_async: bool
+    handler: asyncio.Task[Any] | None = None
+
+
+class _HandlerThreads(ThreadPoolExecutor):
+    """The handlers' threads, knowing how many calls have not ended (a thread interrupted at
+    the drain may not end at once: inside a blocking C call it ends when the call returns).
+    A call has ended when its future is done, which the pool sets as the handler returns."""
+
+    def __init__(self, max_workers: int) -> None:
+        super().__init__(max_workers=max_workers, thread_name_prefix="job")
+        self._calls: set[Future[Any]] = set()
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
+        call = super().submit(fn, *args, **kwargs)
+        self._calls.add(call)
+        call.add_done_callback(self._calls.discard)
+        return call
+
+    @property
+    def active(self) -> int:
+        return sum(1 for call in list(self._calls) if not call.done())
+
+
 class Worker:
     def __init__(
         self,
@@ -150,6 +194,16 @@ class Worker:
         self._threads: ThreadPoolExecutor | None = None
         self._nodes: _Nodes | None = None
         self._results = Results(self._clock, self._other_nodes)
+        self.drain_s = 30.0
+        """On ``stop``, how long running handlers may take to finish before their jobs are
+        given back."""
+        self.abandoned = 0
+        """Handlers that had not stopped when ``run`` returned (their threads may still run;
+        their jobs are left to their lease expiry)."""
+        self._inflight: dict[str, _InFlight] = {}
+        self._stop_event: asyncio.Event | None = None
+        self._stop_asked = False
+        self._drain_over = asyncio.Event()
 
     # -- building -------------------------------------------------------------------------
 
@@ -194,15 +248,17 @@ class Worker:
         *,
         discover_every_s: float = 5.0,
     ) -> None:
-        """Claim and run jobs from every node until ``stop`` is set (then finish in-flight
-        jobs). ``servers`` are seeds: the worker asks them for the cluster's members
-        (AdminService.ClusterInfo) every ``discover_every_s`` and claims from each live node,
-        so it keeps working as nodes join and leave (0 turns discovery off)."""
+        """Claim and run jobs from every node until ``stop`` is set or ``stop()`` is called,
+        then drain (see ``stop``). ``servers`` are seeds: the worker asks them for the
+        cluster's members (AdminService.ClusterInfo) every ``discover_every_s`` and claims from
+        each live node, so it keeps working as nodes join and leave (0 turns discovery off)."""
         if not self.handlers:
             raise ValueError("register at least one handler before running the worker")
-        stop = stop or asyncio.Event()
+        stop = self._stop_event = stop or asyncio.Event()
+        if self._stop_asked:
+            stop.set()
         threads = sum(s.concurrency for s in self.handlers.values() if not s.is_async)
-        self._threads = ThreadPoolExecutor(max_workers=max(1, threads), thread_name_prefix="job")
+        threads_pool = self._threads = _HandlerThreads(max(1, threads))
         nodes = self._nodes = _Nodes(self, stop, ClientSecurity.resolve(self.tls, self.token))
         for address in servers:
             nodes.add(address)
@@ -217,10 +273,9 @@ class Worker:
             if discovery is not None:
                 discovery.cancel()
             await nodes.stop_claiming()
-            if self._tasks:
-                await asyncio.gather(*self._tasks, return_exceptions=True)
+            await self._drain(threads_pool)
             await nodes.close()
-            self._threads.shutdown(wait=False, cancel_futures=True)
+            threads_pool.shutdown(wait=False, cancel_futures=True)
 
     def _to_ask(self, job_type: str) -> int:
         """How many jobs of ``job_type`` are worth a claim now: a type claims again once a
@@ -305,6 +360,7 @@ class Worker:
         )
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        self._track(ctx, stub, task)
 
     def _emit(self, kind: str, ctx: JobContext, detail: str = "") -> None:
         """Tell the event hook; a hook that raises is logged, never let into the worker's own
@@ -331,6 +387,7 @@ class Worker:
         ctx._lease.begin(self._clock, deadline)
         handler = asyncio.create_task(self._invoke(spec, ctx, run), name=f"handler-{ctx.job_id}")
         handler.add_done_callback(lambda _: self._slots.release(run))
+        self._track_handler(ctx, handler)  # for the drain (``stop``)
         heartbeats = self._start_heartbeats(stub, ctx, handler, heartbeat_now)
         try:
             outcome = await self._outcome(spec, ctx, run, handler)
@@ -451,6 +508,94 @@ class Worker:
             self._emit("succeeded" if kind == "complete" else "failed", ctx, error)
         else:
             self._emit("rejected", ctx, result.message)
+
+    # -- stopping (the drain; apart from running a job) ------------------------------------
+
+    def stop(self, drain_s: float | None = None) -> None:
+        """Stop gracefully; ``run`` returns when done. The first call stops claiming and lets
+        running handlers finish for at most ``drain_s`` (default ``self.drain_s``); a second call
+        ends that wait at once. Then each handler still running is stopped (cancelled, or its
+        thread interrupted) and, once it has stopped, its job is given back: scheduled again
+        now, to run elsewhere, the attempt not counted against ``max_attempts``. A handler that
+        does not stop within ``STOP_GRACE_S`` is not given back (it may still act): its job is
+        left to its lease expiry, which counts as a failed attempt."""
+        if self._stop_asked:
+            self._drain_over.set()
+            return
+        self._stop_asked = True
+        if drain_s is not None:
+            self.drain_s = drain_s
+        if self._stop_event is not None:
+            self._stop_event.set()
+
+    @property
+    def stopping(self) -> bool:
+        """``stop()`` was called (the drain is under way or done)."""
+        return self._stop_asked
+
+    def _track(self, ctx: JobContext, stub: WorkerStub, task: asyncio.Task[None]) -> None:
+        spec = self.handlers[ctx.job_type]
+        self._inflight[ctx.job_id] = _InFlight(
+            ctx=ctx, stub=stub, task=task, is_async=spec.is_async
+        )
+        task.add_done_callback(lambda _: self._inflight.pop(ctx.job_id, None))
+
+    def _track_handler(self, ctx: JobContext, handler: asyncio.Task[Any]) -> None:
+        tracked = self._inflight.get(ctx.job_id)
+        if tracked is not None:
+            tracked.handler = handler
+
+    async def _drain(self, threads: _HandlerThreads) -> None:
+        if self._tasks:
+            log.info(
+                "worker %s: stopping; waiting up to %.0f s for %d running jobs",
+                self.worker_id,
+                self.drain_s,
+                len(self._tasks),
+            )
+            await self._until(lambda: not self._tasks, self.drain_s, self._drain_over)
+        left = [f for f in self._inflight.values() if not f.task.done()]
+        if not left:
+            return
+        for f in left:
+            f.ctx._lease.stop(SHUT_DOWN)
+            if f.handler is not None:
+                f.handler.cancel()
+
+        def stopped() -> bool:
+            return all(f.task.done() for f in left) and threads.active == 0
+
+        await self._until(stopped, STOP_GRACE_S)
+        await asyncio.gather(*(self._give_back(f, threads) for f in left))
+
+    async def _give_back(self, f: _InFlight, threads: _HandlerThreads) -> None:
+        ended = f.task.done() and f.handler is not None and f.handler.done()
+        if not ended or (not f.is_async and threads.active > 0):
+            self.abandoned += 1
+            log.warning("job %s: its handler did not stop; left to its lease expiry", f.ctx.job_id)
+            self._emit("abandoned", f.ctx, "the handler did not stop; left to its lease")
+            return
+        if f.handler is not None and not f.handler.cancelled():
+            return  # it finished on its own meanwhile: its result was reported
+        item = pb.FinishItem(
+            job_id=f.ctx.job_id, fence=f.ctx.fence, failed=True, error=SHUT_DOWN, give_back=True
+        )
+        result, why = await self._results.deliver(item, f.stub, f.ctx._lease)
+        if result is not None and result.code == 0:
+            self._emit("given back", f.ctx, SHUT_DOWN)
+        else:
+            self._emit("unreported", f.ctx, why or (result.message if result else ""))
+
+    async def _until(
+        self, done: Callable[[], bool], timeout_s: float, cut: asyncio.Event | None = None
+    ) -> None:
+        """Wait until ``done()``, ``timeout_s`` have passed (this worker's clock) or ``cut``
+        is set."""
+        deadline = self._clock.monotonic() + timeout_s
+        while not done() and self._clock.monotonic() < deadline:
+            if cut is not None and cut.is_set():
+                return
+            await self._clock.sleep(min(0.05, max(0.0, deadline - self._clock.monotonic())))
 
     def _other_nodes(self) -> list[WorkerStub]:
         return list(self._nodes.stubs.values()) if self._nodes is not None else []

@@ -190,8 +190,14 @@ class CassandraStore(Store):
     ) -> WriteResult:
         return await self._jobs.apply(job_id, T.fail(fence, now, error, retry_at))
 
-    async def release_lease(self, job_id: str, fence: int, now: int) -> WriteResult:
-        return await self._jobs.apply(job_id, T.release(fence, now), owner_only=True)
+    async def release_lease(
+        self, job_id: str, fence: int, now: int, retry_at: RetryAt
+    ) -> WriteResult:
+        transition = T.release(fence, now, retry_at)
+        return await self._jobs.apply(job_id, transition, owner_only=True)
+
+    async def give_back_job(self, job_id: str, fence: int, now: int, reason: str) -> WriteResult:
+        return await self._jobs.apply(job_id, T.give_back(fence, now, reason))
 
     async def cancel_job(
         self, job_id: str, expect_state: JobState, fence: int, now: int
