@@ -270,18 +270,20 @@ class Node:
             return dataclasses.replace(self.config.dispatch, reread_s=0.0)
         return self.config.dispatch
 
-    def _notify(self, entries: Sequence[BucketEntry]) -> None:
-        """Hand entries this node just wrote (durably) to the local dispatcher of their shard.
+    def _notify(self, entries: Sequence[BucketEntry], jobs: Sequence[Job] = ()) -> None:
+        """Hand entries this node just wrote (durably) to the local dispatcher of their shard,
+        with the rows written with them when there are (``jobs``: a create).
 
         An entry that landed more than ``reland_after_s`` after its due time (a slow write, a
         stalled process) may be behind what the owner has read, even behind its cursor: it is
         written again, due now, where the owner still reads (invariant 4, for every writer)."""
         late_before = self.clock.now_ms() - round(self.config.dispatch.reland_after_s * 1000)
         late: list[BucketEntry] = []
+        rows = {j.job_id: j for j in jobs}
         for e in entries:
             d = self.dispatchers.get(e.shard)
             if d is not None:
-                d.notify([e])
+                d.notify([e], rows)
             if e.due_at < late_before:
                 late.append(e)
         if late:
@@ -364,7 +366,8 @@ class Node:
         self.metrics.scheduled([r.job for r in results if r.created], now)
         # The entries the store wrote name the jobs it created, which are not always the ids
         # generated here (a key can name a job a failed call left half-made).
-        self._notify([entry_for(r.job, r.job.run_at, now) for r in results if r.created])
+        created = [r.job for r in results if r.created]
+        self._notify([entry_for(j, j.run_at, now) for j in created], created)
         # A repeat that finds its job made and due (the first call may have been cut off before
         # it notified): its entry may be unread, so one is written again, due now.
         made = [

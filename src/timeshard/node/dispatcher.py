@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from timeshard.clock import Clock, sleep_or_wake, wake
@@ -112,6 +112,7 @@ class ShardDispatcher:
         self._refreshed_at = -1  # when the last full refresh started
         self._stale_checked_at = -1
         self._known: set[BucketEntry] = set()
+        self._rows: dict[BucketEntry, Job] = {}  # rows this node wrote with the entry (notify)
         self._pending: dict[int, set[BucketEntry]] = {}
         self._heap: list[BucketEntry] = []
         self._later: list[tuple[int, BucketEntry]] = []  # (when, entry): delayed rechecks
@@ -163,12 +164,19 @@ class ShardDispatcher:
 
     # -- what other parts of the node tell us ---------------------------------------------
 
-    def notify(self, entries: Iterable[BucketEntry]) -> None:
-        """Entries this node just wrote for this shard: no need to wait for a refresh."""
+    def notify(self, entries: Iterable[BucketEntry], jobs: Mapping[str, Job] | None = None) -> None:
+        """Entries this node just wrote for this shard: no need to wait for a refresh.
+        ``jobs``: the rows written with them (a create), by job id. When the entry comes due,
+        the job goes to the ready queue as written, without reading its row again: the claim
+        compares the row it finds with that image, so a job changed meanwhile (cancelled,
+        rescheduled) is read and decided again then, never claimed early (invariant 5)."""
         added = False
         for e in entries:
-            if e.due_at < self._horizon and e.minute >= self.cursor:
-                added |= self._add(e)
+            if e.due_at < self._horizon and e.minute >= self.cursor and self._add(e):
+                added = True
+                job = jobs.get(e.job_id) if jobs else None
+                if job is not None and job.state is JobState.SCHEDULED and job.run_at == e.due_at:
+                    self._rows[e] = job
         if added:
             self._wake_up()
 
@@ -223,6 +231,8 @@ class ShardDispatcher:
             e = heapq.heappop(self._heap)
             if e in self._pending.get(e.minute, ()):
                 due.append(e)
+            else:
+                self._rows.pop(e, None)
         if due:
             try:
                 await self._handle(due, now)
@@ -405,6 +415,7 @@ class ShardDispatcher:
         if not await self._store.save_cursor(self.shard, self.epoch, cursor):
             raise NotOwner(self.shard, self.epoch)
         self._known = {e for e in self._known if e.minute >= cursor}
+        self._rows = {e: j for e, j in self._rows.items() if e.minute >= cursor}
         self.cursor = cursor
 
     # -- deciding what an entry means -----------------------------------------------------
@@ -416,7 +427,12 @@ class ShardDispatcher:
             due = [e for e in due if not e.job_id.startswith(SCHEDULE_ENTRY_PREFIX)]
         if not due:
             return
-        jobs = await self._store.get_jobs_for(due)
+        # A job this node just created is taken as written (see ``notify``): one read of
+        # the store less between its due time and its claim.
+        jobs = {e.job_id: j for e in due if (j := self._rows.pop(e, None)) is not None}
+        unread = [e for e in due if e.job_id not in jobs]
+        if unread:
+            jobs.update(await self._store.get_jobs_for(unread))
         chased: list[BucketEntry] = []
         chases: list[BucketEntry] = []
         for e in due:
