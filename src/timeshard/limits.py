@@ -38,6 +38,10 @@ MAX_ERROR_BYTES = 4000
 MAX_PAYLOAD_BYTES = 256 * 1024
 MAX_RUN_AT_MS = 253_402_300_799_999
 """The latest time a job may run at, 9999-12-31T23:59:59.999Z: the last a Timestamp can say."""
+PAST_RUN_AT_GRACE_MS = 60_000
+"""How far in the past a requested ``run_at`` may be and still mean "now" (a client's clock
+behind the node's, a call retried): the job is stored due now. Further back is refused, like
+a negative delay: such a time is a mistake (a wrong year, a stale value), not a wish."""
 
 # -- lists -----------------------------------------------------------------------------------
 
