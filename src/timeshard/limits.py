@@ -56,6 +56,13 @@ DEFAULT_PAGE_SIZE = 100
 MAX_PREVIEW_COUNT = 1000
 """Fire times one schedule preview returns."""
 
+# -- numbers ---------------------------------------------------------------------------------
+
+MAX_ATTEMPTS = 1000
+"""The most attempts a job (or each occurrence of a schedule) may ask for; 0 asks for the
+default. More would keep a failing job retrying for weeks at the backoff cap instead of
+reaching the dead-letter queue, where a person looks (2**31 - 1 was accepted)."""
+
 # -- replies ---------------------------------------------------------------------------------
 
 DEFAULT_MAX_REPLY_BYTES = 4 * 1024 * 1024
@@ -98,6 +105,14 @@ def check_range(field: str, value: int, low: int, high: int) -> int:
     if not low <= value <= high:
         raise InvalidArgument(field, f"must be {low}-{high}, got {value}")
     return value
+
+
+def check_attempts(max_attempts: int, field: str = "max_attempts") -> int:
+    if not 0 <= max_attempts <= MAX_ATTEMPTS:
+        raise InvalidArgument(
+            field, f"must be 1-{MAX_ATTEMPTS} (0: the default), got {max_attempts}"
+        )
+    return max_attempts
 
 
 def check_count(field: str, count: int, max_count: int) -> int:

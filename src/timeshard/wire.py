@@ -12,7 +12,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from timeshard.clock import format_rfc3339
 from timeshard.errors import GRPC_STATUS, InvalidArgument, TimeshardError
-from timeshard.limits import MAX_RUN_AT_MS, PAST_RUN_AT_GRACE_MS, shown
+from timeshard.limits import MAX_RUN_AT_MS, PAST_RUN_AT_GRACE_MS, check_attempts, shown
 from timeshard.model import Job, JobState, MisfirePolicy, OverlapPolicy, Schedule
 from timeshard.v1 import timeshard_pb2 as pb
 
@@ -226,7 +226,7 @@ def schedule_from_pb(msg: pb.Schedule, schedule_id: str) -> Schedule:
         dst_fold=msg.dst_fold,
         job_type=msg.type,
         payload=msg.payload,
-        max_attempts=msg.max_attempts,
+        max_attempts=check_attempts(msg.max_attempts),
         misfire=_policy(MisfirePolicy, "misfire", msg.misfire or "once"),
         misfire_grace_ms=_ms_of(msg.misfire_grace, "misfire_grace")
         if msg.HasField("misfire_grace")
