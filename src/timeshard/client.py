@@ -2,7 +2,9 @@
 
     from timeshard.client import Client
     with Client("127.0.0.1:50051") as c:
-        job = c.schedule("email.send", {"to": "a@example.com"}, delay_s=3600)
+        done = c.schedule("email.send", {"to": "a@example.com"}, delay_s=3600, idempotency_key="k")
+        if not done.created:  # the key names a job made earlier: see done.job.state
+            ...
 
 RPC failures come back as the errors of ``timeshard.errors`` (``NotFound``,
 ``InvalidArgument``, ``Unavailable``...), mapped from the gRPC status by the one table there.
@@ -36,6 +38,32 @@ def payload_bytes(payload: Any) -> bytes:
     if isinstance(payload, bytes):
         return payload
     return json.dumps(payload, separators=(",", ":")).encode()
+
+
+@dataclass(frozen=True, slots=True)
+class Scheduled:
+    """What scheduling one job did: ``job`` as stored, and whether this call ``created`` it.
+
+    ``created`` is False when the idempotency key names a job made earlier (by an earlier
+    call, or an earlier item of the same batch). That job is returned as it stands, whatever
+    its state: a cancelled or dead job with that key stays so and will not run, and a new job
+    needs a new key. ``will_run`` says whether the job is still to run (scheduled or running).
+
+    Reading a field of the job on the result itself (``result.job_id``, ``result.state``) reads
+    it from ``job``: ``schedule()`` used to return the job, and code written for that keeps
+    working."""
+
+    job: pb.Job
+    created: bool
+
+    @property
+    def will_run(self) -> bool:
+        return self.job.state in (pb.JOB_STATE_SCHEDULED, pb.JOB_STATE_RUNNING)
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "job":  # not set yet (a copy being built): no field to forward to
+            raise AttributeError(name)
+        return getattr(self.job, name)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -112,7 +140,11 @@ class Client:
         run_at: int | None = None,
         idempotency_key: str = "",
         max_attempts: int = 0,
-    ) -> pb.Job:
+    ) -> Scheduled:
+        """Schedule one job, due after ``delay_s`` (default now) or at ``run_at`` (epoch ms).
+        Returns the job and whether
+        this call created it (``Scheduled``): a repeat of an idempotency key returns the job
+        the key names, ``created=False``, in whatever state it is."""
         req = pb.ScheduleJobRequest(
             type=job_type,
             payload=payload_bytes(payload if payload is not None else {}),
@@ -125,7 +157,7 @@ class Client:
             req.delay.CopyFrom(dur_from_s(delay_s or 0.0))
         # Without a key a blind retry could create a second job; with one it is safe.
         resp = self._call(self._jobs.ScheduleJob, req, idempotent=bool(idempotency_key))
-        return resp.job
+        return Scheduled(resp.job, resp.created)
 
     def schedule_many(
         self,
@@ -133,13 +165,14 @@ class Client:
         *,
         batch_size: int = 500,
         on_batch: Callable[[int], None] | None = None,
-    ) -> list[pb.Job]:
+    ) -> list[Scheduled]:
         """Schedule many jobs, ``batch_size`` per ScheduleJobs call (each call is all or
-        nothing). Returns the jobs in order; ``on_batch(n)`` is called after each batch with
+        nothing). Returns what each did, in order (``Scheduled``: a job whose key names an
+        earlier job has ``created=False``); ``on_batch(n)`` is called after each batch with
         how many are done so far (for progress)."""
         if not 1 <= batch_size <= 1000:
             raise ValueError("batch_size must be 1-1000")
-        done: list[pb.Job] = []
+        done: list[Scheduled] = []
         batch: list[NewJob] = []
         for job in [*jobs, None]:
             if job is not None:
@@ -149,7 +182,7 @@ class Client:
                 # A blind retry is safe only when every job in it has a key.
                 keyed = all(j.idempotency_key for j in batch)
                 resp = self._call(self._jobs.ScheduleJobs, req, idempotent=keyed)
-                done += [r.job for r in resp.results]
+                done += [Scheduled(r.job, r.created) for r in resp.results]
                 batch = []
                 if on_batch is not None:
                     on_batch(len(done))

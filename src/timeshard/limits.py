@@ -38,6 +38,10 @@ MAX_ERROR_BYTES = 4000
 MAX_PAYLOAD_BYTES = 256 * 1024
 MAX_RUN_AT_MS = 253_402_300_799_999
 """The latest time a job may run at, 9999-12-31T23:59:59.999Z: the last a Timestamp can say."""
+PAST_RUN_AT_GRACE_MS = 60_000
+"""How far in the past a requested ``run_at`` may be and still mean "now" (a client's clock
+behind the node's, a call retried): the job is stored due now. Further back is refused, like
+a negative delay: such a time is a mistake (a wrong year, a stale value), not a wish."""
 
 # -- schedules ------------------------------------------------------------------------------
 
@@ -62,6 +66,13 @@ MAX_PAGE_SIZE = 1000
 DEFAULT_PAGE_SIZE = 100
 MAX_PREVIEW_COUNT = 1000
 """Fire times one schedule preview returns."""
+
+# -- numbers ---------------------------------------------------------------------------------
+
+MAX_ATTEMPTS = 1000
+"""The most attempts a job (or each occurrence of a schedule) may ask for; 0 asks for the
+default. More would keep a failing job retrying for weeks at the backoff cap instead of
+reaching the dead-letter queue, where a person looks (2**31 - 1 was accepted)."""
 
 # -- replies ---------------------------------------------------------------------------------
 
@@ -105,6 +116,14 @@ def check_range(field: str, value: int, low: int, high: int) -> int:
     if not low <= value <= high:
         raise InvalidArgument(field, f"must be {low}-{high}, got {value}")
     return value
+
+
+def check_attempts(max_attempts: int, field: str = "max_attempts") -> int:
+    if not 0 <= max_attempts <= MAX_ATTEMPTS:
+        raise InvalidArgument(
+            field, f"must be 1-{MAX_ATTEMPTS} (0: the default), got {max_attempts}"
+        )
+    return max_attempts
 
 
 def check_count(field: str, count: int, max_count: int) -> int:

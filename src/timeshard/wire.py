@@ -10,8 +10,9 @@ import grpc
 from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
 
+from timeshard.clock import format_rfc3339
 from timeshard.errors import GRPC_STATUS, InvalidArgument, TimeshardError
-from timeshard.limits import MAX_RUN_AT_MS, shown
+from timeshard.limits import MAX_RUN_AT_MS, PAST_RUN_AT_GRACE_MS, check_attempts, shown
 from timeshard.model import Job, JobState, MisfirePolicy, OverlapPolicy, Schedule
 from timeshard.v1 import timeshard_pb2 as pb
 
@@ -130,7 +131,9 @@ def _set_ts(field: Timestamp, ms: int) -> None:
 def run_at_of(
     msg: pb.ScheduleJobRequest | pb.RescheduleJobRequest, now_ms: int, *, required: bool
 ) -> int:
-    """The absolute time a request asks for: ``delay`` from now or ``run_at``."""
+    """The absolute time a request asks for: ``delay`` from now or ``run_at``, never before
+    ``now_ms`` (a negative delay, or a run_at more than ``PAST_RUN_AT_GRACE_MS`` ago, is
+    INVALID_ARGUMENT; a run_at less than that ago is now)."""
     which = msg.WhichOneof("when")
     if which == "delay":
         if msg.delay.seconds < 0 or msg.delay.nanos < 0:
@@ -141,10 +144,33 @@ def run_at_of(
         ms = ts_ms(msg.run_at)
         if ms <= 0:
             raise InvalidArgument("run_at", "must be after 1970-01-01T00:00:00Z")
-        return _not_after_9999("run_at", ms)
+        return _not_in_the_past(ms, now_ms)
     if required:
         raise InvalidArgument("when", "give a delay or a run_at time")
     return now_ms
+
+
+def _not_in_the_past(ms: int, now_ms: int) -> int:
+    """A run_at up to ``PAST_RUN_AT_GRACE_MS`` ago is now: stored as now, so the job's lateness
+    counts from when it was scheduled, not from a time before it existed. Further back is
+    refused, as a negative delay is."""
+    if ms >= now_ms:
+        return _not_after_9999("run_at", ms)
+    if now_ms - ms > PAST_RUN_AT_GRACE_MS:
+        raise InvalidArgument(
+            "run_at",
+            f"{format_rfc3339(ms)} is {_age(now_ms - ms)} in the past (the server's time is "
+            f"{format_rfc3339(now_ms)}); give a later time, or a delay of 0s to run now",
+        )
+    return now_ms
+
+
+def _age(ms: int) -> str:
+    s = ms / 1000
+    for unit, size in (("days", 86_400), ("h", 3600), ("min", 60)):
+        if s >= size:
+            return f"{s / size:.1f} {unit}"
+    return f"{s:.1f} s"
 
 
 def _not_after_9999(field: str, ms: int) -> int:
@@ -200,7 +226,7 @@ def schedule_from_pb(msg: pb.Schedule, schedule_id: str) -> Schedule:
         dst_fold=msg.dst_fold,
         job_type=msg.type,
         payload=msg.payload,
-        max_attempts=msg.max_attempts,
+        max_attempts=check_attempts(msg.max_attempts),
         misfire=_policy(MisfirePolicy, "misfire", msg.misfire or "once"),
         misfire_grace_ms=_ms_of(msg.misfire_grace, "misfire_grace")
         if msg.HasField("misfire_grace")

@@ -1,4 +1,4 @@
-"""``timeshard worker`` stops gracefully (issue 17, item 13): SIGTERM starts a bounded drain,
+"""``timeshard worker`` stops gracefully: SIGTERM starts a bounded drain,
 a second signal ends it, and the job still running is given back, to run on another worker at
 once with its attempt not counted. Real server and workers as processes; waits are bounds."""
 

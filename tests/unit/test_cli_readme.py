@@ -21,18 +21,33 @@ SHELL_OPERATORS = {"&", "&&", "||", "|", ";", ">", "2>", ">>"}
 
 def shell_blocks(text: str) -> list[list[str]]:
     """The lines of each ```sh block, continuation lines joined, ``$ `` prompts dropped."""
+    return [[re.sub(r"^\$ ", "", line) for line in block] for block in _raw_blocks(text)]
+
+
+def _raw_blocks(text: str) -> list[list[str]]:
     blocks = []
     for body in re.findall(r"```sh\n(.*?)```", text, flags=re.S):
         joined = re.sub(r"\\\n\s*", " ", body)
-        blocks.append([re.sub(r"^\$ ", "", line.strip()) for line in joined.splitlines()])
+        blocks.append([line.strip() for line in joined.splitlines()])
     return blocks
+
+
+def command_lines(text: str) -> list[list[str]]:
+    """The command lines of each ```sh block: a block that shows ``$ `` prompts also shows
+    output, and only its prompt lines are commands."""
+    out = []
+    for block in _raw_blocks(text):
+        if any(line.startswith("$ ") for line in block):
+            block = [line for line in block if line.startswith("$ ")]
+        out.append([re.sub(r"^\$ ", "", line) for line in block])
+    return out
 
 
 def timeshard_commands(text: str) -> list[tuple[str, list[str]]]:
     """(the README line, the argv after ``timeshard``) of each timeshard command in its shell
     blocks, also inside a ``for`` loop and after ``VAR=value`` assignments."""
     found = []
-    for block in shell_blocks(text):
+    for block in command_lines(text):
         for line in block:
             for key, value in FILL.items():
                 line = line.replace(key, value)

@@ -414,10 +414,10 @@ def test_calendar(expression: str, timezone: str, after: str, expected: list[str
 
 # --- The day-of-month / day-of-week rule ------------------------------------------------------
 #
-# DESIGN "Time": both day fields restricted means either matches (OR); otherwise both must
-# (AND). A field is restricted when it does not start with '*' (or '?'), so '*/2' keeps AND.
-# The sets below are the days each field allows, written out by hand; day-of-week is cron's
-# (0 = Sunday). The rule itself is applied here, not taken from croniter.
+# Cron (docs/architecture.md, Time): both day fields restricted means either matches (OR);
+# otherwise both must (AND). A field is restricted when it does not start with '*' (or '?'),
+# so '*/2' keeps AND. The sets below are the days each field allows, written out by hand;
+# day-of-week is cron's (0 = Sunday). The rule itself is applied here, not taken from croniter.
 
 ODD_DAYS = frozenset(range(1, 32, 2))
 EVERY_DAY = frozenset(range(1, 32))

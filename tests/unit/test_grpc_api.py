@@ -160,3 +160,74 @@ async def test_finish_reports_each_item_on_its_own_fence() -> None:
         assert codes[2][0] == grpc.StatusCode.NOT_FOUND.value[0]
         still = await jobs.GetJob(pb.GetJobRequest(job_id=b.job.job_id))
         assert still.state == pb.JOB_STATE_RUNNING and still.fence == b.fence
+
+
+async def test_a_negative_claim_wait_is_refused_not_taken_as_zero() -> None:
+    async with serving() as ch:
+        workers = pb_grpc.WorkerServiceStub(ch)
+        code, msg = await status_of(
+            workers.Claim(
+                pb.ClaimRequest(worker_id="w", types=["t"], max_jobs=1, wait=Duration(seconds=-5))
+            )
+        )
+        assert code is grpc.StatusCode.INVALID_ARGUMENT and msg.startswith("wait: ")
+
+
+async def test_max_attempts_is_taken_up_to_its_limit() -> None:
+    """Over it (2**31 - 1 was taken: a job that never reaches the dead-letter queue) is in
+    ``test_limits``."""
+    async with serving() as ch:
+        jobs = pb_grpc.JobServiceStub(ch)
+        most = await jobs.ScheduleJob(
+            pb.ScheduleJobRequest(type="m", delay=dur(60_000), max_attempts=1000)
+        )
+        assert most.job.max_attempts == 1000
+
+
+async def _claimed_once(ch: grpc.aio.Channel) -> tuple[str, int]:
+    """A job of one attempt, claimed: (id, fence)."""
+    jobs = pb_grpc.JobServiceStub(ch)
+    workers = pb_grpc.WorkerServiceStub(ch)
+    await jobs.ScheduleJob(pb.ScheduleJobRequest(type="t", delay=dur(0), max_attempts=1))
+    claim = pb.ClaimRequest(worker_id="w", types=["t"], max_jobs=1, wait=dur(5000))
+    (c,) = (await workers.Claim(claim)).jobs
+    return c.job.job_id, c.fence
+
+
+async def test_a_second_result_for_one_job_in_a_finish_is_refused_on_its_own() -> None:
+    """Two results for one job in one batch raced each other (the outcome left to their
+    order); the first now stands and the second is INVALID_ARGUMENT, changing nothing."""
+    async with serving() as ch:
+        jobs = pb_grpc.JobServiceStub(ch)
+        workers = pb_grpc.WorkerServiceStub(ch)
+        job_id, fence = await _claimed_once(ch)
+        resp = await workers.Finish(
+            pb.FinishRequest(
+                items=[
+                    pb.FinishItem(job_id=job_id, fence=fence, failed=True, permanent=True),
+                    pb.FinishItem(job_id=job_id, fence=fence),
+                ]
+            )
+        )
+        first, second = resp.results
+        assert (first.code, first.state) == (0, pb.JOB_STATE_DEAD)
+        assert second.code == grpc.StatusCode.INVALID_ARGUMENT.value[0]
+        assert second.job_id == job_id and second.message.startswith("items[1].job_id: ")
+        dead = await jobs.GetJob(pb.GetJobRequest(job_id=job_id))
+        assert dead.state == pb.JOB_STATE_DEAD and [a.outcome for a in dead.history] == ["dead"]
+
+
+async def test_a_replay_naming_jobs_and_a_type_is_refused() -> None:
+    """The type was ignored: named jobs of any type were replayed."""
+    async with serving() as ch:
+        jobs = pb_grpc.JobServiceStub(ch)
+        workers = pb_grpc.WorkerServiceStub(ch)
+        job_id, fence = await _claimed_once(ch)
+        await workers.Fail(pb.FailRequest(job_id=job_id, fence=fence, permanent=True))
+        for call in (jobs.ReplayDeadLetters, jobs.PurgeDeadLetters):
+            code, msg = await status_of(
+                call(pb.ReplayDeadLettersRequest(job_ids=[job_id], type="other"))
+            )
+            assert code is grpc.StatusCode.INVALID_ARGUMENT and msg.startswith("type: ")
+        still = await jobs.GetJob(pb.GetJobRequest(job_id=job_id))
+        assert still.state == pb.JOB_STATE_DEAD

@@ -1,4 +1,4 @@
-"""An expired lease is a failed attempt (DESIGN, the handler boundary; issue 17, item 2): a job
+"""An expired lease is a failed attempt: a job
 whose worker dies or hangs is retried after its type's backoff and, at ``max_attempts``, is
 dead with its history, never re-run for ever."""
 

@@ -122,6 +122,28 @@ OVER_LIMIT: list[tuple[str, str, Call]] = [
             pb.RescheduleJobRequest(job_id="j", delay=Duration(seconds=315_576_000_000))
         ),
     ),
+    (
+        "max_attempts",
+        "max_attempts",
+        lambda s: s[0].ScheduleJob(pb.ScheduleJobRequest(type="t", delay=NOW, max_attempts=1001)),
+    ),
+    (
+        "max_attempts in a batch",
+        "jobs[1].max_attempts",
+        lambda s: s[0].ScheduleJobs(
+            pb.ScheduleJobsRequest(
+                jobs=[
+                    pb.ScheduleJobRequest(type="t", delay=NOW),
+                    pb.ScheduleJobRequest(type="t", delay=NOW, max_attempts=2**31 - 1),
+                ]
+            )
+        ),
+    ),
+    (
+        "schedule max_attempts",
+        "max_attempts",
+        lambda s: s[0].CreateSchedule(pb.CreateScheduleRequest(schedule=_sched(max_attempts=1001))),
+    ),
     ("job id (get)", "job_id", lambda s: s[0].GetJob(pb.GetJobRequest(job_id=HUGE))),
     ("job id (cancel)", "job_id", lambda s: s[0].CancelJob(pb.CancelJobRequest(job_id=HUGE))),
     (

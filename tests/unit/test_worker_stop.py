@@ -1,4 +1,4 @@
-"""Graceful shutdown (issue 17, item 13): ``Worker.stop(drain_s)`` stops claiming, lets running
+"""Graceful shutdown: ``Worker.stop(drain_s)`` stops claiming, lets running
 handlers finish for at most ``drain_s`` (a second ``stop()`` ends the wait at once), then stops
 the rest and gives their jobs back: they run again at once, elsewhere, and the unfinished
 attempt does not count against ``max_attempts``. A handler that does not stop is never given

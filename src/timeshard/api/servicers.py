@@ -250,7 +250,11 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
         validate_worker_id(request.worker_id)
         check_count("types", len(request.types), MAX_CLAIM_TYPES)
         if not 0 <= request.max_jobs <= MAX_CLAIM_JOBS:
-            raise InvalidArgument("max_jobs", f"must be 1-{MAX_CLAIM_JOBS}, got {request.max_jobs}")
+            raise InvalidArgument(
+                "max_jobs", f"must be 1-{MAX_CLAIM_JOBS} (0: one), got {request.max_jobs}"
+            )
+        if request.wait.seconds < 0 or request.wait.nanos < 0:
+            raise InvalidArgument("wait", "must not be negative (0s answers at once)")
         claimed = await self.node.claim(
             worker=request.worker_id,
             types=list(request.types),
@@ -286,12 +290,23 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
     @rpc
     async def Finish(self, request: pb.FinishRequest, context: Ctx) -> pb.FinishResponse:
         check_count("items", len(request.items), MAX_BATCH)
-        items = []
+        items: list[FinishItem | TimeshardError] = []
+        first: dict[str, int] = {}
         for n, i in enumerate(request.items):
             try:
                 validate_job_id(i.job_id)
             except InvalidArgument as exc:
                 raise InvalidArgument(f"items[{n}].{exc.field}", exc.problem) from None
+            if first.setdefault(i.job_id, n) != n:
+                # A second result for one job would race the first in one group commit, the
+                # outcome left to their order: it is refused on its own, the first one stands.
+                items.append(
+                    InvalidArgument(
+                        f"items[{n}].job_id",
+                        f"job {i.job_id!r} is also items[{first[i.job_id]}]: one result per job",
+                    )
+                )
+                continue
             items.append(
                 FinishItem(
                     job_id=i.job_id,
@@ -302,13 +317,15 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
                     give_back=i.give_back,
                 )
             )
+        done = iter(await self.node.finish([i for i in items if isinstance(i, FinishItem)]))
         results = []
-        for item, out in zip(items, await self.node.finish(items), strict=True):
+        for asked, item in zip(request.items, items, strict=True):
+            out = item if isinstance(item, TimeshardError) else next(done)
             if isinstance(out, TimeshardError):
                 code = status_of(out).value[0]
-                results.append(pb.FinishResult(job_id=item.job_id, code=code, message=out.message))
+                results.append(pb.FinishResult(job_id=asked.job_id, code=code, message=out.message))
             else:
-                results.append(pb.FinishResult(job_id=item.job_id, state=state_to_pb(out.state)))
+                results.append(pb.FinishResult(job_id=asked.job_id, state=state_to_pb(out.state)))
         return pb.FinishResponse(results=results)
 
     @rpc
@@ -402,6 +419,9 @@ def _type_filter(job_type: str) -> str | None:
 
 def _dead_letter_selection(request: pb.ReplayDeadLettersRequest) -> tuple[list[str], str | None]:
     check_count("job_ids", len(request.job_ids), MAX_BATCH)
+    if request.job_ids and request.type:
+        # Named jobs are taken whatever their type: a type beside them was silently ignored.
+        raise InvalidArgument("type", "give job_ids or a type, not both")
     for n, job_id in enumerate(request.job_ids):
         try:
             validate_job_id(job_id)

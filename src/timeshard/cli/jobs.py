@@ -9,9 +9,9 @@ import time
 from typing import Any
 
 from timeshard.cli.common import MAX_INT32, parse_duration, parse_time, whole
-from timeshard.client import Client, NewJob
+from timeshard.client import Client, NewJob, Scheduled
 from timeshard.clock import format_rfc3339
-from timeshard.errors import InvalidArgument
+from timeshard.errors import FailedPrecondition, InvalidArgument
 from timeshard.model import JobState, parse_json_payload
 from timeshard.v1 import timeshard_pb2 as pb
 from timeshard.wire import state_from_pb, ts_ms
@@ -132,15 +132,36 @@ def cmd_schedule(args: argparse.Namespace) -> int:
     if args.max_attempts < 0:
         raise InvalidArgument("--max-attempts", "must be positive")
     with _client(args) as c:
-        job = c.schedule(
+        done = c.schedule(
             args.type,
             payload,
             idempotency_key=args.key,
             max_attempts=args.max_attempts,
             **_when(args),
         )
-    print(f"scheduled {job.type} at {job_json(job)['run_at']}: {job.job_id}")
+    print(_scheduled_line(done, args.key))
     return 0
+
+
+def _scheduled_line(done: Scheduled, key: str) -> str:
+    """What one schedule call did, its job id last. A key that names a job which will not run
+    (cancelled, dead) is an error: nothing was scheduled."""
+    job = done.job
+    d = job_json(job)
+    if done.created:
+        return f"scheduled {job.type} at {d['run_at']}: {job.job_id}"
+    named = f"key {key!r} names job {job.job_id}, which is {d['state']}"
+    if state_from_pb(job.state) is JobState.CANCELLED:
+        raise FailedPrecondition(f"not scheduled: {named}; a new job needs a new key")
+    if state_from_pb(job.state) is JobState.DEAD:
+        raise FailedPrecondition(
+            f"not scheduled: {named}; replay it (timeshard dlq replay {job.job_id}) or use a "
+            "new key"
+        )
+    repeat = f"key {key!r} names {job.type} at {d['run_at']}, which is {d['state']}"
+    if state_from_pb(job.state) is JobState.SUCCEEDED:
+        return f"already ran: {repeat}: {job.job_id}"
+    return f"already scheduled: {repeat}: {job.job_id}"
 
 
 def cmd_load(args: argparse.Namespace) -> int:

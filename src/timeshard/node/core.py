@@ -29,6 +29,7 @@ from timeshard.limits import (
     DEFAULT_PAGE_SIZE,
     MAX_IDEMPOTENCY_KEY_BYTES,
     MAX_PAGE_SIZE,
+    check_attempts,
     check_bytes,
     check_range,
     truncate_error,
@@ -410,8 +411,7 @@ class Node:
     def _new_job(self, spec: JobSpec, now: int) -> Job:
         validate_job_type(spec.job_type)
         validate_payload(spec.payload)
-        if spec.max_attempts < 0:
-            raise InvalidArgument("max_attempts", f"must be positive, got {spec.max_attempts}")
+        check_attempts(spec.max_attempts)
         check_bytes("idempotency_key", spec.idempotency_key, MAX_IDEMPOTENCY_KEY_BYTES)
         job_id = validate_job_id(spec.job_id) if spec.job_id else uuid.uuid4().hex
         return Job(

@@ -104,7 +104,7 @@ def fail(fence: int, now: int, error: str, retry: RetryAt) -> Transition:
 
 
 def release(fence: int, now: int, retry: RetryAt) -> Transition:
-    """An expired lease is a failed attempt (DESIGN, the handler boundary): retried at
+    """An expired lease is a failed attempt: retried at
     ``retry`` like a retryable failure, or dead when there is none (attempts exhausted)."""
     return Transition(
         lambda j: _running_with(fence)(j) and j.lease_until <= now,
