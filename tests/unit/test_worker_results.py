@@ -146,10 +146,12 @@ async def test_a_completion_refused_in_a_short_store_outage_is_retried_not_rerun
 
 async def test_a_pending_result_keeps_its_lease_extended_past_the_lease(tmp_path: Path) -> None:
     srv = server(tmp_path / "db")
-    async with working([srv], lease_s=1.5) as (ran, events):
+    # A 4 s lease, not a shorter one: on a busy 2-core box a loop stall of a second would cut
+    # a lease of 1.5 s short and test the stall, not the pending result.
+    async with working([srv], lease_s=4.0) as (ran, events):
         # Results are refused for twice the lease; heartbeats work: the lease is kept while the
         # result waits, so the job is neither released nor run again.
-        store_of(srv).results_down_until = time.monotonic() + 3.0
+        store_of(srv).results_down_until = time.monotonic() + 8.0
         job, _ = await srv.node.schedule(job_type="t", payload=b"{}", run_at=0)
         done = await wait_for(job, srv, timeout=40)
         assert done.state is JobState.SUCCEEDED, (done, events)
