@@ -67,7 +67,7 @@ async def test_a_job_finished_under_a_keys_id_is_notified_under_that_id(
         )
         notified: list[BucketEntry] = []
 
-        def notify(entries: Sequence[BucketEntry]) -> None:
+        def notify(entries: Sequence[BucketEntry], jobs: Sequence[Job] = ()) -> None:
             notified.extend(entries)
 
         node._notify = notify  # type: ignore[method-assign]
