@@ -129,11 +129,16 @@ def _set_ts(field: Timestamp, ms: int) -> None:
 
 
 def run_at_of(
-    msg: pb.ScheduleJobRequest | pb.RescheduleJobRequest, now_ms: int, *, required: bool
+    msg: pb.ScheduleJobRequest | pb.RescheduleJobRequest,
+    now_ms: int,
+    *,
+    required: bool,
+    whose_now: str = "the server's time",
 ) -> int:
     """The absolute time a request asks for: ``delay`` from now or ``run_at``, never before
     ``now_ms`` (a negative delay, or a run_at more than ``PAST_RUN_AT_GRACE_MS`` ago, is
-    INVALID_ARGUMENT; a run_at less than that ago is now)."""
+    INVALID_ARGUMENT; a run_at less than that ago is now). ``whose_now`` names ``now_ms`` in
+    the message: a client checking a request before it sends it uses its own clock."""
     which = msg.WhichOneof("when")
     if which == "delay":
         if msg.delay.seconds < 0 or msg.delay.nanos < 0:
@@ -144,13 +149,13 @@ def run_at_of(
         ms = ts_ms(msg.run_at)
         if ms <= 0:
             raise InvalidArgument("run_at", "must be after 1970-01-01T00:00:00Z")
-        return _not_in_the_past(ms, now_ms)
+        return _not_in_the_past(ms, now_ms, whose_now)
     if required:
         raise InvalidArgument("when", "give a delay or a run_at time")
     return now_ms
 
 
-def _not_in_the_past(ms: int, now_ms: int) -> int:
+def _not_in_the_past(ms: int, now_ms: int, whose_now: str) -> int:
     """A run_at up to ``PAST_RUN_AT_GRACE_MS`` ago is now: stored as now, so the job's lateness
     counts from when it was scheduled, not from a time before it existed. Further back is
     refused, as a negative delay is."""
@@ -159,7 +164,7 @@ def _not_in_the_past(ms: int, now_ms: int) -> int:
     if now_ms - ms > PAST_RUN_AT_GRACE_MS:
         raise InvalidArgument(
             "run_at",
-            f"{format_rfc3339(ms)} is {_age(now_ms - ms)} in the past (the server's time is "
+            f"{format_rfc3339(ms)} is {_age(now_ms - ms)} in the past ({whose_now} is "
             f"{format_rfc3339(now_ms)}); give a later time, or a delay of 0s to run now",
         )
     return now_ms

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
-import time
 from typing import Any
 
 from timeshard.cli.common import MAX_INT32, parse_duration, parse_time, whole
-from timeshard.client import Client, NewJob, Scheduled
+from timeshard.cli.load import DEFAULT_KEY_PREFIX, cmd_load, key_prefix, not_scheduled_why
+from timeshard.client import Client, Scheduled
 from timeshard.clock import format_rfc3339
 from timeshard.errors import FailedPrecondition, InvalidArgument
 from timeshard.model import JobState, parse_json_payload
@@ -37,13 +36,26 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
     ld = jsub.add_parser(
         "load",
-        help="schedule the jobs of a JSON Lines file (- for stdin), in batches; prints the count",
-        description='Each line: {"type": "demo.echo", "payload": {...}, "in": "2s" or '
-        '"at": "2026-12-01T09:00:00Z", "key": "...", "max_attempts": 3}.',
+        help="schedule the jobs of a JSON Lines file (- for stdin), in batches; prints what it did",
+        description=LOAD_DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     ld.add_argument("file")
     ld.add_argument(
         "--batch", type=whole(1, 1000), default=500, help="jobs per ScheduleJobs call (1-1000)"
+    )
+    keys = ld.add_mutually_exclusive_group()
+    keys.add_argument(
+        "--key-prefix",
+        type=key_prefix,
+        default=DEFAULT_KEY_PREFIX,
+        help=f"starts the key derived for a line without one (default {DEFAULT_KEY_PREFIX}); a "
+        "new prefix loads the same file again as new jobs",
+    )
+    keys.add_argument(
+        "--no-derived-keys",
+        action="store_true",
+        help="a line without a key gets none: every run schedules it again",
     )
     ld.set_defaults(func=cmd_load)
 
@@ -71,6 +83,34 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     rw.add_argument("--in", dest="delay")
     rw.add_argument("--at")
     r.set_defaults(func=cmd_reschedule)
+
+
+LOAD_DESCRIPTION = """\
+One job per line, e.g.
+  {"type": "demo.echo", "payload": {"n": 1}, "in": "30s", "key": "n-1", "max_attempts": 3}
+
+Fields: type (required), payload (any JSON, default {}), exactly one of "in" (a
+delay: 2s, 500ms, 1h30m; "0s" runs now) or "at" (RFC 3339), key, max_attempts
+(1-1000; 0 or left out: the type's default). A field set to null is as if left
+out. Any other field (also the API's names "delay" and "run_at") and a value of
+the wrong type ("3" for a number, 5 for a key) are refused, never converted.
+
+The whole file is checked first, with the server's limits and time rules; if any
+line is refused, every refused line is named by its line number and nothing is
+scheduled. Blank lines are skipped and keep the numbering.
+
+Re-running is safe: a line without a key gets load:<sha256 of its fields>:<n>
+(n counts earlier identical lines, so identical lines stay separate jobs), and
+a key that names an existing job returns that job. Loading the same file again
+after a partial failure therefore schedules only what is missing. To load it
+again as new jobs give another --key-prefix (e.g. the date); --no-derived-keys
+gives such lines no key at all (faster: a keyed create looks its key up first).
+
+Prints "N lines: C created, E already existed, X not scheduled". A key naming a
+cancelled or dead job is not scheduled: its line is named on stderr and the
+exit status is 1. If the server refuses a batch, the error names its file lines
+and what was scheduled before it. Progress goes to stderr when it is a terminal.
+"""
 
 
 def job_json(job: pb.Job) -> dict[str, Any]:
@@ -150,60 +190,13 @@ def _scheduled_line(done: Scheduled, key: str) -> str:
     d = job_json(job)
     if done.created:
         return f"scheduled {job.type} at {d['run_at']}: {job.job_id}"
-    named = f"key {key!r} names job {job.job_id}, which is {d['state']}"
-    if state_from_pb(job.state) is JobState.CANCELLED:
-        raise FailedPrecondition(f"not scheduled: {named}; a new job needs a new key")
-    if state_from_pb(job.state) is JobState.DEAD:
-        raise FailedPrecondition(
-            f"not scheduled: {named}; replay it (timeshard dlq replay {job.job_id}) or use a "
-            "new key"
-        )
+    why = not_scheduled_why(done, key)
+    if why is not None:
+        raise FailedPrecondition(why)
     repeat = f"key {key!r} names {job.type} at {d['run_at']}, which is {d['state']}"
     if state_from_pb(job.state) is JobState.SUCCEEDED:
         return f"already ran: {repeat}: {job.job_id}"
     return f"already scheduled: {repeat}: {job.job_id}"
-
-
-def cmd_load(args: argparse.Namespace) -> int:
-    try:
-        source = sys.stdin if args.file == "-" else open(args.file, encoding="utf-8")  # noqa: SIM115
-        with source:
-            jobs = [_line_job(n, line) for n, line in enumerate(source, 1) if line.strip()]
-    except OSError as exc:
-        raise InvalidArgument("file", f"{args.file}: {exc.strerror or exc}") from None
-    except UnicodeDecodeError as exc:
-        raise InvalidArgument("file", f"{args.file}: not UTF-8 text ({exc.reason})") from None
-    started = time.monotonic()
-
-    def progress(done: int) -> None:
-        rate = done / max(1e-9, time.monotonic() - started)
-        print(f"\r{done:,}/{len(jobs):,} scheduled, {rate:,.0f}/s", end="", file=sys.stderr)
-
-    with _client(args) as c:
-        scheduled = c.schedule_many(jobs, batch_size=args.batch, on_batch=progress)
-    print(file=sys.stderr)
-    print(len(scheduled))
-    return 0
-
-
-def _line_job(n: int, line: str) -> NewJob:
-    try:
-        item = json.loads(line)
-        if not isinstance(item, dict) or "type" not in item:
-            raise ValueError('each line must be an object with a "type"')
-        if "at" in item:
-            when: dict[str, Any] = {"run_at": parse_time(str(item["at"]))}
-        else:
-            when = {"delay_s": parse_duration(str(item.get("in", "0s")))}
-        return NewJob(
-            job_type=str(item["type"]),
-            payload=item.get("payload", {}),
-            idempotency_key=str(item.get("key", "")),
-            max_attempts=int(item.get("max_attempts", 0)),
-            **when,
-        )
-    except (ValueError, TypeError, InvalidArgument) as exc:
-        raise InvalidArgument("file", f"line {n}: {exc}") from None
 
 
 def cmd_get(args: argparse.Namespace) -> int:
