@@ -9,12 +9,13 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-from timeshard.clock import Clock, FakeClock
+from timeshard.clock import Clock, FakeClock, SystemClock
 from timeshard.coordinator.base import Coordinator, Member, ShardsChanged
 from timeshard.coordinator.local import LocalCoordinator
 from timeshard.model import BucketEntry, Job
 from timeshard.node import Node, NodeConfig, TypePolicy
 from timeshard.node.dispatcher import DispatchConfig
+from timeshard.server import Server
 from timeshard.sharding import minute_of
 from timeshard.store.base import Store
 from timeshard.store.sqlite import SqliteStore
@@ -150,3 +151,21 @@ async def owner_and_writer(
     finally:
         await b.stop()
         await a.stop()
+
+
+@asynccontextmanager
+async def embedded_server(node_id: str | None = None) -> AsyncIterator[Server]:
+    """A real gRPC server (``server.node`` its node) on the in-memory embedded store and the
+    system clock, on a free port; stopped at the end."""
+    node = Node(
+        store=SqliteStore(":memory:", num_shards=4),
+        coordinator=LocalCoordinator(),
+        clock=SystemClock(),
+        node_id=node_id,
+    )
+    server = Server(node, port=0)
+    await server.start()
+    try:
+        yield server
+    finally:
+        await server.stop(0)

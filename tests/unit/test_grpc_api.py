@@ -11,11 +11,7 @@ import pytest
 from google.protobuf.duration_pb2 import Duration
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from timeshard.clock import SystemClock
-from timeshard.coordinator.local import LocalCoordinator
-from timeshard.node import Node
-from timeshard.server import Server
-from timeshard.store.sqlite import SqliteStore
+from tests.unit.helpers import embedded_server
 from timeshard.v1 import timeshard_pb2 as pb
 from timeshard.v1 import timeshard_pb2_grpc as pb_grpc
 from timeshard.wire import dur
@@ -23,19 +19,12 @@ from timeshard.wire import dur
 
 @asynccontextmanager
 async def serving() -> AsyncIterator[grpc.aio.Channel]:
-    node = Node(
-        store=SqliteStore(":memory:", num_shards=4),
-        coordinator=LocalCoordinator(),
-        clock=SystemClock(),
-    )
-    server = Server(node, port=0)
-    await server.start()
-    channel = grpc.aio.insecure_channel(server.address)
-    try:
-        yield channel
-    finally:
-        await channel.close(None)
-        await server.stop(0)
+    async with embedded_server() as server:
+        channel = grpc.aio.insecure_channel(server.address)
+        try:
+            yield channel
+        finally:
+            await channel.close(None)
 
 
 async def status_of(call: object) -> tuple[grpc.StatusCode, str]:

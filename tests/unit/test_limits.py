@@ -16,10 +16,9 @@ import pytest
 from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
 
+from tests.unit.helpers import embedded_server
 from tests.unit.test_grpc_api import status_of
 from timeshard.api.replies import CLAIM_WORST_JOB_BYTES, claim_cap
-from timeshard.clock import SystemClock
-from timeshard.coordinator.local import LocalCoordinator
 from timeshard.errors import InvalidArgument
 from timeshard.limits import (
     DEFAULT_MAX_REPLY_BYTES,
@@ -29,9 +28,6 @@ from timeshard.limits import (
     MAX_WORKER_ID_BYTES,
     REPLY_HEADROOM_BYTES,
 )
-from timeshard.node import Node
-from timeshard.server import Server
-from timeshard.store.sqlite import SqliteStore
 from timeshard.v1 import timeshard_pb2 as pb
 from timeshard.v1 import timeshard_pb2_grpc as pb_grpc
 from timeshard.wire import dur
@@ -46,19 +42,12 @@ NOW = dur(0)
 @asynccontextmanager
 async def serving_at() -> AsyncIterator[tuple[grpc.aio.Channel, str]]:
     """A real server on the embedded store; a default client channel and the address."""
-    node = Node(
-        store=SqliteStore(":memory:", num_shards=4),
-        coordinator=LocalCoordinator(),
-        clock=SystemClock(),
-    )
-    server = Server(node, port=0)
-    await server.start()
-    channel = grpc.aio.insecure_channel(server.address)
-    try:
-        yield channel, server.address
-    finally:
-        await channel.close(None)
-        await server.stop(0)
+    async with embedded_server() as server:
+        channel = grpc.aio.insecure_channel(server.address)
+        try:
+            yield channel, server.address
+        finally:
+            await channel.close(None)
 
 
 @asynccontextmanager

@@ -14,16 +14,13 @@ import grpc
 import pytest
 from google.protobuf.timestamp_pb2 import Timestamp
 
+from tests.unit.helpers import embedded_server
 from tests.unit.test_grpc_api import status_of
 from timeshard.cli.main import main
 from timeshard.client import Client
-from timeshard.clock import SystemClock, format_rfc3339
-from timeshard.coordinator.local import LocalCoordinator
+from timeshard.clock import format_rfc3339
 from timeshard.errors import InvalidArgument
 from timeshard.limits import PAST_RUN_AT_GRACE_MS
-from timeshard.node import Node
-from timeshard.server import Server
-from timeshard.store.sqlite import SqliteStore
 from timeshard.v1 import timeshard_pb2 as pb
 from timeshard.v1 import timeshard_pb2_grpc as pb_grpc
 from timeshard.wire import dur, ts, ts_ms
@@ -33,19 +30,12 @@ HOUR_MS = 3_600_000
 
 @asynccontextmanager
 async def serving() -> AsyncIterator[tuple[grpc.aio.Channel, str]]:
-    node = Node(
-        store=SqliteStore(":memory:", num_shards=4),
-        coordinator=LocalCoordinator(),
-        clock=SystemClock(),
-    )
-    server = Server(node, port=0)
-    await server.start()
-    channel = grpc.aio.insecure_channel(server.address)
-    try:
-        yield channel, server.address
-    finally:
-        await channel.close(None)
-        await server.stop(0)
+    async with embedded_server() as server:
+        channel = grpc.aio.insecure_channel(server.address)
+        try:
+            yield channel, server.address
+        finally:
+            await channel.close(None)
 
 
 def now_ms() -> int:

@@ -10,29 +10,16 @@ from contextlib import asynccontextmanager
 
 import pytest
 
+from tests.unit.helpers import embedded_server
 from timeshard.cli.main import main
 from timeshard.client import Client, NewJob
-from timeshard.clock import SystemClock
-from timeshard.coordinator.local import LocalCoordinator
-from timeshard.node import Node
-from timeshard.server import Server
-from timeshard.store.sqlite import SqliteStore
 from timeshard.v1 import timeshard_pb2 as pb
 
 
 @asynccontextmanager
 async def serving() -> AsyncIterator[str]:
-    node = Node(
-        store=SqliteStore(":memory:", num_shards=4),
-        coordinator=LocalCoordinator(),
-        clock=SystemClock(),
-    )
-    server = Server(node, port=0)
-    await server.start()
-    try:
+    async with embedded_server() as server:
         yield server.address
-    finally:
-        await server.stop(0)
 
 
 def _schedule(address: str, key: str) -> tuple[bool, int, str]:
