@@ -18,7 +18,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoAuthError
 
 from timeshard.coordinator.base import Member
-from timeshard.coordinator.zkstate import ShardAdmin, connect
+from timeshard.coordinator.zkstate import CoordinatorUnavailable, ShardAdmin, connect
 from timeshard.coordinator.zookeeper import ZooKeeperCoordinator
 from timeshard.errors import FailedPrecondition, InvalidArgument, NotFound
 from timeshard.testing.services import TcpProxy
@@ -400,3 +400,58 @@ async def test_a_user_in_the_url_protects_the_znodes(zookeeper_hosts: str, zk_pa
             assert set(admin.view().members) == {"a"}
     finally:
         await coordinator.stop()
+
+
+class DropsWhileJoining(ZooKeeperCoordinator):
+    """Partitions its own connection (through ``proxy``) just as it starts creating the
+    layout, and heals it ``heal_after_s`` later."""
+
+    proxy: TcpProxy
+    heal_after_s: float
+
+    async def _prepare(self) -> None:
+        if not getattr(self, "dropped_once", False):
+            self.dropped_once = True
+            self.proxy.block()
+            asyncio.get_running_loop().call_later(self.heal_after_s, self.proxy.unblock)
+        await super()._prepare()
+
+
+async def test_a_connection_that_drops_while_joining_is_waited_for(
+    zookeeper_hosts: str, zk_path: str
+) -> None:
+    proxy = TcpProxy(_first(zookeeper_hosts))
+    ledger = Ledger()
+    url = f"zookeeper://{proxy.address}{zk_path}?session_timeout=4"
+    coordinator = DropsWhileJoining.from_url(url)
+    assert isinstance(coordinator, DropsWhileJoining)
+    coordinator.proxy, coordinator.heal_after_s = proxy, 3.5
+    try:
+        await coordinator.start(Member(node_id="a", address="addr-a"), SHARDS, ledger.callback("a"))
+        try:
+            assert coordinator.dropped_once
+            assert coordinator.owned() == set(range(SHARDS))
+            assert ledger.shards_of("a") == set(range(SHARDS))
+        finally:
+            await coordinator.stop()
+    finally:
+        proxy.close()
+    assert ledger.violations == []
+
+
+async def test_a_connection_that_never_comes_back_while_joining_is_a_clear_error(
+    zookeeper_hosts: str, zk_path: str
+) -> None:
+    proxy = TcpProxy(_first(zookeeper_hosts))
+    url = f"zookeeper://{proxy.address}{zk_path}?session_timeout=4&connect_timeout=3"
+    coordinator = DropsWhileJoining.from_url(url)
+    assert isinstance(coordinator, DropsWhileJoining)
+    coordinator.proxy, coordinator.heal_after_s = proxy, 60.0
+    try:
+        with pytest.raises(CoordinatorUnavailable, match="did not come back within 3 s"):
+            await coordinator.start(
+                Member(node_id="a", address="addr-a"), SHARDS, Ledger().callback("a")
+            )
+        assert coordinator._client is None
+    finally:
+        proxy.close()

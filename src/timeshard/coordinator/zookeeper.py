@@ -26,12 +26,19 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
+from kazoo.exceptions import (
+    ConnectionLoss,
+    KazooException,
+    NodeExistsError,
+    NoNodeError,
+    OperationTimeoutError,
+    SessionExpiredError,
+)
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import KazooState
 
@@ -62,6 +69,8 @@ DEBOUNCE_S = 0.02
 """Gather the burst of watch events one change causes into one pass."""
 RETRY_S = 1.0
 """After a failed pass (ZooKeeper or store error), try again this soon."""
+JOIN_POLL_S = 0.1
+"""While joining, look this often whether a dropped connection came back."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -115,10 +124,11 @@ class ZooKeeperCoordinator(Coordinator):
             ) from None
         self._set_connected(True)
         try:
-            await self._prepare()
+            await self._joining(self._prepare)
             # The server may grant a longer session than asked (2-20 of its ticks): be patient.
-            await self._register(wait_s=3 * self.config.session_timeout_s + 10)
-            await self._reconcile()
+            register_wait_s = 3 * self.config.session_timeout_s + 10
+            await self._joining(lambda: self._register(wait_s=register_wait_s))
+            await self._joining(self._reconcile)
         except BaseException:
             await self._close_client()
             raise
@@ -266,6 +276,35 @@ class ZooKeeperCoordinator(Coordinator):
     def _session_id(self) -> int | None:
         client_id = self._client.client_id if self._client is not None else None
         return int(client_id[0]) if client_id else None
+
+    async def _joining(self, step: Callable[[], Awaitable[None]]) -> None:
+        """Run one step of joining, again after the connection comes back: a node started
+        while its ZooKeeper server is busy (a leader election, a pause) waits through a drop
+        instead of exiting. Each step is safe to repeat. Gives up with
+        ``CoordinatorUnavailable`` when no connection returns within the connect timeout."""
+        while True:
+            try:
+                await step()
+                return
+            except (
+                ConnectionDropped,
+                ConnectionLoss,
+                OperationTimeoutError,
+                SessionExpiredError,
+            ) as exc:
+                log.info(
+                    "node %s: ZooKeeper connection dropped while joining (%s); waiting for it",
+                    self._me.node_id,
+                    type(exc).__name__,
+                )
+            deadline = time.monotonic() + self.config.connect_timeout_s
+            while not self._connected or self._session_id() is None:
+                if time.monotonic() >= deadline:
+                    raise CoordinatorUnavailable(
+                        f"the connection to {self.config.hosts} dropped while joining and did "
+                        f"not come back within {self.config.connect_timeout_s:g} s"
+                    )
+                await asyncio.sleep(JOIN_POLL_S)
 
     async def _prepare(self) -> None:
         """Create the layout (with the configured ACL), and record or check the cluster's
