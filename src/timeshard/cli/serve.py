@@ -16,6 +16,7 @@ from pathlib import Path
 
 from timeshard.cli.common import number, port, shard_count
 from timeshard.cli.demo import add_demo_handlers
+from timeshard.cli.heap import freeze_startup_objects, tune_collector
 from timeshard.cli.security import add_server_options, server_security
 from timeshard.clock import SystemClock, format_rfc3339
 from timeshard.errors import InvalidArgument
@@ -264,7 +265,9 @@ async def _serve(
     try:
         set_node(server.node.node_id)
         drop_created_series()
+        tune_collector()
         await server.start()
+        freeze_startup_objects()
         stop = asyncio.Event()
         _stop_on_signals(stop)
         # Rotation: re-read certificates and tokens without dropping a connection.
@@ -439,6 +442,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
                 serve_registry(registry, host=args.metrics_host, port=args.metrics_port),
             )
             print(f"timeshard worker {worker.worker_id}: metrics on {http.url('/metrics')}")
+        tune_collector()
+        freeze_startup_objects()
         try:
             await worker.run([s for s in args.server.split(",") if s])
         finally:
