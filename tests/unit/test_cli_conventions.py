@@ -412,9 +412,7 @@ async def test_people_see_the_same_format(capsys: pytest.CaptureFixture[str]) ->
 
 
 @pytest.mark.parametrize("shell", ["bash", "zsh"])
-def test_completion_prints_the_shell_script(
-    shell: str, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_completion_prints_the_shell_script(shell: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["completion", shell]) == 0
     out = capsys.readouterr().out
     assert "timeshard" in out and "_ARGCOMPLETE" in out
