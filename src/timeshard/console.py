@@ -13,7 +13,7 @@ import json
 import sys
 import time
 from datetime import UTC, datetime
-from typing import Any, TextIO
+from typing import Any, TextIO, overload
 
 import grpc
 
@@ -101,6 +101,10 @@ def print_json(value: Any, stream: TextIO | None = None) -> None:
 # -- times ------------------------------------------------------------------------------------
 
 
+@overload
+def when(ms: int) -> str: ...
+@overload
+def when(ms: None) -> None: ...
 def when(ms: int | None) -> str | None:
     """A time as people and JSON both get it: RFC 3339 in UTC, e.g. ``2026-12-01T14:30:00Z``
     (milliseconds only when not whole, ``...:00.250Z``); None stays None."""

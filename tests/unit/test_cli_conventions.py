@@ -9,6 +9,7 @@ import argparse
 import asyncio
 import io
 import json
+import logging
 import os
 import re
 import socket
@@ -447,3 +448,86 @@ def test_the_command_completes_commands_options_and_choices(tmp_path: Path) -> N
     assert {"bash", "zsh"} <= set(complete("timeshard completion ", tmp_path))
     states = set(complete("timeshard jobs list --state ", tmp_path))
     assert states == {"scheduled", "running", "succeeded", "dead", "cancelled"}
+
+
+def test_text_log_lines_carry_the_same_time_format() -> None:
+    stream = io.StringIO()
+    logs.configure("text")
+    handler = logging.getLogger().handlers[0]
+    assert isinstance(handler, logging.StreamHandler)
+    handler.setStream(stream)
+    try:
+        logging.getLogger("timeshard.test").warning("hello")
+    finally:
+        logs.configure("text")
+    stamp, rest = stream.getvalue().split(" ", 1)
+    assert RFC3339_UTC.match(stamp), stamp  # not the local "2026-12-01 15:30:00,123"
+    assert rest == "WARNING timeshard.test: hello\n"
+
+
+# -- the offline commands -----------------------------------------------------------------
+
+
+def test_stack_status_of_nothing_started_is_a_failed_check(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TIMESHARD_STATE", str(tmp_path))
+    assert main(["stack", "status", "--json"]) == Exit.ERROR  # not 3: that is "not found"
+    assert json.loads(capsys.readouterr().out) == {
+        "cassandra": {"running": False},
+        "zookeeper": {"running": False},
+    }
+
+
+def test_tokens_and_certs_print_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    auth = str(tmp_path / "auth.json")
+    assert main(["tokens", "add", "app", "--role", "client", "--file", auth, "--json"]) == 0
+    added = json.loads(capsys.readouterr().out)
+    assert added["name"] == "app" and added["roles"] == ["client"] and added["file"] == auth
+    assert Authenticator(auth).table  # the token printed is one the file now holds
+    assert main(["tokens", "list", "--file", auth, "--json"]) == 0
+    (entry,) = json.loads(capsys.readouterr().out)
+    assert entry["name"] == "app" and entry["roles"] == ["client"]
+    assert added["token"] not in json.dumps(entry)  # never the token itself
+    assert main(["tokens", "remove", "app", "--file", auth, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == {"removed": "app", "file": auth}
+    assert main(["tokens", "remove", "app", "--file", auth]) == Exit.NOT_FOUND
+
+    certs = tmp_path / "tls"
+    assert main(["certs", "init", str(certs), "--hosts", "localhost", "--json"]) == 0
+    made = json.loads(capsys.readouterr().out)
+    assert made["hosts"] == ["localhost"] and made["dir"] == str(certs)
+    assert {Path(p).name for p in made["written"]} >= {"ca.pem", "server.pem", "client.pem"}
+    assert main(["certs", "init", str(certs)]) != Exit.OK  # exists: refused without --force
+
+
+class MovingCoordinator(LocalCoordinator):
+    """The embedded coordinator, with shard moves and drains that succeed."""
+
+    async def move_shard(self, shard: int, to_node: str) -> None:
+        pass
+
+    async def drain_node(self, node_id: str) -> list[int]:
+        return [0, 1]
+
+
+async def test_shards_move_and_drain_print_json(capsys: pytest.CaptureFixture[str]) -> None:
+    logs.configure("text")
+    node = Node(
+        store=SqliteStore(":memory:", num_shards=4),
+        coordinator=MovingCoordinator(),
+        clock=SystemClock(),
+        node_id="node-a",
+    )
+    server = Server(node, port=0)
+    await server.start()
+    try:
+        cli = Cli(server, capsys)
+        moved = (await cli("shards", "move", "2", "--to", "node-b", "--json")).json()
+        assert moved == {"shard": 2, "from": "node-a", "to": "node-b", "moved": False}
+        drained = (await cli("shards", "drain", "node-a", "--json")).json()
+        assert drained == {"node": "node-a", "shards": [0, 1], "moved": False}
+        shown = (await cli("shards", "show", "--json")).json()
+        assert isinstance(shown, dict) and assert_times_rfc3339(shown) == 4  # each cursor
+    finally:
+        await server.stop(0)

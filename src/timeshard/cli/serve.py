@@ -17,7 +17,8 @@ from pathlib import Path
 from timeshard.cli.common import number, port, shard_count
 from timeshard.cli.demo import add_demo_handlers
 from timeshard.cli.security import add_server_options, server_security
-from timeshard.clock import SystemClock, format_rfc3339
+from timeshard.clock import SystemClock
+from timeshard.console import when as format_time
 from timeshard.errors import InvalidArgument
 from timeshard.factory import make_coordinator, make_store
 from timeshard.model import validate_job_type
@@ -258,7 +259,7 @@ def _stop_on_signals(stop: asyncio.Event) -> None:
 
 
 def _print_event(kind: str, ctx: JobContext, detail: str) -> None:
-    when = format_rfc3339(ctx.started_at_ms)
+    when = format_time(ctx.started_at_ms)
     if kind == "started":
         print(
             f"{when} run   {ctx.job_type:<11} {ctx.job_id} attempt {ctx.attempt} "
