@@ -111,8 +111,9 @@ gives such lines no key at all (faster: a keyed create looks its key up first).
 
 Prints "N lines: C created, E already existed, X not scheduled". A key naming a
 cancelled or dead job is not scheduled: its line is named on stderr and the
-exit status is 1. If the server refuses a batch, the error names its file lines
-and what was scheduled before it. Progress goes to stderr when it is a terminal
+exit status is 5 (failed precondition). If the server refuses a batch, the error
+names its file lines and what was scheduled before it, and the exit status is
+that refusal's (docs/cli.md). Progress goes to stderr when it is a terminal
 (--progress: also into a file or pipe, as plain lines).
 """
 
