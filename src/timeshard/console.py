@@ -88,7 +88,7 @@ def report_error(exc: TimeshardError, stream: TextIO | None = None) -> Exit:
 def json_text(value: Any, *, pretty: bool = False) -> str:
     """The one encoding of ``--json`` output: keys in the order the command built them,
     ASCII only (so any terminal or pipe takes it), one line unless ``pretty``."""
-    return json.dumps(value, indent=2 if pretty else None, allow_nan=False)
+    return json.dumps(value, indent=2 if pretty else None)
 
 
 def print_json(value: Any, stream: TextIO | None = None) -> None:
