@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -531,3 +532,17 @@ async def test_shards_move_and_drain_print_json(capsys: pytest.CaptureFixture[st
         assert isinstance(shown, dict) and assert_times_rfc3339(shown) == 4  # each cursor
     finally:
         await server.stop(0)
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="no bash on this machine")
+def test_bash_takes_the_script(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["completion", "bash"]) == 0
+    script = capsys.readouterr().out
+    done = subprocess.run(
+        ["bash", "--norc", "-c", f"{script}\ncomplete -p timeshard"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "complete" in done.stdout and done.stdout.rstrip().endswith(" timeshard")
