@@ -58,6 +58,9 @@ export interface WorkerOptions extends ConnectOptions {
   claimWaitMs?: number;
   /** How often the node list is asked again (default 5 s). */
   discoverEveryMs?: number;
+  /** Ask the nodes for the cluster's node list (default true); false polls only `servers`
+   * (nodes reached through a proxy that their advertised addresses do not name). */
+  discover?: boolean;
   /** How long `stop()` lets running handlers finish (default 30 s). */
   drainMs?: number;
   /** Told of each job's progress (a hook that throws is ignored). */
@@ -196,9 +199,12 @@ export class Worker {
     }
   }
 
-  /** Every node's address, from the first node known that answers ClusterInfo ([] if none). */
+  /** Every node's address, as the nodes known that answer ClusterInfo list them ([] if none
+   * answers). Every one is asked, so a worker given nodes of two clusters polls both. */
   private async discover(seeds: string[]): Promise<string[]> {
+    if (this.options.discover === false) return seeds;
     const known = [...new Set([...this.polled.keys(), ...seeds])];
+    const found = new Set<string>();
     for (const address of known) {
       const node = this.connection(address);
       try {
@@ -206,14 +212,15 @@ export class Worker {
           timeoutMs: 5000,
           signal: this.stopping.signal,
         });
-        const listed = info.nodes.map((n) => n.address).filter((a) => a);
-        if (listed.length > 0) return listed;
+        for (const n of info.nodes) if (n.address) found.add(n.address);
       } catch (err) {
         if (this.stopping.signal.aborted) return [];
-        this.warn(`ClusterInfo on ${address} failed: ${String(err)}`);
+        if (this.polled.has(address) || seeds.includes(address)) {
+          this.warn(`ClusterInfo on ${address} failed: ${String(err)}`);
+        }
       }
     }
-    return [];
+    return [...found];
   }
 
   private pollOnly(addresses: string[]): void {
