@@ -197,7 +197,7 @@ describe("C9 client surface", () => {
     assert.equal((await client.pauseSchedule("c9-nightly")).paused, true);
     assert.equal((await client.resumeSchedule("c9-nightly")).paused, false);
     assert.deepEqual((await client.listSchedules()).items.map((s) => s.scheduleId), ["c9-nightly"]);
-    const times = await client.previewSchedule("*/15 * * * *", { from: Date.UTC(2026, 0, 1), count: 3 });
+    const times = await client.previewSchedule("*/15 * * * *", { timezone: "UTC", from: Date.UTC(2026, 0, 1), count: 3 });
     assert.deepEqual(
       times.map((t) => t.utc!.toISOString()),
       ["2026-01-01T00:15:00.000Z", "2026-01-01T00:30:00.000Z", "2026-01-01T00:45:00.000Z"],
