@@ -44,7 +44,7 @@ export interface ServerOptions {
 export async function startServer(opts: ServerOptions = {}): Promise<TestServer> {
   const dir = opts.dir ?? tempDir();
   const args = [...CLI, "server", "--port", "0", "--shards", "8", "--retry-base", "0.2"];
-  args.push("--store", `sqlite://${join(dir, `ts-${Date.now()}.db`)}`);
+  args.push("--store", `sqlite://${join(dir, `ts-${Date.now()}-${Math.random().toString(36).slice(2)}.db`)}`);
   if (opts.types) {
     writeFileSync(join(dir, "types.json"), JSON.stringify(opts.types));
     args.push("--types", join(dir, "types.json"));
