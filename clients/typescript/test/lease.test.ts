@@ -148,3 +148,38 @@ describe("C6 a worker killed mid-job", () => {
     }
   });
 });
+
+describe("graceful shutdown", () => {
+  it("lets a short handler finish, stops a long one after the drain and gives its job back", async () => {
+    let longStarted = false;
+    let shortStarted = false;
+    const events: Array<[WorkerEvent, string]> = [];
+    const worker = new Worker({
+      servers: [server.address],
+      tlsDir: false,
+      token: "",
+      leaseMs: 10_000,
+      onEvent: (e, ctx) => events.push([e, ctx.type]),
+    });
+    worker.handle("stop.long", async (ctx) => {
+      longStarted = true;
+      await new Promise((resolve) => ctx.signal.addEventListener("abort", resolve, { once: true }));
+    });
+    worker.handle("stop.short", async () => {
+      shortStarted = true;
+      await new Promise((r) => setTimeout(r, 300));
+    });
+    const running = worker.run();
+    const long = await client.schedule("stop.long", { maxAttempts: 1 });
+    const short = await client.schedule("stop.short", {});
+    await eventually(() => longStarted && shortStarted, "both handlers to start");
+    worker.stop(1000);
+    await running;
+    assert.equal((await client.get(short.job.jobId)).state, JobState.JOB_STATE_SUCCEEDED);
+    const given = await client.get(long.job.jobId);
+    assert.equal(given.state, JobState.JOB_STATE_SCHEDULED, "a job given back is scheduled again");
+    assert.equal(given.attempt, 0, "a give back does not count as an attempt");
+    assert.equal(given.history.at(-1)!.outcome, "given back");
+    assert.deepEqual(events.filter(([e]) => e === "given back"), [["given back", "stop.long"]]);
+  });
+});
