@@ -27,6 +27,12 @@ export function cli(args: string[], cwd: string, env: Record<string, string> = {
   return out.stdout;
 }
 
+const children = new Set<ChildProcess>();
+// A runner that dies (a failed assertion, ^C) takes its servers with it.
+process.on("exit", () => {
+  for (const c of children) c.kill("SIGKILL");
+});
+
 export interface TestServer {
   address: string;
   dir: string;
@@ -51,6 +57,8 @@ export async function startServer(opts: ServerOptions = {}): Promise<TestServer>
   }
   args.push(...(opts.args ?? []));
   const child = spawn(PYTHON, args, { cwd: dir, env: cleanEnv(), stdio: ["ignore", "pipe", "pipe"] });
+  children.add(child);
+  child.once("exit", () => children.delete(child));
   let stderr = "";
   child.stderr!.on("data", (d: Buffer) => (stderr = (stderr + d.toString()).slice(-4000)));
   const address = await new Promise<string>((resolve, reject) => {
