@@ -105,6 +105,12 @@ function when(w: When): ScheduleJobRequest["when"] {
   return { $case: "delay", value: durationOf(w.delayMs ?? 0) };
 }
 
+/** Both fields as given: a call naming ids and a type is the server's to refuse. */
+function deadLetterRequest(which: { jobIds: string[] } | { type: string }): { jobIds: string[]; type: string } {
+  const w = which as { jobIds?: string[]; type?: string };
+  return { jobIds: w.jobIds ?? [], type: w.type ?? "" };
+}
+
 function jobRequest(spec: JobSpec): ScheduleJobRequest {
   return {
     type: spec.type,
@@ -301,7 +307,7 @@ export class Client {
 
   /** Schedule dead jobs again, now (by id, or up to 1000 of a type per call). */
   async replayDeadLetters(which: { jobIds: string[] } | { type: string }): Promise<Job[]> {
-    const request = "jobIds" in which ? { jobIds: which.jobIds, type: "" } : { jobIds: [], type: which.type };
+    const request = deadLetterRequest(which);
     const res = await this.call(true, (n) =>
       unary(n.jobs.replayDeadLetters.bind(n.jobs), request, this.metadata, this.settings),
     );
@@ -310,7 +316,7 @@ export class Client {
 
   /** Delete dead jobs for good; the ids purged. */
   async purgeDeadLetters(which: { jobIds: string[] } | { type: string }): Promise<string[]> {
-    const request = "jobIds" in which ? { jobIds: which.jobIds, type: "" } : { jobIds: [], type: which.type };
+    const request = deadLetterRequest(which);
     const res = await this.call(true, (n) =>
       unary(n.jobs.purgeDeadLetters.bind(n.jobs), request, this.metadata, this.settings),
     );

@@ -96,6 +96,11 @@ describe("C2 a handler error is retried", () => {
           ["retry", "retry", "succeeded"],
         );
         assert.match(got.history[0]!.error, /flaky 1/);
+        assert.match(got.history[1]!.error, /flaky 2/);
+        for (let i = 1; i < got.history.length; i++) {
+          const [prev, next] = [got.history[i - 1]!, got.history[i]!];
+          assert.ok(next.startedAt! >= prev.finishedAt!, `attempt ${i + 1} started before attempt ${i} ended`);
+        }
       },
     );
   });
@@ -176,7 +181,18 @@ describe("C9 client surface", () => {
     const to = Date.now() + 10_000_000;
     assert.equal((await client.reschedule(a, { runAt: to })).runAt!.getTime(), to);
     assert.equal((await client.cancel(a)).state, JobState.JOB_STATE_CANCELLED);
+    await assert.rejects(client.cancel(a), FailedPreconditionError);
     await assert.rejects(client.reschedule(a, { delayMs: 1000 }), FailedPreconditionError);
+
+    // One bad item fails the batch, and nothing of it is created.
+    await assert.rejects(
+      client.scheduleMany([
+        { type: "c9.batch", delayMs: 1000 },
+        { type: "c9.batch", delayMs: -1 },
+      ]),
+      (e: unknown) => e instanceof InvalidArgumentError && /1/.test(e.details),
+    );
+    assert.deepEqual((await client.list({ type: "c9.batch" })).items, []);
   });
 
   it("creates, previews, pauses, resumes and deletes schedules", async () => {
@@ -197,13 +213,26 @@ describe("C9 client surface", () => {
     assert.equal((await client.pauseSchedule("c9-nightly")).paused, true);
     assert.equal((await client.resumeSchedule("c9-nightly")).paused, false);
     assert.deepEqual((await client.listSchedules()).items.map((s) => s.scheduleId), ["c9-nightly"]);
-    const times = await client.previewSchedule("*/15 * * * *", { timezone: "UTC", from: Date.UTC(2026, 0, 1), count: 3 });
+    // 02:30 does not exist in Berlin on 2026-03-29: that run is at the end of the skipped hour.
+    const times = await client.previewSchedule("30 2 * * *", {
+      timezone: "Europe/Berlin",
+      from: Date.UTC(2026, 2, 28),
+      count: 2,
+    });
     assert.deepEqual(
       times.map((t) => t.utc!.toISOString()),
-      ["2026-01-01T00:15:00.000Z", "2026-01-01T00:30:00.000Z", "2026-01-01T00:45:00.000Z"],
+      ["2026-03-28T01:30:00.000Z", "2026-03-29T01:00:00.000Z"],
     );
     await client.deleteSchedule("c9-nightly");
     await assert.rejects(client.getSchedule("c9-nightly"), NotFoundError);
+  });
+
+  it("lists an empty dead-letter queue, and refuses a replay naming ids and a type", async () => {
+    assert.deepEqual((await client.listDeadLetters({ type: "c9.none" })).items, []);
+    await assert.rejects(
+      client.replayDeadLetters({ jobIds: ["a"], type: "c9.none" } as unknown as { type: string }),
+      InvalidArgumentError,
+    );
   });
 
   it("maps each refusal to its typed error", async () => {
