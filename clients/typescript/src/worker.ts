@@ -239,8 +239,10 @@ export class Worker {
   }
 
   private track(loop: Promise<void>): void {
-    this.loops.add(loop);
-    void loop.finally(() => this.loops.delete(loop));
+    const tracked = loop
+      .catch((err: unknown) => this.warn(`a claim loop ended on an error: ${describe(err)}`))
+      .finally(() => this.loops.delete(tracked));
+    this.loops.add(tracked);
   }
 
   /** One type's long polls to one node, asking for that type's free slots. */
@@ -320,9 +322,9 @@ export class Worker {
     this.inflight.set(ctx, flight);
     // A claim that waited in its long poll has used part of its lease: heartbeat at once.
     const waited = now() - sent > this.safetyMarginMs / 2;
-    flight.done = this.execute(node, flight, waited ? now() : sent + this.leaseMs / 3).finally(() =>
-      this.inflight.delete(ctx),
-    );
+    flight.done = this.execute(node, flight, waited ? now() : sent + this.leaseMs / 3)
+      .catch((err: unknown) => this.warn(`job ${ctx.jobId}: ${describe(err)}`))
+      .finally(() => this.inflight.delete(ctx));
     if (this.stopping.signal.aborted) this.stopHandler(flight); // claimed while stopping
   }
 

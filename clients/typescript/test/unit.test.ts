@@ -63,3 +63,21 @@ describe("Slots", () => {
     assert.ok(second.hasSlot);
   });
 });
+
+describe("bad settings", () => {
+  it("are a ConfigError that says what to fix, at construction", async () => {
+    const { Client, ConfigError, Worker } = await import("../src/index.js");
+    assert.throws(() => new Worker({ leaseMs: 500 }), (e: unknown) => e instanceof ConfigError && /at least 1000/.test(e.message));
+    assert.throws(() => new Worker({ leaseMs: 3000, safetyMarginMs: 3000 }), ConfigError);
+    const w = new Worker();
+    w.handle("t", async () => undefined);
+    assert.throws(() => w.handle("t", async () => undefined), /already registered/);
+    assert.throws(() => w.handle("u", async () => undefined, { concurrency: 0 }), /from 1 to 1000/);
+    assert.throws(
+      () => new Client({ servers: ["127.0.0.1:1"], tlsDir: "/no/such/dir" }),
+      (e: unknown) => e instanceof ConfigError && /can not read \/no\/such\/dir\/ca.pem/.test(e.message),
+    );
+    assert.throws(() => new Client({ servers: [" "] }), /TIMESHARD_SERVER/);
+    await assert.rejects(new Worker({ servers: ["127.0.0.1:1"] }).run(), /register a handler/);
+  });
+});
