@@ -27,6 +27,7 @@ describe("C4 a handler that outlives a lease it can not renew", () => {
   it("is aborted before lease - safety margin and the job runs again elsewhere with a higher fence", async () => {
     const proxy = await startProxy(server.address);
     let first: { fence: number; startedAt: number; abortedAt: number; reason: unknown } | undefined;
+    let abortedWall = 0;
     const cut = new Worker({
       servers: [proxy.address],
       discover: false,
@@ -41,10 +42,16 @@ describe("C4 a handler that outlives a lease it can not renew", () => {
       proxy.freeze(); // from now on no heartbeat (and no result) gets through
       await new Promise((resolve) => ctx.signal.addEventListener("abort", resolve, { once: true }));
       first = { fence: ctx.fence, startedAt, abortedAt: performance.now(), reason: ctx.signal.reason };
+      abortedWall = Date.now();
     });
     const cutRun = cut.run();
     const { job } = await client.schedule("c4.long", {});
+    const held = await eventually(async () => {
+      const j = await client.get(job.jobId);
+      return j.state === JobState.JOB_STATE_RUNNING && j;
+    }, "the cut-off worker to claim the job");
     await eventually(() => first, "the cut-off worker's handler to be aborted", 15_000);
+    assert.ok(abortedWall < held.leaseUntil!.getTime(), "aborted after the lease the server granted");
     const f = first!;
     // The claim was sent before the handler started, so its deadline was earlier still.
     assert.ok(
