@@ -95,7 +95,10 @@ METHOD_ROLES: dict[str, Role] = {
     },
     _JOBS + "ReplayDeadLetters": Role.ADMIN,
     _JOBS + "PurgeDeadLetters": Role.ADMIN,
-    **{_WORKERS + m: Role.WORKER for m in ("Claim", "Heartbeat", "Complete", "Fail", "Finish")},
+    **{
+        _WORKERS + m: Role.WORKER
+        for m in ("Claim", "Heartbeat", "Complete", "Fail", "Finish", "Work")
+    },
     _ADMIN + "ClusterInfo": Role.WORKER,
     _ADMIN + "ShardOwners": Role.ADMIN,
     _ADMIN + "MoveShard": Role.ADMIN,
