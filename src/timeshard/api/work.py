@@ -180,6 +180,7 @@ class WorkStream:
         try:
             self._hello(first)
             self._take(first)
+            self._unsent.append(pb.WorkResponse(seq=first.seq))  # the welcome: it has the stream
             peer = self._context.peer()
             tasks.append(asyncio.create_task(self._write_loop(), name=f"work-write-{peer}"))
             tasks.append(asyncio.create_task(self._push_loop(), name=f"work-push-{peer}"))
@@ -216,6 +217,8 @@ class WorkStream:
     def _hello(self, request: pb.WorkRequest) -> None:
         if not request.HasField("hello"):
             raise InvalidArgument("hello", "the first request of a stream must carry the hello")
+        if request.heartbeats or request.results:
+            raise InvalidArgument("hello", "the hello carries no heartbeats or results")
         hello = request.hello
         self._worker = validate_worker_id(hello.worker_id)
         if hello.lease.seconds < 0 or hello.lease.nanos < 0:

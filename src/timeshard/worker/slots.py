@@ -84,8 +84,13 @@ class Slots:
             return 0
         return max(1, free - self._asked.get(job_type, 0))
 
+    def asked(self, job_type: str) -> int:
+        """Jobs of ``job_type`` asked for and not arrived yet (claims in flight, credits)."""
+        return self._asked.get(job_type, 0)
+
     def asking(self, job_type: str, n: int) -> None:
-        """A claim for ``n`` jobs is in flight (``n`` negative: it answered)."""
+        """A claim for ``n`` jobs is in flight, or ``n`` credits were granted (``n`` negative:
+        it answered, jobs arrived, credits were dropped)."""
         self._asked[job_type] = self._asked.get(job_type, 0) + n
 
     async def wait_freed(self, job_type: str) -> None:
