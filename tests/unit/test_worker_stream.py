@@ -192,7 +192,9 @@ async def test_results_of_several_streams_are_applied_in_one_group() -> None:
 
         srv.node.finish = counting  # type: ignore[method-assign]
         seqs = [
-            await s.send(results=[pb.FinishItem(job_id=c.job.job_id, fence=c.fence) for c in s.jobs])
+            await s.send(
+                results=[pb.FinishItem(job_id=c.job.job_id, fence=c.fence) for c in s.jobs]
+            )
             for s in streams
         ]
         for s, seq in zip(streams, seqs, strict=True):

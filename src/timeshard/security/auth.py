@@ -19,7 +19,7 @@ names them):
 
 - ``client``: JobService: jobs (schedule, get, list, cancel, reschedule), schedules (create,
   get, list, update, pause, resume, delete, preview) and listing dead letters;
-- ``worker``: WorkerService (claim, heartbeat, complete, fail, finish) and
+- ``worker``: WorkerService (the worker stream, claim, heartbeat, complete, fail, finish) and
   AdminService.ClusterInfo (workers discover the nodes);
 - ``admin``: the above and dead-letter replay/purge, shard owners, move shard, drain node,
   node status.

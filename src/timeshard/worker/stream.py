@@ -179,9 +179,7 @@ class NodeLink:
                     break
                 if not self._claiming:
                     return
-                log.warning(
-                    "worker stream to %s: %s; again in %.1fs", self.address, err, backoff
-                )
+                log.warning("worker stream to %s: %s; again in %.1fs", self.address, err, backoff)
             finally:
                 self._closed()
             await self._host.clock.sleep(backoff)
