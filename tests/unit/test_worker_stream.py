@@ -9,6 +9,7 @@ import asyncio
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -18,16 +19,19 @@ from tests.unit.helpers import advance, settle, wait_until
 from tests.unit.test_worker_handler_ends import make_server, wait_job, worker, working
 from timeshard.api import servicers
 from timeshard.api.work import WorkHub
-from timeshard.clock import FakeClock
+from timeshard.clock import FakeClock, SystemClock
 from timeshard.coordinator.local import LocalCoordinator
 from timeshard.model import JobState
 from timeshard.node import Node, NodeConfig
+from timeshard.security.auth import Authenticator, Role, add_token
+from timeshard.security.channel import ClientSecurity
+from timeshard.security.policy import ServerSecurity
 from timeshard.server import Server
 from timeshard.store.sqlite import SqliteStore
 from timeshard.v1 import timeshard_pb2 as pb
 from timeshard.v1 import timeshard_pb2_grpc as pb_grpc
 from timeshard.wire import dur, ts_ms
-from timeshard.worker import JobContext
+from timeshard.worker import JobContext, stream
 
 OK, STALE, INVALID = 0, grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.INVALID_ARGUMENT
 
@@ -394,3 +398,92 @@ async def test_a_bad_message_ends_the_stream_with_invalid_argument(
                 assert message is not grpc.aio.EOF, "the stream ended without an error"  # type: ignore[attr-defined]
         assert raised.value.code() == INVALID
         assert says in (raised.value.details() or ""), raised.value.details()
+
+
+# -- tokens -------------------------------------------------------------------------------------
+
+
+async def test_the_stream_needs_a_worker_token_as_the_unary_calls_do(tmp_path: Path) -> None:
+    path = tmp_path / "auth.json"
+    tokens = {role: add_token(path, f"{role.value}-1", [role.value]) for role in Role}
+    node = Node(
+        store=SqliteStore(":memory:", num_shards=2),
+        coordinator=LocalCoordinator(),
+        clock=SystemClock(),
+    )
+    srv = Server(node, port=0, security=ServerSecurity(auth=Authenticator(str(path))))
+    await srv.start()
+    try:
+        for token, code in [
+            ("", grpc.StatusCode.UNAUTHENTICATED),
+            (tokens[Role.CLIENT], grpc.StatusCode.PERMISSION_DENIED),
+            (tokens[Role.WORKER], None),
+        ]:
+            channel = ClientSecurity(token=token or None).aio_channel(srv.address)
+            s = Stream(channel)
+            if code is None:
+                await s.hello(t=1)  # welcomed
+            else:
+                with pytest.raises(grpc.aio.AioRpcError) as raised:
+                    await s.hello(t=1)
+                assert raised.value.code() == code
+            await channel.close()
+    finally:
+        await srv.stop(0)
+
+
+# -- shard ownership ----------------------------------------------------------------------------
+
+
+async def test_jobs_of_a_shard_the_node_gave_up_are_not_pushed() -> None:
+    """A shard moves away while a stream is open: its due job is not pushed by this node (its
+    new owner pushes it); once the shard is back, it is."""
+    srv, clock = fake_clock_server()
+    async with serving(srv) as (srv, channel):
+        node = srv.node
+        (job_id,) = await schedule(srv, 1, delay_ms=2_000)
+        shard = (await node.get(job_id)).shard
+        s = Stream(channel)
+        await s.hello(lease_ms=5_000, t=5)
+        await node._shards_changed(frozenset(), frozenset({shard}))
+        await advance(node, clock, 5)
+        assert not s.jobs and not node.ready.holds("t", job_id)
+        assert (await node.get(job_id)).state is JobState.SCHEDULED
+        await node._shards_changed(frozenset({shard}), frozenset())
+        await advance(node, clock, 2)
+        (pushed,) = await s.until_jobs(1)
+        assert pushed.job.job_id == job_id
+
+
+# -- the lease deadline -------------------------------------------------------------------------
+
+
+async def test_a_pushed_jobs_deadline_counts_from_the_request_the_node_had_read(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The node took the claim after reading request ``after_seq``: the worker's deadline runs
+    from when it sent that request, never from when the push arrived (invariant 6)."""
+    monkeypatch.setattr(stream, "TICK_S", 3600.0)  # no idle request in between
+    srv = make_server()
+    clock = FakeClock(1_000)
+    w = worker(lease_s=40.0, safety_margin_s=4.0, clock=clock)
+    seen: list[JobContext] = []
+    release = asyncio.Event()
+
+    @w.handler("t", timeout=60)
+    async def handle(ctx: JobContext) -> None:
+        seen.append(ctx)
+        await release.wait()
+
+    async with working(w, [srv]):
+        await wait_until(lambda: w._nodes is not None and bool(w._nodes.links), 20, "running")
+        assert w._nodes is not None
+        link = w._nodes.links[srv.address]
+        await wait_until(lambda: link.streaming, 20, "the stream open")
+        hello_sent = link._sent[0][1]
+        clock.advance(25.0)  # the worker's clock moves on; it sends nothing meanwhile
+        await schedule(srv, 1)
+        await wait_until(lambda: bool(seen), 20, "the job pushed")
+        assert seen[0]._lease.deadline == hello_sent + 40.0 - 4.0
+        release.set()  # (the drain would wait on the fake clock)
+        await wait_until(lambda: not w._tasks, 20, "the job done")

@@ -320,11 +320,17 @@ class WorkStream:
                 log.warning("worker stream of %s: claim failed: %s", self._worker, exc.message)
                 await asyncio.sleep(0.1)
                 continue
+            except Exception:  # not ours to end the stream for: tried again, loudly
+                log.exception("worker stream of %s: claim failed", self._worker)
+                await asyncio.sleep(1.0)
+                continue
             finally:
                 self._waiting = False
             if claimed:
                 for c in claimed:
-                    self._credits[c.job.job_type] -= 1
+                    t = c.job.job_type
+                    if t in self._credits:  # (not after a stop, which dropped them all)
+                        self._credits[t] -= 1
                 self.send(
                     pb.WorkResponse(
                         after_seq=self._stamp,

@@ -253,5 +253,5 @@ def _less(caps: dict[str, int] | None, *taken: Sequence[ReadyItem]) -> dict[str,
     for items in taken:
         for i in items:
             if i.job_type in left:
-                left[i.job_type] -= 1
+                left[i.job_type] = max(0, left[i.job_type] - 1)
     return left

@@ -116,7 +116,8 @@ class NodeLink:
         self._tasks: list[asyncio.Task[None]] = []
         self._unary: list[asyncio.Task[None]] = []
         self.streaming = False
-        """True while the node has the stream (False after it answered ``UNIMPLEMENTED``)."""
+        """True once the node welcomed a stream (False: not yet, or it answered
+        ``UNIMPLEMENTED`` and the link uses the unary calls)."""
         self._main = asyncio.create_task(self._run(), name=f"work-{address}")
 
     # -- as a stub ------------------------------------------------------------------------------
@@ -180,6 +181,8 @@ class NodeLink:
                 if not self._claiming:
                     return
                 log.warning("worker stream to %s: %s; again in %.1fs", self.address, err, backoff)
+            except Exception:  # a bug of ours: logged, and the stream opened again
+                log.exception("worker stream to %s failed; again in %.1fs", self.address, backoff)
             finally:
                 self._closed()
             await self._host.clock.sleep(backoff)
@@ -200,6 +203,7 @@ class NodeLink:
             max_reply_bytes=MAX_REPLY_BYTES,
         )
         self._seq = 0
+        self._sent.clear()  # (numbers start again on each stream)
         await self._write(call, pb.WorkRequest(hello=hello, credits=self._credits_due()))
         first = await call.read()  # the node's welcome (or UNIMPLEMENTED: an older node)
         if first is grpc.aio.EOF:  # type: ignore[attr-defined]
