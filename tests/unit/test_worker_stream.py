@@ -177,6 +177,10 @@ async def test_heartbeats_and_results_are_answered_per_item() -> None:
         assert (await srv.node.get(a.job.job_id)).state is JobState.SUCCEEDED
         job_b = await srv.node.get(b.job.job_id)
         assert job_b.state is JobState.RUNNING and job_b.fence == b.fence  # unchanged
+        registry = srv.node.metrics.registry
+        name = "timeshard_worker_stream_messages_total"
+        assert registry.get_sample_value(name, {"direction": "in"}) == 2  # hello, this one
+        assert (registry.get_sample_value(name, {"direction": "out"}) or 0) >= 3
 
 
 async def test_results_of_several_streams_are_applied_in_one_group() -> None:

@@ -72,6 +72,8 @@ class WorkHub:
         self._groups: GroupCommit[int, _Group] = GroupCommit(
             self._apply, max_items=GROUP_REQUESTS, fail=_fail_group, name="work"
         )
+        messages = node.metrics.worker_stream_messages
+        self.read, self.written = messages.labels("in"), messages.labels("out")
 
     def submit(self, group: _Group) -> None:
         self._groups.submit(0, group)
@@ -231,6 +233,7 @@ class WorkStream:
 
     def _take(self, request: pb.WorkRequest) -> None:
         """Apply one request: its credits now; its heartbeats and results to the group commit."""
+        self._hub.read.inc()
         if request.seq != self._seq + 1:
             raise InvalidArgument(
                 "seq", f"must be {self._seq + 1} (one more than the last one), got {request.seq}"
@@ -372,6 +375,7 @@ class WorkStream:
                 await self._has_unsent.wait()
                 continue
             await self._context.write(self._unsent.popleft())
+            self._hub.written.inc()
 
 
 def _beat(n: int, h: pb.HeartbeatRequest) -> tuple[str, int, float] | TimeshardError:
