@@ -491,3 +491,25 @@ async def test_a_pushed_jobs_deadline_counts_from_the_request_the_node_had_read(
         assert seen[0]._lease.deadline == hello_sent + 40.0 - 4.0
         release.set()  # (the drain would wait on the fake clock)
         await wait_until(lambda: not w._tasks, 20, "the job done")
+
+
+async def test_the_credits_of_a_broken_stream_go_to_the_other_nodes() -> None:
+    """Credits count as asked for across nodes; when one node's stream breaks, the slots they
+    held are granted to the others at once, not after some job ends."""
+    nodes = [make_server(), make_server()]
+    w = worker()
+
+    @w.handler("t", timeout=30, concurrency=4)
+    async def handle(ctx: JobContext) -> None:
+        pass
+
+    async with working(w, nodes):
+        await wait_until(lambda: w._nodes is not None and len(w._nodes.links) == 2, 20, "links")
+        assert w._nodes is not None
+        links = [w._nodes.links[s.address] for s in nodes]
+        await wait_until(lambda: all(link.streaming for link in links), 20, "both streams")
+        await wait_until(lambda: w._slots.asked("t") == 5, 20, "4 + 1 credits granted")
+        rich = max(range(2), key=lambda i: links[i]._credits.get("t", 0))
+        await nodes[rich].stop(0)
+        other = links[1 - rich]
+        await wait_until(lambda: other._credits.get("t", 0) == 4, 20, "the other node's credits")

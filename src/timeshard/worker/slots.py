@@ -93,6 +93,13 @@ class Slots:
         it answered, jobs arrived, credits were dropped)."""
         self._asked[job_type] = self._asked.get(job_type, 0) + n
 
+    def nudge(self, job_type: str) -> None:
+        """Wake ``wait_freed`` of ``job_type`` without a job ending (credits were dropped: the
+        slots they held are free to ask for again)."""
+        event = self._freed.get(job_type)
+        if event is not None:
+            event.set()
+
     async def wait_freed(self, job_type: str) -> None:
         """Until a job of ``job_type`` ends (call again after checking what is free)."""
         event = self._freed.setdefault(job_type, asyncio.Event())

@@ -320,6 +320,7 @@ class NodeLink:
         self._tasks = []
         for t, n in self._credits.items():
             self._host.slots.asking(t, -n)
+            self._host.slots.nudge(t)  # the other nodes' links may grant them now
         self._credits.clear()
         broken = StreamError(grpc.StatusCode.UNAVAILABLE, f"worker stream to {self.address} ended")
         waiting = [*self._pending.values()]
