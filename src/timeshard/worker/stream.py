@@ -97,6 +97,7 @@ class NodeLink:
         self._stub = stub
         self.address = address
         self._types = types
+        self._credits_for = frozenset(types)
         self._stop = stop
         self._use_stream = use_stream
         self._call: Any = None
@@ -211,10 +212,9 @@ class NodeLink:
         self.streaming = self._open = True
         writer = asyncio.create_task(self._write_loop(call), name=f"work-out-{self.address}")
         self._tasks = [writer]
-        self._tasks += [
-            asyncio.create_task(self._grant_loop(t), name=f"work-credit-{self.address}-{t}")
-            for t in self._types
-        ]
+        self._host.slots.listen(self._freed)
+        for t in self._types:
+            self._freed(t)
         message = first
         while message is not grpc.aio.EOF:  # type: ignore[attr-defined]
             self._take(message)  # type: ignore[arg-type]
@@ -226,12 +226,16 @@ class NodeLink:
         if message.jobs:
             sent = self._sent_at(message.after_seq)
             slots = self._host.slots
+            types = set()
             for claimed in message.jobs:
                 t = claimed.job.type
+                types.add(t)
                 if self._credits.get(t, 0) > 0:
                     self._credits[t] -= 1
                     slots.asking(t, -1)
                 self._host.start(self, claimed, sent)
+            for t in types:  # (a job not started, its lease over on arrival, freed no slot)
+                self._freed(t)
         if message.seq:
             answer = self._pending.pop(message.seq, None)
             if answer is not None and not answer.done():
@@ -302,19 +306,21 @@ class NodeLink:
         self._credits[t] = self._credits.get(t, 0) + n
         self._host.slots.asking(t, n)
 
-    async def _grant_loop(self, t: str) -> None:
-        while self._claiming:
-            n = self._to_grant(t)
-            if n > 0:
-                self._credited(t, n)
-                self._out_credits[t] = self._out_credits.get(t, 0) + n
-                self._has_out.set()
-            await self._host.slots.wait_freed(t)
+    def _freed(self, t: str) -> None:
+        """A slot of ``t`` may be free: grant what ``_to_grant`` says, with the next request."""
+        if not self._open or t not in self._credits_for:
+            return
+        n = self._to_grant(t)
+        if n > 0:
+            self._credited(t, n)
+            self._out_credits[t] = self._out_credits.get(t, 0) + n
+            self._has_out.set()
 
     def _closed(self) -> None:
         """The stream is over: its credits are no longer asked for, and what waits for an
         answer is told so (it is sent again, on this node's unary calls or another node)."""
         self._open = False
+        self._host.slots.unlisten(self._freed)
         for task in self._tasks:
             task.cancel()
         self._tasks = []
@@ -346,8 +352,6 @@ class NodeLink:
         for task in self._unary:
             task.cancel()
         await asyncio.gather(*self._unary, return_exceptions=True)
-        for task in self._tasks[1:]:  # the credit loops; the writer stays
-            task.cancel()
         if self._open:
             self._out_stop = True
             self._has_out.set()
