@@ -146,6 +146,53 @@ async def test_many_jobs_due_together_come_in_one_push() -> None:
         assert len(first.jobs) > 1, "jobs due together were pushed one per message"
 
 
+class HeldClaims(SqliteStore):
+    """Claims wait for ``release`` while ``hold`` is set: a write that takes its time."""
+
+    def __init__(self) -> None:
+        super().__init__(":memory:", num_shards=2)
+        self.hold = asyncio.Event()
+        self.release = asyncio.Event()
+        self.held = 0
+
+    async def claim_jobs(self, claims: Any) -> Any:
+        if self.hold.is_set():
+            self.hold.clear()
+            self.held += 1
+            await self.release.wait()
+        return await super().claim_jobs(claims)
+
+
+async def test_a_job_due_while_a_claim_writes_is_pushed_without_waiting_for_it() -> None:
+    store = HeldClaims()
+    node = Node(
+        store=store,
+        coordinator=LocalCoordinator(),
+        clock=SystemClock(),
+        config=NodeConfig(min_lease_s=0.5),
+    )
+    async with serving(Server(node, port=0)) as (srv, channel):
+        s = Stream(channel)
+        await s.hello(t=10)
+        store.hold.set()
+        [first] = await schedule(srv, 1)
+        await wait_until(lambda: store.held == 1, what="the first claim's write to start")
+        # Request 2, read (its answer came) after the first claim took its time.
+        beat = pb.HeartbeatRequest(job_id="not-a-job", fence=1, lease=dur(1000))
+        await s.answer(await s.send(heartbeats=[beat]))
+        assert not s.jobs
+        [second] = await schedule(srv, 1)
+        pushed = await s.read()
+        assert [j.job.job_id for j in pushed.jobs] == [second], "not held behind the first"
+        # The first claim, still unsent, read only request 1: no push may name a later one
+        # before it (the worker keeps the send times of later requests only).
+        assert pushed.after_seq == 1
+        store.release.set()
+        late = await s.read()
+        assert [j.job.job_id for j in late.jobs] == [first]
+        assert late.after_seq == 1
+
+
 # -- heartbeats and results ---------------------------------------------------------------------
 
 

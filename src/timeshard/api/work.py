@@ -8,9 +8,10 @@ request; those of every stream arriving while one batch is applied are applied t
 next (``batching.GroupCommit``), and each request gets one answer with a result per item. The
 protocol, message by message, is in docs/architecture.md ("The worker stream").
 
-Per stream there is the reading coroutine (the RPC's own), one pushing task and one writing
-task: none per job. Jobs claimed for a stream that breaks before they were written to it are
-covered by their lease exactly as the jobs of a lost ``Claim`` reply: they run again after it.
+Per stream there is the reading coroutine (the RPC's own), one pushing task with up to
+``PIPELINE`` claims in flight, and one writing task: none per job. Jobs claimed for a stream
+that breaks before they were written to it are covered by their lease exactly as the jobs of a
+lost ``Claim`` reply: they run again after it.
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ from timeshard.errors import InvalidArgument, TimeshardError, status_of
 from timeshard.limits import MAX_BATCH, MAX_CLAIM_JOBS, MAX_CLAIM_TYPES, check_count
 from timeshard.model import Job, validate_job_id, validate_job_type, validate_worker_id
 from timeshard.node import FinishItem, Node
+from timeshard.node.claims import Claimed
+from timeshard.node.ready import ReadyItem
 from timeshard.v1 import timeshard_pb2 as pb
 from timeshard.wire import dur, dur_s, job_to_pb, state_to_pb, ts
 
@@ -46,6 +49,8 @@ that sends but does not read is slowed down, not buffered without bound)."""
 GROUP_REQUESTS = 256
 """Requests (each up to ``MAX_BATCH`` heartbeats and results) applied in one group."""
 WAIT_S = 60.0
+PIPELINE = 4
+"""Claims in flight for one stream at once: one waiting for due jobs, the others writing."""
 """How long one claim of the pushing task waits before it looks again."""
 
 FinishItems = Callable[[Sequence[pb.FinishItem], str], list[FinishItem | TimeshardError]]
@@ -159,8 +164,10 @@ class WorkStream:
         self._push_cap = 1
         self._seq = 0
         """The last request read."""
-        self._stamp = 0
-        """The last request read before the pending claim took its time."""
+        self._held: dict[str, int] = {}
+        """Credits per type held by the claims in flight (``_push_one``)."""
+        self._stamps: dict[object, int] = {}
+        """Per claim in flight that took its jobs: the last request read before it did."""
         self._credits: dict[str, int] = {}
         self._changed = False
         self._stopping = False
@@ -300,62 +307,108 @@ class WorkStream:
     # -- pushing ------------------------------------------------------------------------------
 
     async def _push_loop(self) -> None:
-        while not self._stopping:
-            caps = {t: c for t, c in self._credits.items() if c > 0}
-            if not caps:
-                self._credit_event.clear()
-                await self._credit_event.wait()
-                continue
-            self._changed = False
-            self._waiting = True
-            try:
-                claimed = await self._node.claim(
-                    worker=self._worker,
-                    types=list(caps),
-                    limit=min(sum(caps.values()), self._push_cap),
-                    wait_s=WAIT_S,
-                    lease_s=self._lease_s,
-                    caps=caps,
-                    give_up=self._give_up,
-                    before_write=self._before_write,
-                )
-            except TimeshardError as exc:  # the store is away: the claim is tried again
-                log.warning("worker stream of %s: claim failed: %s", self._worker, exc.message)
-                await asyncio.sleep(0.1)
-                continue
-            except Exception:  # not ours to end the stream for: tried again, loudly
-                log.exception("worker stream of %s: claim failed", self._worker)
-                await asyncio.sleep(1.0)
-                continue
-            finally:
-                self._waiting = False
-            if claimed:
-                for c in claimed:
-                    t = c.job.job_type
-                    if t in self._credits:  # (not after a stop, which dropped them all)
-                        self._credits[t] -= 1
-                self.send(
-                    pb.WorkResponse(
-                        after_seq=self._stamp,
-                        jobs=[
-                            pb.ClaimedJob(
-                                job=job_to_pb(c.job, history=False),
-                                fence=c.job.fence,
-                                lease_until=ts(c.job.lease_until),
-                                idempotency_key=c.job.idempotency_key or c.job.job_id,
-                                lease=dur(c.lease_ms),
-                            )
-                            for c in claimed
-                        ],
-                    )
-                )
+        """Claims for this stream, up to ``PIPELINE`` at once: one waits for due jobs while
+        the others write theirs, so a job coming due while a claim's write takes its time
+        (a Paxos round on Cassandra) is claimed at once, not after that write. Each claim
+        holds the credits it may use (``_held``); once it has taken its jobs it keeps only
+        as many as it took, and the next claim may start with the rest."""
+        claims: set[asyncio.Task[None]] = set()
+        try:
+            while not self._stopping:
+                caps = {
+                    t: free
+                    for t, c in self._credits.items()
+                    if (free := c - self._held.get(t, 0)) > 0
+                }
+                if not caps or self._waiting or len(claims) >= PIPELINE:
+                    self._credit_event.clear()
+                    await self._credit_event.wait()
+                    continue
+                self._changed = False
+                self._waiting = True
+                for t, n in caps.items():
+                    self._held[t] = self._held.get(t, 0) + n
+                task = asyncio.create_task(self._push_one(caps), name="work-claim")
+                claims.add(task)
+                task.add_done_callback(claims.discard)
+            if claims:  # a waiting claim gives up; those writing push what they claimed
+                await asyncio.gather(*claims, return_exceptions=True)
+        finally:
+            for task in claims:
+                task.cancel()
         self.send(pb.WorkResponse(stopped=True))
+
+    async def _push_one(self, caps: dict[str, int]) -> None:
+        """One claim of at most ``caps`` jobs per type (credits held for it), then its push.
+        ``caps`` is lowered in place to what the claim took once it took it."""
+        me = object()
+
+        def before_write(items: Sequence[ReadyItem]) -> None:
+            self._stamps.setdefault(me, self._seq)  # read before the leases start
+            taken: dict[str, int] = {}
+            for item in items:
+                taken[item.job_type] = taken.get(item.job_type, 0) + 1
+            for t in caps:
+                keep = min(caps[t], taken.get(t, 0))
+                self._held[t] -= caps[t] - keep
+                caps[t] = keep
+            self._waiting = False
+            self._credit_event.set()  # the next claim may wait for the next jobs now
+
+        claimed: list[Claimed] = []
+        try:
+            claimed = await self._node.claim(
+                worker=self._worker,
+                types=list(caps),
+                limit=min(sum(caps.values()), self._push_cap),
+                wait_s=WAIT_S,
+                lease_s=self._lease_s,
+                caps=caps,
+                give_up=self._give_up,
+                before_write=before_write,
+            )
+        except TimeshardError as exc:  # the store is away: the claim is tried again
+            log.warning("worker stream of %s: claim failed: %s", self._worker, exc.message)
+            await asyncio.sleep(0.1)
+        except Exception:  # not ours to end the stream for: tried again, loudly
+            log.exception("worker stream of %s: claim failed", self._worker)
+            await asyncio.sleep(1.0)
+        finally:
+            for t, n in caps.items():
+                self._held[t] -= n
+            if self._waiting and not claimed:
+                self._waiting = False  # gave up, or failed, before taking anything
+            self._credit_event.set()
+            # A push names the earliest request read before any claim still unsent took its
+            # time: claims end in any order, and the worker counts on pushes that never name
+            # an earlier request than the one before (an earlier one only makes its deadline
+            # earlier, never later than the lease's real end).
+            after_seq = min(self._stamps.values(), default=0)
+            self._stamps.pop(me, None)
+        if not claimed:
+            return
+        for c in claimed:
+            t = c.job.job_type
+            if t in self._credits:  # (not after a stop, which dropped them all)
+                self._credits[t] -= 1
+        self.send(
+            pb.WorkResponse(
+                after_seq=after_seq,
+                jobs=[
+                    pb.ClaimedJob(
+                        job=job_to_pb(c.job, history=False),
+                        fence=c.job.fence,
+                        lease_until=ts(c.job.lease_until),
+                        idempotency_key=c.job.idempotency_key or c.job.job_id,
+                        lease=dur(c.lease_ms),
+                    )
+                    for c in claimed
+                ],
+            )
+        )
 
     def _give_up(self) -> bool:
         return self._changed or self._stopping
-
-    def _before_write(self) -> None:
-        self._stamp = self._seq
 
     # -- writing ------------------------------------------------------------------------------
 

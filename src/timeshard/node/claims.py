@@ -85,13 +85,14 @@ class Claims:
         lease_s: float,
         caps: Mapping[str, int] | None = None,
         give_up: Callable[[], bool] | None = None,
-        before_write: Callable[[], None] | None = None,
+        before_write: Callable[[Sequence[ReadyItem]], None] | None = None,
     ) -> list[Claimed]:
         """Long-poll: wait up to ``wait_s`` for due jobs of ``types`` and claim up to ``limit``
         with a conditional write each (invariant 5); at most ``caps[t]`` of a type ``t`` named
         there (a worker stream's credits). The wait ends early, with none, once ``give_up()``
-        holds when the ready queues wake (``ReadyQueues.wake``). ``before_write()`` is called
-        just before each claim's write takes its time (its leases start after it)."""
+        holds when the ready queues wake (``ReadyQueues.wake``). ``before_write(items)`` is
+        called with the jobs taken just before each claim's write takes its time (their leases
+        start after it)."""
         if not worker:
             raise InvalidArgument("worker_id", "a worker id is required")
         if not types:
@@ -109,7 +110,7 @@ class Claims:
                 if len(items) < limit and not limited and type(self._clock) is SystemClock:
                     items += await self._linger(items, types, limit - len(items), room)
                 if before_write is not None:
-                    before_write()
+                    before_write(items)
                 claimed = await self._claim_items(items, worker, lease)
                 if claimed:
                     return claimed

@@ -47,7 +47,7 @@ from timeshard.node import clockcheck
 from timeshard.node.claims import Claimed, Claims, TypePolicy
 from timeshard.node.deadletters import DeadLetters
 from timeshard.node.dispatcher import DispatchConfig, ShardDispatcher
-from timeshard.node.ready import ReadyQueues
+from timeshard.node.ready import ReadyItem, ReadyQueues
 from timeshard.node.retry import RetryPolicy
 from timeshard.node.schedules import ScheduleFirer, ScheduleOps
 from timeshard.observe.events import NodeMetrics
@@ -498,7 +498,7 @@ class Node:
         lease_s: float,
         caps: Mapping[str, int] | None = None,
         give_up: Callable[[], bool] | None = None,
-        before_write: Callable[[], None] | None = None,
+        before_write: Callable[[Sequence[ReadyItem]], None] | None = None,
     ) -> list[Claimed]:
         """Long-poll: wait up to ``wait_s`` for due jobs of ``types`` and claim up to ``limit``
         with a conditional write each (invariant 5). See ``timeshard.node.claims``."""
