@@ -109,6 +109,9 @@ class ShardDispatcher:
         self._on_deposed = on_deposed
         self._metrics = metrics or NodeMetrics(clock)
         self._horizon = minute_start(cursor)  # entries with due_at < horizon have been read
+        self._reading_to = self._horizon
+        """The horizon of the refresh in flight (else ``_horizon``): an entry notified while
+        it reads may have been written after its read, and is taken from the notify."""
         self._refreshed_at = -1  # when the last full refresh started
         self._stale_checked_at = -1
         self._known: set[BucketEntry] = set()
@@ -171,8 +174,9 @@ class ShardDispatcher:
         compares the row it finds with that image, so a job changed meanwhile (cancelled,
         rescheduled) is read and decided again then, never claimed early (invariant 5)."""
         added = False
+        held_to = max(self._horizon, self._reading_to)
         for e in entries:
-            if e.due_at < self._horizon and e.minute >= self.cursor and self._add(e):
+            if e.due_at < held_to and e.minute >= self.cursor and self._add(e):
                 added = True
                 job = jobs.get(e.job_id) if jobs else None
                 if job is not None and job.state is JobState.SCHEDULED and job.run_at == e.due_at:
@@ -291,6 +295,16 @@ class ShardDispatcher:
                 due_at = min(now, self._refreshed_at + round(self._cfg.refresh_s * 1000))
             start = min(start, due_at - round(self._cfg.reread_s * 1000))
         start = max(minute_start(self.cursor), start)
+        self._reading_to = horizon
+        try:
+            await self._read_range(start, horizon)
+            self._horizon = max(self._horizon, horizon)
+        finally:
+            self._reading_to = self._horizon
+        self._refreshed_at = now
+        self._recheck_stale(now)
+
+    async def _read_range(self, start: int, horizon: int) -> None:
         for minute in range(max(self.cursor, minute_of(start)), minute_of(horizon) + 1):
             after: tuple[int, str] | None = None
             while True:
@@ -307,9 +321,6 @@ class ShardDispatcher:
                 if len(page) < self._cfg.page_size:
                     break
                 after = (page[-1].due_at, page[-1].job_id)
-        self._horizon = max(self._horizon, horizon)
-        self._refreshed_at = now
-        self._recheck_stale(now)
 
     def _recheck_stale(self, now: int) -> None:
         """Every ``stale_s``: push back into the heap the pending entries long past due that
