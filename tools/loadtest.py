@@ -30,6 +30,7 @@ from typing import Any
 
 import grpc
 from bench import report, scenarios
+from bench.calls import schedule_cost
 from bench.plot import plot, require
 
 
@@ -122,6 +123,15 @@ def parser() -> argparse.ArgumentParser:
         "else /opt/timeshard-peers/bin/python)",
     )
     _common(peers)
+    cost = sub.add_parser("schedule", help="ScheduleJob calls/s and server CPU per call")
+    cost.add_argument("--clients", default="1,8", help="synchronous client counts (1,8)")
+    cost.add_argument("--seconds", type=float, default=8.0, help="seconds per measurement (8)")
+    cost.add_argument("--store", default="sqlite", help="sqlite or cassandra://HOST:PORT[/KS]")
+    cost.add_argument("--shards", type=int, default=16, help="shards of the store (16)")
+    cost.add_argument("--lookahead", type=float, default=5.0, help="server --lookahead (5)")
+    cost.add_argument("--keep", action="store_true", help="keep logs and the keyspace")
+    cost.add_argument("--json", action="store_true", help="last stdout line: one JSON object")
+    cost.set_defaults(workers=0, concurrency=1, plot=None)
     report.add_parser(sub)
     return ap
 
@@ -152,6 +162,8 @@ def main(argv: list[str] | None = None) -> int:
             from bench.peers import compare
 
             result, series = compare(args)
+        elif args.command == "schedule":
+            result, series = schedule_cost(args)
         else:
             result, series = getattr(scenarios, args.command)(args)
     except grpc.RpcError as exc:
