@@ -108,6 +108,7 @@ class JobRows:
         return await self._creator.create(jobs, fresh)
 
     async def close(self) -> None:
+        await self._creator.close()
         await self._batcher.close()
 
     # -- creating (creates.py) --------------------------------------------------------------
