@@ -84,7 +84,9 @@ def measure(address: str, pid: int, clients: int, seconds: float) -> dict[str, A
     cpu = cpu1 - cpu0 if cpu0 is not None and cpu1 is not None else None
     return {
         "calls_per_s": round(calls / (t1 - t0), 1),
-        "server_cpu_ms_per_call": round(cpu / calls * 1000, 4) if cpu is not None and calls else None,
+        "server_cpu_ms_per_call": round(cpu / calls * 1000, 4)
+        if cpu is not None and calls
+        else None,
     }
 
 
@@ -144,9 +146,7 @@ def schedule_cost(args: argparse.Namespace) -> tuple[dict[str, Any], list[Any]]:
                         "null_servicer": floor,
                         "cpu_over_floor_ms": round(a - b, 4) if a and b else None,
                         "cpu_ratio": round(a / b, 2) if a and b else None,
-                        "calls_ratio": round(
-                            ours["calls_per_s"] / floor["calls_per_s"], 2
-                        )
+                        "calls_ratio": round(ours["calls_per_s"] / floor["calls_per_s"], 2)
                         if floor["calls_per_s"]
                         else None,
                     }

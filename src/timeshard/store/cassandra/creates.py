@@ -168,7 +168,8 @@ class Creator:
         for n in plain:
             results[n.index] = CreateResult(created=True, job=n.job)
         revived = [n for n in guarded if n.revived and results[n.index].created]
-        await self._rows.plain_writes([w for n in revived for w in _lasting(n.job, n.home)])
+        if revived:
+            await self._rows.plain_writes([w for n in revived for w in _lasting(n.job, n.home)])
         for n in [*plain, *guarded]:
             self._rows.homes.put(n.job.job_id, n.home)
         for i, job in repeats:
