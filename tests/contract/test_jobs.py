@@ -198,10 +198,7 @@ async def test_concurrent_single_creates_are_each_durable(open_store: OpenStore)
     jobs = [make_job(f"one-{i:02d}", run_at=NOW + 60_000 + i) for i in range(40)]
     async with open_store() as store:
         results = await asyncio.gather(
-            *(
-                store.create_jobs([(j, entry_for(j, j.run_at, NOW))], fresh={j.job_id})
-                for j in jobs
-            )
+            *(store.create_jobs([(j, entry_for(j, j.run_at, NOW))], fresh={j.job_id}) for j in jobs)
         )
         assert [r.created and r.job == j for (r,), j in zip(results, jobs, strict=True)] == [
             True
