@@ -19,7 +19,7 @@ from timeshard.store.cassandra.creates import PARTITIONS_PER_BATCH, Creator
 from timeshard.store.cassandra.parts import Lru
 
 NOW = 1_800_000_000_000
-SHARDS = 1  # one lane: every create may join every group
+SHARDS = 4
 
 
 class Conn:

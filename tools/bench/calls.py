@@ -15,6 +15,7 @@ import multiprocessing as mp
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -56,7 +57,21 @@ def _client(address: str, start: Any, stop: Any, counts: Any, k: int) -> None:
         counts[k] = done
 
 
-def measure(address: str, pid: int, clients: int, seconds: float) -> dict[str, Any]:
+def idle_cpu_ms_per_s(pid: int, seconds: float = 2.0) -> float | None:
+    """The server's CPU with no calls (its own loops: a dispatcher reading its buckets)."""
+    cpu0 = cpu_seconds(pid)
+    time.sleep(seconds)
+    cpu1 = cpu_seconds(pid)
+    return round((cpu1 - cpu0) / seconds * 1000, 2) if cpu0 is not None and cpu1 else None
+
+
+def measure(
+    address: str,
+    pid: int,
+    clients: int,
+    seconds: float,
+    counters: Callable[[], dict[str, float]] | None = None,
+) -> dict[str, Any]:
     ctx = mp.get_context("spawn")  # grpc's channels do not survive a fork
     start, stop = ctx.Event(), ctx.Event()
     counts = ctx.Array("q", clients)
@@ -73,21 +88,35 @@ def measure(address: str, pid: int, clients: int, seconds: float) -> dict[str, A
                 p.kill()
             raise SystemExit("loadtest: a ScheduleJob client did not get ready (see above)")
         time.sleep(0.05)
+    ctr0 = counters() if counters else {}
     cpu0, t0 = cpu_seconds(pid), time.monotonic()
     start.set()
     time.sleep(seconds)
     stop.set()
     cpu1, t1 = cpu_seconds(pid), time.monotonic()
+    ctr1 = counters() if counters else {}
     for p in procs:
         p.join(60)
     calls = sum(counts[k] for k in range(clients))
     cpu = cpu1 - cpu0 if cpu0 is not None and cpu1 is not None else None
-    return {
+    out: dict[str, Any] = {
         "calls_per_s": round(calls / (t1 - t0), 1),
         "server_cpu_ms_per_call": round(cpu / calls * 1000, 4)
         if cpu is not None and calls
         else None,
     }
+    for name, key in WRITES.items():
+        if name in ctr1 and ctr0 and calls:
+            out[key] = round((ctr1[name] - ctr0.get(name, 0.0)) / calls, 3)
+    return out
+
+
+WRITES = {
+    # the embedded store counts each transaction as one round (its "Paxos round")
+    "timeshard_store_paxos_rounds_total": "store_rounds_per_call",
+    "timeshard_store_operations_total": "store_requests_per_call",
+}
+"""Store counters shown per call: how far the group commit shares writes among callers."""
 
 
 class NullServer:
@@ -133,11 +162,12 @@ def schedule_cost(args: argparse.Namespace) -> tuple[dict[str, Any], list[Any]]:
         null = NullServer(ts_.run_dir / "nullserver.log")
         try:
             null.wait_serving()
+            idle = idle_cpu_ms_per_s(ts_.server.pid)
             for c in counts:
                 note(f"{c} synchronous client(s): the null server for {args.seconds:g} s")
                 floor = measure(null.address, null.popen.pid, c, args.seconds)
                 note(f"{c} synchronous client(s): timeshard ({store.kind}) for {args.seconds:g} s")
-                ours = measure(ts_.address, ts_.server.pid, c, args.seconds)
+                ours = measure(ts_.address, ts_.server.pid, c, args.seconds, ts_.counters)
                 a, b = ours["server_cpu_ms_per_call"], floor["server_cpu_ms_per_call"]
                 rows.append(
                     {
@@ -157,6 +187,7 @@ def schedule_cost(args: argparse.Namespace) -> tuple[dict[str, Any], list[Any]]:
         "scenario": "schedule",
         "store": store.kind,
         "seconds": args.seconds,
+        "server_idle_cpu_ms_per_s": idle,
         "results": rows,
         "machine": machine(),
     }

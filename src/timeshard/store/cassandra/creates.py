@@ -77,8 +77,6 @@ PARTITIONS_PER_BATCH = 10
 """Partitions one grouped batch may touch: Cassandra's default
 ``unlogged_batch_across_partitions_warn_threshold``, so a grouped batch logs no warning there.
 A job takes two (its row and entry share one; its index row is another)."""
-GROUP_LANES = 4
-"""Group commits of plain creates that may be in flight at once (by shard)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -243,13 +241,13 @@ class Creator:
             return
         queued = [_Queued(n) for n in plain]
         for q in queued:
-            self._group.submit(q.new.job.shard % GROUP_LANES, q)
+            self._group.submit(0, q)  # one group: every small call may share its batches
         if len(queued) == 1:
             await queued[0].done
         else:
             await _gather(q.done for q in queued)
 
-    async def _write_group(self, lane: int, queued: list[_Queued]) -> None:
+    async def _write_group(self, _: int, queued: list[_Queued]) -> None:
         """One group commit: its creates in batches of a few partitions each, all at once.
         Each create is settled by its own batch (written, or the batch's error)."""
         chunks = _by_partitions(queued)
