@@ -21,14 +21,15 @@ from typing import Any
 
 import grpc
 
-from timeshard.testing.services import free_port
+from timeshard.testing.services import create_keyspace, drop_keyspace, free_port
 from timeshard.v1 import timeshard_pb2 as pb
 from timeshard.v1 import timeshard_pb2_grpc as pb_grpc
 from timeshard.wire import ts
 
+from . import cassandra as cass
 from .procs import cpu_seconds
 from .progress import note
-from .scenarios import machine, running
+from .scenarios import Store, machine, running
 from .submit import WARMUP_TYPE, now_ms
 
 WARM_CALLS = 300
@@ -183,12 +184,25 @@ def schedule_cost(args: argparse.Namespace) -> tuple[dict[str, Any], list[Any]]:
                 )
         finally:
             null.stop()
+    floor = driver_floor(args, store) if store.kind == "cassandra" else None
     result = {
         "scenario": "schedule",
         "store": store.kind,
         "seconds": args.seconds,
         "server_idle_cpu_ms_per_s": idle,
         "results": rows,
+        **({"cassandra_driver_floor": floor} if floor else {}),
         "machine": machine(),
     }
     return result, []
+
+
+def driver_floor(args: argparse.Namespace, store: Store) -> dict[str, Any]:
+    """What one request costs the Cassandra driver alone, on a fresh keyspace (dropped)."""
+    keyspace = cass.fresh_keyspace("loadtest_plain")
+    note(f"the driver alone: 1,000 plain single-row writes one at a time ({keyspace})")
+    create_keyspace(f"cassandra://{store.cassandra}/{keyspace}", args.shards)
+    try:
+        return cass.raw_writes(store.cassandra, keyspace)
+    finally:
+        drop_keyspace(store.cassandra, keyspace)
