@@ -2,7 +2,7 @@
 file between its ``report:begin`` and ``report:end`` markers (the prose around them stays).
 
     python tools/loadtest.py report                      # the whole set (about 15 minutes)
-    python tools/loadtest.py report --skip backlog,peers # the quick part (about 3 minutes)
+    python tools/loadtest.py report --skip backlog,peers # the quick part (about 5 minutes)
 
 Each run is the same ``loadtest`` command a reader can run alone; it is printed with its figures
 and the machine's load average before it (other work on a shared machine moves every figure)."""
