@@ -17,6 +17,39 @@ the workers, and from this process for the client. On Cassandra the Paxos rounds
 from the server's ``timeshard_store_paxos_rounds_total`` (scraped before and after), and a few
 seconds of raw single-row LWTs on the same Cassandra give the ceiling to compare with.
 
+Every firing run reports, per fired job: the server's and the workers' CPU (ms), the jobs
+claimed per claim message and the results per result message a worker sent (from the server's
+``timeshard_worker_messages_total``, ``timeshard_jobs_claimed_total`` and
+``timeshard_results_received_total``), and on Cassandra the Paxos rounds (the embedded store
+has none); and the lateness p50 / p99 / max.
+
+    python tools/loadtest.py schedule --clients 1,8 [--store URL] [--seconds 8]
+
+measures one ScheduleJob call: calls/s and the server's CPU per call for C synchronous clients
+(separate processes), on a do-nothing grpc.aio servicer (the floor: same server options, a
+pass-through interceptor, a reply of the same shape) and then on timeshard, in the same run,
+with the ratio of the two.
+
+External workers (fire and steady): ``--worker-command 'CMD ARGS...'`` runs CMD (split like a
+shell would, not through one) instead of the Python load worker, --workers times, each in a
+session of its own with this environment:
+
+    TIMESHARD_SERVER       the nodes' gRPC addresses, comma-separated (host:port,...)
+    TIMESHARD_RECORD       a file path, a different one for each copy
+    TIMESHARD_CONCURRENCY  the handler slots it should run (--concurrency)
+
+It must run a worker for the job type ``loadtest.noop`` (the worker protocol of
+docs/architecture.md) whose handler does nothing but append one line per run to
+$TIMESHARD_RECORD:
+
+    <job_id> <run_at> <start_ms>
+
+``run_at`` as the job carries it (epoch ms, an integer), ``start_ms`` the wall clock when the
+handler started, epoch ms with 3 decimals. Lines may be buffered, but are written out at least
+every 0.2 s and at exit; at the end the tool sends SIGTERM to the session and waits 15 s (then
+SIGKILL), so the worker must flush on SIGTERM. Its CPU time is read from /proc for the
+command's whole process tree. ``timeshard.testing.loadworker`` is the Python one.
+
 Progress goes to stderr (a bar on a terminal); the figures to stdout, with --json as one JSON
 object on the last line.
 """
@@ -30,6 +63,7 @@ from typing import Any
 
 import grpc
 from bench import report, scenarios
+from bench.calls import schedule_cost
 from bench.plot import plot, require
 
 
@@ -80,6 +114,15 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.set_defaults(mode="batch")
 
 
+def _worker_command(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--worker-command",
+        metavar="'CMD ...'",
+        help="run this instead of the Python load worker, --workers times (the contract: "
+        "see the top of this help)",
+    )
+
+
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0],
@@ -99,11 +142,13 @@ def parser() -> argparse.ArgumentParser:
         help="Cassandra: seconds of raw single-row LWTs measured after the run",
     )
     _common(fire)
+    _worker_command(fire)
 
     steady = sub.add_parser("steady", help="jobs streamed at an offered rate below capacity")
     steady.add_argument("--rate", type=float, required=True, help="jobs per second offered")
     steady.add_argument("--duration", type=float, default=30.0, help="seconds of offered load")
     _common(steady)
+    _worker_command(steady)
 
     backlog = sub.add_parser("backlog", help="bursts fired with N future jobs already stored")
     backlog.add_argument("--stored", default="10000,1000000", help="sizes, e.g. 10000,1000000")
@@ -122,6 +167,15 @@ def parser() -> argparse.ArgumentParser:
         "else /opt/timeshard-peers/bin/python)",
     )
     _common(peers)
+    cost = sub.add_parser("schedule", help="ScheduleJob calls/s and server CPU per call")
+    cost.add_argument("--clients", default="1,8", help="synchronous client counts (1,8)")
+    cost.add_argument("--seconds", type=float, default=8.0, help="seconds per measurement (8)")
+    cost.add_argument("--store", default="sqlite", help="sqlite or cassandra://HOST:PORT[/KS]")
+    cost.add_argument("--shards", type=int, default=16, help="shards of the store (16)")
+    cost.add_argument("--lookahead", type=float, default=5.0, help="server --lookahead (5)")
+    cost.add_argument("--keep", action="store_true", help="keep logs and the keyspace")
+    cost.add_argument("--json", action="store_true", help="last stdout line: one JSON object")
+    cost.set_defaults(workers=0, concurrency=1, plot=None)
     report.add_parser(sub)
     return ap
 
@@ -152,6 +206,8 @@ def main(argv: list[str] | None = None) -> int:
             from bench.peers import compare
 
             result, series = compare(args)
+        elif args.command == "schedule":
+            result, series = schedule_cost(args)
         else:
             result, series = getattr(scenarios, args.command)(args)
     except grpc.RpcError as exc:

@@ -3,12 +3,15 @@ idempotency keys)."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from tests.contract.conftest import OpenStore
 from tests.contract.helpers import NOW, claimed, create, created, entries_of, make_job
 from timeshard.errors import InvalidArgument
 from timeshard.model import JobState
+from timeshard.store.base import entry_for
 
 
 async def test_created_job_and_its_entry_are_readable_from_another_connection(
@@ -187,3 +190,33 @@ async def test_the_shard_count_is_fixed_when_the_store_is_created(open_store: Op
     with pytest.raises(InvalidArgument, match="8 shards"):
         async with open_store(num_shards=16, name="fixed"):
             pass
+
+
+async def test_concurrent_single_creates_are_each_durable(open_store: OpenStore) -> None:
+    """Calls of one fresh job each, all at once (they share group commits on Cassandra): each
+    answered call's row, entry and index are there for another connection."""
+    jobs = [make_job(f"one-{i:02d}", run_at=NOW + 60_000 + i) for i in range(40)]
+    async with open_store() as store:
+        results = await asyncio.gather(
+            *(store.create_jobs([(j, entry_for(j, j.run_at, NOW))], fresh={j.job_id}) for j in jobs)
+        )
+        assert [r.created and r.job == j for (r,), j in zip(results, jobs, strict=True)] == [
+            True
+        ] * len(jobs)
+    async with open_store() as again:
+        assert await again.get_jobs([j.job_id for j in jobs]) == {j.job_id: j for j in jobs}
+        for j in jobs[:5]:
+            assert await again.get_job(j.job_id) == j  # found through its index on Cassandra
+            assert [e.due_at for e in await entries_of(again, j, j.run_at)] == [j.run_at]
+
+
+async def test_concurrent_calls_with_one_key_create_one_job(open_store: OpenStore) -> None:
+    jobs = [make_job(f"race-{i}", key="order-99") for i in range(8)]
+    async with open_store() as store:
+        results = await asyncio.gather(*(create(store, j) for j in jobs))
+        owners = {r.job.job_id for (r,) in results}
+        assert len(owners) == 1
+        assert sum(r.created for (r,) in results) == 1
+        assert not any(r.conflict for (r,) in results)
+        stored = await store.get_jobs([j.job_id for j in jobs])
+        assert list(stored) == list(owners)

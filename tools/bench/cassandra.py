@@ -73,3 +73,30 @@ def raw_lwt(
         }
     finally:
         cluster.shutdown()
+
+
+def raw_writes(address: str, keyspace: str, *, n: int = 1000) -> dict[str, Any]:
+    """The driver's own floor for one request: ``n`` plain single-row INSERTs one at a time
+    (as one synchronous caller makes them), with this process's CPU per write (the driver's I/O
+    thread included). The keyspace must exist; the table ``bench_plain`` is made in it."""
+    cluster = cassandra_cluster(address, request_timeout=30)
+    session = cluster.connect()
+    try:
+        session.execute(
+            f"CREATE TABLE IF NOT EXISTS {keyspace}.bench_plain (k text PRIMARY KEY, v bigint)"
+        )
+        insert = session.prepare(f"INSERT INTO {keyspace}.bench_plain (k, v) VALUES (?, 0)")
+        run = uuid.uuid4().hex[:8]
+        for i in range(100):  # warm: connections, the prepared statement
+            session.execute(insert, (f"{run}-warm-{i}",))
+        cpu0, t0 = time.process_time(), time.monotonic()
+        for i in range(n):
+            session.execute(insert, (f"{run}-{i}",))
+        cpu, wall = time.process_time() - cpu0, time.monotonic() - t0
+        return {
+            "operation": "plain INSERT, one at a time",
+            "writes_per_s": round(n / wall, 1),
+            "client_cpu_ms_per_write": round(cpu / n * 1000, 4),
+        }
+    finally:
+        cluster.shutdown()

@@ -1,6 +1,6 @@
 """The system under test as real processes: one ``timeshard server`` (local coordinator) with
-its metrics endpoint and W processes of the no-op load worker, started and ended by pid through
-``timeshard.testing.fleet``; their CPU time read from /proc."""
+its metrics endpoint and W processes of the no-op load worker (or of ``--worker-command``),
+started and ended by pid through ``timeshard.testing.fleet``; their CPU time read from /proc."""
 
 from __future__ import annotations
 
@@ -13,6 +13,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from timeshard.testing.fleet import Fleet, Proc
 from timeshard.testing.services import free_port
+
+from .external import ExternalWorker, parse_command, tree_cpu_seconds
 
 LOADWORKER = "timeshard.testing.loadworker:worker"
 _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -52,8 +54,11 @@ class Timeshard:
         workers: int,
         concurrency: int,
         lookahead_s: float,
+        worker_command: str | None = None,
     ) -> None:
         self.run_dir = run_dir
+        self.worker_argv = parse_command(worker_command) if worker_command else None
+        self.external: list[ExternalWorker] = []
         self.fleet = Fleet(
             run_dir,
             zookeeper="local",
@@ -78,30 +83,55 @@ class Timeshard:
         self.metrics_port = free_port()
         self.fleet.start_server("server", extra=["--metrics-port", str(self.metrics_port)])
         self.fleet.wait_serving(timeout=180)
-        self.fleet.start_workers(
-            self.worker_count,
-            target=LOADWORKER,
-            env={"TIMESHARD_LOADTEST_CONCURRENCY": str(self.concurrency)},
-        )
+        if self.worker_argv is None:
+            self.fleet.start_workers(
+                self.worker_count,
+                target=LOADWORKER,
+                env={"TIMESHARD_LOADTEST_CONCURRENCY": str(self.concurrency)},
+            )
+            return
+        for i in range(self.worker_count):
+            name = f"worker{i}"
+            worker = ExternalWorker(
+                name=name,
+                argv=self.worker_argv,
+                log=self.run_dir / f"{name}.log",
+                env={
+                    "TIMESHARD_SERVER": self.address,
+                    "TIMESHARD_RECORD": str(self.run_dir / f"{name}.runs"),
+                    "TIMESHARD_CONCURRENCY": str(self.concurrency),
+                },
+            )
+            worker.start()
+            self.external.append(worker)
+
+    def _workers(self) -> list[Proc | ExternalWorker]:
+        return [*self.fleet.workers.values(), *self.external]
 
     def record_paths(self) -> list[Path]:
-        return [self.run_dir / f"{name}.runs" for name in self.fleet.workers]
+        return [self.run_dir / f"{w.name}.runs" for w in self._workers()]
 
     def check_alive(self) -> None:
-        for proc in [self.server, *self.fleet.workers.values()]:
+        for proc in [self.server, *self._workers()]:
             if not proc.alive():
                 raise SystemExit(f"{proc.name} exited; its log ends:\n{proc.text()[-3000:]}")
 
     def cpu(self) -> dict[str, float | None]:
-        workers = [cpu_seconds(p.pid) for p in self.fleet.workers.values()]
+        if self.external:
+            workers: float | None = tree_cpu_seconds([w.pid for w in self.external])
+        else:
+            each = [cpu_seconds(p.pid) for p in self.fleet.workers.values()]
+            workers = None if None in each else sum(w or 0.0 for w in each)
         return {
             "server": cpu_seconds(self.server.pid),
-            "workers": None if None in workers else sum(w or 0.0 for w in workers),
+            "workers": workers,
             "client": own_cpu_seconds(),
         }
 
-    def store_counters(self) -> dict[str, float]:
-        """The server's ``timeshard_store_*`` counters (empty when it exports none)."""
+    def counters(self) -> dict[str, float]:
+        """The server's counters, scraped now: each ``timeshard_*`` sample summed over its
+        labels, and ``timeshard_worker_messages_total`` by kind too (``...{kind=claim}``).
+        Empty when the endpoint does not answer."""
         url = f"http://127.0.0.1:{self.metrics_port}/metrics"
         try:
             with urllib.request.urlopen(url, timeout=10) as resp:
@@ -111,11 +141,17 @@ class Timeshard:
         out: dict[str, float] = {}
         for family in text_string_to_metric_families(text):
             for s in family.samples:
-                if s.name.startswith("timeshard_store_") and not s.labels:
-                    out[s.name] = s.value
+                if not s.name.startswith("timeshard_") or not s.name.endswith("_total"):
+                    continue
+                out[s.name] = out.get(s.name, 0.0) + s.value
+                if "kind" in s.labels:
+                    key = f"{s.name}{{kind={s.labels['kind']}}}"
+                    out[key] = out.get(key, 0.0) + s.value
         return out
 
     def stop(self) -> None:
+        for worker in self.external:
+            worker.stop()
         self.fleet.stop_all()
 
 

@@ -2,7 +2,7 @@
 file between its ``report:begin`` and ``report:end`` markers (the prose around them stays).
 
     python tools/loadtest.py report                      # the whole set (about 15 minutes)
-    python tools/loadtest.py report --skip backlog,peers # the quick part (about 3 minutes)
+    python tools/loadtest.py report --skip backlog,peers # the quick part (about 5 minutes)
 
 Each run is the same ``loadtest`` command a reader can run alone; it is printed with its figures
 and the machine's load average before it (other work on a shared machine moves every figure)."""
@@ -21,6 +21,7 @@ from typing import Any
 import grpc
 
 from . import scenarios
+from .calls import schedule_cost
 from .progress import note
 
 BEGIN, END = "<!-- report:begin -->", "<!-- report:end -->"
@@ -34,11 +35,14 @@ def _peers(args: argparse.Namespace) -> tuple[dict[str, Any], list[Any]]:
     return compare(args)
 
 
+RUNNERS: dict[str, Runner] = {"peers": _peers, "schedule": schedule_cost}
+
 # (name, command line; {half} is half the burst's fire rate, the steady run's offered load)
 RUNS: list[tuple[str, str]] = [
     ("burst", "fire --jobs 20000 --window 2"),
     ("window", "fire --jobs 20000 --window 10"),
     ("single", "fire --single --jobs 5000 --window 5"),
+    ("schedule", "schedule --clients 1,8 --seconds 8"),
     ("steady", "steady --rate {half} --duration 20"),
     ("backlog", "backlog --stored 10000,1000000 --jobs 10000"),
     ("peers", "peers --jobs 20000 --window 10"),
@@ -96,18 +100,44 @@ def fire_rows(result: dict[str, Any]) -> list[tuple[str, Any]]:
         ("lateness p50 / p99 / max s", _triple(result)),
         ("early / lost / duplicates", _flags(result)),
     ]
+    each = result.get("per_fired_job", {})
+    per_message = [
+        ("jobs claimed per claim message", each.get("claims_per_claim_message")),
+        ("results per result message", each.get("results_per_result_message")),
+        ("Paxos rounds per fired job (Cassandra)", each.get("paxos_rounds")),
+    ]
     if "server" in cpu:  # steady: ingest and firing overlap, one figure per job
         return [
             *rows,
             ("server CPU s per 1,000 jobs (ingest and fire)", cpu.get("server")),
             ("workers CPU s per 1,000 jobs", cpu.get("workers")),
+            *per_message,
         ]
     return [
         *rows,
         ("server CPU s per 1,000 ingested", cpu.get("server_ingest")),
         ("server CPU s per 1,000 fired", cpu.get("server_fire")),
         ("workers CPU s per 1,000 fired", cpu.get("workers_fire")),
+        *per_message,
     ]
+
+
+def schedule_lines(result: dict[str, Any]) -> list[str]:
+    out = [
+        "| clients | timeshard calls/s | its server CPU ms / call | null servicer calls/s "
+        "| its CPU ms / call | over the floor ms | ratio | store requests (rounds) / call |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in result["results"]:
+        ts, null = r["timeshard"], r["null_servicer"]
+        writes = ts.get("store_requests_per_call", ts.get("store_rounds_per_call"))
+        out.append(
+            f"| {r['clients']} | {_cell(ts['calls_per_s'])} | {_cell(ts['server_cpu_ms_per_call'])}"
+            f" | {_cell(null['calls_per_s'])} | {_cell(null['server_cpu_ms_per_call'])}"
+            f" | {_cell(r['cpu_over_floor_ms'])} | {_cell(r['cpu_ratio'])} | {_cell(writes)} |"
+        )
+    idle = result.get("server_idle_cpu_ms_per_s")
+    return [*out, "", f"The server's CPU with no calls: {_cell(idle)} ms per second.", ""]
 
 
 def _triple(r: dict[str, Any]) -> str:
@@ -140,6 +170,8 @@ def section(name: str, command: str, load: str, result: dict[str, Any]) -> list[
             )
         growth = result.get("server_cpu_per_fired_job_largest_over_smallest")
         return [*out, "", f"Server CPU per fired job, largest over smallest backlog: {growth}", ""]
+    if name == "schedule":
+        return [*out, *schedule_lines(result)]
     out += ["| figure | value |", "|---|---|"]
     out += [f"| {k} | {_cell(v)} |" for k, v in fire_rows(result) if v is not None]
     return [*out, ""]
@@ -157,7 +189,7 @@ def report(args: argparse.Namespace, parse: Callable[[list[str]], argparse.Names
         run_args = parse(command.split())
         load = loadavg()
         note(f"== {name}: loadtest {command} (load {load})")
-        runner: Runner = _peers if name == "peers" else getattr(scenarios, run_args.command)
+        runner: Runner = RUNNERS.get(run_args.command) or getattr(scenarios, run_args.command)
         try:
             result, _ = runner(run_args)
         except (SystemExit, grpc.RpcError) as exc:

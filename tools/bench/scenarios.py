@@ -75,6 +75,7 @@ def running(args: argparse.Namespace) -> Iterator[tuple[Timeshard, Store, RunRec
         workers=args.workers,
         concurrency=args.concurrency,
         lookahead_s=args.lookahead,
+        worker_command=getattr(args, "worker_command", None),
     )
     keep = args.keep
     try:
@@ -140,13 +141,52 @@ def per_job(delta: float | None, jobs: int) -> float | None:
 
 
 def counter_delta(before: dict[str, float], after: dict[str, float], name: str) -> float | None:
-    if name not in before or name not in after:
+    """How much a counter grew; a labelled counter has no sample before its first count."""
+    if not before or name not in after:
         return None
-    return after[name] - before[name]
+    return after[name] - before.get(name, 0.0)
 
 
 ROUNDS = "timeshard_store_paxos_rounds_total"
 ROWS = "timeshard_store_conditional_rows_total"
+CLAIMED = "timeshard_jobs_claimed_total"
+CLAIM_MESSAGES = "timeshard_worker_messages_total{kind=claim}"
+RESULT_MESSAGES = "timeshard_worker_messages_total{kind=result}"
+RESULTS = "timeshard_results_received_total"
+
+
+def ratio_of(a: float | None, b: float | None) -> float | None:
+    return round(a / b, 2) if a is not None and b else None
+
+
+def ms_per_job(seconds: float | None, jobs: int) -> float | None:
+    return round(seconds / jobs * 1000, 4) if seconds is not None and jobs else None
+
+
+def fired_costs(
+    store_kind: str,
+    cpu: dict[str, float | None],
+    before: dict[str, float],
+    after: dict[str, float],
+    fired: int,
+) -> dict[str, Any]:
+    """What firing ``fired`` jobs cost, from the CPU used and the server's counters over the
+    same span: CPU per job, jobs per worker message, and on Cassandra Paxos rounds per job
+    (the embedded store has none)."""
+    out: dict[str, Any] = {
+        "server_cpu_ms": ms_per_job(cpu.get("server"), fired),
+        "worker_cpu_ms": ms_per_job(cpu.get("workers"), fired),
+        "claims_per_claim_message": ratio_of(
+            counter_delta(before, after, CLAIMED), counter_delta(before, after, CLAIM_MESSAGES)
+        ),
+        "results_per_result_message": ratio_of(
+            counter_delta(before, after, RESULTS), counter_delta(before, after, RESULT_MESSAGES)
+        ),
+    }
+    if store_kind == "cassandra":
+        out["paxos_rounds"] = per_job(counter_delta(before, after, ROUNDS), fired)
+        out["conditional_rows"] = per_job(counter_delta(before, after, ROWS), fired)
+    return out
 
 
 def fire_phase(
@@ -158,6 +198,7 @@ def fire_phase(
     mode: str,
     lead_s: float | None,
     drain_s: float,
+    store_kind: str,
     clients: int = 1,
 ) -> tuple[dict[str, Any], list[tuple[float, float, float]]]:
     """Schedule ``jobs`` due uniformly over ``window_s`` from ``lead_s`` ahead (from a warm-up
@@ -168,16 +209,16 @@ def fire_phase(
         note(f"warm-up: {rate:,.0f} jobs/s ({mode}); first due in {lead_s:.1f} s")
     first_due = int(now_ms() + lead_s * 1000)
     run_ats = [first_due + round(i * window_s * 1000 / jobs) for i in range(jobs)]
-    cpu0, ctr0 = ts.cpu(), ts.store_counters()
+    cpu0, ctr0 = ts.cpu(), ts.counters()
     progress = Progress("ingest", jobs)
     ids = schedule(ts.address, run_ats, mode, progress, clients=clients)
     ingest = progress.close()
     ran_past_due = now_ms() > first_due
     if ran_past_due:
         note("warning: ingest ran past the first due time (raise --lead)")
-    cpu1, ctr1 = ts.cpu(), ts.store_counters()
+    cpu1, ctr1 = ts.cpu(), ts.counters()
     wait_fired(ts, records, jobs, (run_ats[0], run_ats[-1]), drain_s)
-    cpu2, ctr2 = ts.cpu(), ts.store_counters()
+    cpu2, ctr2 = ts.cpu(), ts.counters()
     result = figures(records, ids, first_due)
     fired = result["fired"]
     ingest_cpu, fire_cpu = cpu_delta(cpu0, cpu1), cpu_delta(cpu1, cpu2)
@@ -198,10 +239,10 @@ def fire_phase(
             "server_fire": per_1k(fire_cpu["server"], fired),
             "workers_fire": per_1k(fire_cpu["workers"], fired),
         },
-        "paxos_rounds_per_ingested_job": per_job(counter_delta(ctr0, ctr1, ROUNDS), jobs),
-        "paxos_rounds_per_fired_job": per_job(counter_delta(ctr1, ctr2, ROUNDS), fired),
-        "conditional_rows_per_fired_job": per_job(counter_delta(ctr1, ctr2, ROWS), fired),
+        "per_fired_job": fired_costs(store_kind, fire_cpu, ctr1, ctr2, fired),
     }
+    if store_kind == "cassandra":
+        out["paxos_rounds_per_ingested_job"] = per_job(counter_delta(ctr0, ctr1, ROUNDS), jobs)
     return out, timeline(records, ids)
 
 
@@ -224,6 +265,7 @@ def fire(args: argparse.Namespace) -> tuple[dict[str, Any], list[Any]]:
             mode=args.mode,
             lead_s=args.lead,
             drain_s=args.drain,
+            store_kind=store.kind,
             clients=getattr(args, "clients", 1),
         )
     result = {"scenario": "fire", "store": store.kind, "workers": args.workers, **result}
@@ -258,7 +300,7 @@ def steady(args: argparse.Namespace) -> tuple[dict[str, Any], list[Any]]:
     with running(args) as (ts, store, records):
         run_ats: list[int] = []
         ids: list[str] = []
-        cpu0, ctr0 = ts.cpu(), ts.store_counters()
+        cpu0, ctr0 = ts.cpu(), ts.counters()
         offer_s: list[float] = []
 
         def offer() -> None:
@@ -282,7 +324,7 @@ def steady(args: argparse.Namespace) -> tuple[dict[str, Any], list[Any]]:
             time.sleep(0.1)
         progress.close()
         sender.join()
-        cpu1, ctr1 = ts.cpu(), ts.store_counters()
+        cpu1, ctr1 = ts.cpu(), ts.counters()
         result = figures(records, ids, run_ats[0])
         used = cpu_delta(cpu0, cpu1)
         fired = result["fired"]
@@ -302,7 +344,7 @@ def steady(args: argparse.Namespace) -> tuple[dict[str, Any], list[Any]]:
                 "workers": per_1k(used["workers"], fired),
                 "client": per_1k(used["client"], fired),
             },
-            "paxos_rounds_per_job": per_job(counter_delta(ctr0, ctr1, ROUNDS), fired),
+            "per_fired_job": fired_costs(store.kind, used, ctr0, ctr1, fired),
             "machine": machine(),
         }
         return out, [("timeshard " + store.kind, timeline(records, ids))]
@@ -339,6 +381,7 @@ def backlog(args: argparse.Namespace) -> tuple[dict[str, Any], list[Any]]:
                 mode="batch",
                 lead_s=lead,
                 drain_s=args.drain,
+                store_kind=store.kind,
             )
             rows.append(
                 {

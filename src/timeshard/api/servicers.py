@@ -77,8 +77,7 @@ class JobService(pb_grpc.JobServiceServicer):
         self, request: pb.ScheduleJobRequest, context: Ctx
     ) -> pb.ScheduleJobResponse:
         run_at = run_at_of(request, self.node.clock.now_ms(), required=True)
-        _check_key(request.idempotency_key)
-        job, created = await self.node.schedule(
+        job, created = await self.node.schedule(  # which checks every field once
             job_type=request.type,
             payload=request.payload,
             run_at=run_at,
@@ -249,6 +248,7 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
 
     @rpc
     async def Claim(self, request: pb.ClaimRequest, context: Ctx) -> pb.ClaimResponse:
+        self.node.metrics.claim_message()
         validate_worker_id(request.worker_id)
         check_count("types", len(request.types), MAX_CLAIM_TYPES)
         if not 0 <= request.max_jobs <= MAX_CLAIM_JOBS:
@@ -286,11 +286,13 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
 
     @rpc
     async def Complete(self, request: pb.CompleteRequest, context: Ctx) -> pb.CompleteResponse:
+        self.node.metrics.result_message(1)
         await self.node.complete(validate_job_id(request.job_id), request.fence)
         return pb.CompleteResponse()
 
     @rpc
     async def Finish(self, request: pb.FinishRequest, context: Ctx) -> pb.FinishResponse:
+        self.node.metrics.result_message(len(request.items))
         check_count("items", len(request.items), MAX_BATCH)
         for n, i in enumerate(request.items):
             try:
@@ -311,6 +313,7 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
 
     @rpc
     async def Fail(self, request: pb.FailRequest, context: Ctx) -> pb.FailResponse:
+        self.node.metrics.result_message(1)
         job = await self.node.fail(
             validate_job_id(request.job_id),
             request.fence,

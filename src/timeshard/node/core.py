@@ -40,8 +40,6 @@ from timeshard.model import (
     JobState,
     WriteResult,
     validate_job_id,
-    validate_job_type,
-    validate_payload,
 )
 from timeshard.node import clockcheck
 from timeshard.node.claims import Claimed, Claims, TypePolicy
@@ -368,7 +366,10 @@ class Node:
         # The entries the store wrote name the jobs it created, which are not always the ids
         # generated here (a key can name a job a failed call left half-made).
         created = [r.job for r in results if r.created]
-        self._notify([entry_for(j, j.run_at, now) for j in created], created)
+        written = {e.job_id: e for e in entries}
+        self._notify(
+            [written.get(j.job_id) or entry_for(j, j.run_at, now) for j in created], created
+        )
         # A repeat that finds its job made and due (the first call may have been cut off before
         # it notified): its entry may be unread, so one is written again, due now.
         made = [
@@ -409,8 +410,7 @@ class Node:
                 )
 
     def _new_job(self, spec: JobSpec, now: int) -> Job:
-        validate_job_type(spec.job_type)
-        validate_payload(spec.payload)
+        """The job ``spec`` asks for; ``Job`` itself checks its type and payload."""
         check_attempts(spec.max_attempts)
         check_bytes("idempotency_key", spec.idempotency_key, MAX_IDEMPOTENCY_KEY_BYTES)
         job_id = validate_job_id(spec.job_id) if spec.job_id else uuid.uuid4().hex

@@ -119,6 +119,7 @@ class NodeMetrics:
         self.registry = CollectorRegistry(auto_describe=False)
         self.max_types = max_types
         self._types: set[str] = set()
+        self._scheduled_by_type: dict[str, Any] = {}  # job type -> its scheduled_total child
         self.window = LatenessWindow(clock)
         self.failures: deque[JobEvent] = deque(maxlen=RECENT)
         self.dead: deque[JobEvent] = deque(maxlen=RECENT)
@@ -149,6 +150,18 @@ class NodeMetrics:
             "timeshard_job_reruns",
             "Claims of a job whose previous run's lease expired (it may have run twice).",
             ["type"],
+            registry=r,
+        )
+        self.worker_messages_total = Counter(
+            "timeshard_worker_messages",
+            "Messages workers sent, by kind: claim (a Claim request) or result (a Finish, "
+            "Complete or Fail request); a streamed message counts as one too.",
+            ["kind"],
+            registry=r,
+        )
+        self.results_received_total = Counter(
+            "timeshard_results_received",
+            "Results (complete, fail, give back) received from workers, in any message.",
             registry=r,
         )
         self.rpc_requests_total = Counter(
@@ -204,7 +217,12 @@ class NodeMetrics:
         now = self.clock.now_ms()
         tracing = self.tracing.enabled
         for job in jobs:
-            self.scheduled_total.labels(self.type_label(job.job_type)).inc()
+            child = self._scheduled_by_type.get(job.job_type)
+            if child is None:
+                child = self.scheduled_total.labels(self.type_label(job.job_type))
+                if len(self._scheduled_by_type) < self.max_types:
+                    self._scheduled_by_type[job.job_type] = child
+            child.inc()
             if not tracing:
                 continue
             self.tracing.record(
@@ -214,6 +232,15 @@ class NodeMetrics:
                 end_ms=now,
                 attributes=_attrs(job),
             )
+
+    def claim_message(self) -> None:
+        """A worker asked for jobs (one Claim request, or one claim message of a stream)."""
+        self.worker_messages_total.labels("claim").inc()
+
+    def result_message(self, results: int) -> None:
+        """A worker sent ``results`` results in one message."""
+        self.worker_messages_total.labels("result").inc()
+        self.results_received_total.inc(results)
 
     def dispatched(self, job: Job, now: int) -> None:
         """The owner's dispatcher made ``job`` ready (due, or its lease expired) at ``now``."""

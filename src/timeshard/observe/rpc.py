@@ -41,6 +41,9 @@ class RpcMetrics(_ServerInterceptor):
     def __init__(self, metrics: NodeMetrics, services: Collection[str]) -> None:
         self._metrics = metrics
         self._services = frozenset(services)
+        # method -> (the handler it wrapped, the counted one): built once per method, not per
+        # call (the methods are the served ones, so this stays small)
+        self._wrapped: dict[str, tuple[Handler, Handler]] = {}
 
     async def intercept_service(
         self, continuation: Continuation, handler_call_details: grpc.HandlerCallDetails
@@ -56,12 +59,19 @@ class RpcMetrics(_ServerInterceptor):
             return handler  # type: ignore[return-value]
         if handler.request_streaming or handler.response_streaming or not handler.unary_unary:
             return handler
-        return self._counted(handler, service, method)
+        known = self._wrapped.get(handler_call_details.method)
+        if known is not None and known[0] is handler:
+            return known[1]
+        counted = self._counted(handler, service, method)
+        if service != UNKNOWN:
+            self._wrapped[handler_call_details.method] = (handler, counted)
+        return counted
 
     def _counted(self, handler: Handler, service: str, method: str) -> Handler:
         behaviour: Any = handler.unary_unary  # a coroutine function on grpc.aio
         requests = self._metrics.rpc_requests_total
         duration = self._metrics.rpc_duration.labels(service, method)
+        by_code: dict[str, Any] = {}  # status name -> its counter child
 
         async def counted(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
             started = time.perf_counter()
@@ -72,7 +82,11 @@ class RpcMetrics(_ServerInterceptor):
                 return response
             finally:
                 duration.observe(time.perf_counter() - started)
-                requests.labels(service, method, _name(_status(context) or code)).inc()
+                name = _name(_status(context) or code)
+                child = by_code.get(name)
+                if child is None:
+                    child = by_code[name] = requests.labels(service, method, name)
+                child.inc()
 
         return grpc.unary_unary_rpc_method_handler(
             counted,

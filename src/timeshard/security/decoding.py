@@ -31,7 +31,14 @@ class _Undecodable:
     reason: str
 
 
+_CACHED_METHODS = 256
+
+
 class DecodeGuard(_ServerInterceptor):
+    def __init__(self) -> None:
+        # method -> (the handler it guards, the guarded one): built once per method
+        self._guarded: dict[str, tuple[Handler, Handler]] = {}
+
     async def intercept_service(
         self, continuation: Continuation, handler_call_details: grpc.HandlerCallDetails
     ) -> Handler:
@@ -44,7 +51,14 @@ class DecodeGuard(_ServerInterceptor):
             or handler.unary_unary is None
         ):
             return handler  # type: ignore[return-value]
-        return _guarded(handler, handler_call_details.method)
+        method = handler_call_details.method
+        known = self._guarded.get(method)
+        if known is not None and known[0] is handler:
+            return known[1]
+        guarded = _guarded(handler, method)
+        if len(self._guarded) < _CACHED_METHODS:  # only methods that have a handler come here
+            self._guarded[method] = (handler, guarded)
+        return guarded
 
 
 def _guarded(handler: Handler, method: str) -> Handler:

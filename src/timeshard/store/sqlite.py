@@ -275,6 +275,9 @@ class SqliteStore(Store):
         batch = [(fn, fut) for fn, fut in batch if not fut.cancelled()]
         if not batch:
             return
+        if len(batch) == 1:
+            SqliteStore._run_alone(db, *batch[0])
+            return
         try:
             db.execute("BEGIN IMMEDIATE")
             for fn, fut in batch:
@@ -294,6 +297,28 @@ class SqliteStore(Store):
             _deliver([(fut, False, err) for _, fut in batch])
             return
         _deliver(results)
+
+    @staticmethod
+    def _run_alone(
+        db: sqlite3.Connection, fn: Callable[[sqlite3.Connection], Any], fut: Any
+    ) -> None:
+        """One op in its own transaction: no savepoint needed to undo it alone."""
+        try:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                value = fn(db)
+            except Exception as exc:
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
+                _deliver([(fut, False, exc)])
+                return
+            db.execute("COMMIT")
+        except sqlite3.Error as exc:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            _deliver([(fut, False, StoreUnavailable(str(exc)))])
+            return
+        _deliver([(fut, True, value)])
 
     async def _call(self, fn: Callable[[sqlite3.Connection], R]) -> R:
         if self._thread is None:

@@ -11,6 +11,9 @@ follow progress while the recording costs a few microseconds per job.
 
 ``TIMESHARD_LOADTEST_UNARY=1`` (inherited from ``tools/loadtest.py``) makes it use the unary
 calls instead of the worker stream, to compare the two.
+
+It follows the contract of ``tools/loadtest.py --worker-command`` (which other languages' load
+workers follow too), so that command line is also a valid ``--worker-command``.
 """
 
 from __future__ import annotations
@@ -57,9 +60,13 @@ class RunLog:
 _log: RunLog | None = None
 
 
-@worker.handler(
-    JOB_TYPE, timeout=60, concurrency=int(os.environ.get("TIMESHARD_LOADTEST_CONCURRENCY", "512"))
+# TIMESHARD_CONCURRENCY as ``loadtest --worker-command`` sets it, or the older name
+CONCURRENCY = os.environ.get("TIMESHARD_CONCURRENCY") or os.environ.get(
+    "TIMESHARD_LOADTEST_CONCURRENCY", "512"
 )
+
+
+@worker.handler(JOB_TYPE, timeout=60, concurrency=int(CONCURRENCY))
 async def noop(ctx: JobContext) -> None:
     start_ms = time.time_ns() / 1e6
     global _log

@@ -1,17 +1,22 @@
 """Creating jobs in their partitions, for ``JobRows`` (through the ``Rows`` seam).
 
 A job with a fresh id (random, generated for this call) is a plain write: its row and its entry
-share a partition key and go in one unlogged batch (one mutation), its index row alongside. A
-job with a key or a chosen id is settled first by a lightweight transaction (``insert_key``,
-``claim_index``), then created ``IF state = null``, batched per partition.
+share a partition key (one mutation, applied atomically), and go in one unlogged batch with its
+index row: one round trip. The plain creates of small calls (one ScheduleJob) are group
+committed: while one batch is in flight, the creates that arrive wait and go together in the
+next one, so concurrent callers share round trips. A job with a key or a chosen id is settled
+first by a lightweight transaction (``insert_key``, ``claim_index``), then created
+``IF state = null``, batched per partition.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from timeshard.batching import GroupCommit
 from timeshard.clock import Clock
 from timeshard.errors import InvalidArgument, StoreUnavailable
 from timeshard.model import BucketEntry, Job
@@ -19,6 +24,7 @@ from timeshard.sharding import minute_of, shard_of
 from timeshard.store.base import CreateResult
 from timeshard.store.cassandra.driver import Ambiguous, Connection
 from timeshard.store.cassandra.parts import (
+    BYTES_PER_BATCH,
     CAS_ROUNDS,
     Key,
     Lru,
@@ -61,6 +67,16 @@ DECIDE_IN_FLIGHT = 32
 """Lightweight transactions of one create call in flight at once (keys and chosen ids)."""
 STAMP_BACK_US = 60_000_000
 """A plain create is stamped this far in the past (see ``create_row`` in cassandra.cql)."""
+GROUPED_MAX = 8
+"""A call with at most this many plain creates joins the group commit; a larger one (a
+ScheduleJobs batch) is a group of its own and writes its partitions' batches at once."""
+GROUP_MAX_JOBS = 64
+"""Plain creates one group commit takes at a time (sent as batches of ``PARTITIONS_PER_BATCH``,
+concurrently)."""
+PARTITIONS_PER_BATCH = 10
+"""Partitions one grouped batch may touch: Cassandra's default
+``unlogged_batch_across_partitions_warn_threshold``, so a grouped batch logs no warning there.
+A job takes two (its row and entry share one; its index row is another)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,12 +90,28 @@ class _New:
     cut short. Those rows may carry the old job's time to live; a new job rewrites them."""
 
 
+@dataclass(slots=True, eq=False)
+class _Queued:
+    """A plain create waiting for its group commit; ``done`` is set once its batch is written."""
+
+    new: _New
+    done: asyncio.Future[None] = field(
+        default_factory=lambda: asyncio.get_running_loop().create_future()
+    )
+
+
 class Creator:
     def __init__(self, conn: Connection, clock: Clock, num_shards: int, rows: Rows) -> None:
         self._conn = conn
         self._clock = clock
         self._num_shards = num_shards
         self._rows = rows
+        self._group: GroupCommit[int, _Queued] = GroupCommit(
+            self._write_group, max_items=GROUP_MAX_JOBS, fail=_fail, name="creates"
+        )
+
+    async def close(self) -> None:
+        await self._group.close()
 
     async def create(
         self, jobs: Sequence[tuple[Job, BucketEntry]], fresh: Collection[str]
@@ -119,21 +151,23 @@ class Creator:
                 continue
             by_id[decided.job.job_id] = decided
             guarded.append(decided)
-        index = [("insert_index", (n.job.shard, n.home, n.job.job_id, 0)) for n in plain]
-        await _gather(
-            [
-                self._rows.put_entries([_homed(n.entry, n.home) for n in guarded]),
-                self._rows.plain_writes(index),
-                *(self._create_plain(k, ns) for k, ns in _by_home(plain).items()),
-            ]
-        )
+        writes = []
+        if guarded:  # entries first: a crash leaves an entry that finds nothing
+            writes.append(self._rows.put_entries([_homed(n.entry, n.home) for n in guarded]))
+        if plain:
+            writes.append(self._write_plain(plain))
+        if len(writes) == 1:
+            await writes[0]
+        elif writes:
+            await _gather(writes)
         parts = await _gather(self._create_guarded(k, ns) for k, ns in _by_home(guarded).items())
         for part in parts:
             results.update(part)
         for n in plain:
             results[n.index] = CreateResult(created=True, job=n.job)
         revived = [n for n in guarded if n.revived and results[n.index].created]
-        await self._rows.plain_writes([w for n in revived for w in _lasting(n.job, n.home)])
+        if revived:
+            await self._rows.plain_writes([w for n in revived for w in _lasting(n.job, n.home)])
         for n in [*plain, *guarded]:
             self._rows.homes.put(n.job.job_id, n.home)
         for i, job in repeats:
@@ -194,6 +228,64 @@ class Creator:
             return None if row["[applied]"] else row
         raise StoreUnavailable(f"creating job {job.job_id!r} kept timing out")
 
+    async def _write_plain(self, plain: list[_New]) -> None:
+        """Durable when this returns: the rows, entries and index rows of ``plain``."""
+        if len(plain) > GROUPED_MAX:
+            index = [("insert_index", (n.job.shard, n.home, n.job.job_id, 0)) for n in plain]
+            await _gather(
+                [
+                    self._rows.plain_writes(index),
+                    *(self._create_plain(k, ns) for k, ns in _by_home(plain).items()),
+                ]
+            )
+            return
+        queued = [_Queued(n) for n in plain]
+        for q in queued:
+            self._group.submit(0, q)  # one group: every small call may share its batches
+        if len(queued) == 1:
+            await queued[0].done
+        else:
+            await _gather(q.done for q in queued)
+
+    async def _write_group(self, _: int, queued: list[_Queued]) -> None:
+        """One group commit: its creates in batches of a few partitions each, all at once.
+        Each create is settled by its own batch (written, or the batch's error)."""
+        chunks = _by_partitions(queued)
+        if len(chunks) == 1:
+            await self._write_chunk(chunks[0])
+        else:
+            await asyncio.gather(*(self._write_chunk(c) for c in chunks))
+
+    async def _write_chunk(self, queued: list[_Queued]) -> None:
+        now = self._clock.now_ms()
+        stamp = now * 1000 - STAMP_BACK_US
+        statements: list[tuple[str, Any]] = []
+        partitions: set[Key] = set()
+        for q in queued:
+            n = q.new
+            key = (n.job.shard, n.home)
+            if key not in partitions:
+                partitions.add(key)
+                statements.append(("init_epoch", {"shard": key[0], "minute": key[1]}))
+            e = n.entry
+            statements += [
+                ("create_row", {**_row_params(n.job, key), "stamp": stamp}),
+                (
+                    "insert_entry",
+                    (e.shard, e.minute, e.due_at, e.job_id, n.home, bucket_ttl(e.due_at, now)),
+                ),
+                ("insert_index", (n.job.shard, n.home, n.job.job_id, 0)),
+            ]
+        try:
+            await self._conn.batch(statements, conditional=False)
+        except Exception as exc:  # each caller gets its batch's error (StoreUnavailable)
+            for q in queued:
+                _fail(q, exc)
+            return
+        for q in queued:
+            if not q.done.done():
+                q.done.set_result(None)
+
     async def _create_plain(self, key: Key, news: list[_New]) -> None:
         stamp = self._clock.now_ms() * 1000 - STAMP_BACK_US
         init: tuple[str, Any] = ("init_epoch", {"shard": key[0], "minute": key[1]})
@@ -251,6 +343,36 @@ def _lasting(job: Job, home: int) -> list[tuple[str, tuple[Any, ...]]]:
     if job.idempotency_key:
         writes.append(("expire_key", (job.job_id, job.body_digest(), job.idempotency_key, 0)))
     return writes
+
+
+def _fail(q: _Queued, exc: BaseException) -> None:
+    if not q.done.done():
+        if isinstance(exc, asyncio.CancelledError):
+            q.done.cancel()
+        else:
+            q.done.set_exception(exc)
+
+
+def _by_partitions(queued: list[_Queued]) -> list[list[_Queued]]:
+    """``queued`` in chunks that touch at most ``PARTITIONS_PER_BATCH`` partitions and about
+    ``BYTES_PER_BATCH`` bytes each."""
+    chunks: list[list[_Queued]] = []
+    chunk: list[_Queued] = []
+    homes: set[Key] = set()
+    size = 0
+    for q in queued:
+        home = (q.new.job.shard, q.new.home)
+        parts = len(homes) + len(chunk) + 1 + (home not in homes)  # homes + index rows
+        weight = 1024 + len(q.new.job.payload)
+        if chunk and (parts > PARTITIONS_PER_BATCH or size + weight > BYTES_PER_BATCH):
+            chunks.append(chunk)
+            chunk, homes, size = [], set(), 0
+        chunk.append(q)
+        homes.add(home)
+        size += weight
+    if chunk:
+        chunks.append(chunk)
+    return chunks
 
 
 def _by_home(news: list[_New]) -> dict[Key, list[_New]]:

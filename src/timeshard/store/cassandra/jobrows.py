@@ -113,6 +113,7 @@ class JobRows:
         return await self._creator.create(jobs, fresh)
 
     async def close(self) -> None:
+        await self._creator.close()
         await self._batcher.close()
         if self._following:
             await asyncio.wait(self._following, timeout=FOLLOW_CLOSE_S)

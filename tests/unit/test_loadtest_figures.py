@@ -1,0 +1,66 @@
+"""The load tool's own figures: what a run reports per fired job (Paxos rounds only where the
+store has them), and the CPU of an external worker's whole process tree."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tools.bench.external import tree_cpu_seconds
+from tools.bench.scenarios import fired_costs
+
+BEFORE = {
+    "timeshard_jobs_claimed_total": 10.0,
+    "timeshard_results_received_total": 10.0,
+    "timeshard_store_paxos_rounds_total": 5.0,
+    "timeshard_store_conditional_rows_total": 50.0,
+}
+AFTER = {
+    "timeshard_jobs_claimed_total": 110.0,
+    "timeshard_worker_messages_total{kind=claim}": 25.0,
+    "timeshard_worker_messages_total{kind=result}": 10.0,
+    "timeshard_results_received_total": 110.0,
+    "timeshard_store_paxos_rounds_total": 25.0,
+    "timeshard_store_conditional_rows_total": 250.0,
+}
+CPU = {"server": 0.05, "workers": 0.02}
+
+
+def test_per_fired_job_figures_and_paxos_only_on_cassandra() -> None:
+    embedded = fired_costs("sqlite", CPU, BEFORE, AFTER, 100)
+    assert embedded == {
+        "server_cpu_ms": 0.5,
+        "worker_cpu_ms": 0.2,
+        "claims_per_claim_message": 4.0,  # 100 jobs in 25 claim messages (no sample before)
+        "results_per_result_message": 10.0,
+    }
+    on_cassandra = fired_costs("cassandra", CPU, BEFORE, AFTER, 100)
+    assert on_cassandra["paxos_rounds"] == 0.2 and on_cassandra["conditional_rows"] == 2.0
+
+
+def test_no_counters_scraped_gives_no_ratios() -> None:
+    out = fired_costs("sqlite", CPU, {}, {}, 100)
+    assert out["claims_per_claim_message"] is None and out["results_per_result_message"] is None
+
+
+def test_an_external_worker_is_charged_for_its_whole_process_tree() -> None:
+    busy = "import time\nwhile time.process_time() < 0.3: pass"
+    # a wrapper (as `go run` is) whose child burns 0.3 s of CPU and ends, waited for by it
+    wrapper = subprocess.Popen(
+        ["sh", "-c", f'{sys.executable} -c "{busy}"; exec sleep 60'], start_new_session=True
+    )
+    try:
+        deadline = time.monotonic() + 60
+        comm = Path(f"/proc/{wrapper.pid}/comm")
+        while comm.read_text().strip() != "sleep":  # the child ended, was waited for
+            assert time.monotonic() < deadline, "the busy child did not end"
+            time.sleep(0.05)
+        # only the (former) wrapper is left: the child's CPU is in its children's times
+        assert (tree_cpu_seconds([wrapper.pid]) or 0.0) >= 0.29
+    finally:
+        os.killpg(wrapper.pid, signal.SIGKILL)
+        wrapper.wait(10)
