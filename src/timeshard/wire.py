@@ -99,6 +99,8 @@ def job_to_pb(job: Job, *, history: bool = True) -> pb.Job:
         idempotency_key=job.idempotency_key,
         last_error=job.last_error,
         shard=job.shard,
+        result=job.result,
+        result_encoding=job.result_encoding,
     )
     _set_ts(msg.run_at, job.run_at)
     _set_ts(msg.created_at, job.created_at)
@@ -117,6 +119,7 @@ def job_to_pb(job: Job, *, history: bool = True) -> pb.Job:
                 finished_at=ts(a.finished_at) if a.finished_at else None,
                 outcome=a.outcome,
                 error=a.error,
+                traceback=a.traceback,
             )
             for a in job.history
         )

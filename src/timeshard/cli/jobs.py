@@ -3,15 +3,25 @@
 from __future__ import annotations
 
 import argparse
+import base64
 import json
+import sys
 from typing import Any
 
 from timeshard.cli.common import MAX_INT32, parse_duration, parse_time, whole
 from timeshard.cli.load import DEFAULT_KEY_PREFIX, cmd_load, key_prefix, not_scheduled_why
 from timeshard.client import Client, Scheduled
 from timeshard.clock import format_rfc3339
-from timeshard.errors import FailedPrecondition, InvalidArgument
-from timeshard.model import JobState, parse_json_payload
+from timeshard.errors import (
+    DeadlineExceeded,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    TimeshardError,
+    Unavailable,
+)
+from timeshard.limits import MAX_BATCH
+from timeshard.model import RESULT_BYTES, RESULT_JSON, JobState, parse_json_payload
 from timeshard.v1 import timeshard_pb2 as pb
 from timeshard.wire import state_from_pb, ts_ms
 
@@ -62,7 +72,28 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     g = jsub.add_parser("get", help="show one job")
     g.add_argument("job_id")
     g.add_argument("--json", action="store_true")
+    g.add_argument(
+        "--result",
+        action="store_true",
+        help="print only what its handler returned: JSON text, or the bytes as they are "
+        f"(exit {EXIT_JOB_FAILED} if the job has not succeeded)",
+    )
     g.set_defaults(func=cmd_get)
+
+    w = jsub.add_parser(
+        "wait",
+        help="wait until jobs are finished; prints each as it finishes",
+        description=WAIT_DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    w.add_argument("job_ids", nargs="+", metavar="ID")
+    w.add_argument(
+        "--timeout",
+        default=None,
+        metavar="DURATION",
+        help="give up after this long (e.g. 30, 90s, 5m; default: wait as long as it takes)",
+    )
+    w.set_defaults(func=cmd_wait)
 
     ls = jsub.add_parser("list", help="list jobs")
     ls.add_argument("--state", choices=[s.value for s in JobState])
@@ -84,6 +115,22 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     rw.add_argument("--at")
     r.set_defaults(func=cmd_reschedule)
 
+
+EXIT_NOT_FOUND = 2
+EXIT_JOB_FAILED = 3
+EXIT_TIMEOUT = 4
+"""Exit codes of ``jobs wait`` (and ``jobs get --result``): 0 when every job succeeded."""
+
+WAIT_DESCRIPTION = f"""\
+Waits on the server (WaitJobs) until each job is finished, and prints a line for
+each as it finishes: ID, type, state, attempt. Exit status:
+  0  every job succeeded
+  {EXIT_NOT_FOUND}  a job id is not known (nothing is waited for)
+  {EXIT_JOB_FAILED}  every job finished, and some are dead or cancelled (named on stderr)
+  {EXIT_TIMEOUT}  --timeout passed first (the jobs not finished are named on stderr), or the
+     server could not be reached
+At most {MAX_BATCH} ids per call of the server; more are waited for in turn.
+"""
 
 LOAD_DESCRIPTION = """\
 One job per line, e.g.
@@ -135,6 +182,8 @@ def job_json(job: pb.Job) -> dict[str, Any]:
         "idempotency_key": job.idempotency_key or None,
         "last_error": job.last_error or None,
         "payload": job.payload.decode("utf-8", errors="replace"),
+        "result_encoding": job.result_encoding or None,
+        "result": _result_json(job),
         "history": [
             {
                 "attempt": a.attempt,
@@ -143,10 +192,20 @@ def job_json(job: pb.Job) -> dict[str, Any]:
                 "finished_at": t(a.finished_at, a.HasField("finished_at")),
                 "outcome": a.outcome,
                 "error": a.error or None,
+                "traceback": a.traceback or None,
             }
             for a in job.history
         ],
     }
+
+
+def _result_json(job: pb.Job) -> Any:
+    """The result for JSON output: the value of a JSON result, base64 text for bytes."""
+    if job.result_encoding == RESULT_JSON:
+        return json.loads(job.result)
+    if job.result_encoding == RESULT_BYTES:
+        return base64.b64encode(job.result).decode("ascii")
+    return None
 
 
 def job_line(job: pb.Job) -> str:
@@ -202,17 +261,63 @@ def _scheduled_line(done: Scheduled, key: str) -> str:
 def cmd_get(args: argparse.Namespace) -> int:
     with _client(args) as c:
         job = c.get(args.job_id)
+    if args.result:
+        return _print_result(job)
     if args.json:
         print(json.dumps(job_json(job), indent=2))
-    else:
-        for k, v in job_json(job).items():
-            if k != "history" and v is not None:
-                print(f"{k:>16}: {v}")
-        for a in job.history:
-            print(
-                f"{'attempt':>16}: #{a.attempt} by {a.worker}: {a.outcome or 'running'} {a.error}"
-            )
+        return 0
+    for k, v in job_json(job).items():
+        if k == "result" and v is not None:
+            v = job.result.decode() if job.result_encoding == RESULT_JSON else f"{v} (base64)"
+        if k != "history" and v is not None:
+            print(f"{k:>16}: {v}")
+    for a in job.history:
+        print(f"{'attempt':>16}: #{a.attempt} by {a.worker}: {a.outcome or 'running'} {a.error}")
+        if a.traceback:
+            print("\n".join(f"{'':>18}{line}" for line in a.traceback.rstrip().splitlines()))
     return 0
+
+
+def _print_result(job: pb.Job) -> int:
+    """The result alone on stdout: JSON text with a newline, bytes exactly as returned."""
+    state = state_from_pb(job.state)
+    if state is not JobState.SUCCEEDED:
+        why = f"; last error: {job.last_error}" if job.last_error else ""
+        print(f"error: job {job.job_id} is {state}: it has no result{why}", file=sys.stderr)
+        return EXIT_JOB_FAILED
+    if job.result_encoding == RESULT_BYTES:
+        sys.stdout.buffer.write(job.result)
+        sys.stdout.flush()
+    elif job.result_encoding == RESULT_JSON:
+        print(job.result.decode("utf-8"))
+    return 0
+
+
+def cmd_wait(args: argparse.Namespace) -> int:
+    timeout = None if args.timeout is None else parse_duration(args.timeout, "--timeout")
+    if timeout is not None and timeout < 0:
+        raise InvalidArgument("--timeout", "must not be negative")
+    failed: list[pb.Job] = []
+    try:
+        with _client(args) as c:
+            for job in c.finished(args.job_ids, timeout=timeout):
+                print(job_line(job), flush=True)
+                if state_from_pb(job.state) is not JobState.SUCCEEDED:
+                    failed.append(job)
+    except NotFound as exc:
+        return _wait_error(exc, EXIT_NOT_FOUND)
+    except (DeadlineExceeded, Unavailable) as exc:
+        return _wait_error(exc, EXIT_TIMEOUT)
+    for job in failed:
+        why = f": {job.last_error}" if job.last_error else ""
+        state = state_from_pb(job.state)
+        print(f"job {job.job_id} ({job.type}) ended {state}{why}", file=sys.stderr)
+    return EXIT_JOB_FAILED if failed else 0
+
+
+def _wait_error(exc: TimeshardError, code: int) -> int:
+    print(f"error: {exc.message}", file=sys.stderr)
+    return code
 
 
 def cmd_list(args: argparse.Namespace) -> int:
