@@ -125,6 +125,9 @@ class JobWaits:
                 except TimeshardError as exc:  # the store is away: the next pass tries again
                     log.warning("waited-for jobs not read again (%s); retrying", exc)
                     break
+                except Exception:  # never let the one reader die while calls still wait
+                    log.exception("waited-for jobs not read again; retrying")
+                    break
                 for job in found.values():
                     self.finished(job)
 
