@@ -30,6 +30,7 @@ from timeshard.model import (
     Schedule,
     ShardState,
     WriteResult,
+    validate_result,
 )
 from timeshard.sharding import DEFAULT_NUM_SHARDS, shard_of, validate_num_shards
 from timeshard.store import transitions as T
@@ -493,6 +494,7 @@ class SqliteStore(Store):
     async def complete_job(
         self, job_id: str, fence: int, now: int, *, result: bytes = b"", result_encoding: str = ""
     ) -> WriteResult:
+        validate_result(result, result_encoding)  # refused before anything is written
         transition = T.complete(fence, now, result, result_encoding)
         return await self._call(lambda db: _apply(db, job_id, transition))
 
