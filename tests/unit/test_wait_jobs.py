@@ -98,7 +98,9 @@ async def test_a_result_reported_to_another_node_reaches_the_waiter(tmp_path: Pa
         await b.complete(job.job_id, job.fence, b"[1,2]", "json")
         await settle(a)
         assert waiter.got == []  # not yet: a did not write it
-        clock.advance(WAIT_REREAD_S)
+        for _ in range(4):  # one re-read interval, in steps (each sleeper runs to register)
+            clock.advance(WAIT_REREAD_S / 2)
+            await settle(a)
         await asyncio.wait_for(waiter.task, 5)
         (got,) = waiter.got
         assert got.state is JobState.SUCCEEDED and got.result == b"[1,2]"
@@ -141,9 +143,12 @@ async def test_a_timeout_names_the_jobs_not_finished() -> None:
 
         task = asyncio.create_task(wait())
         await wait_until(lambda: got == [a.job_id], what="the finished job first")
-        clock.advance(3)
+        for _ in range(8):  # (the waiter's sleep starts when it next runs: step and settle)
+            clock.advance(0.5)
+            await settle(node)
+        assert task.done()
         with pytest.raises(WaitTimeout, match=f"1 job\\(s\\) not finished within 3 s: '{b.job_id}'"):
-            await asyncio.wait_for(task, 5)
+            await task
 
 
 async def test_wait_jobs_over_grpc_and_the_client() -> None:
