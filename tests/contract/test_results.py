@@ -23,7 +23,9 @@ async def test_a_completion_stores_its_result_with_the_job(open_store: OpenStore
         done = await assert_stored(store, out)
         assert done.state is JobState.SUCCEEDED
         assert (done.result, done.result_encoding) == (b'{"n":1}', "json")
-        page = await store.list_jobs(state=JobState.SUCCEEDED, job_type=None, limit=10, page_token="")
+        page = await store.list_jobs(
+            state=JobState.SUCCEEDED, job_type=None, limit=10, page_token=""
+        )
         assert [(j.job_id, j.result) for j in page.jobs] == [("r1", b'{"n":1}')]
 
 
@@ -43,7 +45,7 @@ async def test_a_result_over_the_limit_or_without_encoding_changes_nothing(
 ) -> None:
     async with open_store() as store:
         running = await claimed(store, await created(store, "r3"))
-        with pytest.raises(InvalidArgument, match="result: .* over the limit"):
+        with pytest.raises(InvalidArgument, match=r"result: .* over the limit"):
             await store.complete_job(
                 "r3",
                 running.fence,

@@ -172,9 +172,9 @@ async def test_a_failure_carries_its_traceback_into_the_history_and_the_log(
 
     with caplog.at_level(logging.WARNING, logger="timeshard.worker"):
         job = await run_one(srv, w)
-    assert job.state is JobState.DEAD and [a.error for a in job.history] == [
-        "KeyError: 'missing'"
-    ] * 2
+    assert (
+        job.state is JobState.DEAD and [a.error for a in job.history] == ["KeyError: 'missing'"] * 2
+    )
     for attempt in job.history:
         assert attempt.traceback.startswith("Traceback (most recent call last):")
         assert "in look_up" in attempt.traceback and 'payload["missing"]' in attempt.traceback
@@ -182,7 +182,8 @@ async def test_a_failure_carries_its_traceback_into_the_history_and_the_log(
     lines = [
         r
         for r in caplog.records
-        if r.name == "timeshard.worker" and r.levelno == logging.WARNING
+        if r.name == "timeshard.worker"
+        and r.levelno == logging.WARNING
         and job.job_id in r.getMessage()
     ]
     assert len(lines) == 2, [r.getMessage() for r in caplog.records]
@@ -251,4 +252,4 @@ async def test_jobs_get_shows_the_result_and_the_traceback(
 
         page = render(await node_status(node))  # the status page: failures and dead letters
         assert page.count("<summary>traceback</summary>") == 2
-        assert 'File &quot;h.py&quot;, line 3' in page and "KeyError: &lt;b&gt;" in page
+        assert "File &quot;h.py&quot;, line 3" in page and "KeyError: &lt;b&gt;" in page

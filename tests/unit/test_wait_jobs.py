@@ -147,7 +147,8 @@ async def test_a_timeout_names_the_jobs_not_finished() -> None:
             clock.advance(0.5)
             await settle(node)
         assert task.done()
-        with pytest.raises(WaitTimeout, match=f"1 job\\(s\\) not finished within 3 s: '{b.job_id}'"):
+        expected = f"1 job\\(s\\) not finished within 3 s: '{b.job_id}'"
+        with pytest.raises(WaitTimeout, match=expected):
             await task
 
 
@@ -195,7 +196,7 @@ async def test_wait_jobs_over_grpc_and_the_client() -> None:
             await node.complete(b.job_id, b.fence, b"\x00\x01", "bytes")
             done = await waiting
             assert list(done) == [b.job_id, a.job_id]
-            assert done[b.job_id].result == b"\x00\x01" and done[b.job_id].result_encoding == "bytes"
+            assert (done[b.job_id].result, done[b.job_id].result_encoding) == (b"\x00\x01", "bytes")
             with pytest.raises(NotFound, match="'nope'"):
                 await asyncio.to_thread(c.wait, "nope", 5)
 

@@ -1,6 +1,6 @@
-"""``timeshard worker`` adds its metrics (and, unless --quiet, its progress printer) to the event hook a
-Worker was built with, and keeps that hook: a worker's own record of its results (the chaos
-suite's ledger, an audit log) must not go silent when it runs under the CLI."""
+"""``timeshard worker`` adds its metrics (and, unless --quiet, its progress printer) to the event
+hook a Worker was built with, and keeps that hook: a worker's own record of its results (the
+chaos suite's ledger, an audit log) must not go silent when it runs under the CLI."""
 
 from __future__ import annotations
 

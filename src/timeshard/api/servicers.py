@@ -349,24 +349,7 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
                     )
                 )
                 continue
-            item = FinishItem(
-                job_id=i.job_id,
-                fence=i.fence,
-                failed=i.failed,
-                error=truncate_error(i.error),
-                permanent=i.permanent,
-                give_back=i.give_back,
-                result=i.result,
-                result_encoding=i.result_encoding,
-                traceback=i.traceback,
-            )
-            if not (i.failed or i.give_back):
-                try:
-                    validate_result(i.result, i.result_encoding)
-                except InvalidArgument as exc:
-                    refused[n] = InvalidArgument(f"items[{n}].{exc.field}", exc.problem)
-                    item = _result_refused(item, refused[n])
-            items.append(item)
+            items.append(_finish_item(n, i, refused))
         done = iter(await self.node.finish([i for i in items if isinstance(i, FinishItem)]))
         results = []
         for n, (asked, item) in enumerate(zip(request.items, items, strict=True)):
@@ -463,6 +446,30 @@ class AdminService(pb_grpc.AdminServiceServicer):
         check_bytes("node_id", request.node_id, MAX_NODE_ID_BYTES)
         moved = await self.node.coordinator.drain_node(request.node_id)
         return pb.DrainNodeResponse(moved=moved)
+
+
+def _finish_item(n: int, i: pb.FinishItem, refused: dict[int, InvalidArgument]) -> FinishItem:
+    """Item ``n`` for the node; a completion whose result can not be stored becomes a
+    permanent failure saying why, and is noted in ``refused``."""
+    item = FinishItem(
+        job_id=i.job_id,
+        fence=i.fence,
+        failed=i.failed,
+        error=truncate_error(i.error),
+        permanent=i.permanent,
+        give_back=i.give_back,
+        result=i.result,
+        result_encoding=i.result_encoding,
+        traceback=i.traceback,
+    )
+    if i.failed or i.give_back:
+        return item
+    try:
+        validate_result(i.result, i.result_encoding)
+    except InvalidArgument as exc:
+        refused[n] = InvalidArgument(f"items[{n}].{exc.field}", exc.problem)
+        return _result_refused(item, refused[n])
+    return item
 
 
 def _result_refused(item: FinishItem, error: InvalidArgument) -> FinishItem:
