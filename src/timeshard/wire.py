@@ -99,9 +99,10 @@ def job_to_pb(job: Job, *, history: bool = True) -> pb.Job:
         idempotency_key=job.idempotency_key,
         last_error=job.last_error,
         shard=job.shard,
-        result=job.result,
-        result_encoding=job.result_encoding,
     )
+    if job.result_encoding:  # (most jobs have none: not passed, as an empty field costs time)
+        msg.result = job.result
+        msg.result_encoding = job.result_encoding
     _set_ts(msg.run_at, job.run_at)
     _set_ts(msg.created_at, job.created_at)
     if job.lease_until:
