@@ -29,9 +29,9 @@ def test_a_script_waits_for_its_jobs_and_a_quiet_worker_still_logs_failures(
     assert json.loads(result.stdout) == {"n": 7}
 
     failed = cli(server, "jobs", "wait", echo_id, bad_id, "--timeout", "60s", check=False)
-    assert failed.returncode == 3, failed
+    assert failed.returncode == 8, failed
     assert f"job {bad_id} (demo.fail) ended dead: PermanentError: demo.fail" in failed.stderr
-    shown = json.loads(cli(server, "dlq", "show", bad_id).stdout)
+    shown = json.loads(cli(server, "dlq", "show", bad_id, "--json").stdout)
     trace = shown["history"][-1]["traceback"]
     assert trace.startswith("Traceback") and "PermanentError: demo.fail" in trace
 
@@ -42,4 +42,4 @@ def test_a_script_waits_for_its_jobs_and_a_quiet_worker_still_logs_failures(
     assert " run   demo.echo" not in procs.log("worker")  # --quiet: no progress lines
 
     timed_out = cli(server, "jobs", "wait", "nope-1", check=False)
-    assert timed_out.returncode == 2 and "'nope-1' not found" in timed_out.stderr
+    assert timed_out.returncode == 3 and "'nope-1' not found" in timed_out.stderr

@@ -239,12 +239,12 @@ async def test_jobs_get_shows_the_result_and_the_traceback(
         assert capsys.readouterr().out == '{"n":7}\n'
         code = await asyncio.to_thread(main, [*address, "jobs", "get", bad.job_id, "--result"])
         captured = capsys.readouterr()
-        assert code == 3 and captured.out == "" and "is dead: it has no result" in captured.err
+        assert code == 8 and captured.out == "" and "is dead: it has no result" in captured.err
 
         assert await asyncio.to_thread(main, [*address, "jobs", "get", bad.job_id]) == 0
         text = capsys.readouterr().out
         assert 'File "h.py", line 3' in text and "KeyError: <b>" in text
-        assert await asyncio.to_thread(main, [*address, "dlq", "show", bad.job_id]) == 0
+        assert await asyncio.to_thread(main, [*address, "dlq", "show", bad.job_id, "--json"]) == 0
         shown = json.loads(capsys.readouterr().out)
         assert shown["history"][-1]["traceback"] == trace
         assert await asyncio.to_thread(main, [*address, "jobs", "get", ok.job_id, "--json"]) == 0

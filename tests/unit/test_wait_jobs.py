@@ -5,6 +5,7 @@ timeouts get clear statuses and exit codes."""
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -213,17 +214,21 @@ async def test_jobs_wait_exit_codes(capsys: pytest.CaptureFixture[str]) -> None:
 
         code = await asyncio.to_thread(main, [*address, ok.job_id, slow.job_id, "--timeout", "0.2"])
         captured = capsys.readouterr()
-        assert code == 4 and ok.job_id in captured.out
+        assert code == 6 and ok.job_id in captured.out
         assert f"not finished within 0.2 s: '{slow.job_id}'" in captured.err
 
         await node.fail(dead.job_id, dead.fence, "bad input", True)
         code = await asyncio.to_thread(main, [*address, ok.job_id, dead.job_id])
         captured = capsys.readouterr()
-        assert code == 3 and f"job {dead.job_id} (t) ended dead: bad input" in captured.err
+        assert code == 8 and f"job {dead.job_id} (t) ended dead: bad input" in captured.err
 
         code = await asyncio.to_thread(main, [*address, "nope"])
         captured = capsys.readouterr()
-        assert code == 2 and "'nope' not found" in captured.err
+        assert code == 3 and "'nope' not found" in captured.err
+
+        code = await asyncio.to_thread(main, [*address, ok.job_id, dead.job_id, "--json"])
+        shown = json.loads(capsys.readouterr().out)
+        assert code == 8 and [j["state"] for j in shown] == ["succeeded", "dead"]
 
         code = await asyncio.to_thread(main, [*address, ok.job_id, "--timeout", "soon"])
         assert code == 2 and "--timeout" in capsys.readouterr().err

@@ -8,18 +8,11 @@ import json
 import sys
 from typing import Any
 
-from timeshard.cli.common import MAX_INT32, parse_duration, parse_time, whole
+from timeshard.cli.common import MAX_INT32, add_json_option, parse_duration, parse_time, whole
 from timeshard.cli.load import DEFAULT_KEY_PREFIX, cmd_load, key_prefix, not_scheduled_why
 from timeshard.client import Client, Scheduled
-from timeshard.clock import format_rfc3339
-from timeshard.errors import (
-    DeadlineExceeded,
-    FailedPrecondition,
-    InvalidArgument,
-    NotFound,
-    TimeshardError,
-    Unavailable,
-)
+from timeshard.console import Exit, add_progress_option, print_json, when, when_local
+from timeshard.errors import FailedPrecondition, InvalidArgument, TimeshardError
 from timeshard.limits import MAX_BATCH
 from timeshard.model import RESULT_BYTES, RESULT_JSON, JobState, parse_json_payload
 from timeshard.v1 import timeshard_pb2 as pb
@@ -35,13 +28,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     when = s.add_mutually_exclusive_group(required=True)
     when.add_argument("--in", dest="delay", help="delay, e.g. 2s, 500ms, 5m, 1h30m")
     when.add_argument("--at", help="absolute time, RFC 3339, e.g. 2026-12-01T09:00:00Z")
-    s.add_argument("--payload", default="{}", help="JSON payload (default {})")
+    s.add_argument("--payload", default="{}", help="JSON payload")
     s.add_argument("--key", default="", help="idempotency key: a repeat returns the same job")
     s.add_argument(
         "--max-attempts",
         type=whole(0, MAX_INT32, note="0: the type's default"),
         default=0,
+        help="attempts before the job is dead (0: the type's default)",
     )
+    add_json_option(s, '{"created": true|false, "job": JOB}')
     s.set_defaults(func=cmd_schedule)
 
     ld = jsub.add_parser(
@@ -50,7 +45,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         description=LOAD_DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    ld.add_argument("file")
+    ld.add_argument("file", help="a JSON Lines file, one job per line; - for stdin")
     ld.add_argument(
         "--batch", type=whole(1, 1000), default=500, help="jobs per ScheduleJobs call (1-1000)"
     )
@@ -59,24 +54,26 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--key-prefix",
         type=key_prefix,
         default=DEFAULT_KEY_PREFIX,
-        help=f"starts the key derived for a line without one (default {DEFAULT_KEY_PREFIX}); a "
-        "new prefix loads the same file again as new jobs",
+        help="starts the key derived for a line without one; a new prefix loads the same file "
+        "again as new jobs",
     )
     keys.add_argument(
         "--no-derived-keys",
         action="store_true",
         help="a line without a key gets none: every run schedules it again",
     )
+    add_progress_option(ld)
+    add_json_option(ld, "the summary, each line's job and the lines not scheduled")
     ld.set_defaults(func=cmd_load)
 
     g = jsub.add_parser("get", help="show one job")
-    g.add_argument("job_id")
-    g.add_argument("--json", action="store_true")
+    g.add_argument("job_id", help="the job's id")
+    add_json_option(g, "JOB")
     g.add_argument(
         "--result",
         action="store_true",
         help="print only what its handler returned: JSON text, or the bytes as they are "
-        f"(exit {EXIT_JOB_FAILED} if the job has not succeeded)",
+        f"(exit {Exit.JOB_FAILED.value} if the job has not succeeded)",
     )
     g.set_defaults(func=cmd_get)
 
@@ -86,49 +83,46 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         description=WAIT_DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    w.add_argument("job_ids", nargs="+", metavar="ID")
+    w.add_argument("job_ids", nargs="+", metavar="ID", help="the jobs' ids")
     w.add_argument(
         "--timeout",
         default=None,
         metavar="DURATION",
         help="give up after this long (e.g. 30, 90s, 5m; default: wait as long as it takes)",
     )
+    add_json_option(w, "an array of JOB, the jobs finished, in the order they finished")
     w.set_defaults(func=cmd_wait)
 
     ls = jsub.add_parser("list", help="list jobs")
-    ls.add_argument("--state", choices=[s.value for s in JobState])
-    ls.add_argument("--type", default="")
-    ls.add_argument(
-        "--limit", type=whole(1), default=50, help="at most this many jobs (default 50)"
-    )
-    ls.add_argument("--json", action="store_true")
+    ls.add_argument("--state", choices=[s.value for s in JobState], help="only jobs in this state")
+    ls.add_argument("--type", default="", help="only jobs of this type")
+    ls.add_argument("--limit", type=whole(1), default=50, help="at most this many jobs")
+    add_json_option(ls, "an array of JOB")
     ls.set_defaults(func=cmd_list)
 
     c = jsub.add_parser("cancel", help="cancel a scheduled or running job")
-    c.add_argument("job_id")
+    c.add_argument("job_id", help="the job's id")
+    add_json_option(c, "JOB, as cancelled")
     c.set_defaults(func=cmd_cancel)
 
     r = jsub.add_parser("reschedule", help="move a scheduled job to another time")
-    r.add_argument("job_id")
+    r.add_argument("job_id", help="the job's id")
     rw = r.add_mutually_exclusive_group(required=True)
-    rw.add_argument("--in", dest="delay")
-    rw.add_argument("--at")
+    rw.add_argument("--in", dest="delay", help="delay from now, e.g. 2s, 500ms, 5m, 1h30m")
+    rw.add_argument("--at", help="absolute time, RFC 3339, e.g. 2026-12-01T09:00:00Z")
+    add_json_option(r, "JOB, as rescheduled")
     r.set_defaults(func=cmd_reschedule)
 
 
-EXIT_NOT_FOUND = 2
-EXIT_JOB_FAILED = 3
-EXIT_TIMEOUT = 4
-"""Exit codes of ``jobs wait`` (and ``jobs get --result``): 0 when every job succeeded."""
-
 WAIT_DESCRIPTION = f"""\
-Waits on the server (WaitJobs) until each job is finished, and prints a line for
-each as it finishes: ID, type, state, attempt. Exit status:
-  0  every job succeeded
-  {EXIT_NOT_FOUND}  a job id is not known (nothing is waited for)
-  {EXIT_JOB_FAILED}  every job finished, and some are dead or cancelled (named on stderr)
-  {EXIT_TIMEOUT}  --timeout passed first (the jobs not finished are named on stderr), or the
-     server could not be reached
+Waits on the server (WaitJobs) until each job is finished (succeeded, dead or
+cancelled), and prints a line for each as it finishes: id, type, state, attempt.
+Exit status (docs/cli.md):
+  {Exit.OK.value}  every job succeeded
+  {Exit.NOT_FOUND.value}  a job id is not known (nothing is waited for)
+  {Exit.UNAVAILABLE.value}  --timeout passed first (the jobs not finished are named on stderr), or
+     no server answered
+  {Exit.JOB_FAILED.value}  every job finished, and some ended dead or cancelled (named on stderr)
 At most {MAX_BATCH} ids per call of the server; more are waited for in turn.
 """
 
@@ -155,14 +149,18 @@ gives such lines no key at all (faster: a keyed create looks its key up first).
 
 Prints "N lines: C created, E already existed, X not scheduled". A key naming a
 cancelled or dead job is not scheduled: its line is named on stderr and the
-exit status is 1. If the server refuses a batch, the error names its file lines
-and what was scheduled before it. Progress goes to stderr when it is a terminal.
+exit status is 5 (failed precondition). If the server refuses a batch, the error
+names its file lines and what was scheduled before it, and the exit status is
+that refusal's (docs/cli.md). Progress goes to stderr when it is a terminal
+(--progress: also into a file or pipe, as plain lines).
 """
 
 
 def job_json(job: pb.Job) -> dict[str, Any]:
+    """JOB in docs/cli.md: a job as every ``--json`` prints it."""
+
     def t(msg: Any, present: bool) -> str | None:
-        return format_rfc3339(ts_ms(msg)) if present else None
+        return when(ts_ms(msg)) if present else None
 
     state = state_from_pb(job.state)
     return {
@@ -182,8 +180,6 @@ def job_json(job: pb.Job) -> dict[str, Any]:
         "idempotency_key": job.idempotency_key or None,
         "last_error": job.last_error or None,
         "payload": job.payload.decode("utf-8", errors="replace"),
-        "result_encoding": job.result_encoding or None,
-        "result": _result_json(job),
         "history": [
             {
                 "attempt": a.attempt,
@@ -196,6 +192,8 @@ def job_json(job: pb.Job) -> dict[str, Any]:
             }
             for a in job.history
         ],
+        "result_encoding": job.result_encoding or None,
+        "result": _result_json(job),
     }
 
 
@@ -238,7 +236,11 @@ def cmd_schedule(args: argparse.Namespace) -> int:
             max_attempts=args.max_attempts,
             **_when(args),
         )
-    print(_scheduled_line(done, args.key))
+    line = _scheduled_line(done, args.key)
+    if args.json:
+        print_json({"created": done.created, "job": job_json(done.job)})
+    else:
+        print(line)
     return 0
 
 
@@ -247,12 +249,13 @@ def _scheduled_line(done: Scheduled, key: str) -> str:
     (cancelled, dead) is an error: nothing was scheduled."""
     job = done.job
     d = job_json(job)
+    run_at = when_local(ts_ms(job.run_at))
     if done.created:
-        return f"scheduled {job.type} at {d['run_at']}: {job.job_id}"
+        return f"scheduled {job.type} at {run_at}: {job.job_id}"
     why = not_scheduled_why(done, key)
     if why is not None:
         raise FailedPrecondition(why)
-    repeat = f"key {key!r} names {job.type} at {d['run_at']}, which is {d['state']}"
+    repeat = f"key {key!r} names {job.type} at {run_at}, which is {d['state']}"
     if state_from_pb(job.state) is JobState.SUCCEEDED:
         return f"already ran: {repeat}: {job.job_id}"
     return f"already scheduled: {repeat}: {job.job_id}"
@@ -264,18 +267,33 @@ def cmd_get(args: argparse.Namespace) -> int:
     if args.result:
         return _print_result(job)
     if args.json:
-        print(json.dumps(job_json(job), indent=2))
-        return 0
-    for k, v in job_json(job).items():
-        if k == "result" and v is not None:
-            v = job.result.decode() if job.result_encoding == RESULT_JSON else f"{v} (base64)"
-        if k != "history" and v is not None:
-            print(f"{k:>16}: {v}")
-    for a in job.history:
-        print(f"{'attempt':>16}: #{a.attempt} by {a.worker}: {a.outcome or 'running'} {a.error}")
-        if a.traceback:
-            print("\n".join(f"{'':>18}{line}" for line in a.traceback.rstrip().splitlines()))
+        print_json(job_json(job))
+    else:
+        print("\n".join(job_lines(job)))
     return 0
+
+
+_LOCAL_BESIDE = ("run_at", "lease_until")
+
+
+def job_lines(job: pb.Job) -> list[str]:
+    """One job for people: a field a line, the attempts last."""
+    out = []
+    for k, v in job_json(job).items():
+        if k == "history" or v is None:
+            continue
+        if k in _LOCAL_BESIDE:
+            v = when_local(ts_ms(getattr(job, k)))
+        if k == "result":
+            v = job.result.decode() if job.result_encoding == RESULT_JSON else f"{v} (base64)"
+        out.append(f"{k:>16}: {v}")
+    for a in job.history:
+        out.append(
+            f"{'attempt':>16}: #{a.attempt} by {a.worker}: {a.outcome or 'running'} {a.error}"
+        )
+        if a.traceback:  # indented under its attempt
+            out += [f"{'':>18}{line}" for line in a.traceback.rstrip().splitlines()]
+    return out
 
 
 def _print_result(job: pb.Job) -> int:
@@ -284,40 +302,42 @@ def _print_result(job: pb.Job) -> int:
     if state is not JobState.SUCCEEDED:
         why = f"; last error: {job.last_error}" if job.last_error else ""
         print(f"error: job {job.job_id} is {state}: it has no result{why}", file=sys.stderr)
-        return EXIT_JOB_FAILED
+        return Exit.JOB_FAILED
     if job.result_encoding == RESULT_BYTES:
         sys.stdout.buffer.write(job.result)
         sys.stdout.flush()
     elif job.result_encoding == RESULT_JSON:
         print(job.result.decode("utf-8"))
-    return 0
+    return Exit.OK
 
 
 def cmd_wait(args: argparse.Namespace) -> int:
+    """Each job as it finishes: a line (or, with --json, all of them at the end). An unknown
+    id, a timeout or no server is an error of its class; a job that ended dead or cancelled
+    is ``Exit.JOB_FAILED``, named on stderr."""
     timeout = None if args.timeout is None else parse_duration(args.timeout, "--timeout")
     if timeout is not None and timeout < 0:
         raise InvalidArgument("--timeout", "must not be negative")
-    failed: list[pb.Job] = []
+    finished: list[pb.Job] = []
     try:
         with _client(args) as c:
             for job in c.finished(args.job_ids, timeout=timeout):
-                print(job_line(job), flush=True)
-                if state_from_pb(job.state) is not JobState.SUCCEEDED:
-                    failed.append(job)
-    except NotFound as exc:
-        return _wait_error(exc, EXIT_NOT_FOUND)
-    except (DeadlineExceeded, Unavailable) as exc:
-        return _wait_error(exc, EXIT_TIMEOUT)
+                finished.append(job)
+                if not args.json:
+                    print(job_line(job), flush=True)
+    except TimeshardError:
+        if args.json:
+            print_json([job_json(j) for j in finished])
+        raise
+    if args.json:
+        print_json([job_json(j) for j in finished])
+    failed = [j for j in finished if state_from_pb(j.state) is not JobState.SUCCEEDED]
     for job in failed:
         why = f": {job.last_error}" if job.last_error else ""
-        state = state_from_pb(job.state)
-        print(f"job {job.job_id} ({job.type}) ended {state}{why}", file=sys.stderr)
-    return EXIT_JOB_FAILED if failed else 0
-
-
-def _wait_error(exc: TimeshardError, code: int) -> int:
-    print(f"error: {exc.message}", file=sys.stderr)
-    return code
+        print(
+            f"job {job.job_id} ({job.type}) ended {state_from_pb(job.state)}{why}", file=sys.stderr
+        )
+    return Exit.JOB_FAILED if failed else Exit.OK
 
 
 def cmd_list(args: argparse.Namespace) -> int:
@@ -329,7 +349,7 @@ def cmd_list(args: argparse.Namespace) -> int:
             if len(jobs) >= args.limit:
                 break
     if args.json:
-        print(json.dumps([job_json(j) for j in jobs], indent=2))
+        print_json([job_json(j) for j in jobs])
     else:
         for j in jobs:
             print(job_line(j))
@@ -338,11 +358,18 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 def cmd_cancel(args: argparse.Namespace) -> int:
     with _client(args) as c:
-        print(job_line(c.cancel(args.job_id)))
+        _print_job(c.cancel(args.job_id), args.json)
     return 0
 
 
 def cmd_reschedule(args: argparse.Namespace) -> int:
     with _client(args) as c:
-        print(job_line(c.reschedule(args.job_id, **_when(args))))
+        _print_job(c.reschedule(args.job_id, **_when(args)), args.json)
     return 0
+
+
+def _print_job(job: pb.Job, as_json: bool) -> None:
+    if as_json:
+        print_json(job_json(job))
+    else:
+        print(job_line(job))

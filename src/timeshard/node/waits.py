@@ -77,9 +77,9 @@ class JobWaits:
             for job_id in job_ids:
                 if job_id not in stored:
                     self._not_found(job_id)
-            for job in stored.values():
-                if job.state.terminal:
-                    watch.put(job)
+            for job_id in job_ids:  # those finished already, in the order asked
+                if stored[job_id].state.terminal:
+                    watch.put(stored[job_id])
             self._ensure_reader()
             deadline = self._clock.monotonic() + timeout_s
             while watch.pending:
