@@ -12,6 +12,7 @@ import grpc
 
 from timeshard.api.replies import claim_cap, fit_page, fit_written
 from timeshard.api.status import node_status_to_pb
+from timeshard.api.work import WorkHub, WorkStream, finish_result
 from timeshard.cron import CronSpec
 from timeshard.errors import InvalidArgument, TimeshardError, status_of
 from timeshard.limits import (
@@ -49,7 +50,6 @@ from timeshard.wire import (
     schedule_from_pb,
     schedule_to_pb,
     state_from_pb,
-    state_to_pb,
     ts,
     ts_ms,
 )
@@ -285,6 +285,7 @@ class JobService(pb_grpc.JobServiceServicer):
 class WorkerService(pb_grpc.WorkerServiceServicer):
     def __init__(self, node: Node) -> None:
         self.node = node
+        self._hub = WorkHub(node, finish_items)
 
     @rpc
     async def Claim(self, request: pb.ClaimRequest, context: Ctx) -> pb.ClaimResponse:
@@ -331,44 +332,9 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
     @rpc
     async def Finish(self, request: pb.FinishRequest, context: Ctx) -> pb.FinishResponse:
         check_count("items", len(request.items), MAX_BATCH)
-        items: list[FinishItem | TimeshardError] = []
-        refused: dict[int, InvalidArgument] = {}  # items whose result could not be stored
-        first: dict[str, int] = {}
-        for n, i in enumerate(request.items):
-            try:
-                validate_job_id(i.job_id)
-            except InvalidArgument as exc:
-                raise InvalidArgument(f"items[{n}].{exc.field}", exc.problem) from None
-            if first.setdefault(i.job_id, n) != n:
-                # A second result for one job would race the first in one group commit, the
-                # outcome left to their order: it is refused on its own, the first one stands.
-                items.append(
-                    InvalidArgument(
-                        f"items[{n}].job_id",
-                        f"job {i.job_id!r} is also items[{first[i.job_id]}]: one result per job",
-                    )
-                )
-                continue
-            items.append(_finish_item(n, i, refused))
+        items = finish_items(request.items, "items")
         done = iter(await self.node.finish([i for i in items if isinstance(i, FinishItem)]))
-        results = []
-        for n, (asked, item) in enumerate(zip(request.items, items, strict=True)):
-            out = item if isinstance(item, TimeshardError) else next(done)
-            if isinstance(out, TimeshardError):
-                code = status_of(out).value[0]
-                results.append(pb.FinishResult(job_id=asked.job_id, code=code, message=out.message))
-            elif n in refused:  # recorded as a failed attempt; the result itself was refused
-                results.append(
-                    pb.FinishResult(
-                        job_id=asked.job_id,
-                        code=status_of(refused[n]).value[0],
-                        message=f"{refused[n].message}; the attempt was recorded as failed "
-                        f"(the job is {out.state.value})",
-                        state=state_to_pb(out.state),
-                    )
-                )
-            else:
-                results.append(pb.FinishResult(job_id=asked.job_id, state=state_to_pb(out.state)))
+        results = [finish_result(i, a, done) for i, a in zip(items, request.items, strict=True)]
         return pb.FinishResponse(results=results)
 
     @rpc
@@ -383,6 +349,36 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
         if job.next_attention() is not None:
             resp = pb.FailResponse(state=pb.JOB_STATE_SCHEDULED, retry_at=ts(job.run_at))
         return resp
+
+    async def Work(self, request_iterator: Any, context: Ctx) -> None:  # type: ignore[override]
+        """The worker stream (``timeshard.api.work``; docs/architecture.md). It reads and
+        writes through ``context`` rather than returning an iterator."""
+        await WorkStream(self._hub, context).run()
+
+
+def finish_items(asked: Sequence[pb.FinishItem], where: str) -> list[FinishItem | TimeshardError]:
+    """Results as the node takes them, or the error of each one refused on its own (a malformed
+    job id, a second result for one job) named ``where[n]``."""
+    items: list[FinishItem | TimeshardError] = []
+    first: dict[str, int] = {}
+    for n, i in enumerate(asked):
+        try:
+            validate_job_id(i.job_id)
+        except InvalidArgument as exc:
+            items.append(InvalidArgument(f"{where}[{n}].{exc.field}", exc.problem))
+            continue
+        if first.setdefault(i.job_id, n) != n:
+            # A second result for one job would race the first in one group commit, the
+            # outcome left to their order: it is refused on its own, the first one stands.
+            items.append(
+                InvalidArgument(
+                    f"{where}[{n}].job_id",
+                    f"job {i.job_id!r} is also {where}[{first[i.job_id]}]: one result per job",
+                )
+            )
+            continue
+        items.append(_finish_item(f"{where}[{n}]", i))
+    return items
 
 
 class AdminService(pb_grpc.AdminServiceServicer):
@@ -448,9 +444,9 @@ class AdminService(pb_grpc.AdminServiceServicer):
         return pb.DrainNodeResponse(moved=moved)
 
 
-def _finish_item(n: int, i: pb.FinishItem, refused: dict[int, InvalidArgument]) -> FinishItem:
-    """Item ``n`` for the node; a completion whose result can not be stored becomes a
-    permanent failure saying why, and is noted in ``refused``."""
+def _finish_item(name: str, i: pb.FinishItem) -> FinishItem:
+    """Result ``name`` for the node; a completion whose result can not be stored becomes a
+    permanent failure saying why (``FinishItem.refused``)."""
     item = FinishItem(
         job_id=i.job_id,
         fence=i.fence,
@@ -467,8 +463,7 @@ def _finish_item(n: int, i: pb.FinishItem, refused: dict[int, InvalidArgument]) 
     try:
         validate_result(i.result, i.result_encoding)
     except InvalidArgument as exc:
-        refused[n] = InvalidArgument(f"items[{n}].{exc.field}", exc.problem)
-        return _result_refused(item, refused[n])
+        return _result_refused(item, InvalidArgument(f"{name}.{exc.field}", exc.problem))
     return item
 
 
@@ -481,6 +476,7 @@ def _result_refused(item: FinishItem, error: InvalidArgument) -> FinishItem:
         failed=True,
         permanent=True,
         error=truncate_error(f"ResultError: the result was not stored: {error.problem}"),
+        refused=error.message,
     )
 
 
