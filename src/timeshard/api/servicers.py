@@ -332,6 +332,11 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
     @rpc
     async def Finish(self, request: pb.FinishRequest, context: Ctx) -> pb.FinishResponse:
         check_count("items", len(request.items), MAX_BATCH)
+        for n, i in enumerate(request.items):  # a malformed id fails the call (the stream:
+            try:  # only its item)
+                validate_job_id(i.job_id)
+            except InvalidArgument as exc:
+                raise InvalidArgument(f"items[{n}].{exc.field}", exc.problem) from None
         items = finish_items(request.items, "items")
         done = iter(await self.node.finish([i for i in items if isinstance(i, FinishItem)]))
         results = [finish_result(i, a, done) for i, a in zip(items, request.items, strict=True)]
