@@ -24,7 +24,9 @@ from typing import Any, TypeVar
 import grpc
 from google.protobuf.duration_pb2 import Duration
 
-from timeshard.model import JobState
+from timeshard.errors import WaitTimeout
+from timeshard.limits import MAX_BATCH, MAX_WAIT_S
+from timeshard.model import RESULT_JSON, JobState
 from timeshard.security.channel import ClientSecurity, TlsArg
 from timeshard.v1 import timeshard_pb2 as pb
 from timeshard.v1 import timeshard_pb2_grpc as pb_grpc
@@ -290,6 +292,55 @@ class Client:
 
     def cluster_info(self) -> pb.ClusterInfoResponse:
         return self._call(self.admin.ClusterInfo, pb.ClusterInfoRequest())
+
+    # -- waiting for jobs -----------------------------------------------------------------
+
+    def wait(self, job_id: str, timeout: float | None = None) -> pb.Job:
+        """The job once it is finished (succeeded, dead or cancelled): see ``wait_many``."""
+        return self.wait_many([job_id], timeout=timeout)[job_id]
+
+    def wait_many(self, job_ids: Iterable[str], timeout: float | None = None) -> dict[str, pb.Job]:
+        """Every job once it is finished, by id in the order given. The server streams each
+        one as it finishes (``WaitJobs``); nothing is polled from here. ``timeout`` in seconds,
+        None to wait as long as it takes (a wait longer than the server's cap of
+        ``MAX_WAIT_S`` is made of several calls). Raises ``WaitTimeout`` (a
+        ``DeadlineExceeded``) naming the jobs not finished in time, ``NotFound`` for an
+        unknown id."""
+        done = {job.job_id: job for job in self.finished(job_ids, timeout=timeout)}
+        return {job_id: done[job_id] for job_id in dict.fromkeys(job_ids)}
+
+    def finished(self, job_ids: Iterable[str], timeout: float | None = None) -> Iterator[pb.Job]:
+        """Each job as soon as it is finished, in the order they finish (``wait_many``)."""
+        pending = list(dict.fromkeys(job_ids))
+        deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)
+        unavailable = 0
+        while pending:
+            left = MAX_WAIT_S if deadline is None else max(0.0, deadline - time.monotonic())
+            wait_s = min(left, MAX_WAIT_S)
+            req = pb.WaitJobsRequest(job_ids=pending[:MAX_BATCH], timeout=dur_from_s(wait_s))
+            try:
+                for resp in self._jobs.WaitJobs(req, timeout=wait_s + self._timeout):
+                    pending.remove(resp.job.job_id)
+                    unavailable = 0
+                    yield resp.job
+            except grpc.RpcError as exc:
+                err = translate(exc)
+                if err.code is grpc.StatusCode.UNAVAILABLE and unavailable < self._retries:
+                    time.sleep(min(2.0, 0.1 * 2**unavailable))
+                    unavailable += 1
+                    continue
+                if err.code is not grpc.StatusCode.DEADLINE_EXCEEDED:
+                    raise err from None
+            if pending and deadline is not None and time.monotonic() >= deadline:
+                raise WaitTimeout(pending, timeout or 0.0)
+
+
+def result_of(job: pb.Job) -> Any:
+    """A finished job's result as its handler returned it: the value for a JSON result,
+    ``bytes`` for a bytes result, None when there is none."""
+    if job.result_encoding == RESULT_JSON:
+        return json.loads(job.result)
+    return job.result if job.result_encoding else None
 
 
 def dur_from_s(seconds: float) -> Duration:

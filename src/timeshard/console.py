@@ -43,6 +43,9 @@ class Exit(enum.IntEnum):
     """No server answered, or it timed out (``UNAVAILABLE``, ``DEADLINE_EXCEEDED``): retry."""
     DENIED = 7
     """``UNAUTHENTICATED`` or ``PERMISSION_DENIED``: another token, role or certificate."""
+    JOB_FAILED = 8
+    """A job waited for ended dead or cancelled (``jobs wait``), or has no result because it did
+    not succeed (``jobs get --result``)."""
     INTERRUPTED = 130
     """Ctrl-C (SIGINT), as shells report it."""
 

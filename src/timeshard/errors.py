@@ -76,6 +76,23 @@ class NotOwner(Unavailable):
         self.epoch = epoch
 
 
+class DeadlineExceeded(TimeshardError):
+    """A wait ended before what it waited for happened."""
+
+    code = grpc.StatusCode.DEADLINE_EXCEEDED
+
+
+class WaitTimeout(DeadlineExceeded):
+    def __init__(self, pending: list[str], timeout_s: float) -> None:
+        shown = ", ".join(repr(j) for j in pending[:5]) + (" ..." if len(pending) > 5 else "")
+        super().__init__(
+            f"{len(pending)} job(s) not finished within {timeout_s:g} s: {shown}; "
+            "wait again, or look at them with `timeshard jobs get`"
+        )
+        self.pending = pending
+        self.timeout_s = timeout_s
+
+
 class PermissionDenied(TimeshardError):
     code = grpc.StatusCode.PERMISSION_DENIED
 
@@ -100,6 +117,7 @@ GRPC_STATUS: dict[type[TimeshardError], grpc.StatusCode] = {
     AlreadyExists: grpc.StatusCode.ALREADY_EXISTS,
     FailedPrecondition: grpc.StatusCode.FAILED_PRECONDITION,
     Unavailable: grpc.StatusCode.UNAVAILABLE,
+    DeadlineExceeded: grpc.StatusCode.DEADLINE_EXCEEDED,
     PermissionDenied: grpc.StatusCode.PERMISSION_DENIED,
     Unauthenticated: grpc.StatusCode.UNAUTHENTICATED,
     Unimplemented: grpc.StatusCode.UNIMPLEMENTED,

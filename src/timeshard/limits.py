@@ -36,6 +36,13 @@ MAX_PAGE_TOKEN_BYTES = 1024
 MAX_ERROR_BYTES = 4000
 """Error text is truncated to this (at a character boundary), not refused."""
 MAX_PAYLOAD_BYTES = 256 * 1024
+MAX_RESULT_BYTES = MAX_PAYLOAD_BYTES
+"""A handler's return value as stored with its job (JSON text or bytes). Over it, the attempt
+fails permanently with an error that says so (the worker SDK checks before it sends; a node
+refuses a bigger one the same way), rather than the job running again for the same result."""
+MAX_TRACEBACK_BYTES = 8000
+"""A failed attempt's traceback, kept in the job's history: cut to its end (where the error
+is), not refused, like error text."""
 MAX_RUN_AT_MS = 253_402_300_799_999
 """The latest time a job may run at, 9999-12-31T23:59:59.999Z: the last a Timestamp can say."""
 PAST_RUN_AT_GRACE_MS = 60_000
@@ -57,7 +64,10 @@ MAX_CONCURRENT_RUNS = 1000
 # -- lists -----------------------------------------------------------------------------------
 
 MAX_BATCH = 1000
-"""Items of one ScheduleJobs or Finish call, job ids of one replay or purge."""
+"""Items of one ScheduleJobs or Finish call, job ids of one replay, purge or wait."""
+MAX_WAIT_S = 600
+"""The longest one ``WaitJobs`` call waits; a longer timeout is capped to it (the client waits
+longer by calling again for the jobs not finished)."""
 MAX_CLAIM_TYPES = 256
 MAX_CLAIM_JOBS = 1000
 """What a Claim may ask for; the reply cap below usually grants fewer."""
@@ -140,3 +150,14 @@ def truncate_error(text: str, max_bytes: int = MAX_ERROR_BYTES) -> str:
     note = f"... (truncated from {len(data)} bytes)"
     keep = data[: max_bytes - len(note.encode("utf-8"))]
     return keep.decode("utf-8", errors="ignore") + note
+
+
+def truncate_traceback(text: str, max_bytes: int = MAX_TRACEBACK_BYTES) -> str:
+    """A traceback cut to its last ``max_bytes`` of UTF-8 (the end names the error and where
+    it was raised), at a character boundary, saying so at the start."""
+    data = text.encode("utf-8")
+    if len(data) <= max_bytes:
+        return text
+    note = f"(truncated from {len(data)} bytes) ...\n"
+    keep = data[len(data) - (max_bytes - len(note.encode("utf-8"))) :]
+    return note + keep.decode("utf-8", errors="ignore")

@@ -16,6 +16,7 @@ from timeshard.limits import (
     MAX_JOB_ID_CHARS,
     MAX_JOB_TYPE_CHARS,
     MAX_PAYLOAD_BYTES,
+    MAX_RESULT_BYTES,
     MAX_SCHEDULE_ID_CHARS,
     MAX_WORKER_ID_BYTES,
     MIN_MISFIRE_GRACE_MS,
@@ -103,6 +104,29 @@ class Attempt:
     finished_at: int | None = None
     error: str = ""
     outcome: str = ""
+    traceback: str = ""
+    """A failed attempt's traceback as its worker sent it (bounded, the end kept)."""
+
+
+RESULT_JSON = "json"
+"""A result that is JSON text (UTF-8): what a handler returned, serialised."""
+RESULT_BYTES = "bytes"
+"""A result that is bytes as the handler returned them."""
+RESULT_ENCODINGS = ("", RESULT_JSON, RESULT_BYTES)
+"""How a job's ``result`` is to be read; "" when there is none."""
+
+
+def validate_result(result: bytes, encoding: str) -> None:
+    if len(result) > MAX_RESULT_BYTES:
+        raise InvalidArgument(
+            "result", f"{len(result)} bytes is over the limit of {MAX_RESULT_BYTES} bytes"
+        )
+    if encoding not in RESULT_ENCODINGS:
+        raise InvalidArgument(
+            "result_encoding", f"{shown(encoding)}: use one of {list(RESULT_ENCODINGS[1:])}"
+        )
+    if result and not encoding:
+        raise InvalidArgument("result_encoding", "a result needs its encoding (json or bytes)")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -124,11 +148,16 @@ class Job:
     idempotency_key: str = ""
     last_error: str = ""
     history: tuple[Attempt, ...] = field(default=())
+    result: bytes = b""
+    """What the handler returned, once the job succeeded (see ``result_encoding``)."""
+    result_encoding: str = ""
+    """``json``, ``bytes``, or "" (no result)."""
 
     def __post_init__(self) -> None:
         validate_job_id(self.job_id)
         validate_job_type(self.job_type)
         validate_payload(self.payload)
+        validate_result(self.result, self.result_encoding)
         if self.shard < 0:
             raise InvalidArgument("shard", f"{self.shard} is negative")
         if self.max_attempts < 1:
@@ -171,6 +200,8 @@ _UNCHECKED_JOB_FIELDS = frozenset(_JOB_FIELDS) - {
     "shard",
     "max_attempts",
     "run_at",
+    "result",
+    "result_encoding",
 }
 
 

@@ -100,6 +100,9 @@ def job_to_pb(job: Job, *, history: bool = True) -> pb.Job:
         last_error=job.last_error,
         shard=job.shard,
     )
+    if job.result_encoding:  # (most jobs have none: not passed, as an empty field costs time)
+        msg.result = job.result
+        msg.result_encoding = job.result_encoding
     _set_ts(msg.run_at, job.run_at)
     _set_ts(msg.created_at, job.created_at)
     if job.lease_until:
@@ -117,6 +120,7 @@ def job_to_pb(job: Job, *, history: bool = True) -> pb.Job:
                 finished_at=ts(a.finished_at) if a.finished_at else None,
                 outcome=a.outcome,
                 error=a.error,
+                traceback=a.traceback,
             )
             for a in job.history
         )

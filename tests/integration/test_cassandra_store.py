@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from tests.contract.conftest import cassandra_address, cassandra_admin, free_port
-from tests.contract.helpers import NOW, claim, create, entries_of, make_job
+from tests.contract.helpers import NOW, NUM_SHARDS, claim, create, entries_of, make_job
 from timeshard.errors import InvalidArgument, StoreUnavailable
 from timeshard.model import BucketEntry, JobState
 from timeshard.sharding import minute_of, shard_of
@@ -73,7 +73,7 @@ async def test_migrations_are_recorded_once(
         await store.open()
         await store.close()
     rows = list(cassandra_admin.execute(f"SELECT * FROM {keyspace}.schema_migrations"))
-    assert sorted((r.version, r.done) for r in rows) == [(1, True), (2, True), (3, True)]
+    assert sorted((r.version, r.done) for r in rows) == [(1, True), (2, True), (3, True), (4, True)]
     table = cassandra_admin.execute(
         "SELECT compaction, default_time_to_live FROM system_schema.tables "
         "WHERE keyspace_name = %s AND table_name = 'buckets'",
@@ -103,7 +103,38 @@ async def test_a_store_at_an_older_version_gets_the_newer_migrations(
     finally:
         await store.close()
     rows = cassandra_admin.execute(f"SELECT version, done FROM {keyspace}.schema_migrations")
-    assert sorted((r.version, r.done) for r in rows) == [(1, True), (2, True), (3, True)]
+    assert sorted((r.version, r.done) for r in rows) == [(1, True), (2, True), (3, True), (4, True)]
+
+
+async def test_a_keyspace_from_before_results_gets_their_columns(
+    cassandra_address: str, keyspace: str, cassandra_admin: Any
+) -> None:
+    """Migration 4 on a keyspace at version 3 with a running job in it: the job reads as
+    having no result, and its completion stores one."""
+    store = CassandraStore.from_url(url(cassandra_address, keyspace), num_shards=NUM_SHARDS)
+    await store.open()
+    try:
+        [made] = await create(store, make_job("old-1"))
+        [out] = await store.claim_jobs([claim(made.job)])
+        assert made.created and out.applied and out.job is not None
+    finally:
+        await store.close()
+    cassandra_admin.execute(f"ALTER TABLE {keyspace}.job_rows DROP (result, result_encoding)")
+    cassandra_admin.execute(f"DELETE FROM {keyspace}.schema_migrations WHERE version = 4")
+    store = CassandraStore.from_url(url(cassandra_address, keyspace), num_shards=NUM_SHARDS)
+    await store.open()
+    try:
+        running = await store.get_job("old-1")
+        assert running is not None and (running.result, running.result_encoding) == (b"", "")
+        done = await store.complete_job(
+            "old-1", running.fence, NOW + 5, result=b'"ok"', result_encoding="json"
+        )
+        assert done.applied and (await store.get_job("old-1")) == done.job
+        assert done.job is not None and done.job.result == b'"ok"'
+    finally:
+        await store.close()
+    rows = cassandra_admin.execute(f"SELECT version, done FROM {keyspace}.schema_migrations")
+    assert (4, True) in {(r.version, r.done) for r in rows}
 
 
 async def test_a_key_left_without_its_job_is_completed_by_the_repeat(

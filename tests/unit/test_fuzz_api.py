@@ -99,6 +99,7 @@ ALLOWED_BY_RPC: dict[str, set[grpc.StatusCode]] = {
     "ListDeadLetters": _FAIL,
     "ReplayDeadLetters": _CHANGE,
     "PurgeDeadLetters": _CHANGE,
+    "WaitJobs": {C.INVALID_ARGUMENT, C.NOT_FOUND, C.DEADLINE_EXCEEDED},
     "Claim": _FAIL,
     "Heartbeat": _CHANGE,
     "Complete": _CHANGE,
@@ -177,6 +178,16 @@ class Harness:
 
     def raw(self, method: str) -> grpc.UnaryUnaryMultiCallable:
         return self.channel.unary_unary(method)
+
+    def raw_stream(self, method: str) -> Callable[..., bytes]:
+        """A server-streaming method called like ``raw``: its first reply (b"" for none)."""
+        call = self.channel.unary_stream(method)
+
+        def first(body: bytes, timeout: float) -> bytes:
+            replies: list[bytes] = list(call(body, timeout=timeout))
+            return replies[0] if replies else b""
+
+        return first
 
     def close(self) -> None:
         self.channel.close()
@@ -518,7 +529,9 @@ def call(
     rpc = method.name
     sent = time.monotonic()
     try:
-        reply: bytes = h.raw(f"/{method.containing_service.full_name}/{rpc}")(body, timeout=30)
+        path = f"/{method.containing_service.full_name}/{rpc}"
+        send = h.raw_stream(path) if method.server_streaming else h.raw(path)
+        reply: bytes = send(body, timeout=30)
     except grpc.RpcError as exc:
         tally.seconds[rpc] += time.monotonic() - sent
         code, details = exc.code(), exc.details() or ""  # type: ignore[attr-defined]

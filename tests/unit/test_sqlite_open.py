@@ -127,3 +127,35 @@ async def test_open_gives_up_at_its_deadline_with_store_unavailable(
         holder.join()
     await store.open()  # a failed open can be tried again once the lock is gone
     await store.close()
+
+
+async def test_a_database_from_before_results_gets_their_columns(tmp_path: Path) -> None:
+    """A file whose jobs table predates results (no result columns), with a running job in
+    it: opening it adds the columns; the job reads as having no result, and its completion
+    stores one."""
+    from tests.contract.helpers import claim, create, make_job
+
+    path = tmp_path / "old.db"
+    store = SqliteStore(path, num_shards=8)
+    await store.open()
+    [made] = await create(store, make_job("old-1"))
+    [running] = await store.claim_jobs([claim(made.job)])
+    await store.close()
+    with sqlite3.connect(path) as db:  # back to the jobs table as it was before results
+        db.execute("ALTER TABLE jobs DROP COLUMN result_encoding")
+        db.execute("ALTER TABLE jobs DROP COLUMN result")
+    store = SqliteStore(path, num_shards=8)
+    await store.open()
+    try:
+        before = await store.get_job("old-1")
+        assert before is not None and running.job is not None
+        assert (before.result, before.result_encoding, before.fence) == (b"", "", running.job.fence)
+        out = await store.complete_job(
+            "old-1", before.fence, before.started_at + 5, result=b"[1]", result_encoding="json"
+        )
+        assert out.applied and await store.get_job("old-1") == out.job
+    finally:
+        await store.close()
+    with sqlite3.connect(path) as db:
+        columns = [row[1] for row in db.execute("PRAGMA table_info(jobs)")]
+    assert columns[-2:] == ["result", "result_encoding"]

@@ -10,6 +10,7 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 from timeshard.clock import SystemClock
 from timeshard.coordinator.base import Member
@@ -18,6 +19,7 @@ from timeshard.errors import StoreUnavailable
 from timeshard.model import Job, JobState, WriteResult
 from timeshard.node import Node, NodeConfig
 from timeshard.server import Server
+from timeshard.store.base import RetryAt
 from timeshard.store.sqlite import SqliteStore
 from timeshard.worker import JobContext, Worker
 
@@ -32,15 +34,15 @@ class FlakyStore(SqliteStore):
         if time.monotonic() < until:
             raise StoreUnavailable("injected outage")
 
-    async def complete_job(self, job_id: str, fence: int, now: int) -> WriteResult:
+    async def complete_job(self, job_id: str, fence: int, now: int, **result: Any) -> WriteResult:
         self._check(self.results_down_until)
-        return await super().complete_job(job_id, fence, now)
+        return await super().complete_job(job_id, fence, now, **result)
 
     async def fail_job(
-        self, job_id: str, fence: int, now: int, error: str, retry_at: int | None
+        self, job_id: str, fence: int, now: int, error: str, retry_at: RetryAt, **more: Any
     ) -> WriteResult:
         self._check(self.results_down_until)
-        return await super().fail_job(job_id, fence, now, error, retry_at)
+        return await super().fail_job(job_id, fence, now, error, retry_at, **more)
 
     async def heartbeat(self, job_id: str, fence: int, lease_until: int) -> WriteResult:
         self._check(self.heartbeats_down_until)

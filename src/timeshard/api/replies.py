@@ -101,9 +101,11 @@ def claim_cap(max_reply_bytes: int) -> int:
 
 
 def summary(job: pb.Job) -> pb.Job:
-    """The job without payload, history and last error: what a reply to an applied write
-    carries when the full jobs would not fit."""
+    """The job without payload, result, history and last error: what a reply to an applied
+    write carries when the full jobs would not fit."""
     job.payload = b""
+    job.result = b""
+    job.result_encoding = ""
     job.last_error = ""
     del job.history[:]
     return job

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 import grpc
 
 from timeshard.api.replies import claim_cap, fit_page, fit_written
 from timeshard.api.status import node_status_to_pb
-from timeshard.api.work import WorkHub, WorkStream
+from timeshard.api.work import WorkHub, WorkStream, finish_result
 from timeshard.cron import CronSpec
 from timeshard.errors import InvalidArgument, TimeshardError, status_of
 from timeshard.limits import (
@@ -22,11 +22,19 @@ from timeshard.limits import (
     MAX_IDEMPOTENCY_KEY_BYTES,
     MAX_NODE_ID_BYTES,
     MAX_PAGE_TOKEN_BYTES,
+    MAX_WAIT_S,
     check_bytes,
     check_count,
     truncate_error,
 )
-from timeshard.model import Job, Schedule, validate_job_id, validate_job_type, validate_worker_id
+from timeshard.model import (
+    Job,
+    Schedule,
+    validate_job_id,
+    validate_job_type,
+    validate_result,
+    validate_worker_id,
+)
 from timeshard.node import FinishItem, JobSpec, Node
 from timeshard.node.schedules import new_schedule_id
 from timeshard.observe.window import DEFAULT_WINDOW_S
@@ -42,7 +50,6 @@ from timeshard.wire import (
     schedule_from_pb,
     schedule_to_pb,
     state_from_pb,
-    state_to_pb,
     ts,
     ts_ms,
 )
@@ -64,6 +71,26 @@ def rpc(fn: Handler[Req, Resp]) -> Handler[Req, Resp]:
         except ValueError as exc:  # a value object refused its input
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         raise AssertionError("unreachable: context.abort raises")
+
+    return wrapper
+
+
+StreamHandler = Callable[[Any, Req, Ctx], AsyncIterator[Resp]]
+
+
+def stream_rpc(fn: StreamHandler[Req, Resp]) -> StreamHandler[Req, Resp]:
+    """``rpc`` for a method that streams its reply: an error ends the stream with its status
+    (what was sent before stays sent)."""
+
+    @functools.wraps(fn)
+    async def wrapper(self: Any, request: Req, context: Ctx) -> AsyncIterator[Resp]:
+        try:
+            async for item in fn(self, request, context):
+                yield item
+        except TimeshardError as exc:
+            await context.abort(status_of(exc), exc.message)
+        except ValueError as exc:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
 
     return wrapper
 
@@ -240,6 +267,19 @@ class JobService(pb_grpc.JobServiceServicer):
         jobs = await self.node.dead_letters.purge(job_ids, job_type)
         return pb.PurgeDeadLettersResponse(job_ids=[j.job_id for j in jobs])
 
+    @stream_rpc
+    async def WaitJobs(
+        self, request: pb.WaitJobsRequest, context: Ctx
+    ) -> AsyncIterator[pb.WaitJobsResponse]:
+        job_ids = _wait_ids(request.job_ids)
+        timeout_s: float = MAX_WAIT_S
+        if request.HasField("timeout"):
+            if request.timeout.seconds < 0 or request.timeout.nanos < 0:
+                raise InvalidArgument("timeout", "must not be negative (0s: only what is done)")
+            timeout_s = min(dur_s(request.timeout), MAX_WAIT_S)
+        async for job in self.node.wait(job_ids, timeout_s):
+            yield pb.WaitJobsResponse(job=job_to_pb(job))
+
 
 class WorkerService(pb_grpc.WorkerServiceServicer):
     def __init__(self, node: Node) -> None:
@@ -294,21 +334,14 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
     async def Finish(self, request: pb.FinishRequest, context: Ctx) -> pb.FinishResponse:
         self.node.metrics.result_message(len(request.items))
         check_count("items", len(request.items), MAX_BATCH)
-        for n, i in enumerate(request.items):
-            try:
+        for n, i in enumerate(request.items):  # a malformed id fails the call (the stream:
+            try:  # only its item)
                 validate_job_id(i.job_id)
             except InvalidArgument as exc:
                 raise InvalidArgument(f"items[{n}].{exc.field}", exc.problem) from None
         items = finish_items(request.items, "items")
         done = iter(await self.node.finish([i for i in items if isinstance(i, FinishItem)]))
-        results = []
-        for asked, item in zip(request.items, items, strict=True):
-            out = item if isinstance(item, TimeshardError) else next(done)
-            if isinstance(out, TimeshardError):
-                code = status_of(out).value[0]
-                results.append(pb.FinishResult(job_id=asked.job_id, code=code, message=out.message))
-            else:
-                results.append(pb.FinishResult(job_id=asked.job_id, state=state_to_pb(out.state)))
+        results = [finish_result(i, a, done) for i, a in zip(items, request.items, strict=True)]
         return pb.FinishResponse(results=results)
 
     @rpc
@@ -352,16 +385,7 @@ def finish_items(asked: Sequence[pb.FinishItem], where: str) -> list[FinishItem 
                 )
             )
             continue
-        items.append(
-            FinishItem(
-                job_id=i.job_id,
-                fence=i.fence,
-                failed=i.failed,
-                error=truncate_error(i.error),
-                permanent=i.permanent,
-                give_back=i.give_back,
-            )
-        )
+        items.append(_finish_item(f"{where}[{n}]", i))
     return items
 
 
@@ -426,6 +450,55 @@ class AdminService(pb_grpc.AdminServiceServicer):
         check_bytes("node_id", request.node_id, MAX_NODE_ID_BYTES)
         moved = await self.node.coordinator.drain_node(request.node_id)
         return pb.DrainNodeResponse(moved=moved)
+
+
+def _finish_item(name: str, i: pb.FinishItem) -> FinishItem:
+    """Result ``name`` for the node; a completion whose result can not be stored becomes a
+    permanent failure saying why (``FinishItem.refused``)."""
+    item = FinishItem(
+        job_id=i.job_id,
+        fence=i.fence,
+        failed=i.failed,
+        error=truncate_error(i.error),
+        permanent=i.permanent,
+        give_back=i.give_back,
+        result=i.result,
+        result_encoding=i.result_encoding,
+        traceback=i.traceback,
+    )
+    if i.failed or i.give_back:
+        return item
+    try:
+        validate_result(i.result, i.result_encoding)
+    except InvalidArgument as exc:
+        return _result_refused(item, InvalidArgument(f"{name}.{exc.field}", exc.problem))
+    return item
+
+
+def _result_refused(item: FinishItem, error: InvalidArgument) -> FinishItem:
+    """A completion whose result can not be stored: a permanent failure that says why. The
+    handler ran and would return the same again, so a retry would only repeat its effects."""
+    return FinishItem(
+        job_id=item.job_id,
+        fence=item.fence,
+        failed=True,
+        permanent=True,
+        error=truncate_error(f"ResultError: the result was not stored: {error.problem}"),
+        refused=error.message,
+    )
+
+
+def _wait_ids(given: Sequence[str]) -> list[str]:
+    """The ids of a wait, each once, in the order given."""
+    if not given:
+        raise InvalidArgument("job_ids", "name at least one job to wait for")
+    check_count("job_ids", len(given), MAX_BATCH)
+    for n, job_id in enumerate(given):
+        try:
+            validate_job_id(job_id)
+        except InvalidArgument as exc:
+            raise InvalidArgument(f"job_ids[{n}]", exc.problem) from None
+    return list(dict.fromkeys(given))
 
 
 def _check_key(key: str) -> str:

@@ -17,6 +17,7 @@ def event_to_pb(e: JobEvent) -> pb.JobEvent:
         attempt=e.attempt,
         kind=e.kind,
         error=e.error,
+        traceback=e.traceback,
     )
 
 

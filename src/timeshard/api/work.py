@@ -94,7 +94,7 @@ class WorkHub:
         for g in groups:
             hb = [_beat_result(h, beats_done) for h in g.heartbeats]
             res = [
-                _finish_result(i, a, finish_done) for i, a in zip(g.results, g.asked, strict=True)
+                finish_result(i, a, finish_done) for i, a in zip(g.results, g.asked, strict=True)
             ]
             g.stream.send(pb.WorkResponse(seq=g.seq, heartbeats=hb, results=res))
 
@@ -142,13 +142,24 @@ def _beat_result(asked: tuple[str, int, float] | TimeshardError, done: Any) -> p
     )
 
 
-def _finish_result(
+def finish_result(
     item: FinishItem | TimeshardError, asked: pb.FinishItem, done: Any
 ) -> pb.FinishResult:
+    """The answer to result ``asked``: its refusal, or the next of ``done`` (the node's answers
+    to the items it took, in order). A completion whose result could not be stored was recorded
+    as a permanent failure: INVALID_ARGUMENT, with the job's state."""
     out: Job | TimeshardError = item if isinstance(item, TimeshardError) else next(done)
     if isinstance(out, TimeshardError):
         code = status_of(out).value[0]
         return pb.FinishResult(job_id=asked.job_id, code=code, message=out.message)
+    if isinstance(item, FinishItem) and item.refused:  # its result could not be stored
+        return pb.FinishResult(
+            job_id=asked.job_id,
+            code=grpc.StatusCode.INVALID_ARGUMENT.value[0],
+            message=f"{item.refused}; the attempt was recorded as failed (the job is "
+            f"{out.state.value})",
+            state=state_to_pb(out.state),
+        )
     return pb.FinishResult(job_id=asked.job_id, state=state_to_pb(out.state))
 
 

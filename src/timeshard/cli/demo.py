@@ -14,8 +14,13 @@ log = logging.getLogger("timeshard.demo")
 
 def add_demo_handlers(worker: Worker) -> Worker:
     @worker.handler("demo.echo", timeout=30, concurrency=64)
-    async def echo(ctx: JobContext) -> None:
+    async def echo(ctx: JobContext) -> Any:
+        """Logs its payload and returns it: the job's result (``jobs get ID --result``)."""
         log.info("demo.echo %s: %s", ctx.job_id, ctx.payload.decode("utf-8", "replace"))
+        try:
+            return ctx.json()
+        except ValueError:
+            return ctx.payload
 
     @worker.handler("demo.sleep", timeout=3600, concurrency=16)
     async def sleep(ctx: JobContext) -> None:

@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import argparse
+import base64
+import json
+import sys
 from typing import Any
 
 from timeshard.cli.common import MAX_INT32, add_json_option, parse_duration, parse_time, whole
 from timeshard.cli.load import DEFAULT_KEY_PREFIX, cmd_load, key_prefix, not_scheduled_why
 from timeshard.client import Client, Scheduled
-from timeshard.console import add_progress_option, print_json, when, when_local
-from timeshard.errors import FailedPrecondition, InvalidArgument
-from timeshard.model import JobState, parse_json_payload
+from timeshard.console import Exit, add_progress_option, print_json, when, when_local
+from timeshard.errors import FailedPrecondition, InvalidArgument, TimeshardError
+from timeshard.limits import MAX_BATCH
+from timeshard.model import RESULT_BYTES, RESULT_JSON, JobState, parse_json_payload
 from timeshard.v1 import timeshard_pb2 as pb
 from timeshard.wire import state_from_pb, ts_ms
 
@@ -65,7 +69,29 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     g = jsub.add_parser("get", help="show one job")
     g.add_argument("job_id", help="the job's id")
     add_json_option(g, "JOB")
+    g.add_argument(
+        "--result",
+        action="store_true",
+        help="print only what its handler returned: JSON text, or the bytes as they are "
+        f"(exit {Exit.JOB_FAILED.value} if the job has not succeeded)",
+    )
     g.set_defaults(func=cmd_get)
+
+    w = jsub.add_parser(
+        "wait",
+        help="wait until jobs are finished; prints each as it finishes",
+        description=WAIT_DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    w.add_argument("job_ids", nargs="+", metavar="ID", help="the jobs' ids")
+    w.add_argument(
+        "--timeout",
+        default=None,
+        metavar="DURATION",
+        help="give up after this long (e.g. 30, 90s, 5m; default: wait as long as it takes)",
+    )
+    add_json_option(w, "an array of JOB, the jobs finished, in the order they finished")
+    w.set_defaults(func=cmd_wait)
 
     ls = jsub.add_parser("list", help="list jobs")
     ls.add_argument("--state", choices=[s.value for s in JobState], help="only jobs in this state")
@@ -87,6 +113,18 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     add_json_option(r, "JOB, as rescheduled")
     r.set_defaults(func=cmd_reschedule)
 
+
+WAIT_DESCRIPTION = f"""\
+Waits on the server (WaitJobs) until each job is finished (succeeded, dead or
+cancelled), and prints a line for each as it finishes: id, type, state, attempt.
+Exit status (docs/cli.md):
+  {Exit.OK.value}  every job succeeded
+  {Exit.NOT_FOUND.value}  a job id is not known (nothing is waited for)
+  {Exit.UNAVAILABLE.value}  --timeout passed first (the jobs not finished are named on stderr), or
+     no server answered
+  {Exit.JOB_FAILED.value}  every job finished, and some ended dead or cancelled (named on stderr)
+At most {MAX_BATCH} ids per call of the server; more are waited for in turn.
+"""
 
 LOAD_DESCRIPTION = """\
 One job per line, e.g.
@@ -150,10 +188,22 @@ def job_json(job: pb.Job) -> dict[str, Any]:
                 "finished_at": t(a.finished_at, a.HasField("finished_at")),
                 "outcome": a.outcome,
                 "error": a.error or None,
+                "traceback": a.traceback or None,
             }
             for a in job.history
         ],
+        "result_encoding": job.result_encoding or None,
+        "result": _result_json(job),
     }
+
+
+def _result_json(job: pb.Job) -> Any:
+    """The result for JSON output: the value of a JSON result, base64 text for bytes."""
+    if job.result_encoding == RESULT_JSON:
+        return json.loads(job.result)
+    if job.result_encoding == RESULT_BYTES:
+        return base64.b64encode(job.result).decode("ascii")
+    return None
 
 
 def job_line(job: pb.Job) -> str:
@@ -214,6 +264,8 @@ def _scheduled_line(done: Scheduled, key: str) -> str:
 def cmd_get(args: argparse.Namespace) -> int:
     with _client(args) as c:
         job = c.get(args.job_id)
+    if args.result:
+        return _print_result(job)
     if args.json:
         print_json(job_json(job))
     else:
@@ -232,12 +284,60 @@ def job_lines(job: pb.Job) -> list[str]:
             continue
         if k in _LOCAL_BESIDE:
             v = when_local(ts_ms(getattr(job, k)))
+        if k == "result":
+            v = job.result.decode() if job.result_encoding == RESULT_JSON else f"{v} (base64)"
         out.append(f"{k:>16}: {v}")
     for a in job.history:
         out.append(
             f"{'attempt':>16}: #{a.attempt} by {a.worker}: {a.outcome or 'running'} {a.error}"
         )
+        if a.traceback:  # indented under its attempt
+            out += [f"{'':>18}{line}" for line in a.traceback.rstrip().splitlines()]
     return out
+
+
+def _print_result(job: pb.Job) -> int:
+    """The result alone on stdout: JSON text with a newline, bytes exactly as returned."""
+    state = state_from_pb(job.state)
+    if state is not JobState.SUCCEEDED:
+        why = f"; last error: {job.last_error}" if job.last_error else ""
+        print(f"error: job {job.job_id} is {state}: it has no result{why}", file=sys.stderr)
+        return Exit.JOB_FAILED
+    if job.result_encoding == RESULT_BYTES:
+        sys.stdout.buffer.write(job.result)
+        sys.stdout.flush()
+    elif job.result_encoding == RESULT_JSON:
+        print(job.result.decode("utf-8"))
+    return Exit.OK
+
+
+def cmd_wait(args: argparse.Namespace) -> int:
+    """Each job as it finishes: a line (or, with --json, all of them at the end). An unknown
+    id, a timeout or no server is an error of its class; a job that ended dead or cancelled
+    is ``Exit.JOB_FAILED``, named on stderr."""
+    timeout = None if args.timeout is None else parse_duration(args.timeout, "--timeout")
+    if timeout is not None and timeout < 0:
+        raise InvalidArgument("--timeout", "must not be negative")
+    finished: list[pb.Job] = []
+    try:
+        with _client(args) as c:
+            for job in c.finished(args.job_ids, timeout=timeout):
+                finished.append(job)
+                if not args.json:
+                    print(job_line(job), flush=True)
+    except TimeshardError:
+        if args.json:
+            print_json([job_json(j) for j in finished])
+        raise
+    if args.json:
+        print_json([job_json(j) for j in finished])
+    failed = [j for j in finished if state_from_pb(j.state) is not JobState.SUCCEEDED]
+    for job in failed:
+        why = f": {job.last_error}" if job.last_error else ""
+        print(
+            f"job {job.job_id} ({job.type}) ended {state_from_pb(job.state)}{why}", file=sys.stderr
+        )
+    return Exit.JOB_FAILED if failed else Exit.OK
 
 
 def cmd_list(args: argparse.Namespace) -> int:

@@ -91,7 +91,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="on SIGTERM/SIGINT, let running jobs finish this long, then give the rest back to "
         "run elsewhere (a second signal ends the wait at once)",
     )
-    wk.add_argument("-q", "--quiet", action="store_true", help="do not print each job")
+    wk.add_argument(
+        "-q",
+        "--quiet",
+        action="store_true",
+        help="do not print each job's progress (failures are still logged, at WARNING)",
+    )
     _metrics_options(wk, what="this worker's Prometheus metrics")
     wk.set_defaults(func=cmd_worker)
 
@@ -259,7 +264,15 @@ def _stop_on_signals(stop: asyncio.Event) -> None:
         loop.add_signal_handler(sig, stop.set)
 
 
+LOGGED_KINDS = frozenset({"failed", "lost", "unreported", "rejected", "abandoned"})
+"""Job events the worker SDK logs itself at WARNING (in every log format, ``--quiet`` or
+not): not printed again."""
+
+
 def _print_event(kind: str, ctx: JobContext, detail: str) -> None:
+    """A job's progress on stdout (``--quiet`` turns it off); its problems are log lines."""
+    if kind in LOGGED_KINDS:
+        return
     when = format_time(ctx.started_at_ms)
     if kind == "started":
         print(

@@ -9,7 +9,7 @@ import dataclasses
 import logging
 import random
 import uuid
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,6 +33,7 @@ from timeshard.limits import (
     check_bytes,
     check_range,
     truncate_error,
+    truncate_traceback,
 )
 from timeshard.model import (
     BucketEntry,
@@ -40,6 +41,7 @@ from timeshard.model import (
     JobState,
     WriteResult,
     validate_job_id,
+    validate_result,
 )
 from timeshard.node import clockcheck
 from timeshard.node.claims import Claimed, Claims, TypePolicy
@@ -48,6 +50,7 @@ from timeshard.node.dispatcher import DispatchConfig, ShardDispatcher
 from timeshard.node.ready import ReadyItem, ReadyQueues
 from timeshard.node.retry import RetryPolicy
 from timeshard.node.schedules import ScheduleFirer, ScheduleOps
+from timeshard.node.waits import JobWaits
 from timeshard.observe.events import NodeMetrics
 from timeshard.sharding import minute_of, shard_of
 from timeshard.store.base import (
@@ -105,6 +108,14 @@ class FinishItem:
     permanent: bool = False
     give_back: bool = False
     """The worker hands the job back unfinished (``Node.give_back``); wins over ``failed``."""
+    result: bytes = b""
+    result_encoding: str = ""
+    """A completion's result and how to read it (``json``, ``bytes``; "" for none)."""
+    traceback: str = ""
+    """A failure's traceback, kept on the attempt."""
+    refused: str = ""
+    """Why the API refused this completion's result (the item is then a permanent failure
+    saying so, and its answer is INVALID_ARGUMENT)."""
 
 
 class Node:
@@ -143,6 +154,8 @@ class Node:
             lease_ms=self.lease_ms,
             notify=self._notify,
         )
+        self.waits = JobWaits(store, clock)
+        """Clients waiting for jobs to finish (``WaitJobs``)."""
         self.clock_offset_ms: float | None = None
         """The store's clock minus ours, as last measured (None: not measured)."""
         self._firer = ScheduleFirer(
@@ -204,6 +217,7 @@ class Node:
     async def stop(self) -> None:
         for task in list(self._background):
             task.cancel()
+        await self.waits.close()
         await self.coordinator.stop()
         async with self._shard_lock:
             for shard in list(self.dispatchers):
@@ -257,6 +271,7 @@ class Node:
                     on_deposed=self._deposed,
                     metrics=self.metrics,
                     retry_at=self.retry_at,
+                    on_finished=self.waits.finished,
                 )
                 self.dispatchers[shard] = d
                 d.start()
@@ -452,9 +467,15 @@ class Node:
             out = await self.store.cancel_job(job_id, job.state, job.fence, self.clock.now_ms())
             if out.applied and out.job is not None:
                 self.metrics.written(out.job)
+                self.waits.finished(out.job)
                 self._left_ready(out.job)
                 return out.job
         raise FailedPrecondition(f"job {job_id!r} kept changing; try again")
+
+    async def wait(self, job_ids: Sequence[str], timeout_s: float) -> AsyncIterator[Job]:
+        """Each job of ``job_ids`` as soon as it is finished (``timeshard.node.waits``)."""
+        async for job in self.waits.wait(job_ids, timeout_s):
+            yield job
 
     async def reschedule(self, job_id: str, run_at: int) -> Job:
         for _ in range(20):
@@ -538,6 +559,7 @@ class Node:
         if not out.applied:
             raise StaleFence(job_id, fence, out.job.fence, out.job.state.value)
         self.metrics.written(out.job)
+        self.waits.finished(out.job)
         return out.job
 
     async def heartbeat(self, job_id: str, fence: int, lease_s: float) -> tuple[Job, int]:
@@ -545,8 +567,14 @@ class Node:
         out = await self.store.heartbeat(job_id, fence, self.clock.now_ms() + lease)
         return self._check(job_id, fence, out), lease
 
-    async def complete(self, job_id: str, fence: int) -> Job:
-        out = await self.store.complete_job(job_id, fence, self.clock.now_ms())
+    async def complete(
+        self, job_id: str, fence: int, result: bytes = b"", result_encoding: str = ""
+    ) -> Job:
+        """The job succeeded, with the handler's result (checked first: size and encoding)."""
+        validate_result(result, result_encoding)
+        out = await self.store.complete_job(
+            job_id, fence, self.clock.now_ms(), result=result, result_encoding=result_encoding
+        )
         return self._check(job_id, fence, out)
 
     async def finish(self, items: Sequence[FinishItem]) -> list[Job | TimeshardError]:
@@ -558,14 +586,20 @@ class Node:
                 if item.give_back:
                     return await self.give_back(item.job_id, item.fence, item.error)
                 if item.failed:
-                    return await self.fail(item.job_id, item.fence, item.error, item.permanent)
-                return await self.complete(item.job_id, item.fence)
+                    return await self.fail(
+                        item.job_id, item.fence, item.error, item.permanent, item.traceback
+                    )
+                return await self.complete(
+                    item.job_id, item.fence, item.result, item.result_encoding
+                )
             except TimeshardError as exc:
                 return exc
 
         return list(await asyncio.gather(*(one(i) for i in items)))
 
-    async def fail(self, job_id: str, fence: int, error: str, permanent: bool) -> Job:
+    async def fail(
+        self, job_id: str, fence: int, error: str, permanent: bool, traceback: str = ""
+    ) -> Job:
         """A retryable failure goes back to ``scheduled`` after a backoff, while attempts
         remain; otherwise the job is dead. Decided from the job as stored, in the write."""
         now = self.clock.now_ms()
@@ -573,7 +607,14 @@ class Node:
         def retry_at(job: Job) -> int | None:
             return None if permanent else self.retry_at(job, now)
 
-        out = await self.store.fail_job(job_id, fence, now, truncate_error(error), retry_at)
+        out = await self.store.fail_job(
+            job_id,
+            fence,
+            now,
+            truncate_error(error),
+            retry_at,
+            traceback=truncate_traceback(traceback),
+        )
         failed = self._check(job_id, fence, out)
         if failed.state is JobState.SCHEDULED:
             self._notify([entry_for(failed, failed.run_at, now)])

@@ -96,6 +96,7 @@ class ShardDispatcher:
         firer: ScheduleFirer | None = None,
         on_deposed: Callable[[int], None] | None = None,
         metrics: NodeMetrics | None = None,
+        on_finished: Callable[[Job], None] | None = None,
     ) -> None:
         self.shard = shard
         self.epoch = epoch
@@ -108,6 +109,7 @@ class ShardDispatcher:
         self._retry_at = retry_at
         self._on_deposed = on_deposed
         self._metrics = metrics or NodeMetrics(clock)
+        self._on_finished = on_finished  # a job this dispatcher made dead (its waiters)
         self._horizon = minute_start(cursor)  # entries with due_at < horizon have been read
         self._reading_to = self._horizon
         """The horizon of the refresh in flight (else ``_horizon``): an entry notified while
@@ -528,6 +530,8 @@ class ShardDispatcher:
             return
         released = out.job
         self._metrics.lease_expired(released)
+        if self._on_finished is not None and released.state.terminal:
+            self._on_finished(released)
         if released.state is JobState.SCHEDULED:
             log.info(
                 "job %s: lease of %s expired (attempt %d/%d); runs again at %d",

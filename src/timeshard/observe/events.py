@@ -80,6 +80,19 @@ class JobEvent:
     kind: str
     """``retry``, ``dead`` or ``lease expired``."""
     error: str
+    traceback: str = ""
+    """The end of the failed attempt's traceback (``EVENT_TRACEBACK_CHARS``), when it had one."""
+
+
+EVENT_TRACEBACK_CHARS = 2000
+"""How much of a traceback a recent failure keeps (the end: the error and where it was raised)."""
+
+
+def last_traceback(job: Job) -> str:
+    """The end of the traceback of ``job``'s last attempt, or ""."""
+    if not job.history or not job.history[-1].traceback:
+        return ""
+    return job.history[-1].traceback[-EVENT_TRACEBACK_CHARS:]
 
 
 @dataclass(kw_only=True, slots=True)
@@ -373,6 +386,7 @@ class NodeMetrics:
             attempt=job.attempt,
             kind=kind,
             error=error[:300],
+            traceback=last_traceback(job),
         )
 
 

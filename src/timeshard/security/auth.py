@@ -91,6 +91,7 @@ METHOD_ROLES: dict[str, Role] = {
             "DeleteSchedule",
             "PreviewSchedule",
             "ListDeadLetters",
+            "WaitJobs",
         )
     },
     _JOBS + "ReplayDeadLetters": Role.ADMIN,

@@ -223,8 +223,12 @@ class Store(abc.ABC):
         check comes due."""
 
     @abc.abstractmethod
-    async def complete_job(self, job_id: str, fence: int, now: int) -> WriteResult:
-        """Applied iff ``running`` with this fence: ``succeeded``, ``finished_at=now``."""
+    async def complete_job(
+        self, job_id: str, fence: int, now: int, *, result: bytes = b"", result_encoding: str = ""
+    ) -> WriteResult:
+        """Applied iff ``running`` with this fence: ``succeeded``, ``finished_at=now``, and the
+        handler's ``result`` (with its ``result_encoding``) stored on the job, kept as long as
+        the job is (its retention)."""
 
     @abc.abstractmethod
     async def fail_job(
@@ -234,11 +238,13 @@ class Store(abc.ABC):
         now: int,
         error: str,
         retry_at: RetryAt,
+        *,
+        traceback: str = "",
     ) -> WriteResult:
         """Applied iff ``running`` with this fence. With a retry time (given, or computed
         from the stored job): ``scheduled`` at that time plus its bucket entry; without:
         ``dead`` (the dead-letter queue).
-        The error is recorded on the job and its last Attempt."""
+        The error is recorded on the job and its last Attempt, the traceback on the Attempt."""
 
     @abc.abstractmethod
     async def release_lease(
@@ -344,6 +350,7 @@ def history_to_json(history: tuple[Attempt, ...]) -> str:
                 "finished_at": a.finished_at,
                 "error": a.error,
                 "outcome": a.outcome,
+                **({"traceback": a.traceback} if a.traceback else {}),
             }
             for a in history
         ],
@@ -355,7 +362,9 @@ def history_from_json(text: str) -> tuple[Attempt, ...]:
     return tuple(Attempt(**item) for item in json.loads(text or "[]"))
 
 
-def finish_attempt(job: Job, now: int, outcome: str, error: str = "") -> tuple[Attempt, ...]:
+def finish_attempt(
+    job: Job, now: int, outcome: str, error: str = "", traceback: str = ""
+) -> tuple[Attempt, ...]:
     """The history with its last attempt closed."""
     if not job.history:
         return job.history
@@ -367,6 +376,7 @@ def finish_attempt(job: Job, now: int, outcome: str, error: str = "") -> tuple[A
         finished_at=now,
         error=error,
         outcome=outcome,
+        traceback=traceback,
     )
     return (*job.history[:-1], closed)
 

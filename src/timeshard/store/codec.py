@@ -41,11 +41,14 @@ JOB_COLUMNS = (
     "idempotency_key",
     "last_error",
     "history",
+    "result",
+    "result_encoding",
 )
 """A job row's columns in the order of ``Job``'s fields: a row selected in this order decodes
 by position (``job_from_row``)."""
 _STATE = 4
 _HISTORY = 16
+_RESULT = 17
 _STATES = {s.value: s for s in JobState}
 _json_str = encode_basestring_ascii  # a JSON string literal, as json.dumps writes it
 
@@ -56,6 +59,7 @@ def job_from_row(row: Sequence[Any]) -> Job:
     values = list(row)
     values[_STATE] = _STATES[values[_STATE]]
     values[_HISTORY] = history_from_text(values[_HISTORY])
+    values[_RESULT] = bytes(values[_RESULT])
     return restore_job(values)
 
 
@@ -77,7 +81,8 @@ def _attempt_text(a: Attempt) -> str:
     return (
         f'{{"attempt":{int.__repr__(a.attempt)},"worker":{_json_str(a.worker)},'
         f'"started_at":{int.__repr__(a.started_at)},"finished_at":{finished},'
-        f'"error":{_json_str(a.error)},"outcome":{_json_str(a.outcome)}}}'
+        f'"error":{_json_str(a.error)},"outcome":{_json_str(a.outcome)}'
+        + (f',"traceback":{_json_str(a.traceback)}}}' if a.traceback else "}")
     )
 
 
@@ -100,6 +105,9 @@ def to_job(row: Mapping[str, Any]) -> Job:
         idempotency_key=row["idempotency_key"] or "",
         last_error=row["last_error"] or "",
         history=history_from_text(row["history"]),
+        # (None: a row written before results were stored, or a column never set)
+        result=bytes(row.get("result") or b""),
+        result_encoding=row.get("result_encoding") or "",
     )
 
 
@@ -122,6 +130,8 @@ def job_columns(job: Job) -> Row:
         "finished_at": job.finished_at,
         "last_error": job.last_error,
         "history": history_text(job.history),
+        "result": job.result,
+        "result_encoding": job.result_encoding,
     }
 
 

@@ -30,6 +30,7 @@ from timeshard.model import (
     Schedule,
     ShardState,
     WriteResult,
+    validate_result,
 )
 from timeshard.sharding import DEFAULT_NUM_SHARDS, shard_of, validate_num_shards
 from timeshard.store import transitions as T
@@ -83,11 +84,25 @@ def _migrate(db: sqlite3.Connection) -> None:
     try:
         # executescript commits a pending transaction before it runs, so BEGIN goes inside it.
         db.executescript(f"BEGIN IMMEDIATE;\n{Q['schema']};")
+        _add_missing_columns(db)
         db.execute("COMMIT")
     except BaseException:
         if db.in_transaction:
             db.execute("ROLLBACK")
         raise
+
+
+_ADDED_COLUMNS = {"result": "add_result", "result_encoding": "add_result_encoding"}
+"""Columns added to ``jobs`` after its first version, and the statement that adds each."""
+
+
+def _add_missing_columns(db: sqlite3.Connection) -> None:
+    """Bring a database made by an earlier version up to date (inside ``_migrate``'s
+    transaction): ``CREATE TABLE IF NOT EXISTS`` leaves an existing table as it was."""
+    have = {row[0] for row in db.execute(Q["job_columns"])}
+    for column, statement in _ADDED_COLUMNS.items():
+        if column not in have:
+            db.execute(Q[statement])
 
 
 def _select_schedule(db: sqlite3.Connection, schedule_id: str) -> Schedule | None:
@@ -501,13 +516,24 @@ class SqliteStore(Store):
     async def heartbeat(self, job_id: str, fence: int, lease_until: int) -> WriteResult:
         return await self._call(lambda db: _apply(db, job_id, T.heartbeat(fence, lease_until)))
 
-    async def complete_job(self, job_id: str, fence: int, now: int) -> WriteResult:
-        return await self._call(lambda db: _apply(db, job_id, T.complete(fence, now)))
+    async def complete_job(
+        self, job_id: str, fence: int, now: int, *, result: bytes = b"", result_encoding: str = ""
+    ) -> WriteResult:
+        validate_result(result, result_encoding)  # refused before anything is written
+        transition = T.complete(fence, now, result, result_encoding)
+        return await self._call(lambda db: _apply(db, job_id, transition))
 
     async def fail_job(
-        self, job_id: str, fence: int, now: int, error: str, retry_at: RetryAt
+        self,
+        job_id: str,
+        fence: int,
+        now: int,
+        error: str,
+        retry_at: RetryAt,
+        *,
+        traceback: str = "",
     ) -> WriteResult:
-        transition = T.fail(fence, now, error, retry_at)
+        transition = T.fail(fence, now, error, retry_at, traceback)
         return await self._call(lambda db: _apply(db, job_id, transition))
 
     async def release_lease(

@@ -56,7 +56,9 @@ def heartbeat(fence: int, lease_until: int) -> Transition:
     )
 
 
-def complete(fence: int, now: int) -> Transition:
+def complete(fence: int, now: int, result: bytes = b"", result_encoding: str = "") -> Transition:
+    """The handler's result is stored with the succeeded job (checked by ``Job``: size and
+    encoding)."""
     return Transition(
         _running_with(fence),
         lambda j: j.with_(
@@ -64,12 +66,14 @@ def complete(fence: int, now: int) -> Transition:
             finished_at=now,
             lease_owner="",
             history=finish_attempt(j, now, "succeeded"),
+            result=result,
+            result_encoding=result_encoding,
         ),
     )
 
 
 def _failed(
-    now: int, error: str, retry: RetryAt, outcome: str | None = None
+    now: int, error: str, retry: RetryAt, outcome: str | None = None, traceback: str = ""
 ) -> Callable[[Job], Job]:
     """A failed attempt: ``scheduled`` at the retry time, or ``dead`` without one. ``outcome``
     names the closed attempt (default: ``retry`` or ``dead``)."""
@@ -82,14 +86,14 @@ def _failed(
                 finished_at=now,
                 lease_owner="",
                 last_error=error,
-                history=finish_attempt(j, now, outcome or "dead", error),
+                history=finish_attempt(j, now, outcome or "dead", error, traceback),
             )
         return j.with_(
             state=JobState.SCHEDULED,
             run_at=retry_at,
             lease_owner="",
             last_error=error,
-            history=finish_attempt(j, now, outcome or "retry", error),
+            history=finish_attempt(j, now, outcome or "retry", error, traceback),
         )
 
     return change
@@ -99,8 +103,10 @@ def _retry_entry(j: Job) -> int | None:
     return j.run_at if j.state is JobState.SCHEDULED else None
 
 
-def fail(fence: int, now: int, error: str, retry: RetryAt) -> Transition:
-    return Transition(_running_with(fence), _failed(now, error, retry), _retry_entry, now)
+def fail(fence: int, now: int, error: str, retry: RetryAt, traceback: str = "") -> Transition:
+    return Transition(
+        _running_with(fence), _failed(now, error, retry, traceback=traceback), _retry_entry, now
+    )
 
 
 def release(fence: int, now: int, retry: RetryAt) -> Transition:

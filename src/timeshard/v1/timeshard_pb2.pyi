@@ -27,23 +27,25 @@ JOB_STATE_DEAD: JobState
 JOB_STATE_CANCELLED: JobState
 
 class Attempt(_message.Message):
-    __slots__ = ("attempt", "worker", "started_at", "finished_at", "outcome", "error")
+    __slots__ = ("attempt", "worker", "started_at", "finished_at", "outcome", "error", "traceback")
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     WORKER_FIELD_NUMBER: _ClassVar[int]
     STARTED_AT_FIELD_NUMBER: _ClassVar[int]
     FINISHED_AT_FIELD_NUMBER: _ClassVar[int]
     OUTCOME_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
+    TRACEBACK_FIELD_NUMBER: _ClassVar[int]
     attempt: int
     worker: str
     started_at: _timestamp_pb2.Timestamp
     finished_at: _timestamp_pb2.Timestamp
     outcome: str
     error: str
-    def __init__(self, attempt: _Optional[int] = ..., worker: _Optional[str] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., outcome: _Optional[str] = ..., error: _Optional[str] = ...) -> None: ...
+    traceback: str
+    def __init__(self, attempt: _Optional[int] = ..., worker: _Optional[str] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., outcome: _Optional[str] = ..., error: _Optional[str] = ..., traceback: _Optional[str] = ...) -> None: ...
 
 class Job(_message.Message):
-    __slots__ = ("job_id", "type", "payload", "state", "run_at", "created_at", "attempt", "max_attempts", "fence", "lease_owner", "lease_until", "started_at", "finished_at", "idempotency_key", "last_error", "history", "shard")
+    __slots__ = ("job_id", "type", "payload", "state", "run_at", "created_at", "attempt", "max_attempts", "fence", "lease_owner", "lease_until", "started_at", "finished_at", "idempotency_key", "last_error", "history", "shard", "result", "result_encoding")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     TYPE_FIELD_NUMBER: _ClassVar[int]
     PAYLOAD_FIELD_NUMBER: _ClassVar[int]
@@ -61,6 +63,8 @@ class Job(_message.Message):
     LAST_ERROR_FIELD_NUMBER: _ClassVar[int]
     HISTORY_FIELD_NUMBER: _ClassVar[int]
     SHARD_FIELD_NUMBER: _ClassVar[int]
+    RESULT_FIELD_NUMBER: _ClassVar[int]
+    RESULT_ENCODING_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     type: str
     payload: bytes
@@ -78,7 +82,9 @@ class Job(_message.Message):
     last_error: str
     history: _containers.RepeatedCompositeFieldContainer[Attempt]
     shard: int
-    def __init__(self, job_id: _Optional[str] = ..., type: _Optional[str] = ..., payload: _Optional[bytes] = ..., state: _Optional[_Union[JobState, str]] = ..., run_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., attempt: _Optional[int] = ..., max_attempts: _Optional[int] = ..., fence: _Optional[int] = ..., lease_owner: _Optional[str] = ..., lease_until: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., idempotency_key: _Optional[str] = ..., last_error: _Optional[str] = ..., history: _Optional[_Iterable[_Union[Attempt, _Mapping]]] = ..., shard: _Optional[int] = ...) -> None: ...
+    result: bytes
+    result_encoding: str
+    def __init__(self, job_id: _Optional[str] = ..., type: _Optional[str] = ..., payload: _Optional[bytes] = ..., state: _Optional[_Union[JobState, str]] = ..., run_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., attempt: _Optional[int] = ..., max_attempts: _Optional[int] = ..., fence: _Optional[int] = ..., lease_owner: _Optional[str] = ..., lease_until: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., idempotency_key: _Optional[str] = ..., last_error: _Optional[str] = ..., history: _Optional[_Iterable[_Union[Attempt, _Mapping]]] = ..., shard: _Optional[int] = ..., result: _Optional[bytes] = ..., result_encoding: _Optional[str] = ...) -> None: ...
 
 class ScheduleJobRequest(_message.Message):
     __slots__ = ("type", "payload", "delay", "run_at", "idempotency_key", "max_attempts")
@@ -319,6 +325,20 @@ class PurgeDeadLettersResponse(_message.Message):
     job_ids: _containers.RepeatedScalarFieldContainer[str]
     def __init__(self, job_ids: _Optional[_Iterable[str]] = ...) -> None: ...
 
+class WaitJobsRequest(_message.Message):
+    __slots__ = ("job_ids", "timeout")
+    JOB_IDS_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_FIELD_NUMBER: _ClassVar[int]
+    job_ids: _containers.RepeatedScalarFieldContainer[str]
+    timeout: _duration_pb2.Duration
+    def __init__(self, job_ids: _Optional[_Iterable[str]] = ..., timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+
+class WaitJobsResponse(_message.Message):
+    __slots__ = ("job",)
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    job: Job
+    def __init__(self, job: _Optional[_Union[Job, _Mapping]] = ...) -> None: ...
+
 class ClaimRequest(_message.Message):
     __slots__ = ("worker_id", "types", "max_jobs", "wait", "lease", "max_reply_bytes")
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
@@ -406,20 +426,26 @@ class FailResponse(_message.Message):
     def __init__(self, state: _Optional[_Union[JobState, str]] = ..., retry_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class FinishItem(_message.Message):
-    __slots__ = ("job_id", "fence", "failed", "error", "permanent", "give_back")
+    __slots__ = ("job_id", "fence", "failed", "error", "permanent", "give_back", "result", "result_encoding", "traceback")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     FENCE_FIELD_NUMBER: _ClassVar[int]
     FAILED_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
     PERMANENT_FIELD_NUMBER: _ClassVar[int]
     GIVE_BACK_FIELD_NUMBER: _ClassVar[int]
+    RESULT_FIELD_NUMBER: _ClassVar[int]
+    RESULT_ENCODING_FIELD_NUMBER: _ClassVar[int]
+    TRACEBACK_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     fence: int
     failed: bool
     error: str
     permanent: bool
     give_back: bool
-    def __init__(self, job_id: _Optional[str] = ..., fence: _Optional[int] = ..., failed: _Optional[bool] = ..., error: _Optional[str] = ..., permanent: _Optional[bool] = ..., give_back: _Optional[bool] = ...) -> None: ...
+    result: bytes
+    result_encoding: str
+    traceback: str
+    def __init__(self, job_id: _Optional[str] = ..., fence: _Optional[int] = ..., failed: _Optional[bool] = ..., error: _Optional[str] = ..., permanent: _Optional[bool] = ..., give_back: _Optional[bool] = ..., result: _Optional[bytes] = ..., result_encoding: _Optional[str] = ..., traceback: _Optional[str] = ...) -> None: ...
 
 class FinishRequest(_message.Message):
     __slots__ = ("items",)
@@ -648,7 +674,7 @@ class TypeWaiting(_message.Message):
     def __init__(self, type: _Optional[str] = ..., jobs: _Optional[int] = ..., oldest_age_ms: _Optional[int] = ...) -> None: ...
 
 class JobEvent(_message.Message):
-    __slots__ = ("at", "job_id", "type", "shard", "attempt", "kind", "error")
+    __slots__ = ("at", "job_id", "type", "shard", "attempt", "kind", "error", "traceback")
     AT_FIELD_NUMBER: _ClassVar[int]
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     TYPE_FIELD_NUMBER: _ClassVar[int]
@@ -656,6 +682,7 @@ class JobEvent(_message.Message):
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
+    TRACEBACK_FIELD_NUMBER: _ClassVar[int]
     at: _timestamp_pb2.Timestamp
     job_id: str
     type: str
@@ -663,7 +690,8 @@ class JobEvent(_message.Message):
     attempt: int
     kind: str
     error: str
-    def __init__(self, at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., job_id: _Optional[str] = ..., type: _Optional[str] = ..., shard: _Optional[int] = ..., attempt: _Optional[int] = ..., kind: _Optional[str] = ..., error: _Optional[str] = ...) -> None: ...
+    traceback: str
+    def __init__(self, at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., job_id: _Optional[str] = ..., type: _Optional[str] = ..., shard: _Optional[int] = ..., attempt: _Optional[int] = ..., kind: _Optional[str] = ..., error: _Optional[str] = ..., traceback: _Optional[str] = ...) -> None: ...
 
 class NodeStatusResponse(_message.Message):
     __slots__ = ("node_id", "address", "serving", "store_reachable", "store_error", "coordinator_connected", "num_shards", "shards", "window", "lateness", "lateness_max_ms", "jobs", "dead_letters_counted", "dead_letters", "dead_letters_at", "recent_failures", "recent_dead_letters", "unclaimed")

@@ -119,6 +119,11 @@ class JobServiceStub:
                 request_serializer=timeshard_dot_v1_dot_timeshard__pb2.ReplayDeadLettersRequest.SerializeToString,
                 response_deserializer=timeshard_dot_v1_dot_timeshard__pb2.PurgeDeadLettersResponse.FromString,
                 _registered_method=True)
+        self.WaitJobs = channel.unary_stream(
+                '/timeshard.v1.JobService/WaitJobs',
+                request_serializer=timeshard_dot_v1_dot_timeshard__pb2.WaitJobsRequest.SerializeToString,
+                response_deserializer=timeshard_dot_v1_dot_timeshard__pb2.WaitJobsResponse.FromString,
+                _registered_method=True)
 
 
 class JobServiceServicer:
@@ -226,6 +231,12 @@ class JobServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def WaitJobs(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_JobServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -313,6 +324,11 @@ def add_JobServiceServicer_to_server(servicer, server):
                     servicer.PurgeDeadLetters,
                     request_deserializer=timeshard_dot_v1_dot_timeshard__pb2.ReplayDeadLettersRequest.FromString,
                     response_serializer=timeshard_dot_v1_dot_timeshard__pb2.PurgeDeadLettersResponse.SerializeToString,
+            ),
+            'WaitJobs': grpc.unary_stream_rpc_method_handler(
+                    servicer.WaitJobs,
+                    request_deserializer=timeshard_dot_v1_dot_timeshard__pb2.WaitJobsRequest.FromString,
+                    response_serializer=timeshard_dot_v1_dot_timeshard__pb2.WaitJobsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -774,6 +790,33 @@ class JobService:
             '/timeshard.v1.JobService/PurgeDeadLetters',
             timeshard_dot_v1_dot_timeshard__pb2.ReplayDeadLettersRequest.SerializeToString,
             timeshard_dot_v1_dot_timeshard__pb2.PurgeDeadLettersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WaitJobs(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/timeshard.v1.JobService/WaitJobs',
+            timeshard_dot_v1_dot_timeshard__pb2.WaitJobsRequest.SerializeToString,
+            timeshard_dot_v1_dot_timeshard__pb2.WaitJobsResponse.FromString,
             options,
             channel_credentials,
             insecure,

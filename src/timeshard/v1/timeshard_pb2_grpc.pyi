@@ -48,6 +48,7 @@ class JobServiceStub:
     ListDeadLetters: _grpc.UnaryUnaryMultiCallable[_timeshard_pb2.ListDeadLettersRequest, _timeshard_pb2.ListDeadLettersResponse]
     ReplayDeadLetters: _grpc.UnaryUnaryMultiCallable[_timeshard_pb2.ReplayDeadLettersRequest, _timeshard_pb2.ReplayDeadLettersResponse]
     PurgeDeadLetters: _grpc.UnaryUnaryMultiCallable[_timeshard_pb2.ReplayDeadLettersRequest, _timeshard_pb2.PurgeDeadLettersResponse]
+    WaitJobs: _grpc.UnaryStreamMultiCallable[_timeshard_pb2.WaitJobsRequest, _timeshard_pb2.WaitJobsResponse]
 
 @_typing.type_check_only
 class JobServiceAsyncStub(JobServiceStub):
@@ -69,6 +70,7 @@ class JobServiceAsyncStub(JobServiceStub):
     ListDeadLetters: _aio.UnaryUnaryMultiCallable[_timeshard_pb2.ListDeadLettersRequest, _timeshard_pb2.ListDeadLettersResponse]  # type: ignore[assignment]
     ReplayDeadLetters: _aio.UnaryUnaryMultiCallable[_timeshard_pb2.ReplayDeadLettersRequest, _timeshard_pb2.ReplayDeadLettersResponse]  # type: ignore[assignment]
     PurgeDeadLetters: _aio.UnaryUnaryMultiCallable[_timeshard_pb2.ReplayDeadLettersRequest, _timeshard_pb2.PurgeDeadLettersResponse]  # type: ignore[assignment]
+    WaitJobs: _aio.UnaryStreamMultiCallable[_timeshard_pb2.WaitJobsRequest, _timeshard_pb2.WaitJobsResponse]  # type: ignore[assignment]
 
 class JobServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -189,6 +191,13 @@ class JobServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _timeshard_pb2.ReplayDeadLettersRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_timeshard_pb2.PurgeDeadLettersResponse, _abc.Awaitable[_timeshard_pb2.PurgeDeadLettersResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def WaitJobs(
+        self,
+        request: _timeshard_pb2.WaitJobsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_timeshard_pb2.WaitJobsResponse], _abc.AsyncIterator[_timeshard_pb2.WaitJobsResponse]]: ...
 
 def add_JobServiceServicer_to_server(servicer: JobServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
 

@@ -49,6 +49,7 @@ td.num,th.num{text-align:right;white-space:nowrap}
 .events li{padding:6px 0;border-bottom:1px solid #e6e8ec}
 .events .meta{font-size:12px;color:#5b6475}
 .err{color:#8b1111;word-break:break-word;font-size:13px}
+.tb{font-size:12px;white-space:pre-wrap;word-break:break-word;max-height:20em;overflow:auto}
 code{font-size:12px;word-break:break-all}
 .shards{display:grid;grid-template-columns:repeat(auto-fill,minmax(104px,1fr));gap:6px}
 .shard{border-radius:6px;padding:6px 8px;font-size:12px;background:#eef0f4}
@@ -264,7 +265,13 @@ def _events(title: str, ident: str, events: Sequence[JobEvent], empty: str) -> s
         f"{e.attempt} · shard {e.shard} · {escape(format_rfc3339(e.at_ms))}</div>"
         f"<code>{escape(e.job_id)}</code>"
         f"<div class='err'>{escape(e.error)}</div>"
-        "</li>"
+        + (
+            f"<details><summary>traceback</summary><pre class='tb'>{escape(e.traceback)}</pre>"
+            "</details>"
+            if e.traceback
+            else ""
+        )
+        + "</li>"
         for e in events[:20]
     )
     return f"<section><h2>{title}</h2><ul class='events' id='{ident}'>{items}</ul></section>"

@@ -15,7 +15,7 @@ from typing import Any
 from timeshard.errors import TimeshardError
 from timeshard.model import Job
 from timeshard.node import Node
-from timeshard.observe.events import JobEvent
+from timeshard.observe.events import JobEvent, last_traceback
 from timeshard.observe.window import DEFAULT_WINDOW_S, Percentiles
 
 CLUSTER_TIMEOUT_S = 2.0
@@ -170,6 +170,7 @@ def _dead(seen: list[JobEvent], stored: list[Job]) -> list[JobEvent]:
             attempt=j.attempt,
             kind="dead",
             error=j.last_error[:300],
+            traceback=last_traceback(j),
         )
         for j in stored
         if j.job_id not in ids

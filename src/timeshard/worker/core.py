@@ -42,7 +42,7 @@ import uuid
 from collections.abc import Callable, Coroutine, Generator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import grpc
 
@@ -56,6 +56,7 @@ from timeshard.wire import dur, dur_s, translate, ts_ms
 from timeshard.worker.heartbeats import DeferredHeartbeats, Heartbeats
 from timeshard.worker.lease import Lease, LeaseLost
 from timeshard.worker.results import Results
+from timeshard.worker.returns import ResultError, encode_result, traceback_of
 from timeshard.worker.slots import Run, Slots
 from timeshard.worker.stream import Host, NodeLink
 
@@ -121,6 +122,23 @@ class HandlerSpec:
     timeout_s: float
     concurrency: int
     is_async: bool
+
+
+class _Ended(NamedTuple):
+    """How a handler ended, as reported: ``complete``, ``retry`` or ``permanent``."""
+
+    kind: str
+    error: str = ""
+    traceback: str = ""
+    result: bytes = b""
+    result_encoding: str = ""
+
+
+def _failed(kind: str, exc: BaseException, error: str | None = None) -> _Ended:
+    """A failed end with the exception's traceback (of what the handler raised itself, for
+    the exits ``_Raised`` stands for)."""
+    raised = exc.__cause__ if isinstance(exc, _Raised) and exc.__cause__ else exc
+    return _Ended(kind, error or _describe(exc), traceback_of(raised))
 
 
 SHUT_DOWN = "worker shut down"
@@ -397,25 +415,29 @@ class Worker:
         try:
             outcome = await self._outcome(spec, ctx, run, handler)
             if outcome is not None:
-                await self._report(stub, ctx, *outcome)
+                await self._report(stub, ctx, outcome)
         finally:
             heartbeats.cancel()
 
     async def _outcome(
         self, spec: HandlerSpec, ctx: JobContext, run: Run, handler: asyncio.Task[Any]
-    ) -> tuple[str, str] | None:
-        """("complete", "") / ("retry", error) / ("permanent", error), or None when the lease
-        was lost (nothing to report: the job is someone else's now). The type's timeout counts
-        from when the handler started; a job that waited that long for its slot is not run."""
+    ) -> _Ended | None:
+        """How the handler ended, with its result or its error and traceback, or None when
+        the lease was lost (nothing to report: the job is someone else's now). The type's
+        timeout counts from when the handler started; a job that waited that long for its
+        slot is not run."""
         loop = asyncio.get_running_loop()
         try:
             async with asyncio.timeout(spec.timeout_s) as limit:
                 run.on_start = lambda: limit.reschedule(loop.time() + spec.timeout_s)
-                await asyncio.shield(handler)
-            return ("complete", "")
+                value = await asyncio.shield(handler)
+            result, encoding = encode_result(value)
+            return _Ended("complete", result=result, result_encoding=encoding)
+        except ResultError as exc:
+            return _Ended("permanent", _describe(exc))
         except TimeoutError as exc:
             if not limit.expired():
-                return ("retry", _describe(exc))  # the handler's own
+                return _failed("retry", exc)  # the handler's own
             why = f"timed out after {spec.timeout_s:g}s"
             if not run.started:
                 why = f"not started within its timeout of {spec.timeout_s:g}s: it waited for "
@@ -425,18 +447,20 @@ class Worker:
             # A cooperative handler stops at once; one that can not be stopped keeps its slot
             # (and this job) until it ends, but the attempt is reported now.
             await asyncio.wait({handler}, timeout=self.safety_margin_s)
-            return ("retry", why)
+            return _Ended("retry", why)
         except (asyncio.CancelledError, LeaseLost) as exc:
             if ctx.cancelled:
-                self._emit("lost", ctx, f"{ctx._lease.why()}; handler stopped")
+                why = f"{ctx._lease.why()}; handler stopped"
+                _log_problem(ctx, "stopped", why)
+                self._emit("lost", ctx, why)
                 return None
             if isinstance(exc, LeaseLost):
-                return ("retry", _describe(exc))
+                return _failed("retry", exc)
             raise  # this worker's own task was cancelled (shutting down)
         except PermanentError as exc:
-            return ("permanent", _describe(exc))
+            return _failed("permanent", exc)
         except Exception as exc:
-            return ("retry", _describe(exc))
+            return _failed("retry", exc)
 
     async def _invoke(self, spec: HandlerSpec, ctx: JobContext, run: Run) -> Any:
         """Wait for the job's slot, then call its handler. What the handler raises that would
@@ -496,22 +520,33 @@ class Worker:
         )
         return heartbeats.start(stub, handler, heartbeat_now)
 
-    async def _report(self, stub: WorkerStub, ctx: JobContext, kind: str, error: str) -> None:
+    async def _report(self, stub: WorkerStub, ctx: JobContext, ended: _Ended) -> None:
         """Send the result, retried until it is in or the lease is over (``Results``); once the
-        lease is over nothing is sent, and the job is left to its lease expiry."""
+        lease is over nothing is sent, and the job is left to its lease expiry. Every failure
+        is logged at WARNING, whatever is printed."""
+        kind, error = ended.kind, ended.error
+        if kind != "complete":
+            what = "failed permanently" if kind == "permanent" else "failed"
+            _log_problem(ctx, what, error)
         item = pb.FinishItem(
             job_id=ctx.job_id,
             fence=ctx.fence,
             failed=kind != "complete",
             error=truncate_error(error),  # the server would; a long one could not be sent
             permanent=kind == "permanent",
+            result=ended.result,
+            result_encoding=ended.result_encoding,
+            traceback=ended.traceback,
         )
         result, why = await self._results.deliver(item, stub, ctx._lease)
         if result is None:
-            self._emit("unreported", ctx, f"{why}; the job is left to its lease expiry")
+            why = f"{why}; the job is left to its lease expiry"
+            _log_problem(ctx, "result not sent", why)
+            self._emit("unreported", ctx, why)
         elif result.code == 0:
             self._emit("succeeded" if kind == "complete" else "failed", ctx, error)
         else:
+            _log_problem(ctx, "result refused", result.message)
             self._emit("rejected", ctx, result.message)
 
     # -- stopping (the drain; apart from running a job) ------------------------------------
@@ -606,6 +641,21 @@ class Worker:
         if self._nodes is None:
             return []
         return list(self._nodes.stubs.values())  # type: ignore[arg-type]  # (stub-like links)
+
+
+def _log_problem(ctx: JobContext, what: str, detail: str) -> None:
+    """One WARNING line for a job that did not succeed, in every log format and with
+    ``--quiet`` too (``timeshard worker`` prints only progress; problems are log records)."""
+    log.warning(
+        "job %s (%s) %s on attempt %d/%d: %s",
+        ctx.job_id,
+        ctx.job_type,
+        what,
+        ctx.attempt,
+        ctx.max_attempts,
+        detail,
+        extra={"job_id": ctx.job_id, "job_type": ctx.job_type, "event": "job.failed"},
+    )
 
 
 class _Raised(Exception):

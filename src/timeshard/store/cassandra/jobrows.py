@@ -497,7 +497,9 @@ def _entries(ops: Iterable[_Op]) -> list[BucketEntry]:
 
 
 def _by_size(ops: list[_Op]) -> Iterable[list[_Op]]:
-    weights = [512 + (len(op.new.payload) if op.new is not None else 0) for op in ops]
+    weights = [
+        512 + (len(op.new.payload) + len(op.new.result) if op.new is not None else 0) for op in ops
+    ]
     return _sized(ops, weights)
 
 

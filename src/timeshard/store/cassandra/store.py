@@ -10,7 +10,15 @@ from dataclasses import replace
 
 from timeshard.clock import Clock, SystemClock
 from timeshard.errors import InvalidArgument, StoreUnavailable
-from timeshard.model import BucketEntry, Job, JobState, Schedule, ShardState, WriteResult
+from timeshard.model import (
+    BucketEntry,
+    Job,
+    JobState,
+    Schedule,
+    ShardState,
+    WriteResult,
+    validate_result,
+)
 from timeshard.sharding import DEFAULT_NUM_SHARDS, validate_num_shards
 from timeshard.store import transitions as T
 from timeshard.store.base import CreateResult, JobClaim, JobPage, Retention, RetryAt, Store
@@ -182,13 +190,23 @@ class CassandraStore(Store):
     async def heartbeat(self, job_id: str, fence: int, lease_until: int) -> WriteResult:
         return await self._jobs.apply(job_id, T.heartbeat(fence, lease_until))
 
-    async def complete_job(self, job_id: str, fence: int, now: int) -> WriteResult:
-        return await self._jobs.apply(job_id, T.complete(fence, now))
+    async def complete_job(
+        self, job_id: str, fence: int, now: int, *, result: bytes = b"", result_encoding: str = ""
+    ) -> WriteResult:
+        validate_result(result, result_encoding)  # refused before it joins a batch
+        return await self._jobs.apply(job_id, T.complete(fence, now, result, result_encoding))
 
     async def fail_job(
-        self, job_id: str, fence: int, now: int, error: str, retry_at: RetryAt
+        self,
+        job_id: str,
+        fence: int,
+        now: int,
+        error: str,
+        retry_at: RetryAt,
+        *,
+        traceback: str = "",
     ) -> WriteResult:
-        return await self._jobs.apply(job_id, T.fail(fence, now, error, retry_at))
+        return await self._jobs.apply(job_id, T.fail(fence, now, error, retry_at, traceback))
 
     async def release_lease(
         self, job_id: str, fence: int, now: int, retry_at: RetryAt

@@ -19,7 +19,9 @@ CREATE TABLE IF NOT EXISTS jobs (
     finished_at INTEGER NOT NULL,
     idempotency_key TEXT NOT NULL,
     last_error TEXT NOT NULL,
-    history TEXT NOT NULL
+    history TEXT NOT NULL,
+    result BLOB NOT NULL DEFAULT x'',
+    result_encoding TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs (state, type, job_id);
 CREATE TABLE IF NOT EXISTS buckets (
@@ -71,32 +73,47 @@ CREATE TABLE IF NOT EXISTS meta (
     value TEXT NOT NULL
 );
 
+-- name: job_columns
+-- What an existing database's jobs table has (a migration adds what is missing).
+SELECT name FROM pragma_table_info('jobs');
+
+-- name: add_result
+-- Migration: a handler's result, on a database made before results were stored.
+ALTER TABLE jobs ADD COLUMN result BLOB NOT NULL DEFAULT x'';
+
+-- name: add_result_encoding
+ALTER TABLE jobs ADD COLUMN result_encoding TEXT NOT NULL DEFAULT '';
+
 -- name: select_job
 -- The columns in the order of Job's fields (codec.JOB_COLUMNS): rows decode by position.
 SELECT job_id, shard, type, payload, state, run_at, created_at, attempt, max_attempts, fence,
-       lease_owner, lease_until, started_at, finished_at, idempotency_key, last_error, history
+       lease_owner, lease_until, started_at, finished_at, idempotency_key, last_error, history,
+       result, result_encoding
 FROM jobs WHERE job_id = ?;
 
 -- name: select_jobs
 -- Many jobs in one statement: the ids as a JSON array.
 SELECT job_id, shard, type, payload, state, run_at, created_at, attempt, max_attempts, fence,
-       lease_owner, lease_until, started_at, finished_at, idempotency_key, last_error, history
+       lease_owner, lease_until, started_at, finished_at, idempotency_key, last_error, history,
+       result, result_encoding
 FROM jobs WHERE job_id IN (SELECT value FROM json_each(?));
 
 -- name: insert_job
 -- A job whose id exists already is left as it is (the caller reads it).
 INSERT OR IGNORE INTO jobs (job_id, shard, type, payload, state, run_at, created_at, attempt,
                             max_attempts, fence, lease_owner, lease_until, started_at,
-                            finished_at, idempotency_key, last_error, history)
+                            finished_at, idempotency_key, last_error, history, result,
+                            result_encoding)
 VALUES (:job_id, :shard, :type, :payload, :state, :run_at, :created_at, :attempt, :max_attempts,
         :fence, :lease_owner, :lease_until, :started_at, :finished_at, :idempotency_key,
-        :last_error, :history);
+        :last_error, :history, :result, :result_encoding);
 
 -- name: update_job
 UPDATE jobs SET state = :state, run_at = :run_at, attempt = :attempt, fence = :fence,
                 lease_owner = :lease_owner, lease_until = :lease_until,
                 started_at = :started_at, finished_at = :finished_at,
-                last_error = :last_error, history = :history
+                last_error = :last_error, history = :history, result = :result,
+                result_encoding = :result_encoding
 WHERE job_id = :job_id;
 
 -- name: insert_entry
@@ -115,7 +132,8 @@ INSERT OR IGNORE INTO idempotency_keys (key, job_id, digest) VALUES (?, ?, ?);
 
 -- name: list_jobs
 SELECT job_id, shard, type, payload, state, run_at, created_at, attempt, max_attempts, fence,
-       lease_owner, lease_until, started_at, finished_at, idempotency_key, last_error, history
+       lease_owner, lease_until, started_at, finished_at, idempotency_key, last_error, history,
+       result, result_encoding
 FROM jobs
 WHERE (:state IS NULL OR state = :state) AND (:type IS NULL OR type = :type) AND job_id > :after
 ORDER BY job_id LIMIT :limit;
