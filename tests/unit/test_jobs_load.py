@@ -230,7 +230,7 @@ async def test_a_batch_the_server_refuses_is_reported_by_file_line(
     async with cluster(tmp_path, capsys) as c:
         with Client(c.server.address) as client:
             await asyncio.to_thread(
-                client.schedule, "demo.echo", {"n": "a"}, delay_s=3600, idempotency_key="k"
+                client.schedule, "demo.echo", {"n": "a"}, delay=3600, key="k"
             )
         # Line 4 reuses the key with another payload: only the server can know that.
         lines = [line(payload={"n": n}) for n in range(6)]
@@ -260,7 +260,7 @@ async def test_a_key_naming_a_cancelled_job_is_not_counted_as_scheduled(
     async with cluster(tmp_path, capsys) as c:
         with Client(c.server.address) as client:
             gone = await asyncio.to_thread(
-                client.schedule, "demo.echo", {}, delay_s=3600, idempotency_key="gone"
+                client.schedule, "demo.echo", {}, delay=3600, key="gone"
             )
             await asyncio.to_thread(client.cancel, gone.job.job_id)
         path = c.write([line(payload=1), line(key="gone", payload={}), line(key="x", payload=1)])

@@ -8,10 +8,11 @@ from typing import Any
 
 from timeshard.cli.common import MAX_INT32, parse_duration, parse_time, whole
 from timeshard.cli.load import DEFAULT_KEY_PREFIX, cmd_load, key_prefix, not_scheduled_why
-from timeshard.client import Client, Scheduled
 from timeshard.clock import format_rfc3339
 from timeshard.errors import FailedPrecondition, InvalidArgument
 from timeshard.model import JobState, parse_json_payload
+from timeshard.protoclient import ProtoClient as Client
+from timeshard.protoclient import Scheduled
 from timeshard.v1 import timeshard_pb2 as pb
 from timeshard.wire import state_from_pb, ts_ms
 

@@ -26,11 +26,12 @@ from typing import Any, TextIO
 import grpc
 
 from timeshard.cli.common import parse_duration, parse_time
-from timeshard.client import Client, NewJob, Scheduled, payload_bytes
 from timeshard.clock import SystemClock
 from timeshard.errors import InvalidArgument, TimeshardError
 from timeshard.limits import MAX_IDEMPOTENCY_KEY_BYTES, check_attempts, check_bytes, shown
 from timeshard.model import JobState, validate_job_type, validate_payload
+from timeshard.protoclient import NewJob, Scheduled, payload_bytes
+from timeshard.protoclient import ProtoClient as Client
 from timeshard.wire import run_at_of, state_from_pb
 
 FIELDS = ("type", "payload", "in", "at", "key", "max_attempts")

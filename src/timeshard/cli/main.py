@@ -10,10 +10,10 @@ from typing import Any
 
 from timeshard.cli import certs, jobs, schedules, serve, shards, status, tokens
 from timeshard.cli.security import apply_client_options
-from timeshard.client import DEFAULT_SERVER
 from timeshard.errors import TimeshardError
 from timeshard.observe import logs
 from timeshard.security.auth import ENV_TOKEN
+from timeshard.security.channel import server_from_env
 from timeshard.security.tls import ENV_TLS_DIR
 
 
@@ -52,7 +52,7 @@ def add_global_options(parser: argparse.ArgumentParser, *, suppress: bool = Fals
             return  # the command has its own (e.g. server's --tls-dir)
         group.add_argument(*flags, default=argparse.SUPPRESS if suppress else default, **kw)
 
-    server = os.environ.get("TIMESHARD_SERVER", DEFAULT_SERVER)
+    server = server_from_env()
     add(
         "--server",
         default=server,

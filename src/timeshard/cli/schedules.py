@@ -8,10 +8,10 @@ from typing import Any
 
 from timeshard.cli.common import MAX_INT32, parse_duration, parse_time, whole
 from timeshard.cli.jobs import job_json, job_line
-from timeshard.client import Client
 from timeshard.clock import SystemClock, format_rfc3339
 from timeshard.cron import CronSpec, preview
 from timeshard.model import MisfirePolicy, OverlapPolicy, parse_json_payload
+from timeshard.protoclient import ProtoClient as Client
 from timeshard.v1 import timeshard_pb2 as pb
 from timeshard.wire import dur, ts_ms
 
