@@ -26,7 +26,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Self, TypeVar
 
 import grpc
 from google.protobuf.message import Message
@@ -456,7 +456,7 @@ class Client(_Base):
         self._timeout = timeout_s
         self._retries = retries
 
-    def __enter__(self) -> Client:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -648,7 +648,7 @@ class AsyncClient(_Base):
         self._timeout = timeout_s
         self._retries = retries
 
-    async def __aenter__(self) -> AsyncClient:
+    async def __aenter__(self) -> Self:
         return self
 
     async def __aexit__(self, *exc: object) -> None:

@@ -1,0 +1,315 @@
+"""Tasks: handlers declared with their payload type, and the cron schedules declared in code.
+
+    @dataclass
+    class Email:
+        to: str
+        subject: str = ""
+
+    @worker.task("email.send", retry=Retry(max_attempts=5), timeout=60, concurrency=8)
+    async def send(email: Email, ctx: JobContext) -> None: ...
+
+    send.schedule(Email(to="a@example.com"), delay=timedelta(minutes=5))
+
+The handler's payload parameter (the one not annotated ``JobContext``) says what a payload is:
+a dataclass, a TypedDict, or any type pydantic validates; unannotated, it is the decoded JSON.
+A payload is checked against it where the task is scheduled (``InvalidArgument``, nothing sent)
+and again where it runs: one that does not match fails the job permanently, with the fields
+that did not match, and it goes to the dead-letter queue (no retry can make it match).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+import sys
+import typing
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, Generic, Protocol, TypeVar
+
+import pydantic
+import pydantic_core
+import typing_extensions
+
+from timeshard.client import AsyncClient, Client, Delay, Scheduled, ScheduleSpec
+from timeshard.cron import CronSpec
+from timeshard.errors import InvalidArgument
+from timeshard.limits import MAX_ATTEMPTS, check_range
+from timeshard.wire import schedule_from_pb
+
+P = TypeVar("P")
+
+
+class _Clients(Protocol):
+    """What a task schedules through: its worker (``Worker.client``/``async_client``)."""
+
+    def client(self) -> Client: ...
+
+    def async_client(self) -> AsyncClient: ...
+
+
+class _Context(Protocol):
+    payload: bytes
+
+
+class PayloadMismatch(Exception):
+    """A payload that does not match its task's type (raised as a permanent error at run
+    time, as ``InvalidArgument`` where it is scheduled)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Retry:
+    """A task's retry policy: at most ``max_attempts`` attempts (0: the server's default),
+    failed ones retried after exponential backoff with full jitter, ``backoff * 2^(attempt-1)``
+    capped at ``max_backoff``."""
+
+    max_attempts: int = 0
+    backoff: Delay = timedelta(seconds=1)
+    max_backoff: Delay = timedelta(minutes=5)
+
+    def __post_init__(self) -> None:
+        if self.max_attempts:
+            check_range("max_attempts", self.max_attempts, 1, MAX_ATTEMPTS)
+        base, ceiling = self.backoff_s, self.max_backoff_s
+        if not 0 < base <= ceiling:
+            raise InvalidArgument(
+                "retry", f"need 0 < backoff <= max_backoff, got {base}, {ceiling}"
+            )
+
+    @property
+    def backoff_s(self) -> float:
+        return _seconds(self.backoff)
+
+    @property
+    def max_backoff_s(self) -> float:
+        return _seconds(self.max_backoff)
+
+
+def _seconds(d: Delay) -> float:
+    return d.total_seconds() if isinstance(d, timedelta) else float(d)
+
+
+class PayloadType:
+    """A handler's payload type and its checks (pydantic, strict: ``"3"`` is not an int)."""
+
+    def __init__(self, annotation: Any) -> None:
+        self.annotation = annotation
+        self.name = getattr(annotation, "__name__", repr(annotation))
+        self._adapter: pydantic.TypeAdapter[Any] | None = None
+        if annotation is not inspect.Parameter.empty and annotation is not Any:
+            try:
+                self._adapter = pydantic.TypeAdapter(_for_pydantic(annotation))
+            except pydantic.PydanticUserError as exc:
+                raise TypeError(f"payload type {self.name}: {exc.message}") from None
+
+    def encode(self, payload: Any) -> bytes:
+        """The payload as JSON, checked against the type as the worker will read it."""
+        try:
+            raw = pydantic_core.to_json(payload)
+        except pydantic_core.PydanticSerializationError as exc:
+            raise InvalidArgument("payload", f"not JSON-serialisable: {exc}") from None
+        try:
+            self.decode(raw)
+        except PayloadMismatch as exc:
+            raise InvalidArgument("payload", str(exc)) from None
+        return raw
+
+    def decode(self, raw: bytes) -> Any:
+        if self._adapter is None:
+            return pydantic_core.from_json(raw or b"null")
+        try:
+            return self._adapter.validate_json(raw or b"null", strict=True)
+        except pydantic.ValidationError as exc:
+            raise PayloadMismatch(f"does not match {self.name}: {_problems(exc)}") from None
+
+
+def _problems(exc: pydantic.ValidationError) -> str:
+    return "; ".join(
+        f"{'.'.join(str(p) for p in e['loc']) or 'the payload'}: {e['msg']}"
+        for e in exc.errors(include_url=False)
+    )
+
+
+def _for_pydantic(annotation: Any) -> Any:
+    """Before Python 3.12 pydantic reads only ``typing_extensions.TypedDict``: the same
+    TypedDict, made with it."""
+    if sys.version_info >= (3, 12) or not typing.is_typeddict(annotation):
+        return annotation
+    if type(annotation) is type(typing_extensions.TypedDict("_Probe", {})):  # type: ignore[operator]
+        return annotation
+    hints = typing.get_type_hints(annotation, include_extras=True)
+    required = annotation.__required_keys__
+    fields = {
+        k: typing_extensions.Required[v] if k in required else typing_extensions.NotRequired[v]
+        for k, v in hints.items()
+    }
+    return typing_extensions.TypedDict(annotation.__name__, fields)  # type: ignore[operator]
+
+
+class Task(Generic[P]):
+    """A job type with its handler, payload type and policies, as ``Worker.task`` declared
+    it. ``schedule``/``schedule_async`` schedule one (through the worker's server, or the
+    client given); calling the task calls its handler directly (handy in unit tests)."""
+
+    def __init__(
+        self,
+        worker: _Clients,
+        job_type: str,
+        fn: Callable[..., Any],
+        payload_type: PayloadType,
+        *,
+        retry: Retry | None,
+        timeout_s: float,
+        concurrency: int,
+    ) -> None:
+        self.worker = worker
+        self.job_type = job_type
+        self.fn = fn
+        self.payload_type = payload_type
+        self.retry = retry
+        self.timeout_s = timeout_s
+        self.concurrency = concurrency
+        functools.update_wrapper(self, fn)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.fn(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"<Task {self.job_type} ({self.payload_type.name})>"
+
+    def _job(self, payload: P, max_attempts: int) -> tuple[bytes, int]:
+        attempts = max_attempts or (self.retry.max_attempts if self.retry else 0)
+        return self.payload_type.encode(payload), attempts
+
+    def schedule(
+        self,
+        payload: P,
+        *,
+        delay: Delay | None = None,
+        at: datetime | None = None,
+        key: str = "",
+        max_attempts: int = 0,
+        client: Client | None = None,
+    ) -> Scheduled:
+        """Schedule one run, due after ``delay`` or ``at`` (default now); ``key`` is its
+        idempotency key. The payload is checked against the task's type first."""
+        raw, attempts = self._job(payload, max_attempts)
+        c = client or self.worker.client()
+        return c.schedule(self.job_type, raw, delay=delay, at=at, key=key, max_attempts=attempts)
+
+    async def schedule_async(
+        self,
+        payload: P,
+        *,
+        delay: Delay | None = None,
+        at: datetime | None = None,
+        key: str = "",
+        max_attempts: int = 0,
+        client: AsyncClient | None = None,
+    ) -> Scheduled:
+        """``schedule`` from asyncio code."""
+        raw, attempts = self._job(payload, max_attempts)
+        c = client or self.worker.async_client()
+        return await c.schedule(
+            self.job_type, raw, delay=delay, at=at, key=key, max_attempts=attempts
+        )
+
+
+def task_handler(
+    job_type: str, fn: Callable[..., Any], context: type, permanent: type[Exception]
+) -> tuple[Callable[..., Any], PayloadType]:
+    """The ``handler(ctx)`` that runs task ``fn``: reads and checks the payload, then calls
+    ``fn(payload)`` or ``fn(payload, ctx)`` (the parameter annotated ``context``, the
+    worker's ``JobContext``, gets the context); a payload that does not match raises
+    ``permanent``. Checked now: a task that can not be called so is a ``TypeError`` here."""
+    hints = typing.get_type_hints(fn)
+    params = [
+        p
+        for p in inspect.signature(fn).parameters.values()
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+        and p.default is inspect.Parameter.empty
+    ]
+    ctx_names = [p.name for p in params if hints.get(p.name) is context]
+    payload_params = [p for p in params if p.name not in ctx_names]
+    if len(ctx_names) > 1 or len(payload_params) > 1 or not params:
+        raise TypeError(
+            f"task {fn.__name__} for {job_type} must take its payload and, optionally, a "
+            "parameter annotated JobContext: def f(payload: MyPayload, ctx: JobContext)"
+        )
+    payload_type = PayloadType(
+        hints.get(payload_params[0].name, inspect.Parameter.empty)
+        if payload_params
+        else inspect.Parameter.empty
+    )
+
+    def arguments(ctx: _Context) -> dict[str, Any]:
+        args: dict[str, Any] = {name: ctx for name in ctx_names}
+        if payload_params:
+            try:
+                args[payload_params[0].name] = payload_type.decode(ctx.payload)
+            except PayloadMismatch as exc:
+                raise permanent(f"payload {exc}") from None
+            except ValueError as exc:
+                raise permanent(f"payload is not JSON: {exc}") from None
+        return args
+
+    if inspect.iscoroutinefunction(fn):
+
+        async def run_async(ctx: _Context) -> Any:
+            return await fn(**arguments(ctx))
+
+        return run_async, payload_type
+
+    def run(ctx: _Context) -> Any:
+        return fn(**arguments(ctx))
+
+    return run, payload_type
+
+
+def cron_spec(
+    cron: str,
+    *,
+    schedule_id: str,
+    job_type: str,
+    tz: str,
+    payload_type: PayloadType,
+    payload: Any,
+    options: dict[str, Any],
+) -> ScheduleSpec:
+    """A schedule declared in code, checked as the server would check it (a bad cron, zone,
+    id or policy is ``InvalidArgument`` at once, where it is declared)."""
+    CronSpec(
+        expression=cron,
+        timezone=tz,
+        dst_gap=options.get("dst_gap") or None,
+        dst_fold=options.get("dst_fold") or None,
+    )
+    try:
+        spec = ScheduleSpec(
+            job_type=job_type,
+            cron=cron,
+            tz=tz,
+            schedule_id=schedule_id,
+            payload=payload_type.encode(payload) if payload is not None else None,
+            **options,
+        )
+    except TypeError as exc:
+        raise InvalidArgument("schedule", str(exc)) from None
+    schedule_from_pb(spec.message(), schedule_id)  # the id, policies and template
+    return spec
+
+
+async def declare_schedules(
+    client: AsyncClient, specs: list[ScheduleSpec], stop: asyncio.Event
+) -> dict[str, str]:
+    """Create or update each declared schedule by id (``AsyncClient.put_schedule``); what was
+    done to each. A clash (the id taken by a schedule of another type) raises."""
+    done: dict[str, str] = {}
+    for spec in specs:
+        if stop.is_set():
+            break
+        _, what = await client.put_schedule(spec)
+        done[spec.schedule_id] = what
+    return done
