@@ -19,8 +19,9 @@ names them):
 
 - ``client``: JobService: jobs (schedule, get, list, cancel, reschedule), schedules (create,
   get, list, update, pause, resume, delete, preview) and listing dead letters;
-- ``worker``: WorkerService (claim, heartbeat, complete, fail, finish) and
-  AdminService.ClusterInfo (workers discover the nodes);
+- ``worker``: WorkerService (claim, heartbeat, complete, fail, finish),
+  AdminService.ClusterInfo (workers discover the nodes) and AdminService.SetTypePolicies (a
+  worker declares its tasks' retry and concurrency);
 - ``admin``: the above and dead-letter replay/purge, shard owners, move shard, drain node,
   node status.
 
@@ -97,6 +98,7 @@ METHOD_ROLES: dict[str, Role] = {
     _JOBS + "PurgeDeadLetters": Role.ADMIN,
     **{_WORKERS + m: Role.WORKER for m in ("Claim", "Heartbeat", "Complete", "Fail", "Finish")},
     _ADMIN + "ClusterInfo": Role.WORKER,
+    _ADMIN + "SetTypePolicies": Role.WORKER,
     _ADMIN + "ShardOwners": Role.ADMIN,
     _ADMIN + "MoveShard": Role.ADMIN,
     _ADMIN + "DrainNode": Role.ADMIN,
