@@ -33,9 +33,17 @@ from google.protobuf.message import Message
 
 from timeshard.clock import from_datetime
 from timeshard.errors import AlreadyExists, InvalidArgument, NotFound, TimeshardError
-from timeshard.limits import MAX_BATCH
+from timeshard.limits import MAX_ATTEMPTS, MAX_BATCH, check_range
 from timeshard.model import JobState, MisfirePolicy, OverlapPolicy
-from timeshard.records import Attempt, DeadLetter, FireTime, Job, Schedule, Scheduled
+from timeshard.records import (
+    Attempt,
+    DeadLetter,
+    FireTime,
+    Job,
+    Schedule,
+    Scheduled,
+    TypePolicy,
+)
 from timeshard.security.channel import ClientSecurity, TlsArg, server_from_env
 from timeshard.v1 import timeshard_pb2 as pb
 from timeshard.v1 import timeshard_pb2_grpc as pb_grpc
@@ -49,9 +57,11 @@ __all__ = [
     "FireTime",
     "Job",
     "NewJob",
+    "Retry",
     "Schedule",
     "ScheduleSpec",
     "Scheduled",
+    "TypePolicy",
 ]
 
 R = TypeVar("R")
@@ -104,6 +114,36 @@ def _when(
         req.delay.seconds, req.delay.nanos = whole, round((seconds - whole) * 1e9)
     else:
         req.delay.CopyFrom(dur(round(seconds * 1000)))
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Retry:
+    """A job type's retry policy: at most ``max_attempts`` attempts (0: the server's default),
+    a failed one retried after exponential backoff with full jitter, ``backoff *
+    2^(attempt-1)`` capped at ``max_backoff``."""
+
+    max_attempts: int = 0
+    backoff: Delay = timedelta(seconds=1)
+    max_backoff: Delay = timedelta(minutes=5)
+
+    def __post_init__(self) -> None:
+        if self.max_attempts:
+            check_range("max_attempts", self.max_attempts, 1, MAX_ATTEMPTS)
+        base = _seconds(self.backoff, "backoff")
+        ceiling = _seconds(self.max_backoff, "max_backoff")
+        if not 0 < base <= ceiling:
+            raise InvalidArgument(
+                "retry", f"need 0 < backoff <= max_backoff, got {base:g}s and {ceiling:g}s"
+            )
+
+    def message(self, job_type: str, concurrency: int) -> pb.TypePolicy:
+        return pb.TypePolicy(
+            type=job_type,
+            max_attempts=self.max_attempts,
+            retry_base=dur(round(_seconds(self.backoff, "backoff") * 1000)),
+            retry_max=dur(round(_seconds(self.max_backoff, "max_backoff") * 1000)),
+            concurrency=concurrency,
+        )
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -199,6 +239,8 @@ class _Call(Generic[R]):
     request: Message
     read: Callable[[Any], R]
     idempotent: bool = True
+    admin: bool = False
+    """An AdminService call (else JobService)."""
 
 
 _Steps = Generator[_Call[Any], Any, R]
@@ -406,6 +448,21 @@ class _Methods:
         return _Call("ReplayDeadLetters", req, lambda r: [Job.from_pb(j) for j in r.jobs])
 
     @staticmethod
+    def set_type_policies(
+        policies: Sequence[tuple[str, Retry | None, int]],
+    ) -> _Call[list[TypePolicy]]:
+        req = pb.SetTypePoliciesRequest(
+            policies=[
+                retry.message(t, concurrency)
+                if retry is not None
+                else pb.TypePolicy(type=t, concurrency=concurrency)
+                for t, retry, concurrency in policies
+            ]
+        )
+        read = lambda r: [TypePolicy.from_pb(p) for p in r.policies]  # noqa: E731
+        return _Call("SetTypePolicies", req, read, admin=True)
+
+    @staticmethod
     def purge(job_ids: Sequence[str], job_type: str) -> _Call[list[str]]:
         req = pb.ReplayDeadLettersRequest(job_ids=list(job_ids), type=job_type)
         return _Call("PurgeDeadLetters", req, lambda r: list(r.job_ids))
@@ -453,6 +510,7 @@ class Client(_Base):
         security = ClientSecurity.resolve(tls, token)
         self._channel = channel or security.sync_channel(self.address)
         self._jobs = pb_grpc.JobServiceStub(self._channel)
+        self._admin = pb_grpc.AdminServiceStub(self._channel)
         self._timeout = timeout_s
         self._retries = retries
 
@@ -466,7 +524,7 @@ class Client(_Base):
         self._channel.close()
 
     def _run(self, call: _Call[R]) -> R:
-        fn = getattr(self._jobs, call.method)
+        fn = getattr(self._admin if call.admin else self._jobs, call.method)
         attempt = 0
         while True:
             try:
@@ -626,6 +684,16 @@ class Client(_Base):
     def purge(self, job_ids: Sequence[str] = (), *, job_type: str = "") -> list[str]:
         return self._run(_Methods.purge(job_ids, job_type))
 
+    # -- per-type policies ----------------------------------------------------------------
+
+    def set_type_policy(
+        self, job_type: str, *, retry: Retry | None = None, concurrency: int = 0
+    ) -> TypePolicy:
+        """Set ``job_type``'s retry policy and cluster-wide concurrency limit (0: none) on
+        every node (stored; other nodes apply it within seconds). Worker or admin role."""
+        (done,) = self._run(_Methods.set_type_policies([(job_type, retry, concurrency)]))
+        return done
+
 
 class AsyncClient(_Base):
     """The asyncio client: ``Client``'s methods, each ``async`` (the listings are async
@@ -645,6 +713,7 @@ class AsyncClient(_Base):
         security = ClientSecurity.resolve(tls, token)
         self._channel = channel or security.aio_channel(self.address)
         self._jobs = pb_grpc.JobServiceStub(self._channel)
+        self._admin = pb_grpc.AdminServiceStub(self._channel)
         self._timeout = timeout_s
         self._retries = retries
 
@@ -658,7 +727,7 @@ class AsyncClient(_Base):
         await self._channel.close(None)
 
     async def _run(self, call: _Call[R]) -> R:
-        fn = getattr(self._jobs, call.method)
+        fn = getattr(self._admin if call.admin else self._jobs, call.method)
         attempt = 0
         while True:
             try:
@@ -806,3 +875,17 @@ class AsyncClient(_Base):
 
     async def purge(self, job_ids: Sequence[str] = (), *, job_type: str = "") -> list[str]:
         return await self._run(_Methods.purge(job_ids, job_type))
+
+    # -- per-type policies ----------------------------------------------------------------
+
+    async def set_type_policy(
+        self, job_type: str, *, retry: Retry | None = None, concurrency: int = 0
+    ) -> TypePolicy:
+        (done,) = await self._run(_Methods.set_type_policies([(job_type, retry, concurrency)]))
+        return done
+
+    async def set_type_policies(
+        self, policies: Sequence[tuple[str, Retry | None, int]]
+    ) -> list[TypePolicy]:
+        """Several at once: (job type, retry, cluster-wide concurrency) each."""
+        return await self._run(_Methods.set_type_policies(policies))

@@ -261,3 +261,27 @@ class FireTime:
             local=datetime.fromisoformat(msg.local),
             note=msg.note,
         )
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TypePolicy:
+    """A job type's policy as the cluster applies it: attempts (0: the server's default), the
+    backoff after the first failure and its cap (None: the server's), and how many may run at
+    once across the cluster (0: no limit)."""
+
+    job_type: str
+    max_attempts: int
+    backoff: timedelta | None
+    max_backoff: timedelta | None
+    concurrency: int
+
+    @classmethod
+    def from_pb(cls, msg: pb.TypePolicy) -> TypePolicy:
+        has_retry = msg.HasField("retry_base")
+        return cls(
+            job_type=msg.type,
+            max_attempts=msg.max_attempts,
+            backoff=_delta(msg.retry_base) if has_retry else None,
+            max_backoff=_delta(msg.retry_max) if has_retry else None,
+            concurrency=msg.concurrency,
+        )

@@ -20,10 +20,11 @@ As a pytest fixture:
 ``local`` runs the node and the worker on an event loop of their own, in a thread, so a
 blocking test drives them with the blocking ``Client`` it yields; ``local_async`` runs them on
 the test's own loop and yields an ``AsyncClient``. While it runs, the worker's tasks schedule
-through it (``task.schedule``) and the schedules it declares are created on it. Retries are
-quick (``retry_backoff``, default 50 ms; the tasks' attempt limits hold), so a test of a
-failing task does not wait out a production backoff. Times are real: a job scheduled an hour
-ahead runs in an hour, so schedule test jobs with no delay or call the task itself.
+through it (``task.schedule``), and its tasks' policies and declared schedules are set on it
+before it yields. Retries are quick (``retry_backoff``, default 50 ms, for the tasks that
+declare no ``Retry`` of their own), so a test of a failing task does not wait out a
+production backoff. Times are real: a job scheduled an hour ahead runs in an hour, so
+schedule test jobs with no delay, or call the task itself.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from timeshard.client import AsyncClient, Client, Job
 from timeshard.clock import SystemClock
 from timeshard.coordinator.local import LocalCoordinator
 from timeshard.errors import Unavailable
-from timeshard.node import Node, NodeConfig, TypePolicy
+from timeshard.node import Node, NodeConfig
 from timeshard.node.retry import RetryPolicy
 from timeshard.server import Server
 from timeshard.store.sqlite import SqliteStore
@@ -85,14 +86,10 @@ class _Options:
     retry_backoff: float
 
 
-def _config(worker: Worker | None, options: _Options) -> NodeConfig:
+def _config(options: _Options) -> NodeConfig:
+    """Quick retries by default; a task's own ``Retry`` (set when the worker starts) holds."""
     quick = RetryPolicy(base_s=options.retry_backoff, max_backoff_s=options.retry_backoff * 10)
-    types = {
-        t.job_type: TypePolicy(max_attempts=t.retry.max_attempts or None, retry=quick)
-        for t in (worker.tasks.values() if worker else ())
-        if t.retry is not None
-    }
-    return NodeConfig(retry=quick, types=types)
+    return NodeConfig(retry=quick)
 
 
 @contextlib.asynccontextmanager
@@ -101,7 +98,7 @@ async def _serving(worker: Worker | None, options: _Options) -> AsyncIterator[st
         store=SqliteStore(":memory:", num_shards=options.shards),
         coordinator=LocalCoordinator(),
         clock=SystemClock(),
-        config=_config(worker, options),
+        config=_config(options),
         node_id="local",
     )
     server = Server(node, port=0)
@@ -128,21 +125,13 @@ async def _serving(worker: Worker | None, options: _Options) -> AsyncIterator[st
 
 
 async def _declared(worker: Worker, running: asyncio.Task[None]) -> None:
-    """Wait until the worker has created its declared schedules (it does so before it claims),
+    """Wait until the worker has set its policies and schedules (it does so before it claims),
     so a test sees them; a worker that failed to start raises its error here."""
-    if not worker.schedules:
-        return
-    async with AsyncClient(worker.server, tls=False, token="", retries=0) as c:
-        for spec in worker.schedules:
-            while True:
-                if running.done():
-                    running.result()  # its error, e.g. a schedule id clash
-                    raise Unavailable("the worker stopped before declaring its schedules")
-                try:
-                    await c.get_schedule(spec.schedule_id)
-                    break
-                except Exception:
-                    await asyncio.sleep(0.01)
+    while not worker.declared:
+        if running.done():
+            running.result()  # its error, e.g. a schedule id clash
+            raise Unavailable("the worker stopped before it started claiming")
+        await asyncio.sleep(0.005)
 
 
 @contextlib.asynccontextmanager

@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 
-from timeshard.client import AsyncClient, Client, ScheduleSpec
+from timeshard.client import AsyncClient, Client, Retry, ScheduleSpec
 from timeshard.clock import Clock, SystemClock
 from timeshard.errors import InvalidArgument, Unavailable
 from timeshard.limits import MAX_CLAIM_TYPES, MAX_REPLY_BYTES, truncate_error
@@ -59,7 +59,7 @@ from timeshard.worker.heartbeats import DeferredHeartbeats, Heartbeats
 from timeshard.worker.lease import Lease, LeaseLost
 from timeshard.worker.results import Results
 from timeshard.worker.slots import Run, Slots
-from timeshard.worker.tasks import Retry, Task, cron_spec, declare_schedules, task_handler
+from timeshard.worker.tasks import Task, cron_spec, declare, task_handler
 
 log = logging.getLogger("timeshard.worker")  # the SDK logs as one component
 
@@ -203,6 +203,9 @@ class Worker:
         for spec in schedules:
             self.declare(spec)
         self._clients = _Clients(self)
+        self.declared = False
+        """True once a running worker has set its type policies and schedules (it claims
+        only then)."""
         self._slots = Slots(lambda job_type: self.handlers[job_type].concurrency)
         self._tasks: set[asyncio.Task[None]] = set()
         self._threads: ThreadPoolExecutor | None = None
@@ -260,10 +263,17 @@ class Worker:
         retry: Retry | None = None,
         timeout: float = 300.0,
         concurrency: int = 1,
+        cluster_concurrency: int = 0,
     ) -> Callable[[Callable[..., Any]], Task[Any]]:
         """Register a task: ``fn(payload)`` or ``fn(payload, ctx: JobContext)``, async or not,
         whose payload parameter's type (a dataclass, a TypedDict...) every payload is checked
-        against (``timeshard.worker.tasks``). Returns the ``Task``: ``task.schedule(...)``."""
+        against (``timeshard.worker.tasks``). Returns the ``Task``: ``task.schedule(...)``.
+
+        ``timeout`` and ``concurrency`` hold in this worker; ``retry`` and
+        ``cluster_concurrency`` (running at once across the cluster, 0: no limit) are the
+        type's policy, set on the cluster when the worker starts."""
+        if cluster_concurrency < 0:
+            raise InvalidArgument("cluster_concurrency", "must be at least 1 (0: no limit)")
 
         def register(fn: Callable[..., Any]) -> Task[Any]:
             handler, payload_type = task_handler(job_type, fn, JobContext, PermanentError)
@@ -276,6 +286,7 @@ class Worker:
                 retry=retry,
                 timeout_s=timeout,
                 concurrency=concurrency,
+                cluster_concurrency=cluster_concurrency,
             )
             self.tasks[job_type] = task
             return task
@@ -363,7 +374,9 @@ class Worker:
             stop.set()
         if self.server is None and servers:
             self.server = servers[0]
+        self.declared = False
         await self._declare(servers, stop)
+        self.declared = True
         threads = sum(s.concurrency for s in self.handlers.values() if not s.is_async)
         threads_pool = self._threads = _HandlerThreads(max(1, threads))
         nodes = self._nodes = _Nodes(self, stop, ClientSecurity.resolve(self.tls, self.token))
@@ -387,17 +400,18 @@ class Worker:
             self._drain_over = asyncio.Event()
 
     async def _declare(self, servers: Sequence[str], stop: asyncio.Event) -> None:
-        """Create or update the schedules declared in code, before claiming. A node that does
-        not answer is retried (the worker waits for its cluster, as its claims do); a clash
-        (an id taken by another type's schedule) stops the worker with that error."""
-        if not self.schedules:
+        """Set the tasks' type policies and create or update the schedules declared in code,
+        before claiming. A node that does not answer is retried (the worker waits for its
+        cluster, as its claims do); a clash (an id taken by another type's schedule) stops
+        the worker with that error."""
+        if not self.schedules and not any(t.has_policy for t in self.tasks.values()):
             return
         backoff = 0.1
         while not stop.is_set():
             for address in servers or [self.server or server_from_env()]:
                 client = AsyncClient(address, tls=self.tls, token=self.token, retries=0)
                 try:
-                    done = await declare_schedules(client, self.schedules, stop)
+                    done = await declare(client, list(self.tasks.values()), self.schedules)
                 except Unavailable as exc:
                     log.warning("declaring schedules on %s: %s", address, exc)
                     continue

@@ -19,24 +19,21 @@ that did not match, and it goes to the dead-letter queue (no retry can make it m
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import inspect
 import sys
 import typing
 from collections.abc import Callable
-from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any, Generic, Protocol, TypeVar
 
 import pydantic
 import pydantic_core
 import typing_extensions
 
-from timeshard.client import AsyncClient, Client, Delay, Scheduled, ScheduleSpec
+from timeshard.client import AsyncClient, Client, Delay, Retry, Scheduled, ScheduleSpec
 from timeshard.cron import CronSpec
 from timeshard.errors import InvalidArgument
-from timeshard.limits import MAX_ATTEMPTS, check_range
 from timeshard.wire import schedule_from_pb
 
 P = TypeVar("P")
@@ -57,38 +54,6 @@ class _Context(Protocol):
 class PayloadMismatch(Exception):
     """A payload that does not match its task's type (raised as a permanent error at run
     time, as ``InvalidArgument`` where it is scheduled)."""
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Retry:
-    """A task's retry policy: at most ``max_attempts`` attempts (0: the server's default),
-    failed ones retried after exponential backoff with full jitter, ``backoff * 2^(attempt-1)``
-    capped at ``max_backoff``."""
-
-    max_attempts: int = 0
-    backoff: Delay = timedelta(seconds=1)
-    max_backoff: Delay = timedelta(minutes=5)
-
-    def __post_init__(self) -> None:
-        if self.max_attempts:
-            check_range("max_attempts", self.max_attempts, 1, MAX_ATTEMPTS)
-        base, ceiling = self.backoff_s, self.max_backoff_s
-        if not 0 < base <= ceiling:
-            raise InvalidArgument(
-                "retry", f"need 0 < backoff <= max_backoff, got {base}, {ceiling}"
-            )
-
-    @property
-    def backoff_s(self) -> float:
-        return _seconds(self.backoff)
-
-    @property
-    def max_backoff_s(self) -> float:
-        return _seconds(self.max_backoff)
-
-
-def _seconds(d: Delay) -> float:
-    return d.total_seconds() if isinstance(d, timedelta) else float(d)
 
 
 class PayloadType:
@@ -163,6 +128,7 @@ class Task(Generic[P]):
         retry: Retry | None,
         timeout_s: float,
         concurrency: int,
+        cluster_concurrency: int = 0,
     ) -> None:
         self.worker = worker
         self.job_type = job_type
@@ -171,7 +137,13 @@ class Task(Generic[P]):
         self.retry = retry
         self.timeout_s = timeout_s
         self.concurrency = concurrency
+        self.cluster_concurrency = cluster_concurrency
         functools.update_wrapper(self, fn)
+
+    @property
+    def has_policy(self) -> bool:
+        """Whether the task sets its type's policy on the cluster (retry, cluster limit)."""
+        return self.retry is not None or self.cluster_concurrency > 0
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.fn(*args, **kwargs)
@@ -301,15 +273,17 @@ def cron_spec(
     return spec
 
 
-async def declare_schedules(
-    client: AsyncClient, specs: list[ScheduleSpec], stop: asyncio.Event
+async def declare(
+    client: AsyncClient, tasks: list[Task[Any]], specs: list[ScheduleSpec]
 ) -> dict[str, str]:
-    """Create or update each declared schedule by id (``AsyncClient.put_schedule``); what was
-    done to each. A clash (the id taken by a schedule of another type) raises."""
+    """Set the tasks' type policies, then create or update each declared schedule by id
+    (``AsyncClient.put_schedule``). Returns what was done to each schedule. A clash (the id
+    taken by a schedule of another type) raises ``AlreadyExists``."""
+    policies = [(t.job_type, t.retry, t.cluster_concurrency) for t in tasks if t.has_policy]
+    if policies:
+        await client.set_type_policies(policies)
     done: dict[str, str] = {}
     for spec in specs:
-        if stop.is_set():
-            break
         _, what = await client.put_schedule(spec)
         done[spec.schedule_id] = what
     return done
