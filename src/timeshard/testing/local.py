@@ -109,6 +109,7 @@ async def _serving(worker: Worker | None, options: _Options) -> AsyncIterator[st
         if worker is not None:
             worker.server = server.address
             worker._clients.forget()
+            worker.declared = False
             running = asyncio.create_task(
                 worker.run([server.address], discover_every_s=0), name="local-worker"
             )
@@ -117,8 +118,7 @@ async def _serving(worker: Worker | None, options: _Options) -> AsyncIterator[st
     finally:
         if worker is not None and running is not None:
             worker.stop(drain_s=5.0)
-            with contextlib.suppress(asyncio.CancelledError):
-                await running
+            await asyncio.gather(running, return_exceptions=True)  # its error was raised
             worker.server = before
             worker._clients.forget()
         await server.stop(0)

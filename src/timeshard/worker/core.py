@@ -313,22 +313,28 @@ class Worker:
 
         def register(target: Callable[..., Any] | Task[Any]) -> Task[Any]:
             if isinstance(target, Task):
-                task = target
+                task_type, payload_type = target.job_type, target.payload_type
             else:
-                task = self.task(
-                    job_type or f"cron.{id}", retry=retry, timeout=timeout, concurrency=concurrency
-                )(target)
-            self.declare(
-                cron_spec(
-                    cron,
-                    schedule_id=id,
-                    job_type=task.job_type,
-                    tz=tz,
-                    payload_type=task.payload_type,
-                    payload=payload,
-                    options=options,
+                task_type = job_type or f"cron.{id}"
+                _, payload_type = task_handler(task_type, target, JobContext, PermanentError)
+            spec = cron_spec(
+                cron,
+                schedule_id=id,
+                job_type=task_type,
+                tz=tz,
+                payload_type=payload_type,
+                payload=payload,
+                options=options,
+            )
+            self._check_declared(spec)  # before registering anything
+            task = (
+                target
+                if isinstance(target, Task)
+                else self.task(task_type, retry=retry, timeout=timeout, concurrency=concurrency)(
+                    target
                 )
             )
+            self.declare(spec)
             return task
 
         return register
@@ -336,6 +342,10 @@ class Worker:
     def declare(self, spec: ScheduleSpec) -> None:
         """Add a schedule to create or update when the worker starts; an id declared twice
         is refused."""
+        self._check_declared(spec)
+        self.schedules.append(spec)
+
+    def _check_declared(self, spec: ScheduleSpec) -> None:
         if not spec.schedule_id:
             raise InvalidArgument("schedule_id", "a schedule declared in code needs an id")
         if any(s.schedule_id == spec.schedule_id for s in self.schedules):
@@ -343,7 +353,6 @@ class Worker:
                 "schedule_id", f"{spec.schedule_id!r} is declared twice in this worker"
             )
         schedule_from_pb(spec.message(), spec.schedule_id)  # checked here, not at start
-        self.schedules.append(spec)
 
     def client(self) -> Client:
         """A client to this worker's server (``server``, else ``TIMESHARD_SERVER``), with its
@@ -397,6 +406,7 @@ class Worker:
             await nodes.close()
             threads_pool.shutdown(wait=False, cancel_futures=True)
             self._stop_asked = False  # it may run again
+            self.declared = False
             self._drain_over = asyncio.Event()
 
     async def _declare(self, servers: Sequence[str], stop: asyncio.Event) -> None:

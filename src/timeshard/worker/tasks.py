@@ -264,7 +264,7 @@ def cron_spec(
             cron=cron,
             tz=tz,
             schedule_id=schedule_id,
-            payload=payload_type.encode(payload) if payload is not None else None,
+            payload=payload_type.encode({} if payload is None else payload),
             **options,
         )
     except TypeError as exc:
