@@ -307,3 +307,23 @@ async def test_a_policy_set_on_one_node_reaches_another_from_the_store(tmp_path)
         assert restarted.config.max_attempts("report") == 9  # read at start
     finally:
         await restarted.stop()
+
+
+async def test_a_schedules_list_is_declared_like_the_decorator() -> None:
+    specs = [
+        ScheduleSpec(job_type="report", cron="0 6 * * *", tz="Asia/Tokyo", schedule_id="a"),
+        ScheduleSpec(job_type="report", cron="0 7 * * *", schedule_id="b", overlap="queue"),
+    ]
+    worker = Worker(lease_s=5, schedules=specs)
+
+    @worker.task("report")
+    def report(payload: dict[str, int]) -> None: ...
+
+    async with local_async(worker) as client:
+        stored = {s.schedule_id: s async for s in client.list_schedules()}
+        assert stored.keys() == {"a", "b"} and stored["a"].timezone == "Asia/Tokyo"
+        assert str(stored["b"].overlap) == "queue"
+    with pytest.raises(InvalidArgument, match="declared twice"):
+        Worker(schedules=[specs[0], specs[0]])
+    with pytest.raises(InvalidArgument, match="needs an id"):
+        Worker(schedules=[ScheduleSpec(job_type="report", cron="0 6 * * *")])
