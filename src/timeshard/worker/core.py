@@ -59,7 +59,7 @@ from timeshard.worker.heartbeats import DeferredHeartbeats, Heartbeats
 from timeshard.worker.lease import Lease, LeaseLost
 from timeshard.worker.results import Results
 from timeshard.worker.slots import Run, Slots
-from timeshard.worker.tasks import Task, cron_spec, declare, task_handler
+from timeshard.worker.tasks import Task, WorkerClients, cron_spec, declare, task_handler
 
 log = logging.getLogger("timeshard.worker")  # the SDK logs as one component
 
@@ -202,7 +202,7 @@ class Worker:
         """Cron schedules declared in code, created or updated by id when the worker starts."""
         for spec in schedules:
             self.declare(spec)
-        self._clients = _Clients(self)
+        self._clients = WorkerClients(self)
         self.declared = False
         """True once a running worker has set its type policies and schedules (it claims
         only then)."""
@@ -755,41 +755,6 @@ class Worker:
 
     def _other_nodes(self) -> list[WorkerStub]:
         return list(self._nodes.stubs.values()) if self._nodes is not None else []
-
-
-class _Clients:
-    """The worker's clients for ``Task.schedule``: one blocking, one per event loop."""
-
-    def __init__(self, worker: Worker) -> None:
-        self._worker = worker
-        self._sync: Client | None = None
-        self._aio: dict[asyncio.AbstractEventLoop, AsyncClient] = {}
-        self._lock = threading.Lock()
-
-    def sync(self) -> Client:
-        with self._lock:
-            if self._sync is None:
-                w = self._worker
-                self._sync = Client(w.server, tls=w.tls, token=w.token)
-            return self._sync
-
-    def aio(self) -> AsyncClient:
-        loop = asyncio.get_running_loop()
-        with self._lock:
-            for old in [k for k in self._aio if k.is_closed()]:
-                del self._aio[old]
-            if loop not in self._aio:
-                w = self._worker
-                self._aio[loop] = AsyncClient(w.server, tls=w.tls, token=w.token)
-            return self._aio[loop]
-
-    def forget(self) -> None:
-        """Drop the clients (the server moved: ``testing.local``); the blocking one is closed."""
-        with self._lock:
-            if self._sync is not None:
-                self._sync.close()
-            self._sync = None
-            self._aio.clear()
 
 
 class _Raised(Exception):

@@ -19,10 +19,12 @@ that did not match, and it goes to the dead-letter queue (no retry can make it m
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import inspect
 import json
 import sys
+import threading
 import typing
 from collections.abc import Callable
 from datetime import datetime
@@ -35,6 +37,7 @@ import typing_extensions
 from timeshard.client import AsyncClient, Client, Delay, Retry, Scheduled, ScheduleSpec
 from timeshard.cron import CronSpec
 from timeshard.errors import InvalidArgument
+from timeshard.security.channel import TlsArg
 from timeshard.wire import schedule_from_pb
 
 P = TypeVar("P")
@@ -46,6 +49,49 @@ class _Clients(Protocol):
     def client(self) -> Client: ...
 
     def async_client(self) -> AsyncClient: ...
+
+
+class _Settings(Protocol):
+    """Where a worker's clients go: its ``server``, ``tls`` and ``token``."""
+
+    server: str | None
+    tls: TlsArg
+    token: str | None
+
+
+class WorkerClients:
+    """The worker's clients for ``Task.schedule``: one blocking, one per event loop."""
+
+    def __init__(self, worker: _Settings) -> None:
+        self._worker = worker
+        self._sync: Client | None = None
+        self._aio: dict[asyncio.AbstractEventLoop, AsyncClient] = {}
+        self._lock = threading.Lock()
+
+    def sync(self) -> Client:
+        with self._lock:
+            if self._sync is None:
+                w = self._worker
+                self._sync = Client(w.server, tls=w.tls, token=w.token)
+            return self._sync
+
+    def aio(self) -> AsyncClient:
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            for old in [k for k in self._aio if k.is_closed()]:
+                del self._aio[old]
+            if loop not in self._aio:
+                w = self._worker
+                self._aio[loop] = AsyncClient(w.server, tls=w.tls, token=w.token)
+            return self._aio[loop]
+
+    def forget(self) -> None:
+        """Drop the clients (the server moved: ``testing.local``); the blocking one is closed."""
+        with self._lock:
+            if self._sync is not None:
+                self._sync.close()
+            self._sync = None
+            self._aio.clear()
 
 
 class _Context(Protocol):
