@@ -327,3 +327,29 @@ async def test_a_schedules_list_is_declared_like_the_decorator() -> None:
         Worker(schedules=[specs[0], specs[0]])
     with pytest.raises(InvalidArgument, match="needs an id"):
         Worker(schedules=[ScheduleSpec(job_type="report", cron="0 6 * * *")])
+
+
+async def test_a_node_without_type_policies_does_not_keep_the_worker_from_starting(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from timeshard.errors import Unimplemented
+    from timeshard.worker.tasks import declare
+
+    class OlderNode:
+        address = "old:50051"
+
+        async def set_type_policies(self, policies: object) -> None:
+            raise Unimplemented("SetTypePolicies")
+
+        async def put_schedule(self, spec: ScheduleSpec) -> tuple[None, str]:
+            return None, "created"
+
+    worker = Worker()
+
+    @worker.task("t", retry=Retry(max_attempts=2))
+    def t(payload: dict[str, int]) -> None: ...
+
+    spec = ScheduleSpec(job_type="t", cron="0 1 * * *", schedule_id="s")
+    done = await declare(OlderNode(), list(worker.tasks.values()), [spec])  # type: ignore[arg-type]
+    assert done == {"s": "created"}
+    assert "old:50051 does not take type policies" in caplog.text

@@ -23,6 +23,7 @@ import asyncio
 import functools
 import inspect
 import json
+import logging
 import sys
 import threading
 import typing
@@ -36,11 +37,12 @@ import typing_extensions
 
 from timeshard.client import AsyncClient, Client, Delay, Retry, Scheduled, ScheduleSpec
 from timeshard.cron import CronSpec
-from timeshard.errors import InvalidArgument
+from timeshard.errors import InvalidArgument, Unimplemented
 from timeshard.security.channel import TlsArg
 from timeshard.wire import schedule_from_pb
 
 P = TypeVar("P")
+log = logging.getLogger("timeshard.worker")
 
 
 class _Clients(Protocol):
@@ -328,7 +330,14 @@ async def declare(
     taken by a schedule of another type) raises ``AlreadyExists``."""
     policies = [(t.job_type, t.retry, t.cluster_concurrency) for t in tasks if t.has_policy]
     if policies:
-        await client.set_type_policies(policies)
+        try:
+            await client.set_type_policies(policies)
+        except Unimplemented:  # a node of an older version, during an upgrade: claim anyway
+            log.warning(
+                "%s does not take type policies (an older timeshard?): the tasks' retry and "
+                "cluster limits are not set there",
+                client.address,
+            )
     done: dict[str, str] = {}
     for spec in specs:
         _, what = await client.put_schedule(spec)
