@@ -17,10 +17,9 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from timeshard.client import Client
+from timeshard.client import Client, Job
+from timeshard.clock import to_datetime
 from timeshard.model import JobState
-from timeshard.v1 import timeshard_pb2 as pb
-from timeshard.wire import ts_ms
 
 
 def percentile(values: list[int], p: float) -> float:
@@ -45,7 +44,9 @@ def main() -> int:
     t0 = time.monotonic()
     with ThreadPoolExecutor(16) as pool:
         ids = list(
-            pool.map(lambda at: client.schedule(args.type, {"n": at}, run_at=at).job_id, run_ats)
+            pool.map(
+                lambda at: client.schedule(args.type, {"n": at}, at=to_datetime(at)).job_id, run_ats
+            )
         )
     sched_s = time.monotonic() - t0
     print(f"scheduled {len(ids)} jobs in {sched_s:.2f}s", file=sys.stderr)
@@ -57,13 +58,14 @@ def main() -> int:
     deadline = time.monotonic() + args.lead + args.spread + 60
     while pending and time.monotonic() < deadline:
         time.sleep(0.5)
-        done: list[pb.Job] = []
+        done: list[Job] = []
         for job in client.list_jobs(state=JobState.SUCCEEDED, job_type=args.type, page_size=1000):
             if job.job_id in pending:
                 done.append(job)
         for job in done:
             pending.discard(job.job_id)
-            lateness.append(ts_ms(job.started_at) - ts_ms(job.run_at))
+            assert job.started_at is not None  # a succeeded job has started
+            lateness.append(round((job.started_at - job.run_at).total_seconds() * 1000))
         print(f"  {len(ids) - len(pending)}/{len(ids)} done", file=sys.stderr)
     result = {
         "jobs": len(ids),

@@ -1,117 +1,130 @@
-"""The Python client of the JobService (synchronous; one channel per client).
+"""The Python client: ``Client`` (blocking) and ``AsyncClient`` (asyncio), the same methods.
 
+    from datetime import timedelta
     from timeshard.client import Client
-    with Client("127.0.0.1:50051") as c:
-        done = c.schedule("email.send", {"to": "a@example.com"}, delay_s=3600, idempotency_key="k")
-        if not done.created:  # the key names a job made earlier: see done.job.state
-            ...
 
-RPC failures come back as the errors of ``timeshard.errors`` (``NotFound``,
-``InvalidArgument``, ``Unavailable``...), mapped from the gRPC status by the one table there.
+    with Client() as c:     # TIMESHARD_SERVER, TIMESHARD_TLS_DIR, TIMESHARD_TOKEN, as the CLI
+        done = c.schedule("email.send", {"to": "a@example.com"}, delay=timedelta(hours=1),
+                          key="welcome-42")
+        print(done.job.state, done.job.run_at)   # JobState.SCHEDULED, an aware UTC datetime
 
-TLS and the role token come from ``tls=`` (a directory of PEM files or a ``ClientTls``) and
-``token=``, or else from ``TIMESHARD_TLS_DIR`` and ``TIMESHARD_TOKEN`` (``timeshard.security``).
+Both return the frozen records of ``timeshard.records`` (``Job``, ``Schedule``,
+``DeadLetter``, ``Attempt``, ``FireTime``), and raise the errors of ``timeshard.errors``
+(``NotFound``, ``InvalidArgument``, ``AlreadyExists``, ``Unavailable``...) mapped from the
+gRPC status by the one table there. A call that is safe to repeat is retried on UNAVAILABLE
+with backoff.
+
+Each method is written once in ``timeshard.calls``, as the request it sends and how it reads the
+reply, or as a few such steps (``put_schedule``, ``schedule_many``); the two clients only carry
+them.
 """
 
 from __future__ import annotations
 
-import json
+import asyncio
 import time
-from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
-from typing import Any, TypeVar
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
+from datetime import datetime
+from typing import Any, Self, TypeVar
 
 import grpc
-from google.protobuf.duration_pb2 import Duration
 
-from timeshard.errors import WaitTimeout
-from timeshard.limits import MAX_BATCH, MAX_WAIT_S
-from timeshard.model import RESULT_JSON, JobState
-from timeshard.security.channel import ClientSecurity, TlsArg
-from timeshard.v1 import timeshard_pb2 as pb
+from timeshard.calls import (
+    Call,
+    Delay,
+    Methods,
+    NewJob,
+    Retry,
+    ScheduleSpec,
+    Steps,
+    payload_bytes,
+    schedule_spec,
+)
+from timeshard.errors import InvalidArgument, TimeshardError
+from timeshard.model import JobState, MisfirePolicy, OverlapPolicy
+from timeshard.records import (
+    Attempt,
+    DeadLetter,
+    FireTime,
+    Job,
+    Schedule,
+    Scheduled,
+    TypePolicy,
+)
+from timeshard.security.channel import ClientSecurity, TlsArg, server_from_env
 from timeshard.v1 import timeshard_pb2_grpc as pb_grpc
-from timeshard.wire import dur, state_to_pb, translate, ts
+from timeshard.wire import translate
 
-T = TypeVar("T")
-DEFAULT_SERVER = "127.0.0.1:50051"
+__all__ = [
+    "AsyncClient",
+    "Attempt",
+    "Client",
+    "DeadLetter",
+    "Delay",
+    "FireTime",
+    "Job",
+    "JobState",
+    "MisfirePolicy",
+    "NewJob",
+    "OverlapPolicy",
+    "Retry",
+    "Schedule",
+    "ScheduleSpec",
+    "Scheduled",
+    "TypePolicy",
+    "payload_bytes",
+]
 
-
-def payload_bytes(payload: Any) -> bytes:
-    if isinstance(payload, bytes):
-        return payload
-    return json.dumps(payload, separators=(",", ":")).encode()
-
-
-@dataclass(frozen=True, slots=True)
-class Scheduled:
-    """What scheduling one job did: ``job`` as stored, and whether this call ``created`` it.
-
-    ``created`` is False when the idempotency key names a job made earlier (by an earlier
-    call, or an earlier item of the same batch). That job is returned as it stands, whatever
-    its state: a cancelled or dead job with that key stays so and will not run, and a new job
-    needs a new key. ``will_run`` says whether the job is still to run (scheduled or running).
-
-    Reading a field of the job on the result itself (``result.job_id``, ``result.state``) reads
-    it from ``job``: ``schedule()`` used to return the job, and code written for that keeps
-    working."""
-
-    job: pb.Job
-    created: bool
-
-    @property
-    def will_run(self) -> bool:
-        return self.job.state in (pb.JOB_STATE_SCHEDULED, pb.JOB_STATE_RUNNING)
-
-    def __getattr__(self, name: str) -> Any:
-        if name == "job":  # not set yet (a copy being built): no field to forward to
-            raise AttributeError(name)
-        return getattr(self.job, name)
+R = TypeVar("R")
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
-class NewJob:
-    """One job for ``Client.schedule_many``: due after ``delay_s`` or at ``run_at``."""
-
-    job_type: str
-    payload: Any = None
-    delay_s: float | None = None
-    run_at: int | None = None
-    idempotency_key: str = ""
-    max_attempts: int = 0
-
-    def request(self) -> pb.ScheduleJobRequest:
-        req = pb.ScheduleJobRequest(
-            type=self.job_type,
-            payload=payload_bytes(self.payload if self.payload is not None else {}),
-            idempotency_key=self.idempotency_key,
-            max_attempts=self.max_attempts,
-        )
-        if self.run_at is not None:
-            req.run_at.CopyFrom(ts(self.run_at))
-        else:
-            req.delay.CopyFrom(dur_from_s(self.delay_s or 0.0))
-        return req
+def _first_address(address: str | None) -> str:
+    """The node to dial: ``address``, else ``TIMESHARD_SERVER``; of a comma-separated list
+    (as the CLI takes), the first."""
+    given = address if address is not None else server_from_env()
+    first = next((a.strip() for a in given.split(",") if a.strip()), "")
+    if not first:
+        raise InvalidArgument("address", "give a node address, e.g. 127.0.0.1:50051")
+    return first
 
 
-class Client:
+class _Base:
+    address: str
+    _timeout: float
+    _retries: int
+
+    def _backoff(self, attempt: int, err: TimeshardError, call: Call[Any]) -> float | None:
+        """Seconds to wait before repeating ``call`` after ``err``, or None: do not."""
+        retry = call.idempotent and getattr(err, "code", None) is grpc.StatusCode.UNAVAILABLE
+        if not retry or attempt >= self._retries:
+            return None
+        return min(2.0, 0.1 * 2.0**attempt)
+
+
+class Client(_Base):
+    """The blocking client (one channel). ``address`` defaults to ``TIMESHARD_SERVER``, ``tls``
+    to ``TIMESHARD_TLS_DIR`` and ``token`` to ``TIMESHARD_TOKEN``, as the CLI reads them;
+    ``tls=False`` and ``token=""`` turn them off."""
+
     def __init__(
         self,
-        address: str = DEFAULT_SERVER,
+        address: str | None = None,
         *,
+        tls: TlsArg = None,
+        token: str | None = None,
         timeout_s: float = 30.0,
         retries: int = 3,
         channel: grpc.Channel | None = None,
-        tls: TlsArg = None,
-        token: str | None = None,
     ) -> None:
-        self.address = address
-        self._channel = channel or ClientSecurity.resolve(tls, token).sync_channel(address)
+        self.address = _first_address(address)
+        security = ClientSecurity.resolve(tls, token)
+        self._channel = channel or security.sync_channel(self.address)
         self._jobs = pb_grpc.JobServiceStub(self._channel)
-        self.admin = pb_grpc.AdminServiceStub(self._channel)
+        self._admin = pb_grpc.AdminServiceStub(self._channel)
         self._timeout = timeout_s
         self._retries = retries
 
-    def __enter__(self) -> Client:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -120,46 +133,59 @@ class Client:
     def close(self) -> None:
         self._channel.close()
 
-    def _call(self, fn: Callable[..., T], request: Any, *, idempotent: bool = True) -> T:
-        """One RPC; UNAVAILABLE is retried with backoff when repeating it is safe."""
-        for attempt in range(self._retries + 1):
+    def _run(self, call: Call[R]) -> R:
+        fn = getattr(self._admin if call.admin else self._jobs, call.method)
+        attempt = 0
+        while True:
             try:
-                return fn(request, timeout=self._timeout)
+                return call.read(fn(call.request, timeout=self._timeout))
             except grpc.RpcError as exc:
                 err = translate(exc)
-                retry = idempotent and getattr(err, "code", None) is grpc.StatusCode.UNAVAILABLE
-                if not retry or attempt == self._retries:
+                wait = self._backoff(attempt, err, call)
+                if wait is None:
                     raise err from None
-                time.sleep(min(2.0, 0.1 * 2**attempt))
-        raise AssertionError("unreachable")
+            time.sleep(wait)
+            attempt += 1
+
+    def _steps(self, steps: Steps[R]) -> R:
+        try:
+            call = next(steps)
+            while True:
+                try:
+                    result = self._run(call)
+                except TimeshardError as exc:
+                    call = steps.throw(exc)
+                else:
+                    call = steps.send(result)
+        except StopIteration as done:
+            value: R = done.value
+            return value
+
+    def _pages(self, page: Callable[[str], Call[tuple[Sequence[R], str]]]) -> Iterator[R]:
+        token = ""
+        while True:
+            items, token = self._run(page(token))
+            yield from items
+            if not token:
+                return
+
+    # -- jobs -----------------------------------------------------------------------------
 
     def schedule(
         self,
         job_type: str,
         payload: Any = None,
         *,
-        delay_s: float | None = None,
-        run_at: int | None = None,
-        idempotency_key: str = "",
+        delay: Delay | None = None,
+        at: datetime | None = None,
+        key: str = "",
         max_attempts: int = 0,
     ) -> Scheduled:
-        """Schedule one job, due after ``delay_s`` (default now) or at ``run_at`` (epoch ms).
-        Returns the job and whether
-        this call created it (``Scheduled``): a repeat of an idempotency key returns the job
-        the key names, ``created=False``, in whatever state it is."""
-        req = pb.ScheduleJobRequest(
-            type=job_type,
-            payload=payload_bytes(payload if payload is not None else {}),
-            idempotency_key=idempotency_key,
-            max_attempts=max_attempts,
-        )
-        if run_at is not None:
-            req.run_at.CopyFrom(ts(run_at))
-        else:
-            req.delay.CopyFrom(dur_from_s(delay_s or 0.0))
-        # Without a key a blind retry could create a second job; with one it is safe.
-        resp = self._call(self._jobs.ScheduleJob, req, idempotent=bool(idempotency_key))
-        return Scheduled(resp.job, resp.created)
+        """Schedule one job, due after ``delay`` (a timedelta or seconds; default now) or
+        ``at`` (an aware datetime). ``key``: an idempotency key; a repeat returns the job the
+        key names, ``created=False``, in whatever state it is. ``max_attempts``: 0 is the
+        type's default."""
+        return self._run(Methods.schedule(job_type, payload, delay, at, key, max_attempts))
 
     def schedule_many(
         self,
@@ -168,185 +194,308 @@ class Client:
         batch_size: int = 500,
         on_batch: Callable[[int], None] | None = None,
     ) -> list[Scheduled]:
-        """Schedule many jobs, ``batch_size`` per ScheduleJobs call (each call is all or
-        nothing). Returns what each did, in order (``Scheduled``: a job whose key names an
-        earlier job has ``created=False``); ``on_batch(n)`` is called after each batch with
-        how many are done so far (for progress)."""
-        if not 1 <= batch_size <= 1000:
-            raise ValueError("batch_size must be 1-1000")
-        done: list[Scheduled] = []
-        batch: list[NewJob] = []
-        for job in [*jobs, None]:
-            if job is not None:
-                batch.append(job)
-            if batch and (job is None or len(batch) == batch_size):
-                req = pb.ScheduleJobsRequest(jobs=[j.request() for j in batch])
-                # A blind retry is safe only when every job in it has a key.
-                keyed = all(j.idempotency_key for j in batch)
-                resp = self._call(self._jobs.ScheduleJobs, req, idempotent=keyed)
-                done += [Scheduled(r.job, r.created) for r in resp.results]
-                batch = []
-                if on_batch is not None:
-                    on_batch(len(done))
-        return done
+        """Schedule many jobs, ``batch_size`` per call (each call is all or nothing); what each
+        did, in order. ``on_batch(n)`` is called after each batch with the count so far."""
+        return self._steps(Methods.schedule_many(jobs, batch_size, on_batch))
 
-    def get(self, job_id: str) -> pb.Job:
-        return self._call(self._jobs.GetJob, pb.GetJobRequest(job_id=job_id))
+    def get(self, job_id: str) -> Job:
+        return self._run(Methods.get(job_id))
 
     def list_jobs(
-        self, *, state: JobState | None = None, job_type: str = "", page_size: int = 100
-    ) -> Iterator[pb.Job]:
-        token = ""
-        while True:
-            req = pb.ListJobsRequest(
-                state=state_to_pb(state) if state else pb.JOB_STATE_UNSPECIFIED,
-                type=job_type,
-                page_size=page_size,
-                page_token=token,
-            )
-            resp = self._call(self._jobs.ListJobs, req)
-            yield from resp.jobs
-            token = resp.next_page_token
-            if not token:
-                return
+        self, *, state: JobState | str | None = None, job_type: str = "", page_size: int = 100
+    ) -> Iterator[Job]:
+        return self._pages(Methods.list_jobs(state, job_type, page_size))
 
-    def cancel(self, job_id: str) -> pb.Job:
-        return self._call(self._jobs.CancelJob, pb.CancelJobRequest(job_id=job_id))
+    def cancel(self, job_id: str) -> Job:
+        return self._run(Methods.cancel(job_id))
 
     def reschedule(
-        self, job_id: str, *, delay_s: float | None = None, run_at: int | None = None
-    ) -> pb.Job:
-        req = pb.RescheduleJobRequest(job_id=job_id)
-        if run_at is not None:
-            req.run_at.CopyFrom(ts(run_at))
-        else:
-            req.delay.CopyFrom(dur_from_s(delay_s or 0.0))
-        return self._call(self._jobs.RescheduleJob, req)
+        self, job_id: str, *, delay: Delay | None = None, at: datetime | None = None
+    ) -> Job:
+        return self._run(Methods.reschedule(job_id, delay, at))
 
     # -- schedules ------------------------------------------------------------------------
 
-    def create_schedule(self, schedule: pb.Schedule) -> pb.Schedule:
-        req = pb.CreateScheduleRequest(schedule=schedule)
-        return self._call(self._jobs.CreateSchedule, req, idempotent=bool(schedule.schedule_id))
+    def create_schedule(
+        self,
+        job_type: str,
+        *,
+        cron: str,
+        tz: str = "UTC",
+        schedule_id: str = "",
+        payload: Any = None,
+        **options: Any,
+    ) -> Schedule:
+        """Create a cron schedule whose runs are ``job_type`` jobs with ``payload``. Options
+        are those of ``ScheduleSpec`` (misfire, overlap, max_concurrent, jitter, ...). An
+        ``schedule_id`` already taken is ``AlreadyExists``; without one the server picks it."""
+        spec = schedule_spec(job_type, cron, tz, schedule_id, payload, options)
+        return self._run(Methods.create_schedule(spec))
 
-    def get_schedule(self, schedule_id: str) -> pb.Schedule:
-        return self._call(self._jobs.GetSchedule, pb.GetScheduleRequest(schedule_id=schedule_id))
+    def update_schedule(
+        self,
+        schedule_id: str,
+        job_type: str,
+        *,
+        cron: str,
+        tz: str = "UTC",
+        payload: Any = None,
+        **options: Any,
+    ) -> Schedule:
+        """Replace a schedule's spec, job and policies; it keeps its place (and its pause)."""
+        spec = schedule_spec(job_type, cron, tz, schedule_id, payload, options)
+        return self._run(Methods.update_schedule(spec))
 
-    def list_schedules(self, page_size: int = 100) -> Iterator[pb.Schedule]:
-        token = ""
-        while True:
-            req = pb.ListSchedulesRequest(page_size=page_size, page_token=token)
-            resp = self._call(self._jobs.ListSchedules, req)
-            yield from resp.schedules
-            token = resp.next_page_token
-            if not token:
-                return
+    def put_schedule(self, spec: ScheduleSpec) -> tuple[Schedule, str]:
+        """Create or update by id, so that the schedule is as declared ("created", "updated"
+        or "unchanged"); see ``Worker.cron``."""
+        return self._steps(Methods.put_schedule(spec))
 
-    def update_schedule(self, schedule: pb.Schedule) -> pb.Schedule:
-        req = pb.UpdateScheduleRequest(schedule=schedule)
-        return self._call(self._jobs.UpdateSchedule, req)
+    def get_schedule(self, schedule_id: str) -> Schedule:
+        return self._run(Methods.get_schedule(schedule_id))
 
-    def pause_schedule(self, schedule_id: str) -> pb.Schedule:
-        req = pb.ScheduleIdRequest(schedule_id=schedule_id)
-        return self._call(self._jobs.PauseSchedule, req)
+    def list_schedules(self, *, page_size: int = 100) -> Iterator[Schedule]:
+        return self._pages(Methods.list_schedules(page_size))
 
-    def resume_schedule(self, schedule_id: str) -> pb.Schedule:
-        req = pb.ScheduleIdRequest(schedule_id=schedule_id)
-        return self._call(self._jobs.ResumeSchedule, req)
+    def pause_schedule(self, schedule_id: str) -> Schedule:
+        return self._run(Methods.schedule_id_call("PauseSchedule", schedule_id))
+
+    def resume_schedule(self, schedule_id: str) -> Schedule:
+        return self._run(Methods.schedule_id_call("ResumeSchedule", schedule_id))
 
     def delete_schedule(self, schedule_id: str) -> None:
-        req = pb.ScheduleIdRequest(schedule_id=schedule_id)
-        self._call(self._jobs.DeleteSchedule, req)
+        self._run(Methods.delete_schedule(schedule_id))
 
     def preview(
-        self, cron: str, timezone: str, *, from_ms: int = 0, count: int = 10
-    ) -> pb.PreviewResponse:
-        req = pb.PreviewRequest(cron=cron, timezone=timezone, count=count)
-        if from_ms:
-            getattr(req, "from").CopyFrom(ts(from_ms))
-        return self._call(self._jobs.PreviewSchedule, req)
+        self,
+        cron: str,
+        tz: str = "UTC",
+        *,
+        start: datetime | None = None,
+        count: int = 10,
+        dst_gap: str = "",
+        dst_fold: str = "",
+    ) -> list[FireTime]:
+        """The next ``count`` fire times after ``start`` (default: the server's now)."""
+        return self._run(Methods.preview(cron, tz, start, count, dst_gap, dst_fold))
 
     # -- dead letters ---------------------------------------------------------------------
 
     def dead_letters(
-        self, *, job_type: str = "", since_ms: int = 0, page_size: int = 100
-    ) -> Iterator[pb.Job]:
+        self, *, job_type: str = "", since: datetime | None = None, page_size: int = 100
+    ) -> Iterator[DeadLetter]:
+        return self._pages(Methods.dead_letters(job_type, since, page_size))
+
+    def replay(self, job_ids: Sequence[str] = (), *, job_type: str = "") -> list[Job]:
+        """Schedule dead jobs again with fresh attempts: the ones named, or (up to 1,000 per
+        call) the dead jobs of ``job_type``."""
+        return self._run(Methods.replay(job_ids, job_type))
+
+    def purge(self, job_ids: Sequence[str] = (), *, job_type: str = "") -> list[str]:
+        return self._run(Methods.purge(job_ids, job_type))
+
+    # -- per-type policies ----------------------------------------------------------------
+
+    def set_type_policy(
+        self, job_type: str, *, retry: Retry | None = None, concurrency: int = 0
+    ) -> TypePolicy:
+        """Set ``job_type``'s retry policy and cluster-wide concurrency limit (0: none) on
+        every node (stored; other nodes apply it within seconds). Worker or admin role."""
+        (done,) = self._run(Methods.set_type_policies([(job_type, retry, concurrency)]))
+        return done
+
+
+class AsyncClient(_Base):
+    """The asyncio client: ``Client``'s methods, each ``async`` (the listings are async
+    iterators). Use it as ``async with AsyncClient() as c:``."""
+
+    def __init__(
+        self,
+        address: str | None = None,
+        *,
+        tls: TlsArg = None,
+        token: str | None = None,
+        timeout_s: float = 30.0,
+        retries: int = 3,
+        channel: grpc.aio.Channel | None = None,
+    ) -> None:
+        self.address = _first_address(address)
+        security = ClientSecurity.resolve(tls, token)
+        self._channel = channel or security.aio_channel(self.address)
+        self._jobs = pb_grpc.JobServiceStub(self._channel)
+        self._admin = pb_grpc.AdminServiceStub(self._channel)
+        self._timeout = timeout_s
+        self._retries = retries
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        await self._channel.close(None)
+
+    async def _run(self, call: Call[R]) -> R:
+        fn = getattr(self._admin if call.admin else self._jobs, call.method)
+        attempt = 0
+        while True:
+            try:
+                return call.read(await fn(call.request, timeout=self._timeout))
+            except grpc.RpcError as exc:
+                err = translate(exc)
+                wait = self._backoff(attempt, err, call)
+                if wait is None:
+                    raise err from None
+            await asyncio.sleep(wait)
+            attempt += 1
+
+    async def _steps(self, steps: Steps[R]) -> R:
+        try:
+            call = next(steps)
+            while True:
+                try:
+                    result = await self._run(call)
+                except TimeshardError as exc:
+                    call = steps.throw(exc)
+                else:
+                    call = steps.send(result)
+        except StopIteration as done:
+            value: R = done.value
+            return value
+
+    async def _pages(
+        self, page: Callable[[str], Call[tuple[Sequence[R], str]]]
+    ) -> AsyncIterator[R]:
         token = ""
         while True:
-            req = pb.ListDeadLettersRequest(type=job_type, page_size=page_size, page_token=token)
-            if since_ms:
-                req.since.CopyFrom(ts(since_ms))
-            resp = self._call(self._jobs.ListDeadLetters, req)
-            yield from resp.jobs
-            token = resp.next_page_token
+            items, token = await self._run(page(token))
+            for item in items:
+                yield item
             if not token:
                 return
 
-    def replay(self, job_ids: list[str], job_type: str = "") -> list[pb.Job]:
-        req = pb.ReplayDeadLettersRequest(job_ids=job_ids, type=job_type)
-        return list(self._call(self._jobs.ReplayDeadLetters, req).jobs)
+    # -- jobs -----------------------------------------------------------------------------
 
-    def purge(self, job_ids: list[str], job_type: str = "") -> list[str]:
-        req = pb.ReplayDeadLettersRequest(job_ids=job_ids, type=job_type)
-        return list(self._call(self._jobs.PurgeDeadLetters, req).job_ids)
+    async def schedule(
+        self,
+        job_type: str,
+        payload: Any = None,
+        *,
+        delay: Delay | None = None,
+        at: datetime | None = None,
+        key: str = "",
+        max_attempts: int = 0,
+    ) -> Scheduled:
+        """See ``Client.schedule``."""
+        return await self._run(Methods.schedule(job_type, payload, delay, at, key, max_attempts))
 
-    def cluster_info(self) -> pb.ClusterInfoResponse:
-        return self._call(self.admin.ClusterInfo, pb.ClusterInfoRequest())
+    async def schedule_many(
+        self,
+        jobs: Iterable[NewJob],
+        *,
+        batch_size: int = 500,
+        on_batch: Callable[[int], None] | None = None,
+    ) -> list[Scheduled]:
+        return await self._steps(Methods.schedule_many(jobs, batch_size, on_batch))
 
-    # -- waiting for jobs -----------------------------------------------------------------
+    async def get(self, job_id: str) -> Job:
+        return await self._run(Methods.get(job_id))
 
-    def wait(self, job_id: str, timeout: float | None = None) -> pb.Job:
-        """The job once it is finished (succeeded, dead or cancelled): see ``wait_many``."""
-        return self.wait_many([job_id], timeout=timeout)[job_id]
+    def list_jobs(
+        self, *, state: JobState | str | None = None, job_type: str = "", page_size: int = 100
+    ) -> AsyncIterator[Job]:
+        return self._pages(Methods.list_jobs(state, job_type, page_size))
 
-    def wait_many(self, job_ids: Iterable[str], timeout: float | None = None) -> dict[str, pb.Job]:
-        """Every job once it is finished, by id in the order given. The server streams each
-        one as it finishes (``WaitJobs``); nothing is polled from here. ``timeout`` in seconds,
-        None to wait as long as it takes (a wait longer than the server's cap of
-        ``MAX_WAIT_S`` is made of several calls). Raises ``WaitTimeout`` (a
-        ``DeadlineExceeded``) naming the jobs not finished in time, ``NotFound`` for an
-        unknown id."""
-        done = {job.job_id: job for job in self.finished(job_ids, timeout=timeout)}
-        return {job_id: done[job_id] for job_id in dict.fromkeys(job_ids)}
+    async def cancel(self, job_id: str) -> Job:
+        return await self._run(Methods.cancel(job_id))
 
-    def finished(self, job_ids: Iterable[str], timeout: float | None = None) -> Iterator[pb.Job]:
-        """Each job as soon as it is finished, in the order they finish (``wait_many``)."""
-        pending = list(dict.fromkeys(job_ids))
-        deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)
-        unavailable = 0
-        while pending:
-            left = MAX_WAIT_S if deadline is None else max(0.0, deadline - time.monotonic())
-            wait_s = min(left, MAX_WAIT_S)
-            req = pb.WaitJobsRequest(job_ids=pending[:MAX_BATCH], timeout=dur_from_s(wait_s))
-            try:
-                for resp in self._jobs.WaitJobs(req, timeout=wait_s + self._timeout):
-                    pending.remove(resp.job.job_id)
-                    unavailable = 0
-                    yield resp.job
-            except grpc.RpcError as exc:
-                err = translate(exc)
-                if err.code is grpc.StatusCode.UNAVAILABLE and unavailable < self._retries:
-                    time.sleep(min(2.0, 0.1 * 2**unavailable))
-                    unavailable += 1
-                    continue
-                if err.code is not grpc.StatusCode.DEADLINE_EXCEEDED:
-                    raise err from None
-            if pending and deadline is not None and time.monotonic() >= deadline:
-                raise WaitTimeout(pending, timeout or 0.0)
+    async def reschedule(
+        self, job_id: str, *, delay: Delay | None = None, at: datetime | None = None
+    ) -> Job:
+        return await self._run(Methods.reschedule(job_id, delay, at))
 
+    # -- schedules ------------------------------------------------------------------------
 
-def result_of(job: pb.Job) -> Any:
-    """A finished job's result as its handler returned it: the value for a JSON result,
-    ``bytes`` for a bytes result, None when there is none."""
-    if job.result_encoding == RESULT_JSON:
-        return json.loads(job.result)
-    return job.result if job.result_encoding else None
+    async def create_schedule(
+        self,
+        job_type: str,
+        *,
+        cron: str,
+        tz: str = "UTC",
+        schedule_id: str = "",
+        payload: Any = None,
+        **options: Any,
+    ) -> Schedule:
+        spec = schedule_spec(job_type, cron, tz, schedule_id, payload, options)
+        return await self._run(Methods.create_schedule(spec))
 
+    async def update_schedule(
+        self,
+        schedule_id: str,
+        job_type: str,
+        *,
+        cron: str,
+        tz: str = "UTC",
+        payload: Any = None,
+        **options: Any,
+    ) -> Schedule:
+        spec = schedule_spec(job_type, cron, tz, schedule_id, payload, options)
+        return await self._run(Methods.update_schedule(spec))
 
-def dur_from_s(seconds: float) -> Duration:
-    """A Duration; a negative one is sent as is and the server, the one place that decides,
-    answers INVALID_ARGUMENT."""
-    if seconds < 0:
-        whole = -int(-seconds)
-        return Duration(seconds=whole, nanos=round((seconds - whole) * 1e9))
-    return dur(round(seconds * 1000))
+    async def put_schedule(self, spec: ScheduleSpec) -> tuple[Schedule, str]:
+        return await self._steps(Methods.put_schedule(spec))
+
+    async def get_schedule(self, schedule_id: str) -> Schedule:
+        return await self._run(Methods.get_schedule(schedule_id))
+
+    def list_schedules(self, *, page_size: int = 100) -> AsyncIterator[Schedule]:
+        return self._pages(Methods.list_schedules(page_size))
+
+    async def pause_schedule(self, schedule_id: str) -> Schedule:
+        return await self._run(Methods.schedule_id_call("PauseSchedule", schedule_id))
+
+    async def resume_schedule(self, schedule_id: str) -> Schedule:
+        return await self._run(Methods.schedule_id_call("ResumeSchedule", schedule_id))
+
+    async def delete_schedule(self, schedule_id: str) -> None:
+        await self._run(Methods.delete_schedule(schedule_id))
+
+    async def preview(
+        self,
+        cron: str,
+        tz: str = "UTC",
+        *,
+        start: datetime | None = None,
+        count: int = 10,
+        dst_gap: str = "",
+        dst_fold: str = "",
+    ) -> list[FireTime]:
+        return await self._run(Methods.preview(cron, tz, start, count, dst_gap, dst_fold))
+
+    # -- dead letters ---------------------------------------------------------------------
+
+    def dead_letters(
+        self, *, job_type: str = "", since: datetime | None = None, page_size: int = 100
+    ) -> AsyncIterator[DeadLetter]:
+        return self._pages(Methods.dead_letters(job_type, since, page_size))
+
+    async def replay(self, job_ids: Sequence[str] = (), *, job_type: str = "") -> list[Job]:
+        return await self._run(Methods.replay(job_ids, job_type))
+
+    async def purge(self, job_ids: Sequence[str] = (), *, job_type: str = "") -> list[str]:
+        return await self._run(Methods.purge(job_ids, job_type))
+
+    # -- per-type policies ----------------------------------------------------------------
+
+    async def set_type_policy(
+        self, job_type: str, *, retry: Retry | None = None, concurrency: int = 0
+    ) -> TypePolicy:
+        (done,) = await self._run(Methods.set_type_policies([(job_type, retry, concurrency)]))
+        return done
+
+    async def set_type_policies(
+        self, policies: Sequence[tuple[str, Retry | None, int]]
+    ) -> list[TypePolicy]:
+        """Several at once: (job type, retry, cluster-wide concurrency) each."""
+        return await self._run(Methods.set_type_policies(policies))

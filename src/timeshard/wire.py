@@ -41,7 +41,11 @@ def translate(exc: grpc.RpcError) -> RemoteError:
     detail: str = (details_fn() if details_fn else None) or str(exc)
     if code is grpc.StatusCode.UNAVAILABLE and "connect" in detail.lower():
         detail = f"can not reach the timeshard server: {detail}"
-    return _REMOTE.get(code, RemoteError)(code, detail)
+    err = _REMOTE.get(code, RemoteError)(code, detail)
+    if isinstance(err, InvalidArgument):  # "field: problem", as InvalidArgument words it
+        field, sep, problem = detail.partition(": ")
+        err.field, err.problem = (field, problem) if sep else ("", detail)
+    return err
 
 
 _STATE_TO_PB = {

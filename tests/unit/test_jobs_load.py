@@ -230,9 +230,7 @@ async def test_a_batch_the_server_refuses_is_reported_by_file_line(
 ) -> None:
     async with cluster(tmp_path, capsys) as c:
         with Client(c.server.address) as client:
-            await asyncio.to_thread(
-                client.schedule, "demo.echo", {"n": "a"}, delay_s=3600, idempotency_key="k"
-            )
+            await asyncio.to_thread(client.schedule, "demo.echo", {"n": "a"}, delay=3600, key="k")
         # Line 4 reuses the key with another payload: only the server can know that.
         lines = [line(payload={"n": n}) for n in range(6)]
         lines[3] = line(key="k", payload={"n": "b"})
@@ -260,9 +258,7 @@ async def test_a_key_naming_a_cancelled_job_is_not_counted_as_scheduled(
     # It printed 2 and exited 0, though the cancelled job will never run.
     async with cluster(tmp_path, capsys) as c:
         with Client(c.server.address) as client:
-            gone = await asyncio.to_thread(
-                client.schedule, "demo.echo", {}, delay_s=3600, idempotency_key="gone"
-            )
+            gone = await asyncio.to_thread(client.schedule, "demo.echo", {}, delay=3600, key="gone")
             await asyncio.to_thread(client.cancel, gone.job.job_id)
         path = c.write([line(payload=1), line(key="gone", payload={}), line(key="x", payload=1)])
         path.write_text(path.read_text() + line(key="x", payload=1) + "\n")

@@ -18,7 +18,7 @@ from tests.unit.helpers import embedded_server
 from tests.unit.test_grpc_api import status_of
 from timeshard.cli.main import main
 from timeshard.client import Client
-from timeshard.clock import format_rfc3339
+from timeshard.clock import format_rfc3339, to_datetime
 from timeshard.errors import InvalidArgument
 from timeshard.limits import PAST_RUN_AT_GRACE_MS
 from timeshard.v1 import timeshard_pb2 as pb
@@ -106,7 +106,7 @@ async def test_a_run_at_just_past_runs_now_and_is_late_from_when_it_was_schedule
 
 def _client_schedule(address: str, run_at: int) -> None:
     with Client(address, retries=0) as c:
-        c.schedule("t", {}, run_at=run_at)
+        c.schedule("t", {}, at=to_datetime(run_at))
 
 
 async def test_the_client_and_the_cli_get_the_same_rule(

@@ -13,7 +13,7 @@ import pytest
 from tests.unit.helpers import embedded_server
 from timeshard.cli.main import main
 from timeshard.client import Client, NewJob
-from timeshard.v1 import timeshard_pb2 as pb
+from timeshard.model import JobState
 
 
 @asynccontextmanager
@@ -22,10 +22,10 @@ async def serving() -> AsyncIterator[str]:
         yield server.address
 
 
-def _schedule(address: str, key: str) -> tuple[bool, int, str]:
+def _schedule(address: str, key: str) -> tuple[bool, JobState, str]:
     with Client(address, retries=0) as c:
-        done = c.schedule("mail.send", {"to": "a"}, delay_s=600, idempotency_key=key)
-        return done.created, done.job.state, done.job_id  # job_id: read through, as before
+        done = c.schedule("mail.send", {"to": "a"}, delay=600, key=key)
+        return done.created, done.job.state, done.job_id
 
 
 def _cancel(address: str, job_id: str) -> None:
@@ -36,22 +36,22 @@ def _cancel(address: str, job_id: str) -> None:
 async def test_the_client_says_whether_a_keyed_call_created_its_job() -> None:
     async with serving() as address:
         created, state, job_id = await asyncio.to_thread(_schedule, address, "k1")
-        assert created and state == pb.JOB_STATE_SCHEDULED
+        assert created and state is JobState.SCHEDULED
         again = await asyncio.to_thread(_schedule, address, "k1")
-        assert again == (False, pb.JOB_STATE_SCHEDULED, job_id)
+        assert again == (False, JobState.SCHEDULED, job_id)
         await asyncio.to_thread(_cancel, address, job_id)
         after_cancel = await asyncio.to_thread(_schedule, address, "k1")
-        assert after_cancel == (False, pb.JOB_STATE_CANCELLED, job_id)
+        assert after_cancel == (False, JobState.CANCELLED, job_id)
 
 
 def _schedule_many(address: str) -> list[tuple[bool, str, bool]]:
     with Client(address, retries=0) as c:
-        first = c.schedule("mail.send", {}, delay_s=600, idempotency_key="gone")
+        first = c.schedule("mail.send", {}, delay=600, key="gone")
         c.cancel(first.job.job_id)
         jobs = [
-            NewJob(job_type="mail.send", delay_s=600, idempotency_key="gone"),
-            NewJob(job_type="mail.send", delay_s=600, idempotency_key="new"),
-            NewJob(job_type="mail.send", delay_s=600, idempotency_key="new"),
+            NewJob(job_type="mail.send", delay=600, key="gone"),
+            NewJob(job_type="mail.send", delay=600, key="new"),
+            NewJob(job_type="mail.send", delay=600, key="new"),
         ]
         return [(r.created, r.job.job_id, r.will_run) for r in c.schedule_many(jobs)]
 

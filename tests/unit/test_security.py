@@ -411,7 +411,7 @@ async def test_client_and_worker_over_mtls_with_tokens(pki: Path, tokens: dict[s
         task = asyncio.create_task(worker.run([server.address], stop))
         try:
             with Client(server.address, tls=pki, token=tokens["client"]) as c:
-                job = await asyncio.to_thread(c.schedule, "mail.send", {"to": "a"}, delay_s=0)
+                job = await asyncio.to_thread(c.schedule, "mail.send", {"to": "a"}, delay=0)
             await wait_until(lambda: ran == [job.job_id], 15, "the worker to run the job")
         finally:
             stop.set()

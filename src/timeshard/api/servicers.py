@@ -35,7 +35,9 @@ from timeshard.model import (
     validate_result,
     validate_worker_id,
 )
-from timeshard.node import FinishItem, JobSpec, Node
+from timeshard.node import FinishItem, JobSpec, Node, TypePolicy
+from timeshard.node.policies import checked_policy
+from timeshard.node.retry import RetryPolicy
 from timeshard.node.schedules import new_schedule_id
 from timeshard.observe.window import DEFAULT_WINDOW_S
 from timeshard.sharding import minute_start
@@ -451,6 +453,19 @@ class AdminService(pb_grpc.AdminServiceServicer):
         moved = await self.node.coordinator.drain_node(request.node_id)
         return pb.DrainNodeResponse(moved=moved)
 
+    @rpc
+    async def SetTypePolicies(
+        self, request: pb.SetTypePoliciesRequest, context: Ctx
+    ) -> pb.SetTypePoliciesResponse:
+        policies = [
+            (p.type, _type_policy(n, p, self.node.config.retry))
+            for n, p in enumerate(request.policies)
+        ]
+        now = await self.node.type_policies.set(policies)
+        return pb.SetTypePoliciesResponse(
+            policies=[_type_policy_to_pb(t, now[t]) for t, _ in policies]
+        )
+
 
 def _finish_item(name: str, i: pb.FinishItem) -> FinishItem:
     """Result ``name`` for the node; a completion whose result can not be stored becomes a
@@ -524,3 +539,31 @@ def _dead_letter_selection(request: pb.ReplayDeadLettersRequest) -> tuple[list[s
         except InvalidArgument as exc:
             raise InvalidArgument(f"job_ids[{n}]", exc.problem) from None
     return list(request.job_ids), _type_filter(request.type)
+
+
+def _type_policy(n: int, p: pb.TypePolicy, default_retry: RetryPolicy) -> TypePolicy:
+    try:
+        for name in ("retry_base", "retry_max"):
+            d = getattr(p, name)
+            if d.seconds < 0 or d.nanos < 0:
+                raise InvalidArgument(name, "must not be negative")
+        return checked_policy(
+            p.type,
+            max_attempts=p.max_attempts,
+            retry_base_s=dur_s(p.retry_base),
+            retry_max_s=dur_s(p.retry_max),
+            concurrency=p.concurrency,
+            default_retry=default_retry,
+        )
+    except InvalidArgument as exc:
+        raise InvalidArgument(f"policies[{n}].{exc.field}", exc.problem) from None
+
+
+def _type_policy_to_pb(job_type: str, p: TypePolicy) -> pb.TypePolicy:
+    msg = pb.TypePolicy(
+        type=job_type, max_attempts=p.max_attempts or 0, concurrency=p.concurrency or 0
+    )
+    if p.retry is not None:
+        msg.retry_base.CopyFrom(dur(round(p.retry.base_s * 1000)))
+        msg.retry_max.CopyFrom(dur(round(p.retry.max_backoff_s * 1000)))
+    return msg

@@ -10,11 +10,12 @@ from typing import Any
 
 from timeshard.cli.common import MAX_INT32, add_json_option, parse_duration, parse_time, whole
 from timeshard.cli.load import DEFAULT_KEY_PREFIX, cmd_load, key_prefix, not_scheduled_why
-from timeshard.client import Client, Scheduled
 from timeshard.console import Exit, add_progress_option, print_json, when, when_local
 from timeshard.errors import FailedPrecondition, InvalidArgument, TimeshardError
 from timeshard.limits import MAX_BATCH
 from timeshard.model import RESULT_BYTES, RESULT_JSON, JobState, parse_json_payload
+from timeshard.protoclient import ProtoClient as Client
+from timeshard.protoclient import Scheduled
 from timeshard.v1 import timeshard_pb2 as pb
 from timeshard.wire import state_from_pb, ts_ms
 

@@ -13,10 +13,10 @@ import argcomplete
 
 from timeshard.cli import certs, completion, jobs, schedules, serve, shards, status, tokens
 from timeshard.cli.exits import run_command
-from timeshard.client import DEFAULT_SERVER
 from timeshard.console import use_help_formatter
 from timeshard.observe import logs
 from timeshard.security.auth import ENV_TOKEN
+from timeshard.security.channel import server_from_env
 from timeshard.security.tls import ENV_TLS_DIR
 
 
@@ -68,7 +68,7 @@ def add_global_options(parser: argparse.ArgumentParser, *, suppress: bool = Fals
             return  # the command has its own (e.g. server's --tls-dir)
         group.add_argument(*flags, default=argparse.SUPPRESS if suppress else default, **kw)
 
-    server = os.environ.get("TIMESHARD_SERVER", DEFAULT_SERVER)
+    server = server_from_env()
     add(
         "--server",
         default=server,

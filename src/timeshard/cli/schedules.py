@@ -7,11 +7,11 @@ from typing import Any
 
 from timeshard.cli.common import MAX_INT32, add_json_option, parse_duration, parse_time, whole
 from timeshard.cli.jobs import job_json, job_line, job_lines
-from timeshard.client import Client
 from timeshard.clock import SystemClock
 from timeshard.console import print_json, when, when_local
 from timeshard.cron import CronSpec, preview
 from timeshard.model import MisfirePolicy, OverlapPolicy, parse_json_payload
+from timeshard.protoclient import ProtoClient as Client
 from timeshard.v1 import timeshard_pb2 as pb
 from timeshard.wire import dur, ts_ms
 

@@ -26,7 +26,6 @@ import grpc
 from timeshard.cli.common import MAX_INT32, add_json_option, number, whole
 from timeshard.cli.exits import run_command
 from timeshard.cli.security import add_client_options
-from timeshard.client import DEFAULT_SERVER
 from timeshard.console import print_json, use_help_formatter, when
 from timeshard.coordinator.zkstate import ClusterView, ShardAdmin, connect
 from timeshard.errors import (
@@ -36,7 +35,7 @@ from timeshard.errors import (
     Unauthenticated,
     Unavailable,
 )
-from timeshard.security.channel import ClientSecurity
+from timeshard.security.channel import DEFAULT_SERVER, ClientSecurity, server_from_env
 from timeshard.v1 import timeshard_pb2 as pb
 from timeshard.v1 import timeshard_pb2_grpc as pb_grpc
 from timeshard.wire import translate, ts_ms
@@ -426,7 +425,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--server",
-        default=os.environ.get("TIMESHARD_SERVER", DEFAULT_SERVER),
+        default=server_from_env(),
         help="node address(es), comma-separated (env TIMESHARD_SERVER)",
     )
     add_client_options(parser)

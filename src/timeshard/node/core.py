@@ -47,6 +47,7 @@ from timeshard.node import clockcheck
 from timeshard.node.claims import Claimed, Claims, TypePolicy
 from timeshard.node.deadletters import DeadLetters
 from timeshard.node.dispatcher import DispatchConfig, ShardDispatcher
+from timeshard.node.policies import TypePolicies
 from timeshard.node.ready import ReadyItem, ReadyQueues
 from timeshard.node.retry import RetryPolicy
 from timeshard.node.schedules import ScheduleFirer, ScheduleOps
@@ -156,6 +157,7 @@ class Node:
         )
         self.waits = JobWaits(store, clock)
         """Clients waiting for jobs to finish (``WaitJobs``)."""
+        self.type_policies = TypePolicies(store, clock, self.config.types)
         self.clock_offset_ms: float | None = None
         """The store's clock minus ours, as last measured (None: not measured)."""
         self._firer = ScheduleFirer(
@@ -178,9 +180,17 @@ class Node:
 
     async def start(self) -> None:
         await self._open_store()
+        await self._load_type_policies()
         me = Member(node_id=self.node_id, address=self.address)
         await self.coordinator.start(me, self.store.num_shards, self._shards_changed)
         self._spawn(self._watch_clock(), "clock-check")
+        self._spawn(self.type_policies.refresh_forever(), "type-policies")
+
+    async def _load_type_policies(self) -> None:
+        try:
+            await self.type_policies.load()
+        except TimeshardError as exc:  # the refresh tries again
+            log.warning("node %s: reading the type policies: %s", self.node_id, exc)
 
     async def _open_store(self) -> None:
         """Open the store, retried with backoff while it is unavailable (not when it refuses:

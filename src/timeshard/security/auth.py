@@ -19,8 +19,9 @@ names them):
 
 - ``client``: JobService: jobs (schedule, get, list, cancel, reschedule), schedules (create,
   get, list, update, pause, resume, delete, preview) and listing dead letters;
-- ``worker``: WorkerService (the worker stream, claim, heartbeat, complete, fail, finish) and
-  AdminService.ClusterInfo (workers discover the nodes);
+- ``worker``: WorkerService (the worker stream, claim, heartbeat, complete, fail, finish),
+  AdminService.ClusterInfo (workers discover the nodes) and AdminService.SetTypePolicies (a
+  worker declares its tasks' retry and concurrency);
 - ``admin``: the above and dead-letter replay/purge, shard owners, move shard, drain node,
   node status.
 
@@ -101,6 +102,7 @@ METHOD_ROLES: dict[str, Role] = {
         for m in ("Claim", "Heartbeat", "Complete", "Fail", "Finish", "Work")
     },
     _ADMIN + "ClusterInfo": Role.WORKER,
+    _ADMIN + "SetTypePolicies": Role.WORKER,
     _ADMIN + "ShardOwners": Role.ADMIN,
     _ADMIN + "MoveShard": Role.ADMIN,
     _ADMIN + "DrainNode": Role.ADMIN,

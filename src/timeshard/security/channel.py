@@ -1,7 +1,8 @@
 """The client side of TLS and tokens: channels for the Python client (sync), the worker SDK
 (asyncio) and the CLI.
 
-``tls`` and ``token`` left as None come from the environment: ``TIMESHARD_TLS_DIR`` (see
+The address, ``tls`` and ``token`` left as None come from the environment: ``TIMESHARD_SERVER``
+(``server_from_env``; the CLI's ``--server`` default too), ``TIMESHARD_TLS_DIR`` (see
 ``tls.ClientTls.from_env``) and ``TIMESHARD_TOKEN``. ``tls=False`` and ``token=""`` force
 plaintext and no token. The token is added to every call as ``authorization: Bearer`` metadata
 by an interceptor, which works on plaintext loopback channels too (gRPC's call credentials
@@ -29,6 +30,15 @@ TlsArg = ClientTls | str | os.PathLike[str] | Literal[False] | None
 """A ``ClientTls``, a directory of PEM files, False (plaintext) or None (the environment)."""
 
 ChannelOptions = Sequence[tuple[str, Any]]
+
+ENV_SERVER = "TIMESHARD_SERVER"
+DEFAULT_SERVER = "127.0.0.1:50051"
+
+
+def server_from_env() -> str:
+    """The node address(es) to dial: ``TIMESHARD_SERVER`` (comma-separated), else the default
+    of a local ``timeshard dev``."""
+    return os.environ.get(ENV_SERVER, "").strip() or DEFAULT_SERVER
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import abc
 import json
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 
 from timeshard.errors import InvalidArgument
@@ -317,6 +317,17 @@ class Store(abc.ABC):
         """Delete the row; its remaining entries find nothing. False if it did not exist.
         Occurrence jobs already created are left to run."""
 
+    # -- per-type policies ----------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def put_type_policy(self, job_type: str, policy: str) -> None:
+        """Store ``policy`` (its text, as the node encodes it) for ``job_type``, replacing
+        what was there: the last write wins. Durable when it returns."""
+
+    @abc.abstractmethod
+    async def type_policies(self) -> dict[str, str]:
+        """Every stored per-type policy, by job type."""
+
     # -- shards (invariant 7) -------------------------------------------------------------
 
     @abc.abstractmethod
@@ -334,6 +345,16 @@ class Store(abc.ABC):
     @abc.abstractmethod
     async def save_cursor(self, shard: int, epoch: int, cursor: int) -> bool:
         """Applied iff the stored epoch is still ``epoch``; a deposed owner changes nothing."""
+
+
+TYPE_POLICY_PREFIX = "type_policy:"
+"""Per-type policies live in the stores' ``meta`` table under this prefix and the type."""
+
+
+def type_policies_of(rows: Iterable[tuple[str, str]]) -> dict[str, str]:
+    """The per-type policies among ``meta`` rows (key, value)."""
+    n = len(TYPE_POLICY_PREFIX)
+    return {k[n:]: v for k, v in rows if k.startswith(TYPE_POLICY_PREFIX)}
 
 
 def new_attempt(job: Job, worker: str, now: int) -> Attempt:

@@ -35,6 +35,7 @@ from timeshard.model import (
 from timeshard.sharding import DEFAULT_NUM_SHARDS, shard_of, validate_num_shards
 from timeshard.store import transitions as T
 from timeshard.store.base import (
+    TYPE_POLICY_PREFIX,
     CreateResult,
     JobClaim,
     JobPage,
@@ -42,6 +43,7 @@ from timeshard.store.base import (
     RetryAt,
     Store,
     entry_for,
+    type_policies_of,
 )
 from timeshard.store.codec import job_columns, job_from_row, schedule_columns, to_schedule
 from timeshard.store.named import load_queries
@@ -614,6 +616,19 @@ class SqliteStore(Store):
         return await self._call(
             lambda db: db.execute(Q["delete_schedule"], (schedule_id,)).rowcount == 1
         )
+
+    # -- per-type policies ----------------------------------------------------------------
+
+    async def put_type_policy(self, job_type: str, policy: str) -> None:
+        key = TYPE_POLICY_PREFIX + job_type
+        await self._call(lambda db: db.execute(Q["upsert_meta"], (key, policy)))
+
+    async def type_policies(self) -> dict[str, str]:
+        def run(db: sqlite3.Connection) -> dict[str, str]:
+            rows = db.execute(Q["select_all_meta"]).fetchall()
+            return type_policies_of((key, value) for key, value in rows)
+
+        return await self._call(run)
 
     # -- shards ---------------------------------------------------------------------------
 

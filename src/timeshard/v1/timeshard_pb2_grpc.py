@@ -1149,6 +1149,11 @@ class AdminServiceStub:
                 request_serializer=timeshard_dot_v1_dot_timeshard__pb2.NodeStatusRequest.SerializeToString,
                 response_deserializer=timeshard_dot_v1_dot_timeshard__pb2.NodeStatusResponse.FromString,
                 _registered_method=True)
+        self.SetTypePolicies = channel.unary_unary(
+                '/timeshard.v1.AdminService/SetTypePolicies',
+                request_serializer=timeshard_dot_v1_dot_timeshard__pb2.SetTypePoliciesRequest.SerializeToString,
+                response_deserializer=timeshard_dot_v1_dot_timeshard__pb2.SetTypePoliciesResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServiceServicer:
@@ -1184,6 +1189,14 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SetTypePolicies(self, request, context):
+        """Per job type: attempts, backoff and the cluster-wide concurrency limit, as a worker's
+        tasks declare them. Stored, so every node applies them (within a few seconds).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -1211,6 +1224,11 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.NodeStatus,
                     request_deserializer=timeshard_dot_v1_dot_timeshard__pb2.NodeStatusRequest.FromString,
                     response_serializer=timeshard_dot_v1_dot_timeshard__pb2.NodeStatusResponse.SerializeToString,
+            ),
+            'SetTypePolicies': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetTypePolicies,
+                    request_deserializer=timeshard_dot_v1_dot_timeshard__pb2.SetTypePoliciesRequest.FromString,
+                    response_serializer=timeshard_dot_v1_dot_timeshard__pb2.SetTypePoliciesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1348,6 +1366,33 @@ class AdminService:
             '/timeshard.v1.AdminService/NodeStatus',
             timeshard_dot_v1_dot_timeshard__pb2.NodeStatusRequest.SerializeToString,
             timeshard_dot_v1_dot_timeshard__pb2.NodeStatusResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetTypePolicies(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/timeshard.v1.AdminService/SetTypePolicies',
+            timeshard_dot_v1_dot_timeshard__pb2.SetTypePoliciesRequest.SerializeToString,
+            timeshard_dot_v1_dot_timeshard__pb2.SetTypePoliciesResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -278,6 +278,10 @@ class AdminServiceStub:
     MoveShard: _grpc.UnaryUnaryMultiCallable[_timeshard_pb2.MoveShardRequest, _timeshard_pb2.MoveShardResponse]
     DrainNode: _grpc.UnaryUnaryMultiCallable[_timeshard_pb2.DrainNodeRequest, _timeshard_pb2.DrainNodeResponse]
     NodeStatus: _grpc.UnaryUnaryMultiCallable[_timeshard_pb2.NodeStatusRequest, _timeshard_pb2.NodeStatusResponse]
+    SetTypePolicies: _grpc.UnaryUnaryMultiCallable[_timeshard_pb2.SetTypePoliciesRequest, _timeshard_pb2.SetTypePoliciesResponse]
+    """Per job type: attempts, backoff and the cluster-wide concurrency limit, as a worker's
+    tasks declare them. Stored, so every node applies them (within a few seconds).
+    """
 
 @_typing.type_check_only
 class AdminServiceAsyncStub(AdminServiceStub):
@@ -287,6 +291,10 @@ class AdminServiceAsyncStub(AdminServiceStub):
     MoveShard: _aio.UnaryUnaryMultiCallable[_timeshard_pb2.MoveShardRequest, _timeshard_pb2.MoveShardResponse]  # type: ignore[assignment]
     DrainNode: _aio.UnaryUnaryMultiCallable[_timeshard_pb2.DrainNodeRequest, _timeshard_pb2.DrainNodeResponse]  # type: ignore[assignment]
     NodeStatus: _aio.UnaryUnaryMultiCallable[_timeshard_pb2.NodeStatusRequest, _timeshard_pb2.NodeStatusResponse]  # type: ignore[assignment]
+    SetTypePolicies: _aio.UnaryUnaryMultiCallable[_timeshard_pb2.SetTypePoliciesRequest, _timeshard_pb2.SetTypePoliciesResponse]  # type: ignore[assignment]
+    """Per job type: attempts, backoff and the cluster-wide concurrency limit, as a worker's
+    tasks declare them. Stored, so every node applies them (within a few seconds).
+    """
 
 class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -323,5 +331,15 @@ class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _timeshard_pb2.NodeStatusRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_timeshard_pb2.NodeStatusResponse, _abc.Awaitable[_timeshard_pb2.NodeStatusResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def SetTypePolicies(
+        self,
+        request: _timeshard_pb2.SetTypePoliciesRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_timeshard_pb2.SetTypePoliciesResponse, _abc.Awaitable[_timeshard_pb2.SetTypePoliciesResponse]]:
+        """Per job type: attempts, backoff and the cluster-wide concurrency limit, as a worker's
+        tasks declare them. Stored, so every node applies them (within a few seconds).
+        """
 
 def add_AdminServiceServicer_to_server(servicer: AdminServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -1,10 +1,13 @@
-"""The Python worker SDK: the ``Worker`` and its handlers (``core``), each job's lease and its
-heartbeats, the delivery of results, and the worker's metrics. It talks to nodes over gRPC only
-(through ``timeshard.wire``) and never imports the node or a store.
+"""The Python worker SDK: the ``Worker``, its handlers and tasks (``core``, ``tasks``), each
+job's lease and its heartbeats, the delivery of results, and the worker's metrics. It talks to
+nodes over gRPC only (through ``timeshard.wire`` and ``timeshard.client``) and never imports
+the node or a store.
 
-    from timeshard.worker import Worker, PermanentError
+    from timeshard.worker import JobContext, PermanentError, Retry, Worker
 """
 
+from timeshard.client import Retry
 from timeshard.worker.core import EventHook, JobContext, PermanentError, Worker
+from timeshard.worker.tasks import Task
 
-__all__ = ["EventHook", "JobContext", "PermanentError", "Worker"]
+__all__ = ["EventHook", "JobContext", "PermanentError", "Retry", "Task", "Worker"]

@@ -46,19 +46,22 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import grpc
 
+from timeshard.client import AsyncClient, Client, Retry, ScheduleSpec
 from timeshard.clock import Clock, SystemClock
+from timeshard.errors import InvalidArgument, Unavailable
 from timeshard.limits import MAX_CLAIM_TYPES, MAX_REPLY_BYTES, truncate_error
 from timeshard.model import validate_job_type, validate_worker_id
-from timeshard.security.channel import ClientSecurity, TlsArg
+from timeshard.security.channel import ClientSecurity, TlsArg, server_from_env
 from timeshard.v1 import timeshard_pb2 as pb
 from timeshard.v1 import timeshard_pb2_grpc as pb_grpc
-from timeshard.wire import dur, dur_s, translate, ts_ms
+from timeshard.wire import dur, dur_s, schedule_from_pb, translate, ts_ms
 from timeshard.worker.heartbeats import DeferredHeartbeats, Heartbeats
 from timeshard.worker.lease import Lease, LeaseLost
 from timeshard.worker.results import Results
 from timeshard.worker.returns import ResultError, encode_result, traceback_of
 from timeshard.worker.slots import Run, Slots
 from timeshard.worker.stream import Host, NodeLink
+from timeshard.worker.tasks import Task, WorkerClients, cron_spec, declare, task_handler
 
 log = logging.getLogger("timeshard.worker")  # the SDK logs as one component
 
@@ -192,6 +195,8 @@ class Worker:
         tls: TlsArg = None,
         token: str | None = None,
         use_stream: bool = True,
+        server: str | None = None,
+        schedules: Sequence[ScheduleSpec] = (),
     ) -> None:
         self.worker_id = validate_worker_id(
             worker_id or f"{socket.gethostname()}-{uuid.uuid4().hex[:6]}"
@@ -212,6 +217,18 @@ class Worker:
         """Take jobs over each node's worker stream (``WorkerService.Work``), falling back to
         the unary calls on a node without it; False: the unary calls only."""
         self.handlers: dict[str, HandlerSpec] = {}
+        self.server = server
+        """Where ``Task.schedule`` sends jobs: None is ``TIMESHARD_SERVER`` until ``run`` is
+        given its servers."""
+        self.tasks: dict[str, Task[Any]] = {}
+        self.schedules: list[ScheduleSpec] = []
+        """Cron schedules declared in code, created or updated by id when the worker starts."""
+        for spec in schedules:
+            self.declare(spec)
+        self._clients = WorkerClients(self)
+        self.declared = False
+        """True once a running worker has set its type policies and schedules (it claims
+        only then)."""
         self._slots = Slots(lambda job_type: self.handlers[job_type].concurrency)
         self._tasks: set[asyncio.Task[None]] = set()
         self._threads: ThreadPoolExecutor | None = None
@@ -262,6 +279,113 @@ class Worker:
 
         return register
 
+    def task(
+        self,
+        job_type: str,
+        *,
+        retry: Retry | None = None,
+        timeout: float = 300.0,
+        concurrency: int = 1,
+        cluster_concurrency: int = 0,
+    ) -> Callable[[Callable[..., Any]], Task[Any]]:
+        """Register a task: ``fn(payload)`` or ``fn(payload, ctx: JobContext)``, async or not,
+        whose payload parameter's type (a dataclass, a TypedDict...) every payload is checked
+        against (``timeshard.worker.tasks``). Returns the ``Task``: ``task.schedule(...)``.
+
+        ``timeout`` and ``concurrency`` hold in this worker; ``retry`` and
+        ``cluster_concurrency`` (running at once across the cluster, 0: no limit) are the
+        type's policy, set on the cluster when the worker starts."""
+        if cluster_concurrency < 0:
+            raise InvalidArgument("cluster_concurrency", "must be at least 1 (0: no limit)")
+
+        def register(fn: Callable[..., Any]) -> Task[Any]:
+            handler, payload_type = task_handler(job_type, fn, JobContext, PermanentError)
+            self.handler(job_type, timeout=timeout, concurrency=concurrency)(handler)
+            task: Task[Any] = Task(
+                self,
+                job_type,
+                fn,
+                payload_type,
+                retry=retry,
+                timeout_s=timeout,
+                concurrency=concurrency,
+                cluster_concurrency=cluster_concurrency,
+            )
+            self.tasks[job_type] = task
+            return task
+
+        return register
+
+    def cron(
+        self,
+        cron: str,
+        *,
+        id: str,
+        tz: str = "UTC",
+        job_type: str | None = None,
+        payload: Any = None,
+        retry: Retry | None = None,
+        timeout: float = 300.0,
+        concurrency: int = 1,
+        **options: Any,
+    ) -> Callable[[Callable[..., Any] | Task[Any]], Task[Any]]:
+        """Declare a cron schedule in code, created (or updated, by ``id``) when the worker
+        starts: on a function, it is also registered as the task ``job_type`` (default
+        ``cron.<id>``); on a ``Task``, its runs are that task's jobs. ``options``: those of
+        ``ScheduleSpec`` (misfire, overlap, max_concurrent, jitter, dst_gap, dst_fold...)."""
+
+        def register(target: Callable[..., Any] | Task[Any]) -> Task[Any]:
+            if isinstance(target, Task):
+                task_type, payload_type = target.job_type, target.payload_type
+            else:
+                task_type = job_type or f"cron.{id}"
+                _, payload_type = task_handler(task_type, target, JobContext, PermanentError)
+            spec = cron_spec(
+                cron,
+                schedule_id=id,
+                job_type=task_type,
+                tz=tz,
+                payload_type=payload_type,
+                payload=payload,
+                options=options,
+            )
+            self._check_declared(spec)  # before registering anything
+            task = (
+                target
+                if isinstance(target, Task)
+                else self.task(task_type, retry=retry, timeout=timeout, concurrency=concurrency)(
+                    target
+                )
+            )
+            self.declare(spec)
+            return task
+
+        return register
+
+    def declare(self, spec: ScheduleSpec) -> None:
+        """Add a schedule to create or update when the worker starts; an id declared twice
+        is refused."""
+        self._check_declared(spec)
+        self.schedules.append(spec)
+
+    def _check_declared(self, spec: ScheduleSpec) -> None:
+        if not spec.schedule_id:
+            raise InvalidArgument("schedule_id", "a schedule declared in code needs an id")
+        if any(s.schedule_id == spec.schedule_id for s in self.schedules):
+            raise InvalidArgument(
+                "schedule_id", f"{spec.schedule_id!r} is declared twice in this worker"
+            )
+        schedule_from_pb(spec.message(), spec.schedule_id)  # checked here, not at start
+
+    def client(self) -> Client:
+        """A client to this worker's server (``server``, else ``TIMESHARD_SERVER``), with its
+        TLS and token; made once."""
+        return self._clients.sync()
+
+    def async_client(self) -> AsyncClient:
+        """As ``client``, for asyncio code (one per event loop)."""
+        return self._clients.aio()
+
     # -- running --------------------------------------------------------------------------
 
     async def run(
@@ -280,6 +404,11 @@ class Worker:
         stop = self._stop_event = stop or asyncio.Event()
         if self._stop_asked:
             stop.set()
+        if self.server is None and servers:
+            self.server = servers[0]
+        self.declared = False
+        await self._declare(servers, stop)
+        self.declared = True
         threads = sum(s.concurrency for s in self.handlers.values() if not s.is_async)
         threads_pool = self._threads = _HandlerThreads(max(1, threads))
         nodes = self._nodes = _Nodes(self, stop, ClientSecurity.resolve(self.tls, self.token))
@@ -299,6 +428,33 @@ class Worker:
             await self._drain(threads_pool)
             await nodes.close()
             threads_pool.shutdown(wait=False, cancel_futures=True)
+            self._stop_asked = False  # it may run again
+            self.declared = False
+            self._drain_over = asyncio.Event()
+
+    async def _declare(self, servers: Sequence[str], stop: asyncio.Event) -> None:
+        """Set the tasks' type policies and create or update the schedules declared in code,
+        before claiming. A node that does not answer is retried (the worker waits for its
+        cluster, as its claims do); a clash (an id taken by another type's schedule) stops
+        the worker with that error."""
+        if not self.schedules and not any(t.has_policy for t in self.tasks.values()):
+            return
+        backoff = 0.1
+        while not stop.is_set():
+            for address in servers or [self.server or server_from_env()]:
+                client = AsyncClient(address, tls=self.tls, token=self.token, retries=0)
+                try:
+                    done = await declare(client, list(self.tasks.values()), self.schedules)
+                except Unavailable as exc:
+                    log.warning("declaring schedules on %s: %s", address, exc)
+                    continue
+                finally:
+                    await client.close()
+                for schedule_id, what in done.items():
+                    log.info("schedule %s: %s", schedule_id, what)
+                return
+            await self._clock.sleep(backoff)
+            backoff = min(5.0, backoff * 2)
 
     def _to_ask(self, job_type: str) -> int:
         """How many jobs of ``job_type`` are worth a claim now: a type claims again once a

@@ -21,7 +21,16 @@ from timeshard.model import (
 )
 from timeshard.sharding import DEFAULT_NUM_SHARDS, validate_num_shards
 from timeshard.store import transitions as T
-from timeshard.store.base import CreateResult, JobClaim, JobPage, Retention, RetryAt, Store
+from timeshard.store.base import (
+    TYPE_POLICY_PREFIX,
+    CreateResult,
+    JobClaim,
+    JobPage,
+    Retention,
+    RetryAt,
+    Store,
+    type_policies_of,
+)
 from timeshard.store.cassandra.driver import Ambiguous, ClusterConfig, Connection, parse_url
 from timeshard.store.cassandra.jobrows import JobRows
 from timeshard.store.cassandra.parts import CAS_ROUNDS
@@ -307,6 +316,15 @@ class CassandraStore(Store):
                 continue
             return bool(row["[applied]"])
         raise StoreUnavailable(f"schedule {schedule_id!r}: delete kept timing out")
+
+    # -- per-type policies ----------------------------------------------------------------
+
+    async def put_type_policy(self, job_type: str, policy: str) -> None:
+        await self._conn.rows("upsert_meta", (TYPE_POLICY_PREFIX + job_type, policy))
+
+    async def type_policies(self) -> dict[str, str]:
+        rows = await self._conn.rows("select_all_meta", ())
+        return type_policies_of((r["key"], r["value"]) for r in rows)
 
     # -- shards ---------------------------------------------------------------------------
 

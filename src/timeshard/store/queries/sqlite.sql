@@ -156,6 +156,12 @@ SELECT value FROM meta WHERE key = ?;
 -- name: insert_meta
 INSERT OR IGNORE INTO meta (key, value) VALUES (?, ?);
 
+-- name: upsert_meta
+INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?);
+
+-- name: select_all_meta
+SELECT key, value FROM meta;
+
 -- name: delete_job
 DELETE FROM jobs WHERE job_id = ?;
 

@@ -1,0 +1,124 @@
+"""Per-type policies set over the API (``SetTypePolicies``: a worker's tasks declare them):
+stored, so every node applies them, and re-read every few seconds by each node.
+
+The node's policies are one dict (``NodeConfig.types``) that its claims and its retries read
+as they go; it holds the policies the node was started with (``--types``) with the stored
+ones over them, type by type: the one set last wins.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping, MutableMapping, Sequence
+from typing import Any
+
+from timeshard.clock import Clock
+from timeshard.errors import InvalidArgument, TimeshardError
+from timeshard.limits import MAX_CLAIM_TYPES, check_attempts, check_count
+from timeshard.model import validate_job_type
+from timeshard.node.claims import TypePolicy
+from timeshard.node.retry import RetryPolicy
+from timeshard.store.base import Store
+
+log = logging.getLogger(__name__)
+
+REFRESH_S = 5.0
+"""How often a node re-reads the stored policies (what another node was told)."""
+
+
+def policy_text(p: TypePolicy) -> str:
+    fields: dict[str, Any] = {"max_attempts": p.max_attempts, "concurrency": p.concurrency}
+    if p.retry is not None:
+        fields |= {"retry_base_s": p.retry.base_s, "retry_max_s": p.retry.max_backoff_s}
+    return json.dumps(fields, sort_keys=True)
+
+
+def policy_of_text(text: str) -> TypePolicy:
+    fields = json.loads(text)
+    retry = None
+    if fields.get("retry_base_s") is not None:
+        retry = RetryPolicy(base_s=fields["retry_base_s"], max_backoff_s=fields["retry_max_s"])
+    return TypePolicy(
+        max_attempts=fields.get("max_attempts"), retry=retry, concurrency=fields.get("concurrency")
+    )
+
+
+def checked_policy(
+    job_type: str,
+    *,
+    max_attempts: int,
+    retry_base_s: float,
+    retry_max_s: float,
+    concurrency: int,
+    default_retry: RetryPolicy,
+) -> TypePolicy:
+    """A policy as the API gives it (0: the default), checked: ``InvalidArgument`` naming the
+    field."""
+    validate_job_type(job_type)
+    check_attempts(max_attempts)
+    if concurrency < 0:
+        raise InvalidArgument("concurrency", f"must be at least 1 (0: no limit), got {concurrency}")
+    if retry_base_s < 0 or retry_max_s < 0:
+        raise InvalidArgument("retry", "the backoff must not be negative")
+    retry = None
+    if retry_base_s or retry_max_s:
+        base = retry_base_s or default_retry.base_s
+        ceiling = retry_max_s or max(default_retry.max_backoff_s, base)
+        if ceiling < base:
+            raise InvalidArgument(
+                "retry_max", f"the cap ({ceiling:g}s) is below the first backoff ({base:g}s)"
+            )
+        retry = RetryPolicy(base_s=base, max_backoff_s=ceiling)
+    return TypePolicy(
+        max_attempts=max_attempts or None, retry=retry, concurrency=concurrency or None
+    )
+
+
+class TypePolicies:
+    """The stored per-type policies, applied to ``policies`` (the node's own dict)."""
+
+    def __init__(
+        self, store: Store, clock: Clock, policies: MutableMapping[str, TypePolicy]
+    ) -> None:
+        self._store = store
+        self._clock = clock
+        self._policies = policies
+
+    async def set(self, policies: Sequence[tuple[str, TypePolicy]]) -> dict[str, TypePolicy]:
+        """Store each (the call is checked whole before anything is written) and apply them
+        here at once; the other nodes apply them at their next refresh."""
+        check_count("policies", len(policies), MAX_CLAIM_TYPES)
+        types = [t for t, _ in policies]
+        if len(set(types)) != len(types):
+            raise InvalidArgument("policies", "a job type is named twice")
+        for job_type, policy in policies:
+            await self._store.put_type_policy(job_type, policy_text(policy))
+        self._apply({t: p for t, p in policies})
+        return {t: self._policies[t] for t in types}
+
+    async def load(self) -> None:
+        stored = await self._store.type_policies()
+        found: dict[str, TypePolicy] = {}
+        for job_type, text in stored.items():
+            try:
+                found[job_type] = policy_of_text(text)
+            except (ValueError, KeyError, TypeError, TimeshardError) as exc:
+                log.warning(
+                    "type %s: stored policy %r not readable (%s); ignored", job_type, text, exc
+                )
+        self._apply(found)
+
+    def _apply(self, stored: Mapping[str, TypePolicy]) -> None:
+        for job_type, policy in stored.items():
+            if self._policies.get(job_type) != policy:
+                log.info("type %s: policy now %s", job_type, policy_text(policy))
+                self._policies[job_type] = policy
+
+    async def refresh_forever(self, every_s: float = REFRESH_S) -> None:
+        while True:
+            await self._clock.sleep(every_s)
+            try:
+                await self.load()
+            except TimeshardError as exc:  # the store is down: keep what we have
+                log.warning("re-reading the type policies: %s", exc)
