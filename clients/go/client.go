@@ -262,6 +262,13 @@ func (c *Client) ListSchedules(ctx context.Context, pageSize int32, pageToken st
 	return resp.GetSchedules(), resp.GetNextPageToken(), nil
 }
 
+// UpdateSchedule replaces a schedule's definition (found by its ScheduleId).
+func (c *Client) UpdateSchedule(ctx context.Context, s *Schedule) (*Schedule, error) {
+	return call(ctx, c, true, func(ctx context.Context, i int) (*Schedule, error) {
+		return c.jobs[i].UpdateSchedule(ctx, &pb.UpdateScheduleRequest{Schedule: s})
+	})
+}
+
 // PauseSchedule stops a schedule firing until it is resumed.
 func (c *Client) PauseSchedule(ctx context.Context, scheduleID string) (*Schedule, error) {
 	return call(ctx, c, true, func(ctx context.Context, i int) (*Schedule, error) {
