@@ -48,7 +48,13 @@ VALID = {
 NUMBERS = ["x", "-1", "nan"]
 # The global options, taken by every command; those that never dial a node may ignore them.
 GLOBAL = {"tls_dir", "token_file"}
-OFFLINE = ("timeshard schedules preview", "timeshard stack", "timeshard certs", "timeshard tokens")
+OFFLINE = (
+    "timeshard schedules preview",
+    "timeshard stack",
+    "timeshard certs",
+    "timeshard tokens",
+    "timeshard completion",
+)
 JUNK = "bad value!"
 
 

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from timeshard.console import Exit
 from timeshard.testing.fleet import Fleet
 
 pytestmark = pytest.mark.timeout(90)
@@ -101,13 +102,13 @@ def test_move_drain_undrain_rebalance(fleet: Fleet) -> None:
 
 
 def test_mistakes_get_a_message_and_an_exit_code(fleet: Fleet) -> None:
-    out = shards(fleet, "move", "3", "--to", "nobody", code=1)
+    out = shards(fleet, "move", "3", "--to", "nobody", code=Exit.NOT_FOUND)
     assert "NOT_FOUND" in out.stderr and "nobody" in out.stderr
-    out = shards(fleet, "move", str(SHARDS), "--to", "a", code=2)
+    out = shards(fleet, "move", str(SHARDS), "--to", "a", code=Exit.USAGE)
     assert "INVALID_ARGUMENT" in out.stderr and "not in 0-15" in out.stderr
-    out = shards(fleet, "plan", code=2)
+    out = shards(fleet, "plan", code=Exit.USAGE)
     assert "--coordinator" in out.stderr
     out = shards(fleet, "drain", "b", "--coordinator", fleet.zookeeper)
-    out = shards(fleet, "drain", "a", code=1)  # the last node not draining
+    out = shards(fleet, "drain", "a", code=Exit.FAILED_PRECONDITION)  # the last one not draining
     assert "FAILED_PRECONDITION" in out.stderr
     assert "Traceback" not in out.stderr

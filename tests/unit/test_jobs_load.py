@@ -19,6 +19,7 @@ import pytest
 from timeshard.cli.main import main
 from timeshard.client import Client
 from timeshard.clock import SystemClock
+from timeshard.console import Exit
 from timeshard.coordinator.local import LocalCoordinator
 from timeshard.model import Job
 from timeshard.node import Node
@@ -237,7 +238,7 @@ async def test_a_batch_the_server_refuses_is_reported_by_file_line(
         lines[3] = line(key="k", payload={"n": "b"})
         path = c.write([*lines[:2], "", *lines[2:]])  # file lines 1, 2, 4, 5, 6, 7
         run = await c.load(path, "--batch", "2")
-        assert run.code == 1, run.err
+        assert run.code == Exit.CONFLICT == 4, run.err
         assert "lines 4-5" in run.err and "ALREADY_EXISTS" in run.err
         assert "the 2 lines before line 4 were scheduled (2 created" in run.err
         assert "lines 6-7 were not sent" in run.err
@@ -266,7 +267,7 @@ async def test_a_key_naming_a_cancelled_job_is_not_counted_as_scheduled(
         path = c.write([line(payload=1), line(key="gone", payload={}), line(key="x", payload=1)])
         path.write_text(path.read_text() + line(key="x", payload=1) + "\n")
         run = await c.load(path)
-        assert run.code == 1
+        assert run.code == Exit.FAILED_PRECONDITION == 5  # as `jobs schedule --key` exits
         assert "4 lines: 2 created, 1 already existed, 1 not scheduled" in run.out
         (row,) = [x for x in run.err.splitlines() if "line 2:" in x]
         assert "not scheduled" in row and "cancelled" in row and gone.job.job_id in row
@@ -280,7 +281,44 @@ async def test_progress_goes_to_stderr_only_when_it_is_a_terminal(
         run = await c.load(path, "--batch", "2")
         assert run.code == 0 and "\r" not in run.err and "scheduled," not in run.err
 
+        # --progress into a file or pipe: plain lines, no carriage return; the last one the total.
+        run = await c.load(path, "--batch", "2", "--key-prefix", "piped", "--progress")
+        assert run.code == 0 and "\r" not in run.err
+        shown = [x for x in run.err.splitlines() if "scheduled," in x]
+        assert shown and shown[-1].startswith("5/5 scheduled, ")
+
         monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
         run = await c.load(path, "--batch", "2", "--key-prefix", "again")
         assert run.code == 0
         assert "\r2/5 scheduled" in run.err and "\r5/5 scheduled" in run.err
+        assert run.err.endswith("/s\n")  # the rewritten line is ended before the summary
+
+        run = await c.load(path, "--batch", "2", "--key-prefix", "quiet", "--no-progress")
+        assert run.code == 0 and "scheduled," not in run.err
+
+
+async def test_load_json_names_each_lines_job(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    async with cluster(tmp_path, capsys) as c:
+        with Client(c.server.address) as client:
+            gone = await asyncio.to_thread(
+                client.schedule, "demo.echo", {}, delay_s=3600, idempotency_key="gone"
+            )
+            await asyncio.to_thread(client.cancel, gone.job.job_id)
+        path = c.write([line(payload=1), "", line(key="gone", payload={})])
+        run = await c.load(path, "--json")
+        assert run.code == Exit.FAILED_PRECONDITION
+        out = json.loads(run.out)
+        assert (out["lines"], out["created"], out["already_existed"]) == (2, 1, 0)
+        (refused,) = out["not_scheduled"]
+        assert refused["line"] == 3 and refused["job_id"] == gone.job.job_id
+        assert "cancelled" in refused["why"]
+        first, third = out["jobs"]
+        assert (first["line"], first["created"], third["line"], third["created"]) == (
+            1,
+            True,
+            3,
+            False,
+        )
+        assert [j.job_id for j in await c.jobs() if j.job_id == first["job_id"]]

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 import grpc
 
 from timeshard.api.replies import claim_cap, fit_page, fit_written
 from timeshard.api.status import node_status_to_pb
+from timeshard.api.work import WorkHub, WorkStream
 from timeshard.cron import CronSpec
 from timeshard.errors import InvalidArgument, TimeshardError, status_of
 from timeshard.limits import (
@@ -244,6 +245,7 @@ class JobService(pb_grpc.JobServiceServicer):
 class WorkerService(pb_grpc.WorkerServiceServicer):
     def __init__(self, node: Node) -> None:
         self.node = node
+        self._hub = WorkHub(node, finish_items)
 
     @rpc
     async def Claim(self, request: pb.ClaimRequest, context: Ctx) -> pb.ClaimResponse:
@@ -290,33 +292,12 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
     @rpc
     async def Finish(self, request: pb.FinishRequest, context: Ctx) -> pb.FinishResponse:
         check_count("items", len(request.items), MAX_BATCH)
-        items: list[FinishItem | TimeshardError] = []
-        first: dict[str, int] = {}
         for n, i in enumerate(request.items):
             try:
                 validate_job_id(i.job_id)
             except InvalidArgument as exc:
                 raise InvalidArgument(f"items[{n}].{exc.field}", exc.problem) from None
-            if first.setdefault(i.job_id, n) != n:
-                # A second result for one job would race the first in one group commit, the
-                # outcome left to their order: it is refused on its own, the first one stands.
-                items.append(
-                    InvalidArgument(
-                        f"items[{n}].job_id",
-                        f"job {i.job_id!r} is also items[{first[i.job_id]}]: one result per job",
-                    )
-                )
-                continue
-            items.append(
-                FinishItem(
-                    job_id=i.job_id,
-                    fence=i.fence,
-                    failed=i.failed,
-                    error=truncate_error(i.error),
-                    permanent=i.permanent,
-                    give_back=i.give_back,
-                )
-            )
+        items = finish_items(request.items, "items")
         done = iter(await self.node.finish([i for i in items if isinstance(i, FinishItem)]))
         results = []
         for asked, item in zip(request.items, items, strict=True):
@@ -340,6 +321,45 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
         if job.next_attention() is not None:
             resp = pb.FailResponse(state=pb.JOB_STATE_SCHEDULED, retry_at=ts(job.run_at))
         return resp
+
+    async def Work(self, request_iterator: Any, context: Ctx) -> None:  # type: ignore[override]
+        """The worker stream (``timeshard.api.work``; docs/architecture.md). It reads and
+        writes through ``context`` rather than returning an iterator."""
+        await WorkStream(self._hub, context).run()
+
+
+def finish_items(asked: Sequence[pb.FinishItem], where: str) -> list[FinishItem | TimeshardError]:
+    """Results as the node takes them, or the error of each one refused on its own (a malformed
+    job id, a second result for one job) named ``where[n]``."""
+    items: list[FinishItem | TimeshardError] = []
+    first: dict[str, int] = {}
+    for n, i in enumerate(asked):
+        try:
+            validate_job_id(i.job_id)
+        except InvalidArgument as exc:
+            items.append(InvalidArgument(f"{where}[{n}].{exc.field}", exc.problem))
+            continue
+        if first.setdefault(i.job_id, n) != n:
+            # A second result for one job would race the first in one group commit, the
+            # outcome left to their order: it is refused on its own, the first one stands.
+            items.append(
+                InvalidArgument(
+                    f"{where}[{n}].job_id",
+                    f"job {i.job_id!r} is also {where}[{first[i.job_id]}]: one result per job",
+                )
+            )
+            continue
+        items.append(
+            FinishItem(
+                job_id=i.job_id,
+                fence=i.fence,
+                failed=i.failed,
+                error=truncate_error(i.error),
+                permanent=i.permanent,
+                give_back=i.give_back,
+            )
+        )
+    return items
 
 
 class AdminService(pb_grpc.AdminServiceServicer):

@@ -6,6 +6,8 @@ import argparse
 import datetime as dt
 from pathlib import Path
 
+from timeshard.cli.common import add_json_option
+from timeshard.console import print_json
 from timeshard.security.certs import default_hosts, init_dir
 
 
@@ -20,7 +22,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "read ca.pem and, for --mtls, client.pem and client-key.pem. Keep ca-key.pem off the "
         "nodes: it signs new certificates.",
     )
-    init.add_argument("dir")
+    init.add_argument("dir", help="the directory to write (made if missing)")
     init.add_argument(
         "--hosts",
         nargs="+",
@@ -29,6 +31,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "127.0.0.1, ::1 and this machine's name); commas also separate",
     )
     init.add_argument("--force", action="store_true", help="replace existing files")
+    add_json_option(init, '{"dir", "written": [PATH, ...], "hosts": [HOST, ...]}')
     init.set_defaults(func=cmd_init)
 
 
@@ -38,6 +41,9 @@ def cmd_init(args: argparse.Namespace) -> int:
     )
     directory = Path(args.dir)
     written = init_dir(directory, hosts=hosts, now=dt.datetime.now(dt.UTC), force=args.force)
+    if args.json:
+        print_json({"dir": str(directory), "written": [str(p) for p in written], "hosts": hosts})
+        return 0
     for path in written:
         print(f"wrote {path}")
     print(f"server certificate valid for: {', '.join(hosts)}")

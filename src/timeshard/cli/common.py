@@ -53,3 +53,11 @@ def shard_count(text: str) -> int:
             f"must be a power of two (1, 2, 4, ... 65536), got {value}"
         )
     return value
+
+
+def add_json_option(p: argparse.ArgumentParser, shape: str) -> None:
+    """``--json``: the command's result as one JSON document on stdout; ``shape`` names what it
+    holds (the shapes are in docs/cli.md)."""
+    p.add_argument(
+        "--json", action="store_true", help=f"print the result as JSON on stdout: {shape}"
+    )

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import json
 from typing import Any
 
-from timeshard.cli.common import MAX_INT32, parse_duration, parse_time, whole
+from timeshard.cli.common import MAX_INT32, add_json_option, parse_duration, parse_time, whole
 from timeshard.cli.load import DEFAULT_KEY_PREFIX, cmd_load, key_prefix, not_scheduled_why
 from timeshard.client import Client, Scheduled
-from timeshard.clock import format_rfc3339
+from timeshard.console import add_progress_option, print_json, when, when_local
 from timeshard.errors import FailedPrecondition, InvalidArgument
 from timeshard.model import JobState, parse_json_payload
 from timeshard.v1 import timeshard_pb2 as pb
@@ -25,13 +24,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     when = s.add_mutually_exclusive_group(required=True)
     when.add_argument("--in", dest="delay", help="delay, e.g. 2s, 500ms, 5m, 1h30m")
     when.add_argument("--at", help="absolute time, RFC 3339, e.g. 2026-12-01T09:00:00Z")
-    s.add_argument("--payload", default="{}", help="JSON payload (default {})")
+    s.add_argument("--payload", default="{}", help="JSON payload")
     s.add_argument("--key", default="", help="idempotency key: a repeat returns the same job")
     s.add_argument(
         "--max-attempts",
         type=whole(0, MAX_INT32, note="0: the type's default"),
         default=0,
+        help="attempts before the job is dead (0: the type's default)",
     )
+    add_json_option(s, '{"created": true|false, "job": JOB}')
     s.set_defaults(func=cmd_schedule)
 
     ld = jsub.add_parser(
@@ -40,7 +41,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         description=LOAD_DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    ld.add_argument("file")
+    ld.add_argument("file", help="a JSON Lines file, one job per line; - for stdin")
     ld.add_argument(
         "--batch", type=whole(1, 1000), default=500, help="jobs per ScheduleJobs call (1-1000)"
     )
@@ -49,39 +50,41 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--key-prefix",
         type=key_prefix,
         default=DEFAULT_KEY_PREFIX,
-        help=f"starts the key derived for a line without one (default {DEFAULT_KEY_PREFIX}); a "
-        "new prefix loads the same file again as new jobs",
+        help="starts the key derived for a line without one; a new prefix loads the same file "
+        "again as new jobs",
     )
     keys.add_argument(
         "--no-derived-keys",
         action="store_true",
         help="a line without a key gets none: every run schedules it again",
     )
+    add_progress_option(ld)
+    add_json_option(ld, "the summary, each line's job and the lines not scheduled")
     ld.set_defaults(func=cmd_load)
 
     g = jsub.add_parser("get", help="show one job")
-    g.add_argument("job_id")
-    g.add_argument("--json", action="store_true")
+    g.add_argument("job_id", help="the job's id")
+    add_json_option(g, "JOB")
     g.set_defaults(func=cmd_get)
 
     ls = jsub.add_parser("list", help="list jobs")
-    ls.add_argument("--state", choices=[s.value for s in JobState])
-    ls.add_argument("--type", default="")
-    ls.add_argument(
-        "--limit", type=whole(1), default=50, help="at most this many jobs (default 50)"
-    )
-    ls.add_argument("--json", action="store_true")
+    ls.add_argument("--state", choices=[s.value for s in JobState], help="only jobs in this state")
+    ls.add_argument("--type", default="", help="only jobs of this type")
+    ls.add_argument("--limit", type=whole(1), default=50, help="at most this many jobs")
+    add_json_option(ls, "an array of JOB")
     ls.set_defaults(func=cmd_list)
 
     c = jsub.add_parser("cancel", help="cancel a scheduled or running job")
-    c.add_argument("job_id")
+    c.add_argument("job_id", help="the job's id")
+    add_json_option(c, "JOB, as cancelled")
     c.set_defaults(func=cmd_cancel)
 
     r = jsub.add_parser("reschedule", help="move a scheduled job to another time")
-    r.add_argument("job_id")
+    r.add_argument("job_id", help="the job's id")
     rw = r.add_mutually_exclusive_group(required=True)
-    rw.add_argument("--in", dest="delay")
-    rw.add_argument("--at")
+    rw.add_argument("--in", dest="delay", help="delay from now, e.g. 2s, 500ms, 5m, 1h30m")
+    rw.add_argument("--at", help="absolute time, RFC 3339, e.g. 2026-12-01T09:00:00Z")
+    add_json_option(r, "JOB, as rescheduled")
     r.set_defaults(func=cmd_reschedule)
 
 
@@ -108,14 +111,18 @@ gives such lines no key at all (faster: a keyed create looks its key up first).
 
 Prints "N lines: C created, E already existed, X not scheduled". A key naming a
 cancelled or dead job is not scheduled: its line is named on stderr and the
-exit status is 1. If the server refuses a batch, the error names its file lines
-and what was scheduled before it. Progress goes to stderr when it is a terminal.
+exit status is 5 (failed precondition). If the server refuses a batch, the error
+names its file lines and what was scheduled before it, and the exit status is
+that refusal's (docs/cli.md). Progress goes to stderr when it is a terminal
+(--progress: also into a file or pipe, as plain lines).
 """
 
 
 def job_json(job: pb.Job) -> dict[str, Any]:
+    """JOB in docs/cli.md: a job as every ``--json`` prints it."""
+
     def t(msg: Any, present: bool) -> str | None:
-        return format_rfc3339(ts_ms(msg)) if present else None
+        return when(ts_ms(msg)) if present else None
 
     state = state_from_pb(job.state)
     return {
@@ -179,7 +186,11 @@ def cmd_schedule(args: argparse.Namespace) -> int:
             max_attempts=args.max_attempts,
             **_when(args),
         )
-    print(_scheduled_line(done, args.key))
+    line = _scheduled_line(done, args.key)
+    if args.json:
+        print_json({"created": done.created, "job": job_json(done.job)})
+    else:
+        print(line)
     return 0
 
 
@@ -188,12 +199,13 @@ def _scheduled_line(done: Scheduled, key: str) -> str:
     (cancelled, dead) is an error: nothing was scheduled."""
     job = done.job
     d = job_json(job)
+    run_at = when_local(ts_ms(job.run_at))
     if done.created:
-        return f"scheduled {job.type} at {d['run_at']}: {job.job_id}"
+        return f"scheduled {job.type} at {run_at}: {job.job_id}"
     why = not_scheduled_why(done, key)
     if why is not None:
         raise FailedPrecondition(why)
-    repeat = f"key {key!r} names {job.type} at {d['run_at']}, which is {d['state']}"
+    repeat = f"key {key!r} names {job.type} at {run_at}, which is {d['state']}"
     if state_from_pb(job.state) is JobState.SUCCEEDED:
         return f"already ran: {repeat}: {job.job_id}"
     return f"already scheduled: {repeat}: {job.job_id}"
@@ -203,16 +215,29 @@ def cmd_get(args: argparse.Namespace) -> int:
     with _client(args) as c:
         job = c.get(args.job_id)
     if args.json:
-        print(json.dumps(job_json(job), indent=2))
+        print_json(job_json(job))
     else:
-        for k, v in job_json(job).items():
-            if k != "history" and v is not None:
-                print(f"{k:>16}: {v}")
-        for a in job.history:
-            print(
-                f"{'attempt':>16}: #{a.attempt} by {a.worker}: {a.outcome or 'running'} {a.error}"
-            )
+        print("\n".join(job_lines(job)))
     return 0
+
+
+_LOCAL_BESIDE = ("run_at", "lease_until")
+
+
+def job_lines(job: pb.Job) -> list[str]:
+    """One job for people: a field a line, the attempts last."""
+    out = []
+    for k, v in job_json(job).items():
+        if k == "history" or v is None:
+            continue
+        if k in _LOCAL_BESIDE:
+            v = when_local(ts_ms(getattr(job, k)))
+        out.append(f"{k:>16}: {v}")
+    for a in job.history:
+        out.append(
+            f"{'attempt':>16}: #{a.attempt} by {a.worker}: {a.outcome or 'running'} {a.error}"
+        )
+    return out
 
 
 def cmd_list(args: argparse.Namespace) -> int:
@@ -224,7 +249,7 @@ def cmd_list(args: argparse.Namespace) -> int:
             if len(jobs) >= args.limit:
                 break
     if args.json:
-        print(json.dumps([job_json(j) for j in jobs], indent=2))
+        print_json([job_json(j) for j in jobs])
     else:
         for j in jobs:
             print(job_line(j))
@@ -233,11 +258,18 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 def cmd_cancel(args: argparse.Namespace) -> int:
     with _client(args) as c:
-        print(job_line(c.cancel(args.job_id)))
+        _print_job(c.cancel(args.job_id), args.json)
     return 0
 
 
 def cmd_reschedule(args: argparse.Namespace) -> int:
     with _client(args) as c:
-        print(job_line(c.reschedule(args.job_id, **_when(args))))
+        _print_job(c.reschedule(args.job_id, **_when(args)), args.json)
     return 0
+
+
+def _print_job(job: pb.Job, as_json: bool) -> None:
+    if as_json:
+        print_json(job_json(job))
+    else:
+        print(job_line(job))

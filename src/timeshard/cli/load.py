@@ -18,16 +18,16 @@ import json
 import math
 import re
 import sys
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, TextIO
+from typing import Any
 
 import grpc
 
 from timeshard.cli.common import parse_duration, parse_time
 from timeshard.client import Client, NewJob, Scheduled, payload_bytes
 from timeshard.clock import SystemClock
+from timeshard.console import Exit, Progress, print_json
 from timeshard.errors import InvalidArgument, TimeshardError
 from timeshard.limits import MAX_IDEMPOTENCY_KEY_BYTES, check_attempts, check_bytes, shown
 from timeshard.model import JobState, validate_job_type, validate_payload
@@ -97,13 +97,13 @@ def cmd_load(args: argparse.Namespace) -> int:
     name = "stdin" if args.file == "-" else args.file
     keys = LoadKeys(None if args.no_derived_keys else args.key_prefix)
     lines = parse_file(name, read_lines(args.file), SystemClock().now_ms(), keys)
-    progress = Progress(len(lines), sys.stderr)
+    progress = Progress(len(lines), sys.stderr, shown=args.progress, verb="scheduled")
     try:
         with Client(args.server) as client:
             results = schedule_in_batches(client, name, lines, args.batch, progress)
     finally:
         progress.end()
-    return report(name, lines, results)
+    return report(name, lines, results, as_json=args.json)
 
 
 def read_lines(file: str) -> list[str]:
@@ -263,29 +263,6 @@ def _same_body_per_key(
 # -- scheduling -------------------------------------------------------------------------------
 
 
-class Progress:
-    """``done/total scheduled, rate/s`` on one line of ``stream``, only when it is a terminal
-    (in a log or a pipe the rewritten line would pile up)."""
-
-    def __init__(self, total: int, stream: TextIO) -> None:
-        self.total = total
-        self.stream = stream
-        self.shown = stream.isatty()
-        self.started = time.monotonic()
-        self.printed = False
-
-    def __call__(self, done: int) -> None:
-        if not self.shown:
-            return
-        rate = done / max(1e-9, time.monotonic() - self.started)
-        print(f"\r{done:,}/{self.total:,} scheduled, {rate:,.0f}/s", end="", file=self.stream)
-        self.printed = True
-
-    def end(self) -> None:
-        if self.printed:
-            print(file=self.stream)
-
-
 class LoadStopped(TimeshardError):
     """The server refused (or failed) one batch; the message says which file lines and what was
     scheduled before it. ``code`` is the server's status."""
@@ -350,10 +327,13 @@ def _stopped(
 # -- the summary ------------------------------------------------------------------------------
 
 
-def report(name: str, lines: Sequence[Line], results: Sequence[Scheduled]) -> int:
-    """Print what the load did; 1 if a line's key named a job that will not run."""
+def report(
+    name: str, lines: Sequence[Line], results: Sequence[Scheduled], *, as_json: bool = False
+) -> int:
+    """Print what the load did; ``Exit.FAILED_PRECONDITION`` if a line's key named a job that
+    will not run (as ``jobs schedule --key`` exits for one)."""
     created = existed = 0
-    refused = []
+    refused: list[dict[str, Any]] = []
     for line, done in zip(lines, results, strict=True):
         if done.created:
             created += 1
@@ -362,12 +342,29 @@ def report(name: str, lines: Sequence[Line], results: Sequence[Scheduled]) -> in
         if why is None:
             existed += 1
         else:
-            refused.append(f"{name} line {line.number}: {why}")
+            refused.append({"line": line.number, "job_id": done.job.job_id, "why": why})
     for row in refused:
-        print(row, file=sys.stderr)
-    counted = f"{len(lines)} line{'' if len(lines) == 1 else 's'}"
-    print(f"{counted}: {created} created, {existed} already existed, {len(refused)} not scheduled")
-    return 1 if refused else 0
+        print(f"{name} line {row['line']}: {row['why']}", file=sys.stderr)
+    if as_json:
+        print_json(
+            {
+                "file": name,
+                "lines": len(lines),
+                "created": created,
+                "already_existed": existed,
+                "not_scheduled": refused,
+                "jobs": [
+                    {"line": line.number, "job_id": done.job.job_id, "created": done.created}
+                    for line, done in zip(lines, results, strict=True)
+                ],
+            }
+        )
+    else:
+        counted = f"{len(lines)} line{'' if len(lines) == 1 else 's'}"
+        print(
+            f"{counted}: {created} created, {existed} already existed, {len(refused)} not scheduled"
+        )
+    return Exit.FAILED_PRECONDITION if refused else Exit.OK
 
 
 def not_scheduled_why(done: Scheduled, key: str) -> str | None:

@@ -6,12 +6,15 @@ import argparse
 import logging
 import os
 import sys
+from importlib import metadata
 from typing import Any
 
-from timeshard.cli import certs, jobs, schedules, serve, shards, status, tokens
-from timeshard.cli.security import apply_client_options
+import argcomplete
+
+from timeshard.cli import certs, completion, jobs, schedules, serve, shards, status, tokens
+from timeshard.cli.exits import run_command
 from timeshard.client import DEFAULT_SERVER
-from timeshard.errors import TimeshardError
+from timeshard.console import use_help_formatter
 from timeshard.observe import logs
 from timeshard.security.auth import ENV_TOKEN
 from timeshard.security.tls import ENV_TLS_DIR
@@ -21,8 +24,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="timeshard", description="A distributed scheduler for delayed and cron jobs."
     )
+    parser.add_argument(
+        "--version", action="version", version=f"timeshard {version()}", help="print the version"
+    )
     add_global_options(parser)
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     serve.register(sub)
     jobs.register(sub)
     schedules.register(sub)
@@ -36,10 +42,20 @@ def build_parser() -> argparse.ArgumentParser:
         pass
     else:
         stack_cli.register(sub)
+    completion.register(sub)
     # `timeshard worker app:worker --server X` as well as `timeshard --server X worker ...`.
     for command in subcommands(parser):
         add_global_options(command, suppress=True)
+    use_help_formatter([parser, *subcommands(parser)])
     return parser
+
+
+def version() -> str:
+    """The installed package's version."""
+    try:
+        return metadata.version("timeshard")
+    except metadata.PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown (not installed)"
 
 
 def add_global_options(parser: argparse.ArgumentParser, *, suppress: bool = False) -> None:
@@ -84,23 +100,12 @@ def subcommands(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    """Run one command; its exit status follows ``timeshard.console.Exit`` (docs/cli.md)."""
+    parser = build_parser()
+    argcomplete.autocomplete(parser)  # only acts when the shell asks for completions
+    args = parser.parse_args(argv)
     logs.configure(args.log_format, level=logging.DEBUG if args.verbose else logging.INFO)
-    try:
-        apply_client_options(args)
-        code: int = args.func(args)
-    except TimeshardError as exc:
-        status = getattr(exc, "code", None)
-        name = status.name if status is not None and hasattr(status, "name") else "ERROR"
-        print(f"error ({name}): {exc.message}", file=sys.stderr)
-        return 2 if name == "INVALID_ARGUMENT" else 1
-    except OSError as exc:  # a file or port the command was given: say which, no traceback
-        where = f"{exc.filename}: " if exc.filename else ""
-        print(f"error: {where}{exc.strerror or exc}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        return 130
-    return code
+    return run_command(args)
 
 
 if __name__ == "__main__":

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import json
 from typing import Any
 
-from timeshard.cli.common import MAX_INT32, parse_duration, parse_time, whole
-from timeshard.cli.jobs import job_json, job_line
+from timeshard.cli.common import MAX_INT32, add_json_option, parse_duration, parse_time, whole
+from timeshard.cli.jobs import job_json, job_line, job_lines
 from timeshard.client import Client
-from timeshard.clock import SystemClock, format_rfc3339
+from timeshard.clock import SystemClock
+from timeshard.console import print_json, when, when_local
 from timeshard.cron import CronSpec, preview
 from timeshard.model import MisfirePolicy, OverlapPolicy, parse_json_payload
 from timeshard.v1 import timeshard_pb2 as pb
@@ -24,6 +24,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     c.add_argument("type", help="job type of each occurrence")
     _spec_args(c, required=True)
     c.add_argument("--id", default="", help="schedule id (default: generated)")
+    add_json_option(c, "SCHEDULE")
     c.set_defaults(func=cmd_create)
 
     u = ssub.add_parser(
@@ -31,24 +32,35 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="change the options given; the others keep their values",
         description="Reads the schedule, changes only the options given, and writes it back.",
     )
-    u.add_argument("schedule_id")
+    u.add_argument("schedule_id", help="the schedule's id")
     u.add_argument("type", nargs="?", help="job type of each occurrence (default: keep)")
     _spec_args(u, required=False, keep=True)
+    add_json_option(u, "SCHEDULE, as updated")
     u.set_defaults(func=cmd_update)
 
-    for name, fn, text in (
-        ("get", cmd_get, "show a schedule"),
-        ("pause", cmd_pause, "pause (keeps its place)"),
-        ("resume", cmd_resume, "resume (missed runs follow the misfire policy)"),
-        ("delete", cmd_delete, "delete (runs already created still run)"),
+    for name, fn, text, shape in (
+        ("get", cmd_get, "show a schedule", "SCHEDULE"),
+        ("pause", cmd_pause, "pause (keeps its place)", "SCHEDULE, as paused"),
+        (
+            "resume",
+            cmd_resume,
+            "resume (missed runs follow the misfire policy)",
+            "SCHEDULE, as resumed",
+        ),
+        (
+            "delete",
+            cmd_delete,
+            "delete (runs already created still run)",
+            '{"deleted": SCHEDULE_ID}',
+        ),
     ):
         p = ssub.add_parser(name, help=text)
-        p.add_argument("schedule_id")
-        p.add_argument("--json", action="store_true")
+        p.add_argument("schedule_id", help="the schedule's id")
+        add_json_option(p, shape)
         p.set_defaults(func=fn)
 
     ls = ssub.add_parser("list", help="list schedules")
-    ls.add_argument("--json", action="store_true")
+    add_json_option(ls, "an array of SCHEDULE")
     ls.set_defaults(func=cmd_list)
 
     pv = ssub.add_parser("preview", help="the next fire times of an expression (no server)")
@@ -56,28 +68,44 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     pv.add_argument("--tz", required=True, help="IANA time zone, e.g. America/New_York")
     pv.add_argument("--from", dest="start", help="RFC 3339 time (default: now)")
     pv.add_argument("--count", type=whole(1, 1000), default=10, help="how many (1-1000)")
-    pv.add_argument("--dst-gap", choices=["shift", "skip"])
-    pv.add_argument("--dst-fold", choices=["first", "both"])
-    pv.add_argument("--json", action="store_true", help="a JSON array of UTC times")
+    pv.add_argument(
+        "--dst-gap",
+        choices=["shift", "skip"],
+        help="a run in the skipped hour: shift to the end of the gap, or skip it "
+        "(default: cronie's rule)",
+    )
+    pv.add_argument(
+        "--dst-fold",
+        choices=["first", "both"],
+        help="a run in the repeated hour: the first occurrence, or both (default: cronie's rule)",
+    )
+    add_json_option(pv, "an array of RFC 3339 UTC times")
     pv.set_defaults(func=cmd_preview)
 
     dlq = sub.add_parser("dlq", help="the dead-letter queue")
     dsub = dlq.add_subparsers(dest="dlq_cmd", required=True)
     dl = dsub.add_parser("list", help="dead jobs")
-    dl.add_argument("--type", default="")
+    dl.add_argument("--type", default="", help="only dead jobs of this type")
     dl.add_argument("--since", help="RFC 3339: died at or after")
-    dl.add_argument("--json", action="store_true")
+    add_json_option(dl, "an array of JOB")
     dl.set_defaults(func=cmd_dlq_list)
     ds = dsub.add_parser("show", help="a dead job: error, attempts, payload")
-    ds.add_argument("job_id")
+    ds.add_argument("job_id", help="the dead job's id")
+    add_json_option(ds, "JOB")
     ds.set_defaults(func=cmd_dlq_show)
-    for name, fn, text in (
-        ("replay", cmd_dlq_replay, "schedule dead jobs again (fresh attempts, same key)"),
-        ("purge", cmd_dlq_purge, "delete dead jobs"),
+    for name, fn, text, shape in (
+        (
+            "replay",
+            cmd_dlq_replay,
+            "schedule dead jobs again (fresh attempts, same key)",
+            '{"replayed": [JOB, ...]}',
+        ),
+        ("purge", cmd_dlq_purge, "delete dead jobs", '{"purged": [JOB_ID, ...]}'),
     ):
         p = dsub.add_parser(name, help=text)
         p.add_argument("job_ids", nargs="*", help="job ids (or --type for all of a type)")
-        p.add_argument("--type", default="")
+        p.add_argument("--type", default="", help="every dead job of this type (up to 1,000)")
+        add_json_option(p, shape)
         p.set_defaults(func=fn)
 
 
@@ -89,19 +117,61 @@ def _spec_args(p: argparse.ArgumentParser, *, required: bool, keep: bool = False
 
     p.add_argument("--cron", required=required, help="e.g. '0 2 * * *' (optional seconds field)")
     p.add_argument("--tz", required=required, help="IANA time zone, e.g. Europe/Berlin")
-    p.add_argument("--payload", default=default("{}"))
-    p.add_argument("--misfire", default=default("once"), choices=[m.value for m in MisfirePolicy])
-    p.add_argument("--misfire-grace", default=default("60s"))
-    p.add_argument("--max-catchup", type=whole(1, 1000), default=default(10))
-    p.add_argument("--overlap", default=default("skip"), choices=[o.value for o in OverlapPolicy])
-    p.add_argument("--max-concurrent", type=whole(1, 1000), default=default(1))
-    p.add_argument("--jitter", default=default("0s"))
-    p.add_argument("--dst-gap", default=default(""), choices=["", "shift", "skip"])
-    p.add_argument("--dst-fold", default=default(""), choices=["", "first", "both"])
+    p.add_argument("--payload", default=default("{}"), help="JSON payload of each occurrence")
+    p.add_argument(
+        "--misfire",
+        default=default("once"),
+        choices=[m.value for m in MisfirePolicy],
+        help="runs missed by more than --misfire-grace: skip them, run the latest once, or all "
+        "(up to --max-catchup)",
+    )
+    p.add_argument(
+        "--misfire-grace",
+        default=default("60s"),
+        help="how late a run may still start as usual (a duration, at least 1s)",
+    )
+    p.add_argument(
+        "--max-catchup",
+        type=whole(1, 1000),
+        default=default(10),
+        help="with --misfire all: at most this many catch-up runs",
+    )
+    p.add_argument(
+        "--overlap",
+        default=default("skip"),
+        choices=[o.value for o in OverlapPolicy],
+        help="the previous run still going when the next is due: skip the next (recorded), "
+        "queue it (at most one waits), or allow it (up to --max-concurrent)",
+    )
+    p.add_argument(
+        "--max-concurrent",
+        type=whole(1, 1000),
+        default=default(1),
+        help="with --overlap allow: runs of this schedule at once",
+    )
+    p.add_argument(
+        "--jitter",
+        default=default("0s"),
+        help="spread each run up to this long after its time, stable per schedule (a duration)",
+    )
+    p.add_argument(
+        "--dst-gap",
+        default=default(""),
+        choices=["", "shift", "skip"],
+        help="a run in the skipped hour: shift to the end of the gap, or skip it "
+        "(empty: cronie's rule)",
+    )
+    p.add_argument(
+        "--dst-fold",
+        default=default(""),
+        choices=["", "first", "both"],
+        help="a run in the repeated hour: the first occurrence, or both (empty: cronie's rule)",
+    )
     p.add_argument(
         "--max-attempts",
         type=whole(0, MAX_INT32, note="0: the type's default"),
         default=default(0),
+        help="attempts of each run before it is dead (0: the type's default)",
     )
 
 
@@ -125,8 +195,10 @@ def _schedule_msg(args: argparse.Namespace, schedule_id: str) -> pb.Schedule:
 
 
 def schedule_json(s: pb.Schedule) -> dict[str, Any]:
+    """SCHEDULE in docs/cli.md: a schedule as every ``--json`` prints it."""
+
     def t(msg: Any, present: bool) -> str | None:
-        return format_rfc3339(ts_ms(msg)) if present else None
+        return when(ts_ms(msg)) if present else None
 
     return {
         "schedule_id": s.schedule_id,
@@ -149,18 +221,20 @@ def schedule_json(s: pb.Schedule) -> dict[str, Any]:
 
 
 def _show(s: pb.Schedule, as_json: bool) -> None:
-    d = schedule_json(s)
     if as_json:
-        print(json.dumps(d, indent=2))
+        print_json(schedule_json(s))
         return
-    state = "paused" if s.paused else f"next {d['next_fire']}"
+    state = "paused" if s.paused else f"next {when_local(ts_ms(s.next_fire))}"
     print(f"{s.schedule_id}  {s.cron!r} {s.timezone}  {s.type}  {state}  skipped {s.skipped}")
 
 
 def cmd_create(args: argparse.Namespace) -> int:
     with Client(args.server) as c:
         s = c.create_schedule(_schedule_msg(args, args.id))
-    print(f"created schedule, next run {schedule_json(s)['next_fire']}: {s.schedule_id}")
+    if args.json:
+        print_json(schedule_json(s))
+    else:
+        print(f"created schedule, next run {when_local(ts_ms(s.next_fire))}: {s.schedule_id}")
     return 0
 
 
@@ -169,7 +243,7 @@ def cmd_update(args: argparse.Namespace) -> int:
     back. (Two updates of one schedule at once: the later write wins whole.)"""
     with Client(args.server) as c:
         current = c.get_schedule(args.schedule_id)
-        _show(c.update_schedule(_changed(current, args)), False)
+        _show(c.update_schedule(_changed(current, args)), args.json)
     return 0
 
 
@@ -222,7 +296,10 @@ def cmd_resume(args: argparse.Namespace) -> int:
 def cmd_delete(args: argparse.Namespace) -> int:
     with Client(args.server) as c:
         c.delete_schedule(args.schedule_id)
-    print(f"deleted schedule {args.schedule_id}")
+    if args.json:
+        print_json({"deleted": args.schedule_id})
+    else:
+        print(f"deleted schedule {args.schedule_id}")
     return 0
 
 
@@ -230,7 +307,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     with Client(args.server) as c:
         found = list(c.list_schedules())
     if args.json:
-        print(json.dumps([schedule_json(s) for s in found], indent=2))
+        print_json([schedule_json(s) for s in found])
     else:
         for s in found:
             _show(s, False)
@@ -244,7 +321,7 @@ def cmd_preview(args: argparse.Namespace) -> int:
     start = parse_time(args.start, "--from") if args.start else SystemClock().now_ms()
     entries = preview(spec, start, args.count)
     if args.json:
-        print(json.dumps([e.utc for e in entries]))
+        print_json([e.utc for e in entries])
         return 0
     for e in entries:
         note = f"   ({e.note})" if e.note else ""
@@ -257,7 +334,7 @@ def cmd_dlq_list(args: argparse.Namespace) -> int:
     with Client(args.server) as c:
         jobs = list(c.dead_letters(job_type=args.type, since_ms=since))
     if args.json:
-        print(json.dumps([job_json(j) for j in jobs], indent=2))
+        print_json([job_json(j) for j in jobs])
     else:
         for j in jobs:
             print(f"{job_line(j)}  error: {j.last_error}")
@@ -267,13 +344,19 @@ def cmd_dlq_list(args: argparse.Namespace) -> int:
 def cmd_dlq_show(args: argparse.Namespace) -> int:
     with Client(args.server) as c:
         job = c.get(args.job_id)
-    print(json.dumps(job_json(job), indent=2))
+    if args.json:
+        print_json(job_json(job))
+    else:
+        print("\n".join(job_lines(job)))
     return 0
 
 
 def cmd_dlq_replay(args: argparse.Namespace) -> int:
     with Client(args.server) as c:
         jobs = c.replay(args.job_ids, args.type)
+    if args.json:
+        print_json({"replayed": [job_json(j) for j in jobs]})
+        return 0
     for j in jobs:
         print(f"replayed {job_line(j)}")
     print(f"{len(jobs)} replayed")
@@ -282,6 +365,9 @@ def cmd_dlq_replay(args: argparse.Namespace) -> int:
 
 def cmd_dlq_purge(args: argparse.Namespace) -> int:
     with Client(args.server) as c:
-        ids = c.purge(args.job_ids, args.type)
-    print(f"{len(ids)} purged: {' '.join(ids)}")
+        ids = list(c.purge(args.job_ids, args.type))
+    if args.json:
+        print_json({"purged": ids})
+    else:
+        print(f"{len(ids)} purged: {' '.join(ids)}")
     return 0

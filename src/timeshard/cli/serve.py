@@ -16,8 +16,10 @@ from pathlib import Path
 
 from timeshard.cli.common import number, port, shard_count
 from timeshard.cli.demo import add_demo_handlers
+from timeshard.cli.heap import freeze_startup_objects, tune_collector
 from timeshard.cli.security import add_server_options, server_security
-from timeshard.clock import SystemClock, format_rfc3339
+from timeshard.clock import SystemClock
+from timeshard.console import when as format_time
 from timeshard.errors import InvalidArgument
 from timeshard.factory import make_coordinator, make_store
 from timeshard.model import validate_job_type
@@ -37,7 +39,9 @@ from timeshard.worker.metrics import WorkerMetrics
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     dev = sub.add_parser("dev", help="one-machine node + embedded store + demo worker")
-    dev.add_argument("--port", type=port(zero="any free port"), default=50051)
+    dev.add_argument(
+        "--port", type=port(zero="any free port"), default=50051, help="gRPC port (0: any free)"
+    )
     dev.add_argument("--data", default=".timeshard", help="directory of the embedded store")
     dev.add_argument("--store", default="", help="store URL instead of the embedded one")
     _node_options(dev, shards=16)
@@ -45,11 +49,23 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     dev.set_defaults(func=cmd_dev)
 
     srv = sub.add_parser("server", help="run a scheduler node")
-    srv.add_argument("--host", default="127.0.0.1")
-    srv.add_argument("--port", type=port(zero="any free port"), default=50051)
-    srv.add_argument("--store", default="sqlite://.timeshard/timeshard.db")
+    srv.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="listen address (beyond loopback needs TLS or tokens, or --insecure)",
+    )
+    srv.add_argument(
+        "--port", type=port(zero="any free port"), default=50051, help="gRPC port (0: any free)"
+    )
+    srv.add_argument(
+        "--store",
+        default="sqlite://.timeshard/timeshard.db",
+        help="sqlite://PATH or cassandra://HOST:PORT[,HOST:PORT]/KEYSPACE[?options]",
+    )
     srv.add_argument("--coordinator", default="local", help="local | zookeeper://HOST:PORT/PATH")
-    srv.add_argument("--node-id", default=None)
+    srv.add_argument(
+        "--node-id", default=None, help="this node's id in the cluster (default: generated)"
+    )
     srv.add_argument(
         "--advertise", default="", help="HOST:PORT others dial (default: --host:--port)"
     )
@@ -64,7 +80,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--lease",
         type=number(lease.min_lease_s, lease.max_lease_s, note="seconds, what a node grants"),
         default=None,
-        help="lease seconds (default: the worker's)",
+        help="lease seconds (default: the worker's own)",
     )
     wk.add_argument("--id", default=None, help="worker id")
     wk.add_argument(
@@ -73,7 +89,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         default=30.0,
         metavar="SECONDS",
         help="on SIGTERM/SIGINT, let running jobs finish this long, then give the rest back to "
-        "run elsewhere (default 30; a second signal ends the wait at once)",
+        "run elsewhere (a second signal ends the wait at once)",
     )
     wk.add_argument("-q", "--quiet", action="store_true", help="do not print each job")
     _metrics_options(wk, what="this worker's Prometheus metrics")
@@ -97,13 +113,13 @@ def _node_options(p: argparse.ArgumentParser, *, shards: int) -> None:
         "--retention-hours",
         type=number(above=0, hi=MAX_RETENTION_HOURS, note="hours; Cassandra's TTL limit"),
         default=7 * 24,
-        help="keep succeeded and cancelled jobs this long (default 7 days)",
+        help="keep succeeded and cancelled jobs this long (7 days)",
     )
     p.add_argument(
         "--dead-retention-hours",
         type=number(above=0, hi=MAX_RETENTION_HOURS, note="hours; Cassandra's TTL limit"),
         default=30 * 24,
-        help="keep dead letters this long unless replayed or purged (default 30 days)",
+        help="keep dead letters this long unless replayed or purged (30 days)",
     )
     p.add_argument(
         "--retry-base",
@@ -244,7 +260,7 @@ def _stop_on_signals(stop: asyncio.Event) -> None:
 
 
 def _print_event(kind: str, ctx: JobContext, detail: str) -> None:
-    when = format_rfc3339(ctx.started_at_ms)
+    when = format_time(ctx.started_at_ms)
     if kind == "started":
         print(
             f"{when} run   {ctx.job_type:<11} {ctx.job_id} attempt {ctx.attempt} "
@@ -264,7 +280,9 @@ async def _serve(
     try:
         set_node(server.node.node_id)
         drop_created_series()
+        tune_collector()
         await server.start()
+        freeze_startup_objects()
         stop = asyncio.Event()
         _stop_on_signals(stop)
         # Rotation: re-read certificates and tokens without dropping a connection.
@@ -385,7 +403,7 @@ def cmd_server(args: argparse.Namespace) -> int:
 def load_worker(target: str) -> Worker:
     module_name, _, attr = target.partition(":")
     if not module_name or not attr:
-        raise SystemExit(f"error: {target!r}: give MODULE:OBJECT, e.g. myapp.jobs:worker")
+        raise InvalidArgument("worker", f"{target!r}: give MODULE:OBJECT, e.g. myapp.jobs:worker")
     sys.path.insert(0, str(Path.cwd()))
     try:
         module = importlib.import_module(module_name)
@@ -393,13 +411,14 @@ def load_worker(target: str) -> Worker:
         missing = exc.name or ""
         if not missing or not f"{module_name}.".startswith(f"{missing}."):
             raise  # the worker's own module imports something missing: its traceback helps
-        raise SystemExit(
-            f"error: {target}: no module named {missing!r} (run from the directory that "
-            "holds it, or install it)"
+        raise InvalidArgument(
+            "worker",
+            f"{target}: no module named {missing!r} (run from the directory that "
+            "holds it, or install it)",
         ) from None
     obj = getattr(module, attr, None)
     if not isinstance(obj, Worker):
-        raise SystemExit(f"error: {target} is not a timeshard.worker.Worker")
+        raise InvalidArgument("worker", f"{target} is not a timeshard.worker.Worker")
     return obj
 
 
@@ -439,6 +458,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
                 serve_registry(registry, host=args.metrics_host, port=args.metrics_port),
             )
             print(f"timeshard worker {worker.worker_id}: metrics on {http.url('/metrics')}")
+        tune_collector()
+        freeze_startup_objects()
         try:
             await worker.run([s for s in args.server.split(",") if s])
         finally:

@@ -15,7 +15,6 @@ keeps no shard until ``undrain``. Nodes hand shards over themselves: ``--wait`` 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -24,10 +23,11 @@ from typing import Any, TypeVar
 
 import grpc
 
-from timeshard.cli.common import MAX_INT32, number, whole
-from timeshard.cli.security import add_client_options, apply_client_options
+from timeshard.cli.common import MAX_INT32, add_json_option, number, whole
+from timeshard.cli.exits import run_command
+from timeshard.cli.security import add_client_options
 from timeshard.client import DEFAULT_SERVER
-from timeshard.clock import format_rfc3339
+from timeshard.console import print_json, use_help_formatter, when
 from timeshard.coordinator.zkstate import ClusterView, ShardAdmin, connect
 from timeshard.errors import (
     InvalidArgument,
@@ -62,36 +62,40 @@ def configure(parser: argparse.ArgumentParser) -> None:
     show = ssub.add_parser(
         "show", help="owner, epoch, due entries, dispatch lag, cursor age, ready and in memory"
     )
-    show.add_argument("--json", action="store_true")
+    add_json_option(show, '{"num_shards", "nodes": [...], "shards": [...]}')
     show.set_defaults(func=cmd_show)
 
     plan = ssub.add_parser("plan", help="where the assignment puts each shard, what must move")
     _coordinator_option(plan)
-    plan.add_argument("--json", action="store_true")
+    add_json_option(plan, '{"num_shards", "nodes", "pins", "pending"}')
     plan.set_defaults(func=cmd_plan)
 
     move = ssub.add_parser("move", help="pin SHARD on node NODE")
-    move.add_argument("shard", type=whole(0, MAX_INT32))
+    move.add_argument("shard", type=whole(0, MAX_INT32), help="the shard's number")
     move.add_argument("--to", required=True, metavar="NODE", help="node id")
     _coordinator_option(move)
     _wait_option(move)
+    add_json_option(move, '{"shard", "from", "to", "moved"}')
     move.set_defaults(func=cmd_move)
 
     drain = ssub.add_parser("drain", help="move every shard off NODE and keep it empty")
-    drain.add_argument("node")
+    drain.add_argument("node", help="the node's id")
     _coordinator_option(drain)
     _wait_option(drain)
+    add_json_option(drain, '{"node", "shards": [SHARD, ...], "moved"}')
     drain.set_defaults(func=cmd_drain)
 
     undrain = ssub.add_parser("undrain", help="let a drained NODE own shards again")
-    undrain.add_argument("node")
+    undrain.add_argument("node", help="the node's id")
     _coordinator_option(undrain)
     _wait_option(undrain)
+    add_json_option(undrain, '{"node", "was_draining"}')
     undrain.set_defaults(func=cmd_undrain)
 
     rebalance = ssub.add_parser("rebalance", help="drop every pin: back to the even assignment")
     _coordinator_option(rebalance)
     _wait_option(rebalance)
+    add_json_option(rebalance, '{"unpinned": [SHARD, ...], "still_moving": [SHARD, ...]}')
     rebalance.set_defaults(func=cmd_rebalance)
 
 
@@ -198,7 +202,7 @@ def shard_table(args: argparse.Namespace) -> dict[str, Any]:
             "shard": r.shard,
             "owner": r.owner or None,
             "epoch": r.epoch,
-            "cursor": format_rfc3339(ts_ms(r.cursor)) if r.epoch else None,
+            "cursor": when(ts_ms(r.cursor)) if r.epoch else None,
             "cursor_lag_ms": r.cursor_lag_ms,
             "due": r.due,
             "dispatch_lag_ms": r.dispatch_lag_ms,
@@ -226,7 +230,7 @@ def shard_table(args: argparse.Namespace) -> dict[str, Any]:
 def cmd_show(args: argparse.Namespace) -> int:
     table = shard_table(args)
     if args.json:
-        print(json.dumps(table, indent=2))
+        print_json(table)
         return 0
     unowned = sum(1 for s in table["shards"] if not s["owner"])
     print(
@@ -311,7 +315,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     with _coordinator(args) as admin:
         plan = plan_json(admin.view())
     if args.json:
-        print(json.dumps(plan, indent=2))
+        print_json(plan)
         return 0
     print(f"{'NODE':<20} {'OWNS':>5} {'TARGET':>6}")
     for n in plan["nodes"]:
@@ -349,6 +353,10 @@ def cmd_move(args: argparse.Namespace) -> int:
                 ),
                 f"moving shard {args.shard}",
             )
+    if args.json:
+        frm = None if was == "(no owner)" else was
+        print_json({"shard": args.shard, "from": frm, "to": args.to, "moved": bool(args.wait)})
+        return 0
     done = "moved" if args.wait else "moving"
     print(f"shard {args.shard}: {done} from {was} to {args.to} (pinned until `shards rebalance`)")
     return 0
@@ -369,6 +377,9 @@ def cmd_drain(args: argparse.Namespace) -> int:
                 lambda t: all(s["owner"] not in (None, args.node) for s in t["shards"]),
                 f"draining {args.node}",
             )
+    if args.json:
+        print_json({"node": args.node, "shards": list(moved), "moved": bool(args.wait)})
+        return 0
     verb = "moved" if args.wait else "moving"
     print(f"node {args.node}: draining; {verb} {len(moved)} shard(s) away: {_list(moved)}")
     return 0
@@ -378,6 +389,9 @@ def cmd_undrain(args: argparse.Namespace) -> int:
     with _coordinator(args) as admin:
         was = admin.undrain(args.node)
         _settle(admin, args)
+    if args.json:
+        print_json({"node": args.node, "was_draining": bool(was)})
+        return 0
     print(f"node {args.node}: " + ("takes shards again" if was else "was not draining"))
     return 0
 
@@ -386,8 +400,11 @@ def cmd_rebalance(args: argparse.Namespace) -> int:
     with _coordinator(args) as admin:
         cleared = admin.clear_moves()
         view = _settle(admin, args)
-    print(f"dropped {len(cleared)} pin(s): {_list(cleared)}")
     pending = view.pending()
+    if args.json:
+        print_json({"unpinned": list(cleared), "still_moving": sorted(pending)})
+        return 0
+    print(f"dropped {len(cleared)} pin(s): {_list(cleared)}")
     print(
         f"{len(pending)} shard(s) still moving to their place"
         if pending
@@ -414,16 +431,17 @@ def main(argv: list[str] | None = None) -> int:
     )
     add_client_options(parser)
     configure(parser)
-    args = parser.parse_args(argv)
-    try:
-        apply_client_options(args)
-        code: int = args.func(args)
-    except TimeshardError as exc:
-        status = getattr(exc, "code", None)
-        name = status.name if status is not None and hasattr(status, "name") else "ERROR"
-        print(f"error ({name}): {exc.message}", file=sys.stderr)
-        return 2 if name == "INVALID_ARGUMENT" else 1
-    return code
+    use_help_formatter([parser, *_subparsers(parser)])
+    return run_command(parser.parse_args(argv))
+
+
+def _subparsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+    return [
+        child
+        for action in parser._actions
+        if isinstance(action, argparse._SubParsersAction)
+        for child in dict.fromkeys(action.choices.values())
+    ]
 
 
 if __name__ == "__main__":

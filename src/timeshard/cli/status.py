@@ -14,12 +14,11 @@ Exits 1 when a node did not answer or is not serving, or a shard has no owner (f
 from __future__ import annotations
 
 import argparse
-import json
 from typing import Any
 
-from timeshard.cli.common import number
+from timeshard.cli.common import add_json_option, number
 from timeshard.cli.shards import Admin, _rpc
-from timeshard.clock import format_rfc3339
+from timeshard.console import Exit, print_json, when
 from timeshard.errors import PermissionDenied, TimeshardError, Unauthenticated, Unavailable
 from timeshard.observe.window import percentiles
 from timeshard.v1 import timeshard_pb2 as pb
@@ -31,13 +30,13 @@ UNCLAIMED_WARN_MS = 60_000
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("status", help="the cluster at a glance: nodes, shards, lag, DLQ, lateness")
-    p.add_argument("--json", action="store_true", help="print the merged state as JSON")
+    add_json_option(p, "the merged state of the cluster")
     p.add_argument(
         "--window",
         type=number(10, 900, note="seconds"),
         default=300.0,
         metavar="SECONDS",
-        help="recent lateness over this long (10-900, default 300)",
+        help="recent lateness over this long (10-900)",
     )
     p.set_defaults(func=cmd_status)
 
@@ -114,7 +113,7 @@ def merge(
             dead = {
                 "count": a.dead_letters,
                 "counted_by": n.node_id,
-                "counted_at": format_rfc3339(ts_ms(a.dead_letters_at)),
+                "counted_at": when(ts_ms(a.dead_letters_at)),
             }
         failures += [_event(e, n.node_id) for e in a.recent_failures]
         for w in a.unclaimed:
@@ -138,7 +137,7 @@ def merge(
 
 def _event(e: pb.JobEvent, node: str) -> dict[str, Any]:
     return {
-        "at": format_rfc3339(ts_ms(e.at)),
+        "at": when(ts_ms(e.at)),
         "node": node,
         "job_id": e.job_id,
         "type": e.type,
@@ -218,8 +217,8 @@ def render(st: dict[str, Any]) -> list[str]:
 def cmd_status(args: argparse.Namespace) -> int:
     st = gather(args.server, args.window)
     if args.json:
-        print(json.dumps(st, indent=2))
+        print_json(st)
     else:
         print("\n".join(render(st)))
     healthy = all(n["answered"] and n["serving"] for n in st["nodes"])
-    return 0 if healthy and not st["shards_without_owner"] else 1
+    return Exit.OK if healthy and not st["shards_without_owner"] else Exit.ERROR

@@ -10,7 +10,9 @@ import sys
 from collections.abc import Callable
 from typing import TypeVar
 
+from timeshard.cli.common import add_json_option
 from timeshard.cli.security import ENV_AUTH_FILE
+from timeshard.console import print_json
 from timeshard.errors import InvalidArgument, NotFound
 from timeshard.security.auth import Role, add_token, load_table, remove_token
 
@@ -31,15 +33,18 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="client, worker or admin (repeat for several)",
     )
     _file_option(add)
+    add_json_option(add, '{"name", "roles", "file", "token"}')
     add.set_defaults(func=cmd_add)
 
     ls = tokens_sub.add_parser("list", help="names and roles (never the tokens)")
     _file_option(ls)
+    add_json_option(ls, '[{"name", "roles", "hash_prefix"}, ...]')
     ls.set_defaults(func=cmd_list)
 
     rm = tokens_sub.add_parser("remove", help="revoke a token by name")
-    rm.add_argument("name")
+    rm.add_argument("name", help="the token's name, as given to `tokens add`")
     _file_option(rm)
+    add_json_option(rm, '{"removed": NAME, "file": FILE}')
     rm.set_defaults(func=cmd_remove)
 
 
@@ -56,6 +61,15 @@ def _file_option(p: argparse.ArgumentParser) -> None:
 def cmd_add(args: argparse.Namespace) -> int:
     token = _utf8(args.file, lambda: add_token(args.file, args.name, args.role))
     roles = ", ".join(sorted(set(args.role)))
+    if args.json:
+        print(
+            f"added token {args.name!r} to {args.file}; only its hash is stored, so copy it now",
+            file=sys.stderr,
+        )
+        print_json(
+            {"name": args.name, "roles": sorted(set(args.role)), "file": args.file, "token": token}
+        )
+        return 0
     print(
         f"added token {args.name!r} ({roles}) to {args.file}; only its hash is stored, so copy "
         "it now. Send SIGHUP to the nodes (or wait for --reload-interval) to load it.",
@@ -66,7 +80,20 @@ def cmd_add(args: argparse.Namespace) -> int:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    for entry in _utf8(args.file, lambda: load_table(args.file)).entries:
+    entries = _utf8(args.file, lambda: load_table(args.file)).entries
+    if args.json:
+        print_json(
+            [
+                {
+                    "name": e.name,
+                    "roles": sorted(r.value for r in e.roles),
+                    "hash_prefix": e.hash[:19],
+                }
+                for e in entries
+            ]
+        )
+        return 0
+    for entry in entries:
         roles = ",".join(sorted(r.value for r in entry.roles))
         print(f"{entry.name:<24} {roles:<20} {entry.hash[:19]}…")
     return 0
@@ -75,6 +102,9 @@ def cmd_list(args: argparse.Namespace) -> int:
 def cmd_remove(args: argparse.Namespace) -> int:
     if not _utf8(args.file, lambda: remove_token(args.file, args.name)):
         raise NotFound("token", args.name)
+    if args.json:
+        print_json({"removed": args.name, "file": args.file})
+        return 0
     print(f"removed token {args.name!r}; nodes refuse it once they reload (SIGHUP)")
     return 0
 

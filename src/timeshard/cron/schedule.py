@@ -24,6 +24,7 @@ from typing import Any, Literal
 
 from croniter import CroniterBadDateError, croniter
 
+from timeshard.clock import format_rfc3339
 from timeshard.cron.spec import CronSpec
 from timeshard.cron.zones import (
     WallTime,
@@ -238,11 +239,6 @@ def _note(fire: _Fire, spec: CronSpec) -> str | None:
     return "; ".join(notes) or None
 
 
-def _rfc3339_utc(instant_ms: int) -> str:
-    stamp = naive_wall(instant_ms)
-    return stamp.isoformat(timespec="milliseconds" if stamp.microsecond else "seconds") + "Z"
-
-
 def preview(spec: CronSpec, after_ms: int, count: int) -> list[PreviewEntry]:
     """The next ``count`` fire times after ``after_ms`` in UTC and local time, with a note on
     each run daylight saving moved, doubled or merged: what a user sees before saving."""
@@ -250,7 +246,7 @@ def preview(spec: CronSpec, after_ms: int, count: int) -> list[PreviewEntry]:
     return [
         PreviewEntry(
             at_ms=fire.at_ms,
-            utc=_rfc3339_utc(fire.at_ms),
+            utc=format_rfc3339(fire.at_ms),
             local=local_time(zone, fire.at_ms).isoformat(timespec="seconds"),
             note=_note(fire, spec),
         )

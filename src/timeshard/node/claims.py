@@ -76,10 +76,22 @@ class Claims:
         self._running: dict[str, dict[str, int]] = {}  # type -> job id -> lease_until
 
     async def claim(
-        self, *, worker: str, types: Sequence[str], limit: int, wait_s: float, lease_s: float
+        self,
+        *,
+        worker: str,
+        types: Sequence[str],
+        limit: int,
+        wait_s: float,
+        lease_s: float,
+        caps: Mapping[str, int] | None = None,
+        give_up: Callable[[], bool] | None = None,
+        before_write: Callable[[], None] | None = None,
     ) -> list[Claimed]:
         """Long-poll: wait up to ``wait_s`` for due jobs of ``types`` and claim up to ``limit``
-        with a conditional write each (invariant 5)."""
+        with a conditional write each (invariant 5); at most ``caps[t]`` of a type ``t`` named
+        there (a worker stream's credits). The wait ends early, with none, once ``give_up()``
+        holds when the ready queues wake (``ReadyQueues.wake``). ``before_write()`` is called
+        just before each claim's write takes its time (its leases start after it)."""
         if not worker:
             raise InvalidArgument("worker_id", "a worker id is required")
         if not types:
@@ -90,22 +102,31 @@ class Claims:
         lease = self._lease_ms(lease_s)
         deadline = self._clock.monotonic() + max(0.0, min(wait_s, 60.0))
         while True:
-            room = self._type_room(types)
+            limited = self._type_room(types)
+            room = _capped(limited, caps)
             items = self._ready.take(types, limit, room)
             if items:
-                if len(items) < limit and not room and type(self._clock) is SystemClock:
-                    items += await self._linger(items, types, limit - len(items))
+                if len(items) < limit and not limited and type(self._clock) is SystemClock:
+                    items += await self._linger(items, types, limit - len(items), room)
+                if before_write is not None:
+                    before_write()
                 claimed = await self._claim_items(items, worker, lease)
                 if claimed:
                     return claimed
                 continue
             remaining = deadline - self._clock.monotonic()
-            if remaining <= 0:
+            if remaining <= 0 or (give_up is not None and give_up()):
                 return []
             await self._wait_ready(types, remaining)
+            if give_up is not None and give_up():
+                return []
 
     async def _linger(
-        self, held: list[ReadyItem], types: Sequence[str], room: int
+        self,
+        held: list[ReadyItem],
+        types: Sequence[str],
+        room: int,
+        caps: dict[str, int] | None = None,
     ) -> list[ReadyItem]:
         """Jobs coming due within ``CLAIM_LINGER_MS`` join a claim that found fewer than it may
         take (each once its dispatcher made it ready: never early), so trickling jobs go out a
@@ -125,7 +146,8 @@ class Claims:
                     break  # none due that soon, or its dispatcher is late: answer now
                 changed = self._ready.waiter()
                 await self._wait_change(changed, (due + CLAIM_LINGER_MS - now) / 1000)
-                more += self._ready.take(types, room - len(more))
+                left = _less(caps, held, more)
+                more += self._ready.take(types, room - len(more), left)
         except BaseException:
             self._ready.push_front([*held, *more])  # the caller gave up: they stay ready
             raise
@@ -211,3 +233,25 @@ class Claims:
             elif d is not None:
                 d.recheck(item.entries)
         return claimed
+
+
+def _capped(room: dict[str, int], caps: Mapping[str, int] | None) -> dict[str, int]:
+    """Room per type under the concurrency limits, lowered to ``caps`` where given."""
+    if not caps:
+        return room
+    out = dict(room)
+    for t, cap in caps.items():
+        out[t] = min(out.get(t, cap), cap)
+    return out
+
+
+def _less(caps: dict[str, int] | None, *taken: Sequence[ReadyItem]) -> dict[str, int] | None:
+    """``caps`` less the items already taken of each type."""
+    if not caps:
+        return caps
+    left = dict(caps)
+    for items in taken:
+        for i in items:
+            if i.job_type in left:
+                left[i.job_type] = max(0, left[i.job_type] - 1)
+    return left

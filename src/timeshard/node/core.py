@@ -9,7 +9,7 @@ import dataclasses
 import logging
 import random
 import uuid
-from collections.abc import Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -489,13 +489,47 @@ class Node:
         return round(min(max(lease_s, cfg.min_lease_s), cfg.max_lease_s) * 1000)
 
     async def claim(
-        self, *, worker: str, types: Sequence[str], limit: int, wait_s: float, lease_s: float
+        self,
+        *,
+        worker: str,
+        types: Sequence[str],
+        limit: int,
+        wait_s: float,
+        lease_s: float,
+        caps: Mapping[str, int] | None = None,
+        give_up: Callable[[], bool] | None = None,
+        before_write: Callable[[], None] | None = None,
     ) -> list[Claimed]:
         """Long-poll: wait up to ``wait_s`` for due jobs of ``types`` and claim up to ``limit``
         with a conditional write each (invariant 5). See ``timeshard.node.claims``."""
         return await self.claims.claim(
-            worker=worker, types=types, limit=limit, wait_s=wait_s, lease_s=lease_s
+            worker=worker,
+            types=types,
+            limit=limit,
+            wait_s=wait_s,
+            lease_s=lease_s,
+            caps=caps,
+            give_up=give_up,
+            before_write=before_write,
         )
+
+    def wake_claims(self) -> None:
+        """Wake every waiting claim to look again (a worker stream's credits changed)."""
+        self.ready.wake()
+
+    async def heartbeats(
+        self, items: Sequence[tuple[str, int, float]]
+    ) -> list[tuple[Job, int] | TimeshardError]:
+        """Extend many leases at once, ``(job_id, fence, lease_s)`` each conditional on its own
+        fence; the store groups the writes. Each item gets its job and lease, or its error."""
+
+        async def one(job_id: str, fence: int, lease_s: float) -> tuple[Job, int] | TimeshardError:
+            try:
+                return await self.heartbeat(job_id, fence, lease_s)
+            except TimeshardError as exc:
+                return exc
+
+        return list(await asyncio.gather(*(one(*i) for i in items)))
 
     def _check(self, job_id: str, fence: int, out: WriteResult) -> Job:
         if out.job is None:

@@ -157,6 +157,13 @@ class NodeMetrics:
             ["grpc_service", "grpc_method", "grpc_code"],
             registry=r,
         )
+        self.worker_stream_messages = Counter(
+            "timeshard_worker_stream_messages",
+            "Messages of worker streams (WorkerService.Work): in, requests read; out, responses"
+            " written (pushes of jobs, answers).",
+            ["direction"],
+            registry=r,
+        )
         self.rpc_duration = Histogram(
             "timeshard_rpc_duration_seconds",
             "Time to answer a gRPC call (a long-polling Claim includes its wait).",

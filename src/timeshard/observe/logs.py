@@ -20,8 +20,9 @@ import asyncio
 import json
 import logging
 import sys
-from datetime import UTC, datetime
 from typing import Any
+
+from timeshard.clock import format_rfc3339
 
 FORMATS = ("text", "json")
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -50,6 +51,21 @@ def _from_task() -> dict[str, Any]:
     return {}
 
 
+def _record_time(record: logging.LogRecord) -> str:
+    """RFC 3339 UTC, as every time timeshard prints."""
+    return format_rfc3339(round(record.created * 1000))
+
+
+class TextFormatter(logging.Formatter):
+    """``TEXT_FORMAT`` with the time in RFC 3339 UTC rather than the local ``asctime``."""
+
+    def __init__(self) -> None:
+        super().__init__(TEXT_FORMAT)
+
+    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
+        return _record_time(record)
+
+
 class JsonFormatter(logging.Formatter):
     def __init__(self, node: str = "") -> None:
         super().__init__()
@@ -57,9 +73,7 @@ class JsonFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         out: dict[str, Any] = {
-            "time": datetime.fromtimestamp(record.created, UTC)
-            .isoformat(timespec="milliseconds")
-            .replace("+00:00", "Z"),
+            "time": _record_time(record),
             "level": record.levelname.lower(),
             "logger": record.name,
             "message": record.getMessage(),
@@ -85,9 +99,7 @@ def configure(log_format: str = "text", *, level: int = logging.INFO, node: str 
     if log_format not in FORMATS:
         raise ValueError(f"log format {log_format!r}: use one of {FORMATS}")
     handler = logging.StreamHandler(sys.stderr)
-    formatter: logging.Formatter = (
-        JsonFormatter(node) if log_format == "json" else logging.Formatter(TEXT_FORMAT)
-    )
+    formatter: logging.Formatter = JsonFormatter(node) if log_format == "json" else TextFormatter()
     handler.setFormatter(formatter)
     root = logging.getLogger()
     for old in list(root.handlers):

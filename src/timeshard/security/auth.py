@@ -19,7 +19,7 @@ names them):
 
 - ``client``: JobService: jobs (schedule, get, list, cancel, reschedule), schedules (create,
   get, list, update, pause, resume, delete, preview) and listing dead letters;
-- ``worker``: WorkerService (claim, heartbeat, complete, fail, finish) and
+- ``worker``: WorkerService (the worker stream, claim, heartbeat, complete, fail, finish) and
   AdminService.ClusterInfo (workers discover the nodes);
 - ``admin``: the above and dead-letter replay/purge, shard owners, move shard, drain node,
   node status.
@@ -95,7 +95,10 @@ METHOD_ROLES: dict[str, Role] = {
     },
     _JOBS + "ReplayDeadLetters": Role.ADMIN,
     _JOBS + "PurgeDeadLetters": Role.ADMIN,
-    **{_WORKERS + m: Role.WORKER for m in ("Claim", "Heartbeat", "Complete", "Fail", "Finish")},
+    **{
+        _WORKERS + m: Role.WORKER
+        for m in ("Claim", "Heartbeat", "Complete", "Fail", "Finish", "Work")
+    },
     _ADMIN + "ClusterInfo": Role.WORKER,
     _ADMIN + "ShardOwners": Role.ADMIN,
     _ADMIN + "MoveShard": Role.ADMIN,

@@ -81,7 +81,9 @@ class ClientSecurity:
         self._warn_plaintext_token(address)
         opts = [*options, *(self.tls.options() if self.tls else [])]
         # The stubs type interceptors as 'cast or ignore' (grpc_stubs' _PartialStub...).
-        interceptors: Any = [_AioToken(self.metadata())] if self.token else None
+        interceptors: Any = None
+        if self.token:
+            interceptors = [_AioToken(self.metadata()), _AioStreamToken(self.metadata())]
         if self.tls:
             return grpc.aio.secure_channel(
                 address, self.tls.credentials(), options=opts, interceptors=interceptors
@@ -115,10 +117,12 @@ if TYPE_CHECKING:  # the stubs' classes are generic, grpc's are not
     _SyncUnary = grpc.UnaryUnaryClientInterceptor[Any, Any]
     _SyncStream = grpc.UnaryStreamClientInterceptor[Any, Any]
     _AioUnary = grpc.aio.UnaryUnaryClientInterceptor[Any, Any]
+    _AioStreams = grpc.aio.StreamStreamClientInterceptor[Any, Any]
 else:
     _SyncUnary = grpc.UnaryUnaryClientInterceptor
     _SyncStream = grpc.UnaryStreamClientInterceptor
     _AioUnary = grpc.aio.UnaryUnaryClientInterceptor
+    _AioStreams = grpc.aio.StreamStreamClientInterceptor
 
 
 class _SyncToken(_SyncUnary, _SyncStream):
@@ -139,4 +143,19 @@ class _AioToken(_AioUnary):
     async def intercept_unary_unary(self, continuation: Any, details: Any, request: Any) -> Any:
         return await continuation(
             _with_metadata(details, self._metadata, grpc.aio.ClientCallDetails), request
+        )
+
+
+class _AioStreamToken(_AioStreams):
+    """The worker stream carries the token like every unary call (an aio channel takes each
+    interceptor for one kind of call only: the first it is an instance of)."""
+
+    def __init__(self, metadata: tuple[tuple[str, str], ...]) -> None:
+        self._metadata = metadata
+
+    async def intercept_stream_stream(
+        self, continuation: Any, details: Any, request_iterator: Any
+    ) -> Any:
+        return await continuation(
+            _with_metadata(details, self._metadata, grpc.aio.ClientCallDetails), request_iterator
         )

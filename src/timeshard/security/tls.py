@@ -27,6 +27,7 @@ import grpc
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
+from timeshard.clock import format_rfc3339, from_datetime
 from timeshard.errors import InvalidArgument
 
 log = logging.getLogger(__name__)
@@ -98,7 +99,7 @@ def read_server_files(directory: Path) -> ServerFiles:
     log.debug(
         "TLS: server certificate %s, valid until %s",
         leaf.subject.rfc4514_string(),
-        leaf.not_valid_after_utc.isoformat(),
+        format_rfc3339(from_datetime(leaf.not_valid_after_utc)),
     )
     return files
 

@@ -2,7 +2,8 @@
 
 ``up`` records what it started in ``stack.json`` (see ``state.py``) so that ``status`` and
 ``down`` work from a later process. Progress goes to stderr; ``up --json`` prints the addresses
-as its last stdout line, e.g. ``{"cassandra": "127.0.0.1:9042", "zookeeper": "127.0.0.1:2181"}``.
+as its last stdout line (one line unless stdout is a terminal), e.g.
+``{"cassandra": "127.0.0.1:9042", "zookeeper": "127.0.0.1:2181"}``.
 
 ``up --cassandra-nodes 3`` starts a cluster of three Cassandra nodes on 127.0.0.1, .2 and .3
 (``--cassandra-host`` moves the first address), all on the same ports; ``"cassandra"`` is then
@@ -16,7 +17,6 @@ printed (``cassandra_username`` and ``cassandra_password`` in the JSON line) and
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import shutil
 import sys
@@ -25,6 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from timeshard.argtypes import MAX_PORT, number, whole
+from timeshard.console import Exit, print_json
 from timeshard.stack.cassandra import cql_ready
 from timeshard.stack.cassandra_cluster import CassandraCluster, ring_problem
 from timeshard.stack.process import StackError, pid_matches, port_open, stop_pid
@@ -168,14 +169,14 @@ def _up(args: argparse.Namespace) -> int:
             started.append(service)
     except StackError as exc:
         _progress(f"error: {exc}")
-        return 1
+        return Exit.ERROR
     addresses: dict[str, str] = {s: state[s]["address"] for s in _selected(args)}
     cassandra = state.get("cassandra", {}) if "cassandra" in addresses else {}
     if cassandra.get("auth"):
         addresses["cassandra_username"] = cassandra["username"]
         addresses["cassandra_password"] = cassandra["password"]
     if args.json:  # "started": what this call started (a script stops only those)
-        sys.stdout.write(json.dumps({**addresses, "started": started}) + "\n")
+        print_json({**addresses, "started": started})
     else:
         for service in _selected(args):
             sys.stdout.write(f"{service} {addresses[service]}\n")
@@ -315,10 +316,10 @@ def _status(args: argparse.Namespace) -> int:
             info["running"] = problem is None
         report[service] = info
     if args.json:
-        sys.stdout.write(json.dumps(report) + "\n")
+        print_json(report)
     else:
         _print_status(report)
-    return 0 if all(info["running"] for info in report.values()) else 3
+    return Exit.OK if all(info["running"] for info in report.values()) else Exit.ERROR
 
 
 def _print_status(report: dict[str, Any]) -> None:
@@ -346,7 +347,7 @@ def _down(args: argparse.Namespace) -> int:
             list(pool.map(_stop, [service] * len(procs), procs, [args.timeout] * len(procs)))
         save_state(state)
     if args.json:
-        sys.stdout.write(json.dumps({"stopped": list(_selected(args))}) + "\n")
+        print_json({"stopped": list(_selected(args))})
     return 0
 
 

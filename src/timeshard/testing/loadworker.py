@@ -8,6 +8,9 @@ Lines are buffered and written out at least every 0.2 s (and at exit), so the lo
 follow progress while the recording costs a few microseconds per job.
 
     timeshard --server HOST:PORT worker timeshard.testing.loadworker:worker
+
+``TIMESHARD_LOADTEST_UNARY=1`` (inherited from ``tools/loadtest.py``) makes it use the unary
+calls instead of the worker stream, to compare the two.
 """
 
 from __future__ import annotations
@@ -23,7 +26,10 @@ from timeshard.worker import JobContext, Worker
 JOB_TYPE = "loadtest.noop"
 FLUSH_S = 0.2
 
-worker = Worker(lease_s=60, claim_wait_s=5)
+worker = Worker(
+    lease_s=60, claim_wait_s=5, use_stream=os.environ.get("TIMESHARD_LOADTEST_UNARY") != "1"
+)
+"""On the worker stream; ``TIMESHARD_LOADTEST_UNARY=1``: the unary Claim/Heartbeat/Finish."""
 
 
 class RunLog:

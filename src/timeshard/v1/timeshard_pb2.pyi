@@ -445,6 +445,68 @@ class FinishResponse(_message.Message):
     results: _containers.RepeatedCompositeFieldContainer[FinishResult]
     def __init__(self, results: _Optional[_Iterable[_Union[FinishResult, _Mapping]]] = ...) -> None: ...
 
+class WorkHello(_message.Message):
+    __slots__ = ("worker_id", "lease", "max_reply_bytes")
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    LEASE_FIELD_NUMBER: _ClassVar[int]
+    MAX_REPLY_BYTES_FIELD_NUMBER: _ClassVar[int]
+    worker_id: str
+    lease: _duration_pb2.Duration
+    max_reply_bytes: int
+    def __init__(self, worker_id: _Optional[str] = ..., lease: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., max_reply_bytes: _Optional[int] = ...) -> None: ...
+
+class WorkCredit(_message.Message):
+    __slots__ = ("type", "credits")
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    CREDITS_FIELD_NUMBER: _ClassVar[int]
+    type: str
+    credits: int
+    def __init__(self, type: _Optional[str] = ..., credits: _Optional[int] = ...) -> None: ...
+
+class WorkRequest(_message.Message):
+    __slots__ = ("seq", "hello", "credits", "heartbeats", "results", "stop")
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    HELLO_FIELD_NUMBER: _ClassVar[int]
+    CREDITS_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEATS_FIELD_NUMBER: _ClassVar[int]
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    STOP_FIELD_NUMBER: _ClassVar[int]
+    seq: int
+    hello: WorkHello
+    credits: _containers.RepeatedCompositeFieldContainer[WorkCredit]
+    heartbeats: _containers.RepeatedCompositeFieldContainer[HeartbeatRequest]
+    results: _containers.RepeatedCompositeFieldContainer[FinishItem]
+    stop: bool
+    def __init__(self, seq: _Optional[int] = ..., hello: _Optional[_Union[WorkHello, _Mapping]] = ..., credits: _Optional[_Iterable[_Union[WorkCredit, _Mapping]]] = ..., heartbeats: _Optional[_Iterable[_Union[HeartbeatRequest, _Mapping]]] = ..., results: _Optional[_Iterable[_Union[FinishItem, _Mapping]]] = ..., stop: _Optional[bool] = ...) -> None: ...
+
+class HeartbeatResult(_message.Message):
+    __slots__ = ("job_id", "code", "message", "lease")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    LEASE_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    code: int
+    message: str
+    lease: HeartbeatResponse
+    def __init__(self, job_id: _Optional[str] = ..., code: _Optional[int] = ..., message: _Optional[str] = ..., lease: _Optional[_Union[HeartbeatResponse, _Mapping]] = ...) -> None: ...
+
+class WorkResponse(_message.Message):
+    __slots__ = ("jobs", "after_seq", "seq", "heartbeats", "results", "stopped")
+    JOBS_FIELD_NUMBER: _ClassVar[int]
+    AFTER_SEQ_FIELD_NUMBER: _ClassVar[int]
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEATS_FIELD_NUMBER: _ClassVar[int]
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    STOPPED_FIELD_NUMBER: _ClassVar[int]
+    jobs: _containers.RepeatedCompositeFieldContainer[ClaimedJob]
+    after_seq: int
+    seq: int
+    heartbeats: _containers.RepeatedCompositeFieldContainer[HeartbeatResult]
+    results: _containers.RepeatedCompositeFieldContainer[FinishResult]
+    stopped: bool
+    def __init__(self, jobs: _Optional[_Iterable[_Union[ClaimedJob, _Mapping]]] = ..., after_seq: _Optional[int] = ..., seq: _Optional[int] = ..., heartbeats: _Optional[_Iterable[_Union[HeartbeatResult, _Mapping]]] = ..., results: _Optional[_Iterable[_Union[FinishResult, _Mapping]]] = ..., stopped: _Optional[bool] = ...) -> None: ...
+
 class Node(_message.Message):
     __slots__ = ("node_id", "address")
     NODE_ID_FIELD_NUMBER: _ClassVar[int]

@@ -819,6 +819,11 @@ class WorkerServiceStub:
                 request_serializer=timeshard_dot_v1_dot_timeshard__pb2.FinishRequest.SerializeToString,
                 response_deserializer=timeshard_dot_v1_dot_timeshard__pb2.FinishResponse.FromString,
                 _registered_method=True)
+        self.Work = channel.stream_stream(
+                '/timeshard.v1.WorkerService/Work',
+                request_serializer=timeshard_dot_v1_dot_timeshard__pb2.WorkRequest.SerializeToString,
+                response_deserializer=timeshard_dot_v1_dot_timeshard__pb2.WorkResponse.FromString,
+                _registered_method=True)
 
 
 class WorkerServiceServicer:
@@ -854,6 +859,12 @@ class WorkerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Work(self, request_iterator, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_WorkerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -881,6 +892,11 @@ def add_WorkerServiceServicer_to_server(servicer, server):
                     servicer.Finish,
                     request_deserializer=timeshard_dot_v1_dot_timeshard__pb2.FinishRequest.FromString,
                     response_serializer=timeshard_dot_v1_dot_timeshard__pb2.FinishResponse.SerializeToString,
+            ),
+            'Work': grpc.stream_stream_rpc_method_handler(
+                    servicer.Work,
+                    request_deserializer=timeshard_dot_v1_dot_timeshard__pb2.WorkRequest.FromString,
+                    response_serializer=timeshard_dot_v1_dot_timeshard__pb2.WorkResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1018,6 +1034,33 @@ class WorkerService:
             '/timeshard.v1.WorkerService/Finish',
             timeshard_dot_v1_dot_timeshard__pb2.FinishRequest.SerializeToString,
             timeshard_dot_v1_dot_timeshard__pb2.FinishResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Work(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/timeshard.v1.WorkerService/Work',
+            timeshard_dot_v1_dot_timeshard__pb2.WorkRequest.SerializeToString,
+            timeshard_dot_v1_dot_timeshard__pb2.WorkResponse.FromString,
             options,
             channel_credentials,
             insecure,

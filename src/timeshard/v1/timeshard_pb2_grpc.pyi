@@ -202,6 +202,7 @@ class WorkerServiceStub:
     Complete: _grpc.UnaryUnaryMultiCallable[_timeshard_pb2.CompleteRequest, _timeshard_pb2.CompleteResponse]
     Fail: _grpc.UnaryUnaryMultiCallable[_timeshard_pb2.FailRequest, _timeshard_pb2.FailResponse]
     Finish: _grpc.UnaryUnaryMultiCallable[_timeshard_pb2.FinishRequest, _timeshard_pb2.FinishResponse]
+    Work: _grpc.StreamStreamMultiCallable[_timeshard_pb2.WorkRequest, _timeshard_pb2.WorkResponse]
 
 @_typing.type_check_only
 class WorkerServiceAsyncStub(WorkerServiceStub):
@@ -211,6 +212,7 @@ class WorkerServiceAsyncStub(WorkerServiceStub):
     Complete: _aio.UnaryUnaryMultiCallable[_timeshard_pb2.CompleteRequest, _timeshard_pb2.CompleteResponse]  # type: ignore[assignment]
     Fail: _aio.UnaryUnaryMultiCallable[_timeshard_pb2.FailRequest, _timeshard_pb2.FailResponse]  # type: ignore[assignment]
     Finish: _aio.UnaryUnaryMultiCallable[_timeshard_pb2.FinishRequest, _timeshard_pb2.FinishResponse]  # type: ignore[assignment]
+    Work: _aio.StreamStreamMultiCallable[_timeshard_pb2.WorkRequest, _timeshard_pb2.WorkResponse]  # type: ignore[assignment]
 
 class WorkerServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -247,6 +249,13 @@ class WorkerServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _timeshard_pb2.FinishRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_timeshard_pb2.FinishResponse, _abc.Awaitable[_timeshard_pb2.FinishResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def Work(
+        self,
+        request_iterator: _MaybeAsyncIterator[_timeshard_pb2.WorkRequest],
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_timeshard_pb2.WorkResponse], _abc.AsyncIterator[_timeshard_pb2.WorkResponse]]: ...
 
 def add_WorkerServiceServicer_to_server(servicer: WorkerServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
 

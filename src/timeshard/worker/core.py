@@ -57,6 +57,7 @@ from timeshard.worker.heartbeats import DeferredHeartbeats, Heartbeats
 from timeshard.worker.lease import Lease, LeaseLost
 from timeshard.worker.results import Results
 from timeshard.worker.slots import Run, Slots
+from timeshard.worker.stream import Host, NodeLink
 
 log = logging.getLogger("timeshard.worker")  # the SDK logs as one component
 
@@ -172,6 +173,7 @@ class Worker:
         on_event: EventHook | None = None,
         tls: TlsArg = None,
         token: str | None = None,
+        use_stream: bool = True,
     ) -> None:
         self.worker_id = validate_worker_id(
             worker_id or f"{socket.gethostname()}-{uuid.uuid4().hex[:6]}"
@@ -188,6 +190,9 @@ class Worker:
         when the worker starts running."""
         self.token = token
         """The role token; None: ``TIMESHARD_TOKEN``, read when the worker starts running."""
+        self.use_stream = use_stream
+        """Take jobs over each node's worker stream (``WorkerService.Work``), falling back to
+        the unary calls on a node without it; False: the unary calls only."""
         self.handlers: dict[str, HandlerSpec] = {}
         self._slots = Slots(lambda job_type: self.handlers[job_type].concurrency)
         self._tasks: set[asyncio.Task[None]] = set()
@@ -598,7 +603,9 @@ class Worker:
             await self._clock.sleep(min(0.05, max(0.0, deadline - self._clock.monotonic())))
 
     def _other_nodes(self) -> list[WorkerStub]:
-        return list(self._nodes.stubs.values()) if self._nodes is not None else []
+        if self._nodes is None:
+            return []
+        return list(self._nodes.stubs.values())  # type: ignore[arg-type]  # (stub-like links)
 
 
 class _Raised(Exception):
@@ -661,29 +668,42 @@ class _Guarded:
 
 
 class _Nodes:
-    """The nodes a worker claims from: one channel each, and a claim loop per job type."""
+    """The nodes a worker takes jobs from: one channel and one ``NodeLink`` each (its worker
+    stream, or its unary claim loops)."""
 
     def __init__(self, worker: Worker, stop: asyncio.Event, security: ClientSecurity) -> None:
         self._worker = worker
         self._stop = stop
         self._security = security
         self.channels: dict[str, grpc.aio.Channel] = {}
-        self.loops: dict[str, list[asyncio.Task[None]]] = {}
-        self.stubs: dict[str, WorkerStub] = {}
-        """The live nodes' WorkerService: where results and heartbeats may go."""
+        self.links: dict[str, NodeLink] = {}
+        self._dropped: set[NodeLink] = set()
+        self.stubs: dict[str, NodeLink] = {}
+        """The live nodes: where results and heartbeats may go."""
+        w = worker
+        self._host = Host(
+            worker_id=w.worker_id,
+            lease_s=w.lease_s,
+            safety_margin_s=w.safety_margin_s,
+            clock=w._clock,
+            slots=w._slots,
+            concurrency=lambda t: w.handlers[t].concurrency,
+            start=w._start,
+            claim_loop=w._claim_loop,
+        )
 
     def add(self, address: str) -> None:
-        if address in self.loops:
+        if address in self.links:
             return
-        channel = self._channel(address)
-        stub = self.stubs[address] = pb_grpc.WorkerServiceStub(channel)
-        self.loops[address] = [
-            asyncio.create_task(
-                self._worker._claim_loop(stub, self._stop, job_type),
-                name=f"claim-{address}-{job_type}",
-            )
-            for job_type in self._worker.handlers
-        ]
+        stub = pb_grpc.WorkerServiceStub(self._channel(address))
+        self.links[address] = self.stubs[address] = NodeLink(
+            self._host,
+            stub,
+            address,
+            list(self._worker.handlers),
+            self._stop,
+            use_stream=self._worker.use_stream,
+        )
 
     def _channel(self, address: str) -> grpc.aio.Channel:
         if address not in self.channels:
@@ -694,27 +714,29 @@ class _Nodes:
 
     def drop(self, address: str) -> None:
         """Stop claiming from a node that left; its channel stays open for the heartbeats
-        and reports of jobs it handed out."""
-        loops = self.loops.pop(address, [])
+        and reports of jobs it handed out (its link, on the unary calls once its stream is
+        gone)."""
+        link = self.links.pop(address, None)
         self.stubs.pop(address, None)
-        for loop in loops:
-            loop.cancel()
+        if link is not None:
+            self._dropped.add(link)
+            link.leave()
 
     async def discover(self, seeds: list[str], every_s: float) -> None:
         while True:
             members = await self._members(seeds)
             if members:
-                for address in members - set(self.loops):
+                for address in members - set(self.links):
                     log.info("worker: node %s joined; claiming from it", address)
                     self.add(address)
-                for address in set(self.loops) - members:
+                for address in set(self.links) - members:
                     log.info("worker: node %s left; no longer claiming from it", address)
                     self.drop(address)
             await self._worker._clock.sleep(every_s)
 
     async def _members(self, seeds: list[str]) -> set[str]:
         """Live nodes' addresses, from the first node that answers."""
-        for address in [*self.loops, *seeds]:
+        for address in [*self.links, *seeds]:
             channel = self._channel(address)
             try:
                 info = await pb_grpc.AdminServiceStub(channel).ClusterInfo(
@@ -726,12 +748,11 @@ class _Nodes:
         return set()
 
     async def stop_claiming(self) -> None:
-        loops = [t for per_node in self.loops.values() for t in per_node]
-        for t in loops:
-            t.cancel()
-        await asyncio.gather(*loops, return_exceptions=True)
-        self.loops.clear()
+        """Every node: no more jobs (a stream says ``stop`` and its node confirms)."""
+        await asyncio.gather(*(link.stop_claiming() for link in self.links.values()))
 
     async def close(self) -> None:
+        links = [*self.links.values(), *self._dropped]
+        await asyncio.gather(*(link.close() for link in links))
         for channel in self.channels.values():
             await channel.close(None)

@@ -67,6 +67,7 @@ class Slots:
         self._asked: dict[str, int] = {}
         self._freed: dict[str, asyncio.Event] = {}
         self._latest: dict[str, Run] = {}
+        self._listeners: list[Callable[[str], None]] = []
 
     # -- claiming -----------------------------------------------------------------------------
 
@@ -84,9 +85,32 @@ class Slots:
             return 0
         return max(1, free - self._asked.get(job_type, 0))
 
+    def asked(self, job_type: str) -> int:
+        """Jobs of ``job_type`` asked for and not arrived yet (claims in flight, credits)."""
+        return self._asked.get(job_type, 0)
+
     def asking(self, job_type: str, n: int) -> None:
-        """A claim for ``n`` jobs is in flight (``n`` negative: it answered)."""
+        """A claim for ``n`` jobs is in flight, or ``n`` credits were granted (``n`` negative:
+        it answered, jobs arrived, credits were dropped)."""
         self._asked[job_type] = self._asked.get(job_type, 0) + n
+
+    def nudge(self, job_type: str) -> None:
+        """Tell the waiters and listeners of ``job_type`` without a job ending (credits were
+        dropped: the slots they held are free to ask for again)."""
+        event = self._freed.get(job_type)
+        if event is not None:
+            event.set()
+        for listener in list(self._listeners):
+            listener(job_type)
+
+    def listen(self, listener: Callable[[str], None]) -> None:
+        """Call ``listener(job_type)`` whenever a slot of a type may have been freed: a plain
+        call, cheaper than waking a task per finished job (a worker stream's credits)."""
+        self._listeners.append(listener)
+
+    def unlisten(self, listener: Callable[[str], None]) -> None:
+        if listener in self._listeners:
+            self._listeners.remove(listener)
 
     async def wait_freed(self, job_type: str) -> None:
         """Until a job of ``job_type`` ends (call again after checking what is free)."""
@@ -148,6 +172,8 @@ class Slots:
         event = self._freed.get(t)
         if event is not None:
             event.set()
+        for listener in list(self._listeners):
+            listener(t)
         if run.previous is not None and not run.previous.done():
             run.previous.add_done_callback(lambda _: self._settle(run))
         else:

@@ -2662,6 +2662,367 @@ func (x *FinishResponse) GetResults() []*FinishResult {
 	return nil
 }
 
+type WorkHello struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	WorkerId string                 `protobuf:"bytes,1,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	// Lease asked for each job pushed on this stream; the server caps it.
+	Lease *durationpb.Duration `protobuf:"bytes,2,opt,name=lease,proto3" json:"lease,omitempty"`
+	// The largest message this worker accepts, in bytes (as ClaimRequest.max_reply_bytes): a
+	// push holds no more jobs than fit in it.
+	MaxReplyBytes int32 `protobuf:"varint,3,opt,name=max_reply_bytes,json=maxReplyBytes,proto3" json:"max_reply_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WorkHello) Reset() {
+	*x = WorkHello{}
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WorkHello) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WorkHello) ProtoMessage() {}
+
+func (x *WorkHello) ProtoReflect() protoreflect.Message {
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WorkHello.ProtoReflect.Descriptor instead.
+func (*WorkHello) Descriptor() ([]byte, []int) {
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *WorkHello) GetWorkerId() string {
+	if x != nil {
+		return x.WorkerId
+	}
+	return ""
+}
+
+func (x *WorkHello) GetLease() *durationpb.Duration {
+	if x != nil {
+		return x.Lease
+	}
+	return nil
+}
+
+func (x *WorkHello) GetMaxReplyBytes() int32 {
+	if x != nil {
+		return x.MaxReplyBytes
+	}
+	return 0
+}
+
+// Credits: the node may push `credits` more jobs of `type` (added to what it still holds).
+type WorkCredit struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Type          string                 `protobuf:"bytes,1,opt,name=type,proto3" json:"type,omitempty"`
+	Credits       int32                  `protobuf:"varint,2,opt,name=credits,proto3" json:"credits,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WorkCredit) Reset() {
+	*x = WorkCredit{}
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WorkCredit) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WorkCredit) ProtoMessage() {}
+
+func (x *WorkCredit) ProtoReflect() protoreflect.Message {
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WorkCredit.ProtoReflect.Descriptor instead.
+func (*WorkCredit) Descriptor() ([]byte, []int) {
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *WorkCredit) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+func (x *WorkCredit) GetCredits() int32 {
+	if x != nil {
+		return x.Credits
+	}
+	return 0
+}
+
+type WorkRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// 1 for the first request (the one with the hello), then one more for each request.
+	Seq     uint64        `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	Hello   *WorkHello    `protobuf:"bytes,2,opt,name=hello,proto3" json:"hello,omitempty"` // in the first request only, and required there
+	Credits []*WorkCredit `protobuf:"bytes,3,rep,name=credits,proto3" json:"credits,omitempty"`
+	// Lease extensions and results: answered by one WorkResponse with the same seq, one
+	// HeartbeatResult per heartbeat and one FinishResult per result, in the order sent.
+	Heartbeats []*HeartbeatRequest `protobuf:"bytes,4,rep,name=heartbeats,proto3" json:"heartbeats,omitempty"`
+	Results    []*FinishItem       `protobuf:"bytes,5,rep,name=results,proto3" json:"results,omitempty"`
+	// No more jobs: the node drops every credit, pushes nothing more and answers `stopped`.
+	Stop          bool `protobuf:"varint,6,opt,name=stop,proto3" json:"stop,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WorkRequest) Reset() {
+	*x = WorkRequest{}
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WorkRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WorkRequest) ProtoMessage() {}
+
+func (x *WorkRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WorkRequest.ProtoReflect.Descriptor instead.
+func (*WorkRequest) Descriptor() ([]byte, []int) {
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *WorkRequest) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *WorkRequest) GetHello() *WorkHello {
+	if x != nil {
+		return x.Hello
+	}
+	return nil
+}
+
+func (x *WorkRequest) GetCredits() []*WorkCredit {
+	if x != nil {
+		return x.Credits
+	}
+	return nil
+}
+
+func (x *WorkRequest) GetHeartbeats() []*HeartbeatRequest {
+	if x != nil {
+		return x.Heartbeats
+	}
+	return nil
+}
+
+func (x *WorkRequest) GetResults() []*FinishItem {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
+func (x *WorkRequest) GetStop() bool {
+	if x != nil {
+		return x.Stop
+	}
+	return false
+}
+
+type HeartbeatResult struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	JobId         string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	Code          int32                  `protobuf:"varint,2,opt,name=code,proto3" json:"code,omitempty"` // a gRPC status code; 0: extended
+	Message       string                 `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
+	Lease         *HeartbeatResponse     `protobuf:"bytes,4,opt,name=lease,proto3" json:"lease,omitempty"` // when code is 0
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HeartbeatResult) Reset() {
+	*x = HeartbeatResult{}
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HeartbeatResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HeartbeatResult) ProtoMessage() {}
+
+func (x *HeartbeatResult) ProtoReflect() protoreflect.Message {
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HeartbeatResult.ProtoReflect.Descriptor instead.
+func (*HeartbeatResult) Descriptor() ([]byte, []int) {
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *HeartbeatResult) GetJobId() string {
+	if x != nil {
+		return x.JobId
+	}
+	return ""
+}
+
+func (x *HeartbeatResult) GetCode() int32 {
+	if x != nil {
+		return x.Code
+	}
+	return 0
+}
+
+func (x *HeartbeatResult) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *HeartbeatResult) GetLease() *HeartbeatResponse {
+	if x != nil {
+		return x.Lease
+	}
+	return nil
+}
+
+type WorkResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Jobs pushed, each under a lease taken after the node had read the request numbered
+	// `after_seq` of this stream: the worker's deadline for them is (time it sent that request) +
+	// lease - safety margin.
+	Jobs     []*ClaimedJob `protobuf:"bytes,1,rep,name=jobs,proto3" json:"jobs,omitempty"`
+	AfterSeq uint64        `protobuf:"varint,2,opt,name=after_seq,json=afterSeq,proto3" json:"after_seq,omitempty"`
+	// The answer to the request numbered `seq` (0: this message answers no request).
+	Seq        uint64             `protobuf:"varint,3,opt,name=seq,proto3" json:"seq,omitempty"`
+	Heartbeats []*HeartbeatResult `protobuf:"bytes,4,rep,name=heartbeats,proto3" json:"heartbeats,omitempty"`
+	Results    []*FinishResult    `protobuf:"bytes,5,rep,name=results,proto3" json:"results,omitempty"`
+	// The answer to `stop`: nothing more is pushed on this stream.
+	Stopped       bool `protobuf:"varint,6,opt,name=stopped,proto3" json:"stopped,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WorkResponse) Reset() {
+	*x = WorkResponse{}
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WorkResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WorkResponse) ProtoMessage() {}
+
+func (x *WorkResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WorkResponse.ProtoReflect.Descriptor instead.
+func (*WorkResponse) Descriptor() ([]byte, []int) {
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *WorkResponse) GetJobs() []*ClaimedJob {
+	if x != nil {
+		return x.Jobs
+	}
+	return nil
+}
+
+func (x *WorkResponse) GetAfterSeq() uint64 {
+	if x != nil {
+		return x.AfterSeq
+	}
+	return 0
+}
+
+func (x *WorkResponse) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *WorkResponse) GetHeartbeats() []*HeartbeatResult {
+	if x != nil {
+		return x.Heartbeats
+	}
+	return nil
+}
+
+func (x *WorkResponse) GetResults() []*FinishResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
+func (x *WorkResponse) GetStopped() bool {
+	if x != nil {
+		return x.Stopped
+	}
+	return false
+}
+
 type Node struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
@@ -2672,7 +3033,7 @@ type Node struct {
 
 func (x *Node) Reset() {
 	*x = Node{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[40]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2684,7 +3045,7 @@ func (x *Node) String() string {
 func (*Node) ProtoMessage() {}
 
 func (x *Node) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[40]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2697,7 +3058,7 @@ func (x *Node) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Node.ProtoReflect.Descriptor instead.
 func (*Node) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{40}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *Node) GetNodeId() string {
@@ -2722,7 +3083,7 @@ type ClusterInfoRequest struct {
 
 func (x *ClusterInfoRequest) Reset() {
 	*x = ClusterInfoRequest{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[41]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2734,7 +3095,7 @@ func (x *ClusterInfoRequest) String() string {
 func (*ClusterInfoRequest) ProtoMessage() {}
 
 func (x *ClusterInfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[41]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2747,7 +3108,7 @@ func (x *ClusterInfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterInfoRequest.ProtoReflect.Descriptor instead.
 func (*ClusterInfoRequest) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{41}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{46}
 }
 
 type ClusterInfoResponse struct {
@@ -2760,7 +3121,7 @@ type ClusterInfoResponse struct {
 
 func (x *ClusterInfoResponse) Reset() {
 	*x = ClusterInfoResponse{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[42]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2772,7 +3133,7 @@ func (x *ClusterInfoResponse) String() string {
 func (*ClusterInfoResponse) ProtoMessage() {}
 
 func (x *ClusterInfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[42]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2785,7 +3146,7 @@ func (x *ClusterInfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterInfoResponse.ProtoReflect.Descriptor instead.
 func (*ClusterInfoResponse) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{42}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ClusterInfoResponse) GetNodes() []*Node {
@@ -2821,7 +3182,7 @@ type ShardInfo struct {
 
 func (x *ShardInfo) Reset() {
 	*x = ShardInfo{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[43]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2833,7 +3194,7 @@ func (x *ShardInfo) String() string {
 func (*ShardInfo) ProtoMessage() {}
 
 func (x *ShardInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[43]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2846,7 +3207,7 @@ func (x *ShardInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardInfo.ProtoReflect.Descriptor instead.
 func (*ShardInfo) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{43}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ShardInfo) GetShard() int32 {
@@ -2920,7 +3281,7 @@ type ShardOwnersRequest struct {
 
 func (x *ShardOwnersRequest) Reset() {
 	*x = ShardOwnersRequest{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[44]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2932,7 +3293,7 @@ func (x *ShardOwnersRequest) String() string {
 func (*ShardOwnersRequest) ProtoMessage() {}
 
 func (x *ShardOwnersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[44]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2945,7 +3306,7 @@ func (x *ShardOwnersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardOwnersRequest.ProtoReflect.Descriptor instead.
 func (*ShardOwnersRequest) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{44}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{49}
 }
 
 type ShardOwnersResponse struct {
@@ -2957,7 +3318,7 @@ type ShardOwnersResponse struct {
 
 func (x *ShardOwnersResponse) Reset() {
 	*x = ShardOwnersResponse{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[45]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2969,7 +3330,7 @@ func (x *ShardOwnersResponse) String() string {
 func (*ShardOwnersResponse) ProtoMessage() {}
 
 func (x *ShardOwnersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[45]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2982,7 +3343,7 @@ func (x *ShardOwnersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardOwnersResponse.ProtoReflect.Descriptor instead.
 func (*ShardOwnersResponse) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{45}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ShardOwnersResponse) GetShards() []*ShardInfo {
@@ -3002,7 +3363,7 @@ type MoveShardRequest struct {
 
 func (x *MoveShardRequest) Reset() {
 	*x = MoveShardRequest{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[46]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3014,7 +3375,7 @@ func (x *MoveShardRequest) String() string {
 func (*MoveShardRequest) ProtoMessage() {}
 
 func (x *MoveShardRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[46]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3027,7 +3388,7 @@ func (x *MoveShardRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveShardRequest.ProtoReflect.Descriptor instead.
 func (*MoveShardRequest) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{46}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *MoveShardRequest) GetShard() int32 {
@@ -3052,7 +3413,7 @@ type MoveShardResponse struct {
 
 func (x *MoveShardResponse) Reset() {
 	*x = MoveShardResponse{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[47]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3064,7 +3425,7 @@ func (x *MoveShardResponse) String() string {
 func (*MoveShardResponse) ProtoMessage() {}
 
 func (x *MoveShardResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[47]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3077,7 +3438,7 @@ func (x *MoveShardResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveShardResponse.ProtoReflect.Descriptor instead.
 func (*MoveShardResponse) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{47}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{52}
 }
 
 type DrainNodeRequest struct {
@@ -3089,7 +3450,7 @@ type DrainNodeRequest struct {
 
 func (x *DrainNodeRequest) Reset() {
 	*x = DrainNodeRequest{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[48]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3101,7 +3462,7 @@ func (x *DrainNodeRequest) String() string {
 func (*DrainNodeRequest) ProtoMessage() {}
 
 func (x *DrainNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[48]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3114,7 +3475,7 @@ func (x *DrainNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainNodeRequest.ProtoReflect.Descriptor instead.
 func (*DrainNodeRequest) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{48}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *DrainNodeRequest) GetNodeId() string {
@@ -3133,7 +3494,7 @@ type DrainNodeResponse struct {
 
 func (x *DrainNodeResponse) Reset() {
 	*x = DrainNodeResponse{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[49]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3145,7 +3506,7 @@ func (x *DrainNodeResponse) String() string {
 func (*DrainNodeResponse) ProtoMessage() {}
 
 func (x *DrainNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[49]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3158,7 +3519,7 @@ func (x *DrainNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainNodeResponse.ProtoReflect.Descriptor instead.
 func (*DrainNodeResponse) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{49}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *DrainNodeResponse) GetMoved() []int32 {
@@ -3178,7 +3539,7 @@ type NodeStatusRequest struct {
 
 func (x *NodeStatusRequest) Reset() {
 	*x = NodeStatusRequest{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[50]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3190,7 +3551,7 @@ func (x *NodeStatusRequest) String() string {
 func (*NodeStatusRequest) ProtoMessage() {}
 
 func (x *NodeStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[50]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3203,7 +3564,7 @@ func (x *NodeStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatusRequest.ProtoReflect.Descriptor instead.
 func (*NodeStatusRequest) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{50}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *NodeStatusRequest) GetWindow() *durationpb.Duration {
@@ -3227,7 +3588,7 @@ type ShardStatus struct {
 
 func (x *ShardStatus) Reset() {
 	*x = ShardStatus{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[51]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3239,7 +3600,7 @@ func (x *ShardStatus) String() string {
 func (*ShardStatus) ProtoMessage() {}
 
 func (x *ShardStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[51]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3252,7 +3613,7 @@ func (x *ShardStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardStatus.ProtoReflect.Descriptor instead.
 func (*ShardStatus) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{51}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *ShardStatus) GetShard() int32 {
@@ -3309,7 +3670,7 @@ type LatenessBucket struct {
 
 func (x *LatenessBucket) Reset() {
 	*x = LatenessBucket{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[52]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3321,7 +3682,7 @@ func (x *LatenessBucket) String() string {
 func (*LatenessBucket) ProtoMessage() {}
 
 func (x *LatenessBucket) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[52]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3334,7 +3695,7 @@ func (x *LatenessBucket) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LatenessBucket.ProtoReflect.Descriptor instead.
 func (*LatenessBucket) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{52}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *LatenessBucket) GetLeMs() float64 {
@@ -3369,7 +3730,7 @@ type TypeCounts struct {
 
 func (x *TypeCounts) Reset() {
 	*x = TypeCounts{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[53]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3381,7 +3742,7 @@ func (x *TypeCounts) String() string {
 func (*TypeCounts) ProtoMessage() {}
 
 func (x *TypeCounts) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[53]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3394,7 +3755,7 @@ func (x *TypeCounts) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TypeCounts.ProtoReflect.Descriptor instead.
 func (*TypeCounts) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{53}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *TypeCounts) GetType() string {
@@ -3480,7 +3841,7 @@ type TypeWaiting struct {
 
 func (x *TypeWaiting) Reset() {
 	*x = TypeWaiting{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[54]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3492,7 +3853,7 @@ func (x *TypeWaiting) String() string {
 func (*TypeWaiting) ProtoMessage() {}
 
 func (x *TypeWaiting) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[54]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3505,7 +3866,7 @@ func (x *TypeWaiting) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TypeWaiting.ProtoReflect.Descriptor instead.
 func (*TypeWaiting) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{54}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *TypeWaiting) GetType() string {
@@ -3544,7 +3905,7 @@ type JobEvent struct {
 
 func (x *JobEvent) Reset() {
 	*x = JobEvent{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[55]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3556,7 +3917,7 @@ func (x *JobEvent) String() string {
 func (*JobEvent) ProtoMessage() {}
 
 func (x *JobEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[55]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3569,7 +3930,7 @@ func (x *JobEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobEvent.ProtoReflect.Descriptor instead.
 func (*JobEvent) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{55}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *JobEvent) GetAt() *timestamppb.Timestamp {
@@ -3647,7 +4008,7 @@ type NodeStatusResponse struct {
 
 func (x *NodeStatusResponse) Reset() {
 	*x = NodeStatusResponse{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[56]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3659,7 +4020,7 @@ func (x *NodeStatusResponse) String() string {
 func (*NodeStatusResponse) ProtoMessage() {}
 
 func (x *NodeStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[56]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3672,7 +4033,7 @@ func (x *NodeStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatusResponse.ProtoReflect.Descriptor instead.
 func (*NodeStatusResponse) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{56}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *NodeStatusResponse) GetNodeId() string {
@@ -4001,7 +4362,38 @@ const file_timeshard_v1_timeshard_proto_rawDesc = "" +
 	"\amessage\x18\x03 \x01(\tR\amessage\x12,\n" +
 	"\x05state\x18\x04 \x01(\x0e2\x16.timeshard.v1.JobStateR\x05state\"F\n" +
 	"\x0eFinishResponse\x124\n" +
-	"\aresults\x18\x01 \x03(\v2\x1a.timeshard.v1.FinishResultR\aresults\"9\n" +
+	"\aresults\x18\x01 \x03(\v2\x1a.timeshard.v1.FinishResultR\aresults\"\x81\x01\n" +
+	"\tWorkHello\x12\x1b\n" +
+	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12/\n" +
+	"\x05lease\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x05lease\x12&\n" +
+	"\x0fmax_reply_bytes\x18\x03 \x01(\x05R\rmaxReplyBytes\":\n" +
+	"\n" +
+	"WorkCredit\x12\x12\n" +
+	"\x04type\x18\x01 \x01(\tR\x04type\x12\x18\n" +
+	"\acredits\x18\x02 \x01(\x05R\acredits\"\x8a\x02\n" +
+	"\vWorkRequest\x12\x10\n" +
+	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12-\n" +
+	"\x05hello\x18\x02 \x01(\v2\x17.timeshard.v1.WorkHelloR\x05hello\x122\n" +
+	"\acredits\x18\x03 \x03(\v2\x18.timeshard.v1.WorkCreditR\acredits\x12>\n" +
+	"\n" +
+	"heartbeats\x18\x04 \x03(\v2\x1e.timeshard.v1.HeartbeatRequestR\n" +
+	"heartbeats\x122\n" +
+	"\aresults\x18\x05 \x03(\v2\x18.timeshard.v1.FinishItemR\aresults\x12\x12\n" +
+	"\x04stop\x18\x06 \x01(\bR\x04stop\"\x8d\x01\n" +
+	"\x0fHeartbeatResult\x12\x15\n" +
+	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x12\n" +
+	"\x04code\x18\x02 \x01(\x05R\x04code\x12\x18\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\x125\n" +
+	"\x05lease\x18\x04 \x01(\v2\x1f.timeshard.v1.HeartbeatResponseR\x05lease\"\xfa\x01\n" +
+	"\fWorkResponse\x12,\n" +
+	"\x04jobs\x18\x01 \x03(\v2\x18.timeshard.v1.ClaimedJobR\x04jobs\x12\x1b\n" +
+	"\tafter_seq\x18\x02 \x01(\x04R\bafterSeq\x12\x10\n" +
+	"\x03seq\x18\x03 \x01(\x04R\x03seq\x12=\n" +
+	"\n" +
+	"heartbeats\x18\x04 \x03(\v2\x1d.timeshard.v1.HeartbeatResultR\n" +
+	"heartbeats\x124\n" +
+	"\aresults\x18\x05 \x03(\v2\x1a.timeshard.v1.FinishResultR\aresults\x12\x18\n" +
+	"\astopped\x18\x06 \x01(\bR\astopped\"9\n" +
 	"\x04Node\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\"\x14\n" +
@@ -4116,13 +4508,14 @@ const file_timeshard_v1_timeshard_proto_rawDesc = "" +
 	"\x0fPreviewSchedule\x12\x1c.timeshard.v1.PreviewRequest\x1a\x1d.timeshard.v1.PreviewResponse\x12^\n" +
 	"\x0fListDeadLetters\x12$.timeshard.v1.ListDeadLettersRequest\x1a%.timeshard.v1.ListDeadLettersResponse\x12d\n" +
 	"\x11ReplayDeadLetters\x12&.timeshard.v1.ReplayDeadLettersRequest\x1a'.timeshard.v1.ReplayDeadLettersResponse\x12b\n" +
-	"\x10PurgeDeadLetters\x12&.timeshard.v1.ReplayDeadLettersRequest\x1a&.timeshard.v1.PurgeDeadLettersResponse2\xee\x02\n" +
+	"\x10PurgeDeadLetters\x12&.timeshard.v1.ReplayDeadLettersRequest\x1a&.timeshard.v1.PurgeDeadLettersResponse2\xb1\x03\n" +
 	"\rWorkerService\x12@\n" +
 	"\x05Claim\x12\x1a.timeshard.v1.ClaimRequest\x1a\x1b.timeshard.v1.ClaimResponse\x12L\n" +
 	"\tHeartbeat\x12\x1e.timeshard.v1.HeartbeatRequest\x1a\x1f.timeshard.v1.HeartbeatResponse\x12I\n" +
 	"\bComplete\x12\x1d.timeshard.v1.CompleteRequest\x1a\x1e.timeshard.v1.CompleteResponse\x12=\n" +
 	"\x04Fail\x12\x19.timeshard.v1.FailRequest\x1a\x1a.timeshard.v1.FailResponse\x12C\n" +
-	"\x06Finish\x12\x1b.timeshard.v1.FinishRequest\x1a\x1c.timeshard.v1.FinishResponse2\xa3\x03\n" +
+	"\x06Finish\x12\x1b.timeshard.v1.FinishRequest\x1a\x1c.timeshard.v1.FinishResponse\x12A\n" +
+	"\x04Work\x12\x19.timeshard.v1.WorkRequest\x1a\x1a.timeshard.v1.WorkResponse(\x010\x012\xa3\x03\n" +
 	"\fAdminService\x12R\n" +
 	"\vClusterInfo\x12 .timeshard.v1.ClusterInfoRequest\x1a!.timeshard.v1.ClusterInfoResponse\x12R\n" +
 	"\vShardOwners\x12 .timeshard.v1.ShardOwnersRequest\x1a!.timeshard.v1.ShardOwnersResponse\x12L\n" +
@@ -4144,7 +4537,7 @@ func file_timeshard_v1_timeshard_proto_rawDescGZIP() []byte {
 }
 
 var file_timeshard_v1_timeshard_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_timeshard_v1_timeshard_proto_msgTypes = make([]protoimpl.MessageInfo, 57)
+var file_timeshard_v1_timeshard_proto_msgTypes = make([]protoimpl.MessageInfo, 62)
 var file_timeshard_v1_timeshard_proto_goTypes = []any{
 	(JobState)(0),                     // 0: timeshard.v1.JobState
 	(*Attempt)(nil),                   // 1: timeshard.v1.Attempt
@@ -4187,146 +4580,162 @@ var file_timeshard_v1_timeshard_proto_goTypes = []any{
 	(*FinishRequest)(nil),             // 38: timeshard.v1.FinishRequest
 	(*FinishResult)(nil),              // 39: timeshard.v1.FinishResult
 	(*FinishResponse)(nil),            // 40: timeshard.v1.FinishResponse
-	(*Node)(nil),                      // 41: timeshard.v1.Node
-	(*ClusterInfoRequest)(nil),        // 42: timeshard.v1.ClusterInfoRequest
-	(*ClusterInfoResponse)(nil),       // 43: timeshard.v1.ClusterInfoResponse
-	(*ShardInfo)(nil),                 // 44: timeshard.v1.ShardInfo
-	(*ShardOwnersRequest)(nil),        // 45: timeshard.v1.ShardOwnersRequest
-	(*ShardOwnersResponse)(nil),       // 46: timeshard.v1.ShardOwnersResponse
-	(*MoveShardRequest)(nil),          // 47: timeshard.v1.MoveShardRequest
-	(*MoveShardResponse)(nil),         // 48: timeshard.v1.MoveShardResponse
-	(*DrainNodeRequest)(nil),          // 49: timeshard.v1.DrainNodeRequest
-	(*DrainNodeResponse)(nil),         // 50: timeshard.v1.DrainNodeResponse
-	(*NodeStatusRequest)(nil),         // 51: timeshard.v1.NodeStatusRequest
-	(*ShardStatus)(nil),               // 52: timeshard.v1.ShardStatus
-	(*LatenessBucket)(nil),            // 53: timeshard.v1.LatenessBucket
-	(*TypeCounts)(nil),                // 54: timeshard.v1.TypeCounts
-	(*TypeWaiting)(nil),               // 55: timeshard.v1.TypeWaiting
-	(*JobEvent)(nil),                  // 56: timeshard.v1.JobEvent
-	(*NodeStatusResponse)(nil),        // 57: timeshard.v1.NodeStatusResponse
-	(*timestamppb.Timestamp)(nil),     // 58: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),       // 59: google.protobuf.Duration
+	(*WorkHello)(nil),                 // 41: timeshard.v1.WorkHello
+	(*WorkCredit)(nil),                // 42: timeshard.v1.WorkCredit
+	(*WorkRequest)(nil),               // 43: timeshard.v1.WorkRequest
+	(*HeartbeatResult)(nil),           // 44: timeshard.v1.HeartbeatResult
+	(*WorkResponse)(nil),              // 45: timeshard.v1.WorkResponse
+	(*Node)(nil),                      // 46: timeshard.v1.Node
+	(*ClusterInfoRequest)(nil),        // 47: timeshard.v1.ClusterInfoRequest
+	(*ClusterInfoResponse)(nil),       // 48: timeshard.v1.ClusterInfoResponse
+	(*ShardInfo)(nil),                 // 49: timeshard.v1.ShardInfo
+	(*ShardOwnersRequest)(nil),        // 50: timeshard.v1.ShardOwnersRequest
+	(*ShardOwnersResponse)(nil),       // 51: timeshard.v1.ShardOwnersResponse
+	(*MoveShardRequest)(nil),          // 52: timeshard.v1.MoveShardRequest
+	(*MoveShardResponse)(nil),         // 53: timeshard.v1.MoveShardResponse
+	(*DrainNodeRequest)(nil),          // 54: timeshard.v1.DrainNodeRequest
+	(*DrainNodeResponse)(nil),         // 55: timeshard.v1.DrainNodeResponse
+	(*NodeStatusRequest)(nil),         // 56: timeshard.v1.NodeStatusRequest
+	(*ShardStatus)(nil),               // 57: timeshard.v1.ShardStatus
+	(*LatenessBucket)(nil),            // 58: timeshard.v1.LatenessBucket
+	(*TypeCounts)(nil),                // 59: timeshard.v1.TypeCounts
+	(*TypeWaiting)(nil),               // 60: timeshard.v1.TypeWaiting
+	(*JobEvent)(nil),                  // 61: timeshard.v1.JobEvent
+	(*NodeStatusResponse)(nil),        // 62: timeshard.v1.NodeStatusResponse
+	(*timestamppb.Timestamp)(nil),     // 63: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),       // 64: google.protobuf.Duration
 }
 var file_timeshard_v1_timeshard_proto_depIdxs = []int32{
-	58, // 0: timeshard.v1.Attempt.started_at:type_name -> google.protobuf.Timestamp
-	58, // 1: timeshard.v1.Attempt.finished_at:type_name -> google.protobuf.Timestamp
+	63, // 0: timeshard.v1.Attempt.started_at:type_name -> google.protobuf.Timestamp
+	63, // 1: timeshard.v1.Attempt.finished_at:type_name -> google.protobuf.Timestamp
 	0,  // 2: timeshard.v1.Job.state:type_name -> timeshard.v1.JobState
-	58, // 3: timeshard.v1.Job.run_at:type_name -> google.protobuf.Timestamp
-	58, // 4: timeshard.v1.Job.created_at:type_name -> google.protobuf.Timestamp
-	58, // 5: timeshard.v1.Job.lease_until:type_name -> google.protobuf.Timestamp
-	58, // 6: timeshard.v1.Job.started_at:type_name -> google.protobuf.Timestamp
-	58, // 7: timeshard.v1.Job.finished_at:type_name -> google.protobuf.Timestamp
+	63, // 3: timeshard.v1.Job.run_at:type_name -> google.protobuf.Timestamp
+	63, // 4: timeshard.v1.Job.created_at:type_name -> google.protobuf.Timestamp
+	63, // 5: timeshard.v1.Job.lease_until:type_name -> google.protobuf.Timestamp
+	63, // 6: timeshard.v1.Job.started_at:type_name -> google.protobuf.Timestamp
+	63, // 7: timeshard.v1.Job.finished_at:type_name -> google.protobuf.Timestamp
 	1,  // 8: timeshard.v1.Job.history:type_name -> timeshard.v1.Attempt
-	59, // 9: timeshard.v1.ScheduleJobRequest.delay:type_name -> google.protobuf.Duration
-	58, // 10: timeshard.v1.ScheduleJobRequest.run_at:type_name -> google.protobuf.Timestamp
+	64, // 9: timeshard.v1.ScheduleJobRequest.delay:type_name -> google.protobuf.Duration
+	63, // 10: timeshard.v1.ScheduleJobRequest.run_at:type_name -> google.protobuf.Timestamp
 	2,  // 11: timeshard.v1.ScheduleJobResponse.job:type_name -> timeshard.v1.Job
 	3,  // 12: timeshard.v1.ScheduleJobsRequest.jobs:type_name -> timeshard.v1.ScheduleJobRequest
 	4,  // 13: timeshard.v1.ScheduleJobsResponse.results:type_name -> timeshard.v1.ScheduleJobResponse
 	0,  // 14: timeshard.v1.ListJobsRequest.state:type_name -> timeshard.v1.JobState
 	2,  // 15: timeshard.v1.ListJobsResponse.jobs:type_name -> timeshard.v1.Job
-	59, // 16: timeshard.v1.RescheduleJobRequest.delay:type_name -> google.protobuf.Duration
-	58, // 17: timeshard.v1.RescheduleJobRequest.run_at:type_name -> google.protobuf.Timestamp
-	59, // 18: timeshard.v1.Schedule.misfire_grace:type_name -> google.protobuf.Duration
-	59, // 19: timeshard.v1.Schedule.jitter:type_name -> google.protobuf.Duration
-	58, // 20: timeshard.v1.Schedule.next_fire:type_name -> google.protobuf.Timestamp
-	58, // 21: timeshard.v1.Schedule.last_skip_at:type_name -> google.protobuf.Timestamp
-	58, // 22: timeshard.v1.Schedule.last_fire_at:type_name -> google.protobuf.Timestamp
-	58, // 23: timeshard.v1.Schedule.queued_at:type_name -> google.protobuf.Timestamp
+	64, // 16: timeshard.v1.RescheduleJobRequest.delay:type_name -> google.protobuf.Duration
+	63, // 17: timeshard.v1.RescheduleJobRequest.run_at:type_name -> google.protobuf.Timestamp
+	64, // 18: timeshard.v1.Schedule.misfire_grace:type_name -> google.protobuf.Duration
+	64, // 19: timeshard.v1.Schedule.jitter:type_name -> google.protobuf.Duration
+	63, // 20: timeshard.v1.Schedule.next_fire:type_name -> google.protobuf.Timestamp
+	63, // 21: timeshard.v1.Schedule.last_skip_at:type_name -> google.protobuf.Timestamp
+	63, // 22: timeshard.v1.Schedule.last_fire_at:type_name -> google.protobuf.Timestamp
+	63, // 23: timeshard.v1.Schedule.queued_at:type_name -> google.protobuf.Timestamp
 	12, // 24: timeshard.v1.CreateScheduleRequest.schedule:type_name -> timeshard.v1.Schedule
 	12, // 25: timeshard.v1.ListSchedulesResponse.schedules:type_name -> timeshard.v1.Schedule
 	12, // 26: timeshard.v1.UpdateScheduleRequest.schedule:type_name -> timeshard.v1.Schedule
-	58, // 27: timeshard.v1.PreviewRequest.from:type_name -> google.protobuf.Timestamp
-	58, // 28: timeshard.v1.FireTime.utc:type_name -> google.protobuf.Timestamp
+	63, // 27: timeshard.v1.PreviewRequest.from:type_name -> google.protobuf.Timestamp
+	63, // 28: timeshard.v1.FireTime.utc:type_name -> google.protobuf.Timestamp
 	21, // 29: timeshard.v1.PreviewResponse.times:type_name -> timeshard.v1.FireTime
-	58, // 30: timeshard.v1.ListDeadLettersRequest.since:type_name -> google.protobuf.Timestamp
+	63, // 30: timeshard.v1.ListDeadLettersRequest.since:type_name -> google.protobuf.Timestamp
 	2,  // 31: timeshard.v1.ListDeadLettersResponse.jobs:type_name -> timeshard.v1.Job
 	2,  // 32: timeshard.v1.ReplayDeadLettersResponse.jobs:type_name -> timeshard.v1.Job
-	59, // 33: timeshard.v1.ClaimRequest.wait:type_name -> google.protobuf.Duration
-	59, // 34: timeshard.v1.ClaimRequest.lease:type_name -> google.protobuf.Duration
+	64, // 33: timeshard.v1.ClaimRequest.wait:type_name -> google.protobuf.Duration
+	64, // 34: timeshard.v1.ClaimRequest.lease:type_name -> google.protobuf.Duration
 	2,  // 35: timeshard.v1.ClaimedJob.job:type_name -> timeshard.v1.Job
-	58, // 36: timeshard.v1.ClaimedJob.lease_until:type_name -> google.protobuf.Timestamp
-	59, // 37: timeshard.v1.ClaimedJob.lease:type_name -> google.protobuf.Duration
+	63, // 36: timeshard.v1.ClaimedJob.lease_until:type_name -> google.protobuf.Timestamp
+	64, // 37: timeshard.v1.ClaimedJob.lease:type_name -> google.protobuf.Duration
 	29, // 38: timeshard.v1.ClaimResponse.jobs:type_name -> timeshard.v1.ClaimedJob
-	59, // 39: timeshard.v1.HeartbeatRequest.lease:type_name -> google.protobuf.Duration
-	58, // 40: timeshard.v1.HeartbeatResponse.lease_until:type_name -> google.protobuf.Timestamp
-	59, // 41: timeshard.v1.HeartbeatResponse.lease:type_name -> google.protobuf.Duration
+	64, // 39: timeshard.v1.HeartbeatRequest.lease:type_name -> google.protobuf.Duration
+	63, // 40: timeshard.v1.HeartbeatResponse.lease_until:type_name -> google.protobuf.Timestamp
+	64, // 41: timeshard.v1.HeartbeatResponse.lease:type_name -> google.protobuf.Duration
 	0,  // 42: timeshard.v1.FailResponse.state:type_name -> timeshard.v1.JobState
-	58, // 43: timeshard.v1.FailResponse.retry_at:type_name -> google.protobuf.Timestamp
+	63, // 43: timeshard.v1.FailResponse.retry_at:type_name -> google.protobuf.Timestamp
 	37, // 44: timeshard.v1.FinishRequest.items:type_name -> timeshard.v1.FinishItem
 	0,  // 45: timeshard.v1.FinishResult.state:type_name -> timeshard.v1.JobState
 	39, // 46: timeshard.v1.FinishResponse.results:type_name -> timeshard.v1.FinishResult
-	41, // 47: timeshard.v1.ClusterInfoResponse.nodes:type_name -> timeshard.v1.Node
-	58, // 48: timeshard.v1.ShardInfo.cursor:type_name -> google.protobuf.Timestamp
-	44, // 49: timeshard.v1.ShardOwnersResponse.shards:type_name -> timeshard.v1.ShardInfo
-	59, // 50: timeshard.v1.NodeStatusRequest.window:type_name -> google.protobuf.Duration
-	58, // 51: timeshard.v1.JobEvent.at:type_name -> google.protobuf.Timestamp
-	52, // 52: timeshard.v1.NodeStatusResponse.shards:type_name -> timeshard.v1.ShardStatus
-	59, // 53: timeshard.v1.NodeStatusResponse.window:type_name -> google.protobuf.Duration
-	53, // 54: timeshard.v1.NodeStatusResponse.lateness:type_name -> timeshard.v1.LatenessBucket
-	54, // 55: timeshard.v1.NodeStatusResponse.jobs:type_name -> timeshard.v1.TypeCounts
-	58, // 56: timeshard.v1.NodeStatusResponse.dead_letters_at:type_name -> google.protobuf.Timestamp
-	56, // 57: timeshard.v1.NodeStatusResponse.recent_failures:type_name -> timeshard.v1.JobEvent
-	56, // 58: timeshard.v1.NodeStatusResponse.recent_dead_letters:type_name -> timeshard.v1.JobEvent
-	55, // 59: timeshard.v1.NodeStatusResponse.unclaimed:type_name -> timeshard.v1.TypeWaiting
-	3,  // 60: timeshard.v1.JobService.ScheduleJob:input_type -> timeshard.v1.ScheduleJobRequest
-	5,  // 61: timeshard.v1.JobService.ScheduleJobs:input_type -> timeshard.v1.ScheduleJobsRequest
-	7,  // 62: timeshard.v1.JobService.GetJob:input_type -> timeshard.v1.GetJobRequest
-	8,  // 63: timeshard.v1.JobService.ListJobs:input_type -> timeshard.v1.ListJobsRequest
-	10, // 64: timeshard.v1.JobService.CancelJob:input_type -> timeshard.v1.CancelJobRequest
-	11, // 65: timeshard.v1.JobService.RescheduleJob:input_type -> timeshard.v1.RescheduleJobRequest
-	13, // 66: timeshard.v1.JobService.CreateSchedule:input_type -> timeshard.v1.CreateScheduleRequest
-	14, // 67: timeshard.v1.JobService.GetSchedule:input_type -> timeshard.v1.GetScheduleRequest
-	15, // 68: timeshard.v1.JobService.ListSchedules:input_type -> timeshard.v1.ListSchedulesRequest
-	17, // 69: timeshard.v1.JobService.UpdateSchedule:input_type -> timeshard.v1.UpdateScheduleRequest
-	18, // 70: timeshard.v1.JobService.PauseSchedule:input_type -> timeshard.v1.ScheduleIdRequest
-	18, // 71: timeshard.v1.JobService.ResumeSchedule:input_type -> timeshard.v1.ScheduleIdRequest
-	18, // 72: timeshard.v1.JobService.DeleteSchedule:input_type -> timeshard.v1.ScheduleIdRequest
-	20, // 73: timeshard.v1.JobService.PreviewSchedule:input_type -> timeshard.v1.PreviewRequest
-	23, // 74: timeshard.v1.JobService.ListDeadLetters:input_type -> timeshard.v1.ListDeadLettersRequest
-	25, // 75: timeshard.v1.JobService.ReplayDeadLetters:input_type -> timeshard.v1.ReplayDeadLettersRequest
-	25, // 76: timeshard.v1.JobService.PurgeDeadLetters:input_type -> timeshard.v1.ReplayDeadLettersRequest
-	28, // 77: timeshard.v1.WorkerService.Claim:input_type -> timeshard.v1.ClaimRequest
-	31, // 78: timeshard.v1.WorkerService.Heartbeat:input_type -> timeshard.v1.HeartbeatRequest
-	33, // 79: timeshard.v1.WorkerService.Complete:input_type -> timeshard.v1.CompleteRequest
-	35, // 80: timeshard.v1.WorkerService.Fail:input_type -> timeshard.v1.FailRequest
-	38, // 81: timeshard.v1.WorkerService.Finish:input_type -> timeshard.v1.FinishRequest
-	42, // 82: timeshard.v1.AdminService.ClusterInfo:input_type -> timeshard.v1.ClusterInfoRequest
-	45, // 83: timeshard.v1.AdminService.ShardOwners:input_type -> timeshard.v1.ShardOwnersRequest
-	47, // 84: timeshard.v1.AdminService.MoveShard:input_type -> timeshard.v1.MoveShardRequest
-	49, // 85: timeshard.v1.AdminService.DrainNode:input_type -> timeshard.v1.DrainNodeRequest
-	51, // 86: timeshard.v1.AdminService.NodeStatus:input_type -> timeshard.v1.NodeStatusRequest
-	4,  // 87: timeshard.v1.JobService.ScheduleJob:output_type -> timeshard.v1.ScheduleJobResponse
-	6,  // 88: timeshard.v1.JobService.ScheduleJobs:output_type -> timeshard.v1.ScheduleJobsResponse
-	2,  // 89: timeshard.v1.JobService.GetJob:output_type -> timeshard.v1.Job
-	9,  // 90: timeshard.v1.JobService.ListJobs:output_type -> timeshard.v1.ListJobsResponse
-	2,  // 91: timeshard.v1.JobService.CancelJob:output_type -> timeshard.v1.Job
-	2,  // 92: timeshard.v1.JobService.RescheduleJob:output_type -> timeshard.v1.Job
-	12, // 93: timeshard.v1.JobService.CreateSchedule:output_type -> timeshard.v1.Schedule
-	12, // 94: timeshard.v1.JobService.GetSchedule:output_type -> timeshard.v1.Schedule
-	16, // 95: timeshard.v1.JobService.ListSchedules:output_type -> timeshard.v1.ListSchedulesResponse
-	12, // 96: timeshard.v1.JobService.UpdateSchedule:output_type -> timeshard.v1.Schedule
-	12, // 97: timeshard.v1.JobService.PauseSchedule:output_type -> timeshard.v1.Schedule
-	12, // 98: timeshard.v1.JobService.ResumeSchedule:output_type -> timeshard.v1.Schedule
-	19, // 99: timeshard.v1.JobService.DeleteSchedule:output_type -> timeshard.v1.DeleteScheduleResponse
-	22, // 100: timeshard.v1.JobService.PreviewSchedule:output_type -> timeshard.v1.PreviewResponse
-	24, // 101: timeshard.v1.JobService.ListDeadLetters:output_type -> timeshard.v1.ListDeadLettersResponse
-	26, // 102: timeshard.v1.JobService.ReplayDeadLetters:output_type -> timeshard.v1.ReplayDeadLettersResponse
-	27, // 103: timeshard.v1.JobService.PurgeDeadLetters:output_type -> timeshard.v1.PurgeDeadLettersResponse
-	30, // 104: timeshard.v1.WorkerService.Claim:output_type -> timeshard.v1.ClaimResponse
-	32, // 105: timeshard.v1.WorkerService.Heartbeat:output_type -> timeshard.v1.HeartbeatResponse
-	34, // 106: timeshard.v1.WorkerService.Complete:output_type -> timeshard.v1.CompleteResponse
-	36, // 107: timeshard.v1.WorkerService.Fail:output_type -> timeshard.v1.FailResponse
-	40, // 108: timeshard.v1.WorkerService.Finish:output_type -> timeshard.v1.FinishResponse
-	43, // 109: timeshard.v1.AdminService.ClusterInfo:output_type -> timeshard.v1.ClusterInfoResponse
-	46, // 110: timeshard.v1.AdminService.ShardOwners:output_type -> timeshard.v1.ShardOwnersResponse
-	48, // 111: timeshard.v1.AdminService.MoveShard:output_type -> timeshard.v1.MoveShardResponse
-	50, // 112: timeshard.v1.AdminService.DrainNode:output_type -> timeshard.v1.DrainNodeResponse
-	57, // 113: timeshard.v1.AdminService.NodeStatus:output_type -> timeshard.v1.NodeStatusResponse
-	87, // [87:114] is the sub-list for method output_type
-	60, // [60:87] is the sub-list for method input_type
-	60, // [60:60] is the sub-list for extension type_name
-	60, // [60:60] is the sub-list for extension extendee
-	0,  // [0:60] is the sub-list for field type_name
+	64, // 47: timeshard.v1.WorkHello.lease:type_name -> google.protobuf.Duration
+	41, // 48: timeshard.v1.WorkRequest.hello:type_name -> timeshard.v1.WorkHello
+	42, // 49: timeshard.v1.WorkRequest.credits:type_name -> timeshard.v1.WorkCredit
+	31, // 50: timeshard.v1.WorkRequest.heartbeats:type_name -> timeshard.v1.HeartbeatRequest
+	37, // 51: timeshard.v1.WorkRequest.results:type_name -> timeshard.v1.FinishItem
+	32, // 52: timeshard.v1.HeartbeatResult.lease:type_name -> timeshard.v1.HeartbeatResponse
+	29, // 53: timeshard.v1.WorkResponse.jobs:type_name -> timeshard.v1.ClaimedJob
+	44, // 54: timeshard.v1.WorkResponse.heartbeats:type_name -> timeshard.v1.HeartbeatResult
+	39, // 55: timeshard.v1.WorkResponse.results:type_name -> timeshard.v1.FinishResult
+	46, // 56: timeshard.v1.ClusterInfoResponse.nodes:type_name -> timeshard.v1.Node
+	63, // 57: timeshard.v1.ShardInfo.cursor:type_name -> google.protobuf.Timestamp
+	49, // 58: timeshard.v1.ShardOwnersResponse.shards:type_name -> timeshard.v1.ShardInfo
+	64, // 59: timeshard.v1.NodeStatusRequest.window:type_name -> google.protobuf.Duration
+	63, // 60: timeshard.v1.JobEvent.at:type_name -> google.protobuf.Timestamp
+	57, // 61: timeshard.v1.NodeStatusResponse.shards:type_name -> timeshard.v1.ShardStatus
+	64, // 62: timeshard.v1.NodeStatusResponse.window:type_name -> google.protobuf.Duration
+	58, // 63: timeshard.v1.NodeStatusResponse.lateness:type_name -> timeshard.v1.LatenessBucket
+	59, // 64: timeshard.v1.NodeStatusResponse.jobs:type_name -> timeshard.v1.TypeCounts
+	63, // 65: timeshard.v1.NodeStatusResponse.dead_letters_at:type_name -> google.protobuf.Timestamp
+	61, // 66: timeshard.v1.NodeStatusResponse.recent_failures:type_name -> timeshard.v1.JobEvent
+	61, // 67: timeshard.v1.NodeStatusResponse.recent_dead_letters:type_name -> timeshard.v1.JobEvent
+	60, // 68: timeshard.v1.NodeStatusResponse.unclaimed:type_name -> timeshard.v1.TypeWaiting
+	3,  // 69: timeshard.v1.JobService.ScheduleJob:input_type -> timeshard.v1.ScheduleJobRequest
+	5,  // 70: timeshard.v1.JobService.ScheduleJobs:input_type -> timeshard.v1.ScheduleJobsRequest
+	7,  // 71: timeshard.v1.JobService.GetJob:input_type -> timeshard.v1.GetJobRequest
+	8,  // 72: timeshard.v1.JobService.ListJobs:input_type -> timeshard.v1.ListJobsRequest
+	10, // 73: timeshard.v1.JobService.CancelJob:input_type -> timeshard.v1.CancelJobRequest
+	11, // 74: timeshard.v1.JobService.RescheduleJob:input_type -> timeshard.v1.RescheduleJobRequest
+	13, // 75: timeshard.v1.JobService.CreateSchedule:input_type -> timeshard.v1.CreateScheduleRequest
+	14, // 76: timeshard.v1.JobService.GetSchedule:input_type -> timeshard.v1.GetScheduleRequest
+	15, // 77: timeshard.v1.JobService.ListSchedules:input_type -> timeshard.v1.ListSchedulesRequest
+	17, // 78: timeshard.v1.JobService.UpdateSchedule:input_type -> timeshard.v1.UpdateScheduleRequest
+	18, // 79: timeshard.v1.JobService.PauseSchedule:input_type -> timeshard.v1.ScheduleIdRequest
+	18, // 80: timeshard.v1.JobService.ResumeSchedule:input_type -> timeshard.v1.ScheduleIdRequest
+	18, // 81: timeshard.v1.JobService.DeleteSchedule:input_type -> timeshard.v1.ScheduleIdRequest
+	20, // 82: timeshard.v1.JobService.PreviewSchedule:input_type -> timeshard.v1.PreviewRequest
+	23, // 83: timeshard.v1.JobService.ListDeadLetters:input_type -> timeshard.v1.ListDeadLettersRequest
+	25, // 84: timeshard.v1.JobService.ReplayDeadLetters:input_type -> timeshard.v1.ReplayDeadLettersRequest
+	25, // 85: timeshard.v1.JobService.PurgeDeadLetters:input_type -> timeshard.v1.ReplayDeadLettersRequest
+	28, // 86: timeshard.v1.WorkerService.Claim:input_type -> timeshard.v1.ClaimRequest
+	31, // 87: timeshard.v1.WorkerService.Heartbeat:input_type -> timeshard.v1.HeartbeatRequest
+	33, // 88: timeshard.v1.WorkerService.Complete:input_type -> timeshard.v1.CompleteRequest
+	35, // 89: timeshard.v1.WorkerService.Fail:input_type -> timeshard.v1.FailRequest
+	38, // 90: timeshard.v1.WorkerService.Finish:input_type -> timeshard.v1.FinishRequest
+	43, // 91: timeshard.v1.WorkerService.Work:input_type -> timeshard.v1.WorkRequest
+	47, // 92: timeshard.v1.AdminService.ClusterInfo:input_type -> timeshard.v1.ClusterInfoRequest
+	50, // 93: timeshard.v1.AdminService.ShardOwners:input_type -> timeshard.v1.ShardOwnersRequest
+	52, // 94: timeshard.v1.AdminService.MoveShard:input_type -> timeshard.v1.MoveShardRequest
+	54, // 95: timeshard.v1.AdminService.DrainNode:input_type -> timeshard.v1.DrainNodeRequest
+	56, // 96: timeshard.v1.AdminService.NodeStatus:input_type -> timeshard.v1.NodeStatusRequest
+	4,  // 97: timeshard.v1.JobService.ScheduleJob:output_type -> timeshard.v1.ScheduleJobResponse
+	6,  // 98: timeshard.v1.JobService.ScheduleJobs:output_type -> timeshard.v1.ScheduleJobsResponse
+	2,  // 99: timeshard.v1.JobService.GetJob:output_type -> timeshard.v1.Job
+	9,  // 100: timeshard.v1.JobService.ListJobs:output_type -> timeshard.v1.ListJobsResponse
+	2,  // 101: timeshard.v1.JobService.CancelJob:output_type -> timeshard.v1.Job
+	2,  // 102: timeshard.v1.JobService.RescheduleJob:output_type -> timeshard.v1.Job
+	12, // 103: timeshard.v1.JobService.CreateSchedule:output_type -> timeshard.v1.Schedule
+	12, // 104: timeshard.v1.JobService.GetSchedule:output_type -> timeshard.v1.Schedule
+	16, // 105: timeshard.v1.JobService.ListSchedules:output_type -> timeshard.v1.ListSchedulesResponse
+	12, // 106: timeshard.v1.JobService.UpdateSchedule:output_type -> timeshard.v1.Schedule
+	12, // 107: timeshard.v1.JobService.PauseSchedule:output_type -> timeshard.v1.Schedule
+	12, // 108: timeshard.v1.JobService.ResumeSchedule:output_type -> timeshard.v1.Schedule
+	19, // 109: timeshard.v1.JobService.DeleteSchedule:output_type -> timeshard.v1.DeleteScheduleResponse
+	22, // 110: timeshard.v1.JobService.PreviewSchedule:output_type -> timeshard.v1.PreviewResponse
+	24, // 111: timeshard.v1.JobService.ListDeadLetters:output_type -> timeshard.v1.ListDeadLettersResponse
+	26, // 112: timeshard.v1.JobService.ReplayDeadLetters:output_type -> timeshard.v1.ReplayDeadLettersResponse
+	27, // 113: timeshard.v1.JobService.PurgeDeadLetters:output_type -> timeshard.v1.PurgeDeadLettersResponse
+	30, // 114: timeshard.v1.WorkerService.Claim:output_type -> timeshard.v1.ClaimResponse
+	32, // 115: timeshard.v1.WorkerService.Heartbeat:output_type -> timeshard.v1.HeartbeatResponse
+	34, // 116: timeshard.v1.WorkerService.Complete:output_type -> timeshard.v1.CompleteResponse
+	36, // 117: timeshard.v1.WorkerService.Fail:output_type -> timeshard.v1.FailResponse
+	40, // 118: timeshard.v1.WorkerService.Finish:output_type -> timeshard.v1.FinishResponse
+	45, // 119: timeshard.v1.WorkerService.Work:output_type -> timeshard.v1.WorkResponse
+	48, // 120: timeshard.v1.AdminService.ClusterInfo:output_type -> timeshard.v1.ClusterInfoResponse
+	51, // 121: timeshard.v1.AdminService.ShardOwners:output_type -> timeshard.v1.ShardOwnersResponse
+	53, // 122: timeshard.v1.AdminService.MoveShard:output_type -> timeshard.v1.MoveShardResponse
+	55, // 123: timeshard.v1.AdminService.DrainNode:output_type -> timeshard.v1.DrainNodeResponse
+	62, // 124: timeshard.v1.AdminService.NodeStatus:output_type -> timeshard.v1.NodeStatusResponse
+	97, // [97:125] is the sub-list for method output_type
+	69, // [69:97] is the sub-list for method input_type
+	69, // [69:69] is the sub-list for extension type_name
+	69, // [69:69] is the sub-list for extension extendee
+	0,  // [0:69] is the sub-list for field type_name
 }
 
 func init() { file_timeshard_v1_timeshard_proto_init() }
@@ -4348,7 +4757,7 @@ func file_timeshard_v1_timeshard_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_timeshard_v1_timeshard_proto_rawDesc), len(file_timeshard_v1_timeshard_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   57,
+			NumMessages:   62,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

@@ -736,6 +736,7 @@ const (
 	WorkerService_Complete_FullMethodName  = "/timeshard.v1.WorkerService/Complete"
 	WorkerService_Fail_FullMethodName      = "/timeshard.v1.WorkerService/Fail"
 	WorkerService_Finish_FullMethodName    = "/timeshard.v1.WorkerService/Finish"
+	WorkerService_Work_FullMethodName      = "/timeshard.v1.WorkerService/Work"
 )
 
 // WorkerServiceClient is the client API for WorkerService service.
@@ -747,6 +748,7 @@ type WorkerServiceClient interface {
 	Complete(ctx context.Context, in *CompleteRequest, opts ...grpc.CallOption) (*CompleteResponse, error)
 	Fail(ctx context.Context, in *FailRequest, opts ...grpc.CallOption) (*FailResponse, error)
 	Finish(ctx context.Context, in *FinishRequest, opts ...grpc.CallOption) (*FinishResponse, error)
+	Work(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[WorkRequest, WorkResponse], error)
 }
 
 type workerServiceClient struct {
@@ -807,6 +809,19 @@ func (c *workerServiceClient) Finish(ctx context.Context, in *FinishRequest, opt
 	return out, nil
 }
 
+func (c *workerServiceClient) Work(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[WorkRequest, WorkResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &WorkerService_ServiceDesc.Streams[0], WorkerService_Work_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[WorkRequest, WorkResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type WorkerService_WorkClient = grpc.BidiStreamingClient[WorkRequest, WorkResponse]
+
 // WorkerServiceServer is the server API for WorkerService service.
 // All implementations must embed UnimplementedWorkerServiceServer
 // for forward compatibility.
@@ -816,6 +831,7 @@ type WorkerServiceServer interface {
 	Complete(context.Context, *CompleteRequest) (*CompleteResponse, error)
 	Fail(context.Context, *FailRequest) (*FailResponse, error)
 	Finish(context.Context, *FinishRequest) (*FinishResponse, error)
+	Work(grpc.BidiStreamingServer[WorkRequest, WorkResponse]) error
 	mustEmbedUnimplementedWorkerServiceServer()
 }
 
@@ -840,6 +856,9 @@ func (UnimplementedWorkerServiceServer) Fail(context.Context, *FailRequest) (*Fa
 }
 func (UnimplementedWorkerServiceServer) Finish(context.Context, *FinishRequest) (*FinishResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Finish not implemented")
+}
+func (UnimplementedWorkerServiceServer) Work(grpc.BidiStreamingServer[WorkRequest, WorkResponse]) error {
+	return status.Error(codes.Unimplemented, "method Work not implemented")
 }
 func (UnimplementedWorkerServiceServer) mustEmbedUnimplementedWorkerServiceServer() {}
 func (UnimplementedWorkerServiceServer) testEmbeddedByValue()                       {}
@@ -952,6 +971,13 @@ func _WorkerService_Finish_Handler(srv interface{}, ctx context.Context, dec fun
 	return interceptor(ctx, in, info, handler)
 }
 
+func _WorkerService_Work_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(WorkerServiceServer).Work(&grpc.GenericServerStream[WorkRequest, WorkResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type WorkerService_WorkServer = grpc.BidiStreamingServer[WorkRequest, WorkResponse]
+
 // WorkerService_ServiceDesc is the grpc.ServiceDesc for WorkerService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -980,7 +1006,14 @@ var WorkerService_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _WorkerService_Finish_Handler,
 		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "Work",
+			Handler:       _WorkerService_Work_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
+		},
+	},
 	Metadata: "timeshard/v1/timeshard.proto",
 }
 

@@ -1,0 +1,332 @@
+// The client: jobs, schedules (cron) and dead letters, over JobService.
+import {
+  type ClusterInfoResponse,
+  type FireTime,
+  type Job,
+  JobState,
+  Schedule,
+  type ScheduleJobRequest,
+} from "./gen/timeshard/v1/timeshard.js";
+import { type ConnectOptions, resolveSecurity, resolveServers } from "./config.js";
+import { NodeConnection, unary } from "./connection.js";
+import { InvalidArgumentError, UnavailableError } from "./errors.js";
+import { durationOf } from "./time.js";
+import type { Metadata } from "@grpc/grpc-js";
+import { status } from "@grpc/grpc-js";
+
+export { JobState };
+export type { Job, FireTime, ClusterInfoResponse };
+export { Schedule };
+
+/** A job's payload: bytes, or a string sent as UTF-8. */
+export type Payload = Uint8Array | string;
+
+/** When a job is due: after a delay, or at a time (epoch ms or a Date); neither means now. */
+export interface When {
+  delayMs?: number;
+  runAt?: Date | number;
+}
+
+export interface ScheduleOptions extends When {
+  payload?: Payload;
+  /** A repeat with the same key returns the same job; the same key with another body fails. */
+  idempotencyKey?: string;
+  /** 0 or unset: the server's default for the type; at most 1000. */
+  maxAttempts?: number;
+}
+
+export interface JobSpec extends ScheduleOptions {
+  type: string;
+}
+
+export interface Scheduled {
+  job: Job;
+  /** False when an idempotency key matched a job already there (that job is returned). */
+  created: boolean;
+}
+
+export interface Page<T> {
+  items: T[];
+  /** "" on the last page. */
+  nextPageToken: string;
+}
+
+export interface ListOptions {
+  state?: JobState;
+  type?: string;
+  pageSize?: number;
+  pageToken?: string;
+}
+
+/** A cron schedule to create: durations in milliseconds, the rest as `Schedule` names it. */
+export interface ScheduleSpec {
+  scheduleId: string;
+  cron: string;
+  type: string;
+  timezone?: string;
+  payload?: Payload;
+  misfire?: "skip" | "once" | "all";
+  misfireGraceMs?: number;
+  maxCatchup?: number;
+  overlap?: "skip" | "queue" | "allow";
+  maxConcurrent?: number;
+  jitterMs?: number;
+  dstGap?: "" | "shift" | "skip";
+  dstFold?: "" | "first" | "both";
+  paused?: boolean;
+  maxAttempts?: number;
+}
+
+export interface PreviewOptions {
+  timezone?: string;
+  from?: Date | number;
+  count?: number;
+  dstGap?: string;
+  dstFold?: string;
+}
+
+export interface ClientOptions extends ConnectOptions {
+  /** Deadline of each call (default 30 s). */
+  timeoutMs?: number;
+}
+
+function bytes(payload: Payload | undefined): Buffer {
+  if (payload === undefined) return Buffer.alloc(0);
+  return typeof payload === "string" ? Buffer.from(payload, "utf8") : Buffer.from(payload);
+}
+
+function when(w: When): ScheduleJobRequest["when"] {
+  if (w.delayMs !== undefined && w.runAt !== undefined) {
+    throw new InvalidArgumentError(status.INVALID_ARGUMENT, "give delayMs or runAt, not both");
+  }
+  if (w.runAt !== undefined) {
+    return { $case: "runAt", value: w.runAt instanceof Date ? w.runAt : new Date(w.runAt) };
+  }
+  return { $case: "delay", value: durationOf(w.delayMs ?? 0) };
+}
+
+/** Both fields as given: a call naming ids and a type is the server's to refuse. */
+function deadLetterRequest(which: { jobIds: string[] } | { type: string }): { jobIds: string[]; type: string } {
+  const w = which as { jobIds?: string[]; type?: string };
+  return { jobIds: w.jobIds ?? [], type: w.type ?? "" };
+}
+
+function jobRequest(spec: JobSpec): ScheduleJobRequest {
+  return {
+    type: spec.type,
+    payload: bytes(spec.payload),
+    when: when(spec),
+    idempotencyKey: spec.idempotencyKey ?? "",
+    maxAttempts: spec.maxAttempts ?? 0,
+  };
+}
+
+/**
+ * A client of the cluster: every method is one call to a node. A call that may safely be
+ * repeated (reads, cancel, reschedule, schedules, a schedule with an idempotency key) moves on
+ * to the next node listed when one is unavailable; a schedule without a key does not, since
+ * the first node may have stored the job before its answer was lost.
+ */
+export class Client {
+  private readonly nodes: NodeConnection[];
+  private readonly metadata: Metadata;
+  private readonly timeoutMs: number;
+
+  constructor(opts: ClientOptions = {}) {
+    const security = resolveSecurity(opts);
+    this.nodes = resolveServers(opts.servers).map((a) => new NodeConnection(a, security));
+    this.metadata = security.metadata;
+    this.timeoutMs = opts.timeoutMs ?? 30_000;
+  }
+
+  close(): void {
+    for (const n of this.nodes) n.close();
+  }
+
+  private async call<T>(retryable: boolean, fn: (n: NodeConnection) => Promise<T>): Promise<T> {
+    let last: unknown;
+    for (const node of retryable ? this.nodes : this.nodes.slice(0, 1)) {
+      try {
+        return await fn(node);
+      } catch (err) {
+        if (!(err instanceof UnavailableError)) throw err;
+        last = err;
+      }
+    }
+    throw last;
+  }
+
+  private get settings() {
+    return { timeoutMs: this.timeoutMs };
+  }
+
+  // -- jobs --------------------------------------------------------------------------------
+
+  /** Schedule one job, due after `delayMs` or at `runAt` (now when neither is given). */
+  async schedule(type: string, opts: ScheduleOptions = {}): Promise<Scheduled> {
+    const request = jobRequest({ ...opts, type });
+    const res = await this.call(Boolean(opts.idempotencyKey), (n) =>
+      unary(n.jobs.scheduleJob.bind(n.jobs), request, this.metadata, this.settings),
+    );
+    return { job: res.job!, created: res.created };
+  }
+
+  /** Schedule up to 1000 jobs in one call: all are checked first, and one bad item fails all. */
+  async scheduleMany(specs: JobSpec[]): Promise<Scheduled[]> {
+    const request = { jobs: specs.map(jobRequest) };
+    const res = await this.call(
+      specs.every((s) => Boolean(s.idempotencyKey)),
+      (n) => unary(n.jobs.scheduleJobs.bind(n.jobs), request, this.metadata, this.settings),
+    );
+    return res.results.map((r) => ({ job: r.job!, created: r.created }));
+  }
+
+  async get(jobId: string): Promise<Job> {
+    return this.call(true, (n) =>
+      unary(n.jobs.getJob.bind(n.jobs), { jobId }, this.metadata, this.settings),
+    );
+  }
+
+  async list(opts: ListOptions = {}): Promise<Page<Job>> {
+    const request = {
+      state: opts.state ?? JobState.JOB_STATE_UNSPECIFIED,
+      type: opts.type ?? "",
+      pageSize: opts.pageSize ?? 0,
+      pageToken: opts.pageToken ?? "",
+    };
+    const res = await this.call(true, (n) =>
+      unary(n.jobs.listJobs.bind(n.jobs), request, this.metadata, this.settings),
+    );
+    return { items: res.jobs, nextPageToken: res.nextPageToken };
+  }
+
+  /** Cancel a job: a running one's handler is told at its next heartbeat. */
+  async cancel(jobId: string): Promise<Job> {
+    return this.call(true, (n) =>
+      unary(n.jobs.cancelJob.bind(n.jobs), { jobId }, this.metadata, this.settings),
+    );
+  }
+
+  async reschedule(jobId: string, to: When): Promise<Job> {
+    const request = { jobId, when: when(to) };
+    return this.call(true, (n) =>
+      unary(n.jobs.rescheduleJob.bind(n.jobs), request, this.metadata, this.settings),
+    );
+  }
+
+  // -- schedules ---------------------------------------------------------------------------
+
+  async createSchedule(spec: ScheduleSpec): Promise<Schedule> {
+    const schedule = Schedule.fromPartial({
+      scheduleId: spec.scheduleId,
+      cron: spec.cron,
+      type: spec.type,
+      timezone: spec.timezone ?? "",
+      payload: bytes(spec.payload),
+      misfire: spec.misfire ?? "",
+      misfireGrace: spec.misfireGraceMs === undefined ? undefined : durationOf(spec.misfireGraceMs),
+      maxCatchup: spec.maxCatchup ?? 0,
+      overlap: spec.overlap ?? "",
+      maxConcurrent: spec.maxConcurrent ?? 0,
+      jitter: spec.jitterMs === undefined ? undefined : durationOf(spec.jitterMs),
+      dstGap: spec.dstGap ?? "",
+      dstFold: spec.dstFold ?? "",
+      paused: spec.paused ?? false,
+      maxAttempts: spec.maxAttempts ?? 0,
+    });
+    return this.call(true, (n) =>
+      unary(n.jobs.createSchedule.bind(n.jobs), { schedule }, this.metadata, this.settings),
+    );
+  }
+
+  async getSchedule(scheduleId: string): Promise<Schedule> {
+    return this.call(true, (n) =>
+      unary(n.jobs.getSchedule.bind(n.jobs), { scheduleId }, this.metadata, this.settings),
+    );
+  }
+
+  async listSchedules(opts: { pageSize?: number; pageToken?: string } = {}): Promise<Page<Schedule>> {
+    const request = { pageSize: opts.pageSize ?? 0, pageToken: opts.pageToken ?? "" };
+    const res = await this.call(true, (n) =>
+      unary(n.jobs.listSchedules.bind(n.jobs), request, this.metadata, this.settings),
+    );
+    return { items: res.schedules, nextPageToken: res.nextPageToken };
+  }
+
+  async pauseSchedule(scheduleId: string): Promise<Schedule> {
+    return this.call(true, (n) =>
+      unary(n.jobs.pauseSchedule.bind(n.jobs), { scheduleId }, this.metadata, this.settings),
+    );
+  }
+
+  async resumeSchedule(scheduleId: string): Promise<Schedule> {
+    return this.call(true, (n) =>
+      unary(n.jobs.resumeSchedule.bind(n.jobs), { scheduleId }, this.metadata, this.settings),
+    );
+  }
+
+  async deleteSchedule(scheduleId: string): Promise<void> {
+    await this.call(true, (n) =>
+      unary(n.jobs.deleteSchedule.bind(n.jobs), { scheduleId }, this.metadata, this.settings),
+    );
+  }
+
+  /** The next fire times of a cron expression, without creating anything. */
+  async previewSchedule(cron: string, opts: PreviewOptions = {}): Promise<FireTime[]> {
+    const from = opts.from === undefined ? undefined : new Date(opts.from);
+    const request = {
+      cron,
+      timezone: opts.timezone ?? "",
+      from,
+      count: opts.count ?? 0,
+      dstGap: opts.dstGap ?? "",
+      dstFold: opts.dstFold ?? "",
+    };
+    const res = await this.call(true, (n) =>
+      unary(n.jobs.previewSchedule.bind(n.jobs), request, this.metadata, this.settings),
+    );
+    return res.times;
+  }
+
+  // -- dead letters ------------------------------------------------------------------------
+
+  async listDeadLetters(
+    opts: { type?: string; since?: Date | number; pageSize?: number; pageToken?: string } = {},
+  ): Promise<Page<Job>> {
+    const request = {
+      type: opts.type ?? "",
+      since: opts.since === undefined ? undefined : new Date(opts.since),
+      pageSize: opts.pageSize ?? 0,
+      pageToken: opts.pageToken ?? "",
+    };
+    const res = await this.call(true, (n) =>
+      unary(n.jobs.listDeadLetters.bind(n.jobs), request, this.metadata, this.settings),
+    );
+    return { items: res.jobs, nextPageToken: res.nextPageToken };
+  }
+
+  /** Schedule dead jobs again, now (by id, or up to 1000 of a type per call). */
+  async replayDeadLetters(which: { jobIds: string[] } | { type: string }): Promise<Job[]> {
+    const request = deadLetterRequest(which);
+    const res = await this.call(true, (n) =>
+      unary(n.jobs.replayDeadLetters.bind(n.jobs), request, this.metadata, this.settings),
+    );
+    return res.jobs;
+  }
+
+  /** Delete dead jobs for good; the ids purged. */
+  async purgeDeadLetters(which: { jobIds: string[] } | { type: string }): Promise<string[]> {
+    const request = deadLetterRequest(which);
+    const res = await this.call(true, (n) =>
+      unary(n.jobs.purgeDeadLetters.bind(n.jobs), request, this.metadata, this.settings),
+    );
+    return res.jobIds;
+  }
+
+  /** Every node of the cluster, as the first node that answers knows them. */
+  async clusterInfo(): Promise<ClusterInfoResponse> {
+    return this.call(true, (n) =>
+      unary(n.admin.clusterInfo.bind(n.admin), {}, this.metadata, this.settings),
+    );
+  }
+}

@@ -1,0 +1,87 @@
+// Typed errors mirroring the gRPC status a node answered with, and the handler's PermanentError.
+import { status, type ServiceError } from "@grpc/grpc-js";
+
+/** The root of every error this package raises for a call a node refused or did not answer. */
+export class TimeshardError extends Error {
+  /** The gRPC status code (`status` of @grpc/grpc-js). */
+  readonly code: status;
+  /** The node's message, without the code. */
+  readonly details: string;
+
+  constructor(code: status, details: string, options?: { cause?: unknown }) {
+    super(`${status[code] ?? `code ${code}`}: ${details}`, options);
+    this.name = new.target.name;
+    this.code = code;
+    this.details = details;
+  }
+}
+
+/** No such job, schedule or dead letter. */
+export class NotFoundError extends TimeshardError {}
+/** A malformed request; the message names the field. */
+export class InvalidArgumentError extends TimeshardError {}
+/** The job is not in a state that allows this (finished, or a stale fence). */
+export class FailedPreconditionError extends TimeshardError {}
+/** An idempotency key or schedule id already used with another body. */
+export class AlreadyExistsError extends TimeshardError {}
+/** The node, its store or the shard's owner is away: retry, perhaps on another node. */
+export class UnavailableError extends TimeshardError {}
+/** No bearer token, or one the node does not know (TIMESHARD_TOKEN). */
+export class UnauthenticatedError extends TimeshardError {}
+/** The token's role may not make this call. */
+export class PermissionDeniedError extends TimeshardError {}
+/** The call's deadline passed before the node answered. */
+export class DeadlineExceededError extends TimeshardError {}
+/** A limit of the node was reached (a request or reply too large). */
+export class ResourceExhaustedError extends TimeshardError {}
+/** A conflict the caller may retry (a concurrent write won). */
+export class AbortedError extends TimeshardError {}
+
+const BY_CODE: Partial<Record<status, typeof TimeshardError>> = {
+  [status.NOT_FOUND]: NotFoundError,
+  [status.INVALID_ARGUMENT]: InvalidArgumentError,
+  [status.FAILED_PRECONDITION]: FailedPreconditionError,
+  [status.ALREADY_EXISTS]: AlreadyExistsError,
+  [status.UNAVAILABLE]: UnavailableError,
+  [status.UNAUTHENTICATED]: UnauthenticatedError,
+  [status.PERMISSION_DENIED]: PermissionDeniedError,
+  [status.DEADLINE_EXCEEDED]: DeadlineExceededError,
+  [status.RESOURCE_EXHAUSTED]: ResourceExhaustedError,
+  [status.ABORTED]: AbortedError,
+};
+
+/** The typed error for a status code and message. */
+export function errorFor(code: status, details: string, cause?: unknown): TimeshardError {
+  const Cls = BY_CODE[code] ?? TimeshardError;
+  return new Cls(code, details, { cause });
+}
+
+export function isServiceError(err: unknown): err is ServiceError {
+  return err instanceof Error && typeof (err as Partial<ServiceError>).code === "number";
+}
+
+/** A grpc-js call error as a typed error; anything else is returned unchanged. */
+export function translate(err: unknown): unknown {
+  if (!isServiceError(err)) return err;
+  return errorFor(err.code, err.details || err.message, err);
+}
+
+/**
+ * Thrown by a handler for a failure that retrying can not fix: the job goes to the dead-letter
+ * queue at once, with this message as its error. Any other error is retried with the type's
+ * backoff until the job's max attempts.
+ */
+export class PermanentError extends Error {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = "PermanentError";
+  }
+}
+
+/** A worker or client setting that can not work (a missing TLS file, a bad address). */
+export class ConfigError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = "ConfigError";
+  }
+}

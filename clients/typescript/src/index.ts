@@ -1,0 +1,13 @@
+export * from "./client.js";
+export * from "./errors.js";
+export { type ConnectOptions, DEFAULT_SERVER } from "./config.js";
+export {
+  Worker,
+  type WorkerOptions,
+  type Handler,
+  type HandlerOptions,
+  type JobContext,
+  type WorkerEvent,
+  STOP_GRACE_MS,
+} from "./worker.js";
+export { LeaseLostError } from "./lease.js";

@@ -1,0 +1,388 @@
+"""The worker stream (``WorkerService.Work``): one bidirectional stream per worker per node.
+
+The worker opens it with a hello and grants credits per job type (its free slots); the node
+pushes claimed jobs as they come due, never more of a type than the credits it holds, each push
+one claim batch through the node's claim path (``Node.claim``: fence, epoch, conditional writes,
+concurrency limits, never early). Heartbeats and results come on the same stream, many per
+request; those of every stream arriving while one batch is applied are applied together in the
+next (``batching.GroupCommit``), and each request gets one answer with a result per item. The
+protocol, message by message, is in docs/architecture.md ("The worker stream").
+
+Per stream there is the reading coroutine (the RPC's own), one pushing task and one writing
+task: none per job. Jobs claimed for a stream that breaks before they were written to it are
+covered by their lease exactly as the jobs of a lost ``Claim`` reply: they run again after it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+
+from timeshard.api.replies import claim_cap
+from timeshard.batching import GroupCommit
+from timeshard.errors import InvalidArgument, TimeshardError, status_of
+from timeshard.limits import MAX_BATCH, MAX_CLAIM_JOBS, MAX_CLAIM_TYPES, check_count
+from timeshard.model import Job, validate_job_id, validate_job_type, validate_worker_id
+from timeshard.node import FinishItem, Node
+from timeshard.v1 import timeshard_pb2 as pb
+from timeshard.wire import dur, dur_s, job_to_pb, state_to_pb, ts
+
+log = logging.getLogger(__name__)
+EOF: Any = grpc.aio.EOF  # type: ignore[attr-defined]  # (missing from the stubs)
+Ctx = grpc.aio.ServicerContext[Any, Any]
+
+MAX_CREDITS = 100_000
+"""Credits one stream may hold for one type at once."""
+MAX_UNSENT = 256
+"""Answers and pushes waiting to be written before the stream stops reading requests (a worker
+that sends but does not read is slowed down, not buffered without bound)."""
+GROUP_REQUESTS = 256
+"""Requests (each up to ``MAX_BATCH`` heartbeats and results) applied in one group."""
+WAIT_S = 60.0
+"""How long one claim of the pushing task waits before it looks again."""
+
+FinishItems = Callable[[Sequence[pb.FinishItem], str], list[FinishItem | TimeshardError]]
+"""The API's conversion of wire results (shared with ``Finish``), the field prefix for errors."""
+
+
+@dataclass(slots=True)
+class _Group:
+    """The heartbeats and results of one request, and the stream its answer goes to."""
+
+    stream: WorkStream
+    seq: int
+    heartbeats: list[tuple[str, int, float] | TimeshardError]
+    results: list[FinishItem | TimeshardError]
+    asked: Sequence[pb.FinishItem] = field(default_factory=list)
+
+
+class WorkHub:
+    """What every stream of one node shares: the group commit of heartbeats and results."""
+
+    def __init__(self, node: Node, finish_items: FinishItems) -> None:
+        self.node = node
+        self.finish_items = finish_items
+        self._groups: GroupCommit[int, _Group] = GroupCommit(
+            self._apply, max_items=GROUP_REQUESTS, fail=_fail_group, name="work"
+        )
+        messages = node.metrics.worker_stream_messages
+        self.read, self.written = messages.labels("in"), messages.labels("out")
+
+    def submit(self, group: _Group) -> None:
+        self._groups.submit(0, group)
+
+    async def _apply(self, key: int, groups: list[_Group]) -> None:
+        beats = [h for g in groups for h in g.heartbeats if not isinstance(h, TimeshardError)]
+        items = [i for g in groups for i in g.results if not isinstance(i, TimeshardError)]
+        beat_out, finish_out = await asyncio.gather(
+            self.node.heartbeats(beats) if beats else _nothing(),
+            self.node.finish(items) if items else _nothing(),
+        )
+        beats_done, finish_done = iter(beat_out), iter(finish_out)
+        for g in groups:
+            hb = [_beat_result(h, beats_done) for h in g.heartbeats]
+            res = [
+                _finish_result(i, a, finish_done) for i, a in zip(g.results, g.asked, strict=True)
+            ]
+            g.stream.send(pb.WorkResponse(seq=g.seq, heartbeats=hb, results=res))
+
+    async def close(self) -> None:
+        await self._groups.close()
+
+
+async def _nothing() -> list[Any]:
+    return []
+
+
+def _fail_group(group: _Group, exc: BaseException) -> None:
+    """A group that could not be applied (the store failed under it): each item is answered
+    UNAVAILABLE, to be sent again (a result may have applied: its retry is refused as stale)."""
+    if isinstance(exc, asyncio.CancelledError):
+        return
+    why = exc.message if isinstance(exc, TimeshardError) else "the node could not apply it"
+    code = grpc.StatusCode.UNAVAILABLE.value[0]
+    group.stream.send(
+        pb.WorkResponse(
+            seq=group.seq,
+            heartbeats=[
+                pb.HeartbeatResult(job_id=_job_of(h), code=code, message=why)
+                for h in group.heartbeats
+            ],
+            results=[pb.FinishResult(job_id=a.job_id, code=code, message=why) for a in group.asked],
+        )
+    )
+
+
+def _job_of(beat: tuple[str, int, float] | TimeshardError) -> str:
+    return "" if isinstance(beat, TimeshardError) else beat[0]
+
+
+def _beat_result(asked: tuple[str, int, float] | TimeshardError, done: Any) -> pb.HeartbeatResult:
+    out = asked if isinstance(asked, TimeshardError) else next(done)
+    if isinstance(out, TimeshardError):
+        return pb.HeartbeatResult(
+            job_id=_job_of(asked), code=status_of(out).value[0], message=out.message
+        )
+    job, lease = out
+    return pb.HeartbeatResult(
+        job_id=job.job_id,
+        lease=pb.HeartbeatResponse(lease_until=ts(job.lease_until), lease=dur(lease)),
+    )
+
+
+def _finish_result(
+    item: FinishItem | TimeshardError, asked: pb.FinishItem, done: Any
+) -> pb.FinishResult:
+    out: Job | TimeshardError = item if isinstance(item, TimeshardError) else next(done)
+    if isinstance(out, TimeshardError):
+        code = status_of(out).value[0]
+        return pb.FinishResult(job_id=asked.job_id, code=code, message=out.message)
+    return pb.FinishResult(job_id=asked.job_id, state=state_to_pb(out.state))
+
+
+class WorkStream:
+    """One worker's stream to this node (see the module docstring)."""
+
+    def __init__(self, hub: WorkHub, context: Ctx) -> None:
+        self._hub = hub
+        self._node = hub.node
+        self._context = context
+        self._worker = ""
+        self._lease_s = 0.0
+        self._push_cap = 1
+        self._seq = 0
+        """The last request read."""
+        self._stamp = 0
+        """The last request read before the pending claim took its time."""
+        self._credits: dict[str, int] = {}
+        self._changed = False
+        self._stopping = False
+        self._credit_event = asyncio.Event()
+        self._unsent: deque[pb.WorkResponse] = deque()
+        self._has_unsent = asyncio.Event()
+        self._drained = asyncio.Event()
+        self._waiting = False
+        self._answers_due = 0
+        """Requests with heartbeats or results not answered yet."""
+
+    # -- reading (the RPC's coroutine) --------------------------------------------------------
+
+    async def run(self) -> None:
+        first = await self._context.read()
+        if first is EOF:
+            return
+        tasks: list[asyncio.Task[None]] = []
+        try:
+            self._hello(first)
+            self._take(first)
+            self._unsent.append(pb.WorkResponse(seq=first.seq))  # the welcome: it has the stream
+            peer = self._context.peer()
+            tasks.append(asyncio.create_task(self._write_loop(), name=f"work-write-{peer}"))
+            tasks.append(asyncio.create_task(self._push_loop(), name=f"work-push-{peer}"))
+            while True:
+                if len(self._unsent) > MAX_UNSENT:
+                    self._drained.clear()
+                    await self._drained.wait()
+                request = await self._context.read()
+                if request is EOF:
+                    await self._finish_writing(tasks[0])
+                    return
+                self._take(request)
+        except TimeshardError as exc:
+            await self._context.abort(status_of(exc), exc.message)
+        except ValueError as exc:  # a value object refused its input
+            await self._context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        finally:
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _finish_writing(self, writer: asyncio.Task[None]) -> None:
+        """The worker is done sending: answer what it sent, then end the stream."""
+        self._stopping = True
+        self._node.wake_claims()
+        self._credit_event.set()
+        while self._unsent or self._answers_due:
+            if writer.done():
+                return
+            self._drained.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._drained.wait(), 0.05)
+
+    def _hello(self, request: pb.WorkRequest) -> None:
+        if not request.HasField("hello"):
+            raise InvalidArgument("hello", "the first request of a stream must carry the hello")
+        if request.heartbeats or request.results:
+            raise InvalidArgument("hello", "the hello carries no heartbeats or results")
+        hello = request.hello
+        self._worker = validate_worker_id(hello.worker_id)
+        if hello.lease.seconds < 0 or hello.lease.nanos < 0:
+            raise InvalidArgument("hello.lease", "must not be negative")
+        self._node.lease_ms(dur_s(hello.lease))  # refuses a bad lease now, not at the first job
+        self._lease_s = dur_s(hello.lease)
+        if hello.max_reply_bytes < 0:
+            raise InvalidArgument("hello.max_reply_bytes", "must not be negative (0: 4 MiB)")
+        self._push_cap = min(MAX_CLAIM_JOBS, claim_cap(hello.max_reply_bytes))
+
+    def _take(self, request: pb.WorkRequest) -> None:
+        """Apply one request: its credits now; its heartbeats and results to the group commit."""
+        self._hub.read.inc()
+        if request.seq != self._seq + 1:
+            raise InvalidArgument(
+                "seq", f"must be {self._seq + 1} (one more than the last one), got {request.seq}"
+            )
+        if self._seq and request.HasField("hello"):
+            raise InvalidArgument("hello", "only the first request of a stream carries the hello")
+        self._seq = request.seq
+        self._grant(request.credits)
+        check_count("heartbeats", len(request.heartbeats), MAX_BATCH)
+        check_count("results", len(request.results), MAX_BATCH)
+        if request.heartbeats or request.results:
+            self._answers_due += 1
+            self._hub.submit(
+                _Group(
+                    stream=self,
+                    seq=request.seq,
+                    heartbeats=[_beat(n, h) for n, h in enumerate(request.heartbeats)],
+                    results=self._hub.finish_items(request.results, "results"),
+                    asked=request.results,
+                )
+            )
+        if request.stop and not self._stopping:
+            self._stopping = True
+            self._credits.clear()
+            self._wake()
+
+    def _grant(self, credits: Sequence[pb.WorkCredit]) -> None:
+        new_type = False
+        for n, c in enumerate(credits):
+            try:
+                validate_job_type(c.type)
+            except InvalidArgument as exc:
+                raise InvalidArgument(f"credits[{n}].type", exc.problem) from None
+            if c.credits < 0:
+                raise InvalidArgument(
+                    f"credits[{n}].credits", f"must not be negative, got {c.credits}"
+                )
+            if self._stopping:
+                continue  # a stopped stream pushes nothing more
+            held = self._credits.get(c.type, 0)
+            if held + c.credits > MAX_CREDITS:
+                raise InvalidArgument(
+                    f"credits[{n}].credits",
+                    f"{c.type!r} would hold {held + c.credits} credits; at most {MAX_CREDITS}",
+                )
+            if c.type not in self._credits and len(self._credits) >= MAX_CLAIM_TYPES:
+                raise InvalidArgument(
+                    f"credits[{n}].type", f"at most {MAX_CLAIM_TYPES} job types per stream"
+                )
+            if c.credits:
+                new_type |= held == 0
+                self._credits[c.type] = held + c.credits
+        if new_type:
+            self._wake()
+
+    def _wake(self) -> None:
+        """The pushing task must look at the credits again: a type got its first ones, or the
+        worker stopped."""
+        self._changed = True
+        self._credit_event.set()
+        if self._waiting:
+            self._node.wake_claims()
+
+    # -- pushing ------------------------------------------------------------------------------
+
+    async def _push_loop(self) -> None:
+        while not self._stopping:
+            caps = {t: c for t, c in self._credits.items() if c > 0}
+            if not caps:
+                self._credit_event.clear()
+                await self._credit_event.wait()
+                continue
+            self._changed = False
+            self._waiting = True
+            try:
+                claimed = await self._node.claim(
+                    worker=self._worker,
+                    types=list(caps),
+                    limit=min(sum(caps.values()), self._push_cap),
+                    wait_s=WAIT_S,
+                    lease_s=self._lease_s,
+                    caps=caps,
+                    give_up=self._give_up,
+                    before_write=self._before_write,
+                )
+            except TimeshardError as exc:  # the store is away: the claim is tried again
+                log.warning("worker stream of %s: claim failed: %s", self._worker, exc.message)
+                await asyncio.sleep(0.1)
+                continue
+            except Exception:  # not ours to end the stream for: tried again, loudly
+                log.exception("worker stream of %s: claim failed", self._worker)
+                await asyncio.sleep(1.0)
+                continue
+            finally:
+                self._waiting = False
+            if claimed:
+                for c in claimed:
+                    t = c.job.job_type
+                    if t in self._credits:  # (not after a stop, which dropped them all)
+                        self._credits[t] -= 1
+                self.send(
+                    pb.WorkResponse(
+                        after_seq=self._stamp,
+                        jobs=[
+                            pb.ClaimedJob(
+                                job=job_to_pb(c.job, history=False),
+                                fence=c.job.fence,
+                                lease_until=ts(c.job.lease_until),
+                                idempotency_key=c.job.idempotency_key or c.job.job_id,
+                                lease=dur(c.lease_ms),
+                            )
+                            for c in claimed
+                        ],
+                    )
+                )
+        self.send(pb.WorkResponse(stopped=True))
+
+    def _give_up(self) -> bool:
+        return self._changed or self._stopping
+
+    def _before_write(self) -> None:
+        self._stamp = self._seq
+
+    # -- writing ------------------------------------------------------------------------------
+
+    def send(self, response: pb.WorkResponse) -> None:
+        """Queue ``response`` for the writing task (never awaited by its producer: a worker
+        that stops reading holds up its own stream only)."""
+        if response.seq:
+            self._answers_due -= 1
+        self._unsent.append(response)
+        self._has_unsent.set()
+
+    async def _write_loop(self) -> None:
+        while True:
+            if not self._unsent:
+                self._drained.set()
+                self._has_unsent.clear()
+                await self._has_unsent.wait()
+                continue
+            await self._context.write(self._unsent.popleft())
+            self._hub.written.inc()
+
+
+def _beat(n: int, h: pb.HeartbeatRequest) -> tuple[str, int, float] | TimeshardError:
+    try:
+        validate_job_id(h.job_id)
+        if h.lease.seconds < 0 or h.lease.nanos < 0:
+            raise InvalidArgument("lease", "must not be negative")
+    except InvalidArgument as exc:
+        return InvalidArgument(f"heartbeats[{n}].{exc.field}", exc.problem)
+    return (h.job_id, h.fence, dur_s(h.lease))

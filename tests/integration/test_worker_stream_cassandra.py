@@ -1,0 +1,114 @@
+"""The worker stream on real Cassandra: pushes within the credits and never early, per-item
+answers to heartbeats and results (a stale fence refused alone), and the worker SDK taking
+jobs over the stream end to end."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import grpc
+import pytest
+
+from tests.contract.conftest import cassandra_address, cassandra_admin
+from tests.integration.test_node_on_cassandra import node_with_worker, wait_for
+from tests.unit.test_worker_stream import Stream, _credits
+from timeshard.api.work import WorkHub
+from timeshard.clock import SystemClock
+from timeshard.coordinator.local import LocalCoordinator
+from timeshard.model import JobState
+from timeshard.node import Node
+from timeshard.server import Server
+from timeshard.store.cassandra import CassandraStore
+from timeshard.v1 import timeshard_pb2 as pb
+from timeshard.wire import dur, ts_ms
+
+__all__ = ["cassandra_address", "cassandra_admin"]  # shared fixtures
+
+pytestmark = pytest.mark.timeout(300)
+
+
+@pytest.fixture
+def keyspace(cassandra_admin: Any) -> Iterator[str]:
+    name = f"stream_{uuid.uuid4().hex[:10]}"
+    yield name
+    cassandra_admin.execute(f"DROP KEYSPACE IF EXISTS {name}")
+
+
+async def test_the_worker_stream_on_cassandra(cassandra_address: str, keyspace: str) -> None:
+    url = f"cassandra://{cassandra_address}/{keyspace}"
+    node = Node(
+        store=CassandraStore.from_url(url, num_shards=8),
+        coordinator=LocalCoordinator(),
+        clock=SystemClock(),
+    )
+    server = Server(node, port=0)
+    await server.start()
+    channel = grpc.aio.insecure_channel(server.address)
+    try:
+        now = node.clock.now_ms()
+        ids = [
+            (await node.schedule(job_type="it.stream", payload=b"", run_at=now + 1500 + 50 * i))[
+                0
+            ].job_id
+            for i in range(10)
+        ]
+        s = Stream(channel)
+        await s.hello(lease_ms=20_000, **{"it.stream": 4})
+        first = await s.until_jobs(4)
+        for c in first:
+            assert ts_ms(c.job.started_at) >= ts_ms(c.job.run_at)
+            assert time.time() * 1000 >= ts_ms(c.job.run_at)
+        await wait_for(lambda: node.ready.count() == 6, 60, "the other six ready")
+        running = [(await node.get(i)).state for i in ids].count(JobState.RUNNING)
+        assert running == 4
+
+        a, b = first[0], first[1]
+        seq = await s.send(
+            heartbeats=[
+                pb.HeartbeatRequest(job_id=a.job.job_id, fence=a.fence, lease=dur(20_000)),
+                pb.HeartbeatRequest(job_id=b.job.job_id, fence=b.fence + 1, lease=dur(20_000)),
+            ],
+            results=[pb.FinishItem(job_id=c.job.job_id, fence=c.fence) for c in first],
+            credits=_credits({"it.stream": 6}),
+        )
+        answer = await s.answer(seq)
+        assert answer.heartbeats[0].code == 0
+        assert answer.heartbeats[1].code == grpc.StatusCode.FAILED_PRECONDITION.value[0]
+        assert [r.code for r in answer.results] == [0, 0, 0, 0]
+        rest = (await s.until_jobs(10))[4:]
+        seq = await s.send(
+            results=[pb.FinishItem(job_id=c.job.job_id, fence=c.fence) for c in rest]
+        )
+        assert [r.code for r in (await s.answer(seq)).results] == [0] * 6
+        states = [(await node.get(i)).state for i in ids]
+        assert states == [JobState.SUCCEEDED] * 10
+        seq = await s.send(stop=True)
+        while not (await s.read()).stopped:
+            pass
+    finally:
+        await channel.close()
+        await server.stop(0)
+
+
+async def test_the_worker_sdk_runs_jobs_over_the_stream_on_cassandra(
+    cassandra_address: str, keyspace: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    results: list[str] = []
+    submit = WorkHub.submit
+
+    def recording(self: WorkHub, group: Any) -> None:
+        results.extend(a.job_id for a in group.asked)
+        submit(self, group)
+
+    monkeypatch.setattr(WorkHub, "submit", recording)
+    url = f"cassandra://{cassandra_address}/{keyspace}"
+    async with node_with_worker(url) as (server, ran):
+        now = server.node.clock.now_ms()
+        for i in range(30):
+            await server.node.schedule(job_type="it.job", payload=b"", run_at=now + 20 * i)
+        await wait_for(lambda: len(ran) >= 30, 90, "thirty jobs run")
+        assert all(ctx.started_at_ms >= ctx.run_at for ctx in ran)
+        await wait_for(lambda: len(set(results)) >= 30, 60, "thirty results over the stream")
