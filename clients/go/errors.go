@@ -1,0 +1,83 @@
+package timeshard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// The errors a call can end with, one per gRPC status the server answers. Test for them with
+// errors.Is: errors.Is(err, timeshard.ErrNotFound). The concrete error is an *Error, which
+// carries the status code and the server's message.
+var (
+	ErrInvalidArgument    = errors.New("timeshard: invalid argument")
+	ErrNotFound           = errors.New("timeshard: not found")
+	ErrAlreadyExists      = errors.New("timeshard: already exists")
+	ErrFailedPrecondition = errors.New("timeshard: failed precondition")
+	ErrUnavailable        = errors.New("timeshard: unavailable")
+	ErrUnauthenticated    = errors.New("timeshard: unauthenticated")
+	ErrPermissionDenied   = errors.New("timeshard: permission denied")
+	ErrDeadlineExceeded   = errors.New("timeshard: deadline exceeded")
+	ErrUnimplemented      = errors.New("timeshard: unimplemented")
+)
+
+var sentinels = map[codes.Code]error{
+	codes.InvalidArgument:    ErrInvalidArgument,
+	codes.NotFound:           ErrNotFound,
+	codes.AlreadyExists:      ErrAlreadyExists,
+	codes.FailedPrecondition: ErrFailedPrecondition,
+	codes.Unavailable:        ErrUnavailable,
+	codes.Unauthenticated:    ErrUnauthenticated,
+	codes.PermissionDenied:   ErrPermissionDenied,
+	codes.DeadlineExceeded:   ErrDeadlineExceeded,
+	codes.Unimplemented:      ErrUnimplemented,
+}
+
+// Error is a call the server (or the gRPC channel) refused: its status code and message.
+type Error struct {
+	Code    codes.Code
+	Message string
+}
+
+func (e *Error) Error() string {
+	return fmt.Sprintf("timeshard: %s: %s", e.Code, e.Message)
+}
+
+// Is makes errors.Is(err, ErrNotFound) (and the other sentinels) true for the matching code.
+func (e *Error) Is(target error) bool {
+	sentinel, ok := sentinels[e.Code]
+	return ok && sentinel == target
+}
+
+// GRPCStatus lets status.FromError and status.Code see the original status.
+func (e *Error) GRPCStatus() *status.Status {
+	return status.New(e.Code, e.Message)
+}
+
+// translate turns a gRPC error into an *Error; a context's own cancellation or deadline is
+// returned as the context error, so errors.Is(err, context.Canceled) keeps working.
+func translate(ctx context.Context, err error) error {
+	if err == nil {
+		return nil
+	}
+	if ctxErr := ctx.Err(); ctxErr != nil {
+		return ctxErr
+	}
+	st, ok := status.FromError(err)
+	if !ok {
+		return err
+	}
+	return &Error{Code: st.Code(), Message: st.Message()}
+}
+
+// codeOf is the gRPC status code of err (codes.Unknown for an error without one).
+func codeOf(err error) codes.Code {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	return status.Code(err)
+}
