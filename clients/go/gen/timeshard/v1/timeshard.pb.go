@@ -84,13 +84,16 @@ func (JobState) EnumDescriptor() ([]byte, []int) {
 }
 
 type Attempt struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Attempt       int32                  `protobuf:"varint,1,opt,name=attempt,proto3" json:"attempt,omitempty"`
-	Worker        string                 `protobuf:"bytes,2,opt,name=worker,proto3" json:"worker,omitempty"`
-	StartedAt     *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
-	FinishedAt    *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=finished_at,json=finishedAt,proto3" json:"finished_at,omitempty"`
-	Outcome       string                 `protobuf:"bytes,5,opt,name=outcome,proto3" json:"outcome,omitempty"`
-	Error         string                 `protobuf:"bytes,6,opt,name=error,proto3" json:"error,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Attempt    int32                  `protobuf:"varint,1,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	Worker     string                 `protobuf:"bytes,2,opt,name=worker,proto3" json:"worker,omitempty"`
+	StartedAt  *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
+	FinishedAt *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=finished_at,json=finishedAt,proto3" json:"finished_at,omitempty"`
+	Outcome    string                 `protobuf:"bytes,5,opt,name=outcome,proto3" json:"outcome,omitempty"`
+	Error      string                 `protobuf:"bytes,6,opt,name=error,proto3" json:"error,omitempty"`
+	// A failed attempt's traceback as its worker sent it: at most 8000 bytes, the end kept (the
+	// start says how long it was when it was cut).
+	Traceback     string `protobuf:"bytes,7,opt,name=traceback,proto3" json:"traceback,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -167,6 +170,13 @@ func (x *Attempt) GetError() string {
 	return ""
 }
 
+func (x *Attempt) GetTraceback() string {
+	if x != nil {
+		return x.Traceback
+	}
+	return ""
+}
+
 type Job struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
 	JobId          string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
@@ -186,6 +196,12 @@ type Job struct {
 	LastError      string                 `protobuf:"bytes,15,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
 	History        []*Attempt             `protobuf:"bytes,16,rep,name=history,proto3" json:"history,omitempty"`
 	Shard          int32                  `protobuf:"varint,17,opt,name=shard,proto3" json:"shard,omitempty"`
+	// What the handler returned, once the job succeeded (kept as long as the job: its
+	// retention); at most 256 KiB. result_encoding says how to read it: "json" (UTF-8 JSON text:
+	// the handler returned a JSON-serialisable value), "bytes" (the handler returned bytes), or
+	// "" (no result: it returned None, or the job did not succeed).
+	Result         []byte `protobuf:"bytes,18,opt,name=result,proto3" json:"result,omitempty"`
+	ResultEncoding string `protobuf:"bytes,19,opt,name=result_encoding,json=resultEncoding,proto3" json:"result_encoding,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
 }
@@ -337,6 +353,20 @@ func (x *Job) GetShard() int32 {
 		return x.Shard
 	}
 	return 0
+}
+
+func (x *Job) GetResult() []byte {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
+func (x *Job) GetResultEncoding() string {
+	if x != nil {
+		return x.ResultEncoding
+	}
+	return ""
 }
 
 type ScheduleJobRequest struct {
@@ -1880,6 +1910,113 @@ func (x *PurgeDeadLettersResponse) GetJobIds() []string {
 	return nil
 }
 
+// Wait until each job is finished: succeeded, dead or cancelled. The server streams each job,
+// whole (with its result and history), as soon as it knows it is finished: those already
+// finished at once, a job finished through the node serving the wait the moment it is
+// written, one finished through another node within a second (the serving node reads the
+// jobs waited for again every second). The stream ends OK once every job was sent.
+//   - job_ids: 1-1000 ids; a repeated id is sent once. An unknown id fails the call with
+//     NOT_FOUND naming it, before anything is sent.
+//   - timeout: how long to wait; unset means the cap, 600 s; longer is capped to 600 s (wait
+//     again for the rest). 0s sends the jobs already finished, then ends. When it passes with
+//     jobs not finished, the stream ends with DEADLINE_EXCEEDED naming them (the jobs sent
+//     before stay valid). Negative is INVALID_ARGUMENT.
+type WaitJobsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	JobIds        []string               `protobuf:"bytes,1,rep,name=job_ids,json=jobIds,proto3" json:"job_ids,omitempty"`
+	Timeout       *durationpb.Duration   `protobuf:"bytes,2,opt,name=timeout,proto3" json:"timeout,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WaitJobsRequest) Reset() {
+	*x = WaitJobsRequest{}
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WaitJobsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WaitJobsRequest) ProtoMessage() {}
+
+func (x *WaitJobsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WaitJobsRequest.ProtoReflect.Descriptor instead.
+func (*WaitJobsRequest) Descriptor() ([]byte, []int) {
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *WaitJobsRequest) GetJobIds() []string {
+	if x != nil {
+		return x.JobIds
+	}
+	return nil
+}
+
+func (x *WaitJobsRequest) GetTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.Timeout
+	}
+	return nil
+}
+
+type WaitJobsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Job           *Job                   `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WaitJobsResponse) Reset() {
+	*x = WaitJobsResponse{}
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WaitJobsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WaitJobsResponse) ProtoMessage() {}
+
+func (x *WaitJobsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WaitJobsResponse.ProtoReflect.Descriptor instead.
+func (*WaitJobsResponse) Descriptor() ([]byte, []int) {
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *WaitJobsResponse) GetJob() *Job {
+	if x != nil {
+		return x.Job
+	}
+	return nil
+}
+
 type ClaimRequest struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	WorkerId string                 `protobuf:"bytes,1,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
@@ -1901,7 +2038,7 @@ type ClaimRequest struct {
 
 func (x *ClaimRequest) Reset() {
 	*x = ClaimRequest{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[27]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1913,7 +2050,7 @@ func (x *ClaimRequest) String() string {
 func (*ClaimRequest) ProtoMessage() {}
 
 func (x *ClaimRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[27]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1926,7 +2063,7 @@ func (x *ClaimRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimRequest.ProtoReflect.Descriptor instead.
 func (*ClaimRequest) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{27}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ClaimRequest) GetWorkerId() string {
@@ -1987,7 +2124,7 @@ type ClaimedJob struct {
 
 func (x *ClaimedJob) Reset() {
 	*x = ClaimedJob{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[28]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1999,7 +2136,7 @@ func (x *ClaimedJob) String() string {
 func (*ClaimedJob) ProtoMessage() {}
 
 func (x *ClaimedJob) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[28]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2012,7 +2149,7 @@ func (x *ClaimedJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimedJob.ProtoReflect.Descriptor instead.
 func (*ClaimedJob) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{28}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ClaimedJob) GetJob() *Job {
@@ -2059,7 +2196,7 @@ type ClaimResponse struct {
 
 func (x *ClaimResponse) Reset() {
 	*x = ClaimResponse{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[29]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2071,7 +2208,7 @@ func (x *ClaimResponse) String() string {
 func (*ClaimResponse) ProtoMessage() {}
 
 func (x *ClaimResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[29]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2084,7 +2221,7 @@ func (x *ClaimResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimResponse.ProtoReflect.Descriptor instead.
 func (*ClaimResponse) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{29}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ClaimResponse) GetJobs() []*ClaimedJob {
@@ -2105,7 +2242,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[30]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2117,7 +2254,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[30]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2130,7 +2267,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{30}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *HeartbeatRequest) GetJobId() string {
@@ -2164,7 +2301,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[31]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2176,7 +2313,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[31]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2189,7 +2326,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{31}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *HeartbeatResponse) GetLeaseUntil() *timestamppb.Timestamp {
@@ -2216,7 +2353,7 @@ type CompleteRequest struct {
 
 func (x *CompleteRequest) Reset() {
 	*x = CompleteRequest{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[32]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2228,7 +2365,7 @@ func (x *CompleteRequest) String() string {
 func (*CompleteRequest) ProtoMessage() {}
 
 func (x *CompleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[32]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2241,7 +2378,7 @@ func (x *CompleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteRequest.ProtoReflect.Descriptor instead.
 func (*CompleteRequest) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{32}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *CompleteRequest) GetJobId() string {
@@ -2266,7 +2403,7 @@ type CompleteResponse struct {
 
 func (x *CompleteResponse) Reset() {
 	*x = CompleteResponse{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[33]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2278,7 +2415,7 @@ func (x *CompleteResponse) String() string {
 func (*CompleteResponse) ProtoMessage() {}
 
 func (x *CompleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[33]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2291,7 +2428,7 @@ func (x *CompleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteResponse.ProtoReflect.Descriptor instead.
 func (*CompleteResponse) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{33}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{35}
 }
 
 type FailRequest struct {
@@ -2307,7 +2444,7 @@ type FailRequest struct {
 
 func (x *FailRequest) Reset() {
 	*x = FailRequest{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[34]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2319,7 +2456,7 @@ func (x *FailRequest) String() string {
 func (*FailRequest) ProtoMessage() {}
 
 func (x *FailRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[34]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2332,7 +2469,7 @@ func (x *FailRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailRequest.ProtoReflect.Descriptor instead.
 func (*FailRequest) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{34}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *FailRequest) GetJobId() string {
@@ -2373,7 +2510,7 @@ type FailResponse struct {
 
 func (x *FailResponse) Reset() {
 	*x = FailResponse{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[35]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2385,7 +2522,7 @@ func (x *FailResponse) String() string {
 func (*FailResponse) ProtoMessage() {}
 
 func (x *FailResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[35]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2398,7 +2535,7 @@ func (x *FailResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailResponse.ProtoReflect.Descriptor instead.
 func (*FailResponse) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{35}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *FailResponse) GetState() JobState {
@@ -2429,14 +2566,23 @@ type FinishItem struct {
 	// The worker gives the job back unfinished (it is shutting down and stopped the handler):
 	// scheduled again at once, and the attempt does not count against max_attempts. Send it with
 	// failed = true, so a node that predates this field takes it as a retryable failure.
-	GiveBack      bool `protobuf:"varint,6,opt,name=give_back,json=giveBack,proto3" json:"give_back,omitempty"`
+	GiveBack bool `protobuf:"varint,6,opt,name=give_back,json=giveBack,proto3" json:"give_back,omitempty"`
+	// A completion's result (see Job.result): at most 256 KiB, with its encoding ("json" or
+	// "bytes"). A larger one, or one with an unknown encoding, is not stored: the attempt is
+	// recorded as a permanent failure saying why (the job is dead), and the item gets 3
+	// INVALID_ARGUMENT with state JOB_STATE_DEAD.
+	Result         []byte `protobuf:"bytes,7,opt,name=result,proto3" json:"result,omitempty"`
+	ResultEncoding string `protobuf:"bytes,8,opt,name=result_encoding,json=resultEncoding,proto3" json:"result_encoding,omitempty"`
+	// A failure's traceback, kept on the attempt in the job's history; longer than 8000 bytes
+	// it is cut to its end, not refused.
+	Traceback     string `protobuf:"bytes,9,opt,name=traceback,proto3" json:"traceback,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *FinishItem) Reset() {
 	*x = FinishItem{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[36]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2448,7 +2594,7 @@ func (x *FinishItem) String() string {
 func (*FinishItem) ProtoMessage() {}
 
 func (x *FinishItem) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[36]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2461,7 +2607,7 @@ func (x *FinishItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinishItem.ProtoReflect.Descriptor instead.
 func (*FinishItem) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{36}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *FinishItem) GetJobId() string {
@@ -2506,6 +2652,27 @@ func (x *FinishItem) GetGiveBack() bool {
 	return false
 }
 
+func (x *FinishItem) GetResult() []byte {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
+func (x *FinishItem) GetResultEncoding() string {
+	if x != nil {
+		return x.ResultEncoding
+	}
+	return ""
+}
+
+func (x *FinishItem) GetTraceback() string {
+	if x != nil {
+		return x.Traceback
+	}
+	return ""
+}
+
 type FinishRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Items         []*FinishItem          `protobuf:"bytes,1,rep,name=items,proto3" json:"items,omitempty"`
@@ -2515,7 +2682,7 @@ type FinishRequest struct {
 
 func (x *FinishRequest) Reset() {
 	*x = FinishRequest{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[37]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2527,7 +2694,7 @@ func (x *FinishRequest) String() string {
 func (*FinishRequest) ProtoMessage() {}
 
 func (x *FinishRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[37]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2540,7 +2707,7 @@ func (x *FinishRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinishRequest.ProtoReflect.Descriptor instead.
 func (*FinishRequest) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{37}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *FinishRequest) GetItems() []*FinishItem {
@@ -2562,7 +2729,7 @@ type FinishResult struct {
 
 func (x *FinishResult) Reset() {
 	*x = FinishResult{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[38]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2574,7 +2741,7 @@ func (x *FinishResult) String() string {
 func (*FinishResult) ProtoMessage() {}
 
 func (x *FinishResult) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[38]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2587,7 +2754,7 @@ func (x *FinishResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinishResult.ProtoReflect.Descriptor instead.
 func (*FinishResult) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{38}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *FinishResult) GetJobId() string {
@@ -2627,7 +2794,7 @@ type FinishResponse struct {
 
 func (x *FinishResponse) Reset() {
 	*x = FinishResponse{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[39]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2639,7 +2806,7 @@ func (x *FinishResponse) String() string {
 func (*FinishResponse) ProtoMessage() {}
 
 func (x *FinishResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[39]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2652,7 +2819,7 @@ func (x *FinishResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinishResponse.ProtoReflect.Descriptor instead.
 func (*FinishResponse) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{39}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *FinishResponse) GetResults() []*FinishResult {
@@ -2676,7 +2843,7 @@ type WorkHello struct {
 
 func (x *WorkHello) Reset() {
 	*x = WorkHello{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[40]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2688,7 +2855,7 @@ func (x *WorkHello) String() string {
 func (*WorkHello) ProtoMessage() {}
 
 func (x *WorkHello) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[40]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2701,7 +2868,7 @@ func (x *WorkHello) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkHello.ProtoReflect.Descriptor instead.
 func (*WorkHello) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{40}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *WorkHello) GetWorkerId() string {
@@ -2736,7 +2903,7 @@ type WorkCredit struct {
 
 func (x *WorkCredit) Reset() {
 	*x = WorkCredit{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[41]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2748,7 +2915,7 @@ func (x *WorkCredit) String() string {
 func (*WorkCredit) ProtoMessage() {}
 
 func (x *WorkCredit) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[41]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2761,7 +2928,7 @@ func (x *WorkCredit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkCredit.ProtoReflect.Descriptor instead.
 func (*WorkCredit) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{41}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *WorkCredit) GetType() string {
@@ -2796,7 +2963,7 @@ type WorkRequest struct {
 
 func (x *WorkRequest) Reset() {
 	*x = WorkRequest{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[42]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2808,7 +2975,7 @@ func (x *WorkRequest) String() string {
 func (*WorkRequest) ProtoMessage() {}
 
 func (x *WorkRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[42]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2821,7 +2988,7 @@ func (x *WorkRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkRequest.ProtoReflect.Descriptor instead.
 func (*WorkRequest) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{42}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *WorkRequest) GetSeq() uint64 {
@@ -2878,7 +3045,7 @@ type HeartbeatResult struct {
 
 func (x *HeartbeatResult) Reset() {
 	*x = HeartbeatResult{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[43]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2890,7 +3057,7 @@ func (x *HeartbeatResult) String() string {
 func (*HeartbeatResult) ProtoMessage() {}
 
 func (x *HeartbeatResult) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[43]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2903,7 +3070,7 @@ func (x *HeartbeatResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResult.ProtoReflect.Descriptor instead.
 func (*HeartbeatResult) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{43}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *HeartbeatResult) GetJobId() string {
@@ -2953,7 +3120,7 @@ type WorkResponse struct {
 
 func (x *WorkResponse) Reset() {
 	*x = WorkResponse{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[44]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2965,7 +3132,7 @@ func (x *WorkResponse) String() string {
 func (*WorkResponse) ProtoMessage() {}
 
 func (x *WorkResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[44]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2978,7 +3145,7 @@ func (x *WorkResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkResponse.ProtoReflect.Descriptor instead.
 func (*WorkResponse) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{44}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *WorkResponse) GetJobs() []*ClaimedJob {
@@ -3033,7 +3200,7 @@ type Node struct {
 
 func (x *Node) Reset() {
 	*x = Node{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[45]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3045,7 +3212,7 @@ func (x *Node) String() string {
 func (*Node) ProtoMessage() {}
 
 func (x *Node) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[45]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3058,7 +3225,7 @@ func (x *Node) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Node.ProtoReflect.Descriptor instead.
 func (*Node) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{45}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *Node) GetNodeId() string {
@@ -3083,7 +3250,7 @@ type ClusterInfoRequest struct {
 
 func (x *ClusterInfoRequest) Reset() {
 	*x = ClusterInfoRequest{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[46]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3095,7 +3262,7 @@ func (x *ClusterInfoRequest) String() string {
 func (*ClusterInfoRequest) ProtoMessage() {}
 
 func (x *ClusterInfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[46]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3108,7 +3275,7 @@ func (x *ClusterInfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterInfoRequest.ProtoReflect.Descriptor instead.
 func (*ClusterInfoRequest) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{46}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{48}
 }
 
 type ClusterInfoResponse struct {
@@ -3121,7 +3288,7 @@ type ClusterInfoResponse struct {
 
 func (x *ClusterInfoResponse) Reset() {
 	*x = ClusterInfoResponse{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[47]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3133,7 +3300,7 @@ func (x *ClusterInfoResponse) String() string {
 func (*ClusterInfoResponse) ProtoMessage() {}
 
 func (x *ClusterInfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[47]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3146,7 +3313,7 @@ func (x *ClusterInfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterInfoResponse.ProtoReflect.Descriptor instead.
 func (*ClusterInfoResponse) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{47}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ClusterInfoResponse) GetNodes() []*Node {
@@ -3182,7 +3349,7 @@ type ShardInfo struct {
 
 func (x *ShardInfo) Reset() {
 	*x = ShardInfo{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[48]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3194,7 +3361,7 @@ func (x *ShardInfo) String() string {
 func (*ShardInfo) ProtoMessage() {}
 
 func (x *ShardInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[48]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3207,7 +3374,7 @@ func (x *ShardInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardInfo.ProtoReflect.Descriptor instead.
 func (*ShardInfo) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{48}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ShardInfo) GetShard() int32 {
@@ -3281,7 +3448,7 @@ type ShardOwnersRequest struct {
 
 func (x *ShardOwnersRequest) Reset() {
 	*x = ShardOwnersRequest{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[49]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3293,7 +3460,7 @@ func (x *ShardOwnersRequest) String() string {
 func (*ShardOwnersRequest) ProtoMessage() {}
 
 func (x *ShardOwnersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[49]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3306,7 +3473,7 @@ func (x *ShardOwnersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardOwnersRequest.ProtoReflect.Descriptor instead.
 func (*ShardOwnersRequest) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{49}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{51}
 }
 
 type ShardOwnersResponse struct {
@@ -3318,7 +3485,7 @@ type ShardOwnersResponse struct {
 
 func (x *ShardOwnersResponse) Reset() {
 	*x = ShardOwnersResponse{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[50]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3330,7 +3497,7 @@ func (x *ShardOwnersResponse) String() string {
 func (*ShardOwnersResponse) ProtoMessage() {}
 
 func (x *ShardOwnersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[50]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3343,7 +3510,7 @@ func (x *ShardOwnersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardOwnersResponse.ProtoReflect.Descriptor instead.
 func (*ShardOwnersResponse) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{50}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ShardOwnersResponse) GetShards() []*ShardInfo {
@@ -3363,7 +3530,7 @@ type MoveShardRequest struct {
 
 func (x *MoveShardRequest) Reset() {
 	*x = MoveShardRequest{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[51]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3375,7 +3542,7 @@ func (x *MoveShardRequest) String() string {
 func (*MoveShardRequest) ProtoMessage() {}
 
 func (x *MoveShardRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[51]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3388,7 +3555,7 @@ func (x *MoveShardRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveShardRequest.ProtoReflect.Descriptor instead.
 func (*MoveShardRequest) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{51}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *MoveShardRequest) GetShard() int32 {
@@ -3413,7 +3580,7 @@ type MoveShardResponse struct {
 
 func (x *MoveShardResponse) Reset() {
 	*x = MoveShardResponse{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[52]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3425,7 +3592,7 @@ func (x *MoveShardResponse) String() string {
 func (*MoveShardResponse) ProtoMessage() {}
 
 func (x *MoveShardResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[52]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3438,7 +3605,7 @@ func (x *MoveShardResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveShardResponse.ProtoReflect.Descriptor instead.
 func (*MoveShardResponse) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{52}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{54}
 }
 
 type DrainNodeRequest struct {
@@ -3450,7 +3617,7 @@ type DrainNodeRequest struct {
 
 func (x *DrainNodeRequest) Reset() {
 	*x = DrainNodeRequest{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[53]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3462,7 +3629,7 @@ func (x *DrainNodeRequest) String() string {
 func (*DrainNodeRequest) ProtoMessage() {}
 
 func (x *DrainNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[53]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3475,7 +3642,7 @@ func (x *DrainNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainNodeRequest.ProtoReflect.Descriptor instead.
 func (*DrainNodeRequest) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{53}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *DrainNodeRequest) GetNodeId() string {
@@ -3494,7 +3661,7 @@ type DrainNodeResponse struct {
 
 func (x *DrainNodeResponse) Reset() {
 	*x = DrainNodeResponse{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[54]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3506,7 +3673,7 @@ func (x *DrainNodeResponse) String() string {
 func (*DrainNodeResponse) ProtoMessage() {}
 
 func (x *DrainNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[54]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3519,7 +3686,7 @@ func (x *DrainNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainNodeResponse.ProtoReflect.Descriptor instead.
 func (*DrainNodeResponse) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{54}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *DrainNodeResponse) GetMoved() []int32 {
@@ -3539,7 +3706,7 @@ type NodeStatusRequest struct {
 
 func (x *NodeStatusRequest) Reset() {
 	*x = NodeStatusRequest{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[55]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3551,7 +3718,7 @@ func (x *NodeStatusRequest) String() string {
 func (*NodeStatusRequest) ProtoMessage() {}
 
 func (x *NodeStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[55]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3564,7 +3731,7 @@ func (x *NodeStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatusRequest.ProtoReflect.Descriptor instead.
 func (*NodeStatusRequest) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{55}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *NodeStatusRequest) GetWindow() *durationpb.Duration {
@@ -3588,7 +3755,7 @@ type ShardStatus struct {
 
 func (x *ShardStatus) Reset() {
 	*x = ShardStatus{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[56]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3600,7 +3767,7 @@ func (x *ShardStatus) String() string {
 func (*ShardStatus) ProtoMessage() {}
 
 func (x *ShardStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[56]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3613,7 +3780,7 @@ func (x *ShardStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardStatus.ProtoReflect.Descriptor instead.
 func (*ShardStatus) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{56}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *ShardStatus) GetShard() int32 {
@@ -3670,7 +3837,7 @@ type LatenessBucket struct {
 
 func (x *LatenessBucket) Reset() {
 	*x = LatenessBucket{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[57]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3682,7 +3849,7 @@ func (x *LatenessBucket) String() string {
 func (*LatenessBucket) ProtoMessage() {}
 
 func (x *LatenessBucket) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[57]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3695,7 +3862,7 @@ func (x *LatenessBucket) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LatenessBucket.ProtoReflect.Descriptor instead.
 func (*LatenessBucket) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{57}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *LatenessBucket) GetLeMs() float64 {
@@ -3730,7 +3897,7 @@ type TypeCounts struct {
 
 func (x *TypeCounts) Reset() {
 	*x = TypeCounts{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[58]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3742,7 +3909,7 @@ func (x *TypeCounts) String() string {
 func (*TypeCounts) ProtoMessage() {}
 
 func (x *TypeCounts) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[58]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3755,7 +3922,7 @@ func (x *TypeCounts) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TypeCounts.ProtoReflect.Descriptor instead.
 func (*TypeCounts) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{58}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *TypeCounts) GetType() string {
@@ -3841,7 +4008,7 @@ type TypeWaiting struct {
 
 func (x *TypeWaiting) Reset() {
 	*x = TypeWaiting{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[59]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3853,7 +4020,7 @@ func (x *TypeWaiting) String() string {
 func (*TypeWaiting) ProtoMessage() {}
 
 func (x *TypeWaiting) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[59]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3866,7 +4033,7 @@ func (x *TypeWaiting) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TypeWaiting.ProtoReflect.Descriptor instead.
 func (*TypeWaiting) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{59}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *TypeWaiting) GetType() string {
@@ -3899,13 +4066,14 @@ type JobEvent struct {
 	Attempt       int32                  `protobuf:"varint,5,opt,name=attempt,proto3" json:"attempt,omitempty"`
 	Kind          string                 `protobuf:"bytes,6,opt,name=kind,proto3" json:"kind,omitempty"` // retry, dead, lease expired
 	Error         string                 `protobuf:"bytes,7,opt,name=error,proto3" json:"error,omitempty"`
+	Traceback     string                 `protobuf:"bytes,8,opt,name=traceback,proto3" json:"traceback,omitempty"` // the failed attempt's traceback, its last 2000 characters
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *JobEvent) Reset() {
 	*x = JobEvent{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[60]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3917,7 +4085,7 @@ func (x *JobEvent) String() string {
 func (*JobEvent) ProtoMessage() {}
 
 func (x *JobEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[60]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3930,7 +4098,7 @@ func (x *JobEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobEvent.ProtoReflect.Descriptor instead.
 func (*JobEvent) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{60}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *JobEvent) GetAt() *timestamppb.Timestamp {
@@ -3982,6 +4150,13 @@ func (x *JobEvent) GetError() string {
 	return ""
 }
 
+func (x *JobEvent) GetTraceback() string {
+	if x != nil {
+		return x.Traceback
+	}
+	return ""
+}
+
 type NodeStatusResponse struct {
 	state                protoimpl.MessageState `protogen:"open.v1"`
 	NodeId               string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
@@ -4008,7 +4183,7 @@ type NodeStatusResponse struct {
 
 func (x *NodeStatusResponse) Reset() {
 	*x = NodeStatusResponse{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[61]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4020,7 +4195,7 @@ func (x *NodeStatusResponse) String() string {
 func (*NodeStatusResponse) ProtoMessage() {}
 
 func (x *NodeStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[61]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4033,7 +4208,7 @@ func (x *NodeStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatusResponse.ProtoReflect.Descriptor instead.
 func (*NodeStatusResponse) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{61}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *NodeStatusResponse) GetNodeId() string {
@@ -4162,11 +4337,176 @@ func (x *NodeStatusResponse) GetUnclaimed() []*TypeWaiting {
 	return nil
 }
 
+// One job type's policy. A field left 0 (or unset) keeps the node's default for it.
+type TypePolicy struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Type          string                 `protobuf:"bytes,1,opt,name=type,proto3" json:"type,omitempty"`
+	MaxAttempts   int32                  `protobuf:"varint,2,opt,name=max_attempts,json=maxAttempts,proto3" json:"max_attempts,omitempty"` // 1-1000
+	RetryBase     *durationpb.Duration   `protobuf:"bytes,3,opt,name=retry_base,json=retryBase,proto3" json:"retry_base,omitempty"`        // backoff after the first failure, > 0
+	RetryMax      *durationpb.Duration   `protobuf:"bytes,4,opt,name=retry_max,json=retryMax,proto3" json:"retry_max,omitempty"`           // the backoff's cap, >= retry_base
+	Concurrency   int32                  `protobuf:"varint,5,opt,name=concurrency,proto3" json:"concurrency,omitempty"`                    // running at once across the cluster, >= 1
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TypePolicy) Reset() {
+	*x = TypePolicy{}
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[64]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TypePolicy) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TypePolicy) ProtoMessage() {}
+
+func (x *TypePolicy) ProtoReflect() protoreflect.Message {
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[64]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TypePolicy.ProtoReflect.Descriptor instead.
+func (*TypePolicy) Descriptor() ([]byte, []int) {
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{64}
+}
+
+func (x *TypePolicy) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+func (x *TypePolicy) GetMaxAttempts() int32 {
+	if x != nil {
+		return x.MaxAttempts
+	}
+	return 0
+}
+
+func (x *TypePolicy) GetRetryBase() *durationpb.Duration {
+	if x != nil {
+		return x.RetryBase
+	}
+	return nil
+}
+
+func (x *TypePolicy) GetRetryMax() *durationpb.Duration {
+	if x != nil {
+		return x.RetryMax
+	}
+	return nil
+}
+
+func (x *TypePolicy) GetConcurrency() int32 {
+	if x != nil {
+		return x.Concurrency
+	}
+	return 0
+}
+
+type SetTypePoliciesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Policies      []*TypePolicy          `protobuf:"bytes,1,rep,name=policies,proto3" json:"policies,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetTypePoliciesRequest) Reset() {
+	*x = SetTypePoliciesRequest{}
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[65]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetTypePoliciesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetTypePoliciesRequest) ProtoMessage() {}
+
+func (x *SetTypePoliciesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[65]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetTypePoliciesRequest.ProtoReflect.Descriptor instead.
+func (*SetTypePoliciesRequest) Descriptor() ([]byte, []int) {
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{65}
+}
+
+func (x *SetTypePoliciesRequest) GetPolicies() []*TypePolicy {
+	if x != nil {
+		return x.Policies
+	}
+	return nil
+}
+
+type SetTypePoliciesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Policies      []*TypePolicy          `protobuf:"bytes,1,rep,name=policies,proto3" json:"policies,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetTypePoliciesResponse) Reset() {
+	*x = SetTypePoliciesResponse{}
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[66]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetTypePoliciesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetTypePoliciesResponse) ProtoMessage() {}
+
+func (x *SetTypePoliciesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[66]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetTypePoliciesResponse.ProtoReflect.Descriptor instead.
+func (*SetTypePoliciesResponse) Descriptor() ([]byte, []int) {
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{66}
+}
+
+func (x *SetTypePoliciesResponse) GetPolicies() []*TypePolicy {
+	if x != nil {
+		return x.Policies
+	}
+	return nil
+}
+
 var File_timeshard_v1_timeshard_proto protoreflect.FileDescriptor
 
 const file_timeshard_v1_timeshard_proto_rawDesc = "" +
 	"\n" +
-	"\x1ctimeshard/v1/timeshard.proto\x12\ftimeshard.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xe3\x01\n" +
+	"\x1ctimeshard/v1/timeshard.proto\x12\ftimeshard.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x81\x02\n" +
 	"\aAttempt\x12\x18\n" +
 	"\aattempt\x18\x01 \x01(\x05R\aattempt\x12\x16\n" +
 	"\x06worker\x18\x02 \x01(\tR\x06worker\x129\n" +
@@ -4175,7 +4515,8 @@ const file_timeshard_v1_timeshard_proto_rawDesc = "" +
 	"\vfinished_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"finishedAt\x12\x18\n" +
 	"\aoutcome\x18\x05 \x01(\tR\aoutcome\x12\x14\n" +
-	"\x05error\x18\x06 \x01(\tR\x05error\"\x9e\x05\n" +
+	"\x05error\x18\x06 \x01(\tR\x05error\x12\x1c\n" +
+	"\ttraceback\x18\a \x01(\tR\ttraceback\"\xdf\x05\n" +
 	"\x03Job\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x12\x18\n" +
@@ -4200,7 +4541,9 @@ const file_timeshard_v1_timeshard_proto_rawDesc = "" +
 	"\n" +
 	"last_error\x18\x0f \x01(\tR\tlastError\x12/\n" +
 	"\ahistory\x18\x10 \x03(\v2\x15.timeshard.v1.AttemptR\ahistory\x12\x14\n" +
-	"\x05shard\x18\x11 \x01(\x05R\x05shard\"\xfe\x01\n" +
+	"\x05shard\x18\x11 \x01(\x05R\x05shard\x12\x16\n" +
+	"\x06result\x18\x12 \x01(\fR\x06result\x12'\n" +
+	"\x0fresult_encoding\x18\x13 \x01(\tR\x0eresultEncoding\"\xfe\x01\n" +
 	"\x12ScheduleJobRequest\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12\x18\n" +
 	"\apayload\x18\x02 \x01(\fR\apayload\x121\n" +
@@ -4308,7 +4651,12 @@ const file_timeshard_v1_timeshard_proto_rawDesc = "" +
 	"\x19ReplayDeadLettersResponse\x12%\n" +
 	"\x04jobs\x18\x01 \x03(\v2\x11.timeshard.v1.JobR\x04jobs\"3\n" +
 	"\x18PurgeDeadLettersResponse\x12\x17\n" +
-	"\ajob_ids\x18\x01 \x03(\tR\x06jobIds\"\xe4\x01\n" +
+	"\ajob_ids\x18\x01 \x03(\tR\x06jobIds\"_\n" +
+	"\x0fWaitJobsRequest\x12\x17\n" +
+	"\ajob_ids\x18\x01 \x03(\tR\x06jobIds\x123\n" +
+	"\atimeout\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\atimeout\"7\n" +
+	"\x10WaitJobsResponse\x12#\n" +
+	"\x03job\x18\x01 \x01(\v2\x11.timeshard.v1.JobR\x03job\"\xe4\x01\n" +
 	"\fClaimRequest\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12\x14\n" +
 	"\x05types\x18\x02 \x03(\tR\x05types\x12\x19\n" +
@@ -4345,7 +4693,7 @@ const file_timeshard_v1_timeshard_proto_rawDesc = "" +
 	"\tpermanent\x18\x04 \x01(\bR\tpermanent\"s\n" +
 	"\fFailResponse\x12,\n" +
 	"\x05state\x18\x01 \x01(\x0e2\x16.timeshard.v1.JobStateR\x05state\x125\n" +
-	"\bretry_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\aretryAt\"\xa2\x01\n" +
+	"\bretry_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\aretryAt\"\x81\x02\n" +
 	"\n" +
 	"FinishItem\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x14\n" +
@@ -4353,7 +4701,10 @@ const file_timeshard_v1_timeshard_proto_rawDesc = "" +
 	"\x06failed\x18\x03 \x01(\bR\x06failed\x12\x14\n" +
 	"\x05error\x18\x04 \x01(\tR\x05error\x12\x1c\n" +
 	"\tpermanent\x18\x05 \x01(\bR\tpermanent\x12\x1b\n" +
-	"\tgive_back\x18\x06 \x01(\bR\bgiveBack\"?\n" +
+	"\tgive_back\x18\x06 \x01(\bR\bgiveBack\x12\x16\n" +
+	"\x06result\x18\a \x01(\fR\x06result\x12'\n" +
+	"\x0fresult_encoding\x18\b \x01(\tR\x0eresultEncoding\x12\x1c\n" +
+	"\ttraceback\x18\t \x01(\tR\ttraceback\"?\n" +
 	"\rFinishRequest\x12.\n" +
 	"\x05items\x18\x01 \x03(\v2\x18.timeshard.v1.FinishItemR\x05items\"\x81\x01\n" +
 	"\fFinishResult\x12\x15\n" +
@@ -4451,7 +4802,7 @@ const file_timeshard_v1_timeshard_proto_rawDesc = "" +
 	"\vTypeWaiting\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12\x12\n" +
 	"\x04jobs\x18\x02 \x01(\x05R\x04jobs\x12\"\n" +
-	"\roldest_age_ms\x18\x03 \x01(\x03R\voldestAgeMs\"\xbb\x01\n" +
+	"\roldest_age_ms\x18\x03 \x01(\x03R\voldestAgeMs\"\xd9\x01\n" +
 	"\bJobEvent\x12*\n" +
 	"\x02at\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12\x15\n" +
 	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12\x12\n" +
@@ -4459,7 +4810,8 @@ const file_timeshard_v1_timeshard_proto_rawDesc = "" +
 	"\x05shard\x18\x04 \x01(\x05R\x05shard\x12\x18\n" +
 	"\aattempt\x18\x05 \x01(\x05R\aattempt\x12\x12\n" +
 	"\x04kind\x18\x06 \x01(\tR\x04kind\x12\x14\n" +
-	"\x05error\x18\a \x01(\tR\x05error\"\xd0\x06\n" +
+	"\x05error\x18\a \x01(\tR\x05error\x12\x1c\n" +
+	"\ttraceback\x18\b \x01(\tR\ttraceback\"\xd0\x06\n" +
 	"\x12NodeStatusResponse\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x18\n" +
@@ -4481,15 +4833,26 @@ const file_timeshard_v1_timeshard_proto_rawDesc = "" +
 	"\x0fdead_letters_at\x18\x0f \x01(\v2\x1a.google.protobuf.TimestampR\rdeadLettersAt\x12?\n" +
 	"\x0frecent_failures\x18\x10 \x03(\v2\x16.timeshard.v1.JobEventR\x0erecentFailures\x12F\n" +
 	"\x13recent_dead_letters\x18\x11 \x03(\v2\x16.timeshard.v1.JobEventR\x11recentDeadLetters\x127\n" +
-	"\tunclaimed\x18\x12 \x03(\v2\x19.timeshard.v1.TypeWaitingR\tunclaimed*\x9b\x01\n" +
+	"\tunclaimed\x18\x12 \x03(\v2\x19.timeshard.v1.TypeWaitingR\tunclaimed\"\xd7\x01\n" +
+	"\n" +
+	"TypePolicy\x12\x12\n" +
+	"\x04type\x18\x01 \x01(\tR\x04type\x12!\n" +
+	"\fmax_attempts\x18\x02 \x01(\x05R\vmaxAttempts\x128\n" +
+	"\n" +
+	"retry_base\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\tretryBase\x126\n" +
+	"\tretry_max\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\bretryMax\x12 \n" +
+	"\vconcurrency\x18\x05 \x01(\x05R\vconcurrency\"N\n" +
+	"\x16SetTypePoliciesRequest\x124\n" +
+	"\bpolicies\x18\x01 \x03(\v2\x18.timeshard.v1.TypePolicyR\bpolicies\"O\n" +
+	"\x17SetTypePoliciesResponse\x124\n" +
+	"\bpolicies\x18\x01 \x03(\v2\x18.timeshard.v1.TypePolicyR\bpolicies*\x9b\x01\n" +
 	"\bJobState\x12\x19\n" +
 	"\x15JOB_STATE_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13JOB_STATE_SCHEDULED\x10\x01\x12\x15\n" +
 	"\x11JOB_STATE_RUNNING\x10\x02\x12\x17\n" +
 	"\x13JOB_STATE_SUCCEEDED\x10\x03\x12\x12\n" +
 	"\x0eJOB_STATE_DEAD\x10\x04\x12\x17\n" +
-	"\x13JOB_STATE_CANCELLED\x10\x052\xed\n" +
-	"\n" +
+	"\x13JOB_STATE_CANCELLED\x10\x052\xba\v\n" +
 	"\n" +
 	"JobService\x12R\n" +
 	"\vScheduleJob\x12 .timeshard.v1.ScheduleJobRequest\x1a!.timeshard.v1.ScheduleJobResponse\x12U\n" +
@@ -4508,21 +4871,23 @@ const file_timeshard_v1_timeshard_proto_rawDesc = "" +
 	"\x0fPreviewSchedule\x12\x1c.timeshard.v1.PreviewRequest\x1a\x1d.timeshard.v1.PreviewResponse\x12^\n" +
 	"\x0fListDeadLetters\x12$.timeshard.v1.ListDeadLettersRequest\x1a%.timeshard.v1.ListDeadLettersResponse\x12d\n" +
 	"\x11ReplayDeadLetters\x12&.timeshard.v1.ReplayDeadLettersRequest\x1a'.timeshard.v1.ReplayDeadLettersResponse\x12b\n" +
-	"\x10PurgeDeadLetters\x12&.timeshard.v1.ReplayDeadLettersRequest\x1a&.timeshard.v1.PurgeDeadLettersResponse2\xb1\x03\n" +
+	"\x10PurgeDeadLetters\x12&.timeshard.v1.ReplayDeadLettersRequest\x1a&.timeshard.v1.PurgeDeadLettersResponse\x12K\n" +
+	"\bWaitJobs\x12\x1d.timeshard.v1.WaitJobsRequest\x1a\x1e.timeshard.v1.WaitJobsResponse0\x012\xb1\x03\n" +
 	"\rWorkerService\x12@\n" +
 	"\x05Claim\x12\x1a.timeshard.v1.ClaimRequest\x1a\x1b.timeshard.v1.ClaimResponse\x12L\n" +
 	"\tHeartbeat\x12\x1e.timeshard.v1.HeartbeatRequest\x1a\x1f.timeshard.v1.HeartbeatResponse\x12I\n" +
 	"\bComplete\x12\x1d.timeshard.v1.CompleteRequest\x1a\x1e.timeshard.v1.CompleteResponse\x12=\n" +
 	"\x04Fail\x12\x19.timeshard.v1.FailRequest\x1a\x1a.timeshard.v1.FailResponse\x12C\n" +
 	"\x06Finish\x12\x1b.timeshard.v1.FinishRequest\x1a\x1c.timeshard.v1.FinishResponse\x12A\n" +
-	"\x04Work\x12\x19.timeshard.v1.WorkRequest\x1a\x1a.timeshard.v1.WorkResponse(\x010\x012\xa3\x03\n" +
+	"\x04Work\x12\x19.timeshard.v1.WorkRequest\x1a\x1a.timeshard.v1.WorkResponse(\x010\x012\x83\x04\n" +
 	"\fAdminService\x12R\n" +
 	"\vClusterInfo\x12 .timeshard.v1.ClusterInfoRequest\x1a!.timeshard.v1.ClusterInfoResponse\x12R\n" +
 	"\vShardOwners\x12 .timeshard.v1.ShardOwnersRequest\x1a!.timeshard.v1.ShardOwnersResponse\x12L\n" +
 	"\tMoveShard\x12\x1e.timeshard.v1.MoveShardRequest\x1a\x1f.timeshard.v1.MoveShardResponse\x12L\n" +
 	"\tDrainNode\x12\x1e.timeshard.v1.DrainNodeRequest\x1a\x1f.timeshard.v1.DrainNodeResponse\x12O\n" +
 	"\n" +
-	"NodeStatus\x12\x1f.timeshard.v1.NodeStatusRequest\x1a .timeshard.v1.NodeStatusResponseB@Z>github.com/timeshard/timeshard/gen/go/timeshard/v1;timeshardv1b\x06proto3"
+	"NodeStatus\x12\x1f.timeshard.v1.NodeStatusRequest\x1a .timeshard.v1.NodeStatusResponse\x12^\n" +
+	"\x0fSetTypePolicies\x12$.timeshard.v1.SetTypePoliciesRequest\x1a%.timeshard.v1.SetTypePoliciesResponseB@Z>github.com/timeshard/timeshard/gen/go/timeshard/v1;timeshardv1b\x06proto3"
 
 var (
 	file_timeshard_v1_timeshard_proto_rawDescOnce sync.Once
@@ -4537,7 +4902,7 @@ func file_timeshard_v1_timeshard_proto_rawDescGZIP() []byte {
 }
 
 var file_timeshard_v1_timeshard_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_timeshard_v1_timeshard_proto_msgTypes = make([]protoimpl.MessageInfo, 62)
+var file_timeshard_v1_timeshard_proto_msgTypes = make([]protoimpl.MessageInfo, 67)
 var file_timeshard_v1_timeshard_proto_goTypes = []any{
 	(JobState)(0),                     // 0: timeshard.v1.JobState
 	(*Attempt)(nil),                   // 1: timeshard.v1.Attempt
@@ -4567,175 +4932,190 @@ var file_timeshard_v1_timeshard_proto_goTypes = []any{
 	(*ReplayDeadLettersRequest)(nil),  // 25: timeshard.v1.ReplayDeadLettersRequest
 	(*ReplayDeadLettersResponse)(nil), // 26: timeshard.v1.ReplayDeadLettersResponse
 	(*PurgeDeadLettersResponse)(nil),  // 27: timeshard.v1.PurgeDeadLettersResponse
-	(*ClaimRequest)(nil),              // 28: timeshard.v1.ClaimRequest
-	(*ClaimedJob)(nil),                // 29: timeshard.v1.ClaimedJob
-	(*ClaimResponse)(nil),             // 30: timeshard.v1.ClaimResponse
-	(*HeartbeatRequest)(nil),          // 31: timeshard.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),         // 32: timeshard.v1.HeartbeatResponse
-	(*CompleteRequest)(nil),           // 33: timeshard.v1.CompleteRequest
-	(*CompleteResponse)(nil),          // 34: timeshard.v1.CompleteResponse
-	(*FailRequest)(nil),               // 35: timeshard.v1.FailRequest
-	(*FailResponse)(nil),              // 36: timeshard.v1.FailResponse
-	(*FinishItem)(nil),                // 37: timeshard.v1.FinishItem
-	(*FinishRequest)(nil),             // 38: timeshard.v1.FinishRequest
-	(*FinishResult)(nil),              // 39: timeshard.v1.FinishResult
-	(*FinishResponse)(nil),            // 40: timeshard.v1.FinishResponse
-	(*WorkHello)(nil),                 // 41: timeshard.v1.WorkHello
-	(*WorkCredit)(nil),                // 42: timeshard.v1.WorkCredit
-	(*WorkRequest)(nil),               // 43: timeshard.v1.WorkRequest
-	(*HeartbeatResult)(nil),           // 44: timeshard.v1.HeartbeatResult
-	(*WorkResponse)(nil),              // 45: timeshard.v1.WorkResponse
-	(*Node)(nil),                      // 46: timeshard.v1.Node
-	(*ClusterInfoRequest)(nil),        // 47: timeshard.v1.ClusterInfoRequest
-	(*ClusterInfoResponse)(nil),       // 48: timeshard.v1.ClusterInfoResponse
-	(*ShardInfo)(nil),                 // 49: timeshard.v1.ShardInfo
-	(*ShardOwnersRequest)(nil),        // 50: timeshard.v1.ShardOwnersRequest
-	(*ShardOwnersResponse)(nil),       // 51: timeshard.v1.ShardOwnersResponse
-	(*MoveShardRequest)(nil),          // 52: timeshard.v1.MoveShardRequest
-	(*MoveShardResponse)(nil),         // 53: timeshard.v1.MoveShardResponse
-	(*DrainNodeRequest)(nil),          // 54: timeshard.v1.DrainNodeRequest
-	(*DrainNodeResponse)(nil),         // 55: timeshard.v1.DrainNodeResponse
-	(*NodeStatusRequest)(nil),         // 56: timeshard.v1.NodeStatusRequest
-	(*ShardStatus)(nil),               // 57: timeshard.v1.ShardStatus
-	(*LatenessBucket)(nil),            // 58: timeshard.v1.LatenessBucket
-	(*TypeCounts)(nil),                // 59: timeshard.v1.TypeCounts
-	(*TypeWaiting)(nil),               // 60: timeshard.v1.TypeWaiting
-	(*JobEvent)(nil),                  // 61: timeshard.v1.JobEvent
-	(*NodeStatusResponse)(nil),        // 62: timeshard.v1.NodeStatusResponse
-	(*timestamppb.Timestamp)(nil),     // 63: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),       // 64: google.protobuf.Duration
+	(*WaitJobsRequest)(nil),           // 28: timeshard.v1.WaitJobsRequest
+	(*WaitJobsResponse)(nil),          // 29: timeshard.v1.WaitJobsResponse
+	(*ClaimRequest)(nil),              // 30: timeshard.v1.ClaimRequest
+	(*ClaimedJob)(nil),                // 31: timeshard.v1.ClaimedJob
+	(*ClaimResponse)(nil),             // 32: timeshard.v1.ClaimResponse
+	(*HeartbeatRequest)(nil),          // 33: timeshard.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),         // 34: timeshard.v1.HeartbeatResponse
+	(*CompleteRequest)(nil),           // 35: timeshard.v1.CompleteRequest
+	(*CompleteResponse)(nil),          // 36: timeshard.v1.CompleteResponse
+	(*FailRequest)(nil),               // 37: timeshard.v1.FailRequest
+	(*FailResponse)(nil),              // 38: timeshard.v1.FailResponse
+	(*FinishItem)(nil),                // 39: timeshard.v1.FinishItem
+	(*FinishRequest)(nil),             // 40: timeshard.v1.FinishRequest
+	(*FinishResult)(nil),              // 41: timeshard.v1.FinishResult
+	(*FinishResponse)(nil),            // 42: timeshard.v1.FinishResponse
+	(*WorkHello)(nil),                 // 43: timeshard.v1.WorkHello
+	(*WorkCredit)(nil),                // 44: timeshard.v1.WorkCredit
+	(*WorkRequest)(nil),               // 45: timeshard.v1.WorkRequest
+	(*HeartbeatResult)(nil),           // 46: timeshard.v1.HeartbeatResult
+	(*WorkResponse)(nil),              // 47: timeshard.v1.WorkResponse
+	(*Node)(nil),                      // 48: timeshard.v1.Node
+	(*ClusterInfoRequest)(nil),        // 49: timeshard.v1.ClusterInfoRequest
+	(*ClusterInfoResponse)(nil),       // 50: timeshard.v1.ClusterInfoResponse
+	(*ShardInfo)(nil),                 // 51: timeshard.v1.ShardInfo
+	(*ShardOwnersRequest)(nil),        // 52: timeshard.v1.ShardOwnersRequest
+	(*ShardOwnersResponse)(nil),       // 53: timeshard.v1.ShardOwnersResponse
+	(*MoveShardRequest)(nil),          // 54: timeshard.v1.MoveShardRequest
+	(*MoveShardResponse)(nil),         // 55: timeshard.v1.MoveShardResponse
+	(*DrainNodeRequest)(nil),          // 56: timeshard.v1.DrainNodeRequest
+	(*DrainNodeResponse)(nil),         // 57: timeshard.v1.DrainNodeResponse
+	(*NodeStatusRequest)(nil),         // 58: timeshard.v1.NodeStatusRequest
+	(*ShardStatus)(nil),               // 59: timeshard.v1.ShardStatus
+	(*LatenessBucket)(nil),            // 60: timeshard.v1.LatenessBucket
+	(*TypeCounts)(nil),                // 61: timeshard.v1.TypeCounts
+	(*TypeWaiting)(nil),               // 62: timeshard.v1.TypeWaiting
+	(*JobEvent)(nil),                  // 63: timeshard.v1.JobEvent
+	(*NodeStatusResponse)(nil),        // 64: timeshard.v1.NodeStatusResponse
+	(*TypePolicy)(nil),                // 65: timeshard.v1.TypePolicy
+	(*SetTypePoliciesRequest)(nil),    // 66: timeshard.v1.SetTypePoliciesRequest
+	(*SetTypePoliciesResponse)(nil),   // 67: timeshard.v1.SetTypePoliciesResponse
+	(*timestamppb.Timestamp)(nil),     // 68: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),       // 69: google.protobuf.Duration
 }
 var file_timeshard_v1_timeshard_proto_depIdxs = []int32{
-	63, // 0: timeshard.v1.Attempt.started_at:type_name -> google.protobuf.Timestamp
-	63, // 1: timeshard.v1.Attempt.finished_at:type_name -> google.protobuf.Timestamp
-	0,  // 2: timeshard.v1.Job.state:type_name -> timeshard.v1.JobState
-	63, // 3: timeshard.v1.Job.run_at:type_name -> google.protobuf.Timestamp
-	63, // 4: timeshard.v1.Job.created_at:type_name -> google.protobuf.Timestamp
-	63, // 5: timeshard.v1.Job.lease_until:type_name -> google.protobuf.Timestamp
-	63, // 6: timeshard.v1.Job.started_at:type_name -> google.protobuf.Timestamp
-	63, // 7: timeshard.v1.Job.finished_at:type_name -> google.protobuf.Timestamp
-	1,  // 8: timeshard.v1.Job.history:type_name -> timeshard.v1.Attempt
-	64, // 9: timeshard.v1.ScheduleJobRequest.delay:type_name -> google.protobuf.Duration
-	63, // 10: timeshard.v1.ScheduleJobRequest.run_at:type_name -> google.protobuf.Timestamp
-	2,  // 11: timeshard.v1.ScheduleJobResponse.job:type_name -> timeshard.v1.Job
-	3,  // 12: timeshard.v1.ScheduleJobsRequest.jobs:type_name -> timeshard.v1.ScheduleJobRequest
-	4,  // 13: timeshard.v1.ScheduleJobsResponse.results:type_name -> timeshard.v1.ScheduleJobResponse
-	0,  // 14: timeshard.v1.ListJobsRequest.state:type_name -> timeshard.v1.JobState
-	2,  // 15: timeshard.v1.ListJobsResponse.jobs:type_name -> timeshard.v1.Job
-	64, // 16: timeshard.v1.RescheduleJobRequest.delay:type_name -> google.protobuf.Duration
-	63, // 17: timeshard.v1.RescheduleJobRequest.run_at:type_name -> google.protobuf.Timestamp
-	64, // 18: timeshard.v1.Schedule.misfire_grace:type_name -> google.protobuf.Duration
-	64, // 19: timeshard.v1.Schedule.jitter:type_name -> google.protobuf.Duration
-	63, // 20: timeshard.v1.Schedule.next_fire:type_name -> google.protobuf.Timestamp
-	63, // 21: timeshard.v1.Schedule.last_skip_at:type_name -> google.protobuf.Timestamp
-	63, // 22: timeshard.v1.Schedule.last_fire_at:type_name -> google.protobuf.Timestamp
-	63, // 23: timeshard.v1.Schedule.queued_at:type_name -> google.protobuf.Timestamp
-	12, // 24: timeshard.v1.CreateScheduleRequest.schedule:type_name -> timeshard.v1.Schedule
-	12, // 25: timeshard.v1.ListSchedulesResponse.schedules:type_name -> timeshard.v1.Schedule
-	12, // 26: timeshard.v1.UpdateScheduleRequest.schedule:type_name -> timeshard.v1.Schedule
-	63, // 27: timeshard.v1.PreviewRequest.from:type_name -> google.protobuf.Timestamp
-	63, // 28: timeshard.v1.FireTime.utc:type_name -> google.protobuf.Timestamp
-	21, // 29: timeshard.v1.PreviewResponse.times:type_name -> timeshard.v1.FireTime
-	63, // 30: timeshard.v1.ListDeadLettersRequest.since:type_name -> google.protobuf.Timestamp
-	2,  // 31: timeshard.v1.ListDeadLettersResponse.jobs:type_name -> timeshard.v1.Job
-	2,  // 32: timeshard.v1.ReplayDeadLettersResponse.jobs:type_name -> timeshard.v1.Job
-	64, // 33: timeshard.v1.ClaimRequest.wait:type_name -> google.protobuf.Duration
-	64, // 34: timeshard.v1.ClaimRequest.lease:type_name -> google.protobuf.Duration
-	2,  // 35: timeshard.v1.ClaimedJob.job:type_name -> timeshard.v1.Job
-	63, // 36: timeshard.v1.ClaimedJob.lease_until:type_name -> google.protobuf.Timestamp
-	64, // 37: timeshard.v1.ClaimedJob.lease:type_name -> google.protobuf.Duration
-	29, // 38: timeshard.v1.ClaimResponse.jobs:type_name -> timeshard.v1.ClaimedJob
-	64, // 39: timeshard.v1.HeartbeatRequest.lease:type_name -> google.protobuf.Duration
-	63, // 40: timeshard.v1.HeartbeatResponse.lease_until:type_name -> google.protobuf.Timestamp
-	64, // 41: timeshard.v1.HeartbeatResponse.lease:type_name -> google.protobuf.Duration
-	0,  // 42: timeshard.v1.FailResponse.state:type_name -> timeshard.v1.JobState
-	63, // 43: timeshard.v1.FailResponse.retry_at:type_name -> google.protobuf.Timestamp
-	37, // 44: timeshard.v1.FinishRequest.items:type_name -> timeshard.v1.FinishItem
-	0,  // 45: timeshard.v1.FinishResult.state:type_name -> timeshard.v1.JobState
-	39, // 46: timeshard.v1.FinishResponse.results:type_name -> timeshard.v1.FinishResult
-	64, // 47: timeshard.v1.WorkHello.lease:type_name -> google.protobuf.Duration
-	41, // 48: timeshard.v1.WorkRequest.hello:type_name -> timeshard.v1.WorkHello
-	42, // 49: timeshard.v1.WorkRequest.credits:type_name -> timeshard.v1.WorkCredit
-	31, // 50: timeshard.v1.WorkRequest.heartbeats:type_name -> timeshard.v1.HeartbeatRequest
-	37, // 51: timeshard.v1.WorkRequest.results:type_name -> timeshard.v1.FinishItem
-	32, // 52: timeshard.v1.HeartbeatResult.lease:type_name -> timeshard.v1.HeartbeatResponse
-	29, // 53: timeshard.v1.WorkResponse.jobs:type_name -> timeshard.v1.ClaimedJob
-	44, // 54: timeshard.v1.WorkResponse.heartbeats:type_name -> timeshard.v1.HeartbeatResult
-	39, // 55: timeshard.v1.WorkResponse.results:type_name -> timeshard.v1.FinishResult
-	46, // 56: timeshard.v1.ClusterInfoResponse.nodes:type_name -> timeshard.v1.Node
-	63, // 57: timeshard.v1.ShardInfo.cursor:type_name -> google.protobuf.Timestamp
-	49, // 58: timeshard.v1.ShardOwnersResponse.shards:type_name -> timeshard.v1.ShardInfo
-	64, // 59: timeshard.v1.NodeStatusRequest.window:type_name -> google.protobuf.Duration
-	63, // 60: timeshard.v1.JobEvent.at:type_name -> google.protobuf.Timestamp
-	57, // 61: timeshard.v1.NodeStatusResponse.shards:type_name -> timeshard.v1.ShardStatus
-	64, // 62: timeshard.v1.NodeStatusResponse.window:type_name -> google.protobuf.Duration
-	58, // 63: timeshard.v1.NodeStatusResponse.lateness:type_name -> timeshard.v1.LatenessBucket
-	59, // 64: timeshard.v1.NodeStatusResponse.jobs:type_name -> timeshard.v1.TypeCounts
-	63, // 65: timeshard.v1.NodeStatusResponse.dead_letters_at:type_name -> google.protobuf.Timestamp
-	61, // 66: timeshard.v1.NodeStatusResponse.recent_failures:type_name -> timeshard.v1.JobEvent
-	61, // 67: timeshard.v1.NodeStatusResponse.recent_dead_letters:type_name -> timeshard.v1.JobEvent
-	60, // 68: timeshard.v1.NodeStatusResponse.unclaimed:type_name -> timeshard.v1.TypeWaiting
-	3,  // 69: timeshard.v1.JobService.ScheduleJob:input_type -> timeshard.v1.ScheduleJobRequest
-	5,  // 70: timeshard.v1.JobService.ScheduleJobs:input_type -> timeshard.v1.ScheduleJobsRequest
-	7,  // 71: timeshard.v1.JobService.GetJob:input_type -> timeshard.v1.GetJobRequest
-	8,  // 72: timeshard.v1.JobService.ListJobs:input_type -> timeshard.v1.ListJobsRequest
-	10, // 73: timeshard.v1.JobService.CancelJob:input_type -> timeshard.v1.CancelJobRequest
-	11, // 74: timeshard.v1.JobService.RescheduleJob:input_type -> timeshard.v1.RescheduleJobRequest
-	13, // 75: timeshard.v1.JobService.CreateSchedule:input_type -> timeshard.v1.CreateScheduleRequest
-	14, // 76: timeshard.v1.JobService.GetSchedule:input_type -> timeshard.v1.GetScheduleRequest
-	15, // 77: timeshard.v1.JobService.ListSchedules:input_type -> timeshard.v1.ListSchedulesRequest
-	17, // 78: timeshard.v1.JobService.UpdateSchedule:input_type -> timeshard.v1.UpdateScheduleRequest
-	18, // 79: timeshard.v1.JobService.PauseSchedule:input_type -> timeshard.v1.ScheduleIdRequest
-	18, // 80: timeshard.v1.JobService.ResumeSchedule:input_type -> timeshard.v1.ScheduleIdRequest
-	18, // 81: timeshard.v1.JobService.DeleteSchedule:input_type -> timeshard.v1.ScheduleIdRequest
-	20, // 82: timeshard.v1.JobService.PreviewSchedule:input_type -> timeshard.v1.PreviewRequest
-	23, // 83: timeshard.v1.JobService.ListDeadLetters:input_type -> timeshard.v1.ListDeadLettersRequest
-	25, // 84: timeshard.v1.JobService.ReplayDeadLetters:input_type -> timeshard.v1.ReplayDeadLettersRequest
-	25, // 85: timeshard.v1.JobService.PurgeDeadLetters:input_type -> timeshard.v1.ReplayDeadLettersRequest
-	28, // 86: timeshard.v1.WorkerService.Claim:input_type -> timeshard.v1.ClaimRequest
-	31, // 87: timeshard.v1.WorkerService.Heartbeat:input_type -> timeshard.v1.HeartbeatRequest
-	33, // 88: timeshard.v1.WorkerService.Complete:input_type -> timeshard.v1.CompleteRequest
-	35, // 89: timeshard.v1.WorkerService.Fail:input_type -> timeshard.v1.FailRequest
-	38, // 90: timeshard.v1.WorkerService.Finish:input_type -> timeshard.v1.FinishRequest
-	43, // 91: timeshard.v1.WorkerService.Work:input_type -> timeshard.v1.WorkRequest
-	47, // 92: timeshard.v1.AdminService.ClusterInfo:input_type -> timeshard.v1.ClusterInfoRequest
-	50, // 93: timeshard.v1.AdminService.ShardOwners:input_type -> timeshard.v1.ShardOwnersRequest
-	52, // 94: timeshard.v1.AdminService.MoveShard:input_type -> timeshard.v1.MoveShardRequest
-	54, // 95: timeshard.v1.AdminService.DrainNode:input_type -> timeshard.v1.DrainNodeRequest
-	56, // 96: timeshard.v1.AdminService.NodeStatus:input_type -> timeshard.v1.NodeStatusRequest
-	4,  // 97: timeshard.v1.JobService.ScheduleJob:output_type -> timeshard.v1.ScheduleJobResponse
-	6,  // 98: timeshard.v1.JobService.ScheduleJobs:output_type -> timeshard.v1.ScheduleJobsResponse
-	2,  // 99: timeshard.v1.JobService.GetJob:output_type -> timeshard.v1.Job
-	9,  // 100: timeshard.v1.JobService.ListJobs:output_type -> timeshard.v1.ListJobsResponse
-	2,  // 101: timeshard.v1.JobService.CancelJob:output_type -> timeshard.v1.Job
-	2,  // 102: timeshard.v1.JobService.RescheduleJob:output_type -> timeshard.v1.Job
-	12, // 103: timeshard.v1.JobService.CreateSchedule:output_type -> timeshard.v1.Schedule
-	12, // 104: timeshard.v1.JobService.GetSchedule:output_type -> timeshard.v1.Schedule
-	16, // 105: timeshard.v1.JobService.ListSchedules:output_type -> timeshard.v1.ListSchedulesResponse
-	12, // 106: timeshard.v1.JobService.UpdateSchedule:output_type -> timeshard.v1.Schedule
-	12, // 107: timeshard.v1.JobService.PauseSchedule:output_type -> timeshard.v1.Schedule
-	12, // 108: timeshard.v1.JobService.ResumeSchedule:output_type -> timeshard.v1.Schedule
-	19, // 109: timeshard.v1.JobService.DeleteSchedule:output_type -> timeshard.v1.DeleteScheduleResponse
-	22, // 110: timeshard.v1.JobService.PreviewSchedule:output_type -> timeshard.v1.PreviewResponse
-	24, // 111: timeshard.v1.JobService.ListDeadLetters:output_type -> timeshard.v1.ListDeadLettersResponse
-	26, // 112: timeshard.v1.JobService.ReplayDeadLetters:output_type -> timeshard.v1.ReplayDeadLettersResponse
-	27, // 113: timeshard.v1.JobService.PurgeDeadLetters:output_type -> timeshard.v1.PurgeDeadLettersResponse
-	30, // 114: timeshard.v1.WorkerService.Claim:output_type -> timeshard.v1.ClaimResponse
-	32, // 115: timeshard.v1.WorkerService.Heartbeat:output_type -> timeshard.v1.HeartbeatResponse
-	34, // 116: timeshard.v1.WorkerService.Complete:output_type -> timeshard.v1.CompleteResponse
-	36, // 117: timeshard.v1.WorkerService.Fail:output_type -> timeshard.v1.FailResponse
-	40, // 118: timeshard.v1.WorkerService.Finish:output_type -> timeshard.v1.FinishResponse
-	45, // 119: timeshard.v1.WorkerService.Work:output_type -> timeshard.v1.WorkResponse
-	48, // 120: timeshard.v1.AdminService.ClusterInfo:output_type -> timeshard.v1.ClusterInfoResponse
-	51, // 121: timeshard.v1.AdminService.ShardOwners:output_type -> timeshard.v1.ShardOwnersResponse
-	53, // 122: timeshard.v1.AdminService.MoveShard:output_type -> timeshard.v1.MoveShardResponse
-	55, // 123: timeshard.v1.AdminService.DrainNode:output_type -> timeshard.v1.DrainNodeResponse
-	62, // 124: timeshard.v1.AdminService.NodeStatus:output_type -> timeshard.v1.NodeStatusResponse
-	97, // [97:125] is the sub-list for method output_type
-	69, // [69:97] is the sub-list for method input_type
-	69, // [69:69] is the sub-list for extension type_name
-	69, // [69:69] is the sub-list for extension extendee
-	0,  // [0:69] is the sub-list for field type_name
+	68,  // 0: timeshard.v1.Attempt.started_at:type_name -> google.protobuf.Timestamp
+	68,  // 1: timeshard.v1.Attempt.finished_at:type_name -> google.protobuf.Timestamp
+	0,   // 2: timeshard.v1.Job.state:type_name -> timeshard.v1.JobState
+	68,  // 3: timeshard.v1.Job.run_at:type_name -> google.protobuf.Timestamp
+	68,  // 4: timeshard.v1.Job.created_at:type_name -> google.protobuf.Timestamp
+	68,  // 5: timeshard.v1.Job.lease_until:type_name -> google.protobuf.Timestamp
+	68,  // 6: timeshard.v1.Job.started_at:type_name -> google.protobuf.Timestamp
+	68,  // 7: timeshard.v1.Job.finished_at:type_name -> google.protobuf.Timestamp
+	1,   // 8: timeshard.v1.Job.history:type_name -> timeshard.v1.Attempt
+	69,  // 9: timeshard.v1.ScheduleJobRequest.delay:type_name -> google.protobuf.Duration
+	68,  // 10: timeshard.v1.ScheduleJobRequest.run_at:type_name -> google.protobuf.Timestamp
+	2,   // 11: timeshard.v1.ScheduleJobResponse.job:type_name -> timeshard.v1.Job
+	3,   // 12: timeshard.v1.ScheduleJobsRequest.jobs:type_name -> timeshard.v1.ScheduleJobRequest
+	4,   // 13: timeshard.v1.ScheduleJobsResponse.results:type_name -> timeshard.v1.ScheduleJobResponse
+	0,   // 14: timeshard.v1.ListJobsRequest.state:type_name -> timeshard.v1.JobState
+	2,   // 15: timeshard.v1.ListJobsResponse.jobs:type_name -> timeshard.v1.Job
+	69,  // 16: timeshard.v1.RescheduleJobRequest.delay:type_name -> google.protobuf.Duration
+	68,  // 17: timeshard.v1.RescheduleJobRequest.run_at:type_name -> google.protobuf.Timestamp
+	69,  // 18: timeshard.v1.Schedule.misfire_grace:type_name -> google.protobuf.Duration
+	69,  // 19: timeshard.v1.Schedule.jitter:type_name -> google.protobuf.Duration
+	68,  // 20: timeshard.v1.Schedule.next_fire:type_name -> google.protobuf.Timestamp
+	68,  // 21: timeshard.v1.Schedule.last_skip_at:type_name -> google.protobuf.Timestamp
+	68,  // 22: timeshard.v1.Schedule.last_fire_at:type_name -> google.protobuf.Timestamp
+	68,  // 23: timeshard.v1.Schedule.queued_at:type_name -> google.protobuf.Timestamp
+	12,  // 24: timeshard.v1.CreateScheduleRequest.schedule:type_name -> timeshard.v1.Schedule
+	12,  // 25: timeshard.v1.ListSchedulesResponse.schedules:type_name -> timeshard.v1.Schedule
+	12,  // 26: timeshard.v1.UpdateScheduleRequest.schedule:type_name -> timeshard.v1.Schedule
+	68,  // 27: timeshard.v1.PreviewRequest.from:type_name -> google.protobuf.Timestamp
+	68,  // 28: timeshard.v1.FireTime.utc:type_name -> google.protobuf.Timestamp
+	21,  // 29: timeshard.v1.PreviewResponse.times:type_name -> timeshard.v1.FireTime
+	68,  // 30: timeshard.v1.ListDeadLettersRequest.since:type_name -> google.protobuf.Timestamp
+	2,   // 31: timeshard.v1.ListDeadLettersResponse.jobs:type_name -> timeshard.v1.Job
+	2,   // 32: timeshard.v1.ReplayDeadLettersResponse.jobs:type_name -> timeshard.v1.Job
+	69,  // 33: timeshard.v1.WaitJobsRequest.timeout:type_name -> google.protobuf.Duration
+	2,   // 34: timeshard.v1.WaitJobsResponse.job:type_name -> timeshard.v1.Job
+	69,  // 35: timeshard.v1.ClaimRequest.wait:type_name -> google.protobuf.Duration
+	69,  // 36: timeshard.v1.ClaimRequest.lease:type_name -> google.protobuf.Duration
+	2,   // 37: timeshard.v1.ClaimedJob.job:type_name -> timeshard.v1.Job
+	68,  // 38: timeshard.v1.ClaimedJob.lease_until:type_name -> google.protobuf.Timestamp
+	69,  // 39: timeshard.v1.ClaimedJob.lease:type_name -> google.protobuf.Duration
+	31,  // 40: timeshard.v1.ClaimResponse.jobs:type_name -> timeshard.v1.ClaimedJob
+	69,  // 41: timeshard.v1.HeartbeatRequest.lease:type_name -> google.protobuf.Duration
+	68,  // 42: timeshard.v1.HeartbeatResponse.lease_until:type_name -> google.protobuf.Timestamp
+	69,  // 43: timeshard.v1.HeartbeatResponse.lease:type_name -> google.protobuf.Duration
+	0,   // 44: timeshard.v1.FailResponse.state:type_name -> timeshard.v1.JobState
+	68,  // 45: timeshard.v1.FailResponse.retry_at:type_name -> google.protobuf.Timestamp
+	39,  // 46: timeshard.v1.FinishRequest.items:type_name -> timeshard.v1.FinishItem
+	0,   // 47: timeshard.v1.FinishResult.state:type_name -> timeshard.v1.JobState
+	41,  // 48: timeshard.v1.FinishResponse.results:type_name -> timeshard.v1.FinishResult
+	69,  // 49: timeshard.v1.WorkHello.lease:type_name -> google.protobuf.Duration
+	43,  // 50: timeshard.v1.WorkRequest.hello:type_name -> timeshard.v1.WorkHello
+	44,  // 51: timeshard.v1.WorkRequest.credits:type_name -> timeshard.v1.WorkCredit
+	33,  // 52: timeshard.v1.WorkRequest.heartbeats:type_name -> timeshard.v1.HeartbeatRequest
+	39,  // 53: timeshard.v1.WorkRequest.results:type_name -> timeshard.v1.FinishItem
+	34,  // 54: timeshard.v1.HeartbeatResult.lease:type_name -> timeshard.v1.HeartbeatResponse
+	31,  // 55: timeshard.v1.WorkResponse.jobs:type_name -> timeshard.v1.ClaimedJob
+	46,  // 56: timeshard.v1.WorkResponse.heartbeats:type_name -> timeshard.v1.HeartbeatResult
+	41,  // 57: timeshard.v1.WorkResponse.results:type_name -> timeshard.v1.FinishResult
+	48,  // 58: timeshard.v1.ClusterInfoResponse.nodes:type_name -> timeshard.v1.Node
+	68,  // 59: timeshard.v1.ShardInfo.cursor:type_name -> google.protobuf.Timestamp
+	51,  // 60: timeshard.v1.ShardOwnersResponse.shards:type_name -> timeshard.v1.ShardInfo
+	69,  // 61: timeshard.v1.NodeStatusRequest.window:type_name -> google.protobuf.Duration
+	68,  // 62: timeshard.v1.JobEvent.at:type_name -> google.protobuf.Timestamp
+	59,  // 63: timeshard.v1.NodeStatusResponse.shards:type_name -> timeshard.v1.ShardStatus
+	69,  // 64: timeshard.v1.NodeStatusResponse.window:type_name -> google.protobuf.Duration
+	60,  // 65: timeshard.v1.NodeStatusResponse.lateness:type_name -> timeshard.v1.LatenessBucket
+	61,  // 66: timeshard.v1.NodeStatusResponse.jobs:type_name -> timeshard.v1.TypeCounts
+	68,  // 67: timeshard.v1.NodeStatusResponse.dead_letters_at:type_name -> google.protobuf.Timestamp
+	63,  // 68: timeshard.v1.NodeStatusResponse.recent_failures:type_name -> timeshard.v1.JobEvent
+	63,  // 69: timeshard.v1.NodeStatusResponse.recent_dead_letters:type_name -> timeshard.v1.JobEvent
+	62,  // 70: timeshard.v1.NodeStatusResponse.unclaimed:type_name -> timeshard.v1.TypeWaiting
+	69,  // 71: timeshard.v1.TypePolicy.retry_base:type_name -> google.protobuf.Duration
+	69,  // 72: timeshard.v1.TypePolicy.retry_max:type_name -> google.protobuf.Duration
+	65,  // 73: timeshard.v1.SetTypePoliciesRequest.policies:type_name -> timeshard.v1.TypePolicy
+	65,  // 74: timeshard.v1.SetTypePoliciesResponse.policies:type_name -> timeshard.v1.TypePolicy
+	3,   // 75: timeshard.v1.JobService.ScheduleJob:input_type -> timeshard.v1.ScheduleJobRequest
+	5,   // 76: timeshard.v1.JobService.ScheduleJobs:input_type -> timeshard.v1.ScheduleJobsRequest
+	7,   // 77: timeshard.v1.JobService.GetJob:input_type -> timeshard.v1.GetJobRequest
+	8,   // 78: timeshard.v1.JobService.ListJobs:input_type -> timeshard.v1.ListJobsRequest
+	10,  // 79: timeshard.v1.JobService.CancelJob:input_type -> timeshard.v1.CancelJobRequest
+	11,  // 80: timeshard.v1.JobService.RescheduleJob:input_type -> timeshard.v1.RescheduleJobRequest
+	13,  // 81: timeshard.v1.JobService.CreateSchedule:input_type -> timeshard.v1.CreateScheduleRequest
+	14,  // 82: timeshard.v1.JobService.GetSchedule:input_type -> timeshard.v1.GetScheduleRequest
+	15,  // 83: timeshard.v1.JobService.ListSchedules:input_type -> timeshard.v1.ListSchedulesRequest
+	17,  // 84: timeshard.v1.JobService.UpdateSchedule:input_type -> timeshard.v1.UpdateScheduleRequest
+	18,  // 85: timeshard.v1.JobService.PauseSchedule:input_type -> timeshard.v1.ScheduleIdRequest
+	18,  // 86: timeshard.v1.JobService.ResumeSchedule:input_type -> timeshard.v1.ScheduleIdRequest
+	18,  // 87: timeshard.v1.JobService.DeleteSchedule:input_type -> timeshard.v1.ScheduleIdRequest
+	20,  // 88: timeshard.v1.JobService.PreviewSchedule:input_type -> timeshard.v1.PreviewRequest
+	23,  // 89: timeshard.v1.JobService.ListDeadLetters:input_type -> timeshard.v1.ListDeadLettersRequest
+	25,  // 90: timeshard.v1.JobService.ReplayDeadLetters:input_type -> timeshard.v1.ReplayDeadLettersRequest
+	25,  // 91: timeshard.v1.JobService.PurgeDeadLetters:input_type -> timeshard.v1.ReplayDeadLettersRequest
+	28,  // 92: timeshard.v1.JobService.WaitJobs:input_type -> timeshard.v1.WaitJobsRequest
+	30,  // 93: timeshard.v1.WorkerService.Claim:input_type -> timeshard.v1.ClaimRequest
+	33,  // 94: timeshard.v1.WorkerService.Heartbeat:input_type -> timeshard.v1.HeartbeatRequest
+	35,  // 95: timeshard.v1.WorkerService.Complete:input_type -> timeshard.v1.CompleteRequest
+	37,  // 96: timeshard.v1.WorkerService.Fail:input_type -> timeshard.v1.FailRequest
+	40,  // 97: timeshard.v1.WorkerService.Finish:input_type -> timeshard.v1.FinishRequest
+	45,  // 98: timeshard.v1.WorkerService.Work:input_type -> timeshard.v1.WorkRequest
+	49,  // 99: timeshard.v1.AdminService.ClusterInfo:input_type -> timeshard.v1.ClusterInfoRequest
+	52,  // 100: timeshard.v1.AdminService.ShardOwners:input_type -> timeshard.v1.ShardOwnersRequest
+	54,  // 101: timeshard.v1.AdminService.MoveShard:input_type -> timeshard.v1.MoveShardRequest
+	56,  // 102: timeshard.v1.AdminService.DrainNode:input_type -> timeshard.v1.DrainNodeRequest
+	58,  // 103: timeshard.v1.AdminService.NodeStatus:input_type -> timeshard.v1.NodeStatusRequest
+	66,  // 104: timeshard.v1.AdminService.SetTypePolicies:input_type -> timeshard.v1.SetTypePoliciesRequest
+	4,   // 105: timeshard.v1.JobService.ScheduleJob:output_type -> timeshard.v1.ScheduleJobResponse
+	6,   // 106: timeshard.v1.JobService.ScheduleJobs:output_type -> timeshard.v1.ScheduleJobsResponse
+	2,   // 107: timeshard.v1.JobService.GetJob:output_type -> timeshard.v1.Job
+	9,   // 108: timeshard.v1.JobService.ListJobs:output_type -> timeshard.v1.ListJobsResponse
+	2,   // 109: timeshard.v1.JobService.CancelJob:output_type -> timeshard.v1.Job
+	2,   // 110: timeshard.v1.JobService.RescheduleJob:output_type -> timeshard.v1.Job
+	12,  // 111: timeshard.v1.JobService.CreateSchedule:output_type -> timeshard.v1.Schedule
+	12,  // 112: timeshard.v1.JobService.GetSchedule:output_type -> timeshard.v1.Schedule
+	16,  // 113: timeshard.v1.JobService.ListSchedules:output_type -> timeshard.v1.ListSchedulesResponse
+	12,  // 114: timeshard.v1.JobService.UpdateSchedule:output_type -> timeshard.v1.Schedule
+	12,  // 115: timeshard.v1.JobService.PauseSchedule:output_type -> timeshard.v1.Schedule
+	12,  // 116: timeshard.v1.JobService.ResumeSchedule:output_type -> timeshard.v1.Schedule
+	19,  // 117: timeshard.v1.JobService.DeleteSchedule:output_type -> timeshard.v1.DeleteScheduleResponse
+	22,  // 118: timeshard.v1.JobService.PreviewSchedule:output_type -> timeshard.v1.PreviewResponse
+	24,  // 119: timeshard.v1.JobService.ListDeadLetters:output_type -> timeshard.v1.ListDeadLettersResponse
+	26,  // 120: timeshard.v1.JobService.ReplayDeadLetters:output_type -> timeshard.v1.ReplayDeadLettersResponse
+	27,  // 121: timeshard.v1.JobService.PurgeDeadLetters:output_type -> timeshard.v1.PurgeDeadLettersResponse
+	29,  // 122: timeshard.v1.JobService.WaitJobs:output_type -> timeshard.v1.WaitJobsResponse
+	32,  // 123: timeshard.v1.WorkerService.Claim:output_type -> timeshard.v1.ClaimResponse
+	34,  // 124: timeshard.v1.WorkerService.Heartbeat:output_type -> timeshard.v1.HeartbeatResponse
+	36,  // 125: timeshard.v1.WorkerService.Complete:output_type -> timeshard.v1.CompleteResponse
+	38,  // 126: timeshard.v1.WorkerService.Fail:output_type -> timeshard.v1.FailResponse
+	42,  // 127: timeshard.v1.WorkerService.Finish:output_type -> timeshard.v1.FinishResponse
+	47,  // 128: timeshard.v1.WorkerService.Work:output_type -> timeshard.v1.WorkResponse
+	50,  // 129: timeshard.v1.AdminService.ClusterInfo:output_type -> timeshard.v1.ClusterInfoResponse
+	53,  // 130: timeshard.v1.AdminService.ShardOwners:output_type -> timeshard.v1.ShardOwnersResponse
+	55,  // 131: timeshard.v1.AdminService.MoveShard:output_type -> timeshard.v1.MoveShardResponse
+	57,  // 132: timeshard.v1.AdminService.DrainNode:output_type -> timeshard.v1.DrainNodeResponse
+	64,  // 133: timeshard.v1.AdminService.NodeStatus:output_type -> timeshard.v1.NodeStatusResponse
+	67,  // 134: timeshard.v1.AdminService.SetTypePolicies:output_type -> timeshard.v1.SetTypePoliciesResponse
+	105, // [105:135] is the sub-list for method output_type
+	75,  // [75:105] is the sub-list for method input_type
+	75,  // [75:75] is the sub-list for extension type_name
+	75,  // [75:75] is the sub-list for extension extendee
+	0,   // [0:75] is the sub-list for field type_name
 }
 
 func init() { file_timeshard_v1_timeshard_proto_init() }
@@ -4757,7 +5137,7 @@ func file_timeshard_v1_timeshard_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_timeshard_v1_timeshard_proto_rawDesc), len(file_timeshard_v1_timeshard_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   62,
+			NumMessages:   67,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

@@ -38,6 +38,7 @@ const (
 	JobService_ListDeadLetters_FullMethodName   = "/timeshard.v1.JobService/ListDeadLetters"
 	JobService_ReplayDeadLetters_FullMethodName = "/timeshard.v1.JobService/ReplayDeadLetters"
 	JobService_PurgeDeadLetters_FullMethodName  = "/timeshard.v1.JobService/PurgeDeadLetters"
+	JobService_WaitJobs_FullMethodName          = "/timeshard.v1.JobService/WaitJobs"
 )
 
 // JobServiceClient is the client API for JobService service.
@@ -61,6 +62,7 @@ type JobServiceClient interface {
 	ListDeadLetters(ctx context.Context, in *ListDeadLettersRequest, opts ...grpc.CallOption) (*ListDeadLettersResponse, error)
 	ReplayDeadLetters(ctx context.Context, in *ReplayDeadLettersRequest, opts ...grpc.CallOption) (*ReplayDeadLettersResponse, error)
 	PurgeDeadLetters(ctx context.Context, in *ReplayDeadLettersRequest, opts ...grpc.CallOption) (*PurgeDeadLettersResponse, error)
+	WaitJobs(ctx context.Context, in *WaitJobsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WaitJobsResponse], error)
 }
 
 type jobServiceClient struct {
@@ -241,6 +243,25 @@ func (c *jobServiceClient) PurgeDeadLetters(ctx context.Context, in *ReplayDeadL
 	return out, nil
 }
 
+func (c *jobServiceClient) WaitJobs(ctx context.Context, in *WaitJobsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WaitJobsResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &JobService_ServiceDesc.Streams[0], JobService_WaitJobs_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[WaitJobsRequest, WaitJobsResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type JobService_WaitJobsClient = grpc.ServerStreamingClient[WaitJobsResponse]
+
 // JobServiceServer is the server API for JobService service.
 // All implementations must embed UnimplementedJobServiceServer
 // for forward compatibility.
@@ -262,6 +283,7 @@ type JobServiceServer interface {
 	ListDeadLetters(context.Context, *ListDeadLettersRequest) (*ListDeadLettersResponse, error)
 	ReplayDeadLetters(context.Context, *ReplayDeadLettersRequest) (*ReplayDeadLettersResponse, error)
 	PurgeDeadLetters(context.Context, *ReplayDeadLettersRequest) (*PurgeDeadLettersResponse, error)
+	WaitJobs(*WaitJobsRequest, grpc.ServerStreamingServer[WaitJobsResponse]) error
 	mustEmbedUnimplementedJobServiceServer()
 }
 
@@ -322,6 +344,9 @@ func (UnimplementedJobServiceServer) ReplayDeadLetters(context.Context, *ReplayD
 }
 func (UnimplementedJobServiceServer) PurgeDeadLetters(context.Context, *ReplayDeadLettersRequest) (*PurgeDeadLettersResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method PurgeDeadLetters not implemented")
+}
+func (UnimplementedJobServiceServer) WaitJobs(*WaitJobsRequest, grpc.ServerStreamingServer[WaitJobsResponse]) error {
+	return status.Error(codes.Unimplemented, "method WaitJobs not implemented")
 }
 func (UnimplementedJobServiceServer) mustEmbedUnimplementedJobServiceServer() {}
 func (UnimplementedJobServiceServer) testEmbeddedByValue()                    {}
@@ -650,6 +675,17 @@ func _JobService_PurgeDeadLetters_Handler(srv interface{}, ctx context.Context, 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _JobService_WaitJobs_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(WaitJobsRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(JobServiceServer).WaitJobs(m, &grpc.GenericServerStream[WaitJobsRequest, WaitJobsResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type JobService_WaitJobsServer = grpc.ServerStreamingServer[WaitJobsResponse]
+
 // JobService_ServiceDesc is the grpc.ServiceDesc for JobService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -726,7 +762,13 @@ var JobService_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _JobService_PurgeDeadLetters_Handler,
 		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "WaitJobs",
+			Handler:       _JobService_WaitJobs_Handler,
+			ServerStreams: true,
+		},
+	},
 	Metadata: "timeshard/v1/timeshard.proto",
 }
 
@@ -1018,11 +1060,12 @@ var WorkerService_ServiceDesc = grpc.ServiceDesc{
 }
 
 const (
-	AdminService_ClusterInfo_FullMethodName = "/timeshard.v1.AdminService/ClusterInfo"
-	AdminService_ShardOwners_FullMethodName = "/timeshard.v1.AdminService/ShardOwners"
-	AdminService_MoveShard_FullMethodName   = "/timeshard.v1.AdminService/MoveShard"
-	AdminService_DrainNode_FullMethodName   = "/timeshard.v1.AdminService/DrainNode"
-	AdminService_NodeStatus_FullMethodName  = "/timeshard.v1.AdminService/NodeStatus"
+	AdminService_ClusterInfo_FullMethodName     = "/timeshard.v1.AdminService/ClusterInfo"
+	AdminService_ShardOwners_FullMethodName     = "/timeshard.v1.AdminService/ShardOwners"
+	AdminService_MoveShard_FullMethodName       = "/timeshard.v1.AdminService/MoveShard"
+	AdminService_DrainNode_FullMethodName       = "/timeshard.v1.AdminService/DrainNode"
+	AdminService_NodeStatus_FullMethodName      = "/timeshard.v1.AdminService/NodeStatus"
+	AdminService_SetTypePolicies_FullMethodName = "/timeshard.v1.AdminService/SetTypePolicies"
 )
 
 // AdminServiceClient is the client API for AdminService service.
@@ -1034,6 +1077,9 @@ type AdminServiceClient interface {
 	MoveShard(ctx context.Context, in *MoveShardRequest, opts ...grpc.CallOption) (*MoveShardResponse, error)
 	DrainNode(ctx context.Context, in *DrainNodeRequest, opts ...grpc.CallOption) (*DrainNodeResponse, error)
 	NodeStatus(ctx context.Context, in *NodeStatusRequest, opts ...grpc.CallOption) (*NodeStatusResponse, error)
+	// Per job type: attempts, backoff and the cluster-wide concurrency limit, as a worker's
+	// tasks declare them. Stored, so every node applies them (within a few seconds).
+	SetTypePolicies(ctx context.Context, in *SetTypePoliciesRequest, opts ...grpc.CallOption) (*SetTypePoliciesResponse, error)
 }
 
 type adminServiceClient struct {
@@ -1094,6 +1140,16 @@ func (c *adminServiceClient) NodeStatus(ctx context.Context, in *NodeStatusReque
 	return out, nil
 }
 
+func (c *adminServiceClient) SetTypePolicies(ctx context.Context, in *SetTypePoliciesRequest, opts ...grpc.CallOption) (*SetTypePoliciesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SetTypePoliciesResponse)
+	err := c.cc.Invoke(ctx, AdminService_SetTypePolicies_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServiceServer is the server API for AdminService service.
 // All implementations must embed UnimplementedAdminServiceServer
 // for forward compatibility.
@@ -1103,6 +1159,9 @@ type AdminServiceServer interface {
 	MoveShard(context.Context, *MoveShardRequest) (*MoveShardResponse, error)
 	DrainNode(context.Context, *DrainNodeRequest) (*DrainNodeResponse, error)
 	NodeStatus(context.Context, *NodeStatusRequest) (*NodeStatusResponse, error)
+	// Per job type: attempts, backoff and the cluster-wide concurrency limit, as a worker's
+	// tasks declare them. Stored, so every node applies them (within a few seconds).
+	SetTypePolicies(context.Context, *SetTypePoliciesRequest) (*SetTypePoliciesResponse, error)
 	mustEmbedUnimplementedAdminServiceServer()
 }
 
@@ -1127,6 +1186,9 @@ func (UnimplementedAdminServiceServer) DrainNode(context.Context, *DrainNodeRequ
 }
 func (UnimplementedAdminServiceServer) NodeStatus(context.Context, *NodeStatusRequest) (*NodeStatusResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method NodeStatus not implemented")
+}
+func (UnimplementedAdminServiceServer) SetTypePolicies(context.Context, *SetTypePoliciesRequest) (*SetTypePoliciesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetTypePolicies not implemented")
 }
 func (UnimplementedAdminServiceServer) mustEmbedUnimplementedAdminServiceServer() {}
 func (UnimplementedAdminServiceServer) testEmbeddedByValue()                      {}
@@ -1239,6 +1301,24 @@ func _AdminService_NodeStatus_Handler(srv interface{}, ctx context.Context, dec 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AdminService_SetTypePolicies_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetTypePoliciesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).SetTypePolicies(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_SetTypePolicies_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).SetTypePolicies(ctx, req.(*SetTypePoliciesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // AdminService_ServiceDesc is the grpc.ServiceDesc for AdminService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1265,6 +1345,10 @@ var AdminService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "NodeStatus",
 			Handler:    _AdminService_NodeStatus_Handler,
+		},
+		{
+			MethodName: "SetTypePolicies",
+			Handler:    _AdminService_SetTypePolicies_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

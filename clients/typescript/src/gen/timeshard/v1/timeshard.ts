@@ -10,8 +10,12 @@ import {
   type CallOptions,
   type ChannelCredentials,
   Client,
+  type ClientDuplexStream,
   type ClientOptions,
+  type ClientReadableStream,
   type ClientUnaryCall,
+  type handleBidiStreamingCall,
+  type handleServerStreamingCall,
   type handleUnaryCall,
   makeGenericClientConstructor,
   type Metadata,
@@ -91,6 +95,11 @@ export interface Attempt {
   finishedAt: Date | undefined;
   outcome: string;
   error: string;
+  /**
+   * A failed attempt's traceback as its worker sent it: at most 8000 bytes, the end kept (the
+   * start says how long it was when it was cut).
+   */
+  traceback: string;
 }
 
 export interface Job {
@@ -111,6 +120,14 @@ export interface Job {
   lastError: string;
   history: Attempt[];
   shard: number;
+  /**
+   * What the handler returned, once the job succeeded (kept as long as the job: its
+   * retention); at most 256 KiB. result_encoding says how to read it: "json" (UTF-8 JSON text:
+   * the handler returned a JSON-serialisable value), "bytes" (the handler returned bytes), or
+   * "" (no result: it returned None, or the job did not succeed).
+   */
+  result: Buffer;
+  resultEncoding: string;
 }
 
 export interface ScheduleJobRequest {
@@ -312,6 +329,28 @@ export interface PurgeDeadLettersResponse {
   jobIds: string[];
 }
 
+/**
+ * Wait until each job is finished: succeeded, dead or cancelled. The server streams each job,
+ * whole (with its result and history), as soon as it knows it is finished: those already
+ * finished at once, a job finished through the node serving the wait the moment it is
+ * written, one finished through another node within a second (the serving node reads the
+ * jobs waited for again every second). The stream ends OK once every job was sent.
+ * - job_ids: 1-1000 ids; a repeated id is sent once. An unknown id fails the call with
+ *   NOT_FOUND naming it, before anything is sent.
+ * - timeout: how long to wait; unset means the cap, 600 s; longer is capped to 600 s (wait
+ *   again for the rest). 0s sends the jobs already finished, then ends. When it passes with
+ *   jobs not finished, the stream ends with DEADLINE_EXCEEDED naming them (the jobs sent
+ *   before stay valid). Negative is INVALID_ARGUMENT.
+ */
+export interface WaitJobsRequest {
+  jobIds: string[];
+  timeout: Duration | undefined;
+}
+
+export interface WaitJobsResponse {
+  job: Job | undefined;
+}
+
 export interface ClaimRequest {
   workerId: string;
   types: string[];
@@ -405,6 +444,19 @@ export interface FinishItem {
    * failed = true, so a node that predates this field takes it as a retryable failure.
    */
   giveBack: boolean;
+  /**
+   * A completion's result (see Job.result): at most 256 KiB, with its encoding ("json" or
+   * "bytes"). A larger one, or one with an unknown encoding, is not stored: the attempt is
+   * recorded as a permanent failure saying why (the job is dead), and the item gets 3
+   * INVALID_ARGUMENT with state JOB_STATE_DEAD.
+   */
+  result: Buffer;
+  resultEncoding: string;
+  /**
+   * A failure's traceback, kept on the attempt in the job's history; longer than 8000 bytes
+   * it is cut to its end, not refused.
+   */
+  traceback: string;
 }
 
 export interface FinishRequest {
@@ -420,6 +472,66 @@ export interface FinishResult {
 
 export interface FinishResponse {
   results: FinishResult[];
+}
+
+export interface WorkHello {
+  workerId: string;
+  /** Lease asked for each job pushed on this stream; the server caps it. */
+  lease:
+    | Duration
+    | undefined;
+  /**
+   * The largest message this worker accepts, in bytes (as ClaimRequest.max_reply_bytes): a
+   * push holds no more jobs than fit in it.
+   */
+  maxReplyBytes: number;
+}
+
+/** Credits: the node may push `credits` more jobs of `type` (added to what it still holds). */
+export interface WorkCredit {
+  type: string;
+  credits: number;
+}
+
+export interface WorkRequest {
+  /** 1 for the first request (the one with the hello), then one more for each request. */
+  seq: number;
+  /** in the first request only, and required there */
+  hello: WorkHello | undefined;
+  credits: WorkCredit[];
+  /**
+   * Lease extensions and results: answered by one WorkResponse with the same seq, one
+   * HeartbeatResult per heartbeat and one FinishResult per result, in the order sent.
+   */
+  heartbeats: HeartbeatRequest[];
+  results: FinishItem[];
+  /** No more jobs: the node drops every credit, pushes nothing more and answers `stopped`. */
+  stop: boolean;
+}
+
+export interface HeartbeatResult {
+  jobId: string;
+  /** a gRPC status code; 0: extended */
+  code: number;
+  message: string;
+  /** when code is 0 */
+  lease: HeartbeatResponse | undefined;
+}
+
+export interface WorkResponse {
+  /**
+   * Jobs pushed, each under a lease taken after the node had read the request numbered
+   * `after_seq` of this stream: the worker's deadline for them is (time it sent that request) +
+   * lease - safety margin.
+   */
+  jobs: ClaimedJob[];
+  afterSeq: number;
+  /** The answer to the request numbered `seq` (0: this message answers no request). */
+  seq: number;
+  heartbeats: HeartbeatResult[];
+  results: FinishResult[];
+  /** The answer to `stop`: nothing more is pushed on this stream. */
+  stopped: boolean;
 }
 
 export interface Node {
@@ -534,6 +646,8 @@ export interface JobEvent {
   /** retry, dead, lease expired */
   kind: string;
   error: string;
+  /** the failed attempt's traceback, its last 2000 characters */
+  traceback: string;
 }
 
 export interface NodeStatusResponse {
@@ -561,8 +675,33 @@ export interface NodeStatusResponse {
   unclaimed: TypeWaiting[];
 }
 
+/** One job type's policy. A field left 0 (or unset) keeps the node's default for it. */
+export interface TypePolicy {
+  type: string;
+  /** 1-1000 */
+  maxAttempts: number;
+  /** backoff after the first failure, > 0 */
+  retryBase:
+    | Duration
+    | undefined;
+  /** the backoff's cap, >= retry_base */
+  retryMax:
+    | Duration
+    | undefined;
+  /** running at once across the cluster, >= 1 */
+  concurrency: number;
+}
+
+export interface SetTypePoliciesRequest {
+  policies: TypePolicy[];
+}
+
+export interface SetTypePoliciesResponse {
+  policies: TypePolicy[];
+}
+
 function createBaseAttempt(): Attempt {
-  return { attempt: 0, worker: "", startedAt: undefined, finishedAt: undefined, outcome: "", error: "" };
+  return { attempt: 0, worker: "", startedAt: undefined, finishedAt: undefined, outcome: "", error: "", traceback: "" };
 }
 
 export const Attempt: MessageFns<Attempt> = {
@@ -584,6 +723,9 @@ export const Attempt: MessageFns<Attempt> = {
     }
     if (message.error !== "") {
       writer.uint32(50).string(message.error);
+    }
+    if (message.traceback !== "") {
+      writer.uint32(58).string(message.traceback);
     }
     return writer;
   },
@@ -649,6 +791,14 @@ export const Attempt: MessageFns<Attempt> = {
             message.error = reader.string();
             continue;
           }
+          case 7: {
+            if (tag !== 58) {
+              break;
+            }
+
+            message.traceback = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -677,6 +827,7 @@ export const Attempt: MessageFns<Attempt> = {
         : undefined,
       outcome: isSet(object.outcome) ? globalThis.String(object.outcome) : "",
       error: isSet(object.error) ? globalThis.String(object.error) : "",
+      traceback: isSet(object.traceback) ? globalThis.String(object.traceback) : "",
     };
   },
 
@@ -700,6 +851,9 @@ export const Attempt: MessageFns<Attempt> = {
     if (message.error !== "") {
       obj.error = message.error;
     }
+    if (message.traceback !== "") {
+      obj.traceback = message.traceback;
+    }
     return obj;
   },
 
@@ -714,6 +868,7 @@ export const Attempt: MessageFns<Attempt> = {
     message.finishedAt = object.finishedAt ?? undefined;
     message.outcome = object.outcome ?? "";
     message.error = object.error ?? "";
+    message.traceback = object.traceback ?? "";
     return message;
   },
 };
@@ -737,6 +892,8 @@ function createBaseJob(): Job {
     lastError: "",
     history: [],
     shard: 0,
+    result: Buffer.alloc(0),
+    resultEncoding: "",
   };
 }
 
@@ -792,6 +949,12 @@ export const Job: MessageFns<Job> = {
     }
     if (message.shard !== 0) {
       writer.uint32(136).int32(message.shard);
+    }
+    if (message.result.length !== 0) {
+      writer.uint32(146).bytes(message.result);
+    }
+    if (message.resultEncoding !== "") {
+      writer.uint32(154).string(message.resultEncoding);
     }
     return writer;
   },
@@ -945,6 +1108,22 @@ export const Job: MessageFns<Job> = {
             message.shard = reader.int32();
             continue;
           }
+          case 18: {
+            if (tag !== 146) {
+              break;
+            }
+
+            message.result = Buffer.from(reader.bytes());
+            continue;
+          }
+          case 19: {
+            if (tag !== 154) {
+              break;
+            }
+
+            message.resultEncoding = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1018,6 +1197,12 @@ export const Job: MessageFns<Job> = {
         ? object.history.map((e: any) => Attempt.fromJSON(e))
         : [],
       shard: isSet(object.shard) ? globalThis.Number(object.shard) : 0,
+      result: isSet(object.result) ? Buffer.from(bytesFromBase64(object.result)) : Buffer.alloc(0),
+      resultEncoding: isSet(object.resultEncoding)
+        ? globalThis.String(object.resultEncoding)
+        : isSet(object.result_encoding)
+        ? globalThis.String(object.result_encoding)
+        : "",
     };
   },
 
@@ -1074,6 +1259,12 @@ export const Job: MessageFns<Job> = {
     if (message.shard !== 0) {
       obj.shard = Math.round(message.shard);
     }
+    if (message.result.length !== 0) {
+      obj.result = base64FromBytes(message.result);
+    }
+    if (message.resultEncoding !== "") {
+      obj.resultEncoding = message.resultEncoding;
+    }
     return obj;
   },
 
@@ -1099,6 +1290,8 @@ export const Job: MessageFns<Job> = {
     message.lastError = object.lastError ?? "";
     message.history = object.history?.map((e) => Attempt.fromPartial(e)) || [];
     message.shard = object.shard ?? 0;
+    message.result = object.result ?? Buffer.alloc(0);
+    message.resultEncoding = object.resultEncoding ?? "";
     return message;
   },
 };
@@ -3737,6 +3930,164 @@ export const PurgeDeadLettersResponse: MessageFns<PurgeDeadLettersResponse> = {
   },
 };
 
+function createBaseWaitJobsRequest(): WaitJobsRequest {
+  return { jobIds: [], timeout: undefined };
+}
+
+export const WaitJobsRequest: MessageFns<WaitJobsRequest> = {
+  encode(message: WaitJobsRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    for (const v of message.jobIds) {
+      writer.uint32(10).string(v!);
+    }
+    if (message.timeout !== undefined) {
+      Duration.encode(message.timeout, writer.uint32(18).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): WaitJobsRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseWaitJobsRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.jobIds.push(reader.string());
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.timeout = Duration.decode(reader, reader.uint32());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): WaitJobsRequest {
+    return {
+      jobIds: globalThis.Array.isArray(object?.jobIds)
+        ? object.jobIds.map((e: any) => globalThis.String(e))
+        : globalThis.Array.isArray(object?.job_ids)
+        ? object.job_ids.map((e: any) => globalThis.String(e))
+        : [],
+      timeout: isSet(object.timeout) ? Duration.fromJSON(object.timeout) : undefined,
+    };
+  },
+
+  toJSON(message: WaitJobsRequest): unknown {
+    const obj: any = {};
+    if (message.jobIds?.length) {
+      obj.jobIds = message.jobIds;
+    }
+    if (message.timeout !== undefined) {
+      obj.timeout = Duration.toJSON(message.timeout);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<WaitJobsRequest>, I>>(base?: I): WaitJobsRequest {
+    return WaitJobsRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<WaitJobsRequest>, I>>(object: I): WaitJobsRequest {
+    const message = createBaseWaitJobsRequest();
+    message.jobIds = object.jobIds?.map((e) => e) || [];
+    message.timeout = (object.timeout !== undefined && object.timeout !== null)
+      ? Duration.fromPartial(object.timeout)
+      : undefined;
+    return message;
+  },
+};
+
+function createBaseWaitJobsResponse(): WaitJobsResponse {
+  return { job: undefined };
+}
+
+export const WaitJobsResponse: MessageFns<WaitJobsResponse> = {
+  encode(message: WaitJobsResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.job !== undefined) {
+      Job.encode(message.job, writer.uint32(10).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): WaitJobsResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseWaitJobsResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.job = Job.decode(reader, reader.uint32());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): WaitJobsResponse {
+    return { job: isSet(object.job) ? Job.fromJSON(object.job) : undefined };
+  },
+
+  toJSON(message: WaitJobsResponse): unknown {
+    const obj: any = {};
+    if (message.job !== undefined) {
+      obj.job = Job.toJSON(message.job);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<WaitJobsResponse>, I>>(base?: I): WaitJobsResponse {
+    return WaitJobsResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<WaitJobsResponse>, I>>(object: I): WaitJobsResponse {
+    const message = createBaseWaitJobsResponse();
+    message.job = (object.job !== undefined && object.job !== null) ? Job.fromPartial(object.job) : undefined;
+    return message;
+  },
+};
+
 function createBaseClaimRequest(): ClaimRequest {
   return { workerId: "", types: [], maxJobs: 0, wait: undefined, lease: undefined, maxReplyBytes: 0 };
 }
@@ -4660,7 +5011,17 @@ export const FailResponse: MessageFns<FailResponse> = {
 };
 
 function createBaseFinishItem(): FinishItem {
-  return { jobId: "", fence: 0, failed: false, error: "", permanent: false, giveBack: false };
+  return {
+    jobId: "",
+    fence: 0,
+    failed: false,
+    error: "",
+    permanent: false,
+    giveBack: false,
+    result: Buffer.alloc(0),
+    resultEncoding: "",
+    traceback: "",
+  };
 }
 
 export const FinishItem: MessageFns<FinishItem> = {
@@ -4682,6 +5043,15 @@ export const FinishItem: MessageFns<FinishItem> = {
     }
     if (message.giveBack !== false) {
       writer.uint32(48).bool(message.giveBack);
+    }
+    if (message.result.length !== 0) {
+      writer.uint32(58).bytes(message.result);
+    }
+    if (message.resultEncoding !== "") {
+      writer.uint32(66).string(message.resultEncoding);
+    }
+    if (message.traceback !== "") {
+      writer.uint32(74).string(message.traceback);
     }
     return writer;
   },
@@ -4747,6 +5117,30 @@ export const FinishItem: MessageFns<FinishItem> = {
             message.giveBack = reader.bool();
             continue;
           }
+          case 7: {
+            if (tag !== 58) {
+              break;
+            }
+
+            message.result = Buffer.from(reader.bytes());
+            continue;
+          }
+          case 8: {
+            if (tag !== 66) {
+              break;
+            }
+
+            message.resultEncoding = reader.string();
+            continue;
+          }
+          case 9: {
+            if (tag !== 74) {
+              break;
+            }
+
+            message.traceback = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -4775,6 +5169,13 @@ export const FinishItem: MessageFns<FinishItem> = {
         : isSet(object.give_back)
         ? globalThis.Boolean(object.give_back)
         : false,
+      result: isSet(object.result) ? Buffer.from(bytesFromBase64(object.result)) : Buffer.alloc(0),
+      resultEncoding: isSet(object.resultEncoding)
+        ? globalThis.String(object.resultEncoding)
+        : isSet(object.result_encoding)
+        ? globalThis.String(object.result_encoding)
+        : "",
+      traceback: isSet(object.traceback) ? globalThis.String(object.traceback) : "",
     };
   },
 
@@ -4798,6 +5199,15 @@ export const FinishItem: MessageFns<FinishItem> = {
     if (message.giveBack !== false) {
       obj.giveBack = message.giveBack;
     }
+    if (message.result.length !== 0) {
+      obj.result = base64FromBytes(message.result);
+    }
+    if (message.resultEncoding !== "") {
+      obj.resultEncoding = message.resultEncoding;
+    }
+    if (message.traceback !== "") {
+      obj.traceback = message.traceback;
+    }
     return obj;
   },
 
@@ -4812,6 +5222,9 @@ export const FinishItem: MessageFns<FinishItem> = {
     message.error = object.error ?? "";
     message.permanent = object.permanent ?? false;
     message.giveBack = object.giveBack ?? false;
+    message.result = object.result ?? Buffer.alloc(0);
+    message.resultEncoding = object.resultEncoding ?? "";
+    message.traceback = object.traceback ?? "";
     return message;
   },
 };
@@ -5073,6 +5486,635 @@ export const FinishResponse: MessageFns<FinishResponse> = {
   fromPartial<I extends Exact<DeepPartial<FinishResponse>, I>>(object: I): FinishResponse {
     const message = createBaseFinishResponse();
     message.results = object.results?.map((e) => FinishResult.fromPartial(e)) || [];
+    return message;
+  },
+};
+
+function createBaseWorkHello(): WorkHello {
+  return { workerId: "", lease: undefined, maxReplyBytes: 0 };
+}
+
+export const WorkHello: MessageFns<WorkHello> = {
+  encode(message: WorkHello, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.workerId !== "") {
+      writer.uint32(10).string(message.workerId);
+    }
+    if (message.lease !== undefined) {
+      Duration.encode(message.lease, writer.uint32(18).fork()).join();
+    }
+    if (message.maxReplyBytes !== 0) {
+      writer.uint32(24).int32(message.maxReplyBytes);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): WorkHello {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseWorkHello();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.workerId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.lease = Duration.decode(reader, reader.uint32());
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.maxReplyBytes = reader.int32();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): WorkHello {
+    return {
+      workerId: isSet(object.workerId)
+        ? globalThis.String(object.workerId)
+        : isSet(object.worker_id)
+        ? globalThis.String(object.worker_id)
+        : "",
+      lease: isSet(object.lease) ? Duration.fromJSON(object.lease) : undefined,
+      maxReplyBytes: isSet(object.maxReplyBytes)
+        ? globalThis.Number(object.maxReplyBytes)
+        : isSet(object.max_reply_bytes)
+        ? globalThis.Number(object.max_reply_bytes)
+        : 0,
+    };
+  },
+
+  toJSON(message: WorkHello): unknown {
+    const obj: any = {};
+    if (message.workerId !== "") {
+      obj.workerId = message.workerId;
+    }
+    if (message.lease !== undefined) {
+      obj.lease = Duration.toJSON(message.lease);
+    }
+    if (message.maxReplyBytes !== 0) {
+      obj.maxReplyBytes = Math.round(message.maxReplyBytes);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<WorkHello>, I>>(base?: I): WorkHello {
+    return WorkHello.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<WorkHello>, I>>(object: I): WorkHello {
+    const message = createBaseWorkHello();
+    message.workerId = object.workerId ?? "";
+    message.lease = (object.lease !== undefined && object.lease !== null)
+      ? Duration.fromPartial(object.lease)
+      : undefined;
+    message.maxReplyBytes = object.maxReplyBytes ?? 0;
+    return message;
+  },
+};
+
+function createBaseWorkCredit(): WorkCredit {
+  return { type: "", credits: 0 };
+}
+
+export const WorkCredit: MessageFns<WorkCredit> = {
+  encode(message: WorkCredit, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.type !== "") {
+      writer.uint32(10).string(message.type);
+    }
+    if (message.credits !== 0) {
+      writer.uint32(16).int32(message.credits);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): WorkCredit {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseWorkCredit();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.type = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.credits = reader.int32();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): WorkCredit {
+    return {
+      type: isSet(object.type) ? globalThis.String(object.type) : "",
+      credits: isSet(object.credits) ? globalThis.Number(object.credits) : 0,
+    };
+  },
+
+  toJSON(message: WorkCredit): unknown {
+    const obj: any = {};
+    if (message.type !== "") {
+      obj.type = message.type;
+    }
+    if (message.credits !== 0) {
+      obj.credits = Math.round(message.credits);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<WorkCredit>, I>>(base?: I): WorkCredit {
+    return WorkCredit.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<WorkCredit>, I>>(object: I): WorkCredit {
+    const message = createBaseWorkCredit();
+    message.type = object.type ?? "";
+    message.credits = object.credits ?? 0;
+    return message;
+  },
+};
+
+function createBaseWorkRequest(): WorkRequest {
+  return { seq: 0, hello: undefined, credits: [], heartbeats: [], results: [], stop: false };
+}
+
+export const WorkRequest: MessageFns<WorkRequest> = {
+  encode(message: WorkRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.seq !== 0) {
+      writer.uint32(8).uint64(message.seq);
+    }
+    if (message.hello !== undefined) {
+      WorkHello.encode(message.hello, writer.uint32(18).fork()).join();
+    }
+    for (const v of message.credits) {
+      WorkCredit.encode(v!, writer.uint32(26).fork()).join();
+    }
+    for (const v of message.heartbeats) {
+      HeartbeatRequest.encode(v!, writer.uint32(34).fork()).join();
+    }
+    for (const v of message.results) {
+      FinishItem.encode(v!, writer.uint32(42).fork()).join();
+    }
+    if (message.stop !== false) {
+      writer.uint32(48).bool(message.stop);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): WorkRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseWorkRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.seq = longToNumber(reader.uint64());
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.hello = WorkHello.decode(reader, reader.uint32());
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.credits.push(WorkCredit.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.heartbeats.push(HeartbeatRequest.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.results.push(FinishItem.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 6: {
+            if (tag !== 48) {
+              break;
+            }
+
+            message.stop = reader.bool();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): WorkRequest {
+    return {
+      seq: isSet(object.seq) ? globalThis.Number(object.seq) : 0,
+      hello: isSet(object.hello) ? WorkHello.fromJSON(object.hello) : undefined,
+      credits: globalThis.Array.isArray(object?.credits) ? object.credits.map((e: any) => WorkCredit.fromJSON(e)) : [],
+      heartbeats: globalThis.Array.isArray(object?.heartbeats)
+        ? object.heartbeats.map((e: any) => HeartbeatRequest.fromJSON(e))
+        : [],
+      results: globalThis.Array.isArray(object?.results) ? object.results.map((e: any) => FinishItem.fromJSON(e)) : [],
+      stop: isSet(object.stop) ? globalThis.Boolean(object.stop) : false,
+    };
+  },
+
+  toJSON(message: WorkRequest): unknown {
+    const obj: any = {};
+    if (message.seq !== 0) {
+      obj.seq = Math.round(message.seq);
+    }
+    if (message.hello !== undefined) {
+      obj.hello = WorkHello.toJSON(message.hello);
+    }
+    if (message.credits?.length) {
+      obj.credits = message.credits.map((e) => WorkCredit.toJSON(e));
+    }
+    if (message.heartbeats?.length) {
+      obj.heartbeats = message.heartbeats.map((e) => HeartbeatRequest.toJSON(e));
+    }
+    if (message.results?.length) {
+      obj.results = message.results.map((e) => FinishItem.toJSON(e));
+    }
+    if (message.stop !== false) {
+      obj.stop = message.stop;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<WorkRequest>, I>>(base?: I): WorkRequest {
+    return WorkRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<WorkRequest>, I>>(object: I): WorkRequest {
+    const message = createBaseWorkRequest();
+    message.seq = object.seq ?? 0;
+    message.hello = (object.hello !== undefined && object.hello !== null)
+      ? WorkHello.fromPartial(object.hello)
+      : undefined;
+    message.credits = object.credits?.map((e) => WorkCredit.fromPartial(e)) || [];
+    message.heartbeats = object.heartbeats?.map((e) => HeartbeatRequest.fromPartial(e)) || [];
+    message.results = object.results?.map((e) => FinishItem.fromPartial(e)) || [];
+    message.stop = object.stop ?? false;
+    return message;
+  },
+};
+
+function createBaseHeartbeatResult(): HeartbeatResult {
+  return { jobId: "", code: 0, message: "", lease: undefined };
+}
+
+export const HeartbeatResult: MessageFns<HeartbeatResult> = {
+  encode(message: HeartbeatResult, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.jobId !== "") {
+      writer.uint32(10).string(message.jobId);
+    }
+    if (message.code !== 0) {
+      writer.uint32(16).int32(message.code);
+    }
+    if (message.message !== "") {
+      writer.uint32(26).string(message.message);
+    }
+    if (message.lease !== undefined) {
+      HeartbeatResponse.encode(message.lease, writer.uint32(34).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): HeartbeatResult {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseHeartbeatResult();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.jobId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.code = reader.int32();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.message = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.lease = HeartbeatResponse.decode(reader, reader.uint32());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): HeartbeatResult {
+    return {
+      jobId: isSet(object.jobId)
+        ? globalThis.String(object.jobId)
+        : isSet(object.job_id)
+        ? globalThis.String(object.job_id)
+        : "",
+      code: isSet(object.code) ? globalThis.Number(object.code) : 0,
+      message: isSet(object.message) ? globalThis.String(object.message) : "",
+      lease: isSet(object.lease) ? HeartbeatResponse.fromJSON(object.lease) : undefined,
+    };
+  },
+
+  toJSON(message: HeartbeatResult): unknown {
+    const obj: any = {};
+    if (message.jobId !== "") {
+      obj.jobId = message.jobId;
+    }
+    if (message.code !== 0) {
+      obj.code = Math.round(message.code);
+    }
+    if (message.message !== "") {
+      obj.message = message.message;
+    }
+    if (message.lease !== undefined) {
+      obj.lease = HeartbeatResponse.toJSON(message.lease);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<HeartbeatResult>, I>>(base?: I): HeartbeatResult {
+    return HeartbeatResult.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<HeartbeatResult>, I>>(object: I): HeartbeatResult {
+    const message = createBaseHeartbeatResult();
+    message.jobId = object.jobId ?? "";
+    message.code = object.code ?? 0;
+    message.message = object.message ?? "";
+    message.lease = (object.lease !== undefined && object.lease !== null)
+      ? HeartbeatResponse.fromPartial(object.lease)
+      : undefined;
+    return message;
+  },
+};
+
+function createBaseWorkResponse(): WorkResponse {
+  return { jobs: [], afterSeq: 0, seq: 0, heartbeats: [], results: [], stopped: false };
+}
+
+export const WorkResponse: MessageFns<WorkResponse> = {
+  encode(message: WorkResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    for (const v of message.jobs) {
+      ClaimedJob.encode(v!, writer.uint32(10).fork()).join();
+    }
+    if (message.afterSeq !== 0) {
+      writer.uint32(16).uint64(message.afterSeq);
+    }
+    if (message.seq !== 0) {
+      writer.uint32(24).uint64(message.seq);
+    }
+    for (const v of message.heartbeats) {
+      HeartbeatResult.encode(v!, writer.uint32(34).fork()).join();
+    }
+    for (const v of message.results) {
+      FinishResult.encode(v!, writer.uint32(42).fork()).join();
+    }
+    if (message.stopped !== false) {
+      writer.uint32(48).bool(message.stopped);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): WorkResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseWorkResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.jobs.push(ClaimedJob.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.afterSeq = longToNumber(reader.uint64());
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.seq = longToNumber(reader.uint64());
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.heartbeats.push(HeartbeatResult.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.results.push(FinishResult.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 6: {
+            if (tag !== 48) {
+              break;
+            }
+
+            message.stopped = reader.bool();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): WorkResponse {
+    return {
+      jobs: globalThis.Array.isArray(object?.jobs) ? object.jobs.map((e: any) => ClaimedJob.fromJSON(e)) : [],
+      afterSeq: isSet(object.afterSeq)
+        ? globalThis.Number(object.afterSeq)
+        : isSet(object.after_seq)
+        ? globalThis.Number(object.after_seq)
+        : 0,
+      seq: isSet(object.seq) ? globalThis.Number(object.seq) : 0,
+      heartbeats: globalThis.Array.isArray(object?.heartbeats)
+        ? object.heartbeats.map((e: any) => HeartbeatResult.fromJSON(e))
+        : [],
+      results: globalThis.Array.isArray(object?.results)
+        ? object.results.map((e: any) => FinishResult.fromJSON(e))
+        : [],
+      stopped: isSet(object.stopped) ? globalThis.Boolean(object.stopped) : false,
+    };
+  },
+
+  toJSON(message: WorkResponse): unknown {
+    const obj: any = {};
+    if (message.jobs?.length) {
+      obj.jobs = message.jobs.map((e) => ClaimedJob.toJSON(e));
+    }
+    if (message.afterSeq !== 0) {
+      obj.afterSeq = Math.round(message.afterSeq);
+    }
+    if (message.seq !== 0) {
+      obj.seq = Math.round(message.seq);
+    }
+    if (message.heartbeats?.length) {
+      obj.heartbeats = message.heartbeats.map((e) => HeartbeatResult.toJSON(e));
+    }
+    if (message.results?.length) {
+      obj.results = message.results.map((e) => FinishResult.toJSON(e));
+    }
+    if (message.stopped !== false) {
+      obj.stopped = message.stopped;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<WorkResponse>, I>>(base?: I): WorkResponse {
+    return WorkResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<WorkResponse>, I>>(object: I): WorkResponse {
+    const message = createBaseWorkResponse();
+    message.jobs = object.jobs?.map((e) => ClaimedJob.fromPartial(e)) || [];
+    message.afterSeq = object.afterSeq ?? 0;
+    message.seq = object.seq ?? 0;
+    message.heartbeats = object.heartbeats?.map((e) => HeartbeatResult.fromPartial(e)) || [];
+    message.results = object.results?.map((e) => FinishResult.fromPartial(e)) || [];
+    message.stopped = object.stopped ?? false;
     return message;
   },
 };
@@ -6595,7 +7637,7 @@ export const TypeWaiting: MessageFns<TypeWaiting> = {
 };
 
 function createBaseJobEvent(): JobEvent {
-  return { at: undefined, jobId: "", type: "", shard: 0, attempt: 0, kind: "", error: "" };
+  return { at: undefined, jobId: "", type: "", shard: 0, attempt: 0, kind: "", error: "", traceback: "" };
 }
 
 export const JobEvent: MessageFns<JobEvent> = {
@@ -6620,6 +7662,9 @@ export const JobEvent: MessageFns<JobEvent> = {
     }
     if (message.error !== "") {
       writer.uint32(58).string(message.error);
+    }
+    if (message.traceback !== "") {
+      writer.uint32(66).string(message.traceback);
     }
     return writer;
   },
@@ -6693,6 +7738,14 @@ export const JobEvent: MessageFns<JobEvent> = {
             message.error = reader.string();
             continue;
           }
+          case 8: {
+            if (tag !== 66) {
+              break;
+            }
+
+            message.traceback = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -6718,6 +7771,7 @@ export const JobEvent: MessageFns<JobEvent> = {
       attempt: isSet(object.attempt) ? globalThis.Number(object.attempt) : 0,
       kind: isSet(object.kind) ? globalThis.String(object.kind) : "",
       error: isSet(object.error) ? globalThis.String(object.error) : "",
+      traceback: isSet(object.traceback) ? globalThis.String(object.traceback) : "",
     };
   },
 
@@ -6744,6 +7798,9 @@ export const JobEvent: MessageFns<JobEvent> = {
     if (message.error !== "") {
       obj.error = message.error;
     }
+    if (message.traceback !== "") {
+      obj.traceback = message.traceback;
+    }
     return obj;
   },
 
@@ -6759,6 +7816,7 @@ export const JobEvent: MessageFns<JobEvent> = {
     message.attempt = object.attempt ?? 0;
     message.kind = object.kind ?? "";
     message.error = object.error ?? "";
+    message.traceback = object.traceback ?? "";
     return message;
   },
 };
@@ -7177,6 +8235,297 @@ export const NodeStatusResponse: MessageFns<NodeStatusResponse> = {
   },
 };
 
+function createBaseTypePolicy(): TypePolicy {
+  return { type: "", maxAttempts: 0, retryBase: undefined, retryMax: undefined, concurrency: 0 };
+}
+
+export const TypePolicy: MessageFns<TypePolicy> = {
+  encode(message: TypePolicy, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.type !== "") {
+      writer.uint32(10).string(message.type);
+    }
+    if (message.maxAttempts !== 0) {
+      writer.uint32(16).int32(message.maxAttempts);
+    }
+    if (message.retryBase !== undefined) {
+      Duration.encode(message.retryBase, writer.uint32(26).fork()).join();
+    }
+    if (message.retryMax !== undefined) {
+      Duration.encode(message.retryMax, writer.uint32(34).fork()).join();
+    }
+    if (message.concurrency !== 0) {
+      writer.uint32(40).int32(message.concurrency);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): TypePolicy {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseTypePolicy();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.type = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.maxAttempts = reader.int32();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.retryBase = Duration.decode(reader, reader.uint32());
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.retryMax = Duration.decode(reader, reader.uint32());
+            continue;
+          }
+          case 5: {
+            if (tag !== 40) {
+              break;
+            }
+
+            message.concurrency = reader.int32();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): TypePolicy {
+    return {
+      type: isSet(object.type) ? globalThis.String(object.type) : "",
+      maxAttempts: isSet(object.maxAttempts)
+        ? globalThis.Number(object.maxAttempts)
+        : isSet(object.max_attempts)
+        ? globalThis.Number(object.max_attempts)
+        : 0,
+      retryBase: isSet(object.retryBase)
+        ? Duration.fromJSON(object.retryBase)
+        : isSet(object.retry_base)
+        ? Duration.fromJSON(object.retry_base)
+        : undefined,
+      retryMax: isSet(object.retryMax)
+        ? Duration.fromJSON(object.retryMax)
+        : isSet(object.retry_max)
+        ? Duration.fromJSON(object.retry_max)
+        : undefined,
+      concurrency: isSet(object.concurrency) ? globalThis.Number(object.concurrency) : 0,
+    };
+  },
+
+  toJSON(message: TypePolicy): unknown {
+    const obj: any = {};
+    if (message.type !== "") {
+      obj.type = message.type;
+    }
+    if (message.maxAttempts !== 0) {
+      obj.maxAttempts = Math.round(message.maxAttempts);
+    }
+    if (message.retryBase !== undefined) {
+      obj.retryBase = Duration.toJSON(message.retryBase);
+    }
+    if (message.retryMax !== undefined) {
+      obj.retryMax = Duration.toJSON(message.retryMax);
+    }
+    if (message.concurrency !== 0) {
+      obj.concurrency = Math.round(message.concurrency);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<TypePolicy>, I>>(base?: I): TypePolicy {
+    return TypePolicy.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<TypePolicy>, I>>(object: I): TypePolicy {
+    const message = createBaseTypePolicy();
+    message.type = object.type ?? "";
+    message.maxAttempts = object.maxAttempts ?? 0;
+    message.retryBase = (object.retryBase !== undefined && object.retryBase !== null)
+      ? Duration.fromPartial(object.retryBase)
+      : undefined;
+    message.retryMax = (object.retryMax !== undefined && object.retryMax !== null)
+      ? Duration.fromPartial(object.retryMax)
+      : undefined;
+    message.concurrency = object.concurrency ?? 0;
+    return message;
+  },
+};
+
+function createBaseSetTypePoliciesRequest(): SetTypePoliciesRequest {
+  return { policies: [] };
+}
+
+export const SetTypePoliciesRequest: MessageFns<SetTypePoliciesRequest> = {
+  encode(message: SetTypePoliciesRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    for (const v of message.policies) {
+      TypePolicy.encode(v!, writer.uint32(10).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): SetTypePoliciesRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseSetTypePoliciesRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.policies.push(TypePolicy.decode(reader, reader.uint32()));
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): SetTypePoliciesRequest {
+    return {
+      policies: globalThis.Array.isArray(object?.policies)
+        ? object.policies.map((e: any) => TypePolicy.fromJSON(e))
+        : [],
+    };
+  },
+
+  toJSON(message: SetTypePoliciesRequest): unknown {
+    const obj: any = {};
+    if (message.policies?.length) {
+      obj.policies = message.policies.map((e) => TypePolicy.toJSON(e));
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<SetTypePoliciesRequest>, I>>(base?: I): SetTypePoliciesRequest {
+    return SetTypePoliciesRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<SetTypePoliciesRequest>, I>>(object: I): SetTypePoliciesRequest {
+    const message = createBaseSetTypePoliciesRequest();
+    message.policies = object.policies?.map((e) => TypePolicy.fromPartial(e)) || [];
+    return message;
+  },
+};
+
+function createBaseSetTypePoliciesResponse(): SetTypePoliciesResponse {
+  return { policies: [] };
+}
+
+export const SetTypePoliciesResponse: MessageFns<SetTypePoliciesResponse> = {
+  encode(message: SetTypePoliciesResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    for (const v of message.policies) {
+      TypePolicy.encode(v!, writer.uint32(10).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): SetTypePoliciesResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseSetTypePoliciesResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.policies.push(TypePolicy.decode(reader, reader.uint32()));
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): SetTypePoliciesResponse {
+    return {
+      policies: globalThis.Array.isArray(object?.policies)
+        ? object.policies.map((e: any) => TypePolicy.fromJSON(e))
+        : [],
+    };
+  },
+
+  toJSON(message: SetTypePoliciesResponse): unknown {
+    const obj: any = {};
+    if (message.policies?.length) {
+      obj.policies = message.policies.map((e) => TypePolicy.toJSON(e));
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<SetTypePoliciesResponse>, I>>(base?: I): SetTypePoliciesResponse {
+    return SetTypePoliciesResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<SetTypePoliciesResponse>, I>>(object: I): SetTypePoliciesResponse {
+    const message = createBaseSetTypePoliciesResponse();
+    message.policies = object.policies?.map((e) => TypePolicy.fromPartial(e)) || [];
+    return message;
+  },
+};
+
 export type JobServiceService = typeof JobServiceService;
 export const JobServiceService = {
   scheduleJob: {
@@ -7343,6 +8692,15 @@ export const JobServiceService = {
       Buffer.from(PurgeDeadLettersResponse.encode(value).finish()),
     responseDeserialize: (value: Buffer): PurgeDeadLettersResponse => PurgeDeadLettersResponse.decode(value),
   },
+  waitJobs: {
+    path: "/timeshard.v1.JobService/WaitJobs" as const,
+    requestStream: false as const,
+    responseStream: true as const,
+    requestSerialize: (value: WaitJobsRequest): Buffer => Buffer.from(WaitJobsRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): WaitJobsRequest => WaitJobsRequest.decode(value),
+    responseSerialize: (value: WaitJobsResponse): Buffer => Buffer.from(WaitJobsResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): WaitJobsResponse => WaitJobsResponse.decode(value),
+  },
 } as const;
 
 export interface JobServiceServer extends UntypedServiceImplementation {
@@ -7363,6 +8721,7 @@ export interface JobServiceServer extends UntypedServiceImplementation {
   listDeadLetters: handleUnaryCall<ListDeadLettersRequest, ListDeadLettersResponse>;
   replayDeadLetters: handleUnaryCall<ReplayDeadLettersRequest, ReplayDeadLettersResponse>;
   purgeDeadLetters: handleUnaryCall<ReplayDeadLettersRequest, PurgeDeadLettersResponse>;
+  waitJobs: handleServerStreamingCall<WaitJobsRequest, WaitJobsResponse>;
 }
 
 export interface JobServiceClient extends Client {
@@ -7615,6 +8974,12 @@ export interface JobServiceClient extends Client {
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: PurgeDeadLettersResponse) => void,
   ): ClientUnaryCall;
+  waitJobs(request: WaitJobsRequest, options?: Partial<CallOptions>): ClientReadableStream<WaitJobsResponse>;
+  waitJobs(
+    request: WaitJobsRequest,
+    metadata?: Metadata,
+    options?: Partial<CallOptions>,
+  ): ClientReadableStream<WaitJobsResponse>;
 }
 
 export const JobServiceClient = makeGenericClientConstructor(
@@ -7673,6 +9038,15 @@ export const WorkerServiceService = {
     responseSerialize: (value: FinishResponse): Buffer => Buffer.from(FinishResponse.encode(value).finish()),
     responseDeserialize: (value: Buffer): FinishResponse => FinishResponse.decode(value),
   },
+  work: {
+    path: "/timeshard.v1.WorkerService/Work" as const,
+    requestStream: true as const,
+    responseStream: true as const,
+    requestSerialize: (value: WorkRequest): Buffer => Buffer.from(WorkRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): WorkRequest => WorkRequest.decode(value),
+    responseSerialize: (value: WorkResponse): Buffer => Buffer.from(WorkResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): WorkResponse => WorkResponse.decode(value),
+  },
 } as const;
 
 export interface WorkerServiceServer extends UntypedServiceImplementation {
@@ -7681,6 +9055,7 @@ export interface WorkerServiceServer extends UntypedServiceImplementation {
   complete: handleUnaryCall<CompleteRequest, CompleteResponse>;
   fail: handleUnaryCall<FailRequest, FailResponse>;
   finish: handleUnaryCall<FinishRequest, FinishResponse>;
+  work: handleBidiStreamingCall<WorkRequest, WorkResponse>;
 }
 
 export interface WorkerServiceClient extends Client {
@@ -7756,6 +9131,9 @@ export interface WorkerServiceClient extends Client {
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: FinishResponse) => void,
   ): ClientUnaryCall;
+  work(): ClientDuplexStream<WorkRequest, WorkResponse>;
+  work(options: Partial<CallOptions>): ClientDuplexStream<WorkRequest, WorkResponse>;
+  work(metadata: Metadata, options?: Partial<CallOptions>): ClientDuplexStream<WorkRequest, WorkResponse>;
 }
 
 export const WorkerServiceClient = makeGenericClientConstructor(
@@ -7814,6 +9192,21 @@ export const AdminServiceService = {
     responseSerialize: (value: NodeStatusResponse): Buffer => Buffer.from(NodeStatusResponse.encode(value).finish()),
     responseDeserialize: (value: Buffer): NodeStatusResponse => NodeStatusResponse.decode(value),
   },
+  /**
+   * Per job type: attempts, backoff and the cluster-wide concurrency limit, as a worker's
+   * tasks declare them. Stored, so every node applies them (within a few seconds).
+   */
+  setTypePolicies: {
+    path: "/timeshard.v1.AdminService/SetTypePolicies" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: SetTypePoliciesRequest): Buffer =>
+      Buffer.from(SetTypePoliciesRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): SetTypePoliciesRequest => SetTypePoliciesRequest.decode(value),
+    responseSerialize: (value: SetTypePoliciesResponse): Buffer =>
+      Buffer.from(SetTypePoliciesResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): SetTypePoliciesResponse => SetTypePoliciesResponse.decode(value),
+  },
 } as const;
 
 export interface AdminServiceServer extends UntypedServiceImplementation {
@@ -7822,6 +9215,11 @@ export interface AdminServiceServer extends UntypedServiceImplementation {
   moveShard: handleUnaryCall<MoveShardRequest, MoveShardResponse>;
   drainNode: handleUnaryCall<DrainNodeRequest, DrainNodeResponse>;
   nodeStatus: handleUnaryCall<NodeStatusRequest, NodeStatusResponse>;
+  /**
+   * Per job type: attempts, backoff and the cluster-wide concurrency limit, as a worker's
+   * tasks declare them. Stored, so every node applies them (within a few seconds).
+   */
+  setTypePolicies: handleUnaryCall<SetTypePoliciesRequest, SetTypePoliciesResponse>;
 }
 
 export interface AdminServiceClient extends Client {
@@ -7899,6 +9297,25 @@ export interface AdminServiceClient extends Client {
     metadata: Metadata,
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: NodeStatusResponse) => void,
+  ): ClientUnaryCall;
+  /**
+   * Per job type: attempts, backoff and the cluster-wide concurrency limit, as a worker's
+   * tasks declare them. Stored, so every node applies them (within a few seconds).
+   */
+  setTypePolicies(
+    request: SetTypePoliciesRequest,
+    callback: (error: ServiceError | null, response: SetTypePoliciesResponse) => void,
+  ): ClientUnaryCall;
+  setTypePolicies(
+    request: SetTypePoliciesRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: SetTypePoliciesResponse) => void,
+  ): ClientUnaryCall;
+  setTypePolicies(
+    request: SetTypePoliciesRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: SetTypePoliciesResponse) => void,
   ): ClientUnaryCall;
 }
 
