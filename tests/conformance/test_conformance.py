@@ -24,7 +24,6 @@ from tests.conformance.conftest import (
     until,
     wait_state,
 )
-from timeshard.client import Client, NewJob
 from timeshard.errors import (
     AlreadyExists,
     FailedPrecondition,
@@ -34,6 +33,8 @@ from timeshard.errors import (
     Unauthenticated,
     Unavailable,
 )
+from timeshard.protoclient import NewJob
+from timeshard.protoclient import ProtoClient as Client
 from timeshard.v1 import timeshard_pb2 as pb
 from timeshard.worker import JobContext, PermanentError, Worker
 

@@ -39,7 +39,9 @@ def keyspace(cassandra_admin: Any) -> Iterator[str]:
 
 
 @asynccontextmanager
-async def node_with_worker(url: str) -> AsyncIterator[tuple[Server, list[JobContext]]]:
+async def node_with_worker(
+    url: str, *, use_stream: bool = False
+) -> AsyncIterator[tuple[Server, list[JobContext]]]:
     node = Node(
         store=CassandraStore.from_url(url, num_shards=8),
         coordinator=LocalCoordinator(),
@@ -48,7 +50,7 @@ async def node_with_worker(url: str) -> AsyncIterator[tuple[Server, list[JobCont
     server = Server(node, port=0)
     await server.start()
     ran: list[JobContext] = []
-    worker = Worker(lease_s=10, claim_wait_s=2)
+    worker = Worker(lease_s=10, claim_wait_s=2, use_stream=use_stream)
 
     @worker.handler("it.job", concurrency=16)
     async def job(ctx: JobContext) -> None:

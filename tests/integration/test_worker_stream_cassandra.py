@@ -105,7 +105,7 @@ async def test_the_worker_sdk_runs_jobs_over_the_stream_on_cassandra(
 
     monkeypatch.setattr(WorkHub, "submit", recording)
     url = f"cassandra://{cassandra_address}/{keyspace}"
-    async with node_with_worker(url) as (server, ran):
+    async with node_with_worker(url, use_stream=True) as (server, ran):
         now = server.node.clock.now_ms()
         for i in range(30):
             await server.node.schedule(job_type="it.job", payload=b"", run_at=now + 20 * i)

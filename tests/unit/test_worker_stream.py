@@ -16,7 +16,8 @@ import grpc
 import pytest
 
 from tests.unit.helpers import advance, settle, wait_until
-from tests.unit.test_worker_handler_ends import make_server, wait_job, worker, working
+from tests.unit.test_worker_handler_ends import make_server, wait_job, working
+from tests.unit.test_worker_handler_ends import worker as unary_worker
 from timeshard.api import servicers
 from timeshard.api.work import WorkHub
 from timeshard.clock import FakeClock, SystemClock
@@ -98,6 +99,11 @@ async def schedule(srv: Server, n: int, delay_ms: int = 0, job_type: str = "t") 
         for _ in range(n)
     ]
     return [j.job_id for j in jobs]
+
+
+def worker(**kw: Any) -> Any:
+    """A worker of the tests' kind on the stream (the SDK's default is the unary calls)."""
+    return unary_worker(use_stream=True, **kw)
 
 
 # -- pushes -------------------------------------------------------------------------------------
@@ -320,7 +326,7 @@ async def test_the_worker_falls_back_to_claims_on_a_node_without_the_stream(
         assert not link.streaming and link._unary  # on Claim, not the stream
 
 
-async def test_the_worker_takes_jobs_over_the_stream_by_default(
+async def test_the_worker_takes_jobs_over_the_stream_when_asked(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     unary: list[str] = []

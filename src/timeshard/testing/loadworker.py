@@ -9,8 +9,8 @@ follow progress while the recording costs a few microseconds per job.
 
     timeshard --server HOST:PORT worker timeshard.testing.loadworker:worker
 
-``TIMESHARD_LOADTEST_UNARY=1`` (inherited from ``tools/loadtest.py``) makes it use the unary
-calls instead of the worker stream, to compare the two.
+``TIMESHARD_LOADTEST_STREAM=1`` (inherited from ``tools/loadtest.py``) makes it use the worker
+stream instead of the unary calls, to compare the two.
 
 It follows the contract of ``tools/loadtest.py --worker-command`` (which other languages' load
 workers follow too), so that command line is also a valid ``--worker-command``.
@@ -30,9 +30,9 @@ JOB_TYPE = "loadtest.noop"
 FLUSH_S = 0.2
 
 worker = Worker(
-    lease_s=60, claim_wait_s=5, use_stream=os.environ.get("TIMESHARD_LOADTEST_UNARY") != "1"
+    lease_s=60, claim_wait_s=5, use_stream=os.environ.get("TIMESHARD_LOADTEST_STREAM") == "1"
 )
-"""On the worker stream; ``TIMESHARD_LOADTEST_UNARY=1``: the unary Claim/Heartbeat/Finish."""
+"""On the unary Claim/Heartbeat/Finish; ``TIMESHARD_LOADTEST_STREAM=1``: the worker stream."""
 
 
 class RunLog:

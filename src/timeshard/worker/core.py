@@ -194,7 +194,7 @@ class Worker:
         on_event: EventHook | None = None,
         tls: TlsArg = None,
         token: str | None = None,
-        use_stream: bool = True,
+        use_stream: bool = False,
         server: str | None = None,
         schedules: Sequence[ScheduleSpec] = (),
     ) -> None:
@@ -215,7 +215,9 @@ class Worker:
         """The role token; None: ``TIMESHARD_TOKEN``, read when the worker starts running."""
         self.use_stream = use_stream
         """Take jobs over each node's worker stream (``WorkerService.Work``), falling back to
-        the unary calls on a node without it; False: the unary calls only."""
+        the unary calls on a node without it; False (the default): the unary calls only.
+        Not the default yet: on Cassandra at a steady 400 jobs/s the stream's pushes stopped
+        after a few seconds with thousands of jobs ready (see docs/benchmarks.md)."""
         self.handlers: dict[str, HandlerSpec] = {}
         self.server = server
         """Where ``Task.schedule`` sends jobs: None is ``TIMESHARD_SERVER`` until ``run`` is
