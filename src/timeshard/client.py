@@ -40,7 +40,8 @@ from timeshard.calls import (
     payload_bytes,
     schedule_spec,
 )
-from timeshard.errors import InvalidArgument, TimeshardError
+from timeshard.errors import InvalidArgument, TimeshardError, WaitTimeout
+from timeshard.limits import MAX_BATCH, MAX_WAIT_S
 from timeshard.model import JobState, MisfirePolicy, OverlapPolicy
 from timeshard.records import (
     Attempt,
@@ -52,8 +53,9 @@ from timeshard.records import (
     TypePolicy,
 )
 from timeshard.security.channel import ClientSecurity, TlsArg, server_from_env
+from timeshard.v1 import timeshard_pb2 as pb
 from timeshard.v1 import timeshard_pb2_grpc as pb_grpc
-from timeshard.wire import translate
+from timeshard.wire import dur, translate
 
 __all__ = [
     "AsyncClient",
@@ -304,6 +306,35 @@ class Client(_Base):
         (done,) = self._run(Methods.set_type_policies([(job_type, retry, concurrency)]))
         return done
 
+    # -- waiting for jobs -----------------------------------------------------------------
+
+    def wait(self, job_id: str, timeout: float | None = None) -> Job:
+        """The job once it is finished (succeeded, dead or cancelled; ``Job.result`` holds
+        what its handler returned). Raises ``WaitTimeout`` after ``timeout`` seconds (None:
+        as long as it takes), ``NotFound`` for an unknown id."""
+        return self.wait_many([job_id], timeout=timeout)[job_id]
+
+    def wait_many(self, job_ids: Iterable[str], timeout: float | None = None) -> dict[str, Job]:
+        """Every job once it is finished, by id in the order given (see ``as_finished``)."""
+        done = {job.job_id: job for job in self.as_finished(job_ids, timeout=timeout)}
+        return {job_id: done[job_id] for job_id in dict.fromkeys(job_ids)}
+
+    def as_finished(self, job_ids: Iterable[str], timeout: float | None = None) -> Iterator[Job]:
+        """Each job as soon as it is finished, in the order they finish. The server streams
+        them (``WaitJobs``): nothing is polled from here; a wait longer than the server's cap
+        is made of several calls."""
+        waiting = _Waiting(job_ids, timeout)
+        while waiting.pending:
+            req = waiting.request()
+            try:
+                for resp in self._jobs.WaitJobs(req, timeout=waiting.wait_s + self._timeout):
+                    yield waiting.got(resp.job)
+            except grpc.RpcError as exc:
+                delay = waiting.failed(translate(exc), self._retries)
+                if delay:
+                    time.sleep(delay)
+            waiting.check_deadline()
+
 
 class AsyncClient(_Base):
     """The asyncio client: ``Client``'s methods, each ``async`` (the listings are async
@@ -499,3 +530,70 @@ class AsyncClient(_Base):
     ) -> list[TypePolicy]:
         """Several at once: (job type, retry, cluster-wide concurrency) each."""
         return await self._run(Methods.set_type_policies(policies))
+
+    # -- waiting for jobs -----------------------------------------------------------------
+
+    async def wait(self, job_id: str, timeout: float | None = None) -> Job:
+        """``Client.wait``."""
+        return (await self.wait_many([job_id], timeout=timeout))[job_id]
+
+    async def wait_many(
+        self, job_ids: Iterable[str], timeout: float | None = None
+    ) -> dict[str, Job]:
+        """``Client.wait_many``."""
+        ids = list(dict.fromkeys(job_ids))
+        done = {job.job_id: job async for job in self.as_finished(ids, timeout=timeout)}
+        return {job_id: done[job_id] for job_id in ids}
+
+    async def as_finished(
+        self, job_ids: Iterable[str], timeout: float | None = None
+    ) -> AsyncIterator[Job]:
+        """``Client.as_finished``: each job as soon as it is finished."""
+        waiting = _Waiting(job_ids, timeout)
+        while waiting.pending:
+            req = waiting.request()
+            try:
+                call = self._jobs.WaitJobs(req, timeout=waiting.wait_s + self._timeout)
+                async for resp in call:
+                    yield waiting.got(resp.job)
+            except grpc.RpcError as exc:
+                delay = waiting.failed(translate(exc), self._retries)
+                if delay:
+                    await asyncio.sleep(delay)
+            waiting.check_deadline()
+
+
+class _Waiting:
+    """What a wait for jobs has still to hear of, for both clients."""
+
+    def __init__(self, job_ids: Iterable[str], timeout: float | None) -> None:
+        self.pending = list(dict.fromkeys(job_ids))
+        self.timeout = timeout
+        self.deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)
+        self.unavailable = 0
+        self.wait_s = 0.0
+
+    def request(self) -> pb.WaitJobsRequest:
+        left = MAX_WAIT_S if self.deadline is None else self.deadline - time.monotonic()
+        self.wait_s = max(0.0, min(left, MAX_WAIT_S))
+        return pb.WaitJobsRequest(
+            job_ids=self.pending[:MAX_BATCH], timeout=dur(round(self.wait_s * 1000))
+        )
+
+    def got(self, msg: pb.Job) -> Job:
+        self.pending.remove(msg.job_id)
+        self.unavailable = 0
+        return Job.from_pb(msg)
+
+    def failed(self, err: TimeshardError, retries: int) -> float:
+        """Seconds to wait before asking again, or raise ``err``."""
+        if err.code is grpc.StatusCode.UNAVAILABLE and self.unavailable < retries:
+            self.unavailable += 1
+            return min(2.0, 0.1 * 2.0**self.unavailable)
+        if err.code is not grpc.StatusCode.DEADLINE_EXCEEDED:
+            raise err from None
+        return 0.0  # the server's cap: ask again
+
+    def check_deadline(self) -> None:
+        if self.pending and self.deadline is not None and time.monotonic() >= self.deadline:
+            raise WaitTimeout(self.pending, self.timeout or 0.0)

@@ -18,7 +18,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from timeshard.clock import to_datetime
 from timeshard.errors import InvalidArgument
-from timeshard.model import JobState, MisfirePolicy, OverlapPolicy
+from timeshard.model import RESULT_JSON, JobState, MisfirePolicy, OverlapPolicy
 from timeshard.v1 import timeshard_pb2 as pb
 from timeshard.wire import dur_s, state_from_pb, ts_ms
 
@@ -56,6 +56,8 @@ class Attempt:
     finished_at: datetime | None
     outcome: str
     error: str
+    traceback: str = ""
+    """A failed attempt's traceback as its worker sent it (the end of it, at most 8000 bytes)."""
 
     @classmethod
     def from_pb(cls, msg: pb.Attempt) -> Attempt:
@@ -66,6 +68,7 @@ class Attempt:
             finished_at=_time(msg, "finished_at"),
             outcome=msg.outcome,
             error=msg.error,
+            traceback=msg.traceback,
         )
 
 
@@ -91,10 +94,21 @@ class Job:
     last_error: str
     history: tuple[Attempt, ...]
     shard: int
+    raw_result: bytes = b""
+    result_encoding: str = ""
+    """How ``raw_result`` reads: ``"json"``, ``"bytes"``, or ``""`` (no result)."""
 
     @property
     def payload(self) -> Any:
         return _json(self.raw_payload)
+
+    @property
+    def result(self) -> Any:
+        """What the handler returned, for a succeeded job: the value of a JSON result, the
+        bytes of a bytes result, None when it returned nothing (or the job did not succeed)."""
+        if self.result_encoding == RESULT_JSON:
+            return json.loads(self.raw_result)
+        return self.raw_result if self.result_encoding else None
 
     @property
     def will_run(self) -> bool:
@@ -124,6 +138,8 @@ class Job:
             last_error=msg.last_error,
             history=tuple(Attempt.from_pb(a) for a in msg.history),
             shard=msg.shard,
+            raw_result=msg.result,
+            result_encoding=msg.result_encoding,
         )
 
 

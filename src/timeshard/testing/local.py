@@ -32,14 +32,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
-import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 
 from timeshard.client import AsyncClient, Client, Job
 from timeshard.clock import SystemClock
 from timeshard.coordinator.local import LocalCoordinator
-from timeshard.errors import Unavailable
+from timeshard.errors import Unavailable, WaitTimeout
 from timeshard.node import Node, NodeConfig
 from timeshard.node.retry import RetryPolicy
 from timeshard.server import Server
@@ -54,15 +53,12 @@ class LocalClient(Client):
 
     def finished(self, job_id: str, timeout: float = 10.0) -> Job:
         """The job once it has finished (succeeded, dead or cancelled); ``TimeoutError`` if it
-        has not within ``timeout`` seconds."""
-        deadline = time.monotonic() + timeout
-        while True:
+        has not within ``timeout`` seconds (``Client.wait``, with a test's exception)."""
+        try:
+            return self.wait(job_id, timeout=timeout)
+        except WaitTimeout:
             job = self.get(job_id)
-            if job.state.terminal:
-                return job
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"job {job_id} is still {job.state} after {timeout:g}s")
-            time.sleep(0.01)
+            raise TimeoutError(f"job {job_id} is still {job.state} after {timeout:g}s") from None
 
 
 class LocalAsyncClient(AsyncClient):
@@ -70,14 +66,11 @@ class LocalAsyncClient(AsyncClient):
 
     async def finished(self, job_id: str, timeout: float = 10.0) -> Job:
         """See ``LocalClient.finished``."""
-        deadline = time.monotonic() + timeout
-        while True:
+        try:
+            return await self.wait(job_id, timeout=timeout)
+        except WaitTimeout:
             job = await self.get(job_id)
-            if job.state.terminal:
-                return job
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"job {job_id} is still {job.state} after {timeout:g}s")
-            await asyncio.sleep(0.01)
+            raise TimeoutError(f"job {job_id} is still {job.state} after {timeout:g}s") from None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
