@@ -341,13 +341,20 @@ class WorkStream:
                     self._held[t] = self._held.get(t, 0) + n
                 task = asyncio.create_task(self._push_one(caps), name="work-claim")
                 claims.add(task)
-                task.add_done_callback(claims.discard)
+                task.add_done_callback(lambda done: self._claim_ended(claims, done))
             if claims:  # a waiting claim gives up; those writing push what they claimed
                 await asyncio.gather(*claims, return_exceptions=True)
         finally:
             for task in claims:
                 task.cancel()
         self.send(pb.WorkResponse(stopped=True))
+
+    def _claim_ended(self, claims: set[asyncio.Task[None]], done: asyncio.Task[None]) -> None:
+        """A claim's task is over: out of the set, and the pushing task looks again (it may
+        have seen the set full just before, when the claim had set the event but was not
+        done yet: without this it slept with credits to use and jobs ready)."""
+        claims.discard(done)
+        self._credit_event.set()
 
     async def _push_one(self, caps: dict[str, int]) -> None:
         """One claim of at most ``caps`` jobs per type (credits held for it), then its push.
