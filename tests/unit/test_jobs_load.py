@@ -17,13 +17,13 @@ from pathlib import Path
 import pytest
 
 from timeshard.cli.main import main
+from timeshard.client import Client
 from timeshard.clock import SystemClock
 from timeshard.console import Exit
 from timeshard.coordinator.local import LocalCoordinator
 from timeshard.model import Job
 from timeshard.node import Node
 from timeshard.observe import logs
-from timeshard.client import Client
 from timeshard.server import Server
 from timeshard.store.sqlite import SqliteStore
 
@@ -298,9 +298,7 @@ async def test_load_json_names_each_lines_job(
 ) -> None:
     async with cluster(tmp_path, capsys) as c:
         with Client(c.server.address) as client:
-            gone = await asyncio.to_thread(
-                client.schedule, "demo.echo", {}, delay=3600, key="gone"
-            )
+            gone = await asyncio.to_thread(client.schedule, "demo.echo", {}, delay=3600, key="gone")
             await asyncio.to_thread(client.cancel, gone.job_id)
         path = c.write([line(payload=1), "", line(key="gone", payload={})])
         run = await c.load(path, "--json")
