@@ -194,8 +194,10 @@ class Harness:
         self.channel.close()
 
         async def stop() -> None:
-            self._ticker.cancel()
+            # Time keeps running while the node stops: a part of the stop that waits on the
+            # node's clock (its tasks sleep on it) would otherwise wait for ever.
             await self.server.stop(0)
+            self._ticker.cancel()
 
         self._run(stop())
         self.loop.call_soon_threadsafe(self.loop.stop)
