@@ -397,6 +397,10 @@ export class Worker {
       error: truncate(error),
       permanent: kind === "permanent",
       giveBack: kind === "give back",
+      // Handlers' return values and tracebacks are not sent by this SDK yet.
+      result: Buffer.alloc(0),
+      resultEncoding: "",
+      traceback: "",
     };
     const { result, why } = await this.results!.deliver(item, targets, f.lease);
     if (result === null) this.emit("unreported", f.ctx, `${why}; the job is left to its lease expiry`);
