@@ -10,6 +10,7 @@ import asyncio
 import json
 import sys
 from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,7 +50,15 @@ class Cluster:
 
     async def load(self, path: Path, *flags: str) -> Run:
         argv = ["--server", self.server.address, "jobs", "load", str(path), *flags]
-        code = await asyncio.to_thread(main, argv)
+        # Polled, not awaited through asyncio.to_thread: the loop (serving the in-process node
+        # over grpc.aio) sometimes missed the wake-up of the thread's result while the CLI's
+        # blocking gRPC client ran in that thread, and the test hung with the command done
+        # (seen in 3 full runs; cause in the mix of the two gRPC stacks not found).
+        with ThreadPoolExecutor(1, thread_name_prefix="cli") as pool:
+            ran = pool.submit(main, argv)
+            while not ran.done():
+                await asyncio.sleep(0.005)
+        code = ran.result()
         out = self.capsys.readouterr()
         return Run(code, out.out, out.err)
 
