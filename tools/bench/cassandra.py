@@ -1,10 +1,12 @@
 """Cassandra side of the benchmarks: the raw ceiling (plain single-row lightweight transactions
-through the driver alone, ``UPDATE ... IF v = 0`` on distinct rows) and store URLs."""
+through the driver alone, ``UPDATE ... IF v = 0`` on distinct rows), store URLs, and a
+keyspace's bytes on disk after a flush."""
 
 from __future__ import annotations
 
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -100,3 +102,64 @@ def raw_writes(address: str, keyspace: str, *, n: int = 1000) -> dict[str, Any]:
         }
     finally:
         cluster.shutdown()
+
+
+def table_bytes(address: str, keyspace: str, *, flush_wait_s: float = 4.0) -> dict[str, Any]:
+    """Bytes on disk of each table of ``keyspace``, after a flush.
+
+    There is no flush in CQL and no nodetool here, so each table's memtable is made to flush by
+    setting ``memtable_flush_period_in_ms`` to one second for a few seconds (then back to 0).
+    The sizes then come from the SSTable files when the node's data directory (the
+    ``data_file_directories`` setting, from ``system_views.settings``) is on this machine,
+    else from ``system_views.disk_usage`` (whole MiB)."""
+    cluster = cassandra_cluster(address, request_timeout=60)
+    session = cluster.connect()
+    try:
+        tables = [
+            r.table_name
+            for r in session.execute(
+                "SELECT table_name FROM system_schema.tables WHERE keyspace_name = %s",
+                (keyspace,),
+            )
+        ]
+        for t in tables:
+            session.execute(f"ALTER TABLE {keyspace}.{t} WITH memtable_flush_period_in_ms = 1000")
+        time.sleep(flush_wait_s)
+        for t in tables:
+            session.execute(f"ALTER TABLE {keyspace}.{t} WITH memtable_flush_period_in_ms = 0")
+        dirs = _setting(session, "data_file_directories")
+        by_table = _files_by_table(dirs, keyspace, tables)
+        how = "sstable files"
+        if by_table is None:
+            how = "system_views.disk_usage (MiB)"
+            rows = session.execute(
+                "SELECT table_name, mebibytes FROM system_views.disk_usage "
+                "WHERE keyspace_name = %s",
+                (keyspace,),
+            )
+            by_table = {r.table_name: int(r.mebibytes) * 1024 * 1024 for r in rows}
+        return {"tables": by_table, "total": sum(by_table.values()), "measured_from": how}
+    finally:
+        cluster.shutdown()
+
+
+def _setting(session: Any, name: str) -> str:
+    rows = list(session.execute("SELECT name, value FROM system_views.settings"))
+    return next((r.value for r in rows if r.name == name), "") or ""
+
+
+def _files_by_table(dirs: str, keyspace: str, tables: list[str]) -> dict[str, int] | None:
+    """SSTable bytes per table under the data directories (``[a, b]`` or ``a``), without
+    snapshots and backups; None when none of them is on this machine."""
+    roots = [Path(d.strip(" []'\"")) / keyspace for d in dirs.split(",") if d.strip(" []")]
+    roots = [r for r in roots if r.is_dir()]
+    if not roots:
+        return None
+    out = dict.fromkeys(tables, 0)
+    for root in roots:
+        for table_dir in root.iterdir():
+            name = table_dir.name.rsplit("-", 1)[0]  # <table>-<id>
+            if name not in out:
+                continue
+            out[name] += sum(f.stat().st_size for f in table_dir.iterdir() if f.is_file())
+    return out

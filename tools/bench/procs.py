@@ -130,7 +130,8 @@ class Timeshard:
 
     def counters(self) -> dict[str, float]:
         """The server's counters, scraped now: each ``timeshard_*`` sample summed over its
-        labels, and ``timeshard_worker_messages_total`` by kind too (``...{kind=claim}``).
+        labels, and by ``kind`` or ``op`` too where it has one (``...{kind=claim}``,
+        ``timeshard_store_operations_total{op=read_bucket}``).
         Empty when the endpoint does not answer."""
         url = f"http://127.0.0.1:{self.metrics_port}/metrics"
         try:
@@ -144,9 +145,10 @@ class Timeshard:
                 if not s.name.startswith("timeshard_") or not s.name.endswith("_total"):
                     continue
                 out[s.name] = out.get(s.name, 0.0) + s.value
-                if "kind" in s.labels:
-                    key = f"{s.name}{{kind={s.labels['kind']}}}"
-                    out[key] = out.get(key, 0.0) + s.value
+                for label in ("kind", "op"):
+                    if label in s.labels:
+                        key = f"{s.name}{{{label}={s.labels[label]}}}"
+                        out[key] = out.get(key, 0.0) + s.value
         return out
 
     def stop(self) -> None:

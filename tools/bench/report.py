@@ -156,17 +156,21 @@ def section(name: str, command: str, load: str, result: dict[str, Any]) -> list[
         from .peers import table
 
         return [*out, "```", table(result), "```", ""]
-    if name == "backlog":
+    if name.startswith("backlog"):
         out += [
-            "| stored | load s | load jobs/s | fire jobs/s | p50 / p99 / max s | "
-            "server CPU s / 1,000 fired |",
-            "|---|---|---|---|---|---|",
+            "| stored | load s | load jobs/s | bytes on disk / stored job | fire jobs/s "
+            "| p50 / p99 / max s | lost | server CPU ms / fired job "
+            "| bucket partitions read / s | Paxos rounds / fired job |",
+            "|---|---|---|---|---|---|---|---|---|---|",
         ]
         for r in result["results"]:
+            each = r.get("per_fired_job", {})
             out.append(
                 f"| {_cell(r['stored'])} | {_cell(r['load_total_s'])} | {_cell(r['load_per_s'])} "
-                f"| {_cell(r['fire_per_s'])} | {_triple(r)} "
-                f"| {_cell(r['cpu_s_per_1k']['server_fire'])} |"
+                f"| {_cell(r.get('bytes_per_stored_job'))} "
+                f"| {_cell(r['fire_per_s'])} | {_triple(r)} | {_cell(r.get('lost'))} "
+                f"| {_cell(each.get('server_cpu_ms'))} | {_cell(r.get('bucket_reads_per_s'))} "
+                f"| {_cell(each.get('paxos_rounds'))} |"
             )
         growth = result.get("server_cpu_per_fired_job_largest_over_smallest")
         return [*out, "", f"Server CPU per fired job, largest over smallest backlog: {growth}", ""]

@@ -153,6 +153,17 @@ CLAIMED = "timeshard_jobs_claimed_total"
 CLAIM_MESSAGES = "timeshard_worker_messages_total{kind=claim}"
 RESULT_MESSAGES = "timeshard_worker_messages_total{kind=result}"
 RESULTS = "timeshard_results_received_total"
+BUCKET_READS = (
+    "timeshard_store_operations_total{op=read_bucket}",
+    "timeshard_store_operations_total{op=read_bucket_after}",
+)
+
+
+def bucket_reads(before: dict[str, float], after: dict[str, float]) -> float | None:
+    """Bucket partition reads (first pages and further pages) between two scrapes of a
+    Cassandra node (the embedded store does not count its reads)."""
+    grown = [counter_delta(before, after, name) for name in BUCKET_READS]
+    return sum(g for g in grown if g is not None) if any(g is not None for g in grown) else None
 
 
 def ratio_of(a: float | None, b: float | None) -> float | None:
@@ -186,6 +197,7 @@ def fired_costs(
     if store_kind == "cassandra":
         out["paxos_rounds"] = per_job(counter_delta(before, after, ROUNDS), fired)
         out["conditional_rows"] = per_job(counter_delta(before, after, ROWS), fired)
+        out["bucket_reads"] = per_job(bucket_reads(before, after), fired)
     return out
 
 
@@ -216,9 +228,9 @@ def fire_phase(
     ran_past_due = now_ms() > first_due
     if ran_past_due:
         note("warning: ingest ran past the first due time (raise --lead)")
-    cpu1, ctr1 = ts.cpu(), ts.counters()
+    cpu1, ctr1, t1 = ts.cpu(), ts.counters(), time.monotonic()
     wait_fired(ts, records, jobs, (run_ats[0], run_ats[-1]), drain_s)
-    cpu2, ctr2 = ts.cpu(), ts.counters()
+    cpu2, ctr2, t2 = ts.cpu(), ts.counters(), time.monotonic()
     result = figures(records, ids, first_due)
     fired = result["fired"]
     ingest_cpu, fire_cpu = cpu_delta(cpu0, cpu1), cpu_delta(cpu1, cpu2)
@@ -243,6 +255,8 @@ def fire_phase(
     }
     if store_kind == "cassandra":
         out["paxos_rounds_per_ingested_job"] = per_job(counter_delta(ctr0, ctr1, ROUNDS), jobs)
+        reads = bucket_reads(ctr1, ctr2)
+        out["bucket_reads_per_s"] = round(reads / (t2 - t1), 1) if reads is not None else None
     return out, timeline(records, ids)
 
 
@@ -350,6 +364,23 @@ def steady(args: argparse.Namespace) -> tuple[dict[str, Any], list[Any]]:
         return out, [("timeshard " + store.kind, timeline(records, ids))]
 
 
+def disk_figures(store: Store, jobs: int) -> dict[str, Any]:
+    """Bytes on disk now (Cassandra: every table of the keyspace, after a flush) and per job
+    stored (``jobs``: the future ones plus the bursts fired so far, finished but kept for
+    their retention)."""
+    if store.kind == "cassandra":
+        note("flushing the keyspace's memtables to measure its tables on disk")
+        sizes = cass.table_bytes(store.cassandra, store.keyspace)
+        total, tables = sizes["total"], sizes["tables"]
+    else:
+        total, tables = store.size_bytes(), None
+    return {
+        "store_bytes": total,
+        "store_bytes_by_table": {t: b for t, b in (tables or {}).items() if b} or None,
+        "bytes_per_stored_job": round(total / jobs, 1) if total and jobs else None,
+    }
+
+
 def backlog(args: argparse.Namespace) -> tuple[dict[str, Any], list[Any]]:
     sizes = sorted({int(s) for s in str(args.stored).replace("_", "").split(",") if s})
     rows: list[dict[str, Any]] = []
@@ -389,11 +420,11 @@ def backlog(args: argparse.Namespace) -> tuple[dict[str, Any], list[Any]]:
                     "load_s": load["seconds"],
                     "load_per_s": load["per_second"],
                     "load_total_s": round(load_total_s, 3),
-                    "store_bytes": store.size_bytes(),
                     **burst,
                 }
             )
             series.append((f"{size:,} stored", rows_t))
+            rows[-1].update(disk_figures(store, size + len(rows) * args.jobs))
     flat = [r["cpu_s_per_1k"]["server_fire"] for r in rows]
     growth = round(flat[-1] / flat[0], 3) if len(flat) > 1 and flat[0] and flat[-1] else None
     result = {
