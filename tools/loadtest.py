@@ -4,6 +4,9 @@
                                   [--workers 2] [--batch|--single] [--json] [--plot F.png]
     python tools/loadtest.py steady --rate 1000 --duration 30
     python tools/loadtest.py backlog --stored 10000,1000000 --jobs 10000
+    python tools/loadtest.py fire|steady ... --nodes 3 --store cassandra://... [--zookeeper H:P]
+    python tools/loadtest.py shards --counts 16,256,1024,4096 [--rate 400] [--store URL]
+    python tools/loadtest.py failover --nodes 3 --rate 400 --store cassandra://...
     python tools/loadtest.py peers --jobs 20000 --window 10
     python tools/loadtest.py report [--skip backlog,peers]   # the set docs/benchmarks.md shows
 
@@ -16,6 +19,17 @@ duplicates = run more than once. CPU seconds per 1,000 jobs come from /proc for 
 the workers, and from this process for the client. On Cassandra the Paxos rounds per job come
 from the server's ``timeshard_store_paxos_rounds_total`` (scraped before and after), and a few
 seconds of raw single-row LWTs on the same Cassandra give the ceiling to compare with.
+
+``--nodes N`` runs N servers on ZooKeeper (``--zookeeper``, else $TIMESHARD_ZOOKEEPER; a fresh
+root per run) sharing one Cassandra; the clients' calls take turns over the nodes and every
+worker polls every node. CPU is then summed over the nodes, and ``per_node`` gives each node's
+CPU per fired job, the jobs it claimed and created, the results it took for jobs another node
+claimed, and its Paxos rounds. ``shards`` measures, for each shard count, a node owning every
+shard with nothing due (its CPU as a share of one core, bucket partitions read per second)
+and then a steady rate spread over them. ``failover`` runs ``steady`` on N nodes and kill -9s
+the node owning the most shards ``--kill-after`` seconds in: when each of its shards fired
+again, the lateness of its jobs against the others', lost, duplicates, and runs that may have
+overlapped (a second start within a lease of the first).
 
 Every firing run reports, per fired job: the server's and the workers' CPU (ms), the jobs
 claimed per claim message and the results per result message a worker sent (from the server's
@@ -62,7 +76,7 @@ import sys
 from typing import Any
 
 import grpc
-from bench import report, scenarios
+from bench import report, scale, scenarios
 from bench.calls import schedule_cost
 from bench.plot import plot, require
 
@@ -86,6 +100,23 @@ def _common(p: argparse.ArgumentParser) -> None:
         type=float,
         default=30.0,
         help="after the last due time, give up when nothing ran for this long (30)",
+    )
+    p.add_argument(
+        "--nodes",
+        type=int,
+        default=1,
+        help="timeshard server processes (1); more than one share the shards through "
+        "--zookeeper and need --store cassandra://...",
+    )
+    p.add_argument(
+        "--zookeeper",
+        default="",
+        metavar="HOST:PORT",
+        help="run the nodes on this ZooKeeper (a fresh root per run) instead of the local "
+        "coordinator (with --nodes > 1 it defaults to $TIMESHARD_ZOOKEEPER)",
+    )
+    p.add_argument(
+        "--session-timeout", type=float, default=4.0, help="ZooKeeper session, seconds (4)"
     )
     p.add_argument("--keep", action="store_true", help="keep logs, records and the keyspace")
     p.add_argument("--json", action="store_true", help="last stdout line: one JSON object")
@@ -156,6 +187,28 @@ def parser() -> argparse.ArgumentParser:
     backlog.add_argument("--window", type=float, default=0.0, help="seconds a burst spans (0)")
     _common(backlog)
 
+    many = sub.add_parser(
+        "shards", help="a node owning many shards: its idle cost, and steady lateness over them"
+    )
+    many.add_argument("--counts", default="16,256,1024,4096", help="shard counts, one run each")
+    many.add_argument("--idle", type=float, default=20.0, help="seconds measured idle (20)")
+    many.add_argument(
+        "--settle", type=float, default=8.0, help="seconds after every shard is owned (8)"
+    )
+    many.add_argument("--rate", type=float, default=400.0, help="steady jobs/s after (0: none)")
+    many.add_argument("--duration", type=float, default=20.0, help="seconds of steady load")
+    _common(many)
+
+    kill = sub.add_parser(
+        "failover", help="steady on several nodes; kill -9 the node owning the most shards"
+    )
+    kill.add_argument("--rate", type=float, default=400.0, help="jobs per second offered (400)")
+    kill.add_argument("--duration", type=float, default=40.0, help="seconds of offered load")
+    kill.add_argument(
+        "--kill-after", type=float, default=15.0, help="seconds into the run to kill (15)"
+    )
+    _common(kill)
+
     peers = sub.add_parser("peers", help="the fire workload on timeshard and on the peers")
     peers.add_argument("--jobs", type=int, default=20000)
     peers.add_argument("--window", type=float, default=10.0)
@@ -208,6 +261,8 @@ def main(argv: list[str] | None = None) -> int:
             result, series = compare(args)
         elif args.command == "schedule":
             result, series = schedule_cost(args)
+        elif args.command in ("shards", "failover"):
+            result, series = getattr(scale, args.command)(args)
         else:
             result, series = getattr(scenarios, args.command)(args)
     except grpc.RpcError as exc:

@@ -36,7 +36,8 @@ def keyspace(cassandra_admin: Any) -> Iterator[str]:
 
 
 class HeldReads(CassandraStore):
-    """While ``hold`` is set, a bucket read answers what it read only once ``release`` is."""
+    """While ``hold`` is set, a bucket read (of one partition, or of many at once) answers
+    what it read only once ``release`` is."""
 
     hold = False
     reading: asyncio.Event
@@ -44,10 +45,18 @@ class HeldReads(CassandraStore):
 
     async def read_bucket(self, shard: int, minute: int, **kw: Any) -> list[BucketEntry]:
         page = await super().read_bucket(shard, minute, **kw)
+        await self._held()
+        return page
+
+    async def read_buckets(self, shards: Any, minute: int, **kw: Any) -> Any:
+        pages = await super().read_buckets(shards, minute, **kw)
+        await self._held()
+        return pages
+
+    async def _held(self) -> None:
         if self.hold:
             self.reading.set()
             await self.release.wait()
-        return page
 
 
 async def test_a_job_created_while_its_bucket_read_is_in_flight_runs(

@@ -1,10 +1,12 @@
-"""The system under test as real processes: one ``timeshard server`` (local coordinator) with
-its metrics endpoint and W processes of the no-op load worker (or of ``--worker-command``),
-started and ended by pid through ``timeshard.testing.fleet``; their CPU time read from /proc."""
+"""The system under test as real processes: ``timeshard server`` nodes (one on the local
+coordinator, or N on ZooKeeper sharing the store) with their metrics endpoints and W processes
+of the no-op load worker (or of ``--worker-command``), started and ended by pid through
+``timeshard.testing.fleet``; their CPU time read from /proc."""
 
 from __future__ import annotations
 
 import os
+import signal
 import time
 import urllib.request
 from pathlib import Path
@@ -43,7 +45,9 @@ def own_cpu_seconds() -> float:
 
 
 class Timeshard:
-    """A server on ``store_url`` plus ``workers`` load-worker processes, logs in ``run_dir``."""
+    """Servers on ``store_url`` plus ``workers`` load-worker processes, logs in ``run_dir``.
+    One server on the local coordinator by default; with ``zookeeper`` (a
+    ``zookeeper://...`` URL), ``nodes`` servers that share the shards through it."""
 
     def __init__(
         self,
@@ -55,34 +59,50 @@ class Timeshard:
         concurrency: int,
         lookahead_s: float,
         worker_command: str | None = None,
+        nodes: int = 1,
+        zookeeper: str = "",
     ) -> None:
         self.run_dir = run_dir
         self.worker_argv = parse_command(worker_command) if worker_command else None
         self.external: list[ExternalWorker] = []
         self.fleet = Fleet(
             run_dir,
-            zookeeper="local",
+            zookeeper=zookeeper or "local",
             store=store_url,
             shards=shards,
             lookahead_s=lookahead_s,
             lease_s=60,
         )
+        self.names = ["server"] if not zookeeper else [f"node{i + 1}" for i in range(nodes)]
         self.worker_count = workers
         self.concurrency = concurrency
-        self.metrics_port = 0
+        self.metrics_ports: dict[str, int] = {}
+        self.killed: set[str] = set()
 
     @property
     def server(self) -> Proc:
-        return self.fleet.servers["server"]
+        return self.fleet.servers[self.names[0]]
+
+    @property
+    def servers(self) -> list[Proc]:
+        return [self.fleet.servers[n] for n in self.names if n not in self.killed]
 
     @property
     def address(self) -> str:
-        return self.server.address
+        """Every live node's gRPC address, comma-separated (clients take turns)."""
+        return ",".join(p.address for p in self.servers)
+
+    @property
+    def metrics_port(self) -> int:
+        return self.metrics_ports.get(self.names[0], 0)
 
     def start(self) -> None:
-        self.metrics_port = free_port()
-        self.fleet.start_server("server", extra=["--metrics-port", str(self.metrics_port)])
+        for name in self.names:
+            self.metrics_ports[name] = port = free_port()
+            self.fleet.start_server(name, extra=["--metrics-port", str(port)])
         self.fleet.wait_serving(timeout=180)
+        if len(self.names) > 1 or self.fleet.zookeeper != "local":
+            self.fleet.wait_spread(self.names, timeout=180)
         if self.worker_argv is None:
             self.fleet.start_workers(
                 self.worker_count,
@@ -105,6 +125,11 @@ class Timeshard:
             worker.start()
             self.external.append(worker)
 
+    def kill(self, name: str) -> None:
+        """kill -9 one node (it stays dead; the figures leave it out from then on)."""
+        self.fleet.signal(name, signal.SIGKILL)
+        self.killed.add(name)
+
     def _workers(self) -> list[Proc | ExternalWorker]:
         return [*self.fleet.workers.values(), *self.external]
 
@@ -112,28 +137,34 @@ class Timeshard:
         return [self.run_dir / f"{w.name}.runs" for w in self._workers()]
 
     def check_alive(self) -> None:
-        for proc in [self.server, *self._workers()]:
+        for proc in [*self.servers, *self._workers()]:
             if not proc.alive():
                 raise SystemExit(f"{proc.name} exited; its log ends:\n{proc.text()[-3000:]}")
 
     def cpu(self) -> dict[str, float | None]:
+        """CPU seconds so far: ``server`` summed over the live nodes (and ``server:<name>``
+        for each when there are several), ``workers``, ``client`` (this process)."""
         if self.external:
             workers: float | None = tree_cpu_seconds([w.pid for w in self.external])
         else:
             each = [cpu_seconds(p.pid) for p in self.fleet.workers.values()]
             workers = None if None in each else sum(w or 0.0 for w in each)
-        return {
-            "server": cpu_seconds(self.server.pid),
+        nodes = {p.name: cpu_seconds(p.pid) for p in self.servers}
+        out: dict[str, float | None] = {
+            "server": None if None in nodes.values() else sum(v or 0.0 for v in nodes.values()),
             "workers": workers,
             "client": own_cpu_seconds(),
         }
+        if len(self.names) > 1:
+            out.update({f"server:{n}": v for n, v in nodes.items()})
+        return out
 
-    def counters(self) -> dict[str, float]:
-        """The server's counters, scraped now: each ``timeshard_*`` sample summed over its
-        labels, and by ``kind`` or ``op`` too where it has one (``...{kind=claim}``,
-        ``timeshard_store_operations_total{op=read_bucket}``).
-        Empty when the endpoint does not answer."""
-        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
+    def scrape(self, name: str) -> dict[str, float]:
+        """One node's ``timeshard_*`` samples now: ``_total`` counters summed over their
+        labels, and by ``kind`` or ``op`` too where they have one (``...{kind=claim}``,
+        ``timeshard_store_operations_total{op=read_bucket}``); gauges as they are (summed over
+        their labels). Empty when the endpoint does not answer."""
+        url = f"http://127.0.0.1:{self.metrics_ports[name]}/metrics"
         try:
             with urllib.request.urlopen(url, timeout=10) as resp:
                 text = resp.read().decode()
@@ -142,13 +173,26 @@ class Timeshard:
         out: dict[str, float] = {}
         for family in text_string_to_metric_families(text):
             for s in family.samples:
-                if not s.name.startswith("timeshard_") or not s.name.endswith("_total"):
+                if not s.name.startswith("timeshard_"):
                     continue
                 out[s.name] = out.get(s.name, 0.0) + s.value
                 for label in ("kind", "op"):
-                    if label in s.labels:
+                    if label in s.labels and s.name.endswith("_total"):
                         key = f"{s.name}{{{label}={s.labels[label]}}}"
                         out[key] = out.get(key, 0.0) + s.value
+        return out
+
+    def counters(self) -> dict[str, float]:
+        """The counters of every live node, summed (see ``scrape``), and each node's own as
+        ``<name>/<counter>`` when there are several."""
+        out: dict[str, float] = {}
+        for proc in self.servers:
+            for key, value in self.scrape(proc.name).items():
+                if not key.split("{", 1)[0].endswith("_total"):
+                    continue
+                out[key] = out.get(key, 0.0) + value
+                if len(self.names) > 1:
+                    out[f"{proc.name}/{key}"] = value
         return out
 
     def stop(self) -> None:

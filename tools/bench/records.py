@@ -17,6 +17,8 @@ class RunRecords:
     """job id -> (due ms, start ms) of its first run"""
     repeated: dict[str, int] = field(default_factory=dict)
     """job id -> runs after the first"""
+    again: dict[str, list[float]] = field(default_factory=dict)
+    """job id -> the start ms of each run after the first"""
     early: int = 0
 
     def poll(self) -> int:
@@ -44,6 +46,7 @@ class RunRecords:
             self.early += 1
         if job_id in self.first:
             self.repeated[job_id] = self.repeated.get(job_id, 0) + 1
+            self.again.setdefault(job_id, []).append(start_ms)
         else:
             self.first[job_id] = (run_at, start_ms)
 
@@ -51,6 +54,7 @@ class RunRecords:
         """Start counting afresh (the next burst of a backlog run); the files are not re-read."""
         self.first.clear()
         self.repeated.clear()
+        self.again.clear()
         self.early = 0
 
 

@@ -12,7 +12,8 @@ import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+import uuid
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -62,12 +63,36 @@ def prepare_store(spec: str, run_dir: Path, shards: int) -> Store:
     raise SystemExit(f"--store {spec!r}: give sqlite, sqlite:///PATH or cassandra://HOST:PORT[/KS]")
 
 
+def zookeeper_url(args: argparse.Namespace) -> str:
+    """A fresh cluster root on ``--zookeeper`` (needed for more than one node), or "" for
+    the local coordinator."""
+    nodes = getattr(args, "nodes", 1)
+    hosts = getattr(args, "zookeeper", "") or ""
+    if nodes > 1 and not hosts:
+        hosts = os.environ.get("TIMESHARD_ZOOKEEPER", "")
+    if nodes < 1:
+        raise SystemExit(f"--nodes {nodes}: give at least 1")
+    if nodes > 1 and not hosts:
+        raise SystemExit(
+            f"--nodes {nodes} needs a ZooKeeper: give --zookeeper HOST:PORT "
+            "(or set TIMESHARD_ZOOKEEPER)"
+        )
+    if nodes > 1 and not args.store.startswith("cassandra://"):
+        raise SystemExit(f"--nodes {nodes} needs a shared store: give --store cassandra://...")
+    if not hosts:
+        return ""
+    root = f"timeshard-loadtest/{uuid.uuid4().hex[:12]}"
+    return f"zookeeper://{hosts}/{root}?session_timeout={args.session_timeout:g}"
+
+
 @contextlib.contextmanager
 def running(args: argparse.Namespace) -> Iterator[tuple[Timeshard, Store, RunRecords]]:
     """A fresh store, a server and the workers; everything ended and removed afterwards
     (unless --keep)."""
     run_dir = Path(tempfile.mkdtemp(prefix="loadtest-"))
     store = prepare_store(args.store, run_dir, args.shards)
+    nodes = getattr(args, "nodes", 1)
+    zookeeper = zookeeper_url(args)
     ts = Timeshard(
         run_dir,
         store.url,
@@ -76,11 +101,14 @@ def running(args: argparse.Namespace) -> Iterator[tuple[Timeshard, Store, RunRec
         concurrency=args.concurrency,
         lookahead_s=args.lookahead,
         worker_command=getattr(args, "worker_command", None),
+        nodes=nodes,
+        zookeeper=zookeeper,
     )
     keep = args.keep
     try:
+        servers = f"{nodes} timeshard servers on ZooKeeper" if zookeeper else "timeshard server"
         note(
-            f"starting timeshard server ({store.kind}, {args.shards} shards) and "
+            f"starting {servers} ({store.kind}, {args.shards} shards) and "
             f"{args.workers} worker processes; logs in {run_dir}"
         )
         ts.start()
@@ -153,15 +181,26 @@ CLAIMED = "timeshard_jobs_claimed_total"
 CLAIM_MESSAGES = "timeshard_worker_messages_total{kind=claim}"
 RESULT_MESSAGES = "timeshard_worker_messages_total{kind=result}"
 RESULTS = "timeshard_results_received_total"
+PARTITIONS_READ = "timeshard_store_bucket_partitions_read_total"
 BUCKET_READS = (
     "timeshard_store_operations_total{op=read_bucket}",
     "timeshard_store_operations_total{op=read_bucket_after}",
+    "timeshard_store_operations_total{op=read_buckets}",
 )
 
 
 def bucket_reads(before: dict[str, float], after: dict[str, float]) -> float | None:
-    """Bucket partition reads (first pages and further pages) between two scrapes of a
-    Cassandra node (the embedded store does not count its reads)."""
+    """Bucket partitions read between two scrapes (a multi-partition read counts each it
+    names; first pages and further pages); from the requests where a node does not count
+    partitions (an older one)."""
+    if PARTITIONS_READ in after:
+        return counter_delta(before, after, PARTITIONS_READ)
+    grown = [counter_delta(before, after, name) for name in BUCKET_READS]
+    return sum(g for g in grown if g is not None) if any(g is not None for g in grown) else None
+
+
+def bucket_requests(before: dict[str, float], after: dict[str, float]) -> float | None:
+    """Bucket read requests sent to the store between two scrapes (Cassandra)."""
     grown = [counter_delta(before, after, name) for name in BUCKET_READS]
     return sum(g for g in grown if g is not None) if any(g is not None for g in grown) else None
 
@@ -198,6 +237,43 @@ def fired_costs(
         out["paxos_rounds"] = per_job(counter_delta(before, after, ROUNDS), fired)
         out["conditional_rows"] = per_job(counter_delta(before, after, ROWS), fired)
         out["bucket_reads"] = per_job(bucket_reads(before, after), fired)
+    return out
+
+
+SCHEDULED = "timeshard_jobs_scheduled_total"
+
+
+def node_figures(
+    ts: Timeshard,
+    cpu: dict[str, float | None],
+    before: dict[str, float],
+    after: dict[str, float],
+    fired: int,
+) -> dict[str, Any] | None:
+    """With several nodes, each node's share of firing ``fired`` jobs: its CPU per fired job
+    (ms), the jobs it claimed, the results it took and how many of those were for jobs another
+    node claimed (a worker reports to the node it claimed from, so these are results answered
+    by a node that is not the job's owner), the jobs it created (its clients' ScheduleJobs:
+    with N nodes about (N-1)/N of them land in shards another node owns, found there by the
+    owner's re-read, never forwarded) and its Paxos rounds per fired job."""
+    if len(ts.names) < 2:
+        return None
+    out: dict[str, Any] = {}
+    for name in ts.names:
+
+        def grown(counter: str, name: str = name) -> float | None:
+            return counter_delta(before, after, f"{name}/{counter}")
+
+        claimed, results = grown(CLAIMED) or 0.0, grown(RESULTS) or 0.0
+        out[name] = {
+            "killed": name in ts.killed or None,
+            "server_cpu_ms": ms_per_job(cpu.get(f"server:{name}"), fired),
+            "claimed": int(claimed),
+            "results": int(results),
+            "results_for_jobs_claimed_elsewhere": int(max(0.0, results - claimed)),
+            "scheduled": int(grown(SCHEDULED) or 0),
+            "paxos_rounds": per_job(grown(ROUNDS), fired),
+        }
     return out
 
 
@@ -252,7 +328,10 @@ def fire_phase(
             "workers_fire": per_1k(fire_cpu["workers"], fired),
         },
         "per_fired_job": fired_costs(store_kind, fire_cpu, ctr1, ctr2, fired),
+        "per_node": node_figures(ts, fire_cpu, ctr1, ctr2, fired),
     }
+    for name, node in (out["per_node"] or {}).items():  # created during the ingest
+        node["scheduled"] = int(counter_delta(ctr0, ctr1, f"{name}/{SCHEDULED}") or 0)
     if store_kind == "cassandra":
         out["paxos_rounds_per_ingested_job"] = per_job(counter_delta(ctr0, ctr1, ROUNDS), jobs)
         reads = bucket_reads(ctr1, ctr2)
@@ -282,7 +361,13 @@ def fire(args: argparse.Namespace) -> tuple[dict[str, Any], list[Any]]:
             store_kind=store.kind,
             clients=getattr(args, "clients", 1),
         )
-    result = {"scenario": "fire", "store": store.kind, "workers": args.workers, **result}
+    result = {
+        "scenario": "fire",
+        "store": store.kind,
+        "nodes": args.nodes,
+        "workers": args.workers,
+        **result,
+    }
     if store.kind == "cassandra":
         result.update(lwt_ceiling(args, store, result.get("fire_per_s")))
     result["machine"] = machine()
@@ -309,59 +394,77 @@ def lwt_ceiling(args: argparse.Namespace, store: Store, fire_per_s: float | None
 
 
 def steady(args: argparse.Namespace) -> tuple[dict[str, Any], list[Any]]:
+    with running(args) as (ts, store, records):
+        out, rows = steady_phase(ts, store, records, args)
+    return {**out, "machine": machine()}, [("timeshard " + store.kind, rows)]
+
+
+def steady_phase(
+    ts: Timeshard,
+    store: Store,
+    records: RunRecords,
+    args: argparse.Namespace,
+    during: Callable[[], None] | None = None,
+) -> tuple[dict[str, Any], list[tuple[float, float, float]]]:
+    """Offer ``args.rate`` jobs/s for ``args.duration`` s (each sent ``--lead`` before it is
+    due, 2 s by default) and follow them until they ran; ``during()`` is called every 0.1 s
+    meanwhile (the failover run kills a node from there)."""
     count = round(args.rate * args.duration)
     lead = args.lead if args.lead is not None else 2.0
-    with running(args) as (ts, store, records):
-        run_ats: list[int] = []
-        ids: list[str] = []
-        cpu0, ctr0 = ts.cpu(), ts.counters()
-        offer_s: list[float] = []
+    run_ats: list[int] = []
+    ids: list[str] = []
+    cpu0, ctr0 = ts.cpu(), ts.counters()
+    offer_s: list[float] = []
 
-        def offer() -> None:
-            t0 = time.monotonic()
-            stream(ts.address, args.rate, count, lead, args.mode, run_ats, ids)
-            offer_s.append(time.monotonic() - t0)
+    def offer() -> None:
+        t0 = time.monotonic()
+        stream(ts.address, args.rate, count, lead, args.mode, run_ats, ids)
+        offer_s.append(time.monotonic() - t0)
 
-        sender = threading.Thread(target=offer, name="loadtest-offer", daemon=True)
-        sender.start()
-        progress = Progress("fire", count)
-        last_change = time.monotonic()
-        while True:
-            if records.poll():
-                last_change = time.monotonic()
-            progress.update(len(records.first), extra=f"offered {len(ids):,}")
-            if len(records.first) >= count:
-                break
-            if not sender.is_alive() and time.monotonic() - last_change > args.drain:
-                break
-            ts.check_alive()
-            time.sleep(0.1)
-        progress.close()
-        sender.join()
-        cpu1, ctr1 = ts.cpu(), ts.counters()
-        result = figures(records, ids, run_ats[0])
-        used = cpu_delta(cpu0, cpu1)
-        fired = result["fired"]
-        out = {
-            "scenario": "steady",
-            "store": store.kind,
-            "workers": args.workers,
-            "mode": args.mode,
-            "offered_per_s": args.rate,
-            "duration_s": args.duration,
-            "jobs": count,
-            "lead_s": lead,
-            "ingest_per_s": round(len(ids) / offer_s[0], 1) if offer_s else None,
-            **result,
-            "cpu_s_per_1k": {
-                "server": per_1k(used["server"], fired),
-                "workers": per_1k(used["workers"], fired),
-                "client": per_1k(used["client"], fired),
-            },
-            "per_fired_job": fired_costs(store.kind, used, ctr0, ctr1, fired),
-            "machine": machine(),
-        }
-        return out, [("timeshard " + store.kind, timeline(records, ids))]
+    sender = threading.Thread(target=offer, name="loadtest-offer", daemon=True)
+    sender.start()
+    progress = Progress("fire", count)
+    last_change = time.monotonic()
+    while True:
+        if records.poll():
+            last_change = time.monotonic()
+        progress.update(len(records.first), extra=f"offered {len(ids):,}")
+        if len(records.first) >= count:
+            break
+        if not sender.is_alive() and time.monotonic() - last_change > args.drain:
+            break
+        if during is not None:
+            during()
+        ts.check_alive()
+        time.sleep(0.1)
+    progress.close()
+    sender.join()
+    cpu1, ctr1 = ts.cpu(), ts.counters()
+    result = figures(records, ids, run_ats[0])
+    used = cpu_delta(cpu0, cpu1)
+    fired = result["fired"]
+    out = {
+        "scenario": "steady",
+        "store": store.kind,
+        "nodes": len(ts.names),
+        "shards": args.shards,
+        "workers": args.workers,
+        "mode": args.mode,
+        "offered_per_s": args.rate,
+        "duration_s": args.duration,
+        "jobs": count,
+        "lead_s": lead,
+        "ingest_per_s": round(len(ids) / offer_s[0], 1) if offer_s else None,
+        **result,
+        "cpu_s_per_1k": {
+            "server": per_1k(used["server"], fired),
+            "workers": per_1k(used["workers"], fired),
+            "client": per_1k(used["client"], fired),
+        },
+        "per_fired_job": fired_costs(store.kind, used, ctr0, ctr1, fired),
+        "per_node": node_figures(ts, used, ctr0, ctr1, fired),
+    }
+    return out, timeline(records, ids)
 
 
 def disk_figures(store: Store, jobs: int) -> dict[str, Any]:

@@ -1,6 +1,8 @@
 """Job submission as a client would do it: ScheduleJobs batches of 500 with a few in flight
 (``batch``), or one ScheduleJob per job from a synchronous client, in due order (``single``);
-all at once (a pre-loaded burst or window) or streamed at a steady offered rate."""
+all at once (a pre-loaded burst or window) or streamed at a steady offered rate. ``address`` may
+name several nodes (``host:port,host:port``): the batches, streamed requests or synchronous
+clients then go to each in turn."""
 
 from __future__ import annotations
 
@@ -59,7 +61,7 @@ def _schedule_single(
     keep_ids: bool,
 ) -> list[str]:
     ids: list[str] = []
-    with grpc.insecure_channel(address) as channel:
+    with grpc.insecure_channel(address.split(",")[0]) as channel:
         stub = pb_grpc.JobServiceStub(channel)
         for i, at in enumerate(run_ats):
             resp = stub.ScheduleJob(_request(at, job_type), timeout=60)
@@ -81,9 +83,12 @@ def _schedule_clients(
     clients: int,
 ) -> list[str]:
     slices: list[list[str]] = [[] for _ in range(clients)]
+    nodes = address.split(",")
 
     def client(k: int) -> None:
-        slices[k] = _schedule_single(address, run_ats[k::clients], progress, job_type, keep_ids)
+        slices[k] = _schedule_single(
+            nodes[k % len(nodes)], run_ats[k::clients], progress, job_type, keep_ids
+        )
 
     threads = [
         threading.Thread(target=client, args=(k,), name=f"client-{k}") for k in range(clients)
@@ -109,20 +114,26 @@ async def _schedule_batches(
 ) -> list[str]:
     starts = iter(range(0, len(run_ats), BATCH))
     found: dict[int, list[str]] = {}
-    async with grpc.aio.insecure_channel(address) as channel:
-        stub = pb_grpc.JobServiceStub(channel)
+    channels = [grpc.aio.insecure_channel(a) for a in address.split(",")]
+    stubs = [pb_grpc.JobServiceStub(ch) for ch in channels]
+    in_flight = max(IN_FLIGHT, len(stubs))
 
-        async def sender() -> None:
-            for start in starts:  # shared by the senders: each batch goes once
-                chunk = run_ats[start : start + BATCH]
-                req = pb.ScheduleJobsRequest(jobs=[_request(at, job_type) for at in chunk])
-                resp = await stub.ScheduleJobs(req, timeout=120)
-                if keep_ids:
-                    found[start] = [r.job.job_id for r in resp.results]
-                if progress is not None:
-                    progress.add(len(chunk))
+    async def sender(k: int) -> None:
+        stub = stubs[k % len(stubs)]
+        for start in starts:  # shared by the senders: each batch goes once
+            chunk = run_ats[start : start + BATCH]
+            req = pb.ScheduleJobsRequest(jobs=[_request(at, job_type) for at in chunk])
+            resp = await stub.ScheduleJobs(req, timeout=120)
+            if keep_ids:
+                found[start] = [r.job.job_id for r in resp.results]
+            if progress is not None:
+                progress.add(len(chunk))
 
-        await asyncio.gather(*(sender() for _ in range(IN_FLIGHT)))
+    try:
+        await asyncio.gather(*(sender(k) for k in range(in_flight)))
+    finally:
+        for ch in channels:
+            await ch.close()
     return [j for start in sorted(found) for j in found[start]]
 
 
@@ -153,7 +164,7 @@ def stream(
     run_ats.extend(base + round(i * 1000 / rate) for i in range(count))
     t0 = time.monotonic()
     if mode == "single":
-        with grpc.insecure_channel(address) as channel:
+        with grpc.insecure_channel(address.split(",")[0]) as channel:
             stub = pb_grpc.JobServiceStub(channel)
             for i, at in enumerate(run_ats):
                 delay = t0 + i / rate - time.monotonic()
@@ -172,14 +183,18 @@ async def _stream_batches(
     t0: float,
 ) -> None:
     """Every 10 ms, one ScheduleJobs of the jobs whose send time has come (up to 500)."""
-    async with grpc.aio.insecure_channel(address) as channel:
-        stub = pb_grpc.JobServiceStub(channel)
-        sent = 0
+    channels = [grpc.aio.insecure_channel(a) for a in address.split(",")]
+    stubs = [pb_grpc.JobServiceStub(ch) for ch in channels]
+    try:
+        sent, turn = 0, 0
         while sent < len(run_ats):
             due_now = min(len(run_ats), int((time.monotonic() - t0) * rate) + 1, sent + BATCH)
             if due_now > sent:
                 req = pb.ScheduleJobsRequest(jobs=[_request(at) for at in run_ats[sent:due_now]])
-                resp = await stub.ScheduleJobs(req, timeout=60)
+                resp = await stubs[turn % len(stubs)].ScheduleJobs(req, timeout=60)
                 ids.extend(r.job.job_id for r in resp.results)
-                sent = due_now
+                sent, turn = due_now, turn + 1
             await asyncio.sleep(0.01)
+    finally:
+        for ch in channels:
+            await ch.close()

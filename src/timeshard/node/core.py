@@ -49,6 +49,7 @@ from timeshard.node.deadletters import DeadLetters
 from timeshard.node.dispatcher import DispatchConfig, ShardDispatcher
 from timeshard.node.policies import TypePolicies
 from timeshard.node.ready import ReadyItem, ReadyQueues
+from timeshard.node.refresh import BucketRefresher
 from timeshard.node.retry import RetryPolicy
 from timeshard.node.schedules import ScheduleFirer, ScheduleOps
 from timeshard.node.waits import JobWaits
@@ -163,6 +164,13 @@ class Node:
         self._firer = ScheduleFirer(
             store, clock, self.config.default_max_attempts, notify=self._notify
         )
+        self._refresher = BucketRefresher(
+            store=store,
+            clock=clock,
+            dispatchers=self.dispatchers,
+            refresh_s=lambda: self.config.dispatch.refresh_s,
+            page_size=self.config.dispatch.page_size,
+        )
 
     @property
     def num_shards(self) -> int:
@@ -184,6 +192,8 @@ class Node:
         me = Member(node_id=self.node_id, address=self.address)
         await self.coordinator.start(me, self.store.num_shards, self._shards_changed)
         self._spawn(self._watch_clock(), "clock-check")
+        if self.config.dispatch.node_refresh:
+            self._spawn(self._refresher.run(), "bucket-refresh")
         self._spawn(self.type_policies.refresh_forever(), "type-policies")
 
     async def _load_type_policies(self) -> None:
@@ -282,6 +292,7 @@ class Node:
                     metrics=self.metrics,
                     retry_at=self.retry_at,
                     on_finished=self.waits.finished,
+                    refreshed_by_node=self.config.dispatch.node_refresh,
                 )
                 self.dispatchers[shard] = d
                 d.start()

@@ -63,6 +63,10 @@ class DispatchConfig:
     (Cassandra does, so a crash never leaves a row without its entry), and the row can land
     after the entry came due. Older, the row is taken to be gone (a failed create, a purge)."""
     missing_retry_s: float = 0.5
+    node_refresh: bool = True
+    """One refresh loop per node reads every owned shard's buckets in a few multi-partition
+    reads (``timeshard.node.refresh``); False: each dispatcher reads its own, every
+    ``refresh_s`` (one timer and one or two store requests per shard per second)."""
     stale_s: float = 30.0
     """A pending entry this long past due, and not waiting in a ready queue, is looked at
     again: a safety net, so no path that loses track of an entry can strand its job."""
@@ -97,6 +101,7 @@ class ShardDispatcher:
         on_deposed: Callable[[int], None] | None = None,
         metrics: NodeMetrics | None = None,
         on_finished: Callable[[Job], None] | None = None,
+        refreshed_by_node: bool = False,
     ) -> None:
         self.shard = shard
         self.epoch = epoch
@@ -124,6 +129,13 @@ class ShardDispatcher:
         self._waker: asyncio.Future[None] | None = None  # set while the loop waits
         self._task: asyncio.Task[None] | None = None
         self.deposed = False
+        self.refreshed_by_node = refreshed_by_node
+        """After its first refresh, the node's ``BucketRefresher`` reads this shard's buckets
+        (with every other shard's, in a few queries) and hands the entries in through
+        ``begin_refresh`` / ``end_refresh``; the loop then wakes only when an entry comes due,
+        one is added, or the cursor may move: no timer per shard while nothing is due."""
+        self._cursor_check = False  # a refresh ended: the cursor may move (node-refreshed)
+        self._refreshing = False  # between begin_refresh and end_refresh
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -227,8 +239,11 @@ class ShardDispatcher:
 
     async def _step(self) -> None:
         now = self._clock.now_ms()
-        if now - self._refreshed_at >= self._cfg.refresh_s * 1000:
+        if self.refreshes_itself and now - self._refreshed_at >= self._cfg.refresh_s * 1000:
             await self._refresh(now)
+            await self._advance_cursor()
+        elif self._cursor_check and not self._refreshing:
+            self._cursor_check = False
             await self._advance_cursor()
         while self._later and self._later[0][0] <= now:
             heapq.heappush(self._heap, heapq.heappop(self._later)[1])
@@ -249,21 +264,35 @@ class ShardDispatcher:
 
     async def _wait(self) -> None:
         now = self._clock.now_ms()
-        next_refresh = self._refreshed_at + self._cfg.refresh_s * 1000
-        until = min(
-            next_refresh,
-            self._heap[0].due_at if self._heap else next_refresh,
-            self._later[0][0] if self._later else next_refresh,
-        )
-        delay = (until - now) / 1000
-        if delay <= 0:
-            await asyncio.sleep(0)
+        times = [
+            *([self._refreshed_at + self._cfg.refresh_s * 1000] * self.refreshes_itself),
+            *([self._heap[0].due_at] if self._heap else []),
+            *([self._later[0][0]] if self._later else []),
+        ]
+        if self._cursor_check and not self._refreshing:
             return
         self._waker = asyncio.get_running_loop().create_future()
         try:
+            if not times:  # nothing due, refreshed by the node: until woken
+                await self._waker
+                return
+            delay = (min(times) - now) / 1000
+            if delay <= 0:
+                await asyncio.sleep(0)
+                return
             await sleep_or_wake(self._clock, delay, self._waker)
         finally:
             self._waker = None
+
+    @property
+    def refreshes_itself(self) -> bool:
+        """Whether this dispatcher's loop reads its buckets: always, unless refreshed by the
+        node, and then until its first read (from its cursor) is done."""
+        return not self.refreshed_by_node or self._refreshed_at < 0
+
+    @property
+    def running(self) -> bool:
+        return self._task is not None
 
     def _wake_up(self) -> None:
         """Cut the loop's wait short (a wake-up while it is not waiting is not needed: it
@@ -289,6 +318,18 @@ class ShardDispatcher:
         store was away for longer than ``reread_s``, an entry another node wrote just before
         the outage, due during it, lies further back than ``now - reread_s``, and must still
         be read (invariant 2)."""
+        start, horizon = self.begin_refresh(now)
+        read = False
+        try:
+            await self._read_range(start, horizon)
+            read = True
+        finally:
+            self.end_refresh(now, horizon, [], read=read)
+
+    def begin_refresh(self, now: int) -> tuple[int, int]:
+        """The range ``[start, horizon)`` a refresh at ``now`` reads; until ``end_refresh``,
+        an entry notified with a due time in it is taken from the notify (the read may have
+        passed its place before it was written)."""
         horizon = now + round(self._cfg.lookahead_s * 1000)
         start = self._horizon
         if self._cfg.reread_s > 0:  # not only what is new: the reread window too
@@ -296,18 +337,41 @@ class ShardDispatcher:
             if self._refreshed_at >= 0:
                 due_at = min(now, self._refreshed_at + round(self._cfg.refresh_s * 1000))
             start = min(start, due_at - round(self._cfg.reread_s * 1000))
-        start = max(minute_start(self.cursor), start)
         self._reading_to = horizon
-        try:
-            await self._read_range(start, horizon)
+        self._refreshing = True
+        return max(minute_start(self.cursor), start), horizon
+
+    def minutes(self, start: int, horizon: int) -> range:
+        """The bucket minutes a read of ``[start, horizon)`` looks at."""
+        return range(max(self.cursor, minute_of(start)), minute_of(horizon) + 1)
+
+    def end_refresh(
+        self, now: int, horizon: int, entries: Iterable[BucketEntry], *, read: bool
+    ) -> None:
+        """The refresh begun at ``now`` ended: ``read`` says whether every entry of its range
+        was read (``entries``, or added already by ``_read_range``). Only then does the
+        horizon move on; a failed one is read again, from the same anchor, next time."""
+        added = False
+        for e in entries:
+            if e.minute >= self.cursor:
+                added = self._add(e) or added
+        if read:
             self._horizon = max(self._horizon, horizon)
-        finally:
-            self._reading_to = self._horizon
+        self._reading_to = self._horizon
+        self._refreshing = False
+        if not read:
+            return
         self._refreshed_at = now
-        self._recheck_stale(now)
+        stale = self._recheck_stale(now)
+        if self.refreshed_by_node and self._task is not None:
+            cursor_end = minute_start(self.cursor) + MINUTE_MS
+            if cursor_end + round(self._cfg.settle_s * 1000) <= now:
+                self._cursor_check = True
+            if added or stale or self._cursor_check:
+                self._wake_up()
 
     async def _read_range(self, start: int, horizon: int) -> None:
-        for minute in range(max(self.cursor, minute_of(start)), minute_of(horizon) + 1):
+        for minute in self.minutes(start, horizon):
             after: tuple[int, str] | None = None
             while True:
                 page = await self._store.read_bucket(
@@ -324,13 +388,14 @@ class ShardDispatcher:
                     break
                 after = (page[-1].due_at, page[-1].job_id)
 
-    def _recheck_stale(self, now: int) -> None:
+    def _recheck_stale(self, now: int) -> int:
         """Every ``stale_s``: push back into the heap the pending entries long past due that
-        are neither in the heap nor waiting in a ready queue."""
+        are neither in the heap nor waiting in a ready queue; returns how many."""
         stale_ms = round(self._cfg.stale_s * 1000)
         if now - self._stale_checked_at < stale_ms:
-            return
+            return 0
         self._stale_checked_at = now
+        found = 0
         stale = now - stale_ms
         queued = set(self._heap)
         for minute in sorted(self._pending):
@@ -340,6 +405,8 @@ class ShardDispatcher:
                 if e.due_at <= stale and e not in queued and not self._ready_holds(e):
                     log.warning("shard %d: entry %s stranded; looking again", self.shard, e)
                     heapq.heappush(self._heap, e)
+                    found += 1
+        return found
 
     def _ready_holds(self, e: BucketEntry) -> bool:
         return any(self._ready.holds(t, e.job_id) for t in self._ready.types())

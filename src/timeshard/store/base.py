@@ -207,6 +207,27 @@ class Store(abc.ABC):
         """Entries of partition (shard, minute) with ``due_from <= due_at < due_to`` in
         ``(due_at, job_id)`` order, strictly after ``after`` when given (paging)."""
 
+    async def read_buckets(
+        self,
+        shards: Sequence[int],
+        minute: int,
+        *,
+        due_from: int,
+        due_to: int,
+        limit: int = 1000,
+    ) -> dict[int, list[BucketEntry]]:
+        """The first page of ``read_bucket`` for each of ``shards`` (same minute and range):
+        shard -> its entries in order, at most ``limit`` each (a shard that got ``limit`` has
+        more: read them with ``read_bucket(after=...)``). A store that can read many
+        partitions in one request does (the node reads every shard it owns each second); this
+        default reads them one after another."""
+        out: dict[int, list[BucketEntry]] = {}
+        for shard in shards:
+            out[shard] = await self.read_bucket(
+                shard, minute, due_from=due_from, due_to=due_to, limit=limit
+            )
+        return out
+
     # -- conditional job writes (the lease protocol) --------------------------------------
 
     @abc.abstractmethod

@@ -501,6 +501,7 @@ class SqliteStore(Store):
     ) -> list[BucketEntry]:
         after_due, after_id = after if after is not None else (-1, "")
         args = (shard, minute, due_from, due_to, after_due, after_id, limit)
+        self.stats.bucket_partitions_read += 1
 
         def run(db: sqlite3.Connection) -> list[BucketEntry]:
             return [

@@ -17,6 +17,9 @@ class StoreStats:
     """Conditional statements or conditional batches sent (one Paxos round each)."""
     conditional_rows: int = 0
     """Rows those rounds carried (a batch of 50 counts 50)."""
+    bucket_partitions_read: int = 0
+    """Bucket partitions read (a page of one partition counts one; a multi-partition read
+    counts each partition it names)."""
     operations: Counter[str] = field(default_factory=Counter)
     """Calls by named operation."""
     errors: Counter[str] = field(default_factory=Counter)

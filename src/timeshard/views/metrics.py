@@ -13,7 +13,8 @@ numbers between two steps of the loop, never while another thread changes them.
 
 Read at scrape time (names after the Prometheus conventions: ``_total`` counters, base units):
 
-- ``timeshard_store_paxos_rounds_total``, ``timeshard_store_conditional_rows_total``;
+- ``timeshard_store_paxos_rounds_total``, ``timeshard_store_conditional_rows_total``,
+  ``timeshard_store_bucket_partitions_read_total``;
   ``timeshard_store_operations_total{op}``, ``timeshard_store_errors_total{op}``,
   ``timeshard_store_operation_seconds_total{op}``: store calls by named operation;
 - ``timeshard_node_info{node_id}``, ``timeshard_node_serving``, ``timeshard_store_up``,
@@ -69,9 +70,15 @@ class StoreCollector:
             "Rows carried by the store's conditional rounds (a batch of 50 counts 50).",
             value=stats.conditional_rows,
         )
+        partitions = CounterMetricFamily(
+            "timeshard_store_bucket_partitions_read",
+            "Bucket partitions read by the dispatchers (a multi-partition read counts each).",
+            value=stats.bucket_partitions_read,
+        )
         return [
             rounds,
             rows,
+            partitions,
             _by_op("timeshard_store_operations", "Store calls by operation.", stats.operations),
             _by_op("timeshard_store_errors", "Failed store calls by operation.", stats.errors),
             _by_op(

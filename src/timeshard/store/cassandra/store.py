@@ -4,6 +4,7 @@ are one lightweight transaction each (see the package docstring for how the cont
 
 from __future__ import annotations
 
+import asyncio
 import base64
 from collections.abc import Collection, Sequence
 from dataclasses import replace
@@ -39,6 +40,8 @@ from timeshard.store.cassandra.rows import to_shard_state
 from timeshard.store.codec import schedule_columns, to_schedule
 
 LIST_SCAN_MAX = 10_000
+READ_BUCKETS_AT_ONCE = 64
+"""Bucket partitions one ``read_buckets`` request names (``shard IN (...)``)."""
 """Rows ``list_jobs`` reads per call at most; a sparse filter may return a short page."""
 
 
@@ -169,6 +172,7 @@ class CassandraStore(Store):
         after: tuple[int, str] | None = None,
         limit: int = 1000,
     ) -> list[BucketEntry]:
+        self.stats.bucket_partitions_read += 1
         if after is not None and after[0] >= due_from:
             rows = await self._conn.rows(
                 "read_bucket_after", (shard, minute, after[0], after[1], due_to, limit)
@@ -185,6 +189,42 @@ class CassandraStore(Store):
             )
             for r in rows
         ]
+
+    async def read_buckets(
+        self,
+        shards: Sequence[int],
+        minute: int,
+        *,
+        due_from: int,
+        due_to: int,
+        limit: int = 1000,
+    ) -> dict[int, list[BucketEntry]]:
+        """``SELECT ... WHERE shard IN (...)``, ``READ_BUCKETS_AT_ONCE`` partitions a request,
+        the requests at once: the cost of a read is mostly per request, not per partition."""
+        chunks = [
+            list(shards[i : i + READ_BUCKETS_AT_ONCE])
+            for i in range(0, len(shards), READ_BUCKETS_AT_ONCE)
+        ]
+        pages = await asyncio.gather(
+            *(
+                self._conn.rows("read_buckets", (chunk, minute, due_from, due_to, limit))
+                for chunk in chunks
+            )
+        )
+        self.stats.bucket_partitions_read += len(shards)
+        out: dict[int, list[BucketEntry]] = {shard: [] for shard in shards}
+        for rows in pages:
+            for r in rows:
+                out[r["shard"]].append(
+                    BucketEntry(
+                        shard=r["shard"],
+                        minute=r["minute"],
+                        due_at=r["due_at"],
+                        job_id=r["job_id"],
+                        home=r["home"],
+                    )
+                )
+        return out
 
     # -- conditional job writes -----------------------------------------------------------
 
