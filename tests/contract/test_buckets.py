@@ -91,3 +91,29 @@ async def test_after_and_due_from_together_take_the_later_bound(open_store: Open
         assert got == [(300, "e300"), (400, "e400")]
         got = await read(store, due_from=NOW, after=(NOW + 200, "e1"), due_to=NOW + 300)
         assert got == [(200, "e200")]
+
+
+async def test_many_partitions_read_at_once_each_get_their_own_first_page(
+    open_store: OpenStore,
+) -> None:
+    async with open_store() as store:
+        await store.add_entries(
+            [
+                *(entry(ms, f"s3-{ms}") for ms in (100, 200, 300, 400)),
+                entry(150, "s5", shard=5),
+                entry(5_000, "s5-late", shard=5),  # outside the range read
+                entry(60_100, "s5-next-minute", shard=5),
+                entry(100, "s69", shard=69),  # beyond the first request's partitions
+            ]
+        )
+        shards = list(range(70))  # more than one request's worth on a store that splits them
+        pages = await store.read_buckets(
+            shards, MINUTE, due_from=NOW + 100, due_to=NOW + 5_000, limit=3
+        )
+        assert sorted(pages) == shards  # every shard asked for has a page, most of them empty
+        got = {s: [(e.due_at - NOW, e.job_id) for e in page] for s, page in pages.items() if page}
+        assert got == {
+            3: [(100, "s3-100"), (200, "s3-200"), (300, "s3-300")],  # a full page: more to read
+            5: [(150, "s5")],
+            69: [(100, "s69")],
+        }
