@@ -254,6 +254,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "report":
         report.report(args, parser().parse_args)
         return 0
+    load_before = report.loadavg()
     try:
         if args.command == "peers":
             from bench.peers import compare
@@ -268,6 +269,7 @@ def main(argv: list[str] | None = None) -> int:
     except grpc.RpcError as exc:
         code, details = exc.code().name, exc.details()  # type: ignore[attr-defined]
         raise SystemExit(f"loadtest: the server answered {code}: {details}") from None
+    result["load_average"] = {"before": load_before, "after": report.loadavg()}
     if args.plot:
         plot(args.plot, series, f"timeshard loadtest {args.command}")
         scenarios.note(f"plot written to {args.plot}")

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
+import struct
 import time
 import urllib.request
 from pathlib import Path
@@ -78,6 +80,9 @@ class Timeshard:
         self.concurrency = concurrency
         self.metrics_ports: dict[str, int] = {}
         self.killed: set[str] = set()
+        self.cassandra_pid: int | None = None
+        """A Cassandra on this machine: its CPU is read too (``cassandra``; it may serve others'
+        work as well)."""
 
     @property
     def server(self) -> Proc:
@@ -157,6 +162,8 @@ class Timeshard:
         }
         if len(self.names) > 1:
             out.update({f"server:{n}": v for n, v in nodes.items()})
+        if self.cassandra_pid is not None:
+            out["cassandra"] = cpu_seconds(self.cassandra_pid)
         return out
 
     def scrape(self, name: str) -> dict[str, float]:
@@ -208,3 +215,34 @@ def cpu_delta(
         k: (after[k] - b) if (b := before.get(k)) is not None and after.get(k) is not None else None
         for k in after
     }
+
+
+def listening_pid(host: str, port: int) -> int | None:
+    """The pid of the process listening on ``host:port`` (IPv4, or all addresses) on this
+    machine (from /proc), or None (not here, or /proc unreadable): the local Cassandra, whose
+    CPU per fired job the capacity model needs."""
+    try:
+        wanted_ip = socket.gethostbyname(host)
+        lines = Path("/proc/net/tcp").read_text().splitlines()[1:]
+    except OSError:
+        return None
+    inodes: set[str] = set()
+    for line in lines:
+        fields = line.split()
+        ip_hex, port_hex = fields[1].split(":")
+        ip = socket.inet_ntoa(struct.pack("<I", int(ip_hex, 16)))
+        if fields[3] == "0A" and int(port_hex, 16) == port and ip in (wanted_ip, "0.0.0.0"):
+            inodes.add(fields[9])  # LISTEN on that address
+    if not inodes:
+        return None
+    wanted = {f"socket:[{i}]" for i in inodes}
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            for fd in (proc / "fd").iterdir():
+                if os.readlink(fd) in wanted:
+                    return int(proc.name)
+        except OSError:
+            continue
+    return None

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import json
 import os
 import platform
 import sqlite3
@@ -20,7 +21,7 @@ from typing import Any
 
 import grpc
 
-from . import scenarios
+from . import scale, scenarios
 from .calls import schedule_cost
 from .progress import note
 
@@ -49,10 +50,52 @@ RUNS: list[tuple[str, str]] = [
 ]
 
 
+SCALE_BEGIN, SCALE_END = "<!-- report:scale:begin -->", "<!-- report:scale:end -->"
+CASSANDRA = "--store cassandra://{cassandra}"
+NODES = f"fire {CASSANDRA} --jobs 10000 --window 5 --zookeeper {{zookeeper}} --nodes"
+# The set on Cassandra, ZooKeeper, many shards and nodes (``report --set scale``, about 35
+# minutes, most of it loading a million jobs)
+SCALE_RUNS: list[tuple[str, str]] = [
+    (
+        "backlog on Cassandra",
+        f"backlog {CASSANDRA} --stored 10000,1000000 --jobs 10000 --drain 120",
+    ),
+    ("many shards", f"shards {CASSANDRA} --counts 16,256,1024,4096 --rate 400"),
+    ("nodes 1", f"{NODES} 1"),
+    ("nodes 2", f"{NODES} 2"),
+    ("nodes 3", f"{NODES} 3"),
+    ("failover under load", f"failover {CASSANDRA} --zookeeper {{zookeeper}} --nodes 3 --rate 400"),
+]
+SETS = {"embedded": (BEGIN, END, RUNS), "scale": (SCALE_BEGIN, SCALE_END, SCALE_RUNS)}
+
+
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("report", help="run the benchmark set, write docs/benchmarks.md")
     p.add_argument("--out", default=str(DOC), help="the Markdown file to update")
-    p.add_argument("--skip", default="", help="runs to leave out: " + ",".join(n for n, _ in RUNS))
+    p.add_argument(
+        "--set",
+        dest="run_set",
+        choices=sorted(SETS),
+        default="embedded",
+        help="embedded: the single-node set (default); scale: Cassandra, ZooKeeper, many "
+        "shards and nodes, failover (each set has its own part of the file)",
+    )
+    p.add_argument(
+        "--skip",
+        default="",
+        help="runs to leave out: "
+        + "; ".join(f"{k}: " + ",".join(n for n, _ in v[2]) for k, v in SETS.items()),
+    )
+    p.add_argument(
+        "--use",
+        action="append",
+        default=[],
+        metavar="NAME=FILE",
+        help="take run NAME's figures from FILE (what that command printed with --json) "
+        "instead of running it again",
+    )
+    p.add_argument("--cassandra", default="127.0.0.1:9042", help="for --set scale")
+    p.add_argument("--zookeeper", default="127.0.0.1:2181", help="for --set scale")
 
 
 def machine_lines() -> list[str]:
@@ -140,6 +183,86 @@ def schedule_lines(result: dict[str, Any]) -> list[str]:
     return [*out, "", f"The server's CPU with no calls: {_cell(idle)} ms per second.", ""]
 
 
+def shards_lines(result: dict[str, Any]) -> list[str]:
+    out = [
+        "| shards owned | idle: server CPU, share of a core | idle: bucket partitions read / s "
+        "| idle: read requests / s | steady jobs/s | steady p50 / p99 / max s "
+        "| p99 over the fewest shards' | server CPU ms / job |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in result["results"]:
+        idle, steady = r["idle"], r.get("steady") or {}
+        share = idle.get("server_core_share")
+        out.append(
+            f"| {_cell(r['shards'])} | {_cell(share * 100 if share is not None else None)} % "
+            f"| {_cell(idle.get('bucket_reads_per_s'))} "
+            f"| {_cell(idle.get('bucket_read_requests_per_s'))} "
+            f"| {_cell(steady.get('fire_per_s'))} | {_triple(steady) if steady else '-'} "
+            f"| {_cell(r.get('p99_over_fewest'))} "
+            f"| {_cell(steady.get('per_fired_job', {}).get('server_cpu_ms'))} |"
+        )
+    return [*out, ""]
+
+
+def failover_lines(result: dict[str, Any]) -> list[str]:
+    f = result.get("failover") or {}
+    theirs, others = f.get("lateness_of_its_jobs_s") or {}, f.get("lateness_of_other_jobs_s") or {}
+
+    def spread(d: dict[str, Any]) -> str:
+        return " / ".join(_cell(d.get(k)) for k in ("p50", "p99", "max"))
+
+    rows = [
+        ("killed (kill -9)", f"{f.get('killed')}, owner of {f.get('shards_of_killed')} shards"),
+        ("first of its shards fired again after s", f.get("first_shard_fired_again_s")),
+        ("every one of its shards fired again after s", f.get("every_shard_fired_again_s")),
+        ("its shards that fired again", f.get("shards_fired_again")),
+        ("lateness of its jobs due from the kill on, p50 / p99 / max s", spread(theirs)),
+        ("lateness of the other shards' jobs, same span", spread(others)),
+        ("fire jobs/s, whole run", result.get("fire_per_s")),
+        ("lateness p50 / p99 / max s, whole run", _triple(result)),
+        (
+            "lost / duplicates / early",
+            " / ".join(_cell(result.get(k)) for k in ("lost", "duplicates", "early")),
+        ),
+        ("may have overlapped (started again within a lease)", f.get("overlapping")),
+        ("ZooKeeper session timeout s", f.get("session_timeout_s")),
+    ]
+    return ["| figure | value |", "|---|---|", *(f"| {k} | {_cell(v)} |" for k, v in rows), ""]
+
+
+def nodes_section(runs: list[tuple[str, str, dict[str, Any]]]) -> list[str]:
+    out = [
+        "### many nodes",
+        "",
+        *(f"- `python tools/loadtest.py {c}` (load average before: {load})" for c, load, _ in runs),
+        "",
+        "| nodes | fire jobs/s | p50 / p99 / max s | lost | server CPU ms / fired job, summed "
+        "| each node's | Paxos rounds / fired job | results for jobs claimed elsewhere "
+        "| jobs created by a node not owning their shard |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    base: float | None = None
+    for _, _, r in runs:
+        each = r.get("per_fired_job", {})
+        per_node = r.get("per_node") or {}
+        n = r.get("nodes") or 1
+        created = sum(v.get("scheduled", 0) for v in per_node.values())
+        elsewhere = sum(v.get("results_for_jobs_claimed_elsewhere", 0) for v in per_node.values())
+        cpu = each.get("server_cpu_ms")
+        base = base if base is not None else cpu
+        out.append(
+            f"| {n} | {_cell(r.get('fire_per_s'))} | {_triple(r)} | {_cell(r.get('lost'))} "
+            f"| {_cell(cpu)} | "
+            + (" / ".join(_cell(v.get("server_cpu_ms")) for v in per_node.values()) or "-")
+            + f" | {_cell(each.get('paxos_rounds'))} | {_cell(elsewhere) if per_node else '-'} "
+            f"| {_cell(round(created * (n - 1) / n)) if per_node else '0'} (about (N-1)/N) |"
+        )
+    cpus = [r.get("per_fired_job", {}).get("server_cpu_ms") for _, _, r in runs]
+    if len(cpus) > 1 and cpus[0] and cpus[-1]:
+        out += ["", f"Server CPU per fired job, most nodes over one: {cpus[-1] / cpus[0]:.2f}"]
+    return [*out, ""]
+
+
 def _triple(r: dict[str, Any]) -> str:
     keys = ("lateness_p50_s", "lateness_p99_s", "lateness_max_s")
     return " / ".join(_cell(r.get(k)) for k in keys)
@@ -176,6 +299,10 @@ def section(name: str, command: str, load: str, result: dict[str, Any]) -> list[
         return [*out, "", f"Server CPU per fired job, largest over smallest backlog: {growth}", ""]
     if name == "schedule":
         return [*out, *schedule_lines(result)]
+    if name == "many shards":
+        return [*out, *shards_lines(result)]
+    if name == "failover under load":
+        return [*out, *failover_lines(result)]
     out += ["| figure | value |", "|---|---|"]
     out += [f"| {k} | {_cell(v)} |" for k, v in fire_rows(result) if v is not None]
     return [*out, ""]
@@ -183,35 +310,50 @@ def section(name: str, command: str, load: str, result: dict[str, Any]) -> list[
 
 def report(args: argparse.Namespace, parse: Callable[[list[str]], argparse.Namespace]) -> None:
     skip = {s.strip() for s in args.skip.split(",") if s.strip()}
-    lines = [BEGIN, "", f"Generated {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC on:", ""]
+    saved = dict(u.split("=", 1) for u in args.use)
+    begin, end, runs = SETS[args.run_set]
+    lines = [begin, "", f"Generated {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC on:", ""]
     lines += [*machine_lines(), ""]
     half = 1000
-    for name, template in RUNS:
+    nodes: list[tuple[str, str, dict[str, Any]]] = []
+    for name, template in runs:
         if name in skip:
             continue
-        command = template.format(half=half)
-        run_args = parse(command.split())
-        load = loadavg()
-        note(f"== {name}: loadtest {command} (load {load})")
-        runner: Runner = RUNNERS.get(run_args.command) or getattr(scenarios, run_args.command)
-        try:
-            result, _ = runner(run_args)
-        except (SystemExit, grpc.RpcError) as exc:
-            lines += [f"### {name}", "", f"`{command}` failed: {exc}", ""]
-            continue
+        command = template.format(half=half, cassandra=args.cassandra, zookeeper=args.zookeeper)
+        if name in saved:
+            result = json.loads(Path(saved[name]).read_text().strip().splitlines()[-1])
+            load = result.get("load_average", {}).get("before", "?")
+            note(f"== {name}: figures from {saved[name]}")
+        else:
+            run_args = parse(command.split())
+            load = loadavg()
+            note(f"== {name}: loadtest {command} (load {load})")
+            runner: Runner = RUNNERS.get(run_args.command) or getattr(scenarios, run_args.command)
+            if run_args.command in ("shards", "failover"):
+                runner = getattr(scale, run_args.command)
+            try:
+                result, _ = runner(run_args)
+            except (SystemExit, grpc.RpcError) as exc:
+                lines += [f"### {name}", "", f"`{command}` failed: {exc}", ""]
+                continue
         if name == "burst" and result.get("fire_per_s"):
             half = max(100, int(result["fire_per_s"] / 2 // 100 * 100))
+        if name.startswith("nodes "):
+            nodes.append((command, load, result))
+            continue
         lines += section(name, command, load, result)
-    lines.append(END)
-    write(Path(args.out), "\n".join(lines))
+    if nodes:
+        lines += nodes_section(nodes)
+    lines.append(end)
+    write(Path(args.out), "\n".join(lines), begin, end)
     note(f"wrote {args.out}")
 
 
-def write(path: Path, generated: str) -> None:
-    text = path.read_text() if path.exists() else f"# Benchmarks\n\n{BEGIN}\n{END}\n"
-    if BEGIN in text and END in text:
-        head, rest = text.split(BEGIN, 1)
-        text = head + generated + rest.split(END, 1)[1]
+def write(path: Path, generated: str, begin: str = BEGIN, end: str = END) -> None:
+    text = path.read_text() if path.exists() else f"# Benchmarks\n\n{begin}\n{end}\n"
+    if begin in text and end in text:
+        head, rest = text.split(begin, 1)
+        text = head + generated + rest.split(end, 1)[1]
     else:
         text = text.rstrip("\n") + "\n\n" + generated + "\n"
     path.write_text(text)

@@ -21,7 +21,7 @@ from typing import Any
 from timeshard.testing.services import create_keyspace, drop_keyspace
 
 from . import cassandra as cass
-from .procs import Timeshard, cpu_delta
+from .procs import Timeshard, cpu_delta, listening_pid
 from .progress import Progress, note
 from .records import RunRecords, figures, timeline
 from .submit import now_ms, schedule, stream, warmup_rate
@@ -104,6 +104,9 @@ def running(args: argparse.Namespace) -> Iterator[tuple[Timeshard, Store, RunRec
         nodes=nodes,
         zookeeper=zookeeper,
     )
+    if store.kind == "cassandra" and "," not in store.cassandra:
+        host, _, port = store.cassandra.rpartition(":")
+        ts.cassandra_pid = listening_pid(host, int(port))
     keep = args.keep
     try:
         servers = f"{nodes} timeshard servers on ZooKeeper" if zookeeper else "timeshard server"
@@ -234,6 +237,7 @@ def fired_costs(
         ),
     }
     if store_kind == "cassandra":
+        out["cassandra_cpu_ms"] = ms_per_job(cpu.get("cassandra"), fired)
         out["paxos_rounds"] = per_job(counter_delta(before, after, ROUNDS), fired)
         out["conditional_rows"] = per_job(counter_delta(before, after, ROWS), fired)
         out["bucket_reads"] = per_job(bucket_reads(before, after), fired)
