@@ -1,5 +1,6 @@
 """The load tool's own figures: what a run reports per fired job (Paxos rounds only where the
-store has them), and the CPU of an external worker's whole process tree."""
+store has them), the CPU of an external worker's whole process tree, bucket partitions read,
+runs that may have overlapped, and each node's share of a run on several nodes."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ import time
 from pathlib import Path
 
 from tools.bench.external import tree_cpu_seconds
-from tools.bench.scenarios import fired_costs
+from tools.bench.records import RunRecords
+from tools.bench.scale import overlapping_runs
+from tools.bench.scenarios import bucket_reads, bucket_requests, fired_costs, node_figures
 
 BEFORE = {
     "timeshard_jobs_claimed_total": 10.0,
@@ -64,3 +67,50 @@ def test_an_external_worker_is_charged_for_its_whole_process_tree() -> None:
     finally:
         os.killpg(wrapper.pid, signal.SIGKILL)
         wrapper.wait(10)
+
+
+def test_bucket_partitions_read_come_from_their_counter_else_from_the_requests() -> None:
+    partitions = "timeshard_store_bucket_partitions_read_total"
+    ops = "timeshard_store_operations_total"
+    before = {partitions: 100.0, f"{ops}{{op=read_buckets}}": 2.0}
+    after = {partitions: 740.0, f"{ops}{{op=read_buckets}}": 12.0}
+    assert bucket_reads(before, after) == 640.0  # 64 partitions a request
+    assert bucket_requests(before, after) == 10.0
+    older = {f"{ops}{{op=read_bucket}}": 5.0}  # a node that does not count partitions
+    assert bucket_reads({"x": 0.0}, older) == 5.0
+
+
+def test_a_job_started_again_within_a_lease_may_have_overlapped() -> None:
+    records = RunRecords(paths=[])
+    for job_id, run_at, start in [
+        ("a", 0, 1_000.0),
+        ("a", 0, 50_000.0),  # again 49 s later: within a 60 s lease
+        ("b", 0, 1_000.0),
+        ("b", 0, 70_000.0),  # again after the lease: a re-run, not an overlap
+        ("c", 0, 1_000.0),
+    ]:
+        records._add(job_id, run_at, start)
+    assert overlapping_runs(records, lease_s=60) == 1
+    assert records.repeated == {"a": 1, "b": 1}
+
+
+def test_each_nodes_share_of_a_run() -> None:
+    class TwoNodes:
+        names = ["node1", "node2"]
+        killed = {"node2"}
+
+    before = {"node1/timeshard_jobs_claimed_total": 0.0, "node2/timeshard_jobs_claimed_total": 0.0}
+    after = {
+        "node1/timeshard_jobs_claimed_total": 60.0,
+        "node1/timeshard_results_received_total": 70.0,  # 10 for jobs node2 claimed
+        "node1/timeshard_jobs_scheduled_total": 50.0,
+        "node2/timeshard_jobs_claimed_total": 40.0,
+        "node2/timeshard_results_received_total": 30.0,
+    }
+    cpu = {"server:node1": 0.06, "server:node2": 0.04}
+    out = node_figures(TwoNodes(), cpu, before, after, 100)  # type: ignore[arg-type]
+    assert out is not None
+    assert out["node1"]["server_cpu_ms"] == 0.6 and out["node2"]["server_cpu_ms"] == 0.4
+    assert out["node1"]["results_for_jobs_claimed_elsewhere"] == 10
+    assert out["node2"]["results_for_jobs_claimed_elsewhere"] == 0
+    assert out["node1"]["scheduled"] == 50 and out["node2"]["killed"] is True
