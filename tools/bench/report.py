@@ -323,6 +323,7 @@ def report(args: argparse.Namespace, parse: Callable[[list[str]], argparse.Names
         if name in saved:
             result = json.loads(Path(saved[name]).read_text().strip().splitlines()[-1])
             load = result.get("load_average", {}).get("before", "?")
+            command = result.get("command", command)  # as it was run
             note(f"== {name}: figures from {saved[name]}")
         else:
             run_args = parse(command.split())
