@@ -191,10 +191,25 @@ async def _stream_batches(
             due_now = min(len(run_ats), int((time.monotonic() - t0) * rate) + 1, sent + BATCH)
             if due_now > sent:
                 req = pb.ScheduleJobsRequest(jobs=[_request(at) for at in run_ats[sent:due_now]])
-                resp = await stubs[turn % len(stubs)].ScheduleJobs(req, timeout=60)
+                resp = await _schedule_on_one(stubs, turn, req)
                 ids.extend(r.job.job_id for r in resp.results)
                 sent, turn = due_now, turn + 1
             await asyncio.sleep(0.01)
     finally:
         for ch in channels:
             await ch.close()
+
+
+async def _schedule_on_one(
+    stubs: list[pb_grpc.JobServiceStub], turn: int, req: pb.ScheduleJobsRequest
+) -> pb.ScheduleJobsResponse:
+    """``req`` on the node whose turn it is; a node that does not answer (UNAVAILABLE: it was
+    killed) leaves the rotation and the next one takes the request (nothing was written)."""
+    while True:
+        stub = stubs[turn % len(stubs)]
+        try:
+            return await stub.ScheduleJobs(req, timeout=60)
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() is not grpc.StatusCode.UNAVAILABLE or len(stubs) == 1:
+                raise
+            stubs.remove(stub)
