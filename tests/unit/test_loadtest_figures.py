@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from tools.bench.external import tree_cpu_seconds
-from tools.bench.scenarios import fired_costs
+from tools.bench.scenarios import fired_costs, time_breakdown
 
 BEFORE = {
     "timeshard_jobs_claimed_total": 10.0,
@@ -64,3 +64,31 @@ def test_an_external_worker_is_charged_for_its_whole_process_tree() -> None:
     finally:
         os.killpg(wrapper.pid, signal.SIGKILL)
         wrapper.wait(10)
+
+
+def test_the_servers_time_is_broken_down_by_stage_and_store_operation() -> None:
+    before = {
+        "timeshard_fire_lateness_seconds_sum": 1.0,
+        "timeshard_fire_lateness_seconds_count": 10.0,
+        "timeshard_store_operations_total{op=read_bucket}": 5.0,
+        "timeshard_store_operation_seconds_total{op=read_bucket}": 0.01,
+    }
+    after = {
+        "timeshard_fire_lateness_seconds_sum": 3.0,  # 2 s over 100 more jobs: 20 ms each
+        "timeshard_fire_lateness_seconds_count": 110.0,
+        "timeshard_rpc_duration_seconds_sum{grpc_method=Claim}": 0.5,
+        "timeshard_rpc_duration_seconds_count{grpc_method=Claim}": 50.0,
+        "timeshard_store_operations_total{op=read_bucket}": 15.0,
+        "timeshard_store_operation_seconds_total{op=read_bucket}": 0.03,
+        "timeshard_store_operations_total{op=batch:update_state}": 40.0,
+        "timeshard_store_operation_seconds_total{op=batch:update_state}": 0.4,
+    }
+    out = time_breakdown(before, after)
+    assert out["due_to_claimed_ms"] == 20.0
+    assert out["claim_rpc_ms"] == 10.0  # no sample before: counted from zero
+    assert out["finish_rpc_ms"] is None  # no Finish call in the span
+    assert out["store_ms_per_call"] == {
+        "batch:update_state": {"calls": 40, "ms": 10.0},
+        "read_bucket": {"calls": 10, "ms": 2.0},
+    }
+    assert list(out["store_ms_per_call"]) == ["batch:update_state", "read_bucket"]

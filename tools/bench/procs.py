@@ -141,18 +141,23 @@ class Timeshard:
         out: dict[str, float] = {}
         for family in text_string_to_metric_families(text):
             for s in family.samples:
-                if not s.name.startswith("timeshard_") or not s.name.endswith("_total"):
+                if not s.name.startswith("timeshard_") or not s.name.endswith(_SUMMED):
                     continue
                 out[s.name] = out.get(s.name, 0.0) + s.value
-                if "kind" in s.labels:
-                    key = f"{s.name}{{kind={s.labels['kind']}}}"
-                    out[key] = out.get(key, 0.0) + s.value
+                for label in ("kind", "op", "grpc_method"):
+                    if label in s.labels:
+                        key = f"{s.name}{{{label}={s.labels[label]}}}"
+                        out[key] = out.get(key, 0.0) + s.value
         return out
 
     def stop(self) -> None:
         for worker in self.external:
             worker.stop()
         self.fleet.stop_all()
+
+
+_SUMMED = ("_total", "_sum", "_count")
+"""Counters, and histograms' sums and counts (for means over a span)."""
 
 
 def cpu_delta(
