@@ -4,8 +4,9 @@ conditions with a deadline (never a bare sleep)."""
 from __future__ import annotations
 
 import asyncio
+import sys
 import time
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -30,6 +31,34 @@ async def wait_until(pred: Callable[[], bool], timeout: float = 5.0, what: str =
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what or pred}")
         await asyncio.sleep(0.001)
+
+
+async def stopped_with_time_running(clock: FakeClock, stop: Awaitable[None]) -> None:
+    """Await ``stop`` (a node's or server's) while the fake clock keeps moving: a part of the
+    stop that sleeps on the node's clock must not wait for ever on a clock the test no longer
+    advances. After 60 s, print what every task of the loop waits for, and fail."""
+
+    async def tick() -> None:
+        while True:
+            await asyncio.sleep(0.01)
+            clock.advance(0.05)
+
+    ticker = asyncio.create_task(tick(), name="fake-clock-during-stop")
+    try:
+        await asyncio.wait_for(stop, 60)
+    except TimeoutError:
+        print_tasks()
+        raise
+    finally:
+        ticker.cancel()
+
+
+def print_tasks(loop: asyncio.AbstractEventLoop | None = None) -> None:
+    """What each task of ``loop`` (the running one by default) waits for, a line each, on
+    stderr: for a test that timed out waiting on a node."""
+    for task in asyncio.all_tasks(loop):
+        frames = [f"{f.f_code.co_name}:{f.f_lineno}" for f in task.get_stack(limit=20)]
+        print(f"{task.get_name()}: {' <- '.join(reversed(frames))}", file=sys.stderr)
 
 
 async def settle(node: Node) -> None:

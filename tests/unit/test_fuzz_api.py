@@ -45,6 +45,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
+from tests.unit.helpers import print_tasks
 from timeshard.clock import FakeClock
 from timeshard.coordinator.local import LocalCoordinator
 from timeshard.node import Node
@@ -144,7 +145,11 @@ class Harness:
 
     def _run(self, coro: Any) -> Any:
         fut: Future[Any] = asyncio.run_coroutine_threadsafe(coro, self.loop)
-        return fut.result(60)
+        try:
+            return fut.result(60)
+        except TimeoutError:  # say what the node's tasks wait for, then fail
+            print_tasks(self.loop)
+            raise
 
     async def _start(self) -> Server:
         node = Node(

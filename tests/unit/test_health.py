@@ -10,7 +10,7 @@ from contextlib import asynccontextmanager
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from tests.unit.helpers import START_MS, wait_until
+from tests.unit.helpers import START_MS, stopped_with_time_running, wait_until
 from tests.unit.test_metrics import scrape
 from timeshard.clock import FakeClock
 from timeshard.coordinator.local import LocalCoordinator
@@ -63,7 +63,7 @@ async def serving(
         yield server, health_pb2_grpc.HealthStub(channel)
     finally:
         await channel.close(None)
-        await server.stop(0)
+        await stopped_with_time_running(clock, server.stop(0))
 
 
 async def status(stub: health_pb2_grpc.HealthStub, service: str = "") -> int:

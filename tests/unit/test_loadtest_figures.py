@@ -14,7 +14,13 @@ from pathlib import Path
 from tools.bench.external import tree_cpu_seconds
 from tools.bench.records import RunRecords
 from tools.bench.scale import overlapping_runs
-from tools.bench.scenarios import bucket_reads, bucket_requests, fired_costs, node_figures
+from tools.bench.scenarios import (
+    bucket_reads,
+    bucket_requests,
+    fired_costs,
+    node_figures,
+    time_breakdown,
+)
 
 BEFORE = {
     "timeshard_jobs_claimed_total": 10.0,
@@ -114,3 +120,31 @@ def test_each_nodes_share_of_a_run() -> None:
     assert out["node1"]["results_for_jobs_claimed_elsewhere"] == 10
     assert out["node2"]["results_for_jobs_claimed_elsewhere"] == 0
     assert out["node1"]["scheduled"] == 50 and out["node2"]["killed"] is True
+
+
+def test_the_servers_time_is_broken_down_by_stage_and_store_operation() -> None:
+    before = {
+        "timeshard_fire_lateness_seconds_sum": 1.0,
+        "timeshard_fire_lateness_seconds_count": 10.0,
+        "timeshard_store_operations_total{op=read_bucket}": 5.0,
+        "timeshard_store_operation_seconds_total{op=read_bucket}": 0.01,
+    }
+    after = {
+        "timeshard_fire_lateness_seconds_sum": 3.0,  # 2 s over 100 more jobs: 20 ms each
+        "timeshard_fire_lateness_seconds_count": 110.0,
+        "timeshard_rpc_duration_seconds_sum{grpc_method=Claim}": 0.5,
+        "timeshard_rpc_duration_seconds_count{grpc_method=Claim}": 50.0,
+        "timeshard_store_operations_total{op=read_bucket}": 15.0,
+        "timeshard_store_operation_seconds_total{op=read_bucket}": 0.03,
+        "timeshard_store_operations_total{op=batch:update_state}": 40.0,
+        "timeshard_store_operation_seconds_total{op=batch:update_state}": 0.4,
+    }
+    out = time_breakdown(before, after)
+    assert out["due_to_claimed_ms"] == 20.0
+    assert out["claim_rpc_ms"] == 10.0  # no sample before: counted from zero
+    assert out["finish_rpc_ms"] is None  # no Finish call in the span
+    assert out["store_ms_per_call"] == {
+        "batch:update_state": {"calls": 40, "ms": 10.0},
+        "read_bucket": {"calls": 10, "ms": 2.0},
+    }
+    assert list(out["store_ms_per_call"]) == ["batch:update_state", "read_bucket"]

@@ -7,10 +7,14 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
+import pytest
+
+from tests.unit.helpers import wait_until
 from tests.unit.test_worker_handler_ends import make_server, wait_job, worker, working
-from timeshard.model import JobState
+from timeshard.model import JobState, WriteResult
 from timeshard.node.claims import Claimed
 from timeshard.server import Server
+from timeshard.store.base import JobClaim
 from timeshard.worker import JobContext
 
 
@@ -58,7 +62,7 @@ async def test_a_type_with_one_slot_does_not_cap_the_claims_of_another() -> None
     """``max_jobs = min(free)`` made every claim take one job while any type had one slot."""
     srv = make_server(types=("a", "b"))
     seen = record_claims(srv)
-    w = worker()
+    w = worker(claim_polls=1)
 
     @w.handler("a", timeout=60, concurrency=8)
     async def a(ctx: JobContext) -> None:
@@ -101,3 +105,43 @@ async def test_a_handlers_concurrency_holds_across_the_nodes_it_claims_from() ->
             done = await wait_job(srv, job, lambda j: j.state.terminal, what="every job")
             assert done.state is JobState.SUCCEEDED and done.attempt == 1, done
     assert most[0] == 1, f"{most[0]} jobs of a concurrency=1 handler ran at once"
+
+
+async def test_a_job_due_while_a_claim_is_written_is_claimed_by_the_next_poll() -> None:
+    """With one long poll per type, a job that came due while a claim was being written (a
+    Paxos round per partition on Cassandra) waited for that write to end, and for the next
+    poll: most of a job's lateness on Cassandra. The second poll takes it at once."""
+    srv = make_server()
+    released = asyncio.Event()
+    store_claim = srv.node.store.claim_jobs
+    writes: list[list[str]] = []
+
+    async def slow_first(claims: Sequence[JobClaim]) -> list[WriteResult]:
+        writes.append([c.job_id for c in claims])
+        if len(writes) == 1:
+            await released.wait()  # the first claim's write takes its time
+        return await store_claim(claims)
+
+    srv.node.store.claim_jobs = slow_first  # type: ignore[method-assign]
+    w = worker(claim_polls=2)
+
+    @w.handler("t", timeout=60, concurrency=4)
+    async def handle(ctx: JobContext) -> None:
+        pass
+
+    await srv.start()
+    async with working(w, [srv], started=True):
+        first = (await srv.node.schedule(job_type="t", payload=b"", run_at=0))[0]
+        await wait_until(lambda: len(writes) == 1, 10, "the first claim's write")
+        second = (await srv.node.schedule(job_type="t", payload=b"", run_at=0))[0]
+        done = await wait_job(srv, second, lambda j: j.state.terminal, what="the second job")
+        assert done.state is JobState.SUCCEEDED
+        # claimed on its own while the first write still waited (not after that claim gave up)
+        assert writes[:2] == [[first.job_id], [second.job_id]] and not released.is_set()
+        released.set()
+        await wait_job(srv, first, lambda j: j.state.terminal, what="the first job")
+
+
+def test_claim_polls_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="claim_polls"):
+        worker(claim_polls=0)

@@ -57,3 +57,26 @@ async def test_claims_and_results_are_counted_per_message_and_per_job() -> None:
                 pb.CompleteRequest(job_id=claimed[2].job.job_id, fence=claimed[2].fence)
             )
             assert counts(server) == (claim_messages, 2, 3)
+
+
+async def test_a_streams_pushes_and_result_messages_are_counted_too() -> None:
+    from tests.unit.test_worker_stream import Stream, schedule, serving
+
+    async with serving() as (srv, channel):
+        await schedule(srv, 6)
+        s = Stream(channel)
+        await s.hello(t=6)
+        claimed = await s.until_jobs(6)
+        registry = srv.node.metrics.registry
+
+        def value(name: str, **labels: str) -> float:
+            return registry.get_sample_value(name, labels) or 0.0
+
+        pushes = value("timeshard_worker_messages_total", kind="claim")
+        assert 1 <= pushes <= 6
+        assert value("timeshard_jobs_claimed_total", type="t") == 6
+        items = [pb.FinishItem(job_id=c.job.job_id, fence=c.fence) for c in claimed]
+        await s.answer(await s.send(results=items[:4]))
+        await s.answer(await s.send(results=items[4:]))
+        assert value("timeshard_worker_messages_total", kind="result") == 2
+        assert value("timeshard_results_received_total") == 6

@@ -183,19 +183,19 @@ class Timeshard:
                 if not s.name.startswith("timeshard_"):
                     continue
                 out[s.name] = out.get(s.name, 0.0) + s.value
-                for label in ("kind", "op"):
-                    if label in s.labels and s.name.endswith("_total"):
+                for label in ("kind", "op", "grpc_method"):
+                    if label in s.labels and s.name.endswith(_SUMMED):
                         key = f"{s.name}{{{label}={s.labels[label]}}}"
                         out[key] = out.get(key, 0.0) + s.value
         return out
 
     def counters(self) -> dict[str, float]:
-        """The counters of every live node, summed (see ``scrape``), and each node's own as
-        ``<name>/<counter>`` when there are several."""
+        """The counters (and histograms' sums and counts) of every live node, summed (see
+        ``scrape``), and each node's own as ``<name>/<counter>`` when there are several."""
         out: dict[str, float] = {}
         for proc in self.servers:
             for key, value in self.scrape(proc.name).items():
-                if not key.split("{", 1)[0].endswith("_total"):
+                if not key.split("{", 1)[0].endswith(_SUMMED):
                     continue
                 out[key] = out.get(key, 0.0) + value
                 if len(self.names) > 1:
@@ -206,6 +206,10 @@ class Timeshard:
         for worker in self.external:
             worker.stop()
         self.fleet.stop_all()
+
+
+_SUMMED = ("_total", "_sum", "_count")
+"""Counters, and histograms' sums and counts (for means over a span)."""
 
 
 def cpu_delta(

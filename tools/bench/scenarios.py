@@ -281,6 +281,51 @@ def node_figures(
     return out
 
 
+def mean_ms(
+    before: dict[str, float], after: dict[str, float], name: str, label: str = ""
+) -> float | None:
+    """A histogram's mean over the span, in ms."""
+    total = counter_delta(before, after, f"{name}_sum{label}")
+    count = counter_delta(before, after, f"{name}_count{label}")
+    return round(total * 1000 / count, 2) if total is not None and count else None
+
+
+def time_breakdown(before: dict[str, float], after: dict[str, float]) -> dict[str, Any]:
+    """Where a fired job's time went on the server, from its counters over the run: the mean
+    from due time to the claim that took the job (``due_to_claimed``), of a Claim and of a
+    Finish call (a long poll's wait included), and each store operation's mean time per call
+    (ms) with its calls, busiest first (a queue wait in the store's group commit is not in
+    it; the driver's is)."""
+    return {
+        "due_to_claimed_ms": mean_ms(before, after, "timeshard_fire_lateness_seconds"),
+        "claim_rpc_ms": mean_ms(before, after, RPC_SECONDS, "{grpc_method=Claim}"),
+        "finish_rpc_ms": mean_ms(before, after, RPC_SECONDS, "{grpc_method=Finish}"),
+        "store_ms_per_call": store_latencies(before, after),
+    }
+
+
+RPC_SECONDS = "timeshard_rpc_duration_seconds"
+
+
+def store_latencies(before: dict[str, float], after: dict[str, float]) -> dict[str, Any]:
+    """Each store operation's mean time per call over the span (ms) and its calls, busiest
+    first: where a job's time in the store goes."""
+    out: dict[str, Any] = {}
+    prefix = "timeshard_store_operations_total{op="
+    rows = []
+    for key in after:
+        if not key.startswith(prefix):
+            continue
+        op = key[len(prefix) : -1]
+        calls = counter_delta(before, after, key) or 0
+        secs = counter_delta(before, after, f"timeshard_store_operation_seconds_total{{op={op}}}")
+        if calls and secs is not None:
+            rows.append((calls, op, secs))
+    for calls, op, secs in sorted(rows, reverse=True):
+        out[op] = {"calls": int(calls), "ms": round(secs * 1000 / calls, 2)}
+    return out
+
+
 def fire_phase(
     ts: Timeshard,
     records: RunRecords,
@@ -333,6 +378,7 @@ def fire_phase(
         },
         "per_fired_job": fired_costs(store_kind, fire_cpu, ctr1, ctr2, fired),
         "per_node": node_figures(ts, fire_cpu, ctr1, ctr2, fired),
+        "server_time": time_breakdown(ctr1, ctr2),
     }
     for name, node in (out["per_node"] or {}).items():  # created during the ingest
         node["scheduled"] = int(counter_delta(ctr0, ctr1, f"{name}/{SCHEDULED}") or 0)
@@ -467,6 +513,7 @@ def steady_phase(
         },
         "per_fired_job": fired_costs(store.kind, used, ctr0, ctr1, fired),
         "per_node": node_figures(ts, used, ctr0, ctr1, fired),
+        "server_time": time_breakdown(ctr0, ctr1),
     }
     return out, timeline(records, ids)
 

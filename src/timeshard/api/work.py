@@ -262,6 +262,8 @@ class WorkStream:
         self._grant(request.credits)
         check_count("heartbeats", len(request.heartbeats), MAX_BATCH)
         check_count("results", len(request.results), MAX_BATCH)
+        if request.results:
+            self._hub.node.metrics.result_message(len(request.results))
         if request.heartbeats or request.results:
             self._answers_due += 1
             self._hub.submit(
@@ -409,6 +411,7 @@ class WorkStream:
             t = c.job.job_type
             if t in self._credits:  # (not after a stop, which dropped them all)
                 self._credits[t] -= 1
+        self._hub.node.metrics.claim_message()  # a push: the stream's message of claimed jobs
         self.send(
             pb.WorkResponse(
                 after_seq=after_seq,

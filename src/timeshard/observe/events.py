@@ -167,8 +167,9 @@ class NodeMetrics:
         )
         self.worker_messages_total = Counter(
             "timeshard_worker_messages",
-            "Messages workers sent, by kind: claim (a Claim request) or result (a Finish, "
-            "Complete or Fail request); a streamed message counts as one too.",
+            "Messages of the worker protocol, by kind: claim (a Claim request, or a worker "
+            "stream's push of claimed jobs) or result (a Finish, Complete or Fail request, or "
+            "a stream request carrying results).",
             ["kind"],
             registry=r,
         )
@@ -247,7 +248,7 @@ class NodeMetrics:
             )
 
     def claim_message(self) -> None:
-        """A worker asked for jobs (one Claim request, or one claim message of a stream)."""
+        """A worker asked for jobs (one Claim request), or a stream pushed claimed jobs."""
         self.worker_messages_total.labels("claim").inc()
 
     def result_message(self, results: int) -> None:

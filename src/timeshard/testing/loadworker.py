@@ -10,7 +10,8 @@ follow progress while the recording costs a few microseconds per job.
     timeshard --server HOST:PORT worker timeshard.testing.loadworker:worker
 
 ``TIMESHARD_LOADTEST_STREAM=1`` (inherited from ``tools/loadtest.py``) makes it use the worker
-stream instead of the unary calls, to compare the two.
+stream instead of the unary calls, to compare the two; ``TIMESHARD_LOADTEST_CLAIM_POLLS=N``
+sets its long polls per node (``Worker.claim_polls``).
 
 It follows the contract of ``tools/loadtest.py --worker-command`` (which other languages' load
 workers follow too), so that command line is also a valid ``--worker-command``.
@@ -30,7 +31,10 @@ JOB_TYPE = "loadtest.noop"
 FLUSH_S = 0.2
 
 worker = Worker(
-    lease_s=60, claim_wait_s=5, use_stream=os.environ.get("TIMESHARD_LOADTEST_STREAM") == "1"
+    lease_s=60,
+    claim_wait_s=5,
+    use_stream=os.environ.get("TIMESHARD_LOADTEST_STREAM") == "1",
+    claim_polls=int(os.environ.get("TIMESHARD_LOADTEST_CLAIM_POLLS", "2")),
 )
 """On the unary Claim/Heartbeat/Finish; ``TIMESHARD_LOADTEST_STREAM=1``: the worker stream."""
 

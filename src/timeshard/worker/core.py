@@ -195,6 +195,7 @@ class Worker:
         tls: TlsArg = None,
         token: str | None = None,
         use_stream: bool = False,
+        claim_polls: int = 2,
         server: str | None = None,
         schedules: Sequence[ScheduleSpec] = (),
     ) -> None:
@@ -218,6 +219,13 @@ class Worker:
         the unary calls on a node without it; False (the default): the unary calls only.
         Not the default yet: on Cassandra at a steady 400 jobs/s the stream's pushes stopped
         after a few seconds with thousands of jobs ready (see docs/benchmarks.md)."""
+        if claim_polls < 1:
+            raise ValueError("claim_polls must be at least 1")
+        self.claim_polls = claim_polls
+        """Unary long polls in flight per job type and node, each asking for its share of the
+        free slots: while one claim is written, the next one already waits, so a job coming
+        due meanwhile is claimed at once rather than after that write (on Cassandra one claim
+        is a Paxos round per partition, and the jobs due during it waited for its end)."""
         self.handlers: dict[str, HandlerSpec] = {}
         self.server = server
         """Where ``Task.schedule`` sends jobs: None is ``TIMESHARD_SERVER`` until ``run`` is
@@ -458,7 +466,7 @@ class Worker:
             await self._clock.sleep(backoff)
             backoff = min(5.0, backoff * 2)
 
-    def _to_ask(self, job_type: str) -> int:
+    def _to_ask(self, job_type: str, poll: int = 0) -> int:
         """How many jobs of ``job_type`` are worth a claim now: a type claims again once a
         quarter of its slots (or all, when idle) are free, so a busy worker asks for jobs in
         batches rather than one round trip per finished job."""
@@ -466,21 +474,26 @@ class Worker:
         free = self._slots.free(job_type)
         if free <= 0 or (free < limit and free < max(1, limit // 4)):
             return 0
-        return self._slots.to_ask(job_type)
+        if poll and free <= self._slots.asked(job_type):
+            return 0  # the others asked for every free slot (only the first asks beyond them)
+        share = -(-free // self.claim_polls)  # (rounded up) one poll's part of the free slots
+        return min(self._slots.to_ask(job_type), share)
 
     def _poll_wait_s(self) -> float:
         """A long poll waits at most half of what a lease leaves after its margin, so a claim
         taken at the end of the wait still has a lease counted from when it was sent."""
         return min(self.claim_wait_s, (self.lease_s - self.safety_margin_s) / 2)
 
-    async def _claim_loop(self, stub: WorkerStub, stop: asyncio.Event, job_type: str) -> None:
+    async def _claim_loop(
+        self, stub: WorkerStub, stop: asyncio.Event, job_type: str, poll: int = 0
+    ) -> None:
         """One type's long polls to one node. Each type polls on its own: a claim
         names one limit for all its types, so one claim for every type either capped them all
         at the smallest type's free slots, or asked only for the types with a free slot and
         waited out its long poll while a full type's slots freed."""
         backoff = 0.1
         while not stop.is_set():
-            n = self._to_ask(job_type)
+            n = self._to_ask(job_type, poll)
             if n <= 0:
                 await self._slots.wait_freed(job_type)
                 continue
@@ -898,6 +911,7 @@ class _Nodes:
             concurrency=lambda t: w.handlers[t].concurrency,
             start=w._start,
             claim_loop=w._claim_loop,
+            claim_polls=w.claim_polls,
         )
 
     def add(self, address: str) -> None:

@@ -76,8 +76,10 @@ class Host:
     concurrency: Callable[[str], int]
     start: Callable[[Any, pb.ClaimedJob, float], None]
     """Start a claimed job: ``start(link, claimed, sent)``."""
-    claim_loop: Callable[[Any, asyncio.Event, str], Coroutine[Any, Any, None]]
-    """The unary long polls of one type: ``claim_loop(link, stop, job_type)``."""
+    claim_loop: Callable[[Any, asyncio.Event, str, int], Coroutine[Any, Any, None]]
+    """The unary long polls of one type: ``claim_loop(link, stop, job_type, poll)``."""
+    claim_polls: int = 1
+    """How many ``claim_loop`` run per type and node (``poll`` 0, 1, ...)."""
 
 
 class NodeLink:
@@ -191,9 +193,11 @@ class NodeLink:
         if self._claiming and not self._stop.is_set():
             self._unary = [
                 asyncio.create_task(
-                    self._host.claim_loop(self, self._stop, t), name=f"claim-{self.address}-{t}"
+                    self._host.claim_loop(self, self._stop, t, poll),
+                    name=f"claim-{self.address}-{t}-{poll}",
                 )
                 for t in self._types
+                for poll in range(self._host.claim_polls)
             ]
 
     async def _stream(self) -> None:
