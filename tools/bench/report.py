@@ -186,9 +186,10 @@ def schedule_lines(result: dict[str, Any]) -> list[str]:
 def shards_lines(result: dict[str, Any]) -> list[str]:
     out = [
         "| shards owned | idle: server CPU, share of a core | idle: bucket partitions read / s "
-        "| idle: read requests / s | steady jobs/s | steady p50 / p99 / max s "
-        "| p99 over the fewest shards' | server CPU ms / job |",
-        "|---|---|---|---|---|---|---|---|",
+        "| idle: read requests / s | steady jobs/s | steady p50 / p99 / max s of those that ran "
+        "| not run (the tool's drain) | p99 over the fewest shards' | server CPU ms / job "
+        "| Paxos rounds / job |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in result["results"]:
         idle, steady = r["idle"], r.get("steady") or {}
@@ -198,8 +199,9 @@ def shards_lines(result: dict[str, Any]) -> list[str]:
             f"| {_cell(idle.get('bucket_reads_per_s'))} "
             f"| {_cell(idle.get('bucket_read_requests_per_s'))} "
             f"| {_cell(steady.get('fire_per_s'))} | {_triple(steady) if steady else '-'} "
-            f"| {_cell(r.get('p99_over_fewest'))} "
-            f"| {_cell(steady.get('per_fired_job', {}).get('server_cpu_ms'))} |"
+            f"| {_cell(steady.get('lost'))} | {_cell(r.get('p99_over_fewest'))} "
+            f"| {_cell(steady.get('per_fired_job', {}).get('server_cpu_ms'))} "
+            f"| {_cell(steady.get('per_fired_job', {}).get('paxos_rounds'))} |"
         )
     return [*out, ""]
 
@@ -237,9 +239,10 @@ def nodes_section(runs: list[tuple[str, str, dict[str, Any]]]) -> list[str]:
         *(f"- `python tools/loadtest.py {c}` (load average before: {load})" for c, load, _ in runs),
         "",
         "| nodes | fire jobs/s | p50 / p99 / max s | lost | server CPU ms / fired job, summed "
-        "| each node's | Paxos rounds / fired job | results for jobs claimed elsewhere "
-        "| jobs created by a node not owning their shard |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| each node's | Cassandra CPU ms / fired job | Paxos rounds / fired job "
+        "| results for jobs claimed elsewhere "
+        "| jobs created by a node not owning their shard (estimated: (N-1)/N of those created) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     base: float | None = None
     for _, _, r in runs:
@@ -254,8 +257,9 @@ def nodes_section(runs: list[tuple[str, str, dict[str, Any]]]) -> list[str]:
             f"| {n} | {_cell(r.get('fire_per_s'))} | {_triple(r)} | {_cell(r.get('lost'))} "
             f"| {_cell(cpu)} | "
             + (" / ".join(_cell(v.get("server_cpu_ms")) for v in per_node.values()) or "-")
-            + f" | {_cell(each.get('paxos_rounds'))} | {_cell(elsewhere) if per_node else '-'} "
-            f"| {_cell(round(created * (n - 1) / n)) if per_node else '0'} (about (N-1)/N) |"
+            + f" | {_cell(each.get('cassandra_cpu_ms'))} | {_cell(each.get('paxos_rounds'))} "
+            f"| {_cell(elsewhere) if per_node else '-'} "
+            f"| {_cell(round(created * (n - 1) / n)) if per_node else '0'} |"
         )
     cpus = [r.get("per_fired_job", {}).get("server_cpu_ms") for _, _, r in runs]
     if len(cpus) > 1 and cpus[0] and cpus[-1]:
