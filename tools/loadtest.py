@@ -273,7 +273,8 @@ def main(argv: list[str] | None = None) -> int:
         code, details = exc.code().name, exc.details()  # type: ignore[attr-defined]
         raise SystemExit(f"loadtest: the server answered {code}: {details}") from None
     result["load_average"] = {"before": load_before, "after": report.loadavg()}
-    result["command"] = " ".join(a for a in (sys.argv[1:] if argv is None else argv) if a != "--json")
+    given = sys.argv[1:] if argv is None else argv
+    result["command"] = " ".join(a for a in given if a != "--json")
     if args.plot:
         plot(args.plot, series, f"timeshard loadtest {args.command}")
         scenarios.note(f"plot written to {args.plot}")
