@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.unit.helpers import START_MS, FixedCoordinator, advance
+from tests.unit.helpers import START_MS, FixedCoordinator, advance, wait_until
 from timeshard.clock import FakeClock
 from timeshard.model import BucketEntry
 from timeshard.node import Node, NodeConfig
@@ -64,7 +64,17 @@ async def test_idle_shards_are_read_together_and_their_loops_sleep(
     node = cluster_node(store, clock, node_refresh=node_refresh)
     await node.start()
     try:
-        await advance(node, clock, 2)  # every dispatcher made its first read
+        await advance(node, clock, 2)
+        await wait_until(  # every dispatcher made its first read (from its cursor) itself
+            lambda: (
+                len(node.dispatchers) == SHARDS
+                and not (
+                    node_refresh and any(d.refreshes_itself for d in node.dispatchers.values())
+                )
+            ),
+            what="every dispatcher's first read",
+        )
+        await advance(node, clock, 1)  # and any step that first read started is over
         steps, store.requests = 0, 0
         await advance(node, clock, 10)
         if node_refresh:

@@ -8,6 +8,7 @@ worker's burst load test: 1,587 of 20,000 jobs)."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from typing import Any
 
 from tests.unit.helpers import START_MS, advance, settle, wait_until
@@ -30,10 +31,20 @@ class SlowReads(SqliteStore):
 
     async def read_bucket(self, shard: int, minute: int, **kw: Any) -> list[BucketEntry]:
         page = await super().read_bucket(shard, minute, **kw)
+        await self._held()
+        return page
+
+    async def read_buckets(
+        self, shards: Sequence[int], minute: int, **kw: Any
+    ) -> dict[int, list[BucketEntry]]:
+        pages = await super().read_buckets(shards, minute, **kw)  # the node's refresh
+        await self._held()
+        return pages
+
+    async def _held(self) -> None:
         if self.hold:
             self.reading.set()
             await self.release.wait()
-        return page
 
 
 async def test_a_job_created_while_its_bucket_is_being_read_is_dispatched() -> None:

@@ -8,7 +8,9 @@ moment the store answered again.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from tests.unit.helpers import START_MS, advance, owner_and_writer, settle
 from timeshard.clock import FakeClock
@@ -27,6 +29,13 @@ class OutageStore(SqliteStore):
         if self.down:
             raise StoreUnavailable("connection refused (outage injected by the test)")
         return await super().read_bucket(shard, minute, **kw)  # type: ignore[arg-type]
+
+    async def read_buckets(
+        self, shards: Sequence[int], minute: int, **kw: Any
+    ) -> dict[int, list[BucketEntry]]:
+        if self.down:  # the node's refresh of every shard at once
+            raise StoreUnavailable("connection refused (outage injected by the test)")
+        return await super().read_buckets(shards, minute, **kw)
 
 
 async def _outage_after_a_foreign_write(tmp_path: Path, outage_s: float) -> None:

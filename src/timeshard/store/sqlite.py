@@ -511,6 +511,30 @@ class SqliteStore(Store):
 
         return await self._call(run)
 
+    async def read_buckets(
+        self,
+        shards: Sequence[int],
+        minute: int,
+        *,
+        due_from: int,
+        due_to: int,
+        limit: int = 1000,
+    ) -> dict[int, list[BucketEntry]]:
+        """Every shard's first page in one trip to the store's thread (one indexed query each)."""
+        self.stats.bucket_partitions_read += len(shards)
+
+        def run(db: sqlite3.Connection) -> dict[int, list[BucketEntry]]:
+            out: dict[int, list[BucketEntry]] = {}
+            for shard in shards:
+                args = (shard, minute, due_from, due_to, -1, "", limit)
+                out[shard] = [
+                    BucketEntry(shard=r[0], minute=r[1], due_at=r[2], job_id=r[3])
+                    for r in db.execute(Q["read_bucket"], args)
+                ]
+            return out
+
+        return await self._call(run)
+
     # -- conditional job writes -----------------------------------------------------------
 
     async def claim_jobs(self, claims: Sequence[JobClaim]) -> list[WriteResult]:
