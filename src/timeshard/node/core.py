@@ -55,6 +55,7 @@ from timeshard.node.waits import JobWaits
 from timeshard.observe.events import NodeMetrics
 from timeshard.sharding import minute_of, shard_of
 from timeshard.store.base import (
+    Completion,
     CreateResult,
     JobPage,
     Store,
@@ -589,23 +590,54 @@ class Node:
 
     async def finish(self, items: Sequence[FinishItem]) -> list[Job | TimeshardError]:
         """Complete or fail many jobs at once, each conditional on its own fence; the store
-        groups the writes. Each item gets its job or its error."""
+        groups the writes (the completions as one ``complete_jobs``). Each item gets its job
+        or its error, in their order."""
+        out: list[Job | TimeshardError | None] = [None] * len(items)
+        completions: list[tuple[int, Completion]] = []
+        for n, item in enumerate(items):
+            if item.give_back or item.failed:
+                continue
+            try:
+                validate_result(item.result, item.result_encoding)
+            except TimeshardError as exc:
+                out[n] = exc
+                continue
+            completion = Completion(item.job_id, item.fence, item.result, item.result_encoding)
+            completions.append((n, completion))
 
-        async def one(item: FinishItem) -> Job | TimeshardError:
+        async def complete_all() -> None:
+            if not completions:
+                return
+            try:
+                written = await self.store.complete_jobs(
+                    [c for _, c in completions], self.clock.now_ms()
+                )
+            except TimeshardError as exc:  # (the store is down: each item says so)
+                for n, _ in completions:
+                    out[n] = exc
+                return
+            for (n, c), w in zip(completions, written, strict=True):
+                try:
+                    out[n] = self._check(c.job_id, c.fence, w)
+                except TimeshardError as exc:
+                    out[n] = exc
+
+        async def one(n: int, item: FinishItem) -> None:
             try:
                 if item.give_back:
-                    return await self.give_back(item.job_id, item.fence, item.error)
-                if item.failed:
-                    return await self.fail(
+                    out[n] = await self.give_back(item.job_id, item.fence, item.error)
+                else:
+                    out[n] = await self.fail(
                         item.job_id, item.fence, item.error, item.permanent, item.traceback
                     )
-                return await self.complete(
-                    item.job_id, item.fence, item.result, item.result_encoding
-                )
             except TimeshardError as exc:
-                return exc
+                out[n] = exc
 
-        return list(await asyncio.gather(*(one(i) for i in items)))
+        others = [one(n, i) for n, i in enumerate(items) if i.give_back or i.failed]
+        await asyncio.gather(complete_all(), *others)
+        done = [o for o in out if o is not None]
+        assert len(done) == len(items)  # every item was answered above
+        return done
 
     async def fail(
         self, job_id: str, fence: int, error: str, permanent: bool, traceback: str = ""

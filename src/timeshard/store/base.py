@@ -15,6 +15,7 @@ Vocabulary:
 from __future__ import annotations
 
 import abc
+import asyncio
 import json
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
@@ -56,6 +57,17 @@ class CreateResult:
     created: bool
     job: Job
     conflict: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    """One job of ``Store.complete_jobs``: its fence, and the handler's result (checked by
+    the caller: ``validate_result``)."""
+
+    job_id: str
+    fence: int
+    result: bytes = b""
+    encoding: str = ""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -229,6 +241,22 @@ class Store(abc.ABC):
         """Applied iff ``running`` with this fence: ``succeeded``, ``finished_at=now``, and the
         handler's ``result`` (with its ``result_encoding``) stored on the job, kept as long as
         the job is (its retention)."""
+
+    async def complete_jobs(self, items: Sequence[Completion], now: int) -> list[WriteResult]:
+        """``complete_job`` for many jobs, a result each in their order; each is conditional on
+        its own fence, and one that does not apply leaves the others as they are. A store
+        writes them together (one transaction, or a batch per partition); this default writes
+        them one by one."""
+        return list(
+            await asyncio.gather(
+                *(
+                    self.complete_job(
+                        c.job_id, c.fence, now, result=c.result, result_encoding=c.encoding
+                    )
+                    for c in items
+                )
+            )
+        )
 
     @abc.abstractmethod
     async def fail_job(

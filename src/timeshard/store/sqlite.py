@@ -36,6 +36,7 @@ from timeshard.sharding import DEFAULT_NUM_SHARDS, shard_of, validate_num_shards
 from timeshard.store import transitions as T
 from timeshard.store.base import (
     TYPE_POLICY_PREFIX,
+    Completion,
     CreateResult,
     JobClaim,
     JobPage,
@@ -524,6 +525,12 @@ class SqliteStore(Store):
         validate_result(result, result_encoding)  # refused before anything is written
         transition = T.complete(fence, now, result, result_encoding)
         return await self._call(lambda db: _apply(db, job_id, transition))
+
+    async def complete_jobs(self, items: Sequence[Completion], now: int) -> list[WriteResult]:
+        for c in items:
+            validate_result(c.result, c.encoding)  # refused before anything is written
+        changes = [(c.job_id, T.complete(c.fence, now, c.result, c.encoding)) for c in items]
+        return await self._call(lambda db: [_apply(db, job_id, t) for job_id, t in changes])
 
     async def fail_job(
         self,

@@ -23,6 +23,7 @@ from timeshard.sharding import DEFAULT_NUM_SHARDS, validate_num_shards
 from timeshard.store import transitions as T
 from timeshard.store.base import (
     TYPE_POLICY_PREFIX,
+    Completion,
     CreateResult,
     JobClaim,
     JobPage,
@@ -189,11 +190,10 @@ class CassandraStore(Store):
     # -- conditional job writes -----------------------------------------------------------
 
     async def claim_jobs(self, claims: Sequence[JobClaim]) -> list[WriteResult]:
-        return await _gather(
-            self._jobs.apply(
-                c.job_id, T.claim(c), known=c.known, owner_only=True, entry_with_write=True
-            )
-            for c in claims
+        return await self._jobs.apply_all(
+            [(c.job_id, T.claim(c), c.known) for c in claims],
+            owner_only=True,
+            entry_with_write=True,
         )
 
     async def heartbeat(self, job_id: str, fence: int, lease_until: int) -> WriteResult:
@@ -204,6 +204,13 @@ class CassandraStore(Store):
     ) -> WriteResult:
         validate_result(result, result_encoding)  # refused before it joins a batch
         return await self._jobs.apply(job_id, T.complete(fence, now, result, result_encoding))
+
+    async def complete_jobs(self, items: Sequence[Completion], now: int) -> list[WriteResult]:
+        for c in items:
+            validate_result(c.result, c.encoding)  # refused before any joins a batch
+        return await self._jobs.apply_all(
+            [(c.job_id, T.complete(c.fence, now, c.result, c.encoding), None) for c in items]
+        )
 
     async def fail_job(
         self,
