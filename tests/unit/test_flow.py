@@ -236,7 +236,7 @@ async def test_two_nodes_share_one_rate_and_a_takeover_releases_no_second_burst(
         ({"rate": 2e6}, "rate"),
         ({"rate": 5.0, "burst": -3}, "burst"),
         ({"burst": 10}, "burst"),
-        ({}, "flows"),
+        ({}, "flow"),
     ],
 )
 def test_bad_flow_input_is_refused_naming_the_field(change: dict[str, object], field: str) -> None:

@@ -167,6 +167,7 @@ class Claims:
         """Why this node hands out no ready job of ``job_type`` now: ``"paused"``, ``"rate"``
         or "" (``FlowControl.held``). A held job stays ready, in its place, and is never
         taken by a claim."""
+        self._flow.room(job_type, self.share())  # its bucket refilled up to now
         return self._flow.held(job_type)
 
     def _type_room(self, types: Sequence[str]) -> dict[str, int]:

@@ -181,7 +181,9 @@ class FlowChange:
         elif self.burst:
             raise InvalidArgument("burst", "a burst is set with its rate: give the rate too")
         if self.rate is None and self.paused is None:
-            raise InvalidArgument("flows", f"nothing to change for {self.job_type}")
+            raise InvalidArgument(
+                "flow", f"nothing to change for {self.job_type}: give a rate or paused"
+            )
 
 
 def rate_text(rate: float | None, burst: int | None) -> str:
