@@ -102,7 +102,9 @@ async def test_a_paused_type_keeps_its_jobs_ready_in_order_and_does_not_pin_the_
         assert await claim_all(node, "sms") == other  # another type is not held
         await advance(node, clock, 150, step=5)  # minutes pass while paused
         cursor = (await node.store.get_shard(0)).cursor
-        assert cursor > minute_of(START_MS + 2000) + 1, "held jobs must not pin their shard's cursor"
+        assert cursor > minute_of(START_MS + 2000) + 1, (
+            "held jobs must not pin their shard's cursor"
+        )
         assert await claim_all(node) == []
         for job_id in first + later:
             assert (await node.get(job_id)).state.value == "scheduled"

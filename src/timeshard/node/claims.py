@@ -225,8 +225,9 @@ class Claims:
         changed = self._ready.waiter()
         if self._ready.has_any(types):
             timeout = min(timeout, 1.0)
-            token = self._flow.next_token_s([t for t in types if self._ready.has_any([t])],
-                                            self.share())
+            token = self._flow.next_token_s(
+                [t for t in types if self._ready.has_any([t])], self.share()
+            )
             if token is not None:  # held by a rate: look again when its next token is due
                 timeout = min(timeout, token)
         await self._wait_change(changed, timeout)

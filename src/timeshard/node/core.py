@@ -45,9 +45,9 @@ from timeshard.model import (
 )
 from timeshard.node import clockcheck
 from timeshard.node.claims import Claimed, Claims, TypePolicy
-from timeshard.node.flow import FlowControl, TypeFlow
 from timeshard.node.deadletters import DeadLetters
 from timeshard.node.dispatcher import DispatchConfig, ShardDispatcher
+from timeshard.node.flow import FlowControl, TypeFlow
 from timeshard.node.policies import TypePolicies
 from timeshard.node.ready import ReadyItem, ReadyQueues
 from timeshard.node.retry import RetryPolicy

@@ -79,6 +79,7 @@ class TypeFlow:
 class _Bucket:
     tokens: float
     at: float  # the clock's monotonic seconds of the last refill
+    used: bool = False  # a claim took from it (an unused, new bucket holds nothing back)
 
 
 class FlowControl:
@@ -102,7 +103,7 @@ class FlowControl:
         if f.paused:
             return PAUSED
         b = self._buckets.get(job_type)
-        if f.rate is not None and b is not None and b.tokens < 1:
+        if f.rate is not None and b is not None and b.used and b.tokens < 1:
             return RATE
         return ""
 
@@ -128,6 +129,7 @@ class FlowControl:
             f = self._flows.get(t)
             if b is not None and f is not None and f.rate is not None and n:
                 b.tokens -= n
+                b.used = True
                 spent[t] = n
         return spent
 

@@ -165,12 +165,16 @@ class TypePolicies:
             try:
                 self._rates[job_type] = rate_of_text(text)
             except (ValueError, KeyError, TypeError, AttributeError, TimeshardError) as exc:
-                log.warning("type %s: stored rate %r not readable (%s); ignored", job_type, text, exc)
+                log.warning(
+                    "type %s: stored rate %r not readable (%s); ignored", job_type, text, exc
+                )
         for job_type, text in paused.items():
             try:
                 self._paused[job_type] = paused_of_text(text)
             except ValueError as exc:
-                log.warning("type %s: stored pause %r not readable (%s); ignored", job_type, text, exc)
+                log.warning(
+                    "type %s: stored pause %r not readable (%s); ignored", job_type, text, exc
+                )
         self._apply_flows()
 
     def _apply_flows(self) -> None:
@@ -182,7 +186,10 @@ class TypePolicies:
             if self._flows.get(job_type) != flow:
                 log.info(
                     "type %s: flow now rate=%s burst=%s paused=%s",
-                    job_type, flow.rate, flow.size, flow.paused,
+                    job_type,
+                    flow.rate,
+                    flow.size,
+                    flow.paused,
                 )
                 self._flows[job_type] = flow
                 changed = True
