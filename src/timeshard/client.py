@@ -312,7 +312,7 @@ class Client(_Base):
 
     def set_type_rate(self, job_type: str, rate: float, *, burst: int = 0) -> TypeInfo:
         """At most ``rate`` jobs of ``job_type`` start per second across the cluster (0: no
-        limit), ``burst`` at once (0: a tenth of a second's worth, at least 1). The node called
+        limit), ``burst`` at once (0: half a second's worth, at least 1). The node called
         applies it at once, the others within 5 s."""
         return self._run(Methods.set_type_flow(job_type, rate=rate, burst=burst))
 

@@ -48,7 +48,7 @@ async def test_pause_show_and_resume_from_the_cli(capsys: pytest.CaptureFixture[
         code, _, _ = await cli(capsys, *at, "types", "resume", "invoice.send", "--json")
         assert code == 0
         got = await node.claim(worker="w", types=["invoice.send"], limit=5, wait_s=5, lease_s=30)
-        assert len(got) == 1, "released at its rate (burst 1), not all three at once"
+        assert 1 <= len(got) <= 2, "released at its rate (burst 2), not all three at once"
 
 
 async def test_a_worker_declaring_its_policy_keeps_the_pause_and_the_rate() -> None:
@@ -67,7 +67,7 @@ async def test_a_worker_declaring_its_policy_keeps_the_pause_and_the_rate() -> N
 async def test_the_sdk_sets_and_reads_flows() -> None:
     async with embedded_server() as server, AsyncClient(server.address) as c:
         info = await c.set_type_rate("report", 7)
-        assert (info.rate, info.burst, info.paused) == (7.0, 1, False)
+        assert (info.rate, info.burst, info.paused) == (7.0, 4, False)  # half a second's
         info = await c.pause_type("report")
         assert info.paused and info.rate == 7
         info = await c.resume_type("report")

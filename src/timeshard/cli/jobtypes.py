@@ -67,7 +67,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         type=whole(1, MAX_BURST),
         default=0,
         metavar="JOBS",
-        help="how many may start at once (default: a tenth of a second's worth, at least 1)",
+        help="how many may start at once (default: half a second's worth, at least 1)",
     )
     put.add_argument(
         "--file",

@@ -39,10 +39,11 @@ RATE = "rate"
 
 
 def default_burst(rate: float) -> int:
-    """A tenth of a second's worth of the rate, at least one job: small enough that any
-    10-second window stays within 1 % of the rate, large enough that claims take a few jobs
-    each rather than one."""
-    return max(1, math.ceil(rate / 10))
+    """Half a second's worth of the rate, at least one job: small enough that any 10-second
+    window stays within 5 % of the rate, large enough that the tokens refilled while a claim's
+    write takes its time (a Paxos round on a busy Cassandra: tens to hundreds of milliseconds)
+    are not lost to a full bucket, so a node's claims reach its share of the rate."""
+    return max(1, math.ceil(rate / 2))
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -4515,7 +4515,7 @@ type TypeFlow struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Type          string                 `protobuf:"bytes,1,opt,name=type,proto3" json:"type,omitempty"`
 	Rate          *float64               `protobuf:"fixed64,2,opt,name=rate,proto3,oneof" json:"rate,omitempty"`    // jobs started per second, cluster-wide, up to 1e6; 0: no limit
-	Burst         int32                  `protobuf:"varint,3,opt,name=burst,proto3" json:"burst,omitempty"`         // with rate: how many may start at once (0: a tenth of a second's worth, at least 1)
+	Burst         int32                  `protobuf:"varint,3,opt,name=burst,proto3" json:"burst,omitempty"`         // with rate: how many may start at once (0: half a second's worth, at least 1)
 	Paused        *bool                  `protobuf:"varint,4,opt,name=paused,proto3,oneof" json:"paused,omitempty"` // a paused type's due jobs stay ready, in order, and none is handed out
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

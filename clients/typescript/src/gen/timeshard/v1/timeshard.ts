@@ -709,7 +709,7 @@ export interface TypeFlow {
   rate?:
     | number
     | undefined;
-  /** with rate: how many may start at once (0: a tenth of a second's worth, at least 1) */
+  /** with rate: how many may start at once (0: half a second's worth, at least 1) */
   burst: number;
   /** a paused type's due jobs stay ready, in order, and none is handed out */
   paused?: boolean | undefined;
