@@ -54,7 +54,7 @@ STATE_NAMES = {
     pb.JOB_STATE_CANCELLED: "cancelled",
 }
 CRONS = (("sec", "* * * * * *", 1000), ("min", "* * * * *", 60_000))
-RATED_RATE = 4.0
+RATED_RATE = 1.5
 """Jobs of ``RATED_TYPE`` started per second across the cluster: above what the load offers of
 it on average (so the backlog of its pause drains), below its bursts."""
 PAUSED_SPAN = (1 / 3, 2 / 3)
