@@ -43,6 +43,11 @@ async def test_pause_show_and_resume_from_the_cli(capsys: pytest.CaptureFixture[
         assert row["ready"] == 3 and row["held"] == "paused"
         code, out, _ = await cli(capsys, *at, "types", "show")
         assert "invoice.send" in out and "paused" in out
+        code, out, _ = await cli(capsys, *at, "status")
+        assert "invoice.send: 3 waiting" in out and "(paused)" in out
+        code, out, _ = await cli(capsys, *at, "status", "--json")
+        (waiting,) = [t for t in json.loads(out)["unclaimed"] if t["jobs"]]
+        assert waiting["held"] == "paused"
         code, out, _ = await cli(capsys, *at, "types", "set", "invoice.send", "--rate", "2.5")
         assert code == 0 and "2.5" in out
         code, _, _ = await cli(capsys, *at, "types", "resume", "invoice.send", "--json")
