@@ -18,7 +18,7 @@ from tests.unit.helpers import START_MS, advance, make_node, settle
 from timeshard.clock import FakeClock
 from timeshard.coordinator.base import Coordinator, Member, ShardsChanged
 from timeshard.errors import InvalidArgument
-from timeshard.node import Node, NodeConfig
+from timeshard.node import Node, NodeConfig, TypePolicy
 from timeshard.node.dispatcher import DispatchConfig
 from timeshard.node.flow import FlowChange, TypeFlow, default_burst
 from timeshard.sharding import minute_of
@@ -250,3 +250,17 @@ def test_bad_flow_input_is_refused_naming_the_field(change: dict[str, object], f
 def test_a_burst_without_a_rate_is_refused() -> None:
     with pytest.raises(InvalidArgument, match="burst"):
         TypeFlow(burst=3)
+
+
+async def test_a_rate_and_a_concurrency_limit_both_hold() -> None:
+    node, clock = make_node(shards=1, types={"mail": TypePolicy(concurrency=2)})
+    await node.start()
+    try:
+        await node.type_policies.set_flows([FlowChange(job_type="mail", rate=100, burst=100)])
+        await schedule(node, 10)
+        assert await claim_all(node) == []  # the bucket starts empty
+        await advance(node, clock, 2)
+        assert len(await claim_all(node)) == 2, "the concurrency limit, though tokens remain"
+        assert (node.flow.room("mail", 1.0) or 0) >= 90, "only the jobs started spent tokens"
+    finally:
+        await node.stop()

@@ -176,11 +176,13 @@ class Claims:
         now = self._clock.now_ms()
         owned = len(self._dispatchers)
         room: dict[str, int] = {}
-        share = self.share()
+        if self._flow.any(types):  # (the share is a pass over the dispatchers: only then)
+            share = self.share()
+            for t in types:
+                flow = self._flow.room(t, share)
+                if flow is not None:
+                    room[t] = flow
         for t in types:
-            flow = self._flow.room(t, share)
-            if flow is not None:
-                room[t] = flow
             policy = self._policies.get(t)
             if policy is None or policy.concurrency is None:
                 continue
@@ -196,9 +198,9 @@ class Claims:
     ) -> list[Claimed]:
         """``_claim_items``, with a rate token spent per job taken and given back for each
         claim that did not apply (or all of them, if the write failed)."""
-        spent = self._flow.take(Counter(i.job_type for i in items))
-        if not spent:
+        if not self._flow.any(i.job_type for i in items):
             return await self._claim_items(items, worker, lease)
+        spent = self._flow.take(Counter(i.job_type for i in items))
         try:
             claimed = await self._claim_items(items, worker, lease)
         except BaseException:
@@ -225,8 +227,12 @@ class Claims:
         changed = self._ready.waiter()
         if self._ready.has_any(types):
             timeout = min(timeout, 1.0)
-            token = self._flow.next_token_s(
-                [t for t in types if self._ready.has_any([t])], self.share()
+            token = (
+                self._flow.next_token_s(
+                    [t for t in types if self._ready.has_any([t])], self.share()
+                )
+                if self._flow.any(types)
+                else None
             )
             if token is not None:  # held by a rate: look again when its next token is due
                 timeout = min(timeout, token)

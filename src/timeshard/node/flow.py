@@ -95,6 +95,11 @@ class FlowControl:
     def flow(self, job_type: str) -> TypeFlow | None:
         return self._flows.get(job_type)
 
+    def any(self, types: Iterable[str]) -> bool:
+        """Whether one of ``types`` has a flow (cheap: claims of other types skip the rest)."""
+        flows = self._flows
+        return bool(flows) and any(t in flows for t in types)
+
     def held(self, job_type: str) -> str:
         """Why ready jobs of ``job_type`` are not handed out now: ``"paused"``, ``"rate"``
         (no token left), or "" (nothing of this module holds them)."""
