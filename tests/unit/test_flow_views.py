@@ -4,6 +4,13 @@ waiting jobs with why they are held."""
 
 from __future__ import annotations
 
+import json
+import shutil
+import subprocess
+import textwrap
+from pathlib import Path
+
+import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -13,6 +20,18 @@ from timeshard.node.flow import FlowChange
 from timeshard.views.metrics import node_registry
 from timeshard.views.page import render
 from timeshard.views.status import node_status
+
+ALERTS = Path(__file__).resolve().parents[2] / "deploy" / "prometheus" / "alerts.yml"
+PAUSED_SUMMARY = "Type invoice.send has been paused for over an hour with jobs waiting"
+PAUSED_DESCRIPTION = (
+    "invoice.send is paused and its due jobs are held. Resume it with "
+    "`timeshard types resume invoice.send` once its downstream is back."
+)
+RATE_DESCRIPTION = (
+    "Due jobs of email.send are held by the type's rate "
+    '(timeshard_type_held_jobs{reason="rate"}). Raise the rate '
+    "(`timeshard types set email.send --rate N`) if the downstream allows it."
+)
 
 
 def scrape(node: Node) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -55,3 +74,51 @@ async def test_held_jobs_show_by_reason_on_metrics_and_the_status_page() -> None
         page = render(status)
         assert "held by rate" in page and "paused" in page
         assert status.as_json()["unclaimed"][0]["held"] in ("paused", "rate")
+
+
+def test_the_paused_and_rate_alerts_fire_on_held_jobs(tmp_path: Path) -> None:
+    if shutil.which("promtool") is None:
+        pytest.skip("promtool not installed (apt-get install prometheus): alerts not evaluated")
+    test = tmp_path / "flow_test.yml"
+    test.write_text(
+        textwrap.dedent(
+            f"""\
+            rule_files: [{ALERTS}]
+            evaluation_interval: 1m
+            tests:
+              - interval: 1m
+                input_series:
+                  - series: 'timeshard_type_paused{{type="invoice.send"}}'
+                    values: '1x90'
+                  - series: 'timeshard_type_held_jobs{{type="invoice.send",reason="paused"}}'
+                    values: '5x90'
+                  - series: 'timeshard_type_paused{{type="email.send"}}'
+                    values: '0x90'
+                  - series: 'timeshard_type_held_jobs{{type="email.send",reason="rate"}}'
+                    values: '40x90'
+                  - series: 'timeshard_type_oldest_unclaimed_age_seconds{{type="email.send"}}'
+                    values: '0+60x90'
+                alert_rule_test:
+                  - {{eval_time: 30m, alertname: TimeshardTypePaused}}
+                  - eval_time: 70m
+                    alertname: TimeshardTypePaused
+                    exp_alerts:
+                      - exp_labels: {{severity: info, type: invoice.send}}
+                        exp_annotations:
+                          summary: {json.dumps(PAUSED_SUMMARY)}
+                          description: {json.dumps(PAUSED_DESCRIPTION)}
+                  - {{eval_time: 20m, alertname: TimeshardTypeHeldByRate}}
+                  - eval_time: 40m
+                    alertname: TimeshardTypeHeldByRate
+                    exp_alerts:
+                      - exp_labels: {{severity: info, type: email.send}}
+                        exp_annotations:
+                          summary: "Jobs of type email.send wait over 15 min for their rate"
+                          description: {json.dumps(RATE_DESCRIPTION)}
+            """
+        )
+    )
+    result = subprocess.run(
+        ["promtool", "test", "rules", str(test)], capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
