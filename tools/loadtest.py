@@ -5,6 +5,7 @@
     python tools/loadtest.py steady --rate 1000 --duration 30
     python tools/loadtest.py backlog --stored 10000,1000000 --jobs 10000
     python tools/loadtest.py peers --jobs 20000 --window 10
+    python tools/loadtest.py rated --limit 50 --jobs 1500 [--burst B] [--store URL] [--plot F.png]
     python tools/loadtest.py report [--skip backlog,peers]   # the set docs/benchmarks.md shows
 
 Each run starts a ``timeshard server`` (the embedded SQLite store in a temporary folder, or
@@ -65,7 +66,7 @@ import sys
 from typing import Any
 
 import grpc
-from bench import report, scenarios
+from bench import rated, report, scenarios
 from bench.calls import schedule_cost
 from bench.plot import plot, require
 
@@ -179,6 +180,7 @@ def parser() -> argparse.ArgumentParser:
     cost.add_argument("--keep", action="store_true", help="keep logs and the keyspace")
     cost.add_argument("--json", action="store_true", help="last stdout line: one JSON object")
     cost.set_defaults(workers=0, concurrency=1, plot=None)
+    _common(rated.add_parser(sub))
     report.add_parser(sub)
     return ap
 
@@ -211,13 +213,18 @@ def main(argv: list[str] | None = None) -> int:
             result, series = compare(args)
         elif args.command == "schedule":
             result, series = schedule_cost(args)
+        elif args.command == "rated":
+            result, series = rated.rated(args)
         else:
             result, series = getattr(scenarios, args.command)(args)
     except grpc.RpcError as exc:
         code, details = exc.code().name, exc.details()  # type: ignore[attr-defined]
         raise SystemExit(f"loadtest: the server answered {code}: {details}") from None
     if args.plot:
-        plot(args.plot, series, f"timeshard loadtest {args.command}")
+        if args.command == "rated":
+            rated.plot_rated(args.plot, result)
+        else:
+            plot(args.plot, series, f"timeshard loadtest {args.command}")
         scenarios.note(f"plot written to {args.plot}")
     if args.command == "peers":
         from bench.peers import table

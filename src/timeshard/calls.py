@@ -17,7 +17,15 @@ from timeshard.clock import from_datetime
 from timeshard.errors import AlreadyExists, InvalidArgument, NotFound
 from timeshard.limits import MAX_ATTEMPTS, MAX_BATCH, check_range
 from timeshard.model import JobState, MisfirePolicy, OverlapPolicy
-from timeshard.records import DeadLetter, FireTime, Job, Schedule, Scheduled, TypePolicy
+from timeshard.records import (
+    DeadLetter,
+    FireTime,
+    Job,
+    Schedule,
+    Scheduled,
+    TypeInfo,
+    TypePolicy,
+)
 from timeshard.v1 import timeshard_pb2 as pb
 from timeshard.wire import dur, state_to_pb, ts
 
@@ -418,6 +426,25 @@ class Methods:
         )
         read = lambda r: [TypePolicy.from_pb(p) for p in r.policies]  # noqa: E731
         return Call("SetTypePolicies", req, read, admin=True)
+
+    @staticmethod
+    def set_type_flow(
+        job_type: str, *, rate: float | None = None, burst: int = 0, paused: bool | None = None
+    ) -> Call[TypeInfo]:
+        """One type's flow: ``rate`` (None: unchanged, 0: no limit) with ``burst`` (0: the
+        default), ``paused`` (None: unchanged)."""
+        flow = pb.TypeFlow(type=job_type, burst=burst)
+        if rate is not None:
+            flow.rate = rate
+        if paused is not None:
+            flow.paused = paused
+        read = lambda r: TypeInfo.from_pb(r.types[0])  # noqa: E731
+        return Call("SetTypeFlows", pb.SetTypeFlowsRequest(flows=[flow]), read, admin=True)
+
+    @staticmethod
+    def list_types(job_type: str = "") -> Call[list[TypeInfo]]:
+        read = lambda r: [TypeInfo.from_pb(t) for t in r.types]  # noqa: E731
+        return Call("ListTypes", pb.ListTypesRequest(type=job_type), read, admin=True)
 
     @staticmethod
     def purge(job_ids: Sequence[str], job_type: str) -> Call[list[str]]:

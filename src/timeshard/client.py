@@ -50,6 +50,7 @@ from timeshard.records import (
     Job,
     Schedule,
     Scheduled,
+    TypeInfo,
     TypePolicy,
 )
 from timeshard.security.channel import ClientSecurity, TlsArg, server_from_env
@@ -73,6 +74,7 @@ __all__ = [
     "Schedule",
     "ScheduleSpec",
     "Scheduled",
+    "TypeInfo",
     "TypePolicy",
     "payload_bytes",
 ]
@@ -306,6 +308,28 @@ class Client(_Base):
         (done,) = self._run(Methods.set_type_policies([(job_type, retry, concurrency)]))
         return done
 
+    # -- flow control of a type (admin role) ------------------------------------------------
+
+    def set_type_rate(self, job_type: str, rate: float, *, burst: int = 0) -> TypeInfo:
+        """At most ``rate`` jobs of ``job_type`` start per second across the cluster (0: no
+        limit), ``burst`` at once (0: half a second's worth, at least 1). The node called
+        applies it at once, the others within 5 s."""
+        return self._run(Methods.set_type_flow(job_type, rate=rate, burst=burst))
+
+    def pause_type(self, job_type: str) -> TypeInfo:
+        """Hand out no job of ``job_type``: its due jobs stay ready, in order, and new ones are
+        still accepted and stored (the other nodes follow within 5 s)."""
+        return self._run(Methods.set_type_flow(job_type, paused=True))
+
+    def resume_type(self, job_type: str) -> TypeInfo:
+        """Hand out ``job_type``'s jobs again, oldest first, at its rate if it has one."""
+        return self._run(Methods.set_type_flow(job_type, paused=False))
+
+    def list_types(self, job_type: str = "") -> list[TypeInfo]:
+        """Every type with a policy or a flow (or only ``job_type``), as the node called
+        applies it, with its jobs held there."""
+        return self._run(Methods.list_types(job_type))
+
     # -- waiting for jobs -----------------------------------------------------------------
 
     def wait(self, job_id: str, timeout: float | None = None) -> Job:
@@ -530,6 +554,24 @@ class AsyncClient(_Base):
     ) -> list[TypePolicy]:
         """Several at once: (job type, retry, cluster-wide concurrency) each."""
         return await self._run(Methods.set_type_policies(policies))
+
+    # -- flow control of a type (admin role) ------------------------------------------------
+
+    async def set_type_rate(self, job_type: str, rate: float, *, burst: int = 0) -> TypeInfo:
+        """``Client.set_type_rate``."""
+        return await self._run(Methods.set_type_flow(job_type, rate=rate, burst=burst))
+
+    async def pause_type(self, job_type: str) -> TypeInfo:
+        """``Client.pause_type``."""
+        return await self._run(Methods.set_type_flow(job_type, paused=True))
+
+    async def resume_type(self, job_type: str) -> TypeInfo:
+        """``Client.resume_type``."""
+        return await self._run(Methods.set_type_flow(job_type, paused=False))
+
+    async def list_types(self, job_type: str = "") -> list[TypeInfo]:
+        """``Client.list_types``."""
+        return await self._run(Methods.list_types(job_type))
 
     # -- waiting for jobs -----------------------------------------------------------------
 

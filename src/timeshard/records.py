@@ -301,3 +301,33 @@ class TypePolicy:
             max_backoff=_delta(msg.retry_max) if has_retry else None,
             concurrency=msg.concurrency,
         )
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TypeInfo:
+    """A job type as the node asked applies it: its policy (None: the server's defaults), its
+    cluster-wide ``rate`` in jobs started per second (0: no limit) with its ``burst``, whether
+    it is ``paused``; and on that node, how many due jobs wait for a claim (``ready``), why
+    they are held (``"paused"``, ``"rate"`` or "") and how long the oldest has been due."""
+
+    job_type: str
+    policy: TypePolicy | None
+    rate: float
+    burst: int
+    paused: bool
+    ready: int
+    held: str
+    oldest_due_for: timedelta
+
+    @classmethod
+    def from_pb(cls, msg: pb.TypeInfo) -> TypeInfo:
+        return cls(
+            job_type=msg.type,
+            policy=TypePolicy.from_pb(msg.policy) if msg.HasField("policy") else None,
+            rate=msg.rate,
+            burst=msg.burst,
+            paused=msg.paused,
+            ready=msg.ready,
+            held=msg.held,
+            oldest_due_for=timedelta(milliseconds=msg.oldest_age_ms),
+        )

@@ -36,6 +36,7 @@ from timeshard.model import (
     validate_worker_id,
 )
 from timeshard.node import FinishItem, JobSpec, Node, TypePolicy
+from timeshard.node.flow import FlowChange
 from timeshard.node.policies import checked_policy
 from timeshard.node.retry import RetryPolicy
 from timeshard.node.schedules import new_schedule_id
@@ -43,7 +44,7 @@ from timeshard.observe.window import DEFAULT_WINDOW_S
 from timeshard.sharding import minute_start
 from timeshard.v1 import timeshard_pb2 as pb
 from timeshard.v1 import timeshard_pb2_grpc as pb_grpc
-from timeshard.views.status import node_status, shard_rows
+from timeshard.views.status import TypeRow, node_status, shard_rows, type_rows
 from timeshard.wire import (
     dur,
     dur_s,
@@ -466,6 +467,25 @@ class AdminService(pb_grpc.AdminServiceServicer):
             policies=[_type_policy_to_pb(t, now[t]) for t, _ in policies]
         )
 
+    @rpc
+    async def SetTypeFlows(
+        self, request: pb.SetTypeFlowsRequest, context: Ctx
+    ) -> pb.SetTypeFlowsResponse:
+        changes = [_flow_change(n, f) for n, f in enumerate(request.flows)]
+        await self.node.type_policies.set_flows(changes)
+        rows = {r.job_type: r for r in type_rows(self.node)}
+        return pb.SetTypeFlowsResponse(
+            types=[_type_row_to_pb(rows[c.job_type]) for c in changes if c.job_type in rows]
+        )
+
+    @rpc
+    async def ListTypes(self, request: pb.ListTypesRequest, context: Ctx) -> pb.ListTypesResponse:
+        job_type = _type_filter(request.type) or ""
+        await self.node.type_policies.load()  # what another node was told just now
+        return pb.ListTypesResponse(
+            types=[_type_row_to_pb(r) for r in type_rows(self.node, job_type)]
+        )
+
 
 def _finish_item(name: str, i: pb.FinishItem) -> FinishItem:
     """Result ``name`` for the node; a completion whose result can not be stored becomes a
@@ -557,6 +577,33 @@ def _type_policy(n: int, p: pb.TypePolicy, default_retry: RetryPolicy) -> TypePo
         )
     except InvalidArgument as exc:
         raise InvalidArgument(f"policies[{n}].{exc.field}", exc.problem) from None
+
+
+def _flow_change(n: int, f: pb.TypeFlow) -> FlowChange:
+    try:
+        return FlowChange(
+            job_type=validate_job_type(f.type),
+            rate=f.rate if f.HasField("rate") else None,
+            burst=f.burst,
+            paused=f.paused if f.HasField("paused") else None,
+        )
+    except InvalidArgument as exc:
+        field = f"flows[{n}]" if exc.field == "flow" else f"flows[{n}].{exc.field}"
+        raise InvalidArgument(field, exc.problem) from None
+
+
+def _type_row_to_pb(row: TypeRow) -> pb.TypeInfo:
+    flow, waiting = row.flow, row.waiting
+    return pb.TypeInfo(
+        type=row.job_type,
+        policy=_type_policy_to_pb(row.job_type, row.policy) if row.policy else None,
+        rate=flow.rate or 0.0,
+        burst=flow.size or 0,
+        paused=flow.paused,
+        ready=waiting.jobs,
+        held=waiting.held,
+        oldest_age_ms=waiting.oldest_age_ms,
+    )
 
 
 def _type_policy_to_pb(job_type: str, p: TypePolicy) -> pb.TypePolicy:

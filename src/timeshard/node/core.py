@@ -47,6 +47,7 @@ from timeshard.node import clockcheck
 from timeshard.node.claims import Claimed, Claims, TypePolicy
 from timeshard.node.deadletters import DeadLetters
 from timeshard.node.dispatcher import DispatchConfig, ShardDispatcher
+from timeshard.node.flow import FlowControl, TypeFlow
 from timeshard.node.policies import TypePolicies
 from timeshard.node.ready import ReadyItem, ReadyQueues
 from timeshard.node.retry import RetryPolicy
@@ -75,6 +76,8 @@ class NodeConfig:
     max_lease_s: float = 600.0
     min_lease_s: float = 1.0
     types: dict[str, TypePolicy] = field(default_factory=dict)
+    flows: dict[str, TypeFlow] = field(default_factory=dict)
+    """Per type: rate and pause (``timeshard.node.flow``); stored ones win, as for ``types``."""
     open_timeout_s: float = 120.0
     """How long a starting node waits for its store to be reachable (retrying) before it
     gives up: a node restarted while one Cassandra node is down, or the cluster is busy, must
@@ -146,7 +149,10 @@ class Node:
         self._background: set[asyncio.Task[None]] = set()
         self.schedules = ScheduleOps(store, clock, notify=self._notify)
         self.dead_letters = DeadLetters(store, clock, self._notify, self.list_jobs)
+        self.flow = FlowControl(clock, self.config.flows)
+        """Per type: the rate's token bucket and the pause; claims ask it (``Claims.held``)."""
         self.claims = Claims(
+            flow=self.flow,
             store=store,
             clock=clock,
             ready=self.ready,
@@ -158,7 +164,9 @@ class Node:
         )
         self.waits = JobWaits(store, clock)
         """Clients waiting for jobs to finish (``WaitJobs``)."""
-        self.type_policies = TypePolicies(store, clock, self.config.types)
+        self.type_policies = TypePolicies(
+            store, clock, self.config.types, self.config.flows, on_flow_change=self.ready.wake
+        )
         self.clock_offset_ms: float | None = None
         """The store's clock minus ours, as last measured (None: not measured)."""
         self._firer = ScheduleFirer(

@@ -356,6 +356,18 @@ class Store(abc.ABC):
     async def type_policies(self) -> dict[str, str]:
         """Every stored per-type policy, by job type."""
 
+    @abc.abstractmethod
+    async def put_type_setting(self, job_type: str, setting: str, value: str) -> None:
+        """Store ``value`` (its text) as ``job_type``'s ``setting`` (one of
+        ``TYPE_SETTINGS``), replacing what was there: the last write wins. Each setting is a
+        row of its own, so writing one never undoes a concurrent write of another (a worker
+        declaring its policy does not resume a type an operator paused). Durable when it
+        returns."""
+
+    @abc.abstractmethod
+    async def type_settings(self, setting: str) -> dict[str, str]:
+        """Every stored value of ``setting``, by job type."""
+
     # -- shards (invariant 7) -------------------------------------------------------------
 
     @abc.abstractmethod
@@ -383,6 +395,23 @@ def type_policies_of(rows: Iterable[tuple[str, str]]) -> dict[str, str]:
     """The per-type policies among ``meta`` rows (key, value)."""
     n = len(TYPE_POLICY_PREFIX)
     return {k[n:]: v for k, v in rows if k.startswith(TYPE_POLICY_PREFIX)}
+
+
+TYPE_SETTINGS = ("rate", "paused")
+"""The per-type settings stored beside the policy, each under ``type_<setting>:<type>`` in
+the stores' ``meta`` table."""
+
+
+def type_setting_key(setting: str, job_type: str) -> str:
+    if setting not in TYPE_SETTINGS:
+        raise ValueError(f"unknown type setting {setting!r}")
+    return f"type_{setting}:{job_type}"
+
+
+def type_settings_of(setting: str, rows: Iterable[tuple[str, str]]) -> dict[str, str]:
+    """The values of ``setting`` among ``meta`` rows (key, value), by job type."""
+    prefix = type_setting_key(setting, "")
+    return {k[len(prefix) :]: v for k, v in rows if k.startswith(prefix)}
 
 
 def new_attempt(job: Job, worker: str, now: int) -> Attempt:

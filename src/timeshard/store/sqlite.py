@@ -45,6 +45,8 @@ from timeshard.store.base import (
     Store,
     entry_for,
     type_policies_of,
+    type_setting_key,
+    type_settings_of,
 )
 from timeshard.store.codec import job_columns, job_from_row, schedule_columns, to_schedule
 from timeshard.store.named import load_queries
@@ -634,6 +636,17 @@ class SqliteStore(Store):
         def run(db: sqlite3.Connection) -> dict[str, str]:
             rows = db.execute(Q["select_all_meta"]).fetchall()
             return type_policies_of((key, value) for key, value in rows)
+
+        return await self._call(run)
+
+    async def put_type_setting(self, job_type: str, setting: str, value: str) -> None:
+        key = type_setting_key(setting, job_type)
+        await self._call(lambda db: db.execute(Q["upsert_meta"], (key, value)))
+
+    async def type_settings(self, setting: str) -> dict[str, str]:
+        def run(db: sqlite3.Connection) -> dict[str, str]:
+            rows = db.execute(Q["select_all_meta"]).fetchall()
+            return type_settings_of(setting, ((key, value) for key, value in rows))
 
         return await self._call(run)
 

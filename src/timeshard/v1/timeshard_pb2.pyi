@@ -664,14 +664,16 @@ class TypeCounts(_message.Message):
     def __init__(self, type: _Optional[str] = ..., scheduled: _Optional[int] = ..., claimed: _Optional[int] = ..., succeeded: _Optional[int] = ..., failed: _Optional[int] = ..., retries: _Optional[int] = ..., dead_lettered: _Optional[int] = ..., cancelled: _Optional[int] = ..., lease_expiries: _Optional[int] = ..., reruns: _Optional[int] = ...) -> None: ...
 
 class TypeWaiting(_message.Message):
-    __slots__ = ("type", "jobs", "oldest_age_ms")
+    __slots__ = ("type", "jobs", "oldest_age_ms", "held")
     TYPE_FIELD_NUMBER: _ClassVar[int]
     JOBS_FIELD_NUMBER: _ClassVar[int]
     OLDEST_AGE_MS_FIELD_NUMBER: _ClassVar[int]
+    HELD_FIELD_NUMBER: _ClassVar[int]
     type: str
     jobs: int
     oldest_age_ms: int
-    def __init__(self, type: _Optional[str] = ..., jobs: _Optional[int] = ..., oldest_age_ms: _Optional[int] = ...) -> None: ...
+    held: str
+    def __init__(self, type: _Optional[str] = ..., jobs: _Optional[int] = ..., oldest_age_ms: _Optional[int] = ..., held: _Optional[str] = ...) -> None: ...
 
 class JobEvent(_message.Message):
     __slots__ = ("at", "job_id", "type", "shard", "attempt", "kind", "error", "traceback")
@@ -758,3 +760,59 @@ class SetTypePoliciesResponse(_message.Message):
     POLICIES_FIELD_NUMBER: _ClassVar[int]
     policies: _containers.RepeatedCompositeFieldContainer[TypePolicy]
     def __init__(self, policies: _Optional[_Iterable[_Union[TypePolicy, _Mapping]]] = ...) -> None: ...
+
+class TypeFlow(_message.Message):
+    __slots__ = ("type", "rate", "burst", "paused")
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    RATE_FIELD_NUMBER: _ClassVar[int]
+    BURST_FIELD_NUMBER: _ClassVar[int]
+    PAUSED_FIELD_NUMBER: _ClassVar[int]
+    type: str
+    rate: float
+    burst: int
+    paused: bool
+    def __init__(self, type: _Optional[str] = ..., rate: _Optional[float] = ..., burst: _Optional[int] = ..., paused: _Optional[bool] = ...) -> None: ...
+
+class SetTypeFlowsRequest(_message.Message):
+    __slots__ = ("flows",)
+    FLOWS_FIELD_NUMBER: _ClassVar[int]
+    flows: _containers.RepeatedCompositeFieldContainer[TypeFlow]
+    def __init__(self, flows: _Optional[_Iterable[_Union[TypeFlow, _Mapping]]] = ...) -> None: ...
+
+class SetTypeFlowsResponse(_message.Message):
+    __slots__ = ("types",)
+    TYPES_FIELD_NUMBER: _ClassVar[int]
+    types: _containers.RepeatedCompositeFieldContainer[TypeInfo]
+    def __init__(self, types: _Optional[_Iterable[_Union[TypeInfo, _Mapping]]] = ...) -> None: ...
+
+class ListTypesRequest(_message.Message):
+    __slots__ = ("type",)
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    type: str
+    def __init__(self, type: _Optional[str] = ...) -> None: ...
+
+class ListTypesResponse(_message.Message):
+    __slots__ = ("types",)
+    TYPES_FIELD_NUMBER: _ClassVar[int]
+    types: _containers.RepeatedCompositeFieldContainer[TypeInfo]
+    def __init__(self, types: _Optional[_Iterable[_Union[TypeInfo, _Mapping]]] = ...) -> None: ...
+
+class TypeInfo(_message.Message):
+    __slots__ = ("type", "policy", "rate", "burst", "paused", "ready", "held", "oldest_age_ms")
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    POLICY_FIELD_NUMBER: _ClassVar[int]
+    RATE_FIELD_NUMBER: _ClassVar[int]
+    BURST_FIELD_NUMBER: _ClassVar[int]
+    PAUSED_FIELD_NUMBER: _ClassVar[int]
+    READY_FIELD_NUMBER: _ClassVar[int]
+    HELD_FIELD_NUMBER: _ClassVar[int]
+    OLDEST_AGE_MS_FIELD_NUMBER: _ClassVar[int]
+    type: str
+    policy: TypePolicy
+    rate: float
+    burst: int
+    paused: bool
+    ready: int
+    held: str
+    oldest_age_ms: int
+    def __init__(self, type: _Optional[str] = ..., policy: _Optional[_Union[TypePolicy, _Mapping]] = ..., rate: _Optional[float] = ..., burst: _Optional[int] = ..., paused: _Optional[bool] = ..., ready: _Optional[int] = ..., held: _Optional[str] = ..., oldest_age_ms: _Optional[int] = ...) -> None: ...

@@ -31,6 +31,8 @@ from timeshard.store.base import (
     RetryAt,
     Store,
     type_policies_of,
+    type_setting_key,
+    type_settings_of,
 )
 from timeshard.store.cassandra.driver import Ambiguous, ClusterConfig, Connection, parse_url
 from timeshard.store.cassandra.jobrows import JobRows
@@ -332,6 +334,13 @@ class CassandraStore(Store):
     async def type_policies(self) -> dict[str, str]:
         rows = await self._conn.rows("select_all_meta", ())
         return type_policies_of((r["key"], r["value"]) for r in rows)
+
+    async def put_type_setting(self, job_type: str, setting: str, value: str) -> None:
+        await self._conn.rows("upsert_meta", (type_setting_key(setting, job_type), value))
+
+    async def type_settings(self, setting: str) -> dict[str, str]:
+        rows = await self._conn.rows("select_all_meta", ())
+        return type_settings_of(setting, ((r["key"], r["value"]) for r in rows))
 
     # -- shards ---------------------------------------------------------------------------
 

@@ -18,7 +18,14 @@ Must be zero (``MUST_BE_ZERO``):
 - ``early``: runs claimed (or started) before their due time, including the due time a
   reschedule acknowledged before the claim set;
 - ``wrong_state``: jobs that ended otherwise than planned (a planned success dead, a permanent
-  failure succeeded, an acknowledged cancel not cancelled, a success with no effect applied).
+  failure succeeded, an acknowledged cancel not cancelled, a success with no effect applied);
+- ``rate_exceeded``: runs of the rate-limited type (``chaos.rated``) beyond its rate: more
+  started (by the claiming nodes' clocks) in some 10-second window than ``rate x 10 + burst``
+  plus one per node (each node's bucket holds at least one);
+- ``ran_while_paused``: runs of that type claimed while it was paused: after the pause was
+  acknowledged and every node's refresh (``PAUSE_REACH_MS``) had passed, before the resume
+  was sent; a run claimed within ``PAUSE_REACH_MS`` after a fault ended (a node restarted or
+  resumed, the store back: it reads the pause again then) is excused and counted apart.
 
 Also counted and explained, but expected under faults: sequential re-runs (a job run again
 after a run whose result did not land: its worker killed or paused, its lease lost, its result
@@ -51,6 +58,10 @@ __all__ = ["MUST_BE_ZERO", "Finding", "Report", "check", "check_dir", "main"]
 TERMINAL = frozenset({"succeeded", "dead", "cancelled"})
 STEP_OUTCOMES = frozenset({"ok", "retry", "permanent", "error"})
 """End outcomes that are the handler's own doing (a step), not the SDK stopping it."""
+RATED_TYPE = "chaos.rated"
+NODES = 3
+PAUSE_REACH_MS = 6_000
+"""A pause reaches every node within its refresh of the stored settings (5 s), plus a second."""
 CATCH_UP_KINDS = frozenset({"store_outage"})
 """Faults after which a backlog of due jobs is released at once (``_Times.catching_up``)."""
 
@@ -526,6 +537,8 @@ def check(ledger: Ledger) -> Report:
         j for j, row in store.items() if j not in all_jobs and row["state"] not in TERMINAL
     )
     after_lease = _started_after_lease(ledger)
+    rated_runs, over_rate, most_10s = _rate_held(ledger, by_job)
+    while_paused, excused = _ran_while_paused(ledger, by_job, times)
 
     def jobs_of(findings: list[Finding]) -> int:
         return len({f.job for f in findings})
@@ -546,6 +559,11 @@ def check(ledger: Ledger) -> Report:
         "ran_after_cancel": jobs_of(after_cancel),
         "early": jobs_of(early),
         "wrong_state": jobs_of(wrong),
+        "rate_exceeded": len(over_rate),
+        "ran_while_paused": jobs_of(while_paused),
+        "rated_runs": rated_runs,
+        "rated_most_in_10s": most_10s,
+        "paused_runs_excused": excused,
         "retries": retries,
         "reruns": reruns,
         "rerun_causes": dict(causes),
@@ -573,6 +591,8 @@ def check(ledger: Ledger) -> Report:
         *after_cancel,
         *early,
         *wrong,
+        *over_rate,
+        *while_paused,
         *unexplained,
         *after_lease,
         *(Finding(kind="unknown_job_run", job=j, detail="run, not acknowledged") for j in unknown),
@@ -582,6 +602,72 @@ def check(ledger: Ledger) -> Report:
         ),
     ]
     return Report(counts=counts, findings=findings)
+
+
+def _rated_runs(ledger: Ledger, by_job: dict[str, list[RunRecord]]) -> list[RunRecord]:
+    rated = {r["job"] for r in ledger.records("job") if r.get("type") == RATED_TYPE}
+    return sorted((run for j in rated for run in by_job.get(j, ())), key=lambda r: r.started_at)
+
+
+def _rate_held(
+    ledger: Ledger, by_job: dict[str, list[RunRecord]]
+) -> tuple[int, list[Finding], int]:
+    """(runs of the rated type, the windows that went over its rate, the most in 10 s)."""
+    runs = _rated_runs(ledger, by_job)
+    rated = [r for r in ledger.records("flow") if r.get("rate")]
+    if not rated:
+        return len(runs), [], 0
+    rate, burst = float(rated[0]["rate"]), int(rated[0]["burst"])
+    limit = rate * 10 + burst + NODES
+    starts = [r.started_at for r in runs]
+    findings: list[Finding] = []
+    most, hi, reported = 0, 0, -math.inf
+    for lo, start in enumerate(starts):
+        while hi < len(starts) and starts[hi] < start + 10_000:
+            hi += 1
+        most = max(most, hi - lo)
+        if hi - lo > limit and start >= reported + 10_000:  # one finding per 10 s over
+            reported = start
+            findings.append(
+                Finding(
+                    kind="rate_exceeded",
+                    job=runs[lo].job,
+                    detail=f"{hi - lo} runs of {RATED_TYPE} started in the 10 s from {start} "
+                    f"(rate {rate:g}/s, burst {burst}: at most {limit:g})",
+                )
+            )
+    return len(runs), findings, most
+
+
+def _ran_while_paused(
+    ledger: Ledger, by_job: dict[str, list[RunRecord]], times: _Times
+) -> tuple[list[Finding], int]:
+    """Runs claimed while the rated type was paused everywhere, and those excused."""
+    flows = [r for r in ledger.records("flow") if "paused" in r]
+    pauses = [r for r in flows if r["paused"]]
+    if not pauses:
+        return [], 0
+    held_from = pauses[0]["acked"] + PAUSE_REACH_MS
+    resumes = [r for r in flows if not r["paused"] and r["sent"] > pauses[0]["acked"]]
+    held_to = resumes[0]["sent"] if resumes else math.inf
+    ends = [f.end_wall for f in times.faults if f.end_wall is not None]
+    findings: list[Finding] = []
+    excused = 0
+    for run in _rated_runs(ledger, by_job):
+        if not held_from <= run.started_at < held_to:
+            continue
+        if any(end <= run.started_at < end + PAUSE_REACH_MS for end in ends):
+            excused += 1
+            continue
+        findings.append(
+            Finding(
+                kind="ran_while_paused",
+                job=run.job,
+                detail=f"claimed at {run.started_at} (fence {run.fence}); paused from "
+                f"{pauses[0]['acked']:.0f}, resumed at {held_to}",
+            )
+        )
+    return findings, excused
 
 
 def check_dir(run_dir: Path) -> Report:

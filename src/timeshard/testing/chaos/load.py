@@ -23,7 +23,7 @@ from typing import Any
 import grpc
 
 from timeshard.testing.chaos.ledger import JsonLines, now_wall_ms
-from timeshard.testing.chaos.worker import JOB_TYPE
+from timeshard.testing.chaos.worker import JOB_TYPE, RATED_TYPE
 from timeshard.v1 import timeshard_pb2 as pb
 from timeshard.v1 import timeshard_pb2_grpc as pb_grpc
 from timeshard.wire import ts
@@ -39,6 +39,8 @@ RETRYABLE = frozenset(
 )
 MAX_ATTEMPTS = 10
 """Of every chaos job: enough that interruptions never exhaust a job planned to succeed."""
+RATED_SHARE = 0.1
+"""Of the short jobs, the part that is of ``RATED_TYPE``."""
 
 
 class GaveUp(Exception):
@@ -52,6 +54,7 @@ class Api:
         self._addresses = addresses
         self._timeout = call_timeout_s
         self._stubs: dict[str, pb_grpc.JobServiceStub] = {}
+        self._admin: dict[str, pb_grpc.AdminServiceStub] = {}
         self._channels: list[grpc.Channel] = []
         self._next = 0
         self._lock = threading.Lock()
@@ -64,8 +67,19 @@ class Api:
                 self._stubs[address] = pb_grpc.JobServiceStub(channel)
             return self._stubs[address]
 
-    def call(self, method: str, request: Any, *, give_up_s: float = 60.0) -> Any:
-        """The reply; ``grpc.RpcError`` for an answer retrying can not change; ``GaveUp``."""
+    def _admin_stub(self, address: str) -> pb_grpc.AdminServiceStub:
+        with self._lock:
+            if address not in self._admin:
+                channel = grpc.insecure_channel(address)
+                self._channels.append(channel)
+                self._admin[address] = pb_grpc.AdminServiceStub(channel)
+            return self._admin[address]
+
+    def call(
+        self, method: str, request: Any, *, give_up_s: float = 60.0, admin: bool = False
+    ) -> Any:
+        """The reply; ``grpc.RpcError`` for an answer retrying can not change; ``GaveUp``.
+        ``admin``: an AdminService method (else JobService)."""
         deadline = time.monotonic() + give_up_s
         backoff, last = 0.1, ""
         while time.monotonic() < deadline:
@@ -74,7 +88,8 @@ class Api:
                 self._next += 1
                 address = addresses[self._next % len(addresses)]
             try:
-                return getattr(self._stub(address), method)(request, timeout=self._timeout)
+                stub = self._admin_stub(address) if admin else self._stub(address)
+                return getattr(stub, method)(request, timeout=self._timeout)
             except grpc.RpcError as exc:
                 if exc.code() not in RETRYABLE:
                     raise
@@ -199,16 +214,17 @@ class Workload:
             self._count += 1
             key = f"{self.shape.run_id}-{self._count}"
             spec, expect = self._behaviour(long)
+            job_type = RATED_TYPE if not long and self._rng.random() < RATED_SHARE else JOB_TYPE
             items.append(
                 pb.ScheduleJobRequest(
-                    type=JOB_TYPE,
+                    type=job_type,
                     payload=json.dumps(spec).encode(),
                     run_at=ts(run_at),
                     idempotency_key=key,
                     max_attempts=MAX_ATTEMPTS,
                 )
             )
-            meta.append((key, run_at, mode, long, expect))
+            meta.append((key, run_at, mode, long, expect, job_type))
         with self._lock:
             self.stats.sent += len(items)
         self._senders.acquire()  # all senders busy: this tick waits (the cluster is slow)
@@ -227,7 +243,9 @@ class Workload:
             )
             return
         acked = now_wall_ms()
-        for (key, run_at, mode, _, expect), result in zip(meta, reply.results, strict=True):
+        for (key, run_at, mode, _, expect, job_type), result in zip(
+            meta, reply.results, strict=True
+        ):
             job = result.job.job_id
             self.journal.write(
                 {
@@ -240,10 +258,11 @@ class Workload:
                     "mode": mode,
                     "expect": expect,
                     "created": result.created,
+                    "type": job_type,
                 }
             )
         with self._lock:
-            for (_, run_at, _, long, _), result in zip(meta, reply.results, strict=True):
+            for (_, run_at, _, long, _, _), result in zip(meta, reply.results, strict=True):
                 self._pending.append(_Pending(job=result.job.job_id, run_at=run_at, long=long))
             self.stats.acked += len(items)
             cutoff = int(acked) - 30_000

@@ -4002,6 +4002,7 @@ type TypeWaiting struct {
 	Type          string                 `protobuf:"bytes,1,opt,name=type,proto3" json:"type,omitempty"`
 	Jobs          int32                  `protobuf:"varint,2,opt,name=jobs,proto3" json:"jobs,omitempty"`
 	OldestAgeMs   int64                  `protobuf:"varint,3,opt,name=oldest_age_ms,json=oldestAgeMs,proto3" json:"oldest_age_ms,omitempty"` // how long the oldest has been due, from the job's own due time
+	Held          string                 `protobuf:"bytes,4,opt,name=held,proto3" json:"held,omitempty"`                                     // why they are not handed out: "paused", "rate" (no token left), or ""
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4055,6 +4056,13 @@ func (x *TypeWaiting) GetOldestAgeMs() int64 {
 		return x.OldestAgeMs
 	}
 	return 0
+}
+
+func (x *TypeWaiting) GetHeld() string {
+	if x != nil {
+		return x.Held
+	}
+	return ""
 }
 
 type JobEvent struct {
@@ -4502,6 +4510,352 @@ func (x *SetTypePoliciesResponse) GetPolicies() []*TypePolicy {
 	return nil
 }
 
+// What to change of one job type's flow; a field left unset keeps what is stored.
+type TypeFlow struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Type          string                 `protobuf:"bytes,1,opt,name=type,proto3" json:"type,omitempty"`
+	Rate          *float64               `protobuf:"fixed64,2,opt,name=rate,proto3,oneof" json:"rate,omitempty"`    // jobs started per second, cluster-wide, up to 1e6; 0: no limit
+	Burst         int32                  `protobuf:"varint,3,opt,name=burst,proto3" json:"burst,omitempty"`         // with rate: how many may start at once (0: half a second's worth, at least 1)
+	Paused        *bool                  `protobuf:"varint,4,opt,name=paused,proto3,oneof" json:"paused,omitempty"` // a paused type's due jobs stay ready, in order, and none is handed out
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TypeFlow) Reset() {
+	*x = TypeFlow{}
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[67]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TypeFlow) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TypeFlow) ProtoMessage() {}
+
+func (x *TypeFlow) ProtoReflect() protoreflect.Message {
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[67]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TypeFlow.ProtoReflect.Descriptor instead.
+func (*TypeFlow) Descriptor() ([]byte, []int) {
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{67}
+}
+
+func (x *TypeFlow) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+func (x *TypeFlow) GetRate() float64 {
+	if x != nil && x.Rate != nil {
+		return *x.Rate
+	}
+	return 0
+}
+
+func (x *TypeFlow) GetBurst() int32 {
+	if x != nil {
+		return x.Burst
+	}
+	return 0
+}
+
+func (x *TypeFlow) GetPaused() bool {
+	if x != nil && x.Paused != nil {
+		return *x.Paused
+	}
+	return false
+}
+
+type SetTypeFlowsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Flows         []*TypeFlow            `protobuf:"bytes,1,rep,name=flows,proto3" json:"flows,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetTypeFlowsRequest) Reset() {
+	*x = SetTypeFlowsRequest{}
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[68]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetTypeFlowsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetTypeFlowsRequest) ProtoMessage() {}
+
+func (x *SetTypeFlowsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[68]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetTypeFlowsRequest.ProtoReflect.Descriptor instead.
+func (*SetTypeFlowsRequest) Descriptor() ([]byte, []int) {
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{68}
+}
+
+func (x *SetTypeFlowsRequest) GetFlows() []*TypeFlow {
+	if x != nil {
+		return x.Flows
+	}
+	return nil
+}
+
+type SetTypeFlowsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Types         []*TypeInfo            `protobuf:"bytes,1,rep,name=types,proto3" json:"types,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetTypeFlowsResponse) Reset() {
+	*x = SetTypeFlowsResponse{}
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[69]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetTypeFlowsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetTypeFlowsResponse) ProtoMessage() {}
+
+func (x *SetTypeFlowsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[69]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetTypeFlowsResponse.ProtoReflect.Descriptor instead.
+func (*SetTypeFlowsResponse) Descriptor() ([]byte, []int) {
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{69}
+}
+
+func (x *SetTypeFlowsResponse) GetTypes() []*TypeInfo {
+	if x != nil {
+		return x.Types
+	}
+	return nil
+}
+
+type ListTypesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Type          string                 `protobuf:"bytes,1,opt,name=type,proto3" json:"type,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListTypesRequest) Reset() {
+	*x = ListTypesRequest{}
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[70]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListTypesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListTypesRequest) ProtoMessage() {}
+
+func (x *ListTypesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[70]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListTypesRequest.ProtoReflect.Descriptor instead.
+func (*ListTypesRequest) Descriptor() ([]byte, []int) {
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{70}
+}
+
+func (x *ListTypesRequest) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+type ListTypesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Types         []*TypeInfo            `protobuf:"bytes,1,rep,name=types,proto3" json:"types,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListTypesResponse) Reset() {
+	*x = ListTypesResponse{}
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[71]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListTypesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListTypesResponse) ProtoMessage() {}
+
+func (x *ListTypesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[71]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListTypesResponse.ProtoReflect.Descriptor instead.
+func (*ListTypesResponse) Descriptor() ([]byte, []int) {
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{71}
+}
+
+func (x *ListTypesResponse) GetTypes() []*TypeInfo {
+	if x != nil {
+		return x.Types
+	}
+	return nil
+}
+
+// A job type as the node called applies it, and its due jobs there.
+type TypeInfo struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Type          string                 `protobuf:"bytes,1,opt,name=type,proto3" json:"type,omitempty"`
+	Policy        *TypePolicy            `protobuf:"bytes,2,opt,name=policy,proto3" json:"policy,omitempty"` // unset: the node's defaults
+	Rate          float64                `protobuf:"fixed64,3,opt,name=rate,proto3" json:"rate,omitempty"`   // 0: no limit
+	Burst         int32                  `protobuf:"varint,4,opt,name=burst,proto3" json:"burst,omitempty"`  // the burst in force with the rate
+	Paused        bool                   `protobuf:"varint,5,opt,name=paused,proto3" json:"paused,omitempty"`
+	Ready         int32                  `protobuf:"varint,6,opt,name=ready,proto3" json:"ready,omitempty"`                                  // on the node called: due jobs made ready and not claimed
+	Held          string                 `protobuf:"bytes,7,opt,name=held,proto3" json:"held,omitempty"`                                     // why those are not handed out there: "paused", "rate" or ""
+	OldestAgeMs   int64                  `protobuf:"varint,8,opt,name=oldest_age_ms,json=oldestAgeMs,proto3" json:"oldest_age_ms,omitempty"` // how long the oldest of them has been due
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TypeInfo) Reset() {
+	*x = TypeInfo{}
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[72]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TypeInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TypeInfo) ProtoMessage() {}
+
+func (x *TypeInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[72]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TypeInfo.ProtoReflect.Descriptor instead.
+func (*TypeInfo) Descriptor() ([]byte, []int) {
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{72}
+}
+
+func (x *TypeInfo) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+func (x *TypeInfo) GetPolicy() *TypePolicy {
+	if x != nil {
+		return x.Policy
+	}
+	return nil
+}
+
+func (x *TypeInfo) GetRate() float64 {
+	if x != nil {
+		return x.Rate
+	}
+	return 0
+}
+
+func (x *TypeInfo) GetBurst() int32 {
+	if x != nil {
+		return x.Burst
+	}
+	return 0
+}
+
+func (x *TypeInfo) GetPaused() bool {
+	if x != nil {
+		return x.Paused
+	}
+	return false
+}
+
+func (x *TypeInfo) GetReady() int32 {
+	if x != nil {
+		return x.Ready
+	}
+	return 0
+}
+
+func (x *TypeInfo) GetHeld() string {
+	if x != nil {
+		return x.Held
+	}
+	return ""
+}
+
+func (x *TypeInfo) GetOldestAgeMs() int64 {
+	if x != nil {
+		return x.OldestAgeMs
+	}
+	return 0
+}
+
 var File_timeshard_v1_timeshard_proto protoreflect.FileDescriptor
 
 const file_timeshard_v1_timeshard_proto_rawDesc = "" +
@@ -4798,11 +5152,12 @@ const file_timeshard_v1_timeshard_proto_rawDesc = "" +
 	"\tcancelled\x18\b \x01(\x03R\tcancelled\x12%\n" +
 	"\x0elease_expiries\x18\t \x01(\x03R\rleaseExpiries\x12\x16\n" +
 	"\x06reruns\x18\n" +
-	" \x01(\x03R\x06reruns\"Y\n" +
+	" \x01(\x03R\x06reruns\"m\n" +
 	"\vTypeWaiting\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12\x12\n" +
 	"\x04jobs\x18\x02 \x01(\x05R\x04jobs\x12\"\n" +
-	"\roldest_age_ms\x18\x03 \x01(\x03R\voldestAgeMs\"\xd9\x01\n" +
+	"\roldest_age_ms\x18\x03 \x01(\x03R\voldestAgeMs\x12\x12\n" +
+	"\x04held\x18\x04 \x01(\tR\x04held\"\xd9\x01\n" +
 	"\bJobEvent\x12*\n" +
 	"\x02at\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12\x15\n" +
 	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12\x12\n" +
@@ -4845,7 +5200,31 @@ const file_timeshard_v1_timeshard_proto_rawDesc = "" +
 	"\x16SetTypePoliciesRequest\x124\n" +
 	"\bpolicies\x18\x01 \x03(\v2\x18.timeshard.v1.TypePolicyR\bpolicies\"O\n" +
 	"\x17SetTypePoliciesResponse\x124\n" +
-	"\bpolicies\x18\x01 \x03(\v2\x18.timeshard.v1.TypePolicyR\bpolicies*\x9b\x01\n" +
+	"\bpolicies\x18\x01 \x03(\v2\x18.timeshard.v1.TypePolicyR\bpolicies\"~\n" +
+	"\bTypeFlow\x12\x12\n" +
+	"\x04type\x18\x01 \x01(\tR\x04type\x12\x17\n" +
+	"\x04rate\x18\x02 \x01(\x01H\x00R\x04rate\x88\x01\x01\x12\x14\n" +
+	"\x05burst\x18\x03 \x01(\x05R\x05burst\x12\x1b\n" +
+	"\x06paused\x18\x04 \x01(\bH\x01R\x06paused\x88\x01\x01B\a\n" +
+	"\x05_rateB\t\n" +
+	"\a_paused\"C\n" +
+	"\x13SetTypeFlowsRequest\x12,\n" +
+	"\x05flows\x18\x01 \x03(\v2\x16.timeshard.v1.TypeFlowR\x05flows\"D\n" +
+	"\x14SetTypeFlowsResponse\x12,\n" +
+	"\x05types\x18\x01 \x03(\v2\x16.timeshard.v1.TypeInfoR\x05types\"&\n" +
+	"\x10ListTypesRequest\x12\x12\n" +
+	"\x04type\x18\x01 \x01(\tR\x04type\"A\n" +
+	"\x11ListTypesResponse\x12,\n" +
+	"\x05types\x18\x01 \x03(\v2\x16.timeshard.v1.TypeInfoR\x05types\"\xe0\x01\n" +
+	"\bTypeInfo\x12\x12\n" +
+	"\x04type\x18\x01 \x01(\tR\x04type\x120\n" +
+	"\x06policy\x18\x02 \x01(\v2\x18.timeshard.v1.TypePolicyR\x06policy\x12\x12\n" +
+	"\x04rate\x18\x03 \x01(\x01R\x04rate\x12\x14\n" +
+	"\x05burst\x18\x04 \x01(\x05R\x05burst\x12\x16\n" +
+	"\x06paused\x18\x05 \x01(\bR\x06paused\x12\x14\n" +
+	"\x05ready\x18\x06 \x01(\x05R\x05ready\x12\x12\n" +
+	"\x04held\x18\a \x01(\tR\x04held\x12\"\n" +
+	"\roldest_age_ms\x18\b \x01(\x03R\voldestAgeMs*\x9b\x01\n" +
 	"\bJobState\x12\x19\n" +
 	"\x15JOB_STATE_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13JOB_STATE_SCHEDULED\x10\x01\x12\x15\n" +
@@ -4879,7 +5258,7 @@ const file_timeshard_v1_timeshard_proto_rawDesc = "" +
 	"\bComplete\x12\x1d.timeshard.v1.CompleteRequest\x1a\x1e.timeshard.v1.CompleteResponse\x12=\n" +
 	"\x04Fail\x12\x19.timeshard.v1.FailRequest\x1a\x1a.timeshard.v1.FailResponse\x12C\n" +
 	"\x06Finish\x12\x1b.timeshard.v1.FinishRequest\x1a\x1c.timeshard.v1.FinishResponse\x12A\n" +
-	"\x04Work\x12\x19.timeshard.v1.WorkRequest\x1a\x1a.timeshard.v1.WorkResponse(\x010\x012\x83\x04\n" +
+	"\x04Work\x12\x19.timeshard.v1.WorkRequest\x1a\x1a.timeshard.v1.WorkResponse(\x010\x012\xa8\x05\n" +
 	"\fAdminService\x12R\n" +
 	"\vClusterInfo\x12 .timeshard.v1.ClusterInfoRequest\x1a!.timeshard.v1.ClusterInfoResponse\x12R\n" +
 	"\vShardOwners\x12 .timeshard.v1.ShardOwnersRequest\x1a!.timeshard.v1.ShardOwnersResponse\x12L\n" +
@@ -4887,7 +5266,9 @@ const file_timeshard_v1_timeshard_proto_rawDesc = "" +
 	"\tDrainNode\x12\x1e.timeshard.v1.DrainNodeRequest\x1a\x1f.timeshard.v1.DrainNodeResponse\x12O\n" +
 	"\n" +
 	"NodeStatus\x12\x1f.timeshard.v1.NodeStatusRequest\x1a .timeshard.v1.NodeStatusResponse\x12^\n" +
-	"\x0fSetTypePolicies\x12$.timeshard.v1.SetTypePoliciesRequest\x1a%.timeshard.v1.SetTypePoliciesResponseB@Z>github.com/timeshard/timeshard/gen/go/timeshard/v1;timeshardv1b\x06proto3"
+	"\x0fSetTypePolicies\x12$.timeshard.v1.SetTypePoliciesRequest\x1a%.timeshard.v1.SetTypePoliciesResponse\x12U\n" +
+	"\fSetTypeFlows\x12!.timeshard.v1.SetTypeFlowsRequest\x1a\".timeshard.v1.SetTypeFlowsResponse\x12L\n" +
+	"\tListTypes\x12\x1e.timeshard.v1.ListTypesRequest\x1a\x1f.timeshard.v1.ListTypesResponseB@Z>github.com/timeshard/timeshard/gen/go/timeshard/v1;timeshardv1b\x06proto3"
 
 var (
 	file_timeshard_v1_timeshard_proto_rawDescOnce sync.Once
@@ -4902,7 +5283,7 @@ func file_timeshard_v1_timeshard_proto_rawDescGZIP() []byte {
 }
 
 var file_timeshard_v1_timeshard_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_timeshard_v1_timeshard_proto_msgTypes = make([]protoimpl.MessageInfo, 67)
+var file_timeshard_v1_timeshard_proto_msgTypes = make([]protoimpl.MessageInfo, 73)
 var file_timeshard_v1_timeshard_proto_goTypes = []any{
 	(JobState)(0),                     // 0: timeshard.v1.JobState
 	(*Attempt)(nil),                   // 1: timeshard.v1.Attempt
@@ -4972,60 +5353,66 @@ var file_timeshard_v1_timeshard_proto_goTypes = []any{
 	(*TypePolicy)(nil),                // 65: timeshard.v1.TypePolicy
 	(*SetTypePoliciesRequest)(nil),    // 66: timeshard.v1.SetTypePoliciesRequest
 	(*SetTypePoliciesResponse)(nil),   // 67: timeshard.v1.SetTypePoliciesResponse
-	(*timestamppb.Timestamp)(nil),     // 68: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),       // 69: google.protobuf.Duration
+	(*TypeFlow)(nil),                  // 68: timeshard.v1.TypeFlow
+	(*SetTypeFlowsRequest)(nil),       // 69: timeshard.v1.SetTypeFlowsRequest
+	(*SetTypeFlowsResponse)(nil),      // 70: timeshard.v1.SetTypeFlowsResponse
+	(*ListTypesRequest)(nil),          // 71: timeshard.v1.ListTypesRequest
+	(*ListTypesResponse)(nil),         // 72: timeshard.v1.ListTypesResponse
+	(*TypeInfo)(nil),                  // 73: timeshard.v1.TypeInfo
+	(*timestamppb.Timestamp)(nil),     // 74: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),       // 75: google.protobuf.Duration
 }
 var file_timeshard_v1_timeshard_proto_depIdxs = []int32{
-	68,  // 0: timeshard.v1.Attempt.started_at:type_name -> google.protobuf.Timestamp
-	68,  // 1: timeshard.v1.Attempt.finished_at:type_name -> google.protobuf.Timestamp
+	74,  // 0: timeshard.v1.Attempt.started_at:type_name -> google.protobuf.Timestamp
+	74,  // 1: timeshard.v1.Attempt.finished_at:type_name -> google.protobuf.Timestamp
 	0,   // 2: timeshard.v1.Job.state:type_name -> timeshard.v1.JobState
-	68,  // 3: timeshard.v1.Job.run_at:type_name -> google.protobuf.Timestamp
-	68,  // 4: timeshard.v1.Job.created_at:type_name -> google.protobuf.Timestamp
-	68,  // 5: timeshard.v1.Job.lease_until:type_name -> google.protobuf.Timestamp
-	68,  // 6: timeshard.v1.Job.started_at:type_name -> google.protobuf.Timestamp
-	68,  // 7: timeshard.v1.Job.finished_at:type_name -> google.protobuf.Timestamp
+	74,  // 3: timeshard.v1.Job.run_at:type_name -> google.protobuf.Timestamp
+	74,  // 4: timeshard.v1.Job.created_at:type_name -> google.protobuf.Timestamp
+	74,  // 5: timeshard.v1.Job.lease_until:type_name -> google.protobuf.Timestamp
+	74,  // 6: timeshard.v1.Job.started_at:type_name -> google.protobuf.Timestamp
+	74,  // 7: timeshard.v1.Job.finished_at:type_name -> google.protobuf.Timestamp
 	1,   // 8: timeshard.v1.Job.history:type_name -> timeshard.v1.Attempt
-	69,  // 9: timeshard.v1.ScheduleJobRequest.delay:type_name -> google.protobuf.Duration
-	68,  // 10: timeshard.v1.ScheduleJobRequest.run_at:type_name -> google.protobuf.Timestamp
+	75,  // 9: timeshard.v1.ScheduleJobRequest.delay:type_name -> google.protobuf.Duration
+	74,  // 10: timeshard.v1.ScheduleJobRequest.run_at:type_name -> google.protobuf.Timestamp
 	2,   // 11: timeshard.v1.ScheduleJobResponse.job:type_name -> timeshard.v1.Job
 	3,   // 12: timeshard.v1.ScheduleJobsRequest.jobs:type_name -> timeshard.v1.ScheduleJobRequest
 	4,   // 13: timeshard.v1.ScheduleJobsResponse.results:type_name -> timeshard.v1.ScheduleJobResponse
 	0,   // 14: timeshard.v1.ListJobsRequest.state:type_name -> timeshard.v1.JobState
 	2,   // 15: timeshard.v1.ListJobsResponse.jobs:type_name -> timeshard.v1.Job
-	69,  // 16: timeshard.v1.RescheduleJobRequest.delay:type_name -> google.protobuf.Duration
-	68,  // 17: timeshard.v1.RescheduleJobRequest.run_at:type_name -> google.protobuf.Timestamp
-	69,  // 18: timeshard.v1.Schedule.misfire_grace:type_name -> google.protobuf.Duration
-	69,  // 19: timeshard.v1.Schedule.jitter:type_name -> google.protobuf.Duration
-	68,  // 20: timeshard.v1.Schedule.next_fire:type_name -> google.protobuf.Timestamp
-	68,  // 21: timeshard.v1.Schedule.last_skip_at:type_name -> google.protobuf.Timestamp
-	68,  // 22: timeshard.v1.Schedule.last_fire_at:type_name -> google.protobuf.Timestamp
-	68,  // 23: timeshard.v1.Schedule.queued_at:type_name -> google.protobuf.Timestamp
+	75,  // 16: timeshard.v1.RescheduleJobRequest.delay:type_name -> google.protobuf.Duration
+	74,  // 17: timeshard.v1.RescheduleJobRequest.run_at:type_name -> google.protobuf.Timestamp
+	75,  // 18: timeshard.v1.Schedule.misfire_grace:type_name -> google.protobuf.Duration
+	75,  // 19: timeshard.v1.Schedule.jitter:type_name -> google.protobuf.Duration
+	74,  // 20: timeshard.v1.Schedule.next_fire:type_name -> google.protobuf.Timestamp
+	74,  // 21: timeshard.v1.Schedule.last_skip_at:type_name -> google.protobuf.Timestamp
+	74,  // 22: timeshard.v1.Schedule.last_fire_at:type_name -> google.protobuf.Timestamp
+	74,  // 23: timeshard.v1.Schedule.queued_at:type_name -> google.protobuf.Timestamp
 	12,  // 24: timeshard.v1.CreateScheduleRequest.schedule:type_name -> timeshard.v1.Schedule
 	12,  // 25: timeshard.v1.ListSchedulesResponse.schedules:type_name -> timeshard.v1.Schedule
 	12,  // 26: timeshard.v1.UpdateScheduleRequest.schedule:type_name -> timeshard.v1.Schedule
-	68,  // 27: timeshard.v1.PreviewRequest.from:type_name -> google.protobuf.Timestamp
-	68,  // 28: timeshard.v1.FireTime.utc:type_name -> google.protobuf.Timestamp
+	74,  // 27: timeshard.v1.PreviewRequest.from:type_name -> google.protobuf.Timestamp
+	74,  // 28: timeshard.v1.FireTime.utc:type_name -> google.protobuf.Timestamp
 	21,  // 29: timeshard.v1.PreviewResponse.times:type_name -> timeshard.v1.FireTime
-	68,  // 30: timeshard.v1.ListDeadLettersRequest.since:type_name -> google.protobuf.Timestamp
+	74,  // 30: timeshard.v1.ListDeadLettersRequest.since:type_name -> google.protobuf.Timestamp
 	2,   // 31: timeshard.v1.ListDeadLettersResponse.jobs:type_name -> timeshard.v1.Job
 	2,   // 32: timeshard.v1.ReplayDeadLettersResponse.jobs:type_name -> timeshard.v1.Job
-	69,  // 33: timeshard.v1.WaitJobsRequest.timeout:type_name -> google.protobuf.Duration
+	75,  // 33: timeshard.v1.WaitJobsRequest.timeout:type_name -> google.protobuf.Duration
 	2,   // 34: timeshard.v1.WaitJobsResponse.job:type_name -> timeshard.v1.Job
-	69,  // 35: timeshard.v1.ClaimRequest.wait:type_name -> google.protobuf.Duration
-	69,  // 36: timeshard.v1.ClaimRequest.lease:type_name -> google.protobuf.Duration
+	75,  // 35: timeshard.v1.ClaimRequest.wait:type_name -> google.protobuf.Duration
+	75,  // 36: timeshard.v1.ClaimRequest.lease:type_name -> google.protobuf.Duration
 	2,   // 37: timeshard.v1.ClaimedJob.job:type_name -> timeshard.v1.Job
-	68,  // 38: timeshard.v1.ClaimedJob.lease_until:type_name -> google.protobuf.Timestamp
-	69,  // 39: timeshard.v1.ClaimedJob.lease:type_name -> google.protobuf.Duration
+	74,  // 38: timeshard.v1.ClaimedJob.lease_until:type_name -> google.protobuf.Timestamp
+	75,  // 39: timeshard.v1.ClaimedJob.lease:type_name -> google.protobuf.Duration
 	31,  // 40: timeshard.v1.ClaimResponse.jobs:type_name -> timeshard.v1.ClaimedJob
-	69,  // 41: timeshard.v1.HeartbeatRequest.lease:type_name -> google.protobuf.Duration
-	68,  // 42: timeshard.v1.HeartbeatResponse.lease_until:type_name -> google.protobuf.Timestamp
-	69,  // 43: timeshard.v1.HeartbeatResponse.lease:type_name -> google.protobuf.Duration
+	75,  // 41: timeshard.v1.HeartbeatRequest.lease:type_name -> google.protobuf.Duration
+	74,  // 42: timeshard.v1.HeartbeatResponse.lease_until:type_name -> google.protobuf.Timestamp
+	75,  // 43: timeshard.v1.HeartbeatResponse.lease:type_name -> google.protobuf.Duration
 	0,   // 44: timeshard.v1.FailResponse.state:type_name -> timeshard.v1.JobState
-	68,  // 45: timeshard.v1.FailResponse.retry_at:type_name -> google.protobuf.Timestamp
+	74,  // 45: timeshard.v1.FailResponse.retry_at:type_name -> google.protobuf.Timestamp
 	39,  // 46: timeshard.v1.FinishRequest.items:type_name -> timeshard.v1.FinishItem
 	0,   // 47: timeshard.v1.FinishResult.state:type_name -> timeshard.v1.JobState
 	41,  // 48: timeshard.v1.FinishResponse.results:type_name -> timeshard.v1.FinishResult
-	69,  // 49: timeshard.v1.WorkHello.lease:type_name -> google.protobuf.Duration
+	75,  // 49: timeshard.v1.WorkHello.lease:type_name -> google.protobuf.Duration
 	43,  // 50: timeshard.v1.WorkRequest.hello:type_name -> timeshard.v1.WorkHello
 	44,  // 51: timeshard.v1.WorkRequest.credits:type_name -> timeshard.v1.WorkCredit
 	33,  // 52: timeshard.v1.WorkRequest.heartbeats:type_name -> timeshard.v1.HeartbeatRequest
@@ -5035,87 +5422,95 @@ var file_timeshard_v1_timeshard_proto_depIdxs = []int32{
 	46,  // 56: timeshard.v1.WorkResponse.heartbeats:type_name -> timeshard.v1.HeartbeatResult
 	41,  // 57: timeshard.v1.WorkResponse.results:type_name -> timeshard.v1.FinishResult
 	48,  // 58: timeshard.v1.ClusterInfoResponse.nodes:type_name -> timeshard.v1.Node
-	68,  // 59: timeshard.v1.ShardInfo.cursor:type_name -> google.protobuf.Timestamp
+	74,  // 59: timeshard.v1.ShardInfo.cursor:type_name -> google.protobuf.Timestamp
 	51,  // 60: timeshard.v1.ShardOwnersResponse.shards:type_name -> timeshard.v1.ShardInfo
-	69,  // 61: timeshard.v1.NodeStatusRequest.window:type_name -> google.protobuf.Duration
-	68,  // 62: timeshard.v1.JobEvent.at:type_name -> google.protobuf.Timestamp
+	75,  // 61: timeshard.v1.NodeStatusRequest.window:type_name -> google.protobuf.Duration
+	74,  // 62: timeshard.v1.JobEvent.at:type_name -> google.protobuf.Timestamp
 	59,  // 63: timeshard.v1.NodeStatusResponse.shards:type_name -> timeshard.v1.ShardStatus
-	69,  // 64: timeshard.v1.NodeStatusResponse.window:type_name -> google.protobuf.Duration
+	75,  // 64: timeshard.v1.NodeStatusResponse.window:type_name -> google.protobuf.Duration
 	60,  // 65: timeshard.v1.NodeStatusResponse.lateness:type_name -> timeshard.v1.LatenessBucket
 	61,  // 66: timeshard.v1.NodeStatusResponse.jobs:type_name -> timeshard.v1.TypeCounts
-	68,  // 67: timeshard.v1.NodeStatusResponse.dead_letters_at:type_name -> google.protobuf.Timestamp
+	74,  // 67: timeshard.v1.NodeStatusResponse.dead_letters_at:type_name -> google.protobuf.Timestamp
 	63,  // 68: timeshard.v1.NodeStatusResponse.recent_failures:type_name -> timeshard.v1.JobEvent
 	63,  // 69: timeshard.v1.NodeStatusResponse.recent_dead_letters:type_name -> timeshard.v1.JobEvent
 	62,  // 70: timeshard.v1.NodeStatusResponse.unclaimed:type_name -> timeshard.v1.TypeWaiting
-	69,  // 71: timeshard.v1.TypePolicy.retry_base:type_name -> google.protobuf.Duration
-	69,  // 72: timeshard.v1.TypePolicy.retry_max:type_name -> google.protobuf.Duration
+	75,  // 71: timeshard.v1.TypePolicy.retry_base:type_name -> google.protobuf.Duration
+	75,  // 72: timeshard.v1.TypePolicy.retry_max:type_name -> google.protobuf.Duration
 	65,  // 73: timeshard.v1.SetTypePoliciesRequest.policies:type_name -> timeshard.v1.TypePolicy
 	65,  // 74: timeshard.v1.SetTypePoliciesResponse.policies:type_name -> timeshard.v1.TypePolicy
-	3,   // 75: timeshard.v1.JobService.ScheduleJob:input_type -> timeshard.v1.ScheduleJobRequest
-	5,   // 76: timeshard.v1.JobService.ScheduleJobs:input_type -> timeshard.v1.ScheduleJobsRequest
-	7,   // 77: timeshard.v1.JobService.GetJob:input_type -> timeshard.v1.GetJobRequest
-	8,   // 78: timeshard.v1.JobService.ListJobs:input_type -> timeshard.v1.ListJobsRequest
-	10,  // 79: timeshard.v1.JobService.CancelJob:input_type -> timeshard.v1.CancelJobRequest
-	11,  // 80: timeshard.v1.JobService.RescheduleJob:input_type -> timeshard.v1.RescheduleJobRequest
-	13,  // 81: timeshard.v1.JobService.CreateSchedule:input_type -> timeshard.v1.CreateScheduleRequest
-	14,  // 82: timeshard.v1.JobService.GetSchedule:input_type -> timeshard.v1.GetScheduleRequest
-	15,  // 83: timeshard.v1.JobService.ListSchedules:input_type -> timeshard.v1.ListSchedulesRequest
-	17,  // 84: timeshard.v1.JobService.UpdateSchedule:input_type -> timeshard.v1.UpdateScheduleRequest
-	18,  // 85: timeshard.v1.JobService.PauseSchedule:input_type -> timeshard.v1.ScheduleIdRequest
-	18,  // 86: timeshard.v1.JobService.ResumeSchedule:input_type -> timeshard.v1.ScheduleIdRequest
-	18,  // 87: timeshard.v1.JobService.DeleteSchedule:input_type -> timeshard.v1.ScheduleIdRequest
-	20,  // 88: timeshard.v1.JobService.PreviewSchedule:input_type -> timeshard.v1.PreviewRequest
-	23,  // 89: timeshard.v1.JobService.ListDeadLetters:input_type -> timeshard.v1.ListDeadLettersRequest
-	25,  // 90: timeshard.v1.JobService.ReplayDeadLetters:input_type -> timeshard.v1.ReplayDeadLettersRequest
-	25,  // 91: timeshard.v1.JobService.PurgeDeadLetters:input_type -> timeshard.v1.ReplayDeadLettersRequest
-	28,  // 92: timeshard.v1.JobService.WaitJobs:input_type -> timeshard.v1.WaitJobsRequest
-	30,  // 93: timeshard.v1.WorkerService.Claim:input_type -> timeshard.v1.ClaimRequest
-	33,  // 94: timeshard.v1.WorkerService.Heartbeat:input_type -> timeshard.v1.HeartbeatRequest
-	35,  // 95: timeshard.v1.WorkerService.Complete:input_type -> timeshard.v1.CompleteRequest
-	37,  // 96: timeshard.v1.WorkerService.Fail:input_type -> timeshard.v1.FailRequest
-	40,  // 97: timeshard.v1.WorkerService.Finish:input_type -> timeshard.v1.FinishRequest
-	45,  // 98: timeshard.v1.WorkerService.Work:input_type -> timeshard.v1.WorkRequest
-	49,  // 99: timeshard.v1.AdminService.ClusterInfo:input_type -> timeshard.v1.ClusterInfoRequest
-	52,  // 100: timeshard.v1.AdminService.ShardOwners:input_type -> timeshard.v1.ShardOwnersRequest
-	54,  // 101: timeshard.v1.AdminService.MoveShard:input_type -> timeshard.v1.MoveShardRequest
-	56,  // 102: timeshard.v1.AdminService.DrainNode:input_type -> timeshard.v1.DrainNodeRequest
-	58,  // 103: timeshard.v1.AdminService.NodeStatus:input_type -> timeshard.v1.NodeStatusRequest
-	66,  // 104: timeshard.v1.AdminService.SetTypePolicies:input_type -> timeshard.v1.SetTypePoliciesRequest
-	4,   // 105: timeshard.v1.JobService.ScheduleJob:output_type -> timeshard.v1.ScheduleJobResponse
-	6,   // 106: timeshard.v1.JobService.ScheduleJobs:output_type -> timeshard.v1.ScheduleJobsResponse
-	2,   // 107: timeshard.v1.JobService.GetJob:output_type -> timeshard.v1.Job
-	9,   // 108: timeshard.v1.JobService.ListJobs:output_type -> timeshard.v1.ListJobsResponse
-	2,   // 109: timeshard.v1.JobService.CancelJob:output_type -> timeshard.v1.Job
-	2,   // 110: timeshard.v1.JobService.RescheduleJob:output_type -> timeshard.v1.Job
-	12,  // 111: timeshard.v1.JobService.CreateSchedule:output_type -> timeshard.v1.Schedule
-	12,  // 112: timeshard.v1.JobService.GetSchedule:output_type -> timeshard.v1.Schedule
-	16,  // 113: timeshard.v1.JobService.ListSchedules:output_type -> timeshard.v1.ListSchedulesResponse
-	12,  // 114: timeshard.v1.JobService.UpdateSchedule:output_type -> timeshard.v1.Schedule
-	12,  // 115: timeshard.v1.JobService.PauseSchedule:output_type -> timeshard.v1.Schedule
-	12,  // 116: timeshard.v1.JobService.ResumeSchedule:output_type -> timeshard.v1.Schedule
-	19,  // 117: timeshard.v1.JobService.DeleteSchedule:output_type -> timeshard.v1.DeleteScheduleResponse
-	22,  // 118: timeshard.v1.JobService.PreviewSchedule:output_type -> timeshard.v1.PreviewResponse
-	24,  // 119: timeshard.v1.JobService.ListDeadLetters:output_type -> timeshard.v1.ListDeadLettersResponse
-	26,  // 120: timeshard.v1.JobService.ReplayDeadLetters:output_type -> timeshard.v1.ReplayDeadLettersResponse
-	27,  // 121: timeshard.v1.JobService.PurgeDeadLetters:output_type -> timeshard.v1.PurgeDeadLettersResponse
-	29,  // 122: timeshard.v1.JobService.WaitJobs:output_type -> timeshard.v1.WaitJobsResponse
-	32,  // 123: timeshard.v1.WorkerService.Claim:output_type -> timeshard.v1.ClaimResponse
-	34,  // 124: timeshard.v1.WorkerService.Heartbeat:output_type -> timeshard.v1.HeartbeatResponse
-	36,  // 125: timeshard.v1.WorkerService.Complete:output_type -> timeshard.v1.CompleteResponse
-	38,  // 126: timeshard.v1.WorkerService.Fail:output_type -> timeshard.v1.FailResponse
-	42,  // 127: timeshard.v1.WorkerService.Finish:output_type -> timeshard.v1.FinishResponse
-	47,  // 128: timeshard.v1.WorkerService.Work:output_type -> timeshard.v1.WorkResponse
-	50,  // 129: timeshard.v1.AdminService.ClusterInfo:output_type -> timeshard.v1.ClusterInfoResponse
-	53,  // 130: timeshard.v1.AdminService.ShardOwners:output_type -> timeshard.v1.ShardOwnersResponse
-	55,  // 131: timeshard.v1.AdminService.MoveShard:output_type -> timeshard.v1.MoveShardResponse
-	57,  // 132: timeshard.v1.AdminService.DrainNode:output_type -> timeshard.v1.DrainNodeResponse
-	64,  // 133: timeshard.v1.AdminService.NodeStatus:output_type -> timeshard.v1.NodeStatusResponse
-	67,  // 134: timeshard.v1.AdminService.SetTypePolicies:output_type -> timeshard.v1.SetTypePoliciesResponse
-	105, // [105:135] is the sub-list for method output_type
-	75,  // [75:105] is the sub-list for method input_type
-	75,  // [75:75] is the sub-list for extension type_name
-	75,  // [75:75] is the sub-list for extension extendee
-	0,   // [0:75] is the sub-list for field type_name
+	68,  // 75: timeshard.v1.SetTypeFlowsRequest.flows:type_name -> timeshard.v1.TypeFlow
+	73,  // 76: timeshard.v1.SetTypeFlowsResponse.types:type_name -> timeshard.v1.TypeInfo
+	73,  // 77: timeshard.v1.ListTypesResponse.types:type_name -> timeshard.v1.TypeInfo
+	65,  // 78: timeshard.v1.TypeInfo.policy:type_name -> timeshard.v1.TypePolicy
+	3,   // 79: timeshard.v1.JobService.ScheduleJob:input_type -> timeshard.v1.ScheduleJobRequest
+	5,   // 80: timeshard.v1.JobService.ScheduleJobs:input_type -> timeshard.v1.ScheduleJobsRequest
+	7,   // 81: timeshard.v1.JobService.GetJob:input_type -> timeshard.v1.GetJobRequest
+	8,   // 82: timeshard.v1.JobService.ListJobs:input_type -> timeshard.v1.ListJobsRequest
+	10,  // 83: timeshard.v1.JobService.CancelJob:input_type -> timeshard.v1.CancelJobRequest
+	11,  // 84: timeshard.v1.JobService.RescheduleJob:input_type -> timeshard.v1.RescheduleJobRequest
+	13,  // 85: timeshard.v1.JobService.CreateSchedule:input_type -> timeshard.v1.CreateScheduleRequest
+	14,  // 86: timeshard.v1.JobService.GetSchedule:input_type -> timeshard.v1.GetScheduleRequest
+	15,  // 87: timeshard.v1.JobService.ListSchedules:input_type -> timeshard.v1.ListSchedulesRequest
+	17,  // 88: timeshard.v1.JobService.UpdateSchedule:input_type -> timeshard.v1.UpdateScheduleRequest
+	18,  // 89: timeshard.v1.JobService.PauseSchedule:input_type -> timeshard.v1.ScheduleIdRequest
+	18,  // 90: timeshard.v1.JobService.ResumeSchedule:input_type -> timeshard.v1.ScheduleIdRequest
+	18,  // 91: timeshard.v1.JobService.DeleteSchedule:input_type -> timeshard.v1.ScheduleIdRequest
+	20,  // 92: timeshard.v1.JobService.PreviewSchedule:input_type -> timeshard.v1.PreviewRequest
+	23,  // 93: timeshard.v1.JobService.ListDeadLetters:input_type -> timeshard.v1.ListDeadLettersRequest
+	25,  // 94: timeshard.v1.JobService.ReplayDeadLetters:input_type -> timeshard.v1.ReplayDeadLettersRequest
+	25,  // 95: timeshard.v1.JobService.PurgeDeadLetters:input_type -> timeshard.v1.ReplayDeadLettersRequest
+	28,  // 96: timeshard.v1.JobService.WaitJobs:input_type -> timeshard.v1.WaitJobsRequest
+	30,  // 97: timeshard.v1.WorkerService.Claim:input_type -> timeshard.v1.ClaimRequest
+	33,  // 98: timeshard.v1.WorkerService.Heartbeat:input_type -> timeshard.v1.HeartbeatRequest
+	35,  // 99: timeshard.v1.WorkerService.Complete:input_type -> timeshard.v1.CompleteRequest
+	37,  // 100: timeshard.v1.WorkerService.Fail:input_type -> timeshard.v1.FailRequest
+	40,  // 101: timeshard.v1.WorkerService.Finish:input_type -> timeshard.v1.FinishRequest
+	45,  // 102: timeshard.v1.WorkerService.Work:input_type -> timeshard.v1.WorkRequest
+	49,  // 103: timeshard.v1.AdminService.ClusterInfo:input_type -> timeshard.v1.ClusterInfoRequest
+	52,  // 104: timeshard.v1.AdminService.ShardOwners:input_type -> timeshard.v1.ShardOwnersRequest
+	54,  // 105: timeshard.v1.AdminService.MoveShard:input_type -> timeshard.v1.MoveShardRequest
+	56,  // 106: timeshard.v1.AdminService.DrainNode:input_type -> timeshard.v1.DrainNodeRequest
+	58,  // 107: timeshard.v1.AdminService.NodeStatus:input_type -> timeshard.v1.NodeStatusRequest
+	66,  // 108: timeshard.v1.AdminService.SetTypePolicies:input_type -> timeshard.v1.SetTypePoliciesRequest
+	69,  // 109: timeshard.v1.AdminService.SetTypeFlows:input_type -> timeshard.v1.SetTypeFlowsRequest
+	71,  // 110: timeshard.v1.AdminService.ListTypes:input_type -> timeshard.v1.ListTypesRequest
+	4,   // 111: timeshard.v1.JobService.ScheduleJob:output_type -> timeshard.v1.ScheduleJobResponse
+	6,   // 112: timeshard.v1.JobService.ScheduleJobs:output_type -> timeshard.v1.ScheduleJobsResponse
+	2,   // 113: timeshard.v1.JobService.GetJob:output_type -> timeshard.v1.Job
+	9,   // 114: timeshard.v1.JobService.ListJobs:output_type -> timeshard.v1.ListJobsResponse
+	2,   // 115: timeshard.v1.JobService.CancelJob:output_type -> timeshard.v1.Job
+	2,   // 116: timeshard.v1.JobService.RescheduleJob:output_type -> timeshard.v1.Job
+	12,  // 117: timeshard.v1.JobService.CreateSchedule:output_type -> timeshard.v1.Schedule
+	12,  // 118: timeshard.v1.JobService.GetSchedule:output_type -> timeshard.v1.Schedule
+	16,  // 119: timeshard.v1.JobService.ListSchedules:output_type -> timeshard.v1.ListSchedulesResponse
+	12,  // 120: timeshard.v1.JobService.UpdateSchedule:output_type -> timeshard.v1.Schedule
+	12,  // 121: timeshard.v1.JobService.PauseSchedule:output_type -> timeshard.v1.Schedule
+	12,  // 122: timeshard.v1.JobService.ResumeSchedule:output_type -> timeshard.v1.Schedule
+	19,  // 123: timeshard.v1.JobService.DeleteSchedule:output_type -> timeshard.v1.DeleteScheduleResponse
+	22,  // 124: timeshard.v1.JobService.PreviewSchedule:output_type -> timeshard.v1.PreviewResponse
+	24,  // 125: timeshard.v1.JobService.ListDeadLetters:output_type -> timeshard.v1.ListDeadLettersResponse
+	26,  // 126: timeshard.v1.JobService.ReplayDeadLetters:output_type -> timeshard.v1.ReplayDeadLettersResponse
+	27,  // 127: timeshard.v1.JobService.PurgeDeadLetters:output_type -> timeshard.v1.PurgeDeadLettersResponse
+	29,  // 128: timeshard.v1.JobService.WaitJobs:output_type -> timeshard.v1.WaitJobsResponse
+	32,  // 129: timeshard.v1.WorkerService.Claim:output_type -> timeshard.v1.ClaimResponse
+	34,  // 130: timeshard.v1.WorkerService.Heartbeat:output_type -> timeshard.v1.HeartbeatResponse
+	36,  // 131: timeshard.v1.WorkerService.Complete:output_type -> timeshard.v1.CompleteResponse
+	38,  // 132: timeshard.v1.WorkerService.Fail:output_type -> timeshard.v1.FailResponse
+	42,  // 133: timeshard.v1.WorkerService.Finish:output_type -> timeshard.v1.FinishResponse
+	47,  // 134: timeshard.v1.WorkerService.Work:output_type -> timeshard.v1.WorkResponse
+	50,  // 135: timeshard.v1.AdminService.ClusterInfo:output_type -> timeshard.v1.ClusterInfoResponse
+	53,  // 136: timeshard.v1.AdminService.ShardOwners:output_type -> timeshard.v1.ShardOwnersResponse
+	55,  // 137: timeshard.v1.AdminService.MoveShard:output_type -> timeshard.v1.MoveShardResponse
+	57,  // 138: timeshard.v1.AdminService.DrainNode:output_type -> timeshard.v1.DrainNodeResponse
+	64,  // 139: timeshard.v1.AdminService.NodeStatus:output_type -> timeshard.v1.NodeStatusResponse
+	67,  // 140: timeshard.v1.AdminService.SetTypePolicies:output_type -> timeshard.v1.SetTypePoliciesResponse
+	70,  // 141: timeshard.v1.AdminService.SetTypeFlows:output_type -> timeshard.v1.SetTypeFlowsResponse
+	72,  // 142: timeshard.v1.AdminService.ListTypes:output_type -> timeshard.v1.ListTypesResponse
+	111, // [111:143] is the sub-list for method output_type
+	79,  // [79:111] is the sub-list for method input_type
+	79,  // [79:79] is the sub-list for extension type_name
+	79,  // [79:79] is the sub-list for extension extendee
+	0,   // [0:79] is the sub-list for field type_name
 }
 
 func init() { file_timeshard_v1_timeshard_proto_init() }
@@ -5131,13 +5526,14 @@ func file_timeshard_v1_timeshard_proto_init() {
 		(*RescheduleJobRequest_Delay)(nil),
 		(*RescheduleJobRequest_RunAt)(nil),
 	}
+	file_timeshard_v1_timeshard_proto_msgTypes[67].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_timeshard_v1_timeshard_proto_rawDesc), len(file_timeshard_v1_timeshard_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   67,
+			NumMessages:   73,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

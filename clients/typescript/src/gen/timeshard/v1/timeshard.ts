@@ -635,6 +635,8 @@ export interface TypeWaiting {
   jobs: number;
   /** how long the oldest has been due, from the job's own due time */
   oldestAgeMs: number;
+  /** why they are not handed out: "paused", "rate" (no token left), or "" */
+  held: string;
 }
 
 export interface JobEvent {
@@ -698,6 +700,55 @@ export interface SetTypePoliciesRequest {
 
 export interface SetTypePoliciesResponse {
   policies: TypePolicy[];
+}
+
+/** What to change of one job type's flow; a field left unset keeps what is stored. */
+export interface TypeFlow {
+  type: string;
+  /** jobs started per second, cluster-wide, up to 1e6; 0: no limit */
+  rate?:
+    | number
+    | undefined;
+  /** with rate: how many may start at once (0: half a second's worth, at least 1) */
+  burst: number;
+  /** a paused type's due jobs stay ready, in order, and none is handed out */
+  paused?: boolean | undefined;
+}
+
+export interface SetTypeFlowsRequest {
+  flows: TypeFlow[];
+}
+
+export interface SetTypeFlowsResponse {
+  types: TypeInfo[];
+}
+
+export interface ListTypesRequest {
+  type: string;
+}
+
+export interface ListTypesResponse {
+  types: TypeInfo[];
+}
+
+/** A job type as the node called applies it, and its due jobs there. */
+export interface TypeInfo {
+  type: string;
+  /** unset: the node's defaults */
+  policy:
+    | TypePolicy
+    | undefined;
+  /** 0: no limit */
+  rate: number;
+  /** the burst in force with the rate */
+  burst: number;
+  paused: boolean;
+  /** on the node called: due jobs made ready and not claimed */
+  ready: number;
+  /** why those are not handed out there: "paused", "rate" or "" */
+  held: string;
+  /** how long the oldest of them has been due */
+  oldestAgeMs: number;
 }
 
 function createBaseAttempt(): Attempt {
@@ -7532,7 +7583,7 @@ export const TypeCounts: MessageFns<TypeCounts> = {
 };
 
 function createBaseTypeWaiting(): TypeWaiting {
-  return { type: "", jobs: 0, oldestAgeMs: 0 };
+  return { type: "", jobs: 0, oldestAgeMs: 0, held: "" };
 }
 
 export const TypeWaiting: MessageFns<TypeWaiting> = {
@@ -7545,6 +7596,9 @@ export const TypeWaiting: MessageFns<TypeWaiting> = {
     }
     if (message.oldestAgeMs !== 0) {
       writer.uint32(24).int64(message.oldestAgeMs);
+    }
+    if (message.held !== "") {
+      writer.uint32(34).string(message.held);
     }
     return writer;
   },
@@ -7586,6 +7640,14 @@ export const TypeWaiting: MessageFns<TypeWaiting> = {
             message.oldestAgeMs = longToNumber(reader.int64());
             continue;
           }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.held = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -7607,6 +7669,7 @@ export const TypeWaiting: MessageFns<TypeWaiting> = {
         : isSet(object.oldest_age_ms)
         ? globalThis.Number(object.oldest_age_ms)
         : 0,
+      held: isSet(object.held) ? globalThis.String(object.held) : "",
     };
   },
 
@@ -7621,6 +7684,9 @@ export const TypeWaiting: MessageFns<TypeWaiting> = {
     if (message.oldestAgeMs !== 0) {
       obj.oldestAgeMs = Math.round(message.oldestAgeMs);
     }
+    if (message.held !== "") {
+      obj.held = message.held;
+    }
     return obj;
   },
 
@@ -7632,6 +7698,7 @@ export const TypeWaiting: MessageFns<TypeWaiting> = {
     message.type = object.type ?? "";
     message.jobs = object.jobs ?? 0;
     message.oldestAgeMs = object.oldestAgeMs ?? 0;
+    message.held = object.held ?? "";
     return message;
   },
 };
@@ -8526,6 +8593,578 @@ export const SetTypePoliciesResponse: MessageFns<SetTypePoliciesResponse> = {
   },
 };
 
+function createBaseTypeFlow(): TypeFlow {
+  return { type: "", rate: undefined, burst: 0, paused: undefined };
+}
+
+export const TypeFlow: MessageFns<TypeFlow> = {
+  encode(message: TypeFlow, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.type !== "") {
+      writer.uint32(10).string(message.type);
+    }
+    if (message.rate !== undefined) {
+      writer.uint32(17).double(message.rate);
+    }
+    if (message.burst !== 0) {
+      writer.uint32(24).int32(message.burst);
+    }
+    if (message.paused !== undefined) {
+      writer.uint32(32).bool(message.paused);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): TypeFlow {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseTypeFlow();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.type = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 17) {
+              break;
+            }
+
+            message.rate = reader.double();
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.burst = reader.int32();
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.paused = reader.bool();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): TypeFlow {
+    return {
+      type: isSet(object.type) ? globalThis.String(object.type) : "",
+      rate: isSet(object.rate) ? globalThis.Number(object.rate) : undefined,
+      burst: isSet(object.burst) ? globalThis.Number(object.burst) : 0,
+      paused: isSet(object.paused) ? globalThis.Boolean(object.paused) : undefined,
+    };
+  },
+
+  toJSON(message: TypeFlow): unknown {
+    const obj: any = {};
+    if (message.type !== "") {
+      obj.type = message.type;
+    }
+    if (message.rate !== undefined) {
+      obj.rate = floatToJson(message.rate);
+    }
+    if (message.burst !== 0) {
+      obj.burst = Math.round(message.burst);
+    }
+    if (message.paused !== undefined) {
+      obj.paused = message.paused;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<TypeFlow>, I>>(base?: I): TypeFlow {
+    return TypeFlow.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<TypeFlow>, I>>(object: I): TypeFlow {
+    const message = createBaseTypeFlow();
+    message.type = object.type ?? "";
+    message.rate = object.rate ?? undefined;
+    message.burst = object.burst ?? 0;
+    message.paused = object.paused ?? undefined;
+    return message;
+  },
+};
+
+function createBaseSetTypeFlowsRequest(): SetTypeFlowsRequest {
+  return { flows: [] };
+}
+
+export const SetTypeFlowsRequest: MessageFns<SetTypeFlowsRequest> = {
+  encode(message: SetTypeFlowsRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    for (const v of message.flows) {
+      TypeFlow.encode(v!, writer.uint32(10).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): SetTypeFlowsRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseSetTypeFlowsRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.flows.push(TypeFlow.decode(reader, reader.uint32()));
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): SetTypeFlowsRequest {
+    return { flows: globalThis.Array.isArray(object?.flows) ? object.flows.map((e: any) => TypeFlow.fromJSON(e)) : [] };
+  },
+
+  toJSON(message: SetTypeFlowsRequest): unknown {
+    const obj: any = {};
+    if (message.flows?.length) {
+      obj.flows = message.flows.map((e) => TypeFlow.toJSON(e));
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<SetTypeFlowsRequest>, I>>(base?: I): SetTypeFlowsRequest {
+    return SetTypeFlowsRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<SetTypeFlowsRequest>, I>>(object: I): SetTypeFlowsRequest {
+    const message = createBaseSetTypeFlowsRequest();
+    message.flows = object.flows?.map((e) => TypeFlow.fromPartial(e)) || [];
+    return message;
+  },
+};
+
+function createBaseSetTypeFlowsResponse(): SetTypeFlowsResponse {
+  return { types: [] };
+}
+
+export const SetTypeFlowsResponse: MessageFns<SetTypeFlowsResponse> = {
+  encode(message: SetTypeFlowsResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    for (const v of message.types) {
+      TypeInfo.encode(v!, writer.uint32(10).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): SetTypeFlowsResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseSetTypeFlowsResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.types.push(TypeInfo.decode(reader, reader.uint32()));
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): SetTypeFlowsResponse {
+    return { types: globalThis.Array.isArray(object?.types) ? object.types.map((e: any) => TypeInfo.fromJSON(e)) : [] };
+  },
+
+  toJSON(message: SetTypeFlowsResponse): unknown {
+    const obj: any = {};
+    if (message.types?.length) {
+      obj.types = message.types.map((e) => TypeInfo.toJSON(e));
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<SetTypeFlowsResponse>, I>>(base?: I): SetTypeFlowsResponse {
+    return SetTypeFlowsResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<SetTypeFlowsResponse>, I>>(object: I): SetTypeFlowsResponse {
+    const message = createBaseSetTypeFlowsResponse();
+    message.types = object.types?.map((e) => TypeInfo.fromPartial(e)) || [];
+    return message;
+  },
+};
+
+function createBaseListTypesRequest(): ListTypesRequest {
+  return { type: "" };
+}
+
+export const ListTypesRequest: MessageFns<ListTypesRequest> = {
+  encode(message: ListTypesRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.type !== "") {
+      writer.uint32(10).string(message.type);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ListTypesRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseListTypesRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.type = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ListTypesRequest {
+    return { type: isSet(object.type) ? globalThis.String(object.type) : "" };
+  },
+
+  toJSON(message: ListTypesRequest): unknown {
+    const obj: any = {};
+    if (message.type !== "") {
+      obj.type = message.type;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<ListTypesRequest>, I>>(base?: I): ListTypesRequest {
+    return ListTypesRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ListTypesRequest>, I>>(object: I): ListTypesRequest {
+    const message = createBaseListTypesRequest();
+    message.type = object.type ?? "";
+    return message;
+  },
+};
+
+function createBaseListTypesResponse(): ListTypesResponse {
+  return { types: [] };
+}
+
+export const ListTypesResponse: MessageFns<ListTypesResponse> = {
+  encode(message: ListTypesResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    for (const v of message.types) {
+      TypeInfo.encode(v!, writer.uint32(10).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ListTypesResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseListTypesResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.types.push(TypeInfo.decode(reader, reader.uint32()));
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ListTypesResponse {
+    return { types: globalThis.Array.isArray(object?.types) ? object.types.map((e: any) => TypeInfo.fromJSON(e)) : [] };
+  },
+
+  toJSON(message: ListTypesResponse): unknown {
+    const obj: any = {};
+    if (message.types?.length) {
+      obj.types = message.types.map((e) => TypeInfo.toJSON(e));
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<ListTypesResponse>, I>>(base?: I): ListTypesResponse {
+    return ListTypesResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ListTypesResponse>, I>>(object: I): ListTypesResponse {
+    const message = createBaseListTypesResponse();
+    message.types = object.types?.map((e) => TypeInfo.fromPartial(e)) || [];
+    return message;
+  },
+};
+
+function createBaseTypeInfo(): TypeInfo {
+  return { type: "", policy: undefined, rate: 0, burst: 0, paused: false, ready: 0, held: "", oldestAgeMs: 0 };
+}
+
+export const TypeInfo: MessageFns<TypeInfo> = {
+  encode(message: TypeInfo, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.type !== "") {
+      writer.uint32(10).string(message.type);
+    }
+    if (message.policy !== undefined) {
+      TypePolicy.encode(message.policy, writer.uint32(18).fork()).join();
+    }
+    if (message.rate !== 0) {
+      writer.uint32(25).double(message.rate);
+    }
+    if (message.burst !== 0) {
+      writer.uint32(32).int32(message.burst);
+    }
+    if (message.paused !== false) {
+      writer.uint32(40).bool(message.paused);
+    }
+    if (message.ready !== 0) {
+      writer.uint32(48).int32(message.ready);
+    }
+    if (message.held !== "") {
+      writer.uint32(58).string(message.held);
+    }
+    if (message.oldestAgeMs !== 0) {
+      writer.uint32(64).int64(message.oldestAgeMs);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): TypeInfo {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseTypeInfo();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.type = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.policy = TypePolicy.decode(reader, reader.uint32());
+            continue;
+          }
+          case 3: {
+            if (tag !== 25) {
+              break;
+            }
+
+            message.rate = reader.double();
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.burst = reader.int32();
+            continue;
+          }
+          case 5: {
+            if (tag !== 40) {
+              break;
+            }
+
+            message.paused = reader.bool();
+            continue;
+          }
+          case 6: {
+            if (tag !== 48) {
+              break;
+            }
+
+            message.ready = reader.int32();
+            continue;
+          }
+          case 7: {
+            if (tag !== 58) {
+              break;
+            }
+
+            message.held = reader.string();
+            continue;
+          }
+          case 8: {
+            if (tag !== 64) {
+              break;
+            }
+
+            message.oldestAgeMs = longToNumber(reader.int64());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): TypeInfo {
+    return {
+      type: isSet(object.type) ? globalThis.String(object.type) : "",
+      policy: isSet(object.policy) ? TypePolicy.fromJSON(object.policy) : undefined,
+      rate: isSet(object.rate) ? globalThis.Number(object.rate) : 0,
+      burst: isSet(object.burst) ? globalThis.Number(object.burst) : 0,
+      paused: isSet(object.paused) ? globalThis.Boolean(object.paused) : false,
+      ready: isSet(object.ready) ? globalThis.Number(object.ready) : 0,
+      held: isSet(object.held) ? globalThis.String(object.held) : "",
+      oldestAgeMs: isSet(object.oldestAgeMs)
+        ? globalThis.Number(object.oldestAgeMs)
+        : isSet(object.oldest_age_ms)
+        ? globalThis.Number(object.oldest_age_ms)
+        : 0,
+    };
+  },
+
+  toJSON(message: TypeInfo): unknown {
+    const obj: any = {};
+    if (message.type !== "") {
+      obj.type = message.type;
+    }
+    if (message.policy !== undefined) {
+      obj.policy = TypePolicy.toJSON(message.policy);
+    }
+    if (message.rate !== 0) {
+      obj.rate = floatToJson(message.rate);
+    }
+    if (message.burst !== 0) {
+      obj.burst = Math.round(message.burst);
+    }
+    if (message.paused !== false) {
+      obj.paused = message.paused;
+    }
+    if (message.ready !== 0) {
+      obj.ready = Math.round(message.ready);
+    }
+    if (message.held !== "") {
+      obj.held = message.held;
+    }
+    if (message.oldestAgeMs !== 0) {
+      obj.oldestAgeMs = Math.round(message.oldestAgeMs);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<TypeInfo>, I>>(base?: I): TypeInfo {
+    return TypeInfo.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<TypeInfo>, I>>(object: I): TypeInfo {
+    const message = createBaseTypeInfo();
+    message.type = object.type ?? "";
+    message.policy = (object.policy !== undefined && object.policy !== null)
+      ? TypePolicy.fromPartial(object.policy)
+      : undefined;
+    message.rate = object.rate ?? 0;
+    message.burst = object.burst ?? 0;
+    message.paused = object.paused ?? false;
+    message.ready = object.ready ?? 0;
+    message.held = object.held ?? "";
+    message.oldestAgeMs = object.oldestAgeMs ?? 0;
+    return message;
+  },
+};
+
 export type JobServiceService = typeof JobServiceService;
 export const JobServiceService = {
   scheduleJob: {
@@ -9207,6 +9846,34 @@ export const AdminServiceService = {
       Buffer.from(SetTypePoliciesResponse.encode(value).finish()),
     responseDeserialize: (value: Buffer): SetTypePoliciesResponse => SetTypePoliciesResponse.decode(value),
   },
+  /**
+   * Per job type: its rate (jobs started per second across the cluster, with a burst) and
+   * whether it is paused. Admin only. Stored apart from the policy, so a worker declaring its
+   * policy never undoes them; the node called applies them at once, the others within 5 s.
+   */
+  setTypeFlows: {
+    path: "/timeshard.v1.AdminService/SetTypeFlows" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: SetTypeFlowsRequest): Buffer => Buffer.from(SetTypeFlowsRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): SetTypeFlowsRequest => SetTypeFlowsRequest.decode(value),
+    responseSerialize: (value: SetTypeFlowsResponse): Buffer =>
+      Buffer.from(SetTypeFlowsResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): SetTypeFlowsResponse => SetTypeFlowsResponse.decode(value),
+  },
+  /**
+   * Every job type with a policy or a flow (stored, or the node's own --types), as the node
+   * called applies them after reading the store, and its jobs held there.
+   */
+  listTypes: {
+    path: "/timeshard.v1.AdminService/ListTypes" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: ListTypesRequest): Buffer => Buffer.from(ListTypesRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): ListTypesRequest => ListTypesRequest.decode(value),
+    responseSerialize: (value: ListTypesResponse): Buffer => Buffer.from(ListTypesResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): ListTypesResponse => ListTypesResponse.decode(value),
+  },
 } as const;
 
 export interface AdminServiceServer extends UntypedServiceImplementation {
@@ -9220,6 +9887,17 @@ export interface AdminServiceServer extends UntypedServiceImplementation {
    * tasks declare them. Stored, so every node applies them (within a few seconds).
    */
   setTypePolicies: handleUnaryCall<SetTypePoliciesRequest, SetTypePoliciesResponse>;
+  /**
+   * Per job type: its rate (jobs started per second across the cluster, with a burst) and
+   * whether it is paused. Admin only. Stored apart from the policy, so a worker declaring its
+   * policy never undoes them; the node called applies them at once, the others within 5 s.
+   */
+  setTypeFlows: handleUnaryCall<SetTypeFlowsRequest, SetTypeFlowsResponse>;
+  /**
+   * Every job type with a policy or a flow (stored, or the node's own --types), as the node
+   * called applies them after reading the store, and its jobs held there.
+   */
+  listTypes: handleUnaryCall<ListTypesRequest, ListTypesResponse>;
 }
 
 export interface AdminServiceClient extends Client {
@@ -9316,6 +9994,45 @@ export interface AdminServiceClient extends Client {
     metadata: Metadata,
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: SetTypePoliciesResponse) => void,
+  ): ClientUnaryCall;
+  /**
+   * Per job type: its rate (jobs started per second across the cluster, with a burst) and
+   * whether it is paused. Admin only. Stored apart from the policy, so a worker declaring its
+   * policy never undoes them; the node called applies them at once, the others within 5 s.
+   */
+  setTypeFlows(
+    request: SetTypeFlowsRequest,
+    callback: (error: ServiceError | null, response: SetTypeFlowsResponse) => void,
+  ): ClientUnaryCall;
+  setTypeFlows(
+    request: SetTypeFlowsRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: SetTypeFlowsResponse) => void,
+  ): ClientUnaryCall;
+  setTypeFlows(
+    request: SetTypeFlowsRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: SetTypeFlowsResponse) => void,
+  ): ClientUnaryCall;
+  /**
+   * Every job type with a policy or a flow (stored, or the node's own --types), as the node
+   * called applies them after reading the store, and its jobs held there.
+   */
+  listTypes(
+    request: ListTypesRequest,
+    callback: (error: ServiceError | null, response: ListTypesResponse) => void,
+  ): ClientUnaryCall;
+  listTypes(
+    request: ListTypesRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: ListTypesResponse) => void,
+  ): ClientUnaryCall;
+  listTypes(
+    request: ListTypesRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: ListTypesResponse) => void,
   ): ClientUnaryCall;
 }
 
