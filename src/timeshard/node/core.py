@@ -381,7 +381,12 @@ class Node:
         fresh = {job.job_id for job, spec in zip(jobs, specs, strict=True) if not spec.job_id}
         # Shielded: once written, a job is notified (and re-landed when late) even if the
         # caller gives up meanwhile (a client's deadline), or its entry could stay unread.
-        results = await asyncio.shield(self._create(jobs, entries, fresh, now))
+        creating = asyncio.ensure_future(self._create(jobs, entries, fresh, now))
+        try:
+            results = await asyncio.shield(creating)
+        except asyncio.CancelledError:
+            creating.add_done_callback(_note_abandoned_create)
+            raise
         for spec, result in zip(specs, results, strict=True):
             if result.conflict:
                 raise AlreadyExists(
@@ -694,3 +699,16 @@ def _what(spec: JobSpec) -> str:
     if spec.idempotency_key:
         return f"idempotency key {spec.idempotency_key!r}"
     return f"job id {spec.job_id!r}"
+
+
+def _note_abandoned_create(task: asyncio.Future[Any]) -> None:
+    """A create whose caller gave up (its deadline) goes on, shielded; if it then fails, the
+    caller was told nothing was acknowledged, so a log line says it (asyncio would print a
+    traceback: "Task exception was never retrieved")."""
+    if task.cancelled():
+        return
+    exc = task.exception()
+    if exc is not None and not isinstance(exc, TimeshardError):
+        log.error("a create failed after its caller gave up", exc_info=exc)
+    elif exc is not None:
+        log.info("a create failed after its caller gave up: %s", exc)
