@@ -28,6 +28,7 @@ type (
 	Schedule    = pb.Schedule
 	FireTime    = pb.FireTime
 	ClusterNode = pb.Node
+	TypeInfo    = pb.TypeInfo
 )
 
 // Job states.
@@ -371,4 +372,51 @@ func (c *Client) ClusterInfo(ctx context.Context) ([]*ClusterNode, error) {
 		return nil, err
 	}
 	return resp.GetNodes(), nil
+}
+
+// SetTypeRate limits how many jobs of jobType start per second across the cluster, with
+// burst starting at once (0: half a second's worth); rate 0 removes the limit. It returns the
+// type as the node called now applies it. An admin call.
+func (c *Client) SetTypeRate(ctx context.Context, jobType string, rate float64, burst int32) (*TypeInfo, error) {
+	return c.setFlow(ctx, &pb.TypeFlow{Type: jobType, Rate: &rate, Burst: burst})
+}
+
+// PauseType holds every due job of jobType (accepted and stored, handed to no worker) until
+// ResumeType. An admin call.
+func (c *Client) PauseType(ctx context.Context, jobType string) (*TypeInfo, error) {
+	paused := true
+	return c.setFlow(ctx, &pb.TypeFlow{Type: jobType, Paused: &paused})
+}
+
+// ResumeType lets a paused type's jobs start again, at its rate if it has one. An admin call.
+func (c *Client) ResumeType(ctx context.Context, jobType string) (*TypeInfo, error) {
+	paused := false
+	return c.setFlow(ctx, &pb.TypeFlow{Type: jobType, Paused: &paused})
+}
+
+// ListTypes lists the job types with a policy or a flow (jobType "": all of them) as the node
+// called applies them, with their due jobs waiting there and why they are held.
+func (c *Client) ListTypes(ctx context.Context, jobType string) ([]*TypeInfo, error) {
+	resp, err := call(ctx, c, true, func(ctx context.Context, i int) (*pb.ListTypesResponse, error) {
+		return c.admin[i].ListTypes(ctx, &pb.ListTypesRequest{Type: jobType})
+	})
+	if err != nil {
+		return nil, err
+	}
+	return resp.GetTypes(), nil
+}
+
+func (c *Client) setFlow(ctx context.Context, flow *pb.TypeFlow) (*TypeInfo, error) {
+	resp, err := call(ctx, c, true, func(ctx context.Context, i int) (*pb.SetTypeFlowsResponse, error) {
+		return c.admin[i].SetTypeFlows(ctx, &pb.SetTypeFlowsRequest{Flows: []*pb.TypeFlow{flow}})
+	})
+	if err != nil {
+		return nil, err
+	}
+	for _, t := range resp.GetTypes() {
+		if t.GetType() == flow.GetType() {
+			return t, nil
+		}
+	}
+	return nil, fmt.Errorf("timeshard: the node did not answer for type %q", flow.GetType())
 }

@@ -6,6 +6,8 @@ import {
   JobState,
   Schedule,
   type ScheduleJobRequest,
+  type TypeFlow,
+  type TypeInfo,
 } from "./gen/timeshard/v1/timeshard.js";
 import { type ConnectOptions, resolveSecurity, resolveServers } from "./config.js";
 import { NodeConnection, unary } from "./connection.js";
@@ -15,7 +17,7 @@ import type { Metadata } from "@grpc/grpc-js";
 import { status } from "@grpc/grpc-js";
 
 export { JobState };
-export type { Job, FireTime, ClusterInfoResponse };
+export type { Job, FireTime, ClusterInfoResponse, TypeInfo };
 export { Schedule };
 
 /** A job's payload: bytes, or a string sent as UTF-8. */
@@ -321,6 +323,44 @@ export class Client {
       unary(n.jobs.purgeDeadLetters.bind(n.jobs), request, this.metadata, this.settings),
     );
     return res.jobIds;
+  }
+
+  // -- job types: rate limits and pauses (admin calls) -------------------------------------
+
+  /** At most `rate` jobs of `type` start per second across the cluster, `burst` at once (0:
+   * half a second's worth); `rate` 0 removes the limit. The type as the node now applies it. */
+  async setTypeRate(type: string, rate: number, burst = 0): Promise<TypeInfo> {
+    return this.setFlow({ type, rate, burst });
+  }
+
+  /** Hold every due job of `type` (stored, handed to no worker) until `resumeType`. */
+  async pauseType(type: string): Promise<TypeInfo> {
+    return this.setFlow({ type, burst: 0, paused: true });
+  }
+
+  /** Let a paused type's jobs start again, at its rate if it has one. */
+  async resumeType(type: string): Promise<TypeInfo> {
+    return this.setFlow({ type, burst: 0, paused: false });
+  }
+
+  /** The types with a policy or a flow ("" for all), as the node called applies them, with
+   * their due jobs waiting there and why they are held (`held`: "paused", "rate" or ""). */
+  async listTypes(type = ""): Promise<TypeInfo[]> {
+    const res = await this.call(true, (n) =>
+      unary(n.admin.listTypes.bind(n.admin), { type }, this.metadata, this.settings),
+    );
+    return res.types;
+  }
+
+  private async setFlow(flow: TypeFlow): Promise<TypeInfo> {
+    const res = await this.call(true, (n) =>
+      unary(n.admin.setTypeFlows.bind(n.admin), { flows: [flow] }, this.metadata, this.settings),
+    );
+    const info = res.types.find((t) => t.type === flow.type);
+    if (info === undefined) {
+      throw new UnavailableError(status.UNAVAILABLE, `the node did not answer for type ${flow.type}`);
+    }
+    return info;
   }
 
   /** Every node of the cluster, as the first node that answers knows them. */
