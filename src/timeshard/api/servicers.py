@@ -45,9 +45,9 @@ from timeshard.v1 import timeshard_pb2 as pb
 from timeshard.v1 import timeshard_pb2_grpc as pb_grpc
 from timeshard.views.status import node_status, shard_rows
 from timeshard.wire import (
+    deadline_of,
     dur,
     dur_s,
-    deadline_of,
     job_to_pb,
     run_at_of,
     schedule_from_pb,

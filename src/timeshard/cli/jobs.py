@@ -12,7 +12,7 @@ from timeshard.cli.common import MAX_INT32, add_json_option, parse_duration, par
 from timeshard.cli.load import DEFAULT_KEY_PREFIX, cmd_load, key_prefix, not_scheduled_why
 from timeshard.console import Exit, add_progress_option, print_json, when, when_local
 from timeshard.errors import FailedPrecondition, InvalidArgument, TimeshardError
-from timeshard.limits import MAX_BATCH
+from timeshard.limits import MAX_BATCH, MAX_PRIORITY
 from timeshard.model import RESULT_BYTES, RESULT_JSON, JobState, parse_json_payload
 from timeshard.protoclient import ProtoClient as Client
 from timeshard.protoclient import Scheduled
@@ -36,6 +36,22 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         type=whole(0, MAX_INT32, note="0: the type's default"),
         default=0,
         help="attempts before the job is dead (0: the type's default)",
+    )
+    deadline = s.add_mutually_exclusive_group()
+    deadline.add_argument(
+        "--deadline",
+        help="RFC 3339: no attempt starts after it; not started by then, the job ends expired",
+    )
+    deadline.add_argument(
+        "--deadline-in",
+        help="as --deadline, a duration after the job is due (its --in/--at), e.g. 10m",
+    )
+    s.add_argument(
+        "--priority",
+        type=whole(0, MAX_PRIORITY),
+        default=0,
+        help=f"0 (default, lowest) to {MAX_PRIORITY}: higher goes first among due jobs of "
+        "its type; a waiting job ages, so it is never starved",
     )
     add_json_option(s, '{"created": true|false, "job": JOB}')
     s.set_defaults(func=cmd_schedule)
@@ -195,6 +211,8 @@ def job_json(job: pb.Job) -> dict[str, Any]:
         ],
         "result_encoding": job.result_encoding or None,
         "result": _result_json(job),
+        "deadline": t(job.deadline, job.HasField("deadline")),
+        "priority": job.priority,
     }
 
 
@@ -225,6 +243,14 @@ def _when(args: argparse.Namespace) -> dict[str, Any]:
     return {"delay_s": parse_duration(args.delay)}
 
 
+def _deadline(args: argparse.Namespace) -> dict[str, Any]:
+    if args.deadline:
+        return {"deadline_ms": parse_time(args.deadline, "--deadline")}
+    if args.deadline_in:
+        return {"deadline_in_s": parse_duration(args.deadline_in, "--deadline-in")}
+    return {}
+
+
 def cmd_schedule(args: argparse.Namespace) -> int:
     payload = parse_json_payload(args.payload)
     if args.max_attempts < 0:
@@ -235,7 +261,9 @@ def cmd_schedule(args: argparse.Namespace) -> int:
             payload,
             idempotency_key=args.key,
             max_attempts=args.max_attempts,
+            priority=args.priority,
             **_when(args),
+            **_deadline(args),
         )
     line = _scheduled_line(done, args.key)
     if args.json:

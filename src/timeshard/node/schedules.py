@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import itertools
 import logging
 import uuid
 import zlib
@@ -187,7 +188,7 @@ def check_spread(s: Schedule, spec: CronSpec, now: int) -> None:
     if not s.spread_ms:
         return
     times = next_fire_times(spec, now, SPREAD_CHECK_FIRES)
-    gap = min((b - a for a, b in zip(times, times[1:], strict=False)), default=None)
+    gap = min((b - a for a, b in itertools.pairwise(times)), default=None)
     if gap is not None and s.spread_ms >= gap:
         raise InvalidArgument(
             "spread",
