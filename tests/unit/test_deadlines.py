@@ -60,7 +60,8 @@ async def test_a_job_held_by_a_concurrency_limit_expires_too() -> None:
         held, _ = await node.schedule(
             job_type="limited", payload=b"", run_at=START_MS + 100, deadline=START_MS + 3000
         )
-        await advance(node, clock, 0.5)
+        await advance(node, clock, 1)
+        await wait_until(lambda: node.ready.count() == 2, what="both jobs ready")
         [c] = await node.claim(worker="w", types=["limited"], limit=2, wait_s=0, lease_s=60)
         assert c.job.job_id == first.job_id  # the older one; the other waits for room
         assert node.ready.count() == 1
