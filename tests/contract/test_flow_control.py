@@ -71,9 +71,7 @@ async def test_expire_applies_only_after_the_deadline(open_store: OpenStore) -> 
         await assert_unchanged(store, again, got)
         twice = await store.expire_job(job.job_id, job.fence, NOW + 2000, REASON)
         await assert_unchanged(store, twice, got)
-        page = await store.list_jobs(
-            state=JobState.EXPIRED, job_type=None, limit=10, page_token=""
-        )
+        page = await store.list_jobs(state=JobState.EXPIRED, job_type=None, limit=10, page_token="")
         assert [j.job_id for j in page.jobs] == [job.job_id]
 
 

@@ -40,7 +40,13 @@ def test_aging_lets_a_waiting_job_pass_newer_higher_ones() -> None:
     q.push(item("old-low", 0, 0))
     for t in (8_000, 9_000, 9_001, 12_000):
         q.push(item(f"high@{t}", t, 9))
-    assert ids(q.take(["t"], 10)) == ["high@8000", "old-low", "high@9000", "high@9001", "high@12000"]
+    assert ids(q.take(["t"], 10)) == [
+        "high@8000",
+        "old-low",
+        "high@9000",
+        "high@9001",
+        "high@12000",
+    ]
 
 
 def test_a_job_taken_and_given_back_keeps_its_place() -> None:
