@@ -134,6 +134,6 @@ async def test_wait_is_measured_by_priority() -> None:
         await node.schedule(job_type="p", payload=b"", run_at=START_MS, priority=3)
         await advance(node, clock, 2)
         await wait_until(lambda: node.ready.count() == 1, what="ready")
-        [c] = await node.claim(worker="w", types=["p"], limit=1, wait_s=0, lease_s=30)
+        assert len(await node.claim(worker="w", types=["p"], limit=1, wait_s=0, lease_s=30)) == 1
         text = generate_latest(node_registry(node)).decode()
         assert 'timeshard_claim_wait_seconds_count{priority="3"} 1.0' in text
