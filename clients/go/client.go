@@ -116,6 +116,12 @@ type NewJob struct {
 	IdempotencyKey string
 	// MaxAttempts: 0 means the server's default.
 	MaxAttempts int32
+	// Deadline (when set) or DeadlineIn (after the job is due, when not zero): no attempt
+	// starts later; a job not started by then ends expired. Not both.
+	Deadline   time.Time
+	DeadlineIn time.Duration
+	// Priority: 0 (default, lowest) to 9, higher first among the due jobs of its type.
+	Priority int32
 }
 
 func (j NewJob) request() (*pb.ScheduleJobRequest, error) {
@@ -124,6 +130,15 @@ func (j NewJob) request() (*pb.ScheduleJobRequest, error) {
 		Payload:        j.Payload,
 		IdempotencyKey: j.IdempotencyKey,
 		MaxAttempts:    j.MaxAttempts,
+		Priority:       j.Priority,
+	}
+	switch {
+	case !j.Deadline.IsZero() && j.DeadlineIn != 0:
+		return nil, &Error{Code: codes.InvalidArgument, Message: "job " + j.Type + ": give Deadline or DeadlineIn, not both"}
+	case !j.Deadline.IsZero():
+		req.DeadlineOf = &pb.ScheduleJobRequest_Deadline{Deadline: timestamppb.New(j.Deadline)}
+	case j.DeadlineIn != 0:
+		req.DeadlineOf = &pb.ScheduleJobRequest_DeadlineIn{DeadlineIn: durationpb.New(j.DeadlineIn)}
 	}
 	switch {
 	case !j.RunAt.IsZero() && j.Delay != 0:
