@@ -140,7 +140,7 @@ async def test_the_owner_hands_out_higher_priorities_first(
 async def test_occurrences_run_spread_after_their_nominal_time(
     cassandra_address: str, keyspace: str
 ) -> None:
-    async with two_nodes(cassandra_address, keyspace) as (owner, other):
+    async with two_nodes(cassandra_address, keyspace) as (_owner, other):
         spread_ms = 900  # every second, spread within 0.9 s
         s = await other.schedules.create(
             Schedule(
@@ -168,4 +168,3 @@ async def test_occurrences_run_spread_after_their_nominal_time(
             assert nominal % 1000 == 0  # the id stays on the nominal time
             assert job.run_at == nominal + offset
         assert (await other.schedules.get("spread-it")).spread_ms == spread_ms
-        _ = owner
