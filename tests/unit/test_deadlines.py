@@ -19,6 +19,8 @@ from timeshard.node import TypePolicy
 from timeshard.store.base import JobClaim
 from timeshard.store.sqlite import SqliteStore
 from timeshard.views.metrics import node_registry
+from timeshard.views.page import render
+from timeshard.views.status import node_status
 
 
 def expired_count(node: object, job_type: str) -> float:
@@ -51,6 +53,32 @@ async def test_a_job_held_with_no_worker_expires_at_its_deadline() -> None:
         assert [j.job_id for j in page.jobs] == [job.job_id]
         # Nothing can start it any more.
         assert await node.claim(worker="w", types=["remind"], limit=1, wait_s=0, lease_s=30) == []
+        # The status page counts it, apart from lease expiries.
+        page = render(await node_status(node))
+        assert ">past deadline</th></tr>" in page and ">lease expired</th>" in page
+        row = page.split("<td>remind</td>")[1].split("</tr>")[0]
+        cells = [c.split("<")[0] for c in row.split('class="num">')[1:]]
+        assert cells == ["1", "0", "0", "0", "0", "0", "0", "1"]  # scheduled ... past deadline
+
+
+async def test_a_job_waiting_for_minutes_still_expires_at_its_deadline() -> None:
+    """A due job waiting longer than a minute has its entry written again every minute (so it
+    never pins the cursor): its deadline still holds through those moves."""
+    async with running() as (node, clock):
+        job, _ = await node.schedule(
+            job_type="remind", payload=b"", run_at=START_MS, deadline=START_MS + 150_000
+        )
+        await advance(node, clock, 149, step=5)
+        assert (await node.get(job.job_id)).state is JobState.SCHEDULED
+        assert node.ready.count() == 1
+        await advance(node, clock, 5, step=1)
+        await wait_until(lambda: node.ready.count() == 0, what="the job expired")
+        await settle(node)
+        assert (await node.get(job.job_id)).state is JobState.EXPIRED
+        # Its entries are handled: the cursor moves past its minutes.
+        await advance(node, clock, 120, step=10)
+        cursor = (await node.store.get_shard(job.shard)).cursor
+        assert cursor * 60_000 > START_MS + 60_000
 
 
 async def test_a_job_held_by_a_concurrency_limit_expires_too() -> None:
