@@ -137,3 +137,19 @@ async def test_wait_is_measured_by_priority() -> None:
         assert len(await node.claim(worker="w", types=["p"], limit=1, wait_s=0, lease_s=30)) == 1
         text = generate_latest(node_registry(node)).decode()
         assert 'timeshard_claim_wait_seconds_count{priority="3"} 1.0' in text
+
+
+def test_removed_jobs_are_never_handed_out_and_the_rest_keep_their_order() -> None:
+    q = ReadyQueues(aging_ms=1000)
+    for n in range(300):
+        q.push(item(f"j{n:03}", n, priority=n % 3, shard=n % 2))
+    for n in range(0, 300, 3):  # many removals: the shards' heaps are rebuilt on the way
+        assert q.remove(f"j{n:03}") is not None
+    q.push(item("j000", 0))  # a removed job queued again, as new
+    assert q.count() == 201
+    got = ids(q.take(["t"], 1000))
+    assert len(got) == len(set(got)) == 201
+    ranks = {i: (n - (n % 3) * 1000) for n in range(300) if (i := f"j{n:03}") in got}
+    ranks["j000"] = 0
+    assert got == sorted(got, key=lambda i: (ranks[i], i))
+    assert q.count() == 0 and q.take(["t"], 10) == []

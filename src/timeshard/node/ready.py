@@ -20,8 +20,6 @@ import heapq
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from sortedcontainers import SortedList
-
 from timeshard.limits import DEFAULT_PRIORITY_AGING_MS
 from timeshard.model import LEASE_EXPIRED, BucketEntry, Job
 
@@ -66,13 +64,40 @@ class Unclaimed:
 
 
 class _ShardQueue:
-    """The ready jobs of one type on one shard, in the order they are to be handed out."""
+    """The ready jobs of one type on one shard, in the order they are to be handed out: a heap
+    of ranks. A removed item leaves its rank in the heap, skipped when it reaches the top (and
+    the heap is rebuilt when such ranks outnumber the items)."""
 
-    __slots__ = ("items", "order")
+    __slots__ = ("heap", "items")
 
     def __init__(self) -> None:
-        self.order: SortedList = SortedList()  # of ReadyItem.rank
+        self.heap: list[tuple[int, int, str]] = []  # ReadyItem.rank
         self.items: dict[str, ReadyItem] = {}
+
+    def head(self) -> tuple[int, int, str] | None:
+        heap, items = self.heap, self.items
+        while heap:
+            top = heap[0]
+            item = items.get(top[2])
+            if item is not None and item.rank == top:
+                return top
+            heapq.heappop(heap)
+        return None
+
+    def add(self, item: ReadyItem, rank: tuple[int, int, str]) -> None:
+        self.items[item.job_id] = item
+        heapq.heappush(self.heap, rank)
+
+    def discard(self, job_id: str) -> ReadyItem:
+        item = self.items.pop(job_id)
+        if len(self.heap) > 2 * len(self.items) + 64:  # mostly removed ranks: rebuild
+            self.heap = [i.rank for i in self.items.values() if i.rank is not None]
+            heapq.heapify(self.heap)
+        return item
+
+    def pop(self) -> ReadyItem:
+        """The first item (``head()`` is not None)."""
+        return self.items.pop(heapq.heappop(self.heap)[2])
 
 
 class _TypeQueue:
@@ -106,8 +131,7 @@ class _TypeQueue:
         q = self.by_shard.get(item.shard)
         if q is None:
             q = self.by_shard[item.shard] = _ShardQueue()
-        q.order.add(item.rank)
-        q.items[item.job_id] = item
+        q.add(item, item.rank)
         self.shard_of[item.job_id] = item.shard
 
     def remove(self, job_id: str) -> None:
@@ -115,8 +139,7 @@ class _TypeQueue:
         if shard is None:
             return
         q = self.by_shard[shard]
-        item = q.items.pop(job_id)
-        q.order.remove(item.rank)
+        q.discard(job_id)
         if not q.items:
             del self.by_shard[shard]
 
@@ -124,16 +147,21 @@ class _TypeQueue:
         out: list[ReadyItem] = []
         if n <= 0 or not self.shard_of:
             return out
-        heads = [(q.order[0][0], 0, shard) for shard, q in self.by_shard.items()]
+        heads = []
+        for shard, q in self.by_shard.items():
+            top = q.head()
+            if top is not None:
+                heads.append((top[0], 0, shard))
         heapq.heapify(heads)
         while heads and len(out) < n:
             _, depth, shard = heapq.heappop(heads)
             q = self.by_shard[shard]
-            item = q.items.pop(q.order.pop(0)[2])
+            item = q.pop()
             del self.shard_of[item.job_id]
             out.append(item)
-            if q.items:
-                heapq.heappush(heads, (q.order[0][0], depth + 1, shard))
+            top = q.head() if q.items else None
+            if top is not None:
+                heapq.heappush(heads, (top[0], depth + 1, shard))
             else:
                 del self.by_shard[shard]
         return out
