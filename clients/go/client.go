@@ -37,6 +37,8 @@ const (
 	StateSucceeded = pb.JobState_JOB_STATE_SUCCEEDED
 	StateDead      = pb.JobState_JOB_STATE_DEAD
 	StateCancelled = pb.JobState_JOB_STATE_CANCELLED
+	// StateExpired: not started by its deadline, so never run.
+	StateExpired = pb.JobState_JOB_STATE_EXPIRED
 )
 
 // maxBatch is the most jobs one ScheduleJobs call takes (the server's limit is 1000).
