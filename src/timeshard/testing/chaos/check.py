@@ -18,7 +18,10 @@ Must be zero (``MUST_BE_ZERO``):
 - ``early``: runs claimed (or started) before their due time, including the due time a
   reschedule acknowledged before the claim set;
 - ``wrong_state``: jobs that ended otherwise than planned (a planned success dead, a permanent
-  failure succeeded, an acknowledged cancel not cancelled, a success with no effect applied).
+  failure succeeded, an acknowledged cancel not cancelled, a success with no effect applied;
+  a job with a deadline may also end expired);
+- ``ran_after_deadline``: runs of a job with a deadline claimed after it (by the claiming
+  node's clock), or attempts the store shows started after it.
 
 Also counted and explained, but expected under faults: sequential re-runs (a job run again
 after a run whose result did not land: its worker killed or paused, its lease lost, its result
@@ -48,7 +51,7 @@ from timeshard.testing.chaos.report import MUST_BE_ZERO, Finding, Report
 
 __all__ = ["MUST_BE_ZERO", "Finding", "Report", "check", "check_dir", "main"]
 
-TERMINAL = frozenset({"succeeded", "dead", "cancelled"})
+TERMINAL = frozenset({"succeeded", "dead", "cancelled", "expired"})
 STEP_OUTCOMES = frozenset({"ok", "retry", "permanent", "error"})
 """End outcomes that are the handler's own doing (a step), not the SDK stopping it."""
 CATCH_UP_KINDS = frozenset({"store_outage"})
@@ -66,6 +69,8 @@ class JobPlan:
     acked: float
     cancel: dict[str, Any] | None = None
     reschedules: list[dict[str, Any]] = field(default_factory=list)
+    deadline: int = 0
+    """No attempt may start after it (epoch ms; 0: none)."""
 
 
 class _Times:
@@ -143,7 +148,12 @@ def _plans(ledger: Ledger) -> dict[str, JobPlan]:
     plans: dict[str, JobPlan] = {}
     for r in ledger.records("job"):
         plans[r["job"]] = JobPlan(
-            job=r["job"], expect=r["expect"], run_at=r["run_at"], sent=r["sent"], acked=r["acked"]
+            job=r["job"],
+            expect=r["expect"],
+            run_at=r["run_at"],
+            sent=r["sent"],
+            acked=r["acked"],
+            deadline=r.get("deadline", 0),
         )
     for r in ledger.records("cancel"):
         if r["job"] in plans:
@@ -205,6 +215,8 @@ def _expected_state(plan: JobPlan | None) -> set[str]:
     ends = {"permanent": {"dead"}}.get(plan.expect, {"succeeded"})
     if plan.cancel is not None:  # refused or unknown: either may stand
         ends = ends | {"cancelled"}
+    if plan.deadline:  # not started in time (a fault held it): never run, and that is right
+        ends = ends | {"expired"}
     return ends
 
 
@@ -407,6 +419,30 @@ def _early(plans: dict[str, JobPlan], by_job: dict[str, list[RunRecord]]) -> lis
     return out
 
 
+def _ran_after_deadline(
+    plans: dict[str, JobPlan],
+    by_job: dict[str, list[RunRecord]],
+    store: dict[str, dict[str, Any]],
+) -> list[Finding]:
+    out = []
+    for job, plan in sorted(plans.items()):
+        if not plan.deadline:
+            continue
+        starts = [(r.started_at, f"fence {r.fence} claimed") for r in by_job.get(job, [])]
+        history = store.get(job, {}).get("history", [])
+        starts += [(int(a["started_at"]), f"attempt {a['attempt']} started") for a in history]
+        out += [
+            Finding(
+                kind="ran_after_deadline",
+                job=job,
+                detail=f"{what} at {at}, {at - plan.deadline} ms after its deadline",
+            )
+            for at, what in starts
+            if at > plan.deadline
+        ]
+    return out
+
+
 def _rerun_cause(prev: RunRecord, nxt: RunRecord, times: _Times) -> str:
     kinds = prev.sdk_kinds()
     if times.killed(prev, nxt.mono) and "succeeded" not in kinds:
@@ -516,6 +552,7 @@ def check(ledger: Ledger) -> Report:
     ]
     after_cancel = _ran_after_cancel(plans, by_job)
     early = _early(plans, by_job)
+    after_deadline = _ran_after_deadline(plans, by_job, store)
     retries, reruns, causes, unexplained = _reruns(by_job, times)
     lateness = _lateness(plans, by_job)
     all_jobs = {*plans, *occurrences}
@@ -545,6 +582,9 @@ def check(ledger: Ledger) -> Report:
         "cron_doubled": len(doubled),
         "ran_after_cancel": jobs_of(after_cancel),
         "early": jobs_of(early),
+        "ran_after_deadline": jobs_of(after_deadline),
+        "with_deadline": sum(1 for p in plans.values() if p.deadline),
+        "expired": sum(1 for j in all_jobs if store.get(j, {}).get("state") == "expired"),
         "wrong_state": jobs_of(wrong),
         "retries": retries,
         "reruns": reruns,
@@ -572,6 +612,7 @@ def check(ledger: Ledger) -> Report:
         *doubled,
         *after_cancel,
         *early,
+        *after_deadline,
         *wrong,
         *unexplained,
         *after_lease,
