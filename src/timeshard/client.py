@@ -324,7 +324,7 @@ class Client(_Base):
     # -- waiting for jobs -----------------------------------------------------------------
 
     def wait(self, job_id: str, timeout: float | None = None) -> Job:
-        """The job once it is finished (succeeded, dead or cancelled; ``Job.result`` holds
+        """The job once it is finished (succeeded, dead, cancelled or expired; ``Job.result`` holds
         what its handler returned). Raises ``WaitTimeout`` after ``timeout`` seconds (None:
         as long as it takes), ``NotFound`` for an unknown id."""
         return self.wait_many([job_id], timeout=timeout)[job_id]

@@ -307,7 +307,8 @@ class ProtoClient:
     # -- waiting for jobs -----------------------------------------------------------------
 
     def wait(self, job_id: str, timeout: float | None = None) -> pb.Job:
-        """The job once it is finished (succeeded, dead or cancelled): see ``wait_many``."""
+        """The job once it is finished (succeeded, dead, cancelled or expired): see
+        ``wait_many``."""
         return self.wait_many([job_id], timeout=timeout)[job_id]
 
     def wait_many(self, job_ids: Iterable[str], timeout: float | None = None) -> dict[str, pb.Job]:

@@ -132,14 +132,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 WAIT_DESCRIPTION = f"""\
-Waits on the server (WaitJobs) until each job is finished (succeeded, dead or
-cancelled), and prints a line for each as it finishes: id, type, state, attempt.
+Waits on the server (WaitJobs) until each job is finished (succeeded, dead,
+cancelled or expired), and prints a line for each as it finishes: id, type, state, attempt.
 Exit status (docs/cli.md):
   {Exit.OK.value}  every job succeeded
   {Exit.NOT_FOUND.value}  a job id is not known (nothing is waited for)
   {Exit.UNAVAILABLE.value}  --timeout passed first (the jobs not finished are named on stderr), or
      no server answered
-  {Exit.JOB_FAILED.value}  every job finished, and some ended dead or cancelled (named on stderr)
+  {Exit.JOB_FAILED.value}  every job finished, and some ended dead, cancelled or expired (named on
+     stderr)
 At most {MAX_BATCH} ids per call of the server; more are waited for in turn.
 """
 
@@ -342,7 +343,7 @@ def _print_result(job: pb.Job) -> int:
 
 def cmd_wait(args: argparse.Namespace) -> int:
     """Each job as it finishes: a line (or, with --json, all of them at the end). An unknown
-    id, a timeout or no server is an error of its class; a job that ended dead or cancelled
+    id, a timeout or no server is an error of its class; a job that ended dead, cancelled or expired
     is ``Exit.JOB_FAILED``, named on stderr."""
     timeout = None if args.timeout is None else parse_duration(args.timeout, "--timeout")
     if timeout is not None and timeout < 0:
