@@ -15,7 +15,7 @@ from prometheus_client import generate_latest
 from tests.unit.helpers import START_MS, advance, make_node, running, settle, wait_until
 from timeshard.errors import InvalidArgument
 from timeshard.model import JobState, WriteResult
-from timeshard.node import TypePolicy
+from timeshard.node import TypePolicy, dispatcher
 from timeshard.store.base import JobClaim
 from timeshard.store.sqlite import SqliteStore
 from timeshard.views.metrics import node_registry
@@ -160,7 +160,9 @@ async def test_a_claim_taking_a_job_after_its_deadline_does_not_start_it() -> No
         await node.stop()
 
 
-async def test_a_retry_due_after_the_deadline_expires_instead_of_running() -> None:
+async def test_a_retry_never_starts_after_the_deadline() -> None:
+    """Failed once, the job's retry (due before or after the deadline: the backoff is random)
+    does not run after the deadline: it expires, the first attempt in its history."""
     async with running() as (node, clock):
         job, _ = await node.schedule(
             job_type="remind", payload=b"", run_at=START_MS, deadline=START_MS + 500
@@ -168,8 +170,8 @@ async def test_a_retry_due_after_the_deadline_expires_instead_of_running() -> No
         await advance(node, clock, 0.2)
         [c] = await node.claim(worker="w", types=["remind"], limit=1, wait_s=0, lease_s=30)
         failed = await node.fail(job.job_id, c.job.fence, "boom", permanent=False)
-        assert failed.state is JobState.SCHEDULED and failed.run_at > START_MS + 500
-        await advance(node, clock, 600, step=5)  # past any backoff
+        assert failed.state is JobState.SCHEDULED
+        await advance(node, clock, 600, step=5)  # past any backoff, with no claim
         got = await node.get(job.job_id)
         assert got.state is JobState.EXPIRED
         assert got.attempt == 1 and [a.outcome for a in got.history] == ["retry"]
@@ -210,3 +212,35 @@ async def test_a_waiter_hears_of_an_expired_job() -> None:
         await advance(node, clock, 2)
         await asyncio.wait_for(waiter, 10)
         assert [j.state for j in got] == [JobState.EXPIRED]
+
+
+async def test_deadline_timers_of_claimed_jobs_do_not_pile_up(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Jobs claimed before their (far) deadline leave timers behind; once those outnumber the
+    jobs held, the next job made ready rebuilds the heap from the jobs held, and a held job
+    still expires at its deadline."""
+    monkeypatch.setattr(dispatcher, "DEADLINE_TIMERS_SLACK", 10)
+    async with running() as (node, clock):
+        far = START_MS + 86_400_000
+        for _ in range(300):
+            await node.schedule(job_type="busy", payload=b"", run_at=START_MS, deadline=far)
+        await advance(node, clock, 1)
+        await wait_until(lambda: node.ready.count() == 300, what="all ready")
+        while await node.claim(worker="w", types=["busy"], limit=1000, wait_s=0, lease_s=600):
+            pass
+        assert sum(len(d._deadlines) for d in node.dispatchers.values()) == 300
+        held = [
+            (
+                await node.schedule(
+                    job_type="idle", payload=b"", run_at=START_MS + 1000, deadline=START_MS + 3000
+                )
+            )[0]
+            for _ in range(8)
+        ]
+        await advance(node, clock, 1)
+        await wait_until(lambda: node.ready.count() == 8, what="the idle jobs ready")
+        assert sum(len(d._deadlines) for d in node.dispatchers.values()) <= 8 + 4 * 11
+        await advance(node, clock, 2)
+        await settle(node)
+        assert {(await node.get(j.job_id)).state for j in held} == {JobState.EXPIRED}

@@ -153,3 +153,13 @@ def test_removed_jobs_are_never_handed_out_and_the_rest_keep_their_order() -> No
     ranks["j000"] = 0
     assert got == sorted(got, key=lambda i: (ranks[i], i))
     assert q.count() == 0 and q.take(["t"], 10) == []
+
+
+def test_the_server_flag_sets_the_aging() -> None:
+    from timeshard.cli.main import build_parser
+    from timeshard.cli.serve import _check_node_options, _node
+
+    args = build_parser().parse_args(["server", "--priority-aging", "2"])
+    _check_node_options(args)
+    node = _node(args, "sqlite://:memory:", "local")
+    assert node.ready.aging_ms == 2000

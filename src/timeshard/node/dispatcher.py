@@ -36,6 +36,9 @@ from timeshard.store.base import Store, entry_at, entry_for
 
 log = logging.getLogger(__name__)
 
+DEADLINE_TIMERS_SLACK = 1024
+"""Deadline timers of jobs no longer held that a dispatcher keeps before it rebuilds its heap."""
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class DispatchConfig:
@@ -561,8 +564,17 @@ class ShardDispatcher:
             )
         )
         if job.deadline:
-            heapq.heappush(self._deadlines, (job.deadline, job.job_id))
+            self._remember_deadline(job)
         return None
+
+    def _remember_deadline(self, job: Job) -> None:
+        """The job's deadline timer. Timers of jobs claimed meanwhile stay in the heap until
+        they come due; when they outnumber the jobs held, the heap is rebuilt from those."""
+        heapq.heappush(self._deadlines, (job.deadline, job.job_id))
+        if len(self._deadlines) > 2 * self._ready.count(self.shard) + DEADLINE_TIMERS_SLACK:
+            held = (self._ready.find(i) for i in self._ready.job_ids(self.shard))
+            self._deadlines = [(i.deadline, i.job_id) for i in held if i and i.deadline]
+            heapq.heapify(self._deadlines)
 
     async def _expire_late(self, e: BucketEntry, job: Job, now: int) -> None:
         """A job not started by its deadline is not run: ``expired``, saying why. If the row
