@@ -316,11 +316,18 @@ type Preview struct {
 	Count    int32
 	DstGap   string // shift | skip | "" (the default rule)
 	DstFold  string // first | both | ""
+	// Spread (with ScheduleID, from which the offset derives): FireTime.RunsAt says when
+	// each occurrence would run.
+	Spread     time.Duration
+	ScheduleID string
 }
 
 // PreviewSchedule returns the next fire times of an expression, in UTC and local time.
 func (c *Client) PreviewSchedule(ctx context.Context, p Preview) ([]*FireTime, error) {
-	req := &pb.PreviewRequest{Cron: p.Cron, Timezone: p.Timezone, Count: p.Count, DstGap: p.DstGap, DstFold: p.DstFold}
+	req := &pb.PreviewRequest{Cron: p.Cron, Timezone: p.Timezone, Count: p.Count, DstGap: p.DstGap, DstFold: p.DstFold, ScheduleId: p.ScheduleID}
+	if p.Spread != 0 {
+		req.Spread = durationpb.New(p.Spread)
+	}
 	if !p.From.IsZero() {
 		req.From = timestamppb.New(p.From)
 	}
