@@ -38,6 +38,8 @@ const (
 	StateSucceeded = pb.JobState_JOB_STATE_SUCCEEDED
 	StateDead      = pb.JobState_JOB_STATE_DEAD
 	StateCancelled = pb.JobState_JOB_STATE_CANCELLED
+	// StateExpired: not started by its deadline, so never run.
+	StateExpired = pb.JobState_JOB_STATE_EXPIRED
 )
 
 // maxBatch is the most jobs one ScheduleJobs call takes (the server's limit is 1000).
@@ -117,6 +119,12 @@ type NewJob struct {
 	IdempotencyKey string
 	// MaxAttempts: 0 means the server's default.
 	MaxAttempts int32
+	// Deadline (when set) or DeadlineIn (after the job is due, when not zero): no attempt
+	// starts later; a job not started by then ends expired. Not both.
+	Deadline   time.Time
+	DeadlineIn time.Duration
+	// Priority: 0 (default, lowest) to 9, higher first among the due jobs of its type.
+	Priority int32
 }
 
 func (j NewJob) request() (*pb.ScheduleJobRequest, error) {
@@ -125,6 +133,15 @@ func (j NewJob) request() (*pb.ScheduleJobRequest, error) {
 		Payload:        j.Payload,
 		IdempotencyKey: j.IdempotencyKey,
 		MaxAttempts:    j.MaxAttempts,
+		Priority:       j.Priority,
+	}
+	switch {
+	case !j.Deadline.IsZero() && j.DeadlineIn != 0:
+		return nil, &Error{Code: codes.InvalidArgument, Message: "job " + j.Type + ": give Deadline or DeadlineIn, not both"}
+	case !j.Deadline.IsZero():
+		req.DeadlineOf = &pb.ScheduleJobRequest_Deadline{Deadline: timestamppb.New(j.Deadline)}
+	case j.DeadlineIn != 0:
+		req.DeadlineOf = &pb.ScheduleJobRequest_DeadlineIn{DeadlineIn: durationpb.New(j.DeadlineIn)}
 	}
 	switch {
 	case !j.RunAt.IsZero() && j.Delay != 0:
@@ -300,11 +317,18 @@ type Preview struct {
 	Count    int32
 	DstGap   string // shift | skip | "" (the default rule)
 	DstFold  string // first | both | ""
+	// Spread (with ScheduleID, from which the offset derives): FireTime.RunsAt says when
+	// each occurrence would run.
+	Spread     time.Duration
+	ScheduleID string
 }
 
 // PreviewSchedule returns the next fire times of an expression, in UTC and local time.
 func (c *Client) PreviewSchedule(ctx context.Context, p Preview) ([]*FireTime, error) {
-	req := &pb.PreviewRequest{Cron: p.Cron, Timezone: p.Timezone, Count: p.Count, DstGap: p.DstGap, DstFold: p.DstFold}
+	req := &pb.PreviewRequest{Cron: p.Cron, Timezone: p.Timezone, Count: p.Count, DstGap: p.DstGap, DstFold: p.DstFold, ScheduleId: p.ScheduleID}
+	if p.Spread != 0 {
+		req.Spread = durationpb.New(p.Spread)
+	}
 	if !p.From.IsZero() {
 		req.From = timestamppb.New(p.From)
 	}

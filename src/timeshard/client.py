@@ -184,12 +184,21 @@ class Client(_Base):
         at: datetime | None = None,
         key: str = "",
         max_attempts: int = 0,
+        deadline: datetime | None = None,
+        deadline_in: Delay | None = None,
+        priority: int = 0,
     ) -> Scheduled:
         """Schedule one job, due after ``delay`` (a timedelta or seconds; default now) or
         ``at`` (an aware datetime). ``key``: an idempotency key; a repeat returns the job the
         key names, ``created=False``, in whatever state it is. ``max_attempts``: 0 is the
-        type's default."""
-        return self._run(Methods.schedule(job_type, payload, delay, at, key, max_attempts))
+        type's default. ``deadline`` (an aware datetime) or ``deadline_in`` (after the job is
+        due): no attempt starts later; a job not started by then ends ``expired``.
+        ``priority``: 0 (default, lowest) to 9, higher first within the type, with aging."""
+        return self._run(
+            Methods.schedule(
+                job_type, payload, delay, at, key, max_attempts, deadline, deadline_in, priority
+            )
+        )
 
     def schedule_many(
         self,
@@ -279,9 +288,15 @@ class Client(_Base):
         count: int = 10,
         dst_gap: str = "",
         dst_fold: str = "",
+        spread: Delay = 0,
+        schedule_id: str = "",
     ) -> list[FireTime]:
-        """The next ``count`` fire times after ``start`` (default: the server's now)."""
-        return self._run(Methods.preview(cron, tz, start, count, dst_gap, dst_fold))
+        """The next ``count`` fire times after ``start`` (default: the server's now); with a
+        ``spread`` and the ``schedule_id`` it derives from, when each occurrence runs
+        (``FireTime.runs_at``)."""
+        return self._run(
+            Methods.preview(cron, tz, start, count, dst_gap, dst_fold, spread, schedule_id)
+        )
 
     # -- dead letters ---------------------------------------------------------------------
 
@@ -333,7 +348,7 @@ class Client(_Base):
     # -- waiting for jobs -----------------------------------------------------------------
 
     def wait(self, job_id: str, timeout: float | None = None) -> Job:
-        """The job once it is finished (succeeded, dead or cancelled; ``Job.result`` holds
+        """The job once it is finished (succeeded, dead, cancelled or expired; ``Job.result`` holds
         what its handler returned). Raises ``WaitTimeout`` after ``timeout`` seconds (None:
         as long as it takes), ``NotFound`` for an unknown id."""
         return self.wait_many([job_id], timeout=timeout)[job_id]
@@ -441,9 +456,16 @@ class AsyncClient(_Base):
         at: datetime | None = None,
         key: str = "",
         max_attempts: int = 0,
+        deadline: datetime | None = None,
+        deadline_in: Delay | None = None,
+        priority: int = 0,
     ) -> Scheduled:
         """See ``Client.schedule``."""
-        return await self._run(Methods.schedule(job_type, payload, delay, at, key, max_attempts))
+        return await self._run(
+            Methods.schedule(
+                job_type, payload, delay, at, key, max_attempts, deadline, deadline_in, priority
+            )
+        )
 
     async def schedule_many(
         self,
@@ -525,8 +547,12 @@ class AsyncClient(_Base):
         count: int = 10,
         dst_gap: str = "",
         dst_fold: str = "",
+        spread: Delay = 0,
+        schedule_id: str = "",
     ) -> list[FireTime]:
-        return await self._run(Methods.preview(cron, tz, start, count, dst_gap, dst_fold))
+        return await self._run(
+            Methods.preview(cron, tz, start, count, dst_gap, dst_fold, spread, schedule_id)
+        )
 
     # -- dead letters ---------------------------------------------------------------------
 

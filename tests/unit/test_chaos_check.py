@@ -38,9 +38,16 @@ class RunDir:
         return self._files[worker, pid]
 
     def job(
-        self, job: str, *, due: float = 1.0, expect: str = "ok", state: str | None = None
+        self,
+        job: str,
+        *,
+        due: float = 1.0,
+        expect: str = "ok",
+        state: str | None = None,
+        deadline: float | None = None,
     ) -> None:
-        """Scheduled at mono 0 for mono ``due``; ``state``: its end state in the store."""
+        """Scheduled at mono 0 for mono ``due`` (not to start after mono ``deadline``);
+        ``state``: its end state in the store."""
         self.journal.write(
             {
                 "ev": "job",
@@ -50,6 +57,7 @@ class RunDir:
                 "sent": wall(0),
                 "acked": wall(0.01),
                 "expect": expect,
+                **({"deadline": int(wall(deadline))} if deadline is not None else {}),
             }
         )
         default = "dead" if expect == "permanent" else "succeeded"
@@ -463,3 +471,24 @@ def test_a_run_claimed_while_the_type_was_paused_fails_unless_a_fault_just_ended
     assert got["ran_while_paused"] == 1 and got["paused_runs_excused"] == 1, got["text"]
     (finding,) = [f for f in check_dir(run.done()).findings if f.kind == "ran_while_paused"]
     assert finding.job == "held"
+
+
+def test_a_job_with_a_deadline_may_expire_but_never_start_after_it(run: RunDir) -> None:
+    run.job("on-time", due=1.0, deadline=3.0)
+    run.run("on-time", start=1.5, end=1.6, claimed=1.49)
+    run.job("expired", due=1.0, deadline=3.0, state="expired")
+    got = result(run)
+    assert got["ok"] and got["expired"] == 1 and got["with_deadline"] == 2, got["text"]
+    assert got["ran_after_deadline"] == 0
+
+
+def test_a_run_claimed_after_its_deadline_fails_it(run: RunDir) -> None:
+    run.job("late", due=1.0, deadline=3.0)
+    run.run("late", start=3.5, end=3.6, claimed=3.4)
+    got = result(run)
+    assert got["ran_after_deadline"] == 1 and got["failed"] == {"ran_after_deadline": 1}
+
+
+def test_a_job_without_a_deadline_must_not_expire(run: RunDir) -> None:
+    run.job("no-deadline", due=1.0, state="expired")
+    assert result(run)["failed"] == {"wrong_state": 1}

@@ -35,6 +35,12 @@ export interface ScheduleOptions extends When {
   idempotencyKey?: string;
   /** 0 or unset: the server's default for the type; at most 1000. */
   maxAttempts?: number;
+  /** No attempt starts after this time; a job not started by then ends expired. */
+  deadline?: Date | number;
+  /** As `deadline`, in milliseconds after the job is due (not with `deadline`). */
+  deadlineInMs?: number;
+  /** 0 (default, lowest) to 9: higher goes first among due jobs of its type, with aging. */
+  priority?: number;
 }
 
 export interface JobSpec extends ScheduleOptions {
@@ -73,6 +79,8 @@ export interface ScheduleSpec {
   overlap?: "skip" | "queue" | "allow";
   maxConcurrent?: number;
   jitterMs?: number;
+  /** Each occurrence runs a stable offset in [0, spreadMs) after its time (from the id). */
+  spreadMs?: number;
   dstGap?: "" | "shift" | "skip";
   dstFold?: "" | "first" | "both";
   paused?: boolean;
@@ -85,6 +93,9 @@ export interface PreviewOptions {
   count?: number;
   dstGap?: string;
   dstFold?: string;
+  /** With `scheduleId`: also say when each occurrence runs with this spread (`runsAt`). */
+  spreadMs?: number;
+  scheduleId?: string;
 }
 
 export interface ClientOptions extends ConnectOptions {
@@ -113,6 +124,23 @@ function deadLetterRequest(which: { jobIds: string[] } | { type: string }): { jo
   return { jobIds: w.jobIds ?? [], type: w.type ?? "" };
 }
 
+function deadlineOf(spec: ScheduleOptions): ScheduleJobRequest["deadlineOf"] {
+  if (spec.deadline !== undefined && spec.deadlineInMs !== undefined) {
+    throw new InvalidArgumentError(
+      status.INVALID_ARGUMENT,
+      "give deadline or deadlineInMs, not both",
+    );
+  }
+  if (spec.deadline !== undefined) {
+    const at = spec.deadline instanceof Date ? spec.deadline : new Date(spec.deadline);
+    return { $case: "deadline", value: at };
+  }
+  if (spec.deadlineInMs !== undefined) {
+    return { $case: "deadlineIn", value: durationOf(spec.deadlineInMs) };
+  }
+  return undefined;
+}
+
 function jobRequest(spec: JobSpec): ScheduleJobRequest {
   return {
     type: spec.type,
@@ -120,6 +148,8 @@ function jobRequest(spec: JobSpec): ScheduleJobRequest {
     when: when(spec),
     idempotencyKey: spec.idempotencyKey ?? "",
     maxAttempts: spec.maxAttempts ?? 0,
+    deadlineOf: deadlineOf(spec),
+    priority: spec.priority ?? 0,
   };
 }
 
@@ -231,6 +261,7 @@ export class Client {
       overlap: spec.overlap ?? "",
       maxConcurrent: spec.maxConcurrent ?? 0,
       jitter: spec.jitterMs === undefined ? undefined : durationOf(spec.jitterMs),
+      spread: spec.spreadMs === undefined ? undefined : durationOf(spec.spreadMs),
       dstGap: spec.dstGap ?? "",
       dstFold: spec.dstFold ?? "",
       paused: spec.paused ?? false,
@@ -283,6 +314,8 @@ export class Client {
       count: opts.count ?? 0,
       dstGap: opts.dstGap ?? "",
       dstFold: opts.dstFold ?? "",
+      spread: opts.spreadMs === undefined ? undefined : durationOf(opts.spreadMs),
+      scheduleId: opts.scheduleId ?? "",
     };
     const res = await this.call(true, (n) =>
       unary(n.jobs.previewSchedule.bind(n.jobs), request, this.metadata, this.settings),

@@ -46,6 +46,7 @@ from timeshard.v1 import timeshard_pb2 as pb
 from timeshard.v1 import timeshard_pb2_grpc as pb_grpc
 from timeshard.views.status import TypeRow, node_status, shard_rows, type_rows
 from timeshard.wire import (
+    deadline_of,
     dur,
     dur_s,
     job_to_pb,
@@ -113,6 +114,8 @@ class JobService(pb_grpc.JobServiceServicer):
             run_at=run_at,
             idempotency_key=request.idempotency_key,
             max_attempts=request.max_attempts,
+            deadline=deadline_of(request, run_at),
+            priority=request.priority,
         )
         return pb.ScheduleJobResponse(job=job_to_pb(job), created=created)
 
@@ -126,6 +129,7 @@ class JobService(pb_grpc.JobServiceServicer):
         for i, r in enumerate(request.jobs):
             try:
                 run_at = run_at_of(r, now, required=True)
+                deadline = deadline_of(r, run_at)
                 _check_key(r.idempotency_key)
             except InvalidArgument as exc:
                 raise InvalidArgument(f"jobs[{i}].{exc.field}", exc.problem) from None
@@ -136,6 +140,8 @@ class JobService(pb_grpc.JobServiceServicer):
                     run_at=run_at,
                     idempotency_key=r.idempotency_key,
                     max_attempts=r.max_attempts,
+                    deadline=deadline,
+                    priority=r.priority,
                 )
             )
         results = await self.node.schedule_many(specs)
@@ -230,11 +236,26 @@ class JobService(pb_grpc.JobServiceServicer):
             dst_fold=request.dst_fold or None,  # type: ignore[arg-type]
         )
         after = ts_ms(getattr(request, "from"))
+        if request.spread.seconds < 0 or request.spread.nanos < 0:
+            raise InvalidArgument("spread", "must not be negative")
         entries = self.node.schedules.preview(
-            spec, after or self.node.clock.now_ms(), request.count or 10
+            spec,
+            after or self.node.clock.now_ms(),
+            request.count or 10,
+            schedule_id=request.schedule_id,
+            spread_ms=round(dur_s(request.spread) * 1000),
         )
         return pb.PreviewResponse(
-            times=[pb.FireTime(utc=ts(e.at_ms), local=e.local, note=e.note or "") for e in entries]
+            times=[
+                pb.FireTime(
+                    utc=ts(e.fire.at_ms),
+                    local=e.fire.local,
+                    note=e.fire.note or "",
+                    runs_at=ts(e.runs_at),
+                    runs_at_local=e.runs_at_local,
+                )
+                for e in entries
+            ]
         )
 
     @rpc

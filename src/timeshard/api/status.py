@@ -58,6 +58,7 @@ def node_status_to_pb(s: NodeStatus) -> pb.NodeStatusResponse:
                 cancelled=c["cancelled"],
                 lease_expiries=c["lease_expiries"],
                 reruns=c["job_reruns"],
+                expired=c["expired"],
             )
             for t, c in sorted(s.totals.items())
         ],

@@ -21,6 +21,7 @@ from timeshard.clock import SystemClock
 from timeshard.console import when as format_time
 from timeshard.errors import InvalidArgument
 from timeshard.factory import make_coordinator, make_store
+from timeshard.limits import DEFAULT_PRIORITY_AGING_MS, MAX_PRIORITY
 from timeshard.node import Node, NodeConfig, TypePolicy
 from timeshard.node.dispatcher import DispatchConfig
 from timeshard.node.retry import RetryPolicy
@@ -131,6 +132,13 @@ def _node_options(p: argparse.ArgumentParser, *, shards: int) -> None:
         help="retry backoff base seconds",
     )
     p.add_argument(
+        "--priority-aging",
+        type=number(above=0, hi=3600, note="seconds"),
+        default=DEFAULT_PRIORITY_AGING_MS / 1000,
+        help="a waiting job gains one priority level per this many seconds, so a priority-0 "
+        f"job waits at most {MAX_PRIORITY}x this longer than a priority-{MAX_PRIORITY} one",
+    )
+    p.add_argument(
         "--types",
         help='JSON file of per-type policies and flows: {"email.send": {"max_attempts": 5, '
         '"retry_base": 2, "retry_max": 600, "concurrency": 10, "rate": 50, "burst": 10, '
@@ -168,6 +176,7 @@ def _node(args: argparse.Namespace, store_url: str, coordinator: str) -> Node:
         retry=RetryPolicy(base_s=args.retry_base),
         types=args.type_policies,
         flows=args.type_flows,
+        priority_aging_s=args.priority_aging,
     )
     return Node(
         store=make_store(store_url, num_shards=args.shards, retention=_retention(args)),

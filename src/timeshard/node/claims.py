@@ -242,12 +242,22 @@ class Claims:
         """Wait for ``changed`` (a ready-queue waiter) or ``timeout`` seconds."""
         await sleep_or_wake(self._clock, timeout, changed)
 
+    def _expire(self, late: list[ReadyItem]) -> None:
+        """Jobs taken for a claim after their deadline go to their dispatcher, which expires
+        them (a shard no longer owned here has a new owner, which finds them itself)."""
+        for item in late:
+            d = self._dispatchers.get(item.shard)
+            if d is not None:
+                d.expire_overdue([item])
+
     async def _claim_items(self, items: list[ReadyItem], worker: str, lease: int) -> list[Claimed]:
         now = self._clock.now_ms()
         early = [i for i in items if i.run_at > now]  # never early, even across clock steps
-        items = [i for i in items if i.run_at <= now]
+        late = [i for i in items if 0 < i.deadline < now]  # never late: the dispatcher expires
+        items = [i for i in items if i.run_at <= now and not 0 < i.deadline < now]
         if early:
             self._ready.push_front(early)
+        self._expire(late)
         requests = [
             JobClaim(
                 job_id=i.job_id,

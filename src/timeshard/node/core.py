@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequenc
 from dataclasses import dataclass, field
 from typing import Any
 
-from timeshard.clock import Clock
+from timeshard.clock import Clock, format_rfc3339
 from timeshard.coordinator.base import Coordinator, Member
 from timeshard.coordinator.local import LocalCoordinator
 from timeshard.errors import (
@@ -27,6 +27,7 @@ from timeshard.errors import (
 )
 from timeshard.limits import (
     DEFAULT_PAGE_SIZE,
+    DEFAULT_PRIORITY_AGING_MS,
     MAX_IDEMPOTENCY_KEY_BYTES,
     MAX_PAGE_SIZE,
     check_attempts,
@@ -40,7 +41,9 @@ from timeshard.model import (
     Job,
     JobState,
     WriteResult,
+    validate_deadline,
     validate_job_id,
+    validate_priority,
     validate_result,
 )
 from timeshard.node import clockcheck
@@ -78,6 +81,8 @@ class NodeConfig:
     types: dict[str, TypePolicy] = field(default_factory=dict)
     flows: dict[str, TypeFlow] = field(default_factory=dict)
     """Per type: rate and pause (``timeshard.node.flow``); stored ones win, as for ``types``."""
+    priority_aging_s: float = DEFAULT_PRIORITY_AGING_MS / 1000
+    """How long a waiting job takes to gain one priority level (``timeshard.node.ready``)."""
     open_timeout_s: float = 120.0
     """How long a starting node waits for its store to be reachable (retrying) before it
     gives up: a node restarted while one Cassandra node is down, or the cluster is busy, must
@@ -102,6 +107,9 @@ class JobSpec:
     idempotency_key: str = ""
     max_attempts: int = 0
     job_id: str = ""
+    deadline: int = 0
+    """No attempt starts after it (epoch ms; 0: none); not before ``run_at``."""
+    priority: int = 0
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -141,7 +149,7 @@ class Node:
         self.config = config or NodeConfig()
         self.node_id = node_id or f"node-{uuid.uuid4().hex[:8]}"
         self.address = address
-        self.ready = ReadyQueues()
+        self.ready = ReadyQueues(aging_ms=max(1, round(self.config.priority_aging_s * 1000)))
         self.dispatchers: dict[int, ShardDispatcher] = {}
         self._rng = rng or random.Random()
         self.metrics = NodeMetrics(clock)
@@ -352,6 +360,8 @@ class Node:
         idempotency_key: str = "",
         max_attempts: int = 0,
         job_id: str = "",
+        deadline: int = 0,
+        priority: int = 0,
     ) -> tuple[Job, bool]:
         """Create a job; durable before it returns (invariant 1). Returns (job, created)."""
         spec = JobSpec(
@@ -361,6 +371,8 @@ class Node:
             idempotency_key=idempotency_key,
             max_attempts=max_attempts,
             job_id=job_id,
+            deadline=deadline,
+            priority=priority,
         )
         (result,) = await self.schedule_many([spec])
         return result
@@ -452,6 +464,8 @@ class Node:
         """The job ``spec`` asks for; ``Job`` itself checks its type and payload."""
         check_attempts(spec.max_attempts)
         check_bytes("idempotency_key", spec.idempotency_key, MAX_IDEMPOTENCY_KEY_BYTES)
+        validate_deadline(spec.deadline, spec.run_at)
+        validate_priority(spec.priority)
         job_id = validate_job_id(spec.job_id) if spec.job_id else uuid.uuid4().hex
         return Job(
             job_id=job_id,
@@ -462,6 +476,8 @@ class Node:
             created_at=now,
             max_attempts=spec.max_attempts or self.config.max_attempts(spec.job_type),
             idempotency_key=spec.idempotency_key,
+            deadline=spec.deadline,
+            priority=spec.priority,
         )
 
     async def get(self, job_id: str) -> Job:
@@ -507,6 +523,12 @@ class Node:
             if job.state is not JobState.SCHEDULED:
                 raise FailedPrecondition(
                     f"job {job_id!r} is {job.state.value}; only a scheduled job can be rescheduled"
+                )
+            if job.deadline and run_at > job.deadline:
+                raise InvalidArgument(
+                    "run_at",
+                    f"{format_rfc3339(run_at)} is after the job's deadline "
+                    f"{format_rfc3339(job.deadline)}: it could never start",
                 )
             now = self.clock.now_ms()
             out = await self.store.reschedule_job(job_id, job.fence, run_at, now)

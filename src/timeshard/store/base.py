@@ -94,7 +94,7 @@ class Retention:
     """How long finished jobs are kept (Cassandra: TTL; SQLite: a sweep every minute)."""
 
     finished_s: int = 7 * 24 * 3600
-    """Succeeded and cancelled jobs (and their idempotency keys) live this long."""
+    """Succeeded, cancelled and expired jobs (and their idempotency keys) live this long."""
     dead_s: int = 30 * 24 * 3600
     """Dead letters live this long unless replayed or purged."""
     index_s: int = 30 * 24 * 3600
@@ -223,7 +223,8 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     async def claim_jobs(self, claims: Sequence[JobClaim]) -> list[WriteResult]:
-        """For each claim, applied iff the job is ``scheduled`` with ``fence == expect_fence``:
+        """For each claim, applied iff the job is ``scheduled`` with ``fence == expect_fence``,
+        due (``run_at <= now``) and not past its deadline (``now <= deadline``, when it has one):
         sets ``running``, ``lease_owner=worker``, ``lease_until``, ``attempt+1``, ``fence+1``,
         ``started_at=now``, appends an Attempt to the history, and writes the bucket entry that
         checks the lease at ``lease_until`` (invariant 2)."""
@@ -290,6 +291,12 @@ class Store(abc.ABC):
         shutting down): ``scheduled`` at ``now`` plus its bucket entry, ``attempt - 1`` (the
         attempt does not count against ``max_attempts``), the attempt closed as ``given back``
         with ``reason``. The fence stays; the next claim moves it."""
+
+    @abc.abstractmethod
+    async def expire_job(self, job_id: str, fence: int, now: int, reason: str) -> WriteResult:
+        """Applied iff ``scheduled`` with this fence and its deadline is before ``now`` (a
+        claim at ``now`` would be refused): ``expired``, ``finished_at=now``, ``reason`` as
+        its ``last_error``; kept for the retention of finished jobs. No bucket entry."""
 
     @abc.abstractmethod
     async def cancel_job(

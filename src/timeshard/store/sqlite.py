@@ -73,6 +73,10 @@ INLINE_READ_MAX = 64
 _OPEN_RETRY_MAX_S = 0.5
 
 
+_FINISHED = (JobState.SUCCEEDED.value, JobState.CANCELLED.value, JobState.EXPIRED.value)
+"""Finished states kept for ``Retention.finished_s`` (dead letters have their own)."""
+
+
 def _is_locked(exc: sqlite3.OperationalError) -> bool:
     """``database is locked`` (SQLITE_BUSY) or ``database table is locked`` (SQLITE_LOCKED),
     extended codes included: another connection holds the lock; waiting may help."""
@@ -97,7 +101,12 @@ def _migrate(db: sqlite3.Connection) -> None:
         raise
 
 
-_ADDED_COLUMNS = {"result": "add_result", "result_encoding": "add_result_encoding"}
+_ADDED_COLUMNS = {
+    "result": "add_result",
+    "result_encoding": "add_result_encoding",
+    "deadline": "add_deadline",
+    "priority": "add_priority",
+}
 """Columns added to ``jobs`` after its first version, and the statement that adds each."""
 
 
@@ -108,6 +117,8 @@ def _add_missing_columns(db: sqlite3.Connection) -> None:
     for column, statement in _ADDED_COLUMNS.items():
         if column not in have:
             db.execute(Q[statement])
+    if "spread_ms" not in {row[0] for row in db.execute(Q["schedule_columns"])}:
+        db.execute(Q["add_spread"])
 
 
 def _select_schedule(db: sqlite3.Connection, schedule_id: str) -> Schedule | None:
@@ -392,7 +403,7 @@ class SqliteStore(Store):
             for rowid, job_id, state, finished_at, key in rows:
                 if state == JobState.DEAD.value:
                     keep_ms = self.retention.dead_s * 1000
-                elif state in (JobState.SUCCEEDED.value, JobState.CANCELLED.value):
+                elif state in _FINISHED:
                     keep_ms = self.retention.finished_s * 1000
                 else:
                     continue
@@ -555,6 +566,10 @@ class SqliteStore(Store):
 
     async def give_back_job(self, job_id: str, fence: int, now: int, reason: str) -> WriteResult:
         transition = T.give_back(fence, now, reason)
+        return await self._call(lambda db: _apply(db, job_id, transition))
+
+    async def expire_job(self, job_id: str, fence: int, now: int, reason: str) -> WriteResult:
+        transition = T.expire(fence, now, reason)
         return await self._call(lambda db: _apply(db, job_id, transition))
 
     async def cancel_job(

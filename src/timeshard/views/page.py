@@ -252,8 +252,19 @@ def _types(s: NodeStatus) -> str:
         "dead_lettered",
         "cancelled",
         "lease_expiries",
+        "expired",
     ]
-    head = ["Type", "scheduled", "claimed", "succeeded", "retried", "dead", "cancelled", "expired"]
+    head = [
+        "Type",
+        "scheduled",
+        "claimed",
+        "succeeded",
+        "retried",
+        "dead",
+        "cancelled",
+        "lease expired",
+        "past deadline",
+    ]
     rows = [[escape(t), *(str(counts[c]) for c in cols)] for t, counts in sorted(s.totals.items())]
     return (
         "<section><h2>Jobs by type (since this node started)</h2>"

@@ -235,6 +235,9 @@ class CassandraStore(Store):
     async def give_back_job(self, job_id: str, fence: int, now: int, reason: str) -> WriteResult:
         return await self._jobs.apply(job_id, T.give_back(fence, now, reason))
 
+    async def expire_job(self, job_id: str, fence: int, now: int, reason: str) -> WriteResult:
+        return await self._jobs.apply(job_id, T.expire(fence, now, reason), owner_only=True)
+
     async def cancel_job(
         self, job_id: str, expect_state: JobState, fence: int, now: int
     ) -> WriteResult:

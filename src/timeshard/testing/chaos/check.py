@@ -18,7 +18,10 @@ Must be zero (``MUST_BE_ZERO``):
 - ``early``: runs claimed (or started) before their due time, including the due time a
   reschedule acknowledged before the claim set;
 - ``wrong_state``: jobs that ended otherwise than planned (a planned success dead, a permanent
-  failure succeeded, an acknowledged cancel not cancelled, a success with no effect applied);
+  failure succeeded, an acknowledged cancel not cancelled, a success with no effect applied;
+  a job with a deadline may also end expired);
+- ``ran_after_deadline``: runs of a job with a deadline claimed after it (by the claiming
+  node's clock), or attempts the store shows started after it;
 - ``rate_exceeded``: runs of the rate-limited type (``chaos.rated``) beyond its rate: more
   started (by the claiming nodes' clocks) in some 10-second window than ``rate x 10 + burst``
   plus one per node (each node's bucket holds at least one);
@@ -55,7 +58,7 @@ from timeshard.testing.chaos.report import MUST_BE_ZERO, Finding, Report
 
 __all__ = ["MUST_BE_ZERO", "Finding", "Report", "check", "check_dir", "main"]
 
-TERMINAL = frozenset({"succeeded", "dead", "cancelled"})
+TERMINAL = frozenset({"succeeded", "dead", "cancelled", "expired"})
 STEP_OUTCOMES = frozenset({"ok", "retry", "permanent", "error"})
 """End outcomes that are the handler's own doing (a step), not the SDK stopping it."""
 RATED_TYPE = "chaos.rated"
@@ -77,6 +80,8 @@ class JobPlan:
     acked: float
     cancel: dict[str, Any] | None = None
     reschedules: list[dict[str, Any]] = field(default_factory=list)
+    deadline: int = 0
+    """No attempt may start after it (epoch ms; 0: none)."""
 
 
 class _Times:
@@ -154,7 +159,12 @@ def _plans(ledger: Ledger) -> dict[str, JobPlan]:
     plans: dict[str, JobPlan] = {}
     for r in ledger.records("job"):
         plans[r["job"]] = JobPlan(
-            job=r["job"], expect=r["expect"], run_at=r["run_at"], sent=r["sent"], acked=r["acked"]
+            job=r["job"],
+            expect=r["expect"],
+            run_at=r["run_at"],
+            sent=r["sent"],
+            acked=r["acked"],
+            deadline=r.get("deadline", 0),
         )
     for r in ledger.records("cancel"):
         if r["job"] in plans:
@@ -216,6 +226,8 @@ def _expected_state(plan: JobPlan | None) -> set[str]:
     ends = {"permanent": {"dead"}}.get(plan.expect, {"succeeded"})
     if plan.cancel is not None:  # refused or unknown: either may stand
         ends = ends | {"cancelled"}
+    if plan.deadline:  # not started in time (a fault held it): never run, and that is right
+        ends = ends | {"expired"}
     return ends
 
 
@@ -418,6 +430,30 @@ def _early(plans: dict[str, JobPlan], by_job: dict[str, list[RunRecord]]) -> lis
     return out
 
 
+def _ran_after_deadline(
+    plans: dict[str, JobPlan],
+    by_job: dict[str, list[RunRecord]],
+    store: dict[str, dict[str, Any]],
+) -> list[Finding]:
+    out = []
+    for job, plan in sorted(plans.items()):
+        if not plan.deadline:
+            continue
+        starts = [(r.started_at, f"fence {r.fence} claimed") for r in by_job.get(job, [])]
+        history = store.get(job, {}).get("history", [])
+        starts += [(int(a["started_at"]), f"attempt {a['attempt']} started") for a in history]
+        out += [
+            Finding(
+                kind="ran_after_deadline",
+                job=job,
+                detail=f"{what} at {at}, {at - plan.deadline} ms after its deadline",
+            )
+            for at, what in starts
+            if at > plan.deadline
+        ]
+    return out
+
+
 def _rerun_cause(prev: RunRecord, nxt: RunRecord, times: _Times) -> str:
     kinds = prev.sdk_kinds()
     if times.killed(prev, nxt.mono) and "succeeded" not in kinds:
@@ -527,6 +563,7 @@ def check(ledger: Ledger) -> Report:
     ]
     after_cancel = _ran_after_cancel(plans, by_job)
     early = _early(plans, by_job)
+    after_deadline = _ran_after_deadline(plans, by_job, store)
     retries, reruns, causes, unexplained = _reruns(by_job, times)
     lateness = _lateness(plans, by_job)
     all_jobs = {*plans, *occurrences}
@@ -558,6 +595,9 @@ def check(ledger: Ledger) -> Report:
         "cron_doubled": len(doubled),
         "ran_after_cancel": jobs_of(after_cancel),
         "early": jobs_of(early),
+        "ran_after_deadline": jobs_of(after_deadline),
+        "with_deadline": sum(1 for p in plans.values() if p.deadline),
+        "expired": sum(1 for j in all_jobs if store.get(j, {}).get("state") == "expired"),
         "wrong_state": jobs_of(wrong),
         "rate_exceeded": len(over_rate),
         "ran_while_paused": jobs_of(while_paused),
@@ -590,6 +630,7 @@ def check(ledger: Ledger) -> Report:
         *doubled,
         *after_cancel,
         *early,
+        *after_deadline,
         *wrong,
         *over_rate,
         *while_paused,

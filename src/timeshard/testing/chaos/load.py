@@ -1,5 +1,6 @@
 """The client side of a chaos run: jobs scheduled (spread out, in bursts, already due; planned
-to succeed, to fail and retry, to fail for good; some long enough to span several heartbeats),
+to succeed, to fail and retry, to fail for good; some long enough to span several heartbeats;
+some with a deadline a few seconds after they are due),
 cancels and reschedules while things run. Every reply goes into the journal with the time it
 came back: the checker holds the system to what it acknowledged, and to nothing else.
 
@@ -183,6 +184,8 @@ class Workload:
             jobs.append((now - int(rng.choice((0.0, rng.uniform(0, 3000)))), "due", False))
         for _ in range(poisson(rng, rate * 0.08)):
             jobs.append((now + int(rng.uniform(500, min(horizon, 10_000))), "long", True))
+        for _ in range(poisson(rng, rate * 0.05)):
+            jobs.append((now + int(rng.uniform(500, horizon)), "deadline", False))
         if elapsed >= self._next_burst:
             at = now if rng.random() < 0.4 else now + int(rng.uniform(1000, 4000))
             jobs += [(at, "burst", False)] * max(1, int(rate * 2))
@@ -215,16 +218,18 @@ class Workload:
             key = f"{self.shape.run_id}-{self._count}"
             spec, expect = self._behaviour(long)
             job_type = RATED_TYPE if not long and self._rng.random() < RATED_SHARE else JOB_TYPE
-            items.append(
-                pb.ScheduleJobRequest(
-                    type=job_type,
-                    payload=json.dumps(spec).encode(),
-                    run_at=ts(run_at),
-                    idempotency_key=key,
-                    max_attempts=MAX_ATTEMPTS,
-                )
+            request = pb.ScheduleJobRequest(
+                type=job_type,
+                payload=json.dumps(spec).encode(),
+                run_at=ts(run_at),
+                idempotency_key=key,
+                max_attempts=MAX_ATTEMPTS,
             )
-            meta.append((key, run_at, mode, long, expect, job_type))
+            deadline = run_at + int(self._rng.uniform(500, 3000)) if mode == "deadline" else 0
+            if deadline:
+                request.deadline.CopyFrom(ts(deadline))
+            items.append(request)
+            meta.append((key, run_at, mode, long, expect, job_type, deadline))
         with self._lock:
             self.stats.sent += len(items)
         self._senders.acquire()  # all senders busy: this tick waits (the cluster is slow)
@@ -243,7 +248,7 @@ class Workload:
             )
             return
         acked = now_wall_ms()
-        for (key, run_at, mode, _, expect, job_type), result in zip(
+        for (key, run_at, mode, _, expect, job_type, deadline), result in zip(
             meta, reply.results, strict=True
         ):
             job = result.job.job_id
@@ -259,10 +264,11 @@ class Workload:
                     "expect": expect,
                     "created": result.created,
                     "type": job_type,
+                    **({"deadline": deadline} if deadline else {}),
                 }
             )
         with self._lock:
-            for (_, run_at, _, long, _, _), result in zip(meta, reply.results, strict=True):
+            for (_, run_at, _, long, _, _, _), result in zip(meta, reply.results, strict=True):
                 self._pending.append(_Pending(job=result.job.job_id, run_at=run_at, long=long))
             self.stats.acked += len(items)
             cutoff = int(acked) - 30_000

@@ -52,6 +52,7 @@ STATE_NAMES = {
     pb.JOB_STATE_SUCCEEDED: "succeeded",
     pb.JOB_STATE_DEAD: "dead",
     pb.JOB_STATE_CANCELLED: "cancelled",
+    pb.JOB_STATE_EXPIRED: "expired",
 }
 CRONS = (("sec", "* * * * * *", 1000), ("min", "* * * * *", 60_000))
 RATED_RATE = 1.5

@@ -38,6 +38,8 @@ export enum JobState {
   JOB_STATE_SUCCEEDED = 3,
   JOB_STATE_DEAD = 4,
   JOB_STATE_CANCELLED = 5,
+  /** JOB_STATE_EXPIRED - Not started by its deadline, so never run; last_error says when it expired. */
+  JOB_STATE_EXPIRED = 6,
   UNRECOGNIZED = -1,
 }
 
@@ -61,6 +63,9 @@ export function jobStateFromJSON(object: any): JobState {
     case 5:
     case "JOB_STATE_CANCELLED":
       return JobState.JOB_STATE_CANCELLED;
+    case 6:
+    case "JOB_STATE_EXPIRED":
+      return JobState.JOB_STATE_EXPIRED;
     case -1:
     case "UNRECOGNIZED":
     default:
@@ -82,6 +87,8 @@ export function jobStateToJSON(object: JobState): string {
       return "JOB_STATE_DEAD";
     case JobState.JOB_STATE_CANCELLED:
       return "JOB_STATE_CANCELLED";
+    case JobState.JOB_STATE_EXPIRED:
+      return "JOB_STATE_EXPIRED";
     case JobState.UNRECOGNIZED:
     default:
       return "UNRECOGNIZED";
@@ -128,6 +135,15 @@ export interface Job {
    */
   result: Buffer;
   resultEncoding: string;
+  /**
+   * No attempt starts after this time (unset: no deadline); a job still waiting then ends
+   * JOB_STATE_EXPIRED.
+   */
+  deadline:
+    | Date
+    | undefined;
+  /** 0 (the default, lowest) to 9: higher goes first among the due jobs of its type, with aging. */
+  priority: number;
 }
 
 export interface ScheduleJobRequest {
@@ -146,6 +162,21 @@ export interface ScheduleJobRequest {
   idempotencyKey: string;
   /** Optional: 0 means the default; at most 1000. */
   maxAttempts: number;
+  /**
+   * Optional: no attempt starts after the deadline (a retry neither): a job not started by
+   * then ends JOB_STATE_EXPIRED, never runs late. Either an absolute time or a duration after
+   * the job's run_at (its due time); not before run_at (INVALID_ARGUMENT naming the field).
+   */
+  deadlineOf:
+    | { $case: "deadline"; value: Date }
+    | { $case: "deadlineIn"; value: Duration }
+    | undefined;
+  /**
+   * Optional: 0 (the default, lowest) to 9. Higher goes first among the due jobs of its type;
+   * a waiting job gains a level every priority_aging_s (5 s by default), so it waits at most
+   * 9 levels of aging longer than a job of priority 9 due at the same time.
+   */
+  priority: number;
 }
 
 export interface ScheduleJobResponse {
@@ -240,7 +271,16 @@ export interface Schedule {
   /** occurrence jobs that may still be running */
   activeJobs: string[];
   /** an occurrence waiting (overlap=queue) */
-  queuedAt: Date | undefined;
+  queuedAt:
+    | Date
+    | undefined;
+  /**
+   * Each occurrence runs a stable offset after its nominal time, in [0, spread): derived from
+   * the schedule id, the same for every occurrence, never earlier than the nominal time. The
+   * occurrence id and misfire/backfill stay on the nominal time. At most 24h, and shorter than
+   * the time between two fire times (INVALID_ARGUMENT). Unset or 0: no spread.
+   */
+  spread: Duration | undefined;
 }
 
 export interface CreateScheduleRequest {
@@ -279,6 +319,12 @@ export interface PreviewRequest {
   count: number;
   dstGap: string;
   dstFold: string;
+  /**
+   * Optional: show when each occurrence would run with this spread (Schedule.spread) for the
+   * schedule of this id (the offset derives from it). A spread needs a schedule_id.
+   */
+  spread: Duration | undefined;
+  scheduleId: string;
 }
 
 export interface FireTime {
@@ -289,6 +335,9 @@ export interface FireTime {
   local: string;
   /** what daylight saving did to this run, if anything */
   note: string;
+  /** With a spread: when the occurrence of this (nominal) time runs, and the same in local time. */
+  runsAt: Date | undefined;
+  runsAtLocal: string;
 }
 
 export interface PreviewResponse {
@@ -624,6 +673,8 @@ export interface TypeCounts {
   cancelled: number;
   leaseExpiries: number;
   reruns: number;
+  /** jobs not started by their deadline (state expired) */
+  expired: number;
 }
 
 /**
@@ -945,6 +996,8 @@ function createBaseJob(): Job {
     shard: 0,
     result: Buffer.alloc(0),
     resultEncoding: "",
+    deadline: undefined,
+    priority: 0,
   };
 }
 
@@ -1006,6 +1059,12 @@ export const Job: MessageFns<Job> = {
     }
     if (message.resultEncoding !== "") {
       writer.uint32(154).string(message.resultEncoding);
+    }
+    if (message.deadline !== undefined) {
+      Timestamp.encode(toTimestamp(message.deadline), writer.uint32(162).fork()).join();
+    }
+    if (message.priority !== 0) {
+      writer.uint32(168).int32(message.priority);
     }
     return writer;
   },
@@ -1175,6 +1234,22 @@ export const Job: MessageFns<Job> = {
             message.resultEncoding = reader.string();
             continue;
           }
+          case 20: {
+            if (tag !== 162) {
+              break;
+            }
+
+            message.deadline = fromTimestamp(Timestamp.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 21: {
+            if (tag !== 168) {
+              break;
+            }
+
+            message.priority = reader.int32();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1254,6 +1329,8 @@ export const Job: MessageFns<Job> = {
         : isSet(object.result_encoding)
         ? globalThis.String(object.result_encoding)
         : "",
+      deadline: isSet(object.deadline) ? fromJsonTimestamp(object.deadline) : undefined,
+      priority: isSet(object.priority) ? globalThis.Number(object.priority) : 0,
     };
   },
 
@@ -1316,6 +1393,12 @@ export const Job: MessageFns<Job> = {
     if (message.resultEncoding !== "") {
       obj.resultEncoding = message.resultEncoding;
     }
+    if (message.deadline !== undefined) {
+      obj.deadline = message.deadline.toISOString();
+    }
+    if (message.priority !== 0) {
+      obj.priority = Math.round(message.priority);
+    }
     return obj;
   },
 
@@ -1343,12 +1426,22 @@ export const Job: MessageFns<Job> = {
     message.shard = object.shard ?? 0;
     message.result = object.result ?? Buffer.alloc(0);
     message.resultEncoding = object.resultEncoding ?? "";
+    message.deadline = object.deadline ?? undefined;
+    message.priority = object.priority ?? 0;
     return message;
   },
 };
 
 function createBaseScheduleJobRequest(): ScheduleJobRequest {
-  return { type: "", payload: Buffer.alloc(0), when: undefined, idempotencyKey: "", maxAttempts: 0 };
+  return {
+    type: "",
+    payload: Buffer.alloc(0),
+    when: undefined,
+    idempotencyKey: "",
+    maxAttempts: 0,
+    deadlineOf: undefined,
+    priority: 0,
+  };
 }
 
 export const ScheduleJobRequest: MessageFns<ScheduleJobRequest> = {
@@ -1372,6 +1465,17 @@ export const ScheduleJobRequest: MessageFns<ScheduleJobRequest> = {
     }
     if (message.maxAttempts !== 0) {
       writer.uint32(48).int32(message.maxAttempts);
+    }
+    switch (message.deadlineOf?.$case) {
+      case "deadline":
+        Timestamp.encode(toTimestamp(message.deadlineOf.value), writer.uint32(58).fork()).join();
+        break;
+      case "deadlineIn":
+        Duration.encode(message.deadlineOf.value, writer.uint32(66).fork()).join();
+        break;
+    }
+    if (message.priority !== 0) {
+      writer.uint32(72).int32(message.priority);
     }
     return writer;
   },
@@ -1437,6 +1541,30 @@ export const ScheduleJobRequest: MessageFns<ScheduleJobRequest> = {
             message.maxAttempts = reader.int32();
             continue;
           }
+          case 7: {
+            if (tag !== 58) {
+              break;
+            }
+
+            message.deadlineOf = { $case: "deadline", value: fromTimestamp(Timestamp.decode(reader, reader.uint32())) };
+            continue;
+          }
+          case 8: {
+            if (tag !== 66) {
+              break;
+            }
+
+            message.deadlineOf = { $case: "deadlineIn", value: Duration.decode(reader, reader.uint32()) };
+            continue;
+          }
+          case 9: {
+            if (tag !== 72) {
+              break;
+            }
+
+            message.priority = reader.int32();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1470,6 +1598,14 @@ export const ScheduleJobRequest: MessageFns<ScheduleJobRequest> = {
         : isSet(object.max_attempts)
         ? globalThis.Number(object.max_attempts)
         : 0,
+      deadlineOf: isSet(object.deadline)
+        ? { $case: "deadline", value: fromJsonTimestamp(object.deadline) }
+        : isSet(object.deadlineIn)
+        ? { $case: "deadlineIn", value: Duration.fromJSON(object.deadlineIn) }
+        : isSet(object.deadline_in)
+        ? { $case: "deadlineIn", value: Duration.fromJSON(object.deadline_in) }
+        : undefined,
+      priority: isSet(object.priority) ? globalThis.Number(object.priority) : 0,
     };
   },
 
@@ -1491,6 +1627,14 @@ export const ScheduleJobRequest: MessageFns<ScheduleJobRequest> = {
     }
     if (message.maxAttempts !== 0) {
       obj.maxAttempts = Math.round(message.maxAttempts);
+    }
+    if (message.deadlineOf?.$case === "deadline") {
+      obj.deadline = message.deadlineOf.value.toISOString();
+    } else if (message.deadlineOf?.$case === "deadlineIn") {
+      obj.deadlineIn = Duration.toJSON(message.deadlineOf.value);
+    }
+    if (message.priority !== 0) {
+      obj.priority = Math.round(message.priority);
     }
     return obj;
   },
@@ -1518,6 +1662,21 @@ export const ScheduleJobRequest: MessageFns<ScheduleJobRequest> = {
     }
     message.idempotencyKey = object.idempotencyKey ?? "";
     message.maxAttempts = object.maxAttempts ?? 0;
+    switch (object.deadlineOf?.$case) {
+      case "deadline": {
+        if (object.deadlineOf?.value !== undefined && object.deadlineOf?.value !== null) {
+          message.deadlineOf = { $case: "deadline", value: object.deadlineOf.value };
+        }
+        break;
+      }
+      case "deadlineIn": {
+        if (object.deadlineOf?.value !== undefined && object.deadlineOf?.value !== null) {
+          message.deadlineOf = { $case: "deadlineIn", value: Duration.fromPartial(object.deadlineOf.value) };
+        }
+        break;
+      }
+    }
+    message.priority = object.priority ?? 0;
     return message;
   },
 };
@@ -2253,6 +2412,7 @@ function createBaseSchedule(): Schedule {
     lastFireAt: undefined,
     activeJobs: [],
     queuedAt: undefined,
+    spread: undefined,
   };
 }
 
@@ -2320,6 +2480,9 @@ export const Schedule: MessageFns<Schedule> = {
     }
     if (message.queuedAt !== undefined) {
       Timestamp.encode(toTimestamp(message.queuedAt), writer.uint32(170).fork()).join();
+    }
+    if (message.spread !== undefined) {
+      Duration.encode(message.spread, writer.uint32(178).fork()).join();
     }
     return writer;
   },
@@ -2505,6 +2668,14 @@ export const Schedule: MessageFns<Schedule> = {
             message.queuedAt = fromTimestamp(Timestamp.decode(reader, reader.uint32()));
             continue;
           }
+          case 22: {
+            if (tag !== 178) {
+              break;
+            }
+
+            message.spread = Duration.decode(reader, reader.uint32());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -2588,6 +2759,7 @@ export const Schedule: MessageFns<Schedule> = {
         : isSet(object.queued_at)
         ? fromJsonTimestamp(object.queued_at)
         : undefined,
+      spread: isSet(object.spread) ? Duration.fromJSON(object.spread) : undefined,
     };
   },
 
@@ -2656,6 +2828,9 @@ export const Schedule: MessageFns<Schedule> = {
     if (message.queuedAt !== undefined) {
       obj.queuedAt = message.queuedAt.toISOString();
     }
+    if (message.spread !== undefined) {
+      obj.spread = Duration.toJSON(message.spread);
+    }
     return obj;
   },
 
@@ -2689,6 +2864,9 @@ export const Schedule: MessageFns<Schedule> = {
     message.lastFireAt = object.lastFireAt ?? undefined;
     message.activeJobs = object.activeJobs?.map((e) => e) || [];
     message.queuedAt = object.queuedAt ?? undefined;
+    message.spread = (object.spread !== undefined && object.spread !== null)
+      ? Duration.fromPartial(object.spread)
+      : undefined;
     return message;
   },
 };
@@ -3214,7 +3392,16 @@ export const DeleteScheduleResponse: MessageFns<DeleteScheduleResponse> = {
 };
 
 function createBasePreviewRequest(): PreviewRequest {
-  return { cron: "", timezone: "", from: undefined, count: 0, dstGap: "", dstFold: "" };
+  return {
+    cron: "",
+    timezone: "",
+    from: undefined,
+    count: 0,
+    dstGap: "",
+    dstFold: "",
+    spread: undefined,
+    scheduleId: "",
+  };
 }
 
 export const PreviewRequest: MessageFns<PreviewRequest> = {
@@ -3236,6 +3423,12 @@ export const PreviewRequest: MessageFns<PreviewRequest> = {
     }
     if (message.dstFold !== "") {
       writer.uint32(50).string(message.dstFold);
+    }
+    if (message.spread !== undefined) {
+      Duration.encode(message.spread, writer.uint32(58).fork()).join();
+    }
+    if (message.scheduleId !== "") {
+      writer.uint32(66).string(message.scheduleId);
     }
     return writer;
   },
@@ -3301,6 +3494,22 @@ export const PreviewRequest: MessageFns<PreviewRequest> = {
             message.dstFold = reader.string();
             continue;
           }
+          case 7: {
+            if (tag !== 58) {
+              break;
+            }
+
+            message.spread = Duration.decode(reader, reader.uint32());
+            continue;
+          }
+          case 8: {
+            if (tag !== 66) {
+              break;
+            }
+
+            message.scheduleId = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -3329,6 +3538,12 @@ export const PreviewRequest: MessageFns<PreviewRequest> = {
         : isSet(object.dst_fold)
         ? globalThis.String(object.dst_fold)
         : "",
+      spread: isSet(object.spread) ? Duration.fromJSON(object.spread) : undefined,
+      scheduleId: isSet(object.scheduleId)
+        ? globalThis.String(object.scheduleId)
+        : isSet(object.schedule_id)
+        ? globalThis.String(object.schedule_id)
+        : "",
     };
   },
 
@@ -3352,6 +3567,12 @@ export const PreviewRequest: MessageFns<PreviewRequest> = {
     if (message.dstFold !== "") {
       obj.dstFold = message.dstFold;
     }
+    if (message.spread !== undefined) {
+      obj.spread = Duration.toJSON(message.spread);
+    }
+    if (message.scheduleId !== "") {
+      obj.scheduleId = message.scheduleId;
+    }
     return obj;
   },
 
@@ -3366,12 +3587,16 @@ export const PreviewRequest: MessageFns<PreviewRequest> = {
     message.count = object.count ?? 0;
     message.dstGap = object.dstGap ?? "";
     message.dstFold = object.dstFold ?? "";
+    message.spread = (object.spread !== undefined && object.spread !== null)
+      ? Duration.fromPartial(object.spread)
+      : undefined;
+    message.scheduleId = object.scheduleId ?? "";
     return message;
   },
 };
 
 function createBaseFireTime(): FireTime {
-  return { utc: undefined, local: "", note: "" };
+  return { utc: undefined, local: "", note: "", runsAt: undefined, runsAtLocal: "" };
 }
 
 export const FireTime: MessageFns<FireTime> = {
@@ -3384,6 +3609,12 @@ export const FireTime: MessageFns<FireTime> = {
     }
     if (message.note !== "") {
       writer.uint32(26).string(message.note);
+    }
+    if (message.runsAt !== undefined) {
+      Timestamp.encode(toTimestamp(message.runsAt), writer.uint32(34).fork()).join();
+    }
+    if (message.runsAtLocal !== "") {
+      writer.uint32(42).string(message.runsAtLocal);
     }
     return writer;
   },
@@ -3425,6 +3656,22 @@ export const FireTime: MessageFns<FireTime> = {
             message.note = reader.string();
             continue;
           }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.runsAt = fromTimestamp(Timestamp.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.runsAtLocal = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -3442,6 +3689,16 @@ export const FireTime: MessageFns<FireTime> = {
       utc: isSet(object.utc) ? fromJsonTimestamp(object.utc) : undefined,
       local: isSet(object.local) ? globalThis.String(object.local) : "",
       note: isSet(object.note) ? globalThis.String(object.note) : "",
+      runsAt: isSet(object.runsAt)
+        ? fromJsonTimestamp(object.runsAt)
+        : isSet(object.runs_at)
+        ? fromJsonTimestamp(object.runs_at)
+        : undefined,
+      runsAtLocal: isSet(object.runsAtLocal)
+        ? globalThis.String(object.runsAtLocal)
+        : isSet(object.runs_at_local)
+        ? globalThis.String(object.runs_at_local)
+        : "",
     };
   },
 
@@ -3456,6 +3713,12 @@ export const FireTime: MessageFns<FireTime> = {
     if (message.note !== "") {
       obj.note = message.note;
     }
+    if (message.runsAt !== undefined) {
+      obj.runsAt = message.runsAt.toISOString();
+    }
+    if (message.runsAtLocal !== "") {
+      obj.runsAtLocal = message.runsAtLocal;
+    }
     return obj;
   },
 
@@ -3467,6 +3730,8 @@ export const FireTime: MessageFns<FireTime> = {
     message.utc = object.utc ?? undefined;
     message.local = object.local ?? "";
     message.note = object.note ?? "";
+    message.runsAt = object.runsAt ?? undefined;
+    message.runsAtLocal = object.runsAtLocal ?? "";
     return message;
   },
 };
@@ -7362,6 +7627,7 @@ function createBaseTypeCounts(): TypeCounts {
     cancelled: 0,
     leaseExpiries: 0,
     reruns: 0,
+    expired: 0,
   };
 }
 
@@ -7396,6 +7662,9 @@ export const TypeCounts: MessageFns<TypeCounts> = {
     }
     if (message.reruns !== 0) {
       writer.uint32(80).int64(message.reruns);
+    }
+    if (message.expired !== 0) {
+      writer.uint32(88).int64(message.expired);
     }
     return writer;
   },
@@ -7493,6 +7762,14 @@ export const TypeCounts: MessageFns<TypeCounts> = {
             message.reruns = longToNumber(reader.int64());
             continue;
           }
+          case 11: {
+            if (tag !== 88) {
+              break;
+            }
+
+            message.expired = longToNumber(reader.int64());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -7525,6 +7802,7 @@ export const TypeCounts: MessageFns<TypeCounts> = {
         ? globalThis.Number(object.lease_expiries)
         : 0,
       reruns: isSet(object.reruns) ? globalThis.Number(object.reruns) : 0,
+      expired: isSet(object.expired) ? globalThis.Number(object.expired) : 0,
     };
   },
 
@@ -7560,6 +7838,9 @@ export const TypeCounts: MessageFns<TypeCounts> = {
     if (message.reruns !== 0) {
       obj.reruns = Math.round(message.reruns);
     }
+    if (message.expired !== 0) {
+      obj.expired = Math.round(message.expired);
+    }
     return obj;
   },
 
@@ -7578,6 +7859,7 @@ export const TypeCounts: MessageFns<TypeCounts> = {
     message.cancelled = object.cancelled ?? 0;
     message.leaseExpiries = object.leaseExpiries ?? 0;
     message.reruns = object.reruns ?? 0;
+    message.expired = object.expired ?? 0;
     return message;
   },
 };
