@@ -8,6 +8,7 @@
     python tools/loadtest.py shards --counts 16,256,1024,4096 [--rate 400] [--store URL]
     python tools/loadtest.py failover --nodes 3 --rate 400 --store cassandra://...
     python tools/loadtest.py peers --jobs 20000 --window 10
+    python tools/loadtest.py rated --limit 50 --jobs 1500 [--burst B] [--store URL] [--plot F.png]
     python tools/loadtest.py report [--skip backlog,peers]   # the set docs/benchmarks.md shows
 
 Each run starts a ``timeshard server`` (the embedded SQLite store in a temporary folder, or
@@ -79,7 +80,7 @@ import sys
 from typing import Any
 
 import grpc
-from bench import report, scale, scenarios
+from bench import rated, report, scale, scenarios
 from bench.calls import schedule_cost
 from bench.plot import plot, require
 
@@ -232,6 +233,7 @@ def parser() -> argparse.ArgumentParser:
     cost.add_argument("--keep", action="store_true", help="keep logs and the keyspace")
     cost.add_argument("--json", action="store_true", help="last stdout line: one JSON object")
     cost.set_defaults(workers=0, concurrency=1, plot=None)
+    _common(rated.add_parser(sub))
     report.add_parser(sub)
     return ap
 
@@ -267,6 +269,8 @@ def main(argv: list[str] | None = None) -> int:
             result, series = schedule_cost(args)
         elif args.command in ("shards", "failover"):
             result, series = getattr(scale, args.command)(args)
+        elif args.command == "rated":
+            result, series = rated.rated(args)
         else:
             result, series = getattr(scenarios, args.command)(args)
     except grpc.RpcError as exc:
@@ -276,7 +280,10 @@ def main(argv: list[str] | None = None) -> int:
     given = sys.argv[1:] if argv is None else argv
     result["command"] = " ".join(a for a in given if a != "--json")
     if args.plot:
-        plot(args.plot, series, f"timeshard loadtest {args.command}")
+        if args.command == "rated":
+            rated.plot_rated(args.plot, result)
+        else:
+            plot(args.plot, series, f"timeshard loadtest {args.command}")
         scenarios.note(f"plot written to {args.plot}")
     if args.command == "peers":
         from bench.peers import table

@@ -28,6 +28,7 @@ type (
 	Schedule    = pb.Schedule
 	FireTime    = pb.FireTime
 	ClusterNode = pb.Node
+	TypeInfo    = pb.TypeInfo
 )
 
 // Job states.
@@ -37,6 +38,8 @@ const (
 	StateSucceeded = pb.JobState_JOB_STATE_SUCCEEDED
 	StateDead      = pb.JobState_JOB_STATE_DEAD
 	StateCancelled = pb.JobState_JOB_STATE_CANCELLED
+	// StateExpired: not started by its deadline, so never run.
+	StateExpired = pb.JobState_JOB_STATE_EXPIRED
 )
 
 // maxBatch is the most jobs one ScheduleJobs call takes (the server's limit is 1000).
@@ -116,6 +119,12 @@ type NewJob struct {
 	IdempotencyKey string
 	// MaxAttempts: 0 means the server's default.
 	MaxAttempts int32
+	// Deadline (when set) or DeadlineIn (after the job is due, when not zero): no attempt
+	// starts later; a job not started by then ends expired. Not both.
+	Deadline   time.Time
+	DeadlineIn time.Duration
+	// Priority: 0 (default, lowest) to 9, higher first among the due jobs of its type.
+	Priority int32
 }
 
 func (j NewJob) request() (*pb.ScheduleJobRequest, error) {
@@ -124,6 +133,15 @@ func (j NewJob) request() (*pb.ScheduleJobRequest, error) {
 		Payload:        j.Payload,
 		IdempotencyKey: j.IdempotencyKey,
 		MaxAttempts:    j.MaxAttempts,
+		Priority:       j.Priority,
+	}
+	switch {
+	case !j.Deadline.IsZero() && j.DeadlineIn != 0:
+		return nil, &Error{Code: codes.InvalidArgument, Message: "job " + j.Type + ": give Deadline or DeadlineIn, not both"}
+	case !j.Deadline.IsZero():
+		req.DeadlineOf = &pb.ScheduleJobRequest_Deadline{Deadline: timestamppb.New(j.Deadline)}
+	case j.DeadlineIn != 0:
+		req.DeadlineOf = &pb.ScheduleJobRequest_DeadlineIn{DeadlineIn: durationpb.New(j.DeadlineIn)}
 	}
 	switch {
 	case !j.RunAt.IsZero() && j.Delay != 0:
@@ -299,11 +317,18 @@ type Preview struct {
 	Count    int32
 	DstGap   string // shift | skip | "" (the default rule)
 	DstFold  string // first | both | ""
+	// Spread (with ScheduleID, from which the offset derives): FireTime.RunsAt says when
+	// each occurrence would run.
+	Spread     time.Duration
+	ScheduleID string
 }
 
 // PreviewSchedule returns the next fire times of an expression, in UTC and local time.
 func (c *Client) PreviewSchedule(ctx context.Context, p Preview) ([]*FireTime, error) {
-	req := &pb.PreviewRequest{Cron: p.Cron, Timezone: p.Timezone, Count: p.Count, DstGap: p.DstGap, DstFold: p.DstFold}
+	req := &pb.PreviewRequest{Cron: p.Cron, Timezone: p.Timezone, Count: p.Count, DstGap: p.DstGap, DstFold: p.DstFold, ScheduleId: p.ScheduleID}
+	if p.Spread != 0 {
+		req.Spread = durationpb.New(p.Spread)
+	}
 	if !p.From.IsZero() {
 		req.From = timestamppb.New(p.From)
 	}
@@ -371,4 +396,51 @@ func (c *Client) ClusterInfo(ctx context.Context) ([]*ClusterNode, error) {
 		return nil, err
 	}
 	return resp.GetNodes(), nil
+}
+
+// SetTypeRate limits how many jobs of jobType start per second across the cluster, with
+// burst starting at once (0: half a second's worth); rate 0 removes the limit. It returns the
+// type as the node called now applies it. An admin call.
+func (c *Client) SetTypeRate(ctx context.Context, jobType string, rate float64, burst int32) (*TypeInfo, error) {
+	return c.setFlow(ctx, &pb.TypeFlow{Type: jobType, Rate: &rate, Burst: burst})
+}
+
+// PauseType holds every due job of jobType (accepted and stored, handed to no worker) until
+// ResumeType. An admin call.
+func (c *Client) PauseType(ctx context.Context, jobType string) (*TypeInfo, error) {
+	paused := true
+	return c.setFlow(ctx, &pb.TypeFlow{Type: jobType, Paused: &paused})
+}
+
+// ResumeType lets a paused type's jobs start again, at its rate if it has one. An admin call.
+func (c *Client) ResumeType(ctx context.Context, jobType string) (*TypeInfo, error) {
+	paused := false
+	return c.setFlow(ctx, &pb.TypeFlow{Type: jobType, Paused: &paused})
+}
+
+// ListTypes lists the job types with a policy or a flow (jobType "": all of them) as the node
+// called applies them, with their due jobs waiting there and why they are held.
+func (c *Client) ListTypes(ctx context.Context, jobType string) ([]*TypeInfo, error) {
+	resp, err := call(ctx, c, true, func(ctx context.Context, i int) (*pb.ListTypesResponse, error) {
+		return c.admin[i].ListTypes(ctx, &pb.ListTypesRequest{Type: jobType})
+	})
+	if err != nil {
+		return nil, err
+	}
+	return resp.GetTypes(), nil
+}
+
+func (c *Client) setFlow(ctx context.Context, flow *pb.TypeFlow) (*TypeInfo, error) {
+	resp, err := call(ctx, c, true, func(ctx context.Context, i int) (*pb.SetTypeFlowsResponse, error) {
+		return c.admin[i].SetTypeFlows(ctx, &pb.SetTypeFlowsRequest{Flows: []*pb.TypeFlow{flow}})
+	})
+	if err != nil {
+		return nil, err
+	}
+	for _, t := range resp.GetTypes() {
+		if t.GetType() == flow.GetType() {
+			return t, nil
+		}
+	}
+	return nil, fmt.Errorf("timeshard: the node did not answer for type %q", flow.GetType())
 }

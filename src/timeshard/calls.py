@@ -17,7 +17,15 @@ from timeshard.clock import from_datetime
 from timeshard.errors import AlreadyExists, InvalidArgument, NotFound
 from timeshard.limits import MAX_ATTEMPTS, MAX_BATCH, check_range
 from timeshard.model import JobState, MisfirePolicy, OverlapPolicy
-from timeshard.records import DeadLetter, FireTime, Job, Schedule, Scheduled, TypePolicy
+from timeshard.records import (
+    DeadLetter,
+    FireTime,
+    Job,
+    Schedule,
+    Scheduled,
+    TypeInfo,
+    TypePolicy,
+)
 from timeshard.v1 import timeshard_pb2 as pb
 from timeshard.wire import dur, state_to_pb, ts
 
@@ -73,6 +81,21 @@ def _when(
         req.delay.CopyFrom(dur(round(seconds * 1000)))
 
 
+def _deadline(
+    req: pb.ScheduleJobRequest, deadline: datetime | None, deadline_in: Delay | None
+) -> None:
+    """Set the request's ``deadline`` (an aware datetime) or ``deadline_in`` (after the job's
+    run_at); neither: none. A negative ``deadline_in`` is sent as it is (the server refuses)."""
+    if deadline is not None and deadline_in is not None:
+        raise InvalidArgument("deadline", "give a deadline or a deadline_in, not both")
+    if deadline is not None:
+        req.deadline.CopyFrom(ts(_ms(deadline, "deadline")))
+    elif deadline_in is not None:
+        seconds = _seconds(deadline_in, "deadline_in")
+        whole = int(seconds) if seconds >= 0 else -int(-seconds)
+        req.deadline_in.seconds, req.deadline_in.nanos = whole, round((seconds - whole) * 1e9)
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Retry:
     """A job type's retry policy: at most ``max_attempts`` attempts (0: the server's default),
@@ -105,7 +128,9 @@ class Retry:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class NewJob:
-    """One job for ``schedule_many``: due after ``delay`` (default now) or ``at``."""
+    """One job for ``schedule_many``: due after ``delay`` (default now) or ``at``; not started
+    after ``deadline`` (or ``deadline_in`` after it is due), else it ends expired;
+    ``priority`` 0-9, higher first within its type."""
 
     job_type: str
     payload: Any = None
@@ -113,15 +138,22 @@ class NewJob:
     at: datetime | None = None
     key: str = ""
     max_attempts: int = 0
+    deadline: datetime | None = None
+    deadline_in: Delay | None = None
+    priority: int = 0
 
     def request(self) -> pb.ScheduleJobRequest:
+        if isinstance(self.priority, bool) or not isinstance(self.priority, int):
+            raise InvalidArgument("priority", f"give an int 0-9, not {self.priority!r}")
         req = pb.ScheduleJobRequest(
             type=self.job_type,
             payload=payload_bytes(self.payload),
             idempotency_key=self.key,
             max_attempts=self.max_attempts,
+            priority=self.priority,
         )
         _when(req, self.delay, self.at)
+        _deadline(req, self.deadline, self.deadline_in)
         return req
 
 
@@ -144,6 +176,8 @@ class ScheduleSpec:
     dst_gap: str = ""
     dst_fold: str = ""
     max_attempts: int = 0
+    spread: Delay = 0
+    """Each occurrence runs a stable offset in ``[0, spread)`` after its nominal time."""
 
     def message(self) -> pb.Schedule:
         return pb.Schedule(
@@ -161,6 +195,7 @@ class ScheduleSpec:
             dst_gap=self.dst_gap,
             dst_fold=self.dst_fold,
             max_attempts=self.max_attempts,
+            spread=dur(round(_seconds(self.spread, "spread") * 1000)),
         )
 
     def differs_from(self, s: Schedule) -> bool:
@@ -184,6 +219,7 @@ def _declared(s: Schedule) -> tuple[Any, ...]:
         s.dst_gap,
         s.dst_fold,
         s.max_attempts,
+        s.spread,
     )
 
 
@@ -239,6 +275,9 @@ class Methods:
         at: datetime | None,
         key: str,
         max_attempts: int,
+        deadline: datetime | None = None,
+        deadline_in: Delay | None = None,
+        priority: int = 0,
     ) -> Call[Scheduled]:
         job = NewJob(
             job_type=job_type,
@@ -247,6 +286,9 @@ class Methods:
             at=at,
             key=key,
             max_attempts=max_attempts,
+            deadline=deadline,
+            deadline_in=deadline_in,
+            priority=priority,
         )
         # Without a key a blind retry could create a second job; with one it is safe.
         return Call("ScheduleJob", job.request(), Scheduled.from_pb, idempotent=bool(key))
@@ -375,10 +417,23 @@ class Methods:
 
     @staticmethod
     def preview(
-        cron: str, tz: str, start: datetime | None, count: int, dst_gap: str, dst_fold: str
+        cron: str,
+        tz: str,
+        start: datetime | None,
+        count: int,
+        dst_gap: str,
+        dst_fold: str,
+        spread: Delay = 0,
+        schedule_id: str = "",
     ) -> Call[list[FireTime]]:
         req = pb.PreviewRequest(
-            cron=cron, timezone=tz, count=count, dst_gap=dst_gap, dst_fold=dst_fold
+            cron=cron,
+            timezone=tz,
+            count=count,
+            dst_gap=dst_gap,
+            dst_fold=dst_fold,
+            spread=dur(round(_seconds(spread, "spread") * 1000)),
+            schedule_id=schedule_id,
         )
         if start is not None:
             getattr(req, "from").CopyFrom(ts(_ms(start, "start")))
@@ -418,6 +473,25 @@ class Methods:
         )
         read = lambda r: [TypePolicy.from_pb(p) for p in r.policies]  # noqa: E731
         return Call("SetTypePolicies", req, read, admin=True)
+
+    @staticmethod
+    def set_type_flow(
+        job_type: str, *, rate: float | None = None, burst: int = 0, paused: bool | None = None
+    ) -> Call[TypeInfo]:
+        """One type's flow: ``rate`` (None: unchanged, 0: no limit) with ``burst`` (0: the
+        default), ``paused`` (None: unchanged)."""
+        flow = pb.TypeFlow(type=job_type, burst=burst)
+        if rate is not None:
+            flow.rate = rate
+        if paused is not None:
+            flow.paused = paused
+        read = lambda r: TypeInfo.from_pb(r.types[0])  # noqa: E731
+        return Call("SetTypeFlows", pb.SetTypeFlowsRequest(flows=[flow]), read, admin=True)
+
+    @staticmethod
+    def list_types(job_type: str = "") -> Call[list[TypeInfo]]:
+        read = lambda r: [TypeInfo.from_pb(t) for t in r.types]  # noqa: E731
+        return Call("ListTypes", pb.ListTypesRequest(type=job_type), read, admin=True)
 
     @staticmethod
     def purge(job_ids: Sequence[str], job_type: str) -> Call[list[str]]:

@@ -50,6 +50,7 @@ from timeshard.records import (
     Job,
     Schedule,
     Scheduled,
+    TypeInfo,
     TypePolicy,
 )
 from timeshard.security.channel import ClientSecurity, TlsArg, server_from_env
@@ -73,6 +74,7 @@ __all__ = [
     "Schedule",
     "ScheduleSpec",
     "Scheduled",
+    "TypeInfo",
     "TypePolicy",
     "payload_bytes",
 ]
@@ -182,12 +184,21 @@ class Client(_Base):
         at: datetime | None = None,
         key: str = "",
         max_attempts: int = 0,
+        deadline: datetime | None = None,
+        deadline_in: Delay | None = None,
+        priority: int = 0,
     ) -> Scheduled:
         """Schedule one job, due after ``delay`` (a timedelta or seconds; default now) or
         ``at`` (an aware datetime). ``key``: an idempotency key; a repeat returns the job the
         key names, ``created=False``, in whatever state it is. ``max_attempts``: 0 is the
-        type's default."""
-        return self._run(Methods.schedule(job_type, payload, delay, at, key, max_attempts))
+        type's default. ``deadline`` (an aware datetime) or ``deadline_in`` (after the job is
+        due): no attempt starts later; a job not started by then ends ``expired``.
+        ``priority``: 0 (default, lowest) to 9, higher first within the type, with aging."""
+        return self._run(
+            Methods.schedule(
+                job_type, payload, delay, at, key, max_attempts, deadline, deadline_in, priority
+            )
+        )
 
     def schedule_many(
         self,
@@ -277,9 +288,15 @@ class Client(_Base):
         count: int = 10,
         dst_gap: str = "",
         dst_fold: str = "",
+        spread: Delay = 0,
+        schedule_id: str = "",
     ) -> list[FireTime]:
-        """The next ``count`` fire times after ``start`` (default: the server's now)."""
-        return self._run(Methods.preview(cron, tz, start, count, dst_gap, dst_fold))
+        """The next ``count`` fire times after ``start`` (default: the server's now); with a
+        ``spread`` and the ``schedule_id`` it derives from, when each occurrence runs
+        (``FireTime.runs_at``)."""
+        return self._run(
+            Methods.preview(cron, tz, start, count, dst_gap, dst_fold, spread, schedule_id)
+        )
 
     # -- dead letters ---------------------------------------------------------------------
 
@@ -306,10 +323,32 @@ class Client(_Base):
         (done,) = self._run(Methods.set_type_policies([(job_type, retry, concurrency)]))
         return done
 
+    # -- flow control of a type (admin role) ------------------------------------------------
+
+    def set_type_rate(self, job_type: str, rate: float, *, burst: int = 0) -> TypeInfo:
+        """At most ``rate`` jobs of ``job_type`` start per second across the cluster (0: no
+        limit), ``burst`` at once (0: half a second's worth, at least 1). The node called
+        applies it at once, the others within 5 s."""
+        return self._run(Methods.set_type_flow(job_type, rate=rate, burst=burst))
+
+    def pause_type(self, job_type: str) -> TypeInfo:
+        """Hand out no job of ``job_type``: its due jobs stay ready, in order, and new ones are
+        still accepted and stored (the other nodes follow within 5 s)."""
+        return self._run(Methods.set_type_flow(job_type, paused=True))
+
+    def resume_type(self, job_type: str) -> TypeInfo:
+        """Hand out ``job_type``'s jobs again, oldest first, at its rate if it has one."""
+        return self._run(Methods.set_type_flow(job_type, paused=False))
+
+    def list_types(self, job_type: str = "") -> list[TypeInfo]:
+        """Every type with a policy or a flow (or only ``job_type``), as the node called
+        applies it, with its jobs held there."""
+        return self._run(Methods.list_types(job_type))
+
     # -- waiting for jobs -----------------------------------------------------------------
 
     def wait(self, job_id: str, timeout: float | None = None) -> Job:
-        """The job once it is finished (succeeded, dead or cancelled; ``Job.result`` holds
+        """The job once it is finished (succeeded, dead, cancelled or expired; ``Job.result`` holds
         what its handler returned). Raises ``WaitTimeout`` after ``timeout`` seconds (None:
         as long as it takes), ``NotFound`` for an unknown id."""
         return self.wait_many([job_id], timeout=timeout)[job_id]
@@ -417,9 +456,16 @@ class AsyncClient(_Base):
         at: datetime | None = None,
         key: str = "",
         max_attempts: int = 0,
+        deadline: datetime | None = None,
+        deadline_in: Delay | None = None,
+        priority: int = 0,
     ) -> Scheduled:
         """See ``Client.schedule``."""
-        return await self._run(Methods.schedule(job_type, payload, delay, at, key, max_attempts))
+        return await self._run(
+            Methods.schedule(
+                job_type, payload, delay, at, key, max_attempts, deadline, deadline_in, priority
+            )
+        )
 
     async def schedule_many(
         self,
@@ -501,8 +547,12 @@ class AsyncClient(_Base):
         count: int = 10,
         dst_gap: str = "",
         dst_fold: str = "",
+        spread: Delay = 0,
+        schedule_id: str = "",
     ) -> list[FireTime]:
-        return await self._run(Methods.preview(cron, tz, start, count, dst_gap, dst_fold))
+        return await self._run(
+            Methods.preview(cron, tz, start, count, dst_gap, dst_fold, spread, schedule_id)
+        )
 
     # -- dead letters ---------------------------------------------------------------------
 
@@ -530,6 +580,24 @@ class AsyncClient(_Base):
     ) -> list[TypePolicy]:
         """Several at once: (job type, retry, cluster-wide concurrency) each."""
         return await self._run(Methods.set_type_policies(policies))
+
+    # -- flow control of a type (admin role) ------------------------------------------------
+
+    async def set_type_rate(self, job_type: str, rate: float, *, burst: int = 0) -> TypeInfo:
+        """``Client.set_type_rate``."""
+        return await self._run(Methods.set_type_flow(job_type, rate=rate, burst=burst))
+
+    async def pause_type(self, job_type: str) -> TypeInfo:
+        """``Client.pause_type``."""
+        return await self._run(Methods.set_type_flow(job_type, paused=True))
+
+    async def resume_type(self, job_type: str) -> TypeInfo:
+        """``Client.resume_type``."""
+        return await self._run(Methods.set_type_flow(job_type, paused=False))
+
+    async def list_types(self, job_type: str = "") -> list[TypeInfo]:
+        """``Client.list_types``."""
+        return await self._run(Methods.list_types(job_type))
 
     # -- waiting for jobs -----------------------------------------------------------------
 

@@ -44,8 +44,8 @@ class Exit(enum.IntEnum):
     DENIED = 7
     """``UNAUTHENTICATED`` or ``PERMISSION_DENIED``: another token, role or certificate."""
     JOB_FAILED = 8
-    """A job waited for ended dead or cancelled (``jobs wait``), or has no result because it did
-    not succeed (``jobs get --result``)."""
+    """A job waited for ended dead, cancelled or expired (``jobs wait``), or has no result
+    because it did not succeed (``jobs get --result``)."""
     INTERRUPTED = 130
     """Ctrl-C (SIGINT), as shells report it."""
 

@@ -61,6 +61,20 @@ MAX_CATCHUP = 1000
 MAX_CONCURRENT_RUNS = 1000
 """Occurrences of one schedule running at once with ``overlap=allow`` (``max_concurrent``)."""
 
+# -- flow control: deadlines, priorities, spread --------------------------------------------
+
+MAX_PRIORITY = 9
+"""Priorities are levels 0 (the default, the lowest) to ``MAX_PRIORITY`` (the highest)."""
+DEFAULT_PRIORITY_AGING_MS = 5_000
+"""How long a waiting job takes to gain one level of priority (a node's
+``priority_aging_s``): within a type, a ready job of priority ``p`` is handed out before any job
+of priority ``q`` that came due more than ``(q - p) * aging`` after it, so under any load of
+higher-priority jobs a priority-0 job waits at most ``MAX_PRIORITY * aging`` (45 s) longer than
+a priority-9 job due at the same time."""
+MAX_SPREAD_MS = 24 * 3600 * 1000
+"""The widest spread window a schedule may declare (and it must be shorter than the time
+between two of its fire times, so occurrences never overlap because of it)."""
+
 # -- lists -----------------------------------------------------------------------------------
 
 MAX_BATCH = 1000

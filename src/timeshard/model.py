@@ -16,8 +16,10 @@ from timeshard.limits import (
     MAX_JOB_ID_CHARS,
     MAX_JOB_TYPE_CHARS,
     MAX_PAYLOAD_BYTES,
+    MAX_PRIORITY,
     MAX_RESULT_BYTES,
     MAX_SCHEDULE_ID_CHARS,
+    MAX_SPREAD_MS,
     MAX_WORKER_ID_BYTES,
     MIN_MISFIRE_GRACE_MS,
     check_bytes,
@@ -35,10 +37,15 @@ class JobState(enum.StrEnum):
     SUCCEEDED = "succeeded"
     DEAD = "dead"
     CANCELLED = "cancelled"
+    EXPIRED = "expired"
+    """Not started by its deadline, so never run (``last_error`` says why)."""
 
     @property
     def terminal(self) -> bool:
-        return self in (JobState.SUCCEEDED, JobState.DEAD, JobState.CANCELLED)
+        return self in _TERMINAL
+
+
+_TERMINAL = frozenset((JobState.SUCCEEDED, JobState.DEAD, JobState.CANCELLED, JobState.EXPIRED))
 
 
 _VALID_TYPES: set[str] = set()
@@ -92,6 +99,30 @@ def parse_json_payload(text: str) -> bytes:
     except ValueError as exc:
         raise InvalidArgument("payload", f"not valid JSON: {exc}") from exc
     return validate_payload(text.encode("utf-8"))
+
+
+def validate_priority(priority: int) -> int:
+    if not 0 <= priority <= MAX_PRIORITY:
+        raise InvalidArgument(
+            "priority", f"must be 0-{MAX_PRIORITY} (higher goes first), got {priority}"
+        )
+    return priority
+
+
+def validate_deadline(deadline: int, run_at: int) -> int:
+    """A requested deadline (epoch ms, 0: none) no earlier than the job's ``run_at``: a job
+    that may not start before it is due nor after its deadline could never run. (Checked
+    where a client asks, not on every ``Job``: a retry may fall after the deadline, and the
+    job then expires.)"""
+    if deadline < 0:
+        raise InvalidArgument("deadline", "must be after 1970-01-01")
+    if deadline and deadline < run_at:
+        raise InvalidArgument(
+            "deadline",
+            f"{deadline} is before the job's run_at {run_at}: it could never start; "
+            "give a later deadline or an earlier run_at",
+        )
+    return deadline
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -152,6 +183,12 @@ class Job:
     """What the handler returned, once the job succeeded (see ``result_encoding``)."""
     result_encoding: str = ""
     """``json``, ``bytes``, or "" (no result)."""
+    deadline: int = 0
+    """No attempt starts after this time (epoch ms; 0: no deadline). A job still waiting at
+    its deadline ends ``expired`` instead."""
+    priority: int = 0
+    """0 (the default, lowest) to ``MAX_PRIORITY``: higher goes first within its type, with
+    aging (``limits.DEFAULT_PRIORITY_AGING_MS``)."""
 
     def __post_init__(self) -> None:
         validate_job_id(self.job_id)
@@ -164,6 +201,13 @@ class Job:
             raise InvalidArgument("max_attempts", f"must be at least 1, got {self.max_attempts}")
         if self.run_at < 0:
             raise InvalidArgument("run_at", "must be after 1970-01-01")
+        if self.deadline < 0:
+            raise InvalidArgument("deadline", "must be after 1970-01-01")
+        validate_priority(self.priority)
+
+    def past_deadline(self, now: int) -> bool:
+        """Whether an attempt starting at ``now`` would start after the job's deadline."""
+        return 0 < self.deadline < now
 
     def next_attention(self) -> int | None:
         """When the dispatcher must next look at this job (invariant 2), or None if terminal."""
@@ -187,6 +231,8 @@ class Job:
         h.update(self.payload)
         h.update(b"\0")
         h.update(str(self.max_attempts).encode())
+        if self.priority:  # (the digests of jobs without one are unchanged)
+            h.update(f"\0priority={self.priority}".encode())
         return h.hexdigest()
 
 
@@ -202,6 +248,8 @@ _UNCHECKED_JOB_FIELDS = frozenset(_JOB_FIELDS) - {
     "run_at",
     "result",
     "result_encoding",
+    "deadline",
+    "priority",
 }
 
 
@@ -267,6 +315,16 @@ SCHEDULE_ENTRY_PREFIX = "schedule:"
 _SCHEDULE_ID_RE = re.compile(rf"^[A-Za-z0-9_.\-]{{1,{MAX_SCHEDULE_ID_CHARS}}}$")
 
 
+def spread_offset_of(schedule_id: str, spread_ms: int) -> int:
+    """A stable offset in ``[0, spread_ms)`` from the schedule id: uniform over the window
+    for many schedules, the same every time for one. (Not CRC-32, which places the schedule
+    on its shard: schedules of one shard would then share offsets.)"""
+    if spread_ms <= 0:
+        return 0
+    digest = hashlib.blake2b(schedule_id.encode(), digest_size=8, person=b"ts-spread").digest()
+    return int.from_bytes(digest, "big") % spread_ms
+
+
 class MisfirePolicy(enum.StrEnum):
     SKIP = "skip"  # drop missed runs, go on from the next future time
     ONCE = "once"  # one catch-up now, for the latest missed time
@@ -325,6 +383,9 @@ class Schedule:
     skipped: int = 0
     last_skip_at: int = 0
     last_fire_at: int = 0
+    spread_ms: int = 0
+    """Each occurrence runs ``spread_offset`` after its nominal time: a stable offset in
+    ``[0, spread_ms)`` derived from the schedule id (0: none)."""
 
     def __post_init__(self) -> None:
         validate_schedule_id(self.schedule_id)
@@ -344,12 +405,22 @@ class Schedule:
         check_range("max_concurrent", self.max_concurrent, 1, MAX_CONCURRENT_RUNS)
         if self.jitter_ms < 0:
             raise InvalidArgument("jitter", "must not be negative")
+        if not 0 <= self.spread_ms <= MAX_SPREAD_MS:
+            raise InvalidArgument(
+                "spread", f"must be 0-{MAX_SPREAD_MS // 3_600_000}h, got {self.spread_ms} ms"
+            )
         if self.max_attempts < 0:
             raise InvalidArgument("max_attempts", "must not be negative")
 
     @property
     def entry_id(self) -> str:
         return SCHEDULE_ENTRY_PREFIX + self.schedule_id
+
+    @property
+    def spread_offset(self) -> int:
+        """How far after its nominal time each occurrence runs: the same for every
+        occurrence of this schedule, on every node, never negative (``spread_offset_of``)."""
+        return spread_offset_of(self.schedule_id, self.spread_ms)
 
     def occurrence_id(self, scheduled_ms: int) -> str:
         """The job id of the run at ``scheduled_ms``: unique across the cluster (invariant 8)."""

@@ -143,21 +143,31 @@ class ProtoClient:
         run_at: int | None = None,
         idempotency_key: str = "",
         max_attempts: int = 0,
+        deadline_ms: int | None = None,
+        deadline_in_s: float | None = None,
+        priority: int = 0,
     ) -> Scheduled:
         """Schedule one job, due after ``delay_s`` (default now) or at ``run_at`` (epoch ms).
         Returns the job and whether
         this call created it (``Scheduled``): a repeat of an idempotency key returns the job
-        the key names, ``created=False``, in whatever state it is."""
+        the key names, ``created=False``, in whatever state it is. ``deadline_ms`` (epoch ms)
+        or ``deadline_in_s`` (after the job is due): no attempt starts later; ``priority``
+        0-9, higher first within its type."""
         req = pb.ScheduleJobRequest(
             type=job_type,
             payload=payload_bytes(payload if payload is not None else {}),
             idempotency_key=idempotency_key,
             max_attempts=max_attempts,
+            priority=priority,
         )
         if run_at is not None:
             req.run_at.CopyFrom(ts(run_at))
         else:
             req.delay.CopyFrom(dur_from_s(delay_s or 0.0))
+        if deadline_ms is not None:
+            req.deadline.CopyFrom(ts(deadline_ms))
+        elif deadline_in_s is not None:
+            req.deadline_in.CopyFrom(dur_from_s(deadline_in_s))
         # Without a key a blind retry could create a second job; with one it is safe.
         resp = self._call(self._jobs.ScheduleJob, req, idempotent=bool(idempotency_key))
         return Scheduled(resp.job, resp.created)
@@ -297,7 +307,8 @@ class ProtoClient:
     # -- waiting for jobs -----------------------------------------------------------------
 
     def wait(self, job_id: str, timeout: float | None = None) -> pb.Job:
-        """The job once it is finished (succeeded, dead or cancelled): see ``wait_many``."""
+        """The job once it is finished (succeeded, dead, cancelled or expired): see
+        ``wait_many``."""
         return self.wait_many([job_id], timeout=timeout)[job_id]
 
     def wait_many(self, job_ids: Iterable[str], timeout: float | None = None) -> dict[str, pb.Job]:

@@ -97,6 +97,9 @@ class Job:
     raw_result: bytes = b""
     result_encoding: str = ""
     """How ``raw_result`` reads: ``"json"``, ``"bytes"``, or ``""`` (no result)."""
+    deadline: datetime | None = None
+    """No attempt starts after it; a job still waiting then ends ``expired``."""
+    priority: int = 0
 
     @property
     def payload(self) -> Any:
@@ -140,6 +143,8 @@ class Job:
             shard=msg.shard,
             raw_result=msg.result,
             result_encoding=msg.result_encoding,
+            deadline=_time(msg, "deadline"),
+            priority=msg.priority,
         )
 
 
@@ -229,6 +234,8 @@ class Schedule:
     last_fire_at: datetime | None
     active_jobs: tuple[str, ...]
     queued_at: datetime | None
+    spread: timedelta = timedelta(0)
+    """Each occurrence runs a stable offset in ``[0, spread)`` after its nominal time."""
 
     @property
     def payload(self) -> Any:
@@ -258,6 +265,7 @@ class Schedule:
             last_fire_at=_time(msg, "last_fire_at"),
             active_jobs=tuple(msg.active_jobs),
             queued_at=_time(msg, "queued_at"),
+            spread=_delta(msg.spread),
         )
 
 
@@ -269,6 +277,9 @@ class FireTime:
     utc: datetime
     local: datetime
     note: str
+    runs_at: datetime | None = None
+    """When the occurrence of this time runs, with a spread (never before ``utc``)."""
+    runs_at_local: datetime | None = None
 
     @classmethod
     def from_pb(cls, msg: pb.FireTime) -> FireTime:
@@ -276,6 +287,8 @@ class FireTime:
             utc=_required_time(msg, "utc"),
             local=datetime.fromisoformat(msg.local),
             note=msg.note,
+            runs_at=_time(msg, "runs_at"),
+            runs_at_local=datetime.fromisoformat(msg.runs_at_local) if msg.runs_at_local else None,
         )
 
 
@@ -300,4 +313,34 @@ class TypePolicy:
             backoff=_delta(msg.retry_base) if has_retry else None,
             max_backoff=_delta(msg.retry_max) if has_retry else None,
             concurrency=msg.concurrency,
+        )
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TypeInfo:
+    """A job type as the node asked applies it: its policy (None: the server's defaults), its
+    cluster-wide ``rate`` in jobs started per second (0: no limit) with its ``burst``, whether
+    it is ``paused``; and on that node, how many due jobs wait for a claim (``ready``), why
+    they are held (``"paused"``, ``"rate"`` or "") and how long the oldest has been due."""
+
+    job_type: str
+    policy: TypePolicy | None
+    rate: float
+    burst: int
+    paused: bool
+    ready: int
+    held: str
+    oldest_due_for: timedelta
+
+    @classmethod
+    def from_pb(cls, msg: pb.TypeInfo) -> TypeInfo:
+        return cls(
+            job_type=msg.type,
+            policy=TypePolicy.from_pb(msg.policy) if msg.HasField("policy") else None,
+            rate=msg.rate,
+            burst=msg.burst,
+            paused=msg.paused,
+            ready=msg.ready,
+            held=msg.held,
+            oldest_due_for=timedelta(milliseconds=msg.oldest_age_ms),
         )

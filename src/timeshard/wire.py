@@ -54,6 +54,7 @@ _STATE_TO_PB = {
     JobState.SUCCEEDED: pb.JOB_STATE_SUCCEEDED,
     JobState.DEAD: pb.JOB_STATE_DEAD,
     JobState.CANCELLED: pb.JOB_STATE_CANCELLED,
+    JobState.EXPIRED: pb.JOB_STATE_EXPIRED,
 }
 _STATE_FROM_PB: dict[int, JobState] = {int(v): k for k, v in _STATE_TO_PB.items()}
 
@@ -104,6 +105,10 @@ def job_to_pb(job: Job, *, history: bool = True) -> pb.Job:
         last_error=job.last_error,
         shard=job.shard,
     )
+    if job.priority:
+        msg.priority = job.priority
+    if job.deadline:
+        _set_ts(msg.deadline, job.deadline)
     if job.result_encoding:  # (most jobs have none: not passed, as an empty field costs time)
         msg.result = job.result
         msg.result_encoding = job.result_encoding
@@ -163,6 +168,22 @@ def run_at_of(
     return now_ms
 
 
+def deadline_of(msg: pb.ScheduleJobRequest, run_at: int) -> int:
+    """The deadline a request asks for (0: none): ``deadline``, or ``deadline_in`` after
+    ``run_at``; never before ``run_at`` (``Node`` refuses that)."""
+    which = msg.WhichOneof("deadline_of")
+    if which == "deadline_in":
+        if msg.deadline_in.seconds < 0 or msg.deadline_in.nanos < 0:
+            raise InvalidArgument("deadline_in", "must not be negative")
+        return _not_after_9999("deadline_in", run_at + round(dur_s(msg.deadline_in) * 1000))
+    if which == "deadline":
+        ms = ts_ms(msg.deadline)
+        if ms <= 0:
+            raise InvalidArgument("deadline", "must be after 1970-01-01T00:00:00Z")
+        return _not_after_9999("deadline", ms)
+    return 0
+
+
 def _not_in_the_past(ms: int, now_ms: int, whose_now: str) -> int:
     """A run_at up to ``PAST_RUN_AT_GRACE_MS`` ago is now: stored as now, so the job's lateness
     counts from when it was scheduled, not from a time before it existed. Further back is
@@ -215,6 +236,7 @@ def schedule_to_pb(s: Schedule) -> pb.Schedule:
         last_fire_at=ts(s.last_fire_at) if s.last_fire_at else None,
         active_jobs=list(s.active),
         queued_at=ts(s.queued_at) if s.queued_at else None,
+        spread=dur(s.spread_ms) if s.spread_ms else None,
     )
 
 
@@ -248,6 +270,7 @@ def schedule_from_pb(msg: pb.Schedule, schedule_id: str) -> Schedule:
         overlap=_policy(OverlapPolicy, "overlap", msg.overlap or "skip"),
         max_concurrent=msg.max_concurrent or 1,
         jitter_ms=_ms_of(msg.jitter, "jitter"),
+        spread_ms=_ms_of(msg.spread, "spread"),
         next_fire=0,
         created_at=0,
     )

@@ -44,6 +44,7 @@ VALID = {
     "file": "{tmp}/auth.toml",
     "dir": "{tmp}/certs",
     "job_ids": "49ce16a7b1a74aa9831aa49795345972",
+    "types": "demo.echo",
 }
 NUMBERS = ["x", "-1", "nan"]
 # The global options, taken by every command; those that never dial a node may ignore them.

@@ -20,7 +20,9 @@ from tests.contract.helpers import (
     entries_of,
     make_job,
 )
+from timeshard.errors import InvalidArgument
 from timeshard.model import Job, JobState
+from timeshard.store.base import Completion
 
 # -- claim ------------------------------------------------------------------------------------
 
@@ -141,6 +143,44 @@ async def test_complete_with_a_stale_fence_changes_nothing(open_store: OpenStore
         running = await claimed(store, job)
         stale = await store.complete_job("d2", running.fence + 1, NOW)
         await assert_unchanged(store, stale, running)
+
+
+async def test_completions_in_one_call_are_each_conditional_and_answered_in_order(
+    open_store: OpenStore,
+) -> None:
+    async with open_store() as store:
+        first = await claimed(store, await created(store, "d3"))
+        stale = await claimed(store, await created(store, "d4"))
+        second = await claimed(store, await created(store, "d5"))
+        outs = await store.complete_jobs(
+            [
+                Completion("d3", first.fence, b'{"n":1}', "json"),
+                Completion("d4", stale.fence + 1),
+                Completion("no-such-job", 1),
+                Completion("d5", second.fence),
+            ],
+            NOW + 500,
+        )
+        assert [o.applied for o in outs] == [True, False, False, True]
+        done = await assert_stored(store, outs[0])
+        assert done.state is JobState.SUCCEEDED and (done.result, done.result_encoding) == (
+            b'{"n":1}',
+            "json",
+        )
+        await assert_unchanged(store, outs[1], stale)  # its own fence failed; the rest applied
+        assert outs[2].job is None
+        assert (await assert_stored(store, outs[3])).finished_at == NOW + 500
+
+
+async def test_completions_with_a_bad_result_write_nothing(open_store: OpenStore) -> None:
+    async with open_store() as store:
+        running = await claimed(store, await created(store, "d6"))
+        with pytest.raises(InvalidArgument):
+            await store.complete_jobs(
+                [Completion("d6", running.fence), Completion("d6", running.fence, b"x", "nope")],
+                NOW,
+            )
+        assert await store.get_job("d6") == running
 
 
 # -- fail -------------------------------------------------------------------------------------

@@ -7,6 +7,7 @@ import asyncio
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -73,7 +74,13 @@ async def test_migrations_are_recorded_once(
         await store.open()
         await store.close()
     rows = list(cassandra_admin.execute(f"SELECT * FROM {keyspace}.schema_migrations"))
-    assert sorted((r.version, r.done) for r in rows) == [(1, True), (2, True), (3, True), (4, True)]
+    assert sorted((r.version, r.done) for r in rows) == [
+        (1, True),
+        (2, True),
+        (3, True),
+        (4, True),
+        (5, True),
+    ]
     table = cassandra_admin.execute(
         "SELECT compaction, default_time_to_live FROM system_schema.tables "
         "WHERE keyspace_name = %s AND table_name = 'buckets'",
@@ -96,6 +103,8 @@ async def test_a_store_at_an_older_version_gets_the_newer_migrations(
     # Back to version 1: as a keyspace made before schedules existed.
     cassandra_admin.execute(f"DROP TABLE {keyspace}.schedules")
     cassandra_admin.execute(f"DELETE FROM {keyspace}.schema_migrations WHERE version = 2")
+    # (and before migration 5, which adds a column to it)
+    cassandra_admin.execute(f"DELETE FROM {keyspace}.schema_migrations WHERE version = 5")
     store = CassandraStore.from_url(url(cassandra_address, keyspace))
     await store.open()
     try:
@@ -103,7 +112,13 @@ async def test_a_store_at_an_older_version_gets_the_newer_migrations(
     finally:
         await store.close()
     rows = cassandra_admin.execute(f"SELECT version, done FROM {keyspace}.schema_migrations")
-    assert sorted((r.version, r.done) for r in rows) == [(1, True), (2, True), (3, True), (4, True)]
+    assert sorted((r.version, r.done) for r in rows) == [
+        (1, True),
+        (2, True),
+        (3, True),
+        (4, True),
+        (5, True),
+    ]
 
 
 async def test_a_keyspace_from_before_results_gets_their_columns(
@@ -135,6 +150,45 @@ async def test_a_keyspace_from_before_results_gets_their_columns(
         await store.close()
     rows = cassandra_admin.execute(f"SELECT version, done FROM {keyspace}.schema_migrations")
     assert (4, True) in {(r.version, r.done) for r in rows}
+
+
+async def test_a_keyspace_from_before_deadlines_gets_their_columns(
+    cassandra_address: str, keyspace: str, cassandra_admin: Any
+) -> None:
+    """Migration 5 on a keyspace at version 4 with a job and a schedule in it: they read as
+    having no deadline, priority 0 and no spread, and a job made after has its deadline."""
+    store = CassandraStore.from_url(url(cassandra_address, keyspace), num_shards=NUM_SHARDS)
+    await store.open()
+    try:
+        [made] = await create(store, make_job("old-5"))
+        assert made.created
+    finally:
+        await store.close()
+    cassandra_admin.execute(f"ALTER TABLE {keyspace}.job_rows DROP (deadline, priority)")
+    cassandra_admin.execute(f"ALTER TABLE {keyspace}.schedules DROP spread_ms")
+    cassandra_admin.execute(
+        f"INSERT INTO {keyspace}.schedules (schedule_id, shard, cron, timezone, dst_gap, "
+        "dst_fold, type, payload, max_attempts, misfire, misfire_grace_ms, max_catchup, "
+        "overlap, max_concurrent, jitter_ms, paused, next_fire, created_at, version, active, "
+        "queued_at, skipped, last_skip_at, last_fire_at) VALUES ('old-s', 0, '0 * * * *', "
+        "'UTC', '', '', 't', 0x, 0, 'once', 60000, 10, 'skip', 1, 0, false, 0, 0, 0, '[]', "
+        "0, 0, 0, 0)"
+    )
+    cassandra_admin.execute(f"DELETE FROM {keyspace}.schema_migrations WHERE version = 5")
+    store = CassandraStore.from_url(url(cassandra_address, keyspace), num_shards=NUM_SHARDS)
+    await store.open()
+    try:
+        old = await store.get_job("old-5")
+        assert old is not None and (old.deadline, old.priority) == (0, 0)
+        schedule = await store.get_schedule("old-s")
+        assert schedule is not None and schedule.spread_ms == 0
+        [new] = await create(store, replace(make_job("new-5"), deadline=NOW + 9, priority=3))
+        got = await store.get_job("new-5")
+        assert new.created and got is not None and (got.deadline, got.priority) == (NOW + 9, 3)
+    finally:
+        await store.close()
+    rows = cassandra_admin.execute(f"SELECT version, done FROM {keyspace}.schema_migrations")
+    assert (5, True) in {(r.version, r.done) for r in rows}
 
 
 async def test_a_key_left_without_its_job_is_completed_by_the_repeat(

@@ -19,13 +19,19 @@ write and its notification survive the call's cancellation); then remove the xfa
 from __future__ import annotations
 
 import asyncio
+import gc
+import logging
 from collections.abc import AsyncIterator, Collection, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 
+import pytest
+
 from tests.unit.helpers import START_MS, advance, settle, wait_until
 from tests.unit.helpers import owner_and_writer as pair
 from timeshard.clock import FakeClock
+from timeshard.coordinator.local import LocalCoordinator
+from timeshard.errors import StoreUnavailable
 from timeshard.model import BucketEntry, Job
 from timeshard.node import Node
 from timeshard.store.base import CreateResult
@@ -84,3 +90,45 @@ async def test_a_job_whose_creating_call_was_cancelled_still_runs(tmp_path: Path
         await advance(a, clock, 10, step=1.0)
         claimed = await a.claim(worker="w", types=["t"], limit=10, wait_s=0, lease_s=5)
         assert [c.job.job_id for c in claimed] == [job.job_id], "acknowledged, never dispatched"
+
+
+class FailingLateStore(SqliteStore):
+    """Creates fail (the store went down) a while after the call began."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        super().__init__(":memory:", num_shards=4)
+        self._clock = clock
+
+    async def create_jobs(
+        self, jobs: Sequence[tuple[Job, BucketEntry]], *, fresh: Collection[str] = frozenset()
+    ) -> list[CreateResult]:
+        await self._clock.sleep(WRITE_S)
+        raise StoreUnavailable("the store went away")
+
+
+async def test_a_create_that_fails_after_its_caller_gave_up_is_logged_not_left_unretrieved(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The create goes on shielded when its caller gives up; failing then, its exception was
+    never retrieved and asyncio printed a traceback into the node's log."""
+    clock = FakeClock(START_MS)
+    node = Node(
+        store=FailingLateStore(clock), coordinator=LocalCoordinator(), clock=clock, node_id="n"
+    )
+    await node.start()
+    try:
+        call = asyncio.ensure_future(node.schedule(job_type="t", payload=b"", run_at=0))
+        await asyncio.sleep(0.05)
+        call.cancel()  # the client's deadline
+        with pytest.raises(asyncio.CancelledError):
+            await call
+        with caplog.at_level(logging.INFO):
+            await advance(node, clock, WRITE_S + 1)
+            await asyncio.sleep(0.05)
+            gc.collect()
+            await asyncio.sleep(0)
+        messages = [r.getMessage() for r in caplog.records]
+        assert not any("never retrieved" in m for m in messages), messages
+        assert any("failed after its caller gave up" in m for m in messages), messages
+    finally:
+        await node.stop()

@@ -38,9 +38,16 @@ class RunDir:
         return self._files[worker, pid]
 
     def job(
-        self, job: str, *, due: float = 1.0, expect: str = "ok", state: str | None = None
+        self,
+        job: str,
+        *,
+        due: float = 1.0,
+        expect: str = "ok",
+        state: str | None = None,
+        deadline: float | None = None,
     ) -> None:
-        """Scheduled at mono 0 for mono ``due``; ``state``: its end state in the store."""
+        """Scheduled at mono 0 for mono ``due`` (not to start after mono ``deadline``);
+        ``state``: its end state in the store."""
         self.journal.write(
             {
                 "ev": "job",
@@ -50,6 +57,7 @@ class RunDir:
                 "sent": wall(0),
                 "acked": wall(0.01),
                 "expect": expect,
+                **({"deadline": int(wall(deadline))} if deadline is not None else {}),
             }
         )
         default = "dead" if expect == "permanent" else "succeeded"
@@ -411,3 +419,76 @@ def test_reruns_across_a_store_outage_are_put_down_to_it(run: RunDir) -> None:
     assert causes["its lease was lost (in the catch-up after store_outage)"] == 1, causes
     assert causes["its result could not be delivered (no node or service fault)"] == 1, causes
     assert got["faults"] == {"worker_kill": 1, "worker_stop": 1, "store_outage": 1}
+
+
+def rated_job(r: RunDir, job: str, *, due: float) -> None:
+    """A job of the rate-limited, paused-for-a-while type."""
+    r.journal.write(
+        {"ev": "job", "job": job, "key": f"key-{job}", "run_at": int(wall(due)), "sent": wall(0),
+         "acked": wall(0.01), "expect": "ok", "type": "chaos.rated"}
+    )  # fmt: skip
+    r.store_job(job, "succeeded")
+
+
+def flow(r: RunDir, *, at: float, rate: float = 2.0, burst: int = 1, paused: bool) -> None:
+    r.journal.write(
+        {"ev": "flow", "type": "chaos.rated", "rate": rate, "burst": burst, "paused": paused,
+         "sent": wall(at - 0.01), "acked": wall(at)}
+    )  # fmt: skip
+
+
+def test_runs_of_the_rated_type_within_its_rate_pass(run: RunDir) -> None:
+    flow(run, at=0.5, paused=False)
+    for i in range(24):  # rate 2/s, burst 1, 3 nodes: at most 24 in any 10 s
+        rated_job(run, f"r{i}", due=1.0)
+        run.run(f"r{i}", start=1.01 + i * 0.45, end=1.1 + i * 0.45)
+    got = result(run)
+    assert got["ok"], got["text"]
+    assert got["rated_runs"] == 24 and got["rated_most_in_10s"] == 23
+
+
+def test_runs_of_the_rated_type_over_its_rate_fail(run: RunDir) -> None:
+    flow(run, at=0.5, paused=False)
+    for i in range(30):
+        rated_job(run, f"r{i}", due=1.0)
+        run.run(f"r{i}", start=1.01 + i * 0.1, end=1.05 + i * 0.1)
+    got = result(run)
+    assert not got["ok"] and got["rate_exceeded"] == 1, got["text"]
+    assert got["failed"] == {"rate_exceeded": 1}
+
+
+def test_a_run_claimed_while_the_type_was_paused_fails_unless_a_fault_just_ended(
+    run: RunDir,
+) -> None:
+    flow(run, at=0.5, paused=False)
+    flow(run, at=20.0, paused=True)
+    flow(run, at=40.0, paused=False)
+    for job, start in (("early", 23.0), ("held", 30.0), ("excused", 34.5), ("after", 41.0)):
+        rated_job(run, job, due=1.0)
+        run.run(job, start=start, end=start + 0.1)
+    run.fault("node_kill", pid=None, start=33.0, end=34.0)
+    got = result(run)
+    assert got["ran_while_paused"] == 1 and got["paused_runs_excused"] == 1, got["text"]
+    (finding,) = [f for f in check_dir(run.done()).findings if f.kind == "ran_while_paused"]
+    assert finding.job == "held"
+
+
+def test_a_job_with_a_deadline_may_expire_but_never_start_after_it(run: RunDir) -> None:
+    run.job("on-time", due=1.0, deadline=3.0)
+    run.run("on-time", start=1.5, end=1.6, claimed=1.49)
+    run.job("expired", due=1.0, deadline=3.0, state="expired")
+    got = result(run)
+    assert got["ok"] and got["expired"] == 1 and got["with_deadline"] == 2, got["text"]
+    assert got["ran_after_deadline"] == 0
+
+
+def test_a_run_claimed_after_its_deadline_fails_it(run: RunDir) -> None:
+    run.job("late", due=1.0, deadline=3.0)
+    run.run("late", start=3.5, end=3.6, claimed=3.4)
+    got = result(run)
+    assert got["ran_after_deadline"] == 1 and got["failed"] == {"ran_after_deadline": 1}
+
+
+def test_a_job_without_a_deadline_must_not_expire(run: RunDir) -> None:
+    run.job("no-deadline", due=1.0, state="expired")
+    assert result(run)["failed"] == {"wrong_state": 1}

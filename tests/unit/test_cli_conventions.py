@@ -448,7 +448,7 @@ def test_the_command_completes_commands_options_and_choices(tmp_path: Path) -> N
     assert complete("timeshard jobs cancel x --j", tmp_path) == ["--json"]
     assert {"bash", "zsh"} <= set(complete("timeshard completion ", tmp_path))
     states = set(complete("timeshard jobs list --state ", tmp_path))
-    assert states == {"scheduled", "running", "succeeded", "dead", "cancelled"}
+    assert states == {"scheduled", "running", "succeeded", "dead", "cancelled", "expired"}
 
 
 def test_text_log_lines_carry_the_same_time_format() -> None:

@@ -112,6 +112,8 @@ ALLOWED_BY_RPC: dict[str, set[grpc.StatusCode]] = {
     "DrainNode": _CHANGE,
     "NodeStatus": _FAIL,  # a window outside 10 s - 15 min
     "SetTypePolicies": _FAIL,
+    "SetTypeFlows": _FAIL,
+    "ListTypes": _FAIL,
 }
 ALLOWED = {rpc: codes | {C.INVALID_ARGUMENT} for rpc, codes in ALLOWED_BY_RPC.items()}
 """Each RPC's documented failure statuses (OK is always allowed; a request that does not

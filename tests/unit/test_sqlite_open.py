@@ -159,3 +159,45 @@ async def test_a_database_from_before_results_gets_their_columns(tmp_path: Path)
     with sqlite3.connect(path) as db:
         columns = [row[1] for row in db.execute("PRAGMA table_info(jobs)")]
     assert columns[-2:] == ["result", "result_encoding"]
+
+
+async def test_a_database_from_before_deadlines_gets_their_columns(tmp_path: Path) -> None:
+    """A file whose tables predate deadlines, priorities and spreads: opening it adds the
+    columns; old rows read as none and 0, new ones keep what they are given."""
+    from dataclasses import replace
+
+    from tests.contract.helpers import NOW, create, make_job
+    from timeshard.model import Schedule
+    from timeshard.store.base import schedule_entry
+
+    path = tmp_path / "old.db"
+    store = SqliteStore(path, num_shards=8)
+    await store.open()
+    await create(store, make_job("old-1"))
+    s = Schedule(
+        schedule_id="old-s",
+        shard=0,
+        cron="0 * * * *",
+        timezone="UTC",
+        job_type="t",
+        next_fire=NOW,
+        created_at=NOW,
+    )
+    await store.create_schedule(s, schedule_entry(s, NOW, NOW))
+    await store.close()
+    with sqlite3.connect(path) as db:  # back to the tables as they were before
+        db.execute("ALTER TABLE jobs DROP COLUMN priority")
+        db.execute("ALTER TABLE jobs DROP COLUMN deadline")
+        db.execute("ALTER TABLE schedules DROP COLUMN spread_ms")
+    store = SqliteStore(path, num_shards=8)
+    await store.open()
+    try:
+        old = await store.get_job("old-1")
+        assert old is not None and (old.deadline, old.priority) == (0, 0)
+        got = await store.get_schedule("old-s")
+        assert got is not None and got.spread_ms == 0
+        await create(store, replace(make_job("new-1"), deadline=NOW + 7, priority=2))
+        new = await store.get_job("new-1")
+        assert new is not None and (new.deadline, new.priority) == (NOW + 7, 2)
+    finally:
+        await store.close()

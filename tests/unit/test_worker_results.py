@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -19,7 +19,7 @@ from timeshard.errors import StoreUnavailable
 from timeshard.model import Job, JobState, WriteResult
 from timeshard.node import Node, NodeConfig
 from timeshard.server import Server
-from timeshard.store.base import RetryAt
+from timeshard.store.base import Completion, RetryAt
 from timeshard.store.sqlite import SqliteStore
 from timeshard.worker import JobContext, Worker
 
@@ -37,6 +37,10 @@ class FlakyStore(SqliteStore):
     async def complete_job(self, job_id: str, fence: int, now: int, **result: Any) -> WriteResult:
         self._check(self.results_down_until)
         return await super().complete_job(job_id, fence, now, **result)
+
+    async def complete_jobs(self, items: Sequence[Completion], now: int) -> list[WriteResult]:
+        self._check(self.results_down_until)
+        return await super().complete_jobs(items, now)
 
     async def fail_job(
         self, job_id: str, fence: int, now: int, error: str, retry_at: RetryAt, **more: Any

@@ -6,6 +6,8 @@ import {
   JobState,
   Schedule,
   type ScheduleJobRequest,
+  type TypeFlow,
+  type TypeInfo,
 } from "./gen/timeshard/v1/timeshard.js";
 import { type ConnectOptions, resolveSecurity, resolveServers } from "./config.js";
 import { NodeConnection, unary } from "./connection.js";
@@ -15,7 +17,7 @@ import type { Metadata } from "@grpc/grpc-js";
 import { status } from "@grpc/grpc-js";
 
 export { JobState };
-export type { Job, FireTime, ClusterInfoResponse };
+export type { Job, FireTime, ClusterInfoResponse, TypeInfo };
 export { Schedule };
 
 /** A job's payload: bytes, or a string sent as UTF-8. */
@@ -33,6 +35,12 @@ export interface ScheduleOptions extends When {
   idempotencyKey?: string;
   /** 0 or unset: the server's default for the type; at most 1000. */
   maxAttempts?: number;
+  /** No attempt starts after this time; a job not started by then ends expired. */
+  deadline?: Date | number;
+  /** As `deadline`, in milliseconds after the job is due (not with `deadline`). */
+  deadlineInMs?: number;
+  /** 0 (default, lowest) to 9: higher goes first among due jobs of its type, with aging. */
+  priority?: number;
 }
 
 export interface JobSpec extends ScheduleOptions {
@@ -71,6 +79,8 @@ export interface ScheduleSpec {
   overlap?: "skip" | "queue" | "allow";
   maxConcurrent?: number;
   jitterMs?: number;
+  /** Each occurrence runs a stable offset in [0, spreadMs) after its time (from the id). */
+  spreadMs?: number;
   dstGap?: "" | "shift" | "skip";
   dstFold?: "" | "first" | "both";
   paused?: boolean;
@@ -83,6 +93,9 @@ export interface PreviewOptions {
   count?: number;
   dstGap?: string;
   dstFold?: string;
+  /** With `scheduleId`: also say when each occurrence runs with this spread (`runsAt`). */
+  spreadMs?: number;
+  scheduleId?: string;
 }
 
 export interface ClientOptions extends ConnectOptions {
@@ -111,6 +124,23 @@ function deadLetterRequest(which: { jobIds: string[] } | { type: string }): { jo
   return { jobIds: w.jobIds ?? [], type: w.type ?? "" };
 }
 
+function deadlineOf(spec: ScheduleOptions): ScheduleJobRequest["deadlineOf"] {
+  if (spec.deadline !== undefined && spec.deadlineInMs !== undefined) {
+    throw new InvalidArgumentError(
+      status.INVALID_ARGUMENT,
+      "give deadline or deadlineInMs, not both",
+    );
+  }
+  if (spec.deadline !== undefined) {
+    const at = spec.deadline instanceof Date ? spec.deadline : new Date(spec.deadline);
+    return { $case: "deadline", value: at };
+  }
+  if (spec.deadlineInMs !== undefined) {
+    return { $case: "deadlineIn", value: durationOf(spec.deadlineInMs) };
+  }
+  return undefined;
+}
+
 function jobRequest(spec: JobSpec): ScheduleJobRequest {
   return {
     type: spec.type,
@@ -118,6 +148,8 @@ function jobRequest(spec: JobSpec): ScheduleJobRequest {
     when: when(spec),
     idempotencyKey: spec.idempotencyKey ?? "",
     maxAttempts: spec.maxAttempts ?? 0,
+    deadlineOf: deadlineOf(spec),
+    priority: spec.priority ?? 0,
   };
 }
 
@@ -229,6 +261,7 @@ export class Client {
       overlap: spec.overlap ?? "",
       maxConcurrent: spec.maxConcurrent ?? 0,
       jitter: spec.jitterMs === undefined ? undefined : durationOf(spec.jitterMs),
+      spread: spec.spreadMs === undefined ? undefined : durationOf(spec.spreadMs),
       dstGap: spec.dstGap ?? "",
       dstFold: spec.dstFold ?? "",
       paused: spec.paused ?? false,
@@ -281,6 +314,8 @@ export class Client {
       count: opts.count ?? 0,
       dstGap: opts.dstGap ?? "",
       dstFold: opts.dstFold ?? "",
+      spread: opts.spreadMs === undefined ? undefined : durationOf(opts.spreadMs),
+      scheduleId: opts.scheduleId ?? "",
     };
     const res = await this.call(true, (n) =>
       unary(n.jobs.previewSchedule.bind(n.jobs), request, this.metadata, this.settings),
@@ -321,6 +356,44 @@ export class Client {
       unary(n.jobs.purgeDeadLetters.bind(n.jobs), request, this.metadata, this.settings),
     );
     return res.jobIds;
+  }
+
+  // -- job types: rate limits and pauses (admin calls) -------------------------------------
+
+  /** At most `rate` jobs of `type` start per second across the cluster, `burst` at once (0:
+   * half a second's worth); `rate` 0 removes the limit. The type as the node now applies it. */
+  async setTypeRate(type: string, rate: number, burst = 0): Promise<TypeInfo> {
+    return this.setFlow({ type, rate, burst });
+  }
+
+  /** Hold every due job of `type` (stored, handed to no worker) until `resumeType`. */
+  async pauseType(type: string): Promise<TypeInfo> {
+    return this.setFlow({ type, burst: 0, paused: true });
+  }
+
+  /** Let a paused type's jobs start again, at its rate if it has one. */
+  async resumeType(type: string): Promise<TypeInfo> {
+    return this.setFlow({ type, burst: 0, paused: false });
+  }
+
+  /** The types with a policy or a flow ("" for all), as the node called applies them, with
+   * their due jobs waiting there and why they are held (`held`: "paused", "rate" or ""). */
+  async listTypes(type = ""): Promise<TypeInfo[]> {
+    const res = await this.call(true, (n) =>
+      unary(n.admin.listTypes.bind(n.admin), { type }, this.metadata, this.settings),
+    );
+    return res.types;
+  }
+
+  private async setFlow(flow: TypeFlow): Promise<TypeInfo> {
+    const res = await this.call(true, (n) =>
+      unary(n.admin.setTypeFlows.bind(n.admin), { flows: [flow] }, this.metadata, this.settings),
+    );
+    const info = res.types.find((t) => t.type === flow.type);
+    if (info === undefined) {
+      throw new UnavailableError(status.UNAVAILABLE, `the node did not answer for type ${flow.type}`);
+    }
+    return info;
   }
 
   /** Every node of the cluster, as the first node that answers knows them. */

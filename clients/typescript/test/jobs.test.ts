@@ -257,3 +257,27 @@ describe("C9 client surface", () => {
     assert.throws(() => new Client({ servers: ["no-port"] }), /expected host:port/);
   });
 });
+
+describe("job types: pause, resume and a rate", () => {
+  it("holds a paused type's due job, runs it once resumed, and sets and refuses rates", async () => {
+    assert.equal((await client.pauseType("flow.t")).paused, true);
+    await withWorker(
+      (w) => w.handle("flow.t", async () => {}),
+      async () => {
+        const { job } = await client.schedule("flow.t", { payload: "{}" });
+        await eventually(async () => {
+          const [info] = await client.listTypes("flow.t");
+          return info?.held === "paused" && info.ready === 1;
+        }, "the job held as paused");
+        assert.equal((await client.get(job.jobId)).state, JobState.JOB_STATE_SCHEDULED);
+        assert.equal((await client.resumeType("flow.t")).paused, false);
+        await finished(job.jobId, JobState.JOB_STATE_SUCCEEDED);
+      },
+    );
+    const limited = await client.setTypeRate("flow.t", 20, 5);
+    assert.equal(limited.rate, 20);
+    assert.equal(limited.burst, 5);
+    await assert.rejects(client.setTypeRate("flow.t", -1), InvalidArgumentError);
+    assert.equal((await client.setTypeRate("flow.t", 0)).rate, 0);
+  });
+});

@@ -36,6 +36,7 @@ from timeshard.model import (
     validate_worker_id,
 )
 from timeshard.node import FinishItem, JobSpec, Node, TypePolicy
+from timeshard.node.flow import FlowChange
 from timeshard.node.policies import checked_policy
 from timeshard.node.retry import RetryPolicy
 from timeshard.node.schedules import new_schedule_id
@@ -43,8 +44,9 @@ from timeshard.observe.window import DEFAULT_WINDOW_S
 from timeshard.sharding import minute_start
 from timeshard.v1 import timeshard_pb2 as pb
 from timeshard.v1 import timeshard_pb2_grpc as pb_grpc
-from timeshard.views.status import node_status, shard_rows
+from timeshard.views.status import TypeRow, node_status, shard_rows, type_rows
 from timeshard.wire import (
+    deadline_of,
     dur,
     dur_s,
     job_to_pb,
@@ -112,6 +114,8 @@ class JobService(pb_grpc.JobServiceServicer):
             run_at=run_at,
             idempotency_key=request.idempotency_key,
             max_attempts=request.max_attempts,
+            deadline=deadline_of(request, run_at),
+            priority=request.priority,
         )
         return pb.ScheduleJobResponse(job=job_to_pb(job), created=created)
 
@@ -125,6 +129,7 @@ class JobService(pb_grpc.JobServiceServicer):
         for i, r in enumerate(request.jobs):
             try:
                 run_at = run_at_of(r, now, required=True)
+                deadline = deadline_of(r, run_at)
                 _check_key(r.idempotency_key)
             except InvalidArgument as exc:
                 raise InvalidArgument(f"jobs[{i}].{exc.field}", exc.problem) from None
@@ -135,6 +140,8 @@ class JobService(pb_grpc.JobServiceServicer):
                     run_at=run_at,
                     idempotency_key=r.idempotency_key,
                     max_attempts=r.max_attempts,
+                    deadline=deadline,
+                    priority=r.priority,
                 )
             )
         results = await self.node.schedule_many(specs)
@@ -229,11 +236,26 @@ class JobService(pb_grpc.JobServiceServicer):
             dst_fold=request.dst_fold or None,  # type: ignore[arg-type]
         )
         after = ts_ms(getattr(request, "from"))
+        if request.spread.seconds < 0 or request.spread.nanos < 0:
+            raise InvalidArgument("spread", "must not be negative")
         entries = self.node.schedules.preview(
-            spec, after or self.node.clock.now_ms(), request.count or 10
+            spec,
+            after or self.node.clock.now_ms(),
+            request.count or 10,
+            schedule_id=request.schedule_id,
+            spread_ms=round(dur_s(request.spread) * 1000),
         )
         return pb.PreviewResponse(
-            times=[pb.FireTime(utc=ts(e.at_ms), local=e.local, note=e.note or "") for e in entries]
+            times=[
+                pb.FireTime(
+                    utc=ts(e.fire.at_ms),
+                    local=e.fire.local,
+                    note=e.fire.note or "",
+                    runs_at=ts(e.runs_at),
+                    runs_at_local=e.runs_at_local,
+                )
+                for e in entries
+            ]
         )
 
     @rpc
@@ -466,6 +488,25 @@ class AdminService(pb_grpc.AdminServiceServicer):
             policies=[_type_policy_to_pb(t, now[t]) for t, _ in policies]
         )
 
+    @rpc
+    async def SetTypeFlows(
+        self, request: pb.SetTypeFlowsRequest, context: Ctx
+    ) -> pb.SetTypeFlowsResponse:
+        changes = [_flow_change(n, f) for n, f in enumerate(request.flows)]
+        await self.node.type_policies.set_flows(changes)
+        rows = {r.job_type: r for r in type_rows(self.node)}
+        return pb.SetTypeFlowsResponse(
+            types=[_type_row_to_pb(rows[c.job_type]) for c in changes if c.job_type in rows]
+        )
+
+    @rpc
+    async def ListTypes(self, request: pb.ListTypesRequest, context: Ctx) -> pb.ListTypesResponse:
+        job_type = _type_filter(request.type) or ""
+        await self.node.type_policies.load()  # what another node was told just now
+        return pb.ListTypesResponse(
+            types=[_type_row_to_pb(r) for r in type_rows(self.node, job_type)]
+        )
+
 
 def _finish_item(name: str, i: pb.FinishItem) -> FinishItem:
     """Result ``name`` for the node; a completion whose result can not be stored becomes a
@@ -557,6 +598,33 @@ def _type_policy(n: int, p: pb.TypePolicy, default_retry: RetryPolicy) -> TypePo
         )
     except InvalidArgument as exc:
         raise InvalidArgument(f"policies[{n}].{exc.field}", exc.problem) from None
+
+
+def _flow_change(n: int, f: pb.TypeFlow) -> FlowChange:
+    try:
+        return FlowChange(
+            job_type=validate_job_type(f.type),
+            rate=f.rate if f.HasField("rate") else None,
+            burst=f.burst,
+            paused=f.paused if f.HasField("paused") else None,
+        )
+    except InvalidArgument as exc:
+        field = f"flows[{n}]" if exc.field == "flow" else f"flows[{n}].{exc.field}"
+        raise InvalidArgument(field, exc.problem) from None
+
+
+def _type_row_to_pb(row: TypeRow) -> pb.TypeInfo:
+    flow, waiting = row.flow, row.waiting
+    return pb.TypeInfo(
+        type=row.job_type,
+        policy=_type_policy_to_pb(row.job_type, row.policy) if row.policy else None,
+        rate=flow.rate or 0.0,
+        burst=flow.size or 0,
+        paused=flow.paused,
+        ready=waiting.jobs,
+        held=waiting.held,
+        oldest_age_ms=waiting.oldest_age_ms,
+    )
 
 
 def _type_policy_to_pb(job_type: str, p: TypePolicy) -> pb.TypePolicy:

@@ -58,6 +58,7 @@ def node_status_to_pb(s: NodeStatus) -> pb.NodeStatusResponse:
                 cancelled=c["cancelled"],
                 lease_expiries=c["lease_expiries"],
                 reruns=c["job_reruns"],
+                expired=c["expired"],
             )
             for t, c in sorted(s.totals.items())
         ],
@@ -67,7 +68,7 @@ def node_status_to_pb(s: NodeStatus) -> pb.NodeStatusResponse:
         recent_failures=[event_to_pb(e) for e in s.failures[:20]],
         recent_dead_letters=[event_to_pb(e) for e in s.dead[:20]],
         unclaimed=[
-            pb.TypeWaiting(type=w.job_type, jobs=w.jobs, oldest_age_ms=w.oldest_age_ms)
+            pb.TypeWaiting(type=w.job_type, jobs=w.jobs, oldest_age_ms=w.oldest_age_ms, held=w.held)
             for w in s.unclaimed
         ],
     )

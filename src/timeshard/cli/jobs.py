@@ -12,7 +12,7 @@ from timeshard.cli.common import MAX_INT32, add_json_option, parse_duration, par
 from timeshard.cli.load import DEFAULT_KEY_PREFIX, cmd_load, key_prefix, not_scheduled_why
 from timeshard.console import Exit, add_progress_option, print_json, when, when_local
 from timeshard.errors import FailedPrecondition, InvalidArgument, TimeshardError
-from timeshard.limits import MAX_BATCH
+from timeshard.limits import MAX_BATCH, MAX_PRIORITY
 from timeshard.model import RESULT_BYTES, RESULT_JSON, JobState, parse_json_payload
 from timeshard.protoclient import ProtoClient as Client
 from timeshard.protoclient import Scheduled
@@ -36,6 +36,22 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         type=whole(0, MAX_INT32, note="0: the type's default"),
         default=0,
         help="attempts before the job is dead (0: the type's default)",
+    )
+    deadline = s.add_mutually_exclusive_group()
+    deadline.add_argument(
+        "--deadline",
+        help="RFC 3339: no attempt starts after it; not started by then, the job ends expired",
+    )
+    deadline.add_argument(
+        "--deadline-in",
+        help="as --deadline, a duration after the job is due (its --in/--at), e.g. 10m",
+    )
+    s.add_argument(
+        "--priority",
+        type=whole(0, MAX_PRIORITY),
+        default=0,
+        help=f"0 (default, lowest) to {MAX_PRIORITY}: higher goes first among due jobs of "
+        "its type; a waiting job ages, so it is never starved",
     )
     add_json_option(s, '{"created": true|false, "job": JOB}')
     s.set_defaults(func=cmd_schedule)
@@ -116,14 +132,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 WAIT_DESCRIPTION = f"""\
-Waits on the server (WaitJobs) until each job is finished (succeeded, dead or
-cancelled), and prints a line for each as it finishes: id, type, state, attempt.
+Waits on the server (WaitJobs) until each job is finished (succeeded, dead,
+cancelled or expired), and prints a line for each as it finishes: id, type, state, attempt.
 Exit status (docs/cli.md):
   {Exit.OK.value}  every job succeeded
   {Exit.NOT_FOUND.value}  a job id is not known (nothing is waited for)
   {Exit.UNAVAILABLE.value}  --timeout passed first (the jobs not finished are named on stderr), or
      no server answered
-  {Exit.JOB_FAILED.value}  every job finished, and some ended dead or cancelled (named on stderr)
+  {Exit.JOB_FAILED.value}  every job finished, and some ended dead, cancelled or expired (named on
+     stderr)
 At most {MAX_BATCH} ids per call of the server; more are waited for in turn.
 """
 
@@ -195,6 +212,8 @@ def job_json(job: pb.Job) -> dict[str, Any]:
         ],
         "result_encoding": job.result_encoding or None,
         "result": _result_json(job),
+        "deadline": t(job.deadline, job.HasField("deadline")),
+        "priority": job.priority,
     }
 
 
@@ -225,6 +244,14 @@ def _when(args: argparse.Namespace) -> dict[str, Any]:
     return {"delay_s": parse_duration(args.delay)}
 
 
+def _deadline(args: argparse.Namespace) -> dict[str, Any]:
+    if args.deadline:
+        return {"deadline_ms": parse_time(args.deadline, "--deadline")}
+    if args.deadline_in:
+        return {"deadline_in_s": parse_duration(args.deadline_in, "--deadline-in")}
+    return {}
+
+
 def cmd_schedule(args: argparse.Namespace) -> int:
     payload = parse_json_payload(args.payload)
     if args.max_attempts < 0:
@@ -235,7 +262,9 @@ def cmd_schedule(args: argparse.Namespace) -> int:
             payload,
             idempotency_key=args.key,
             max_attempts=args.max_attempts,
+            priority=args.priority,
             **_when(args),
+            **_deadline(args),
         )
     line = _scheduled_line(done, args.key)
     if args.json:
@@ -314,7 +343,7 @@ def _print_result(job: pb.Job) -> int:
 
 def cmd_wait(args: argparse.Namespace) -> int:
     """Each job as it finishes: a line (or, with --json, all of them at the end). An unknown
-    id, a timeout or no server is an error of its class; a job that ended dead or cancelled
+    id, a timeout or no server is an error of its class; a job that ended dead, cancelled or expired
     is ``Exit.JOB_FAILED``, named on stderr."""
     timeout = None if args.timeout is None else parse_duration(args.timeout, "--timeout")
     if timeout is not None and timeout < 0:

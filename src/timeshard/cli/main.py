@@ -11,7 +11,17 @@ from typing import Any
 
 import argcomplete
 
-from timeshard.cli import certs, completion, jobs, schedules, serve, shards, status, tokens
+from timeshard.cli import (
+    certs,
+    completion,
+    jobs,
+    jobtypes,
+    schedules,
+    serve,
+    shards,
+    status,
+    tokens,
+)
 from timeshard.cli.exits import run_command
 from timeshard.console import use_help_formatter
 from timeshard.observe import logs
@@ -34,6 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     schedules.register(sub)
     shards.register(sub)
     status.register(sub)
+    jobtypes.register(sub)
     certs.register(sub)
     tokens.register(sub)
     try:

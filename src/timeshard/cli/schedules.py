@@ -5,15 +5,19 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from google.protobuf.duration_pb2 import Duration
+
 from timeshard.cli.common import MAX_INT32, add_json_option, parse_duration, parse_time, whole
 from timeshard.cli.jobs import job_json, job_line, job_lines
 from timeshard.clock import SystemClock
 from timeshard.console import print_json, when, when_local
 from timeshard.cron import CronSpec, preview
+from timeshard.errors import InvalidArgument
 from timeshard.model import MisfirePolicy, OverlapPolicy, parse_json_payload
+from timeshard.node.schedules import ScheduleOps
 from timeshard.protoclient import ProtoClient as Client
 from timeshard.v1 import timeshard_pb2 as pb
-from timeshard.wire import dur, ts_ms
+from timeshard.wire import dur, dur_s, ts_ms
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -79,7 +83,18 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         choices=["first", "both"],
         help="a run in the repeated hour: the first occurrence, or both (default: cronie's rule)",
     )
-    add_json_option(pv, "an array of RFC 3339 UTC times")
+    pv.add_argument(
+        "--spread",
+        default="0s",
+        help="also show when each run starts with this spread (needs --id: the offset derives "
+        "from the schedule id)",
+    )
+    pv.add_argument("--id", dest="schedule_id", default="", help="the schedule id (for --spread)")
+    add_json_option(
+        pv,
+        "an array of RFC 3339 UTC times; with --spread, of "
+        '{"nominal": UTC, "runs_at": UTC} (the occurrence id stays on the nominal time)',
+    )
     pv.set_defaults(func=cmd_preview)
 
     dlq = sub.add_parser("dlq", help="the dead-letter queue")
@@ -155,6 +170,13 @@ def _spec_args(p: argparse.ArgumentParser, *, required: bool, keep: bool = False
         help="spread each run up to this long after its time, stable per schedule (a duration)",
     )
     p.add_argument(
+        "--spread",
+        default=default("0s"),
+        help="run each occurrence a stable offset after its time, in [0, SPREAD): derived from "
+        "the schedule id, the same every time, never early (a duration shorter than the time "
+        "between two runs; 0s: none)",
+    )
+    p.add_argument(
         "--dst-gap",
         default=default(""),
         choices=["", "shift", "skip"],
@@ -191,7 +213,15 @@ def _schedule_msg(args: argparse.Namespace, schedule_id: str) -> pb.Schedule:
         dst_gap=args.dst_gap,
         dst_fold=args.dst_fold,
         max_attempts=args.max_attempts,
+        spread=_spread(args.spread),
     )
+
+
+def _spread(text: str) -> Duration:
+    seconds = parse_duration(text, "--spread")
+    if seconds < 0:
+        raise InvalidArgument("--spread", "must not be negative")
+    return dur(round(seconds * 1000))
 
 
 def schedule_json(s: pb.Schedule) -> dict[str, Any]:
@@ -217,6 +247,7 @@ def schedule_json(s: pb.Schedule) -> dict[str, Any]:
         "last_fire_at": t(s.last_fire_at, s.HasField("last_fire_at")),
         "last_skip_at": t(s.last_skip_at, s.HasField("last_skip_at")),
         "active_jobs": list(s.active_jobs),
+        "spread_s": dur_s(s.spread),
     }
 
 
@@ -272,6 +303,8 @@ def _changed(current: pb.Schedule, args: argparse.Namespace) -> pb.Schedule:
         msg.misfire_grace.CopyFrom(dur(round(grace * 1000)))
     if args.jitter is not None:
         msg.jitter.CopyFrom(dur(round(parse_duration(args.jitter, "--jitter") * 1000)))
+    if args.spread is not None:
+        msg.spread.CopyFrom(_spread(args.spread))
     return msg
 
 
@@ -319,13 +352,27 @@ def cmd_preview(args: argparse.Namespace) -> int:
         expression=args.expr, timezone=args.tz, dst_gap=args.dst_gap, dst_fold=args.dst_fold
     )
     start = parse_time(args.start, "--from") if args.start else SystemClock().now_ms()
-    entries = preview(spec, start, args.count)
-    if args.json:
-        print_json([e.utc for e in entries])
+    spread_ms = round(dur_s(_spread(args.spread)) * 1000)
+    if not spread_ms:
+        entries = preview(spec, start, args.count)
+        if args.json:
+            print_json([e.utc for e in entries])
+            return 0
+        for e in entries:
+            note = f"   ({e.note})" if e.note else ""
+            print(f"{e.utc}   {e.local}{note}")
         return 0
-    for e in entries:
-        note = f"   ({e.note})" if e.note else ""
-        print(f"{e.utc}   {e.local}{note}")
+    if not args.schedule_id:
+        raise InvalidArgument("--id", "a spread's offset derives from the schedule id: give --id")
+    spread = ScheduleOps.preview(
+        spec, start, args.count, schedule_id=args.schedule_id, spread_ms=spread_ms
+    )
+    if args.json:
+        print_json([{"nominal": t.fire.utc, "runs_at": when(t.runs_at)} for t in spread])
+        return 0
+    for t in spread:
+        note = f"   ({t.fire.note})" if t.fire.note else ""
+        print(f"{t.fire.utc}   runs {when(t.runs_at)}   {t.runs_at_local}{note}")
     return 0
 
 

@@ -5,9 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib
-import json
 import logging
-import math
 import os
 import signal
 import sys
@@ -18,11 +16,12 @@ from timeshard.cli.common import number, port, shard_count
 from timeshard.cli.demo import add_demo_handlers
 from timeshard.cli.heap import freeze_startup_objects, tune_collector
 from timeshard.cli.security import add_server_options, server_security
+from timeshard.cli.typesfile import TypesFile, load_types_file
 from timeshard.clock import SystemClock
 from timeshard.console import when as format_time
 from timeshard.errors import InvalidArgument
 from timeshard.factory import make_coordinator, make_store
-from timeshard.model import validate_job_type
+from timeshard.limits import DEFAULT_PRIORITY_AGING_MS, MAX_PRIORITY
 from timeshard.node import Node, NodeConfig, TypePolicy
 from timeshard.node.dispatcher import DispatchConfig
 from timeshard.node.retry import RetryPolicy
@@ -133,9 +132,17 @@ def _node_options(p: argparse.ArgumentParser, *, shards: int) -> None:
         help="retry backoff base seconds",
     )
     p.add_argument(
+        "--priority-aging",
+        type=number(above=0, hi=3600, note="seconds"),
+        default=DEFAULT_PRIORITY_AGING_MS / 1000,
+        help="a waiting job gains one priority level per this many seconds, so a priority-0 "
+        f"job waits at most {MAX_PRIORITY}x this longer than a priority-{MAX_PRIORITY} one",
+    )
+    p.add_argument(
         "--types",
-        help='JSON file of per-type policies: {"email.send": {"max_attempts": 5, '
-        '"retry_base": 2, "retry_max": 600, "concurrency": 10}}',
+        help='JSON file of per-type policies and flows: {"email.send": {"max_attempts": 5, '
+        '"retry_base": 2, "retry_max": 600, "concurrency": 10, "rate": 50, "burst": 10, '
+        '"paused": false}} (stored settings win)',
     )
     _metrics_options(p, what="Prometheus metrics, and the status page at /")
     p.add_argument(
@@ -168,6 +175,8 @@ def _node(args: argparse.Namespace, store_url: str, coordinator: str) -> Node:
         dispatch=DispatchConfig(lookahead_s=args.lookahead),
         retry=RetryPolicy(base_s=args.retry_base),
         types=args.type_policies,
+        flows=args.type_flows,
+        priority_aging_s=args.priority_aging,
     )
     return Node(
         store=make_store(store_url, num_shards=args.shards, retention=_retention(args)),
@@ -181,55 +190,14 @@ def _node(args: argparse.Namespace, store_url: str, coordinator: str) -> Node:
 def _check_node_options(args: argparse.Namespace) -> None:
     """What can be checked before the node starts: a bad file or value is refused here, not
     after the node has joined the cluster."""
-    args.type_policies = load_type_policies(args.types) if args.types else {}
+    types = load_types_file(args.types) if args.types else TypesFile()
+    args.type_policies, args.type_flows = types.policies, types.flows
     _retention(args)
 
 
 def load_type_policies(path: str) -> dict[str, TypePolicy]:
-    try:
-        raw = json.loads(Path(path).read_text())
-    except (OSError, ValueError) as exc:
-        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
-        raise InvalidArgument("--types", f"{path}: {why}") from None
-    if not isinstance(raw, dict):
-        raise InvalidArgument("--types", f"{path}: expected a JSON object of job types")
-    return {validate_job_type(t): _type_policy(path, t, p) for t, p in raw.items()}
-
-
-_POLICY_KEYS = {"max_attempts": int, "retry_base": float, "retry_max": float, "concurrency": int}
-
-
-def _type_policy(path: str, job_type: str, p: object) -> TypePolicy:
-    """One type's entry of a --types file; every value checked for its kind and range."""
-    where = f"{path}: {job_type}"
-    if not isinstance(p, dict):
-        raise InvalidArgument("--types", f'{where}: expected an object, e.g. {{"concurrency": 10}}')
-    unknown = set(p) - set(_POLICY_KEYS)
-    if unknown:
-        raise InvalidArgument(
-            "--types", f"{where}: unknown keys {sorted(unknown)}; use {sorted(_POLICY_KEYS)}"
-        )
-    for key, kind in _POLICY_KEYS.items():
-        value = p.get(key)
-        if value is None:
-            continue
-        # JSON true/false are ints to Python; 2.5 is not a count; "3" is not a number.
-        ok = isinstance(value, int) if kind is int else isinstance(value, int | float)
-        if isinstance(value, bool) or not ok or value <= 0 or not math.isfinite(value):
-            want = "a whole number, at least 1" if kind is int else "a number of seconds, above 0"
-            raise InvalidArgument("--types", f"{where}: {key} must be {want}, got {value!r}")
-    retry = None
-    if "retry_base" in p or "retry_max" in p:
-        base = float(p.get("retry_base", 1.0))
-        most = float(p.get("retry_max", max(300.0, base)))
-        if most < base:
-            raise InvalidArgument(
-                "--types", f"{where}: retry_max ({most:g}) must not be below retry_base ({base:g})"
-            )
-        retry = RetryPolicy(base_s=base, max_backoff_s=most)
-    return TypePolicy(
-        max_attempts=p.get("max_attempts"), retry=retry, concurrency=p.get("concurrency")
-    )
+    """The policies of a types file (``timeshard.cli.typesfile``)."""
+    return load_types_file(path).policies
 
 
 def _drain_seconds(text: str) -> float:

@@ -25,6 +25,7 @@ from timeshard.v1 import timeshard_pb2 as pb
 from timeshard.wire import dur, ts_ms
 
 LAG_WARN_MS = 5_000
+_HELD = {"paused": "paused", "rate": "held by its rate"}
 UNCLAIMED_WARN_MS = 60_000
 
 
@@ -117,9 +118,13 @@ def merge(
             }
         failures += [_event(e, n.node_id) for e in a.recent_failures]
         for w in a.unclaimed:
-            t = unclaimed.setdefault(w.type, {"type": w.type, "jobs": 0, "oldest_age_ms": 0})
+            t = unclaimed.setdefault(
+                w.type, {"type": w.type, "jobs": 0, "oldest_age_ms": 0, "held": None}
+            )
             t["jobs"] += w.jobs
             t["oldest_age_ms"] = max(t["oldest_age_ms"], w.oldest_age_ms)
+            if w.held and t["held"] != "paused":  # paused anywhere says more than a rate
+                t["held"] = w.held
     all_answered = all(answers.values())
     unowned = [s for s in range(info.num_shards) if s not in shards] if all_answered else None
     late = percentiles(buckets, top)
@@ -201,7 +206,8 @@ def render(st: dict[str, Any]) -> list[str]:
         out += ["", "due jobs nobody has claimed (no worker for the type? paused? at its limit?):"]
         out += [
             f"  {t['type']}: {t['jobs']} waiting, oldest due {_ms(t['oldest_age_ms'])} ago"
-            + ("  <- check" if t["oldest_age_ms"] > UNCLAIMED_WARN_MS else "")
+            + (f" ({_HELD.get(t['held'], t['held'])})" if t["held"] else "")
+            + ("  <- check" if t["oldest_age_ms"] > UNCLAIMED_WARN_MS and not t["held"] else "")
             for t in waiting[:20]
         ]
     if st["recent_failures"]:

@@ -6,6 +6,7 @@ type's running jobs, which decide how many more this node may start. The ``Node`
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -14,6 +15,7 @@ from timeshard.errors import InvalidArgument, NotOwner
 from timeshard.limits import MAX_CLAIM_JOBS, check_range
 from timeshard.model import BucketEntry, Job, JobState, validate_job_type
 from timeshard.node.dispatcher import ShardDispatcher
+from timeshard.node.flow import FlowControl
 from timeshard.node.ready import ReadyItem, ReadyQueues
 from timeshard.node.retry import RetryPolicy
 from timeshard.observe.events import NodeMetrics
@@ -64,8 +66,10 @@ class Claims:
         policies: Mapping[str, TypePolicy],
         lease_ms: Callable[[float], int],
         notify: Callable[[Sequence[BucketEntry]], None],
+        flow: FlowControl | None = None,
     ) -> None:
         self._store = store
+        self._flow = flow if flow is not None else FlowControl(clock, {})
         self._clock = clock
         self._ready = ready
         self._dispatchers = dispatchers
@@ -111,7 +115,7 @@ class Claims:
                     items += await self._linger(items, types, limit - len(items), room)
                 if before_write is not None:
                     before_write(items)
-                claimed = await self._claim_items(items, worker, lease)
+                claimed = await self._claim_spending(items, worker, lease)
                 if claimed:
                     return claimed
                 continue
@@ -154,11 +158,30 @@ class Claims:
             raise
         return more
 
+    def share(self) -> float:
+        """This node's part of the shards, 0-1: of a type's rate, what it may start."""
+        dispatching = sum(1 for d in self._dispatchers.values() if not d.deposed)
+        return dispatching / self._store.num_shards
+
+    def held(self, job_type: str) -> str:
+        """Why this node hands out no ready job of ``job_type`` now: ``"paused"``, ``"rate"``
+        or "" (``FlowControl.held``). A held job stays ready, in its place, and is never
+        taken by a claim."""
+        self._flow.room(job_type, self.share())  # its bucket refilled up to now
+        return self._flow.held(job_type)
+
     def _type_room(self, types: Sequence[str]) -> dict[str, int]:
-        """How many more jobs of each limited type this node may start now."""
+        """How many more jobs of each limited type this node may start now: under its
+        concurrency limit, its rate and its pause."""
         now = self._clock.now_ms()
         owned = len(self._dispatchers)
         room: dict[str, int] = {}
+        if self._flow.any(types):  # (the share is a pass over the dispatchers: only then)
+            share = self.share()
+            for t in types:
+                flow = self._flow.room(t, share)
+                if flow is not None:
+                    room[t] = flow
         for t in types:
             policy = self._policies.get(t)
             if policy is None or policy.concurrency is None:
@@ -166,9 +189,26 @@ class Claims:
             running = self._running.setdefault(t, {})
             for job_id in [j for j, until in running.items() if until <= now]:
                 del running[job_id]  # lease over: no longer running as far as limits go
-            share = max(1, policy.concurrency * owned // self._store.num_shards) if owned else 0
-            room[t] = max(0, share - len(running))
+            part = max(1, policy.concurrency * owned // self._store.num_shards) if owned else 0
+            room[t] = min(room.get(t, part), max(0, part - len(running)))
         return room
+
+    async def _claim_spending(
+        self, items: list[ReadyItem], worker: str, lease: int
+    ) -> list[Claimed]:
+        """``_claim_items``, with a rate token spent per job taken and given back for each
+        claim that did not apply (or all of them, if the write failed)."""
+        if not self._flow.any(i.job_type for i in items):
+            return await self._claim_items(items, worker, lease)
+        spent = self._flow.take(Counter(i.job_type for i in items))
+        try:
+            claimed = await self._claim_items(items, worker, lease)
+        except BaseException:
+            self._flow.give_back(spent)
+            raise
+        started = Counter(c.job.job_type for c in claimed)
+        self._flow.give_back({t: n - started[t] for t, n in spent.items() if n > started[t]})
+        return claimed
 
     def track(self, job: Job) -> None:
         """Follow a job of a configured type from the job a write returned: running until its
@@ -187,18 +227,37 @@ class Claims:
         changed = self._ready.waiter()
         if self._ready.has_any(types):
             timeout = min(timeout, 1.0)
+            token = (
+                self._flow.next_token_s(
+                    [t for t in types if self._ready.has_any([t])], self.share()
+                )
+                if self._flow.any(types)
+                else None
+            )
+            if token is not None:  # held by a rate: look again when its next token is due
+                timeout = min(timeout, token)
         await self._wait_change(changed, timeout)
 
     async def _wait_change(self, changed: asyncio.Future[None], timeout: float) -> None:
         """Wait for ``changed`` (a ready-queue waiter) or ``timeout`` seconds."""
         await sleep_or_wake(self._clock, timeout, changed)
 
+    def _expire(self, late: list[ReadyItem]) -> None:
+        """Jobs taken for a claim after their deadline go to their dispatcher, which expires
+        them (a shard no longer owned here has a new owner, which finds them itself)."""
+        for item in late:
+            d = self._dispatchers.get(item.shard)
+            if d is not None:
+                d.expire_overdue([item])
+
     async def _claim_items(self, items: list[ReadyItem], worker: str, lease: int) -> list[Claimed]:
         now = self._clock.now_ms()
         early = [i for i in items if i.run_at > now]  # never early, even across clock steps
-        items = [i for i in items if i.run_at <= now]
+        late = [i for i in items if 0 < i.deadline < now]  # never late: the dispatcher expires
+        items = [i for i in items if i.run_at <= now and not 0 < i.deadline < now]
         if early:
             self._ready.push_front(early)
+        self._expire(late)
         requests = [
             JobClaim(
                 job_id=i.job_id,

@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequenc
 from dataclasses import dataclass, field
 from typing import Any
 
-from timeshard.clock import Clock
+from timeshard.clock import Clock, format_rfc3339
 from timeshard.coordinator.base import Coordinator, Member
 from timeshard.coordinator.local import LocalCoordinator
 from timeshard.errors import (
@@ -27,6 +27,7 @@ from timeshard.errors import (
 )
 from timeshard.limits import (
     DEFAULT_PAGE_SIZE,
+    DEFAULT_PRIORITY_AGING_MS,
     MAX_IDEMPOTENCY_KEY_BYTES,
     MAX_PAGE_SIZE,
     check_attempts,
@@ -40,13 +41,16 @@ from timeshard.model import (
     Job,
     JobState,
     WriteResult,
+    validate_deadline,
     validate_job_id,
+    validate_priority,
     validate_result,
 )
 from timeshard.node import clockcheck
 from timeshard.node.claims import Claimed, Claims, TypePolicy
 from timeshard.node.deadletters import DeadLetters
 from timeshard.node.dispatcher import DispatchConfig, ShardDispatcher
+from timeshard.node.flow import FlowControl, TypeFlow
 from timeshard.node.policies import TypePolicies
 from timeshard.node.ready import ReadyItem, ReadyQueues
 from timeshard.node.refresh import BucketRefresher
@@ -56,6 +60,7 @@ from timeshard.node.waits import JobWaits
 from timeshard.observe.events import NodeMetrics
 from timeshard.sharding import minute_of, shard_of
 from timeshard.store.base import (
+    Completion,
     CreateResult,
     JobPage,
     Store,
@@ -75,6 +80,10 @@ class NodeConfig:
     max_lease_s: float = 600.0
     min_lease_s: float = 1.0
     types: dict[str, TypePolicy] = field(default_factory=dict)
+    flows: dict[str, TypeFlow] = field(default_factory=dict)
+    """Per type: rate and pause (``timeshard.node.flow``); stored ones win, as for ``types``."""
+    priority_aging_s: float = DEFAULT_PRIORITY_AGING_MS / 1000
+    """How long a waiting job takes to gain one priority level (``timeshard.node.ready``)."""
     open_timeout_s: float = 120.0
     """How long a starting node waits for its store to be reachable (retrying) before it
     gives up: a node restarted while one Cassandra node is down, or the cluster is busy, must
@@ -99,6 +108,9 @@ class JobSpec:
     idempotency_key: str = ""
     max_attempts: int = 0
     job_id: str = ""
+    deadline: int = 0
+    """No attempt starts after it (epoch ms; 0: none); not before ``run_at``."""
+    priority: int = 0
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -138,7 +150,7 @@ class Node:
         self.config = config or NodeConfig()
         self.node_id = node_id or f"node-{uuid.uuid4().hex[:8]}"
         self.address = address
-        self.ready = ReadyQueues()
+        self.ready = ReadyQueues(aging_ms=max(1, round(self.config.priority_aging_s * 1000)))
         self.dispatchers: dict[int, ShardDispatcher] = {}
         self._rng = rng or random.Random()
         self.metrics = NodeMetrics(clock)
@@ -146,7 +158,10 @@ class Node:
         self._background: set[asyncio.Task[None]] = set()
         self.schedules = ScheduleOps(store, clock, notify=self._notify)
         self.dead_letters = DeadLetters(store, clock, self._notify, self.list_jobs)
+        self.flow = FlowControl(clock, self.config.flows)
+        """Per type: the rate's token bucket and the pause; claims ask it (``Claims.held``)."""
         self.claims = Claims(
+            flow=self.flow,
             store=store,
             clock=clock,
             ready=self.ready,
@@ -158,7 +173,9 @@ class Node:
         )
         self.waits = JobWaits(store, clock)
         """Clients waiting for jobs to finish (``WaitJobs``)."""
-        self.type_policies = TypePolicies(store, clock, self.config.types)
+        self.type_policies = TypePolicies(
+            store, clock, self.config.types, self.config.flows, on_flow_change=self.ready.wake
+        )
         self.clock_offset_ms: float | None = None
         """The store's clock minus ours, as last measured (None: not measured)."""
         self._firer = ScheduleFirer(
@@ -354,6 +371,8 @@ class Node:
         idempotency_key: str = "",
         max_attempts: int = 0,
         job_id: str = "",
+        deadline: int = 0,
+        priority: int = 0,
     ) -> tuple[Job, bool]:
         """Create a job; durable before it returns (invariant 1). Returns (job, created)."""
         spec = JobSpec(
@@ -363,6 +382,8 @@ class Node:
             idempotency_key=idempotency_key,
             max_attempts=max_attempts,
             job_id=job_id,
+            deadline=deadline,
+            priority=priority,
         )
         (result,) = await self.schedule_many([spec])
         return result
@@ -383,7 +404,12 @@ class Node:
         fresh = {job.job_id for job, spec in zip(jobs, specs, strict=True) if not spec.job_id}
         # Shielded: once written, a job is notified (and re-landed when late) even if the
         # caller gives up meanwhile (a client's deadline), or its entry could stay unread.
-        results = await asyncio.shield(self._create(jobs, entries, fresh, now))
+        creating = asyncio.ensure_future(self._create(jobs, entries, fresh, now))
+        try:
+            results = await asyncio.shield(creating)
+        except asyncio.CancelledError:
+            creating.add_done_callback(_note_abandoned_create)
+            raise
         for spec, result in zip(specs, results, strict=True):
             if result.conflict:
                 raise AlreadyExists(
@@ -449,6 +475,8 @@ class Node:
         """The job ``spec`` asks for; ``Job`` itself checks its type and payload."""
         check_attempts(spec.max_attempts)
         check_bytes("idempotency_key", spec.idempotency_key, MAX_IDEMPOTENCY_KEY_BYTES)
+        validate_deadline(spec.deadline, spec.run_at)
+        validate_priority(spec.priority)
         job_id = validate_job_id(spec.job_id) if spec.job_id else uuid.uuid4().hex
         return Job(
             job_id=job_id,
@@ -459,6 +487,8 @@ class Node:
             created_at=now,
             max_attempts=spec.max_attempts or self.config.max_attempts(spec.job_type),
             idempotency_key=spec.idempotency_key,
+            deadline=spec.deadline,
+            priority=spec.priority,
         )
 
     async def get(self, job_id: str) -> Job:
@@ -504,6 +534,12 @@ class Node:
             if job.state is not JobState.SCHEDULED:
                 raise FailedPrecondition(
                     f"job {job_id!r} is {job.state.value}; only a scheduled job can be rescheduled"
+                )
+            if job.deadline and run_at > job.deadline:
+                raise InvalidArgument(
+                    "run_at",
+                    f"{format_rfc3339(run_at)} is after the job's deadline "
+                    f"{format_rfc3339(job.deadline)}: it could never start",
                 )
             now = self.clock.now_ms()
             out = await self.store.reschedule_job(job_id, job.fence, run_at, now)
@@ -600,23 +636,54 @@ class Node:
 
     async def finish(self, items: Sequence[FinishItem]) -> list[Job | TimeshardError]:
         """Complete or fail many jobs at once, each conditional on its own fence; the store
-        groups the writes. Each item gets its job or its error."""
+        groups the writes (the completions as one ``complete_jobs``). Each item gets its job
+        or its error, in their order."""
+        out: list[Job | TimeshardError | None] = [None] * len(items)
+        completions: list[tuple[int, Completion]] = []
+        for n, item in enumerate(items):
+            if item.give_back or item.failed:
+                continue
+            try:
+                validate_result(item.result, item.result_encoding)
+            except TimeshardError as exc:
+                out[n] = exc
+                continue
+            completion = Completion(item.job_id, item.fence, item.result, item.result_encoding)
+            completions.append((n, completion))
 
-        async def one(item: FinishItem) -> Job | TimeshardError:
+        async def complete_all() -> None:
+            if not completions:
+                return
+            try:
+                written = await self.store.complete_jobs(
+                    [c for _, c in completions], self.clock.now_ms()
+                )
+            except TimeshardError as exc:  # (the store is down: each item says so)
+                for n, _ in completions:
+                    out[n] = exc
+                return
+            for (n, c), w in zip(completions, written, strict=True):
+                try:
+                    out[n] = self._check(c.job_id, c.fence, w)
+                except TimeshardError as exc:
+                    out[n] = exc
+
+        async def one(n: int, item: FinishItem) -> None:
             try:
                 if item.give_back:
-                    return await self.give_back(item.job_id, item.fence, item.error)
-                if item.failed:
-                    return await self.fail(
+                    out[n] = await self.give_back(item.job_id, item.fence, item.error)
+                else:
+                    out[n] = await self.fail(
                         item.job_id, item.fence, item.error, item.permanent, item.traceback
                     )
-                return await self.complete(
-                    item.job_id, item.fence, item.result, item.result_encoding
-                )
             except TimeshardError as exc:
-                return exc
+                out[n] = exc
 
-        return list(await asyncio.gather(*(one(i) for i in items)))
+        others = [one(n, i) for n, i in enumerate(items) if i.give_back or i.failed]
+        await asyncio.gather(complete_all(), *others)
+        done = [o for o in out if o is not None]
+        assert len(done) == len(items)  # every item was answered above
+        return done
 
     async def fail(
         self, job_id: str, fence: int, error: str, permanent: bool, traceback: str = ""
@@ -665,3 +732,16 @@ def _what(spec: JobSpec) -> str:
     if spec.idempotency_key:
         return f"idempotency key {spec.idempotency_key!r}"
     return f"job id {spec.job_id!r}"
+
+
+def _note_abandoned_create(task: asyncio.Future[Any]) -> None:
+    """A create whose caller gave up (its deadline) goes on, shielded; if it then fails, the
+    caller was told nothing was acknowledged, so a log line says it (asyncio would print a
+    traceback: "Task exception was never retrieved")."""
+    if task.cancelled():
+        return
+    exc = task.exception()
+    if exc is not None and not isinstance(exc, TimeshardError):
+        log.error("a create failed after its caller gave up", exc_info=exc)
+    elif exc is not None:
+        log.info("a create failed after its caller gave up: %s", exc)

@@ -4,7 +4,12 @@ It keeps a cursor (the oldest minute bucket not yet fully handled), reads bucket
 the cursor up to ``now + lookahead``, holds the entries it read ahead in a heap and, at each
 entry's exact time, looks at its job: a due job goes to the ready queue of its type, an expired
 lease is a failed attempt (retried after a backoff, or dead), an extended lease gets a fresh
-check entry.
+check entry, and a job past its deadline is not run: it ends ``expired``.
+
+Deadlines are checked wherever a job could start late: when its entry comes due, while it
+waits in a ready queue (whatever holds it there: no worker, a concurrency limit, a hold on its
+type), each followed by the job's own deadline timer here, and by every claim (``Claims`` and
+the store's claim condition both refuse it).
 
 An entry is *handled* when its job was claimed, finished, cancelled or moved to a later time
 (whoever moved it wrote the later entry). The cursor passes a minute only when every entry in it
@@ -20,7 +25,7 @@ import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
-from timeshard.clock import Clock, sleep_or_wake, wake
+from timeshard.clock import Clock, format_rfc3339, sleep_or_wake, wake
 from timeshard.errors import NotOwner, TimeshardError
 from timeshard.model import SCHEDULE_ENTRY_PREFIX, BucketEntry, Job, JobState
 from timeshard.node.ready import ReadyItem, ReadyQueues
@@ -30,6 +35,9 @@ from timeshard.sharding import MINUTE_MS, minute_of, minute_start
 from timeshard.store.base import Store, entry_at, entry_for
 
 log = logging.getLogger(__name__)
+
+DEADLINE_TIMERS_SLACK = 1024
+"""Deadline timers of jobs no longer held that a dispatcher keeps before it rebuilds its heap."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -126,6 +134,7 @@ class ShardDispatcher:
         self._pending: dict[int, set[BucketEntry]] = {}
         self._heap: list[BucketEntry] = []
         self._later: list[tuple[int, BucketEntry]] = []  # (when, entry): delayed rechecks
+        self._deadlines: list[tuple[int, str]] = []  # (deadline, job id) of jobs made ready
         self._waker: asyncio.Future[None] | None = None  # set while the loop waits
         self._task: asyncio.Task[None] | None = None
         self.deposed = False
@@ -247,6 +256,7 @@ class ShardDispatcher:
             await self._advance_cursor()
         while self._later and self._later[0][0] <= now:
             heapq.heappush(self._heap, heapq.heappop(self._later)[1])
+        self._expire_held(now)
         due: list[BucketEntry] = []
         while self._heap and self._heap[0].due_at <= now:
             e = heapq.heappop(self._heap)
@@ -268,6 +278,7 @@ class ShardDispatcher:
             *([self._refreshed_at + self._cfg.refresh_s * 1000] * self.refreshes_itself),
             *([self._heap[0].due_at] if self._heap else []),
             *([self._later[0][0]] if self._later else []),
+            *([self._deadlines[0][0] + 1] if self._deadlines else []),
         ]
         if self._cursor_check and not self._refreshing:
             return
@@ -553,6 +564,34 @@ class ShardDispatcher:
             )
             self.handled([e])
 
+    def _expire_held(self, now: int) -> None:
+        """Jobs still held in a ready queue past their deadline leave it and are looked at
+        again now, which expires them (``_decide``)."""
+        overdue: list[ReadyItem] = []
+        while self._deadlines and self._deadlines[0][0] < now:
+            deadline, job_id = heapq.heappop(self._deadlines)
+            item = self._ready.find(job_id)
+            if item is not None and item.shard == self.shard and item.deadline == deadline:
+                overdue.append(item)
+        self.expire_overdue(overdue)
+
+    def expire_overdue(self, items: Iterable[ReadyItem]) -> None:
+        """Ready items of this shard whose deadline passed before they could be claimed: out
+        of the ready queue, and their entries looked at again at once, as the rows they
+        hold, which expires them (or, if a row moved on meanwhile, decides it as it is).
+        Whatever holds a due job back uses this (or keeps it in the ready queues, which does)."""
+        woke = False
+        for item in items:
+            self._ready.remove(item.job_id)
+            for e in item.entries:
+                if item.job is not None:
+                    self._rows[e] = item.job
+                if e in self._known:
+                    heapq.heappush(self._heap, e)
+                    woke = True
+        if woke:
+            self._wake_up()
+
     async def _decide(self, e: BucketEntry, job: Job | None, now: int) -> BucketEntry | None:
         """Ready the job, or mark the entry handled. Returns an entry to write when a lease was
         extended past this check (the chase), else None."""
@@ -571,6 +610,12 @@ class ShardDispatcher:
         if job.state is JobState.RUNNING:
             await self._expire(e, job, now)
             return None
+        if job.past_deadline(now):
+            held = self._ready.remove(job.job_id)  # (if another entry of the job put it there)
+            await self._expire_late(e, job, now)
+            if held is not None:
+                self.recheck([x for x in held.entries if x != e])
+            return None
         self._metrics.dispatched(job, now)
         self._ready.push(
             ReadyItem(
@@ -581,9 +626,39 @@ class ShardDispatcher:
                 run_at=job.run_at,
                 entries=[e],
                 job=job,
+                priority=job.priority,
+                deadline=job.deadline,
             )
         )
+        if job.deadline:
+            self._remember_deadline(job)
         return None
+
+    def _remember_deadline(self, job: Job) -> None:
+        """The job's deadline timer. Timers of jobs claimed meanwhile stay in the heap until
+        they come due; when they outnumber the jobs held, the heap is rebuilt from those."""
+        heapq.heappush(self._deadlines, (job.deadline, job.job_id))
+        if len(self._deadlines) > 2 * self._ready.count(self.shard) + DEADLINE_TIMERS_SLACK:
+            held = (self._ready.find(i) for i in self._ready.job_ids(self.shard))
+            self._deadlines = [(i.deadline, i.job_id) for i in held if i and i.deadline]
+            heapq.heapify(self._deadlines)
+
+    async def _expire_late(self, e: BucketEntry, job: Job, now: int) -> None:
+        """A job not started by its deadline is not run: ``expired``, saying why. If the row
+        moved on meanwhile (claimed before the deadline, cancelled), it is looked at again."""
+        reason = (
+            f"not started by its deadline {format_rfc3339(job.deadline)} "
+            f"(expired {(now - job.deadline) / 1000:.3f}s after it)"
+        )
+        out = await self._store.expire_job(job.job_id, job.fence, now, reason)
+        if not out.applied or out.job is None:
+            self.recheck([e]) if out.job is not None else self.handled([e])
+            return
+        self._metrics.deadline_expired(out.job, now)
+        if self._on_finished is not None:
+            self._on_finished(out.job)
+        log.info("job %s: %s", job.job_id, reason)
+        self.handled([e])
 
     async def _expire(self, e: BucketEntry, job: Job, now: int) -> None:
         """The lease ran out without a result: a failed attempt (``"lease expired"``), retried

@@ -4,13 +4,17 @@ stored, so every node applies them, and re-read every few seconds by each node.
 The node's policies are one dict (``NodeConfig.types``) that its claims and its retries read
 as they go; it holds the policies the node was started with (``--types``) with the stored
 ones over them, type by type: the one set last wins.
+
+A type's flow (its rate and whether it is paused, ``timeshard.node.flow``) is kept the same
+way in a dict of its own (``NodeConfig.flows``), from two stored settings of their own, so a
+worker declaring its type's policy never undoes an operator's pause or rate.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping, MutableMapping, Sequence
+from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from typing import Any
 
 from timeshard.clock import Clock
@@ -18,6 +22,14 @@ from timeshard.errors import InvalidArgument, TimeshardError
 from timeshard.limits import MAX_CLAIM_TYPES, check_attempts, check_count
 from timeshard.model import validate_job_type
 from timeshard.node.claims import TypePolicy
+from timeshard.node.flow import (
+    FlowChange,
+    TypeFlow,
+    paused_of_text,
+    paused_text,
+    rate_of_text,
+    rate_text,
+)
 from timeshard.node.retry import RetryPolicy
 from timeshard.store.base import Store
 
@@ -79,11 +91,21 @@ class TypePolicies:
     """The stored per-type policies, applied to ``policies`` (the node's own dict)."""
 
     def __init__(
-        self, store: Store, clock: Clock, policies: MutableMapping[str, TypePolicy]
+        self,
+        store: Store,
+        clock: Clock,
+        policies: MutableMapping[str, TypePolicy],
+        flows: MutableMapping[str, TypeFlow] | None = None,
+        on_flow_change: Callable[[], None] = lambda: None,
     ) -> None:
         self._store = store
         self._clock = clock
         self._policies = policies
+        self._flows: MutableMapping[str, TypeFlow] = flows if flows is not None else {}
+        self._started_flows = dict(self._flows)  # what the node was started with
+        self._rates: dict[str, tuple[float | None, int | None]] = {}  # as stored
+        self._paused: dict[str, bool] = {}  # as stored
+        self._on_flow_change = on_flow_change
 
     async def set(self, policies: Sequence[tuple[str, TypePolicy]]) -> dict[str, TypePolicy]:
         """Store each (the call is checked whole before anything is written) and apply them
@@ -108,6 +130,71 @@ class TypePolicies:
                     "type %s: stored policy %r not readable (%s); ignored", job_type, text, exc
                 )
         self._apply(found)
+        await self._load_flows()
+
+    # -- flows ------------------------------------------------------------------------------
+
+    def flows(self) -> dict[str, TypeFlow]:
+        """Every type's flow as this node applies it now."""
+        return dict(self._flows)
+
+    async def set_flows(self, changes: Sequence[FlowChange]) -> dict[str, TypeFlow]:
+        """Store each change (checked whole before anything is written) and apply them here at
+        once; the other nodes apply them at their next refresh (``REFRESH_S``)."""
+        check_count("flows", len(changes), MAX_CLAIM_TYPES)
+        types = [c.job_type for c in changes]
+        if len(set(types)) != len(types):
+            raise InvalidArgument("flows", "a job type is named twice")
+        for c in changes:
+            validate_job_type(c.job_type)
+        for c in changes:
+            if c.rate is not None:
+                rate = (c.rate or None, (c.burst or None) if c.rate else None)
+                await self._store.put_type_setting(c.job_type, "rate", rate_text(*rate))
+                self._rates[c.job_type] = rate
+            if c.paused is not None:
+                await self._store.put_type_setting(c.job_type, "paused", paused_text(c.paused))
+                self._paused[c.job_type] = c.paused
+        self._apply_flows()
+        return {t: self._flows.get(t, TypeFlow()) for t in types}
+
+    async def _load_flows(self) -> None:
+        rates = await self._store.type_settings("rate")
+        paused = await self._store.type_settings("paused")
+        for job_type, text in rates.items():
+            try:
+                self._rates[job_type] = rate_of_text(text)
+            except (ValueError, KeyError, TypeError, AttributeError, TimeshardError) as exc:
+                log.warning(
+                    "type %s: stored rate %r not readable (%s); ignored", job_type, text, exc
+                )
+        for job_type, text in paused.items():
+            try:
+                self._paused[job_type] = paused_of_text(text)
+            except ValueError as exc:
+                log.warning(
+                    "type %s: stored pause %r not readable (%s); ignored", job_type, text, exc
+                )
+        self._apply_flows()
+
+    def _apply_flows(self) -> None:
+        changed = False
+        for job_type in {*self._started_flows, *self._rates, *self._paused}:
+            base = self._started_flows.get(job_type, TypeFlow())
+            rate, burst = self._rates.get(job_type, (base.rate, base.burst))
+            flow = TypeFlow(rate=rate, burst=burst, paused=self._paused.get(job_type, base.paused))
+            if self._flows.get(job_type) != flow:
+                log.info(
+                    "type %s: flow now rate=%s burst=%s paused=%s",
+                    job_type,
+                    flow.rate,
+                    flow.size,
+                    flow.paused,
+                )
+                self._flows[job_type] = flow
+                changed = True
+        if changed:
+            self._on_flow_change()
 
     def _apply(self, stored: Mapping[str, TypePolicy]) -> None:
         for job_type, policy in stored.items():

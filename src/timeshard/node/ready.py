@@ -1,16 +1,26 @@
-"""Ready queues: jobs that are due, one FIFO per job type, shared by the shards a node owns.
+"""Ready queues: jobs that are due, one queue per job type, shared by the shards a node owns.
+
+Within a type, higher priority first, with aging: a job's rank is the time it came due less
+``priority * aging_ms``, lowest rank first (then the order it was queued in). So a job of
+priority ``p`` goes before every job of priority ``q`` that came due more than
+``(q - p) * aging_ms`` after it: however many higher-priority jobs keep coming, a waiting job is
+passed only by those due at most ``MAX_PRIORITY * aging_ms`` after it, and never waits more than
+that longer than they do. Jobs of one priority go oldest first.
 
 A job in a ready queue is not yet handled (invariant 3): its bucket entries stay pending in
-their shard dispatcher until a claim of it applies.
+their shard dispatcher until a claim of it applies. Every job held here, whatever holds it
+back (no worker, a concurrency limit, or any other hold on its type), is expired by its
+dispatcher once its deadline passes (``ShardDispatcher``).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections import OrderedDict
+import heapq
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from timeshard.limits import DEFAULT_PRIORITY_AGING_MS
 from timeshard.model import LEASE_EXPIRED, BucketEntry, Job
 
 
@@ -25,6 +35,11 @@ class ReadyItem:
     entry moves on every minute, its row does not), so a new owner reads it too."""
     entries: list[BucketEntry] = field(default_factory=list)
     job: Job | None = None  # the row as the dispatcher read it (saves the claim a read)
+    priority: int = 0
+    deadline: int = 0
+    """The job's deadline (0: none): its dispatcher expires it then if it is still here."""
+    rank: tuple[int, int, str] | None = None
+    """Its place in its type's queue, set when first queued (``_TypeQueue.put``)."""
 
     @property
     def due_since(self) -> int:
@@ -48,34 +63,75 @@ class Unclaimed:
         return max(0, now - self.oldest_due) if self.oldest_due is not None else 0
 
 
-class _TypeQueue:
-    """The ready jobs of one type: a FIFO per shard, taken from in turn, so that one claim
-    spans many shards (their store writes go out in parallel, one batch per partition)."""
+class _ShardQueue:
+    """The ready jobs of one type on one shard, in the order they are to be handed out: a heap
+    of ranks. A removed item leaves its rank in the heap, skipped when it reaches the top (and
+    the heap is rebuilt when such ranks outnumber the items)."""
 
-    __slots__ = ("by_shard", "shard_of", "turn")
+    __slots__ = ("heap", "items")
 
     def __init__(self) -> None:
-        self.by_shard: dict[int, OrderedDict[str, ReadyItem]] = {}
+        self.heap: list[tuple[int, int, str]] = []  # ReadyItem.rank
+        self.items: dict[str, ReadyItem] = {}
+
+    def head(self) -> tuple[int, int, str] | None:
+        heap, items = self.heap, self.items
+        while heap:
+            top = heap[0]
+            item = items.get(top[2])
+            if item is not None and item.rank == top:
+                return top
+            heapq.heappop(heap)
+        return None
+
+    def add(self, item: ReadyItem, rank: tuple[int, int, str]) -> None:
+        self.items[item.job_id] = item
+        heapq.heappush(self.heap, rank)
+
+    def discard(self, job_id: str) -> ReadyItem:
+        item = self.items.pop(job_id)
+        if len(self.heap) > 2 * len(self.items) + 64:  # mostly removed ranks: rebuild
+            self.heap = [i.rank for i in self.items.values() if i.rank is not None]
+            heapq.heapify(self.heap)
+        return item
+
+    def pop(self) -> ReadyItem:
+        """The first item (``head()`` is not None)."""
+        return self.items.pop(heapq.heappop(self.heap)[2])
+
+
+class _TypeQueue:
+    """The ready jobs of one type, highest first by rank (``ReadyItem.rank``: with aging, then
+    oldest first), a queue per shard. A take merges the shards' heads, and among heads of equal
+    rank takes one of each shard before a second of any, so that one claim of a burst spans
+    many shards (their store writes go out in parallel, one batch per partition)."""
+
+    __slots__ = ("aging_ms", "by_shard", "seq", "shard_of")
+
+    def __init__(self, aging_ms: int) -> None:
+        self.aging_ms = aging_ms
+        self.by_shard: dict[int, _ShardQueue] = {}
         self.shard_of: dict[str, int] = {}
-        self.turn: list[int] = []  # shards with items, in the order they are served
+        self.seq = 0
 
     def __len__(self) -> int:
         return len(self.shard_of)
 
     def get(self, job_id: str) -> ReadyItem | None:
         shard = self.shard_of.get(job_id)
-        return None if shard is None else self.by_shard[shard][job_id]
+        return None if shard is None else self.by_shard[shard].items[job_id]
 
-    def put(self, item: ReadyItem, *, front: bool = False) -> None:
+    def put(self, item: ReadyItem) -> None:
+        """Queue ``item`` in rank order. An item queued before (given back after a claim that
+        did not go through) keeps its rank, so it goes back where it was."""
         self.remove(item.job_id)
+        if item.rank is None:
+            self.seq += 1
+            item.rank = (item.due_since - item.priority * self.aging_ms, self.seq, item.job_id)
         q = self.by_shard.get(item.shard)
         if q is None:
-            q = self.by_shard[item.shard] = OrderedDict()
-        if not q:
-            self.turn.insert(0, item.shard) if front else self.turn.append(item.shard)
-        q[item.job_id] = item
-        if front:
-            q.move_to_end(item.job_id, last=False)
+            q = self.by_shard[item.shard] = _ShardQueue()
+        q.add(item, item.rank)
         self.shard_of[item.job_id] = item.shard
 
     def remove(self, job_id: str) -> None:
@@ -83,50 +139,66 @@ class _TypeQueue:
         if shard is None:
             return
         q = self.by_shard[shard]
-        del q[job_id]
-        if not q:
-            self.turn.remove(shard)
+        q.discard(job_id)
+        if not q.items:
+            del self.by_shard[shard]
 
     def take(self, n: int) -> list[ReadyItem]:
         out: list[ReadyItem] = []
-        while self.turn and len(out) < n:
-            rounds, self.turn = self.turn, []
-            for shard in rounds:
-                q = self.by_shard[shard]
-                if len(out) < n and q:
-                    item = q.popitem(last=False)[1]
-                    del self.shard_of[item.job_id]
-                    out.append(item)
-                if q:
-                    self.turn.append(shard)
+        if n <= 0 or not self.shard_of:
+            return out
+        heads = []
+        for shard, q in self.by_shard.items():
+            top = q.head()
+            if top is not None:
+                heads.append((top[0], 0, shard))
+        heapq.heapify(heads)
+        while heads and len(out) < n:
+            _, depth, shard = heapq.heappop(heads)
+            q = self.by_shard[shard]
+            item = q.pop()
+            del self.shard_of[item.job_id]
+            out.append(item)
+            top = q.head() if q.items else None
+            if top is not None:
+                heapq.heappush(heads, (top[0], depth + 1, shard))
+            else:
+                del self.by_shard[shard]
         return out
 
     def drop_shard(self, shard: int) -> None:
         q = self.by_shard.pop(shard, None)
         if q:
-            for job_id in q:
+            for job_id in q.items:
                 del self.shard_of[job_id]
-            self.turn.remove(shard)
 
     def count(self, shard: int | None) -> int:
         if shard is None:
             return len(self.shard_of)
-        return len(self.by_shard.get(shard, ()))
+        q = self.by_shard.get(shard)
+        return len(q.items) if q else 0
 
     def items(self) -> Iterable[ReadyItem]:
         for q in self.by_shard.values():
-            yield from q.values()
+            yield from q.items.values()
+
+    def shard_ids(self, shard: int) -> Iterable[str]:
+        q = self.by_shard.get(shard)
+        return q.items.keys() if q else ()
 
 
 class ReadyQueues:
-    def __init__(self) -> None:
+    def __init__(self, *, aging_ms: int = DEFAULT_PRIORITY_AGING_MS) -> None:
+        if aging_ms < 1:
+            raise ValueError(f"priority aging must be at least 1 ms, got {aging_ms}")
+        self.aging_ms = aging_ms
         self._by_type: dict[str, _TypeQueue] = {}
         self._waiters: list[asyncio.Future[None]] = []
 
     def _queue(self, job_type: str) -> _TypeQueue:
         q = self._by_type.get(job_type)
         if q is None:
-            q = self._by_type[job_type] = _TypeQueue()
+            q = self._by_type[job_type] = _TypeQueue(self.aging_ms)
         return q
 
     def push(self, item: ReadyItem) -> None:
@@ -139,15 +211,17 @@ class ReadyQueues:
         self.wake()
 
     def push_front(self, items: Iterable[ReadyItem]) -> None:
-        for item in reversed(list(items)):
-            self._queue(item.job_type).put(item, front=True)
+        """Items taken and not claimed go back: each to its old place (its rank)."""
+        for item in items:
+            self._queue(item.job_type).put(item)
         self.wake()
 
     def take(
         self, types: Iterable[str], limit: int, per_type: dict[str, int] | None = None
     ) -> list[ReadyItem]:
-        """Up to ``limit`` items, oldest first within a shard and shards in turn within a
-        type, types in the order given, and at most ``per_type[t]`` of type ``t`` when given."""
+        """Up to ``limit`` items, by rank within a type (priority with aging, then oldest
+        first; shards in turn among equals), types in the order given, and at most
+        ``per_type[t]`` of type ``t`` when given."""
         out: list[ReadyItem] = []
         for t in types:
             q = self._by_type.get(t)
@@ -186,7 +260,7 @@ class ReadyQueues:
 
     def job_ids(self, shard: int) -> set[str]:
         """The jobs of ``shard`` queued here."""
-        return {i for q in self._by_type.values() for i in q.by_shard.get(shard, ())}
+        return {i for q in self._by_type.values() for i in q.shard_ids(shard)}
 
     def unclaimed(self) -> dict[str, Unclaimed]:
         """Per type ever queued on this node (an emptied type stays, at zero, so a gauge of

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import itertools
 import logging
 import uuid
 import zlib
@@ -24,8 +25,10 @@ from timeshard.cron import (
     fire_times_between,
     newest_fire_times,
     next_fire,
+    next_fire_times,
     preview,
 )
+from timeshard.cron.zones import local_time
 from timeshard.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
 from timeshard.limits import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, MAX_PREVIEW_COUNT, check_range
 from timeshard.model import (
@@ -174,6 +177,41 @@ async def plan_fire(s: Schedule, now: int, still_active: int) -> FirePlan:
     )
 
 
+SPREAD_CHECK_FIRES = 50
+"""A spread is checked against the gaps between this many of the schedule's next fire times."""
+
+
+def check_spread(s: Schedule, spec: CronSpec, now: int) -> None:
+    """A spread must be shorter than the time between two fire times: an occurrence moved
+    past the next one's nominal time would still be waiting when that one fires, and the
+    overlap policy would skip (or queue) runs because of the spread alone."""
+    if not s.spread_ms:
+        return
+    times = next_fire_times(spec, now, SPREAD_CHECK_FIRES)
+    gap = min((b - a for a, b in itertools.pairwise(times)), default=None)
+    if gap is not None and s.spread_ms >= gap:
+        raise InvalidArgument(
+            "spread",
+            f"{s.spread_ms / 1000:g}s is not shorter than the {gap / 1000:g}s between two "
+            "fire times of this schedule: occurrences would overlap; use a smaller spread",
+        )
+
+
+def run_time(s: Schedule, occurrence_id: str, nominal: int) -> int:
+    """When the occurrence of ``nominal`` runs: its spread offset (the same for every
+    occurrence of the schedule) and its jitter after the nominal time, never before it."""
+    return nominal + s.spread_offset + jitter_of(occurrence_id, s.jitter_ms)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PreviewTime:
+    """A previewed fire time and, with a spread, when its occurrence runs."""
+
+    fire: PreviewEntry
+    runs_at: int
+    runs_at_local: str
+
+
 def jitter_of(occurrence_id: str, jitter_ms: int) -> int:
     """A stable jitter per occurrence: every dispatcher computes the same run_at."""
     return zlib.crc32(occurrence_id.encode()) % (jitter_ms + 1) if jitter_ms else 0
@@ -251,7 +289,7 @@ class ScheduleFirer:
                 shard=shard_of(job_id, self._store.num_shards),
                 job_type=s.job_type,
                 payload=s.payload,
-                run_at=t + jitter_of(job_id, s.jitter_ms),
+                run_at=run_time(s, job_id, t),
                 created_at=now,
                 max_attempts=s.max_attempts or self._default_max_attempts,
             )
@@ -275,6 +313,7 @@ class ScheduleOps:
         """Check the spec and set the shard and the first fire time."""
         spec = spec_of(s)
         now = self._clock.now_ms()
+        check_spread(s, spec, now)
         schedule_id = s.schedule_id
         return s.with_(
             shard=shard_of(schedule_id, self._store.num_shards),
@@ -333,6 +372,7 @@ class ScheduleOps:
         are not counted: the schedule does not record when it was paused."""
         spec = spec_of(s)  # validate before touching the stored row
         now = self._clock.now_ms()
+        check_spread(s, spec, now)
 
         def change(cur: Schedule) -> tuple[Schedule, int | None]:
             if spec == stored_spec(cur):  # None (a stored spec that no longer checks) differs
@@ -368,9 +408,37 @@ class ScheduleOps:
             raise NotFound("schedule", schedule_id)
 
     @staticmethod
-    def preview(spec: CronSpec, after_ms: int, count: int) -> list[PreviewEntry]:
+    def preview(
+        spec: CronSpec, after_ms: int, count: int, *, schedule_id: str = "", spread_ms: int = 0
+    ) -> list[PreviewTime]:
+        """The next ``count`` fire times, and when each occurrence would run with a spread
+        of ``spread_ms`` for the schedule ``schedule_id`` (its offset derives from the id)."""
         check_range("count", count, 1, MAX_PREVIEW_COUNT)
-        return preview(spec, after_ms, count)
+        if spread_ms and not schedule_id:
+            raise InvalidArgument(
+                "schedule_id", "a spread's offset derives from the schedule id: give the id"
+            )
+        if schedule_id:
+            validate_schedule_id(schedule_id)
+        probe = Schedule(
+            schedule_id=schedule_id or "preview",
+            shard=0,
+            cron=spec.expression,
+            timezone=spec.timezone,
+            job_type="preview",
+            spread_ms=spread_ms,
+            next_fire=0,
+            created_at=0,
+        )
+        if spread_ms:
+            check_spread(probe, spec, after_ms)
+        zone = spec.zone
+        out = []
+        for fire in preview(spec, after_ms, count):
+            runs_at = fire.at_ms + probe.spread_offset
+            local = local_time(zone, runs_at).isoformat(timespec="milliseconds")
+            out.append(PreviewTime(fire=fire, runs_at=runs_at, runs_at_local=local))
+        return out
 
 
 def new_schedule_id() -> str:

@@ -64,6 +64,7 @@ COUNTED = (
     "cancelled",
     "lease_expiries",
     "job_reruns",
+    "expired",
 )
 """The per-type counters, as ``totals()`` names them."""
 
@@ -152,6 +153,9 @@ class NodeMetrics:
             "dead_lettered", "Jobs moved to the dead-letter queue (permanent or out of attempts)."
         )
         self.cancelled_total = jobs("cancelled", "Jobs cancelled by a client.")
+        self.expired_total = jobs(
+            "expired", "Jobs not started by their deadline, so never run (state expired)."
+        )
         self.lease_expiries_total = Counter(
             "timeshard_lease_expiries",
             "Leases that ran out without a result: a failed attempt (retried, or dead at the "
@@ -203,6 +207,15 @@ class NodeMetrics:
             "From a job's due time to the claim that handed it to a worker, on the owner node "
             "(first runs and retries; re-runs after a lease expiry are counted apart).",
             ["type"],
+            buckets=LATENESS_BUCKETS_S,
+            registry=r,
+        )
+
+        self.wait_by_priority = Histogram(
+            "timeshard_claim_wait_seconds",
+            "From a job's due time to the claim that handed it to a worker, by the job's "
+            "priority (0-9), on the owner node (first runs and retries).",
+            ["priority"],
             buckets=LATENESS_BUCKETS_S,
             registry=r,
         )
@@ -278,6 +291,7 @@ class NodeMetrics:
         else:
             late_ms = max(0, started_ms - job.run_at)
             self.lateness.labels(label).observe(late_ms / 1000)
+            self.wait_by_priority.labels(str(job.priority)).observe(late_ms / 1000)
             self.window.add(late_ms)
         if not self.tracing.enabled:
             return
@@ -314,6 +328,13 @@ class NodeMetrics:
             job.max_attempts,
             extra={"job_id": job.job_id, "shard": job.shard, "event": "job.dead_lettered"},
         )
+
+    def deadline_expired(self, job: Job, now: int) -> None:
+        """The dispatcher expired ``job`` (the row after it): it was not started by its
+        deadline and will not run."""
+        self.expired_total.labels(self.type_label(job.job_type)).inc()
+        self.failures.appendleft(self._event(job, "expired", job.last_error))
+        self._finish_span(job)
 
     def written(self, job: Job) -> None:
         """A conditional write by a worker or client applied; ``job`` is the row after it.

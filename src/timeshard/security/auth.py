@@ -23,7 +23,7 @@ names them):
   AdminService.ClusterInfo (workers discover the nodes) and AdminService.SetTypePolicies (a
   worker declares its tasks' retry and concurrency);
 - ``admin``: the above and dead-letter replay/purge, shard owners, move shard, drain node,
-  node status.
+  node status, a type's rate and pause (``SetTypeFlows``, ``ListTypes``).
 
 Health checking and reflection stay open: load balancers and service managers probe health
 without credentials, and reflection describes only the public ``timeshard.v1`` schema (no data).
@@ -107,6 +107,8 @@ METHOD_ROLES: dict[str, Role] = {
     _ADMIN + "MoveShard": Role.ADMIN,
     _ADMIN + "DrainNode": Role.ADMIN,
     _ADMIN + "NodeStatus": Role.ADMIN,
+    _ADMIN + "SetTypeFlows": Role.ADMIN,
+    _ADMIN + "ListTypes": Role.ADMIN,
 }
 """Each RPC of ``timeshard.v1`` and the role it needs (``admin`` passes every check)."""
 

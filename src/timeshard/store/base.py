@@ -15,6 +15,7 @@ Vocabulary:
 from __future__ import annotations
 
 import abc
+import asyncio
 import json
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
@@ -58,6 +59,17 @@ class CreateResult:
     conflict: bool = False
 
 
+@dataclass(frozen=True, slots=True)
+class Completion:
+    """One job of ``Store.complete_jobs``: its fence, and the handler's result (checked by
+    the caller: ``validate_result``)."""
+
+    job_id: str
+    fence: int
+    result: bytes = b""
+    encoding: str = ""
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class JobClaim:
     job_id: str
@@ -82,7 +94,7 @@ class Retention:
     """How long finished jobs are kept (Cassandra: TTL; SQLite: a sweep every minute)."""
 
     finished_s: int = 7 * 24 * 3600
-    """Succeeded and cancelled jobs (and their idempotency keys) live this long."""
+    """Succeeded, cancelled and expired jobs (and their idempotency keys) live this long."""
     dead_s: int = 30 * 24 * 3600
     """Dead letters live this long unless replayed or purged."""
     index_s: int = 30 * 24 * 3600
@@ -232,7 +244,8 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     async def claim_jobs(self, claims: Sequence[JobClaim]) -> list[WriteResult]:
-        """For each claim, applied iff the job is ``scheduled`` with ``fence == expect_fence``:
+        """For each claim, applied iff the job is ``scheduled`` with ``fence == expect_fence``,
+        due (``run_at <= now``) and not past its deadline (``now <= deadline``, when it has one):
         sets ``running``, ``lease_owner=worker``, ``lease_until``, ``attempt+1``, ``fence+1``,
         ``started_at=now``, appends an Attempt to the history, and writes the bucket entry that
         checks the lease at ``lease_until`` (invariant 2)."""
@@ -250,6 +263,22 @@ class Store(abc.ABC):
         """Applied iff ``running`` with this fence: ``succeeded``, ``finished_at=now``, and the
         handler's ``result`` (with its ``result_encoding``) stored on the job, kept as long as
         the job is (its retention)."""
+
+    async def complete_jobs(self, items: Sequence[Completion], now: int) -> list[WriteResult]:
+        """``complete_job`` for many jobs, a result each in their order; each is conditional on
+        its own fence, and one that does not apply leaves the others as they are. A store
+        writes them together (one transaction, or a batch per partition); this default writes
+        them one by one."""
+        return list(
+            await asyncio.gather(
+                *(
+                    self.complete_job(
+                        c.job_id, c.fence, now, result=c.result, result_encoding=c.encoding
+                    )
+                    for c in items
+                )
+            )
+        )
 
     @abc.abstractmethod
     async def fail_job(
@@ -283,6 +312,12 @@ class Store(abc.ABC):
         shutting down): ``scheduled`` at ``now`` plus its bucket entry, ``attempt - 1`` (the
         attempt does not count against ``max_attempts``), the attempt closed as ``given back``
         with ``reason``. The fence stays; the next claim moves it."""
+
+    @abc.abstractmethod
+    async def expire_job(self, job_id: str, fence: int, now: int, reason: str) -> WriteResult:
+        """Applied iff ``scheduled`` with this fence and its deadline is before ``now`` (a
+        claim at ``now`` would be refused): ``expired``, ``finished_at=now``, ``reason`` as
+        its ``last_error``; kept for the retention of finished jobs. No bucket entry."""
 
     @abc.abstractmethod
     async def cancel_job(
@@ -349,6 +384,18 @@ class Store(abc.ABC):
     async def type_policies(self) -> dict[str, str]:
         """Every stored per-type policy, by job type."""
 
+    @abc.abstractmethod
+    async def put_type_setting(self, job_type: str, setting: str, value: str) -> None:
+        """Store ``value`` (its text) as ``job_type``'s ``setting`` (one of
+        ``TYPE_SETTINGS``), replacing what was there: the last write wins. Each setting is a
+        row of its own, so writing one never undoes a concurrent write of another (a worker
+        declaring its policy does not resume a type an operator paused). Durable when it
+        returns."""
+
+    @abc.abstractmethod
+    async def type_settings(self, setting: str) -> dict[str, str]:
+        """Every stored value of ``setting``, by job type."""
+
     # -- shards (invariant 7) -------------------------------------------------------------
 
     @abc.abstractmethod
@@ -376,6 +423,23 @@ def type_policies_of(rows: Iterable[tuple[str, str]]) -> dict[str, str]:
     """The per-type policies among ``meta`` rows (key, value)."""
     n = len(TYPE_POLICY_PREFIX)
     return {k[n:]: v for k, v in rows if k.startswith(TYPE_POLICY_PREFIX)}
+
+
+TYPE_SETTINGS = ("rate", "paused")
+"""The per-type settings stored beside the policy, each under ``type_<setting>:<type>`` in
+the stores' ``meta`` table."""
+
+
+def type_setting_key(setting: str, job_type: str) -> str:
+    if setting not in TYPE_SETTINGS:
+        raise ValueError(f"unknown type setting {setting!r}")
+    return f"type_{setting}:{job_type}"
+
+
+def type_settings_of(setting: str, rows: Iterable[tuple[str, str]]) -> dict[str, str]:
+    """The values of ``setting`` among ``meta`` rows (key, value), by job type."""
+    prefix = type_setting_key(setting, "")
+    return {k[len(prefix) :]: v for k, v in rows if k.startswith(prefix)}
 
 
 def new_attempt(job: Job, worker: str, now: int) -> Attempt:

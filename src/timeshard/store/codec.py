@@ -43,6 +43,8 @@ JOB_COLUMNS = (
     "history",
     "result",
     "result_encoding",
+    "deadline",
+    "priority",
 )
 """A job row's columns in the order of ``Job``'s fields: a row selected in this order decodes
 by position (``job_from_row``)."""
@@ -108,6 +110,8 @@ def to_job(row: Mapping[str, Any]) -> Job:
         # (None: a row written before results were stored, or a column never set)
         result=bytes(row.get("result") or b""),
         result_encoding=row.get("result_encoding") or "",
+        deadline=row.get("deadline") or 0,
+        priority=row.get("priority") or 0,
     )
 
 
@@ -132,6 +136,8 @@ def job_columns(job: Job) -> Row:
         "history": history_text(job.history),
         "result": job.result,
         "result_encoding": job.result_encoding,
+        "deadline": job.deadline,
+        "priority": job.priority,
     }
 
 
@@ -162,6 +168,7 @@ def to_schedule(row: Mapping[str, Any]) -> Schedule:
         skipped=row["skipped"],
         last_skip_at=row["last_skip_at"],
         last_fire_at=row["last_fire_at"],
+        spread_ms=row["spread_ms"] or 0,  # (null: a Cassandra row from before the column)
     )
 
 
@@ -191,4 +198,5 @@ def schedule_columns(s: Schedule) -> Row:
         "skipped": s.skipped,
         "last_skip_at": s.last_skip_at,
         "last_fire_at": s.last_fire_at,
+        "spread_ms": s.spread_ms,
     }

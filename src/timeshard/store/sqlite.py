@@ -36,6 +36,7 @@ from timeshard.sharding import DEFAULT_NUM_SHARDS, shard_of, validate_num_shards
 from timeshard.store import transitions as T
 from timeshard.store.base import (
     TYPE_POLICY_PREFIX,
+    Completion,
     CreateResult,
     JobClaim,
     JobPage,
@@ -44,6 +45,8 @@ from timeshard.store.base import (
     Store,
     entry_for,
     type_policies_of,
+    type_setting_key,
+    type_settings_of,
 )
 from timeshard.store.codec import job_columns, job_from_row, schedule_columns, to_schedule
 from timeshard.store.named import load_queries
@@ -70,6 +73,10 @@ INLINE_READ_MAX = 64
 _OPEN_RETRY_MAX_S = 0.5
 
 
+_FINISHED = (JobState.SUCCEEDED.value, JobState.CANCELLED.value, JobState.EXPIRED.value)
+"""Finished states kept for ``Retention.finished_s`` (dead letters have their own)."""
+
+
 def _is_locked(exc: sqlite3.OperationalError) -> bool:
     """``database is locked`` (SQLITE_BUSY) or ``database table is locked`` (SQLITE_LOCKED),
     extended codes included: another connection holds the lock; waiting may help."""
@@ -94,7 +101,12 @@ def _migrate(db: sqlite3.Connection) -> None:
         raise
 
 
-_ADDED_COLUMNS = {"result": "add_result", "result_encoding": "add_result_encoding"}
+_ADDED_COLUMNS = {
+    "result": "add_result",
+    "result_encoding": "add_result_encoding",
+    "deadline": "add_deadline",
+    "priority": "add_priority",
+}
 """Columns added to ``jobs`` after its first version, and the statement that adds each."""
 
 
@@ -105,6 +117,8 @@ def _add_missing_columns(db: sqlite3.Connection) -> None:
     for column, statement in _ADDED_COLUMNS.items():
         if column not in have:
             db.execute(Q[statement])
+    if "spread_ms" not in {row[0] for row in db.execute(Q["schedule_columns"])}:
+        db.execute(Q["add_spread"])
 
 
 def _select_schedule(db: sqlite3.Connection, schedule_id: str) -> Schedule | None:
@@ -389,7 +403,7 @@ class SqliteStore(Store):
             for rowid, job_id, state, finished_at, key in rows:
                 if state == JobState.DEAD.value:
                     keep_ms = self.retention.dead_s * 1000
-                elif state in (JobState.SUCCEEDED.value, JobState.CANCELLED.value):
+                elif state in _FINISHED:
                     keep_ms = self.retention.finished_s * 1000
                 else:
                     continue
@@ -550,6 +564,12 @@ class SqliteStore(Store):
         transition = T.complete(fence, now, result, result_encoding)
         return await self._call(lambda db: _apply(db, job_id, transition))
 
+    async def complete_jobs(self, items: Sequence[Completion], now: int) -> list[WriteResult]:
+        for c in items:
+            validate_result(c.result, c.encoding)  # refused before anything is written
+        changes = [(c.job_id, T.complete(c.fence, now, c.result, c.encoding)) for c in items]
+        return await self._call(lambda db: [_apply(db, job_id, t) for job_id, t in changes])
+
     async def fail_job(
         self,
         job_id: str,
@@ -571,6 +591,10 @@ class SqliteStore(Store):
 
     async def give_back_job(self, job_id: str, fence: int, now: int, reason: str) -> WriteResult:
         transition = T.give_back(fence, now, reason)
+        return await self._call(lambda db: _apply(db, job_id, transition))
+
+    async def expire_job(self, job_id: str, fence: int, now: int, reason: str) -> WriteResult:
+        transition = T.expire(fence, now, reason)
         return await self._call(lambda db: _apply(db, job_id, transition))
 
     async def cancel_job(
@@ -652,6 +676,17 @@ class SqliteStore(Store):
         def run(db: sqlite3.Connection) -> dict[str, str]:
             rows = db.execute(Q["select_all_meta"]).fetchall()
             return type_policies_of((key, value) for key, value in rows)
+
+        return await self._call(run)
+
+    async def put_type_setting(self, job_type: str, setting: str, value: str) -> None:
+        key = type_setting_key(setting, job_type)
+        await self._call(lambda db: db.execute(Q["upsert_meta"], (key, value)))
+
+    async def type_settings(self, setting: str) -> dict[str, str]:
+        def run(db: sqlite3.Connection) -> dict[str, str]:
+            rows = db.execute(Q["select_all_meta"]).fetchall()
+            return type_settings_of(setting, ((key, value) for key, value in rows))
 
         return await self._call(run)
 

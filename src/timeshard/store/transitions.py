@@ -33,9 +33,15 @@ def _running_with(fence: int) -> Callable[[Job], bool]:
 
 
 def claim(c: JobClaim) -> Transition:
-    """Never early: a job rescheduled to later since it was made ready does not apply."""
+    """Never early: a job rescheduled to later since it was made ready does not apply. Never
+    late: a job past its deadline does not apply either (the dispatcher expires it)."""
     return Transition(
-        lambda j: j.state is JobState.SCHEDULED and j.fence == c.expect_fence and j.run_at <= c.now,
+        lambda j: (
+            j.state is JobState.SCHEDULED
+            and j.fence == c.expect_fence
+            and j.run_at <= c.now
+            and not j.past_deadline(c.now)
+        ),
         lambda j: j.with_(
             state=JobState.RUNNING,
             lease_owner=c.worker,
@@ -135,6 +141,18 @@ def give_back(fence: int, now: int, reason: str) -> Transition:
         ),
         _retry_entry,
         now,
+    )
+
+
+def expire(fence: int, now: int, reason: str) -> Transition:
+    """A job still ``scheduled`` after its deadline is not run: ``expired``, with ``reason``
+    as its last error. Only once the deadline has passed, so a claim and an expiry of the same
+    job can never both apply (the claim requires ``now <= deadline``)."""
+    return Transition(
+        lambda j: j.state is JobState.SCHEDULED and j.fence == fence and j.past_deadline(now),
+        lambda j: j.with_(
+            state=JobState.EXPIRED, finished_at=now, lease_owner="", last_error=reason
+        ),
     )
 
 

@@ -19,12 +19,14 @@ class JobState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     JOB_STATE_SUCCEEDED: _ClassVar[JobState]
     JOB_STATE_DEAD: _ClassVar[JobState]
     JOB_STATE_CANCELLED: _ClassVar[JobState]
+    JOB_STATE_EXPIRED: _ClassVar[JobState]
 JOB_STATE_UNSPECIFIED: JobState
 JOB_STATE_SCHEDULED: JobState
 JOB_STATE_RUNNING: JobState
 JOB_STATE_SUCCEEDED: JobState
 JOB_STATE_DEAD: JobState
 JOB_STATE_CANCELLED: JobState
+JOB_STATE_EXPIRED: JobState
 
 class Attempt(_message.Message):
     __slots__ = ("attempt", "worker", "started_at", "finished_at", "outcome", "error", "traceback")
@@ -45,7 +47,7 @@ class Attempt(_message.Message):
     def __init__(self, attempt: _Optional[int] = ..., worker: _Optional[str] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., outcome: _Optional[str] = ..., error: _Optional[str] = ..., traceback: _Optional[str] = ...) -> None: ...
 
 class Job(_message.Message):
-    __slots__ = ("job_id", "type", "payload", "state", "run_at", "created_at", "attempt", "max_attempts", "fence", "lease_owner", "lease_until", "started_at", "finished_at", "idempotency_key", "last_error", "history", "shard", "result", "result_encoding")
+    __slots__ = ("job_id", "type", "payload", "state", "run_at", "created_at", "attempt", "max_attempts", "fence", "lease_owner", "lease_until", "started_at", "finished_at", "idempotency_key", "last_error", "history", "shard", "result", "result_encoding", "deadline", "priority")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     TYPE_FIELD_NUMBER: _ClassVar[int]
     PAYLOAD_FIELD_NUMBER: _ClassVar[int]
@@ -65,6 +67,8 @@ class Job(_message.Message):
     SHARD_FIELD_NUMBER: _ClassVar[int]
     RESULT_FIELD_NUMBER: _ClassVar[int]
     RESULT_ENCODING_FIELD_NUMBER: _ClassVar[int]
+    DEADLINE_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     type: str
     payload: bytes
@@ -84,23 +88,31 @@ class Job(_message.Message):
     shard: int
     result: bytes
     result_encoding: str
-    def __init__(self, job_id: _Optional[str] = ..., type: _Optional[str] = ..., payload: _Optional[bytes] = ..., state: _Optional[_Union[JobState, str]] = ..., run_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., attempt: _Optional[int] = ..., max_attempts: _Optional[int] = ..., fence: _Optional[int] = ..., lease_owner: _Optional[str] = ..., lease_until: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., idempotency_key: _Optional[str] = ..., last_error: _Optional[str] = ..., history: _Optional[_Iterable[_Union[Attempt, _Mapping]]] = ..., shard: _Optional[int] = ..., result: _Optional[bytes] = ..., result_encoding: _Optional[str] = ...) -> None: ...
+    deadline: _timestamp_pb2.Timestamp
+    priority: int
+    def __init__(self, job_id: _Optional[str] = ..., type: _Optional[str] = ..., payload: _Optional[bytes] = ..., state: _Optional[_Union[JobState, str]] = ..., run_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., attempt: _Optional[int] = ..., max_attempts: _Optional[int] = ..., fence: _Optional[int] = ..., lease_owner: _Optional[str] = ..., lease_until: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., idempotency_key: _Optional[str] = ..., last_error: _Optional[str] = ..., history: _Optional[_Iterable[_Union[Attempt, _Mapping]]] = ..., shard: _Optional[int] = ..., result: _Optional[bytes] = ..., result_encoding: _Optional[str] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., priority: _Optional[int] = ...) -> None: ...
 
 class ScheduleJobRequest(_message.Message):
-    __slots__ = ("type", "payload", "delay", "run_at", "idempotency_key", "max_attempts")
+    __slots__ = ("type", "payload", "delay", "run_at", "idempotency_key", "max_attempts", "deadline", "deadline_in", "priority")
     TYPE_FIELD_NUMBER: _ClassVar[int]
     PAYLOAD_FIELD_NUMBER: _ClassVar[int]
     DELAY_FIELD_NUMBER: _ClassVar[int]
     RUN_AT_FIELD_NUMBER: _ClassVar[int]
     IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
     MAX_ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    DEADLINE_FIELD_NUMBER: _ClassVar[int]
+    DEADLINE_IN_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
     type: str
     payload: bytes
     delay: _duration_pb2.Duration
     run_at: _timestamp_pb2.Timestamp
     idempotency_key: str
     max_attempts: int
-    def __init__(self, type: _Optional[str] = ..., payload: _Optional[bytes] = ..., delay: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., run_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., idempotency_key: _Optional[str] = ..., max_attempts: _Optional[int] = ...) -> None: ...
+    deadline: _timestamp_pb2.Timestamp
+    deadline_in: _duration_pb2.Duration
+    priority: int
+    def __init__(self, type: _Optional[str] = ..., payload: _Optional[bytes] = ..., delay: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., run_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., idempotency_key: _Optional[str] = ..., max_attempts: _Optional[int] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., deadline_in: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., priority: _Optional[int] = ...) -> None: ...
 
 class ScheduleJobResponse(_message.Message):
     __slots__ = ("job", "created")
@@ -165,7 +177,7 @@ class RescheduleJobRequest(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., delay: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., run_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class Schedule(_message.Message):
-    __slots__ = ("schedule_id", "cron", "timezone", "type", "payload", "misfire", "misfire_grace", "max_catchup", "overlap", "max_concurrent", "jitter", "dst_gap", "dst_fold", "paused", "next_fire", "max_attempts", "skipped", "last_skip_at", "last_fire_at", "active_jobs", "queued_at")
+    __slots__ = ("schedule_id", "cron", "timezone", "type", "payload", "misfire", "misfire_grace", "max_catchup", "overlap", "max_concurrent", "jitter", "dst_gap", "dst_fold", "paused", "next_fire", "max_attempts", "skipped", "last_skip_at", "last_fire_at", "active_jobs", "queued_at", "spread")
     SCHEDULE_ID_FIELD_NUMBER: _ClassVar[int]
     CRON_FIELD_NUMBER: _ClassVar[int]
     TIMEZONE_FIELD_NUMBER: _ClassVar[int]
@@ -187,6 +199,7 @@ class Schedule(_message.Message):
     LAST_FIRE_AT_FIELD_NUMBER: _ClassVar[int]
     ACTIVE_JOBS_FIELD_NUMBER: _ClassVar[int]
     QUEUED_AT_FIELD_NUMBER: _ClassVar[int]
+    SPREAD_FIELD_NUMBER: _ClassVar[int]
     schedule_id: str
     cron: str
     timezone: str
@@ -208,7 +221,8 @@ class Schedule(_message.Message):
     last_fire_at: _timestamp_pb2.Timestamp
     active_jobs: _containers.RepeatedScalarFieldContainer[str]
     queued_at: _timestamp_pb2.Timestamp
-    def __init__(self, schedule_id: _Optional[str] = ..., cron: _Optional[str] = ..., timezone: _Optional[str] = ..., type: _Optional[str] = ..., payload: _Optional[bytes] = ..., misfire: _Optional[str] = ..., misfire_grace: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., max_catchup: _Optional[int] = ..., overlap: _Optional[str] = ..., max_concurrent: _Optional[int] = ..., jitter: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., dst_gap: _Optional[str] = ..., dst_fold: _Optional[str] = ..., paused: _Optional[bool] = ..., next_fire: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., max_attempts: _Optional[int] = ..., skipped: _Optional[int] = ..., last_skip_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_fire_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., active_jobs: _Optional[_Iterable[str]] = ..., queued_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    spread: _duration_pb2.Duration
+    def __init__(self, schedule_id: _Optional[str] = ..., cron: _Optional[str] = ..., timezone: _Optional[str] = ..., type: _Optional[str] = ..., payload: _Optional[bytes] = ..., misfire: _Optional[str] = ..., misfire_grace: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., max_catchup: _Optional[int] = ..., overlap: _Optional[str] = ..., max_concurrent: _Optional[int] = ..., jitter: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., dst_gap: _Optional[str] = ..., dst_fold: _Optional[str] = ..., paused: _Optional[bool] = ..., next_fire: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., max_attempts: _Optional[int] = ..., skipped: _Optional[int] = ..., last_skip_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_fire_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., active_jobs: _Optional[_Iterable[str]] = ..., queued_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., spread: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class CreateScheduleRequest(_message.Message):
     __slots__ = ("schedule",)
@@ -255,29 +269,37 @@ class DeleteScheduleResponse(_message.Message):
     def __init__(self) -> None: ...
 
 class PreviewRequest(_message.Message):
-    __slots__ = ("cron", "timezone", "count", "dst_gap", "dst_fold")
+    __slots__ = ("cron", "timezone", "count", "dst_gap", "dst_fold", "spread", "schedule_id")
     CRON_FIELD_NUMBER: _ClassVar[int]
     TIMEZONE_FIELD_NUMBER: _ClassVar[int]
     FROM_FIELD_NUMBER: _ClassVar[int]
     COUNT_FIELD_NUMBER: _ClassVar[int]
     DST_GAP_FIELD_NUMBER: _ClassVar[int]
     DST_FOLD_FIELD_NUMBER: _ClassVar[int]
+    SPREAD_FIELD_NUMBER: _ClassVar[int]
+    SCHEDULE_ID_FIELD_NUMBER: _ClassVar[int]
     cron: str
     timezone: str
     count: int
     dst_gap: str
     dst_fold: str
-    def __init__(self, cron: _Optional[str] = ..., timezone: _Optional[str] = ..., count: _Optional[int] = ..., dst_gap: _Optional[str] = ..., dst_fold: _Optional[str] = ..., **kwargs) -> None: ...
+    spread: _duration_pb2.Duration
+    schedule_id: str
+    def __init__(self, cron: _Optional[str] = ..., timezone: _Optional[str] = ..., count: _Optional[int] = ..., dst_gap: _Optional[str] = ..., dst_fold: _Optional[str] = ..., spread: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., schedule_id: _Optional[str] = ..., **kwargs) -> None: ...
 
 class FireTime(_message.Message):
-    __slots__ = ("utc", "local", "note")
+    __slots__ = ("utc", "local", "note", "runs_at", "runs_at_local")
     UTC_FIELD_NUMBER: _ClassVar[int]
     LOCAL_FIELD_NUMBER: _ClassVar[int]
     NOTE_FIELD_NUMBER: _ClassVar[int]
+    RUNS_AT_FIELD_NUMBER: _ClassVar[int]
+    RUNS_AT_LOCAL_FIELD_NUMBER: _ClassVar[int]
     utc: _timestamp_pb2.Timestamp
     local: str
     note: str
-    def __init__(self, utc: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., local: _Optional[str] = ..., note: _Optional[str] = ...) -> None: ...
+    runs_at: _timestamp_pb2.Timestamp
+    runs_at_local: str
+    def __init__(self, utc: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., local: _Optional[str] = ..., note: _Optional[str] = ..., runs_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., runs_at_local: _Optional[str] = ...) -> None: ...
 
 class PreviewResponse(_message.Message):
     __slots__ = ("times",)
@@ -640,7 +662,7 @@ class LatenessBucket(_message.Message):
     def __init__(self, le_ms: _Optional[float] = ..., count: _Optional[int] = ...) -> None: ...
 
 class TypeCounts(_message.Message):
-    __slots__ = ("type", "scheduled", "claimed", "succeeded", "failed", "retries", "dead_lettered", "cancelled", "lease_expiries", "reruns")
+    __slots__ = ("type", "scheduled", "claimed", "succeeded", "failed", "retries", "dead_lettered", "cancelled", "lease_expiries", "reruns", "expired")
     TYPE_FIELD_NUMBER: _ClassVar[int]
     SCHEDULED_FIELD_NUMBER: _ClassVar[int]
     CLAIMED_FIELD_NUMBER: _ClassVar[int]
@@ -651,6 +673,7 @@ class TypeCounts(_message.Message):
     CANCELLED_FIELD_NUMBER: _ClassVar[int]
     LEASE_EXPIRIES_FIELD_NUMBER: _ClassVar[int]
     RERUNS_FIELD_NUMBER: _ClassVar[int]
+    EXPIRED_FIELD_NUMBER: _ClassVar[int]
     type: str
     scheduled: int
     claimed: int
@@ -661,17 +684,20 @@ class TypeCounts(_message.Message):
     cancelled: int
     lease_expiries: int
     reruns: int
-    def __init__(self, type: _Optional[str] = ..., scheduled: _Optional[int] = ..., claimed: _Optional[int] = ..., succeeded: _Optional[int] = ..., failed: _Optional[int] = ..., retries: _Optional[int] = ..., dead_lettered: _Optional[int] = ..., cancelled: _Optional[int] = ..., lease_expiries: _Optional[int] = ..., reruns: _Optional[int] = ...) -> None: ...
+    expired: int
+    def __init__(self, type: _Optional[str] = ..., scheduled: _Optional[int] = ..., claimed: _Optional[int] = ..., succeeded: _Optional[int] = ..., failed: _Optional[int] = ..., retries: _Optional[int] = ..., dead_lettered: _Optional[int] = ..., cancelled: _Optional[int] = ..., lease_expiries: _Optional[int] = ..., reruns: _Optional[int] = ..., expired: _Optional[int] = ...) -> None: ...
 
 class TypeWaiting(_message.Message):
-    __slots__ = ("type", "jobs", "oldest_age_ms")
+    __slots__ = ("type", "jobs", "oldest_age_ms", "held")
     TYPE_FIELD_NUMBER: _ClassVar[int]
     JOBS_FIELD_NUMBER: _ClassVar[int]
     OLDEST_AGE_MS_FIELD_NUMBER: _ClassVar[int]
+    HELD_FIELD_NUMBER: _ClassVar[int]
     type: str
     jobs: int
     oldest_age_ms: int
-    def __init__(self, type: _Optional[str] = ..., jobs: _Optional[int] = ..., oldest_age_ms: _Optional[int] = ...) -> None: ...
+    held: str
+    def __init__(self, type: _Optional[str] = ..., jobs: _Optional[int] = ..., oldest_age_ms: _Optional[int] = ..., held: _Optional[str] = ...) -> None: ...
 
 class JobEvent(_message.Message):
     __slots__ = ("at", "job_id", "type", "shard", "attempt", "kind", "error", "traceback")
@@ -758,3 +784,59 @@ class SetTypePoliciesResponse(_message.Message):
     POLICIES_FIELD_NUMBER: _ClassVar[int]
     policies: _containers.RepeatedCompositeFieldContainer[TypePolicy]
     def __init__(self, policies: _Optional[_Iterable[_Union[TypePolicy, _Mapping]]] = ...) -> None: ...
+
+class TypeFlow(_message.Message):
+    __slots__ = ("type", "rate", "burst", "paused")
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    RATE_FIELD_NUMBER: _ClassVar[int]
+    BURST_FIELD_NUMBER: _ClassVar[int]
+    PAUSED_FIELD_NUMBER: _ClassVar[int]
+    type: str
+    rate: float
+    burst: int
+    paused: bool
+    def __init__(self, type: _Optional[str] = ..., rate: _Optional[float] = ..., burst: _Optional[int] = ..., paused: _Optional[bool] = ...) -> None: ...
+
+class SetTypeFlowsRequest(_message.Message):
+    __slots__ = ("flows",)
+    FLOWS_FIELD_NUMBER: _ClassVar[int]
+    flows: _containers.RepeatedCompositeFieldContainer[TypeFlow]
+    def __init__(self, flows: _Optional[_Iterable[_Union[TypeFlow, _Mapping]]] = ...) -> None: ...
+
+class SetTypeFlowsResponse(_message.Message):
+    __slots__ = ("types",)
+    TYPES_FIELD_NUMBER: _ClassVar[int]
+    types: _containers.RepeatedCompositeFieldContainer[TypeInfo]
+    def __init__(self, types: _Optional[_Iterable[_Union[TypeInfo, _Mapping]]] = ...) -> None: ...
+
+class ListTypesRequest(_message.Message):
+    __slots__ = ("type",)
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    type: str
+    def __init__(self, type: _Optional[str] = ...) -> None: ...
+
+class ListTypesResponse(_message.Message):
+    __slots__ = ("types",)
+    TYPES_FIELD_NUMBER: _ClassVar[int]
+    types: _containers.RepeatedCompositeFieldContainer[TypeInfo]
+    def __init__(self, types: _Optional[_Iterable[_Union[TypeInfo, _Mapping]]] = ...) -> None: ...
+
+class TypeInfo(_message.Message):
+    __slots__ = ("type", "policy", "rate", "burst", "paused", "ready", "held", "oldest_age_ms")
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    POLICY_FIELD_NUMBER: _ClassVar[int]
+    RATE_FIELD_NUMBER: _ClassVar[int]
+    BURST_FIELD_NUMBER: _ClassVar[int]
+    PAUSED_FIELD_NUMBER: _ClassVar[int]
+    READY_FIELD_NUMBER: _ClassVar[int]
+    HELD_FIELD_NUMBER: _ClassVar[int]
+    OLDEST_AGE_MS_FIELD_NUMBER: _ClassVar[int]
+    type: str
+    policy: TypePolicy
+    rate: float
+    burst: int
+    paused: bool
+    ready: int
+    held: str
+    oldest_age_ms: int
+    def __init__(self, type: _Optional[str] = ..., policy: _Optional[_Union[TypePolicy, _Mapping]] = ..., rate: _Optional[float] = ..., burst: _Optional[int] = ..., paused: _Optional[bool] = ..., ready: _Optional[int] = ..., held: _Optional[str] = ..., oldest_age_ms: _Optional[int] = ...) -> None: ...

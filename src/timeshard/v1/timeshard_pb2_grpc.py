@@ -1154,6 +1154,16 @@ class AdminServiceStub:
                 request_serializer=timeshard_dot_v1_dot_timeshard__pb2.SetTypePoliciesRequest.SerializeToString,
                 response_deserializer=timeshard_dot_v1_dot_timeshard__pb2.SetTypePoliciesResponse.FromString,
                 _registered_method=True)
+        self.SetTypeFlows = channel.unary_unary(
+                '/timeshard.v1.AdminService/SetTypeFlows',
+                request_serializer=timeshard_dot_v1_dot_timeshard__pb2.SetTypeFlowsRequest.SerializeToString,
+                response_deserializer=timeshard_dot_v1_dot_timeshard__pb2.SetTypeFlowsResponse.FromString,
+                _registered_method=True)
+        self.ListTypes = channel.unary_unary(
+                '/timeshard.v1.AdminService/ListTypes',
+                request_serializer=timeshard_dot_v1_dot_timeshard__pb2.ListTypesRequest.SerializeToString,
+                response_deserializer=timeshard_dot_v1_dot_timeshard__pb2.ListTypesResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServiceServicer:
@@ -1197,6 +1207,23 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SetTypeFlows(self, request, context):
+        """Per job type: its rate (jobs started per second across the cluster, with a burst) and
+        whether it is paused. Admin only. Stored apart from the policy, so a worker declaring its
+        policy never undoes them; the node called applies them at once, the others within 5 s.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListTypes(self, request, context):
+        """Every job type with a policy or a flow (stored, or the node's own --types), as the node
+        called applies them after reading the store, and its jobs held there.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -1229,6 +1256,16 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.SetTypePolicies,
                     request_deserializer=timeshard_dot_v1_dot_timeshard__pb2.SetTypePoliciesRequest.FromString,
                     response_serializer=timeshard_dot_v1_dot_timeshard__pb2.SetTypePoliciesResponse.SerializeToString,
+            ),
+            'SetTypeFlows': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetTypeFlows,
+                    request_deserializer=timeshard_dot_v1_dot_timeshard__pb2.SetTypeFlowsRequest.FromString,
+                    response_serializer=timeshard_dot_v1_dot_timeshard__pb2.SetTypeFlowsResponse.SerializeToString,
+            ),
+            'ListTypes': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListTypes,
+                    request_deserializer=timeshard_dot_v1_dot_timeshard__pb2.ListTypesRequest.FromString,
+                    response_serializer=timeshard_dot_v1_dot_timeshard__pb2.ListTypesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1393,6 +1430,60 @@ class AdminService:
             '/timeshard.v1.AdminService/SetTypePolicies',
             timeshard_dot_v1_dot_timeshard__pb2.SetTypePoliciesRequest.SerializeToString,
             timeshard_dot_v1_dot_timeshard__pb2.SetTypePoliciesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetTypeFlows(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/timeshard.v1.AdminService/SetTypeFlows',
+            timeshard_dot_v1_dot_timeshard__pb2.SetTypeFlowsRequest.SerializeToString,
+            timeshard_dot_v1_dot_timeshard__pb2.SetTypeFlowsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListTypes(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/timeshard.v1.AdminService/ListTypes',
+            timeshard_dot_v1_dot_timeshard__pb2.ListTypesRequest.SerializeToString,
+            timeshard_dot_v1_dot_timeshard__pb2.ListTypesResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -282,6 +282,15 @@ class AdminServiceStub:
     """Per job type: attempts, backoff and the cluster-wide concurrency limit, as a worker's
     tasks declare them. Stored, so every node applies them (within a few seconds).
     """
+    SetTypeFlows: _grpc.UnaryUnaryMultiCallable[_timeshard_pb2.SetTypeFlowsRequest, _timeshard_pb2.SetTypeFlowsResponse]
+    """Per job type: its rate (jobs started per second across the cluster, with a burst) and
+    whether it is paused. Admin only. Stored apart from the policy, so a worker declaring its
+    policy never undoes them; the node called applies them at once, the others within 5 s.
+    """
+    ListTypes: _grpc.UnaryUnaryMultiCallable[_timeshard_pb2.ListTypesRequest, _timeshard_pb2.ListTypesResponse]
+    """Every job type with a policy or a flow (stored, or the node's own --types), as the node
+    called applies them after reading the store, and its jobs held there.
+    """
 
 @_typing.type_check_only
 class AdminServiceAsyncStub(AdminServiceStub):
@@ -294,6 +303,15 @@ class AdminServiceAsyncStub(AdminServiceStub):
     SetTypePolicies: _aio.UnaryUnaryMultiCallable[_timeshard_pb2.SetTypePoliciesRequest, _timeshard_pb2.SetTypePoliciesResponse]  # type: ignore[assignment]
     """Per job type: attempts, backoff and the cluster-wide concurrency limit, as a worker's
     tasks declare them. Stored, so every node applies them (within a few seconds).
+    """
+    SetTypeFlows: _aio.UnaryUnaryMultiCallable[_timeshard_pb2.SetTypeFlowsRequest, _timeshard_pb2.SetTypeFlowsResponse]  # type: ignore[assignment]
+    """Per job type: its rate (jobs started per second across the cluster, with a burst) and
+    whether it is paused. Admin only. Stored apart from the policy, so a worker declaring its
+    policy never undoes them; the node called applies them at once, the others within 5 s.
+    """
+    ListTypes: _aio.UnaryUnaryMultiCallable[_timeshard_pb2.ListTypesRequest, _timeshard_pb2.ListTypesResponse]  # type: ignore[assignment]
+    """Every job type with a policy or a flow (stored, or the node's own --types), as the node
+    called applies them after reading the store, and its jobs held there.
     """
 
 class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -340,6 +358,27 @@ class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_timeshard_pb2.SetTypePoliciesResponse, _abc.Awaitable[_timeshard_pb2.SetTypePoliciesResponse]]:
         """Per job type: attempts, backoff and the cluster-wide concurrency limit, as a worker's
         tasks declare them. Stored, so every node applies them (within a few seconds).
+        """
+
+    @_abc_1.abstractmethod
+    def SetTypeFlows(
+        self,
+        request: _timeshard_pb2.SetTypeFlowsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_timeshard_pb2.SetTypeFlowsResponse, _abc.Awaitable[_timeshard_pb2.SetTypeFlowsResponse]]:
+        """Per job type: its rate (jobs started per second across the cluster, with a burst) and
+        whether it is paused. Admin only. Stored apart from the policy, so a worker declaring its
+        policy never undoes them; the node called applies them at once, the others within 5 s.
+        """
+
+    @_abc_1.abstractmethod
+    def ListTypes(
+        self,
+        request: _timeshard_pb2.ListTypesRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_timeshard_pb2.ListTypesResponse, _abc.Awaitable[_timeshard_pb2.ListTypesResponse]]:
+        """Every job type with a policy or a flow (stored, or the node's own --types), as the node
+        called applies them after reading the store, and its jobs held there.
         """
 
 def add_AdminServiceServicer_to_server(servicer: AdminServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

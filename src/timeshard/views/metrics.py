@@ -29,6 +29,10 @@ Read at scrape time (names after the Prometheus conventions: ``_total`` counters
   of them has been due, from the job's own due time, which its entry being written again
   every minute and a failover keep): a type with no worker, paused, or held at its
   concurrency limit shows here as an age that keeps growing, never in the dispatch lag;
+- per job type with a flow on this node: ``timeshard_type_held_jobs{type,reason}``, its due
+  jobs held here because it is paused (``reason="paused"``) or its rate has no token left
+  (``reason="rate"``); ``timeshard_type_paused{type}`` (1 while paused) and
+  ``timeshard_type_rate_limit{type}`` (the cluster-wide rate in jobs/s; 0: no limit);
 - ``timeshard_dead_letter_jobs``: the size of the dead-letter queue (from the node that owns
   shard 0, which counts it);
 - the ``process_*`` and ``python_info`` metrics of prometheus_client.
@@ -203,7 +207,39 @@ class NodeCollector:
         for label, (n, oldest) in sorted(merged.items()):
             jobs.add_metric([label], n)
             age.add_metric([label], oldest / 1000)
-        return [jobs, age]
+        return [jobs, age, *self._flows()]
+
+    def _flows(self) -> Iterable[Metric]:
+        node = self._node
+        held = GaugeMetricFamily(
+            "timeshard_type_held_jobs",
+            "Due jobs made ready on this node that a flow holds back, per type: paused, or "
+            "its rate has no token left.",
+            labels=["type", "reason"],
+        )
+        paused = GaugeMetricFamily(
+            "timeshard_type_paused", "1 while the type is paused (on this node).", labels=["type"]
+        )
+        rate = GaugeMetricFamily(
+            "timeshard_type_rate_limit",
+            "The type's rate in jobs started per second across the cluster (0: no limit).",
+            labels=["type"],
+        )
+        counts: dict[tuple[str, str], int] = {}
+        flows = node.type_policies.flows()
+        waiting = node.ready.unclaimed()
+        for t, flow in sorted(flows.items()):
+            label = node.metrics.type_label(t)
+            paused.add_metric([label], 1.0 if flow.paused else 0.0)
+            rate.add_metric([label], flow.rate or 0.0)
+            jobs = waiting[t].jobs if t in waiting else 0
+            why = node.claims.held(t) if jobs else ""
+            for reason in ("paused", "rate"):
+                key = (label, reason)
+                counts[key] = counts.get(key, 0) + (jobs if why == reason else 0)
+        for (label, reason), n in sorted(counts.items()):
+            held.add_metric([label, reason], n)
+        return [held, paused, rate]
 
 
 class Forward:

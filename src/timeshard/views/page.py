@@ -204,6 +204,9 @@ def _shards(s: NodeStatus) -> str:
     )
 
 
+_HELD = {"paused": "paused", "rate": "held by rate"}
+
+
 def _unclaimed(s: NodeStatus) -> str:
     """Due jobs nobody claims never show in the lateness (only claims are timed) nor in the
     dispatch lag (their owner is not behind): here, each type with how long it has waited."""
@@ -221,14 +224,18 @@ def _unclaimed(s: NodeStatus) -> str:
                 if w.oldest_age_ms > UNCLAIMED_WARN_MS
                 else escape(_ms(w.oldest_age_ms))
             ),
+            escape(_HELD.get(w.held, w.held)) if w.held else "-",
         ]
         for w in s.unclaimed
     ]
-    table = _table("unclaimed", ["Type", "Jobs", "Oldest due for"], rows, {1: "num", 2: "num"})
+    table = _table(
+        "unclaimed", ["Type", "Jobs", "Oldest due for", "Held"], rows, {1: "num", 2: "num"}
+    )
     return (
         "<section><h2>Waiting for a claim</h2>"
         '<p class="muted">Due jobs made ready here that no worker has claimed, by type: no '
-        "worker polls the type (or it is misspelt), it is paused, or at its concurrency limit. "
+        "worker polls the type (or it is misspelt), it is paused, held by its rate, or at its "
+        "concurrency limit. "
         f"Marked when the oldest has been due over {UNCLAIMED_WARN_MS // 60_000} min.</p>"
         f"{table}</section>"
     )
@@ -245,8 +252,19 @@ def _types(s: NodeStatus) -> str:
         "dead_lettered",
         "cancelled",
         "lease_expiries",
+        "expired",
     ]
-    head = ["Type", "scheduled", "claimed", "succeeded", "retried", "dead", "cancelled", "expired"]
+    head = [
+        "Type",
+        "scheduled",
+        "claimed",
+        "succeeded",
+        "retried",
+        "dead",
+        "cancelled",
+        "lease expired",
+        "past deadline",
+    ]
     rows = [[escape(t), *(str(counts[c]) for c in cols)] for t, counts in sorted(s.totals.items())]
     return (
         "<section><h2>Jobs by type (since this node started)</h2>"

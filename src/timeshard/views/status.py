@@ -14,7 +14,8 @@ from typing import Any
 
 from timeshard.errors import TimeshardError
 from timeshard.model import Job
-from timeshard.node import Node
+from timeshard.node import Node, TypePolicy
+from timeshard.node.flow import TypeFlow
 from timeshard.observe.events import JobEvent, last_traceback
 from timeshard.observe.window import DEFAULT_WINDOW_S, Percentiles
 
@@ -43,6 +44,35 @@ class TypeWaiting:
     jobs: int
     oldest_age_ms: int
     """How long the oldest of them has been due (from the job's own due time)."""
+    held: str = ""
+    """Why they are not handed out: ``"paused"``, ``"rate"`` (no token left), or "" (no
+    worker claims them, or a concurrency limit)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TypeRow:
+    """A job type as this node applies it (``ListTypes``, ``timeshard types show``)."""
+
+    job_type: str
+    policy: TypePolicy | None
+    flow: TypeFlow
+    waiting: TypeWaiting
+
+
+def type_rows(node: Node, job_type: str = "") -> list[TypeRow]:
+    """Every type with a policy or a flow on this node (or only ``job_type``), by name."""
+    policies, flows = node.config.types, node.type_policies.flows()
+    waiting = {w.job_type: w for w in unclaimed_rows(node, every=True)}
+    names = sorted({*policies, *flows}) if not job_type else [job_type]
+    return [
+        TypeRow(
+            job_type=t,
+            policy=policies.get(t),
+            flow=flows.get(t, TypeFlow()),
+            waiting=waiting.get(t) or TypeWaiting(job_type=t, jobs=0, oldest_age_ms=0),
+        )
+        for t in names
+    ]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -123,12 +153,18 @@ async def node_status(node: Node, window_s: float = DEFAULT_WINDOW_S) -> NodeSta
     )
 
 
-def unclaimed_rows(node: Node) -> list[TypeWaiting]:
+def unclaimed_rows(node: Node, *, every: bool = False) -> list[TypeWaiting]:
+    """The types with jobs waiting for a claim here (``every``: each type ever queued)."""
     now = node.clock.now_ms()
     rows = [
-        TypeWaiting(job_type=t, jobs=u.jobs, oldest_age_ms=u.age_ms(now))
+        TypeWaiting(
+            job_type=t,
+            jobs=u.jobs,
+            oldest_age_ms=u.age_ms(now),
+            held=node.claims.held(t) if u.jobs else "",
+        )
         for t, u in node.ready.unclaimed().items()
-        if u.jobs
+        if u.jobs or every
     ]
     return sorted(rows, key=lambda r: (-r.oldest_age_ms, r.job_type))
 

@@ -213,12 +213,26 @@ class Task(Generic[P]):
         key: str = "",
         max_attempts: int = 0,
         client: Client | None = None,
+        deadline: datetime | None = None,
+        deadline_in: Delay | None = None,
+        priority: int = 0,
     ) -> Scheduled:
         """Schedule one run, due after ``delay`` or ``at`` (default now); ``key`` is its
-        idempotency key. The payload is checked against the task's type first."""
+        idempotency key; ``deadline``/``deadline_in`` and ``priority`` as for
+        ``Client.schedule``. The payload is checked against the task's type first."""
         raw, attempts = self._job(payload, max_attempts)
         c = client or self.worker.client()
-        return c.schedule(self.job_type, raw, delay=delay, at=at, key=key, max_attempts=attempts)
+        return c.schedule(
+            self.job_type,
+            raw,
+            delay=delay,
+            at=at,
+            key=key,
+            max_attempts=attempts,
+            deadline=deadline,
+            deadline_in=deadline_in,
+            priority=priority,
+        )
 
     async def schedule_async(
         self,
@@ -229,12 +243,23 @@ class Task(Generic[P]):
         key: str = "",
         max_attempts: int = 0,
         client: AsyncClient | None = None,
+        deadline: datetime | None = None,
+        deadline_in: Delay | None = None,
+        priority: int = 0,
     ) -> Scheduled:
         """``schedule`` from asyncio code."""
         raw, attempts = self._job(payload, max_attempts)
         c = client or self.worker.async_client()
         return await c.schedule(
-            self.job_type, raw, delay=delay, at=at, key=key, max_attempts=attempts
+            self.job_type,
+            raw,
+            delay=delay,
+            at=at,
+            key=key,
+            max_attempts=attempts,
+            deadline=deadline,
+            deadline_in=deadline_in,
+            priority=priority,
         )
 
 

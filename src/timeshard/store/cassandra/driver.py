@@ -174,6 +174,16 @@ def _check(config: ClusterConfig) -> None:
         raise InvalidArgument("keyspace", f"{config.keyspace!r} is not a keyspace name")
 
 
+def reconnection_policy() -> ExponentialReconnectionPolicy:
+    """How the driver reconnects to a node it lost: every 0.2 s doubling up to 2 s, so a
+    restarted node is used again within ~2 s (the driver's default waits up to 10 min; 10 s
+    left a node "unavailable" for 16 s after Cassandra was back, seen in a soak), and for
+    ever: the driver's default gives up after 64 attempts, about two minutes at this pace,
+    and a whole-store outage longer than that left a node unable to reach the store for good
+    once it was back (a 15-minute soak: two of three nodes, for 20 minutes)."""
+    return ExponentialReconnectionPolicy(base_delay=0.2, max_delay=2.0, max_attempts=None)
+
+
 class _Pages:
     """The rows of one ``execute_async`` call, every page, as an awaitable: the driver's
     callbacks (on its I/O thread) hand each page to the event loop."""
@@ -287,9 +297,7 @@ class Connection:
             protocol_version=5,
             auth_provider=auth,
             connect_timeout=10,
-            # A restarted node is used again within ~2 s (the default waits up to 10 min; 10 s
-            # left a node "unavailable" for 16 s after Cassandra was back, seen in a soak).
-            reconnection_policy=ExponentialReconnectionPolicy(base_delay=0.2, max_delay=2.0),
+            reconnection_policy=reconnection_policy(),
         )
         session = self._cluster.connect()
         migrate(

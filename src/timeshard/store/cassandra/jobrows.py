@@ -229,11 +229,52 @@ class JobRows:
         home = await self._home(job_id)
         if home is None:
             return WriteResult(applied=False, job=None)
+        return await self._submit(
+            job_id, home, transition, known, owner_only, delete, entry_with_write
+        )
+
+    async def apply_all(
+        self,
+        items: Sequence[tuple[str, T.Transition, Job | None]],
+        *,
+        owner_only: bool = False,
+        entry_with_write: bool = False,
+    ) -> list[WriteResult]:
+        """``apply`` for many ``(job_id, transition, known)`` at once, in their order: one
+        future per job and no task per job (a claim of 100 jobs made 100 tasks); the homes
+        not remembered are looked up together first. Like ``gather``, it waits for every one
+        and then raises the first error."""
+        homes = [self.homes.get(job_id) for job_id, _, _ in items]
+        missing = [i for i, home in enumerate(homes) if home is None]
+        if missing:
+            found = await _gather(self._home(items[i][0]) for i in missing)
+            for i, home in zip(missing, found, strict=True):
+                homes[i] = home
+        loop = asyncio.get_running_loop()
+        futs: list[asyncio.Future[WriteResult]] = []
+        for (job_id, transition, known), home in zip(items, homes, strict=True):
+            if home is None:
+                fut: asyncio.Future[WriteResult] = loop.create_future()
+                fut.set_result(WriteResult(applied=False, job=None))
+            else:
+                fut = self._submit(
+                    job_id, int(home), transition, known, owner_only, False, entry_with_write
+                )
+            futs.append(fut)
+        return await _gather(futs)
+
+    def _submit(
+        self,
+        job_id: str,
+        home: int,
+        transition: T.Transition,
+        known: Job | None,
+        owner_only: bool,
+        delete: bool,
+        entry_with_write: bool,
+    ) -> asyncio.Future[WriteResult]:
         shard = shard_of(job_id, self._num_shards)
-        if known is not None:
-            found: Found | None = Found.of(known)
-        else:
-            found = self._images.get(job_id)
+        found = Found.of(known) if known is not None else self._images.get(job_id)
         fut: asyncio.Future[WriteResult] = asyncio.get_running_loop().create_future()
         op = _Op(
             job_id=job_id,
@@ -247,7 +288,7 @@ class JobRows:
             entry_with_write=entry_with_write,
         )
         self._batcher.submit((shard, home), op)
-        return await fut
+        return fut
 
     async def _run(self, key: Key, ops: list[_Op]) -> None:
         todo = ops

@@ -24,6 +24,7 @@ from timeshard.sharding import DEFAULT_NUM_SHARDS, validate_num_shards
 from timeshard.store import transitions as T
 from timeshard.store.base import (
     TYPE_POLICY_PREFIX,
+    Completion,
     CreateResult,
     JobClaim,
     JobPage,
@@ -31,6 +32,8 @@ from timeshard.store.base import (
     RetryAt,
     Store,
     type_policies_of,
+    type_setting_key,
+    type_settings_of,
 )
 from timeshard.store.cassandra.driver import Ambiguous, ClusterConfig, Connection, parse_url
 from timeshard.store.cassandra.jobrows import JobRows
@@ -229,11 +232,10 @@ class CassandraStore(Store):
     # -- conditional job writes -----------------------------------------------------------
 
     async def claim_jobs(self, claims: Sequence[JobClaim]) -> list[WriteResult]:
-        return await _gather(
-            self._jobs.apply(
-                c.job_id, T.claim(c), known=c.known, owner_only=True, entry_with_write=True
-            )
-            for c in claims
+        return await self._jobs.apply_all(
+            [(c.job_id, T.claim(c), c.known) for c in claims],
+            owner_only=True,
+            entry_with_write=True,
         )
 
     async def heartbeat(self, job_id: str, fence: int, lease_until: int) -> WriteResult:
@@ -244,6 +246,13 @@ class CassandraStore(Store):
     ) -> WriteResult:
         validate_result(result, result_encoding)  # refused before it joins a batch
         return await self._jobs.apply(job_id, T.complete(fence, now, result, result_encoding))
+
+    async def complete_jobs(self, items: Sequence[Completion], now: int) -> list[WriteResult]:
+        for c in items:
+            validate_result(c.result, c.encoding)  # refused before any joins a batch
+        return await self._jobs.apply_all(
+            [(c.job_id, T.complete(c.fence, now, c.result, c.encoding), None) for c in items]
+        )
 
     async def fail_job(
         self,
@@ -265,6 +274,9 @@ class CassandraStore(Store):
 
     async def give_back_job(self, job_id: str, fence: int, now: int, reason: str) -> WriteResult:
         return await self._jobs.apply(job_id, T.give_back(fence, now, reason))
+
+    async def expire_job(self, job_id: str, fence: int, now: int, reason: str) -> WriteResult:
+        return await self._jobs.apply(job_id, T.expire(fence, now, reason), owner_only=True)
 
     async def cancel_job(
         self, job_id: str, expect_state: JobState, fence: int, now: int
@@ -365,6 +377,13 @@ class CassandraStore(Store):
     async def type_policies(self) -> dict[str, str]:
         rows = await self._conn.rows("select_all_meta", ())
         return type_policies_of((r["key"], r["value"]) for r in rows)
+
+    async def put_type_setting(self, job_type: str, setting: str, value: str) -> None:
+        await self._conn.rows("upsert_meta", (type_setting_key(setting, job_type), value))
+
+    async def type_settings(self, setting: str) -> dict[str, str]:
+        rows = await self._conn.rows("select_all_meta", ())
+        return type_settings_of(setting, ((r["key"], r["value"]) for r in rows))
 
     # -- shards ---------------------------------------------------------------------------
 

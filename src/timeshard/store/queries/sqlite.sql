@@ -21,7 +21,9 @@ CREATE TABLE IF NOT EXISTS jobs (
     last_error TEXT NOT NULL,
     history TEXT NOT NULL,
     result BLOB NOT NULL DEFAULT x'',
-    result_encoding TEXT NOT NULL DEFAULT ''
+    result_encoding TEXT NOT NULL DEFAULT '',
+    deadline INTEGER NOT NULL DEFAULT 0,
+    priority INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs (state, type, job_id);
 CREATE TABLE IF NOT EXISTS buckets (
@@ -66,7 +68,8 @@ CREATE TABLE IF NOT EXISTS schedules (
     queued_at INTEGER NOT NULL,
     skipped INTEGER NOT NULL,
     last_skip_at INTEGER NOT NULL,
-    last_fire_at INTEGER NOT NULL
+    last_fire_at INTEGER NOT NULL,
+    spread_ms INTEGER NOT NULL DEFAULT 0
 );
 CREATE TABLE IF NOT EXISTS meta (
     key TEXT PRIMARY KEY,
@@ -84,18 +87,32 @@ ALTER TABLE jobs ADD COLUMN result BLOB NOT NULL DEFAULT x'';
 -- name: add_result_encoding
 ALTER TABLE jobs ADD COLUMN result_encoding TEXT NOT NULL DEFAULT '';
 
+-- name: add_deadline
+-- Migration: a job's deadline (0: none) and priority, on a database made before them.
+ALTER TABLE jobs ADD COLUMN deadline INTEGER NOT NULL DEFAULT 0;
+
+-- name: add_priority
+ALTER TABLE jobs ADD COLUMN priority INTEGER NOT NULL DEFAULT 0;
+
+-- name: schedule_columns
+SELECT name FROM pragma_table_info('schedules');
+
+-- name: add_spread
+-- Migration: a schedule's spread window (0: none).
+ALTER TABLE schedules ADD COLUMN spread_ms INTEGER NOT NULL DEFAULT 0;
+
 -- name: select_job
 -- The columns in the order of Job's fields (codec.JOB_COLUMNS): rows decode by position.
 SELECT job_id, shard, type, payload, state, run_at, created_at, attempt, max_attempts, fence,
        lease_owner, lease_until, started_at, finished_at, idempotency_key, last_error, history,
-       result, result_encoding
+       result, result_encoding, deadline, priority
 FROM jobs WHERE job_id = ?;
 
 -- name: select_jobs
 -- Many jobs in one statement: the ids as a JSON array.
 SELECT job_id, shard, type, payload, state, run_at, created_at, attempt, max_attempts, fence,
        lease_owner, lease_until, started_at, finished_at, idempotency_key, last_error, history,
-       result, result_encoding
+       result, result_encoding, deadline, priority
 FROM jobs WHERE job_id IN (SELECT value FROM json_each(?));
 
 -- name: insert_job
@@ -103,10 +120,10 @@ FROM jobs WHERE job_id IN (SELECT value FROM json_each(?));
 INSERT OR IGNORE INTO jobs (job_id, shard, type, payload, state, run_at, created_at, attempt,
                             max_attempts, fence, lease_owner, lease_until, started_at,
                             finished_at, idempotency_key, last_error, history, result,
-                            result_encoding)
+                            result_encoding, deadline, priority)
 VALUES (:job_id, :shard, :type, :payload, :state, :run_at, :created_at, :attempt, :max_attempts,
         :fence, :lease_owner, :lease_until, :started_at, :finished_at, :idempotency_key,
-        :last_error, :history, :result, :result_encoding);
+        :last_error, :history, :result, :result_encoding, :deadline, :priority);
 
 -- name: update_job
 UPDATE jobs SET state = :state, run_at = :run_at, attempt = :attempt, fence = :fence,
@@ -133,7 +150,7 @@ INSERT OR IGNORE INTO idempotency_keys (key, job_id, digest) VALUES (?, ?, ?);
 -- name: list_jobs
 SELECT job_id, shard, type, payload, state, run_at, created_at, attempt, max_attempts, fence,
        lease_owner, lease_until, started_at, finished_at, idempotency_key, last_error, history,
-       result, result_encoding
+       result, result_encoding, deadline, priority
 FROM jobs
 WHERE (:state IS NULL OR state = :state) AND (:type IS NULL OR type = :type) AND job_id > :after
 ORDER BY job_id LIMIT :limit;
@@ -172,11 +189,11 @@ SELECT * FROM schedules WHERE schedule_id = ?;
 INSERT OR IGNORE INTO schedules (schedule_id, shard, cron, timezone, dst_gap, dst_fold, type,
     payload, max_attempts, misfire, misfire_grace_ms, max_catchup, overlap, max_concurrent,
     jitter_ms, paused, next_fire, created_at, version, active, queued_at, skipped, last_skip_at,
-    last_fire_at)
+    last_fire_at, spread_ms)
 VALUES (:schedule_id, :shard, :cron, :timezone, :dst_gap, :dst_fold, :type, :payload,
     :max_attempts, :misfire, :misfire_grace_ms, :max_catchup, :overlap, :max_concurrent,
     :jitter_ms, :paused, :next_fire, :created_at, :version, :active, :queued_at, :skipped,
-    :last_skip_at, :last_fire_at);
+    :last_skip_at, :last_fire_at, :spread_ms);
 
 -- name: update_schedule
 UPDATE schedules SET cron = :cron, timezone = :timezone, dst_gap = :dst_gap,
@@ -185,7 +202,7 @@ UPDATE schedules SET cron = :cron, timezone = :timezone, dst_gap = :dst_gap,
     overlap = :overlap, max_concurrent = :max_concurrent, jitter_ms = :jitter_ms,
     paused = :paused, next_fire = :next_fire, version = :version + 1, active = :active,
     queued_at = :queued_at, skipped = :skipped, last_skip_at = :last_skip_at,
-    last_fire_at = :last_fire_at
+    last_fire_at = :last_fire_at, spread_ms = :spread_ms
 WHERE schedule_id = :schedule_id AND version = :version;
 
 -- name: list_schedules

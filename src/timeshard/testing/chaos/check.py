@@ -18,7 +18,17 @@ Must be zero (``MUST_BE_ZERO``):
 - ``early``: runs claimed (or started) before their due time, including the due time a
   reschedule acknowledged before the claim set;
 - ``wrong_state``: jobs that ended otherwise than planned (a planned success dead, a permanent
-  failure succeeded, an acknowledged cancel not cancelled, a success with no effect applied).
+  failure succeeded, an acknowledged cancel not cancelled, a success with no effect applied;
+  a job with a deadline may also end expired);
+- ``ran_after_deadline``: runs of a job with a deadline claimed after it (by the claiming
+  node's clock), or attempts the store shows started after it;
+- ``rate_exceeded``: runs of the rate-limited type (``chaos.rated``) beyond its rate: more
+  started (by the claiming nodes' clocks) in some 10-second window than ``rate x 10 + burst``
+  plus one per node (each node's bucket holds at least one);
+- ``ran_while_paused``: runs of that type claimed while it was paused: after the pause was
+  acknowledged and every node's refresh (``PAUSE_REACH_MS``) had passed, before the resume
+  was sent; a run claimed within ``PAUSE_REACH_MS`` after a fault ended (a node restarted or
+  resumed, the store back: it reads the pause again then) is excused and counted apart.
 
 Also counted and explained, but expected under faults: sequential re-runs (a job run again
 after a run whose result did not land: its worker killed or paused, its lease lost, its result
@@ -48,9 +58,13 @@ from timeshard.testing.chaos.report import MUST_BE_ZERO, Finding, Report
 
 __all__ = ["MUST_BE_ZERO", "Finding", "Report", "check", "check_dir", "main"]
 
-TERMINAL = frozenset({"succeeded", "dead", "cancelled"})
+TERMINAL = frozenset({"succeeded", "dead", "cancelled", "expired"})
 STEP_OUTCOMES = frozenset({"ok", "retry", "permanent", "error"})
 """End outcomes that are the handler's own doing (a step), not the SDK stopping it."""
+RATED_TYPE = "chaos.rated"
+NODES = 3
+PAUSE_REACH_MS = 6_000
+"""A pause reaches every node within its refresh of the stored settings (5 s), plus a second."""
 CATCH_UP_KINDS = frozenset({"store_outage"})
 """Faults after which a backlog of due jobs is released at once (``_Times.catching_up``)."""
 
@@ -66,6 +80,8 @@ class JobPlan:
     acked: float
     cancel: dict[str, Any] | None = None
     reschedules: list[dict[str, Any]] = field(default_factory=list)
+    deadline: int = 0
+    """No attempt may start after it (epoch ms; 0: none)."""
 
 
 class _Times:
@@ -143,7 +159,12 @@ def _plans(ledger: Ledger) -> dict[str, JobPlan]:
     plans: dict[str, JobPlan] = {}
     for r in ledger.records("job"):
         plans[r["job"]] = JobPlan(
-            job=r["job"], expect=r["expect"], run_at=r["run_at"], sent=r["sent"], acked=r["acked"]
+            job=r["job"],
+            expect=r["expect"],
+            run_at=r["run_at"],
+            sent=r["sent"],
+            acked=r["acked"],
+            deadline=r.get("deadline", 0),
         )
     for r in ledger.records("cancel"):
         if r["job"] in plans:
@@ -205,6 +226,8 @@ def _expected_state(plan: JobPlan | None) -> set[str]:
     ends = {"permanent": {"dead"}}.get(plan.expect, {"succeeded"})
     if plan.cancel is not None:  # refused or unknown: either may stand
         ends = ends | {"cancelled"}
+    if plan.deadline:  # not started in time (a fault held it): never run, and that is right
+        ends = ends | {"expired"}
     return ends
 
 
@@ -407,6 +430,30 @@ def _early(plans: dict[str, JobPlan], by_job: dict[str, list[RunRecord]]) -> lis
     return out
 
 
+def _ran_after_deadline(
+    plans: dict[str, JobPlan],
+    by_job: dict[str, list[RunRecord]],
+    store: dict[str, dict[str, Any]],
+) -> list[Finding]:
+    out = []
+    for job, plan in sorted(plans.items()):
+        if not plan.deadline:
+            continue
+        starts = [(r.started_at, f"fence {r.fence} claimed") for r in by_job.get(job, [])]
+        history = store.get(job, {}).get("history", [])
+        starts += [(int(a["started_at"]), f"attempt {a['attempt']} started") for a in history]
+        out += [
+            Finding(
+                kind="ran_after_deadline",
+                job=job,
+                detail=f"{what} at {at}, {at - plan.deadline} ms after its deadline",
+            )
+            for at, what in starts
+            if at > plan.deadline
+        ]
+    return out
+
+
 def _rerun_cause(prev: RunRecord, nxt: RunRecord, times: _Times) -> str:
     kinds = prev.sdk_kinds()
     if times.killed(prev, nxt.mono) and "succeeded" not in kinds:
@@ -516,6 +563,7 @@ def check(ledger: Ledger) -> Report:
     ]
     after_cancel = _ran_after_cancel(plans, by_job)
     early = _early(plans, by_job)
+    after_deadline = _ran_after_deadline(plans, by_job, store)
     retries, reruns, causes, unexplained = _reruns(by_job, times)
     lateness = _lateness(plans, by_job)
     all_jobs = {*plans, *occurrences}
@@ -526,6 +574,8 @@ def check(ledger: Ledger) -> Report:
         j for j, row in store.items() if j not in all_jobs and row["state"] not in TERMINAL
     )
     after_lease = _started_after_lease(ledger)
+    rated_runs, over_rate, most_10s = _rate_held(ledger, by_job)
+    while_paused, excused = _ran_while_paused(ledger, by_job, times)
 
     def jobs_of(findings: list[Finding]) -> int:
         return len({f.job for f in findings})
@@ -545,7 +595,15 @@ def check(ledger: Ledger) -> Report:
         "cron_doubled": len(doubled),
         "ran_after_cancel": jobs_of(after_cancel),
         "early": jobs_of(early),
+        "ran_after_deadline": jobs_of(after_deadline),
+        "with_deadline": sum(1 for p in plans.values() if p.deadline),
+        "expired": sum(1 for j in all_jobs if store.get(j, {}).get("state") == "expired"),
         "wrong_state": jobs_of(wrong),
+        "rate_exceeded": len(over_rate),
+        "ran_while_paused": jobs_of(while_paused),
+        "rated_runs": rated_runs,
+        "rated_most_in_10s": most_10s,
+        "paused_runs_excused": excused,
         "retries": retries,
         "reruns": reruns,
         "rerun_causes": dict(causes),
@@ -572,7 +630,10 @@ def check(ledger: Ledger) -> Report:
         *doubled,
         *after_cancel,
         *early,
+        *after_deadline,
         *wrong,
+        *over_rate,
+        *while_paused,
         *unexplained,
         *after_lease,
         *(Finding(kind="unknown_job_run", job=j, detail="run, not acknowledged") for j in unknown),
@@ -582,6 +643,72 @@ def check(ledger: Ledger) -> Report:
         ),
     ]
     return Report(counts=counts, findings=findings)
+
+
+def _rated_runs(ledger: Ledger, by_job: dict[str, list[RunRecord]]) -> list[RunRecord]:
+    rated = {r["job"] for r in ledger.records("job") if r.get("type") == RATED_TYPE}
+    return sorted((run for j in rated for run in by_job.get(j, ())), key=lambda r: r.started_at)
+
+
+def _rate_held(
+    ledger: Ledger, by_job: dict[str, list[RunRecord]]
+) -> tuple[int, list[Finding], int]:
+    """(runs of the rated type, the windows that went over its rate, the most in 10 s)."""
+    runs = _rated_runs(ledger, by_job)
+    rated = [r for r in ledger.records("flow") if r.get("rate")]
+    if not rated:
+        return len(runs), [], 0
+    rate, burst = float(rated[0]["rate"]), int(rated[0]["burst"])
+    limit = rate * 10 + burst + NODES
+    starts = [r.started_at for r in runs]
+    findings: list[Finding] = []
+    most, hi, reported = 0, 0, -math.inf
+    for lo, start in enumerate(starts):
+        while hi < len(starts) and starts[hi] < start + 10_000:
+            hi += 1
+        most = max(most, hi - lo)
+        if hi - lo > limit and start >= reported + 10_000:  # one finding per 10 s over
+            reported = start
+            findings.append(
+                Finding(
+                    kind="rate_exceeded",
+                    job=runs[lo].job,
+                    detail=f"{hi - lo} runs of {RATED_TYPE} started in the 10 s from {start} "
+                    f"(rate {rate:g}/s, burst {burst}: at most {limit:g})",
+                )
+            )
+    return len(runs), findings, most
+
+
+def _ran_while_paused(
+    ledger: Ledger, by_job: dict[str, list[RunRecord]], times: _Times
+) -> tuple[list[Finding], int]:
+    """Runs claimed while the rated type was paused everywhere, and those excused."""
+    flows = [r for r in ledger.records("flow") if "paused" in r]
+    pauses = [r for r in flows if r["paused"]]
+    if not pauses:
+        return [], 0
+    held_from = pauses[0]["acked"] + PAUSE_REACH_MS
+    resumes = [r for r in flows if not r["paused"] and r["sent"] > pauses[0]["acked"]]
+    held_to = resumes[0]["sent"] if resumes else math.inf
+    ends = [f.end_wall for f in times.faults if f.end_wall is not None]
+    findings: list[Finding] = []
+    excused = 0
+    for run in _rated_runs(ledger, by_job):
+        if not held_from <= run.started_at < held_to:
+            continue
+        if any(end <= run.started_at < end + PAUSE_REACH_MS for end in ends):
+            excused += 1
+            continue
+        findings.append(
+            Finding(
+                kind="ran_while_paused",
+                job=run.job,
+                detail=f"claimed at {run.started_at} (fence {run.fence}); paused from "
+                f"{pauses[0]['acked']:.0f}, resumed at {held_to}",
+            )
+        )
+    return findings, excused
 
 
 def check_dir(run_dir: Path) -> Report:

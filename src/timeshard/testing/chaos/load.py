@@ -1,5 +1,6 @@
 """The client side of a chaos run: jobs scheduled (spread out, in bursts, already due; planned
-to succeed, to fail and retry, to fail for good; some long enough to span several heartbeats),
+to succeed, to fail and retry, to fail for good; some long enough to span several heartbeats;
+some with a deadline a few seconds after they are due),
 cancels and reschedules while things run. Every reply goes into the journal with the time it
 came back: the checker holds the system to what it acknowledged, and to nothing else.
 
@@ -23,7 +24,7 @@ from typing import Any
 import grpc
 
 from timeshard.testing.chaos.ledger import JsonLines, now_wall_ms
-from timeshard.testing.chaos.worker import JOB_TYPE
+from timeshard.testing.chaos.worker import JOB_TYPE, RATED_TYPE
 from timeshard.v1 import timeshard_pb2 as pb
 from timeshard.v1 import timeshard_pb2_grpc as pb_grpc
 from timeshard.wire import ts
@@ -39,6 +40,8 @@ RETRYABLE = frozenset(
 )
 MAX_ATTEMPTS = 10
 """Of every chaos job: enough that interruptions never exhaust a job planned to succeed."""
+RATED_SHARE = 0.1
+"""Of the short jobs, the part that is of ``RATED_TYPE``."""
 
 
 class GaveUp(Exception):
@@ -52,6 +55,7 @@ class Api:
         self._addresses = addresses
         self._timeout = call_timeout_s
         self._stubs: dict[str, pb_grpc.JobServiceStub] = {}
+        self._admin: dict[str, pb_grpc.AdminServiceStub] = {}
         self._channels: list[grpc.Channel] = []
         self._next = 0
         self._lock = threading.Lock()
@@ -64,8 +68,19 @@ class Api:
                 self._stubs[address] = pb_grpc.JobServiceStub(channel)
             return self._stubs[address]
 
-    def call(self, method: str, request: Any, *, give_up_s: float = 60.0) -> Any:
-        """The reply; ``grpc.RpcError`` for an answer retrying can not change; ``GaveUp``."""
+    def _admin_stub(self, address: str) -> pb_grpc.AdminServiceStub:
+        with self._lock:
+            if address not in self._admin:
+                channel = grpc.insecure_channel(address)
+                self._channels.append(channel)
+                self._admin[address] = pb_grpc.AdminServiceStub(channel)
+            return self._admin[address]
+
+    def call(
+        self, method: str, request: Any, *, give_up_s: float = 60.0, admin: bool = False
+    ) -> Any:
+        """The reply; ``grpc.RpcError`` for an answer retrying can not change; ``GaveUp``.
+        ``admin``: an AdminService method (else JobService)."""
         deadline = time.monotonic() + give_up_s
         backoff, last = 0.1, ""
         while time.monotonic() < deadline:
@@ -74,7 +89,8 @@ class Api:
                 self._next += 1
                 address = addresses[self._next % len(addresses)]
             try:
-                return getattr(self._stub(address), method)(request, timeout=self._timeout)
+                stub = self._admin_stub(address) if admin else self._stub(address)
+                return getattr(stub, method)(request, timeout=self._timeout)
             except grpc.RpcError as exc:
                 if exc.code() not in RETRYABLE:
                     raise
@@ -168,6 +184,8 @@ class Workload:
             jobs.append((now - int(rng.choice((0.0, rng.uniform(0, 3000)))), "due", False))
         for _ in range(poisson(rng, rate * 0.08)):
             jobs.append((now + int(rng.uniform(500, min(horizon, 10_000))), "long", True))
+        for _ in range(poisson(rng, rate * 0.05)):
+            jobs.append((now + int(rng.uniform(500, horizon)), "deadline", False))
         if elapsed >= self._next_burst:
             at = now if rng.random() < 0.4 else now + int(rng.uniform(1000, 4000))
             jobs += [(at, "burst", False)] * max(1, int(rate * 2))
@@ -199,16 +217,19 @@ class Workload:
             self._count += 1
             key = f"{self.shape.run_id}-{self._count}"
             spec, expect = self._behaviour(long)
-            items.append(
-                pb.ScheduleJobRequest(
-                    type=JOB_TYPE,
-                    payload=json.dumps(spec).encode(),
-                    run_at=ts(run_at),
-                    idempotency_key=key,
-                    max_attempts=MAX_ATTEMPTS,
-                )
+            job_type = RATED_TYPE if not long and self._rng.random() < RATED_SHARE else JOB_TYPE
+            request = pb.ScheduleJobRequest(
+                type=job_type,
+                payload=json.dumps(spec).encode(),
+                run_at=ts(run_at),
+                idempotency_key=key,
+                max_attempts=MAX_ATTEMPTS,
             )
-            meta.append((key, run_at, mode, long, expect))
+            deadline = run_at + int(self._rng.uniform(500, 3000)) if mode == "deadline" else 0
+            if deadline:
+                request.deadline.CopyFrom(ts(deadline))
+            items.append(request)
+            meta.append((key, run_at, mode, long, expect, job_type, deadline))
         with self._lock:
             self.stats.sent += len(items)
         self._senders.acquire()  # all senders busy: this tick waits (the cluster is slow)
@@ -227,7 +248,9 @@ class Workload:
             )
             return
         acked = now_wall_ms()
-        for (key, run_at, mode, _, expect), result in zip(meta, reply.results, strict=True):
+        for (key, run_at, mode, _, expect, job_type, deadline), result in zip(
+            meta, reply.results, strict=True
+        ):
             job = result.job.job_id
             self.journal.write(
                 {
@@ -240,10 +263,12 @@ class Workload:
                     "mode": mode,
                     "expect": expect,
                     "created": result.created,
+                    "type": job_type,
+                    **({"deadline": deadline} if deadline else {}),
                 }
             )
         with self._lock:
-            for (_, run_at, _, long, _), result in zip(meta, reply.results, strict=True):
+            for (_, run_at, _, long, _, _, _), result in zip(meta, reply.results, strict=True):
                 self._pending.append(_Pending(job=result.job.job_id, run_at=run_at, long=long))
             self.stats.acked += len(items)
             cutoff = int(acked) - 30_000

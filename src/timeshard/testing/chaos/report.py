@@ -16,6 +16,9 @@ MUST_BE_ZERO = (
     "ran_after_cancel",
     "early",
     "wrong_state",
+    "rate_exceeded",
+    "ran_while_paused",
+    "ran_after_deadline",
 )
 SHOWN = 10
 """Findings of one kind listed in the text report (all are in the JSON)."""

@@ -38,7 +38,7 @@ from timeshard.testing.chaos.ledger import (
 )
 from timeshard.testing.chaos.load import Api, GaveUp, LoadShape, Workload
 from timeshard.testing.chaos.plan import FaultKind, PlanShape, fault_plan
-from timeshard.testing.chaos.worker import JOB_TYPE
+from timeshard.testing.chaos.worker import JOB_TYPE, RATED_TYPE
 from timeshard.testing.fleet import Fleet
 from timeshard.testing.services import create_keyspace, drop_keyspace
 from timeshard.v1 import timeshard_pb2 as pb
@@ -52,8 +52,14 @@ STATE_NAMES = {
     pb.JOB_STATE_SUCCEEDED: "succeeded",
     pb.JOB_STATE_DEAD: "dead",
     pb.JOB_STATE_CANCELLED: "cancelled",
+    pb.JOB_STATE_EXPIRED: "expired",
 }
 CRONS = (("sec", "* * * * * *", 1000), ("min", "* * * * *", 60_000))
+RATED_RATE = 1.5
+"""Jobs of ``RATED_TYPE`` started per second across the cluster: above what the load offers of
+it on average (so the backlog of its pause drains), below its bursts."""
+PAUSED_SPAN = (1 / 3, 2 / 3)
+"""The part of the load during which ``RATED_TYPE`` is paused."""
 """(name, expression, period ms): every second and every minute, in UTC."""
 
 
@@ -222,6 +228,32 @@ class ChaosRun:
         self.progress(f"nodes {', '.join(NODES)} serve {cfg.shards} shards; {cfg.workers} workers")
         for name, cron, period in CRONS:
             self._create_schedule(f"{self.run_id}-{name}", cron, period)
+        self._set_flow(rate=RATED_RATE)
+
+    def _set_flow(self, *, rate: float | None = None, paused: bool | None = None) -> None:
+        """A change of ``RATED_TYPE``'s flow, journaled with when it was sent and acknowledged
+        (by one node; the others apply it within their refresh)."""
+        flow = pb.TypeFlow(type=RATED_TYPE)
+        if rate is not None:
+            flow.rate = rate
+        if paused is not None:
+            flow.paused = paused
+        sent = now_wall_ms()
+        reply = self.api.call(
+            "SetTypeFlows", pb.SetTypeFlowsRequest(flows=[flow]), admin=True, give_up_s=120
+        )
+        (info,) = reply.types
+        self.journal.write(
+            {
+                "ev": "flow",
+                "type": RATED_TYPE,
+                "rate": info.rate,
+                "burst": info.burst,
+                "paused": info.paused,
+                "sent": sent,
+                "acked": now_wall_ms(),
+            }
+        )
 
     def _create_schedule(self, sid: str, cron: str, period_ms: int) -> None:
         schedule = pb.Schedule(
@@ -320,9 +352,19 @@ class ChaosRun:
         a fault) is recorded and started again."""
         runs = _Progress(ledger=self.run_dir / LEDGER_DIR)
         next_note = started + 10.0
+        pause_at, resume_at = (self.config.duration_s * f for f in PAUSED_SPAN)
+        paused: bool | None = None
         while (elapsed := time.monotonic() - started) < self.config.duration_s:
             time.sleep(1.0)
             self._restart_crashed(busy=injector.current)
+            if paused is None and elapsed >= pause_at:
+                self._set_flow(paused=True)
+                paused = True
+                self.progress(f"{elapsed:.0f} s: {RATED_TYPE} paused")
+            elif paused and elapsed >= resume_at:
+                self._set_flow(paused=False)
+                paused = False
+                self.progress(f"{elapsed:.0f} s: {RATED_TYPE} resumed")
             if time.monotonic() >= next_note:
                 s = workload.stats
                 doing = f"; now {injector.current}" if injector.current else ""

@@ -28,6 +28,9 @@ from timeshard.worker import JobContext, PermanentError, Worker
 from timeshard.worker.lease import LeaseLost
 
 JOB_TYPE = "chaos.job"
+RATED_TYPE = "chaos.rated"
+"""The same work as ``chaos.job``, of a type the run gives a cluster-wide rate and pauses for a
+while (``run.py``): the checker holds it to both."""
 LEASE_S = 4.0
 
 
@@ -120,3 +123,8 @@ async def run(ctx: JobContext) -> None:
         raise
     finally:
         recorder.write("end", ctx, outcome=outcome, cancelled=ctx.cancelled)
+
+
+@worker.handler(RATED_TYPE, timeout=60, concurrency=64)
+async def run_rated(ctx: JobContext) -> None:
+    await run(ctx)

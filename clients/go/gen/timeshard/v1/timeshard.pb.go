@@ -34,6 +34,8 @@ const (
 	JobState_JOB_STATE_SUCCEEDED   JobState = 3
 	JobState_JOB_STATE_DEAD        JobState = 4
 	JobState_JOB_STATE_CANCELLED   JobState = 5
+	// Not started by its deadline, so never run; last_error says when it expired.
+	JobState_JOB_STATE_EXPIRED JobState = 6
 )
 
 // Enum value maps for JobState.
@@ -45,6 +47,7 @@ var (
 		3: "JOB_STATE_SUCCEEDED",
 		4: "JOB_STATE_DEAD",
 		5: "JOB_STATE_CANCELLED",
+		6: "JOB_STATE_EXPIRED",
 	}
 	JobState_value = map[string]int32{
 		"JOB_STATE_UNSPECIFIED": 0,
@@ -53,6 +56,7 @@ var (
 		"JOB_STATE_SUCCEEDED":   3,
 		"JOB_STATE_DEAD":        4,
 		"JOB_STATE_CANCELLED":   5,
+		"JOB_STATE_EXPIRED":     6,
 	}
 )
 
@@ -202,8 +206,13 @@ type Job struct {
 	// "" (no result: it returned None, or the job did not succeed).
 	Result         []byte `protobuf:"bytes,18,opt,name=result,proto3" json:"result,omitempty"`
 	ResultEncoding string `protobuf:"bytes,19,opt,name=result_encoding,json=resultEncoding,proto3" json:"result_encoding,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// No attempt starts after this time (unset: no deadline); a job still waiting then ends
+	// JOB_STATE_EXPIRED.
+	Deadline *timestamppb.Timestamp `protobuf:"bytes,20,opt,name=deadline,proto3" json:"deadline,omitempty"`
+	// 0 (the default, lowest) to 9: higher goes first among the due jobs of its type, with aging.
+	Priority      int32 `protobuf:"varint,21,opt,name=priority,proto3" json:"priority,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Job) Reset() {
@@ -369,6 +378,20 @@ func (x *Job) GetResultEncoding() string {
 	return ""
 }
 
+func (x *Job) GetDeadline() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Deadline
+	}
+	return nil
+}
+
+func (x *Job) GetPriority() int32 {
+	if x != nil {
+		return x.Priority
+	}
+	return 0
+}
+
 type ScheduleJobRequest struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Type    string                 `protobuf:"bytes,1,opt,name=type,proto3" json:"type,omitempty"`
@@ -385,7 +408,20 @@ type ScheduleJobRequest struct {
 	// Optional: a repeat with the same key returns the same job; another body is ALREADY_EXISTS.
 	IdempotencyKey string `protobuf:"bytes,5,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
 	// Optional: 0 means the default; at most 1000.
-	MaxAttempts   int32 `protobuf:"varint,6,opt,name=max_attempts,json=maxAttempts,proto3" json:"max_attempts,omitempty"`
+	MaxAttempts int32 `protobuf:"varint,6,opt,name=max_attempts,json=maxAttempts,proto3" json:"max_attempts,omitempty"`
+	// Optional: no attempt starts after the deadline (a retry neither): a job not started by
+	// then ends JOB_STATE_EXPIRED, never runs late. Either an absolute time or a duration after
+	// the job's run_at (its due time); not before run_at (INVALID_ARGUMENT naming the field).
+	//
+	// Types that are valid to be assigned to DeadlineOf:
+	//
+	//	*ScheduleJobRequest_Deadline
+	//	*ScheduleJobRequest_DeadlineIn
+	DeadlineOf isScheduleJobRequest_DeadlineOf `protobuf_oneof:"deadline_of"`
+	// Optional: 0 (the default, lowest) to 9. Higher goes first among the due jobs of its type;
+	// a waiting job gains a level every priority_aging_s (5 s by default), so it waits at most
+	// 9 levels of aging longer than a job of priority 9 due at the same time.
+	Priority      int32 `protobuf:"varint,9,opt,name=priority,proto3" json:"priority,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -473,6 +509,38 @@ func (x *ScheduleJobRequest) GetMaxAttempts() int32 {
 	return 0
 }
 
+func (x *ScheduleJobRequest) GetDeadlineOf() isScheduleJobRequest_DeadlineOf {
+	if x != nil {
+		return x.DeadlineOf
+	}
+	return nil
+}
+
+func (x *ScheduleJobRequest) GetDeadline() *timestamppb.Timestamp {
+	if x != nil {
+		if x, ok := x.DeadlineOf.(*ScheduleJobRequest_Deadline); ok {
+			return x.Deadline
+		}
+	}
+	return nil
+}
+
+func (x *ScheduleJobRequest) GetDeadlineIn() *durationpb.Duration {
+	if x != nil {
+		if x, ok := x.DeadlineOf.(*ScheduleJobRequest_DeadlineIn); ok {
+			return x.DeadlineIn
+		}
+	}
+	return nil
+}
+
+func (x *ScheduleJobRequest) GetPriority() int32 {
+	if x != nil {
+		return x.Priority
+	}
+	return 0
+}
+
 type isScheduleJobRequest_When interface {
 	isScheduleJobRequest_When()
 }
@@ -488,6 +556,22 @@ type ScheduleJobRequest_RunAt struct {
 func (*ScheduleJobRequest_Delay) isScheduleJobRequest_When() {}
 
 func (*ScheduleJobRequest_RunAt) isScheduleJobRequest_When() {}
+
+type isScheduleJobRequest_DeadlineOf interface {
+	isScheduleJobRequest_DeadlineOf()
+}
+
+type ScheduleJobRequest_Deadline struct {
+	Deadline *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=deadline,proto3,oneof"`
+}
+
+type ScheduleJobRequest_DeadlineIn struct {
+	DeadlineIn *durationpb.Duration `protobuf:"bytes,8,opt,name=deadline_in,json=deadlineIn,proto3,oneof"`
+}
+
+func (*ScheduleJobRequest_Deadline) isScheduleJobRequest_DeadlineOf() {}
+
+func (*ScheduleJobRequest_DeadlineIn) isScheduleJobRequest_DeadlineOf() {}
 
 type ScheduleJobResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -956,11 +1040,16 @@ type Schedule struct {
 	MaxAttempts   int32                  `protobuf:"varint,16,opt,name=max_attempts,json=maxAttempts,proto3" json:"max_attempts,omitempty"` // of each occurrence: 0 means the default; at most 1000
 	// Read-only bookkeeping.
 	// Occurrences skipped (misfire or overlap); one catch-up counts at most 10,000 missed ones.
-	Skipped       int64                  `protobuf:"varint,17,opt,name=skipped,proto3" json:"skipped,omitempty"`
-	LastSkipAt    *timestamppb.Timestamp `protobuf:"bytes,18,opt,name=last_skip_at,json=lastSkipAt,proto3" json:"last_skip_at,omitempty"`
-	LastFireAt    *timestamppb.Timestamp `protobuf:"bytes,19,opt,name=last_fire_at,json=lastFireAt,proto3" json:"last_fire_at,omitempty"`
-	ActiveJobs    []string               `protobuf:"bytes,20,rep,name=active_jobs,json=activeJobs,proto3" json:"active_jobs,omitempty"` // occurrence jobs that may still be running
-	QueuedAt      *timestamppb.Timestamp `protobuf:"bytes,21,opt,name=queued_at,json=queuedAt,proto3" json:"queued_at,omitempty"`       // an occurrence waiting (overlap=queue)
+	Skipped    int64                  `protobuf:"varint,17,opt,name=skipped,proto3" json:"skipped,omitempty"`
+	LastSkipAt *timestamppb.Timestamp `protobuf:"bytes,18,opt,name=last_skip_at,json=lastSkipAt,proto3" json:"last_skip_at,omitempty"`
+	LastFireAt *timestamppb.Timestamp `protobuf:"bytes,19,opt,name=last_fire_at,json=lastFireAt,proto3" json:"last_fire_at,omitempty"`
+	ActiveJobs []string               `protobuf:"bytes,20,rep,name=active_jobs,json=activeJobs,proto3" json:"active_jobs,omitempty"` // occurrence jobs that may still be running
+	QueuedAt   *timestamppb.Timestamp `protobuf:"bytes,21,opt,name=queued_at,json=queuedAt,proto3" json:"queued_at,omitempty"`       // an occurrence waiting (overlap=queue)
+	// Each occurrence runs a stable offset after its nominal time, in [0, spread): derived from
+	// the schedule id, the same for every occurrence, never earlier than the nominal time. The
+	// occurrence id and misfire/backfill stay on the nominal time. At most 24h, and shorter than
+	// the time between two fire times (INVALID_ARGUMENT). Unset or 0: no spread.
+	Spread        *durationpb.Duration `protobuf:"bytes,22,opt,name=spread,proto3" json:"spread,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1138,6 +1227,13 @@ func (x *Schedule) GetActiveJobs() []string {
 func (x *Schedule) GetQueuedAt() *timestamppb.Timestamp {
 	if x != nil {
 		return x.QueuedAt
+	}
+	return nil
+}
+
+func (x *Schedule) GetSpread() *durationpb.Duration {
+	if x != nil {
+		return x.Spread
 	}
 	return nil
 }
@@ -1459,13 +1555,17 @@ func (*DeleteScheduleResponse) Descriptor() ([]byte, []int) {
 }
 
 type PreviewRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Cron          string                 `protobuf:"bytes,1,opt,name=cron,proto3" json:"cron,omitempty"`
-	Timezone      string                 `protobuf:"bytes,2,opt,name=timezone,proto3" json:"timezone,omitempty"`
-	From          *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=from,proto3" json:"from,omitempty"`
-	Count         int32                  `protobuf:"varint,4,opt,name=count,proto3" json:"count,omitempty"`
-	DstGap        string                 `protobuf:"bytes,5,opt,name=dst_gap,json=dstGap,proto3" json:"dst_gap,omitempty"`
-	DstFold       string                 `protobuf:"bytes,6,opt,name=dst_fold,json=dstFold,proto3" json:"dst_fold,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Cron     string                 `protobuf:"bytes,1,opt,name=cron,proto3" json:"cron,omitempty"`
+	Timezone string                 `protobuf:"bytes,2,opt,name=timezone,proto3" json:"timezone,omitempty"`
+	From     *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=from,proto3" json:"from,omitempty"`
+	Count    int32                  `protobuf:"varint,4,opt,name=count,proto3" json:"count,omitempty"`
+	DstGap   string                 `protobuf:"bytes,5,opt,name=dst_gap,json=dstGap,proto3" json:"dst_gap,omitempty"`
+	DstFold  string                 `protobuf:"bytes,6,opt,name=dst_fold,json=dstFold,proto3" json:"dst_fold,omitempty"`
+	// Optional: show when each occurrence would run with this spread (Schedule.spread) for the
+	// schedule of this id (the offset derives from it). A spread needs a schedule_id.
+	Spread        *durationpb.Duration `protobuf:"bytes,7,opt,name=spread,proto3" json:"spread,omitempty"`
+	ScheduleId    string               `protobuf:"bytes,8,opt,name=schedule_id,json=scheduleId,proto3" json:"schedule_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1542,11 +1642,28 @@ func (x *PreviewRequest) GetDstFold() string {
 	return ""
 }
 
+func (x *PreviewRequest) GetSpread() *durationpb.Duration {
+	if x != nil {
+		return x.Spread
+	}
+	return nil
+}
+
+func (x *PreviewRequest) GetScheduleId() string {
+	if x != nil {
+		return x.ScheduleId
+	}
+	return ""
+}
+
 type FireTime struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Utc           *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=utc,proto3" json:"utc,omitempty"`
-	Local         string                 `protobuf:"bytes,2,opt,name=local,proto3" json:"local,omitempty"` // RFC 3339 with the zone's offset at that instant
-	Note          string                 `protobuf:"bytes,3,opt,name=note,proto3" json:"note,omitempty"`   // what daylight saving did to this run, if anything
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Utc   *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=utc,proto3" json:"utc,omitempty"`
+	Local string                 `protobuf:"bytes,2,opt,name=local,proto3" json:"local,omitempty"` // RFC 3339 with the zone's offset at that instant
+	Note  string                 `protobuf:"bytes,3,opt,name=note,proto3" json:"note,omitempty"`   // what daylight saving did to this run, if anything
+	// With a spread: when the occurrence of this (nominal) time runs, and the same in local time.
+	RunsAt        *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=runs_at,json=runsAt,proto3" json:"runs_at,omitempty"`
+	RunsAtLocal   string                 `protobuf:"bytes,5,opt,name=runs_at_local,json=runsAtLocal,proto3" json:"runs_at_local,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1598,6 +1715,20 @@ func (x *FireTime) GetLocal() string {
 func (x *FireTime) GetNote() string {
 	if x != nil {
 		return x.Note
+	}
+	return ""
+}
+
+func (x *FireTime) GetRunsAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.RunsAt
+	}
+	return nil
+}
+
+func (x *FireTime) GetRunsAtLocal() string {
+	if x != nil {
+		return x.RunsAtLocal
 	}
 	return ""
 }
@@ -3891,6 +4022,7 @@ type TypeCounts struct {
 	Cancelled     int64                  `protobuf:"varint,8,opt,name=cancelled,proto3" json:"cancelled,omitempty"`
 	LeaseExpiries int64                  `protobuf:"varint,9,opt,name=lease_expiries,json=leaseExpiries,proto3" json:"lease_expiries,omitempty"`
 	Reruns        int64                  `protobuf:"varint,10,opt,name=reruns,proto3" json:"reruns,omitempty"`
+	Expired       int64                  `protobuf:"varint,11,opt,name=expired,proto3" json:"expired,omitempty"` // jobs not started by their deadline (state expired)
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3995,6 +4127,13 @@ func (x *TypeCounts) GetReruns() int64 {
 	return 0
 }
 
+func (x *TypeCounts) GetExpired() int64 {
+	if x != nil {
+		return x.Expired
+	}
+	return 0
+}
+
 // Due jobs of one type made ready on a node and not claimed yet (no worker, paused, or held by
 // a concurrency limit).
 type TypeWaiting struct {
@@ -4002,6 +4141,7 @@ type TypeWaiting struct {
 	Type          string                 `protobuf:"bytes,1,opt,name=type,proto3" json:"type,omitempty"`
 	Jobs          int32                  `protobuf:"varint,2,opt,name=jobs,proto3" json:"jobs,omitempty"`
 	OldestAgeMs   int64                  `protobuf:"varint,3,opt,name=oldest_age_ms,json=oldestAgeMs,proto3" json:"oldest_age_ms,omitempty"` // how long the oldest has been due, from the job's own due time
+	Held          string                 `protobuf:"bytes,4,opt,name=held,proto3" json:"held,omitempty"`                                     // why they are not handed out: "paused", "rate" (no token left), or ""
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4055,6 +4195,13 @@ func (x *TypeWaiting) GetOldestAgeMs() int64 {
 		return x.OldestAgeMs
 	}
 	return 0
+}
+
+func (x *TypeWaiting) GetHeld() string {
+	if x != nil {
+		return x.Held
+	}
+	return ""
 }
 
 type JobEvent struct {
@@ -4502,6 +4649,352 @@ func (x *SetTypePoliciesResponse) GetPolicies() []*TypePolicy {
 	return nil
 }
 
+// What to change of one job type's flow; a field left unset keeps what is stored.
+type TypeFlow struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Type          string                 `protobuf:"bytes,1,opt,name=type,proto3" json:"type,omitempty"`
+	Rate          *float64               `protobuf:"fixed64,2,opt,name=rate,proto3,oneof" json:"rate,omitempty"`    // jobs started per second, cluster-wide, up to 1e6; 0: no limit
+	Burst         int32                  `protobuf:"varint,3,opt,name=burst,proto3" json:"burst,omitempty"`         // with rate: how many may start at once (0: half a second's worth, at least 1)
+	Paused        *bool                  `protobuf:"varint,4,opt,name=paused,proto3,oneof" json:"paused,omitempty"` // a paused type's due jobs stay ready, in order, and none is handed out
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TypeFlow) Reset() {
+	*x = TypeFlow{}
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[67]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TypeFlow) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TypeFlow) ProtoMessage() {}
+
+func (x *TypeFlow) ProtoReflect() protoreflect.Message {
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[67]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TypeFlow.ProtoReflect.Descriptor instead.
+func (*TypeFlow) Descriptor() ([]byte, []int) {
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{67}
+}
+
+func (x *TypeFlow) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+func (x *TypeFlow) GetRate() float64 {
+	if x != nil && x.Rate != nil {
+		return *x.Rate
+	}
+	return 0
+}
+
+func (x *TypeFlow) GetBurst() int32 {
+	if x != nil {
+		return x.Burst
+	}
+	return 0
+}
+
+func (x *TypeFlow) GetPaused() bool {
+	if x != nil && x.Paused != nil {
+		return *x.Paused
+	}
+	return false
+}
+
+type SetTypeFlowsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Flows         []*TypeFlow            `protobuf:"bytes,1,rep,name=flows,proto3" json:"flows,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetTypeFlowsRequest) Reset() {
+	*x = SetTypeFlowsRequest{}
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[68]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetTypeFlowsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetTypeFlowsRequest) ProtoMessage() {}
+
+func (x *SetTypeFlowsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[68]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetTypeFlowsRequest.ProtoReflect.Descriptor instead.
+func (*SetTypeFlowsRequest) Descriptor() ([]byte, []int) {
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{68}
+}
+
+func (x *SetTypeFlowsRequest) GetFlows() []*TypeFlow {
+	if x != nil {
+		return x.Flows
+	}
+	return nil
+}
+
+type SetTypeFlowsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Types         []*TypeInfo            `protobuf:"bytes,1,rep,name=types,proto3" json:"types,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetTypeFlowsResponse) Reset() {
+	*x = SetTypeFlowsResponse{}
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[69]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetTypeFlowsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetTypeFlowsResponse) ProtoMessage() {}
+
+func (x *SetTypeFlowsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[69]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetTypeFlowsResponse.ProtoReflect.Descriptor instead.
+func (*SetTypeFlowsResponse) Descriptor() ([]byte, []int) {
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{69}
+}
+
+func (x *SetTypeFlowsResponse) GetTypes() []*TypeInfo {
+	if x != nil {
+		return x.Types
+	}
+	return nil
+}
+
+type ListTypesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Type          string                 `protobuf:"bytes,1,opt,name=type,proto3" json:"type,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListTypesRequest) Reset() {
+	*x = ListTypesRequest{}
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[70]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListTypesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListTypesRequest) ProtoMessage() {}
+
+func (x *ListTypesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[70]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListTypesRequest.ProtoReflect.Descriptor instead.
+func (*ListTypesRequest) Descriptor() ([]byte, []int) {
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{70}
+}
+
+func (x *ListTypesRequest) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+type ListTypesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Types         []*TypeInfo            `protobuf:"bytes,1,rep,name=types,proto3" json:"types,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListTypesResponse) Reset() {
+	*x = ListTypesResponse{}
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[71]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListTypesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListTypesResponse) ProtoMessage() {}
+
+func (x *ListTypesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[71]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListTypesResponse.ProtoReflect.Descriptor instead.
+func (*ListTypesResponse) Descriptor() ([]byte, []int) {
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{71}
+}
+
+func (x *ListTypesResponse) GetTypes() []*TypeInfo {
+	if x != nil {
+		return x.Types
+	}
+	return nil
+}
+
+// A job type as the node called applies it, and its due jobs there.
+type TypeInfo struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Type          string                 `protobuf:"bytes,1,opt,name=type,proto3" json:"type,omitempty"`
+	Policy        *TypePolicy            `protobuf:"bytes,2,opt,name=policy,proto3" json:"policy,omitempty"` // unset: the node's defaults
+	Rate          float64                `protobuf:"fixed64,3,opt,name=rate,proto3" json:"rate,omitempty"`   // 0: no limit
+	Burst         int32                  `protobuf:"varint,4,opt,name=burst,proto3" json:"burst,omitempty"`  // the burst in force with the rate
+	Paused        bool                   `protobuf:"varint,5,opt,name=paused,proto3" json:"paused,omitempty"`
+	Ready         int32                  `protobuf:"varint,6,opt,name=ready,proto3" json:"ready,omitempty"`                                  // on the node called: due jobs made ready and not claimed
+	Held          string                 `protobuf:"bytes,7,opt,name=held,proto3" json:"held,omitempty"`                                     // why those are not handed out there: "paused", "rate" or ""
+	OldestAgeMs   int64                  `protobuf:"varint,8,opt,name=oldest_age_ms,json=oldestAgeMs,proto3" json:"oldest_age_ms,omitempty"` // how long the oldest of them has been due
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TypeInfo) Reset() {
+	*x = TypeInfo{}
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[72]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TypeInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TypeInfo) ProtoMessage() {}
+
+func (x *TypeInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[72]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TypeInfo.ProtoReflect.Descriptor instead.
+func (*TypeInfo) Descriptor() ([]byte, []int) {
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{72}
+}
+
+func (x *TypeInfo) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+func (x *TypeInfo) GetPolicy() *TypePolicy {
+	if x != nil {
+		return x.Policy
+	}
+	return nil
+}
+
+func (x *TypeInfo) GetRate() float64 {
+	if x != nil {
+		return x.Rate
+	}
+	return 0
+}
+
+func (x *TypeInfo) GetBurst() int32 {
+	if x != nil {
+		return x.Burst
+	}
+	return 0
+}
+
+func (x *TypeInfo) GetPaused() bool {
+	if x != nil {
+		return x.Paused
+	}
+	return false
+}
+
+func (x *TypeInfo) GetReady() int32 {
+	if x != nil {
+		return x.Ready
+	}
+	return 0
+}
+
+func (x *TypeInfo) GetHeld() string {
+	if x != nil {
+		return x.Held
+	}
+	return ""
+}
+
+func (x *TypeInfo) GetOldestAgeMs() int64 {
+	if x != nil {
+		return x.OldestAgeMs
+	}
+	return 0
+}
+
 var File_timeshard_v1_timeshard_proto protoreflect.FileDescriptor
 
 const file_timeshard_v1_timeshard_proto_rawDesc = "" +
@@ -4516,7 +5009,7 @@ const file_timeshard_v1_timeshard_proto_rawDesc = "" +
 	"finishedAt\x12\x18\n" +
 	"\aoutcome\x18\x05 \x01(\tR\aoutcome\x12\x14\n" +
 	"\x05error\x18\x06 \x01(\tR\x05error\x12\x1c\n" +
-	"\ttraceback\x18\a \x01(\tR\ttraceback\"\xdf\x05\n" +
+	"\ttraceback\x18\a \x01(\tR\ttraceback\"\xb3\x06\n" +
 	"\x03Job\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x12\x18\n" +
@@ -4543,15 +5036,22 @@ const file_timeshard_v1_timeshard_proto_rawDesc = "" +
 	"\ahistory\x18\x10 \x03(\v2\x15.timeshard.v1.AttemptR\ahistory\x12\x14\n" +
 	"\x05shard\x18\x11 \x01(\x05R\x05shard\x12\x16\n" +
 	"\x06result\x18\x12 \x01(\fR\x06result\x12'\n" +
-	"\x0fresult_encoding\x18\x13 \x01(\tR\x0eresultEncoding\"\xfe\x01\n" +
+	"\x0fresult_encoding\x18\x13 \x01(\tR\x0eresultEncoding\x126\n" +
+	"\bdeadline\x18\x14 \x01(\v2\x1a.google.protobuf.TimestampR\bdeadline\x12\x1a\n" +
+	"\bpriority\x18\x15 \x01(\x05R\bpriority\"\xa1\x03\n" +
 	"\x12ScheduleJobRequest\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12\x18\n" +
 	"\apayload\x18\x02 \x01(\fR\apayload\x121\n" +
 	"\x05delay\x18\x03 \x01(\v2\x19.google.protobuf.DurationH\x00R\x05delay\x123\n" +
 	"\x06run_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampH\x00R\x05runAt\x12'\n" +
 	"\x0fidempotency_key\x18\x05 \x01(\tR\x0eidempotencyKey\x12!\n" +
-	"\fmax_attempts\x18\x06 \x01(\x05R\vmaxAttemptsB\x06\n" +
-	"\x04when\"T\n" +
+	"\fmax_attempts\x18\x06 \x01(\x05R\vmaxAttempts\x128\n" +
+	"\bdeadline\x18\a \x01(\v2\x1a.google.protobuf.TimestampH\x01R\bdeadline\x12<\n" +
+	"\vdeadline_in\x18\b \x01(\v2\x19.google.protobuf.DurationH\x01R\n" +
+	"deadlineIn\x12\x1a\n" +
+	"\bpriority\x18\t \x01(\x05R\bpriorityB\x06\n" +
+	"\x04whenB\r\n" +
+	"\vdeadline_of\"T\n" +
 	"\x13ScheduleJobResponse\x12#\n" +
 	"\x03job\x18\x01 \x01(\v2\x11.timeshard.v1.JobR\x03job\x12\x18\n" +
 	"\acreated\x18\x02 \x01(\bR\acreated\"K\n" +
@@ -4576,7 +5076,7 @@ const file_timeshard_v1_timeshard_proto_rawDesc = "" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x121\n" +
 	"\x05delay\x18\x02 \x01(\v2\x19.google.protobuf.DurationH\x00R\x05delay\x123\n" +
 	"\x06run_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampH\x00R\x05runAtB\x06\n" +
-	"\x04when\"\x90\x06\n" +
+	"\x04when\"\xc3\x06\n" +
 	"\bSchedule\x12\x1f\n" +
 	"\vschedule_id\x18\x01 \x01(\tR\n" +
 	"scheduleId\x12\x12\n" +
@@ -4604,7 +5104,8 @@ const file_timeshard_v1_timeshard_proto_rawDesc = "" +
 	"lastFireAt\x12\x1f\n" +
 	"\vactive_jobs\x18\x14 \x03(\tR\n" +
 	"activeJobs\x127\n" +
-	"\tqueued_at\x18\x15 \x01(\v2\x1a.google.protobuf.TimestampR\bqueuedAt\"K\n" +
+	"\tqueued_at\x18\x15 \x01(\v2\x1a.google.protobuf.TimestampR\bqueuedAt\x121\n" +
+	"\x06spread\x18\x16 \x01(\v2\x19.google.protobuf.DurationR\x06spread\"K\n" +
 	"\x15CreateScheduleRequest\x122\n" +
 	"\bschedule\x18\x01 \x01(\v2\x16.timeshard.v1.ScheduleR\bschedule\"5\n" +
 	"\x12GetScheduleRequest\x12\x1f\n" +
@@ -4622,18 +5123,23 @@ const file_timeshard_v1_timeshard_proto_rawDesc = "" +
 	"\x11ScheduleIdRequest\x12\x1f\n" +
 	"\vschedule_id\x18\x01 \x01(\tR\n" +
 	"scheduleId\"\x18\n" +
-	"\x16DeleteScheduleResponse\"\xba\x01\n" +
+	"\x16DeleteScheduleResponse\"\x8e\x02\n" +
 	"\x0ePreviewRequest\x12\x12\n" +
 	"\x04cron\x18\x01 \x01(\tR\x04cron\x12\x1a\n" +
 	"\btimezone\x18\x02 \x01(\tR\btimezone\x12.\n" +
 	"\x04from\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x04from\x12\x14\n" +
 	"\x05count\x18\x04 \x01(\x05R\x05count\x12\x17\n" +
 	"\adst_gap\x18\x05 \x01(\tR\x06dstGap\x12\x19\n" +
-	"\bdst_fold\x18\x06 \x01(\tR\adstFold\"b\n" +
+	"\bdst_fold\x18\x06 \x01(\tR\adstFold\x121\n" +
+	"\x06spread\x18\a \x01(\v2\x19.google.protobuf.DurationR\x06spread\x12\x1f\n" +
+	"\vschedule_id\x18\b \x01(\tR\n" +
+	"scheduleId\"\xbb\x01\n" +
 	"\bFireTime\x12,\n" +
 	"\x03utc\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x03utc\x12\x14\n" +
 	"\x05local\x18\x02 \x01(\tR\x05local\x12\x12\n" +
-	"\x04note\x18\x03 \x01(\tR\x04note\"?\n" +
+	"\x04note\x18\x03 \x01(\tR\x04note\x123\n" +
+	"\aruns_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x06runsAt\x12\"\n" +
+	"\rruns_at_local\x18\x05 \x01(\tR\vrunsAtLocal\"?\n" +
 	"\x0fPreviewResponse\x12,\n" +
 	"\x05times\x18\x01 \x03(\v2\x16.timeshard.v1.FireTimeR\x05times\"\x9a\x01\n" +
 	"\x16ListDeadLettersRequest\x12\x12\n" +
@@ -4785,7 +5291,7 @@ const file_timeshard_v1_timeshard_proto_rawDesc = "" +
 	"\tin_memory\x18\x06 \x01(\x05R\binMemory\";\n" +
 	"\x0eLatenessBucket\x12\x13\n" +
 	"\x05le_ms\x18\x01 \x01(\x01R\x04leMs\x12\x14\n" +
-	"\x05count\x18\x02 \x01(\x03R\x05count\"\xaa\x02\n" +
+	"\x05count\x18\x02 \x01(\x03R\x05count\"\xc4\x02\n" +
 	"\n" +
 	"TypeCounts\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12\x1c\n" +
@@ -4798,11 +5304,13 @@ const file_timeshard_v1_timeshard_proto_rawDesc = "" +
 	"\tcancelled\x18\b \x01(\x03R\tcancelled\x12%\n" +
 	"\x0elease_expiries\x18\t \x01(\x03R\rleaseExpiries\x12\x16\n" +
 	"\x06reruns\x18\n" +
-	" \x01(\x03R\x06reruns\"Y\n" +
+	" \x01(\x03R\x06reruns\x12\x18\n" +
+	"\aexpired\x18\v \x01(\x03R\aexpired\"m\n" +
 	"\vTypeWaiting\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12\x12\n" +
 	"\x04jobs\x18\x02 \x01(\x05R\x04jobs\x12\"\n" +
-	"\roldest_age_ms\x18\x03 \x01(\x03R\voldestAgeMs\"\xd9\x01\n" +
+	"\roldest_age_ms\x18\x03 \x01(\x03R\voldestAgeMs\x12\x12\n" +
+	"\x04held\x18\x04 \x01(\tR\x04held\"\xd9\x01\n" +
 	"\bJobEvent\x12*\n" +
 	"\x02at\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12\x15\n" +
 	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12\x12\n" +
@@ -4845,14 +5353,39 @@ const file_timeshard_v1_timeshard_proto_rawDesc = "" +
 	"\x16SetTypePoliciesRequest\x124\n" +
 	"\bpolicies\x18\x01 \x03(\v2\x18.timeshard.v1.TypePolicyR\bpolicies\"O\n" +
 	"\x17SetTypePoliciesResponse\x124\n" +
-	"\bpolicies\x18\x01 \x03(\v2\x18.timeshard.v1.TypePolicyR\bpolicies*\x9b\x01\n" +
+	"\bpolicies\x18\x01 \x03(\v2\x18.timeshard.v1.TypePolicyR\bpolicies\"~\n" +
+	"\bTypeFlow\x12\x12\n" +
+	"\x04type\x18\x01 \x01(\tR\x04type\x12\x17\n" +
+	"\x04rate\x18\x02 \x01(\x01H\x00R\x04rate\x88\x01\x01\x12\x14\n" +
+	"\x05burst\x18\x03 \x01(\x05R\x05burst\x12\x1b\n" +
+	"\x06paused\x18\x04 \x01(\bH\x01R\x06paused\x88\x01\x01B\a\n" +
+	"\x05_rateB\t\n" +
+	"\a_paused\"C\n" +
+	"\x13SetTypeFlowsRequest\x12,\n" +
+	"\x05flows\x18\x01 \x03(\v2\x16.timeshard.v1.TypeFlowR\x05flows\"D\n" +
+	"\x14SetTypeFlowsResponse\x12,\n" +
+	"\x05types\x18\x01 \x03(\v2\x16.timeshard.v1.TypeInfoR\x05types\"&\n" +
+	"\x10ListTypesRequest\x12\x12\n" +
+	"\x04type\x18\x01 \x01(\tR\x04type\"A\n" +
+	"\x11ListTypesResponse\x12,\n" +
+	"\x05types\x18\x01 \x03(\v2\x16.timeshard.v1.TypeInfoR\x05types\"\xe0\x01\n" +
+	"\bTypeInfo\x12\x12\n" +
+	"\x04type\x18\x01 \x01(\tR\x04type\x120\n" +
+	"\x06policy\x18\x02 \x01(\v2\x18.timeshard.v1.TypePolicyR\x06policy\x12\x12\n" +
+	"\x04rate\x18\x03 \x01(\x01R\x04rate\x12\x14\n" +
+	"\x05burst\x18\x04 \x01(\x05R\x05burst\x12\x16\n" +
+	"\x06paused\x18\x05 \x01(\bR\x06paused\x12\x14\n" +
+	"\x05ready\x18\x06 \x01(\x05R\x05ready\x12\x12\n" +
+	"\x04held\x18\a \x01(\tR\x04held\x12\"\n" +
+	"\roldest_age_ms\x18\b \x01(\x03R\voldestAgeMs*\xb2\x01\n" +
 	"\bJobState\x12\x19\n" +
 	"\x15JOB_STATE_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13JOB_STATE_SCHEDULED\x10\x01\x12\x15\n" +
 	"\x11JOB_STATE_RUNNING\x10\x02\x12\x17\n" +
 	"\x13JOB_STATE_SUCCEEDED\x10\x03\x12\x12\n" +
 	"\x0eJOB_STATE_DEAD\x10\x04\x12\x17\n" +
-	"\x13JOB_STATE_CANCELLED\x10\x052\xba\v\n" +
+	"\x13JOB_STATE_CANCELLED\x10\x05\x12\x15\n" +
+	"\x11JOB_STATE_EXPIRED\x10\x062\xba\v\n" +
 	"\n" +
 	"JobService\x12R\n" +
 	"\vScheduleJob\x12 .timeshard.v1.ScheduleJobRequest\x1a!.timeshard.v1.ScheduleJobResponse\x12U\n" +
@@ -4879,7 +5412,7 @@ const file_timeshard_v1_timeshard_proto_rawDesc = "" +
 	"\bComplete\x12\x1d.timeshard.v1.CompleteRequest\x1a\x1e.timeshard.v1.CompleteResponse\x12=\n" +
 	"\x04Fail\x12\x19.timeshard.v1.FailRequest\x1a\x1a.timeshard.v1.FailResponse\x12C\n" +
 	"\x06Finish\x12\x1b.timeshard.v1.FinishRequest\x1a\x1c.timeshard.v1.FinishResponse\x12A\n" +
-	"\x04Work\x12\x19.timeshard.v1.WorkRequest\x1a\x1a.timeshard.v1.WorkResponse(\x010\x012\x83\x04\n" +
+	"\x04Work\x12\x19.timeshard.v1.WorkRequest\x1a\x1a.timeshard.v1.WorkResponse(\x010\x012\xa8\x05\n" +
 	"\fAdminService\x12R\n" +
 	"\vClusterInfo\x12 .timeshard.v1.ClusterInfoRequest\x1a!.timeshard.v1.ClusterInfoResponse\x12R\n" +
 	"\vShardOwners\x12 .timeshard.v1.ShardOwnersRequest\x1a!.timeshard.v1.ShardOwnersResponse\x12L\n" +
@@ -4887,7 +5420,9 @@ const file_timeshard_v1_timeshard_proto_rawDesc = "" +
 	"\tDrainNode\x12\x1e.timeshard.v1.DrainNodeRequest\x1a\x1f.timeshard.v1.DrainNodeResponse\x12O\n" +
 	"\n" +
 	"NodeStatus\x12\x1f.timeshard.v1.NodeStatusRequest\x1a .timeshard.v1.NodeStatusResponse\x12^\n" +
-	"\x0fSetTypePolicies\x12$.timeshard.v1.SetTypePoliciesRequest\x1a%.timeshard.v1.SetTypePoliciesResponseB@Z>github.com/timeshard/timeshard/gen/go/timeshard/v1;timeshardv1b\x06proto3"
+	"\x0fSetTypePolicies\x12$.timeshard.v1.SetTypePoliciesRequest\x1a%.timeshard.v1.SetTypePoliciesResponse\x12U\n" +
+	"\fSetTypeFlows\x12!.timeshard.v1.SetTypeFlowsRequest\x1a\".timeshard.v1.SetTypeFlowsResponse\x12L\n" +
+	"\tListTypes\x12\x1e.timeshard.v1.ListTypesRequest\x1a\x1f.timeshard.v1.ListTypesResponseB@Z>github.com/timeshard/timeshard/gen/go/timeshard/v1;timeshardv1b\x06proto3"
 
 var (
 	file_timeshard_v1_timeshard_proto_rawDescOnce sync.Once
@@ -4902,7 +5437,7 @@ func file_timeshard_v1_timeshard_proto_rawDescGZIP() []byte {
 }
 
 var file_timeshard_v1_timeshard_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_timeshard_v1_timeshard_proto_msgTypes = make([]protoimpl.MessageInfo, 67)
+var file_timeshard_v1_timeshard_proto_msgTypes = make([]protoimpl.MessageInfo, 73)
 var file_timeshard_v1_timeshard_proto_goTypes = []any{
 	(JobState)(0),                     // 0: timeshard.v1.JobState
 	(*Attempt)(nil),                   // 1: timeshard.v1.Attempt
@@ -4972,150 +5507,170 @@ var file_timeshard_v1_timeshard_proto_goTypes = []any{
 	(*TypePolicy)(nil),                // 65: timeshard.v1.TypePolicy
 	(*SetTypePoliciesRequest)(nil),    // 66: timeshard.v1.SetTypePoliciesRequest
 	(*SetTypePoliciesResponse)(nil),   // 67: timeshard.v1.SetTypePoliciesResponse
-	(*timestamppb.Timestamp)(nil),     // 68: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),       // 69: google.protobuf.Duration
+	(*TypeFlow)(nil),                  // 68: timeshard.v1.TypeFlow
+	(*SetTypeFlowsRequest)(nil),       // 69: timeshard.v1.SetTypeFlowsRequest
+	(*SetTypeFlowsResponse)(nil),      // 70: timeshard.v1.SetTypeFlowsResponse
+	(*ListTypesRequest)(nil),          // 71: timeshard.v1.ListTypesRequest
+	(*ListTypesResponse)(nil),         // 72: timeshard.v1.ListTypesResponse
+	(*TypeInfo)(nil),                  // 73: timeshard.v1.TypeInfo
+	(*timestamppb.Timestamp)(nil),     // 74: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),       // 75: google.protobuf.Duration
 }
 var file_timeshard_v1_timeshard_proto_depIdxs = []int32{
-	68,  // 0: timeshard.v1.Attempt.started_at:type_name -> google.protobuf.Timestamp
-	68,  // 1: timeshard.v1.Attempt.finished_at:type_name -> google.protobuf.Timestamp
+	74,  // 0: timeshard.v1.Attempt.started_at:type_name -> google.protobuf.Timestamp
+	74,  // 1: timeshard.v1.Attempt.finished_at:type_name -> google.protobuf.Timestamp
 	0,   // 2: timeshard.v1.Job.state:type_name -> timeshard.v1.JobState
-	68,  // 3: timeshard.v1.Job.run_at:type_name -> google.protobuf.Timestamp
-	68,  // 4: timeshard.v1.Job.created_at:type_name -> google.protobuf.Timestamp
-	68,  // 5: timeshard.v1.Job.lease_until:type_name -> google.protobuf.Timestamp
-	68,  // 6: timeshard.v1.Job.started_at:type_name -> google.protobuf.Timestamp
-	68,  // 7: timeshard.v1.Job.finished_at:type_name -> google.protobuf.Timestamp
+	74,  // 3: timeshard.v1.Job.run_at:type_name -> google.protobuf.Timestamp
+	74,  // 4: timeshard.v1.Job.created_at:type_name -> google.protobuf.Timestamp
+	74,  // 5: timeshard.v1.Job.lease_until:type_name -> google.protobuf.Timestamp
+	74,  // 6: timeshard.v1.Job.started_at:type_name -> google.protobuf.Timestamp
+	74,  // 7: timeshard.v1.Job.finished_at:type_name -> google.protobuf.Timestamp
 	1,   // 8: timeshard.v1.Job.history:type_name -> timeshard.v1.Attempt
-	69,  // 9: timeshard.v1.ScheduleJobRequest.delay:type_name -> google.protobuf.Duration
-	68,  // 10: timeshard.v1.ScheduleJobRequest.run_at:type_name -> google.protobuf.Timestamp
-	2,   // 11: timeshard.v1.ScheduleJobResponse.job:type_name -> timeshard.v1.Job
-	3,   // 12: timeshard.v1.ScheduleJobsRequest.jobs:type_name -> timeshard.v1.ScheduleJobRequest
-	4,   // 13: timeshard.v1.ScheduleJobsResponse.results:type_name -> timeshard.v1.ScheduleJobResponse
-	0,   // 14: timeshard.v1.ListJobsRequest.state:type_name -> timeshard.v1.JobState
-	2,   // 15: timeshard.v1.ListJobsResponse.jobs:type_name -> timeshard.v1.Job
-	69,  // 16: timeshard.v1.RescheduleJobRequest.delay:type_name -> google.protobuf.Duration
-	68,  // 17: timeshard.v1.RescheduleJobRequest.run_at:type_name -> google.protobuf.Timestamp
-	69,  // 18: timeshard.v1.Schedule.misfire_grace:type_name -> google.protobuf.Duration
-	69,  // 19: timeshard.v1.Schedule.jitter:type_name -> google.protobuf.Duration
-	68,  // 20: timeshard.v1.Schedule.next_fire:type_name -> google.protobuf.Timestamp
-	68,  // 21: timeshard.v1.Schedule.last_skip_at:type_name -> google.protobuf.Timestamp
-	68,  // 22: timeshard.v1.Schedule.last_fire_at:type_name -> google.protobuf.Timestamp
-	68,  // 23: timeshard.v1.Schedule.queued_at:type_name -> google.protobuf.Timestamp
-	12,  // 24: timeshard.v1.CreateScheduleRequest.schedule:type_name -> timeshard.v1.Schedule
-	12,  // 25: timeshard.v1.ListSchedulesResponse.schedules:type_name -> timeshard.v1.Schedule
-	12,  // 26: timeshard.v1.UpdateScheduleRequest.schedule:type_name -> timeshard.v1.Schedule
-	68,  // 27: timeshard.v1.PreviewRequest.from:type_name -> google.protobuf.Timestamp
-	68,  // 28: timeshard.v1.FireTime.utc:type_name -> google.protobuf.Timestamp
-	21,  // 29: timeshard.v1.PreviewResponse.times:type_name -> timeshard.v1.FireTime
-	68,  // 30: timeshard.v1.ListDeadLettersRequest.since:type_name -> google.protobuf.Timestamp
-	2,   // 31: timeshard.v1.ListDeadLettersResponse.jobs:type_name -> timeshard.v1.Job
-	2,   // 32: timeshard.v1.ReplayDeadLettersResponse.jobs:type_name -> timeshard.v1.Job
-	69,  // 33: timeshard.v1.WaitJobsRequest.timeout:type_name -> google.protobuf.Duration
-	2,   // 34: timeshard.v1.WaitJobsResponse.job:type_name -> timeshard.v1.Job
-	69,  // 35: timeshard.v1.ClaimRequest.wait:type_name -> google.protobuf.Duration
-	69,  // 36: timeshard.v1.ClaimRequest.lease:type_name -> google.protobuf.Duration
-	2,   // 37: timeshard.v1.ClaimedJob.job:type_name -> timeshard.v1.Job
-	68,  // 38: timeshard.v1.ClaimedJob.lease_until:type_name -> google.protobuf.Timestamp
-	69,  // 39: timeshard.v1.ClaimedJob.lease:type_name -> google.protobuf.Duration
-	31,  // 40: timeshard.v1.ClaimResponse.jobs:type_name -> timeshard.v1.ClaimedJob
-	69,  // 41: timeshard.v1.HeartbeatRequest.lease:type_name -> google.protobuf.Duration
-	68,  // 42: timeshard.v1.HeartbeatResponse.lease_until:type_name -> google.protobuf.Timestamp
-	69,  // 43: timeshard.v1.HeartbeatResponse.lease:type_name -> google.protobuf.Duration
-	0,   // 44: timeshard.v1.FailResponse.state:type_name -> timeshard.v1.JobState
-	68,  // 45: timeshard.v1.FailResponse.retry_at:type_name -> google.protobuf.Timestamp
-	39,  // 46: timeshard.v1.FinishRequest.items:type_name -> timeshard.v1.FinishItem
-	0,   // 47: timeshard.v1.FinishResult.state:type_name -> timeshard.v1.JobState
-	41,  // 48: timeshard.v1.FinishResponse.results:type_name -> timeshard.v1.FinishResult
-	69,  // 49: timeshard.v1.WorkHello.lease:type_name -> google.protobuf.Duration
-	43,  // 50: timeshard.v1.WorkRequest.hello:type_name -> timeshard.v1.WorkHello
-	44,  // 51: timeshard.v1.WorkRequest.credits:type_name -> timeshard.v1.WorkCredit
-	33,  // 52: timeshard.v1.WorkRequest.heartbeats:type_name -> timeshard.v1.HeartbeatRequest
-	39,  // 53: timeshard.v1.WorkRequest.results:type_name -> timeshard.v1.FinishItem
-	34,  // 54: timeshard.v1.HeartbeatResult.lease:type_name -> timeshard.v1.HeartbeatResponse
-	31,  // 55: timeshard.v1.WorkResponse.jobs:type_name -> timeshard.v1.ClaimedJob
-	46,  // 56: timeshard.v1.WorkResponse.heartbeats:type_name -> timeshard.v1.HeartbeatResult
-	41,  // 57: timeshard.v1.WorkResponse.results:type_name -> timeshard.v1.FinishResult
-	48,  // 58: timeshard.v1.ClusterInfoResponse.nodes:type_name -> timeshard.v1.Node
-	68,  // 59: timeshard.v1.ShardInfo.cursor:type_name -> google.protobuf.Timestamp
-	51,  // 60: timeshard.v1.ShardOwnersResponse.shards:type_name -> timeshard.v1.ShardInfo
-	69,  // 61: timeshard.v1.NodeStatusRequest.window:type_name -> google.protobuf.Duration
-	68,  // 62: timeshard.v1.JobEvent.at:type_name -> google.protobuf.Timestamp
-	59,  // 63: timeshard.v1.NodeStatusResponse.shards:type_name -> timeshard.v1.ShardStatus
-	69,  // 64: timeshard.v1.NodeStatusResponse.window:type_name -> google.protobuf.Duration
-	60,  // 65: timeshard.v1.NodeStatusResponse.lateness:type_name -> timeshard.v1.LatenessBucket
-	61,  // 66: timeshard.v1.NodeStatusResponse.jobs:type_name -> timeshard.v1.TypeCounts
-	68,  // 67: timeshard.v1.NodeStatusResponse.dead_letters_at:type_name -> google.protobuf.Timestamp
-	63,  // 68: timeshard.v1.NodeStatusResponse.recent_failures:type_name -> timeshard.v1.JobEvent
-	63,  // 69: timeshard.v1.NodeStatusResponse.recent_dead_letters:type_name -> timeshard.v1.JobEvent
-	62,  // 70: timeshard.v1.NodeStatusResponse.unclaimed:type_name -> timeshard.v1.TypeWaiting
-	69,  // 71: timeshard.v1.TypePolicy.retry_base:type_name -> google.protobuf.Duration
-	69,  // 72: timeshard.v1.TypePolicy.retry_max:type_name -> google.protobuf.Duration
-	65,  // 73: timeshard.v1.SetTypePoliciesRequest.policies:type_name -> timeshard.v1.TypePolicy
-	65,  // 74: timeshard.v1.SetTypePoliciesResponse.policies:type_name -> timeshard.v1.TypePolicy
-	3,   // 75: timeshard.v1.JobService.ScheduleJob:input_type -> timeshard.v1.ScheduleJobRequest
-	5,   // 76: timeshard.v1.JobService.ScheduleJobs:input_type -> timeshard.v1.ScheduleJobsRequest
-	7,   // 77: timeshard.v1.JobService.GetJob:input_type -> timeshard.v1.GetJobRequest
-	8,   // 78: timeshard.v1.JobService.ListJobs:input_type -> timeshard.v1.ListJobsRequest
-	10,  // 79: timeshard.v1.JobService.CancelJob:input_type -> timeshard.v1.CancelJobRequest
-	11,  // 80: timeshard.v1.JobService.RescheduleJob:input_type -> timeshard.v1.RescheduleJobRequest
-	13,  // 81: timeshard.v1.JobService.CreateSchedule:input_type -> timeshard.v1.CreateScheduleRequest
-	14,  // 82: timeshard.v1.JobService.GetSchedule:input_type -> timeshard.v1.GetScheduleRequest
-	15,  // 83: timeshard.v1.JobService.ListSchedules:input_type -> timeshard.v1.ListSchedulesRequest
-	17,  // 84: timeshard.v1.JobService.UpdateSchedule:input_type -> timeshard.v1.UpdateScheduleRequest
-	18,  // 85: timeshard.v1.JobService.PauseSchedule:input_type -> timeshard.v1.ScheduleIdRequest
-	18,  // 86: timeshard.v1.JobService.ResumeSchedule:input_type -> timeshard.v1.ScheduleIdRequest
-	18,  // 87: timeshard.v1.JobService.DeleteSchedule:input_type -> timeshard.v1.ScheduleIdRequest
-	20,  // 88: timeshard.v1.JobService.PreviewSchedule:input_type -> timeshard.v1.PreviewRequest
-	23,  // 89: timeshard.v1.JobService.ListDeadLetters:input_type -> timeshard.v1.ListDeadLettersRequest
-	25,  // 90: timeshard.v1.JobService.ReplayDeadLetters:input_type -> timeshard.v1.ReplayDeadLettersRequest
-	25,  // 91: timeshard.v1.JobService.PurgeDeadLetters:input_type -> timeshard.v1.ReplayDeadLettersRequest
-	28,  // 92: timeshard.v1.JobService.WaitJobs:input_type -> timeshard.v1.WaitJobsRequest
-	30,  // 93: timeshard.v1.WorkerService.Claim:input_type -> timeshard.v1.ClaimRequest
-	33,  // 94: timeshard.v1.WorkerService.Heartbeat:input_type -> timeshard.v1.HeartbeatRequest
-	35,  // 95: timeshard.v1.WorkerService.Complete:input_type -> timeshard.v1.CompleteRequest
-	37,  // 96: timeshard.v1.WorkerService.Fail:input_type -> timeshard.v1.FailRequest
-	40,  // 97: timeshard.v1.WorkerService.Finish:input_type -> timeshard.v1.FinishRequest
-	45,  // 98: timeshard.v1.WorkerService.Work:input_type -> timeshard.v1.WorkRequest
-	49,  // 99: timeshard.v1.AdminService.ClusterInfo:input_type -> timeshard.v1.ClusterInfoRequest
-	52,  // 100: timeshard.v1.AdminService.ShardOwners:input_type -> timeshard.v1.ShardOwnersRequest
-	54,  // 101: timeshard.v1.AdminService.MoveShard:input_type -> timeshard.v1.MoveShardRequest
-	56,  // 102: timeshard.v1.AdminService.DrainNode:input_type -> timeshard.v1.DrainNodeRequest
-	58,  // 103: timeshard.v1.AdminService.NodeStatus:input_type -> timeshard.v1.NodeStatusRequest
-	66,  // 104: timeshard.v1.AdminService.SetTypePolicies:input_type -> timeshard.v1.SetTypePoliciesRequest
-	4,   // 105: timeshard.v1.JobService.ScheduleJob:output_type -> timeshard.v1.ScheduleJobResponse
-	6,   // 106: timeshard.v1.JobService.ScheduleJobs:output_type -> timeshard.v1.ScheduleJobsResponse
-	2,   // 107: timeshard.v1.JobService.GetJob:output_type -> timeshard.v1.Job
-	9,   // 108: timeshard.v1.JobService.ListJobs:output_type -> timeshard.v1.ListJobsResponse
-	2,   // 109: timeshard.v1.JobService.CancelJob:output_type -> timeshard.v1.Job
-	2,   // 110: timeshard.v1.JobService.RescheduleJob:output_type -> timeshard.v1.Job
-	12,  // 111: timeshard.v1.JobService.CreateSchedule:output_type -> timeshard.v1.Schedule
-	12,  // 112: timeshard.v1.JobService.GetSchedule:output_type -> timeshard.v1.Schedule
-	16,  // 113: timeshard.v1.JobService.ListSchedules:output_type -> timeshard.v1.ListSchedulesResponse
-	12,  // 114: timeshard.v1.JobService.UpdateSchedule:output_type -> timeshard.v1.Schedule
-	12,  // 115: timeshard.v1.JobService.PauseSchedule:output_type -> timeshard.v1.Schedule
-	12,  // 116: timeshard.v1.JobService.ResumeSchedule:output_type -> timeshard.v1.Schedule
-	19,  // 117: timeshard.v1.JobService.DeleteSchedule:output_type -> timeshard.v1.DeleteScheduleResponse
-	22,  // 118: timeshard.v1.JobService.PreviewSchedule:output_type -> timeshard.v1.PreviewResponse
-	24,  // 119: timeshard.v1.JobService.ListDeadLetters:output_type -> timeshard.v1.ListDeadLettersResponse
-	26,  // 120: timeshard.v1.JobService.ReplayDeadLetters:output_type -> timeshard.v1.ReplayDeadLettersResponse
-	27,  // 121: timeshard.v1.JobService.PurgeDeadLetters:output_type -> timeshard.v1.PurgeDeadLettersResponse
-	29,  // 122: timeshard.v1.JobService.WaitJobs:output_type -> timeshard.v1.WaitJobsResponse
-	32,  // 123: timeshard.v1.WorkerService.Claim:output_type -> timeshard.v1.ClaimResponse
-	34,  // 124: timeshard.v1.WorkerService.Heartbeat:output_type -> timeshard.v1.HeartbeatResponse
-	36,  // 125: timeshard.v1.WorkerService.Complete:output_type -> timeshard.v1.CompleteResponse
-	38,  // 126: timeshard.v1.WorkerService.Fail:output_type -> timeshard.v1.FailResponse
-	42,  // 127: timeshard.v1.WorkerService.Finish:output_type -> timeshard.v1.FinishResponse
-	47,  // 128: timeshard.v1.WorkerService.Work:output_type -> timeshard.v1.WorkResponse
-	50,  // 129: timeshard.v1.AdminService.ClusterInfo:output_type -> timeshard.v1.ClusterInfoResponse
-	53,  // 130: timeshard.v1.AdminService.ShardOwners:output_type -> timeshard.v1.ShardOwnersResponse
-	55,  // 131: timeshard.v1.AdminService.MoveShard:output_type -> timeshard.v1.MoveShardResponse
-	57,  // 132: timeshard.v1.AdminService.DrainNode:output_type -> timeshard.v1.DrainNodeResponse
-	64,  // 133: timeshard.v1.AdminService.NodeStatus:output_type -> timeshard.v1.NodeStatusResponse
-	67,  // 134: timeshard.v1.AdminService.SetTypePolicies:output_type -> timeshard.v1.SetTypePoliciesResponse
-	105, // [105:135] is the sub-list for method output_type
-	75,  // [75:105] is the sub-list for method input_type
-	75,  // [75:75] is the sub-list for extension type_name
-	75,  // [75:75] is the sub-list for extension extendee
-	0,   // [0:75] is the sub-list for field type_name
+	74,  // 9: timeshard.v1.Job.deadline:type_name -> google.protobuf.Timestamp
+	75,  // 10: timeshard.v1.ScheduleJobRequest.delay:type_name -> google.protobuf.Duration
+	74,  // 11: timeshard.v1.ScheduleJobRequest.run_at:type_name -> google.protobuf.Timestamp
+	74,  // 12: timeshard.v1.ScheduleJobRequest.deadline:type_name -> google.protobuf.Timestamp
+	75,  // 13: timeshard.v1.ScheduleJobRequest.deadline_in:type_name -> google.protobuf.Duration
+	2,   // 14: timeshard.v1.ScheduleJobResponse.job:type_name -> timeshard.v1.Job
+	3,   // 15: timeshard.v1.ScheduleJobsRequest.jobs:type_name -> timeshard.v1.ScheduleJobRequest
+	4,   // 16: timeshard.v1.ScheduleJobsResponse.results:type_name -> timeshard.v1.ScheduleJobResponse
+	0,   // 17: timeshard.v1.ListJobsRequest.state:type_name -> timeshard.v1.JobState
+	2,   // 18: timeshard.v1.ListJobsResponse.jobs:type_name -> timeshard.v1.Job
+	75,  // 19: timeshard.v1.RescheduleJobRequest.delay:type_name -> google.protobuf.Duration
+	74,  // 20: timeshard.v1.RescheduleJobRequest.run_at:type_name -> google.protobuf.Timestamp
+	75,  // 21: timeshard.v1.Schedule.misfire_grace:type_name -> google.protobuf.Duration
+	75,  // 22: timeshard.v1.Schedule.jitter:type_name -> google.protobuf.Duration
+	74,  // 23: timeshard.v1.Schedule.next_fire:type_name -> google.protobuf.Timestamp
+	74,  // 24: timeshard.v1.Schedule.last_skip_at:type_name -> google.protobuf.Timestamp
+	74,  // 25: timeshard.v1.Schedule.last_fire_at:type_name -> google.protobuf.Timestamp
+	74,  // 26: timeshard.v1.Schedule.queued_at:type_name -> google.protobuf.Timestamp
+	75,  // 27: timeshard.v1.Schedule.spread:type_name -> google.protobuf.Duration
+	12,  // 28: timeshard.v1.CreateScheduleRequest.schedule:type_name -> timeshard.v1.Schedule
+	12,  // 29: timeshard.v1.ListSchedulesResponse.schedules:type_name -> timeshard.v1.Schedule
+	12,  // 30: timeshard.v1.UpdateScheduleRequest.schedule:type_name -> timeshard.v1.Schedule
+	74,  // 31: timeshard.v1.PreviewRequest.from:type_name -> google.protobuf.Timestamp
+	75,  // 32: timeshard.v1.PreviewRequest.spread:type_name -> google.protobuf.Duration
+	74,  // 33: timeshard.v1.FireTime.utc:type_name -> google.protobuf.Timestamp
+	74,  // 34: timeshard.v1.FireTime.runs_at:type_name -> google.protobuf.Timestamp
+	21,  // 35: timeshard.v1.PreviewResponse.times:type_name -> timeshard.v1.FireTime
+	74,  // 36: timeshard.v1.ListDeadLettersRequest.since:type_name -> google.protobuf.Timestamp
+	2,   // 37: timeshard.v1.ListDeadLettersResponse.jobs:type_name -> timeshard.v1.Job
+	2,   // 38: timeshard.v1.ReplayDeadLettersResponse.jobs:type_name -> timeshard.v1.Job
+	75,  // 39: timeshard.v1.WaitJobsRequest.timeout:type_name -> google.protobuf.Duration
+	2,   // 40: timeshard.v1.WaitJobsResponse.job:type_name -> timeshard.v1.Job
+	75,  // 41: timeshard.v1.ClaimRequest.wait:type_name -> google.protobuf.Duration
+	75,  // 42: timeshard.v1.ClaimRequest.lease:type_name -> google.protobuf.Duration
+	2,   // 43: timeshard.v1.ClaimedJob.job:type_name -> timeshard.v1.Job
+	74,  // 44: timeshard.v1.ClaimedJob.lease_until:type_name -> google.protobuf.Timestamp
+	75,  // 45: timeshard.v1.ClaimedJob.lease:type_name -> google.protobuf.Duration
+	31,  // 46: timeshard.v1.ClaimResponse.jobs:type_name -> timeshard.v1.ClaimedJob
+	75,  // 47: timeshard.v1.HeartbeatRequest.lease:type_name -> google.protobuf.Duration
+	74,  // 48: timeshard.v1.HeartbeatResponse.lease_until:type_name -> google.protobuf.Timestamp
+	75,  // 49: timeshard.v1.HeartbeatResponse.lease:type_name -> google.protobuf.Duration
+	0,   // 50: timeshard.v1.FailResponse.state:type_name -> timeshard.v1.JobState
+	74,  // 51: timeshard.v1.FailResponse.retry_at:type_name -> google.protobuf.Timestamp
+	39,  // 52: timeshard.v1.FinishRequest.items:type_name -> timeshard.v1.FinishItem
+	0,   // 53: timeshard.v1.FinishResult.state:type_name -> timeshard.v1.JobState
+	41,  // 54: timeshard.v1.FinishResponse.results:type_name -> timeshard.v1.FinishResult
+	75,  // 55: timeshard.v1.WorkHello.lease:type_name -> google.protobuf.Duration
+	43,  // 56: timeshard.v1.WorkRequest.hello:type_name -> timeshard.v1.WorkHello
+	44,  // 57: timeshard.v1.WorkRequest.credits:type_name -> timeshard.v1.WorkCredit
+	33,  // 58: timeshard.v1.WorkRequest.heartbeats:type_name -> timeshard.v1.HeartbeatRequest
+	39,  // 59: timeshard.v1.WorkRequest.results:type_name -> timeshard.v1.FinishItem
+	34,  // 60: timeshard.v1.HeartbeatResult.lease:type_name -> timeshard.v1.HeartbeatResponse
+	31,  // 61: timeshard.v1.WorkResponse.jobs:type_name -> timeshard.v1.ClaimedJob
+	46,  // 62: timeshard.v1.WorkResponse.heartbeats:type_name -> timeshard.v1.HeartbeatResult
+	41,  // 63: timeshard.v1.WorkResponse.results:type_name -> timeshard.v1.FinishResult
+	48,  // 64: timeshard.v1.ClusterInfoResponse.nodes:type_name -> timeshard.v1.Node
+	74,  // 65: timeshard.v1.ShardInfo.cursor:type_name -> google.protobuf.Timestamp
+	51,  // 66: timeshard.v1.ShardOwnersResponse.shards:type_name -> timeshard.v1.ShardInfo
+	75,  // 67: timeshard.v1.NodeStatusRequest.window:type_name -> google.protobuf.Duration
+	74,  // 68: timeshard.v1.JobEvent.at:type_name -> google.protobuf.Timestamp
+	59,  // 69: timeshard.v1.NodeStatusResponse.shards:type_name -> timeshard.v1.ShardStatus
+	75,  // 70: timeshard.v1.NodeStatusResponse.window:type_name -> google.protobuf.Duration
+	60,  // 71: timeshard.v1.NodeStatusResponse.lateness:type_name -> timeshard.v1.LatenessBucket
+	61,  // 72: timeshard.v1.NodeStatusResponse.jobs:type_name -> timeshard.v1.TypeCounts
+	74,  // 73: timeshard.v1.NodeStatusResponse.dead_letters_at:type_name -> google.protobuf.Timestamp
+	63,  // 74: timeshard.v1.NodeStatusResponse.recent_failures:type_name -> timeshard.v1.JobEvent
+	63,  // 75: timeshard.v1.NodeStatusResponse.recent_dead_letters:type_name -> timeshard.v1.JobEvent
+	62,  // 76: timeshard.v1.NodeStatusResponse.unclaimed:type_name -> timeshard.v1.TypeWaiting
+	75,  // 77: timeshard.v1.TypePolicy.retry_base:type_name -> google.protobuf.Duration
+	75,  // 78: timeshard.v1.TypePolicy.retry_max:type_name -> google.protobuf.Duration
+	65,  // 79: timeshard.v1.SetTypePoliciesRequest.policies:type_name -> timeshard.v1.TypePolicy
+	65,  // 80: timeshard.v1.SetTypePoliciesResponse.policies:type_name -> timeshard.v1.TypePolicy
+	68,  // 81: timeshard.v1.SetTypeFlowsRequest.flows:type_name -> timeshard.v1.TypeFlow
+	73,  // 82: timeshard.v1.SetTypeFlowsResponse.types:type_name -> timeshard.v1.TypeInfo
+	73,  // 83: timeshard.v1.ListTypesResponse.types:type_name -> timeshard.v1.TypeInfo
+	65,  // 84: timeshard.v1.TypeInfo.policy:type_name -> timeshard.v1.TypePolicy
+	3,   // 85: timeshard.v1.JobService.ScheduleJob:input_type -> timeshard.v1.ScheduleJobRequest
+	5,   // 86: timeshard.v1.JobService.ScheduleJobs:input_type -> timeshard.v1.ScheduleJobsRequest
+	7,   // 87: timeshard.v1.JobService.GetJob:input_type -> timeshard.v1.GetJobRequest
+	8,   // 88: timeshard.v1.JobService.ListJobs:input_type -> timeshard.v1.ListJobsRequest
+	10,  // 89: timeshard.v1.JobService.CancelJob:input_type -> timeshard.v1.CancelJobRequest
+	11,  // 90: timeshard.v1.JobService.RescheduleJob:input_type -> timeshard.v1.RescheduleJobRequest
+	13,  // 91: timeshard.v1.JobService.CreateSchedule:input_type -> timeshard.v1.CreateScheduleRequest
+	14,  // 92: timeshard.v1.JobService.GetSchedule:input_type -> timeshard.v1.GetScheduleRequest
+	15,  // 93: timeshard.v1.JobService.ListSchedules:input_type -> timeshard.v1.ListSchedulesRequest
+	17,  // 94: timeshard.v1.JobService.UpdateSchedule:input_type -> timeshard.v1.UpdateScheduleRequest
+	18,  // 95: timeshard.v1.JobService.PauseSchedule:input_type -> timeshard.v1.ScheduleIdRequest
+	18,  // 96: timeshard.v1.JobService.ResumeSchedule:input_type -> timeshard.v1.ScheduleIdRequest
+	18,  // 97: timeshard.v1.JobService.DeleteSchedule:input_type -> timeshard.v1.ScheduleIdRequest
+	20,  // 98: timeshard.v1.JobService.PreviewSchedule:input_type -> timeshard.v1.PreviewRequest
+	23,  // 99: timeshard.v1.JobService.ListDeadLetters:input_type -> timeshard.v1.ListDeadLettersRequest
+	25,  // 100: timeshard.v1.JobService.ReplayDeadLetters:input_type -> timeshard.v1.ReplayDeadLettersRequest
+	25,  // 101: timeshard.v1.JobService.PurgeDeadLetters:input_type -> timeshard.v1.ReplayDeadLettersRequest
+	28,  // 102: timeshard.v1.JobService.WaitJobs:input_type -> timeshard.v1.WaitJobsRequest
+	30,  // 103: timeshard.v1.WorkerService.Claim:input_type -> timeshard.v1.ClaimRequest
+	33,  // 104: timeshard.v1.WorkerService.Heartbeat:input_type -> timeshard.v1.HeartbeatRequest
+	35,  // 105: timeshard.v1.WorkerService.Complete:input_type -> timeshard.v1.CompleteRequest
+	37,  // 106: timeshard.v1.WorkerService.Fail:input_type -> timeshard.v1.FailRequest
+	40,  // 107: timeshard.v1.WorkerService.Finish:input_type -> timeshard.v1.FinishRequest
+	45,  // 108: timeshard.v1.WorkerService.Work:input_type -> timeshard.v1.WorkRequest
+	49,  // 109: timeshard.v1.AdminService.ClusterInfo:input_type -> timeshard.v1.ClusterInfoRequest
+	52,  // 110: timeshard.v1.AdminService.ShardOwners:input_type -> timeshard.v1.ShardOwnersRequest
+	54,  // 111: timeshard.v1.AdminService.MoveShard:input_type -> timeshard.v1.MoveShardRequest
+	56,  // 112: timeshard.v1.AdminService.DrainNode:input_type -> timeshard.v1.DrainNodeRequest
+	58,  // 113: timeshard.v1.AdminService.NodeStatus:input_type -> timeshard.v1.NodeStatusRequest
+	66,  // 114: timeshard.v1.AdminService.SetTypePolicies:input_type -> timeshard.v1.SetTypePoliciesRequest
+	69,  // 115: timeshard.v1.AdminService.SetTypeFlows:input_type -> timeshard.v1.SetTypeFlowsRequest
+	71,  // 116: timeshard.v1.AdminService.ListTypes:input_type -> timeshard.v1.ListTypesRequest
+	4,   // 117: timeshard.v1.JobService.ScheduleJob:output_type -> timeshard.v1.ScheduleJobResponse
+	6,   // 118: timeshard.v1.JobService.ScheduleJobs:output_type -> timeshard.v1.ScheduleJobsResponse
+	2,   // 119: timeshard.v1.JobService.GetJob:output_type -> timeshard.v1.Job
+	9,   // 120: timeshard.v1.JobService.ListJobs:output_type -> timeshard.v1.ListJobsResponse
+	2,   // 121: timeshard.v1.JobService.CancelJob:output_type -> timeshard.v1.Job
+	2,   // 122: timeshard.v1.JobService.RescheduleJob:output_type -> timeshard.v1.Job
+	12,  // 123: timeshard.v1.JobService.CreateSchedule:output_type -> timeshard.v1.Schedule
+	12,  // 124: timeshard.v1.JobService.GetSchedule:output_type -> timeshard.v1.Schedule
+	16,  // 125: timeshard.v1.JobService.ListSchedules:output_type -> timeshard.v1.ListSchedulesResponse
+	12,  // 126: timeshard.v1.JobService.UpdateSchedule:output_type -> timeshard.v1.Schedule
+	12,  // 127: timeshard.v1.JobService.PauseSchedule:output_type -> timeshard.v1.Schedule
+	12,  // 128: timeshard.v1.JobService.ResumeSchedule:output_type -> timeshard.v1.Schedule
+	19,  // 129: timeshard.v1.JobService.DeleteSchedule:output_type -> timeshard.v1.DeleteScheduleResponse
+	22,  // 130: timeshard.v1.JobService.PreviewSchedule:output_type -> timeshard.v1.PreviewResponse
+	24,  // 131: timeshard.v1.JobService.ListDeadLetters:output_type -> timeshard.v1.ListDeadLettersResponse
+	26,  // 132: timeshard.v1.JobService.ReplayDeadLetters:output_type -> timeshard.v1.ReplayDeadLettersResponse
+	27,  // 133: timeshard.v1.JobService.PurgeDeadLetters:output_type -> timeshard.v1.PurgeDeadLettersResponse
+	29,  // 134: timeshard.v1.JobService.WaitJobs:output_type -> timeshard.v1.WaitJobsResponse
+	32,  // 135: timeshard.v1.WorkerService.Claim:output_type -> timeshard.v1.ClaimResponse
+	34,  // 136: timeshard.v1.WorkerService.Heartbeat:output_type -> timeshard.v1.HeartbeatResponse
+	36,  // 137: timeshard.v1.WorkerService.Complete:output_type -> timeshard.v1.CompleteResponse
+	38,  // 138: timeshard.v1.WorkerService.Fail:output_type -> timeshard.v1.FailResponse
+	42,  // 139: timeshard.v1.WorkerService.Finish:output_type -> timeshard.v1.FinishResponse
+	47,  // 140: timeshard.v1.WorkerService.Work:output_type -> timeshard.v1.WorkResponse
+	50,  // 141: timeshard.v1.AdminService.ClusterInfo:output_type -> timeshard.v1.ClusterInfoResponse
+	53,  // 142: timeshard.v1.AdminService.ShardOwners:output_type -> timeshard.v1.ShardOwnersResponse
+	55,  // 143: timeshard.v1.AdminService.MoveShard:output_type -> timeshard.v1.MoveShardResponse
+	57,  // 144: timeshard.v1.AdminService.DrainNode:output_type -> timeshard.v1.DrainNodeResponse
+	64,  // 145: timeshard.v1.AdminService.NodeStatus:output_type -> timeshard.v1.NodeStatusResponse
+	67,  // 146: timeshard.v1.AdminService.SetTypePolicies:output_type -> timeshard.v1.SetTypePoliciesResponse
+	70,  // 147: timeshard.v1.AdminService.SetTypeFlows:output_type -> timeshard.v1.SetTypeFlowsResponse
+	72,  // 148: timeshard.v1.AdminService.ListTypes:output_type -> timeshard.v1.ListTypesResponse
+	117, // [117:149] is the sub-list for method output_type
+	85,  // [85:117] is the sub-list for method input_type
+	85,  // [85:85] is the sub-list for extension type_name
+	85,  // [85:85] is the sub-list for extension extendee
+	0,   // [0:85] is the sub-list for field type_name
 }
 
 func init() { file_timeshard_v1_timeshard_proto_init() }
@@ -5126,18 +5681,21 @@ func file_timeshard_v1_timeshard_proto_init() {
 	file_timeshard_v1_timeshard_proto_msgTypes[2].OneofWrappers = []any{
 		(*ScheduleJobRequest_Delay)(nil),
 		(*ScheduleJobRequest_RunAt)(nil),
+		(*ScheduleJobRequest_Deadline)(nil),
+		(*ScheduleJobRequest_DeadlineIn)(nil),
 	}
 	file_timeshard_v1_timeshard_proto_msgTypes[10].OneofWrappers = []any{
 		(*RescheduleJobRequest_Delay)(nil),
 		(*RescheduleJobRequest_RunAt)(nil),
 	}
+	file_timeshard_v1_timeshard_proto_msgTypes[67].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_timeshard_v1_timeshard_proto_rawDesc), len(file_timeshard_v1_timeshard_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   67,
+			NumMessages:   73,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

@@ -1066,6 +1066,8 @@ const (
 	AdminService_DrainNode_FullMethodName       = "/timeshard.v1.AdminService/DrainNode"
 	AdminService_NodeStatus_FullMethodName      = "/timeshard.v1.AdminService/NodeStatus"
 	AdminService_SetTypePolicies_FullMethodName = "/timeshard.v1.AdminService/SetTypePolicies"
+	AdminService_SetTypeFlows_FullMethodName    = "/timeshard.v1.AdminService/SetTypeFlows"
+	AdminService_ListTypes_FullMethodName       = "/timeshard.v1.AdminService/ListTypes"
 )
 
 // AdminServiceClient is the client API for AdminService service.
@@ -1080,6 +1082,13 @@ type AdminServiceClient interface {
 	// Per job type: attempts, backoff and the cluster-wide concurrency limit, as a worker's
 	// tasks declare them. Stored, so every node applies them (within a few seconds).
 	SetTypePolicies(ctx context.Context, in *SetTypePoliciesRequest, opts ...grpc.CallOption) (*SetTypePoliciesResponse, error)
+	// Per job type: its rate (jobs started per second across the cluster, with a burst) and
+	// whether it is paused. Admin only. Stored apart from the policy, so a worker declaring its
+	// policy never undoes them; the node called applies them at once, the others within 5 s.
+	SetTypeFlows(ctx context.Context, in *SetTypeFlowsRequest, opts ...grpc.CallOption) (*SetTypeFlowsResponse, error)
+	// Every job type with a policy or a flow (stored, or the node's own --types), as the node
+	// called applies them after reading the store, and its jobs held there.
+	ListTypes(ctx context.Context, in *ListTypesRequest, opts ...grpc.CallOption) (*ListTypesResponse, error)
 }
 
 type adminServiceClient struct {
@@ -1150,6 +1159,26 @@ func (c *adminServiceClient) SetTypePolicies(ctx context.Context, in *SetTypePol
 	return out, nil
 }
 
+func (c *adminServiceClient) SetTypeFlows(ctx context.Context, in *SetTypeFlowsRequest, opts ...grpc.CallOption) (*SetTypeFlowsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SetTypeFlowsResponse)
+	err := c.cc.Invoke(ctx, AdminService_SetTypeFlows_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) ListTypes(ctx context.Context, in *ListTypesRequest, opts ...grpc.CallOption) (*ListTypesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListTypesResponse)
+	err := c.cc.Invoke(ctx, AdminService_ListTypes_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServiceServer is the server API for AdminService service.
 // All implementations must embed UnimplementedAdminServiceServer
 // for forward compatibility.
@@ -1162,6 +1191,13 @@ type AdminServiceServer interface {
 	// Per job type: attempts, backoff and the cluster-wide concurrency limit, as a worker's
 	// tasks declare them. Stored, so every node applies them (within a few seconds).
 	SetTypePolicies(context.Context, *SetTypePoliciesRequest) (*SetTypePoliciesResponse, error)
+	// Per job type: its rate (jobs started per second across the cluster, with a burst) and
+	// whether it is paused. Admin only. Stored apart from the policy, so a worker declaring its
+	// policy never undoes them; the node called applies them at once, the others within 5 s.
+	SetTypeFlows(context.Context, *SetTypeFlowsRequest) (*SetTypeFlowsResponse, error)
+	// Every job type with a policy or a flow (stored, or the node's own --types), as the node
+	// called applies them after reading the store, and its jobs held there.
+	ListTypes(context.Context, *ListTypesRequest) (*ListTypesResponse, error)
 	mustEmbedUnimplementedAdminServiceServer()
 }
 
@@ -1189,6 +1225,12 @@ func (UnimplementedAdminServiceServer) NodeStatus(context.Context, *NodeStatusRe
 }
 func (UnimplementedAdminServiceServer) SetTypePolicies(context.Context, *SetTypePoliciesRequest) (*SetTypePoliciesResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method SetTypePolicies not implemented")
+}
+func (UnimplementedAdminServiceServer) SetTypeFlows(context.Context, *SetTypeFlowsRequest) (*SetTypeFlowsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetTypeFlows not implemented")
+}
+func (UnimplementedAdminServiceServer) ListTypes(context.Context, *ListTypesRequest) (*ListTypesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListTypes not implemented")
 }
 func (UnimplementedAdminServiceServer) mustEmbedUnimplementedAdminServiceServer() {}
 func (UnimplementedAdminServiceServer) testEmbeddedByValue()                      {}
@@ -1319,6 +1361,42 @@ func _AdminService_SetTypePolicies_Handler(srv interface{}, ctx context.Context,
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AdminService_SetTypeFlows_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetTypeFlowsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).SetTypeFlows(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_SetTypeFlows_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).SetTypeFlows(ctx, req.(*SetTypeFlowsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_ListTypes_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListTypesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).ListTypes(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_ListTypes_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).ListTypes(ctx, req.(*ListTypesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // AdminService_ServiceDesc is the grpc.ServiceDesc for AdminService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1349,6 +1427,14 @@ var AdminService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "SetTypePolicies",
 			Handler:    _AdminService_SetTypePolicies_Handler,
+		},
+		{
+			MethodName: "SetTypeFlows",
+			Handler:    _AdminService_SetTypeFlows_Handler,
+		},
+		{
+			MethodName: "ListTypes",
+			Handler:    _AdminService_ListTypes_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -38,6 +38,8 @@ export enum JobState {
   JOB_STATE_SUCCEEDED = 3,
   JOB_STATE_DEAD = 4,
   JOB_STATE_CANCELLED = 5,
+  /** JOB_STATE_EXPIRED - Not started by its deadline, so never run; last_error says when it expired. */
+  JOB_STATE_EXPIRED = 6,
   UNRECOGNIZED = -1,
 }
 
@@ -61,6 +63,9 @@ export function jobStateFromJSON(object: any): JobState {
     case 5:
     case "JOB_STATE_CANCELLED":
       return JobState.JOB_STATE_CANCELLED;
+    case 6:
+    case "JOB_STATE_EXPIRED":
+      return JobState.JOB_STATE_EXPIRED;
     case -1:
     case "UNRECOGNIZED":
     default:
@@ -82,6 +87,8 @@ export function jobStateToJSON(object: JobState): string {
       return "JOB_STATE_DEAD";
     case JobState.JOB_STATE_CANCELLED:
       return "JOB_STATE_CANCELLED";
+    case JobState.JOB_STATE_EXPIRED:
+      return "JOB_STATE_EXPIRED";
     case JobState.UNRECOGNIZED:
     default:
       return "UNRECOGNIZED";
@@ -128,6 +135,15 @@ export interface Job {
    */
   result: Buffer;
   resultEncoding: string;
+  /**
+   * No attempt starts after this time (unset: no deadline); a job still waiting then ends
+   * JOB_STATE_EXPIRED.
+   */
+  deadline:
+    | Date
+    | undefined;
+  /** 0 (the default, lowest) to 9: higher goes first among the due jobs of its type, with aging. */
+  priority: number;
 }
 
 export interface ScheduleJobRequest {
@@ -146,6 +162,21 @@ export interface ScheduleJobRequest {
   idempotencyKey: string;
   /** Optional: 0 means the default; at most 1000. */
   maxAttempts: number;
+  /**
+   * Optional: no attempt starts after the deadline (a retry neither): a job not started by
+   * then ends JOB_STATE_EXPIRED, never runs late. Either an absolute time or a duration after
+   * the job's run_at (its due time); not before run_at (INVALID_ARGUMENT naming the field).
+   */
+  deadlineOf:
+    | { $case: "deadline"; value: Date }
+    | { $case: "deadlineIn"; value: Duration }
+    | undefined;
+  /**
+   * Optional: 0 (the default, lowest) to 9. Higher goes first among the due jobs of its type;
+   * a waiting job gains a level every priority_aging_s (5 s by default), so it waits at most
+   * 9 levels of aging longer than a job of priority 9 due at the same time.
+   */
+  priority: number;
 }
 
 export interface ScheduleJobResponse {
@@ -240,7 +271,16 @@ export interface Schedule {
   /** occurrence jobs that may still be running */
   activeJobs: string[];
   /** an occurrence waiting (overlap=queue) */
-  queuedAt: Date | undefined;
+  queuedAt:
+    | Date
+    | undefined;
+  /**
+   * Each occurrence runs a stable offset after its nominal time, in [0, spread): derived from
+   * the schedule id, the same for every occurrence, never earlier than the nominal time. The
+   * occurrence id and misfire/backfill stay on the nominal time. At most 24h, and shorter than
+   * the time between two fire times (INVALID_ARGUMENT). Unset or 0: no spread.
+   */
+  spread: Duration | undefined;
 }
 
 export interface CreateScheduleRequest {
@@ -279,6 +319,12 @@ export interface PreviewRequest {
   count: number;
   dstGap: string;
   dstFold: string;
+  /**
+   * Optional: show when each occurrence would run with this spread (Schedule.spread) for the
+   * schedule of this id (the offset derives from it). A spread needs a schedule_id.
+   */
+  spread: Duration | undefined;
+  scheduleId: string;
 }
 
 export interface FireTime {
@@ -289,6 +335,9 @@ export interface FireTime {
   local: string;
   /** what daylight saving did to this run, if anything */
   note: string;
+  /** With a spread: when the occurrence of this (nominal) time runs, and the same in local time. */
+  runsAt: Date | undefined;
+  runsAtLocal: string;
 }
 
 export interface PreviewResponse {
@@ -624,6 +673,8 @@ export interface TypeCounts {
   cancelled: number;
   leaseExpiries: number;
   reruns: number;
+  /** jobs not started by their deadline (state expired) */
+  expired: number;
 }
 
 /**
@@ -635,6 +686,8 @@ export interface TypeWaiting {
   jobs: number;
   /** how long the oldest has been due, from the job's own due time */
   oldestAgeMs: number;
+  /** why they are not handed out: "paused", "rate" (no token left), or "" */
+  held: string;
 }
 
 export interface JobEvent {
@@ -698,6 +751,55 @@ export interface SetTypePoliciesRequest {
 
 export interface SetTypePoliciesResponse {
   policies: TypePolicy[];
+}
+
+/** What to change of one job type's flow; a field left unset keeps what is stored. */
+export interface TypeFlow {
+  type: string;
+  /** jobs started per second, cluster-wide, up to 1e6; 0: no limit */
+  rate?:
+    | number
+    | undefined;
+  /** with rate: how many may start at once (0: half a second's worth, at least 1) */
+  burst: number;
+  /** a paused type's due jobs stay ready, in order, and none is handed out */
+  paused?: boolean | undefined;
+}
+
+export interface SetTypeFlowsRequest {
+  flows: TypeFlow[];
+}
+
+export interface SetTypeFlowsResponse {
+  types: TypeInfo[];
+}
+
+export interface ListTypesRequest {
+  type: string;
+}
+
+export interface ListTypesResponse {
+  types: TypeInfo[];
+}
+
+/** A job type as the node called applies it, and its due jobs there. */
+export interface TypeInfo {
+  type: string;
+  /** unset: the node's defaults */
+  policy:
+    | TypePolicy
+    | undefined;
+  /** 0: no limit */
+  rate: number;
+  /** the burst in force with the rate */
+  burst: number;
+  paused: boolean;
+  /** on the node called: due jobs made ready and not claimed */
+  ready: number;
+  /** why those are not handed out there: "paused", "rate" or "" */
+  held: string;
+  /** how long the oldest of them has been due */
+  oldestAgeMs: number;
 }
 
 function createBaseAttempt(): Attempt {
@@ -894,6 +996,8 @@ function createBaseJob(): Job {
     shard: 0,
     result: Buffer.alloc(0),
     resultEncoding: "",
+    deadline: undefined,
+    priority: 0,
   };
 }
 
@@ -955,6 +1059,12 @@ export const Job: MessageFns<Job> = {
     }
     if (message.resultEncoding !== "") {
       writer.uint32(154).string(message.resultEncoding);
+    }
+    if (message.deadline !== undefined) {
+      Timestamp.encode(toTimestamp(message.deadline), writer.uint32(162).fork()).join();
+    }
+    if (message.priority !== 0) {
+      writer.uint32(168).int32(message.priority);
     }
     return writer;
   },
@@ -1124,6 +1234,22 @@ export const Job: MessageFns<Job> = {
             message.resultEncoding = reader.string();
             continue;
           }
+          case 20: {
+            if (tag !== 162) {
+              break;
+            }
+
+            message.deadline = fromTimestamp(Timestamp.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 21: {
+            if (tag !== 168) {
+              break;
+            }
+
+            message.priority = reader.int32();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1203,6 +1329,8 @@ export const Job: MessageFns<Job> = {
         : isSet(object.result_encoding)
         ? globalThis.String(object.result_encoding)
         : "",
+      deadline: isSet(object.deadline) ? fromJsonTimestamp(object.deadline) : undefined,
+      priority: isSet(object.priority) ? globalThis.Number(object.priority) : 0,
     };
   },
 
@@ -1265,6 +1393,12 @@ export const Job: MessageFns<Job> = {
     if (message.resultEncoding !== "") {
       obj.resultEncoding = message.resultEncoding;
     }
+    if (message.deadline !== undefined) {
+      obj.deadline = message.deadline.toISOString();
+    }
+    if (message.priority !== 0) {
+      obj.priority = Math.round(message.priority);
+    }
     return obj;
   },
 
@@ -1292,12 +1426,22 @@ export const Job: MessageFns<Job> = {
     message.shard = object.shard ?? 0;
     message.result = object.result ?? Buffer.alloc(0);
     message.resultEncoding = object.resultEncoding ?? "";
+    message.deadline = object.deadline ?? undefined;
+    message.priority = object.priority ?? 0;
     return message;
   },
 };
 
 function createBaseScheduleJobRequest(): ScheduleJobRequest {
-  return { type: "", payload: Buffer.alloc(0), when: undefined, idempotencyKey: "", maxAttempts: 0 };
+  return {
+    type: "",
+    payload: Buffer.alloc(0),
+    when: undefined,
+    idempotencyKey: "",
+    maxAttempts: 0,
+    deadlineOf: undefined,
+    priority: 0,
+  };
 }
 
 export const ScheduleJobRequest: MessageFns<ScheduleJobRequest> = {
@@ -1321,6 +1465,17 @@ export const ScheduleJobRequest: MessageFns<ScheduleJobRequest> = {
     }
     if (message.maxAttempts !== 0) {
       writer.uint32(48).int32(message.maxAttempts);
+    }
+    switch (message.deadlineOf?.$case) {
+      case "deadline":
+        Timestamp.encode(toTimestamp(message.deadlineOf.value), writer.uint32(58).fork()).join();
+        break;
+      case "deadlineIn":
+        Duration.encode(message.deadlineOf.value, writer.uint32(66).fork()).join();
+        break;
+    }
+    if (message.priority !== 0) {
+      writer.uint32(72).int32(message.priority);
     }
     return writer;
   },
@@ -1386,6 +1541,30 @@ export const ScheduleJobRequest: MessageFns<ScheduleJobRequest> = {
             message.maxAttempts = reader.int32();
             continue;
           }
+          case 7: {
+            if (tag !== 58) {
+              break;
+            }
+
+            message.deadlineOf = { $case: "deadline", value: fromTimestamp(Timestamp.decode(reader, reader.uint32())) };
+            continue;
+          }
+          case 8: {
+            if (tag !== 66) {
+              break;
+            }
+
+            message.deadlineOf = { $case: "deadlineIn", value: Duration.decode(reader, reader.uint32()) };
+            continue;
+          }
+          case 9: {
+            if (tag !== 72) {
+              break;
+            }
+
+            message.priority = reader.int32();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1419,6 +1598,14 @@ export const ScheduleJobRequest: MessageFns<ScheduleJobRequest> = {
         : isSet(object.max_attempts)
         ? globalThis.Number(object.max_attempts)
         : 0,
+      deadlineOf: isSet(object.deadline)
+        ? { $case: "deadline", value: fromJsonTimestamp(object.deadline) }
+        : isSet(object.deadlineIn)
+        ? { $case: "deadlineIn", value: Duration.fromJSON(object.deadlineIn) }
+        : isSet(object.deadline_in)
+        ? { $case: "deadlineIn", value: Duration.fromJSON(object.deadline_in) }
+        : undefined,
+      priority: isSet(object.priority) ? globalThis.Number(object.priority) : 0,
     };
   },
 
@@ -1440,6 +1627,14 @@ export const ScheduleJobRequest: MessageFns<ScheduleJobRequest> = {
     }
     if (message.maxAttempts !== 0) {
       obj.maxAttempts = Math.round(message.maxAttempts);
+    }
+    if (message.deadlineOf?.$case === "deadline") {
+      obj.deadline = message.deadlineOf.value.toISOString();
+    } else if (message.deadlineOf?.$case === "deadlineIn") {
+      obj.deadlineIn = Duration.toJSON(message.deadlineOf.value);
+    }
+    if (message.priority !== 0) {
+      obj.priority = Math.round(message.priority);
     }
     return obj;
   },
@@ -1467,6 +1662,21 @@ export const ScheduleJobRequest: MessageFns<ScheduleJobRequest> = {
     }
     message.idempotencyKey = object.idempotencyKey ?? "";
     message.maxAttempts = object.maxAttempts ?? 0;
+    switch (object.deadlineOf?.$case) {
+      case "deadline": {
+        if (object.deadlineOf?.value !== undefined && object.deadlineOf?.value !== null) {
+          message.deadlineOf = { $case: "deadline", value: object.deadlineOf.value };
+        }
+        break;
+      }
+      case "deadlineIn": {
+        if (object.deadlineOf?.value !== undefined && object.deadlineOf?.value !== null) {
+          message.deadlineOf = { $case: "deadlineIn", value: Duration.fromPartial(object.deadlineOf.value) };
+        }
+        break;
+      }
+    }
+    message.priority = object.priority ?? 0;
     return message;
   },
 };
@@ -2202,6 +2412,7 @@ function createBaseSchedule(): Schedule {
     lastFireAt: undefined,
     activeJobs: [],
     queuedAt: undefined,
+    spread: undefined,
   };
 }
 
@@ -2269,6 +2480,9 @@ export const Schedule: MessageFns<Schedule> = {
     }
     if (message.queuedAt !== undefined) {
       Timestamp.encode(toTimestamp(message.queuedAt), writer.uint32(170).fork()).join();
+    }
+    if (message.spread !== undefined) {
+      Duration.encode(message.spread, writer.uint32(178).fork()).join();
     }
     return writer;
   },
@@ -2454,6 +2668,14 @@ export const Schedule: MessageFns<Schedule> = {
             message.queuedAt = fromTimestamp(Timestamp.decode(reader, reader.uint32()));
             continue;
           }
+          case 22: {
+            if (tag !== 178) {
+              break;
+            }
+
+            message.spread = Duration.decode(reader, reader.uint32());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -2537,6 +2759,7 @@ export const Schedule: MessageFns<Schedule> = {
         : isSet(object.queued_at)
         ? fromJsonTimestamp(object.queued_at)
         : undefined,
+      spread: isSet(object.spread) ? Duration.fromJSON(object.spread) : undefined,
     };
   },
 
@@ -2605,6 +2828,9 @@ export const Schedule: MessageFns<Schedule> = {
     if (message.queuedAt !== undefined) {
       obj.queuedAt = message.queuedAt.toISOString();
     }
+    if (message.spread !== undefined) {
+      obj.spread = Duration.toJSON(message.spread);
+    }
     return obj;
   },
 
@@ -2638,6 +2864,9 @@ export const Schedule: MessageFns<Schedule> = {
     message.lastFireAt = object.lastFireAt ?? undefined;
     message.activeJobs = object.activeJobs?.map((e) => e) || [];
     message.queuedAt = object.queuedAt ?? undefined;
+    message.spread = (object.spread !== undefined && object.spread !== null)
+      ? Duration.fromPartial(object.spread)
+      : undefined;
     return message;
   },
 };
@@ -3163,7 +3392,16 @@ export const DeleteScheduleResponse: MessageFns<DeleteScheduleResponse> = {
 };
 
 function createBasePreviewRequest(): PreviewRequest {
-  return { cron: "", timezone: "", from: undefined, count: 0, dstGap: "", dstFold: "" };
+  return {
+    cron: "",
+    timezone: "",
+    from: undefined,
+    count: 0,
+    dstGap: "",
+    dstFold: "",
+    spread: undefined,
+    scheduleId: "",
+  };
 }
 
 export const PreviewRequest: MessageFns<PreviewRequest> = {
@@ -3185,6 +3423,12 @@ export const PreviewRequest: MessageFns<PreviewRequest> = {
     }
     if (message.dstFold !== "") {
       writer.uint32(50).string(message.dstFold);
+    }
+    if (message.spread !== undefined) {
+      Duration.encode(message.spread, writer.uint32(58).fork()).join();
+    }
+    if (message.scheduleId !== "") {
+      writer.uint32(66).string(message.scheduleId);
     }
     return writer;
   },
@@ -3250,6 +3494,22 @@ export const PreviewRequest: MessageFns<PreviewRequest> = {
             message.dstFold = reader.string();
             continue;
           }
+          case 7: {
+            if (tag !== 58) {
+              break;
+            }
+
+            message.spread = Duration.decode(reader, reader.uint32());
+            continue;
+          }
+          case 8: {
+            if (tag !== 66) {
+              break;
+            }
+
+            message.scheduleId = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -3278,6 +3538,12 @@ export const PreviewRequest: MessageFns<PreviewRequest> = {
         : isSet(object.dst_fold)
         ? globalThis.String(object.dst_fold)
         : "",
+      spread: isSet(object.spread) ? Duration.fromJSON(object.spread) : undefined,
+      scheduleId: isSet(object.scheduleId)
+        ? globalThis.String(object.scheduleId)
+        : isSet(object.schedule_id)
+        ? globalThis.String(object.schedule_id)
+        : "",
     };
   },
 
@@ -3301,6 +3567,12 @@ export const PreviewRequest: MessageFns<PreviewRequest> = {
     if (message.dstFold !== "") {
       obj.dstFold = message.dstFold;
     }
+    if (message.spread !== undefined) {
+      obj.spread = Duration.toJSON(message.spread);
+    }
+    if (message.scheduleId !== "") {
+      obj.scheduleId = message.scheduleId;
+    }
     return obj;
   },
 
@@ -3315,12 +3587,16 @@ export const PreviewRequest: MessageFns<PreviewRequest> = {
     message.count = object.count ?? 0;
     message.dstGap = object.dstGap ?? "";
     message.dstFold = object.dstFold ?? "";
+    message.spread = (object.spread !== undefined && object.spread !== null)
+      ? Duration.fromPartial(object.spread)
+      : undefined;
+    message.scheduleId = object.scheduleId ?? "";
     return message;
   },
 };
 
 function createBaseFireTime(): FireTime {
-  return { utc: undefined, local: "", note: "" };
+  return { utc: undefined, local: "", note: "", runsAt: undefined, runsAtLocal: "" };
 }
 
 export const FireTime: MessageFns<FireTime> = {
@@ -3333,6 +3609,12 @@ export const FireTime: MessageFns<FireTime> = {
     }
     if (message.note !== "") {
       writer.uint32(26).string(message.note);
+    }
+    if (message.runsAt !== undefined) {
+      Timestamp.encode(toTimestamp(message.runsAt), writer.uint32(34).fork()).join();
+    }
+    if (message.runsAtLocal !== "") {
+      writer.uint32(42).string(message.runsAtLocal);
     }
     return writer;
   },
@@ -3374,6 +3656,22 @@ export const FireTime: MessageFns<FireTime> = {
             message.note = reader.string();
             continue;
           }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.runsAt = fromTimestamp(Timestamp.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.runsAtLocal = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -3391,6 +3689,16 @@ export const FireTime: MessageFns<FireTime> = {
       utc: isSet(object.utc) ? fromJsonTimestamp(object.utc) : undefined,
       local: isSet(object.local) ? globalThis.String(object.local) : "",
       note: isSet(object.note) ? globalThis.String(object.note) : "",
+      runsAt: isSet(object.runsAt)
+        ? fromJsonTimestamp(object.runsAt)
+        : isSet(object.runs_at)
+        ? fromJsonTimestamp(object.runs_at)
+        : undefined,
+      runsAtLocal: isSet(object.runsAtLocal)
+        ? globalThis.String(object.runsAtLocal)
+        : isSet(object.runs_at_local)
+        ? globalThis.String(object.runs_at_local)
+        : "",
     };
   },
 
@@ -3405,6 +3713,12 @@ export const FireTime: MessageFns<FireTime> = {
     if (message.note !== "") {
       obj.note = message.note;
     }
+    if (message.runsAt !== undefined) {
+      obj.runsAt = message.runsAt.toISOString();
+    }
+    if (message.runsAtLocal !== "") {
+      obj.runsAtLocal = message.runsAtLocal;
+    }
     return obj;
   },
 
@@ -3416,6 +3730,8 @@ export const FireTime: MessageFns<FireTime> = {
     message.utc = object.utc ?? undefined;
     message.local = object.local ?? "";
     message.note = object.note ?? "";
+    message.runsAt = object.runsAt ?? undefined;
+    message.runsAtLocal = object.runsAtLocal ?? "";
     return message;
   },
 };
@@ -7311,6 +7627,7 @@ function createBaseTypeCounts(): TypeCounts {
     cancelled: 0,
     leaseExpiries: 0,
     reruns: 0,
+    expired: 0,
   };
 }
 
@@ -7345,6 +7662,9 @@ export const TypeCounts: MessageFns<TypeCounts> = {
     }
     if (message.reruns !== 0) {
       writer.uint32(80).int64(message.reruns);
+    }
+    if (message.expired !== 0) {
+      writer.uint32(88).int64(message.expired);
     }
     return writer;
   },
@@ -7442,6 +7762,14 @@ export const TypeCounts: MessageFns<TypeCounts> = {
             message.reruns = longToNumber(reader.int64());
             continue;
           }
+          case 11: {
+            if (tag !== 88) {
+              break;
+            }
+
+            message.expired = longToNumber(reader.int64());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -7474,6 +7802,7 @@ export const TypeCounts: MessageFns<TypeCounts> = {
         ? globalThis.Number(object.lease_expiries)
         : 0,
       reruns: isSet(object.reruns) ? globalThis.Number(object.reruns) : 0,
+      expired: isSet(object.expired) ? globalThis.Number(object.expired) : 0,
     };
   },
 
@@ -7509,6 +7838,9 @@ export const TypeCounts: MessageFns<TypeCounts> = {
     if (message.reruns !== 0) {
       obj.reruns = Math.round(message.reruns);
     }
+    if (message.expired !== 0) {
+      obj.expired = Math.round(message.expired);
+    }
     return obj;
   },
 
@@ -7527,12 +7859,13 @@ export const TypeCounts: MessageFns<TypeCounts> = {
     message.cancelled = object.cancelled ?? 0;
     message.leaseExpiries = object.leaseExpiries ?? 0;
     message.reruns = object.reruns ?? 0;
+    message.expired = object.expired ?? 0;
     return message;
   },
 };
 
 function createBaseTypeWaiting(): TypeWaiting {
-  return { type: "", jobs: 0, oldestAgeMs: 0 };
+  return { type: "", jobs: 0, oldestAgeMs: 0, held: "" };
 }
 
 export const TypeWaiting: MessageFns<TypeWaiting> = {
@@ -7545,6 +7878,9 @@ export const TypeWaiting: MessageFns<TypeWaiting> = {
     }
     if (message.oldestAgeMs !== 0) {
       writer.uint32(24).int64(message.oldestAgeMs);
+    }
+    if (message.held !== "") {
+      writer.uint32(34).string(message.held);
     }
     return writer;
   },
@@ -7586,6 +7922,14 @@ export const TypeWaiting: MessageFns<TypeWaiting> = {
             message.oldestAgeMs = longToNumber(reader.int64());
             continue;
           }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.held = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -7607,6 +7951,7 @@ export const TypeWaiting: MessageFns<TypeWaiting> = {
         : isSet(object.oldest_age_ms)
         ? globalThis.Number(object.oldest_age_ms)
         : 0,
+      held: isSet(object.held) ? globalThis.String(object.held) : "",
     };
   },
 
@@ -7621,6 +7966,9 @@ export const TypeWaiting: MessageFns<TypeWaiting> = {
     if (message.oldestAgeMs !== 0) {
       obj.oldestAgeMs = Math.round(message.oldestAgeMs);
     }
+    if (message.held !== "") {
+      obj.held = message.held;
+    }
     return obj;
   },
 
@@ -7632,6 +7980,7 @@ export const TypeWaiting: MessageFns<TypeWaiting> = {
     message.type = object.type ?? "";
     message.jobs = object.jobs ?? 0;
     message.oldestAgeMs = object.oldestAgeMs ?? 0;
+    message.held = object.held ?? "";
     return message;
   },
 };
@@ -8526,6 +8875,578 @@ export const SetTypePoliciesResponse: MessageFns<SetTypePoliciesResponse> = {
   },
 };
 
+function createBaseTypeFlow(): TypeFlow {
+  return { type: "", rate: undefined, burst: 0, paused: undefined };
+}
+
+export const TypeFlow: MessageFns<TypeFlow> = {
+  encode(message: TypeFlow, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.type !== "") {
+      writer.uint32(10).string(message.type);
+    }
+    if (message.rate !== undefined) {
+      writer.uint32(17).double(message.rate);
+    }
+    if (message.burst !== 0) {
+      writer.uint32(24).int32(message.burst);
+    }
+    if (message.paused !== undefined) {
+      writer.uint32(32).bool(message.paused);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): TypeFlow {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseTypeFlow();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.type = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 17) {
+              break;
+            }
+
+            message.rate = reader.double();
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.burst = reader.int32();
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.paused = reader.bool();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): TypeFlow {
+    return {
+      type: isSet(object.type) ? globalThis.String(object.type) : "",
+      rate: isSet(object.rate) ? globalThis.Number(object.rate) : undefined,
+      burst: isSet(object.burst) ? globalThis.Number(object.burst) : 0,
+      paused: isSet(object.paused) ? globalThis.Boolean(object.paused) : undefined,
+    };
+  },
+
+  toJSON(message: TypeFlow): unknown {
+    const obj: any = {};
+    if (message.type !== "") {
+      obj.type = message.type;
+    }
+    if (message.rate !== undefined) {
+      obj.rate = floatToJson(message.rate);
+    }
+    if (message.burst !== 0) {
+      obj.burst = Math.round(message.burst);
+    }
+    if (message.paused !== undefined) {
+      obj.paused = message.paused;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<TypeFlow>, I>>(base?: I): TypeFlow {
+    return TypeFlow.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<TypeFlow>, I>>(object: I): TypeFlow {
+    const message = createBaseTypeFlow();
+    message.type = object.type ?? "";
+    message.rate = object.rate ?? undefined;
+    message.burst = object.burst ?? 0;
+    message.paused = object.paused ?? undefined;
+    return message;
+  },
+};
+
+function createBaseSetTypeFlowsRequest(): SetTypeFlowsRequest {
+  return { flows: [] };
+}
+
+export const SetTypeFlowsRequest: MessageFns<SetTypeFlowsRequest> = {
+  encode(message: SetTypeFlowsRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    for (const v of message.flows) {
+      TypeFlow.encode(v!, writer.uint32(10).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): SetTypeFlowsRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseSetTypeFlowsRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.flows.push(TypeFlow.decode(reader, reader.uint32()));
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): SetTypeFlowsRequest {
+    return { flows: globalThis.Array.isArray(object?.flows) ? object.flows.map((e: any) => TypeFlow.fromJSON(e)) : [] };
+  },
+
+  toJSON(message: SetTypeFlowsRequest): unknown {
+    const obj: any = {};
+    if (message.flows?.length) {
+      obj.flows = message.flows.map((e) => TypeFlow.toJSON(e));
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<SetTypeFlowsRequest>, I>>(base?: I): SetTypeFlowsRequest {
+    return SetTypeFlowsRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<SetTypeFlowsRequest>, I>>(object: I): SetTypeFlowsRequest {
+    const message = createBaseSetTypeFlowsRequest();
+    message.flows = object.flows?.map((e) => TypeFlow.fromPartial(e)) || [];
+    return message;
+  },
+};
+
+function createBaseSetTypeFlowsResponse(): SetTypeFlowsResponse {
+  return { types: [] };
+}
+
+export const SetTypeFlowsResponse: MessageFns<SetTypeFlowsResponse> = {
+  encode(message: SetTypeFlowsResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    for (const v of message.types) {
+      TypeInfo.encode(v!, writer.uint32(10).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): SetTypeFlowsResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseSetTypeFlowsResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.types.push(TypeInfo.decode(reader, reader.uint32()));
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): SetTypeFlowsResponse {
+    return { types: globalThis.Array.isArray(object?.types) ? object.types.map((e: any) => TypeInfo.fromJSON(e)) : [] };
+  },
+
+  toJSON(message: SetTypeFlowsResponse): unknown {
+    const obj: any = {};
+    if (message.types?.length) {
+      obj.types = message.types.map((e) => TypeInfo.toJSON(e));
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<SetTypeFlowsResponse>, I>>(base?: I): SetTypeFlowsResponse {
+    return SetTypeFlowsResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<SetTypeFlowsResponse>, I>>(object: I): SetTypeFlowsResponse {
+    const message = createBaseSetTypeFlowsResponse();
+    message.types = object.types?.map((e) => TypeInfo.fromPartial(e)) || [];
+    return message;
+  },
+};
+
+function createBaseListTypesRequest(): ListTypesRequest {
+  return { type: "" };
+}
+
+export const ListTypesRequest: MessageFns<ListTypesRequest> = {
+  encode(message: ListTypesRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.type !== "") {
+      writer.uint32(10).string(message.type);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ListTypesRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseListTypesRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.type = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ListTypesRequest {
+    return { type: isSet(object.type) ? globalThis.String(object.type) : "" };
+  },
+
+  toJSON(message: ListTypesRequest): unknown {
+    const obj: any = {};
+    if (message.type !== "") {
+      obj.type = message.type;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<ListTypesRequest>, I>>(base?: I): ListTypesRequest {
+    return ListTypesRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ListTypesRequest>, I>>(object: I): ListTypesRequest {
+    const message = createBaseListTypesRequest();
+    message.type = object.type ?? "";
+    return message;
+  },
+};
+
+function createBaseListTypesResponse(): ListTypesResponse {
+  return { types: [] };
+}
+
+export const ListTypesResponse: MessageFns<ListTypesResponse> = {
+  encode(message: ListTypesResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    for (const v of message.types) {
+      TypeInfo.encode(v!, writer.uint32(10).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ListTypesResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseListTypesResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.types.push(TypeInfo.decode(reader, reader.uint32()));
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ListTypesResponse {
+    return { types: globalThis.Array.isArray(object?.types) ? object.types.map((e: any) => TypeInfo.fromJSON(e)) : [] };
+  },
+
+  toJSON(message: ListTypesResponse): unknown {
+    const obj: any = {};
+    if (message.types?.length) {
+      obj.types = message.types.map((e) => TypeInfo.toJSON(e));
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<ListTypesResponse>, I>>(base?: I): ListTypesResponse {
+    return ListTypesResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ListTypesResponse>, I>>(object: I): ListTypesResponse {
+    const message = createBaseListTypesResponse();
+    message.types = object.types?.map((e) => TypeInfo.fromPartial(e)) || [];
+    return message;
+  },
+};
+
+function createBaseTypeInfo(): TypeInfo {
+  return { type: "", policy: undefined, rate: 0, burst: 0, paused: false, ready: 0, held: "", oldestAgeMs: 0 };
+}
+
+export const TypeInfo: MessageFns<TypeInfo> = {
+  encode(message: TypeInfo, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.type !== "") {
+      writer.uint32(10).string(message.type);
+    }
+    if (message.policy !== undefined) {
+      TypePolicy.encode(message.policy, writer.uint32(18).fork()).join();
+    }
+    if (message.rate !== 0) {
+      writer.uint32(25).double(message.rate);
+    }
+    if (message.burst !== 0) {
+      writer.uint32(32).int32(message.burst);
+    }
+    if (message.paused !== false) {
+      writer.uint32(40).bool(message.paused);
+    }
+    if (message.ready !== 0) {
+      writer.uint32(48).int32(message.ready);
+    }
+    if (message.held !== "") {
+      writer.uint32(58).string(message.held);
+    }
+    if (message.oldestAgeMs !== 0) {
+      writer.uint32(64).int64(message.oldestAgeMs);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): TypeInfo {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseTypeInfo();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.type = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.policy = TypePolicy.decode(reader, reader.uint32());
+            continue;
+          }
+          case 3: {
+            if (tag !== 25) {
+              break;
+            }
+
+            message.rate = reader.double();
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.burst = reader.int32();
+            continue;
+          }
+          case 5: {
+            if (tag !== 40) {
+              break;
+            }
+
+            message.paused = reader.bool();
+            continue;
+          }
+          case 6: {
+            if (tag !== 48) {
+              break;
+            }
+
+            message.ready = reader.int32();
+            continue;
+          }
+          case 7: {
+            if (tag !== 58) {
+              break;
+            }
+
+            message.held = reader.string();
+            continue;
+          }
+          case 8: {
+            if (tag !== 64) {
+              break;
+            }
+
+            message.oldestAgeMs = longToNumber(reader.int64());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): TypeInfo {
+    return {
+      type: isSet(object.type) ? globalThis.String(object.type) : "",
+      policy: isSet(object.policy) ? TypePolicy.fromJSON(object.policy) : undefined,
+      rate: isSet(object.rate) ? globalThis.Number(object.rate) : 0,
+      burst: isSet(object.burst) ? globalThis.Number(object.burst) : 0,
+      paused: isSet(object.paused) ? globalThis.Boolean(object.paused) : false,
+      ready: isSet(object.ready) ? globalThis.Number(object.ready) : 0,
+      held: isSet(object.held) ? globalThis.String(object.held) : "",
+      oldestAgeMs: isSet(object.oldestAgeMs)
+        ? globalThis.Number(object.oldestAgeMs)
+        : isSet(object.oldest_age_ms)
+        ? globalThis.Number(object.oldest_age_ms)
+        : 0,
+    };
+  },
+
+  toJSON(message: TypeInfo): unknown {
+    const obj: any = {};
+    if (message.type !== "") {
+      obj.type = message.type;
+    }
+    if (message.policy !== undefined) {
+      obj.policy = TypePolicy.toJSON(message.policy);
+    }
+    if (message.rate !== 0) {
+      obj.rate = floatToJson(message.rate);
+    }
+    if (message.burst !== 0) {
+      obj.burst = Math.round(message.burst);
+    }
+    if (message.paused !== false) {
+      obj.paused = message.paused;
+    }
+    if (message.ready !== 0) {
+      obj.ready = Math.round(message.ready);
+    }
+    if (message.held !== "") {
+      obj.held = message.held;
+    }
+    if (message.oldestAgeMs !== 0) {
+      obj.oldestAgeMs = Math.round(message.oldestAgeMs);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<TypeInfo>, I>>(base?: I): TypeInfo {
+    return TypeInfo.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<TypeInfo>, I>>(object: I): TypeInfo {
+    const message = createBaseTypeInfo();
+    message.type = object.type ?? "";
+    message.policy = (object.policy !== undefined && object.policy !== null)
+      ? TypePolicy.fromPartial(object.policy)
+      : undefined;
+    message.rate = object.rate ?? 0;
+    message.burst = object.burst ?? 0;
+    message.paused = object.paused ?? false;
+    message.ready = object.ready ?? 0;
+    message.held = object.held ?? "";
+    message.oldestAgeMs = object.oldestAgeMs ?? 0;
+    return message;
+  },
+};
+
 export type JobServiceService = typeof JobServiceService;
 export const JobServiceService = {
   scheduleJob: {
@@ -9207,6 +10128,34 @@ export const AdminServiceService = {
       Buffer.from(SetTypePoliciesResponse.encode(value).finish()),
     responseDeserialize: (value: Buffer): SetTypePoliciesResponse => SetTypePoliciesResponse.decode(value),
   },
+  /**
+   * Per job type: its rate (jobs started per second across the cluster, with a burst) and
+   * whether it is paused. Admin only. Stored apart from the policy, so a worker declaring its
+   * policy never undoes them; the node called applies them at once, the others within 5 s.
+   */
+  setTypeFlows: {
+    path: "/timeshard.v1.AdminService/SetTypeFlows" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: SetTypeFlowsRequest): Buffer => Buffer.from(SetTypeFlowsRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): SetTypeFlowsRequest => SetTypeFlowsRequest.decode(value),
+    responseSerialize: (value: SetTypeFlowsResponse): Buffer =>
+      Buffer.from(SetTypeFlowsResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): SetTypeFlowsResponse => SetTypeFlowsResponse.decode(value),
+  },
+  /**
+   * Every job type with a policy or a flow (stored, or the node's own --types), as the node
+   * called applies them after reading the store, and its jobs held there.
+   */
+  listTypes: {
+    path: "/timeshard.v1.AdminService/ListTypes" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: ListTypesRequest): Buffer => Buffer.from(ListTypesRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): ListTypesRequest => ListTypesRequest.decode(value),
+    responseSerialize: (value: ListTypesResponse): Buffer => Buffer.from(ListTypesResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): ListTypesResponse => ListTypesResponse.decode(value),
+  },
 } as const;
 
 export interface AdminServiceServer extends UntypedServiceImplementation {
@@ -9220,6 +10169,17 @@ export interface AdminServiceServer extends UntypedServiceImplementation {
    * tasks declare them. Stored, so every node applies them (within a few seconds).
    */
   setTypePolicies: handleUnaryCall<SetTypePoliciesRequest, SetTypePoliciesResponse>;
+  /**
+   * Per job type: its rate (jobs started per second across the cluster, with a burst) and
+   * whether it is paused. Admin only. Stored apart from the policy, so a worker declaring its
+   * policy never undoes them; the node called applies them at once, the others within 5 s.
+   */
+  setTypeFlows: handleUnaryCall<SetTypeFlowsRequest, SetTypeFlowsResponse>;
+  /**
+   * Every job type with a policy or a flow (stored, or the node's own --types), as the node
+   * called applies them after reading the store, and its jobs held there.
+   */
+  listTypes: handleUnaryCall<ListTypesRequest, ListTypesResponse>;
 }
 
 export interface AdminServiceClient extends Client {
@@ -9316,6 +10276,45 @@ export interface AdminServiceClient extends Client {
     metadata: Metadata,
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: SetTypePoliciesResponse) => void,
+  ): ClientUnaryCall;
+  /**
+   * Per job type: its rate (jobs started per second across the cluster, with a burst) and
+   * whether it is paused. Admin only. Stored apart from the policy, so a worker declaring its
+   * policy never undoes them; the node called applies them at once, the others within 5 s.
+   */
+  setTypeFlows(
+    request: SetTypeFlowsRequest,
+    callback: (error: ServiceError | null, response: SetTypeFlowsResponse) => void,
+  ): ClientUnaryCall;
+  setTypeFlows(
+    request: SetTypeFlowsRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: SetTypeFlowsResponse) => void,
+  ): ClientUnaryCall;
+  setTypeFlows(
+    request: SetTypeFlowsRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: SetTypeFlowsResponse) => void,
+  ): ClientUnaryCall;
+  /**
+   * Every job type with a policy or a flow (stored, or the node's own --types), as the node
+   * called applies them after reading the store, and its jobs held there.
+   */
+  listTypes(
+    request: ListTypesRequest,
+    callback: (error: ServiceError | null, response: ListTypesResponse) => void,
+  ): ClientUnaryCall;
+  listTypes(
+    request: ListTypesRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: ListTypesResponse) => void,
+  ): ClientUnaryCall;
+  listTypes(
+    request: ListTypesRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: ListTypesResponse) => void,
   ): ClientUnaryCall;
 }
 
