@@ -17,6 +17,7 @@ from tests.unit.helpers import START_MS, advance, make_node, running, wait_until
 from timeshard.errors import InvalidArgument
 from timeshard.model import Job, JobState, WriteResult
 from timeshard.node import Node, TypePolicy, dispatcher
+from timeshard.sharding import shard_of
 from timeshard.store.base import JobClaim
 from timeshard.store.sqlite import SqliteStore
 from timeshard.views.metrics import node_registry
@@ -233,17 +234,28 @@ async def test_deadline_timers_of_claimed_jobs_do_not_pile_up(
         while await node.claim(worker="w", types=["busy"], limit=1000, wait_s=0, lease_s=600):
             pass
         assert sum(len(d._deadlines) for d in node.dispatchers.values()) == 300
+        # Two held jobs in each shard: a shard where none is made ready keeps its timers
+        # until one is (random ids left one shard without, now and then, and the test failed).
+        shards = node.store.num_shards
+        ids = [f"idle-{n}" for n in range(1000)]
+        per_shard = [[i for i in ids if shard_of(i, shards) == s][:2] for s in range(shards)]
+        assert all(len(two) == 2 for two in per_shard)
         held = [
             (
                 await node.schedule(
-                    job_type="idle", payload=b"", run_at=START_MS + 1000, deadline=START_MS + 3000
+                    job_type="idle",
+                    payload=b"",
+                    run_at=START_MS + 1000,
+                    deadline=START_MS + 3000,
+                    job_id=job_id,
                 )
             )[0]
-            for _ in range(8)
+            for two in per_shard
+            for job_id in two
         ]
         await advance(node, clock, 1)
-        await wait_until(lambda: node.ready.count() == 8, what="the idle jobs ready")
-        assert sum(len(d._deadlines) for d in node.dispatchers.values()) <= 8 + 4 * 11
+        await wait_until(lambda: node.ready.count() == len(held), what="the idle jobs ready")
+        assert sum(len(d._deadlines) for d in node.dispatchers.values()) <= len(held) + shards * 11
         await advance(node, clock, 2)
         for j in held:
             await state_becomes(node, j.job_id, JobState.EXPIRED)
