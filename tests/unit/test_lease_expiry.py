@@ -4,6 +4,8 @@ dead with its history, never re-run for ever."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
 from tests.unit.helpers import START_MS, advance, all_entries, running
@@ -26,9 +28,16 @@ async def _assert_has_entry(node: Node, job: Job) -> None:
     assert any(e.due_at <= attention for e in entries), f"{job} has no entry by {attention}"
 
 
-async def _claim_and_abandon(node: Node, clock: FakeClock, job_id: str, rounds: int) -> list[int]:
+async def _claim_and_abandon(
+    node: Node,
+    clock: FakeClock,
+    job_id: str,
+    rounds: int,
+    until: Callable[[Job], bool] | None = None,
+) -> list[int]:
     """Claim the job whenever it is handed out and let its lease run out (a worker that dies
-    or hangs), for ``rounds`` half-seconds. Returns the fake times of the claims."""
+    or hangs), for ``rounds`` half-seconds, or until the job is as ``until`` says. Returns the
+    fake times of the claims."""
     claims: list[int] = []
     for _ in range(rounds):
         for c in await node.claim(worker="w", types=["poison"], limit=1, wait_s=0, lease_s=LEASE_S):
@@ -38,6 +47,8 @@ async def _claim_and_abandon(node: Node, clock: FakeClock, job_id: str, rounds: 
         job = await node.get(job_id)
         assert job.attempt <= job.max_attempts, f"attempt {job.attempt}/{job.max_attempts}"
         await _assert_has_entry(node, job)
+        if until is not None and until(job):
+            break
     return claims
 
 
@@ -48,7 +59,15 @@ async def test_a_job_whose_leases_expire_is_retried_with_backoff_then_dead() -> 
             job_type="poison", payload=b"{}", run_at=START_MS, max_attempts=2
         )
         # The first run: claimed, abandoned, its lease expires.
-        claims = await _claim_and_abandon(node, clock, job.job_id, round(LEASE_S * 2) + 2)
+        # Until the first expiry: a window of fixed length also took the retry now and then
+        # (its backoff is drawn from [0, 10 s], and a short one fell inside the window).
+        claims = await _claim_and_abandon(
+            node,
+            clock,
+            job.job_id,
+            40,
+            until=lambda j: j.attempt == 1 and j.state is JobState.SCHEDULED,
+        )
         assert len(claims) == 1
         retrying = await node.get(job.job_id)
         assert retrying.state is JobState.SCHEDULED and retrying.attempt == 1
