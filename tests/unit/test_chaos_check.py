@@ -13,6 +13,8 @@ import pytest
 
 from timeshard.testing.chaos.check import MUST_BE_ZERO, check_dir, main
 from timeshard.testing.chaos.ledger import JOURNAL, LEDGER_DIR, STORE, Effects, JsonLines
+from timeshard.testing.chaos.run import ChaosRun
+from timeshard.v1 import timeshard_pb2 as pb
 
 T0 = 1_800_000_000_000  # epoch ms of mono 0.0 in these ledgers
 
@@ -492,3 +494,27 @@ def test_a_run_claimed_after_its_deadline_fails_it(run: RunDir) -> None:
 def test_a_job_without_a_deadline_must_not_expire(run: RunDir) -> None:
     run.job("no-deadline", due=1.0, state="expired")
     assert result(run)["failed"] == {"wrong_state": 1}
+
+
+class _MovingJobApi:
+    """A ListJobs that sees one job running on its first call and scheduled (a retry) after:
+    the job moves between the states while the drain lists them."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def call(self, method: str, request: pb.ListJobsRequest, give_up_s: float = 0) -> Any:
+        assert method == "ListJobs"
+        self.calls += 1
+        state = pb.JOB_STATE_RUNNING if self.calls == 1 else pb.JOB_STATE_SCHEDULED
+        job = pb.Job(job_id="j1", state=state)
+        listed = [job] if request.state in (pb.JOB_STATE_UNSPECIFIED, state) else []
+        return pb.ListJobsResponse(jobs=listed)
+
+
+def test_the_drain_sees_a_job_that_moves_between_states_while_it_lists() -> None:
+    """Listed state by state, the job was in neither listing and the drain ended with it still
+    to run (a CI run counted it lost)."""
+    run = ChaosRun.__new__(ChaosRun)  # only the API is used
+    run.api = _MovingJobApi()  # type: ignore[assignment]
+    assert run._open_jobs() == ["j1"]

@@ -12,28 +12,37 @@ import asyncio
 from collections.abc import AsyncIterator, Collection, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 from tests.unit.helpers import (
     START_MS,
     advance,
+    all_entries,
     owner_and_writer,
     settle,
     wait_until,
 )
+from tests.unit.test_schedules import drain, occ, occurrences, sched
 from timeshard.clock import FakeClock
-from timeshard.model import BucketEntry, Job
+from timeshard.model import BucketEntry, Job, JobState
 from timeshard.node import Node
+from timeshard.node.schedules import FireResult, ScheduleFirer
+from timeshard.sharding import MINUTE_MS
 from timeshard.store.base import CreateResult
 from timeshard.store.sqlite import SqliteStore
 
 
 class SlowStore(SqliteStore):
-    """Creates land ``delay_s`` (fake seconds) after the call began."""
+    """Creates land ``delay_s`` (fake seconds) after the call began, and entries written on
+    their own ``entries_delay_s`` after it."""
 
-    def __init__(self, path: Path, clock: FakeClock, delay_s: float) -> None:
+    def __init__(
+        self, path: Path, clock: FakeClock, delay_s: float, entries_delay_s: float = 0.0
+    ) -> None:
         super().__init__(path, num_shards=4)
         self._clock = clock
         self.delay_s = delay_s
+        self.entries_delay_s = entries_delay_s
 
     async def create_jobs(
         self, jobs: Sequence[tuple[Job, BucketEntry]], *, fresh: Collection[str] = frozenset()
@@ -41,12 +50,20 @@ class SlowStore(SqliteStore):
         await self._clock.sleep(self.delay_s)
         return await super().create_jobs(jobs, fresh=fresh)
 
+    async def add_entries(self, entries: Sequence[BucketEntry]) -> None:
+        if self.entries_delay_s:
+            await self._clock.sleep(self.entries_delay_s)
+        await super().add_entries(entries)
+
 
 @asynccontextmanager
-async def slow_writer(tmp_path: Path, delay_s: float) -> AsyncIterator[tuple[Node, Node]]:
+async def slow_writer(
+    tmp_path: Path, delay_s: float, entries_delay_s: float = 0.0
+) -> AsyncIterator[tuple[Node, Node]]:
     clock = FakeClock(START_MS)
     db = tmp_path / "shared.db"
-    async with owner_and_writer(db, clock, SlowStore(db, clock, delay_s)) as nodes:
+    store = SlowStore(db, clock, delay_s, entries_delay_s)
+    async with owner_and_writer(db, clock, store) as nodes:
         yield nodes
 
 
@@ -85,3 +102,62 @@ async def test_an_entry_that_landed_very_late_is_written_again_due_now(tmp_path:
         await advance(a, clock, 3)
         claimed = await a.claim(worker="w", types=["t"], limit=10, wait_s=0, lease_s=5)
         assert [c.job.job_id for c in claimed] == [job.job_id]
+
+
+async def _advance_until_done(a: Node, clock: FakeClock, task: asyncio.Future[Any]) -> None:
+    for _ in range(400):
+        if task.done():
+            return
+        await advance(a, clock, 0.25, step=0.25)
+    raise AssertionError("the call did not return within 100 fake seconds")
+
+
+async def test_a_create_is_acknowledged_only_once_its_late_entry_is_written_again(
+    tmp_path: Path,
+) -> None:
+    """The write again of an entry that landed late is part of the create: the reply waits
+    for it. Before the fix it was spawned and forgotten, so a node that died right after the
+    reply left an acknowledged job whose only entry was behind what the owner reads."""
+    async with slow_writer(tmp_path, delay_s=20.0, entries_delay_s=0.5) as (a, b):
+        clock = a.clock
+        assert isinstance(clock, FakeClock)
+        await advance(a, clock, 3)  # a has read ahead to now + lookahead
+        landed_by = clock.now_ms() + 20_000
+        task = asyncio.create_task(b.schedule(job_type="t", payload=b"{}", run_at=clock.now_ms()))
+        await _advance_until_done(a, clock, task)
+        job, created = task.result()
+        assert created
+        written = [e.due_at for e in await all_entries(a, job)]
+        assert max(written) >= landed_by, f"at the reply: entries due at {written}"
+
+
+async def test_a_fire_cut_off_after_making_its_occurrence_still_runs_it(tmp_path: Path) -> None:
+    """A fire made its occurrence (its write landed late) and died before writing the entry
+    again or moving the schedule on. The next fire of the schedule finds the occurrence made;
+    its entry is behind what the owner reads, so that fire writes one again, due now. Before
+    the fix it saw "made already" and moved the schedule on: the run never happened."""
+
+    async def crash(entries: Sequence[BucketEntry], *, again: Sequence[BucketEntry] = ()) -> None:
+        raise RuntimeError("the node died here")
+
+    async with slow_writer(tmp_path, delay_s=20.0) as (a, b):
+        clock = a.clock
+        assert isinstance(clock, FakeClock)
+        s = await a.schedules.create(sched())
+        await a.schedules.pause("s1")
+        await advance(a, clock, 60.5)  # a's dispatcher saw its entry come due while paused
+        paused = await a.schedules.get("s1")
+        await a.store.update_schedule(paused.with_(paused=False), paused.version, None)
+        cut_off = asyncio.ensure_future(
+            ScheduleFirer(b.store, clock, 3, land=crash).fire("s1", s.next_fire)
+        )
+        await _advance_until_done(a, clock, cut_off)
+        assert isinstance(cut_off.exception(), RuntimeError)
+        assert await occurrences(a) == {occ(1): JobState.SCHEDULED}
+        await advance(a, clock, 5)
+        assert await drain(a) == []  # its entry landed where a no longer reads
+        again = ScheduleFirer(a.store, clock, 3, land=a._land)  # the shard's next owner
+        assert await again.fire("s1", s.next_fire) is FireResult.HANDLED
+        assert (await a.schedules.get("s1")).next_fire == START_MS + 2 * MINUTE_MS
+        await advance(a, clock, 1)
+        assert await drain(a) == [occ(1)]

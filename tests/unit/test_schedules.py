@@ -4,6 +4,7 @@ policies, pause/resume, one run per occurrence (invariant 8); dead letters; per-
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,7 @@ from timeshard.coordinator.local import LocalCoordinator
 from timeshard.cron import CronSpec
 from timeshard.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
 from timeshard.limits import MIN_MISFIRE_GRACE_MS
-from timeshard.model import JobState, MisfirePolicy, OverlapPolicy, Schedule
+from timeshard.model import BucketEntry, JobState, MisfirePolicy, OverlapPolicy, Schedule
 from timeshard.node import Node, TypePolicy
 from timeshard.node.schedules import ScheduleFirer
 from timeshard.server import Server
@@ -228,10 +229,16 @@ async def test_two_dispatchers_racing_on_one_occurrence_create_one_run() -> None
         unpaused = paused.with_(paused=False)
         await node.store.update_schedule(unpaused, paused.version, None)
         clock.advance(61)
-        firers = [ScheduleFirer(node.store, clock, 3, notify=lambda _: None) for _ in range(2)]
+        firers = [ScheduleFirer(node.store, clock, 3, land=_land_nowhere) for _ in range(2)]
         results = await asyncio.gather(*(f.fire("s1", s.next_fire) for f in firers))
         assert sorted(r.value for r in results) == ["conflict", "handled"]  # one update won
         assert set(await occurrences(node)) == {occ(1)}
+
+
+async def _land_nowhere(
+    entries: Sequence[BucketEntry], *, again: Sequence[BucketEntry] = ()
+) -> None:
+    pass
 
 
 async def test_schedule_input_is_checked() -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from timeshard.clock import Clock, SystemClock, sleep_or_wake
@@ -52,7 +52,7 @@ class Claimed:
 
 class Claims:
     """Claims from a node's ready queues. ``dispatchers`` is the node's own map of the shards
-    it owns (read, never changed here); ``notify`` hands the node entries it just wrote;
+    it owns (read, never changed here); ``land`` hands the node entries it just wrote;
     ``lease_ms`` turns a requested lease into the one granted."""
 
     def __init__(
@@ -65,7 +65,7 @@ class Claims:
         metrics: NodeMetrics,
         policies: Mapping[str, TypePolicy],
         lease_ms: Callable[[float], int],
-        notify: Callable[[Sequence[BucketEntry]], None],
+        land: Callable[[Sequence[BucketEntry]], Awaitable[None]],
         flow: FlowControl | None = None,
     ) -> None:
         self._store = store
@@ -76,7 +76,7 @@ class Claims:
         self._metrics = metrics
         self._policies = policies
         self._lease_ms = lease_ms
-        self._notify = notify
+        self._land = land
         self._running: dict[str, dict[str, int]] = {}  # type -> job id -> lease_until
 
     async def claim(
@@ -281,6 +281,7 @@ class Claims:
             self._ready.push_front(items)  # a claim that did apply is found by its fence later
             raise
         claimed: list[Claimed] = []
+        checks: list[BucketEntry] = []
         for item, out in zip(items, outcomes, strict=True):
             d = self._dispatchers.get(item.shard)
             if out.applied and out.job is not None:
@@ -289,9 +290,11 @@ class Claims:
                 self.track(out.job)
                 if d is not None:
                     d.handled(item.entries)
-                    self._notify([entry_for(out.job, out.job.lease_until, now)])
+                    checks.append(entry_for(out.job, out.job.lease_until, now))
             elif d is not None:
                 d.recheck(item.entries)
+        if checks:
+            await self._land(checks)
         return claimed
 
 

@@ -66,6 +66,7 @@ from timeshard.store.base import (
     Store,
     entry_at,
     entry_for,
+    repeats_due,
 )
 
 log = logging.getLogger(__name__)
@@ -156,8 +157,8 @@ class Node:
         self.metrics = NodeMetrics(clock)
         self._shard_lock = asyncio.Lock()
         self._background: set[asyncio.Task[None]] = set()
-        self.schedules = ScheduleOps(store, clock, notify=self._notify)
-        self.dead_letters = DeadLetters(store, clock, self._notify, self.list_jobs)
+        self.schedules = ScheduleOps(store, clock, land=self._land)
+        self.dead_letters = DeadLetters(store, clock, self._land, self.list_jobs)
         self.flow = FlowControl(clock, self.config.flows)
         """Per type: the rate's token bucket and the pause; claims ask it (``Claims.held``)."""
         self.claims = Claims(
@@ -169,7 +170,7 @@ class Node:
             metrics=self.metrics,
             policies=self.config.types,
             lease_ms=self.lease_ms,
-            notify=self._notify,
+            land=self._land,
         )
         self.waits = JobWaits(store, clock)
         """Clients waiting for jobs to finish (``WaitJobs``)."""
@@ -178,9 +179,7 @@ class Node:
         )
         self.clock_offset_ms: float | None = None
         """The store's clock minus ours, as last measured (None: not measured)."""
-        self._firer = ScheduleFirer(
-            store, clock, self.config.default_max_attempts, notify=self._notify
-        )
+        self._firer = ScheduleFirer(store, clock, self.config.default_max_attempts, land=self._land)
         self._refresher = BucketRefresher(
             store=store,
             clock=clock,
@@ -322,13 +321,12 @@ class Node:
             return dataclasses.replace(self.config.dispatch, reread_s=0.0)
         return self.config.dispatch
 
-    def _notify(self, entries: Sequence[BucketEntry], jobs: Sequence[Job] = ()) -> None:
+    def _notify(
+        self, entries: Sequence[BucketEntry], jobs: Sequence[Job] = ()
+    ) -> list[BucketEntry]:
         """Hand entries this node just wrote (durably) to the local dispatcher of their shard,
-        with the rows written with them when there are (``jobs``: a create).
-
-        An entry that landed more than ``reland_after_s`` after its due time (a slow write, a
-        stalled process) may be behind what the owner has read, even behind its cursor: it is
-        written again, due now, where the owner still reads (invariant 4, for every writer)."""
+        with the rows written with them when there are (``jobs``: a create). Returns the
+        entries that landed late (``_land`` writes them again)."""
         late_before = self.clock.now_ms() - round(self.config.dispatch.reland_after_s * 1000)
         late: list[BucketEntry] = []
         rows = {j.job_id: j for j in jobs}
@@ -338,22 +336,48 @@ class Node:
                 d.notify([e], rows)
             if e.due_at < late_before:
                 late.append(e)
+        return late
+
+    async def _land(
+        self,
+        entries: Sequence[BucketEntry],
+        jobs: Sequence[Job] = (),
+        *,
+        again: Sequence[BucketEntry] = (),
+    ) -> None:
+        """Notify, and make sure the owner of each entry's shard reads it, before the caller
+        acknowledges what it wrote.
+
+        An entry that landed more than ``reland_after_s`` after its due time (a slow write, a
+        stalled process) may be behind what the owner has read, even behind its cursor: it is
+        written again, due now, where the owner still reads (invariant 4, for every writer).
+        That write is awaited: spawned and forgotten, a crash right after the reply (or the
+        schedule's advance) left an acknowledged job whose only entry nobody reads. Shielded,
+        so a caller that gives up does not cut it short. ``again``: entries to write again
+        whatever their time (``repeats_due``)."""
+        late = [*self._notify(entries, jobs), *again]
         if late:
-            self._spawn(self._reland(late), "reland")
+            task = asyncio.ensure_future(self._reland(late))
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
+            await asyncio.shield(task)
 
     async def _reland(self, entries: Sequence[BucketEntry]) -> None:
-        for attempt in range(1000):
+        """Write ``entries`` again, due now, until a write lands in time (a retry waits out a
+        store error; a write that itself landed late is written once more)."""
+        failures = 0
+        while entries:
             now = self.clock.now_ms()
             again = [entry_at(e.shard, e.job_id, now, now) for e in entries]
             try:
                 await self.store.add_entries(again)
             except TimeshardError as exc:
                 log.warning("late entries not written again yet (%s); retrying", exc)
-                await self.clock.sleep(min(5.0, 0.1 * 2**attempt))
+                await self.clock.sleep(min(5.0, 0.1 * 2**failures))
+                failures += 1
                 continue
             log.info("%d entries landed late; written again due now", len(again))
-            self._notify(again)
-            return
+            entries = self._notify(again)
 
     def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
         task = asyncio.create_task(coro, name=name)
@@ -429,18 +453,8 @@ class Node:
         # generated here (a key can name a job a failed call left half-made).
         created = [r.job for r in results if r.created]
         written = {e.job_id: e for e in entries}
-        self._notify(
-            [written.get(j.job_id) or entry_for(j, j.run_at, now) for j in created], created
-        )
-        # A repeat that finds its job made and due (the first call may have been cut off before
-        # it notified): its entry may be unread, so one is written again, due now.
-        made = [
-            entry_at(r.job.shard, r.job.job_id, now, now)
-            for r in results
-            if not r.created and r.job.state is JobState.SCHEDULED and r.job.run_at <= now
-        ]
-        if made:
-            self._spawn(self._reland(made), "reland-repeats")
+        landing = [written.get(j.job_id) or entry_for(j, j.run_at, now) for j in created]
+        await self._land(landing, created, again=repeats_due(results, now))
         return results
 
     async def _refuse_conflicts(self, specs: Sequence[JobSpec], jobs: Sequence[Job]) -> None:
@@ -544,7 +558,7 @@ class Node:
             now = self.clock.now_ms()
             out = await self.store.reschedule_job(job_id, job.fence, run_at, now)
             if out.applied and out.job is not None:
-                self._notify([entry_for(out.job, run_at, now)])
+                await self._land([entry_for(out.job, run_at, now)])
                 self._left_ready(out.job)
                 return out.job
         raise FailedPrecondition(f"job {job_id!r} kept changing; try again")
@@ -705,7 +719,7 @@ class Node:
         )
         failed = self._check(job_id, fence, out)
         if failed.state is JobState.SCHEDULED:
-            self._notify([entry_for(failed, failed.run_at, now)])
+            await self._land([entry_for(failed, failed.run_at, now)])
         return failed
 
     async def give_back(self, job_id: str, fence: int, reason: str) -> Job:
@@ -715,7 +729,7 @@ class Node:
         now = self.clock.now_ms()
         out = await self.store.give_back_job(job_id, fence, now, reason[:4000] or "given back")
         job = self._check(job_id, fence, out)
-        self._notify([entry_for(job, job.run_at, now)])
+        await self._land([entry_for(job, job.run_at, now)])
         return job
 
     def retry_at(self, job: Job, now: int) -> int | None:

@@ -20,12 +20,12 @@ class DeadLetters:
         self,
         store: Store,
         clock: Clock,
-        notify: Callable[[Sequence[BucketEntry]], None],
+        land: Callable[[Sequence[BucketEntry]], Awaitable[None]],
         list_jobs: ListJobs,
     ) -> None:
         self._store = store
         self._clock = clock
-        self._notify = notify
+        self._land = land
         self._list = list_jobs
 
     async def page(
@@ -77,7 +77,7 @@ class DeadLetters:
             now = self._clock.now_ms()
             out = await self._store.replay_job(job.job_id, job.fence, now, now)
             if out.applied and out.job is not None:
-                self._notify([entry_for(out.job, now, now)])
+                await self._land([entry_for(out.job, now, now)])
                 replayed.append(out.job)
         return replayed
 

@@ -15,8 +15,9 @@ import itertools
 import logging
 import uuid
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from timeshard.clock import Clock
 from timeshard.cron import (
@@ -40,7 +41,7 @@ from timeshard.model import (
     validate_schedule_id,
 )
 from timeshard.sharding import shard_of
-from timeshard.store.base import Store, entry_for, schedule_entry
+from timeshard.store.base import Store, entry_for, repeats_due, schedule_entry
 
 log = logging.getLogger(__name__)
 
@@ -217,6 +218,15 @@ def jitter_of(occurrence_id: str, jitter_ms: int) -> int:
     return zlib.crc32(occurrence_id.encode()) % (jitter_ms + 1) if jitter_ms else 0
 
 
+class Land(Protocol):
+    """``Node._land``: notify the dispatchers of entries just written, and write again (due
+    now) the ones that landed late, and ``again``, before returning."""
+
+    def __call__(
+        self, entries: Sequence[BucketEntry], /, *, again: Sequence[BucketEntry] = ()
+    ) -> Awaitable[None]: ...
+
+
 class ScheduleFirer:
     """Fires schedules whose entries come due; used by the shard dispatcher."""
 
@@ -225,12 +235,12 @@ class ScheduleFirer:
         store: Store,
         clock: Clock,
         default_max_attempts: int,
-        notify: Callable[[Sequence[BucketEntry]], None],
+        land: Land,
     ) -> None:
         self._store = store
         self._clock = clock
         self._default_max_attempts = default_max_attempts
-        self._notify = notify
+        self._land = land
 
     async def fire(self, schedule_id: str, due_at: int) -> FireResult:
         """Look at a schedule whose entry at ``due_at`` came due.
@@ -275,7 +285,7 @@ class ScheduleFirer:
         entry = schedule_entry(s, attention, now)
         applied, _ = await self._store.update_schedule(updated, s.version, entry)
         if applied:
-            self._notify([entry])
+            await self._land([entry])
         if plan.skipped:
             log.info("schedule %s: skipped %d occurrence(s)", schedule_id, plan.skipped)
         return FireResult.HANDLED if applied else FireResult.CONFLICT
@@ -294,8 +304,13 @@ class ScheduleFirer:
                 max_attempts=s.max_attempts or self._default_max_attempts,
             )
             jobs.append((job, entry_for(job, job.run_at, now)))
-        results = await self._store.create_jobs(jobs) if jobs else []
-        self._notify([e for (_, e), r in zip(jobs, results, strict=True) if r.created])
+        if not jobs:
+            return []
+        results = await self._store.create_jobs(jobs)
+        # Made already (a fire cut off before it advanced the schedule): its entry may be
+        # unread, so one is written again, due now, before the schedule moves on.
+        landing = [e for (_, e), r in zip(jobs, results, strict=True) if r.created]
+        await self._land(landing, again=repeats_due(results, now))
         return [r.job.job_id for r in results]
 
 
@@ -303,11 +318,11 @@ class ScheduleOps:
     """The schedule operations of the JobService."""
 
     def __init__(
-        self, store: Store, clock: Clock, notify: Callable[[Sequence[BucketEntry]], None]
+        self, store: Store, clock: Clock, land: Callable[[Sequence[BucketEntry]], Awaitable[None]]
     ) -> None:
         self._store = store
         self._clock = clock
-        self._notify = notify
+        self._land = land
 
     def build(self, s: Schedule) -> Schedule:
         """Check the spec and set the shard and the first fire time."""
@@ -327,7 +342,7 @@ class ScheduleOps:
         entry = schedule_entry(s, s.next_fire, self._clock.now_ms())
         created, stored = await self._store.create_schedule(s, entry)
         if created:
-            self._notify([entry])
+            await self._land([entry])
         else:
             raise AlreadyExists(
                 f"schedule {s.schedule_id!r} already exists; update it or pick another id"
@@ -354,7 +369,7 @@ class ScheduleOps:
             applied, stored = await self._store.update_schedule(new, current.version, entry)
             if applied and stored is not None:
                 if entry is not None:
-                    self._notify([entry])
+                    await self._land([entry])
                 return stored
         raise FailedPrecondition(f"schedule {schedule_id!r} kept changing; try again")
 

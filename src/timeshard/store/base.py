@@ -59,6 +59,18 @@ class CreateResult:
     conflict: bool = False
 
 
+def repeats_due(results: Sequence[CreateResult], now: int) -> list[BucketEntry]:
+    """Entries to write again, due now, for the creates that found their job made already and
+    due: the call that made it may have been cut off before the owner read its entry (a crash
+    before it wrote a late entry again), and the repeat is acknowledged. An extra entry is
+    harmless: the dispatcher looks at the row."""
+    return [
+        entry_at(r.job.shard, r.job.job_id, now, now)
+        for r in results
+        if not r.created and r.job.state is JobState.SCHEDULED and r.job.run_at <= now
+    ]
+
+
 @dataclass(frozen=True, slots=True)
 class Completion:
     """One job of ``Store.complete_jobs``: its fence, and the handler's result (checked by

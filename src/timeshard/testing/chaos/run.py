@@ -26,7 +26,7 @@ from typing import Any
 import grpc
 
 from timeshard.stack import CassandraCluster, ZooKeeperEnsemble
-from timeshard.testing.chaos.check import Report, check_dir
+from timeshard.testing.chaos.check import TERMINAL, Report, check_dir
 from timeshard.testing.chaos.faults import Injector
 from timeshard.testing.chaos.ledger import (
     JOURNAL,
@@ -432,12 +432,15 @@ class ChaosRun:
                 return jobs
 
     def _open_jobs(self) -> list[str]:
+        """The jobs not terminal, from one listing of every job: one listing per state missed
+        a job that moved between them (running, listed as scheduled, then back to scheduled
+        for a retry, listed as running), and the drain ended with it still to run."""
         try:
-            found = self._list(pb.JOB_STATE_SCHEDULED) + self._list(pb.JOB_STATE_RUNNING)
+            found = self._list()
         except (GaveUp, grpc.RpcError) as exc:
             self.progress(f"drain: listing failed ({exc}); trying again")
             return ["?"]
-        return sorted(j.job_id for j in found)
+        return sorted(j.job_id for j in found if STATE_NAMES.get(j.state) not in TERMINAL)
 
     def _snapshot(self) -> None:
         """The store as the API shows it: every job listed, every acknowledged job the listing
