@@ -39,7 +39,9 @@ claimed per claim message and the results per result message a worker sent (from
 has none); and the lateness p50 / p99 / max. ``server_time`` says where the server's share
 of the lateness went: the mean from due time to the claim that took a job, of a Claim and a
 Finish call, and each store operation's mean time per call (a stream's pushes count as claim
-messages and its requests with results as result messages).
+messages and its requests with results as result messages); a steady run on Cassandra adds
+``cassandra_side``, Cassandra's own coordinator latency per table and its thread pools with
+tasks waiting, to tell a slow Cassandra from a queue on the node's side of the driver.
 
     python tools/loadtest.py schedule --clients 1,8 [--store URL] [--seconds 8]
 

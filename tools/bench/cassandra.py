@@ -163,3 +163,36 @@ def _files_by_table(dirs: str, keyspace: str, tables: list[str]) -> dict[str, in
                 continue
             out[name] += sum(f.stat().st_size for f in table_dir.iterdir() if f.is_file())
     return out
+
+
+def server_latencies(address: str, keyspace: str) -> dict[str, Any]:
+    """Cassandra's own view of the run just ended: the coordinator's recent write and read
+    latency per table of ``keyspace`` (p50 / p99 / max in ms, from the node's decaying
+    histograms, so taken right after a run they describe it) and the thread pools that have
+    tasks waiting. Beside the store's latency as the node saw it (``store_ms_per_call``), it
+    tells a slow Cassandra from a queue on the client's side (the driver, the event loop).
+    Conditional writes are not in these tables (Cassandra counts them apart)."""
+    cluster = cassandra_cluster(address, request_timeout=30)
+    session = cluster.connect()
+    try:
+        out: dict[str, Any] = {}
+        for kind in ("write", "read"):
+            rows = session.execute(
+                f"SELECT table_name, count, p50th_ms, p99th_ms, max_ms "
+                f"FROM system_views.coordinator_{kind}_latency WHERE keyspace_name = %s",
+                (keyspace,),
+            )
+            for r in rows:
+                if r.count:
+                    out.setdefault(r.table_name, {})[kind] = {
+                        "p50": round(r.p50th_ms, 2),
+                        "p99": round(r.p99th_ms, 2),
+                        "max": round(r.max_ms, 2),
+                    }
+        pools = session.execute(
+            "SELECT name, active_tasks, pending_tasks FROM system_views.thread_pools"
+        )
+        waiting = {p.name: p.pending_tasks for p in pools if p.pending_tasks}
+        return {"by_table_ms": out, "pools_with_pending_tasks": waiting}
+    finally:
+        cluster.shutdown()

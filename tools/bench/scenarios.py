@@ -307,6 +307,18 @@ def time_breakdown(before: dict[str, float], after: dict[str, float]) -> dict[st
 RPC_SECONDS = "timeshard_rpc_duration_seconds"
 
 
+def cassandra_side(store: Store) -> dict[str, Any] | None:
+    """Cassandra's own latencies of the run just ended (``cass.server_latencies``); None on
+    the embedded store, or when the node cannot say (a Cassandra without these tables)."""
+    if store.kind != "cassandra":
+        return None
+    try:
+        return cass.server_latencies(store.cassandra.split(",")[0], store.keyspace)
+    except Exception as exc:  # a figure we could not take must not cost the run's others
+        note(f"Cassandra's own latencies not read: {type(exc).__name__}: {exc}")
+        return None
+
+
 def store_latencies(before: dict[str, float], after: dict[str, float]) -> dict[str, Any]:
     """Each store operation's mean time per call over the span (ms) and its calls, busiest
     first: where a job's time in the store goes."""
@@ -515,6 +527,7 @@ def steady_phase(
         "per_node": node_figures(ts, used, ctr0, ctr1, fired),
         "server_time": time_breakdown(ctr0, ctr1),
     }
+    out["server_time"]["cassandra_side"] = cassandra_side(store)
     return out, timeline(records, ids)
 
 
