@@ -161,3 +161,27 @@ async def test_a_fire_cut_off_after_making_its_occurrence_still_runs_it(tmp_path
         assert (await a.schedules.get("s1")).next_fire == START_MS + 2 * MINUTE_MS
         await advance(a, clock, 1)
         assert await drain(a) == [occ(1)]
+
+
+async def test_an_entry_whose_writer_died_before_writing_it_again_is_found_before_the_cursor_passes(
+    tmp_path: Path,
+) -> None:
+    """Landed 20 s late, behind every re-read window, and its writer never wrote it again (it
+    died: here its second write never ends, and the create was never acknowledged). The owner
+    reads the cursor's minute whole once more before passing it, and finds the job there.
+    Before, the job stayed scheduled for ever."""
+    async with slow_writer(tmp_path, delay_s=20.0, entries_delay_s=10_000) as (a, b):
+        clock = a.clock
+        assert isinstance(clock, FakeClock)
+        await advance(a, clock, 3)
+        task = asyncio.create_task(b.schedule(job_type="t", payload=b"{}", run_at=clock.now_ms()))
+        try:
+            await advance(a, clock, 25, step=0.25)  # landed at 23 s; its second write hangs
+            assert not task.done()
+            assert await a.claim(worker="w", types=["t"], limit=10, wait_s=0, lease_s=5) == []
+            await advance(a, clock, 45, step=0.5)  # minute 0 ended at 60 s, settled at 65 s
+            claimed = await a.claim(worker="w", types=["t"], limit=10, wait_s=0, lease_s=5)
+            assert len(claimed) == 1 and claimed[0].job.run_at == START_MS + 3000
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)

@@ -71,6 +71,9 @@ from timeshard.store.base import (
 
 log = logging.getLogger(__name__)
 
+RELAND_REPEATS = 3
+"""How many times a writer writes a late entry again while each write lands late too."""
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class NodeConfig:
@@ -363,9 +366,12 @@ class Node:
             await asyncio.shield(task)
 
     async def _reland(self, entries: Sequence[BucketEntry]) -> None:
-        """Write ``entries`` again, due now, until a write lands in time (a retry waits out a
-        store error; a write that itself landed late is written once more)."""
-        failures = 0
+        """Write ``entries`` again, due now. A store error is waited out and the write tried
+        again; a write that itself landed late is made once more, up to ``RELAND_REPEATS``
+        times (a store that stays that slow would hold the caller for ever: what lands late
+        after that is left to the owner's last read of the minute before its cursor passes
+        it, ``ShardDispatcher._swept_to``)."""
+        failures = repeats = 0
         while entries:
             now = self.clock.now_ms()
             again = [entry_at(e.shard, e.job_id, now, now) for e in entries]
@@ -378,6 +384,15 @@ class Node:
                 continue
             log.info("%d entries landed late; written again due now", len(again))
             entries = self._notify(again)
+            repeats += 1
+            if entries and repeats >= RELAND_REPEATS:
+                log.warning(
+                    "%d entries landed late again %d times; leaving them to the owner's "
+                    "last read of their minute",
+                    len(entries),
+                    repeats,
+                )
+                return
 
     def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
         task = asyncio.create_task(coro, name=name)

@@ -145,6 +145,12 @@ class ShardDispatcher:
         one is added, or the cursor may move: no timer per shard while nothing is due."""
         self._cursor_check = False  # a refresh ended: the cursor may move (node-refreshed)
         self._refreshing = False  # between begin_refresh and end_refresh
+        self._swept_to = -1
+        """Every minute up to this one was read whole, from its start, by a refresh begun
+        ``settle`` after the minute ended: the last look before the cursor passes it. An entry
+        that landed behind what was read (a slow write) whose writer died before writing it
+        again, due now, is found there (invariant 4 without the writer's help)."""
+        self._sweeping = -1  # what the refresh in flight reads whole (see ``_swept_to``)
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -348,6 +354,10 @@ class ShardDispatcher:
             if self._refreshed_at >= 0:
                 due_at = min(now, self._refreshed_at + round(self._cfg.refresh_s * 1000))
             start = min(start, due_at - round(self._cfg.reread_s * 1000))
+        settled = minute_of(now - round(self._cfg.settle_s * 1000)) - 1  # ended settle ago
+        if self._cfg.reread_s > 0 and self._swept_to < self.cursor <= settled:
+            start = min(start, minute_start(self.cursor))  # the cursor's minute, whole
+        self._sweeping = settled if start <= minute_start(self.cursor) else -1
         self._reading_to = horizon
         self._refreshing = True
         return max(minute_start(self.cursor), start), horizon
@@ -368,6 +378,8 @@ class ShardDispatcher:
                 added = self._add(e) or added
         if read:
             self._horizon = max(self._horizon, horizon)
+            self._swept_to = max(self._swept_to, self._sweeping)
+        self._sweeping = -1
         self._reading_to = self._horizon
         self._refreshing = False
         if not read:
@@ -497,6 +509,7 @@ class ShardDispatcher:
         while (
             minute_start(cursor) + MINUTE_MS + settle <= self._refreshed_at
             and minute_start(cursor) + MINUTE_MS <= self._horizon
+            and (cursor <= self._swept_to or not self._cfg.reread_s)
             and not self._pending.get(cursor)
         ):
             self._pending.pop(cursor, None)
