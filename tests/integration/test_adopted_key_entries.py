@@ -66,9 +66,11 @@ async def test_a_job_finished_under_a_keys_id_is_notified_under_that_id(
             ("retried-key", stalled, body.body_digest()),
         )
         notified: list[BucketEntry] = []
+        real_notify = node._notify
 
-        def notify(entries: Sequence[BucketEntry], jobs: Sequence[Job] = ()) -> None:
+        def notify(entries: Sequence[BucketEntry], jobs: Sequence[Job] = ()) -> list[BucketEntry]:
             notified.extend(entries)
+            return real_notify(entries, jobs)
 
         node._notify = notify  # type: ignore[method-assign]
         now = SystemClock().now_ms()
