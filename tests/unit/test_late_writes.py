@@ -24,10 +24,11 @@ from tests.unit.helpers import (
 )
 from tests.unit.test_schedules import drain, occ, occurrences, sched
 from timeshard.clock import FakeClock
+from timeshard.coordinator.local import LocalCoordinator
 from timeshard.model import BucketEntry, Job, JobState
 from timeshard.node import Node
 from timeshard.node.schedules import FireResult, ScheduleFirer
-from timeshard.sharding import MINUTE_MS
+from timeshard.sharding import MINUTE_MS, minute_of
 from timeshard.store.base import CreateResult
 from timeshard.store.sqlite import SqliteStore
 
@@ -185,3 +186,100 @@ async def test_an_entry_whose_writer_died_before_writing_it_again_is_found_befor
         finally:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
+
+
+@asynccontextmanager
+async def slow_embedded(tmp_path: Path, delay_s: float) -> AsyncIterator[tuple[Node, SlowStore]]:
+    """One node on the embedded coordinator (the only writer), its creates landing late."""
+    clock = FakeClock(START_MS)
+    store = SlowStore(tmp_path / "one.db", clock, delay_s)
+    node = Node(store=store, coordinator=LocalCoordinator(), clock=clock, node_id="only")
+    await node.start()
+    try:
+        yield node, store
+    finally:
+        await node.stop()
+
+
+async def test_the_only_writer_writes_a_slow_entry_again_only_when_it_is_behind_its_cursor(
+    tmp_path: Path,
+) -> None:
+    """On the embedded coordinator the node is the only writer, so "late" is exact: behind its
+    own dispatcher's cursor. A create that lands 5 s late, in a minute the cursor has not
+    passed, is written once (before, every write slower than ``reland_after_s`` was written
+    again, and on an overloaded machine each create cost up to four writes); one that lands
+    after the cursor passed its minute is written again, and runs."""
+    async with slow_embedded(tmp_path, delay_s=5.0) as (node, store):
+        clock = node.clock
+        assert isinstance(clock, FakeClock)
+        await advance(node, clock, 3)
+        task = asyncio.create_task(
+            node.schedule(job_type="t", payload=b"{}", run_at=clock.now_ms())
+        )
+        await _advance_until_done(node, clock, task)
+        job, created = task.result()
+        assert created
+        written = [e.due_at for e in await all_entries(node, job)]
+        assert len(written) == 1 and written[0] < job.run_at + 1000, f"entries due at {written}"
+        claimed = await node.claim(worker="w", types=["t"], limit=10, wait_s=0, lease_s=600)
+        assert [c.job.job_id for c in claimed] == [job.job_id]
+
+        store.delay_s = 90.0  # lands in the second minute from now, the cursor past its own
+        task = asyncio.create_task(
+            node.schedule(job_type="t", payload=b"{}", run_at=clock.now_ms())
+        )
+        await _advance_until_done(node, clock, task)
+        late, created = task.result()
+        assert created
+        cursor = (await node.store.get_shard(late.shard)).cursor
+        assert cursor > minute_of(late.run_at), "the cursor did not pass the entry's minute"
+        assert [e for e in await all_entries(node, late) if e.minute >= cursor], (
+            "no entry of the job where a restarted node reads"
+        )
+        await advance(node, clock, 1)
+        claimed = await node.claim(worker="w", types=["t"], limit=10, wait_s=0, lease_s=5)
+        assert [c.job.job_id for c in claimed] == [late.job_id]
+
+
+class GatedCursorStore(SqliteStore):
+    """``save_cursor`` waits for ``gate`` once ``hold`` is set."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path, num_shards=4)
+        self.hold = False
+        self.saving = asyncio.Event()
+        self.gate = asyncio.Event()
+        self.saving_shard = -1
+
+    async def save_cursor(self, shard: int, epoch: int, cursor: int) -> bool:
+        if self.hold:
+            self.saving_shard = shard
+            self.saving.set()
+            await self.gate.wait()
+        return await super().save_cursor(shard, epoch, cursor)
+
+
+async def test_an_entry_notified_while_the_cursor_is_saved_past_its_minute_counts_as_late(
+    tmp_path: Path,
+) -> None:
+    """The cursor's save is in flight: an entry of a minute it is moving past is not taken by
+    the dispatcher (a restart reads from the saved cursor) and the only writer writes it
+    again. Taken, it would have been held in memory only."""
+    clock = FakeClock(START_MS)
+    store = GatedCursorStore(tmp_path / "one.db")
+    node = Node(store=store, coordinator=LocalCoordinator(), clock=clock, node_id="only")
+    await node.start()
+    try:
+        await advance(node, clock, 3)
+        store.hold = True
+        task = asyncio.create_task(advance(node, clock, 70))  # minute 0 ends, is passed
+        await asyncio.wait_for(store.saving.wait(), 10)
+        d = node.dispatchers[store.saving_shard]
+        e = BucketEntry(shard=d.shard, minute=d.cursor, due_at=START_MS + 30_000, job_id="j")
+        assert node._notify([e]) == [e]
+        store.gate.set()
+        await task
+        assert d.cursor > e.minute
+    finally:
+        store.gate.set()
+        await node.stop()

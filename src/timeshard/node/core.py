@@ -329,15 +329,23 @@ class Node:
     ) -> list[BucketEntry]:
         """Hand entries this node just wrote (durably) to the local dispatcher of their shard,
         with the rows written with them when there are (``jobs``: a create). Returns the
-        entries that landed late (``_land`` writes them again)."""
+        entries that landed late (``_land`` writes them again).
+
+        Late: due more than ``reland_after_s`` ago, so possibly behind what the shard's owner,
+        wherever it is, has read. As the only writer (the embedded coordinator) the node knows
+        exactly: late is behind its own dispatcher's cursor. A write slower than
+        ``reland_after_s`` (an overloaded machine) then costs no second write."""
         late_before = self.clock.now_ms() - round(self.config.dispatch.reland_after_s * 1000)
+        sole_writer = isinstance(self.coordinator, LocalCoordinator)
         late: list[BucketEntry] = []
         rows = {j.job_id: j for j in jobs}
         for e in entries:
             d = self.dispatchers.get(e.shard)
-            if d is not None:
-                d.notify([e], rows)
-            if e.due_at < late_before:
+            behind = d.notify([e], rows) if d is not None else [e]
+            if sole_writer and d is not None and not d.deposed:
+                if behind:
+                    late.append(e)
+            elif e.due_at < late_before:
                 late.append(e)
         return late
 

@@ -114,6 +114,7 @@ class ShardDispatcher:
         self.shard = shard
         self.epoch = epoch
         self.cursor = cursor
+        self._passing_to = cursor  # the cursor being saved; ``cursor`` once it is
         self._store = store
         self._clock = clock
         self._ready = ready
@@ -196,22 +197,33 @@ class ShardDispatcher:
 
     # -- what other parts of the node tell us ---------------------------------------------
 
-    def notify(self, entries: Iterable[BucketEntry], jobs: Mapping[str, Job] | None = None) -> None:
+    def notify(
+        self, entries: Iterable[BucketEntry], jobs: Mapping[str, Job] | None = None
+    ) -> list[BucketEntry]:
         """Entries this node just wrote for this shard: no need to wait for a refresh.
         ``jobs``: the rows written with them (a create), by job id. When the entry comes due,
         the job goes to the ready queue as written, without reading its row again: the claim
         compares the row it finds with that image, so a job changed meanwhile (cancelled,
-        rescheduled) is read and decided again then, never claimed early (invariant 5)."""
+        rescheduled) is read and decided again then, never claimed early (invariant 5).
+
+        Returns the entries behind the cursor (or behind the minute it is being moved to):
+        not taken, and not read by a later owner either. An entry taken holds the cursor at
+        its minute until it is handled."""
         added = False
+        behind: list[BucketEntry] = []
         held_to = max(self._horizon, self._reading_to)
+        floor = max(self.cursor, self._passing_to)
         for e in entries:
-            if e.due_at < held_to and e.minute >= self.cursor and self._add(e):
+            if e.minute < floor:
+                behind.append(e)
+            elif e.due_at < held_to and self._add(e):
                 added = True
                 job = jobs.get(e.job_id) if jobs else None
                 if job is not None and job.state is JobState.SCHEDULED and job.run_at == e.due_at:
                     self._rows[e] = job
         if added:
             self._wake_up()
+        return behind
 
     def deposed_by_store(self) -> None:
         """A write of ours was rejected by a newer epoch: stop, as if the cursor write was."""
@@ -516,11 +528,16 @@ class ShardDispatcher:
             cursor += 1
         if cursor == self.cursor:
             return
-        if not await self._store.save_cursor(self.shard, self.epoch, cursor):
+        self._passing_to = cursor
+        try:
+            saved = await self._store.save_cursor(self.shard, self.epoch, cursor)
+        finally:
+            self._passing_to = self.cursor
+        if not saved:
             raise NotOwner(self.shard, self.epoch)
         self._known = {e for e in self._known if e.minute >= cursor}
         self._rows = {e: j for e, j in self._rows.items() if e.minute >= cursor}
-        self.cursor = cursor
+        self.cursor = self._passing_to = cursor
 
     # -- deciding what an entry means -----------------------------------------------------
 
