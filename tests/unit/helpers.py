@@ -9,6 +9,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 from timeshard.clock import Clock, FakeClock, SystemClock
 from timeshard.coordinator.base import Coordinator, Member, ShardsChanged
@@ -57,8 +58,16 @@ def print_tasks(loop: asyncio.AbstractEventLoop | None = None) -> None:
     """What each task of ``loop`` (the running one by default) waits for, a line each, on
     stderr: for a test that timed out waiting on a node."""
     for task in asyncio.all_tasks(loop):
-        frames = [f"{f.f_code.co_name}:{f.f_lineno}" for f in task.get_stack(limit=20)]
-        print(f"{task.get_name()}: {' <- '.join(reversed(frames))}", file=sys.stderr)
+        frames: list[str] = []
+        coro: Any = task.get_coro()
+        while coro is not None and len(frames) < 20:  # the chain of awaits, outermost first
+            frame = getattr(coro, "cr_frame", None) or getattr(coro, "gi_frame", None)
+            if frame is None:
+                frames.append(type(coro).__name__)
+                break
+            frames.append(f"{frame.f_code.co_name}:{frame.f_lineno}")
+            coro = getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None)
+        print(f"{task.get_name()}: {' -> '.join(frames)}", file=sys.stderr)
 
 
 async def settle(node: Node) -> None:
