@@ -21,9 +21,6 @@ from timeshard.views.health import HealthConfig, HealthWatcher
 
 log = logging.getLogger(__name__)
 
-GRPC_STOP_SLACK_S = 10.0
-"""How long past its grace period ``Server.stop`` waits for gRPC's own shutdown."""
-
 SERVICE_NAMES = tuple(
     pb.DESCRIPTOR.services_by_name[n].full_name for n in pb.DESCRIPTOR.services_by_name
 )
@@ -108,25 +105,11 @@ class Server:
         self.security.reload()
 
     async def stop(self, grace: float = 2.0) -> None:
-        """Stop serving (in-flight calls get ``grace`` seconds), then stop the node. gRPC's
-        asyncio server can fail to finish its shutdown with streams in flight (grpc/grpc
-        #28999): past ``grace + GRPC_STOP_SLACK_S`` the node stops all the same, so a node
-        told to stop always releases its shards and closes its store."""
         if self._reload_task is not None:
             self._reload_task.cancel()
         await self.health_watcher.stop()
         await self._health.enter_graceful_shutdown()
-        # (Not wait_for: it would wait for the cancelled stop to end, which may be never.)
-        stopping = asyncio.ensure_future(self._grpc.stop(grace))
-        done, _ = await asyncio.wait({stopping}, timeout=grace + GRPC_STOP_SLACK_S)
-        if done:
-            stopping.result()
-        else:
-            log.warning(
-                "the gRPC server had not stopped %.0fs after its grace period; "
-                "stopping the node anyway",
-                GRPC_STOP_SLACK_S,
-            )
+        await self._grpc.stop(grace)
         await self.node.stop()
 
     async def wait(self) -> None:
