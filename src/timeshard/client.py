@@ -12,9 +12,7 @@ Both return the frozen records of ``timeshard.records`` (``Job``, ``Schedule``,
 ``DeadLetter``, ``Attempt``, ``FireTime``), and raise the errors of ``timeshard.errors``
 (``NotFound``, ``InvalidArgument``, ``AlreadyExists``, ``Unavailable``...) mapped from the
 gRPC status by the one table there. A call that is safe to repeat is retried on UNAVAILABLE
-with backoff. Given several node addresses (``"a:50051,b:50051"``, as the CLI takes them), a
-client that cannot reach one moves on to the next, and stays there: a call that never left
-(no connection) goes again at once to the next node, any other only if it is safe to repeat.
+with backoff.
 
 Each method is written once in ``timeshard.calls``, as the request it sends and how it reads the
 reply, or as a few such steps (``put_schedule``, ``schedule_many``); the two clients only carry
@@ -27,7 +25,7 @@ import asyncio
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from datetime import datetime
-from typing import Any, Generic, Self, TypeVar
+from typing import Any, Self, TypeVar
 
 import grpc
 
@@ -84,80 +82,33 @@ __all__ = [
 R = TypeVar("R")
 
 
-def _addresses(address: str | None) -> list[str]:
-    """The nodes to dial: ``address``, else ``TIMESHARD_SERVER``; a comma-separated list (as
-    the CLI takes) in the order given."""
+def _first_address(address: str | None) -> str:
+    """The node to dial: ``address``, else ``TIMESHARD_SERVER``; of a comma-separated list
+    (as the CLI takes), the first."""
     given = address if address is not None else server_from_env()
-    found = [a.strip() for a in given.split(",") if a.strip()]
-    if not found:
+    first = next((a.strip() for a in given.split(",") if a.strip()), "")
+    if not first:
         raise InvalidArgument("address", "give a node address, e.g. 127.0.0.1:50051")
-    return found
+    return first
 
 
-NEVER_SENT = "failed to connect to all addresses"
-"""gRPC's words for a call that found no connection to make: it never reached a node."""
-
-
-def _never_sent(exc: grpc.RpcError) -> bool:
-    code = exc.code() if callable(getattr(exc, "code", None)) else None
-    details = exc.details() if callable(getattr(exc, "details", None)) else ""
-    return code is grpc.StatusCode.UNAVAILABLE and NEVER_SENT in (details or "")
-
-
-C = TypeVar("C")
-
-
-class _Base(Generic[C]):
-    _addresses: list[str]
-    _at: int
-    _channels: dict[str, C]
+class _Base:
+    address: str
     _timeout: float
     _retries: int
 
-    @property
-    def address(self) -> str:
-        """The node this client sends to now."""
-        return self._addresses[self._at]
-
-    def _use(self, channel: Any) -> None:
-        self._channel = channel
-        self._jobs = pb_grpc.JobServiceStub(channel)
-        self._admin = pb_grpc.AdminServiceStub(channel)
-
-    def _open(self, address: str) -> C:
-        raise NotImplementedError
-
-    def _move_on(self) -> None:
-        """To the next address (from the last back to the first), its channel opened once."""
-        self._at = (self._at + 1) % len(self._addresses)
-        address = self.address
-        if address not in self._channels:
-            self._channels[address] = self._open(address)
-        self._use(self._channels[address])
-
-    def _backoff(
-        self, attempt: int, err: TimeshardError, call: Call[Any], exc: grpc.RpcError
-    ) -> float | None:
-        """Seconds to wait before repeating ``call`` after ``err``, or None: do not. On
-        UNAVAILABLE with more than one address, the client moves to the next first; a call
-        that never left goes there at once, once per other address."""
-        if getattr(err, "code", None) is not grpc.StatusCode.UNAVAILABLE:
+    def _backoff(self, attempt: int, err: TimeshardError, call: Call[Any]) -> float | None:
+        """Seconds to wait before repeating ``call`` after ``err``, or None: do not."""
+        retry = call.idempotent and getattr(err, "code", None) is grpc.StatusCode.UNAVAILABLE
+        if not retry or attempt >= self._retries:
             return None
-        others = len(self._addresses) - 1
-        if others:
-            self._move_on()
-        never_sent = _never_sent(exc)
-        if not (call.idempotent or never_sent) or attempt >= self._retries + others:
-            return None
-        if attempt < others:
-            return 0.0
-        return min(2.0, 0.1 * 2.0 ** (attempt - others))
+        return min(2.0, 0.1 * 2.0**attempt)
 
 
-class Client(_Base[grpc.Channel]):
-    """The blocking client (a channel per node it dialled). ``address`` defaults to
-    ``TIMESHARD_SERVER``, ``tls`` to ``TIMESHARD_TLS_DIR`` and ``token`` to
-    ``TIMESHARD_TOKEN``, as the CLI reads them; ``tls=False`` and ``token=""`` turn them off."""
+class Client(_Base):
+    """The blocking client (one channel). ``address`` defaults to ``TIMESHARD_SERVER``, ``tls``
+    to ``TIMESHARD_TLS_DIR`` and ``token`` to ``TIMESHARD_TOKEN``, as the CLI reads them;
+    ``tls=False`` and ``token=""`` turn them off."""
 
     def __init__(
         self,
@@ -169,17 +120,13 @@ class Client(_Base[grpc.Channel]):
         retries: int = 3,
         channel: grpc.Channel | None = None,
     ) -> None:
-        self._addresses = _addresses(address) if channel is None else ["(given channel)"]
-        self._at = 0
-        self._security = ClientSecurity.resolve(tls, token)
-        first = channel or self._open(self.address)
-        self._channels = {self.address: first}
-        self._use(first)
+        self.address = _first_address(address)
+        security = ClientSecurity.resolve(tls, token)
+        self._channel = channel or security.sync_channel(self.address)
+        self._jobs = pb_grpc.JobServiceStub(self._channel)
+        self._admin = pb_grpc.AdminServiceStub(self._channel)
         self._timeout = timeout_s
         self._retries = retries
-
-    def _open(self, address: str) -> grpc.Channel:
-        return self._security.sync_channel(address)
 
     def __enter__(self) -> Self:
         return self
@@ -188,8 +135,7 @@ class Client(_Base[grpc.Channel]):
         self.close()
 
     def close(self) -> None:
-        for channel in self._channels.values():
-            channel.close()
+        self._channel.close()
 
     def _run(self, call: Call[R]) -> R:
         fn = getattr(self._admin if call.admin else self._jobs, call.method)
@@ -199,12 +145,11 @@ class Client(_Base[grpc.Channel]):
                 return call.read(fn(call.request, timeout=self._timeout))
             except grpc.RpcError as exc:
                 err = translate(exc)
-                wait = self._backoff(attempt, err, call, exc)
+                wait = self._backoff(attempt, err, call)
                 if wait is None:
                     raise err from None
             time.sleep(wait)
             attempt += 1
-            fn = getattr(self._admin if call.admin else self._jobs, call.method)
 
     def _steps(self, steps: Steps[R]) -> R:
         try:
@@ -430,7 +375,7 @@ class Client(_Base[grpc.Channel]):
             waiting.check_deadline()
 
 
-class AsyncClient(_Base[grpc.aio.Channel]):
+class AsyncClient(_Base):
     """The asyncio client: ``Client``'s methods, each ``async`` (the listings are async
     iterators). Use it as ``async with AsyncClient() as c:``."""
 
@@ -444,17 +389,13 @@ class AsyncClient(_Base[grpc.aio.Channel]):
         retries: int = 3,
         channel: grpc.aio.Channel | None = None,
     ) -> None:
-        self._addresses = _addresses(address) if channel is None else ["(given channel)"]
-        self._at = 0
-        self._security = ClientSecurity.resolve(tls, token)
-        first = channel or self._open(self.address)
-        self._channels = {self.address: first}
-        self._use(first)
+        self.address = _first_address(address)
+        security = ClientSecurity.resolve(tls, token)
+        self._channel = channel or security.aio_channel(self.address)
+        self._jobs = pb_grpc.JobServiceStub(self._channel)
+        self._admin = pb_grpc.AdminServiceStub(self._channel)
         self._timeout = timeout_s
         self._retries = retries
-
-    def _open(self, address: str) -> grpc.aio.Channel:
-        return self._security.aio_channel(address)
 
     async def __aenter__(self) -> Self:
         return self
@@ -463,8 +404,7 @@ class AsyncClient(_Base[grpc.aio.Channel]):
         await self.close()
 
     async def close(self) -> None:
-        for channel in self._channels.values():
-            await channel.close(None)
+        await self._channel.close(None)
 
     async def _run(self, call: Call[R]) -> R:
         fn = getattr(self._admin if call.admin else self._jobs, call.method)
@@ -474,12 +414,11 @@ class AsyncClient(_Base[grpc.aio.Channel]):
                 return call.read(await fn(call.request, timeout=self._timeout))
             except grpc.RpcError as exc:
                 err = translate(exc)
-                wait = self._backoff(attempt, err, call, exc)
+                wait = self._backoff(attempt, err, call)
                 if wait is None:
                     raise err from None
             await asyncio.sleep(wait)
             attempt += 1
-            fn = getattr(self._admin if call.admin else self._jobs, call.method)
 
     async def _steps(self, steps: Steps[R]) -> R:
         try:
