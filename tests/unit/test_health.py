@@ -19,7 +19,7 @@ from timeshard.model import ShardState
 from timeshard.node import Node
 from timeshard.server import Server
 from timeshard.store.sqlite import SqliteStore
-from timeshard.views.health import HealthConfig
+from timeshard.views.health import HealthConfig, HealthWatcher
 from timeshard.views.http import serve_node
 
 SERVING = health_pb2.HealthCheckResponse.SERVING
@@ -137,3 +137,37 @@ async def test_a_node_that_starts_without_its_session_is_not_serving_from_the_st
     async with serving(SqliteStore(":memory:", num_shards=4), coordinator, clock) as (s, stub):
         assert await status(stub) == NOT_SERVING
         await wait_until(lambda: not s.node.metrics.health.serving, what="health recorded")
+
+
+async def test_the_watch_stops_when_cancelled_just_as_the_store_answers() -> None:
+    """A stop that cancels the watch after the store's answer is in, before the watch has
+    taken it, must still end the watch. Python 3.11's ``asyncio.wait_for`` returned the answer
+    and dropped the cancellation: the watch went back to sleep and ``Server.stop`` waited for
+    it for ever (a test's embedded server hung at teardown about once in 300 stops)."""
+    node = Node(
+        store=SqliteStore(":memory:", num_shards=1),
+        coordinator=LocalCoordinator(),
+        clock=FakeClock(START_MS),
+    )
+    answer: asyncio.Future[ShardState] = asyncio.get_running_loop().create_future()
+    asked = asyncio.Event()
+
+    def get_shard(shard: int) -> asyncio.Future[ShardState]:
+        asked.set()
+        return answer
+
+    node.store.get_shard = get_shard  # type: ignore[method-assign,assignment]
+
+    async def set_serving(serving: bool) -> None:
+        pass
+
+    watcher = HealthWatcher(node, set_serving, HealthConfig(every_s=3600, timeout_s=3600))
+    watcher.start()
+    async with asyncio.timeout(5):
+        await asked.wait()
+    answer.set_result(ShardState(shard=0))  # the answer is in; the watch has not run since
+    try:
+        async with asyncio.timeout(5):
+            await watcher.stop()
+    except TimeoutError:
+        raise AssertionError("the watch took the answer and went on: stop never ended") from None

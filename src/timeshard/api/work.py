@@ -232,7 +232,8 @@ class WorkStream:
                 return
             self._drained.clear()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._drained.wait(), 0.05)
+                async with asyncio.timeout(0.05):
+                    await self._drained.wait()
 
     def _hello(self, request: pb.WorkRequest) -> None:
         if not request.HasField("hello"):

@@ -147,7 +147,8 @@ class ZooKeeperCoordinator(Coordinator):
         self._wake.set()
         if self._task is not None:
             try:
-                await asyncio.wait_for(asyncio.shield(self._task), 10.0)
+                async with asyncio.timeout(10.0):
+                    await asyncio.shield(self._task)
             except TimeoutError:
                 self._task.cancel()
                 await asyncio.gather(self._task, return_exceptions=True)
@@ -380,7 +381,8 @@ class ZooKeeperCoordinator(Coordinator):
 
     async def _next_wake(self) -> None:
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._wake.wait(), RESYNC_S)
+            async with asyncio.timeout(RESYNC_S):
+                await self._wake.wait()
         if self._connected and not self._stopping:
             await asyncio.sleep(DEBOUNCE_S)
         self._wake.clear()

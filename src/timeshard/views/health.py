@@ -91,7 +91,8 @@ class HealthWatcher:
 
     async def _probe_store(self) -> tuple[bool, str]:
         try:
-            await asyncio.wait_for(self._node.store.get_shard(0), self.config.timeout_s)
+            async with asyncio.timeout(self.config.timeout_s):
+                await self._node.store.get_shard(0)
         except TimeoutError:
             return False, f"no answer within {self.config.timeout_s:g} s"
         except TimeshardError as exc:

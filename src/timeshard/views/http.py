@@ -65,7 +65,8 @@ class HttpServer:
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout=10)
+            async with asyncio.timeout(10):
+                head = await reader.readuntil(b"\r\n\r\n")
             status, ctype, body = await self._respond(head)
             writer.write(
                 f"HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\n"
