@@ -12,7 +12,9 @@ Both return the frozen records of ``timeshard.records`` (``Job``, ``Schedule``,
 ``DeadLetter``, ``Attempt``, ``FireTime``), and raise the errors of ``timeshard.errors``
 (``NotFound``, ``InvalidArgument``, ``AlreadyExists``, ``Unavailable``...) mapped from the
 gRPC status by the one table there. A call that is safe to repeat is retried on UNAVAILABLE
-with backoff.
+with backoff. Given several node addresses (``"a:50051,b:50051"``, as the CLI takes them), a
+client that cannot reach one moves on to the next, and stays there: a call that never left
+(no connection) goes again at once to the next node, any other only if it is safe to repeat.
 
 Each method is written once in ``timeshard.calls``, as the request it sends and how it reads the
 reply, or as a few such steps (``put_schedule``, ``schedule_many``); the two clients only carry
@@ -25,7 +27,7 @@ import asyncio
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from datetime import datetime
-from typing import Any, Self, TypeVar
+from typing import Any, Generic, Self, TypeVar
 
 import grpc
 
@@ -82,33 +84,80 @@ __all__ = [
 R = TypeVar("R")
 
 
-def _first_address(address: str | None) -> str:
-    """The node to dial: ``address``, else ``TIMESHARD_SERVER``; of a comma-separated list
-    (as the CLI takes), the first."""
+def _addresses(address: str | None) -> list[str]:
+    """The nodes to dial: ``address``, else ``TIMESHARD_SERVER``; a comma-separated list (as
+    the CLI takes) in the order given."""
     given = address if address is not None else server_from_env()
-    first = next((a.strip() for a in given.split(",") if a.strip()), "")
-    if not first:
+    found = [a.strip() for a in given.split(",") if a.strip()]
+    if not found:
         raise InvalidArgument("address", "give a node address, e.g. 127.0.0.1:50051")
-    return first
+    return found
 
 
-class _Base:
-    address: str
+NEVER_SENT = "failed to connect to all addresses"
+"""gRPC's words for a call that found no connection to make: it never reached a node."""
+
+
+def _never_sent(exc: grpc.RpcError) -> bool:
+    code = exc.code() if callable(getattr(exc, "code", None)) else None
+    details = exc.details() if callable(getattr(exc, "details", None)) else ""
+    return code is grpc.StatusCode.UNAVAILABLE and NEVER_SENT in (details or "")
+
+
+C = TypeVar("C")
+
+
+class _Base(Generic[C]):
+    _addresses: list[str]
+    _at: int
+    _channels: dict[str, C]
     _timeout: float
     _retries: int
 
-    def _backoff(self, attempt: int, err: TimeshardError, call: Call[Any]) -> float | None:
-        """Seconds to wait before repeating ``call`` after ``err``, or None: do not."""
-        retry = call.idempotent and getattr(err, "code", None) is grpc.StatusCode.UNAVAILABLE
-        if not retry or attempt >= self._retries:
+    @property
+    def address(self) -> str:
+        """The node this client sends to now."""
+        return self._addresses[self._at]
+
+    def _use(self, channel: Any) -> None:
+        self._channel = channel
+        self._jobs = pb_grpc.JobServiceStub(channel)
+        self._admin = pb_grpc.AdminServiceStub(channel)
+
+    def _open(self, address: str) -> C:
+        raise NotImplementedError
+
+    def _move_on(self) -> None:
+        """To the next address (from the last back to the first), its channel opened once."""
+        self._at = (self._at + 1) % len(self._addresses)
+        address = self.address
+        if address not in self._channels:
+            self._channels[address] = self._open(address)
+        self._use(self._channels[address])
+
+    def _backoff(
+        self, attempt: int, err: TimeshardError, call: Call[Any], exc: grpc.RpcError
+    ) -> float | None:
+        """Seconds to wait before repeating ``call`` after ``err``, or None: do not. On
+        UNAVAILABLE with more than one address, the client moves to the next first; a call
+        that never left goes there at once, once per other address."""
+        if getattr(err, "code", None) is not grpc.StatusCode.UNAVAILABLE:
             return None
-        return min(2.0, 0.1 * 2.0**attempt)
+        others = len(self._addresses) - 1
+        if others:
+            self._move_on()
+        never_sent = _never_sent(exc)
+        if not (call.idempotent or never_sent) or attempt >= self._retries + others:
+            return None
+        if attempt < others:
+            return 0.0
+        return min(2.0, 0.1 * 2.0 ** (attempt - others))
 
 
-class Client(_Base):
-    """The blocking client (one channel). ``address`` defaults to ``TIMESHARD_SERVER``, ``tls``
-    to ``TIMESHARD_TLS_DIR`` and ``token`` to ``TIMESHARD_TOKEN``, as the CLI reads them;
-    ``tls=False`` and ``token=""`` turn them off."""
+class Client(_Base[grpc.Channel]):
+    """The blocking client (a channel per node it dialled). ``address`` defaults to
+    ``TIMESHARD_SERVER``, ``tls`` to ``TIMESHARD_TLS_DIR`` and ``token`` to
+    ``TIMESHARD_TOKEN``, as the CLI reads them; ``tls=False`` and ``token=""`` turn them off."""
 
     def __init__(
         self,
@@ -120,13 +169,17 @@ class Client(_Base):
         retries: int = 3,
         channel: grpc.Channel | None = None,
     ) -> None:
-        self.address = _first_address(address)
-        security = ClientSecurity.resolve(tls, token)
-        self._channel = channel or security.sync_channel(self.address)
-        self._jobs = pb_grpc.JobServiceStub(self._channel)
-        self._admin = pb_grpc.AdminServiceStub(self._channel)
+        self._addresses = _addresses(address) if channel is None else ["(given channel)"]
+        self._at = 0
+        self._security = ClientSecurity.resolve(tls, token)
+        first = channel or self._open(self.address)
+        self._channels = {self.address: first}
+        self._use(first)
         self._timeout = timeout_s
         self._retries = retries
+
+    def _open(self, address: str) -> grpc.Channel:
+        return self._security.sync_channel(address)
 
     def __enter__(self) -> Self:
         return self
@@ -135,7 +188,8 @@ class Client(_Base):
         self.close()
 
     def close(self) -> None:
-        self._channel.close()
+        for channel in self._channels.values():
+            channel.close()
 
     def _run(self, call: Call[R]) -> R:
         fn = getattr(self._admin if call.admin else self._jobs, call.method)
@@ -145,11 +199,12 @@ class Client(_Base):
                 return call.read(fn(call.request, timeout=self._timeout))
             except grpc.RpcError as exc:
                 err = translate(exc)
-                wait = self._backoff(attempt, err, call)
+                wait = self._backoff(attempt, err, call, exc)
                 if wait is None:
                     raise err from None
             time.sleep(wait)
             attempt += 1
+            fn = getattr(self._admin if call.admin else self._jobs, call.method)
 
     def _steps(self, steps: Steps[R]) -> R:
         try:
@@ -375,7 +430,7 @@ class Client(_Base):
             waiting.check_deadline()
 
 
-class AsyncClient(_Base):
+class AsyncClient(_Base[grpc.aio.Channel]):
     """The asyncio client: ``Client``'s methods, each ``async`` (the listings are async
     iterators). Use it as ``async with AsyncClient() as c:``."""
 
@@ -389,13 +444,17 @@ class AsyncClient(_Base):
         retries: int = 3,
         channel: grpc.aio.Channel | None = None,
     ) -> None:
-        self.address = _first_address(address)
-        security = ClientSecurity.resolve(tls, token)
-        self._channel = channel or security.aio_channel(self.address)
-        self._jobs = pb_grpc.JobServiceStub(self._channel)
-        self._admin = pb_grpc.AdminServiceStub(self._channel)
+        self._addresses = _addresses(address) if channel is None else ["(given channel)"]
+        self._at = 0
+        self._security = ClientSecurity.resolve(tls, token)
+        first = channel or self._open(self.address)
+        self._channels = {self.address: first}
+        self._use(first)
         self._timeout = timeout_s
         self._retries = retries
+
+    def _open(self, address: str) -> grpc.aio.Channel:
+        return self._security.aio_channel(address)
 
     async def __aenter__(self) -> Self:
         return self
@@ -404,7 +463,8 @@ class AsyncClient(_Base):
         await self.close()
 
     async def close(self) -> None:
-        await self._channel.close(None)
+        for channel in self._channels.values():
+            await channel.close(None)
 
     async def _run(self, call: Call[R]) -> R:
         fn = getattr(self._admin if call.admin else self._jobs, call.method)
@@ -414,11 +474,12 @@ class AsyncClient(_Base):
                 return call.read(await fn(call.request, timeout=self._timeout))
             except grpc.RpcError as exc:
                 err = translate(exc)
-                wait = self._backoff(attempt, err, call)
+                wait = self._backoff(attempt, err, call, exc)
                 if wait is None:
                     raise err from None
             await asyncio.sleep(wait)
             attempt += 1
+            fn = getattr(self._admin if call.admin else self._jobs, call.method)
 
     async def _steps(self, steps: Steps[R]) -> R:
         try:

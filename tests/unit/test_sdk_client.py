@@ -193,3 +193,46 @@ async def test_put_schedule_from_many_callers_at_once_stores_one_schedule() -> N
         assert len({s.next_fire for s, _ in done}) == 1
         async with AsyncClient(server.address, tls=False, token="") as c:
             assert [s.schedule_id async for s in c.list_schedules()] == ["shared"]
+
+
+def _dead_address() -> str:
+    """A loopback port nobody listens on (bound, then closed)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return f"127.0.0.1:{s.getsockname()[1]}"
+
+
+async def test_a_client_given_several_nodes_moves_past_one_that_is_down() -> None:
+    """``"dead,alive"``: a call that could not connect goes to the next node at once, even a
+    create without a key (it never left, so it cannot run twice), and the client stays there.
+    Before, the client dialled the first address only and every call failed UNAVAILABLE."""
+    dead = _dead_address()
+    async with embedded_server() as server:
+
+        def run() -> tuple[str, Job, str]:
+            with _sync(f"{dead},{server.address}") as c:
+                done = c.schedule("t", delay=timedelta(hours=1))
+                return done.job_id, c.get(done.job_id), c.address
+
+        job_id, job, address = await asyncio.to_thread(run)
+        assert job.job_id == job_id and address == server.address
+        async with AsyncClient(f"{dead},{server.address}", tls=False, token="", retries=0) as c:
+            made = await c.schedule("t", delay=timedelta(hours=1))
+            assert (await c.get(made.job_id)).state is JobState.SCHEDULED
+            assert c.address == server.address
+            assert len([j async for j in c.list_jobs()]) == 2
+
+
+async def test_a_client_whose_only_nodes_are_down_says_unavailable_after_trying_each() -> None:
+    from timeshard.errors import Unavailable
+
+    first, second = _dead_address(), _dead_address()
+
+    def run() -> None:
+        with _sync(f"{first},{second}") as c:
+            c.get("some-job")
+
+    with pytest.raises(Unavailable):
+        await asyncio.to_thread(run)

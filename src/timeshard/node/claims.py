@@ -7,19 +7,19 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from timeshard.clock import Clock, SystemClock, sleep_or_wake
 from timeshard.errors import InvalidArgument, NotOwner
 from timeshard.limits import MAX_CLAIM_JOBS, check_range
-from timeshard.model import BucketEntry, Job, JobState, validate_job_type
+from timeshard.model import Job, JobState, validate_job_type
 from timeshard.node.dispatcher import ShardDispatcher
 from timeshard.node.flow import FlowControl
 from timeshard.node.ready import ReadyItem, ReadyQueues
 from timeshard.node.retry import RetryPolicy
 from timeshard.observe.events import NodeMetrics
-from timeshard.store.base import JobClaim, Store, entry_for
+from timeshard.store.base import JobClaim, Store
 
 CLAIM_LINGER_MS = 2
 """A claim that found fewer jobs than it may take waits this long at most for jobs coming due
@@ -65,7 +65,6 @@ class Claims:
         metrics: NodeMetrics,
         policies: Mapping[str, TypePolicy],
         lease_ms: Callable[[float], int],
-        land: Callable[[Sequence[BucketEntry]], Awaitable[None]],
         flow: FlowControl | None = None,
     ) -> None:
         self._store = store
@@ -76,7 +75,6 @@ class Claims:
         self._metrics = metrics
         self._policies = policies
         self._lease_ms = lease_ms
-        self._land = land
         self._running: dict[str, dict[str, int]] = {}  # type -> job id -> lease_until
 
     async def claim(
@@ -281,7 +279,6 @@ class Claims:
             self._ready.push_front(items)  # a claim that did apply is found by its fence later
             raise
         claimed: list[Claimed] = []
-        checks: list[BucketEntry] = []
         for item, out in zip(items, outcomes, strict=True):
             d = self._dispatchers.get(item.shard)
             if out.applied and out.job is not None:
@@ -289,12 +286,9 @@ class Claims:
                 self._metrics.claimed(out.job, now)
                 self.track(out.job)
                 if d is not None:
-                    d.handled(item.entries)
-                    checks.append(entry_for(out.job, out.job.lease_until, now))
+                    d.claimed(item.entries, out.job)
             elif d is not None:
                 d.recheck(item.entries)
-        if checks:
-            await self._land(checks)
         return claimed
 
 

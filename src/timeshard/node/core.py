@@ -173,7 +173,6 @@ class Node:
             metrics=self.metrics,
             policies=self.config.types,
             lease_ms=self.lease_ms,
-            land=self._land,
         )
         self.waits = JobWaits(store, clock)
         """Clients waiting for jobs to finish (``WaitJobs``)."""
@@ -557,6 +556,7 @@ class Node:
                 self.metrics.written(out.job)
                 self.waits.finished(out.job)
                 self._left_ready(out.job)
+                self._ran(out.job)
                 return out.job
         raise FailedPrecondition(f"job {job_id!r} kept changing; try again")
 
@@ -654,7 +654,17 @@ class Node:
             raise StaleFence(job_id, fence, out.job.fence, out.job.state.value)
         self.metrics.written(out.job)
         self.waits.finished(out.job)
+        self._ran(out.job)
         return out.job
+
+    def _ran(self, job: Job) -> None:
+        """A write of this node ended ``job``'s run (a result, a cancel): if its owner is this
+        node, the entries its claim left pending are handled now (durably written, the job's
+        row needs them no more), not when its lease would have ended."""
+        if job.state is not JobState.RUNNING:
+            d = self.dispatchers.get(job.shard)
+            if d is not None:
+                d.ran(job.job_id)
 
     async def heartbeat(self, job_id: str, fence: int, lease_s: float) -> tuple[Job, int]:
         lease = self.lease_ms(lease_s)

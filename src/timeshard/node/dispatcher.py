@@ -135,6 +135,9 @@ class ShardDispatcher:
         self._pending: dict[int, set[BucketEntry]] = {}
         self._heap: list[BucketEntry] = []
         self._later: list[tuple[int, BucketEntry]] = []  # (when, entry): delayed rechecks
+        self._claimed: dict[str, tuple[int, list[BucketEntry]]] = {}
+        """Jobs claimed through this node and running: their lease end, and the entries that
+        made them ready, still pending (``running``)."""
         self._deadlines: list[tuple[int, str]] = []  # (deadline, job id) of jobs made ready
         self._waker: asyncio.Future[None] | None = None  # set while the loop waits
         self._task: asyncio.Task[None] | None = None
@@ -238,6 +241,30 @@ class ShardDispatcher:
     def handled(self, entries: Iterable[BucketEntry]) -> None:
         for e in entries:
             self._pending.get(e.minute, set()).discard(e)
+            self._claimed.pop(e.job_id, None)
+
+    def claimed(self, entries: Iterable[BucketEntry], job: Job) -> None:
+        """A claim of ``job`` applied: the entries that made it ready stay pending (they hold
+        the cursor at their minute, where a new owner reads them and finds the job running)
+        and come up again when the lease ends, to expire it, chase a lease heartbeats moved
+        on, or find the job finished. No lease-check entry is written for a job that ends
+        before its minute is passed (most do): ``ran`` handles the entries when a result
+        comes through this node, and ``_chase_running`` writes the check for the others."""
+        held = list(entries)
+        for e in held:
+            heapq.heappush(self._later, (job.lease_until, e))
+        was = self._claimed.get(job.job_id)
+        if was is not None:
+            held += was[1]
+        self._claimed[job.job_id] = (job.lease_until, held)
+        if self._later[0][0] == job.lease_until:  # now the earliest: the loop's timer moves
+            self._wake_up()
+
+    def ran(self, job_id: str) -> None:
+        """``job_id``'s run ended by a write of this node: its pending entries are handled."""
+        held = self._claimed.pop(job_id, None)
+        if held is not None:
+            self.handled(held[1])
 
     def recheck(self, entries: Iterable[BucketEntry]) -> None:
         """A claim did not apply: look at these jobs again now."""
@@ -432,7 +459,7 @@ class ShardDispatcher:
         self._stale_checked_at = now
         found = 0
         stale = now - stale_ms
-        queued = set(self._heap)
+        queued = set(self._heap) | {e for _, e in self._later}
         for minute in sorted(self._pending):
             if minute_start(minute) > stale:
                 break
@@ -445,6 +472,32 @@ class ShardDispatcher:
 
     def _ready_holds(self, e: BucketEntry) -> bool:
         return any(self._ready.holds(t, e.job_id) for t in self._ready.types())
+
+    async def _chase_running(self) -> None:
+        """Jobs claimed here and still running must not hold the cursor back: once their
+        minute could be passed, each gets its lease check written (an entry due when its
+        lease ends, in that minute) and the entries that made it ready are handled. A new
+        owner finds the check; this one looks at the job then, as it would have."""
+        settle = round(self._cfg.settle_s * 1000)
+        cursor_end = minute_start(self.cursor) + MINUTE_MS
+        if cursor_end + settle > self._refreshed_at or cursor_end > self._horizon:
+            return
+        held = [e for e in self._pending.get(self.cursor, ()) if e.job_id in self._claimed]
+        if not held:
+            return
+        now = self._clock.now_ms()
+        checks: dict[str, BucketEntry] = {}
+        for e in held:
+            until = self._claimed[e.job_id][0]
+            checks.setdefault(e.job_id, entry_at(e.shard, e.job_id, until, now, home=e.home))
+        await self._store.add_entries(list(checks.values()))
+        leases = {job_id: self._claimed[job_id][0] for job_id in checks if job_id in self._claimed}
+        self.handled(held)
+        for job_id, check in checks.items():
+            self._add(check)
+            if job_id in leases:  # a result through this node still handles it at once
+                self._claimed[job_id] = (leases[job_id], [check])
+        log.info("shard %d: %d running jobs got their lease check", self.shard, len(checks))
 
     async def _park_waiting(self) -> None:
         """Due jobs still waiting in a ready queue (no worker for their type, or its
@@ -516,6 +569,7 @@ class ShardDispatcher:
 
     async def _advance_cursor(self) -> None:
         await self._park_waiting()
+        await self._chase_running()
         cursor = self.cursor
         settle = round(self._cfg.settle_s * 1000)
         while (

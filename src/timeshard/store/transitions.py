@@ -34,7 +34,11 @@ def _running_with(fence: int) -> Callable[[Job], bool]:
 
 def claim(c: JobClaim) -> Transition:
     """Never early: a job rescheduled to later since it was made ready does not apply. Never
-    late: a job past its deadline does not apply either (the dispatcher expires it)."""
+    late: a job past its deadline does not apply either (the dispatcher expires it).
+
+    No entry is written: the entry that made the job ready stays pending with its owner, which
+    looks at the job again when the lease ends, and writes a lease check only for a job still
+    running when its minute is to be passed (``ShardDispatcher.claimed``)."""
     return Transition(
         lambda j: (
             j.state is JobState.SCHEDULED
@@ -51,8 +55,7 @@ def claim(c: JobClaim) -> Transition:
             started_at=c.now,
             history=(*j.history, new_attempt(j, c.worker, c.now)),
         ),
-        lambda j: j.lease_until,
-        c.now,
+        now=c.now,
     )
 
 

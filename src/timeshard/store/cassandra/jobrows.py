@@ -78,8 +78,6 @@ class _Op:
     new: Job | None = None
     entry: BucketEntry | None = None
     entry_written: bool = False
-    entry_with_write: bool = False
-    """The entry may be written with the row's batch rather than before it (a claim)."""
     reread: bool = False
     fresh: bool = False
     """``found`` is the row as the store answered for this op (a read or a refused write),
@@ -220,7 +218,6 @@ class JobRows:
         known: Job | None = None,
         owner_only: bool = False,
         delete: bool = False,
-        entry_with_write: bool = False,
     ) -> WriteResult:
         """Apply one transition, batched with the others of its partition. ``known``: the row
         as the caller read it (else the store's last image, else a read). ``owner_only``:
@@ -229,16 +226,13 @@ class JobRows:
         home = await self._home(job_id)
         if home is None:
             return WriteResult(applied=False, job=None)
-        return await self._submit(
-            job_id, home, transition, known, owner_only, delete, entry_with_write
-        )
+        return await self._submit(job_id, home, transition, known, owner_only, delete)
 
     async def apply_all(
         self,
         items: Sequence[tuple[str, T.Transition, Job | None]],
         *,
         owner_only: bool = False,
-        entry_with_write: bool = False,
     ) -> list[WriteResult]:
         """``apply`` for many ``(job_id, transition, known)`` at once, in their order: one
         future per job and no task per job (a claim of 100 jobs made 100 tasks); the homes
@@ -257,9 +251,7 @@ class JobRows:
                 fut: asyncio.Future[WriteResult] = loop.create_future()
                 fut.set_result(WriteResult(applied=False, job=None))
             else:
-                fut = self._submit(
-                    job_id, int(home), transition, known, owner_only, False, entry_with_write
-                )
+                fut = self._submit(job_id, int(home), transition, known, owner_only, False)
             futs.append(fut)
         return await _gather(futs)
 
@@ -271,7 +263,6 @@ class JobRows:
         known: Job | None,
         owner_only: bool,
         delete: bool,
-        entry_with_write: bool,
     ) -> asyncio.Future[WriteResult]:
         shard = shard_of(job_id, self._num_shards)
         found = Found.of(known) if known is not None else self._images.get(job_id)
@@ -285,7 +276,6 @@ class JobRows:
             fut=fut,
             delete=delete,
             reread=found is None,
-            entry_with_write=entry_with_write,
         )
         self._batcher.submit((shard, home), op)
         return fut
@@ -312,18 +302,11 @@ class JobRows:
             for op in ready:
                 if first[op.job_id] is not op:
                     op.reread = True
-            # A claim's lease-check entry can go with the batch: until the claim returns,
-            # its caller holds the entry that made the job ready, which a new owner would
-            # find (and chase the lease from) if this node died in between. Other entries go
-            # first, so no row is ever left without one (invariant 2).
+            # Entries go first, so no row is ever left without one (invariant 2). (A claim
+            # writes none: the entry that made the job ready stays pending with its owner.)
             unwritten = [op for op in batch_ops if op.entry is not None and not op.entry_written]
-            await self.put_entries(_entries(op for op in unwritten if not op.entry_with_write))
-            await _gather(
-                [
-                    self.put_entries(_entries(op for op in unwritten if op.entry_with_write)),
-                    self._write_all(key, batch_ops),
-                ]
-            )
+            await self.put_entries(_entries(unwritten))
+            await self._write_all(key, batch_ops)
             for op in unwritten:
                 op.entry_written = True
             todo = [op for op in (*ready, *recheck) if not op.fut.done()]

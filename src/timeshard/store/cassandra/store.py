@@ -235,7 +235,6 @@ class CassandraStore(Store):
         return await self._jobs.apply_all(
             [(c.job_id, T.claim(c), c.known) for c in claims],
             owner_only=True,
-            entry_with_write=True,
         )
 
     async def heartbeat(self, job_id: str, fence: int, lease_until: int) -> WriteResult:

@@ -1,0 +1,92 @@
+"""A claim writes no lease-check entry: the entry that made the job ready stays pending with
+its owner until the run ends, and a lease check is written only for a job still running when
+its minute is to be passed. Most jobs finish within seconds, so most never cost that entry's
+write, its read when it comes due, and the row read behind it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.unit.helpers import START_MS, advance, all_entries, make_node
+from timeshard.clock import FakeClock
+from timeshard.model import LEASE_EXPIRED, JobState
+from timeshard.node import Node
+from timeshard.sharding import MINUTE_MS, minute_of
+
+
+async def _claim_one(node: Node, lease_s: float) -> str:
+    claimed = await node.claim(worker="w", types=["t"], limit=1, wait_s=0, lease_s=lease_s)
+    assert len(claimed) == 1
+    return claimed[0].job.job_id
+
+
+async def test_a_job_finished_through_its_owner_never_gets_a_lease_check(tmp_path: Path) -> None:
+    node, clock = make_node(tmp_path / "a.db")
+    await node.start()
+    try:
+        job, _ = await node.schedule(job_type="t", payload=b"{}", run_at=START_MS + 1000)
+        await advance(node, clock, 1.5)
+        fence = (await node.get(await _claim_one(node, lease_s=30))).fence
+        await node.complete(job.job_id, fence)
+        entries = await all_entries(node, job)
+        assert [e.due_at for e in entries] == [START_MS + 1000], "an entry beside the job's own"
+        await advance(node, clock, 70)  # minute 0 ended and settled: the cursor passes it
+        assert (await node.store.get_shard(job.shard)).cursor > minute_of(START_MS)
+    finally:
+        await node.stop()
+
+
+async def test_a_job_still_running_past_its_minute_gets_its_check_and_a_new_owner_expires_it(
+    tmp_path: Path,
+) -> None:
+    """Claimed with a 5-minute lease and abandoned: when the owner is to pass the claim's
+    minute it writes the lease check (due when the lease ends) and the cursor moves on. The
+    owner then dies; the next one, reading from the cursor, finds the check and expires the
+    lease on time. Without the check the job would have run for ever as far as the store
+    knows (its only other entry is behind the cursor)."""
+    db = tmp_path / "a.db"
+    node, clock = make_node(db)
+    await node.start()
+    try:
+        job, _ = await node.schedule(
+            job_type="t", payload=b"{}", run_at=START_MS + 1000, max_attempts=1
+        )
+        await advance(node, clock, 1.5)
+        await _claim_one(node, lease_s=300)
+        await advance(node, clock, 70, step=1)
+        lease_until = (await node.get(job.job_id)).lease_until
+        checks = [e for e in await all_entries(node, job) if e.due_at == lease_until]
+        assert len(checks) == 1, await all_entries(node, job)
+        assert (await node.store.get_shard(job.shard)).cursor > minute_of(START_MS)
+    finally:
+        await node.stop()
+    again, _ = make_node(db, clock=clock)
+    await again.start()
+    try:
+        assert isinstance(clock, FakeClock)
+        await advance(again, clock, (lease_until - clock.now_ms()) / 1000 + 2, step=5)
+        dead = await again.get(job.job_id)
+        assert dead.state is JobState.DEAD and dead.last_error == LEASE_EXPIRED
+        assert dead.finished_at is not None and dead.finished_at <= lease_until + 10_000
+    finally:
+        await again.stop()
+
+
+async def test_a_lease_that_ends_is_still_found_on_time_by_its_owner(tmp_path: Path) -> None:
+    """No check entry: the owner looks at the job again when its lease ends (the entries the
+    claim left pending come up then), and the expiry is a failed attempt as before."""
+    node, clock = make_node(tmp_path / "a.db")
+    await node.start()
+    try:
+        job, _ = await node.schedule(
+            job_type="t", payload=b"{}", run_at=START_MS + 1000, max_attempts=1
+        )
+        await advance(node, clock, 1.5)
+        await _claim_one(node, lease_s=5)
+        await advance(node, clock, 6, step=0.5)
+        dead = await node.get(job.job_id)
+        assert dead.state is JobState.DEAD and dead.last_error == LEASE_EXPIRED
+        assert dead.finished_at is not None
+        assert dead.finished_at - (START_MS + 1500) < 5000 + MINUTE_MS // 60
+    finally:
+        await node.stop()
