@@ -216,3 +216,45 @@ async def test_the_dead_letter_count_comes_from_the_store() -> None:
             await http.stop()
         assert value(got, "timeshard_dead_letter_jobs") == 3
         assert len(node.metrics.health.latest_dead) == 3
+
+
+def test_job_types_past_the_limit_count_under_other_and_each_count_stays_its_own() -> None:
+    """The node keeps each type's series after its first use (``labels()`` per job was a lock
+    and a check each time): the counts must still land on the right series, and a type past
+    ``max_types`` on ``_other``, however often it comes."""
+    from timeshard.clock import FakeClock
+    from timeshard.model import Job, JobState
+    from timeshard.observe.events import NodeMetrics
+
+    metrics = NodeMetrics(FakeClock(START_MS), max_types=2)
+
+    def job(job_type: str, state: JobState) -> Job:
+        return Job(
+            job_id=f"{job_type}-{state.value}",
+            shard=0,
+            job_type=job_type,
+            payload=b"",
+            run_at=START_MS,
+            created_at=START_MS,
+            state=state,
+            priority=3,
+        )
+
+    for job_type in ["a", "b", "c", "a", "c", "d"]:
+        metrics.scheduled([job(job_type, JobState.SCHEDULED)], START_MS)
+        metrics.claimed(job(job_type, JobState.RUNNING), START_MS + 2000)
+        metrics.written(job(job_type, JobState.SUCCEEDED))
+    totals = metrics.totals()
+    assert {t: (n["scheduled"], n["claimed"], n["succeeded"]) for t, n in totals.items()} == {
+        "a": (2, 2, 2),
+        "b": (1, 1, 1),
+        "_other": (3, 3, 3),
+    }
+    waits = {
+        (s.name, s.labels.get("priority")): s.value
+        for family in metrics.registry.collect()
+        if family.name == "timeshard_claim_wait_seconds"
+        for s in family.samples
+        if s.name.endswith("_count")
+    }
+    assert waits == {("timeshard_claim_wait_seconds_count", "3"): 6}

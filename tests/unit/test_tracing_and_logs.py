@@ -87,6 +87,39 @@ def test_tracing_without_a_provider_builds_no_span_and_does_not_fail() -> None:
     tracing.end(span, end_ms=2)
 
 
+def test_tracing_looks_for_a_global_provider_once_a_second_not_once_per_job(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The look reads the environment (about 4 us) and ran three times per job: a second of
+    jobs now costs one look. A provider set later is still found, at the next look."""
+    from opentelemetry import trace
+
+    import timeshard.observe.tracing as tracing_module
+
+    looks: list[int] = []
+    real = trace.get_tracer_provider
+    later = sdk_trace.TracerProvider()
+    given = [real()]
+
+    def get_tracer_provider() -> object:
+        looks.append(1)
+        return given[0]
+
+    now = [1000.0]
+    monkeypatch.setattr(tracing_module._otel, "get_tracer_provider", get_tracer_provider)
+    monkeypatch.setattr(tracing_module.time, "monotonic", lambda: now[0])
+    tracing = Tracing()
+    looks.clear()  # (making the tracer looked too)
+    assert not any(tracing.enabled for _ in range(1000))
+    assert len(looks) == 1
+    given[0] = later  # a provider is set (opentelemetry-instrument, or in code)
+    now[0] += 0.5
+    assert not tracing.enabled and len(looks) == 1
+    now[0] += 0.6
+    assert tracing.enabled and len(looks) == 2
+    assert tracing.enabled and len(looks) == 2, "found once: never looked for again"
+
+
 def test_worker_metrics_count_runs_and_lateness() -> None:
     clock = FakeClock(START_MS + 2000)
     metrics = WorkerMetrics(clock=clock)

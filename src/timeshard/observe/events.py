@@ -133,7 +133,7 @@ class NodeMetrics:
         self.registry = CollectorRegistry(auto_describe=False)
         self.max_types = max_types
         self._types: set[str] = set()
-        self._scheduled_by_type: dict[str, Any] = {}  # job type -> its scheduled_total child
+        self._children: dict[tuple[int, str], Any] = {}  # (metric, job type) -> its child
         self.window = LatenessWindow(clock)
         self.failures: deque[JobEvent] = deque(maxlen=RECENT)
         self.dead: deque[JobEvent] = deque(maxlen=RECENT)
@@ -237,6 +237,26 @@ class NodeMetrics:
         """``job_type``, or ``_other`` once ``max_types`` distinct types were seen."""
         return type_label(self._types, self.max_types, job_type)
 
+    def _typed(self, metric: Any, job_type: str) -> Any:
+        """``metric``'s child for ``job_type`` (by ``type_label``), kept after the first
+        look for a type that has a label of its own: prometheus_client's ``labels()`` takes a
+        lock and checks its arguments on every call, and the hooks run once per job."""
+        child = self._children.get((id(metric), job_type))
+        if child is None:
+            label = self.type_label(job_type)
+            child = metric.labels(label)
+            if label == job_type:
+                self._children[(id(metric), job_type)] = child
+        return child
+
+    def _child(self, metric: Any, label: str) -> Any:
+        """``metric``'s child for ``label``, one of a few fixed values (a kind, a priority),
+        kept after the first look."""
+        child = self._children.get((id(metric), label))
+        if child is None:
+            child = self._children[(id(metric), label)] = metric.labels(label)
+        return child
+
     # -- hooks: each called once, after the fact -------------------------------------------
 
     def scheduled(self, jobs: list[Job], started_ms: int) -> None:
@@ -244,11 +264,7 @@ class NodeMetrics:
         now = self.clock.now_ms()
         tracing = self.tracing.enabled
         for job in jobs:
-            child = self._scheduled_by_type.get(job.job_type)
-            if child is None:
-                child = self.scheduled_total.labels(self.type_label(job.job_type))
-                if len(self._scheduled_by_type) < self.max_types:
-                    self._scheduled_by_type[job.job_type] = child
+            child = self._typed(self.scheduled_total, job.job_type)
             child.inc()
             if not tracing:
                 continue
@@ -262,11 +278,11 @@ class NodeMetrics:
 
     def claim_message(self) -> None:
         """A worker asked for jobs (one Claim request), or a stream pushed claimed jobs."""
-        self.worker_messages_total.labels("claim").inc()
+        self._child(self.worker_messages_total, "claim").inc()
 
     def result_message(self, results: int) -> None:
         """A worker sent ``results`` results in one message."""
-        self.worker_messages_total.labels("result").inc()
+        self._child(self.worker_messages_total, "result").inc()
         self.results_received_total.inc(results)
 
     def dispatched(self, job: Job, now: int) -> None:
@@ -283,15 +299,14 @@ class NodeMetrics:
 
     def claimed(self, job: Job, started_ms: int) -> None:
         """A claim that started at ``started_ms`` applied: ``job`` is running (its new fence)."""
-        label = self.type_label(job.job_type)
-        self.claimed_total.labels(label).inc()
+        self._typed(self.claimed_total, job.job_type).inc()
         rerun = len(job.history) >= 2 and job.history[-2].outcome == LEASE_EXPIRED
         if rerun:
-            self.reruns_total.labels(label).inc()
+            self._typed(self.reruns_total, job.job_type).inc()
         else:
             late_ms = max(0, started_ms - job.run_at)
-            self.lateness.labels(label).observe(late_ms / 1000)
-            self.wait_by_priority.labels(str(job.priority)).observe(late_ms / 1000)
+            self._typed(self.lateness, job.job_type).observe(late_ms / 1000)
+            self._child(self.wait_by_priority, str(job.priority)).observe(late_ms / 1000)
             self.window.add(late_ms)
         if not self.tracing.enabled:
             return
@@ -346,7 +361,7 @@ class NodeMetrics:
             self.cancelled_total.labels(label).inc()
             return
         if job.state is JobState.SUCCEEDED:
-            self.succeeded_total.labels(label).inc()
+            self._typed(self.succeeded_total, job.job_type).inc()
         elif job.state is JobState.SCHEDULED and _given_back(job):
             log.info(
                 "job %s (%s) given back by its worker (%s); runs again now",

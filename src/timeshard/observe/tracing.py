@@ -17,6 +17,7 @@ node's clock), so the hooks that report it are single calls after the work.
 from __future__ import annotations
 
 import hashlib
+import time
 from typing import Any
 
 try:
@@ -45,6 +46,7 @@ class Tracing:
     def __init__(self, provider: Any = None) -> None:
         self._tracer: Any = None
         self._global = provider is None
+        self._look_at = 0.0  # (monotonic) when to look for a global provider next
         if _otel is not None:
             self._tracer = _otel.get_tracer("timeshard", tracer_provider=provider)
 
@@ -55,7 +57,11 @@ class Tracing:
         (docs/benchmarks.md), so they are not built at all."""
         if self._tracer is None:
             return False
-        if self._global:  # set at most once, maybe after this was made: look until it is
+        if self._global:  # set at most once, maybe after this was made: look until it is,
+            now = time.monotonic()  # once a second (the look reads the environment: ~4 us,
+            if now < self._look_at:  # and it was made three times per job)
+                return False
+            self._look_at = now + 1.0
             assert _otel is not None
             provider = _otel.get_tracer_provider()
             if isinstance(provider, _otel.ProxyTracerProvider | _otel.NoOpTracerProvider):
