@@ -127,6 +127,26 @@ class _Base(Generic[C]):
     def _open(self, address: str) -> C:
         raise NotImplementedError
 
+    def _setup(
+        self,
+        address: str | None,
+        tls: TlsArg,
+        token: str | None,
+        timeout_s: float,
+        retries: int,
+        channel: C | None,
+    ) -> None:
+        """Both clients' constructor: the addresses, security, and the first channel (the
+        one given, or the first address's)."""
+        self._addresses = _addresses(address) if channel is None else ["(given channel)"]
+        self._at = 0
+        self._security = ClientSecurity.resolve(tls, token)
+        first = channel or self._open(self.address)
+        self._channels = {self.address: first}
+        self._use(first)
+        self._timeout = timeout_s
+        self._retries = retries
+
     def _move_on(self) -> None:
         """To the next address (from the last back to the first), its channel opened once."""
         self._at = (self._at + 1) % len(self._addresses)
@@ -169,14 +189,7 @@ class Client(_Base[grpc.Channel]):
         retries: int = 3,
         channel: grpc.Channel | None = None,
     ) -> None:
-        self._addresses = _addresses(address) if channel is None else ["(given channel)"]
-        self._at = 0
-        self._security = ClientSecurity.resolve(tls, token)
-        first = channel or self._open(self.address)
-        self._channels = {self.address: first}
-        self._use(first)
-        self._timeout = timeout_s
-        self._retries = retries
+        self._setup(address, tls, token, timeout_s, retries, channel)
 
     def _open(self, address: str) -> grpc.Channel:
         return self._security.sync_channel(address)
@@ -444,14 +457,7 @@ class AsyncClient(_Base[grpc.aio.Channel]):
         retries: int = 3,
         channel: grpc.aio.Channel | None = None,
     ) -> None:
-        self._addresses = _addresses(address) if channel is None else ["(given channel)"]
-        self._at = 0
-        self._security = ClientSecurity.resolve(tls, token)
-        first = channel or self._open(self.address)
-        self._channels = {self.address: first}
-        self._use(first)
-        self._timeout = timeout_s
-        self._retries = retries
+        self._setup(address, tls, token, timeout_s, retries, channel)
 
     def _open(self, address: str) -> grpc.aio.Channel:
         return self._security.aio_channel(address)
