@@ -19,6 +19,12 @@ from timeshard.node.schedules import COUNT_LIMIT, FirePlan, plan_fire, spec_of
 from timeshard.sharding import minute_of
 
 DAY_S = 86_400
+CHEAP_CPU_S = 6.0
+"""The catch-up's CPU (the whole process's, while the test waits for the fire: the node's
+other tasks and threads count too) must stay far below what listing a day of seconds cost
+(16 s). It varies a lot from run to run: 0.7-3.6 s on a quiet machine, and 1.9 s failed a CI
+run against the bound of 1 s this had before. A bound on the order of the work, not a
+timing."""
 
 
 def reference_plan(s: Schedule, now: int, still_active: int) -> FirePlan:
@@ -158,7 +164,7 @@ async def fired_after(node: Node, last_fire_at: int, timeout: float = 90) -> Non
     deadline = time.monotonic() + timeout
     while (await node.schedules.get("s1")).last_fire_at == last_fire_at:
         assert time.monotonic() < deadline, "the resumed schedule did not fire"
-        await asyncio.sleep(0.001)
+        await asyncio.sleep(0.01)  # (each look costs CPU, which the caller is measuring)
 
 
 def seconds(first: int, last: int) -> list[int]:
@@ -167,7 +173,7 @@ def seconds(first: int, last: int) -> list[int]:
 
 async def test_resuming_a_per_second_schedule_paused_a_day_catches_up_once_cheaply() -> None:
     s, times, cpu, beat = await resume_after_a_day_paused(MisfirePolicy.ONCE)
-    assert cpu < 1.0, f"catch-up took {cpu:.2f}s of CPU"
+    assert cpu < CHEAP_CPU_S, f"catch-up took {cpu:.2f}s of CPU"
     assert beat.turns > 0 and beat.longest_stall < 0.25, beat.longest_stall
     now = s.last_fire_at  # a whole second: the clock stood still since the resume
     on_time = seconds(now - 60_000, now)  # within misfire_grace: each runs
@@ -178,7 +184,7 @@ async def test_resuming_a_per_second_schedule_paused_a_day_catches_up_once_cheap
 
 async def test_misfire_all_catches_up_at_most_max_catchup_cheaply() -> None:
     s, times, cpu, beat = await resume_after_a_day_paused(MisfirePolicy.ALL, max_catchup=100)
-    assert cpu < 1.0, f"catch-up took {cpu:.2f}s of CPU"
+    assert cpu < CHEAP_CPU_S, f"catch-up took {cpu:.2f}s of CPU"
     assert beat.turns > 0 and beat.longest_stall < 0.25, beat.longest_stall
     now = s.last_fire_at
     assert times == seconds(now - 160_000, now)  # the newest 100 missed, 61 on time
