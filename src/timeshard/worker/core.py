@@ -217,8 +217,9 @@ class Worker:
         self.use_stream = use_stream
         """Take jobs over each node's worker stream (``WorkerService.Work``), falling back to
         the unary calls on a node without it; False (the default): the unary calls only.
-        Not the default yet: on Cassandra at a steady 400 jobs/s the stream's pushes stopped
-        after a few seconds with thousands of jobs ready (see docs/benchmarks.md)."""
+        Not the default yet: on Cassandra at a steady 400 jobs/s on an overloaded machine the
+        stream's pushes once stopped with thousands of jobs ready; on a quieter one it did not,
+        and it was as fast or faster (docs/benchmarks.md). It waits for a soak with faults."""
         if claim_polls < 1:
             raise ValueError("claim_polls must be at least 1")
         self.claim_polls = claim_polls
