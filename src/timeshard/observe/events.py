@@ -133,7 +133,7 @@ class NodeMetrics:
         self.registry = CollectorRegistry(auto_describe=False)
         self.max_types = max_types
         self._types: set[str] = set()
-        self._children: dict[tuple[int, str], Any] = {}  # (metric, job type) -> its child
+        self._children: dict[tuple[int, str], Any] = {}  # (metric, label) -> its child
         self.window = LatenessWindow(clock)
         self.failures: deque[JobEvent] = deque(maxlen=RECENT)
         self.dead: deque[JobEvent] = deque(maxlen=RECENT)
@@ -238,20 +238,14 @@ class NodeMetrics:
         return type_label(self._types, self.max_types, job_type)
 
     def _typed(self, metric: Any, job_type: str) -> Any:
-        """``metric``'s child for ``job_type`` (by ``type_label``), kept after the first
-        look for a type that has a label of its own: prometheus_client's ``labels()`` takes a
-        lock and checks its arguments on every call, and the hooks run once per job."""
-        child = self._children.get((id(metric), job_type))
-        if child is None:
-            label = self.type_label(job_type)
-            child = metric.labels(label)
-            if label == job_type:
-                self._children[(id(metric), job_type)] = child
-        return child
+        """``metric``'s child for ``job_type``'s label (``type_label``: at most ``max_types``
+        of them and ``_other``), kept after the first look: prometheus_client's ``labels()``
+        takes a lock and checks its arguments on every call, and the hooks run once per job."""
+        return self._child(metric, self.type_label(job_type))
 
     def _child(self, metric: Any, label: str) -> Any:
-        """``metric``'s child for ``label``, one of a few fixed values (a kind, a priority),
-        kept after the first look."""
+        """``metric``'s child for ``label`` (a bounded set: a type label, a kind, a
+        priority), kept after the first look."""
         child = self._children.get((id(metric), label))
         if child is None:
             child = self._children[(id(metric), label)] = metric.labels(label)
