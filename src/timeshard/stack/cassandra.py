@@ -154,6 +154,15 @@ DEFAULT_CREDENTIALS = ("cassandra", "cassandra")
 """The superuser role Cassandra creates on the first start of an authenticating cluster."""
 
 
+# The timer slack each thread of a node gets (the kernel's default is 50 us). Cassandra's
+# shared request pool keeps an idle worker "spinning" for about 10 ms after each task, parked in
+# steps of 10 us: with the default slack a trickle of requests (50 a second) keeps about half a
+# core busy in those wake-ups. At 400 us the steps are longer, a trickle costs a third of that,
+# and a request waits at most that much more for a spinning worker. docs/benchmarks.md
+# ("Cassandra's idle spin") has the figures; deploy/cassandra.md says how to set it in production.
+TIMER_SLACK_US = 400
+
+
 class CassandraProcess:
     """One Cassandra node on ``host:port`` with its files under ``run_dir``: alone (the
     default), or one node of a cluster (``seeds`` and ``initial_token`` given, see
@@ -164,7 +173,8 @@ class CassandraProcess:
     ``unsafe_system`` skips flushing schema changes (3x faster keyspace creation): a node
     started so must never be killed, or it forgets the tables created since its start.
     ``auth`` turns on ``PasswordAuthenticator`` (and ``CassandraAuthorizer``): the node is ready
-    once the default superuser (``DEFAULT_CREDENTIALS``) can log in.
+    once the default superuser (``DEFAULT_CREDENTIALS``) can log in. ``timer_slack_us`` is the
+    timer slack of the node's threads (0: the kernel's default; see ``TIMER_SLACK_US``).
     """
 
     def __init__(
@@ -181,6 +191,7 @@ class CassandraProcess:
         initial_token: int = 0,
         auth: bool = False,
         unsafe_system: bool = False,
+        timer_slack_us: int = TIMER_SLACK_US,
         progress: Progress = log_progress,
     ) -> None:
         self.host = host
@@ -193,6 +204,7 @@ class CassandraProcess:
         self.initial_token = initial_token
         self.auth = auth
         self.unsafe_system = unsafe_system
+        self.timer_slack_us = timer_slack_us
         self.progress = progress
         self.run_dir = run_dir or Path(tempfile.mkdtemp(prefix=f"timeshard-cassandra-{port}-"))
         self._server = JavaServer(f"Cassandra {self.address}", self.run_dir / "console.log")
@@ -250,7 +262,9 @@ class CassandraProcess:
         self.progress(
             f"starting Cassandra {self.version} on {self.address} (run dir {self.run_dir})"
         )
-        self._server.spawn(self._argv(lib), cwd=self.run_dir)
+        self._server.spawn(
+            self._argv(lib), cwd=self.run_dir, timer_slack_ns=self.timer_slack_us * 1000
+        )
 
     def stop(self, timeout: float = 60.0) -> None:
         self._server.stop(timeout)

@@ -16,7 +16,12 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from timeshard.stack.cassandra import CassandraProcess, driver_cluster, probe_quietly
+from timeshard.stack.cassandra import (
+    TIMER_SLACK_US,
+    CassandraProcess,
+    driver_cluster,
+    probe_quietly,
+)
 from timeshard.stack.process import Progress, StackError, log_progress
 
 RING_TOKENS = 2**64
@@ -70,6 +75,7 @@ class CassandraCluster:
         heap: str = "512M",
         auth: bool = False,
         unsafe_system: bool = False,
+        timer_slack_us: int = TIMER_SLACK_US,
         cluster_name: str = "timeshard",
         version: str | None = None,
         progress: Progress = log_progress,
@@ -91,6 +97,7 @@ class CassandraCluster:
                 initial_token=ring_token(i, size),
                 auth=auth,
                 unsafe_system=unsafe_system,
+                timer_slack_us=timer_slack_us,
                 progress=progress,
             )
             for i, host in enumerate(hosts)

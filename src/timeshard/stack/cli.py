@@ -26,7 +26,7 @@ from typing import Any
 
 from timeshard.argtypes import MAX_PORT, number, whole
 from timeshard.console import Exit, print_json
-from timeshard.stack.cassandra import cql_ready
+from timeshard.stack.cassandra import TIMER_SLACK_US, cql_ready
 from timeshard.stack.cassandra_cluster import CassandraCluster, ring_problem
 from timeshard.stack.process import StackError, pid_matches, port_open, stop_pid
 from timeshard.stack.state import load_state, save_state, state_file, state_root
@@ -86,6 +86,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--zookeeper-size", type=int, default=1, choices=(1, 3), help="1 standalone, 3 ensemble"
     )
     up.add_argument("--heap", help="heap of each Cassandra node (1G; 512M with several nodes)")
+    up.add_argument(
+        "--cassandra-timer-slack-us",
+        type=whole(0, 1_000_000),
+        default=TIMER_SLACK_US,
+        help=f"timer slack of Cassandra's threads, us ({TIMER_SLACK_US}; 0: the kernel's 50)",
+    )
     up.add_argument(
         "--timeout", type=number(above=0), default=180.0, help="seconds to wait for each"
     )
@@ -217,6 +223,7 @@ def _start_cassandra(args: argparse.Namespace) -> dict[str, Any]:
         heap=args.heap or ("1G" if shape["nodes"] == 1 else "512M"),
         auth=shape["auth"],
         unsafe_system=args.unsafe_system,
+        timer_slack_us=args.cassandra_timer_slack_us,
         progress=_progress,
     )
     cluster.start(timeout=args.timeout * cluster.size)
@@ -230,6 +237,7 @@ def _start_cassandra(args: argparse.Namespace) -> dict[str, Any]:
         "heap": cluster.nodes[0].heap,
         "auth": shape["auth"],
         "unsafe_system": args.unsafe_system,
+        "timer_slack_us": args.cassandra_timer_slack_us,
         "start_seconds": round(cluster.start_seconds or 0.0, 1),
     }
     if cluster.credentials:

@@ -5,6 +5,7 @@ SIGTERM and then SIGKILL. A later process can stop it by pid from the state file
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import logging
 import os
 import shutil
@@ -12,7 +13,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -22,6 +23,44 @@ Progress = Callable[[str], None]
 
 class StackError(Exception):
     """A local service could not be fetched, started or stopped; the message says why."""
+
+
+_PR_SET_TIMERSLACK, _PR_GET_TIMERSLACK = 29, 30  # <linux/prctl.h>
+
+
+@contextlib.contextmanager
+def timer_slack(ns: int | None) -> Iterator[None]:
+    """Give the calling thread a timer slack of ``ns`` nanoseconds for the block (None or 0:
+    leave it). A process started in the block keeps it across ``exec``, and each thread it
+    makes inherits it: how a child gets a slack of its own without ``preexec_fn`` (unsafe with
+    threads) or privileges (setting another process's slack needs ``CAP_SYS_NICE``).
+
+    On a system without ``prctl`` (not Linux) the block runs with the slack unchanged.
+    ``ctypes`` rather than a package: the one call has no well-kept binding (python-prctl
+    needs libcap headers to build).
+    """
+    prctl = _prctl() if ns else None
+    old = prctl(_PR_GET_TIMERSLACK) if prctl else -1
+    if not ns or prctl is None or old < 0 or prctl(_PR_SET_TIMERSLACK, ns) != 0:
+        yield
+        return
+    try:
+        yield
+    finally:
+        prctl(_PR_SET_TIMERSLACK, old)
+
+
+def _prctl() -> Callable[..., int] | None:
+    """``prctl(option, arg)`` of this thread, or None where the C library has none."""
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+    def call(option: int, arg: int = 0) -> int:
+        return int(fn(option, *(ctypes.c_ulong(v) for v in (arg, 0, 0, 0))))
+
+    return call
 
 
 def log_progress(message: str) -> None:
@@ -144,11 +183,12 @@ class JavaServer:
             return self._proc.poll() is None
         return self._pid is not None and pid_alive(self._pid)
 
-    def spawn(self, argv: Sequence[str], *, cwd: Path) -> int:
+    def spawn(self, argv: Sequence[str], *, cwd: Path, timer_slack_ns: int | None = None) -> int:
+        """Start ``argv``; with ``timer_slack_ns`` every thread of it gets that timer slack."""
         if self.running():
             raise StackError(f"{self.name} is already running (pid {self._pid})")
         self.console_log.parent.mkdir(parents=True, exist_ok=True)
-        with self.console_log.open("ab") as out:
+        with self.console_log.open("ab") as out, timer_slack(timer_slack_ns):
             self._proc = subprocess.Popen(
                 list(argv),
                 cwd=cwd,

@@ -255,6 +255,14 @@ class ChaosRun:
             }
         )
 
+    def _try_set_paused(self, paused: bool) -> bool:
+        try:
+            self._set_flow(paused=paused)
+        except GaveUp as exc:
+            self.progress(f"{RATED_TYPE}: {'pause' if paused else 'resume'} gave up ({exc})")
+            return False
+        return True
+
     def _create_schedule(self, sid: str, cron: str, period_ms: int) -> None:
         schedule = pb.Schedule(
             schedule_id=sid,
@@ -357,14 +365,16 @@ class ChaosRun:
         while (elapsed := time.monotonic() - started) < self.config.duration_s:
             time.sleep(1.0)
             self._restart_crashed(busy=injector.current)
+            # The type's flow changes between faults: during one (a whole-store outage may
+            # outlast any give-up) the change waits, and one that gives up is tried again.
+            want = None
             if paused is None and elapsed >= pause_at:
-                self._set_flow(paused=True)
-                paused = True
-                self.progress(f"{elapsed:.0f} s: {RATED_TYPE} paused")
+                want = True
             elif paused and elapsed >= resume_at:
-                self._set_flow(paused=False)
-                paused = False
-                self.progress(f"{elapsed:.0f} s: {RATED_TYPE} resumed")
+                want = False
+            if want is not None and not injector.current and self._try_set_paused(want):
+                paused = want
+                self.progress(f"{elapsed:.0f} s: {RATED_TYPE} {'paused' if want else 'resumed'}")
             if time.monotonic() >= next_note:
                 s = workload.stats
                 doing = f"; now {injector.current}" if injector.current else ""
