@@ -9,9 +9,9 @@ follow progress while the recording costs a few microseconds per job.
 
     timeshard --server HOST:PORT worker timeshard.testing.loadworker:worker
 
-``TIMESHARD_LOADTEST_STREAM=1`` (inherited from ``tools/loadtest.py``) makes it use the worker
-stream instead of the unary calls, to compare the two; ``TIMESHARD_LOADTEST_CLAIM_POLLS=N``
-sets its long polls per node (``Worker.claim_polls``).
+``TIMESHARD_LOADTEST_STREAM=0`` (inherited from ``tools/loadtest.py``) makes it use the unary
+calls instead of the worker stream (the SDK's default), to compare the two;
+``TIMESHARD_LOADTEST_CLAIM_POLLS=N`` sets its long polls per node (``Worker.claim_polls``).
 
 It follows the contract of ``tools/loadtest.py --worker-command`` (which other languages' load
 workers follow too), so that command line is also a valid ``--worker-command``.
@@ -33,10 +33,10 @@ FLUSH_S = 0.2
 worker = Worker(
     lease_s=60,
     claim_wait_s=5,
-    use_stream=os.environ.get("TIMESHARD_LOADTEST_STREAM") == "1",
+    use_stream=os.environ.get("TIMESHARD_LOADTEST_STREAM", "1") != "0",
     claim_polls=int(os.environ.get("TIMESHARD_LOADTEST_CLAIM_POLLS", "2")),
 )
-"""On the unary Claim/Heartbeat/Finish; ``TIMESHARD_LOADTEST_STREAM=1``: the worker stream."""
+"""On the worker stream; ``TIMESHARD_LOADTEST_STREAM=0``: the unary Claim/Heartbeat/Finish."""
 
 
 class RunLog:

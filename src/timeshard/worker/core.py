@@ -194,7 +194,7 @@ class Worker:
         on_event: EventHook | None = None,
         tls: TlsArg = None,
         token: str | None = None,
-        use_stream: bool = False,
+        use_stream: bool = True,
         claim_polls: int = 2,
         server: str | None = None,
         schedules: Sequence[ScheduleSpec] = (),
@@ -215,11 +215,8 @@ class Worker:
         self.token = token
         """The role token; None: ``TIMESHARD_TOKEN``, read when the worker starts running."""
         self.use_stream = use_stream
-        """Take jobs over each node's worker stream (``WorkerService.Work``), falling back to
-        the unary calls on a node without it; False (the default): the unary calls only.
-        Not the default yet: on Cassandra at a steady 400 jobs/s on an overloaded machine the
-        stream's pushes once stopped with thousands of jobs ready; on a quieter one it did not,
-        and it was as fast or faster (docs/benchmarks.md). It waits for a soak with faults."""
+        """Take jobs over each node's worker stream (``WorkerService.Work``; the default),
+        falling back to the unary calls on a node without it; False: the unary calls only."""
         if claim_polls < 1:
             raise ValueError("claim_polls must be at least 1")
         self.claim_polls = claim_polls
