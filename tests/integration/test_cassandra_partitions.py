@@ -199,7 +199,9 @@ async def test_a_job_made_again_after_a_purge_outlives_the_dead_jobs_retention(
     """A dead job's index row and key get the dead-letter retention as their time to live; a
     purge leaves them (the key keeps its id), so the job made again under that key must
     rewrite them without it, or it would lose its key (a repeat would make a second job) and
-    its index (its home) when the dead one's retention ran out."""
+    its index (its home) when the dead one's retention ran out. The dead job's own rewrite of
+    them (with its time to live) goes out up to ``FOLLOW_WINDOW_S`` after it died, here after
+    the job was made again: timed when the job died, it loses to the newer rows."""
     from timeshard.store.base import Retention
 
     store = CassandraStore.from_url(

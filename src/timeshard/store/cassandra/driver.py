@@ -317,6 +317,14 @@ class Connection:
         if cluster is not None:
             await asyncio.get_running_loop().run_in_executor(None, cluster.shutdown)
 
+    def write_timestamp(self) -> int:
+        """A write timestamp (us) from the driver's own generator, the one every plain write
+        gets when it is sent: a write given it now and sent later loses to any write sent in
+        between (last write wins by timestamp, not by arrival)."""
+        if self._cluster is None:
+            raise StoreUnavailable("the store is not open")
+        return int(self._cluster.timestamp_generator())
+
     async def rows(
         self, name: str, params: Sequence[Any] | Mapping[str, Any], *, serial: bool = False
     ) -> list[Row]:
