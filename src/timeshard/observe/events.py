@@ -127,13 +127,32 @@ def type_label(seen: set[str], max_types: int, job_type: str) -> str:
     return job_type
 
 
+class Series:
+    """Each labelled series of some metrics, kept after its first look: prometheus_client's
+    ``labels()`` takes a lock and checks its arguments on every call, and the per-job hooks of
+    the node and the worker would call it several times per job. The labels must come from a
+    bounded set (a type label, an outcome, a kind)."""
+
+    __slots__ = ("_children",)
+
+    def __init__(self) -> None:
+        self._children: dict[tuple[object, ...], Any] = {}
+
+    def of(self, metric: Any, *labels: str) -> Any:
+        key = (id(metric), *labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*labels)
+        return child
+
+
 class NodeMetrics:
     def __init__(self, clock: Clock, *, max_types: int = 200, tracer_provider: Any = None) -> None:
         self.clock = clock
         self.registry = CollectorRegistry(auto_describe=False)
         self.max_types = max_types
         self._types: set[str] = set()
-        self._children: dict[tuple[int, str], Any] = {}  # (metric, label) -> its child
+        self._series = Series()
         self.window = LatenessWindow(clock)
         self.failures: deque[JobEvent] = deque(maxlen=RECENT)
         self.dead: deque[JobEvent] = deque(maxlen=RECENT)
@@ -246,10 +265,7 @@ class NodeMetrics:
     def _child(self, metric: Any, label: str) -> Any:
         """``metric``'s child for ``label`` (a bounded set: a type label, a kind, a
         priority), kept after the first look."""
-        child = self._children.get((id(metric), label))
-        if child is None:
-            child = self._children[(id(metric), label)] = metric.labels(label)
-        return child
+        return self._series.of(metric, label)
 
     # -- hooks: each called once, after the fact -------------------------------------------
 

@@ -11,7 +11,6 @@ sent, whichever task the event loop happens to run first (invariant 6).
 from __future__ import annotations
 
 import math
-import threading
 
 from timeshard.clock import Clock, SystemClock
 
@@ -26,7 +25,10 @@ class Lease:
         self._clock: Clock = clock or SystemClock()
         self.deadline = deadline
         """Monotonic time by which the handler must have stopped."""
-        self._stopped = threading.Event()  # read from sync handlers' threads
+        self._stopped = False
+        """Told to stop. A plain flag, set once and read from sync handlers' threads: a
+        ``threading.Event`` (a lock and a condition per job) bought nothing here, as nobody
+        waits on it."""
         self.lost = False
         """The server said this worker no longer holds the job (stale fence, gone)."""
         self.reason = ""
@@ -49,7 +51,7 @@ class Lease:
         """Tell the handler to stop (its timeout passed, or the lease is over)."""
         if not self.reason:
             self.reason = reason
-        self._stopped.set()
+        self._stopped = True
 
     def lose(self, reason: str) -> None:
         self.lost = True
@@ -58,7 +60,7 @@ class Lease:
     @property
     def over(self) -> bool:
         """What ``JobContext.cancelled`` reports: told to stop, or no longer held."""
-        return self._stopped.is_set() or not self.held()
+        return self._stopped or not self.held()
 
     def why(self) -> str:
         if self.reason:

@@ -20,7 +20,7 @@ from prometheus_client import Counter, Histogram
 from prometheus_client.registry import CollectorRegistry
 
 from timeshard.clock import Clock, SystemClock
-from timeshard.observe.events import LATENESS_BUCKETS_S, type_label
+from timeshard.observe.events import LATENESS_BUCKETS_S, Series, type_label
 from timeshard.observe.tracing import AttrValue, Tracing
 from timeshard.worker.core import EventHook, JobContext
 
@@ -37,6 +37,7 @@ class WorkerMetrics:
         self.max_types = max_types
         self._types: set[str] = set()
         self._started: dict[tuple[str, int], tuple[int, Any]] = {}  # (job, fence) -> (ms, span)
+        self._series = Series()  # (each run looks up three labelled series)
         self.tracing = Tracing(tracer_provider)
         self.lateness = Histogram(
             "timeshard_worker_start_lateness_seconds",
@@ -68,17 +69,17 @@ class WorkerMetrics:
         label = self._label(ctx.job_type)
         key = (ctx.job_id, ctx.fence)
         if kind == "started":
-            self.lateness.labels(label).observe(max(0, now - ctx.run_at) / 1000)
+            self._series.of(self.lateness, label).observe(max(0, now - ctx.run_at) / 1000)
             self._started[key] = (now, self._handler_span(ctx, now))
             return
         if kind not in OUTCOMES:
             return
-        self.jobs_total.labels(label, kind).inc()
+        self._series.of(self.jobs_total, label, kind).inc()
         started = self._started.pop(key, None)
         if started is None:
             return
         started_ms, span = started
-        self.run_seconds.labels(label, kind).observe(max(0, now - started_ms) / 1000)
+        self._series.of(self.run_seconds, label, kind).observe(max(0, now - started_ms) / 1000)
         if span is not None:
             span.set_attribute("timeshard.outcome", kind)
         self.tracing.end(span, end_ms=now, error=detail if kind != "succeeded" else "")
