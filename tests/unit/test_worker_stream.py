@@ -199,6 +199,37 @@ async def test_a_job_due_while_a_claim_writes_is_pushed_without_waiting_for_it()
         assert late.after_seq == 1
 
 
+async def test_credits_a_claim_gives_back_while_another_waits_are_used_at_once() -> None:
+    """Type ``a``'s one credit is held by a claim writing its job, so the claim that then
+    waits for due jobs may take ``b`` only. The worker grants ``a`` another credit meanwhile
+    (its slot freed); once the write ends, ``a`` has a credit the waiting claim may not use.
+    The next ``a`` job must be pushed at once, not after the waiting claim's long wait (60 s):
+    a worker with a busy and an idle type stalled so in CI."""
+    store = HeldClaims()
+    node = Node(
+        store=store,
+        coordinator=LocalCoordinator(),
+        clock=SystemClock(),
+        config=NodeConfig(min_lease_s=0.5),
+    )
+    async with serving(Server(node, port=0)) as (srv, channel):
+        s = Stream(channel)
+        await s.hello(a=1, b=1)
+        store.hold.set()
+        [first] = await schedule(srv, 1, job_type="a")
+        await wait_until(lambda: store.held == 1, what="the first claim's write to start")
+        # A credit for a while the first claim writes (the answer to the heartbeat shows the
+        # node read the request).
+        beat = pb.HeartbeatRequest(job_id="not-a-job", fence=1, lease=dur(1000))
+        await s.answer(await s.send(credits=_credits({"a": 1}), heartbeats=[beat]))
+        store.release.set()
+        assert [j.job.job_id for j in await s.until_jobs(1)] == [first]
+        [second] = await schedule(srv, 1, job_type="a")
+        async with asyncio.timeout(10):
+            pushed = await s.until_jobs(2)
+        assert pushed[1].job.job_id == second
+
+
 async def test_pushing_goes_on_after_each_claim_ends(monkeypatch: pytest.MonkeyPatch) -> None:
     """With every claim slot in use, the end of a claim must wake the pushing task again (it
     once woke before the claim's task was done, saw the slots full and slept for good with

@@ -187,6 +187,8 @@ class WorkStream:
         self._has_unsent = asyncio.Event()
         self._drained = asyncio.Event()
         self._waiting = False
+        self._waiting_caps: dict[str, int] = {}
+        """The credits per type the claim waiting for due jobs (``_waiting``) may use."""
         self._answers_due = 0
         """Requests with heartbeats or results not answered yet."""
 
@@ -282,7 +284,6 @@ class WorkStream:
             self._wake()
 
     def _grant(self, credits: Sequence[pb.WorkCredit]) -> None:
-        new_type = False
         for n, c in enumerate(credits):
             try:
                 validate_job_type(c.type)
@@ -305,14 +306,28 @@ class WorkStream:
                     f"credits[{n}].type", f"at most {MAX_CLAIM_TYPES} job types per stream"
                 )
             if c.credits:
-                new_type |= held == 0
                 self._credits[c.type] = held + c.credits
-        if new_type:
-            self._wake()
+                self._credit_event.set()  # the pushing task may start a claim with them
+        self._wake_if_uncovered()
+
+    def _wake_if_uncovered(self) -> None:
+        """Cut the waiting claim short if a type has free credits (not held by a claim) that it
+        may not use: a type that got credits while it had none free, or whose credits a claim
+        still writing gave back. Waiting on, it would leave that type's due jobs unpushed for
+        up to ``WAIT_S`` (a worker with two types stalled so: the busy type's credits were all
+        held by a claim writing its jobs when the waiting claim started, for the idle type
+        alone). A type the waiting claim may use already takes its jobs as they come due."""
+        if not self._waiting:
+            return
+        caps = self._waiting_caps
+        for t, c in self._credits.items():
+            if not caps.get(t) and c > self._held.get(t, 0):
+                self._wake()
+                return
 
     def _wake(self) -> None:
-        """The pushing task must look at the credits again: a type got its first ones, or the
-        worker stopped."""
+        """The pushing task must look at the credits again: a type got credits the waiting
+        claim may not use, or the worker stopped."""
         self._changed = True
         self._credit_event.set()
         if self._waiting:
@@ -340,6 +355,7 @@ class WorkStream:
                     continue
                 self._changed = False
                 self._waiting = True
+                self._waiting_caps = caps
                 for t, n in caps.items():
                     self._held[t] = self._held.get(t, 0) + n
                 task = asyncio.create_task(self._push_one(caps), name="work-claim")
@@ -397,7 +413,7 @@ class WorkStream:
         finally:
             for t, n in caps.items():
                 self._held[t] -= n
-            if self._waiting and not claimed:
+            if self._waiting and not claimed and self._waiting_caps is caps:
                 self._waiting = False  # gave up, or failed, before taking anything
             self._credit_event.set()
             # A push names the earliest request read before any claim still unsent took its
@@ -406,12 +422,16 @@ class WorkStream:
             # earlier, never later than the lease's real end).
             after_seq = min(self._stamps.values(), default=0)
             self._stamps.pop(me, None)
+        if claimed:
+            for c in claimed:
+                t = c.job.job_type
+                if t in self._credits:  # (not after a stop, which dropped them all)
+                    self._credits[t] -= 1
+        # The credits this claim held and did not spend are free again: the claim waiting now
+        # may not cover their type.
+        self._wake_if_uncovered()
         if not claimed:
             return
-        for c in claimed:
-            t = c.job.job_type
-            if t in self._credits:  # (not after a stop, which dropped them all)
-                self._credits[t] -= 1
         self._hub.node.metrics.claim_message()  # a push: the stream's message of claimed jobs
         self.send(
             pb.WorkResponse(
