@@ -168,16 +168,20 @@ class HeldClaims(SqliteStore):
             await self.release.wait()
         return await super().claim_jobs(claims)
 
+    def server(self) -> Server:
+        """A server of a node on this store."""
+        node = Node(
+            store=self,
+            coordinator=LocalCoordinator(),
+            clock=SystemClock(),
+            config=NodeConfig(min_lease_s=0.5),
+        )
+        return Server(node, port=0)
+
 
 async def test_a_job_due_while_a_claim_writes_is_pushed_without_waiting_for_it() -> None:
     store = HeldClaims()
-    node = Node(
-        store=store,
-        coordinator=LocalCoordinator(),
-        clock=SystemClock(),
-        config=NodeConfig(min_lease_s=0.5),
-    )
-    async with serving(Server(node, port=0)) as (srv, channel):
+    async with serving(store.server()) as (srv, channel):
         s = Stream(channel)
         await s.hello(t=10)
         store.hold.set()
@@ -206,13 +210,7 @@ async def test_credits_a_claim_gives_back_while_another_waits_are_used_at_once()
     The next ``a`` job must be pushed at once, not after the waiting claim's long wait (60 s):
     a worker with a busy and an idle type stalled so in CI."""
     store = HeldClaims()
-    node = Node(
-        store=store,
-        coordinator=LocalCoordinator(),
-        clock=SystemClock(),
-        config=NodeConfig(min_lease_s=0.5),
-    )
-    async with serving(Server(node, port=0)) as (srv, channel):
+    async with serving(store.server()) as (srv, channel):
         s = Stream(channel)
         await s.hello(a=1, b=1)
         store.hold.set()

@@ -333,9 +333,11 @@ def report(args: argparse.Namespace, parse: Callable[[list[str]], argparse.Names
             run_args = parse(command.split())
             load = loadavg()
             note(f"== {name}: loadtest {command} (load {load})")
-            runner: Runner = RUNNERS.get(run_args.command) or getattr(scenarios, run_args.command)
+            runner: Runner
             if run_args.command in ("shards", "failover"):
                 runner = getattr(scale, run_args.command)
+            else:
+                runner = RUNNERS.get(run_args.command) or getattr(scenarios, run_args.command)
             try:
                 result, _ = runner(run_args)
             except (SystemExit, grpc.RpcError) as exc:
