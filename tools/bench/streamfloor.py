@@ -13,8 +13,9 @@ an event loop costs on this machine, with no gRPC at all.
 
     python tools/bench/streamfloor.py --rate 300 --seconds 10 [--jobs-per-push 1] [--uvloop]
 
-It prints the server's CPU per job pushed and per message, next to the sleep-only figure, so
-a scheduler's CPU per trickling job can be read against what the framework takes.
+It prints the server's CPU per job pushed and per message, the worker's CPU per job, and the
+sleep-only figure, so that a scheduler's (and its worker's) CPU per trickling job can be read
+against what the framework takes.
 """
 
 from __future__ import annotations
@@ -159,9 +160,10 @@ def main() -> None:
     assert server.stdin is not None and server.stdout is not None
     try:
         server.stdout.readline()  # ready
-        before = _cpu_s(server.pid)
+        before, mine = _cpu_s(server.pid), time.process_time()
         jobs, pushes = run(_worker(port, args.seconds, args.results_every))
         stream_cpu = _cpu_s(server.pid) - before
+        worker_cpu = time.process_time() - mine
         time.sleep(0.5)
         before = _cpu_s(server.pid)
         server.stdin.write(f"sleep {args.rate / args.jobs_per_push} {args.seconds}\n")
@@ -180,6 +182,7 @@ def main() -> None:
         "jobs": jobs,
         "server_cpu_ms_per_job": round(stream_cpu / max(jobs, 1) * 1000, 3),
         "server_cpu_ms_per_message": round(stream_cpu / max(pushes + 2 * requests, 1) * 1000, 3),
+        "worker_cpu_ms_per_job": round(worker_cpu / max(jobs, 1) * 1000, 3),
         "sleep_only_cpu_ms_per_wake": round(sleep_cpu / max(wakes, 1) * 1000, 3),
         "load_average": os.getloadavg()[0],
     }
