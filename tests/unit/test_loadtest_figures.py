@@ -4,6 +4,7 @@ runs that may have overlapped, and each node's share of a run on several nodes."
 
 from __future__ import annotations
 
+import argparse
 import os
 import signal
 import subprocess
@@ -13,7 +14,7 @@ from pathlib import Path
 
 from tools.bench.external import tree_cpu_seconds
 from tools.bench.records import RunRecords
-from tools.bench.scale import overlapping_runs
+from tools.bench.scale import after_kill, overlapping_runs
 from tools.bench.scenarios import (
     bucket_reads,
     bucket_requests,
@@ -95,9 +96,43 @@ def test_a_job_started_again_within_a_lease_may_have_overlapped() -> None:
         ("b", 0, 70_000.0),  # again after the lease: a re-run, not an overlap
         ("c", 0, 1_000.0),
     ]:
-        records._add(job_id, run_at, start)
+        records._add(job_id, run_at, start, start)
     assert overlapping_runs(records, lease_s=60) == 1
     assert records.repeated == {"a": 1, "b": 1}
+
+
+def test_a_failover_counts_a_shard_fired_again_once_a_successor_claimed_its_job(
+    tmp_path: Path,
+) -> None:
+    """A job the killed node claimed just before the kill may start just after it: that is not
+    its shard firing again (the failover run of session 11 reported 9 ms so)."""
+    from timeshard.sharding import shard_of
+
+    ids = [f"{n:032x}" for n in range(64)]
+    lost = shard_of(ids[0], 16)
+    mine = [j for j in ids if shard_of(j, 16) == lost]
+    assert len(mine) >= 2
+    log = tmp_path / "runs.log"
+    log.write_text(
+        f"{mine[0]} 9000 10005.0 9990\n"  # claimed before the kill (10 s), started after
+        f"{mine[1]} 12000 14500.0 14400\n"  # claimed by a successor 4.4 s after the kill
+    )
+    records = RunRecords(paths=[log])
+    records.poll()
+    args = argparse.Namespace(shards=16, session_timeout=4.0)
+    killed = {"at": 10.0, "shards": {lost}, "name": "node1"}
+    out = after_kill(None, None, records, killed, args)  # type: ignore[arg-type]
+    assert out["first_shard_fired_again_s"] == 4.5
+    assert out["shards_fired_again"] == 1
+
+
+def test_records_without_the_claim_time_count_the_start(tmp_path: Path) -> None:
+    """A worker of another language writes three fields: the start stands for the claim."""
+    log = tmp_path / "runs.log"
+    log.write_text("a 0 5.5\nb 0 7.0 6\n")
+    records = RunRecords(paths=[log])
+    assert records.poll() == 2
+    assert records.claimed == {"a": 5.5, "b": 6.0}
 
 
 def test_each_nodes_share_of_a_run() -> None:

@@ -19,6 +19,9 @@ class RunRecords:
     """job id -> runs after the first"""
     again: dict[str, list[float]] = field(default_factory=dict)
     """job id -> the start ms of each run after the first"""
+    claimed: dict[str, float] = field(default_factory=dict)
+    """job id -> when the node claimed its first run (ms; its start where a worker's lines do
+    not say: the fourth field is optional)"""
     early: int = 0
 
     def poll(self) -> int:
@@ -36,12 +39,12 @@ class RunRecords:
                 continue
             self.offsets[path] = self.offsets.get(path, 0) + end
             for line in chunk[:end].split(b"\n")[:-1]:
-                job_id, run_at, start = line.decode().split(" ")
-                self._add(job_id, int(run_at), float(start))
+                job_id, run_at, start, *claimed = line.decode().split(" ")
+                self._add(job_id, int(run_at), float(start), float((claimed or [start])[0]))
                 added += 1
         return added
 
-    def _add(self, job_id: str, run_at: int, start_ms: float) -> None:
+    def _add(self, job_id: str, run_at: int, start_ms: float, claimed_ms: float) -> None:
         if start_ms < run_at:
             self.early += 1
         if job_id in self.first:
@@ -49,10 +52,12 @@ class RunRecords:
             self.again.setdefault(job_id, []).append(start_ms)
         else:
             self.first[job_id] = (run_at, start_ms)
+            self.claimed[job_id] = claimed_ms
 
     def forget(self) -> None:
         """Start counting afresh (the next burst of a backlog run); the files are not re-read."""
         self.first.clear()
+        self.claimed.clear()
         self.repeated.clear()
         self.again.clear()
         self.early = 0

@@ -145,7 +145,9 @@ def after_kill(
     late_others: list[float] = []
     for job_id, (due, start) in records.first.items():
         shard = shard_of(job_id, args.shards)
-        if shard in lost_shards and start > at_ms:
+        # Fired again: claimed after the kill, so by a successor (a job the killed node had
+        # claimed and pushed just before may start after the kill: it does not count).
+        if shard in lost_shards and records.claimed.get(job_id, start) > at_ms:
             first_after[shard] = min(first_after.get(shard, start), start)
         if due >= at_ms - 1000:  # due from a second before the kill on
             (late_theirs if shard in lost_shards else late_others).append((start - due) / 1000)

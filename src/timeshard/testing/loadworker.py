@@ -45,8 +45,10 @@ class RunLog:
         self._flusher: asyncio.Task[None] | None = None
         atexit.register(self.close)
 
-    def add(self, job_id: str, run_at: int, start_ms: float) -> None:
-        self._out.write(f"{job_id} {run_at} {start_ms:.3f}\n")
+    def add(self, job_id: str, run_at: int, start_ms: float, claimed_ms: int) -> None:
+        """One run: the job, its due time, when its handler started here, and when the node
+        claimed it (the attempt's ``started_at``: which node, the kill of a failover tells)."""
+        self._out.write(f"{job_id} {run_at} {start_ms:.3f} {claimed_ms}\n")
         if self._flusher is None:
             self._flusher = asyncio.get_running_loop().create_task(
                 self._flush_often(), name="loadworker-flush"
@@ -76,4 +78,4 @@ async def noop(ctx: JobContext) -> None:
     global _log
     if _log is None:
         _log = RunLog(os.environ["TIMESHARD_RECORD"])
-    _log.add(ctx.job_id, ctx.run_at, start_ms)
+    _log.add(ctx.job_id, ctx.run_at, start_ms, ctx.started_at_ms)
