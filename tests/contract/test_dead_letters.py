@@ -20,10 +20,36 @@ from timeshard.model import Job, JobState
 from timeshard.store.base import Store
 
 
-async def dead(store: Store, job_id: str, **kw: object) -> Job:
+async def dead(store: Store, job_id: str, at: int = NOW + 10, **kw: object) -> Job:
     running = await claimed(store, await created(store, job_id, **kw))
-    out = await store.fail_job(job_id, running.fence, NOW + 10, "bad input", None)
+    out = await store.fail_job(job_id, running.fence, at, "bad input", None)
     return await assert_stored(store, out)
+
+
+async def test_the_queue_counts_its_dead_jobs_and_names_the_latest(open_store: OpenStore) -> None:
+    """The size of the queue for the metrics and the status page: the dead jobs only, the
+    latest first; a replayed or purged job leaves it (at once on the node that did it)."""
+    async with open_store() as store:
+        assert await store.dead_letters(limit=100, latest=2) == (0, [])
+        await created(store, "dl-live")
+        done = await claimed(store, await created(store, "dl-done"))
+        assert (await store.complete_job("dl-done", done.fence, NOW + 10)).applied
+        for i in (1, 2, 3):
+            await dead(store, f"dl-c{i}", at=NOW + 10 * i)
+
+        async def queue(latest: int = 2) -> tuple[int, list[str]]:
+            count, jobs = await store.dead_letters(limit=100, latest=latest)
+            assert all(j.state is JobState.DEAD for j in jobs)
+            return count, [j.job_id for j in jobs]
+
+        assert await queue() == (3, ["dl-c3", "dl-c2"])
+        again = await store.get_job("dl-c3")
+        assert again is not None
+        assert (await store.replay_job("dl-c3", again.fence, NOW + 60_000, NOW + 40)).applied
+        assert await queue() == (2, ["dl-c2", "dl-c1"])
+        purged = await store.get_job("dl-c2")
+        assert purged is not None and (await store.purge_job("dl-c2", purged.fence)).applied
+        assert await queue(latest=5) == (1, ["dl-c1"])
 
 
 async def test_replay_schedules_a_dead_job_again(open_store: OpenStore) -> None:

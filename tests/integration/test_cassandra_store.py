@@ -19,7 +19,7 @@ from timeshard.errors import InvalidArgument, StoreUnavailable
 from timeshard.model import BucketEntry, JobState
 from timeshard.sharding import minute_of, shard_of
 from timeshard.stack import CassandraProcess
-from timeshard.store.base import Store
+from timeshard.store.base import Retention, Store
 from timeshard.store.cassandra import CassandraStore, bucket_ttl, parse_url
 
 __all__ = ["cassandra_address", "cassandra_admin"]  # session fixtures shared with the contract
@@ -80,6 +80,7 @@ async def test_migrations_are_recorded_once(
         (3, True),
         (4, True),
         (5, True),
+        (6, True),
     ]
     table = cassandra_admin.execute(
         "SELECT compaction, default_time_to_live FROM system_schema.tables "
@@ -118,6 +119,7 @@ async def test_a_store_at_an_older_version_gets_the_newer_migrations(
         (3, True),
         (4, True),
         (5, True),
+        (6, True),
     ]
 
 
@@ -189,6 +191,63 @@ async def test_a_keyspace_from_before_deadlines_gets_their_columns(
         await store.close()
     rows = cassandra_admin.execute(f"SELECT version, done FROM {keyspace}.schema_migrations")
     assert (5, True) in {(r.version, r.done) for r in rows}
+
+
+async def test_a_keyspace_from_before_the_dead_letter_index_gets_its_dead_jobs_in_it(
+    cassandra_address: str, keyspace: str, cassandra_admin: Any
+) -> None:
+    """Migration 6 on a keyspace at version 5 with a dead job, a live one and a succeeded one
+    in it: the dead one (only) is counted, with what was left of its time to live."""
+    retention = Retention(finished_s=3600, dead_s=7200)
+    store = CassandraStore.from_url(
+        url(cassandra_address, keyspace), num_shards=NUM_SHARDS, retention=retention
+    )
+    await store.open()
+    try:
+        made = await create(store, make_job("old-dead"), make_job("old-ok"), make_job("old-live"))
+        outs = await store.claim_jobs([claim(m.job) for m in made[:2]])
+        dead_job, ok_job = (o.job for o in outs)
+        assert dead_job is not None and ok_job is not None
+        assert (await store.fail_job("old-dead", dead_job.fence, NOW + 5, "no", None)).applied
+        assert (await store.complete_job("old-ok", ok_job.fence, NOW + 5)).applied
+    finally:
+        await store.close()
+    cassandra_admin.execute(f"DROP TABLE {keyspace}.dead_letters")
+    cassandra_admin.execute(f"DELETE FROM {keyspace}.schema_migrations WHERE version = 6")
+    store = CassandraStore.from_url(
+        url(cassandra_address, keyspace), num_shards=NUM_SHARDS, retention=retention
+    )
+    await store.open()
+    try:
+        count, latest = await store.dead_letters(limit=100, latest=5)
+        assert count == 1 and [j.job_id for j in latest] == ["old-dead"]
+    finally:
+        await store.close()
+    ttl = cassandra_admin.execute(f"SELECT TTL(finished_at) AS ttl FROM {keyspace}.dead_letters")
+    assert 7000 < ttl.one().ttl <= 7200
+    rows = cassandra_admin.execute(f"SELECT version, done FROM {keyspace}.schema_migrations")
+    assert (6, True) in {(r.version, r.done) for r in rows}
+
+
+async def test_the_dead_letter_count_reads_the_dead_jobs_not_every_job(
+    cassandra_address: str, keyspace: str
+) -> None:
+    """Counting the queue reads its index only: at a million stored jobs a scan of every job
+    cost the node most of a core at every count."""
+    store = CassandraStore.from_url(url(cassandra_address, keyspace), num_shards=NUM_SHARDS)
+    await store.open()
+    try:
+        made = await create(store, *(make_job(f"many-{i}") for i in range(20)))
+        [out] = await store.claim_jobs([claim(made[0].job)])
+        assert out.job is not None
+        assert (await store.fail_job("many-0", out.job.fence, NOW + 5, "no", None)).applied
+        before = dict(store.stats.operations)
+        count, latest = await store.dead_letters(limit=100, latest=5)
+        assert count == 1 and [j.job_id for j in latest] == ["many-0"]
+        read = {k: n - before.get(k, 0) for k, n in store.stats.operations.items()}
+        assert read.get("scan_dead") == 1 and not read.get("scan_rows"), read
+    finally:
+        await store.close()
 
 
 async def test_a_key_left_without_its_job_is_completed_by_the_repeat(

@@ -92,6 +92,10 @@ class Timeshard:
     def servers(self) -> list[Proc]:
         return [self.fleet.servers[n] for n in self.names if n not in self.killed]
 
+    def pids(self) -> dict[str, int]:
+        """Each live server's pid, by name."""
+        return {p.name: p.pid for p in self.servers}
+
     @property
     def address(self) -> str:
         """Every live node's gRPC address, comma-separated (clients take turns)."""

@@ -22,6 +22,7 @@ from timeshard.testing.services import create_keyspace, drop_keyspace
 
 from . import cassandra as cass
 from .procs import Timeshard, cpu_delta, listening_pid
+from .profiling import sampled
 from .progress import Progress, note
 from .records import RunRecords, figures, timeline
 from .submit import now_ms, schedule, stream, warmup_rate
@@ -366,7 +367,8 @@ def fire_phase(
     if ran_past_due:
         note("warning: ingest ran past the first due time (raise --lead)")
     cpu1, ctr1, t1 = ts.cpu(), ts.counters(), time.monotonic()
-    wait_fired(ts, records, jobs, (run_ats[0], run_ats[-1]), drain_s)
+    with sampled("fire", ts.pids()):
+        wait_fired(ts, records, jobs, (run_ats[0], run_ats[-1]), drain_s)
     cpu2, ctr2, t2 = ts.cpu(), ts.counters(), time.monotonic()
     result = figures(records, ids, first_due)
     fired = result["fired"]
@@ -487,20 +489,21 @@ def steady_phase(
     sender.start()
     progress = Progress("fire", count)
     last_change = time.monotonic()
-    while True:
-        if records.poll():
-            last_change = time.monotonic()
-        progress.update(len(records.first), extra=f"offered {len(ids):,}")
-        if len(records.first) >= count:
-            break
-        if not sender.is_alive() and time.monotonic() - last_change > args.drain:
-            break
-        if during is not None:
-            during()
-        ts.check_alive()
-        time.sleep(0.1)
-    progress.close()
-    sender.join()
+    with sampled("steady", ts.pids()):
+        while True:
+            if records.poll():
+                last_change = time.monotonic()
+            progress.update(len(records.first), extra=f"offered {len(ids):,}")
+            if len(records.first) >= count:
+                break
+            if not sender.is_alive() and time.monotonic() - last_change > args.drain:
+                break
+            if during is not None:
+                during()
+            ts.check_alive()
+            time.sleep(0.1)
+        progress.close()
+        sender.join()
     cpu1, ctr1 = ts.cpu(), ts.counters()
     result = figures(records, ids, run_ats[0])
     used = cpu_delta(cpu0, cpu1)

@@ -211,6 +211,25 @@ class Store(abc.ABC):
     ) -> JobPage:
         """Jobs in a stable order, filtered; ``next_token`` is empty on the last page."""
 
+    async def dead_letters(self, *, limit: int, latest: int) -> tuple[int, list[Job]]:
+        """How many jobs are dead (the count may stop once it reaches ``limit``) and the
+        ``latest`` of them to die, newest first: the dead-letter queue's size for the metrics
+        and the status page. This default pages through ``list_jobs``, which must then read
+        the dead jobs only (SQLite has an index by state); a store whose listing reads every
+        job keeps an index of the dead ones instead."""
+        count, token, newest = 0, "", list[Job]()
+        while count < limit:
+            page = await self.list_jobs(
+                state=JobState.DEAD, job_type=None, limit=1000, page_token=token
+            )
+            count += len(page.jobs)
+            newest = sorted([*newest, *page.jobs], key=lambda j: -j.finished_at)[:latest]
+            token = page.next_token
+            if not token:
+                break
+            await asyncio.sleep(0)  # a long queue: let the loop serve others between pages
+        return count, newest
+
     # -- buckets --------------------------------------------------------------------------
 
     @abc.abstractmethod

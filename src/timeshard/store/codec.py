@@ -89,29 +89,34 @@ def _attempt_text(a: Attempt) -> str:
 
 
 def to_job(row: Mapping[str, Any]) -> Job:
-    return Job(
-        job_id=row["job_id"],
-        shard=row["shard"],
-        job_type=row["type"],
-        payload=bytes(row["payload"] or b""),
-        state=JobState(row["state"]),
-        run_at=row["run_at"],
-        created_at=row["created_at"],
-        attempt=row["attempt"],
-        max_attempts=row["max_attempts"],
-        fence=row["fence"],
-        lease_owner=row["lease_owner"] or "",
-        lease_until=row["lease_until"],
-        started_at=row["started_at"],
-        finished_at=row["finished_at"],
-        idempotency_key=row["idempotency_key"] or "",
-        last_error=row["last_error"] or "",
-        history=history_from_text(row["history"]),
-        # (None: a row written before results were stored, or a column never set)
-        result=bytes(row.get("result") or b""),
-        result_encoding=row.get("result_encoding") or "",
-        deadline=row.get("deadline") or 0,
-        priority=row.get("priority") or 0,
+    """A Job from a row by column name (Cassandra's rows, where a column never set reads as
+    None), not checked again (see ``restore_job``)."""
+    get = row.get
+    return restore_job(
+        (
+            row["job_id"],
+            row["shard"],
+            row["type"],
+            bytes(get("payload") or b""),
+            _STATES[row["state"]],
+            row["run_at"],
+            row["created_at"],
+            row["attempt"],
+            row["max_attempts"],
+            row["fence"],
+            get("lease_owner") or "",
+            row["lease_until"],
+            row["started_at"],
+            row["finished_at"],
+            get("idempotency_key") or "",
+            get("last_error") or "",
+            history_from_text(get("history")),
+            # (None: a row written before results were stored, or a column never set)
+            bytes(get("result") or b""),
+            get("result_encoding") or "",
+            get("deadline") or 0,
+            get("priority") or 0,
+        )
     )
 
 

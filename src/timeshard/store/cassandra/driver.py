@@ -365,6 +365,7 @@ class Connection:
         if self._session is None or self._in_flight is None:
             raise StoreUnavailable("the store is not open")
         stmt = self._prepared[name]
+        self.stats.operations[name] += 1
         async with self._in_flight:
             try:
                 bound = stmt.bind(params)

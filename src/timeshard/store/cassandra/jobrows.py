@@ -25,7 +25,7 @@ from typing import Any
 from timeshard.batching import GroupCommit
 from timeshard.clock import Clock
 from timeshard.errors import NotOwner, StoreUnavailable
-from timeshard.model import BucketEntry, Job, WriteResult
+from timeshard.model import BucketEntry, Job, JobState, WriteResult
 from timeshard.sharding import shard_of
 from timeshard.store import transitions as T
 from timeshard.store.base import CreateResult, Retention, entry_for
@@ -466,32 +466,37 @@ class JobRows:
             op.fut.set_result(outcome)
 
     async def _after(self, key: Key, ops: Iterable[_Op]) -> None:
-        """Index rows and idempotency keys follow a job into (or out of) a finished state.
+        """Index rows, idempotency keys and the dead-letter index follow a job into (or out
+        of) a finished state.
 
         Written after the batch, in a window shared with the other jobs that finish meanwhile
         (``FOLLOW_WINDOW_S``), not before it: the callers were answered when the batch
         applied, and a claim waiting for this partition must not wait for these writes too
         (they were half of a partition's turn at a steady 400 jobs/s). Each is timed now, when
-        the batch applied. If they fail, or the node dies first, the two rows keep no time to
-        live, as after a crash between the batch and them (see "Known limits" in
-        docs/architecture.md)."""
+        the batch applied. If they fail, or the node dies first, the index and key rows keep
+        no time to live and the dead-letter index misses (or keeps) the job: the queue's
+        count is off by it, its listing is not (see "Known limits" in docs/architecture.md)."""
         writes: list[tuple[str, tuple[Any, ...]]] = []
         at: int | None = None
         for op in ops:
             assert op.new is not None and op.found is not None
-            job, home = op.new, key[1]
+            job, home, was = op.new, key[1], op.found.job.state
+            if not (job.state.terminal or was.terminal):
+                continue
+            at = at or self._conn.write_timestamp()
+            if was is JobState.DEAD and (op.delete or job.state is not JobState.DEAD):
+                writes.append(("delete_dead_at", (at, job.shard, job.job_id)))  # replay, purge
             if op.delete:  # (purged: its index and key keep the time to live they got when
                 continue  # it died; the key keeps its job id, as on SQLite, so a repeat of the
                 # key creates the same job again, and no late delete can hit a new job's rows)
-            if not (job.state.terminal or op.found.job.state.terminal):
-                continue
             ttl = self.retention.ttl(job)
             index_ttl = ttl + self.retention.index_s if ttl else 0
-            at = at or self._conn.write_timestamp()
             writes.append(("insert_index_at", (job.shard, home, job.job_id, index_ttl, at)))
             if job.idempotency_key:
                 key_params = (job.job_id, job.body_digest(), job.idempotency_key, ttl, at)
                 writes.append(("expire_key_at", key_params))
+            if job.state is JobState.DEAD and was is not JobState.DEAD:
+                writes.append(("insert_dead_at", (job.shard, job.job_id, job.finished_at, ttl, at)))
         if not writes:
             return
         if not self._follow_next:  # the first of a window: it goes out at the window's end
@@ -499,6 +504,16 @@ class JobRows:
             self._following.add(task)
             task.add_done_callback(self._following.discard)
         self._follow_next += writes
+
+    async def flush_follows(self) -> None:
+        """Write the open window's rows now and wait for those in flight: a count of dead
+        letters on this node then includes the jobs that died here a moment ago."""
+        writes, self._follow_next = self._follow_next, []
+        pending = list(self._following)
+        if writes:
+            await self._follow(writes)
+        if pending:
+            await asyncio.wait(pending, timeout=FOLLOW_CLOSE_S)
 
     async def _follow_window(self) -> None:
         with contextlib.suppress(TimeoutError):
@@ -512,7 +527,7 @@ class JobRows:
             await self.plain_writes(writes)
         except StoreUnavailable as exc:
             log.warning(
-                "%d index/key rows of finished jobs not given their time to live: %s",
+                "%d index, key and dead-letter rows of finished jobs not written: %s",
                 len(writes),
                 exc,
             )

@@ -8,7 +8,10 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from cassandra.query import SimpleStatement
+
 from timeshard.errors import InvalidArgument
+from timeshard.model import JobState
 from timeshard.store.named import load_queries
 
 Q = load_queries("cassandra.cql")
@@ -44,7 +47,7 @@ def operations(keyspace: str) -> dict[str, str]:
     return {
         name: text
         for name, text in queries_for(keyspace).items()
-        if not name.startswith(("ddl_", "migrate_")) and "migration" not in name
+        if not name.startswith(("ddl_", "migrate_", "backfill_")) and "migration" not in name
     }
 
 
@@ -109,4 +112,21 @@ def migrate(
         if holder == owner:
             for text in statements:
                 session.execute(text)
+            if version in _BACKFILLS:  # (done again in full if cut off and taken over)
+                _BACKFILLS[version](session, q)
             session.execute(stmt["finish_migration"], (now_ms(), version, owner))
+
+
+def _backfill_dead_letters(session: Any, q: Mapping[str, str]) -> None:
+    """Migration 6 on a keyspace that has jobs already: each dead job gets its row in
+    ``dead_letters``, with what is left of its time to live."""
+    insert = session.prepare(q["backfill_dead_insert"])
+    scan = SimpleStatement(q["backfill_dead_scan"], fetch_size=1000)
+    for row in session.execute(scan):  # (the driver fetches the pages as the loop goes)
+        if row["state"] == JobState.DEAD.value:
+            ttl = row["ttl"] or 0
+            session.execute(insert, (row["shard"], row["job_id"], row["finished_at"] or 0, ttl))
+
+
+_BACKFILLS: dict[int, Callable[[Any, Mapping[str, str]], None]] = {6: _backfill_dead_letters}
+"""Data a migration brings along, run by its holder after its statements."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import heapq
 from collections.abc import Collection, Sequence
 from dataclasses import replace
 
@@ -159,6 +160,23 @@ class CassandraStore(Store):
                 break
         token = base64.urlsafe_b64encode(state_bytes).decode() if state_bytes else ""
         return JobPage(jobs=matches, next_token=token)
+
+    async def dead_letters(self, *, limit: int, latest: int) -> tuple[int, list[Job]]:
+        """From the dead-letter index (``dead_letters``), not a scan of every job: the rows of
+        the jobs that died on this node a moment ago are written first. The latest are read
+        back and kept only if still dead (the index may trail a replay on another node)."""
+        await self._jobs.flush_follows()
+        count, state, newest = 0, None, list[tuple[int, str]]()
+        while count < limit:
+            rows, state = await self._conn.page("scan_dead", (), size=1000, state=state)
+            count += len(rows)
+            here = ((r["finished_at"] or 0, r["job_id"]) for r in rows)
+            newest = heapq.nlargest(latest, [*newest, *here])
+            if state is None:
+                break
+        found = await self._jobs.get([job_id for _, job_id in newest])
+        dead = [found.get(job_id) for _, job_id in newest]
+        return count, [j for j in dead if j is not None and j.state is JobState.DEAD]
 
     # -- buckets --------------------------------------------------------------------------
 
