@@ -410,3 +410,47 @@ async def test_a_killed_node_is_unavailable_then_loses_nothing(
         assert new.created
     finally:
         await store.close()
+
+
+async def test_statements_bound_for_a_batch_carry_what_the_driver_would_bind(
+    cassandra_address: str, keyspace: str
+) -> None:
+    """The batches bind their rows without the driver's ``bind`` (a third of its CPU): each
+    value must be serialized as it would, by name or by position, None as null."""
+    from timeshard.store.cassandra.driver import _bound
+
+    store = CassandraStore.from_url(url(cassandra_address, keyspace), num_shards=NUM_SHARDS)
+    await store.open()
+    try:
+        prepared = store._conn._prepared
+        samples: dict[str, Any] = {
+            "update_state": {
+                "state": "running",
+                "run_at": NOW,
+                "attempt": 1,
+                "fence": 2,
+                "lease_owner": "wörker",
+                "lease_until": NOW + 30_000,
+                "started_at": NOW,
+                "finished_at": None,
+                "last_error": "",
+                "history": "[]",
+                "shard": 3,
+                "minute": 29_000_000,
+                "job_id": "j-1",
+                "was_state": "scheduled",
+                "was_fence": 1,
+                "was_run_at": NOW,
+                "was_lease_until": 0,
+            },
+            "insert_dead_at": (3, "j-1", NOW, 3600, NOW * 1000),
+            "delete_dead_at": (NOW * 1000, 3, "j-1"),
+            "insert_entry": (3, 29_000_000, NOW, "j-1", 29_000_000, 600),
+        }
+        for name, params in samples.items():
+            stmt = prepared[name]
+            assert _bound(stmt, params).values == stmt.bind(params).values, name
+        with pytest.raises(TypeError):
+            _bound(prepared["insert_dead_at"], (3, "j-1", "not a number", 3600, 0))
+    finally:
+        await store.close()

@@ -258,3 +258,31 @@ def test_job_types_past_the_limit_count_under_other_and_each_count_stays_its_own
         if s.name.endswith("_count")
     }
     assert waits == {("timeshard_claim_wait_seconds_count", "3"): 6}
+
+
+def test_the_time_in_the_garbage_collector_is_counted_by_generation() -> None:
+    """``timeshard_gc_seconds_total``: a full collection shows as time and a run of
+    generation 2 (the load tool reads it to tell the collector's share of a run)."""
+    import gc
+
+    from timeshard.views.metrics import GC_TIME, registry_of
+
+    registry = registry_of()  # (installs the callback, once per process)
+    registry_of()
+
+    def read() -> dict[tuple[str, str], float]:
+        return {
+            (s.name, s.labels["generation"]): s.value
+            for s in registry.collect()
+            for s in s.samples
+            if s.name.startswith("timeshard_gc_")
+        }
+
+    before = read()
+    gc.collect()
+    after = read()
+    assert after[("timeshard_gc_collections_total", "2")] == (
+        before[("timeshard_gc_collections_total", "2")] + 1
+    )
+    assert after[("timeshard_gc_seconds_total", "2")] > before[("timeshard_gc_seconds_total", "2")]
+    assert gc.callbacks.count(GC_TIME._on_gc) == 1

@@ -174,7 +174,8 @@ class Timeshard:
         """One node's ``timeshard_*`` samples now: ``_total`` counters summed over their
         labels, and by ``kind`` or ``op`` too where they have one (``...{kind=claim}``,
         ``timeshard_store_operations_total{op=read_bucket}``); gauges as they are (summed over
-        their labels). Empty when the endpoint does not answer."""
+        their labels); ``generation`` (the GC time) is kept as well. Empty when the endpoint
+        does not answer."""
         url = f"http://127.0.0.1:{self.metrics_ports[name]}/metrics"
         try:
             with urllib.request.urlopen(url, timeout=10) as resp:
@@ -187,7 +188,7 @@ class Timeshard:
                 if not s.name.startswith("timeshard_"):
                     continue
                 out[s.name] = out.get(s.name, 0.0) + s.value
-                for label in ("kind", "op", "grpc_method"):
+                for label in ("kind", "op", "grpc_method", "generation"):
                     if label in s.labels and s.name.endswith(_SUMMED):
                         key = f"{s.name}{{{label}={s.labels[label]}}}"
                         out[key] = out.get(key, 0.0) + s.value

@@ -302,6 +302,10 @@ def time_breakdown(before: dict[str, float], after: dict[str, float]) -> dict[st
         "claim_rpc_ms": mean_ms(before, after, RPC_SECONDS, "{grpc_method=Claim}"),
         "finish_rpc_ms": mean_ms(before, after, RPC_SECONDS, "{grpc_method=Finish}"),
         "store_ms_per_call": store_latencies(before, after),
+        "gc_s": {
+            g: counter_delta(before, after, f"timeshard_gc_seconds_total{{generation={g}}}")
+            for g in ("0", "1", "2")
+        },
     }
 
 

@@ -35,11 +35,16 @@ Read at scrape time (names after the Prometheus conventions: ``_total`` counters
   ``timeshard_type_rate_limit{type}`` (the cluster-wide rate in jobs/s; 0: no limit);
 - ``timeshard_dead_letter_jobs``: the size of the dead-letter queue (from the node that owns
   shard 0, which counts it);
-- the ``process_*`` and ``python_info`` metrics of prometheus_client.
+- the ``process_*`` and ``python_info`` metrics of prometheus_client, and
+  ``timeshard_gc_seconds_total{generation}`` / ``timeshard_gc_collections_total{generation}``:
+  the time the process spent in CPython's cyclic garbage collector (every job of the
+  process waits behind a collection).
 """
 
 from __future__ import annotations
 
+import gc
+import time
 from collections.abc import Callable, Iterable, Mapping
 
 from prometheus_client import disable_created_metrics
@@ -242,6 +247,44 @@ class NodeCollector:
         return [held, paused, rate]
 
 
+class GcTime:
+    """Time in CPython's cyclic collector by generation, from ``gc.callbacks`` (the process's
+    one instance is ``GC_TIME``; prometheus_client's own collector counts collections and
+    objects, not time)."""
+
+    def __init__(self) -> None:
+        self.seconds = [0.0, 0.0, 0.0]
+        self.collections = [0, 0, 0]
+        self._started = 0.0
+
+    def install(self) -> None:
+        if self._on_gc not in gc.callbacks:
+            gc.callbacks.append(self._on_gc)
+
+    def _on_gc(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+            return
+        generation = info["generation"]
+        self.seconds[generation] += time.perf_counter() - self._started
+        self.collections[generation] += 1
+
+    def collect(self) -> Iterable[Metric]:
+        secs = CounterMetricFamily(
+            "timeshard_gc_seconds", "Time in the cyclic garbage collector", labels=["generation"]
+        )
+        runs = CounterMetricFamily(
+            "timeshard_gc_collections", "Cyclic garbage collections", labels=["generation"]
+        )
+        for g in range(3):
+            secs.add_metric([str(g)], self.seconds[g])
+            runs.add_metric([str(g)], self.collections[g])
+        return [secs, runs]
+
+
+GC_TIME = GcTime()
+
+
 class Forward:
     """Forwards a registry's metrics into another registry."""
 
@@ -259,6 +302,8 @@ def registry_of(*collectors: Collector, process: bool = True) -> CollectorRegist
     if process:
         ProcessCollector(registry=registry)
         PlatformCollector(registry=registry)
+        GC_TIME.install()
+        registry.register(GC_TIME)
     return registry
 
 
