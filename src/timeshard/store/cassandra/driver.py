@@ -193,7 +193,10 @@ def reconnection_policy() -> ExponentialReconnectionPolicy:
 
 class _Pages:
     """The rows of one ``execute_async`` call, every page, as an awaitable: the driver's
-    callbacks (on its I/O thread) hand each page to the event loop."""
+    callbacks (on its I/O thread) hand each page to the event loop. Once the rows are in,
+    the request's reference cycles are broken (``_release``): they kept each request, a
+    batch's every bound value with it, alive until a garbage collection (8 objects per
+    created job), and after a million jobs loaded one collection took 1.5 s."""
 
     def __init__(self, rf: ResponseFuture, loop: asyncio.AbstractEventLoop) -> None:
         self._rf = rf
@@ -221,16 +224,36 @@ class _Pages:
             self._loop.call_soon_threadsafe(self._deliver, rows, exc)
 
     async def first_page(self) -> list[Row]:
-        return await self._page
+        try:
+            rows = await self._page
+        except asyncio.CancelledError:
+            self._rf.clear_callbacks()  # (still in flight: the driver's timer stays)
+            raise
+        except BaseException:
+            self._release()
+            raise
+        self._release()
+        return rows
 
     async def all_rows(self) -> list[Row]:
         rows: list[Row] = []
         while True:
-            rows.extend(await self._page)
+            rows.extend(await self.first_page())
             if not self._rf.has_more_pages:
                 return rows
             self._page = self._loop.create_future()
-            self._rf.start_fetching_next_page()
+            self._rf.start_fetching_next_page()  # (then the callbacks: added with a page in,
+            self._rf.add_callbacks(self._on_rows, self._on_error)  # they are called at once)
+
+    def _release(self) -> None:
+        """Once the driver answered, break the cycles that would keep the request alive until
+        a garbage collection: our callbacks (they hold ``self``, which holds ``_rf``) and the
+        driver's timeout timer (cancelled when the answer came, it holds ``_rf._on_timeout``)."""
+        rf = self._rf
+        rf.clear_callbacks()
+        if getattr(rf, "_timer", None) is not None:  # (a private field of the driver's)
+            rf._timer.cancel()
+            rf._timer = None
 
 
 def _bound(stmt: PreparedStatement, params: Sequence[Any] | Mapping[str, Any]) -> BoundStatement:
