@@ -251,8 +251,10 @@ class _Pages:
         driver's timeout timer (cancelled when the answer came, it holds ``_rf._on_timeout``)."""
         rf = self._rf
         rf.clear_callbacks()
-        if getattr(rf, "_timer", None) is not None:  # (a private field of the driver's)
-            rf._timer.cancel()
+        timer = getattr(rf, "_timer", None)  # (a private field of the driver's)
+        if timer is not None:
+            timer.cancel()
+            timer.callback = None  # (the I/O thread's heap keeps it until it would end)
             rf._timer = None
 
 
