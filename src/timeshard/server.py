@@ -1,4 +1,5 @@
-"""The gRPC server of a node: JobService, WorkerService, AdminService, health, reflection."""
+"""The gRPC server of a node: JobService, WorkerService, AdminService, PeerService (hints
+between nodes), health, reflection."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from grpc_health.v1 import _async as health_async
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from timeshard.api.peers import PeerChannels, PeerService, peer_security
 from timeshard.api.servicers import AdminService, JobService, WorkerService
 from timeshard.node import Node
 from timeshard.observe.rpc import RpcMetrics
@@ -61,6 +63,8 @@ class Server:
         pb_grpc.add_JobServiceServicer_to_server(JobService(node), self._grpc)
         pb_grpc.add_WorkerServiceServicer_to_server(WorkerService(node), self._grpc)
         pb_grpc.add_AdminServiceServicer_to_server(AdminService(node), self._grpc)
+        pb_grpc.add_PeerServiceServicer_to_server(PeerService(node), self._grpc)
+        self._peers: PeerChannels | None = None
         self._health = health_async.HealthServicer()
         self.health_watcher = HealthWatcher(node, self._set_serving, health_config)
         health_pb2_grpc.add_HealthServicer_to_server(self._health, self._grpc)
@@ -77,6 +81,11 @@ class Server:
             node.address = self.address
 
     async def start(self) -> None:
+        if not self.node.peers.enabled and not self.node.coordinator.single:
+            security = peer_security(self.security)
+            if security is not None:
+                self._peers = PeerChannels(self.node.node_id, security)
+                self.node.peers.use(self._peers.sender())
         await self.node.start()
         await self._grpc.start()
         await self.health_watcher.check()  # the first answer is the truth, not a default
@@ -111,6 +120,8 @@ class Server:
         await self._health.enter_graceful_shutdown()
         await self._grpc.stop(grace)
         await self.node.stop()
+        if self._peers is not None:
+            await self._peers.close()
 
     async def wait(self) -> None:
         await self._grpc.wait_for_termination()

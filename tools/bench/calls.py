@@ -27,6 +27,7 @@ from timeshard.v1 import timeshard_pb2_grpc as pb_grpc
 from timeshard.wire import ts
 
 from . import cassandra as cass
+from . import profiling
 from .procs import cpu_seconds
 from .progress import note
 from .scenarios import Store, machine, running
@@ -168,7 +169,8 @@ def schedule_cost(args: argparse.Namespace) -> tuple[dict[str, Any], list[Any]]:
                 note(f"{c} synchronous client(s): the null server for {args.seconds:g} s")
                 floor = measure(null.address, null.popen.pid, c, args.seconds)
                 note(f"{c} synchronous client(s): timeshard ({store.kind}) for {args.seconds:g} s")
-                ours = measure(ts_.address, ts_.server.pid, c, args.seconds, ts_.counters)
+                with profiling.sampled(f"schedule{c}", {"server": ts_.server.pid}):
+                    ours = measure(ts_.address, ts_.server.pid, c, args.seconds, ts_.counters)
                 a, b = ours["server_cpu_ms_per_call"], floor["server_cpu_ms_per_call"]
                 rows.append(
                     {

@@ -188,7 +188,7 @@ class Timeshard:
                 if not s.name.startswith("timeshard_"):
                     continue
                 out[s.name] = out.get(s.name, 0.0) + s.value
-                for label in ("kind", "op", "grpc_method", "generation"):
+                for label in ("kind", "op", "grpc_method", "generation", "direction", "outcome"):
                     if label in s.labels and s.name.endswith(_SUMMED):
                         key = f"{s.name}{{{label}={s.labels[label]}}}"
                         out[key] = out.get(key, 0.0) + s.value

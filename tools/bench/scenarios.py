@@ -246,6 +246,7 @@ def fired_costs(
 
 
 SCHEDULED = "timeshard_jobs_scheduled_total"
+HINTS = "timeshard_peer_hint_entries_total"
 
 
 def node_figures(
@@ -259,8 +260,9 @@ def node_figures(
     (ms), the jobs it claimed, the results it took and how many of those were for jobs another
     node claimed (a worker reports to the node it claimed from, so these are results answered
     by a node that is not the job's owner), the jobs it created (its clients' ScheduleJobs:
-    with N nodes about (N-1)/N of them land in shards another node owns, found there by the
-    owner's re-read, never forwarded) and its Paxos rounds per fired job."""
+    with N nodes about (N-1)/N of them land in shards another node owns), the entries of those
+    it hinted to their owner (``PeerService.Land``, for the jobs due before the owner's next
+    read) and the hints that failed, and its Paxos rounds per fired job."""
     if len(ts.names) < 2:
         return None
     out: dict[str, Any] = {}
@@ -277,6 +279,8 @@ def node_figures(
             "results": int(results),
             "results_for_jobs_claimed_elsewhere": int(max(0.0, results - claimed)),
             "scheduled": int(grown(SCHEDULED) or 0),
+            "hinted_to_owner": int(grown(HINTS + "{direction=sent}") or 0),
+            "hints_failed": int(grown(HINTS + "{outcome=failed}") or 0),
             "paxos_rounds": per_job(grown(ROUNDS), fired),
         }
     return out

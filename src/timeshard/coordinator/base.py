@@ -41,6 +41,11 @@ class Coordinator(abc.ABC):
         """Shards this node owns right now."""
 
     @property
+    def single(self) -> bool:
+        """This node is the cluster's only one by construction (``local``): it has no peers."""
+        return False
+
+    @property
     def connected(self) -> bool:
         """Whether this node's coordination session is live now (health checks read it). A
         coordinator without a session (``local``) is always connected."""
@@ -53,6 +58,12 @@ class Coordinator(abc.ABC):
     @abc.abstractmethod
     async def owners(self) -> dict[int, str]:
         """shard -> owning node id, for the shards that have an owner."""
+
+    def peer_for(self, shard: int) -> Member | None:
+        """The other node this one believes dispatches ``shard`` now (by the last assignment it
+        computed), to hint about entries written for it; None for this node's own shards, or
+        when unknown. A belief, not a fence: the hinted node checks what it dispatches."""
+        return None
 
     async def move_shard(self, shard: int, to_node: str) -> None:
         """Pin ``shard`` on live node ``to_node``: its owner releases it and ``to_node`` takes

@@ -25,6 +25,10 @@ class LocalCoordinator(Coordinator):
     def owned(self) -> frozenset[int]:
         return self._owned
 
+    @property
+    def single(self) -> bool:
+        return True
+
     async def members(self) -> list[Member]:
         return [self._me] if self._me is not None else []
 

@@ -99,6 +99,8 @@ class ZooKeeperCoordinator(Coordinator):
         self._wake = asyncio.Event()
         self._stopping = False
         self._task: asyncio.Task[None] | None = None
+        self._assigned: dict[int, str] = {}  # shard -> node id, by the last pass
+        self._addresses: dict[str, str] = {}  # node id -> address, of the live members
 
     @classmethod
     def from_url(cls, url: str) -> ZooKeeperCoordinator:
@@ -402,13 +404,12 @@ class ZooKeeperCoordinator(Coordinator):
             self._held.clear()
             await self._register()
         cluster = await self._read_cluster()
-        target = {
-            s
-            for s, node in assign(
-                self._num_shards, cluster.members, draining=cluster.draining, moves=cluster.moves
-            ).items()
-            if node == self._me.node_id
-        }
+        assigned = assign(
+            self._num_shards, cluster.members, draining=cluster.draining, moves=cluster.moves
+        )
+        await self._learn_addresses(cluster.members)
+        self._assigned = assigned
+        target = {s for s, node in assigned.items() if node == self._me.node_id}
         log.debug(
             "node %s: pass: members %s, draining %s, moves %s; target %s, held %s, owned %s",
             self._me.node_id,
@@ -431,6 +432,27 @@ class ZooKeeperCoordinator(Coordinator):
         for shard, ok in zip(free, claimed, strict=True):
             if ok:
                 await self._gain(shard)
+
+    def peer_for(self, shard: int) -> Member | None:
+        node = self._assigned.get(shard)
+        if node is None or node == self._me.node_id or shard in self._owned:
+            return None
+        address = self._addresses.get(node)
+        return Member(node_id=node, address=address) if address else None
+
+    async def _learn_addresses(self, members: frozenset[str]) -> None:
+        """The addresses of the live members (``peer_for``): read once per member that
+        (re)joined, forgotten when it leaves."""
+        for gone in set(self._addresses) - members:
+            del self._addresses[gone]
+        for node in sorted(members - set(self._addresses) - {self._me.node_id}):
+            try:
+                raw, _ = await self._zk(self._kazoo.get_async(self.layout.member(node)))
+            except NoNodeError:
+                continue
+            address = str(decode(raw).get("address", ""))
+            if address:
+                self._addresses[node] = address
 
     async def _read_cluster(self) -> _Cluster:
         zk, layout, watch = self._kazoo, self.layout, self._watch

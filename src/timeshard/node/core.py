@@ -51,6 +51,7 @@ from timeshard.node.claims import Claimed, Claims, TypePolicy
 from timeshard.node.deadletters import DeadLetters
 from timeshard.node.dispatcher import DispatchConfig, ShardDispatcher
 from timeshard.node.flow import FlowControl, TypeFlow
+from timeshard.node.peers import HINT_MARGIN_S, PeerHints, Send
 from timeshard.node.policies import TypePolicies
 from timeshard.node.ready import ReadyItem, ReadyQueues
 from timeshard.node.refresh import BucketRefresher
@@ -147,6 +148,7 @@ class Node:
         node_id: str | None = None,
         address: str = "",
         rng: random.Random | None = None,
+        peer_send: Send | None = None,
     ) -> None:
         self.store = store
         self.coordinator = coordinator
@@ -182,6 +184,15 @@ class Node:
         self.clock_offset_ms: float | None = None
         """The store's clock minus ours, as last measured (None: not measured)."""
         self._firer = ScheduleFirer(store, clock, self.config.default_max_attempts, land=self._land)
+        d = self.config.dispatch
+        self.peers = PeerHints(
+            coordinator=coordinator,
+            clock=clock,
+            send=peer_send,
+            horizon_ms=lambda: round((min(d.refresh_s, d.lookahead_s) + HINT_MARGIN_S) * 1000),
+            counted=self.metrics.peer_hints_sent,
+        )
+        """Entries written here for another node's shards, hinted to it (``node.peers``)."""
         self._refresher = BucketRefresher(
             store=store,
             clock=clock,
@@ -256,6 +267,7 @@ class Node:
         for task in list(self._background):
             task.cancel()
         await self.waits.close()
+        await self.peers.close()
         await self.coordinator.stop()
         async with self._shard_lock:
             for shard in list(self.dispatchers):
@@ -337,16 +349,33 @@ class Node:
         late_before = self.clock.now_ms() - round(self.config.dispatch.reland_after_s * 1000)
         sole_writer = isinstance(self.coordinator, LocalCoordinator)
         late: list[BucketEntry] = []
+        foreign: list[BucketEntry] = []
         rows = {j.job_id: j for j in jobs}
         for e in entries:
             d = self.dispatchers.get(e.shard)
+            if d is None:
+                foreign.append(e)
             behind = d.notify([e], rows) if d is not None else [e]
             if sole_writer and d is not None and not d.deposed:
                 if behind:
                     late.append(e)
             elif e.due_at < late_before:
                 late.append(e)
+        self.peers.hint(foreign)
         return late
+
+    def landed(self, entries: Sequence[BucketEntry]) -> int:
+        """Entries another node just wrote (durably) for shards it believes this node
+        dispatches (``PeerService.Land``): those of shards dispatched here are taken as if
+        written here (``ShardDispatcher.notify``: the row is read when the entry comes due);
+        the rest are left to their owner's reads. Returns how many were taken. An entry
+        behind a dispatcher's cursor is not taken: its writer re-lands it (``_land``)."""
+        taken = 0
+        for e in entries:
+            d = self.dispatchers.get(e.shard)
+            if d is not None and not d.deposed and not d.notify([e]):
+                taken += 1
+        return taken
 
     async def _land(
         self,

@@ -214,6 +214,15 @@ class NodeMetrics:
             ["direction"],
             registry=r,
         )
+        self.peer_hint_entries = Counter(
+            "timeshard_peer_hint_entries",
+            "Bucket entries written by one node for a shard another node dispatches, hinted to "
+            "that node (PeerService.Land), by direction (sent, received) and outcome: taken "
+            "(by the node dispatching the shard), not_owned (left to the owner's next read), "
+            "failed (the call failed; the owner's next read finds them).",
+            ["direction", "outcome"],
+            registry=r,
+        )
         self.rpc_duration = Histogram(
             "timeshard_rpc_duration_seconds",
             "Time to answer a gRPC call (a long-polling Claim includes its wait).",
@@ -294,6 +303,19 @@ class NodeMetrics:
         """A worker sent ``results`` results in one message."""
         self._child(self.worker_messages_total, "result").inc()
         self.results_received_total.inc(results)
+
+    def peer_hints_sent(self, outcome: str, entries: int) -> None:
+        """``entries`` hinted to another node ended with ``outcome`` (taken, not_owned,
+        failed)."""
+        if entries:
+            self.peer_hint_entries.labels("sent", outcome).inc(entries)
+
+    def peer_hints_received(self, taken: int, not_owned: int) -> None:
+        """Another node hinted entries here: ``taken`` of shards dispatched here."""
+        if taken:
+            self.peer_hint_entries.labels("received", "taken").inc(taken)
+        if not_owned:
+            self.peer_hint_entries.labels("received", "not_owned").inc(not_owned)
 
     def dispatched(self, job: Job, now: int) -> None:
         """The owner's dispatcher made ``job`` ready (due, or its lease expired) at ``now``."""

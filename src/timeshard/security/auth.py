@@ -72,6 +72,7 @@ class Role(enum.StrEnum):
 _JOBS = "/timeshard.v1.JobService/"
 _WORKERS = "/timeshard.v1.WorkerService/"
 _ADMIN = "/timeshard.v1.AdminService/"
+_PEERS = "/timeshard.v1.PeerService/"
 
 METHOD_ROLES: dict[str, Role] = {
     **{
@@ -109,6 +110,8 @@ METHOD_ROLES: dict[str, Role] = {
     _ADMIN + "NodeStatus": Role.ADMIN,
     _ADMIN + "SetTypeFlows": Role.ADMIN,
     _ADMIN + "ListTypes": Role.ADMIN,
+    # Between nodes: a hint that changes nothing stored (``timeshard.api.peers``).
+    _PEERS + "Land": Role.WORKER,
 }
 """Each RPC of ``timeshard.v1`` and the role it needs (``admin`` passes every check)."""
 

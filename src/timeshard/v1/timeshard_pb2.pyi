@@ -840,3 +840,33 @@ class TypeInfo(_message.Message):
     held: str
     oldest_age_ms: int
     def __init__(self, type: _Optional[str] = ..., policy: _Optional[_Union[TypePolicy, _Mapping]] = ..., rate: _Optional[float] = ..., burst: _Optional[int] = ..., paused: _Optional[bool] = ..., ready: _Optional[int] = ..., held: _Optional[str] = ..., oldest_age_ms: _Optional[int] = ...) -> None: ...
+
+class LandedEntry(_message.Message):
+    __slots__ = ("shard", "minute", "due_at", "job_id", "home")
+    SHARD_FIELD_NUMBER: _ClassVar[int]
+    MINUTE_FIELD_NUMBER: _ClassVar[int]
+    DUE_AT_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    HOME_FIELD_NUMBER: _ClassVar[int]
+    shard: int
+    minute: int
+    due_at: _timestamp_pb2.Timestamp
+    job_id: str
+    home: int
+    def __init__(self, shard: _Optional[int] = ..., minute: _Optional[int] = ..., due_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., job_id: _Optional[str] = ..., home: _Optional[int] = ...) -> None: ...
+
+class LandRequest(_message.Message):
+    __slots__ = ("from_node", "entries")
+    FROM_NODE_FIELD_NUMBER: _ClassVar[int]
+    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    from_node: str
+    entries: _containers.RepeatedCompositeFieldContainer[LandedEntry]
+    def __init__(self, from_node: _Optional[str] = ..., entries: _Optional[_Iterable[_Union[LandedEntry, _Mapping]]] = ...) -> None: ...
+
+class LandResponse(_message.Message):
+    __slots__ = ("taken", "not_owned")
+    TAKEN_FIELD_NUMBER: _ClassVar[int]
+    NOT_OWNED_FIELD_NUMBER: _ClassVar[int]
+    taken: int
+    not_owned: int
+    def __init__(self, taken: _Optional[int] = ..., not_owned: _Optional[int] = ...) -> None: ...

@@ -1493,3 +1493,90 @@ class AdminService:
             timeout,
             metadata,
             _registered_method=True)
+
+
+class PeerServiceStub:
+    """Between the nodes of one cluster, not for clients. A node that wrote jobs for a shard another
+    node dispatches tells that node at once, so a job due now does not wait for the owner's next
+    read of its buckets (up to the dispatcher's refresh interval, a second by default). A hint
+    only: the entries are already durable in the store, the receiver takes those of the shards it
+    dispatches and ignores the rest, and a hint lost on the way costs that wait, nothing more.
+    """
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.Land = channel.unary_unary(
+                '/timeshard.v1.PeerService/Land',
+                request_serializer=timeshard_dot_v1_dot_timeshard__pb2.LandRequest.SerializeToString,
+                response_deserializer=timeshard_dot_v1_dot_timeshard__pb2.LandResponse.FromString,
+                _registered_method=True)
+
+
+class PeerServiceServicer:
+    """Between the nodes of one cluster, not for clients. A node that wrote jobs for a shard another
+    node dispatches tells that node at once, so a job due now does not wait for the owner's next
+    read of its buckets (up to the dispatcher's refresh interval, a second by default). A hint
+    only: the entries are already durable in the store, the receiver takes those of the shards it
+    dispatches and ignores the rest, and a hint lost on the way costs that wait, nothing more.
+    """
+
+    def Land(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_PeerServiceServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'Land': grpc.unary_unary_rpc_method_handler(
+                    servicer.Land,
+                    request_deserializer=timeshard_dot_v1_dot_timeshard__pb2.LandRequest.FromString,
+                    response_serializer=timeshard_dot_v1_dot_timeshard__pb2.LandResponse.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'timeshard.v1.PeerService', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('timeshard.v1.PeerService', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class PeerService:
+    """Between the nodes of one cluster, not for clients. A node that wrote jobs for a shard another
+    node dispatches tells that node at once, so a job due now does not wait for the owner's next
+    read of its buckets (up to the dispatcher's refresh interval, a second by default). A hint
+    only: the entries are already durable in the store, the receiver takes those of the shards it
+    dispatches and ignores the rest, and a hint lost on the way costs that wait, nothing more.
+    """
+
+    @staticmethod
+    def Land(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/timeshard.v1.PeerService/Land',
+            timeshard_dot_v1_dot_timeshard__pb2.LandRequest.SerializeToString,
+            timeshard_dot_v1_dot_timeshard__pb2.LandResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)

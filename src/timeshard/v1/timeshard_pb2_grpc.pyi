@@ -382,3 +382,46 @@ class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
         """
 
 def add_AdminServiceServicer_to_server(servicer: AdminServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
+
+class PeerServiceStub:
+    """Between the nodes of one cluster, not for clients. A node that wrote jobs for a shard another
+    node dispatches tells that node at once, so a job due now does not wait for the owner's next
+    read of its buckets (up to the dispatcher's refresh interval, a second by default). A hint
+    only: the entries are already durable in the store, the receiver takes those of the shards it
+    dispatches and ignores the rest, and a hint lost on the way costs that wait, nothing more.
+    """
+
+    @_typing.overload
+    def __new__(cls, channel: _grpc.Channel) -> _Self: ...
+    @_typing.overload
+    def __new__(cls, channel: _aio.Channel) -> PeerServiceAsyncStub: ...
+    Land: _grpc.UnaryUnaryMultiCallable[_timeshard_pb2.LandRequest, _timeshard_pb2.LandResponse]
+
+@_typing.type_check_only
+class PeerServiceAsyncStub(PeerServiceStub):
+    """Between the nodes of one cluster, not for clients. A node that wrote jobs for a shard another
+    node dispatches tells that node at once, so a job due now does not wait for the owner's next
+    read of its buckets (up to the dispatcher's refresh interval, a second by default). A hint
+    only: the entries are already durable in the store, the receiver takes those of the shards it
+    dispatches and ignores the rest, and a hint lost on the way costs that wait, nothing more.
+    """
+
+    def __init__(self, channel: _aio.Channel) -> None: ...
+    Land: _aio.UnaryUnaryMultiCallable[_timeshard_pb2.LandRequest, _timeshard_pb2.LandResponse]  # type: ignore[assignment]
+
+class PeerServiceServicer(metaclass=_abc_1.ABCMeta):
+    """Between the nodes of one cluster, not for clients. A node that wrote jobs for a shard another
+    node dispatches tells that node at once, so a job due now does not wait for the owner's next
+    read of its buckets (up to the dispatcher's refresh interval, a second by default). A hint
+    only: the entries are already durable in the store, the receiver takes those of the shards it
+    dispatches and ignores the rest, and a hint lost on the way costs that wait, nothing more.
+    """
+
+    @_abc_1.abstractmethod
+    def Land(
+        self,
+        request: _timeshard_pb2.LandRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_timeshard_pb2.LandResponse, _abc.Awaitable[_timeshard_pb2.LandResponse]]: ...
+
+def add_PeerServiceServicer_to_server(servicer: PeerServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

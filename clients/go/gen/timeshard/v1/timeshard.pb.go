@@ -4995,6 +4995,187 @@ func (x *TypeInfo) GetOldestAgeMs() int64 {
 	return 0
 }
 
+// "Look at job `job_id` at `due_at`": one bucket entry the sender just wrote.
+type LandedEntry struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Shard         int32                  `protobuf:"varint,1,opt,name=shard,proto3" json:"shard,omitempty"`
+	Minute        int64                  `protobuf:"varint,2,opt,name=minute,proto3" json:"minute,omitempty"` // the bucket: minutes since the epoch
+	DueAt         *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=due_at,json=dueAt,proto3" json:"due_at,omitempty"`
+	JobId         string                 `protobuf:"bytes,4,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	Home          int64                  `protobuf:"varint,5,opt,name=home,proto3" json:"home,omitempty"` // where the job's row lives (Cassandra's minute partition), 0 if not kept
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LandedEntry) Reset() {
+	*x = LandedEntry{}
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[73]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LandedEntry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LandedEntry) ProtoMessage() {}
+
+func (x *LandedEntry) ProtoReflect() protoreflect.Message {
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[73]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LandedEntry.ProtoReflect.Descriptor instead.
+func (*LandedEntry) Descriptor() ([]byte, []int) {
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{73}
+}
+
+func (x *LandedEntry) GetShard() int32 {
+	if x != nil {
+		return x.Shard
+	}
+	return 0
+}
+
+func (x *LandedEntry) GetMinute() int64 {
+	if x != nil {
+		return x.Minute
+	}
+	return 0
+}
+
+func (x *LandedEntry) GetDueAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.DueAt
+	}
+	return nil
+}
+
+func (x *LandedEntry) GetJobId() string {
+	if x != nil {
+		return x.JobId
+	}
+	return ""
+}
+
+func (x *LandedEntry) GetHome() int64 {
+	if x != nil {
+		return x.Home
+	}
+	return 0
+}
+
+type LandRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	FromNode      string                 `protobuf:"bytes,1,opt,name=from_node,json=fromNode,proto3" json:"from_node,omitempty"`
+	Entries       []*LandedEntry         `protobuf:"bytes,2,rep,name=entries,proto3" json:"entries,omitempty"` // at most 1,000
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LandRequest) Reset() {
+	*x = LandRequest{}
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[74]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LandRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LandRequest) ProtoMessage() {}
+
+func (x *LandRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[74]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LandRequest.ProtoReflect.Descriptor instead.
+func (*LandRequest) Descriptor() ([]byte, []int) {
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{74}
+}
+
+func (x *LandRequest) GetFromNode() string {
+	if x != nil {
+		return x.FromNode
+	}
+	return ""
+}
+
+func (x *LandRequest) GetEntries() []*LandedEntry {
+	if x != nil {
+		return x.Entries
+	}
+	return nil
+}
+
+type LandResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Taken         int32                  `protobuf:"varint,1,opt,name=taken,proto3" json:"taken,omitempty"`                       // entries of shards the receiver dispatches
+	NotOwned      int32                  `protobuf:"varint,2,opt,name=not_owned,json=notOwned,proto3" json:"not_owned,omitempty"` // the rest, left to their owner's next read
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LandResponse) Reset() {
+	*x = LandResponse{}
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[75]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LandResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LandResponse) ProtoMessage() {}
+
+func (x *LandResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[75]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LandResponse.ProtoReflect.Descriptor instead.
+func (*LandResponse) Descriptor() ([]byte, []int) {
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{75}
+}
+
+func (x *LandResponse) GetTaken() int32 {
+	if x != nil {
+		return x.Taken
+	}
+	return 0
+}
+
+func (x *LandResponse) GetNotOwned() int32 {
+	if x != nil {
+		return x.NotOwned
+	}
+	return 0
+}
+
 var File_timeshard_v1_timeshard_proto protoreflect.FileDescriptor
 
 const file_timeshard_v1_timeshard_proto_rawDesc = "" +
@@ -5377,7 +5558,19 @@ const file_timeshard_v1_timeshard_proto_rawDesc = "" +
 	"\x06paused\x18\x05 \x01(\bR\x06paused\x12\x14\n" +
 	"\x05ready\x18\x06 \x01(\x05R\x05ready\x12\x12\n" +
 	"\x04held\x18\a \x01(\tR\x04held\x12\"\n" +
-	"\roldest_age_ms\x18\b \x01(\x03R\voldestAgeMs*\xb2\x01\n" +
+	"\roldest_age_ms\x18\b \x01(\x03R\voldestAgeMs\"\x99\x01\n" +
+	"\vLandedEntry\x12\x14\n" +
+	"\x05shard\x18\x01 \x01(\x05R\x05shard\x12\x16\n" +
+	"\x06minute\x18\x02 \x01(\x03R\x06minute\x121\n" +
+	"\x06due_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x05dueAt\x12\x15\n" +
+	"\x06job_id\x18\x04 \x01(\tR\x05jobId\x12\x12\n" +
+	"\x04home\x18\x05 \x01(\x03R\x04home\"_\n" +
+	"\vLandRequest\x12\x1b\n" +
+	"\tfrom_node\x18\x01 \x01(\tR\bfromNode\x123\n" +
+	"\aentries\x18\x02 \x03(\v2\x19.timeshard.v1.LandedEntryR\aentries\"A\n" +
+	"\fLandResponse\x12\x14\n" +
+	"\x05taken\x18\x01 \x01(\x05R\x05taken\x12\x1b\n" +
+	"\tnot_owned\x18\x02 \x01(\x05R\bnotOwned*\xb2\x01\n" +
 	"\bJobState\x12\x19\n" +
 	"\x15JOB_STATE_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13JOB_STATE_SCHEDULED\x10\x01\x12\x15\n" +
@@ -5422,7 +5615,9 @@ const file_timeshard_v1_timeshard_proto_rawDesc = "" +
 	"NodeStatus\x12\x1f.timeshard.v1.NodeStatusRequest\x1a .timeshard.v1.NodeStatusResponse\x12^\n" +
 	"\x0fSetTypePolicies\x12$.timeshard.v1.SetTypePoliciesRequest\x1a%.timeshard.v1.SetTypePoliciesResponse\x12U\n" +
 	"\fSetTypeFlows\x12!.timeshard.v1.SetTypeFlowsRequest\x1a\".timeshard.v1.SetTypeFlowsResponse\x12L\n" +
-	"\tListTypes\x12\x1e.timeshard.v1.ListTypesRequest\x1a\x1f.timeshard.v1.ListTypesResponseB@Z>github.com/timeshard/timeshard/gen/go/timeshard/v1;timeshardv1b\x06proto3"
+	"\tListTypes\x12\x1e.timeshard.v1.ListTypesRequest\x1a\x1f.timeshard.v1.ListTypesResponse2L\n" +
+	"\vPeerService\x12=\n" +
+	"\x04Land\x12\x19.timeshard.v1.LandRequest\x1a\x1a.timeshard.v1.LandResponseB@Z>github.com/timeshard/timeshard/gen/go/timeshard/v1;timeshardv1b\x06proto3"
 
 var (
 	file_timeshard_v1_timeshard_proto_rawDescOnce sync.Once
@@ -5437,7 +5632,7 @@ func file_timeshard_v1_timeshard_proto_rawDescGZIP() []byte {
 }
 
 var file_timeshard_v1_timeshard_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_timeshard_v1_timeshard_proto_msgTypes = make([]protoimpl.MessageInfo, 73)
+var file_timeshard_v1_timeshard_proto_msgTypes = make([]protoimpl.MessageInfo, 76)
 var file_timeshard_v1_timeshard_proto_goTypes = []any{
 	(JobState)(0),                     // 0: timeshard.v1.JobState
 	(*Attempt)(nil),                   // 1: timeshard.v1.Attempt
@@ -5513,66 +5708,69 @@ var file_timeshard_v1_timeshard_proto_goTypes = []any{
 	(*ListTypesRequest)(nil),          // 71: timeshard.v1.ListTypesRequest
 	(*ListTypesResponse)(nil),         // 72: timeshard.v1.ListTypesResponse
 	(*TypeInfo)(nil),                  // 73: timeshard.v1.TypeInfo
-	(*timestamppb.Timestamp)(nil),     // 74: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),       // 75: google.protobuf.Duration
+	(*LandedEntry)(nil),               // 74: timeshard.v1.LandedEntry
+	(*LandRequest)(nil),               // 75: timeshard.v1.LandRequest
+	(*LandResponse)(nil),              // 76: timeshard.v1.LandResponse
+	(*timestamppb.Timestamp)(nil),     // 77: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),       // 78: google.protobuf.Duration
 }
 var file_timeshard_v1_timeshard_proto_depIdxs = []int32{
-	74,  // 0: timeshard.v1.Attempt.started_at:type_name -> google.protobuf.Timestamp
-	74,  // 1: timeshard.v1.Attempt.finished_at:type_name -> google.protobuf.Timestamp
+	77,  // 0: timeshard.v1.Attempt.started_at:type_name -> google.protobuf.Timestamp
+	77,  // 1: timeshard.v1.Attempt.finished_at:type_name -> google.protobuf.Timestamp
 	0,   // 2: timeshard.v1.Job.state:type_name -> timeshard.v1.JobState
-	74,  // 3: timeshard.v1.Job.run_at:type_name -> google.protobuf.Timestamp
-	74,  // 4: timeshard.v1.Job.created_at:type_name -> google.protobuf.Timestamp
-	74,  // 5: timeshard.v1.Job.lease_until:type_name -> google.protobuf.Timestamp
-	74,  // 6: timeshard.v1.Job.started_at:type_name -> google.protobuf.Timestamp
-	74,  // 7: timeshard.v1.Job.finished_at:type_name -> google.protobuf.Timestamp
+	77,  // 3: timeshard.v1.Job.run_at:type_name -> google.protobuf.Timestamp
+	77,  // 4: timeshard.v1.Job.created_at:type_name -> google.protobuf.Timestamp
+	77,  // 5: timeshard.v1.Job.lease_until:type_name -> google.protobuf.Timestamp
+	77,  // 6: timeshard.v1.Job.started_at:type_name -> google.protobuf.Timestamp
+	77,  // 7: timeshard.v1.Job.finished_at:type_name -> google.protobuf.Timestamp
 	1,   // 8: timeshard.v1.Job.history:type_name -> timeshard.v1.Attempt
-	74,  // 9: timeshard.v1.Job.deadline:type_name -> google.protobuf.Timestamp
-	75,  // 10: timeshard.v1.ScheduleJobRequest.delay:type_name -> google.protobuf.Duration
-	74,  // 11: timeshard.v1.ScheduleJobRequest.run_at:type_name -> google.protobuf.Timestamp
-	74,  // 12: timeshard.v1.ScheduleJobRequest.deadline:type_name -> google.protobuf.Timestamp
-	75,  // 13: timeshard.v1.ScheduleJobRequest.deadline_in:type_name -> google.protobuf.Duration
+	77,  // 9: timeshard.v1.Job.deadline:type_name -> google.protobuf.Timestamp
+	78,  // 10: timeshard.v1.ScheduleJobRequest.delay:type_name -> google.protobuf.Duration
+	77,  // 11: timeshard.v1.ScheduleJobRequest.run_at:type_name -> google.protobuf.Timestamp
+	77,  // 12: timeshard.v1.ScheduleJobRequest.deadline:type_name -> google.protobuf.Timestamp
+	78,  // 13: timeshard.v1.ScheduleJobRequest.deadline_in:type_name -> google.protobuf.Duration
 	2,   // 14: timeshard.v1.ScheduleJobResponse.job:type_name -> timeshard.v1.Job
 	3,   // 15: timeshard.v1.ScheduleJobsRequest.jobs:type_name -> timeshard.v1.ScheduleJobRequest
 	4,   // 16: timeshard.v1.ScheduleJobsResponse.results:type_name -> timeshard.v1.ScheduleJobResponse
 	0,   // 17: timeshard.v1.ListJobsRequest.state:type_name -> timeshard.v1.JobState
 	2,   // 18: timeshard.v1.ListJobsResponse.jobs:type_name -> timeshard.v1.Job
-	75,  // 19: timeshard.v1.RescheduleJobRequest.delay:type_name -> google.protobuf.Duration
-	74,  // 20: timeshard.v1.RescheduleJobRequest.run_at:type_name -> google.protobuf.Timestamp
-	75,  // 21: timeshard.v1.Schedule.misfire_grace:type_name -> google.protobuf.Duration
-	75,  // 22: timeshard.v1.Schedule.jitter:type_name -> google.protobuf.Duration
-	74,  // 23: timeshard.v1.Schedule.next_fire:type_name -> google.protobuf.Timestamp
-	74,  // 24: timeshard.v1.Schedule.last_skip_at:type_name -> google.protobuf.Timestamp
-	74,  // 25: timeshard.v1.Schedule.last_fire_at:type_name -> google.protobuf.Timestamp
-	74,  // 26: timeshard.v1.Schedule.queued_at:type_name -> google.protobuf.Timestamp
-	75,  // 27: timeshard.v1.Schedule.spread:type_name -> google.protobuf.Duration
+	78,  // 19: timeshard.v1.RescheduleJobRequest.delay:type_name -> google.protobuf.Duration
+	77,  // 20: timeshard.v1.RescheduleJobRequest.run_at:type_name -> google.protobuf.Timestamp
+	78,  // 21: timeshard.v1.Schedule.misfire_grace:type_name -> google.protobuf.Duration
+	78,  // 22: timeshard.v1.Schedule.jitter:type_name -> google.protobuf.Duration
+	77,  // 23: timeshard.v1.Schedule.next_fire:type_name -> google.protobuf.Timestamp
+	77,  // 24: timeshard.v1.Schedule.last_skip_at:type_name -> google.protobuf.Timestamp
+	77,  // 25: timeshard.v1.Schedule.last_fire_at:type_name -> google.protobuf.Timestamp
+	77,  // 26: timeshard.v1.Schedule.queued_at:type_name -> google.protobuf.Timestamp
+	78,  // 27: timeshard.v1.Schedule.spread:type_name -> google.protobuf.Duration
 	12,  // 28: timeshard.v1.CreateScheduleRequest.schedule:type_name -> timeshard.v1.Schedule
 	12,  // 29: timeshard.v1.ListSchedulesResponse.schedules:type_name -> timeshard.v1.Schedule
 	12,  // 30: timeshard.v1.UpdateScheduleRequest.schedule:type_name -> timeshard.v1.Schedule
-	74,  // 31: timeshard.v1.PreviewRequest.from:type_name -> google.protobuf.Timestamp
-	75,  // 32: timeshard.v1.PreviewRequest.spread:type_name -> google.protobuf.Duration
-	74,  // 33: timeshard.v1.FireTime.utc:type_name -> google.protobuf.Timestamp
-	74,  // 34: timeshard.v1.FireTime.runs_at:type_name -> google.protobuf.Timestamp
+	77,  // 31: timeshard.v1.PreviewRequest.from:type_name -> google.protobuf.Timestamp
+	78,  // 32: timeshard.v1.PreviewRequest.spread:type_name -> google.protobuf.Duration
+	77,  // 33: timeshard.v1.FireTime.utc:type_name -> google.protobuf.Timestamp
+	77,  // 34: timeshard.v1.FireTime.runs_at:type_name -> google.protobuf.Timestamp
 	21,  // 35: timeshard.v1.PreviewResponse.times:type_name -> timeshard.v1.FireTime
-	74,  // 36: timeshard.v1.ListDeadLettersRequest.since:type_name -> google.protobuf.Timestamp
+	77,  // 36: timeshard.v1.ListDeadLettersRequest.since:type_name -> google.protobuf.Timestamp
 	2,   // 37: timeshard.v1.ListDeadLettersResponse.jobs:type_name -> timeshard.v1.Job
 	2,   // 38: timeshard.v1.ReplayDeadLettersResponse.jobs:type_name -> timeshard.v1.Job
-	75,  // 39: timeshard.v1.WaitJobsRequest.timeout:type_name -> google.protobuf.Duration
+	78,  // 39: timeshard.v1.WaitJobsRequest.timeout:type_name -> google.protobuf.Duration
 	2,   // 40: timeshard.v1.WaitJobsResponse.job:type_name -> timeshard.v1.Job
-	75,  // 41: timeshard.v1.ClaimRequest.wait:type_name -> google.protobuf.Duration
-	75,  // 42: timeshard.v1.ClaimRequest.lease:type_name -> google.protobuf.Duration
+	78,  // 41: timeshard.v1.ClaimRequest.wait:type_name -> google.protobuf.Duration
+	78,  // 42: timeshard.v1.ClaimRequest.lease:type_name -> google.protobuf.Duration
 	2,   // 43: timeshard.v1.ClaimedJob.job:type_name -> timeshard.v1.Job
-	74,  // 44: timeshard.v1.ClaimedJob.lease_until:type_name -> google.protobuf.Timestamp
-	75,  // 45: timeshard.v1.ClaimedJob.lease:type_name -> google.protobuf.Duration
+	77,  // 44: timeshard.v1.ClaimedJob.lease_until:type_name -> google.protobuf.Timestamp
+	78,  // 45: timeshard.v1.ClaimedJob.lease:type_name -> google.protobuf.Duration
 	31,  // 46: timeshard.v1.ClaimResponse.jobs:type_name -> timeshard.v1.ClaimedJob
-	75,  // 47: timeshard.v1.HeartbeatRequest.lease:type_name -> google.protobuf.Duration
-	74,  // 48: timeshard.v1.HeartbeatResponse.lease_until:type_name -> google.protobuf.Timestamp
-	75,  // 49: timeshard.v1.HeartbeatResponse.lease:type_name -> google.protobuf.Duration
+	78,  // 47: timeshard.v1.HeartbeatRequest.lease:type_name -> google.protobuf.Duration
+	77,  // 48: timeshard.v1.HeartbeatResponse.lease_until:type_name -> google.protobuf.Timestamp
+	78,  // 49: timeshard.v1.HeartbeatResponse.lease:type_name -> google.protobuf.Duration
 	0,   // 50: timeshard.v1.FailResponse.state:type_name -> timeshard.v1.JobState
-	74,  // 51: timeshard.v1.FailResponse.retry_at:type_name -> google.protobuf.Timestamp
+	77,  // 51: timeshard.v1.FailResponse.retry_at:type_name -> google.protobuf.Timestamp
 	39,  // 52: timeshard.v1.FinishRequest.items:type_name -> timeshard.v1.FinishItem
 	0,   // 53: timeshard.v1.FinishResult.state:type_name -> timeshard.v1.JobState
 	41,  // 54: timeshard.v1.FinishResponse.results:type_name -> timeshard.v1.FinishResult
-	75,  // 55: timeshard.v1.WorkHello.lease:type_name -> google.protobuf.Duration
+	78,  // 55: timeshard.v1.WorkHello.lease:type_name -> google.protobuf.Duration
 	43,  // 56: timeshard.v1.WorkRequest.hello:type_name -> timeshard.v1.WorkHello
 	44,  // 57: timeshard.v1.WorkRequest.credits:type_name -> timeshard.v1.WorkCredit
 	33,  // 58: timeshard.v1.WorkRequest.heartbeats:type_name -> timeshard.v1.HeartbeatRequest
@@ -5582,95 +5780,99 @@ var file_timeshard_v1_timeshard_proto_depIdxs = []int32{
 	46,  // 62: timeshard.v1.WorkResponse.heartbeats:type_name -> timeshard.v1.HeartbeatResult
 	41,  // 63: timeshard.v1.WorkResponse.results:type_name -> timeshard.v1.FinishResult
 	48,  // 64: timeshard.v1.ClusterInfoResponse.nodes:type_name -> timeshard.v1.Node
-	74,  // 65: timeshard.v1.ShardInfo.cursor:type_name -> google.protobuf.Timestamp
+	77,  // 65: timeshard.v1.ShardInfo.cursor:type_name -> google.protobuf.Timestamp
 	51,  // 66: timeshard.v1.ShardOwnersResponse.shards:type_name -> timeshard.v1.ShardInfo
-	75,  // 67: timeshard.v1.NodeStatusRequest.window:type_name -> google.protobuf.Duration
-	74,  // 68: timeshard.v1.JobEvent.at:type_name -> google.protobuf.Timestamp
+	78,  // 67: timeshard.v1.NodeStatusRequest.window:type_name -> google.protobuf.Duration
+	77,  // 68: timeshard.v1.JobEvent.at:type_name -> google.protobuf.Timestamp
 	59,  // 69: timeshard.v1.NodeStatusResponse.shards:type_name -> timeshard.v1.ShardStatus
-	75,  // 70: timeshard.v1.NodeStatusResponse.window:type_name -> google.protobuf.Duration
+	78,  // 70: timeshard.v1.NodeStatusResponse.window:type_name -> google.protobuf.Duration
 	60,  // 71: timeshard.v1.NodeStatusResponse.lateness:type_name -> timeshard.v1.LatenessBucket
 	61,  // 72: timeshard.v1.NodeStatusResponse.jobs:type_name -> timeshard.v1.TypeCounts
-	74,  // 73: timeshard.v1.NodeStatusResponse.dead_letters_at:type_name -> google.protobuf.Timestamp
+	77,  // 73: timeshard.v1.NodeStatusResponse.dead_letters_at:type_name -> google.protobuf.Timestamp
 	63,  // 74: timeshard.v1.NodeStatusResponse.recent_failures:type_name -> timeshard.v1.JobEvent
 	63,  // 75: timeshard.v1.NodeStatusResponse.recent_dead_letters:type_name -> timeshard.v1.JobEvent
 	62,  // 76: timeshard.v1.NodeStatusResponse.unclaimed:type_name -> timeshard.v1.TypeWaiting
-	75,  // 77: timeshard.v1.TypePolicy.retry_base:type_name -> google.protobuf.Duration
-	75,  // 78: timeshard.v1.TypePolicy.retry_max:type_name -> google.protobuf.Duration
+	78,  // 77: timeshard.v1.TypePolicy.retry_base:type_name -> google.protobuf.Duration
+	78,  // 78: timeshard.v1.TypePolicy.retry_max:type_name -> google.protobuf.Duration
 	65,  // 79: timeshard.v1.SetTypePoliciesRequest.policies:type_name -> timeshard.v1.TypePolicy
 	65,  // 80: timeshard.v1.SetTypePoliciesResponse.policies:type_name -> timeshard.v1.TypePolicy
 	68,  // 81: timeshard.v1.SetTypeFlowsRequest.flows:type_name -> timeshard.v1.TypeFlow
 	73,  // 82: timeshard.v1.SetTypeFlowsResponse.types:type_name -> timeshard.v1.TypeInfo
 	73,  // 83: timeshard.v1.ListTypesResponse.types:type_name -> timeshard.v1.TypeInfo
 	65,  // 84: timeshard.v1.TypeInfo.policy:type_name -> timeshard.v1.TypePolicy
-	3,   // 85: timeshard.v1.JobService.ScheduleJob:input_type -> timeshard.v1.ScheduleJobRequest
-	5,   // 86: timeshard.v1.JobService.ScheduleJobs:input_type -> timeshard.v1.ScheduleJobsRequest
-	7,   // 87: timeshard.v1.JobService.GetJob:input_type -> timeshard.v1.GetJobRequest
-	8,   // 88: timeshard.v1.JobService.ListJobs:input_type -> timeshard.v1.ListJobsRequest
-	10,  // 89: timeshard.v1.JobService.CancelJob:input_type -> timeshard.v1.CancelJobRequest
-	11,  // 90: timeshard.v1.JobService.RescheduleJob:input_type -> timeshard.v1.RescheduleJobRequest
-	13,  // 91: timeshard.v1.JobService.CreateSchedule:input_type -> timeshard.v1.CreateScheduleRequest
-	14,  // 92: timeshard.v1.JobService.GetSchedule:input_type -> timeshard.v1.GetScheduleRequest
-	15,  // 93: timeshard.v1.JobService.ListSchedules:input_type -> timeshard.v1.ListSchedulesRequest
-	17,  // 94: timeshard.v1.JobService.UpdateSchedule:input_type -> timeshard.v1.UpdateScheduleRequest
-	18,  // 95: timeshard.v1.JobService.PauseSchedule:input_type -> timeshard.v1.ScheduleIdRequest
-	18,  // 96: timeshard.v1.JobService.ResumeSchedule:input_type -> timeshard.v1.ScheduleIdRequest
-	18,  // 97: timeshard.v1.JobService.DeleteSchedule:input_type -> timeshard.v1.ScheduleIdRequest
-	20,  // 98: timeshard.v1.JobService.PreviewSchedule:input_type -> timeshard.v1.PreviewRequest
-	23,  // 99: timeshard.v1.JobService.ListDeadLetters:input_type -> timeshard.v1.ListDeadLettersRequest
-	25,  // 100: timeshard.v1.JobService.ReplayDeadLetters:input_type -> timeshard.v1.ReplayDeadLettersRequest
-	25,  // 101: timeshard.v1.JobService.PurgeDeadLetters:input_type -> timeshard.v1.ReplayDeadLettersRequest
-	28,  // 102: timeshard.v1.JobService.WaitJobs:input_type -> timeshard.v1.WaitJobsRequest
-	30,  // 103: timeshard.v1.WorkerService.Claim:input_type -> timeshard.v1.ClaimRequest
-	33,  // 104: timeshard.v1.WorkerService.Heartbeat:input_type -> timeshard.v1.HeartbeatRequest
-	35,  // 105: timeshard.v1.WorkerService.Complete:input_type -> timeshard.v1.CompleteRequest
-	37,  // 106: timeshard.v1.WorkerService.Fail:input_type -> timeshard.v1.FailRequest
-	40,  // 107: timeshard.v1.WorkerService.Finish:input_type -> timeshard.v1.FinishRequest
-	45,  // 108: timeshard.v1.WorkerService.Work:input_type -> timeshard.v1.WorkRequest
-	49,  // 109: timeshard.v1.AdminService.ClusterInfo:input_type -> timeshard.v1.ClusterInfoRequest
-	52,  // 110: timeshard.v1.AdminService.ShardOwners:input_type -> timeshard.v1.ShardOwnersRequest
-	54,  // 111: timeshard.v1.AdminService.MoveShard:input_type -> timeshard.v1.MoveShardRequest
-	56,  // 112: timeshard.v1.AdminService.DrainNode:input_type -> timeshard.v1.DrainNodeRequest
-	58,  // 113: timeshard.v1.AdminService.NodeStatus:input_type -> timeshard.v1.NodeStatusRequest
-	66,  // 114: timeshard.v1.AdminService.SetTypePolicies:input_type -> timeshard.v1.SetTypePoliciesRequest
-	69,  // 115: timeshard.v1.AdminService.SetTypeFlows:input_type -> timeshard.v1.SetTypeFlowsRequest
-	71,  // 116: timeshard.v1.AdminService.ListTypes:input_type -> timeshard.v1.ListTypesRequest
-	4,   // 117: timeshard.v1.JobService.ScheduleJob:output_type -> timeshard.v1.ScheduleJobResponse
-	6,   // 118: timeshard.v1.JobService.ScheduleJobs:output_type -> timeshard.v1.ScheduleJobsResponse
-	2,   // 119: timeshard.v1.JobService.GetJob:output_type -> timeshard.v1.Job
-	9,   // 120: timeshard.v1.JobService.ListJobs:output_type -> timeshard.v1.ListJobsResponse
-	2,   // 121: timeshard.v1.JobService.CancelJob:output_type -> timeshard.v1.Job
-	2,   // 122: timeshard.v1.JobService.RescheduleJob:output_type -> timeshard.v1.Job
-	12,  // 123: timeshard.v1.JobService.CreateSchedule:output_type -> timeshard.v1.Schedule
-	12,  // 124: timeshard.v1.JobService.GetSchedule:output_type -> timeshard.v1.Schedule
-	16,  // 125: timeshard.v1.JobService.ListSchedules:output_type -> timeshard.v1.ListSchedulesResponse
-	12,  // 126: timeshard.v1.JobService.UpdateSchedule:output_type -> timeshard.v1.Schedule
-	12,  // 127: timeshard.v1.JobService.PauseSchedule:output_type -> timeshard.v1.Schedule
-	12,  // 128: timeshard.v1.JobService.ResumeSchedule:output_type -> timeshard.v1.Schedule
-	19,  // 129: timeshard.v1.JobService.DeleteSchedule:output_type -> timeshard.v1.DeleteScheduleResponse
-	22,  // 130: timeshard.v1.JobService.PreviewSchedule:output_type -> timeshard.v1.PreviewResponse
-	24,  // 131: timeshard.v1.JobService.ListDeadLetters:output_type -> timeshard.v1.ListDeadLettersResponse
-	26,  // 132: timeshard.v1.JobService.ReplayDeadLetters:output_type -> timeshard.v1.ReplayDeadLettersResponse
-	27,  // 133: timeshard.v1.JobService.PurgeDeadLetters:output_type -> timeshard.v1.PurgeDeadLettersResponse
-	29,  // 134: timeshard.v1.JobService.WaitJobs:output_type -> timeshard.v1.WaitJobsResponse
-	32,  // 135: timeshard.v1.WorkerService.Claim:output_type -> timeshard.v1.ClaimResponse
-	34,  // 136: timeshard.v1.WorkerService.Heartbeat:output_type -> timeshard.v1.HeartbeatResponse
-	36,  // 137: timeshard.v1.WorkerService.Complete:output_type -> timeshard.v1.CompleteResponse
-	38,  // 138: timeshard.v1.WorkerService.Fail:output_type -> timeshard.v1.FailResponse
-	42,  // 139: timeshard.v1.WorkerService.Finish:output_type -> timeshard.v1.FinishResponse
-	47,  // 140: timeshard.v1.WorkerService.Work:output_type -> timeshard.v1.WorkResponse
-	50,  // 141: timeshard.v1.AdminService.ClusterInfo:output_type -> timeshard.v1.ClusterInfoResponse
-	53,  // 142: timeshard.v1.AdminService.ShardOwners:output_type -> timeshard.v1.ShardOwnersResponse
-	55,  // 143: timeshard.v1.AdminService.MoveShard:output_type -> timeshard.v1.MoveShardResponse
-	57,  // 144: timeshard.v1.AdminService.DrainNode:output_type -> timeshard.v1.DrainNodeResponse
-	64,  // 145: timeshard.v1.AdminService.NodeStatus:output_type -> timeshard.v1.NodeStatusResponse
-	67,  // 146: timeshard.v1.AdminService.SetTypePolicies:output_type -> timeshard.v1.SetTypePoliciesResponse
-	70,  // 147: timeshard.v1.AdminService.SetTypeFlows:output_type -> timeshard.v1.SetTypeFlowsResponse
-	72,  // 148: timeshard.v1.AdminService.ListTypes:output_type -> timeshard.v1.ListTypesResponse
-	117, // [117:149] is the sub-list for method output_type
-	85,  // [85:117] is the sub-list for method input_type
-	85,  // [85:85] is the sub-list for extension type_name
-	85,  // [85:85] is the sub-list for extension extendee
-	0,   // [0:85] is the sub-list for field type_name
+	77,  // 85: timeshard.v1.LandedEntry.due_at:type_name -> google.protobuf.Timestamp
+	74,  // 86: timeshard.v1.LandRequest.entries:type_name -> timeshard.v1.LandedEntry
+	3,   // 87: timeshard.v1.JobService.ScheduleJob:input_type -> timeshard.v1.ScheduleJobRequest
+	5,   // 88: timeshard.v1.JobService.ScheduleJobs:input_type -> timeshard.v1.ScheduleJobsRequest
+	7,   // 89: timeshard.v1.JobService.GetJob:input_type -> timeshard.v1.GetJobRequest
+	8,   // 90: timeshard.v1.JobService.ListJobs:input_type -> timeshard.v1.ListJobsRequest
+	10,  // 91: timeshard.v1.JobService.CancelJob:input_type -> timeshard.v1.CancelJobRequest
+	11,  // 92: timeshard.v1.JobService.RescheduleJob:input_type -> timeshard.v1.RescheduleJobRequest
+	13,  // 93: timeshard.v1.JobService.CreateSchedule:input_type -> timeshard.v1.CreateScheduleRequest
+	14,  // 94: timeshard.v1.JobService.GetSchedule:input_type -> timeshard.v1.GetScheduleRequest
+	15,  // 95: timeshard.v1.JobService.ListSchedules:input_type -> timeshard.v1.ListSchedulesRequest
+	17,  // 96: timeshard.v1.JobService.UpdateSchedule:input_type -> timeshard.v1.UpdateScheduleRequest
+	18,  // 97: timeshard.v1.JobService.PauseSchedule:input_type -> timeshard.v1.ScheduleIdRequest
+	18,  // 98: timeshard.v1.JobService.ResumeSchedule:input_type -> timeshard.v1.ScheduleIdRequest
+	18,  // 99: timeshard.v1.JobService.DeleteSchedule:input_type -> timeshard.v1.ScheduleIdRequest
+	20,  // 100: timeshard.v1.JobService.PreviewSchedule:input_type -> timeshard.v1.PreviewRequest
+	23,  // 101: timeshard.v1.JobService.ListDeadLetters:input_type -> timeshard.v1.ListDeadLettersRequest
+	25,  // 102: timeshard.v1.JobService.ReplayDeadLetters:input_type -> timeshard.v1.ReplayDeadLettersRequest
+	25,  // 103: timeshard.v1.JobService.PurgeDeadLetters:input_type -> timeshard.v1.ReplayDeadLettersRequest
+	28,  // 104: timeshard.v1.JobService.WaitJobs:input_type -> timeshard.v1.WaitJobsRequest
+	30,  // 105: timeshard.v1.WorkerService.Claim:input_type -> timeshard.v1.ClaimRequest
+	33,  // 106: timeshard.v1.WorkerService.Heartbeat:input_type -> timeshard.v1.HeartbeatRequest
+	35,  // 107: timeshard.v1.WorkerService.Complete:input_type -> timeshard.v1.CompleteRequest
+	37,  // 108: timeshard.v1.WorkerService.Fail:input_type -> timeshard.v1.FailRequest
+	40,  // 109: timeshard.v1.WorkerService.Finish:input_type -> timeshard.v1.FinishRequest
+	45,  // 110: timeshard.v1.WorkerService.Work:input_type -> timeshard.v1.WorkRequest
+	49,  // 111: timeshard.v1.AdminService.ClusterInfo:input_type -> timeshard.v1.ClusterInfoRequest
+	52,  // 112: timeshard.v1.AdminService.ShardOwners:input_type -> timeshard.v1.ShardOwnersRequest
+	54,  // 113: timeshard.v1.AdminService.MoveShard:input_type -> timeshard.v1.MoveShardRequest
+	56,  // 114: timeshard.v1.AdminService.DrainNode:input_type -> timeshard.v1.DrainNodeRequest
+	58,  // 115: timeshard.v1.AdminService.NodeStatus:input_type -> timeshard.v1.NodeStatusRequest
+	66,  // 116: timeshard.v1.AdminService.SetTypePolicies:input_type -> timeshard.v1.SetTypePoliciesRequest
+	69,  // 117: timeshard.v1.AdminService.SetTypeFlows:input_type -> timeshard.v1.SetTypeFlowsRequest
+	71,  // 118: timeshard.v1.AdminService.ListTypes:input_type -> timeshard.v1.ListTypesRequest
+	75,  // 119: timeshard.v1.PeerService.Land:input_type -> timeshard.v1.LandRequest
+	4,   // 120: timeshard.v1.JobService.ScheduleJob:output_type -> timeshard.v1.ScheduleJobResponse
+	6,   // 121: timeshard.v1.JobService.ScheduleJobs:output_type -> timeshard.v1.ScheduleJobsResponse
+	2,   // 122: timeshard.v1.JobService.GetJob:output_type -> timeshard.v1.Job
+	9,   // 123: timeshard.v1.JobService.ListJobs:output_type -> timeshard.v1.ListJobsResponse
+	2,   // 124: timeshard.v1.JobService.CancelJob:output_type -> timeshard.v1.Job
+	2,   // 125: timeshard.v1.JobService.RescheduleJob:output_type -> timeshard.v1.Job
+	12,  // 126: timeshard.v1.JobService.CreateSchedule:output_type -> timeshard.v1.Schedule
+	12,  // 127: timeshard.v1.JobService.GetSchedule:output_type -> timeshard.v1.Schedule
+	16,  // 128: timeshard.v1.JobService.ListSchedules:output_type -> timeshard.v1.ListSchedulesResponse
+	12,  // 129: timeshard.v1.JobService.UpdateSchedule:output_type -> timeshard.v1.Schedule
+	12,  // 130: timeshard.v1.JobService.PauseSchedule:output_type -> timeshard.v1.Schedule
+	12,  // 131: timeshard.v1.JobService.ResumeSchedule:output_type -> timeshard.v1.Schedule
+	19,  // 132: timeshard.v1.JobService.DeleteSchedule:output_type -> timeshard.v1.DeleteScheduleResponse
+	22,  // 133: timeshard.v1.JobService.PreviewSchedule:output_type -> timeshard.v1.PreviewResponse
+	24,  // 134: timeshard.v1.JobService.ListDeadLetters:output_type -> timeshard.v1.ListDeadLettersResponse
+	26,  // 135: timeshard.v1.JobService.ReplayDeadLetters:output_type -> timeshard.v1.ReplayDeadLettersResponse
+	27,  // 136: timeshard.v1.JobService.PurgeDeadLetters:output_type -> timeshard.v1.PurgeDeadLettersResponse
+	29,  // 137: timeshard.v1.JobService.WaitJobs:output_type -> timeshard.v1.WaitJobsResponse
+	32,  // 138: timeshard.v1.WorkerService.Claim:output_type -> timeshard.v1.ClaimResponse
+	34,  // 139: timeshard.v1.WorkerService.Heartbeat:output_type -> timeshard.v1.HeartbeatResponse
+	36,  // 140: timeshard.v1.WorkerService.Complete:output_type -> timeshard.v1.CompleteResponse
+	38,  // 141: timeshard.v1.WorkerService.Fail:output_type -> timeshard.v1.FailResponse
+	42,  // 142: timeshard.v1.WorkerService.Finish:output_type -> timeshard.v1.FinishResponse
+	47,  // 143: timeshard.v1.WorkerService.Work:output_type -> timeshard.v1.WorkResponse
+	50,  // 144: timeshard.v1.AdminService.ClusterInfo:output_type -> timeshard.v1.ClusterInfoResponse
+	53,  // 145: timeshard.v1.AdminService.ShardOwners:output_type -> timeshard.v1.ShardOwnersResponse
+	55,  // 146: timeshard.v1.AdminService.MoveShard:output_type -> timeshard.v1.MoveShardResponse
+	57,  // 147: timeshard.v1.AdminService.DrainNode:output_type -> timeshard.v1.DrainNodeResponse
+	64,  // 148: timeshard.v1.AdminService.NodeStatus:output_type -> timeshard.v1.NodeStatusResponse
+	67,  // 149: timeshard.v1.AdminService.SetTypePolicies:output_type -> timeshard.v1.SetTypePoliciesResponse
+	70,  // 150: timeshard.v1.AdminService.SetTypeFlows:output_type -> timeshard.v1.SetTypeFlowsResponse
+	72,  // 151: timeshard.v1.AdminService.ListTypes:output_type -> timeshard.v1.ListTypesResponse
+	76,  // 152: timeshard.v1.PeerService.Land:output_type -> timeshard.v1.LandResponse
+	120, // [120:153] is the sub-list for method output_type
+	87,  // [87:120] is the sub-list for method input_type
+	87,  // [87:87] is the sub-list for extension type_name
+	87,  // [87:87] is the sub-list for extension extendee
+	0,   // [0:87] is the sub-list for field type_name
 }
 
 func init() { file_timeshard_v1_timeshard_proto_init() }
@@ -5695,9 +5897,9 @@ func file_timeshard_v1_timeshard_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_timeshard_v1_timeshard_proto_rawDesc), len(file_timeshard_v1_timeshard_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   73,
+			NumMessages:   76,
 			NumExtensions: 0,
-			NumServices:   3,
+			NumServices:   4,
 		},
 		GoTypes:           file_timeshard_v1_timeshard_proto_goTypes,
 		DependencyIndexes: file_timeshard_v1_timeshard_proto_depIdxs,

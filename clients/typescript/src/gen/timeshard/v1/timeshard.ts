@@ -802,6 +802,30 @@ export interface TypeInfo {
   oldestAgeMs: number;
 }
 
+/** "Look at job `job_id` at `due_at`": one bucket entry the sender just wrote. */
+export interface LandedEntry {
+  shard: number;
+  /** the bucket: minutes since the epoch */
+  minute: number;
+  dueAt: Date | undefined;
+  jobId: string;
+  /** where the job's row lives (Cassandra's minute partition), 0 if not kept */
+  home: number;
+}
+
+export interface LandRequest {
+  fromNode: string;
+  /** at most 1,000 */
+  entries: LandedEntry[];
+}
+
+export interface LandResponse {
+  /** entries of shards the receiver dispatches */
+  taken: number;
+  /** the rest, left to their owner's next read */
+  notOwned: number;
+}
+
 function createBaseAttempt(): Attempt {
   return { attempt: 0, worker: "", startedAt: undefined, finishedAt: undefined, outcome: "", error: "", traceback: "" };
 }
@@ -9447,6 +9471,325 @@ export const TypeInfo: MessageFns<TypeInfo> = {
   },
 };
 
+function createBaseLandedEntry(): LandedEntry {
+  return { shard: 0, minute: 0, dueAt: undefined, jobId: "", home: 0 };
+}
+
+export const LandedEntry: MessageFns<LandedEntry> = {
+  encode(message: LandedEntry, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.shard !== 0) {
+      writer.uint32(8).int32(message.shard);
+    }
+    if (message.minute !== 0) {
+      writer.uint32(16).int64(message.minute);
+    }
+    if (message.dueAt !== undefined) {
+      Timestamp.encode(toTimestamp(message.dueAt), writer.uint32(26).fork()).join();
+    }
+    if (message.jobId !== "") {
+      writer.uint32(34).string(message.jobId);
+    }
+    if (message.home !== 0) {
+      writer.uint32(40).int64(message.home);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): LandedEntry {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseLandedEntry();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.shard = reader.int32();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.minute = longToNumber(reader.int64());
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.dueAt = fromTimestamp(Timestamp.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.jobId = reader.string();
+            continue;
+          }
+          case 5: {
+            if (tag !== 40) {
+              break;
+            }
+
+            message.home = longToNumber(reader.int64());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): LandedEntry {
+    return {
+      shard: isSet(object.shard) ? globalThis.Number(object.shard) : 0,
+      minute: isSet(object.minute) ? globalThis.Number(object.minute) : 0,
+      dueAt: isSet(object.dueAt)
+        ? fromJsonTimestamp(object.dueAt)
+        : isSet(object.due_at)
+        ? fromJsonTimestamp(object.due_at)
+        : undefined,
+      jobId: isSet(object.jobId)
+        ? globalThis.String(object.jobId)
+        : isSet(object.job_id)
+        ? globalThis.String(object.job_id)
+        : "",
+      home: isSet(object.home) ? globalThis.Number(object.home) : 0,
+    };
+  },
+
+  toJSON(message: LandedEntry): unknown {
+    const obj: any = {};
+    if (message.shard !== 0) {
+      obj.shard = Math.round(message.shard);
+    }
+    if (message.minute !== 0) {
+      obj.minute = Math.round(message.minute);
+    }
+    if (message.dueAt !== undefined) {
+      obj.dueAt = message.dueAt.toISOString();
+    }
+    if (message.jobId !== "") {
+      obj.jobId = message.jobId;
+    }
+    if (message.home !== 0) {
+      obj.home = Math.round(message.home);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<LandedEntry>, I>>(base?: I): LandedEntry {
+    return LandedEntry.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<LandedEntry>, I>>(object: I): LandedEntry {
+    const message = createBaseLandedEntry();
+    message.shard = object.shard ?? 0;
+    message.minute = object.minute ?? 0;
+    message.dueAt = object.dueAt ?? undefined;
+    message.jobId = object.jobId ?? "";
+    message.home = object.home ?? 0;
+    return message;
+  },
+};
+
+function createBaseLandRequest(): LandRequest {
+  return { fromNode: "", entries: [] };
+}
+
+export const LandRequest: MessageFns<LandRequest> = {
+  encode(message: LandRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.fromNode !== "") {
+      writer.uint32(10).string(message.fromNode);
+    }
+    for (const v of message.entries) {
+      LandedEntry.encode(v!, writer.uint32(18).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): LandRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseLandRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.fromNode = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.entries.push(LandedEntry.decode(reader, reader.uint32()));
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): LandRequest {
+    return {
+      fromNode: isSet(object.fromNode)
+        ? globalThis.String(object.fromNode)
+        : isSet(object.from_node)
+        ? globalThis.String(object.from_node)
+        : "",
+      entries: globalThis.Array.isArray(object?.entries) ? object.entries.map((e: any) => LandedEntry.fromJSON(e)) : [],
+    };
+  },
+
+  toJSON(message: LandRequest): unknown {
+    const obj: any = {};
+    if (message.fromNode !== "") {
+      obj.fromNode = message.fromNode;
+    }
+    if (message.entries?.length) {
+      obj.entries = message.entries.map((e) => LandedEntry.toJSON(e));
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<LandRequest>, I>>(base?: I): LandRequest {
+    return LandRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<LandRequest>, I>>(object: I): LandRequest {
+    const message = createBaseLandRequest();
+    message.fromNode = object.fromNode ?? "";
+    message.entries = object.entries?.map((e) => LandedEntry.fromPartial(e)) || [];
+    return message;
+  },
+};
+
+function createBaseLandResponse(): LandResponse {
+  return { taken: 0, notOwned: 0 };
+}
+
+export const LandResponse: MessageFns<LandResponse> = {
+  encode(message: LandResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.taken !== 0) {
+      writer.uint32(8).int32(message.taken);
+    }
+    if (message.notOwned !== 0) {
+      writer.uint32(16).int32(message.notOwned);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): LandResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseLandResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.taken = reader.int32();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.notOwned = reader.int32();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): LandResponse {
+    return {
+      taken: isSet(object.taken) ? globalThis.Number(object.taken) : 0,
+      notOwned: isSet(object.notOwned)
+        ? globalThis.Number(object.notOwned)
+        : isSet(object.not_owned)
+        ? globalThis.Number(object.not_owned)
+        : 0,
+    };
+  },
+
+  toJSON(message: LandResponse): unknown {
+    const obj: any = {};
+    if (message.taken !== 0) {
+      obj.taken = Math.round(message.taken);
+    }
+    if (message.notOwned !== 0) {
+      obj.notOwned = Math.round(message.notOwned);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<LandResponse>, I>>(base?: I): LandResponse {
+    return LandResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<LandResponse>, I>>(object: I): LandResponse {
+    const message = createBaseLandResponse();
+    message.taken = object.taken ?? 0;
+    message.notOwned = object.notOwned ?? 0;
+    return message;
+  },
+};
+
 export type JobServiceService = typeof JobServiceService;
 export const JobServiceService = {
   scheduleJob: {
@@ -10324,6 +10667,54 @@ export const AdminServiceClient = makeGenericClientConstructor(
 ) as unknown as {
   new (address: string, credentials: ChannelCredentials, options?: Partial<ClientOptions>): AdminServiceClient;
   service: typeof AdminServiceService;
+  serviceName: string;
+};
+
+/**
+ * Between the nodes of one cluster, not for clients. A node that wrote jobs for a shard another
+ * node dispatches tells that node at once, so a job due now does not wait for the owner's next
+ * read of its buckets (up to the dispatcher's refresh interval, a second by default). A hint
+ * only: the entries are already durable in the store, the receiver takes those of the shards it
+ * dispatches and ignores the rest, and a hint lost on the way costs that wait, nothing more.
+ */
+export type PeerServiceService = typeof PeerServiceService;
+export const PeerServiceService = {
+  land: {
+    path: "/timeshard.v1.PeerService/Land" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: LandRequest): Buffer => Buffer.from(LandRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): LandRequest => LandRequest.decode(value),
+    responseSerialize: (value: LandResponse): Buffer => Buffer.from(LandResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): LandResponse => LandResponse.decode(value),
+  },
+} as const;
+
+export interface PeerServiceServer extends UntypedServiceImplementation {
+  land: handleUnaryCall<LandRequest, LandResponse>;
+}
+
+export interface PeerServiceClient extends Client {
+  land(request: LandRequest, callback: (error: ServiceError | null, response: LandResponse) => void): ClientUnaryCall;
+  land(
+    request: LandRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: LandResponse) => void,
+  ): ClientUnaryCall;
+  land(
+    request: LandRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: LandResponse) => void,
+  ): ClientUnaryCall;
+}
+
+export const PeerServiceClient = makeGenericClientConstructor(
+  PeerServiceService,
+  "timeshard.v1.PeerService",
+) as unknown as {
+  new (address: string, credentials: ChannelCredentials, options?: Partial<ClientOptions>): PeerServiceClient;
+  service: typeof PeerServiceService;
   serviceName: string;
 };
 

@@ -1,0 +1,149 @@
+"""``PeerService``: the hints nodes send each other (``timeshard.node.peers``), both ends.
+
+The receiving end checks each entry and hands it to the node (``Node.landed``); the sending end
+keeps one channel per peer address. A node calls its peers with the security of its own port:
+plaintext when it has neither TLS nor tokens; otherwise with ``TIMESHARD_PEER_TOKEN`` (a token
+with the ``worker`` role, or ``admin``) and, when its port has TLS, the client files in
+``TIMESHARD_PEER_TLS_DIR`` (as ``TIMESHARD_TLS_DIR`` for a client). Without what its port
+requires the node sends no hints, says so once, and its peers find the jobs it writes at their
+next read."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import grpc
+
+from timeshard.api.servicers import Ctx, rpc
+from timeshard.coordinator.base import Member
+from timeshard.errors import InvalidArgument
+from timeshard.model import BucketEntry, validate_job_id
+from timeshard.node import Node
+from timeshard.node.peers import MAX_LAND, Send
+from timeshard.security.channel import ClientSecurity
+from timeshard.security.policy import ServerSecurity
+from timeshard.security.tls import ClientTls
+from timeshard.v1 import timeshard_pb2 as pb
+from timeshard.v1 import timeshard_pb2_grpc as pb_grpc
+from timeshard.wire import ts, ts_ms
+
+if TYPE_CHECKING:
+    from timeshard.v1.timeshard_pb2_grpc import PeerServiceAsyncStub as PeerStub
+
+log = logging.getLogger(__name__)
+
+ENV_PEER_TOKEN = "TIMESHARD_PEER_TOKEN"
+ENV_PEER_TLS_DIR = "TIMESHARD_PEER_TLS_DIR"
+LAND_TIMEOUT_S = 2.0
+
+
+def entries_to_pb(node_id: str, entries: Sequence[BucketEntry]) -> pb.LandRequest:
+    return pb.LandRequest(
+        from_node=node_id,
+        entries=[
+            pb.LandedEntry(
+                shard=e.shard,
+                minute=e.minute,
+                due_at=ts(e.due_at),
+                job_id=e.job_id,
+                home=e.home or 0,
+            )
+            for e in entries
+        ],
+    )
+
+
+def entries_from_pb(request: pb.LandRequest, num_shards: int) -> list[BucketEntry]:
+    """The request's entries, each checked: a bad one refuses the whole call."""
+    if len(request.entries) > MAX_LAND:
+        raise InvalidArgument("entries", f"at most {MAX_LAND} per call, got {len(request.entries)}")
+    out: list[BucketEntry] = []
+    for n, e in enumerate(request.entries):
+        field = f"entries[{n}]"
+        if not 0 <= e.shard < num_shards:
+            raise InvalidArgument(f"{field}.shard", f"must be 0-{num_shards - 1}, got {e.shard}")
+        if e.minute < 0 or e.home < 0:
+            raise InvalidArgument(f"{field}", "minute and home must not be negative")
+        try:
+            validate_job_id(e.job_id)
+        except InvalidArgument as exc:
+            raise InvalidArgument(f"{field}.job_id", exc.problem) from None
+        out.append(
+            BucketEntry(
+                shard=e.shard,
+                minute=e.minute,
+                due_at=ts_ms(e.due_at),
+                job_id=e.job_id,
+                home=e.home or None,
+            )
+        )
+    return out
+
+
+class PeerService(pb_grpc.PeerServiceServicer):
+    def __init__(self, node: Node) -> None:
+        self.node = node
+
+    @rpc
+    async def Land(self, request: pb.LandRequest, context: Ctx) -> pb.LandResponse:
+        entries = entries_from_pb(request, self.node.num_shards)
+        taken = self.node.landed(entries)
+        self.node.metrics.peer_hints_received(taken, len(entries) - taken)
+        return pb.LandResponse(taken=taken, not_owned=len(entries) - taken)
+
+
+def peer_security(server: ServerSecurity) -> ClientSecurity | None:
+    """How this node calls its peers (module docstring); None: it may not."""
+    token = os.environ.get(ENV_PEER_TOKEN, "").strip()
+    if server.auth is not None and not token:
+        log.warning(
+            "no hints to other nodes: this node's port needs a token and %s is not set "
+            "(each node finds the jobs others write for its shards at its next bucket read)",
+            ENV_PEER_TOKEN,
+        )
+        return None
+    tls: ClientTls | None = None
+    if server.tls is not None:
+        directory = os.environ.get(ENV_PEER_TLS_DIR, "")
+        if not directory:
+            log.warning(
+                "no hints to other nodes: this node's port has TLS and %s is not set "
+                "(each node finds the jobs others write for its shards at its next bucket read)",
+                ENV_PEER_TLS_DIR,
+            )
+            return None
+        tls = ClientTls.from_dir(directory)
+    return ClientSecurity(tls=tls, token=token)
+
+
+class PeerChannels:
+    """One channel per peer address, opened on the first hint to it."""
+
+    def __init__(self, node_id: str, security: ClientSecurity) -> None:
+        self._node_id = node_id
+        self._security = security
+        self._stubs: dict[str, tuple[grpc.aio.Channel, PeerStub]] = {}
+
+    def sender(self) -> Send:
+        async def send(peer: Member, entries: Sequence[BucketEntry]) -> int:
+            stub = self._stub(peer.address)
+            reply = await stub.Land(entries_to_pb(self._node_id, entries), timeout=LAND_TIMEOUT_S)
+            return int(reply.taken)
+
+        return send
+
+    def _stub(self, address: str) -> PeerStub:
+        found = self._stubs.get(address)
+        if found is None:
+            channel = self._security.aio_channel(address)
+            stub: PeerStub = pb_grpc.PeerServiceStub(channel)
+            found = self._stubs[address] = (channel, stub)
+        return found[1]
+
+    async def close(self) -> None:
+        for channel, _ in self._stubs.values():
+            await channel.close(None)
+        self._stubs.clear()

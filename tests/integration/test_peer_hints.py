@@ -1,0 +1,115 @@
+"""Hints between nodes on real Cassandra and ZooKeeper, through real gRPC servers: a job due now,
+scheduled through the node that does not dispatch its shard, is handed to a worker by its owner
+without waiting for the owner's next read of its buckets.
+
+The nodes refresh their buckets every 120 s here (a node takes a shard with a read of its own,
+then reads it again only at its refresh), so a job written by the other node after the shards
+settled can only reach its owner within the test's waits by the hint."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.contract.conftest import cassandra_address, cassandra_admin
+from timeshard.clock import SystemClock
+from timeshard.coordinator.zookeeper import ZooKeeperCoordinator
+from timeshard.node import JobSpec, Node, NodeConfig
+from timeshard.node.dispatcher import DispatchConfig
+from timeshard.server import Server
+from timeshard.sharding import shard_of
+from timeshard.store.cassandra import CassandraStore
+
+__all__ = ["cassandra_address", "cassandra_admin"]  # shared fixtures
+
+pytestmark = pytest.mark.timeout(180)
+
+SHARDS = 4
+TYPE = "it.hinted"
+SLOW_REFRESH = DispatchConfig(refresh_s=120.0, reread_s=125.0, settle_s=125.0)
+
+
+@pytest.fixture
+def keyspace(cassandra_admin: Any) -> Iterator[str]:
+    name = f"hints_{uuid.uuid4().hex[:10]}"
+    yield name
+    cassandra_admin.execute(f"DROP KEYSPACE IF EXISTS {name}")
+
+
+async def wait_for(pred: Any, timeout: float, what: str) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not pred():
+        if loop.time() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.1)
+
+
+def sent(node: Node, outcome: str) -> float:
+    return node.metrics.peer_hint_entries.labels("sent", outcome)._value.get()  # type: ignore[no-any-return]
+
+
+async def test_a_job_written_by_another_node_is_hinted_to_its_owner_and_runs_now(
+    cassandra_address: str, keyspace: str, zookeeper_hosts: str
+) -> None:
+    url = f"cassandra://{cassandra_address}/{keyspace}"
+    zk = f"zookeeper://{zookeeper_hosts}/timeshard-hints/{uuid.uuid4().hex[:8]}?session_timeout=4"
+    servers = [
+        Server(
+            Node(
+                store=CassandraStore.from_url(url, num_shards=SHARDS),
+                coordinator=ZooKeeperCoordinator.from_url(zk),
+                clock=SystemClock(),
+                config=NodeConfig(dispatch=SLOW_REFRESH),
+                node_id=name,
+            ),
+            port=0,
+        )
+        for name in ("a", "b")
+    ]
+    a, b = (s.node for s in servers)
+    try:
+        for s in servers:
+            await s.start()
+        await wait_for(
+            lambda: len(a.dispatching) == len(b.dispatching) == SHARDS // 2, 60, "even shards"
+        )
+        await wait_for(
+            lambda: all(a.coordinator.peer_for(s) for s in b.dispatching), 10, "a to know b"
+        )
+        # Jobs of b's shards, due now, written through a: only a hint can bring them to b
+        # before its next refresh, two minutes away.
+        ids = [f"hinted-{uuid.uuid4().hex[:8]}" for _ in range(200)]
+        ids = [i for i in ids if shard_of(i, SHARDS) in b.dispatching][:5]
+        now = a.clock.now_ms()
+        await a.schedule_many(
+            [JobSpec(job_type=TYPE, payload=b"", run_at=now, job_id=i) for i in ids]
+        )
+        claimed: set[str] = set()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 20
+        while len(claimed) < len(ids) and loop.time() < deadline:
+            got = await b.claim(worker="w", types=[TYPE], limit=10, wait_s=2, lease_s=30)
+            claimed |= {c.job.job_id for c in got}
+        assert claimed == set(ids), "b must run the jobs a wrote for its shards, due now"
+        await wait_for(lambda: sent(a, "taken") >= len(ids), 5, "a to count its hints")
+        assert sent(a, "failed") == 0
+        assert b.metrics.peer_hint_entries.labels("received", "taken")._value.get() >= len(ids)
+        # Jobs of a's own shards are never hinted (a's dispatchers took them directly).
+        own = [f"own-{uuid.uuid4().hex[:8]}" for _ in range(100)]
+        own = [i for i in own if shard_of(i, SHARDS) in a.dispatching][:3]
+        before = sent(a, "taken") + sent(a, "not_owned") + sent(a, "failed")
+        await a.schedule_many(
+            [JobSpec(job_type=TYPE, payload=b"", run_at=a.clock.now_ms(), job_id=i) for i in own]
+        )
+        got = await a.claim(worker="w", types=[TYPE], limit=10, wait_s=5, lease_s=30)
+        assert {c.job.job_id for c in got} == set(own)
+        await asyncio.sleep(0.2)
+        assert sent(a, "taken") + sent(a, "not_owned") + sent(a, "failed") == before
+    finally:
+        for s in servers:
+            await s.stop(0)
