@@ -46,6 +46,10 @@ class GroupCommit(Generic[K, T]):
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
+    def waiting(self, key: K) -> bool:
+        """Items of ``key`` are queued for a batch still to go (they join its next one)."""
+        return bool(self._queues.get(key))
+
     async def _flush(self, key: K) -> None:
         await asyncio.sleep(0)  # let the writes of this loop turn join the first batch
         try:

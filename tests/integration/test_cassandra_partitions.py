@@ -17,8 +17,8 @@ from tests.contract.helpers import NOW, NUM_SHARDS, claim, claimed, create, make
 from timeshard.errors import NotOwner
 from timeshard.model import BucketEntry, JobState
 from timeshard.sharding import minute_of, shard_of
-from timeshard.store.base import JobClaim
-from timeshard.store.cassandra import CassandraStore
+from timeshard.store.base import Completion, JobClaim
+from timeshard.store.cassandra import CassandraStore, jobrows
 
 __all__ = ["cassandra_address", "cassandra_admin"]
 
@@ -262,3 +262,38 @@ async def test_a_node_that_missed_later_writes_does_not_refuse_or_stall_on_its_o
         stored = await b.get_job(job.job_id)
         assert stored is not None and stored.state is JobState.SCHEDULED
         assert stored.fence == second.fence
+
+
+async def test_a_completion_goes_out_with_the_next_write_of_its_partition(
+    cassandra_address: str, keyspace: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A result waits (``RESULT_LINGER_S``, long here so a loaded machine can not miss it) for
+    another write of its partition and shares its Paxos round; alone, it goes out when the
+    linger ends, and is acknowledged only once written either way."""
+    monkeypatch.setattr(jobrows, "RESULT_LINGER_S", 1.0)
+    async with stores(cassandra_address, keyspace, 1) as (store,):
+        shard = 6
+        a, b, c = (make_job(i) for i in ids_in_shard(shard, 3, "linger"))
+        await create(store, a, b, c)
+        await store.acquire_shard(shard, "me", 0, minute_of(NOW))
+        a = await claimed(store, a)
+        before = store.stats.paxos_rounds
+        completing = asyncio.ensure_future(
+            store.complete_jobs([Completion(job_id=a.job_id, fence=a.fence)], NOW + 5)
+        )
+        await asyncio.sleep(0.05)
+        assert not completing.done()  # lingering: nothing written yet
+        [b_out] = await store.claim_jobs([claim(b)])
+        [a_out] = await completing
+        assert b_out.applied and a_out.applied and a_out.job is not None
+        assert a_out.job.state is JobState.SUCCEEDED
+        assert store.stats.paxos_rounds - before == 1, "the claim and the result: one round"
+        assert (await store.get_job(a.job_id)).state is JobState.SUCCEEDED
+
+        b = b_out.job
+        assert b is not None
+        before = store.stats.paxos_rounds
+        [alone] = await store.complete_jobs([Completion(job_id=b.job_id, fence=b.fence)], NOW + 6)
+        assert alone.applied  # no other write came: it went out when the linger ended
+        assert store.stats.paxos_rounds - before == 1
+        assert (await store.get_job(b.job_id)).state is JobState.SUCCEEDED

@@ -63,6 +63,11 @@ from timeshard.store.codec import job_columns, to_job
 
 log = logging.getLogger(__name__)
 
+RESULT_LINGER_S = 0.05
+"""A completion waits this long at most for another write of its partition to go out with (a
+claim, most often): one Paxos round for both, rather than a round of its own that the next
+claim of the partition would queue behind. No job waits for it (the worker's slot is free
+once its handler ended); the result is acknowledged once written, as ever."""
 FOLLOW_CLOSE_S = 5.0
 """On close, wait this long at most for the index and key writes still in flight."""
 FOLLOW_WINDOW_S = 0.1
@@ -115,6 +120,8 @@ class JobRows:
         """Those of the window open now (its task is the last of ``_following`` to start)."""
         self._follow_now = asyncio.Event()
         """Set on close: the open window ends at once."""
+        self._lingering: dict[Key, tuple[list[_Op], asyncio.TimerHandle]] = {}
+        """Completions waiting for another write of their partition (``RESULT_LINGER_S``)."""
 
     async def create(
         self, jobs: Sequence[tuple[Job, BucketEntry]], fresh: Collection[str]
@@ -122,6 +129,11 @@ class JobRows:
         return await self._creator.create(jobs, fresh)
 
     async def close(self) -> None:
+        for ops, timer in self._lingering.values():
+            timer.cancel()  # not written: the worker reports them again, elsewhere
+            for op in ops:
+                _fail(op, StoreUnavailable("the store is closing"))
+        self._lingering.clear()
         await self._creator.close()
         await self._batcher.close()
         self._follow_now.set()
@@ -245,11 +257,13 @@ class JobRows:
         items: Sequence[tuple[str, T.Transition, Job | None]],
         *,
         owner_only: bool = False,
+        linger: bool = False,
     ) -> list[WriteResult]:
         """``apply`` for many ``(job_id, transition, known)`` at once, in their order: one
         future per job and no task per job (a claim of 100 jobs made 100 tasks); the homes
         not remembered are looked up together first. Like ``gather``, it waits for every one
-        and then raises the first error."""
+        and then raises the first error. ``linger``: each waits up to ``RESULT_LINGER_S`` for
+        another write of its partition to go out with (completions)."""
         homes = [self.homes.get(job_id) for job_id, _, _ in items]
         missing = [i for i, home in enumerate(homes) if home is None]
         if missing:
@@ -263,7 +277,9 @@ class JobRows:
                 fut: asyncio.Future[WriteResult] = loop.create_future()
                 fut.set_result(WriteResult(applied=False, job=None))
             else:
-                fut = self._submit(job_id, int(home), transition, known, owner_only, False)
+                fut = self._submit(
+                    job_id, int(home), transition, known, owner_only, False, linger=linger
+                )
             futs.append(fut)
         return await _gather(futs)
 
@@ -275,6 +291,8 @@ class JobRows:
         known: Job | None,
         owner_only: bool,
         delete: bool,
+        *,
+        linger: bool = False,
     ) -> asyncio.Future[WriteResult]:
         shard = shard_of(job_id, self._num_shards)
         found = Found.of(known) if known is not None else self._images.get(job_id)
@@ -289,8 +307,32 @@ class JobRows:
             delete=delete,
             reread=found is None,
         )
-        self._batcher.submit((shard, home), op)
+        key = (shard, home)
+        if linger and not self._batcher.waiting(key):
+            self._linger(key, op)
+        else:
+            self._release(key)
+            self._batcher.submit(key, op)
         return fut
+
+    def _linger(self, key: Key, op: _Op) -> None:
+        held = self._lingering.get(key)
+        if held is not None:
+            held[0].append(op)
+            return
+        timer = asyncio.get_running_loop().call_later(RESULT_LINGER_S, self._release, key)
+        self._lingering[key] = ([op], timer)
+
+    def _release(self, key: Key) -> None:
+        """The completions lingering for ``key`` join its next batch (with the write that
+        released them, when one did)."""
+        held = self._lingering.pop(key, None)
+        if held is None:
+            return
+        ops, timer = held
+        timer.cancel()
+        for op in ops:
+            self._batcher.submit(key, op)
 
     async def _run(self, key: Key, ops: list[_Op]) -> None:
         todo = ops

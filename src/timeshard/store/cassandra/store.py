@@ -268,7 +268,8 @@ class CassandraStore(Store):
         for c in items:
             validate_result(c.result, c.encoding)  # refused before any joins a batch
         return await self._jobs.apply_all(
-            [(c.job_id, T.complete(c.fence, now, c.result, c.encoding), None) for c in items]
+            [(c.job_id, T.complete(c.fence, now, c.result, c.encoding), None) for c in items],
+            linger=True,
         )
 
     async def fail_job(
