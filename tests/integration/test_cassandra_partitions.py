@@ -279,7 +279,7 @@ async def test_a_completion_goes_out_with_the_next_write_of_its_partition(
         a = await claimed(store, a)
         before = store.stats.paxos_rounds
         completing = asyncio.ensure_future(
-            store.complete_jobs([Completion(job_id=a.job_id, fence=a.fence)], NOW + 5)
+            store.complete_jobs([Completion(job_id=a.job_id, fence=a.fence)], NOW + 5, linger=True)
         )
         await asyncio.sleep(0.05)
         assert not completing.done()  # lingering: nothing written yet
@@ -293,7 +293,9 @@ async def test_a_completion_goes_out_with_the_next_write_of_its_partition(
         b = b_out.job
         assert b is not None
         before = store.stats.paxos_rounds
-        [alone] = await store.complete_jobs([Completion(job_id=b.job_id, fence=b.fence)], NOW + 6)
+        [alone] = await store.complete_jobs(
+            [Completion(job_id=b.job_id, fence=b.fence)], NOW + 6, linger=True
+        )
         assert alone.applied  # no other write came: it went out when the linger ended
         assert store.stats.paxos_rounds - before == 1
         assert (await store.get_job(b.job_id)).state is JobState.SUCCEEDED

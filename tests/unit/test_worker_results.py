@@ -38,9 +38,11 @@ class FlakyStore(SqliteStore):
         self._check(self.results_down_until)
         return await super().complete_job(job_id, fence, now, **result)
 
-    async def complete_jobs(self, items: Sequence[Completion], now: int) -> list[WriteResult]:
+    async def complete_jobs(
+        self, items: Sequence[Completion], now: int, *, linger: bool = False
+    ) -> list[WriteResult]:
         self._check(self.results_down_until)
-        return await super().complete_jobs(items, now)
+        return await super().complete_jobs(items, now, linger=linger)
 
     async def fail_job(
         self, job_id: str, fence: int, now: int, error: str, retry_at: RetryAt, **more: Any

@@ -218,6 +218,15 @@ class Claims:
             elif running.pop(job.job_id, None) is not None:
                 self._ready.wake()  # room under the type's limit: claims waiting for it go on
 
+    def frees_room(self, job_id: str) -> bool:
+        """Whether ``job_id`` runs here under a type's concurrency limit: its end lets another
+        job of the type start, so its result should not wait to be written."""
+        for job_type, running in self._running.items():
+            policy = self._policies.get(job_type)
+            if policy is not None and policy.concurrency is not None and job_id in running:
+                return True
+        return False
+
     async def _wait_ready(self, types: Sequence[str], timeout: float) -> None:
         """Wait for a change of the ready queues (registered before anything is awaited, so
         no push is missed: a missed one left claims asleep for a whole long poll), or, when

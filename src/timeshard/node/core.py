@@ -732,7 +732,9 @@ class Node:
                 return
             try:
                 written = await self.store.complete_jobs(
-                    [c for _, c in completions], self.clock.now_ms()
+                    [c for _, c in completions],
+                    self.clock.now_ms(),
+                    linger=not any(self.claims.frees_room(c.job_id) for _, c in completions),
                 )
             except TimeshardError as exc:  # (the store is down: each item says so)
                 for n, _ in completions:

@@ -295,11 +295,15 @@ class Store(abc.ABC):
         handler's ``result`` (with its ``result_encoding``) stored on the job, kept as long as
         the job is (its retention)."""
 
-    async def complete_jobs(self, items: Sequence[Completion], now: int) -> list[WriteResult]:
+    async def complete_jobs(
+        self, items: Sequence[Completion], now: int, *, linger: bool = False
+    ) -> list[WriteResult]:
         """``complete_job`` for many jobs, a result each in their order; each is conditional on
         its own fence, and one that does not apply leaves the others as they are. A store
         writes them together (one transaction, or a batch per partition); this default writes
-        them one by one."""
+        them one by one. ``linger``: a store may hold them a few tens of milliseconds to share
+        a write with others (Cassandra: ``jobrows.RESULT_LINGER_S``); the caller says False
+        when someone waits for them (a job under a concurrency limit)."""
         return list(
             await asyncio.gather(
                 *(

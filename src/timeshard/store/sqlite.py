@@ -564,7 +564,9 @@ class SqliteStore(Store):
         transition = T.complete(fence, now, result, result_encoding)
         return await self._call(lambda db: _apply(db, job_id, transition))
 
-    async def complete_jobs(self, items: Sequence[Completion], now: int) -> list[WriteResult]:
+    async def complete_jobs(
+        self, items: Sequence[Completion], now: int, *, linger: bool = False
+    ) -> list[WriteResult]:
         for c in items:
             validate_result(c.result, c.encoding)  # refused before anything is written
         changes = [(c.job_id, T.complete(c.fence, now, c.result, c.encoding)) for c in items]

@@ -264,12 +264,14 @@ class CassandraStore(Store):
         validate_result(result, result_encoding)  # refused before it joins a batch
         return await self._jobs.apply(job_id, T.complete(fence, now, result, result_encoding))
 
-    async def complete_jobs(self, items: Sequence[Completion], now: int) -> list[WriteResult]:
+    async def complete_jobs(
+        self, items: Sequence[Completion], now: int, *, linger: bool = False
+    ) -> list[WriteResult]:
         for c in items:
             validate_result(c.result, c.encoding)  # refused before any joins a batch
         return await self._jobs.apply_all(
             [(c.job_id, T.complete(c.fence, now, c.result, c.encoding), None) for c in items],
-            linger=True,
+            linger=linger,
         )
 
     async def fail_job(
