@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from tests.contract.conftest import cassandra_address, cassandra_admin
+from tests.unit.helpers import wait_until
 from timeshard.clock import SystemClock
 from timeshard.coordinator.zookeeper import ZooKeeperCoordinator
 from timeshard.node import JobSpec, Node, NodeConfig
@@ -38,15 +39,6 @@ def keyspace(cassandra_admin: Any) -> Iterator[str]:
     name = f"hints_{uuid.uuid4().hex[:10]}"
     yield name
     cassandra_admin.execute(f"DROP KEYSPACE IF EXISTS {name}")
-
-
-async def wait_for(pred: Any, timeout: float, what: str) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not pred():
-        if loop.time() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.1)
 
 
 def sent(node: Node, outcome: str) -> float:
@@ -75,10 +67,10 @@ async def test_a_job_written_by_another_node_is_hinted_to_its_owner_and_runs_now
     try:
         for s in servers:
             await s.start()
-        await wait_for(
+        await wait_until(
             lambda: len(a.dispatching) == len(b.dispatching) == SHARDS // 2, 60, "even shards"
         )
-        await wait_for(
+        await wait_until(
             lambda: all(a.coordinator.peer_for(s) for s in b.dispatching), 10, "a to know b"
         )
         # Jobs of b's shards, due now, written through a: only a hint can bring them to b
@@ -96,7 +88,7 @@ async def test_a_job_written_by_another_node_is_hinted_to_its_owner_and_runs_now
             got = await b.claim(worker="w", types=[TYPE], limit=10, wait_s=2, lease_s=30)
             claimed |= {c.job.job_id for c in got}
         assert claimed == set(ids), "b must run the jobs a wrote for its shards, due now"
-        await wait_for(lambda: sent(a, "taken") >= len(ids), 5, "a to count its hints")
+        await wait_until(lambda: sent(a, "taken") >= len(ids), 5, "a to count its hints")
         assert sent(a, "failed") == 0
         assert b.metrics.peer_hint_entries.labels("received", "taken")._value.get() >= len(ids)
         # Jobs of a's own shards are never hinted (a's dispatchers took them directly).
