@@ -148,7 +148,8 @@ async def test_a_sync_handler_past_its_timeout_keeps_its_slot_and_its_retry_wait
         assert first_error(done) == "timed out after 1.5s"
         assert ended == [1, 2] and overlap == []
         await wait_for(lambda: w._slots.free("t") == 2, what="both slots free again")
-        assert ("succeeded", "", 2) in run.events
+        # (the worker's event follows the node's answer, which follows the write just read)
+        await wait_for(lambda: ("succeeded", "", 2) in run.events, what="the worker's event")
 
 
 async def test_an_async_handler_resumed_after_blocking_the_loop_past_its_lease_stops() -> None:
