@@ -18,6 +18,7 @@ import pytest
 from tests.contract.conftest import cassandra_address, cassandra_admin
 from tests.unit.helpers import wait_until
 from timeshard.clock import SystemClock
+from timeshard.coordinator.base import Member
 from timeshard.coordinator.zookeeper import ZooKeeperCoordinator
 from timeshard.node import JobSpec, Node, NodeConfig
 from timeshard.node.dispatcher import DispatchConfig
@@ -43,6 +44,17 @@ def keyspace(cassandra_admin: Any) -> Iterator[str]:
 
 def sent(node: Node, outcome: str) -> float:
     return node.metrics.peer_hint_entries.labels("sent", outcome)._value.get()  # type: ignore[no-any-return]
+
+
+async def claim_all(node: Node, ids: list[str], within_s: float = 20) -> set[str]:
+    """What ``node`` claims of ``ids`` within ``within_s``."""
+    claimed: set[str] = set()
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within_s
+    while not claimed >= set(ids) and loop.time() < deadline:
+        got = await node.claim(worker="w", types=[TYPE], limit=10, wait_s=2, lease_s=30)
+        claimed |= {c.job.job_id for c in got}
+    return claimed
 
 
 async def test_a_job_written_by_another_node_is_hinted_to_its_owner_and_runs_now(
@@ -81,12 +93,7 @@ async def test_a_job_written_by_another_node_is_hinted_to_its_owner_and_runs_now
         await a.schedule_many(
             [JobSpec(job_type=TYPE, payload=b"", run_at=now, job_id=i) for i in ids]
         )
-        claimed: set[str] = set()
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + 20
-        while len(claimed) < len(ids) and loop.time() < deadline:
-            got = await b.claim(worker="w", types=[TYPE], limit=10, wait_s=2, lease_s=30)
-            claimed |= {c.job.job_id for c in got}
+        claimed = await claim_all(b, ids)
         assert claimed == set(ids), "b must run the jobs a wrote for its shards, due now"
         await wait_until(lambda: sent(a, "taken") >= len(ids), 5, "a to count its hints")
         assert sent(a, "failed") == 0
@@ -98,10 +105,16 @@ async def test_a_job_written_by_another_node_is_hinted_to_its_owner_and_runs_now
         await a.schedule_many(
             [JobSpec(job_type=TYPE, payload=b"", run_at=a.clock.now_ms(), job_id=i) for i in own]
         )
-        got = await a.claim(worker="w", types=[TYPE], limit=10, wait_s=5, lease_s=30)
-        assert {c.job.job_id for c in got} == set(own)
+        assert await claim_all(a, own) == set(own)
         await asyncio.sleep(0.2)
         assert sent(a, "taken") + sent(a, "not_owned") + sent(a, "failed") == before
+        # After a failed call a forgets b's address (b may have restarted elsewhere under its
+        # id) and reads it again at once, not at the next resync.
+        shard = min(b.dispatching)
+        a.coordinator.forget_peer("b")
+        assert a.coordinator.peer_for(shard) is None
+        await wait_until(lambda: a.coordinator.peer_for(shard) is not None, 5, "b's address")
+        assert a.coordinator.peer_for(shard) == Member(node_id="b", address=b.address)
     finally:
         for s in servers:
             await s.stop(0)

@@ -17,7 +17,7 @@ import pytest
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoAuthError
 
-from timeshard.coordinator.base import Member
+from timeshard.coordinator.base import Member, ShardsNotTaken
 from timeshard.coordinator.zkstate import CoordinatorUnavailable, ShardAdmin, connect
 from timeshard.coordinator.zookeeper import ZooKeeperCoordinator
 from timeshard.errors import FailedPrecondition, InvalidArgument, NotFound
@@ -50,13 +50,17 @@ class Ledger:
                 for s in lost:
                     if self.owner.get(s) == node:
                         del self.owner[s]
+                failed: dict[int, BaseException] = {}
                 for s in gained:
-                    if self.fail_next_take.get(node, -1) == s:
-                        del self.fail_next_take[node]
-                        raise RuntimeError(f"store down while taking shard {s}")
+                    if self.fail_next_take.get(node, -1) == s:  # as a node does: the others
+                        del self.fail_next_take[node]  # are taken, this one is named
+                        failed[s] = RuntimeError(f"store down while taking shard {s}")
+                        continue
                     if s in self.owner:
                         self.violations.append(f"{node} took {s} while {self.owner[s]} owns it")
                     self.owner[s] = node
+                if failed:
+                    raise ShardsNotTaken(failed)
             finally:
                 self.busy.discard(node)
 
@@ -337,8 +341,23 @@ async def test_a_failed_take_is_given_back_and_retried(zookeeper_hosts: str, zk_
     async with cluster(zookeeper_hosts, zk_path) as c:
         c.ledger.fail_next_take["a"] = 3
         await c.add("a")
-        assert 3 not in c.nodes["a"].owned()
+        assert c.nodes["a"].owned() == set(range(SHARDS)) - {3}  # the others are kept
         await until(lambda: c.nodes["a"].owned() == set(range(SHARDS)), 5, "the retry of 3")
+        assert c.ledger.shards_of("a") == set(range(SHARDS))
+        c.check()
+
+
+async def test_a_node_takes_the_shards_it_gains_in_one_call(
+    zookeeper_hosts: str, zk_path: str
+) -> None:
+    """Not one store round trip after another: a node taking over hundreds of shards of a
+    dead one would take seconds or minutes to dispatch the last of them."""
+    async with cluster(zookeeper_hosts, zk_path) as c:
+        await c.add("a")
+        assert c.nodes["a"].owned() == set(range(SHARDS))
+        [(_, node, gained, lost)] = c.ledger.log
+        assert (node, gained, lost) == ("a", frozenset(range(SHARDS)), frozenset())
+        c.check()
 
 
 async def test_a_node_with_another_shard_count_is_refused(

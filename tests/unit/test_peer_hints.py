@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, cast
 
 import pytest
 
-from timeshard.api.peers import entries_from_pb, entries_to_pb
+from timeshard.api.peers import ENV_PEER_TLS_DIR, entries_from_pb, entries_to_pb, peer_security
 from timeshard.clock import FakeClock
 from timeshard.coordinator.base import Member
 from timeshard.coordinator.local import LocalCoordinator
@@ -17,6 +19,7 @@ from timeshard.errors import InvalidArgument
 from timeshard.model import BucketEntry
 from timeshard.node.peers import MAX_LAND, PeerHints
 from timeshard.security.auth import Role, required_role
+from timeshard.security.policy import ServerSecurity
 from timeshard.v1 import timeshard_pb2 as pb
 
 NOW = 1_700_000_000_000
@@ -25,8 +28,15 @@ NOW = 1_700_000_000_000
 class Owners(LocalCoordinator):
     """Shard s is dispatched by node ``n<s % 2>``; this node is n0."""
 
+    def __init__(self) -> None:
+        super().__init__()
+        self.forgotten: list[str] = []
+
     def peer_for(self, shard: int) -> Member | None:
         return Member(node_id="n1", address="n1:1") if shard % 2 else None
+
+    def forget_peer(self, node_id: str) -> None:
+        self.forgotten.append(node_id)
 
 
 def entry(shard: int, due_in_ms: int, job_id: str = "") -> BucketEntry:
@@ -66,17 +76,17 @@ async def test_only_entries_due_soon_of_another_nodes_shards_are_sent_to_it_in_o
     assert sorted(counted) == [("not_owned", 1), ("taken", 1)]
 
 
-async def test_a_failed_hint_is_counted_and_nothing_else_happens() -> None:
+async def test_a_failed_hint_is_counted_and_the_peers_address_is_read_again() -> None:
     async def send(peer: Member, entries: Sequence[BucketEntry]) -> int:
         raise ConnectionError("peer down")
 
-    hints = PeerHints(
-        coordinator=Owners(), clock=FakeClock(NOW), send=send, horizon_ms=lambda: 5_000
-    )
+    owners = Owners()
+    hints = PeerHints(coordinator=owners, clock=FakeClock(NOW), send=send, horizon_ms=lambda: 5_000)
     hints.hint([entry(1, 0), entry(3, 0)])
     await asyncio.sleep(0.01)
     await hints.close()
     assert hints.counts == {"failed": 2}
+    assert owners.forgotten == ["n1"]  # it may have restarted at another address
 
 
 def test_without_a_transport_nothing_is_queued() -> None:
@@ -122,3 +132,13 @@ def test_too_many_entries_are_refused() -> None:
 
 def test_a_hint_needs_the_worker_role() -> None:
     assert required_role("/timeshard.v1.PeerService/Land") is Role.WORKER
+
+
+def test_a_peer_tls_dir_that_can_not_be_read_is_named_by_its_variable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(ENV_PEER_TLS_DIR, str(tmp_path))  # no certificates in it
+    with pytest.raises(InvalidArgument) as raised:
+        peer_security(ServerSecurity(tls=cast(Any, object())))
+    assert raised.value.field == ENV_PEER_TLS_DIR
+    assert str(tmp_path) in raised.value.problem and "can not read" in raised.value.problem

@@ -115,7 +115,10 @@ def peer_security(server: ServerSecurity) -> ClientSecurity | None:
                 ENV_PEER_TLS_DIR,
             )
             return None
-        tls = ClientTls.from_dir(directory)
+        try:
+            tls = ClientTls.from_dir(directory)
+        except InvalidArgument as exc:  # named by the variable the operator set, not a flag
+            raise InvalidArgument(ENV_PEER_TLS_DIR, exc.problem) from None
     return ClientSecurity(tls=tls, token=token)
 
 

@@ -8,10 +8,10 @@ that briefly both believe they own a shard can not both change it.
 from __future__ import annotations
 
 import abc
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
-from timeshard.errors import FailedPrecondition
+from timeshard.errors import FailedPrecondition, TimeshardError
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -21,7 +21,19 @@ class Member:
 
 
 ShardsChanged = Callable[[frozenset[int], frozenset[int]], Awaitable[None]]
-"""Called with (gained, lost) shards. Lost shards must stop dispatching before it returns."""
+"""Called with (gained, lost) shards. Lost shards must stop dispatching before it returns.
+Gained ones are taken together; ``ShardsNotTaken`` names those it could not take (the others
+are dispatching), any other error means none of them is."""
+
+
+class ShardsNotTaken(TimeshardError):
+    """``on_change`` took the shards gained but these (each with why)."""
+
+    def __init__(self, failed: Mapping[int, BaseException]) -> None:
+        shown = "; ".join(f"{shard}: {exc}" for shard, exc in sorted(failed.items())[:3])
+        more = f" (+{len(failed) - 3} more)" if len(failed) > 3 else ""
+        super().__init__(f"{len(failed)} shard(s) not taken: {shown}{more}")
+        self.failed = dict(failed)
 
 
 class Coordinator(abc.ABC):
@@ -63,6 +75,12 @@ class Coordinator(abc.ABC):
         """The other node this one believes dispatches ``shard`` now (by the last assignment it
         computed), to hint about entries written for it; None for this node's own shards, or
         when unknown. A belief, not a fence: the hinted node checks what it dispatches."""
+        return None
+
+    def forget_peer(self, node_id: str) -> None:
+        """A call to ``node_id``, at the address ``peer_for`` gave, failed: read its address
+        again before the next hint to it (it may have restarted elsewhere under the same id).
+        A coordinator that keeps no addresses has nothing to forget."""
         return None
 
     async def move_shard(self, shard: int, to_node: str) -> None:

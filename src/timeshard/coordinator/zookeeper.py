@@ -43,7 +43,7 @@ from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import KazooState
 
 from timeshard.coordinator.assignment import assign
-from timeshard.coordinator.base import Coordinator, Member, ShardsChanged
+from timeshard.coordinator.base import Coordinator, Member, ShardsChanged, ShardsNotTaken
 from timeshard.coordinator.kazoo_bridge import ConnectionDropped, LoopBridge
 from timeshard.coordinator.zkstate import (
     PARENT_ACL,
@@ -69,6 +69,8 @@ DEBOUNCE_S = 0.02
 """Gather the burst of watch events one change causes into one pass."""
 RETRY_S = 1.0
 """After a failed pass (ZooKeeper or store error), try again this soon."""
+RELEARN_S = 1.0
+"""After a call to a peer failed (``forget_peer``), read the members' addresses this soon."""
 JOIN_POLL_S = 0.1
 """While joining, look this often whether a dropped connection came back."""
 
@@ -425,13 +427,12 @@ class ZooKeeperCoordinator(Coordinator):
         self._held -= vanished
         await self._release(self._held - target)
         await self._adopt((target - self._held) & cluster.owned)
-        for shard in sorted(target & self._held - self._owned):
-            await self._gain(shard)  # ours in ZooKeeper, not dispatching: after a suspension
-        free = sorted(target - self._held - cluster.owned)
+        idle = target & self._held - self._owned  # ours in ZooKeeper, not dispatching (after a
+        free = sorted(target - self._held - cluster.owned)  # suspension), and those nobody holds
         claimed = await asyncio.gather(*(self._claim(s) for s in free))
-        for shard, ok in zip(free, claimed, strict=True):
-            if ok:
-                await self._gain(shard)
+        # All taken at once: a node that takes over a dead one's hundreds of shards must not
+        # take its epochs one store round trip after another.
+        await self._gain(idle | {s for s, ok in zip(free, claimed, strict=True) if ok})
 
     def peer_for(self, shard: int) -> Member | None:
         node = self._assigned.get(shard)
@@ -439,6 +440,11 @@ class ZooKeeperCoordinator(Coordinator):
             return None
         address = self._addresses.get(node)
         return Member(node_id=node, address=address) if address else None
+
+    def forget_peer(self, node_id: str) -> None:
+        # No hints to it until a pass has read its address again: one pass per failure at most.
+        if self._addresses.pop(node_id, None) is not None:
+            self._wake_later(RELEARN_S)
 
     async def _learn_addresses(self, members: frozenset[str]) -> None:
         """The addresses of the live members (``peer_for``): read once per member that
@@ -480,8 +486,11 @@ class ZooKeeperCoordinator(Coordinator):
         """Owner znodes of shards assigned to us that our own session created (a create whose
         answer was lost) are ours; the rest belong to owners still handing over."""
         session = self._session_id()
-        for shard in sorted(shards):
-            stat = await self._zk(self._kazoo.exists_async(self.layout.owner(shard)))
+        order = sorted(shards)
+        stats = await asyncio.gather(
+            *(self._zk(self._kazoo.exists_async(self.layout.owner(s))) for s in order)
+        )
+        for shard, stat in zip(order, stats, strict=True):
             if stat is not None and stat.ephemeralOwner == session:
                 self._held.add(shard)
 
@@ -499,32 +508,53 @@ class ZooKeeperCoordinator(Coordinator):
         if not shards:
             return
         await self._lose(self._owned & shards)
-        for shard in sorted(shards):
-            with contextlib.suppress(NoNodeError):
-                await self._zk(self._kazoo.delete_async(self.layout.owner(shard)))
-            self._held.discard(shard)
+        await self._delete_owners(shards)
         log.info("node %s: released shard(s) %s", self._me.node_id, _brief(shards))
 
-    async def _gain(self, shard: int) -> None:
+    async def _gain(self, shards: set[int]) -> None:
+        if not shards:
+            return
         if not self._connected or self._stopping:
             raise ConnectionDropped()  # end the pass: the next one sees why
+        gained = frozenset(shards)
         try:
-            await self._report(frozenset({shard}), frozenset())
+            await self._report(gained, frozenset())
+            failed: dict[int, BaseException] = {}
+        except ShardsNotTaken as exc:
+            failed = {s: e for s, e in exc.failed.items() if s in gained}
         except Exception as exc:
-            # The node could not take the shard (its store is down?): give the znode back and
-            # try again on a later pass. on_change is told of the loss so nothing half-started
-            # keeps running.
-            log.warning("node %s: could not take shard %d: %s", self._me.node_id, shard, exc)
-            try:
-                await self._report(frozenset(), frozenset({shard}))
-            except Exception:
-                log.exception("node %s: cleaning up shard %d failed", self._me.node_id, shard)
+            failed = dict.fromkeys(gained, exc)
+        self._owned |= gained - failed.keys()
+        if not failed:
+            return
+        # The node could not take them (its store is down?): give their znodes back and try
+        # again on a later pass. on_change is told of the loss so nothing half-started keeps
+        # running.
+        first = min(failed)
+        log.warning(
+            "node %s: could not take shard(s) %s: %s",
+            self._me.node_id,
+            _brief(set(failed)),
+            failed[first],
+        )
+        try:
+            await self._report(frozenset(), frozenset(failed))
+        except Exception:
+            log.exception(
+                "node %s: cleaning up shards %s failed", self._me.node_id, _brief(set(failed))
+            )
+        await self._delete_owners(set(failed))
+        self._wake_later(RETRY_S)
+
+    async def _delete_owners(self, shards: set[int]) -> None:
+        """Give back our owner znodes of ``shards`` (all at once: ZooKeeper pipelines them)."""
+
+        async def delete(shard: int) -> None:
             with contextlib.suppress(NoNodeError):
                 await self._zk(self._kazoo.delete_async(self.layout.owner(shard)))
             self._held.discard(shard)
-            self._wake_later(RETRY_S)
-            return
-        self._owned |= {shard}
+
+        await asyncio.gather(*(delete(s) for s in sorted(shards)))
 
     async def _lose(self, shards: frozenset[int] | set[int]) -> None:
         lost = frozenset(shards) & self._owned

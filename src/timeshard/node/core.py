@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from timeshard.clock import Clock, format_rfc3339
-from timeshard.coordinator.base import Coordinator, Member
+from timeshard.coordinator.base import Coordinator, Member, ShardsNotTaken
 from timeshard.coordinator.local import LocalCoordinator
 from timeshard.errors import (
     AlreadyExists,
@@ -74,6 +74,9 @@ log = logging.getLogger(__name__)
 
 RELAND_REPEATS = 3
 """How many times a writer writes a late entry again while each write lands late too."""
+TAKE_CONCURRENCY = 64
+"""Shards whose epochs are being taken at once when a node gains many (a node taking over a
+dead one's shards): each is a read and a conditional write, one round trip after another."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -275,9 +278,26 @@ class Node:
         await self.store.close()
 
     async def _shards_changed(self, gained: frozenset[int], lost: frozenset[int]) -> None:
+        """Stop the lost shards, then take the gained ones together (at most
+        ``TAKE_CONCURRENCY`` epochs in flight); ``ShardsNotTaken`` names those not taken."""
+        order = sorted(gained)
+        room = asyncio.Semaphore(TAKE_CONCURRENCY)
+
+        async def take(shard: int) -> None:
+            async with room:
+                await self._take(shard)
+
         async with self._shard_lock:
             await asyncio.gather(*(self._drop(shard) for shard in lost))
-            await asyncio.gather(*(self._take(shard) for shard in gained))
+            outcomes = await asyncio.gather(*(take(s) for s in order), return_exceptions=True)
+        failed: dict[int, BaseException] = {}
+        for shard, outcome in zip(order, outcomes, strict=True):
+            if isinstance(outcome, BaseException):
+                if not isinstance(outcome, Exception):
+                    raise outcome  # cancelled, or the process is stopping
+                failed[shard] = outcome
+        if failed:
+            raise ShardsNotTaken(failed)
 
     async def _drop(self, shard: int) -> None:
         d = self.dispatchers.pop(shard, None)

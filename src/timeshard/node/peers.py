@@ -99,6 +99,7 @@ class PeerHints:
             taken = await self._send(peer, [e for _, e in items])
         except Exception as exc:  # a hint: a failure costs the owner's next read, no more
             self._count("failed", len(items))
+            self._coordinator.forget_peer(peer.node_id)
             self._note(address, f"hints to {peer.node_id} at {address} failed: {exc}")
             return
         taken = max(0, min(taken, len(items)))
