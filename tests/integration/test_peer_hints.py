@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
@@ -20,6 +21,7 @@ from tests.unit.helpers import wait_until
 from timeshard.clock import SystemClock
 from timeshard.coordinator.base import Member
 from timeshard.coordinator.zookeeper import ZooKeeperCoordinator
+from timeshard.model import Job, JobState
 from timeshard.node import JobSpec, Node, NodeConfig
 from timeshard.node.dispatcher import DispatchConfig
 from timeshard.server import Server
@@ -32,7 +34,7 @@ pytestmark = pytest.mark.timeout(180)
 
 SHARDS = 4
 TYPE = "it.hinted"
-SLOW_REFRESH = DispatchConfig(refresh_s=120.0, reread_s=125.0, settle_s=125.0)
+SLOW_REFRESH = DispatchConfig(refresh_s=120.0, lookahead_s=125.0, reread_s=125.0, settle_s=125.0)
 
 
 @pytest.fixture
@@ -57,9 +59,12 @@ async def claim_all(node: Node, ids: list[str], within_s: float = 20) -> set[str
     return claimed
 
 
-async def test_a_job_written_by_another_node_is_hinted_to_its_owner_and_runs_now(
+@asynccontextmanager
+async def two_nodes(
     cassandra_address: str, keyspace: str, zookeeper_hosts: str
-) -> None:
+) -> AsyncIterator[tuple[Node, Node]]:
+    """Nodes ``a`` and ``b`` serving on ZooKeeper and Cassandra, two shards each, each knowing
+    the other's address; their bucket reads two minutes apart."""
     url = f"cassandra://{cassandra_address}/{keyspace}"
     zk = f"zookeeper://{zookeeper_hosts}/timeshard-hints/{uuid.uuid4().hex[:8]}?session_timeout=4"
     servers = [
@@ -85,6 +90,19 @@ async def test_a_job_written_by_another_node_is_hinted_to_its_owner_and_runs_now
         await wait_until(
             lambda: all(a.coordinator.peer_for(s) for s in b.dispatching), 10, "a to know b"
         )
+        await wait_until(
+            lambda: all(b.coordinator.peer_for(s) for s in a.dispatching), 10, "b to know a"
+        )
+        yield a, b
+    finally:
+        for s in servers:
+            await s.stop(0)
+
+
+async def test_a_job_written_by_another_node_is_hinted_to_its_owner_and_runs_now(
+    cassandra_address: str, keyspace: str, zookeeper_hosts: str
+) -> None:
+    async with two_nodes(cassandra_address, keyspace, zookeeper_hosts) as (a, b):
         # Jobs of b's shards, due now, written through a: only a hint can bring them to b
         # before its next refresh, two minutes away.
         ids = [f"hinted-{uuid.uuid4().hex[:8]}" for _ in range(200)]
@@ -115,6 +133,30 @@ async def test_a_job_written_by_another_node_is_hinted_to_its_owner_and_runs_now
         assert a.coordinator.peer_for(shard) is None
         await wait_until(lambda: a.coordinator.peer_for(shard) is not None, 5, "b's address")
         assert a.coordinator.peer_for(shard) == Member(node_id="b", address=b.address)
-    finally:
-        for s in servers:
-            await s.stop(0)
+
+
+async def test_a_wait_on_one_node_for_a_job_another_dispatches_is_answered_by_that_node(
+    cassandra_address: str, keyspace: str, zookeeper_hosts: str
+) -> None:
+    async with two_nodes(cassandra_address, keyspace, zookeeper_hosts) as (a, b):
+        a.waits.reread_s = 300.0  # only b's answer can bring the job in time
+        ids = [f"waited-{uuid.uuid4().hex[:8]}" for _ in range(100)]
+        job_id = next(i for i in ids if shard_of(i, SHARDS) in b.dispatching)
+        await b.schedule_many(
+            [JobSpec(job_type=TYPE, payload=b"", run_at=b.clock.now_ms(), job_id=job_id)]
+        )
+        [claimed] = await b.claim(worker="w", types=[TYPE], limit=1, wait_s=10, lease_s=30)
+        got: list[Job] = []
+
+        async def wait() -> None:
+            async for job in a.wait([job_id], 60):
+                got.append(job)
+
+        waiting = asyncio.create_task(wait())
+        await asyncio.sleep(0.5)  # a asks b now
+        assert not waiting.done()
+        await b.complete(job_id, claimed.job.fence, b'"ok"', "json")
+        await asyncio.wait_for(waiting, 10)
+        assert [(j.job_id, j.state, j.result) for j in got] == [
+            (job_id, JobState.SUCCEEDED, b'"ok"')
+        ]

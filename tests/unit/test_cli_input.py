@@ -31,8 +31,9 @@ REFUSED = [
     ([*SERVER, "--http-port", "-5"], "--http-port", "0-65535"),
     ([*SERVER, "--shards", "0"], "--shards", "1-65536"),  # was: a ValueError traceback
     ([*SERVER, "--shards", "12"], "--shards", "power of two"),
-    ([*SERVER, "--lookahead", "0"], "--lookahead", "more than 0"),
-    ([*SERVER, "--lookahead", "inf"], "--lookahead", "more than 0"),
+    ([*SERVER, "--lookahead", "0"], "--lookahead", "1.5-3600"),
+    ([*SERVER, "--lookahead", "1"], "--lookahead", "1.5-3600"),  # was: jobs a refresh late
+    ([*SERVER, "--lookahead", "inf"], "--lookahead", "1.5-3600"),
     ([*SERVER, "--retention-hours", "0"], "--retention-hours", "more than 0"),
     ([*SERVER, "--dead-retention-hours", "1e9"], "--dead-retention-hours", "TTL"),
     ([*SERVER, "--retry-base", "-1"], "--retry-base", "more than 0"),
@@ -86,9 +87,9 @@ def test_in_range_values_still_parse() -> None:
     )
     assert args.lease == 1.0 and args.metrics_port == 0
     args = build_parser().parse_args(
-        [*SERVER, "--port", "0", "--shards", "1", "--lookahead", "0.5"]
+        [*SERVER, "--port", "0", "--shards", "1", "--lookahead", "1.5"]
     )
-    assert (args.port, args.shards, args.lookahead) == (0, 1, 0.5)
+    assert (args.port, args.shards, args.lookahead) == (0, 1, 1.5)
     args = build_parser().parse_args(["shards", "drain", "n", "--wait"])
     assert args.wait == 60.0  # --wait alone, as the README writes it
 

@@ -90,6 +90,17 @@ def test_the_config_refuses_a_reread_window_shorter_than_the_skew_it_must_cover(
         )
 
 
+def test_the_config_refuses_a_lookahead_a_refresh_can_not_cover() -> None:
+    """An entry a node writes due past what its last refresh read is not held (the next
+    refresh reads it): with ``lookahead_s`` under ``refresh_s`` that refresh came after it was
+    due (a node on a two-minute refresh ran its own due-now jobs up to two minutes late)."""
+    with pytest.raises(ValueError, match="lookahead_s"):
+        DispatchConfig(lookahead_s=5.0, refresh_s=120.0, reread_s=125.0, settle_s=125.0)
+    with pytest.raises(ValueError, match="lookahead_s"):
+        DispatchConfig(lookahead_s=1.0, refresh_s=1.0)
+    DispatchConfig(lookahead_s=1.5, refresh_s=1.0)
+
+
 async def test_a_writer_behind_by_the_whole_bound_loses_nothing(tmp_path: Path) -> None:
     """Node ``b``'s clock is 1.9 s behind the owner's (within max_skew_s = 2 s): its due-now
     jobs carry due times the owner has already read past; the re-read still finds them."""

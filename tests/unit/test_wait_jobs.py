@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
 import grpc
@@ -22,6 +22,7 @@ from tests.unit.helpers import (
 )
 from timeshard.cli.main import main
 from timeshard.clock import FakeClock
+from timeshard.coordinator.base import Member
 from timeshard.errors import NotFound, WaitTimeout
 from timeshard.model import Job, JobState
 from timeshard.node import Node
@@ -105,6 +106,82 @@ async def test_a_result_reported_to_another_node_reaches_the_waiter(tmp_path: Pa
         await asyncio.wait_for(waiter.task, 5)
         (got,) = waiter.got
         assert got.state is JobState.SUCCEEDED and got.result == b"[1,2]"
+
+
+class AskedOf:
+    """``b``'s transport to ``a``'s ``WaitFinished``, in process; records what was asked."""
+
+    def __init__(self, a: Node, fail: bool = False) -> None:
+        self.a = a
+        self.fail = fail
+        self.asked: list[list[str]] = []
+
+    async def __call__(self, peer: Member, job_ids: Sequence[str], timeout_s: float) -> list[str]:
+        assert peer.node_id == "a"
+        self.asked.append(sorted(job_ids))
+        if self.fail:
+            raise ConnectionError("a is away")
+        return await self.a.waits.finished_of(job_ids, timeout_s)
+
+
+async def test_a_wait_for_another_nodes_job_asks_that_node_and_hears_at_once(
+    tmp_path: Path,
+) -> None:
+    """``b`` serves the wait for jobs ``a`` dispatches, on a clock that never moves: its store
+    re-read never runs, so only ``a``'s answer can bring the jobs, as soon as ``a`` writes them."""
+    clock = FakeClock(START_MS)
+    db = tmp_path / "shared.db"
+    async with owner_and_writer(db, clock, SqliteStore(db, num_shards=4)) as (a, b):
+        ask = AskedOf(a)
+        b.waits.use_peers(lambda job_id: Member(node_id="a", address="a:1"), ask)
+        first, second = await claimed_jobs(a, 2)
+        waiter = Waiter(b, [first.job_id])
+        await wait_until(lambda: ask.asked == [[first.job_id]], what="b to ask a")
+        later = Waiter(b, [second.job_id])  # a new job to ask about: asked again, with both
+        await wait_until(
+            lambda: ask.asked[-1:] == [sorted([first.job_id, second.job_id])], what="the new ask"
+        )
+        await a.complete(first.job_id, first.fence, b'"one"', "json")
+        await asyncio.wait_for(waiter.task, 5)
+        assert [(j.job_id, j.state, j.result) for j in waiter.got] == [
+            (first.job_id, JobState.SUCCEEDED, b'"one"')
+        ]
+        await a.cancel(second.job_id)
+        await asyncio.wait_for(later.task, 5)
+        assert [(j.job_id, j.state) for j in later.got] == [(second.job_id, JobState.CANCELLED)]
+        assert b.waits.waited_for == 0
+
+
+async def test_a_peer_that_does_not_answer_leaves_the_wait_to_the_reread(tmp_path: Path) -> None:
+    clock = FakeClock(START_MS)
+    db = tmp_path / "shared.db"
+    async with owner_and_writer(db, clock, SqliteStore(db, num_shards=4)) as (a, b):
+        ask = AskedOf(a, fail=True)
+        b.waits.use_peers(lambda job_id: Member(node_id="a", address="a:1"), ask)
+        (job,) = await claimed_jobs(a, 1)
+        waiter = Waiter(b, [job.job_id])
+        await wait_until(lambda: ask.asked, what="b to ask a")
+        await a.complete(job.job_id, job.fence, b"", "")
+        for _ in range(4):  # one re-read interval, in steps (each sleeper runs to register)
+            clock.advance(WAIT_REREAD_S / 2)
+            await settle(b)
+        await asyncio.wait_for(waiter.task, 5)
+        assert [j.state for j in waiter.got] == [JobState.SUCCEEDED]
+
+
+async def test_finished_of_answers_with_what_is_finished_or_unknown() -> None:
+    async with running() as (node, _clock):
+        a, b = await claimed_jobs(node, 2)
+        await node.complete(a.job_id, a.fence, b"", "")
+        assert await node.waits.finished_of([a.job_id, b.job_id], 30) == [a.job_id]
+        assert await node.waits.finished_of(["never-made", b.job_id], 30) == ["never-made"]
+        assert await node.waits.finished_of([b.job_id], 0) == []  # none, no wait
+        asked = asyncio.create_task(node.waits.finished_of([b.job_id], 600))
+        await settle(node)
+        assert not asked.done()
+        await node.complete(b.job_id, b.fence, b"", "")
+        assert await asyncio.wait_for(asked, 5) == [b.job_id]
+        assert node.waits.waited_for == 0
 
 
 async def test_a_lease_expiry_that_kills_a_job_is_handed_over() -> None:

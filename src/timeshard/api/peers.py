@@ -1,12 +1,13 @@
-"""``PeerService``: the hints nodes send each other (``timeshard.node.peers``), both ends.
+"""``PeerService``: the hints nodes send each other (``timeshard.node.peers``) and the waits
+they ask of each other (``timeshard.node.waits``), both ends.
 
-The receiving end checks each entry and hands it to the node (``Node.landed``); the sending end
-keeps one channel per peer address. A node calls its peers with the security of its own port:
-plaintext when it has neither TLS nor tokens; otherwise with ``TIMESHARD_PEER_TOKEN`` (a token
-with the ``worker`` role, or ``admin``) and, when its port has TLS, the client files in
-``TIMESHARD_PEER_TLS_DIR`` (as ``TIMESHARD_TLS_DIR`` for a client). Without what its port
-requires the node sends no hints, says so once, and its peers find the jobs it writes at their
-next read."""
+The receiving end checks each entry and hands it to the node (``Node.landed``), or waits for
+the jobs named (``JobWaits.finished_of``); the sending end keeps one channel per peer address.
+A node calls its peers with the security of its own port: plaintext when it has neither TLS nor
+tokens; otherwise with ``TIMESHARD_PEER_TOKEN`` (a token with the ``worker`` role, or
+``admin``) and, when its port has TLS, the client files in ``TIMESHARD_PEER_TLS_DIR`` (as
+``TIMESHARD_TLS_DIR`` for a client). Without what its port requires the node sends no hints
+and asks no waits, says so once, and its peers find the jobs it writes at their next read."""
 
 from __future__ import annotations
 
@@ -17,18 +18,19 @@ from typing import TYPE_CHECKING
 
 import grpc
 
-from timeshard.api.servicers import Ctx, rpc
+from timeshard.api.servicers import Ctx, rpc, wait_ids
 from timeshard.coordinator.base import Member
 from timeshard.errors import InvalidArgument
 from timeshard.model import BucketEntry, validate_job_id
 from timeshard.node import Node
 from timeshard.node.peers import MAX_LAND, Send
+from timeshard.node.waits import AskPeer
 from timeshard.security.channel import ClientSecurity
 from timeshard.security.policy import ServerSecurity
 from timeshard.security.tls import ClientTls
 from timeshard.v1 import timeshard_pb2 as pb
 from timeshard.v1 import timeshard_pb2_grpc as pb_grpc
-from timeshard.wire import ts, ts_ms
+from timeshard.wire import dur, dur_s, ts, ts_ms
 
 if TYPE_CHECKING:
     from timeshard.v1.timeshard_pb2_grpc import PeerServiceAsyncStub as PeerStub
@@ -38,6 +40,10 @@ log = logging.getLogger(__name__)
 ENV_PEER_TOKEN = "TIMESHARD_PEER_TOKEN"
 ENV_PEER_TLS_DIR = "TIMESHARD_PEER_TLS_DIR"
 LAND_TIMEOUT_S = 2.0
+MAX_PEER_WAIT_S = 60.0
+"""The longest ``WaitFinished`` a node serves (the asker asks again after it)."""
+WAIT_MARGIN_S = 5.0
+"""Beyond the wait asked, how long the asker lets a ``WaitFinished`` call take."""
 
 
 def entries_to_pb(node_id: str, entries: Sequence[BucketEntry]) -> pb.LandRequest:
@@ -94,6 +100,18 @@ class PeerService(pb_grpc.PeerServiceServicer):
         self.node.metrics.peer_hints_received(taken, len(entries) - taken)
         return pb.LandResponse(taken=taken, not_owned=len(entries) - taken)
 
+    @rpc
+    async def WaitFinished(
+        self, request: pb.WaitFinishedRequest, context: Ctx
+    ) -> pb.WaitFinishedResponse:
+        job_ids = wait_ids(request.job_ids)
+        if request.timeout.seconds < 0 or request.timeout.nanos < 0:
+            raise InvalidArgument("timeout", "must not be negative")
+        timeout_s = min(dur_s(request.timeout), MAX_PEER_WAIT_S)
+        return pb.WaitFinishedResponse(
+            job_ids=await self.node.waits.finished_of(job_ids, timeout_s)
+        )
+
 
 def peer_security(server: ServerSecurity) -> ClientSecurity | None:
     """How this node calls its peers (module docstring); None: it may not."""
@@ -137,6 +155,21 @@ class PeerChannels:
             return int(reply.taken)
 
         return send
+
+    def asker(self) -> AskPeer:
+        async def ask(peer: Member, job_ids: Sequence[str], timeout_s: float) -> list[str]:
+            stub = self._stub(peer.address)
+            reply = await stub.WaitFinished(
+                pb.WaitFinishedRequest(
+                    from_node=self._node_id,
+                    job_ids=list(job_ids),
+                    timeout=dur(round(timeout_s * 1000)),
+                ),
+                timeout=timeout_s + WAIT_MARGIN_S,
+            )
+            return list(reply.job_ids)
+
+        return ask
 
     def _stub(self, address: str) -> PeerStub:
         found = self._stubs.get(address)

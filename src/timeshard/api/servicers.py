@@ -295,7 +295,7 @@ class JobService(pb_grpc.JobServiceServicer):
     async def WaitJobs(
         self, request: pb.WaitJobsRequest, context: Ctx
     ) -> AsyncIterator[pb.WaitJobsResponse]:
-        job_ids = _wait_ids(request.job_ids)
+        job_ids = wait_ids(request.job_ids)
         timeout_s: float = MAX_WAIT_S
         if request.HasField("timeout"):
             if request.timeout.seconds < 0 or request.timeout.nanos < 0:
@@ -544,7 +544,7 @@ def _result_refused(item: FinishItem, error: InvalidArgument) -> FinishItem:
     )
 
 
-def _wait_ids(given: Sequence[str]) -> list[str]:
+def wait_ids(given: Sequence[str]) -> list[str]:
     """The ids of a wait, each once, in the order given."""
     if not given:
         raise InvalidArgument("job_ids", "name at least one job to wait for")

@@ -23,7 +23,7 @@ from timeshard.errors import InvalidArgument
 from timeshard.factory import make_coordinator, make_store
 from timeshard.limits import DEFAULT_PRIORITY_AGING_MS, MAX_PRIORITY
 from timeshard.node import Node, NodeConfig, TypePolicy
-from timeshard.node.dispatcher import DispatchConfig
+from timeshard.node.dispatcher import READ_MARGIN_S, DispatchConfig
 from timeshard.node.retry import RetryPolicy
 from timeshard.observe.logs import set_node
 from timeshard.security.auth import Role
@@ -109,9 +109,10 @@ def _node_options(p: argparse.ArgumentParser, *, shards: int) -> None:
     )
     p.add_argument(
         "--lookahead",
-        type=number(above=0, hi=3600, note="seconds"),
+        type=number(lo=MIN_LOOKAHEAD_S, hi=3600, note="seconds"),
         default=5.0,
-        help="seconds read ahead",
+        help=f"seconds read ahead (at least {MIN_LOOKAHEAD_S:g}: a bucket refresh every second "
+        "and the time it takes)",
     )
     p.add_argument(
         "--retention-hours",
@@ -464,6 +465,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 logging.getLogger("grpc").setLevel(logging.ERROR)
 MAX_RETENTION_HOURS = 20 * 365 * 24  # Cassandra refuses a TTL over 20 years
+MIN_LOOKAHEAD_S = DispatchConfig().refresh_s + READ_MARGIN_S
 
 
 def _retention(args: argparse.Namespace) -> Retention:

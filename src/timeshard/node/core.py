@@ -287,6 +287,7 @@ class Node:
             async with room:
                 await self._take(shard)
 
+        started = self.clock.monotonic()
         async with self._shard_lock:
             await asyncio.gather(*(self._drop(shard) for shard in lost))
             outcomes = await asyncio.gather(*(take(s) for s in order), return_exceptions=True)
@@ -296,6 +297,13 @@ class Node:
                 if not isinstance(outcome, Exception):
                     raise outcome  # cancelled, or the process is stopping
                 failed[shard] = outcome
+        if order:
+            log.info(
+                "took %d shard(s) in %.0f ms%s",
+                len(order) - len(failed),
+                (self.clock.monotonic() - started) * 1000,
+                f"; {len(failed)} not taken" if failed else "",
+            )
         if failed:
             raise ShardsNotTaken(failed)
 
@@ -608,6 +616,11 @@ class Node:
                 self._ran(out.job)
                 return out.job
         raise FailedPrecondition(f"job {job_id!r} kept changing; try again")
+
+    def peer_of_job(self, job_id: str) -> Member | None:
+        """The other node that dispatches ``job_id``'s shard, as far as this one knows (None:
+        this node, or unknown)."""
+        return self.coordinator.peer_for(shard_of(job_id, self.store.num_shards))
 
     async def wait(self, job_ids: Sequence[str], timeout_s: float) -> AsyncIterator[Job]:
         """Each job of ``job_ids`` as soon as it is finished (``timeshard.node.waits``)."""

@@ -40,6 +40,10 @@ DEADLINE_TIMERS_SLACK = 1024
 """Deadline timers of jobs no longer held that a dispatcher keeps before it rebuilds its heap."""
 
 
+READ_MARGIN_S = 0.5
+"""What a refresh's read may take: ``lookahead_s`` covers one ``refresh_s`` and this."""
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class DispatchConfig:
     lookahead_s: float = 5.0
@@ -80,6 +84,13 @@ class DispatchConfig:
     again: a safety net, so no path that loses track of an entry can strand its job."""
 
     def __post_init__(self) -> None:
+        if self.lookahead_s < self.refresh_s + READ_MARGIN_S:
+            raise ValueError(
+                f"lookahead_s={self.lookahead_s:g} must be at least refresh_s + "
+                f"{READ_MARGIN_S:g} = {self.refresh_s + READ_MARGIN_S:g}: an entry this node "
+                "writes due past what its last refresh read is left to the next refresh, "
+                "which must read it before it is due"
+            )
         covered = self.reland_after_s + self.max_skew_s + self.refresh_s
         if self.reread_s and self.reread_s < covered:
             raise ValueError(

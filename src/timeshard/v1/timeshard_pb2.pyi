@@ -841,6 +841,22 @@ class TypeInfo(_message.Message):
     oldest_age_ms: int
     def __init__(self, type: _Optional[str] = ..., policy: _Optional[_Union[TypePolicy, _Mapping]] = ..., rate: _Optional[float] = ..., burst: _Optional[int] = ..., paused: _Optional[bool] = ..., ready: _Optional[int] = ..., held: _Optional[str] = ..., oldest_age_ms: _Optional[int] = ...) -> None: ...
 
+class WaitFinishedRequest(_message.Message):
+    __slots__ = ("from_node", "job_ids", "timeout")
+    FROM_NODE_FIELD_NUMBER: _ClassVar[int]
+    JOB_IDS_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_FIELD_NUMBER: _ClassVar[int]
+    from_node: str
+    job_ids: _containers.RepeatedScalarFieldContainer[str]
+    timeout: _duration_pb2.Duration
+    def __init__(self, from_node: _Optional[str] = ..., job_ids: _Optional[_Iterable[str]] = ..., timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+
+class WaitFinishedResponse(_message.Message):
+    __slots__ = ("job_ids",)
+    JOB_IDS_FIELD_NUMBER: _ClassVar[int]
+    job_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, job_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+
 class LandedEntry(_message.Message):
     __slots__ = ("shard", "minute", "due_at", "job_id", "home")
     SHARD_FIELD_NUMBER: _ClassVar[int]

@@ -1514,6 +1514,11 @@ class PeerServiceStub:
                 request_serializer=timeshard_dot_v1_dot_timeshard__pb2.LandRequest.SerializeToString,
                 response_deserializer=timeshard_dot_v1_dot_timeshard__pb2.LandResponse.FromString,
                 _registered_method=True)
+        self.WaitFinished = channel.unary_unary(
+                '/timeshard.v1.PeerService/WaitFinished',
+                request_serializer=timeshard_dot_v1_dot_timeshard__pb2.WaitFinishedRequest.SerializeToString,
+                response_deserializer=timeshard_dot_v1_dot_timeshard__pb2.WaitFinishedResponse.FromString,
+                _registered_method=True)
 
 
 class PeerServiceServicer:
@@ -1530,6 +1535,17 @@ class PeerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def WaitFinished(self, request, context):
+        """A long poll: answers once any of `job_ids` is finished (succeeded, dead or cancelled) as
+        far as the receiver knows, naming every one finished by then, or with none after
+        `timeout`. A node serving WaitJobs for jobs another node dispatches asks that node (whose
+        workers report there) rather than re-reading the store each second; a wait asked here is
+        a hint too: the asker still re-reads, so a lost answer costs that wait.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_PeerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -1537,6 +1553,11 @@ def add_PeerServiceServicer_to_server(servicer, server):
                     servicer.Land,
                     request_deserializer=timeshard_dot_v1_dot_timeshard__pb2.LandRequest.FromString,
                     response_serializer=timeshard_dot_v1_dot_timeshard__pb2.LandResponse.SerializeToString,
+            ),
+            'WaitFinished': grpc.unary_unary_rpc_method_handler(
+                    servicer.WaitFinished,
+                    request_deserializer=timeshard_dot_v1_dot_timeshard__pb2.WaitFinishedRequest.FromString,
+                    response_serializer=timeshard_dot_v1_dot_timeshard__pb2.WaitFinishedResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1571,6 +1592,33 @@ class PeerService:
             '/timeshard.v1.PeerService/Land',
             timeshard_dot_v1_dot_timeshard__pb2.LandRequest.SerializeToString,
             timeshard_dot_v1_dot_timeshard__pb2.LandResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WaitFinished(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/timeshard.v1.PeerService/WaitFinished',
+            timeshard_dot_v1_dot_timeshard__pb2.WaitFinishedRequest.SerializeToString,
+            timeshard_dot_v1_dot_timeshard__pb2.WaitFinishedResponse.FromString,
             options,
             channel_credentials,
             insecure,

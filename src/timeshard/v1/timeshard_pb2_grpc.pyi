@@ -396,6 +396,13 @@ class PeerServiceStub:
     @_typing.overload
     def __new__(cls, channel: _aio.Channel) -> PeerServiceAsyncStub: ...
     Land: _grpc.UnaryUnaryMultiCallable[_timeshard_pb2.LandRequest, _timeshard_pb2.LandResponse]
+    WaitFinished: _grpc.UnaryUnaryMultiCallable[_timeshard_pb2.WaitFinishedRequest, _timeshard_pb2.WaitFinishedResponse]
+    """A long poll: answers once any of `job_ids` is finished (succeeded, dead or cancelled) as
+    far as the receiver knows, naming every one finished by then, or with none after
+    `timeout`. A node serving WaitJobs for jobs another node dispatches asks that node (whose
+    workers report there) rather than re-reading the store each second; a wait asked here is
+    a hint too: the asker still re-reads, so a lost answer costs that wait.
+    """
 
 @_typing.type_check_only
 class PeerServiceAsyncStub(PeerServiceStub):
@@ -408,6 +415,13 @@ class PeerServiceAsyncStub(PeerServiceStub):
 
     def __init__(self, channel: _aio.Channel) -> None: ...
     Land: _aio.UnaryUnaryMultiCallable[_timeshard_pb2.LandRequest, _timeshard_pb2.LandResponse]  # type: ignore[assignment]
+    WaitFinished: _aio.UnaryUnaryMultiCallable[_timeshard_pb2.WaitFinishedRequest, _timeshard_pb2.WaitFinishedResponse]  # type: ignore[assignment]
+    """A long poll: answers once any of `job_ids` is finished (succeeded, dead or cancelled) as
+    far as the receiver knows, naming every one finished by then, or with none after
+    `timeout`. A node serving WaitJobs for jobs another node dispatches asks that node (whose
+    workers report there) rather than re-reading the store each second; a wait asked here is
+    a hint too: the asker still re-reads, so a lost answer costs that wait.
+    """
 
 class PeerServiceServicer(metaclass=_abc_1.ABCMeta):
     """Between the nodes of one cluster, not for clients. A node that wrote jobs for a shard another
@@ -423,5 +437,18 @@ class PeerServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _timeshard_pb2.LandRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_timeshard_pb2.LandResponse, _abc.Awaitable[_timeshard_pb2.LandResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def WaitFinished(
+        self,
+        request: _timeshard_pb2.WaitFinishedRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_timeshard_pb2.WaitFinishedResponse, _abc.Awaitable[_timeshard_pb2.WaitFinishedResponse]]:
+        """A long poll: answers once any of `job_ids` is finished (succeeded, dead or cancelled) as
+        far as the receiver knows, naming every one finished by then, or with none after
+        `timeout`. A node serving WaitJobs for jobs another node dispatches asks that node (whose
+        workers report there) rather than re-reading the store each second; a wait asked here is
+        a hint too: the asker still re-reads, so a lost answer costs that wait.
+        """
 
 def add_PeerServiceServicer_to_server(servicer: PeerServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -4995,6 +4995,110 @@ func (x *TypeInfo) GetOldestAgeMs() int64 {
 	return 0
 }
 
+type WaitFinishedRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	FromNode      string                 `protobuf:"bytes,1,opt,name=from_node,json=fromNode,proto3" json:"from_node,omitempty"`
+	JobIds        []string               `protobuf:"bytes,2,rep,name=job_ids,json=jobIds,proto3" json:"job_ids,omitempty"` // at most 1,000, distinct
+	Timeout       *durationpb.Duration   `protobuf:"bytes,3,opt,name=timeout,proto3" json:"timeout,omitempty"`             // at most 60 s
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WaitFinishedRequest) Reset() {
+	*x = WaitFinishedRequest{}
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[73]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WaitFinishedRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WaitFinishedRequest) ProtoMessage() {}
+
+func (x *WaitFinishedRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[73]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WaitFinishedRequest.ProtoReflect.Descriptor instead.
+func (*WaitFinishedRequest) Descriptor() ([]byte, []int) {
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{73}
+}
+
+func (x *WaitFinishedRequest) GetFromNode() string {
+	if x != nil {
+		return x.FromNode
+	}
+	return ""
+}
+
+func (x *WaitFinishedRequest) GetJobIds() []string {
+	if x != nil {
+		return x.JobIds
+	}
+	return nil
+}
+
+func (x *WaitFinishedRequest) GetTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.Timeout
+	}
+	return nil
+}
+
+type WaitFinishedResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	JobIds        []string               `protobuf:"bytes,1,rep,name=job_ids,json=jobIds,proto3" json:"job_ids,omitempty"` // finished, or not known to the receiver
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WaitFinishedResponse) Reset() {
+	*x = WaitFinishedResponse{}
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[74]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WaitFinishedResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WaitFinishedResponse) ProtoMessage() {}
+
+func (x *WaitFinishedResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[74]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WaitFinishedResponse.ProtoReflect.Descriptor instead.
+func (*WaitFinishedResponse) Descriptor() ([]byte, []int) {
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{74}
+}
+
+func (x *WaitFinishedResponse) GetJobIds() []string {
+	if x != nil {
+		return x.JobIds
+	}
+	return nil
+}
+
 // "Look at job `job_id` at `due_at`": one bucket entry the sender just wrote.
 type LandedEntry struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -5009,7 +5113,7 @@ type LandedEntry struct {
 
 func (x *LandedEntry) Reset() {
 	*x = LandedEntry{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[73]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5021,7 +5125,7 @@ func (x *LandedEntry) String() string {
 func (*LandedEntry) ProtoMessage() {}
 
 func (x *LandedEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[73]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5034,7 +5138,7 @@ func (x *LandedEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LandedEntry.ProtoReflect.Descriptor instead.
 func (*LandedEntry) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{73}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *LandedEntry) GetShard() int32 {
@@ -5082,7 +5186,7 @@ type LandRequest struct {
 
 func (x *LandRequest) Reset() {
 	*x = LandRequest{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[74]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5094,7 +5198,7 @@ func (x *LandRequest) String() string {
 func (*LandRequest) ProtoMessage() {}
 
 func (x *LandRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[74]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5107,7 +5211,7 @@ func (x *LandRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LandRequest.ProtoReflect.Descriptor instead.
 func (*LandRequest) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{74}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *LandRequest) GetFromNode() string {
@@ -5134,7 +5238,7 @@ type LandResponse struct {
 
 func (x *LandResponse) Reset() {
 	*x = LandResponse{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[75]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5146,7 +5250,7 @@ func (x *LandResponse) String() string {
 func (*LandResponse) ProtoMessage() {}
 
 func (x *LandResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[75]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5159,7 +5263,7 @@ func (x *LandResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LandResponse.ProtoReflect.Descriptor instead.
 func (*LandResponse) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{75}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *LandResponse) GetTaken() int32 {
@@ -5558,7 +5662,13 @@ const file_timeshard_v1_timeshard_proto_rawDesc = "" +
 	"\x06paused\x18\x05 \x01(\bR\x06paused\x12\x14\n" +
 	"\x05ready\x18\x06 \x01(\x05R\x05ready\x12\x12\n" +
 	"\x04held\x18\a \x01(\tR\x04held\x12\"\n" +
-	"\roldest_age_ms\x18\b \x01(\x03R\voldestAgeMs\"\x99\x01\n" +
+	"\roldest_age_ms\x18\b \x01(\x03R\voldestAgeMs\"\x80\x01\n" +
+	"\x13WaitFinishedRequest\x12\x1b\n" +
+	"\tfrom_node\x18\x01 \x01(\tR\bfromNode\x12\x17\n" +
+	"\ajob_ids\x18\x02 \x03(\tR\x06jobIds\x123\n" +
+	"\atimeout\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\atimeout\"/\n" +
+	"\x14WaitFinishedResponse\x12\x17\n" +
+	"\ajob_ids\x18\x01 \x03(\tR\x06jobIds\"\x99\x01\n" +
 	"\vLandedEntry\x12\x14\n" +
 	"\x05shard\x18\x01 \x01(\x05R\x05shard\x12\x16\n" +
 	"\x06minute\x18\x02 \x01(\x03R\x06minute\x121\n" +
@@ -5615,9 +5725,10 @@ const file_timeshard_v1_timeshard_proto_rawDesc = "" +
 	"NodeStatus\x12\x1f.timeshard.v1.NodeStatusRequest\x1a .timeshard.v1.NodeStatusResponse\x12^\n" +
 	"\x0fSetTypePolicies\x12$.timeshard.v1.SetTypePoliciesRequest\x1a%.timeshard.v1.SetTypePoliciesResponse\x12U\n" +
 	"\fSetTypeFlows\x12!.timeshard.v1.SetTypeFlowsRequest\x1a\".timeshard.v1.SetTypeFlowsResponse\x12L\n" +
-	"\tListTypes\x12\x1e.timeshard.v1.ListTypesRequest\x1a\x1f.timeshard.v1.ListTypesResponse2L\n" +
+	"\tListTypes\x12\x1e.timeshard.v1.ListTypesRequest\x1a\x1f.timeshard.v1.ListTypesResponse2\xa3\x01\n" +
 	"\vPeerService\x12=\n" +
-	"\x04Land\x12\x19.timeshard.v1.LandRequest\x1a\x1a.timeshard.v1.LandResponseB@Z>github.com/timeshard/timeshard/gen/go/timeshard/v1;timeshardv1b\x06proto3"
+	"\x04Land\x12\x19.timeshard.v1.LandRequest\x1a\x1a.timeshard.v1.LandResponse\x12U\n" +
+	"\fWaitFinished\x12!.timeshard.v1.WaitFinishedRequest\x1a\".timeshard.v1.WaitFinishedResponseB@Z>github.com/timeshard/timeshard/gen/go/timeshard/v1;timeshardv1b\x06proto3"
 
 var (
 	file_timeshard_v1_timeshard_proto_rawDescOnce sync.Once
@@ -5632,7 +5743,7 @@ func file_timeshard_v1_timeshard_proto_rawDescGZIP() []byte {
 }
 
 var file_timeshard_v1_timeshard_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_timeshard_v1_timeshard_proto_msgTypes = make([]protoimpl.MessageInfo, 76)
+var file_timeshard_v1_timeshard_proto_msgTypes = make([]protoimpl.MessageInfo, 78)
 var file_timeshard_v1_timeshard_proto_goTypes = []any{
 	(JobState)(0),                     // 0: timeshard.v1.JobState
 	(*Attempt)(nil),                   // 1: timeshard.v1.Attempt
@@ -5708,69 +5819,71 @@ var file_timeshard_v1_timeshard_proto_goTypes = []any{
 	(*ListTypesRequest)(nil),          // 71: timeshard.v1.ListTypesRequest
 	(*ListTypesResponse)(nil),         // 72: timeshard.v1.ListTypesResponse
 	(*TypeInfo)(nil),                  // 73: timeshard.v1.TypeInfo
-	(*LandedEntry)(nil),               // 74: timeshard.v1.LandedEntry
-	(*LandRequest)(nil),               // 75: timeshard.v1.LandRequest
-	(*LandResponse)(nil),              // 76: timeshard.v1.LandResponse
-	(*timestamppb.Timestamp)(nil),     // 77: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),       // 78: google.protobuf.Duration
+	(*WaitFinishedRequest)(nil),       // 74: timeshard.v1.WaitFinishedRequest
+	(*WaitFinishedResponse)(nil),      // 75: timeshard.v1.WaitFinishedResponse
+	(*LandedEntry)(nil),               // 76: timeshard.v1.LandedEntry
+	(*LandRequest)(nil),               // 77: timeshard.v1.LandRequest
+	(*LandResponse)(nil),              // 78: timeshard.v1.LandResponse
+	(*timestamppb.Timestamp)(nil),     // 79: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),       // 80: google.protobuf.Duration
 }
 var file_timeshard_v1_timeshard_proto_depIdxs = []int32{
-	77,  // 0: timeshard.v1.Attempt.started_at:type_name -> google.protobuf.Timestamp
-	77,  // 1: timeshard.v1.Attempt.finished_at:type_name -> google.protobuf.Timestamp
+	79,  // 0: timeshard.v1.Attempt.started_at:type_name -> google.protobuf.Timestamp
+	79,  // 1: timeshard.v1.Attempt.finished_at:type_name -> google.protobuf.Timestamp
 	0,   // 2: timeshard.v1.Job.state:type_name -> timeshard.v1.JobState
-	77,  // 3: timeshard.v1.Job.run_at:type_name -> google.protobuf.Timestamp
-	77,  // 4: timeshard.v1.Job.created_at:type_name -> google.protobuf.Timestamp
-	77,  // 5: timeshard.v1.Job.lease_until:type_name -> google.protobuf.Timestamp
-	77,  // 6: timeshard.v1.Job.started_at:type_name -> google.protobuf.Timestamp
-	77,  // 7: timeshard.v1.Job.finished_at:type_name -> google.protobuf.Timestamp
+	79,  // 3: timeshard.v1.Job.run_at:type_name -> google.protobuf.Timestamp
+	79,  // 4: timeshard.v1.Job.created_at:type_name -> google.protobuf.Timestamp
+	79,  // 5: timeshard.v1.Job.lease_until:type_name -> google.protobuf.Timestamp
+	79,  // 6: timeshard.v1.Job.started_at:type_name -> google.protobuf.Timestamp
+	79,  // 7: timeshard.v1.Job.finished_at:type_name -> google.protobuf.Timestamp
 	1,   // 8: timeshard.v1.Job.history:type_name -> timeshard.v1.Attempt
-	77,  // 9: timeshard.v1.Job.deadline:type_name -> google.protobuf.Timestamp
-	78,  // 10: timeshard.v1.ScheduleJobRequest.delay:type_name -> google.protobuf.Duration
-	77,  // 11: timeshard.v1.ScheduleJobRequest.run_at:type_name -> google.protobuf.Timestamp
-	77,  // 12: timeshard.v1.ScheduleJobRequest.deadline:type_name -> google.protobuf.Timestamp
-	78,  // 13: timeshard.v1.ScheduleJobRequest.deadline_in:type_name -> google.protobuf.Duration
+	79,  // 9: timeshard.v1.Job.deadline:type_name -> google.protobuf.Timestamp
+	80,  // 10: timeshard.v1.ScheduleJobRequest.delay:type_name -> google.protobuf.Duration
+	79,  // 11: timeshard.v1.ScheduleJobRequest.run_at:type_name -> google.protobuf.Timestamp
+	79,  // 12: timeshard.v1.ScheduleJobRequest.deadline:type_name -> google.protobuf.Timestamp
+	80,  // 13: timeshard.v1.ScheduleJobRequest.deadline_in:type_name -> google.protobuf.Duration
 	2,   // 14: timeshard.v1.ScheduleJobResponse.job:type_name -> timeshard.v1.Job
 	3,   // 15: timeshard.v1.ScheduleJobsRequest.jobs:type_name -> timeshard.v1.ScheduleJobRequest
 	4,   // 16: timeshard.v1.ScheduleJobsResponse.results:type_name -> timeshard.v1.ScheduleJobResponse
 	0,   // 17: timeshard.v1.ListJobsRequest.state:type_name -> timeshard.v1.JobState
 	2,   // 18: timeshard.v1.ListJobsResponse.jobs:type_name -> timeshard.v1.Job
-	78,  // 19: timeshard.v1.RescheduleJobRequest.delay:type_name -> google.protobuf.Duration
-	77,  // 20: timeshard.v1.RescheduleJobRequest.run_at:type_name -> google.protobuf.Timestamp
-	78,  // 21: timeshard.v1.Schedule.misfire_grace:type_name -> google.protobuf.Duration
-	78,  // 22: timeshard.v1.Schedule.jitter:type_name -> google.protobuf.Duration
-	77,  // 23: timeshard.v1.Schedule.next_fire:type_name -> google.protobuf.Timestamp
-	77,  // 24: timeshard.v1.Schedule.last_skip_at:type_name -> google.protobuf.Timestamp
-	77,  // 25: timeshard.v1.Schedule.last_fire_at:type_name -> google.protobuf.Timestamp
-	77,  // 26: timeshard.v1.Schedule.queued_at:type_name -> google.protobuf.Timestamp
-	78,  // 27: timeshard.v1.Schedule.spread:type_name -> google.protobuf.Duration
+	80,  // 19: timeshard.v1.RescheduleJobRequest.delay:type_name -> google.protobuf.Duration
+	79,  // 20: timeshard.v1.RescheduleJobRequest.run_at:type_name -> google.protobuf.Timestamp
+	80,  // 21: timeshard.v1.Schedule.misfire_grace:type_name -> google.protobuf.Duration
+	80,  // 22: timeshard.v1.Schedule.jitter:type_name -> google.protobuf.Duration
+	79,  // 23: timeshard.v1.Schedule.next_fire:type_name -> google.protobuf.Timestamp
+	79,  // 24: timeshard.v1.Schedule.last_skip_at:type_name -> google.protobuf.Timestamp
+	79,  // 25: timeshard.v1.Schedule.last_fire_at:type_name -> google.protobuf.Timestamp
+	79,  // 26: timeshard.v1.Schedule.queued_at:type_name -> google.protobuf.Timestamp
+	80,  // 27: timeshard.v1.Schedule.spread:type_name -> google.protobuf.Duration
 	12,  // 28: timeshard.v1.CreateScheduleRequest.schedule:type_name -> timeshard.v1.Schedule
 	12,  // 29: timeshard.v1.ListSchedulesResponse.schedules:type_name -> timeshard.v1.Schedule
 	12,  // 30: timeshard.v1.UpdateScheduleRequest.schedule:type_name -> timeshard.v1.Schedule
-	77,  // 31: timeshard.v1.PreviewRequest.from:type_name -> google.protobuf.Timestamp
-	78,  // 32: timeshard.v1.PreviewRequest.spread:type_name -> google.protobuf.Duration
-	77,  // 33: timeshard.v1.FireTime.utc:type_name -> google.protobuf.Timestamp
-	77,  // 34: timeshard.v1.FireTime.runs_at:type_name -> google.protobuf.Timestamp
+	79,  // 31: timeshard.v1.PreviewRequest.from:type_name -> google.protobuf.Timestamp
+	80,  // 32: timeshard.v1.PreviewRequest.spread:type_name -> google.protobuf.Duration
+	79,  // 33: timeshard.v1.FireTime.utc:type_name -> google.protobuf.Timestamp
+	79,  // 34: timeshard.v1.FireTime.runs_at:type_name -> google.protobuf.Timestamp
 	21,  // 35: timeshard.v1.PreviewResponse.times:type_name -> timeshard.v1.FireTime
-	77,  // 36: timeshard.v1.ListDeadLettersRequest.since:type_name -> google.protobuf.Timestamp
+	79,  // 36: timeshard.v1.ListDeadLettersRequest.since:type_name -> google.protobuf.Timestamp
 	2,   // 37: timeshard.v1.ListDeadLettersResponse.jobs:type_name -> timeshard.v1.Job
 	2,   // 38: timeshard.v1.ReplayDeadLettersResponse.jobs:type_name -> timeshard.v1.Job
-	78,  // 39: timeshard.v1.WaitJobsRequest.timeout:type_name -> google.protobuf.Duration
+	80,  // 39: timeshard.v1.WaitJobsRequest.timeout:type_name -> google.protobuf.Duration
 	2,   // 40: timeshard.v1.WaitJobsResponse.job:type_name -> timeshard.v1.Job
-	78,  // 41: timeshard.v1.ClaimRequest.wait:type_name -> google.protobuf.Duration
-	78,  // 42: timeshard.v1.ClaimRequest.lease:type_name -> google.protobuf.Duration
+	80,  // 41: timeshard.v1.ClaimRequest.wait:type_name -> google.protobuf.Duration
+	80,  // 42: timeshard.v1.ClaimRequest.lease:type_name -> google.protobuf.Duration
 	2,   // 43: timeshard.v1.ClaimedJob.job:type_name -> timeshard.v1.Job
-	77,  // 44: timeshard.v1.ClaimedJob.lease_until:type_name -> google.protobuf.Timestamp
-	78,  // 45: timeshard.v1.ClaimedJob.lease:type_name -> google.protobuf.Duration
+	79,  // 44: timeshard.v1.ClaimedJob.lease_until:type_name -> google.protobuf.Timestamp
+	80,  // 45: timeshard.v1.ClaimedJob.lease:type_name -> google.protobuf.Duration
 	31,  // 46: timeshard.v1.ClaimResponse.jobs:type_name -> timeshard.v1.ClaimedJob
-	78,  // 47: timeshard.v1.HeartbeatRequest.lease:type_name -> google.protobuf.Duration
-	77,  // 48: timeshard.v1.HeartbeatResponse.lease_until:type_name -> google.protobuf.Timestamp
-	78,  // 49: timeshard.v1.HeartbeatResponse.lease:type_name -> google.protobuf.Duration
+	80,  // 47: timeshard.v1.HeartbeatRequest.lease:type_name -> google.protobuf.Duration
+	79,  // 48: timeshard.v1.HeartbeatResponse.lease_until:type_name -> google.protobuf.Timestamp
+	80,  // 49: timeshard.v1.HeartbeatResponse.lease:type_name -> google.protobuf.Duration
 	0,   // 50: timeshard.v1.FailResponse.state:type_name -> timeshard.v1.JobState
-	77,  // 51: timeshard.v1.FailResponse.retry_at:type_name -> google.protobuf.Timestamp
+	79,  // 51: timeshard.v1.FailResponse.retry_at:type_name -> google.protobuf.Timestamp
 	39,  // 52: timeshard.v1.FinishRequest.items:type_name -> timeshard.v1.FinishItem
 	0,   // 53: timeshard.v1.FinishResult.state:type_name -> timeshard.v1.JobState
 	41,  // 54: timeshard.v1.FinishResponse.results:type_name -> timeshard.v1.FinishResult
-	78,  // 55: timeshard.v1.WorkHello.lease:type_name -> google.protobuf.Duration
+	80,  // 55: timeshard.v1.WorkHello.lease:type_name -> google.protobuf.Duration
 	43,  // 56: timeshard.v1.WorkRequest.hello:type_name -> timeshard.v1.WorkHello
 	44,  // 57: timeshard.v1.WorkRequest.credits:type_name -> timeshard.v1.WorkCredit
 	33,  // 58: timeshard.v1.WorkRequest.heartbeats:type_name -> timeshard.v1.HeartbeatRequest
@@ -5780,99 +5893,102 @@ var file_timeshard_v1_timeshard_proto_depIdxs = []int32{
 	46,  // 62: timeshard.v1.WorkResponse.heartbeats:type_name -> timeshard.v1.HeartbeatResult
 	41,  // 63: timeshard.v1.WorkResponse.results:type_name -> timeshard.v1.FinishResult
 	48,  // 64: timeshard.v1.ClusterInfoResponse.nodes:type_name -> timeshard.v1.Node
-	77,  // 65: timeshard.v1.ShardInfo.cursor:type_name -> google.protobuf.Timestamp
+	79,  // 65: timeshard.v1.ShardInfo.cursor:type_name -> google.protobuf.Timestamp
 	51,  // 66: timeshard.v1.ShardOwnersResponse.shards:type_name -> timeshard.v1.ShardInfo
-	78,  // 67: timeshard.v1.NodeStatusRequest.window:type_name -> google.protobuf.Duration
-	77,  // 68: timeshard.v1.JobEvent.at:type_name -> google.protobuf.Timestamp
+	80,  // 67: timeshard.v1.NodeStatusRequest.window:type_name -> google.protobuf.Duration
+	79,  // 68: timeshard.v1.JobEvent.at:type_name -> google.protobuf.Timestamp
 	59,  // 69: timeshard.v1.NodeStatusResponse.shards:type_name -> timeshard.v1.ShardStatus
-	78,  // 70: timeshard.v1.NodeStatusResponse.window:type_name -> google.protobuf.Duration
+	80,  // 70: timeshard.v1.NodeStatusResponse.window:type_name -> google.protobuf.Duration
 	60,  // 71: timeshard.v1.NodeStatusResponse.lateness:type_name -> timeshard.v1.LatenessBucket
 	61,  // 72: timeshard.v1.NodeStatusResponse.jobs:type_name -> timeshard.v1.TypeCounts
-	77,  // 73: timeshard.v1.NodeStatusResponse.dead_letters_at:type_name -> google.protobuf.Timestamp
+	79,  // 73: timeshard.v1.NodeStatusResponse.dead_letters_at:type_name -> google.protobuf.Timestamp
 	63,  // 74: timeshard.v1.NodeStatusResponse.recent_failures:type_name -> timeshard.v1.JobEvent
 	63,  // 75: timeshard.v1.NodeStatusResponse.recent_dead_letters:type_name -> timeshard.v1.JobEvent
 	62,  // 76: timeshard.v1.NodeStatusResponse.unclaimed:type_name -> timeshard.v1.TypeWaiting
-	78,  // 77: timeshard.v1.TypePolicy.retry_base:type_name -> google.protobuf.Duration
-	78,  // 78: timeshard.v1.TypePolicy.retry_max:type_name -> google.protobuf.Duration
+	80,  // 77: timeshard.v1.TypePolicy.retry_base:type_name -> google.protobuf.Duration
+	80,  // 78: timeshard.v1.TypePolicy.retry_max:type_name -> google.protobuf.Duration
 	65,  // 79: timeshard.v1.SetTypePoliciesRequest.policies:type_name -> timeshard.v1.TypePolicy
 	65,  // 80: timeshard.v1.SetTypePoliciesResponse.policies:type_name -> timeshard.v1.TypePolicy
 	68,  // 81: timeshard.v1.SetTypeFlowsRequest.flows:type_name -> timeshard.v1.TypeFlow
 	73,  // 82: timeshard.v1.SetTypeFlowsResponse.types:type_name -> timeshard.v1.TypeInfo
 	73,  // 83: timeshard.v1.ListTypesResponse.types:type_name -> timeshard.v1.TypeInfo
 	65,  // 84: timeshard.v1.TypeInfo.policy:type_name -> timeshard.v1.TypePolicy
-	77,  // 85: timeshard.v1.LandedEntry.due_at:type_name -> google.protobuf.Timestamp
-	74,  // 86: timeshard.v1.LandRequest.entries:type_name -> timeshard.v1.LandedEntry
-	3,   // 87: timeshard.v1.JobService.ScheduleJob:input_type -> timeshard.v1.ScheduleJobRequest
-	5,   // 88: timeshard.v1.JobService.ScheduleJobs:input_type -> timeshard.v1.ScheduleJobsRequest
-	7,   // 89: timeshard.v1.JobService.GetJob:input_type -> timeshard.v1.GetJobRequest
-	8,   // 90: timeshard.v1.JobService.ListJobs:input_type -> timeshard.v1.ListJobsRequest
-	10,  // 91: timeshard.v1.JobService.CancelJob:input_type -> timeshard.v1.CancelJobRequest
-	11,  // 92: timeshard.v1.JobService.RescheduleJob:input_type -> timeshard.v1.RescheduleJobRequest
-	13,  // 93: timeshard.v1.JobService.CreateSchedule:input_type -> timeshard.v1.CreateScheduleRequest
-	14,  // 94: timeshard.v1.JobService.GetSchedule:input_type -> timeshard.v1.GetScheduleRequest
-	15,  // 95: timeshard.v1.JobService.ListSchedules:input_type -> timeshard.v1.ListSchedulesRequest
-	17,  // 96: timeshard.v1.JobService.UpdateSchedule:input_type -> timeshard.v1.UpdateScheduleRequest
-	18,  // 97: timeshard.v1.JobService.PauseSchedule:input_type -> timeshard.v1.ScheduleIdRequest
-	18,  // 98: timeshard.v1.JobService.ResumeSchedule:input_type -> timeshard.v1.ScheduleIdRequest
-	18,  // 99: timeshard.v1.JobService.DeleteSchedule:input_type -> timeshard.v1.ScheduleIdRequest
-	20,  // 100: timeshard.v1.JobService.PreviewSchedule:input_type -> timeshard.v1.PreviewRequest
-	23,  // 101: timeshard.v1.JobService.ListDeadLetters:input_type -> timeshard.v1.ListDeadLettersRequest
-	25,  // 102: timeshard.v1.JobService.ReplayDeadLetters:input_type -> timeshard.v1.ReplayDeadLettersRequest
-	25,  // 103: timeshard.v1.JobService.PurgeDeadLetters:input_type -> timeshard.v1.ReplayDeadLettersRequest
-	28,  // 104: timeshard.v1.JobService.WaitJobs:input_type -> timeshard.v1.WaitJobsRequest
-	30,  // 105: timeshard.v1.WorkerService.Claim:input_type -> timeshard.v1.ClaimRequest
-	33,  // 106: timeshard.v1.WorkerService.Heartbeat:input_type -> timeshard.v1.HeartbeatRequest
-	35,  // 107: timeshard.v1.WorkerService.Complete:input_type -> timeshard.v1.CompleteRequest
-	37,  // 108: timeshard.v1.WorkerService.Fail:input_type -> timeshard.v1.FailRequest
-	40,  // 109: timeshard.v1.WorkerService.Finish:input_type -> timeshard.v1.FinishRequest
-	45,  // 110: timeshard.v1.WorkerService.Work:input_type -> timeshard.v1.WorkRequest
-	49,  // 111: timeshard.v1.AdminService.ClusterInfo:input_type -> timeshard.v1.ClusterInfoRequest
-	52,  // 112: timeshard.v1.AdminService.ShardOwners:input_type -> timeshard.v1.ShardOwnersRequest
-	54,  // 113: timeshard.v1.AdminService.MoveShard:input_type -> timeshard.v1.MoveShardRequest
-	56,  // 114: timeshard.v1.AdminService.DrainNode:input_type -> timeshard.v1.DrainNodeRequest
-	58,  // 115: timeshard.v1.AdminService.NodeStatus:input_type -> timeshard.v1.NodeStatusRequest
-	66,  // 116: timeshard.v1.AdminService.SetTypePolicies:input_type -> timeshard.v1.SetTypePoliciesRequest
-	69,  // 117: timeshard.v1.AdminService.SetTypeFlows:input_type -> timeshard.v1.SetTypeFlowsRequest
-	71,  // 118: timeshard.v1.AdminService.ListTypes:input_type -> timeshard.v1.ListTypesRequest
-	75,  // 119: timeshard.v1.PeerService.Land:input_type -> timeshard.v1.LandRequest
-	4,   // 120: timeshard.v1.JobService.ScheduleJob:output_type -> timeshard.v1.ScheduleJobResponse
-	6,   // 121: timeshard.v1.JobService.ScheduleJobs:output_type -> timeshard.v1.ScheduleJobsResponse
-	2,   // 122: timeshard.v1.JobService.GetJob:output_type -> timeshard.v1.Job
-	9,   // 123: timeshard.v1.JobService.ListJobs:output_type -> timeshard.v1.ListJobsResponse
-	2,   // 124: timeshard.v1.JobService.CancelJob:output_type -> timeshard.v1.Job
-	2,   // 125: timeshard.v1.JobService.RescheduleJob:output_type -> timeshard.v1.Job
-	12,  // 126: timeshard.v1.JobService.CreateSchedule:output_type -> timeshard.v1.Schedule
-	12,  // 127: timeshard.v1.JobService.GetSchedule:output_type -> timeshard.v1.Schedule
-	16,  // 128: timeshard.v1.JobService.ListSchedules:output_type -> timeshard.v1.ListSchedulesResponse
-	12,  // 129: timeshard.v1.JobService.UpdateSchedule:output_type -> timeshard.v1.Schedule
-	12,  // 130: timeshard.v1.JobService.PauseSchedule:output_type -> timeshard.v1.Schedule
-	12,  // 131: timeshard.v1.JobService.ResumeSchedule:output_type -> timeshard.v1.Schedule
-	19,  // 132: timeshard.v1.JobService.DeleteSchedule:output_type -> timeshard.v1.DeleteScheduleResponse
-	22,  // 133: timeshard.v1.JobService.PreviewSchedule:output_type -> timeshard.v1.PreviewResponse
-	24,  // 134: timeshard.v1.JobService.ListDeadLetters:output_type -> timeshard.v1.ListDeadLettersResponse
-	26,  // 135: timeshard.v1.JobService.ReplayDeadLetters:output_type -> timeshard.v1.ReplayDeadLettersResponse
-	27,  // 136: timeshard.v1.JobService.PurgeDeadLetters:output_type -> timeshard.v1.PurgeDeadLettersResponse
-	29,  // 137: timeshard.v1.JobService.WaitJobs:output_type -> timeshard.v1.WaitJobsResponse
-	32,  // 138: timeshard.v1.WorkerService.Claim:output_type -> timeshard.v1.ClaimResponse
-	34,  // 139: timeshard.v1.WorkerService.Heartbeat:output_type -> timeshard.v1.HeartbeatResponse
-	36,  // 140: timeshard.v1.WorkerService.Complete:output_type -> timeshard.v1.CompleteResponse
-	38,  // 141: timeshard.v1.WorkerService.Fail:output_type -> timeshard.v1.FailResponse
-	42,  // 142: timeshard.v1.WorkerService.Finish:output_type -> timeshard.v1.FinishResponse
-	47,  // 143: timeshard.v1.WorkerService.Work:output_type -> timeshard.v1.WorkResponse
-	50,  // 144: timeshard.v1.AdminService.ClusterInfo:output_type -> timeshard.v1.ClusterInfoResponse
-	53,  // 145: timeshard.v1.AdminService.ShardOwners:output_type -> timeshard.v1.ShardOwnersResponse
-	55,  // 146: timeshard.v1.AdminService.MoveShard:output_type -> timeshard.v1.MoveShardResponse
-	57,  // 147: timeshard.v1.AdminService.DrainNode:output_type -> timeshard.v1.DrainNodeResponse
-	64,  // 148: timeshard.v1.AdminService.NodeStatus:output_type -> timeshard.v1.NodeStatusResponse
-	67,  // 149: timeshard.v1.AdminService.SetTypePolicies:output_type -> timeshard.v1.SetTypePoliciesResponse
-	70,  // 150: timeshard.v1.AdminService.SetTypeFlows:output_type -> timeshard.v1.SetTypeFlowsResponse
-	72,  // 151: timeshard.v1.AdminService.ListTypes:output_type -> timeshard.v1.ListTypesResponse
-	76,  // 152: timeshard.v1.PeerService.Land:output_type -> timeshard.v1.LandResponse
-	120, // [120:153] is the sub-list for method output_type
-	87,  // [87:120] is the sub-list for method input_type
-	87,  // [87:87] is the sub-list for extension type_name
-	87,  // [87:87] is the sub-list for extension extendee
-	0,   // [0:87] is the sub-list for field type_name
+	80,  // 85: timeshard.v1.WaitFinishedRequest.timeout:type_name -> google.protobuf.Duration
+	79,  // 86: timeshard.v1.LandedEntry.due_at:type_name -> google.protobuf.Timestamp
+	76,  // 87: timeshard.v1.LandRequest.entries:type_name -> timeshard.v1.LandedEntry
+	3,   // 88: timeshard.v1.JobService.ScheduleJob:input_type -> timeshard.v1.ScheduleJobRequest
+	5,   // 89: timeshard.v1.JobService.ScheduleJobs:input_type -> timeshard.v1.ScheduleJobsRequest
+	7,   // 90: timeshard.v1.JobService.GetJob:input_type -> timeshard.v1.GetJobRequest
+	8,   // 91: timeshard.v1.JobService.ListJobs:input_type -> timeshard.v1.ListJobsRequest
+	10,  // 92: timeshard.v1.JobService.CancelJob:input_type -> timeshard.v1.CancelJobRequest
+	11,  // 93: timeshard.v1.JobService.RescheduleJob:input_type -> timeshard.v1.RescheduleJobRequest
+	13,  // 94: timeshard.v1.JobService.CreateSchedule:input_type -> timeshard.v1.CreateScheduleRequest
+	14,  // 95: timeshard.v1.JobService.GetSchedule:input_type -> timeshard.v1.GetScheduleRequest
+	15,  // 96: timeshard.v1.JobService.ListSchedules:input_type -> timeshard.v1.ListSchedulesRequest
+	17,  // 97: timeshard.v1.JobService.UpdateSchedule:input_type -> timeshard.v1.UpdateScheduleRequest
+	18,  // 98: timeshard.v1.JobService.PauseSchedule:input_type -> timeshard.v1.ScheduleIdRequest
+	18,  // 99: timeshard.v1.JobService.ResumeSchedule:input_type -> timeshard.v1.ScheduleIdRequest
+	18,  // 100: timeshard.v1.JobService.DeleteSchedule:input_type -> timeshard.v1.ScheduleIdRequest
+	20,  // 101: timeshard.v1.JobService.PreviewSchedule:input_type -> timeshard.v1.PreviewRequest
+	23,  // 102: timeshard.v1.JobService.ListDeadLetters:input_type -> timeshard.v1.ListDeadLettersRequest
+	25,  // 103: timeshard.v1.JobService.ReplayDeadLetters:input_type -> timeshard.v1.ReplayDeadLettersRequest
+	25,  // 104: timeshard.v1.JobService.PurgeDeadLetters:input_type -> timeshard.v1.ReplayDeadLettersRequest
+	28,  // 105: timeshard.v1.JobService.WaitJobs:input_type -> timeshard.v1.WaitJobsRequest
+	30,  // 106: timeshard.v1.WorkerService.Claim:input_type -> timeshard.v1.ClaimRequest
+	33,  // 107: timeshard.v1.WorkerService.Heartbeat:input_type -> timeshard.v1.HeartbeatRequest
+	35,  // 108: timeshard.v1.WorkerService.Complete:input_type -> timeshard.v1.CompleteRequest
+	37,  // 109: timeshard.v1.WorkerService.Fail:input_type -> timeshard.v1.FailRequest
+	40,  // 110: timeshard.v1.WorkerService.Finish:input_type -> timeshard.v1.FinishRequest
+	45,  // 111: timeshard.v1.WorkerService.Work:input_type -> timeshard.v1.WorkRequest
+	49,  // 112: timeshard.v1.AdminService.ClusterInfo:input_type -> timeshard.v1.ClusterInfoRequest
+	52,  // 113: timeshard.v1.AdminService.ShardOwners:input_type -> timeshard.v1.ShardOwnersRequest
+	54,  // 114: timeshard.v1.AdminService.MoveShard:input_type -> timeshard.v1.MoveShardRequest
+	56,  // 115: timeshard.v1.AdminService.DrainNode:input_type -> timeshard.v1.DrainNodeRequest
+	58,  // 116: timeshard.v1.AdminService.NodeStatus:input_type -> timeshard.v1.NodeStatusRequest
+	66,  // 117: timeshard.v1.AdminService.SetTypePolicies:input_type -> timeshard.v1.SetTypePoliciesRequest
+	69,  // 118: timeshard.v1.AdminService.SetTypeFlows:input_type -> timeshard.v1.SetTypeFlowsRequest
+	71,  // 119: timeshard.v1.AdminService.ListTypes:input_type -> timeshard.v1.ListTypesRequest
+	77,  // 120: timeshard.v1.PeerService.Land:input_type -> timeshard.v1.LandRequest
+	74,  // 121: timeshard.v1.PeerService.WaitFinished:input_type -> timeshard.v1.WaitFinishedRequest
+	4,   // 122: timeshard.v1.JobService.ScheduleJob:output_type -> timeshard.v1.ScheduleJobResponse
+	6,   // 123: timeshard.v1.JobService.ScheduleJobs:output_type -> timeshard.v1.ScheduleJobsResponse
+	2,   // 124: timeshard.v1.JobService.GetJob:output_type -> timeshard.v1.Job
+	9,   // 125: timeshard.v1.JobService.ListJobs:output_type -> timeshard.v1.ListJobsResponse
+	2,   // 126: timeshard.v1.JobService.CancelJob:output_type -> timeshard.v1.Job
+	2,   // 127: timeshard.v1.JobService.RescheduleJob:output_type -> timeshard.v1.Job
+	12,  // 128: timeshard.v1.JobService.CreateSchedule:output_type -> timeshard.v1.Schedule
+	12,  // 129: timeshard.v1.JobService.GetSchedule:output_type -> timeshard.v1.Schedule
+	16,  // 130: timeshard.v1.JobService.ListSchedules:output_type -> timeshard.v1.ListSchedulesResponse
+	12,  // 131: timeshard.v1.JobService.UpdateSchedule:output_type -> timeshard.v1.Schedule
+	12,  // 132: timeshard.v1.JobService.PauseSchedule:output_type -> timeshard.v1.Schedule
+	12,  // 133: timeshard.v1.JobService.ResumeSchedule:output_type -> timeshard.v1.Schedule
+	19,  // 134: timeshard.v1.JobService.DeleteSchedule:output_type -> timeshard.v1.DeleteScheduleResponse
+	22,  // 135: timeshard.v1.JobService.PreviewSchedule:output_type -> timeshard.v1.PreviewResponse
+	24,  // 136: timeshard.v1.JobService.ListDeadLetters:output_type -> timeshard.v1.ListDeadLettersResponse
+	26,  // 137: timeshard.v1.JobService.ReplayDeadLetters:output_type -> timeshard.v1.ReplayDeadLettersResponse
+	27,  // 138: timeshard.v1.JobService.PurgeDeadLetters:output_type -> timeshard.v1.PurgeDeadLettersResponse
+	29,  // 139: timeshard.v1.JobService.WaitJobs:output_type -> timeshard.v1.WaitJobsResponse
+	32,  // 140: timeshard.v1.WorkerService.Claim:output_type -> timeshard.v1.ClaimResponse
+	34,  // 141: timeshard.v1.WorkerService.Heartbeat:output_type -> timeshard.v1.HeartbeatResponse
+	36,  // 142: timeshard.v1.WorkerService.Complete:output_type -> timeshard.v1.CompleteResponse
+	38,  // 143: timeshard.v1.WorkerService.Fail:output_type -> timeshard.v1.FailResponse
+	42,  // 144: timeshard.v1.WorkerService.Finish:output_type -> timeshard.v1.FinishResponse
+	47,  // 145: timeshard.v1.WorkerService.Work:output_type -> timeshard.v1.WorkResponse
+	50,  // 146: timeshard.v1.AdminService.ClusterInfo:output_type -> timeshard.v1.ClusterInfoResponse
+	53,  // 147: timeshard.v1.AdminService.ShardOwners:output_type -> timeshard.v1.ShardOwnersResponse
+	55,  // 148: timeshard.v1.AdminService.MoveShard:output_type -> timeshard.v1.MoveShardResponse
+	57,  // 149: timeshard.v1.AdminService.DrainNode:output_type -> timeshard.v1.DrainNodeResponse
+	64,  // 150: timeshard.v1.AdminService.NodeStatus:output_type -> timeshard.v1.NodeStatusResponse
+	67,  // 151: timeshard.v1.AdminService.SetTypePolicies:output_type -> timeshard.v1.SetTypePoliciesResponse
+	70,  // 152: timeshard.v1.AdminService.SetTypeFlows:output_type -> timeshard.v1.SetTypeFlowsResponse
+	72,  // 153: timeshard.v1.AdminService.ListTypes:output_type -> timeshard.v1.ListTypesResponse
+	78,  // 154: timeshard.v1.PeerService.Land:output_type -> timeshard.v1.LandResponse
+	75,  // 155: timeshard.v1.PeerService.WaitFinished:output_type -> timeshard.v1.WaitFinishedResponse
+	122, // [122:156] is the sub-list for method output_type
+	88,  // [88:122] is the sub-list for method input_type
+	88,  // [88:88] is the sub-list for extension type_name
+	88,  // [88:88] is the sub-list for extension extendee
+	0,   // [0:88] is the sub-list for field type_name
 }
 
 func init() { file_timeshard_v1_timeshard_proto_init() }
@@ -5897,7 +6013,7 @@ func file_timeshard_v1_timeshard_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_timeshard_v1_timeshard_proto_rawDesc), len(file_timeshard_v1_timeshard_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   76,
+			NumMessages:   78,
 			NumExtensions: 0,
 			NumServices:   4,
 		},

@@ -1442,7 +1442,8 @@ var AdminService_ServiceDesc = grpc.ServiceDesc{
 }
 
 const (
-	PeerService_Land_FullMethodName = "/timeshard.v1.PeerService/Land"
+	PeerService_Land_FullMethodName         = "/timeshard.v1.PeerService/Land"
+	PeerService_WaitFinished_FullMethodName = "/timeshard.v1.PeerService/WaitFinished"
 )
 
 // PeerServiceClient is the client API for PeerService service.
@@ -1456,6 +1457,12 @@ const (
 // dispatches and ignores the rest, and a hint lost on the way costs that wait, nothing more.
 type PeerServiceClient interface {
 	Land(ctx context.Context, in *LandRequest, opts ...grpc.CallOption) (*LandResponse, error)
+	// A long poll: answers once any of `job_ids` is finished (succeeded, dead or cancelled) as
+	// far as the receiver knows, naming every one finished by then, or with none after
+	// `timeout`. A node serving WaitJobs for jobs another node dispatches asks that node (whose
+	// workers report there) rather than re-reading the store each second; a wait asked here is
+	// a hint too: the asker still re-reads, so a lost answer costs that wait.
+	WaitFinished(ctx context.Context, in *WaitFinishedRequest, opts ...grpc.CallOption) (*WaitFinishedResponse, error)
 }
 
 type peerServiceClient struct {
@@ -1476,6 +1483,16 @@ func (c *peerServiceClient) Land(ctx context.Context, in *LandRequest, opts ...g
 	return out, nil
 }
 
+func (c *peerServiceClient) WaitFinished(ctx context.Context, in *WaitFinishedRequest, opts ...grpc.CallOption) (*WaitFinishedResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(WaitFinishedResponse)
+	err := c.cc.Invoke(ctx, PeerService_WaitFinished_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // PeerServiceServer is the server API for PeerService service.
 // All implementations must embed UnimplementedPeerServiceServer
 // for forward compatibility.
@@ -1487,6 +1504,12 @@ func (c *peerServiceClient) Land(ctx context.Context, in *LandRequest, opts ...g
 // dispatches and ignores the rest, and a hint lost on the way costs that wait, nothing more.
 type PeerServiceServer interface {
 	Land(context.Context, *LandRequest) (*LandResponse, error)
+	// A long poll: answers once any of `job_ids` is finished (succeeded, dead or cancelled) as
+	// far as the receiver knows, naming every one finished by then, or with none after
+	// `timeout`. A node serving WaitJobs for jobs another node dispatches asks that node (whose
+	// workers report there) rather than re-reading the store each second; a wait asked here is
+	// a hint too: the asker still re-reads, so a lost answer costs that wait.
+	WaitFinished(context.Context, *WaitFinishedRequest) (*WaitFinishedResponse, error)
 	mustEmbedUnimplementedPeerServiceServer()
 }
 
@@ -1499,6 +1522,9 @@ type UnimplementedPeerServiceServer struct{}
 
 func (UnimplementedPeerServiceServer) Land(context.Context, *LandRequest) (*LandResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Land not implemented")
+}
+func (UnimplementedPeerServiceServer) WaitFinished(context.Context, *WaitFinishedRequest) (*WaitFinishedResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method WaitFinished not implemented")
 }
 func (UnimplementedPeerServiceServer) mustEmbedUnimplementedPeerServiceServer() {}
 func (UnimplementedPeerServiceServer) testEmbeddedByValue()                     {}
@@ -1539,6 +1565,24 @@ func _PeerService_Land_Handler(srv interface{}, ctx context.Context, dec func(in
 	return interceptor(ctx, in, info, handler)
 }
 
+func _PeerService_WaitFinished_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(WaitFinishedRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PeerServiceServer).WaitFinished(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: PeerService_WaitFinished_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PeerServiceServer).WaitFinished(ctx, req.(*WaitFinishedRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // PeerService_ServiceDesc is the grpc.ServiceDesc for PeerService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1549,6 +1593,10 @@ var PeerService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Land",
 			Handler:    _PeerService_Land_Handler,
+		},
+		{
+			MethodName: "WaitFinished",
+			Handler:    _PeerService_WaitFinished_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -802,6 +802,19 @@ export interface TypeInfo {
   oldestAgeMs: number;
 }
 
+export interface WaitFinishedRequest {
+  fromNode: string;
+  /** at most 1,000, distinct */
+  jobIds: string[];
+  /** at most 60 s */
+  timeout: Duration | undefined;
+}
+
+export interface WaitFinishedResponse {
+  /** finished, or not known to the receiver */
+  jobIds: string[];
+}
+
 /** "Look at job `job_id` at `due_at`": one bucket entry the sender just wrote. */
 export interface LandedEntry {
   shard: number;
@@ -9471,6 +9484,190 @@ export const TypeInfo: MessageFns<TypeInfo> = {
   },
 };
 
+function createBaseWaitFinishedRequest(): WaitFinishedRequest {
+  return { fromNode: "", jobIds: [], timeout: undefined };
+}
+
+export const WaitFinishedRequest: MessageFns<WaitFinishedRequest> = {
+  encode(message: WaitFinishedRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.fromNode !== "") {
+      writer.uint32(10).string(message.fromNode);
+    }
+    for (const v of message.jobIds) {
+      writer.uint32(18).string(v!);
+    }
+    if (message.timeout !== undefined) {
+      Duration.encode(message.timeout, writer.uint32(26).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): WaitFinishedRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseWaitFinishedRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.fromNode = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.jobIds.push(reader.string());
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.timeout = Duration.decode(reader, reader.uint32());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): WaitFinishedRequest {
+    return {
+      fromNode: isSet(object.fromNode)
+        ? globalThis.String(object.fromNode)
+        : isSet(object.from_node)
+        ? globalThis.String(object.from_node)
+        : "",
+      jobIds: globalThis.Array.isArray(object?.jobIds)
+        ? object.jobIds.map((e: any) => globalThis.String(e))
+        : globalThis.Array.isArray(object?.job_ids)
+        ? object.job_ids.map((e: any) => globalThis.String(e))
+        : [],
+      timeout: isSet(object.timeout) ? Duration.fromJSON(object.timeout) : undefined,
+    };
+  },
+
+  toJSON(message: WaitFinishedRequest): unknown {
+    const obj: any = {};
+    if (message.fromNode !== "") {
+      obj.fromNode = message.fromNode;
+    }
+    if (message.jobIds?.length) {
+      obj.jobIds = message.jobIds;
+    }
+    if (message.timeout !== undefined) {
+      obj.timeout = Duration.toJSON(message.timeout);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<WaitFinishedRequest>, I>>(base?: I): WaitFinishedRequest {
+    return WaitFinishedRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<WaitFinishedRequest>, I>>(object: I): WaitFinishedRequest {
+    const message = createBaseWaitFinishedRequest();
+    message.fromNode = object.fromNode ?? "";
+    message.jobIds = object.jobIds?.map((e) => e) || [];
+    message.timeout = (object.timeout !== undefined && object.timeout !== null)
+      ? Duration.fromPartial(object.timeout)
+      : undefined;
+    return message;
+  },
+};
+
+function createBaseWaitFinishedResponse(): WaitFinishedResponse {
+  return { jobIds: [] };
+}
+
+export const WaitFinishedResponse: MessageFns<WaitFinishedResponse> = {
+  encode(message: WaitFinishedResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    for (const v of message.jobIds) {
+      writer.uint32(10).string(v!);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): WaitFinishedResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseWaitFinishedResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.jobIds.push(reader.string());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): WaitFinishedResponse {
+    return {
+      jobIds: globalThis.Array.isArray(object?.jobIds)
+        ? object.jobIds.map((e: any) => globalThis.String(e))
+        : globalThis.Array.isArray(object?.job_ids)
+        ? object.job_ids.map((e: any) => globalThis.String(e))
+        : [],
+    };
+  },
+
+  toJSON(message: WaitFinishedResponse): unknown {
+    const obj: any = {};
+    if (message.jobIds?.length) {
+      obj.jobIds = message.jobIds;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<WaitFinishedResponse>, I>>(base?: I): WaitFinishedResponse {
+    return WaitFinishedResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<WaitFinishedResponse>, I>>(object: I): WaitFinishedResponse {
+    const message = createBaseWaitFinishedResponse();
+    message.jobIds = object.jobIds?.map((e) => e) || [];
+    return message;
+  },
+};
+
 function createBaseLandedEntry(): LandedEntry {
   return { shard: 0, minute: 0, dueAt: undefined, jobId: "", home: 0 };
 }
@@ -10688,10 +10885,35 @@ export const PeerServiceService = {
     responseSerialize: (value: LandResponse): Buffer => Buffer.from(LandResponse.encode(value).finish()),
     responseDeserialize: (value: Buffer): LandResponse => LandResponse.decode(value),
   },
+  /**
+   * A long poll: answers once any of `job_ids` is finished (succeeded, dead or cancelled) as
+   * far as the receiver knows, naming every one finished by then, or with none after
+   * `timeout`. A node serving WaitJobs for jobs another node dispatches asks that node (whose
+   * workers report there) rather than re-reading the store each second; a wait asked here is
+   * a hint too: the asker still re-reads, so a lost answer costs that wait.
+   */
+  waitFinished: {
+    path: "/timeshard.v1.PeerService/WaitFinished" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: WaitFinishedRequest): Buffer => Buffer.from(WaitFinishedRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): WaitFinishedRequest => WaitFinishedRequest.decode(value),
+    responseSerialize: (value: WaitFinishedResponse): Buffer =>
+      Buffer.from(WaitFinishedResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): WaitFinishedResponse => WaitFinishedResponse.decode(value),
+  },
 } as const;
 
 export interface PeerServiceServer extends UntypedServiceImplementation {
   land: handleUnaryCall<LandRequest, LandResponse>;
+  /**
+   * A long poll: answers once any of `job_ids` is finished (succeeded, dead or cancelled) as
+   * far as the receiver knows, naming every one finished by then, or with none after
+   * `timeout`. A node serving WaitJobs for jobs another node dispatches asks that node (whose
+   * workers report there) rather than re-reading the store each second; a wait asked here is
+   * a hint too: the asker still re-reads, so a lost answer costs that wait.
+   */
+  waitFinished: handleUnaryCall<WaitFinishedRequest, WaitFinishedResponse>;
 }
 
 export interface PeerServiceClient extends Client {
@@ -10706,6 +10928,28 @@ export interface PeerServiceClient extends Client {
     metadata: Metadata,
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: LandResponse) => void,
+  ): ClientUnaryCall;
+  /**
+   * A long poll: answers once any of `job_ids` is finished (succeeded, dead or cancelled) as
+   * far as the receiver knows, naming every one finished by then, or with none after
+   * `timeout`. A node serving WaitJobs for jobs another node dispatches asks that node (whose
+   * workers report there) rather than re-reading the store each second; a wait asked here is
+   * a hint too: the asker still re-reads, so a lost answer costs that wait.
+   */
+  waitFinished(
+    request: WaitFinishedRequest,
+    callback: (error: ServiceError | null, response: WaitFinishedResponse) => void,
+  ): ClientUnaryCall;
+  waitFinished(
+    request: WaitFinishedRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: WaitFinishedResponse) => void,
+  ): ClientUnaryCall;
+  waitFinished(
+    request: WaitFinishedRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: WaitFinishedResponse) => void,
   ): ClientUnaryCall;
 }
 
