@@ -302,9 +302,8 @@ class Store(abc.ABC):
         its own fence, and one that does not apply leaves the others as they are. A store
         writes them together (one transaction, or a batch per partition); this default writes
         them one by one. ``linger``: a store may hold them a few tens of milliseconds to share
-        a write with others (Cassandra: ``jobrows.RESULT_LINGER_S``, SQLite:
-        ``sqlite.RESULT_LINGER_S``); the caller says False when someone waits for them (a job
-        under a concurrency limit)."""
+        a write with others (Cassandra: ``jobrows.RESULT_LINGER_S``); the caller says False
+        when someone waits for them (a job under a concurrency limit)."""
         return list(
             await asyncio.gather(
                 *(

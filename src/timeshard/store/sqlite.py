@@ -57,8 +57,7 @@ SWEEP_EVERY_S = 10.0
 SWEEP_ROWS = 5000
 R = TypeVar("R")
 Q = load_queries("sqlite.sql")
-_Op = tuple[Callable[[sqlite3.Connection], Any], "asyncio.Future[Any]", float]
-"""(op, its future, the ``time.monotonic()`` until which it may wait for company; 0: none)"""
+_Op = tuple[Callable[[sqlite3.Connection], Any], "asyncio.Future[Any]"]
 _Result = tuple["asyncio.Future[Any]", bool, Any]  # (future, ok, value or exception)
 
 #: How long one statement waits for another connection's write lock (SQLite's busy handler).
@@ -71,12 +70,6 @@ _OPEN_RETRY_FIRST_S = 0.01
 #: queue, where the dispatcher's read of a due job waited behind a commit's fsync. Larger reads
 #: go to the writer thread, so a burst does not hold up the event loop.
 INLINE_READ_MAX = 64
-MAX_OPS_PER_TRANSACTION = 512
-RESULT_LINGER_S = 0.02
-"""Completions that nobody waits for (``complete_jobs(linger=True)``) wait up to this long for
-another write (a claim, a create) to share its transaction and its fsync, rather than pay one
-of their own; at a trickle one comes within a few milliseconds. No job waits for them, and the
-worker is answered once they are written, as for any write."""
 _OPEN_RETRY_MAX_S = 0.5
 
 
@@ -290,46 +283,35 @@ class SqliteStore(Store):
                 first = self._ops.get()
                 if first is None:
                     return
-                batch = self._gather(first)
+                batch = [first]
+                while len(batch) < 512:
+                    try:
+                        nxt = self._ops.get_nowait()
+                    except queue.Empty:
+                        break
+                    if nxt is None:
+                        self._ops.put(None)
+                        break
+                    batch.append(nxt)
                 self.stats.round(len(batch))  # one transaction: the embedded "round"
                 self._run_batch(db, batch)
         finally:
             db.close()
-
-    def _gather(self, first: _Op) -> list[_Op]:
-        """``first`` and every op queued behind it, up to ``MAX_OPS_PER_TRANSACTION``; while all
-        of them may linger, wait (until the earliest one's time is up) for one that may not."""
-        batch = [first]
-        until = first[2]
-        while len(batch) < MAX_OPS_PER_TRANSACTION:
-            try:
-                if until:
-                    nxt = self._ops.get(timeout=max(0.0, until - time.monotonic()))
-                else:
-                    nxt = self._ops.get_nowait()
-            except queue.Empty:
-                break
-            if nxt is None:  # closing: what is here is written, lingering or not
-                self._ops.put(None)
-                break
-            batch.append(nxt)
-            until = min(until, nxt[2]) if until and nxt[2] else 0.0
-        return batch
 
     @staticmethod
     def _run_batch(db: sqlite3.Connection, batch: list[_Op]) -> None:
         results: list[_Result] = []
         # A caller that was cancelled while queued does not get its op run. (A cancel that
         # lands after this check is like one after the op ran: the op's effect stands.)
-        batch = [op for op in batch if not op[1].cancelled()]
+        batch = [(fn, fut) for fn, fut in batch if not fut.cancelled()]
         if not batch:
             return
         if len(batch) == 1:
-            SqliteStore._run_alone(db, *batch[0][:2])
+            SqliteStore._run_alone(db, *batch[0])
             return
         try:
             db.execute("BEGIN IMMEDIATE")
-            for fn, fut, _ in batch:
+            for fn, fut in batch:
                 db.execute("SAVEPOINT op")
                 try:
                     results.append((fut, True, fn(db)))
@@ -343,7 +325,7 @@ class SqliteStore(Store):
             if db.in_transaction:
                 db.execute("ROLLBACK")
             err = StoreUnavailable(str(exc))
-            _deliver([(fut, False, err) for _, fut, _ in batch])
+            _deliver([(fut, False, err) for _, fut in batch])
             return
         _deliver(results)
 
@@ -369,13 +351,11 @@ class SqliteStore(Store):
             return
         _deliver([(fut, True, value)])
 
-    async def _call(self, fn: Callable[[sqlite3.Connection], R], *, linger_s: float = 0.0) -> R:
-        """``fn`` run on the writer thread, in a transaction shared with the ops queued beside
-        it; ``linger_s``: it may wait that long for another op to share one with."""
+    async def _call(self, fn: Callable[[sqlite3.Connection], R]) -> R:
         if self._thread is None:
             raise StoreUnavailable("the store is not open")
         fut: asyncio.Future[R] = asyncio.get_running_loop().create_future()
-        self._ops.put((fn, fut, time.monotonic() + linger_s if linger_s > 0 else 0.0))
+        self._ops.put((fn, fut))
         return await fut
 
     async def close(self) -> None:
@@ -590,10 +570,7 @@ class SqliteStore(Store):
         for c in items:
             validate_result(c.result, c.encoding)  # refused before anything is written
         changes = [(c.job_id, T.complete(c.fence, now, c.result, c.encoding)) for c in items]
-        return await self._call(
-            lambda db: [_apply(db, job_id, t) for job_id, t in changes],
-            linger_s=RESULT_LINGER_S if linger else 0.0,
-        )
+        return await self._call(lambda db: [_apply(db, job_id, t) for job_id, t in changes])
 
     async def fail_job(
         self,
