@@ -119,6 +119,7 @@ class Server:
             self._reload_task.cancel()
         await self.health_watcher.stop()
         await self._health.enter_graceful_shutdown()
+        self.node.waits.stop_answering()  # peers' long polls: not worth the grace period
         await self._grpc.stop(grace)
         await self.node.stop()
         if self._peers is not None:

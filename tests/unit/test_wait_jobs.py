@@ -182,6 +182,15 @@ async def test_finished_of_answers_with_what_is_finished_or_unknown() -> None:
         await node.complete(b.job_id, b.fence, b"", "")
         assert await asyncio.wait_for(asked, 5) == [b.job_id]
         assert node.waits.waited_for == 0
+        # A stopping node answers its peers' open waits at once (with what is finished).
+        c, d = await claimed_jobs(node, 2)
+        asked = asyncio.create_task(node.waits.finished_of([c.job_id], 600))
+        await settle(node)
+        assert not asked.done()
+        await node.complete(d.job_id, d.fence, b"", "")
+        node.waits.stop_answering()
+        assert await asyncio.wait_for(asked, 5) == []
+        assert await node.waits.finished_of([c.job_id], 600) == []  # no wait once stopping
 
 
 async def test_a_lease_expiry_that_kills_a_job_is_handed_over() -> None:

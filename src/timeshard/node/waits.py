@@ -65,6 +65,8 @@ class JobWaits:
         self._reader: asyncio.Task[None] | None = None
         self.peers: PeerWaits | None = None
         """Asks the nodes that dispatch the jobs waited for (``use_peers``); None: none."""
+        self._answering: set[_Watch] = set()  # peers' waits (``finished_of``) open here
+        self._stopping = False
 
     def use_peers(self, owner_of: Callable[[str], Member | None], ask: AskPeer) -> None:
         """Ask ``owner_of(job_id)`` (another node; None: this one, or unknown) with ``ask``
@@ -124,18 +126,27 @@ class JobWaits:
         ``WaitFinished`` answers."""
         watch = _Watch(job_ids)
         self._register(watch)
+        self._answering.add(watch)
         try:
             stored = await self._store.get_jobs(list(job_ids))
             gone = [i for i in job_ids if i not in stored]  # the asker reads them itself
             for job_id in job_ids:
                 if job_id in stored and stored[job_id].state.terminal:
                     watch.put(stored[job_id])
-            if not gone and not watch.done:
+            if not gone and not watch.done and not self._stopping:
                 self._ensure_reader()
                 await sleep_or_wake(self._clock, timeout_s, watch.waker)
             return [*gone, *watch.done]
         finally:
+            self._answering.discard(watch)
             self._forget(watch, job_ids)
+
+    def stop_answering(self) -> None:
+        """The node is stopping: the peers' waits open here answer now with what is finished
+        (their nodes ask another time, or re-read), so none holds up the server's stop."""
+        self._stopping = True
+        for watch in self._answering:
+            wake(watch.waker)
 
     def _register(self, watch: _Watch) -> None:
         for job_id in watch.pending:
