@@ -13,7 +13,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -502,7 +502,10 @@ def steady_phase(
             if records.poll():
                 last_change = time.monotonic()
             progress.update(len(records.first), extra=f"offered {len(ids):,}")
-            if len(records.first) >= count:
+            # Done once every job offered and acknowledged ran: not once as many runs as jobs
+            # offered were seen, as a job written but not acknowledged (a node killed during
+            # its call: ``submit._schedule_on_one``) runs too.
+            if len(records.first) >= count and not sender.is_alive() and ran_all(records, ids):
                 break
             if not sender.is_alive() and time.monotonic() - last_change > args.drain:
                 break
@@ -540,6 +543,11 @@ def steady_phase(
     }
     out["server_time"]["cassandra_side"] = cassandra_side(store)
     return out, timeline(records, ids)
+
+
+def ran_all(records: RunRecords, ids: Sequence[str]) -> bool:
+    first = records.first
+    return all(i in first for i in ids)
 
 
 def disk_figures(store: Store, jobs: int) -> dict[str, Any]:

@@ -204,7 +204,9 @@ async def _schedule_on_one(
     stubs: list[pb_grpc.JobServiceStub], turn: int, req: pb.ScheduleJobsRequest
 ) -> pb.ScheduleJobsResponse:
     """``req`` on the node whose turn it is; a node that does not answer (UNAVAILABLE: it was
-    killed) leaves the rotation and the next one takes the request (nothing was written)."""
+    killed) leaves the rotation and the next one takes the request. (A node killed after its
+    write and before its answer wrote the jobs all the same: they run too, under the ids the
+    dead node gave them, beside the ones the next node gives; the run counts only the latter.)"""
     while True:
         stub = stubs[turn % len(stubs)]
         try:
