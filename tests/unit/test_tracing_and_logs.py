@@ -12,6 +12,7 @@ import pytest
 
 from tests.unit.helpers import START_MS, advance, running, wait_until
 from timeshard.clock import FakeClock
+from timeshard.observe import logs
 from timeshard.observe.logs import JsonFormatter
 from timeshard.observe.tracing import Tracing, job_parent
 from timeshard.worker import JobContext
@@ -199,3 +200,22 @@ def test_json_logs_name_the_shard_or_job_of_the_task_that_logged() -> None:
     first, second = _json_lines(lambda log: asyncio.run(main(log)))
     assert first["shard"] == 9 and "job_id" not in first
     assert second["job_id"] == "abc123"
+
+
+def test_a_quieted_log_says_each_key_once_per_quiet_period(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    now = [1000.0]
+    monkeypatch.setattr(logs.time, "monotonic", lambda: now[0])
+    quiet = logs.Quieted(logging.getLogger("test.quiet"), 60.0, " (then what happens)")
+    with caplog.at_level(logging.INFO, logger="test.quiet"):
+        said = [quiet.info("a", "a failed"), quiet.info("a", "a failed again")]
+        said.append(quiet.info("b", "b failed"))
+        now[0] += 60.0
+        said.append(quiet.info("a", "a failed a minute later"))
+    assert said == [True, False, True, True]
+    assert [r.getMessage() for r in caplog.records] == [
+        "a failed (then what happens)",
+        "b failed (then what happens)",
+        "a failed a minute later (then what happens)",
+    ]

@@ -18,7 +18,6 @@ delays nobody. No gRPC types here:
 from __future__ import annotations
 
 import logging
-import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 
@@ -26,6 +25,7 @@ from timeshard.batching import GroupCommit
 from timeshard.clock import Clock
 from timeshard.coordinator.base import Coordinator, Member
 from timeshard.model import BucketEntry
+from timeshard.observe.logs import Quieted
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +68,7 @@ class PeerHints:
         """Entries by outcome: ``taken`` (by a node dispatching their shard), ``not_owned``
         (the peer no longer dispatches it), ``failed`` (the call failed); each also goes to
         ``counted(outcome, n)`` (the node's metrics)."""
-        self._logged: dict[str, float] = {}
+        self._quiet = Quieted(log, QUIET_S, " (its jobs are found at the owner's next read)")
 
     @property
     def enabled(self) -> bool:
@@ -100,7 +100,7 @@ class PeerHints:
         except Exception as exc:  # a hint: a failure costs the owner's next read, no more
             self._count("failed", len(items))
             self._coordinator.forget_peer(peer.node_id)
-            self._note(address, f"hints to {peer.node_id} at {address} failed: {exc}")
+            self._quiet.info(address, f"hints to {peer.node_id} at {address} failed: {exc}")
             return
         taken = max(0, min(taken, len(items)))
         self._count("taken", taken)
@@ -113,9 +113,3 @@ class PeerHints:
         if n:
             self.counts[outcome] += n
             self._counted(outcome, n)
-
-    def _note(self, address: str, message: str) -> None:
-        now = time.monotonic()
-        if now - self._logged.get(address, -QUIET_S) >= QUIET_S:
-            self._logged[address] = now
-            log.info("%s (its jobs are found at the owner's next read)", message)

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
 from timeshard.clock import Clock, sleep_or_wake, wake
@@ -23,6 +22,7 @@ from timeshard.coordinator.base import Member
 from timeshard.errors import NotFound, TimeshardError, WaitTimeout
 from timeshard.limits import MAX_BATCH
 from timeshard.model import Job
+from timeshard.observe.logs import Quieted
 from timeshard.store.base import Store
 
 log = logging.getLogger(__name__)
@@ -224,7 +224,7 @@ class PeerWaits:
         self._peers: dict[str, Member] = {}
         self._changed: dict[str, asyncio.Event] = {}
         self._tasks: dict[str, asyncio.Task[None]] = {}
-        self._logged: dict[str, float] = {}
+        self._quiet = Quieted(log, QUIET_S, " (the jobs are re-read from the store instead)")
 
     def follow(self, job_ids: Sequence[str]) -> None:
         for job_id in job_ids:
@@ -269,7 +269,7 @@ class PeerWaits:
             try:
                 named = call.result()
             except Exception as exc:  # a hint: the re-read finds what the peer would have named
-                self._note(address, f"waits asked of {address} failed: {exc}")
+                self._quiet.info(address, f"waits asked of {address} failed: {exc}")
                 await self._clock.sleep(PEER_RETRY_S)
                 continue
             if named:
@@ -278,12 +278,6 @@ class PeerWaits:
                     await self._waits.read_again(named)
                 except TimeshardError as exc:
                     log.warning("jobs a peer named finished not read (%s); the re-read will", exc)
-
-    def _note(self, address: str, message: str) -> None:
-        now = time.monotonic()
-        if now - self._logged.get(address, -QUIET_S) >= QUIET_S:
-            self._logged[address] = now
-            log.info("%s (the jobs are re-read from the store instead)", message)
 
     async def close(self) -> None:
         tasks = list(self._tasks.values())

@@ -20,6 +20,7 @@ import asyncio
 import json
 import logging
 import sys
+import time
 from typing import Any
 
 from timeshard.clock import format_rfc3339
@@ -113,3 +114,24 @@ def set_node(node: str) -> None:
     for handler in logging.getLogger().handlers:
         if isinstance(handler.formatter, JsonFormatter):
             handler.formatter.node = node
+
+
+class Quieted:
+    """Logs a message about one key (a peer's address, say) at most once per ``quiet_s``: a
+    peer that is down fails every call, and one line a minute says so as well as a thousand."""
+
+    def __init__(self, logger: logging.Logger, quiet_s: float, suffix: str = "") -> None:
+        self._logger = logger
+        self._quiet_s = quiet_s
+        self._suffix = suffix
+        self._last: dict[str, float] = {}
+
+    def info(self, key: str, message: str) -> bool:
+        """Log ``message`` (with the suffix) unless ``key`` was logged within ``quiet_s``;
+        whether it was logged."""
+        now = time.monotonic()
+        if now - self._last.get(key, -self._quiet_s) < self._quiet_s:
+            return False
+        self._last[key] = now
+        self._logger.info("%s%s", message, self._suffix)
+        return True
