@@ -4,8 +4,9 @@
 //	c, err := timeshard.NewClient(timeshard.ConfigFromEnv())
 //	done, err := c.Schedule(ctx, timeshard.NewJob{Type: "email.send", Payload: body, Delay: time.Hour})
 //
-// Errors map the gRPC status to sentinels: errors.Is(err, timeshard.ErrNotFound). The worker
-// side is Worker (worker.go).
+// Errors map the gRPC status to sentinels: errors.Is(err, timeshard.ErrNotFound). Client.Wait
+// (wait.go) returns a job once it is finished, with the result its handler returned
+// (DecodeResult). The worker side is Worker (worker.go).
 package timeshard
 
 import (

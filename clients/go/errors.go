@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -34,6 +37,35 @@ var sentinels = map[codes.Code]error{
 	codes.PermissionDenied:   ErrPermissionDenied,
 	codes.DeadlineExceeded:   ErrDeadlineExceeded,
 	codes.Unimplemented:      ErrUnimplemented,
+}
+
+// WaitTimeoutError is a wait (Client.Wait, WaitMany, AsFinished) whose timeout passed before
+// every job was finished; Pending names those that were not. errors.Is(err,
+// ErrDeadlineExceeded) is true for it.
+type WaitTimeoutError struct {
+	Pending []string
+	Timeout time.Duration
+}
+
+func (e *WaitTimeoutError) Error() string {
+	shown := make([]string, 0, 5)
+	for _, id := range e.Pending[:min(5, len(e.Pending))] {
+		shown = append(shown, strconv.Quote(id))
+	}
+	more := ""
+	if len(e.Pending) > len(shown) {
+		more = " ..."
+	}
+	return fmt.Sprintf("timeshard: %d job(s) not finished within %s: %s%s; wait again, or look at them with `timeshard jobs get`",
+		len(e.Pending), e.Timeout, strings.Join(shown, ", "), more)
+}
+
+// Is makes errors.Is(err, ErrDeadlineExceeded) true.
+func (e *WaitTimeoutError) Is(target error) bool { return target == ErrDeadlineExceeded }
+
+// GRPCStatus lets status.Code see DEADLINE_EXCEEDED, as for the server's own errors.
+func (e *WaitTimeoutError) GRPCStatus() *status.Status {
+	return status.New(codes.DeadlineExceeded, e.Error())
 }
 
 // Error is a call the server (or the gRPC channel) refused: its status code and message.

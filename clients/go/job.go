@@ -205,7 +205,7 @@ func (w *Worker) execute(r *run, heartbeatNow bool) {
 	}()
 	defer r.stopTimer()
 	defer r.ctx.cancel(context.Canceled)
-	result := make(chan error, 1)
+	result := make(chan ended, 1)
 	r.job.StartedAt = time.Now()
 	w.emit(EventStarted, r, "")
 	go func() {
@@ -228,14 +228,14 @@ func (w *Worker) execute(r *run, heartbeatNow bool) {
 		<-kept
 	}()
 
-	var err error
+	var out ended
 	returned := false
 	select {
-	case err = <-result:
+	case out = <-result:
 		returned = true
 	case <-r.ctx.Done():
 		select { // a handler that returned at the same moment
-		case err = <-result:
+		case out = <-result:
 			returned = true
 		default:
 		}
@@ -245,7 +245,7 @@ func (w *Worker) execute(r *run, heartbeatNow bool) {
 	case !r.lease.held() || errors.Is(cause, ErrLeaseLost):
 		w.emit(EventLost, r, r.lease.why()+"; handler stopped")
 		return
-	case returned && err == nil:
+	case returned && out.err == nil:
 	case errors.Is(cause, ErrShutdown):
 		w.giveBack(r)
 		return
@@ -261,27 +261,49 @@ func (w *Worker) execute(r *run, heartbeatNow bool) {
 		w.report(r, &pb.FinishItem{Failed: true, Error: fmt.Sprintf("timed out after %s", r.spec.opts.Timeout)})
 		return
 	}
-	item := &pb.FinishItem{}
+	item := &pb.FinishItem{Traceback: out.traceback}
 	var permanent *PermanentError
 	switch {
-	case err == nil:
-	case errors.As(err, &permanent):
-		item.Failed, item.Permanent, item.Error = true, true, truncateError(err.Error())
+	case out.err == nil:
+		item.Result, item.ResultEncoding = out.result, out.encoding
+	case errors.As(out.err, &permanent):
+		item.Failed, item.Permanent, item.Error = true, true, truncateError(out.err.Error())
 	default:
-		item.Failed, item.Error = true, truncateError(err.Error())
+		item.Failed, item.Error = true, truncateError(out.err.Error())
 	}
 	w.report(r, item)
 }
 
-// call runs the handler; a panic is an error (the attempt fails and is retried), never the end
-// of the worker.
-func (w *Worker) call(r *run) (err error) {
+// ended is how a handler ended: its error (nil: it returned) with the traceback that goes with
+// it, or its result, encoded.
+type ended struct {
+	err       error
+	traceback string
+	result    []byte
+	encoding  string
+}
+
+// call runs the handler and encodes what it returned. A panic is an error (the attempt fails
+// and is retried; its traceback is the panic's value and stack), never the end of the worker.
+// A result that can not be stored is a permanent failure.
+func (w *Worker) call(r *run) (out ended) {
 	defer func() {
 		if p := recover(); p != nil {
-			err = fmt.Errorf("panic: %v\n%s", p, debug.Stack())
+			out = ended{
+				err:       fmt.Errorf("panic: %v", p),
+				traceback: truncateTraceback(fmt.Sprintf("panic: %v\n\n%s", p, debug.Stack())),
+			}
 		}
 	}()
-	return r.spec.fn(r.ctx, r.job)
+	value, err := r.spec.fn(r.ctx, r.job)
+	if err != nil {
+		return ended{err: err, traceback: tracebackOf(err)}
+	}
+	data, encoding, err := encodeResult(value)
+	if err != nil {
+		return ended{err: Permanent(err)}
+	}
+	return ended{result: data, encoding: encoding}
 }
 
 // giveBack: the worker shut down and stopped the handler; once it has returned, the job is

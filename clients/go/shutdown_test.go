@@ -51,7 +51,8 @@ func TestShutdownGivesBackAfterDrain(t *testing.T) {
 	waitState(t, c, done.Job.GetJobId(), timeshard.StateSucceeded, 30*time.Second)
 }
 
-// A panicking handler fails its attempt (retried) and the worker goes on.
+// A panicking handler fails its attempt (retried) and the worker goes on; the attempt keeps
+// the panic as its error and the panic with its stack as its traceback.
 func TestPanicIsARetryableFailure(t *testing.T) {
 	s := startServer(t, "")
 	c := newClient(t, s.config())
@@ -68,8 +69,20 @@ func TestPanicIsARetryableFailure(t *testing.T) {
 		t.Fatal(err)
 	}
 	job := waitState(t, c, done.Job.GetJobId(), timeshard.StateSucceeded, 30*time.Second)
-	if h := job.GetHistory(); len(h) != 2 || h[0].GetOutcome() != "retry" {
+	h := job.GetHistory()
+	if len(h) != 2 || h[0].GetOutcome() != "retry" {
 		t.Fatalf("history %v", h)
+	}
+	if h[0].GetError() != "panic: boom" {
+		t.Fatalf("the panicked attempt's error: %q", h[0].GetError())
+	}
+	// Where it panicked: this test's handler, in the stack below the panic's value.
+	tb := h[0].GetTraceback()
+	if !strings.HasPrefix(tb, "panic: boom\n\ngoroutine ") || !strings.Contains(tb, "TestPanicIsARetryableFailure") {
+		t.Fatalf("the panicked attempt's traceback: %q", tb)
+	}
+	if h[1].GetTraceback() != "" {
+		t.Fatalf("the succeeded attempt has a traceback: %q", h[1].GetTraceback())
 	}
 }
 

@@ -23,6 +23,15 @@ import (
 // keeps its slot until it returns.
 type Handler func(ctx context.Context, job *JobContext) error
 
+// ResultHandler runs one job, as a Handler does, and returns its result: what a client reads
+// back from the finished job (Client.Wait, then DecodeResult or job.GetResult()). nil is no
+// result; a []byte is stored as it is (ResultEncoding "bytes"); any other value as compact JSON
+// ("json"; a json.RawMessage is JSON already). The value is used only when the error is nil. A
+// value that can not be stored — json.Marshal refuses it, or it is over MaxResultBytes — fails
+// the attempt permanently (dead letter) with a message saying why: the handler's effects have
+// happened, and a retry would only repeat them for the same value.
+type ResultHandler func(ctx context.Context, job *JobContext) (any, error)
+
 // HandlerOptions are a job type's limits in this worker.
 type HandlerOptions struct {
 	// Concurrency is the most handlers of the type running at once in this worker, across every
@@ -44,7 +53,7 @@ const (
 )
 
 type handlerSpec struct {
-	fn      Handler
+	fn      ResultHandler
 	opts    HandlerOptions
 	slots   *slots
 	jobType string
@@ -94,8 +103,31 @@ func NewWorker(cfg Config) *Worker {
 	return &Worker{cfg: cfg, handlers: map[string]*handlerSpec{}}
 }
 
-// Handle registers the handler of a job type. Call it before Run.
+// Handle registers the handler of a job type; its jobs end with no result (HandleResult
+// registers one that returns one). Call it before Run.
 func (w *Worker) Handle(jobType string, opts HandlerOptions, fn Handler) {
+	w.HandleResult(jobType, opts, func(ctx context.Context, job *JobContext) (any, error) {
+		return nil, fn(ctx, job)
+	})
+}
+
+// HandleResult registers the handler of a job type whose return value is the job's result
+// (see ResultHandler). Call it before Run.
+//
+// The result is the handler's return value, as it is in the Python SDK, rather than something
+// set on the JobContext: the compiler then makes every path of the handler say what it
+// returns, the value is taken exactly when the handler ends (nothing a goroutine sets later
+// can be lost or race the report), and a failed attempt can not carry one. Handle keeps the
+// signature handlers without a result already use.
+//
+//	w.HandleResult("report.build", timeshard.HandlerOptions{}, func(ctx context.Context, job *timeshard.JobContext) (any, error) {
+//		url, err := build(ctx, job.Payload)
+//		if err != nil {
+//			return nil, err
+//		}
+//		return map[string]string{"url": url}, nil // stored as {"url":"..."}
+//	})
+func (w *Worker) HandleResult(jobType string, opts HandlerOptions, fn ResultHandler) {
 	if opts.Concurrency <= 0 {
 		opts.Concurrency = 1
 	}
