@@ -1536,9 +1536,9 @@ class PeerServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def WaitFinished(self, request, context):
-        """A long poll: answers once any of `job_ids` is finished (succeeded, dead or cancelled) as
-        far as the receiver knows, naming every one finished by then, or with none after
-        `timeout`. A node serving WaitJobs for jobs another node dispatches asks that node (whose
+        """A long poll: answers once any of `job_ids` is finished (succeeded, dead, cancelled or
+        expired) as far as the receiver knows, naming every one finished by then, or with none
+        after `timeout`. A node serving WaitJobs for jobs another node dispatches asks that node (whose
         workers report there) rather than re-reading the store each second; a wait asked here is
         a hint too: the asker still re-reads, so a lost answer costs that wait.
         """

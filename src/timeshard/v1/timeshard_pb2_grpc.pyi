@@ -397,9 +397,9 @@ class PeerServiceStub:
     def __new__(cls, channel: _aio.Channel) -> PeerServiceAsyncStub: ...
     Land: _grpc.UnaryUnaryMultiCallable[_timeshard_pb2.LandRequest, _timeshard_pb2.LandResponse]
     WaitFinished: _grpc.UnaryUnaryMultiCallable[_timeshard_pb2.WaitFinishedRequest, _timeshard_pb2.WaitFinishedResponse]
-    """A long poll: answers once any of `job_ids` is finished (succeeded, dead or cancelled) as
-    far as the receiver knows, naming every one finished by then, or with none after
-    `timeout`. A node serving WaitJobs for jobs another node dispatches asks that node (whose
+    """A long poll: answers once any of `job_ids` is finished (succeeded, dead, cancelled or
+    expired) as far as the receiver knows, naming every one finished by then, or with none
+    after `timeout`. A node serving WaitJobs for jobs another node dispatches asks that node (whose
     workers report there) rather than re-reading the store each second; a wait asked here is
     a hint too: the asker still re-reads, so a lost answer costs that wait.
     """
@@ -416,9 +416,9 @@ class PeerServiceAsyncStub(PeerServiceStub):
     def __init__(self, channel: _aio.Channel) -> None: ...
     Land: _aio.UnaryUnaryMultiCallable[_timeshard_pb2.LandRequest, _timeshard_pb2.LandResponse]  # type: ignore[assignment]
     WaitFinished: _aio.UnaryUnaryMultiCallable[_timeshard_pb2.WaitFinishedRequest, _timeshard_pb2.WaitFinishedResponse]  # type: ignore[assignment]
-    """A long poll: answers once any of `job_ids` is finished (succeeded, dead or cancelled) as
-    far as the receiver knows, naming every one finished by then, or with none after
-    `timeout`. A node serving WaitJobs for jobs another node dispatches asks that node (whose
+    """A long poll: answers once any of `job_ids` is finished (succeeded, dead, cancelled or
+    expired) as far as the receiver knows, naming every one finished by then, or with none
+    after `timeout`. A node serving WaitJobs for jobs another node dispatches asks that node (whose
     workers report there) rather than re-reading the store each second; a wait asked here is
     a hint too: the asker still re-reads, so a lost answer costs that wait.
     """
@@ -444,9 +444,9 @@ class PeerServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _timeshard_pb2.WaitFinishedRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_timeshard_pb2.WaitFinishedResponse, _abc.Awaitable[_timeshard_pb2.WaitFinishedResponse]]:
-        """A long poll: answers once any of `job_ids` is finished (succeeded, dead or cancelled) as
-        far as the receiver knows, naming every one finished by then, or with none after
-        `timeout`. A node serving WaitJobs for jobs another node dispatches asks that node (whose
+        """A long poll: answers once any of `job_ids` is finished (succeeded, dead, cancelled or
+        expired) as far as the receiver knows, naming every one finished by then, or with none
+        after `timeout`. A node serving WaitJobs for jobs another node dispatches asks that node (whose
         workers report there) rather than re-reading the store each second; a wait asked here is
         a hint too: the asker still re-reads, so a lost answer costs that wait.
         """

@@ -2041,10 +2041,11 @@ func (x *PurgeDeadLettersResponse) GetJobIds() []string {
 	return nil
 }
 
-// Wait until each job is finished: succeeded, dead or cancelled. The server streams each job,
-// whole (with its result and history), as soon as it knows it is finished: those already
-// finished at once, a job finished through the node serving the wait the moment it is
-// written, one finished through another node within a second (the serving node reads the
+// Wait until each job is finished: succeeded, dead, cancelled or expired. The server streams
+// each job, whole (with its result and history), as soon as it knows it is finished: those
+// already finished at once, a job finished through the node serving the wait the moment it is
+// written, one finished through another node when that node answers the serving node's
+// PeerService.WaitFinished (within a second if it does not: the serving node also reads the
 // jobs waited for again every second). The stream ends OK once every job was sent.
 //   - job_ids: 1-1000 ids; a repeated id is sent once. An unknown id fails the call with
 //     NOT_FOUND naming it, before anything is sent.

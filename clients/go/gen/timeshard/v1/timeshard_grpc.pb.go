@@ -1457,9 +1457,9 @@ const (
 // dispatches and ignores the rest, and a hint lost on the way costs that wait, nothing more.
 type PeerServiceClient interface {
 	Land(ctx context.Context, in *LandRequest, opts ...grpc.CallOption) (*LandResponse, error)
-	// A long poll: answers once any of `job_ids` is finished (succeeded, dead or cancelled) as
-	// far as the receiver knows, naming every one finished by then, or with none after
-	// `timeout`. A node serving WaitJobs for jobs another node dispatches asks that node (whose
+	// A long poll: answers once any of `job_ids` is finished (succeeded, dead, cancelled or
+	// expired) as far as the receiver knows, naming every one finished by then, or with none
+	// after `timeout`. A node serving WaitJobs for jobs another node dispatches asks that node (whose
 	// workers report there) rather than re-reading the store each second; a wait asked here is
 	// a hint too: the asker still re-reads, so a lost answer costs that wait.
 	WaitFinished(ctx context.Context, in *WaitFinishedRequest, opts ...grpc.CallOption) (*WaitFinishedResponse, error)
@@ -1504,9 +1504,9 @@ func (c *peerServiceClient) WaitFinished(ctx context.Context, in *WaitFinishedRe
 // dispatches and ignores the rest, and a hint lost on the way costs that wait, nothing more.
 type PeerServiceServer interface {
 	Land(context.Context, *LandRequest) (*LandResponse, error)
-	// A long poll: answers once any of `job_ids` is finished (succeeded, dead or cancelled) as
-	// far as the receiver knows, naming every one finished by then, or with none after
-	// `timeout`. A node serving WaitJobs for jobs another node dispatches asks that node (whose
+	// A long poll: answers once any of `job_ids` is finished (succeeded, dead, cancelled or
+	// expired) as far as the receiver knows, naming every one finished by then, or with none
+	// after `timeout`. A node serving WaitJobs for jobs another node dispatches asks that node (whose
 	// workers report there) rather than re-reading the store each second; a wait asked here is
 	// a hint too: the asker still re-reads, so a lost answer costs that wait.
 	WaitFinished(context.Context, *WaitFinishedRequest) (*WaitFinishedResponse, error)

@@ -379,10 +379,11 @@ export interface PurgeDeadLettersResponse {
 }
 
 /**
- * Wait until each job is finished: succeeded, dead or cancelled. The server streams each job,
- * whole (with its result and history), as soon as it knows it is finished: those already
- * finished at once, a job finished through the node serving the wait the moment it is
- * written, one finished through another node within a second (the serving node reads the
+ * Wait until each job is finished: succeeded, dead, cancelled or expired. The server streams
+ * each job, whole (with its result and history), as soon as it knows it is finished: those
+ * already finished at once, a job finished through the node serving the wait the moment it is
+ * written, one finished through another node when that node answers the serving node's
+ * PeerService.WaitFinished (within a second if it does not: the serving node also reads the
  * jobs waited for again every second). The stream ends OK once every job was sent.
  * - job_ids: 1-1000 ids; a repeated id is sent once. An unknown id fails the call with
  *   NOT_FOUND naming it, before anything is sent.
@@ -10886,9 +10887,9 @@ export const PeerServiceService = {
     responseDeserialize: (value: Buffer): LandResponse => LandResponse.decode(value),
   },
   /**
-   * A long poll: answers once any of `job_ids` is finished (succeeded, dead or cancelled) as
-   * far as the receiver knows, naming every one finished by then, or with none after
-   * `timeout`. A node serving WaitJobs for jobs another node dispatches asks that node (whose
+   * A long poll: answers once any of `job_ids` is finished (succeeded, dead, cancelled or
+   * expired) as far as the receiver knows, naming every one finished by then, or with none
+   * after `timeout`. A node serving WaitJobs for jobs another node dispatches asks that node (whose
    * workers report there) rather than re-reading the store each second; a wait asked here is
    * a hint too: the asker still re-reads, so a lost answer costs that wait.
    */
@@ -10907,9 +10908,9 @@ export const PeerServiceService = {
 export interface PeerServiceServer extends UntypedServiceImplementation {
   land: handleUnaryCall<LandRequest, LandResponse>;
   /**
-   * A long poll: answers once any of `job_ids` is finished (succeeded, dead or cancelled) as
-   * far as the receiver knows, naming every one finished by then, or with none after
-   * `timeout`. A node serving WaitJobs for jobs another node dispatches asks that node (whose
+   * A long poll: answers once any of `job_ids` is finished (succeeded, dead, cancelled or
+   * expired) as far as the receiver knows, naming every one finished by then, or with none
+   * after `timeout`. A node serving WaitJobs for jobs another node dispatches asks that node (whose
    * workers report there) rather than re-reading the store each second; a wait asked here is
    * a hint too: the asker still re-reads, so a lost answer costs that wait.
    */
@@ -10930,9 +10931,9 @@ export interface PeerServiceClient extends Client {
     callback: (error: ServiceError | null, response: LandResponse) => void,
   ): ClientUnaryCall;
   /**
-   * A long poll: answers once any of `job_ids` is finished (succeeded, dead or cancelled) as
-   * far as the receiver knows, naming every one finished by then, or with none after
-   * `timeout`. A node serving WaitJobs for jobs another node dispatches asks that node (whose
+   * A long poll: answers once any of `job_ids` is finished (succeeded, dead, cancelled or
+   * expired) as far as the receiver knows, naming every one finished by then, or with none
+   * after `timeout`. A node serving WaitJobs for jobs another node dispatches asks that node (whose
    * workers report there) rather than re-reading the store each second; a wait asked here is
    * a hint too: the asker still re-reads, so a lost answer costs that wait.
    */
