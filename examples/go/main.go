@@ -1,4 +1,4 @@
-// Schedule a job from Go, run it in a Go worker, print its lateness.
+// Schedule a job from Go, run it in a Go worker, wait for it and print its result.
 //
 //	timeshard dev --port 50051 &          # or any cluster: TIMESHARD_SERVER=host:port,...
 //	cd examples/go && go run .
@@ -32,16 +32,16 @@ func run() error {
 
 	ctx, stop := context.WithTimeout(context.Background(), time.Minute)
 	defer stop()
-	done := make(chan time.Duration, 1)
 
 	worker := timeshard.NewWorker(cfg)
-	worker.Handle("example.greet", timeshard.HandlerOptions{Concurrency: 4, Timeout: 10 * time.Second},
-		func(ctx context.Context, job *timeshard.JobContext) error {
+	worker.HandleResult("example.greet", timeshard.HandlerOptions{Concurrency: 4, Timeout: 10 * time.Second},
+		func(ctx context.Context, job *timeshard.JobContext) (any, error) {
 			fmt.Printf("hello %s (job %s, attempt %d, fence %d)\n", job.Payload, job.JobID, job.Attempt, job.Fence)
-			done <- job.Lateness()
-			return nil
+			// The return value is kept with the job (as JSON) for whoever waits for it.
+			return map[string]any{"greeted": string(job.Payload), "lateness_ms": float64(job.Lateness().Microseconds()) / 1000}, nil
 		})
 	workerCtx, stopWorker := context.WithCancel(ctx)
+	defer stopWorker()
 	stopped := make(chan error, 1)
 	go func() { stopped <- worker.Run(workerCtx) }()
 
@@ -51,26 +51,23 @@ func run() error {
 		Delay:   time.Second,
 	})
 	if err != nil {
-		stopWorker()
 		return err
 	}
 	fmt.Printf("scheduled %s, due at %s\n", scheduled.Job.GetJobId(), scheduled.Job.GetRunAt().AsTime().Format(time.RFC3339Nano))
 
-	select {
-	case lateness := <-done:
-		fmt.Printf("lateness: %.1f ms\n", float64(lateness.Microseconds())/1000)
-	case <-ctx.Done():
-		stopWorker()
-		return fmt.Errorf("the job did not run within a minute: is a node serving at %v?", cfg.Servers)
-	}
-	stopWorker()
-	if err := <-stopped; err != nil {
-		return err
-	}
-	job, err := client.Get(ctx, scheduled.Job.GetJobId())
+	// Waiting is a server-side stream (WaitJobs), not polling.
+	job, err := client.Wait(ctx, scheduled.Job.GetJobId(), 30*time.Second)
 	if err != nil {
+		return fmt.Errorf("waiting for the job (is a node serving at %v?): %w", cfg.Servers, err)
+	}
+	var result struct {
+		Greeted    string  `json:"greeted"`
+		LatenessMs float64 `json:"lateness_ms"`
+	}
+	if err := timeshard.DecodeResult(job, &result); err != nil {
 		return err
 	}
-	fmt.Printf("state: %s\n", job.GetState())
-	return nil
+	fmt.Printf("state: %s, result: greeted %s, lateness %.1f ms\n", job.GetState(), result.Greeted, result.LatenessMs)
+	stopWorker()
+	return <-stopped
 }
