@@ -1,5 +1,6 @@
-// What a handler's end sends: the value it returned, encoded for the job's `result`, and the
-// stack of the error it threw. As the Python SDK (src/timeshard/worker/returns.py) does it:
+// A job's result, both ways: what a handler's end sends (the value it returned, encoded for the
+// job's `result`, and the stack of the error it threw), and what a client reads back from a
+// finished job. As the Python SDK (src/timeshard/worker/returns.py) does it:
 //
 // - `undefined` and `null` are no result. A `Uint8Array` (a `Buffer` too) is stored as it is
 //   (encoding "bytes"); anything else is stored as its `JSON.stringify` text (encoding "json").
@@ -8,6 +9,9 @@
 //   a message saying why. The handler's effects have happened; a retry would repeat them for
 //   the same unstorable value.
 // - A traceback is cut to MAX_TRACEBACK_BYTES, keeping its end.
+import { JobState, type Job } from "./gen/timeshard/v1/timeshard.js";
+import { NoResultError } from "./errors.js";
+
 /** The largest result a job keeps (see FinishItem.result in the proto). */
 export const MAX_RESULT_BYTES = 256 * 1024;
 /** The longest traceback an attempt keeps (see FinishItem.traceback in the proto). */
@@ -98,4 +102,19 @@ export function truncateTraceback(text: string, maxBytes = MAX_TRACEBACK_BYTES):
   let start = data.length - (maxBytes - Buffer.byteLength(note, "utf8"));
   while (start < data.length && (data[start]! & 0xc0) === 0x80) start += 1; // a character's tail
   return note + data.subarray(start).toString("utf8");
+}
+
+/**
+ * What a succeeded job's handler returned: the parsed value of a JSON result, the bytes (a
+ * `Buffer`) of a bytes result. `T` is what the caller knows the handler returns; it is not
+ * checked. Throws `NoResultError` when there is none: the job is not finished, did not
+ * succeed, or its handler returned nothing.
+ */
+export function resultOf<T = unknown>(job: Job): T {
+  if (job.state !== JobState.JOB_STATE_SUCCEEDED || !job.resultEncoding) {
+    throw new NoResultError(job.jobId, job.state, job.resultEncoding, job.lastError);
+  }
+  if (job.resultEncoding === "json") return JSON.parse(job.result.toString("utf8")) as T;
+  if (job.resultEncoding === "bytes") return job.result as T;
+  throw new NoResultError(job.jobId, job.state, job.resultEncoding, job.lastError);
 }

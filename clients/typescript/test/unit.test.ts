@@ -2,12 +2,15 @@
 // of results.
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
+import { NoResultError } from "../src/errors.js";
+import { Job, JobState } from "../src/gen/timeshard/v1/timeshard.js";
 import { Lease, LeaseLostError, now } from "../src/lease.js";
 import {
   MAX_RESULT_BYTES,
   MAX_TRACEBACK_BYTES,
   ResultError,
   encodeResult,
+  resultOf,
   tracebackOf,
   truncateTraceback,
 } from "../src/returns.js";
@@ -114,6 +117,20 @@ describe("results", () => {
     refused({ toJSON: () => { throw new Error("no") } }, /an Object that is not JSON-serialisable \(Error: no\)/);
     refused("é".repeat(MAX_RESULT_BYTES / 2), /^the handler's result is 262146 bytes, over the limit of 262144 bytes/);
     assert.equal(encodeResult(new Uint8Array(MAX_RESULT_BYTES)).result.length, MAX_RESULT_BYTES);
+  });
+
+  it("read back as the value, the bytes, or a NoResultError that says why", () => {
+    const job = (fields: Partial<Job>): Job =>
+      Job.fromPartial({ jobId: "j1", state: JobState.JOB_STATE_SUCCEEDED, ...fields });
+    assert.deepEqual(resultOf(job({ result: Buffer.from('{"n":[1]}'), resultEncoding: "json" })), { n: [1] });
+    assert.deepEqual(resultOf(job({ result: Buffer.from([7]), resultEncoding: "bytes" })), Buffer.from([7]));
+    const why = (j: Job, message: RegExp) =>
+      assert.throws(() => resultOf(j), (e: unknown) => e instanceof NoResultError && e.jobId === "j1" && message.test(e.message));
+    why(job({}), /^job "j1" succeeded without a result: its handler returned nothing$/);
+    why(job({ result: Buffer.from("x"), resultEncoding: "yaml" }), /encoded as "yaml", which this SDK can not read/);
+    why(job({ state: JobState.JOB_STATE_DEAD, lastError: "Error: boom" }), /^job "j1" is dead, so it has no result \(last error: Error: boom\)$/);
+    why(job({ state: JobState.JOB_STATE_EXPIRED }), /^job "j1" is expired, so it has no result$/);
+    why(job({ state: JobState.JOB_STATE_RUNNING }), /^job "j1" is running, not finished: it has no result yet/);
   });
 
   it("send a traceback of at most 8000 bytes, its end kept at a character boundary", () => {
