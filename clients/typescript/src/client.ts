@@ -1,4 +1,4 @@
-// The client: jobs, schedules (cron) and dead letters, over JobService.
+// The client: jobs, waiting for them, schedules (cron) and dead letters, over JobService.
 import {
   type ClusterInfoResponse,
   type FireTime,
@@ -10,9 +10,10 @@ import {
   type TypeInfo,
 } from "./gen/timeshard/v1/timeshard.js";
 import { type ConnectOptions, resolveSecurity, resolveServers } from "./config.js";
-import { NodeConnection, unary } from "./connection.js";
-import { InvalidArgumentError, UnavailableError } from "./errors.js";
+import { NodeConnection, serverStream, unary } from "./connection.js";
+import { DeadlineExceededError, InvalidArgumentError, UnavailableError } from "./errors.js";
 import { durationOf } from "./time.js";
+import { Waiting } from "./waiting.js";
 import type { Metadata } from "@grpc/grpc-js";
 import { status } from "@grpc/grpc-js";
 
@@ -96,6 +97,12 @@ export interface PreviewOptions {
   /** With `scheduleId`: also say when each occurrence runs with this spread (`runsAt`). */
   spreadMs?: number;
   scheduleId?: string;
+}
+
+export interface WaitOptions {
+  /** How long to wait, in ms (default: as long as it takes); 0 takes only the jobs finished
+   * already. When it passes with jobs not finished, the wait fails with `WaitTimeoutError`. */
+  timeoutMs?: number;
 }
 
 export interface ClientOptions extends ConnectOptions {
@@ -244,6 +251,54 @@ export class Client {
     return this.call(true, (n) =>
       unary(n.jobs.rescheduleJob.bind(n.jobs), request, this.metadata, this.settings),
     );
+  }
+
+  // -- waiting for jobs --------------------------------------------------------------------
+
+  /** The job once it is finished: succeeded, dead, cancelled or expired (`resultOf(job)` reads
+   * what its handler returned). Fails with `WaitTimeoutError` once `timeoutMs` has passed, and
+   * with `NotFoundError` for an unknown id. */
+  async wait(jobId: string, opts: WaitOptions = {}): Promise<Job> {
+    return (await this.waitMany([jobId], opts)).get(jobId)!;
+  }
+
+  /** Every job once it is finished, by id in the order given (see `asFinished`). */
+  async waitMany(jobIds: Iterable<string>, opts: WaitOptions = {}): Promise<Map<string, Job>> {
+    const ids = [...new Set(jobIds)];
+    const done = new Map<string, Job>();
+    for await (const job of this.asFinished(ids, opts)) done.set(job.jobId, job);
+    return new Map(ids.map((id) => [id, done.get(id)!]));
+  }
+
+  /**
+   * Each job as soon as it is finished, in the order they finish; an id given twice comes once.
+   * The node streams them (`WaitJobs`): nothing is polled from here. A wait for over 1000 jobs
+   * asks for them 1000 at a time, and one longer than the node's cap (600 s) is made of several
+   * calls. An unavailable node is left for the next one listed. Leaving the loop early ends the
+   * call.
+   */
+  async *asFinished(jobIds: Iterable<string>, opts: WaitOptions = {}): AsyncGenerator<Job, void, undefined> {
+    const waiting = new Waiting(jobIds, opts.timeoutMs);
+    let node = 0;
+    let unavailable = 0; // nodes tried in a row without a job
+    while (waiting.pending.size > 0) {
+      const n = this.nodes[node]!;
+      const request = waiting.request();
+      const settings = { timeoutMs: waiting.waitMs + this.timeoutMs };
+      try {
+        for await (const res of serverStream(n.jobs.waitJobs.bind(n.jobs), request, this.metadata, settings)) {
+          unavailable = 0;
+          yield waiting.got(res.job!);
+        }
+      } catch (err) {
+        if (err instanceof UnavailableError && ++unavailable < this.nodes.length) {
+          node = (node + 1) % this.nodes.length;
+        } else if (!(err instanceof DeadlineExceededError)) {
+          throw err;
+        } // else the node's cap or this wait's timeout, which checkDeadline tells apart
+      }
+      waiting.checkDeadline();
+    }
   }
 
   // -- schedules ---------------------------------------------------------------------------

@@ -1,7 +1,8 @@
-// One node's channel and stubs, and a promise for each unary call with the token's metadata and
-// a deadline.
+// One node's channel and stubs, and a promise for each unary call (an async iterator for each
+// server-streaming one) with the token's metadata and a deadline.
 import type {
   CallOptions,
+  ClientReadableStream,
   ClientUnaryCall,
   Metadata,
   ServiceError,
@@ -51,6 +52,34 @@ export function unary<Req, Res>(
     if (signal?.aborted) call.cancel();
     else signal?.addEventListener("abort", cancel, { once: true });
   });
+}
+
+type ServerStreaming<Req, Res> = (
+  request: Req,
+  metadata: Metadata,
+  options: Partial<CallOptions>,
+) => ClientReadableStream<Res>;
+
+/** A server-streaming call as an async iterator of its messages: every message the node sent,
+ * then its refusal, if any, as a typed error. Leaving the loop early cancels the call. */
+export async function* serverStream<Req, Res>(
+  method: ServerStreaming<Req, Res>,
+  request: Req,
+  metadata: Metadata,
+  { timeoutMs }: CallSettings,
+): AsyncGenerator<Res, void, undefined> {
+  const call = method(request, metadata, { deadline: new Date(Date.now() + timeoutMs) });
+  try {
+    for await (const message of call) yield message as Res;
+  } catch (err) {
+    throw translate(err);
+  } finally {
+    // Cancelling an ended call does nothing. One left early is cancelled, and grpc-js then
+    // emits CANCELLED on the stream: the listener keeps that from ever being an uncaught error,
+    // whatever listeners the stream's iterator left behind.
+    call.on("error", () => undefined);
+    call.cancel();
+  }
 }
 
 /** One node: its three services over one channel. */

@@ -1,5 +1,6 @@
 // Typed errors mirroring the gRPC status a node answered with, and the handler's PermanentError.
 import { status, type ServiceError } from "@grpc/grpc-js";
+import { JobState } from "./gen/timeshard/v1/timeshard.js";
 
 /** The root of every error this package raises for a call a node refused or did not answer. */
 export class TimeshardError extends Error {
@@ -36,6 +37,25 @@ export class DeadlineExceededError extends TimeshardError {}
 export class ResourceExhaustedError extends TimeshardError {}
 /** A conflict the caller may retry (a concurrent write won). */
 export class AbortedError extends TimeshardError {}
+
+/** A wait (`Client.wait`, `waitMany`, `asFinished`) whose timeout passed with jobs not finished;
+ * the jobs it returned or yielded before stay valid. */
+export class WaitTimeoutError extends DeadlineExceededError {
+  /** The ids of the jobs not known to be finished, in the order given. */
+  readonly pending: string[];
+  readonly timeoutMs: number;
+
+  constructor(pending: string[], timeoutMs: number) {
+    const shown = pending.slice(0, 5).map((id) => JSON.stringify(id)).join(", ");
+    super(
+      status.DEADLINE_EXCEEDED,
+      `${pending.length} job(s) not finished within ${timeoutMs} ms: ${shown}` +
+        `${pending.length > 5 ? " ..." : ""}; wait again, or look at them with \`timeshard jobs get\``,
+    );
+    this.pending = pending;
+    this.timeoutMs = timeoutMs;
+  }
+}
 
 const BY_CODE: Partial<Record<status, typeof TimeshardError>> = {
   [status.NOT_FOUND]: NotFoundError,
@@ -75,6 +95,40 @@ export class PermanentError extends Error {
   constructor(message: string, options?: { cause?: unknown }) {
     super(message, options);
     this.name = "PermanentError";
+  }
+}
+
+/** `resultOf` asked for the result of a job that has none (to read): not finished, finished
+ * without succeeding, its handler returned nothing, or an encoding this SDK does not know. */
+export class NoResultError extends Error {
+  readonly jobId: string;
+  readonly state: JobState;
+  /** The job's `resultEncoding`: "" when it has no result. */
+  readonly encoding: string;
+
+  constructor(jobId: string, state: JobState, encoding: string, lastError = "") {
+    super(noResultMessage(jobId, state, encoding, lastError));
+    this.name = "NoResultError";
+    this.jobId = jobId;
+    this.state = state;
+    this.encoding = encoding;
+  }
+}
+
+function noResultMessage(jobId: string, state: JobState, encoding: string, lastError: string): string {
+  const name = (JobState[state] ?? `state ${state}`).replace(/^JOB_STATE_/, "").toLowerCase();
+  const job = `job ${JSON.stringify(jobId)}`;
+  switch (state) {
+    case JobState.JOB_STATE_SUCCEEDED:
+      return encoding
+        ? `${job} has a result encoded as ${JSON.stringify(encoding)}, which this SDK can not read (it reads json and bytes)`
+        : `${job} succeeded without a result: its handler returned nothing`;
+    case JobState.JOB_STATE_DEAD:
+    case JobState.JOB_STATE_CANCELLED:
+    case JobState.JOB_STATE_EXPIRED:
+      return `${job} is ${name}, so it has no result${lastError ? ` (last error: ${lastError})` : ""}`;
+    default:
+      return `${job} is ${name}, not finished: it has no result yet (wait for it first: Client.wait)`;
   }
 }
 

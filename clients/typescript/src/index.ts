@@ -11,3 +11,4 @@ export {
   STOP_GRACE_MS,
 } from "./worker.js";
 export { LeaseLostError } from "./lease.js";
+export { resultOf, MAX_RESULT_BYTES } from "./returns.js";

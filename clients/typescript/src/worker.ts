@@ -11,6 +11,7 @@ import { MAX_REPLY_BYTES, NodeConnection, unary } from "./connection.js";
 import { ConfigError, PermanentError } from "./errors.js";
 import { Lease, LeaseLostError, now, sleep } from "./lease.js";
 import { Results } from "./results.js";
+import { type EncodedResult, ResultError, encodeResult, tracebackOf } from "./returns.js";
 import { Slots, type Run } from "./slots.js";
 import { durationOf, epochMs, msOf } from "./time.js";
 
@@ -39,6 +40,8 @@ export interface JobContext {
   check(): void;
 }
 
+/** A job type's handler. What it returns is the job's result (`undefined` or `null`: none; a
+ * `Uint8Array`: those bytes; anything else: its JSON); what it throws fails the attempt. */
 export type Handler = (ctx: JobContext) => Promise<unknown>;
 
 export interface HandlerOptions {
@@ -86,6 +89,18 @@ interface InFlight {
   abandoned: boolean;
   done: Promise<void>;
 }
+
+/** How an attempt ended, as its `Finish` item says it. */
+interface Ended {
+  kind: "complete" | "retry" | "permanent" | "give back";
+  error: string;
+  /** A failure's: the stack of what the handler threw. */
+  traceback?: string;
+  /** A completion's. */
+  result?: EncodedResult;
+}
+
+const GIVE_BACK: Ended = { kind: "give back", error: "worker shut down" };
 
 interface Polled {
   node: NodeConnection;
@@ -346,18 +361,18 @@ export class Worker {
     try {
       await this.slots.acquire(run, lease.signal);
       if (!run.hasSlot || !lease.held() || lease.signal.aborted) {
-        if (f.stopped && !lease.lost && lease.held()) await this.report(f, targets, "give back", "worker shut down");
+        if (f.stopped && !lease.lost && lease.held()) await this.report(f, targets, GIVE_BACK);
         return;
       }
       invoked = true;
       const outcome = await this.invoke(f);
       if (f.abandoned) return;
       if (f.stopped && !lease.lost) {
-        await this.report(f, targets, "give back", "worker shut down");
+        await this.report(f, targets, GIVE_BACK);
       } else if (lease.lost || !lease.held()) {
         this.emit("lost", ctx, `${String(lease.signal.reason?.message ?? "lease over")}; nothing reported`);
       } else {
-        await this.report(f, targets, outcome.kind, outcome.error);
+        await this.report(f, targets, outcome);
       }
     } finally {
       resultIn.abort();
@@ -368,28 +383,25 @@ export class Worker {
   }
 
   /** Call the handler; its slot is given back when its promise settles, not before. */
-  private async invoke(f: InFlight): Promise<{ kind: "complete" | "retry" | "permanent"; error: string }> {
+  private async invoke(f: InFlight): Promise<Ended> {
     const spec = this.handlers.get(f.ctx.type)!;
     (f.ctx as { startedAt: number }).startedAt = Date.now();
     this.emit("started", f.ctx, "");
+    let value: unknown;
     try {
-      await spec.fn(f.ctx);
-      return { kind: "complete", error: "" };
+      value = await spec.fn(f.ctx);
     } catch (err) {
-      if (err instanceof PermanentError) return { kind: "permanent", error: describe(err) };
-      return { kind: "retry", error: describe(err) };
+      const kind = err instanceof PermanentError ? "permanent" : "retry";
+      return { kind, error: describe(err), traceback: tracebackOf(err) };
     } finally {
       f.settled = true;
       this.slots.ended(f.run);
     }
+    return completed(value);
   }
 
-  private async report(
-    f: InFlight,
-    targets: () => NodeConnection[],
-    kind: "complete" | "retry" | "permanent" | "give back",
-    error: string,
-  ): Promise<void> {
+  private async report(f: InFlight, targets: () => NodeConnection[], ended: Ended): Promise<void> {
+    const { kind, error } = ended;
     const item: FinishItem = {
       jobId: f.ctx.jobId,
       fence: f.ctx.fence,
@@ -397,10 +409,9 @@ export class Worker {
       error: truncate(error),
       permanent: kind === "permanent",
       giveBack: kind === "give back",
-      // Handlers' return values and tracebacks are not sent by this SDK yet.
-      result: Buffer.alloc(0),
-      resultEncoding: "",
-      traceback: "",
+      result: ended.result?.result ?? Buffer.alloc(0),
+      resultEncoding: ended.result?.encoding ?? "",
+      traceback: ended.traceback ?? "",
     };
     const { result, why } = await this.results!.deliver(item, targets, f.lease);
     if (result === null) this.emit("unreported", f.ctx, `${why}; the job is left to its lease expiry`);
@@ -449,6 +460,18 @@ export class Worker {
       await Promise.race([all(), sleep(STOP_GRACE_MS + 1000)]);
     }
     for (const c of this.connections.values()) c.close();
+  }
+}
+
+/** A handler's end with its return value: a completion with the value as the job's result, or a
+ * permanent failure saying why the value can not be stored (no traceback: the handler did
+ * nothing wrong where a stack would point). */
+function completed(value: unknown): Ended {
+  try {
+    return { kind: "complete", error: "", result: encodeResult(value) };
+  } catch (err) {
+    if (err instanceof ResultError) return { kind: "permanent", error: describe(err) };
+    throw err;
   }
 }
 

@@ -1,18 +1,27 @@
 // Real timeshard servers for the conformance tests: `timeshard server` on the embedded store,
-// started as a subprocess (python3 -m timeshard.cli.main, or $TIMESHARD_PYTHON), on a free port.
+// started as a subprocess (python3 -m timeshard.cli.main, or $TIMESHARD_PYTHON), on a free port,
+// from this checkout's Python sources (../../src), not whichever timeshard the interpreter has
+// installed: a test run in a worktree tests that worktree's server.
 import { spawn, spawnSync, type ChildProcess } from "node:child_process";
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import net from "node:net";
 import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { delimiter, join } from "node:path";
+import { fileURLToPath } from "node:url";
 
 const PYTHON = process.env.TIMESHARD_PYTHON ?? "python3";
 const CLI = ["-m", "timeshard.cli.main"];
+/** The checkout's src/ (this file runs from clients/typescript/build/test/). */
+const SOURCES = fileURLToPath(new URL("../../../../src", import.meta.url));
 
-/** The environment without TIMESHARD_* (tests set what they mean). */
+/** The environment without TIMESHARD_* (tests set what they mean), with the checkout's
+ * sources first on PYTHONPATH. */
 export function cleanEnv(extra: Record<string, string> = {}): NodeJS.ProcessEnv {
   const env: NodeJS.ProcessEnv = {};
   for (const [k, v] of Object.entries(process.env)) if (!k.startsWith("TIMESHARD_")) env[k] = v;
+  if (existsSync(join(SOURCES, "timeshard"))) {
+    env.PYTHONPATH = [SOURCES, ...(env.PYTHONPATH ? [env.PYTHONPATH] : [])].join(delimiter);
+  }
   return { ...env, ...extra };
 }
 

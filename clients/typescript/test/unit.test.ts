@@ -1,7 +1,19 @@
-// No server: the lease's deadline on the monotonic clock, and the handler slots.
+// No server: the lease's deadline on the monotonic clock, the handler slots, and the encoding
+// of results.
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
+import { NoResultError } from "../src/errors.js";
+import { Job, JobState } from "../src/gen/timeshard/v1/timeshard.js";
 import { Lease, LeaseLostError, now } from "../src/lease.js";
+import {
+  MAX_RESULT_BYTES,
+  MAX_TRACEBACK_BYTES,
+  ResultError,
+  encodeResult,
+  resultOf,
+  tracebackOf,
+  truncateTraceback,
+} from "../src/returns.js";
 import { Slots } from "../src/slots.js";
 
 describe("Lease", () => {
@@ -79,5 +91,62 @@ describe("bad settings", () => {
     );
     assert.throws(() => new Client({ servers: [" "] }), /TIMESHARD_SERVER/);
     await assert.rejects(new Worker({ servers: ["127.0.0.1:1"] }).run(), /register a handler/);
+  });
+});
+
+describe("results", () => {
+  it("encode as the Python SDK does: nothing, bytes or compact JSON", () => {
+    assert.deepEqual(encodeResult(undefined), { result: Buffer.alloc(0), encoding: "" });
+    assert.deepEqual(encodeResult(null), { result: Buffer.alloc(0), encoding: "" });
+    const view = new Uint8Array([9, 1, 2, 3]).subarray(1);
+    assert.deepEqual(encodeResult(view), { result: Buffer.from([1, 2, 3]), encoding: "bytes" });
+    assert.deepEqual(encodeResult({ a: [1, "é"], b: false }), {
+      result: Buffer.from('{"a":[1,"é"],"b":false}'),
+      encoding: "json",
+    });
+    assert.deepEqual(encodeResult(0), { result: Buffer.from("0"), encoding: "json" });
+    assert.deepEqual(encodeResult(new Date(0)), { result: Buffer.from('"1970-01-01T00:00:00.000Z"'), encoding: "json" });
+  });
+
+  it("refuse what JSON can not say and what is over the limit, saying why", () => {
+    const refused = (value: unknown, message: RegExp) =>
+      assert.throws(() => encodeResult(value), (e: unknown) => e instanceof ResultError && message.test(e.message));
+    refused(10n, /^the handler returned a bigint that is not JSON-serialisable \(TypeError: Do not know how to serialize a BigInt\); return JSON-serialisable data, a Buffer or Uint8Array, or undefined$/);
+    refused(Symbol("s"), /^the handler returned a symbol, which JSON can not encode/);
+    refused(new (class Report { toJSON = () => undefined })(), /^the handler returned a Report, which JSON/);
+    refused({ toJSON: () => { throw new Error("no") } }, /an Object that is not JSON-serialisable \(Error: no\)/);
+    refused("é".repeat(MAX_RESULT_BYTES / 2), /^the handler's result is 262146 bytes, over the limit of 262144 bytes/);
+    assert.equal(encodeResult(new Uint8Array(MAX_RESULT_BYTES)).result.length, MAX_RESULT_BYTES);
+  });
+
+  it("read back as the value, the bytes, or a NoResultError that says why", () => {
+    const job = (fields: Partial<Job>): Job =>
+      Job.fromPartial({ jobId: "j1", state: JobState.JOB_STATE_SUCCEEDED, ...fields });
+    assert.deepEqual(resultOf(job({ result: Buffer.from('{"n":[1]}'), resultEncoding: "json" })), { n: [1] });
+    assert.deepEqual(resultOf(job({ result: Buffer.from([7]), resultEncoding: "bytes" })), Buffer.from([7]));
+    const why = (j: Job, message: RegExp) =>
+      assert.throws(() => resultOf(j), (e: unknown) => e instanceof NoResultError && e.jobId === "j1" && message.test(e.message));
+    why(job({}), /^job "j1" succeeded without a result: its handler returned nothing$/);
+    why(job({ result: Buffer.from("x"), resultEncoding: "yaml" }), /encoded as "yaml", which this SDK can not read/);
+    why(job({ state: JobState.JOB_STATE_DEAD, lastError: "Error: boom" }), /^job "j1" is dead, so it has no result \(last error: Error: boom\)$/);
+    why(job({ state: JobState.JOB_STATE_EXPIRED }), /^job "j1" is expired, so it has no result$/);
+    why(job({ state: JobState.JOB_STATE_RUNNING }), /^job "j1" is running, not finished: it has no result yet/);
+  });
+
+  it("send a traceback of at most 8000 bytes, its end kept at a character boundary", () => {
+    const long = "é".repeat(3000) + "x".repeat(3000) + "\nError: the end";
+    const cut = truncateTraceback(long);
+    assert.ok(Buffer.byteLength(cut) <= MAX_TRACEBACK_BYTES);
+    assert.ok(Buffer.byteLength(cut) >= MAX_TRACEBACK_BYTES - 1, "no more than a character's tail dropped");
+    assert.match(cut, /^\(truncated from 9015 bytes\) \.\.\.\né/);
+    assert.ok(cut.endsWith("\nError: the end"));
+    assert.ok(!cut.includes("\uFFFD"));
+    assert.equal(truncateTraceback("short"), "short");
+
+    const inner = new Error("inner");
+    const outer = new Error("outer", { cause: inner });
+    (inner as { cause?: unknown }).cause = outer; // a cycle of causes ends
+    assert.equal(tracebackOf(outer), `${outer.stack}\nCaused by: ${inner.stack}`);
+    assert.equal(tracebackOf("a string"), "");
   });
 });
