@@ -1,6 +1,6 @@
 """Clients waiting for jobs to finish (``WaitJobs``), served by the node, not by client polling.
 
-A job is finished when it is succeeded, dead or cancelled. A node hears at once of what it
+A job is finished when it is succeeded, dead, cancelled or expired. A node hears at once of what it
 writes itself: every result, cancel and lease expiry goes through it (``JobWaits.finished``).
 A job another node dispatches is finished through that node (its workers report there): this
 node asks it (``PeerWaits``: one long poll per peer at a time, ``WaitFinished``, for every job
