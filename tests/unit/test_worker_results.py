@@ -6,11 +6,14 @@ lease). Real servers, the embedded store, the system clock; a store that fails o
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from timeshard.clock import SystemClock
 from timeshard.coordinator.base import Member
@@ -19,16 +22,19 @@ from timeshard.errors import StoreUnavailable
 from timeshard.model import Job, JobState, WriteResult
 from timeshard.node import Node, NodeConfig
 from timeshard.server import Server
-from timeshard.store.base import Completion, RetryAt
+from timeshard.store.base import Completion, JobClaim, RetryAt
 from timeshard.store.sqlite import SqliteStore
 from timeshard.worker import JobContext, Worker
 
 
 class FlakyStore(SqliteStore):
-    """Refuses results (and, if told, lease heartbeats) as a store in an outage does."""
+    """Refuses results (and, if told, lease heartbeats or claims) as a store in an outage
+    does."""
 
     results_down_until = 0.0
     heartbeats_down_until = 0.0
+    claims_down_until = 0.0
+    claims_refused = 0
 
     def _check(self, until: float) -> None:
         if time.monotonic() < until:
@@ -53,6 +59,12 @@ class FlakyStore(SqliteStore):
     async def heartbeat(self, job_id: str, fence: int, lease_until: int) -> WriteResult:
         self._check(self.heartbeats_down_until)
         return await super().heartbeat(job_id, fence, lease_until)
+
+    async def claim_jobs(self, claims: Sequence[JobClaim]) -> list[WriteResult]:
+        if time.monotonic() < self.claims_down_until:
+            self.claims_refused += 1
+            raise StoreUnavailable("injected outage")
+        return await super().claim_jobs(claims)
 
 
 class Cluster(LocalCoordinator):
@@ -194,3 +206,29 @@ async def test_a_result_is_given_up_when_the_lease_ends_first(tmp_path: Path) ->
         assert "unreported" in kinds and "succeeded" not in kinds, events
         detail = next(d for k, d in events if k == "unreported")
         assert "injected outage" in detail and "lease expiry" in detail
+
+
+async def test_claims_failing_in_a_store_outage_back_off_and_are_logged_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A worker stream's claims, refused while the store is away, were tried again every
+    tenth of a second each and logged each time (a hundred warnings a second on a node of the
+    soak with faults); now they back off to one a second and a stream says so once, then once
+    more when claims work again. The job due in the outage runs once it is over."""
+    srv = server(tmp_path / "db")
+    async with working([srv], lease_s=4.0) as (ran, events):
+        await asyncio.sleep(0.5)  # the stream is open, its claim waiting
+        store = store_of(srv)
+        with caplog.at_level(logging.INFO, logger="timeshard.api.work"):
+            store.claims_down_until = time.monotonic() + 3.0
+            job, _ = await srv.node.schedule(job_type="t", payload=b"{}", run_at=0)
+            done = await wait_for(job, srv, timeout=40)
+        assert done.state is JobState.SUCCEEDED, (done, events)
+        assert ran == [job.job_id]
+        failed = [r for r in caplog.records if "claim failed" in r.getMessage()]
+        again = [r for r in caplog.records if "claims succeed again" in r.getMessage()]
+        assert len(failed) == 1, [r.getMessage() for r in failed]
+        assert len(again) == 1, [r.getMessage() for r in caplog.records]
+        # Backing off: a tenth of a second doubled up to a second, for about three seconds
+        # (the old fixed tenth of a second: thirty tries or more for each claim in flight).
+        assert 1 <= store.claims_refused <= 4 * 8, store.claims_refused
