@@ -75,6 +75,12 @@ func (c *Client) AsFinished(ctx context.Context, jobIDs []string, timeout time.D
 			if errors.Is(err, errWaitStopped) {
 				return
 			}
+			if err != nil && ctx.Err() != nil {
+				// The caller's context ended (its deadline may fire a hair after the call's,
+				// which is derived from it): its error, not the call's status.
+				yield(nil, ctx.Err())
+				return
+			}
 			if err != nil {
 				switch code := codeOf(err); {
 				case code == codes.Unavailable && unavailable < c.Retries && ctx.Err() == nil:
