@@ -47,7 +47,7 @@ class Attempt(_message.Message):
     def __init__(self, attempt: _Optional[int] = ..., worker: _Optional[str] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., outcome: _Optional[str] = ..., error: _Optional[str] = ..., traceback: _Optional[str] = ...) -> None: ...
 
 class Job(_message.Message):
-    __slots__ = ("job_id", "type", "payload", "state", "run_at", "created_at", "attempt", "max_attempts", "fence", "lease_owner", "lease_until", "started_at", "finished_at", "idempotency_key", "last_error", "history", "shard", "result", "result_encoding", "deadline", "priority")
+    __slots__ = ("job_id", "type", "payload", "state", "run_at", "created_at", "attempt", "max_attempts", "fence", "lease_owner", "lease_until", "started_at", "finished_at", "idempotency_key", "last_error", "history", "shard", "result", "result_encoding", "deadline", "priority", "unstarted", "start_noticed")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     TYPE_FIELD_NUMBER: _ClassVar[int]
     PAYLOAD_FIELD_NUMBER: _ClassVar[int]
@@ -69,6 +69,8 @@ class Job(_message.Message):
     RESULT_ENCODING_FIELD_NUMBER: _ClassVar[int]
     DEADLINE_FIELD_NUMBER: _ClassVar[int]
     PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    UNSTARTED_FIELD_NUMBER: _ClassVar[int]
+    START_NOTICED_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     type: str
     payload: bytes
@@ -90,7 +92,9 @@ class Job(_message.Message):
     result_encoding: str
     deadline: _timestamp_pb2.Timestamp
     priority: int
-    def __init__(self, job_id: _Optional[str] = ..., type: _Optional[str] = ..., payload: _Optional[bytes] = ..., state: _Optional[_Union[JobState, str]] = ..., run_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., attempt: _Optional[int] = ..., max_attempts: _Optional[int] = ..., fence: _Optional[int] = ..., lease_owner: _Optional[str] = ..., lease_until: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., idempotency_key: _Optional[str] = ..., last_error: _Optional[str] = ..., history: _Optional[_Iterable[_Union[Attempt, _Mapping]]] = ..., shard: _Optional[int] = ..., result: _Optional[bytes] = ..., result_encoding: _Optional[str] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., priority: _Optional[int] = ...) -> None: ...
+    unstarted: int
+    start_noticed: bool
+    def __init__(self, job_id: _Optional[str] = ..., type: _Optional[str] = ..., payload: _Optional[bytes] = ..., state: _Optional[_Union[JobState, str]] = ..., run_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., attempt: _Optional[int] = ..., max_attempts: _Optional[int] = ..., fence: _Optional[int] = ..., lease_owner: _Optional[str] = ..., lease_until: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., idempotency_key: _Optional[str] = ..., last_error: _Optional[str] = ..., history: _Optional[_Iterable[_Union[Attempt, _Mapping]]] = ..., shard: _Optional[int] = ..., result: _Optional[bytes] = ..., result_encoding: _Optional[str] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., priority: _Optional[int] = ..., unstarted: _Optional[int] = ..., start_noticed: _Optional[bool] = ...) -> None: ...
 
 class ScheduleJobRequest(_message.Message):
     __slots__ = ("type", "payload", "delay", "run_at", "idempotency_key", "max_attempts", "deadline", "deadline_in", "priority")
@@ -398,14 +402,18 @@ class ClaimResponse(_message.Message):
     def __init__(self, jobs: _Optional[_Iterable[_Union[ClaimedJob, _Mapping]]] = ...) -> None: ...
 
 class HeartbeatRequest(_message.Message):
-    __slots__ = ("job_id", "fence", "lease")
+    __slots__ = ("job_id", "fence", "lease", "started", "started_at")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     FENCE_FIELD_NUMBER: _ClassVar[int]
     LEASE_FIELD_NUMBER: _ClassVar[int]
+    STARTED_FIELD_NUMBER: _ClassVar[int]
+    STARTED_AT_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     fence: int
     lease: _duration_pb2.Duration
-    def __init__(self, job_id: _Optional[str] = ..., fence: _Optional[int] = ..., lease: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+    started: bool
+    started_at: _timestamp_pb2.Timestamp
+    def __init__(self, job_id: _Optional[str] = ..., fence: _Optional[int] = ..., lease: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., started: _Optional[bool] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class HeartbeatResponse(_message.Message):
     __slots__ = ("lease_until", "lease")
@@ -448,7 +456,7 @@ class FailResponse(_message.Message):
     def __init__(self, state: _Optional[_Union[JobState, str]] = ..., retry_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class FinishItem(_message.Message):
-    __slots__ = ("job_id", "fence", "failed", "error", "permanent", "give_back", "result", "result_encoding", "traceback")
+    __slots__ = ("job_id", "fence", "failed", "error", "permanent", "give_back", "result", "result_encoding", "traceback", "not_started")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     FENCE_FIELD_NUMBER: _ClassVar[int]
     FAILED_FIELD_NUMBER: _ClassVar[int]
@@ -458,6 +466,7 @@ class FinishItem(_message.Message):
     RESULT_FIELD_NUMBER: _ClassVar[int]
     RESULT_ENCODING_FIELD_NUMBER: _ClassVar[int]
     TRACEBACK_FIELD_NUMBER: _ClassVar[int]
+    NOT_STARTED_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     fence: int
     failed: bool
@@ -467,7 +476,8 @@ class FinishItem(_message.Message):
     result: bytes
     result_encoding: str
     traceback: str
-    def __init__(self, job_id: _Optional[str] = ..., fence: _Optional[int] = ..., failed: _Optional[bool] = ..., error: _Optional[str] = ..., permanent: _Optional[bool] = ..., give_back: _Optional[bool] = ..., result: _Optional[bytes] = ..., result_encoding: _Optional[str] = ..., traceback: _Optional[str] = ...) -> None: ...
+    not_started: bool
+    def __init__(self, job_id: _Optional[str] = ..., fence: _Optional[int] = ..., failed: _Optional[bool] = ..., error: _Optional[str] = ..., permanent: _Optional[bool] = ..., give_back: _Optional[bool] = ..., result: _Optional[bytes] = ..., result_encoding: _Optional[str] = ..., traceback: _Optional[str] = ..., not_started: _Optional[bool] = ...) -> None: ...
 
 class FinishRequest(_message.Message):
     __slots__ = ("items",)
@@ -512,20 +522,22 @@ class WorkCredit(_message.Message):
     def __init__(self, type: _Optional[str] = ..., credits: _Optional[int] = ...) -> None: ...
 
 class WorkRequest(_message.Message):
-    __slots__ = ("seq", "hello", "credits", "heartbeats", "results", "stop")
+    __slots__ = ("seq", "hello", "credits", "heartbeats", "results", "stop", "started")
     SEQ_FIELD_NUMBER: _ClassVar[int]
     HELLO_FIELD_NUMBER: _ClassVar[int]
     CREDITS_FIELD_NUMBER: _ClassVar[int]
     HEARTBEATS_FIELD_NUMBER: _ClassVar[int]
     RESULTS_FIELD_NUMBER: _ClassVar[int]
     STOP_FIELD_NUMBER: _ClassVar[int]
+    STARTED_FIELD_NUMBER: _ClassVar[int]
     seq: int
     hello: WorkHello
     credits: _containers.RepeatedCompositeFieldContainer[WorkCredit]
     heartbeats: _containers.RepeatedCompositeFieldContainer[HeartbeatRequest]
     results: _containers.RepeatedCompositeFieldContainer[FinishItem]
     stop: bool
-    def __init__(self, seq: _Optional[int] = ..., hello: _Optional[_Union[WorkHello, _Mapping]] = ..., credits: _Optional[_Iterable[_Union[WorkCredit, _Mapping]]] = ..., heartbeats: _Optional[_Iterable[_Union[HeartbeatRequest, _Mapping]]] = ..., results: _Optional[_Iterable[_Union[FinishItem, _Mapping]]] = ..., stop: _Optional[bool] = ...) -> None: ...
+    started: _containers.RepeatedCompositeFieldContainer[HeartbeatRequest]
+    def __init__(self, seq: _Optional[int] = ..., hello: _Optional[_Union[WorkHello, _Mapping]] = ..., credits: _Optional[_Iterable[_Union[WorkCredit, _Mapping]]] = ..., heartbeats: _Optional[_Iterable[_Union[HeartbeatRequest, _Mapping]]] = ..., results: _Optional[_Iterable[_Union[FinishItem, _Mapping]]] = ..., stop: _Optional[bool] = ..., started: _Optional[_Iterable[_Union[HeartbeatRequest, _Mapping]]] = ...) -> None: ...
 
 class HeartbeatResult(_message.Message):
     __slots__ = ("job_id", "code", "message", "lease")
@@ -540,20 +552,22 @@ class HeartbeatResult(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., code: _Optional[int] = ..., message: _Optional[str] = ..., lease: _Optional[_Union[HeartbeatResponse, _Mapping]] = ...) -> None: ...
 
 class WorkResponse(_message.Message):
-    __slots__ = ("jobs", "after_seq", "seq", "heartbeats", "results", "stopped")
+    __slots__ = ("jobs", "after_seq", "seq", "heartbeats", "results", "stopped", "held")
     JOBS_FIELD_NUMBER: _ClassVar[int]
     AFTER_SEQ_FIELD_NUMBER: _ClassVar[int]
     SEQ_FIELD_NUMBER: _ClassVar[int]
     HEARTBEATS_FIELD_NUMBER: _ClassVar[int]
     RESULTS_FIELD_NUMBER: _ClassVar[int]
     STOPPED_FIELD_NUMBER: _ClassVar[int]
+    HELD_FIELD_NUMBER: _ClassVar[int]
     jobs: _containers.RepeatedCompositeFieldContainer[ClaimedJob]
     after_seq: int
     seq: int
     heartbeats: _containers.RepeatedCompositeFieldContainer[HeartbeatResult]
     results: _containers.RepeatedCompositeFieldContainer[FinishResult]
     stopped: bool
-    def __init__(self, jobs: _Optional[_Iterable[_Union[ClaimedJob, _Mapping]]] = ..., after_seq: _Optional[int] = ..., seq: _Optional[int] = ..., heartbeats: _Optional[_Iterable[_Union[HeartbeatResult, _Mapping]]] = ..., results: _Optional[_Iterable[_Union[FinishResult, _Mapping]]] = ..., stopped: _Optional[bool] = ...) -> None: ...
+    held: _duration_pb2.Duration
+    def __init__(self, jobs: _Optional[_Iterable[_Union[ClaimedJob, _Mapping]]] = ..., after_seq: _Optional[int] = ..., seq: _Optional[int] = ..., heartbeats: _Optional[_Iterable[_Union[HeartbeatResult, _Mapping]]] = ..., results: _Optional[_Iterable[_Union[FinishResult, _Mapping]]] = ..., stopped: _Optional[bool] = ..., held: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class Node(_message.Message):
     __slots__ = ("node_id", "address")
@@ -662,7 +676,7 @@ class LatenessBucket(_message.Message):
     def __init__(self, le_ms: _Optional[float] = ..., count: _Optional[int] = ...) -> None: ...
 
 class TypeCounts(_message.Message):
-    __slots__ = ("type", "scheduled", "claimed", "succeeded", "failed", "retries", "dead_lettered", "cancelled", "lease_expiries", "reruns", "expired")
+    __slots__ = ("type", "scheduled", "claimed", "succeeded", "failed", "retries", "dead_lettered", "cancelled", "lease_expiries", "reruns", "expired", "not_started", "dead_unstarted")
     TYPE_FIELD_NUMBER: _ClassVar[int]
     SCHEDULED_FIELD_NUMBER: _ClassVar[int]
     CLAIMED_FIELD_NUMBER: _ClassVar[int]
@@ -674,6 +688,8 @@ class TypeCounts(_message.Message):
     LEASE_EXPIRIES_FIELD_NUMBER: _ClassVar[int]
     RERUNS_FIELD_NUMBER: _ClassVar[int]
     EXPIRED_FIELD_NUMBER: _ClassVar[int]
+    NOT_STARTED_FIELD_NUMBER: _ClassVar[int]
+    DEAD_UNSTARTED_FIELD_NUMBER: _ClassVar[int]
     type: str
     scheduled: int
     claimed: int
@@ -685,7 +701,21 @@ class TypeCounts(_message.Message):
     lease_expiries: int
     reruns: int
     expired: int
-    def __init__(self, type: _Optional[str] = ..., scheduled: _Optional[int] = ..., claimed: _Optional[int] = ..., succeeded: _Optional[int] = ..., failed: _Optional[int] = ..., retries: _Optional[int] = ..., dead_lettered: _Optional[int] = ..., cancelled: _Optional[int] = ..., lease_expiries: _Optional[int] = ..., reruns: _Optional[int] = ..., expired: _Optional[int] = ...) -> None: ...
+    not_started: int
+    dead_unstarted: int
+    def __init__(self, type: _Optional[str] = ..., scheduled: _Optional[int] = ..., claimed: _Optional[int] = ..., succeeded: _Optional[int] = ..., failed: _Optional[int] = ..., retries: _Optional[int] = ..., dead_lettered: _Optional[int] = ..., cancelled: _Optional[int] = ..., lease_expiries: _Optional[int] = ..., reruns: _Optional[int] = ..., expired: _Optional[int] = ..., not_started: _Optional[int] = ..., dead_unstarted: _Optional[int] = ...) -> None: ...
+
+class TypeStartDelay(_message.Message):
+    __slots__ = ("type", "buckets", "max_ms", "count")
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    BUCKETS_FIELD_NUMBER: _ClassVar[int]
+    MAX_MS_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    type: str
+    buckets: _containers.RepeatedCompositeFieldContainer[LatenessBucket]
+    max_ms: float
+    count: int
+    def __init__(self, type: _Optional[str] = ..., buckets: _Optional[_Iterable[_Union[LatenessBucket, _Mapping]]] = ..., max_ms: _Optional[float] = ..., count: _Optional[int] = ...) -> None: ...
 
 class TypeWaiting(_message.Message):
     __slots__ = ("type", "jobs", "oldest_age_ms", "held")
@@ -720,7 +750,7 @@ class JobEvent(_message.Message):
     def __init__(self, at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., job_id: _Optional[str] = ..., type: _Optional[str] = ..., shard: _Optional[int] = ..., attempt: _Optional[int] = ..., kind: _Optional[str] = ..., error: _Optional[str] = ..., traceback: _Optional[str] = ...) -> None: ...
 
 class NodeStatusResponse(_message.Message):
-    __slots__ = ("node_id", "address", "serving", "store_reachable", "store_error", "coordinator_connected", "num_shards", "shards", "window", "lateness", "lateness_max_ms", "jobs", "dead_letters_counted", "dead_letters", "dead_letters_at", "recent_failures", "recent_dead_letters", "unclaimed")
+    __slots__ = ("node_id", "address", "serving", "store_reachable", "store_error", "coordinator_connected", "num_shards", "shards", "window", "lateness", "lateness_max_ms", "jobs", "dead_letters_counted", "dead_letters", "dead_letters_at", "recent_failures", "recent_dead_letters", "unclaimed", "start_delay", "streams_behind", "ready_due")
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
     SERVING_FIELD_NUMBER: _ClassVar[int]
@@ -739,6 +769,9 @@ class NodeStatusResponse(_message.Message):
     RECENT_FAILURES_FIELD_NUMBER: _ClassVar[int]
     RECENT_DEAD_LETTERS_FIELD_NUMBER: _ClassVar[int]
     UNCLAIMED_FIELD_NUMBER: _ClassVar[int]
+    START_DELAY_FIELD_NUMBER: _ClassVar[int]
+    STREAMS_BEHIND_FIELD_NUMBER: _ClassVar[int]
+    READY_DUE_FIELD_NUMBER: _ClassVar[int]
     node_id: str
     address: str
     serving: bool
@@ -757,21 +790,26 @@ class NodeStatusResponse(_message.Message):
     recent_failures: _containers.RepeatedCompositeFieldContainer[JobEvent]
     recent_dead_letters: _containers.RepeatedCompositeFieldContainer[JobEvent]
     unclaimed: _containers.RepeatedCompositeFieldContainer[TypeWaiting]
-    def __init__(self, node_id: _Optional[str] = ..., address: _Optional[str] = ..., serving: _Optional[bool] = ..., store_reachable: _Optional[bool] = ..., store_error: _Optional[str] = ..., coordinator_connected: _Optional[bool] = ..., num_shards: _Optional[int] = ..., shards: _Optional[_Iterable[_Union[ShardStatus, _Mapping]]] = ..., window: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., lateness: _Optional[_Iterable[_Union[LatenessBucket, _Mapping]]] = ..., lateness_max_ms: _Optional[float] = ..., jobs: _Optional[_Iterable[_Union[TypeCounts, _Mapping]]] = ..., dead_letters_counted: _Optional[bool] = ..., dead_letters: _Optional[int] = ..., dead_letters_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., recent_failures: _Optional[_Iterable[_Union[JobEvent, _Mapping]]] = ..., recent_dead_letters: _Optional[_Iterable[_Union[JobEvent, _Mapping]]] = ..., unclaimed: _Optional[_Iterable[_Union[TypeWaiting, _Mapping]]] = ...) -> None: ...
+    start_delay: _containers.RepeatedCompositeFieldContainer[TypeStartDelay]
+    streams_behind: int
+    ready_due: int
+    def __init__(self, node_id: _Optional[str] = ..., address: _Optional[str] = ..., serving: _Optional[bool] = ..., store_reachable: _Optional[bool] = ..., store_error: _Optional[str] = ..., coordinator_connected: _Optional[bool] = ..., num_shards: _Optional[int] = ..., shards: _Optional[_Iterable[_Union[ShardStatus, _Mapping]]] = ..., window: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., lateness: _Optional[_Iterable[_Union[LatenessBucket, _Mapping]]] = ..., lateness_max_ms: _Optional[float] = ..., jobs: _Optional[_Iterable[_Union[TypeCounts, _Mapping]]] = ..., dead_letters_counted: _Optional[bool] = ..., dead_letters: _Optional[int] = ..., dead_letters_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., recent_failures: _Optional[_Iterable[_Union[JobEvent, _Mapping]]] = ..., recent_dead_letters: _Optional[_Iterable[_Union[JobEvent, _Mapping]]] = ..., unclaimed: _Optional[_Iterable[_Union[TypeWaiting, _Mapping]]] = ..., start_delay: _Optional[_Iterable[_Union[TypeStartDelay, _Mapping]]] = ..., streams_behind: _Optional[int] = ..., ready_due: _Optional[int] = ...) -> None: ...
 
 class TypePolicy(_message.Message):
-    __slots__ = ("type", "max_attempts", "retry_base", "retry_max", "concurrency")
+    __slots__ = ("type", "max_attempts", "retry_base", "retry_max", "concurrency", "max_unstarted")
     TYPE_FIELD_NUMBER: _ClassVar[int]
     MAX_ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
     RETRY_BASE_FIELD_NUMBER: _ClassVar[int]
     RETRY_MAX_FIELD_NUMBER: _ClassVar[int]
     CONCURRENCY_FIELD_NUMBER: _ClassVar[int]
+    MAX_UNSTARTED_FIELD_NUMBER: _ClassVar[int]
     type: str
     max_attempts: int
     retry_base: _duration_pb2.Duration
     retry_max: _duration_pb2.Duration
     concurrency: int
-    def __init__(self, type: _Optional[str] = ..., max_attempts: _Optional[int] = ..., retry_base: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., retry_max: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., concurrency: _Optional[int] = ...) -> None: ...
+    max_unstarted: int
+    def __init__(self, type: _Optional[str] = ..., max_attempts: _Optional[int] = ..., retry_base: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., retry_max: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., concurrency: _Optional[int] = ..., max_unstarted: _Optional[int] = ...) -> None: ...
 
 class SetTypePoliciesRequest(_message.Message):
     __slots__ = ("policies",)

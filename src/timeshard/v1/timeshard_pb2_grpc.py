@@ -130,7 +130,11 @@ class JobServiceServicer:
     """Missing associated documentation comment in .proto file."""
 
     def ScheduleJob(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """A node started with --max-ready refuses jobs due now (run_at at or before now) while that
+        many due jobs wait for a worker on it: RESOURCE_EXHAUSTED, with trailing metadata
+        `retry-after-ms` (how long to wait before trying again). Future jobs are always accepted.
+        The SDKs retry such a refusal after the time it names, within a retry budget.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')

@@ -32,6 +32,11 @@ class JobServiceStub:
     @_typing.overload
     def __new__(cls, channel: _aio.Channel) -> JobServiceAsyncStub: ...
     ScheduleJob: _grpc.UnaryUnaryMultiCallable[_timeshard_pb2.ScheduleJobRequest, _timeshard_pb2.ScheduleJobResponse]
+    """A node started with --max-ready refuses jobs due now (run_at at or before now) while that
+    many due jobs wait for a worker on it: RESOURCE_EXHAUSTED, with trailing metadata
+    `retry-after-ms` (how long to wait before trying again). Future jobs are always accepted.
+    The SDKs retry such a refusal after the time it names, within a retry budget.
+    """
     ScheduleJobs: _grpc.UnaryUnaryMultiCallable[_timeshard_pb2.ScheduleJobsRequest, _timeshard_pb2.ScheduleJobsResponse]
     GetJob: _grpc.UnaryUnaryMultiCallable[_timeshard_pb2.GetJobRequest, _timeshard_pb2.Job]
     ListJobs: _grpc.UnaryUnaryMultiCallable[_timeshard_pb2.ListJobsRequest, _timeshard_pb2.ListJobsResponse]
@@ -54,6 +59,11 @@ class JobServiceStub:
 class JobServiceAsyncStub(JobServiceStub):
     def __init__(self, channel: _aio.Channel) -> None: ...
     ScheduleJob: _aio.UnaryUnaryMultiCallable[_timeshard_pb2.ScheduleJobRequest, _timeshard_pb2.ScheduleJobResponse]  # type: ignore[assignment]
+    """A node started with --max-ready refuses jobs due now (run_at at or before now) while that
+    many due jobs wait for a worker on it: RESOURCE_EXHAUSTED, with trailing metadata
+    `retry-after-ms` (how long to wait before trying again). Future jobs are always accepted.
+    The SDKs retry such a refusal after the time it names, within a retry budget.
+    """
     ScheduleJobs: _aio.UnaryUnaryMultiCallable[_timeshard_pb2.ScheduleJobsRequest, _timeshard_pb2.ScheduleJobsResponse]  # type: ignore[assignment]
     GetJob: _aio.UnaryUnaryMultiCallable[_timeshard_pb2.GetJobRequest, _timeshard_pb2.Job]  # type: ignore[assignment]
     ListJobs: _aio.UnaryUnaryMultiCallable[_timeshard_pb2.ListJobsRequest, _timeshard_pb2.ListJobsResponse]  # type: ignore[assignment]
@@ -78,7 +88,12 @@ class JobServiceServicer(metaclass=_abc_1.ABCMeta):
         self,
         request: _timeshard_pb2.ScheduleJobRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[_timeshard_pb2.ScheduleJobResponse, _abc.Awaitable[_timeshard_pb2.ScheduleJobResponse]]: ...
+    ) -> _typing.Union[_timeshard_pb2.ScheduleJobResponse, _abc.Awaitable[_timeshard_pb2.ScheduleJobResponse]]:
+        """A node started with --max-ready refuses jobs due now (run_at at or before now) while that
+        many due jobs wait for a worker on it: RESOURCE_EXHAUSTED, with trailing metadata
+        `retry-after-ms` (how long to wait before trying again). Future jobs are always accepted.
+        The SDKs retry such a refusal after the time it names, within a retry budget.
+        """
 
     @_abc_1.abstractmethod
     def ScheduleJobs(

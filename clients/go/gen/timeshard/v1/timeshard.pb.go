@@ -210,7 +210,14 @@ type Job struct {
 	// JOB_STATE_EXPIRED.
 	Deadline *timestamppb.Timestamp `protobuf:"bytes,20,opt,name=deadline,proto3" json:"deadline,omitempty"`
 	// 0 (the default, lowest) to 9: higher goes first among the due jobs of its type, with aging.
-	Priority      int32 `protobuf:"varint,21,opt,name=priority,proto3" json:"priority,omitempty"`
+	Priority int32 `protobuf:"varint,21,opt,name=priority,proto3" json:"priority,omitempty"`
+	// Deliveries that ended without a handler start (given back unstarted by the worker, or a
+	// lease that ran out with no start notice). Not attempts: they never count against
+	// max_attempts; at the type's max_unstarted the job is dead ("never started").
+	Unstarted int32 `protobuf:"varint,22,opt,name=unstarted,proto3" json:"unstarted,omitempty"`
+	// The running attempt's handler started (its worker's start notice reached a node): an
+	// expired lease then counts as a failed attempt, and a cancel says the handler had started.
+	StartNoticed  bool `protobuf:"varint,23,opt,name=start_noticed,json=startNoticed,proto3" json:"start_noticed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -390,6 +397,20 @@ func (x *Job) GetPriority() int32 {
 		return x.Priority
 	}
 	return 0
+}
+
+func (x *Job) GetUnstarted() int32 {
+	if x != nil {
+		return x.Unstarted
+	}
+	return 0
+}
+
+func (x *Job) GetStartNoticed() bool {
+	if x != nil {
+		return x.StartNoticed
+	}
+	return false
 }
 
 type ScheduleJobRequest struct {
@@ -2364,10 +2385,16 @@ func (x *ClaimResponse) GetJobs() []*ClaimedJob {
 }
 
 type HeartbeatRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	JobId         string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
-	Fence         int64                  `protobuf:"varint,2,opt,name=fence,proto3" json:"fence,omitempty"`
-	Lease         *durationpb.Duration   `protobuf:"bytes,3,opt,name=lease,proto3" json:"lease,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	JobId string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	Fence int64                  `protobuf:"varint,2,opt,name=fence,proto3" json:"fence,omitempty"`
+	Lease *durationpb.Duration   `protobuf:"bytes,3,opt,name=lease,proto3" json:"lease,omitempty"`
+	// A start notice: the worker started this job's handler under this fence, at started_at
+	// (its own clock). The attempt counts from this notice (a lease that then runs out is a
+	// failed attempt); a job whose lease runs out with no start notice goes back uncounted.
+	// Send it as the handler starts (a unary worker: a Heartbeat with started set).
+	Started       bool                   `protobuf:"varint,4,opt,name=started,proto3" json:"started,omitempty"`
+	StartedAt     *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2419,6 +2446,20 @@ func (x *HeartbeatRequest) GetFence() int64 {
 func (x *HeartbeatRequest) GetLease() *durationpb.Duration {
 	if x != nil {
 		return x.Lease
+	}
+	return nil
+}
+
+func (x *HeartbeatRequest) GetStarted() bool {
+	if x != nil {
+		return x.Started
+	}
+	return false
+}
+
+func (x *HeartbeatRequest) GetStartedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StartedAt
 	}
 	return nil
 }
@@ -2707,7 +2748,12 @@ type FinishItem struct {
 	ResultEncoding string `protobuf:"bytes,8,opt,name=result_encoding,json=resultEncoding,proto3" json:"result_encoding,omitempty"`
 	// A failure's traceback, kept on the attempt in the job's history; longer than 8000 bytes
 	// it is cut to its end, not refused.
-	Traceback     string `protobuf:"bytes,9,opt,name=traceback,proto3" json:"traceback,omitempty"`
+	Traceback string `protobuf:"bytes,9,opt,name=traceback,proto3" json:"traceback,omitempty"`
+	// With give_back: the handler never started (its lease was over, or too short to run, when
+	// the job reached the worker; the worker was stopping). Not an attempt; counts against the
+	// type's max_unstarted. `error` says why ("not started: lease over before the worker
+	// received it").
+	NotStarted    bool `protobuf:"varint,10,opt,name=not_started,json=notStarted,proto3" json:"not_started,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2803,6 +2849,13 @@ func (x *FinishItem) GetTraceback() string {
 		return x.Traceback
 	}
 	return ""
+}
+
+func (x *FinishItem) GetNotStarted() bool {
+	if x != nil {
+		return x.NotStarted
+	}
+	return false
 }
 
 type FinishRequest struct {
@@ -3088,7 +3141,11 @@ type WorkRequest struct {
 	Heartbeats []*HeartbeatRequest `protobuf:"bytes,4,rep,name=heartbeats,proto3" json:"heartbeats,omitempty"`
 	Results    []*FinishItem       `protobuf:"bytes,5,rep,name=results,proto3" json:"results,omitempty"`
 	// No more jobs: the node drops every credit, pushes nothing more and answers `stopped`.
-	Stop          bool `protobuf:"varint,6,opt,name=stop,proto3" json:"stop,omitempty"`
+	Stop bool `protobuf:"varint,6,opt,name=stop,proto3" json:"stop,omitempty"`
+	// Start notices (only job_id, fence, started and started_at are read): handlers started
+	// since the last request. Sent as each handler starts; no lease is extended and no answer
+	// is given (a notice for a fence no longer current is ignored).
+	Started       []*HeartbeatRequest `protobuf:"bytes,7,rep,name=started,proto3" json:"started,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3165,6 +3222,13 @@ func (x *WorkRequest) GetStop() bool {
 	return false
 }
 
+func (x *WorkRequest) GetStarted() []*HeartbeatRequest {
+	if x != nil {
+		return x.Started
+	}
+	return nil
+}
+
 type HeartbeatResult struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	JobId         string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
@@ -3235,9 +3299,9 @@ func (x *HeartbeatResult) GetLease() *HeartbeatResponse {
 
 type WorkResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Jobs pushed, each under a lease taken after the node had read the request numbered
+	// Jobs pushed, each under a lease taken `held` after the node had read the request numbered
 	// `after_seq` of this stream: the worker's deadline for them is (time it sent that request) +
-	// lease - safety margin.
+	// held + lease - safety margin (held unset: 0, as before it was sent).
 	Jobs     []*ClaimedJob `protobuf:"bytes,1,rep,name=jobs,proto3" json:"jobs,omitempty"`
 	AfterSeq uint64        `protobuf:"varint,2,opt,name=after_seq,json=afterSeq,proto3" json:"after_seq,omitempty"`
 	// The answer to the request numbered `seq` (0: this message answers no request).
@@ -3245,7 +3309,8 @@ type WorkResponse struct {
 	Heartbeats []*HeartbeatResult `protobuf:"bytes,4,rep,name=heartbeats,proto3" json:"heartbeats,omitempty"`
 	Results    []*FinishResult    `protobuf:"bytes,5,rep,name=results,proto3" json:"results,omitempty"`
 	// The answer to `stop`: nothing more is pushed on this stream.
-	Stopped       bool `protobuf:"varint,6,opt,name=stopped,proto3" json:"stopped,omitempty"`
+	Stopped       bool                 `protobuf:"varint,6,opt,name=stopped,proto3" json:"stopped,omitempty"`
+	Held          *durationpb.Duration `protobuf:"bytes,7,opt,name=held,proto3" json:"held,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3320,6 +3385,13 @@ func (x *WorkResponse) GetStopped() bool {
 		return x.Stopped
 	}
 	return false
+}
+
+func (x *WorkResponse) GetHeld() *durationpb.Duration {
+	if x != nil {
+		return x.Held
+	}
+	return nil
 }
 
 type Node struct {
@@ -4023,7 +4095,9 @@ type TypeCounts struct {
 	Cancelled     int64                  `protobuf:"varint,8,opt,name=cancelled,proto3" json:"cancelled,omitempty"`
 	LeaseExpiries int64                  `protobuf:"varint,9,opt,name=lease_expiries,json=leaseExpiries,proto3" json:"lease_expiries,omitempty"`
 	Reruns        int64                  `protobuf:"varint,10,opt,name=reruns,proto3" json:"reruns,omitempty"`
-	Expired       int64                  `protobuf:"varint,11,opt,name=expired,proto3" json:"expired,omitempty"` // jobs not started by their deadline (state expired)
+	Expired       int64                  `protobuf:"varint,11,opt,name=expired,proto3" json:"expired,omitempty"`                                  // jobs not started by their deadline (state expired)
+	NotStarted    int64                  `protobuf:"varint,12,opt,name=not_started,json=notStarted,proto3" json:"not_started,omitempty"`          // deliveries that ended without a handler start (uncounted)
+	DeadUnstarted int64                  `protobuf:"varint,13,opt,name=dead_unstarted,json=deadUnstarted,proto3" json:"dead_unstarted,omitempty"` // jobs dead after max_unstarted deliveries without a start
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4135,6 +4209,90 @@ func (x *TypeCounts) GetExpired() int64 {
 	return 0
 }
 
+func (x *TypeCounts) GetNotStarted() int64 {
+	if x != nil {
+		return x.NotStarted
+	}
+	return 0
+}
+
+func (x *TypeCounts) GetDeadUnstarted() int64 {
+	if x != nil {
+		return x.DeadUnstarted
+	}
+	return 0
+}
+
+// Schedule-to-start of one job type on this node in the window: the time from the job's due
+// time to its handler's start (the worker's start notice), apart from lease and run times.
+type TypeStartDelay struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Type          string                 `protobuf:"bytes,1,opt,name=type,proto3" json:"type,omitempty"`
+	Buckets       []*LatenessBucket      `protobuf:"bytes,2,rep,name=buckets,proto3" json:"buckets,omitempty"` // le_ms buckets as in `lateness`
+	MaxMs         float64                `protobuf:"fixed64,3,opt,name=max_ms,json=maxMs,proto3" json:"max_ms,omitempty"`
+	Count         int64                  `protobuf:"varint,4,opt,name=count,proto3" json:"count,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TypeStartDelay) Reset() {
+	*x = TypeStartDelay{}
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[61]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TypeStartDelay) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TypeStartDelay) ProtoMessage() {}
+
+func (x *TypeStartDelay) ProtoReflect() protoreflect.Message {
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[61]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TypeStartDelay.ProtoReflect.Descriptor instead.
+func (*TypeStartDelay) Descriptor() ([]byte, []int) {
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{61}
+}
+
+func (x *TypeStartDelay) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+func (x *TypeStartDelay) GetBuckets() []*LatenessBucket {
+	if x != nil {
+		return x.Buckets
+	}
+	return nil
+}
+
+func (x *TypeStartDelay) GetMaxMs() float64 {
+	if x != nil {
+		return x.MaxMs
+	}
+	return 0
+}
+
+func (x *TypeStartDelay) GetCount() int64 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
 // Due jobs of one type made ready on a node and not claimed yet (no worker, paused, or held by
 // a concurrency limit).
 type TypeWaiting struct {
@@ -4149,7 +4307,7 @@ type TypeWaiting struct {
 
 func (x *TypeWaiting) Reset() {
 	*x = TypeWaiting{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[61]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4161,7 +4319,7 @@ func (x *TypeWaiting) String() string {
 func (*TypeWaiting) ProtoMessage() {}
 
 func (x *TypeWaiting) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[61]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4174,7 +4332,7 @@ func (x *TypeWaiting) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TypeWaiting.ProtoReflect.Descriptor instead.
 func (*TypeWaiting) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{61}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *TypeWaiting) GetType() string {
@@ -4221,7 +4379,7 @@ type JobEvent struct {
 
 func (x *JobEvent) Reset() {
 	*x = JobEvent{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[62]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4233,7 +4391,7 @@ func (x *JobEvent) String() string {
 func (*JobEvent) ProtoMessage() {}
 
 func (x *JobEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[62]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4246,7 +4404,7 @@ func (x *JobEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobEvent.ProtoReflect.Descriptor instead.
 func (*JobEvent) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{62}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *JobEvent) GetAt() *timestamppb.Timestamp {
@@ -4325,13 +4483,18 @@ type NodeStatusResponse struct {
 	RecentFailures       []*JobEvent            `protobuf:"bytes,16,rep,name=recent_failures,json=recentFailures,proto3" json:"recent_failures,omitempty"`
 	RecentDeadLetters    []*JobEvent            `protobuf:"bytes,17,rep,name=recent_dead_letters,json=recentDeadLetters,proto3" json:"recent_dead_letters,omitempty"`
 	Unclaimed            []*TypeWaiting         `protobuf:"bytes,18,rep,name=unclaimed,proto3" json:"unclaimed,omitempty"` // per type queued on this node, the longest waiting first
-	unknownFields        protoimpl.UnknownFields
-	sizeCache            protoimpl.SizeCache
+	StartDelay           []*TypeStartDelay      `protobuf:"bytes,19,rep,name=start_delay,json=startDelay,proto3" json:"start_delay,omitempty"`
+	// Worker streams on this node whose pushes are behind (a push would reach its worker with
+	// less than half its lease left): no job is claimed for them until they catch up.
+	StreamsBehind int32 `protobuf:"varint,20,opt,name=streams_behind,json=streamsBehind,proto3" json:"streams_behind,omitempty"`
+	ReadyDue      int64 `protobuf:"varint,21,opt,name=ready_due,json=readyDue,proto3" json:"ready_due,omitempty"` // due jobs ready here and not started (bounded by --max-ready)
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *NodeStatusResponse) Reset() {
 	*x = NodeStatusResponse{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[63]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4343,7 +4506,7 @@ func (x *NodeStatusResponse) String() string {
 func (*NodeStatusResponse) ProtoMessage() {}
 
 func (x *NodeStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[63]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4356,7 +4519,7 @@ func (x *NodeStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatusResponse.ProtoReflect.Descriptor instead.
 func (*NodeStatusResponse) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{63}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *NodeStatusResponse) GetNodeId() string {
@@ -4485,21 +4648,45 @@ func (x *NodeStatusResponse) GetUnclaimed() []*TypeWaiting {
 	return nil
 }
 
+func (x *NodeStatusResponse) GetStartDelay() []*TypeStartDelay {
+	if x != nil {
+		return x.StartDelay
+	}
+	return nil
+}
+
+func (x *NodeStatusResponse) GetStreamsBehind() int32 {
+	if x != nil {
+		return x.StreamsBehind
+	}
+	return 0
+}
+
+func (x *NodeStatusResponse) GetReadyDue() int64 {
+	if x != nil {
+		return x.ReadyDue
+	}
+	return 0
+}
+
 // One job type's policy. A field left 0 (or unset) keeps the node's default for it.
 type TypePolicy struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Type          string                 `protobuf:"bytes,1,opt,name=type,proto3" json:"type,omitempty"`
-	MaxAttempts   int32                  `protobuf:"varint,2,opt,name=max_attempts,json=maxAttempts,proto3" json:"max_attempts,omitempty"` // 1-1000
-	RetryBase     *durationpb.Duration   `protobuf:"bytes,3,opt,name=retry_base,json=retryBase,proto3" json:"retry_base,omitempty"`        // backoff after the first failure, > 0
-	RetryMax      *durationpb.Duration   `protobuf:"bytes,4,opt,name=retry_max,json=retryMax,proto3" json:"retry_max,omitempty"`           // the backoff's cap, >= retry_base
-	Concurrency   int32                  `protobuf:"varint,5,opt,name=concurrency,proto3" json:"concurrency,omitempty"`                    // running at once across the cluster, >= 1
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Type        string                 `protobuf:"bytes,1,opt,name=type,proto3" json:"type,omitempty"`
+	MaxAttempts int32                  `protobuf:"varint,2,opt,name=max_attempts,json=maxAttempts,proto3" json:"max_attempts,omitempty"` // 1-1000
+	RetryBase   *durationpb.Duration   `protobuf:"bytes,3,opt,name=retry_base,json=retryBase,proto3" json:"retry_base,omitempty"`        // backoff after the first failure, > 0
+	RetryMax    *durationpb.Duration   `protobuf:"bytes,4,opt,name=retry_max,json=retryMax,proto3" json:"retry_max,omitempty"`           // the backoff's cap, >= retry_base
+	Concurrency int32                  `protobuf:"varint,5,opt,name=concurrency,proto3" json:"concurrency,omitempty"`                    // running at once across the cluster, >= 1
+	// Deliveries without a handler start before the job is dead ("never started"), 1-1000;
+	// default 20. Apart from max_attempts: waiting never spends an attempt.
+	MaxUnstarted  int32 `protobuf:"varint,6,opt,name=max_unstarted,json=maxUnstarted,proto3" json:"max_unstarted,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *TypePolicy) Reset() {
 	*x = TypePolicy{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[64]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4511,7 +4698,7 @@ func (x *TypePolicy) String() string {
 func (*TypePolicy) ProtoMessage() {}
 
 func (x *TypePolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[64]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4524,7 +4711,7 @@ func (x *TypePolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TypePolicy.ProtoReflect.Descriptor instead.
 func (*TypePolicy) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{64}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *TypePolicy) GetType() string {
@@ -4562,6 +4749,13 @@ func (x *TypePolicy) GetConcurrency() int32 {
 	return 0
 }
 
+func (x *TypePolicy) GetMaxUnstarted() int32 {
+	if x != nil {
+		return x.MaxUnstarted
+	}
+	return 0
+}
+
 type SetTypePoliciesRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Policies      []*TypePolicy          `protobuf:"bytes,1,rep,name=policies,proto3" json:"policies,omitempty"`
@@ -4571,7 +4765,7 @@ type SetTypePoliciesRequest struct {
 
 func (x *SetTypePoliciesRequest) Reset() {
 	*x = SetTypePoliciesRequest{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[65]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4583,7 +4777,7 @@ func (x *SetTypePoliciesRequest) String() string {
 func (*SetTypePoliciesRequest) ProtoMessage() {}
 
 func (x *SetTypePoliciesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[65]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4596,7 +4790,7 @@ func (x *SetTypePoliciesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetTypePoliciesRequest.ProtoReflect.Descriptor instead.
 func (*SetTypePoliciesRequest) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{65}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *SetTypePoliciesRequest) GetPolicies() []*TypePolicy {
@@ -4615,7 +4809,7 @@ type SetTypePoliciesResponse struct {
 
 func (x *SetTypePoliciesResponse) Reset() {
 	*x = SetTypePoliciesResponse{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[66]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4627,7 +4821,7 @@ func (x *SetTypePoliciesResponse) String() string {
 func (*SetTypePoliciesResponse) ProtoMessage() {}
 
 func (x *SetTypePoliciesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[66]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4640,7 +4834,7 @@ func (x *SetTypePoliciesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetTypePoliciesResponse.ProtoReflect.Descriptor instead.
 func (*SetTypePoliciesResponse) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{66}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *SetTypePoliciesResponse) GetPolicies() []*TypePolicy {
@@ -4663,7 +4857,7 @@ type TypeFlow struct {
 
 func (x *TypeFlow) Reset() {
 	*x = TypeFlow{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[67]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4675,7 +4869,7 @@ func (x *TypeFlow) String() string {
 func (*TypeFlow) ProtoMessage() {}
 
 func (x *TypeFlow) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[67]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4688,7 +4882,7 @@ func (x *TypeFlow) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TypeFlow.ProtoReflect.Descriptor instead.
 func (*TypeFlow) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{67}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *TypeFlow) GetType() string {
@@ -4728,7 +4922,7 @@ type SetTypeFlowsRequest struct {
 
 func (x *SetTypeFlowsRequest) Reset() {
 	*x = SetTypeFlowsRequest{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[68]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4740,7 +4934,7 @@ func (x *SetTypeFlowsRequest) String() string {
 func (*SetTypeFlowsRequest) ProtoMessage() {}
 
 func (x *SetTypeFlowsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[68]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4753,7 +4947,7 @@ func (x *SetTypeFlowsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetTypeFlowsRequest.ProtoReflect.Descriptor instead.
 func (*SetTypeFlowsRequest) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{68}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *SetTypeFlowsRequest) GetFlows() []*TypeFlow {
@@ -4772,7 +4966,7 @@ type SetTypeFlowsResponse struct {
 
 func (x *SetTypeFlowsResponse) Reset() {
 	*x = SetTypeFlowsResponse{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[69]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4784,7 +4978,7 @@ func (x *SetTypeFlowsResponse) String() string {
 func (*SetTypeFlowsResponse) ProtoMessage() {}
 
 func (x *SetTypeFlowsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[69]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4797,7 +4991,7 @@ func (x *SetTypeFlowsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetTypeFlowsResponse.ProtoReflect.Descriptor instead.
 func (*SetTypeFlowsResponse) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{69}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *SetTypeFlowsResponse) GetTypes() []*TypeInfo {
@@ -4816,7 +5010,7 @@ type ListTypesRequest struct {
 
 func (x *ListTypesRequest) Reset() {
 	*x = ListTypesRequest{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[70]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4828,7 +5022,7 @@ func (x *ListTypesRequest) String() string {
 func (*ListTypesRequest) ProtoMessage() {}
 
 func (x *ListTypesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[70]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4841,7 +5035,7 @@ func (x *ListTypesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTypesRequest.ProtoReflect.Descriptor instead.
 func (*ListTypesRequest) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{70}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *ListTypesRequest) GetType() string {
@@ -4860,7 +5054,7 @@ type ListTypesResponse struct {
 
 func (x *ListTypesResponse) Reset() {
 	*x = ListTypesResponse{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[71]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4872,7 +5066,7 @@ func (x *ListTypesResponse) String() string {
 func (*ListTypesResponse) ProtoMessage() {}
 
 func (x *ListTypesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[71]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4885,7 +5079,7 @@ func (x *ListTypesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTypesResponse.ProtoReflect.Descriptor instead.
 func (*ListTypesResponse) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{71}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *ListTypesResponse) GetTypes() []*TypeInfo {
@@ -4912,7 +5106,7 @@ type TypeInfo struct {
 
 func (x *TypeInfo) Reset() {
 	*x = TypeInfo{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[72]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4924,7 +5118,7 @@ func (x *TypeInfo) String() string {
 func (*TypeInfo) ProtoMessage() {}
 
 func (x *TypeInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[72]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4937,7 +5131,7 @@ func (x *TypeInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TypeInfo.ProtoReflect.Descriptor instead.
 func (*TypeInfo) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{72}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *TypeInfo) GetType() string {
@@ -5007,7 +5201,7 @@ type WaitFinishedRequest struct {
 
 func (x *WaitFinishedRequest) Reset() {
 	*x = WaitFinishedRequest{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[73]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5019,7 +5213,7 @@ func (x *WaitFinishedRequest) String() string {
 func (*WaitFinishedRequest) ProtoMessage() {}
 
 func (x *WaitFinishedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[73]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5032,7 +5226,7 @@ func (x *WaitFinishedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitFinishedRequest.ProtoReflect.Descriptor instead.
 func (*WaitFinishedRequest) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{73}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *WaitFinishedRequest) GetFromNode() string {
@@ -5065,7 +5259,7 @@ type WaitFinishedResponse struct {
 
 func (x *WaitFinishedResponse) Reset() {
 	*x = WaitFinishedResponse{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[74]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5077,7 +5271,7 @@ func (x *WaitFinishedResponse) String() string {
 func (*WaitFinishedResponse) ProtoMessage() {}
 
 func (x *WaitFinishedResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[74]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5090,7 +5284,7 @@ func (x *WaitFinishedResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitFinishedResponse.ProtoReflect.Descriptor instead.
 func (*WaitFinishedResponse) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{74}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *WaitFinishedResponse) GetJobIds() []string {
@@ -5114,7 +5308,7 @@ type LandedEntry struct {
 
 func (x *LandedEntry) Reset() {
 	*x = LandedEntry{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[75]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5126,7 +5320,7 @@ func (x *LandedEntry) String() string {
 func (*LandedEntry) ProtoMessage() {}
 
 func (x *LandedEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[75]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5139,7 +5333,7 @@ func (x *LandedEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LandedEntry.ProtoReflect.Descriptor instead.
 func (*LandedEntry) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{75}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *LandedEntry) GetShard() int32 {
@@ -5187,7 +5381,7 @@ type LandRequest struct {
 
 func (x *LandRequest) Reset() {
 	*x = LandRequest{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[76]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5199,7 +5393,7 @@ func (x *LandRequest) String() string {
 func (*LandRequest) ProtoMessage() {}
 
 func (x *LandRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[76]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5212,7 +5406,7 @@ func (x *LandRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LandRequest.ProtoReflect.Descriptor instead.
 func (*LandRequest) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{76}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *LandRequest) GetFromNode() string {
@@ -5239,7 +5433,7 @@ type LandResponse struct {
 
 func (x *LandResponse) Reset() {
 	*x = LandResponse{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[77]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5251,7 +5445,7 @@ func (x *LandResponse) String() string {
 func (*LandResponse) ProtoMessage() {}
 
 func (x *LandResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[77]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5264,7 +5458,7 @@ func (x *LandResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LandResponse.ProtoReflect.Descriptor instead.
 func (*LandResponse) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{77}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *LandResponse) GetTaken() int32 {
@@ -5295,7 +5489,7 @@ const file_timeshard_v1_timeshard_proto_rawDesc = "" +
 	"finishedAt\x12\x18\n" +
 	"\aoutcome\x18\x05 \x01(\tR\aoutcome\x12\x14\n" +
 	"\x05error\x18\x06 \x01(\tR\x05error\x12\x1c\n" +
-	"\ttraceback\x18\a \x01(\tR\ttraceback\"\xb3\x06\n" +
+	"\ttraceback\x18\a \x01(\tR\ttraceback\"\xf6\x06\n" +
 	"\x03Job\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x12\x18\n" +
@@ -5324,7 +5518,9 @@ const file_timeshard_v1_timeshard_proto_rawDesc = "" +
 	"\x06result\x18\x12 \x01(\fR\x06result\x12'\n" +
 	"\x0fresult_encoding\x18\x13 \x01(\tR\x0eresultEncoding\x126\n" +
 	"\bdeadline\x18\x14 \x01(\v2\x1a.google.protobuf.TimestampR\bdeadline\x12\x1a\n" +
-	"\bpriority\x18\x15 \x01(\x05R\bpriority\"\xa1\x03\n" +
+	"\bpriority\x18\x15 \x01(\x05R\bpriority\x12\x1c\n" +
+	"\tunstarted\x18\x16 \x01(\x05R\tunstarted\x12#\n" +
+	"\rstart_noticed\x18\x17 \x01(\bR\fstartNoticed\"\xa1\x03\n" +
 	"\x12ScheduleJobRequest\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12\x18\n" +
 	"\apayload\x18\x02 \x01(\fR\apayload\x121\n" +
@@ -5465,11 +5661,14 @@ const file_timeshard_v1_timeshard_proto_rawDesc = "" +
 	"\x0fidempotency_key\x18\x04 \x01(\tR\x0eidempotencyKey\x12/\n" +
 	"\x05lease\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x05lease\"=\n" +
 	"\rClaimResponse\x12,\n" +
-	"\x04jobs\x18\x01 \x03(\v2\x18.timeshard.v1.ClaimedJobR\x04jobs\"p\n" +
+	"\x04jobs\x18\x01 \x03(\v2\x18.timeshard.v1.ClaimedJobR\x04jobs\"\xc5\x01\n" +
 	"\x10HeartbeatRequest\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x14\n" +
 	"\x05fence\x18\x02 \x01(\x03R\x05fence\x12/\n" +
-	"\x05lease\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x05lease\"\x81\x01\n" +
+	"\x05lease\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x05lease\x12\x18\n" +
+	"\astarted\x18\x04 \x01(\bR\astarted\x129\n" +
+	"\n" +
+	"started_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\tstartedAt\"\x81\x01\n" +
 	"\x11HeartbeatResponse\x12;\n" +
 	"\vlease_until\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"leaseUntil\x12/\n" +
@@ -5485,7 +5684,7 @@ const file_timeshard_v1_timeshard_proto_rawDesc = "" +
 	"\tpermanent\x18\x04 \x01(\bR\tpermanent\"s\n" +
 	"\fFailResponse\x12,\n" +
 	"\x05state\x18\x01 \x01(\x0e2\x16.timeshard.v1.JobStateR\x05state\x125\n" +
-	"\bretry_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\aretryAt\"\x81\x02\n" +
+	"\bretry_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\aretryAt\"\xa2\x02\n" +
 	"\n" +
 	"FinishItem\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x14\n" +
@@ -5496,7 +5695,10 @@ const file_timeshard_v1_timeshard_proto_rawDesc = "" +
 	"\tgive_back\x18\x06 \x01(\bR\bgiveBack\x12\x16\n" +
 	"\x06result\x18\a \x01(\fR\x06result\x12'\n" +
 	"\x0fresult_encoding\x18\b \x01(\tR\x0eresultEncoding\x12\x1c\n" +
-	"\ttraceback\x18\t \x01(\tR\ttraceback\"?\n" +
+	"\ttraceback\x18\t \x01(\tR\ttraceback\x12\x1f\n" +
+	"\vnot_started\x18\n" +
+	" \x01(\bR\n" +
+	"notStarted\"?\n" +
 	"\rFinishRequest\x12.\n" +
 	"\x05items\x18\x01 \x03(\v2\x18.timeshard.v1.FinishItemR\x05items\"\x81\x01\n" +
 	"\fFinishResult\x12\x15\n" +
@@ -5513,7 +5715,7 @@ const file_timeshard_v1_timeshard_proto_rawDesc = "" +
 	"\n" +
 	"WorkCredit\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12\x18\n" +
-	"\acredits\x18\x02 \x01(\x05R\acredits\"\x8a\x02\n" +
+	"\acredits\x18\x02 \x01(\x05R\acredits\"\xc4\x02\n" +
 	"\vWorkRequest\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12-\n" +
 	"\x05hello\x18\x02 \x01(\v2\x17.timeshard.v1.WorkHelloR\x05hello\x122\n" +
@@ -5522,12 +5724,13 @@ const file_timeshard_v1_timeshard_proto_rawDesc = "" +
 	"heartbeats\x18\x04 \x03(\v2\x1e.timeshard.v1.HeartbeatRequestR\n" +
 	"heartbeats\x122\n" +
 	"\aresults\x18\x05 \x03(\v2\x18.timeshard.v1.FinishItemR\aresults\x12\x12\n" +
-	"\x04stop\x18\x06 \x01(\bR\x04stop\"\x8d\x01\n" +
+	"\x04stop\x18\x06 \x01(\bR\x04stop\x128\n" +
+	"\astarted\x18\a \x03(\v2\x1e.timeshard.v1.HeartbeatRequestR\astarted\"\x8d\x01\n" +
 	"\x0fHeartbeatResult\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x12\n" +
 	"\x04code\x18\x02 \x01(\x05R\x04code\x12\x18\n" +
 	"\amessage\x18\x03 \x01(\tR\amessage\x125\n" +
-	"\x05lease\x18\x04 \x01(\v2\x1f.timeshard.v1.HeartbeatResponseR\x05lease\"\xfa\x01\n" +
+	"\x05lease\x18\x04 \x01(\v2\x1f.timeshard.v1.HeartbeatResponseR\x05lease\"\xa9\x02\n" +
 	"\fWorkResponse\x12,\n" +
 	"\x04jobs\x18\x01 \x03(\v2\x18.timeshard.v1.ClaimedJobR\x04jobs\x12\x1b\n" +
 	"\tafter_seq\x18\x02 \x01(\x04R\bafterSeq\x12\x10\n" +
@@ -5536,7 +5739,8 @@ const file_timeshard_v1_timeshard_proto_rawDesc = "" +
 	"heartbeats\x18\x04 \x03(\v2\x1d.timeshard.v1.HeartbeatResultR\n" +
 	"heartbeats\x124\n" +
 	"\aresults\x18\x05 \x03(\v2\x1a.timeshard.v1.FinishResultR\aresults\x12\x18\n" +
-	"\astopped\x18\x06 \x01(\bR\astopped\"9\n" +
+	"\astopped\x18\x06 \x01(\bR\astopped\x12-\n" +
+	"\x04held\x18\a \x01(\v2\x19.google.protobuf.DurationR\x04held\"9\n" +
 	"\x04Node\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\"\x14\n" +
@@ -5577,7 +5781,7 @@ const file_timeshard_v1_timeshard_proto_rawDesc = "" +
 	"\tin_memory\x18\x06 \x01(\x05R\binMemory\";\n" +
 	"\x0eLatenessBucket\x12\x13\n" +
 	"\x05le_ms\x18\x01 \x01(\x01R\x04leMs\x12\x14\n" +
-	"\x05count\x18\x02 \x01(\x03R\x05count\"\xc4\x02\n" +
+	"\x05count\x18\x02 \x01(\x03R\x05count\"\x8c\x03\n" +
 	"\n" +
 	"TypeCounts\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12\x1c\n" +
@@ -5591,7 +5795,15 @@ const file_timeshard_v1_timeshard_proto_rawDesc = "" +
 	"\x0elease_expiries\x18\t \x01(\x03R\rleaseExpiries\x12\x16\n" +
 	"\x06reruns\x18\n" +
 	" \x01(\x03R\x06reruns\x12\x18\n" +
-	"\aexpired\x18\v \x01(\x03R\aexpired\"m\n" +
+	"\aexpired\x18\v \x01(\x03R\aexpired\x12\x1f\n" +
+	"\vnot_started\x18\f \x01(\x03R\n" +
+	"notStarted\x12%\n" +
+	"\x0edead_unstarted\x18\r \x01(\x03R\rdeadUnstarted\"\x89\x01\n" +
+	"\x0eTypeStartDelay\x12\x12\n" +
+	"\x04type\x18\x01 \x01(\tR\x04type\x126\n" +
+	"\abuckets\x18\x02 \x03(\v2\x1c.timeshard.v1.LatenessBucketR\abuckets\x12\x15\n" +
+	"\x06max_ms\x18\x03 \x01(\x01R\x05maxMs\x12\x14\n" +
+	"\x05count\x18\x04 \x01(\x03R\x05count\"m\n" +
 	"\vTypeWaiting\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12\x12\n" +
 	"\x04jobs\x18\x02 \x01(\x05R\x04jobs\x12\"\n" +
@@ -5605,7 +5817,7 @@ const file_timeshard_v1_timeshard_proto_rawDesc = "" +
 	"\aattempt\x18\x05 \x01(\x05R\aattempt\x12\x12\n" +
 	"\x04kind\x18\x06 \x01(\tR\x04kind\x12\x14\n" +
 	"\x05error\x18\a \x01(\tR\x05error\x12\x1c\n" +
-	"\ttraceback\x18\b \x01(\tR\ttraceback\"\xd0\x06\n" +
+	"\ttraceback\x18\b \x01(\tR\ttraceback\"\xd3\a\n" +
 	"\x12NodeStatusResponse\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x18\n" +
@@ -5627,7 +5839,11 @@ const file_timeshard_v1_timeshard_proto_rawDesc = "" +
 	"\x0fdead_letters_at\x18\x0f \x01(\v2\x1a.google.protobuf.TimestampR\rdeadLettersAt\x12?\n" +
 	"\x0frecent_failures\x18\x10 \x03(\v2\x16.timeshard.v1.JobEventR\x0erecentFailures\x12F\n" +
 	"\x13recent_dead_letters\x18\x11 \x03(\v2\x16.timeshard.v1.JobEventR\x11recentDeadLetters\x127\n" +
-	"\tunclaimed\x18\x12 \x03(\v2\x19.timeshard.v1.TypeWaitingR\tunclaimed\"\xd7\x01\n" +
+	"\tunclaimed\x18\x12 \x03(\v2\x19.timeshard.v1.TypeWaitingR\tunclaimed\x12=\n" +
+	"\vstart_delay\x18\x13 \x03(\v2\x1c.timeshard.v1.TypeStartDelayR\n" +
+	"startDelay\x12%\n" +
+	"\x0estreams_behind\x18\x14 \x01(\x05R\rstreamsBehind\x12\x1b\n" +
+	"\tready_due\x18\x15 \x01(\x03R\breadyDue\"\xfc\x01\n" +
 	"\n" +
 	"TypePolicy\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12!\n" +
@@ -5635,7 +5851,8 @@ const file_timeshard_v1_timeshard_proto_rawDesc = "" +
 	"\n" +
 	"retry_base\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\tretryBase\x126\n" +
 	"\tretry_max\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\bretryMax\x12 \n" +
-	"\vconcurrency\x18\x05 \x01(\x05R\vconcurrency\"N\n" +
+	"\vconcurrency\x18\x05 \x01(\x05R\vconcurrency\x12#\n" +
+	"\rmax_unstarted\x18\x06 \x01(\x05R\fmaxUnstarted\"N\n" +
 	"\x16SetTypePoliciesRequest\x124\n" +
 	"\bpolicies\x18\x01 \x03(\v2\x18.timeshard.v1.TypePolicyR\bpolicies\"O\n" +
 	"\x17SetTypePoliciesResponse\x124\n" +
@@ -5744,7 +5961,7 @@ func file_timeshard_v1_timeshard_proto_rawDescGZIP() []byte {
 }
 
 var file_timeshard_v1_timeshard_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_timeshard_v1_timeshard_proto_msgTypes = make([]protoimpl.MessageInfo, 78)
+var file_timeshard_v1_timeshard_proto_msgTypes = make([]protoimpl.MessageInfo, 79)
 var file_timeshard_v1_timeshard_proto_goTypes = []any{
 	(JobState)(0),                     // 0: timeshard.v1.JobState
 	(*Attempt)(nil),                   // 1: timeshard.v1.Attempt
@@ -5808,188 +6025,194 @@ var file_timeshard_v1_timeshard_proto_goTypes = []any{
 	(*ShardStatus)(nil),               // 59: timeshard.v1.ShardStatus
 	(*LatenessBucket)(nil),            // 60: timeshard.v1.LatenessBucket
 	(*TypeCounts)(nil),                // 61: timeshard.v1.TypeCounts
-	(*TypeWaiting)(nil),               // 62: timeshard.v1.TypeWaiting
-	(*JobEvent)(nil),                  // 63: timeshard.v1.JobEvent
-	(*NodeStatusResponse)(nil),        // 64: timeshard.v1.NodeStatusResponse
-	(*TypePolicy)(nil),                // 65: timeshard.v1.TypePolicy
-	(*SetTypePoliciesRequest)(nil),    // 66: timeshard.v1.SetTypePoliciesRequest
-	(*SetTypePoliciesResponse)(nil),   // 67: timeshard.v1.SetTypePoliciesResponse
-	(*TypeFlow)(nil),                  // 68: timeshard.v1.TypeFlow
-	(*SetTypeFlowsRequest)(nil),       // 69: timeshard.v1.SetTypeFlowsRequest
-	(*SetTypeFlowsResponse)(nil),      // 70: timeshard.v1.SetTypeFlowsResponse
-	(*ListTypesRequest)(nil),          // 71: timeshard.v1.ListTypesRequest
-	(*ListTypesResponse)(nil),         // 72: timeshard.v1.ListTypesResponse
-	(*TypeInfo)(nil),                  // 73: timeshard.v1.TypeInfo
-	(*WaitFinishedRequest)(nil),       // 74: timeshard.v1.WaitFinishedRequest
-	(*WaitFinishedResponse)(nil),      // 75: timeshard.v1.WaitFinishedResponse
-	(*LandedEntry)(nil),               // 76: timeshard.v1.LandedEntry
-	(*LandRequest)(nil),               // 77: timeshard.v1.LandRequest
-	(*LandResponse)(nil),              // 78: timeshard.v1.LandResponse
-	(*timestamppb.Timestamp)(nil),     // 79: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),       // 80: google.protobuf.Duration
+	(*TypeStartDelay)(nil),            // 62: timeshard.v1.TypeStartDelay
+	(*TypeWaiting)(nil),               // 63: timeshard.v1.TypeWaiting
+	(*JobEvent)(nil),                  // 64: timeshard.v1.JobEvent
+	(*NodeStatusResponse)(nil),        // 65: timeshard.v1.NodeStatusResponse
+	(*TypePolicy)(nil),                // 66: timeshard.v1.TypePolicy
+	(*SetTypePoliciesRequest)(nil),    // 67: timeshard.v1.SetTypePoliciesRequest
+	(*SetTypePoliciesResponse)(nil),   // 68: timeshard.v1.SetTypePoliciesResponse
+	(*TypeFlow)(nil),                  // 69: timeshard.v1.TypeFlow
+	(*SetTypeFlowsRequest)(nil),       // 70: timeshard.v1.SetTypeFlowsRequest
+	(*SetTypeFlowsResponse)(nil),      // 71: timeshard.v1.SetTypeFlowsResponse
+	(*ListTypesRequest)(nil),          // 72: timeshard.v1.ListTypesRequest
+	(*ListTypesResponse)(nil),         // 73: timeshard.v1.ListTypesResponse
+	(*TypeInfo)(nil),                  // 74: timeshard.v1.TypeInfo
+	(*WaitFinishedRequest)(nil),       // 75: timeshard.v1.WaitFinishedRequest
+	(*WaitFinishedResponse)(nil),      // 76: timeshard.v1.WaitFinishedResponse
+	(*LandedEntry)(nil),               // 77: timeshard.v1.LandedEntry
+	(*LandRequest)(nil),               // 78: timeshard.v1.LandRequest
+	(*LandResponse)(nil),              // 79: timeshard.v1.LandResponse
+	(*timestamppb.Timestamp)(nil),     // 80: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),       // 81: google.protobuf.Duration
 }
 var file_timeshard_v1_timeshard_proto_depIdxs = []int32{
-	79,  // 0: timeshard.v1.Attempt.started_at:type_name -> google.protobuf.Timestamp
-	79,  // 1: timeshard.v1.Attempt.finished_at:type_name -> google.protobuf.Timestamp
+	80,  // 0: timeshard.v1.Attempt.started_at:type_name -> google.protobuf.Timestamp
+	80,  // 1: timeshard.v1.Attempt.finished_at:type_name -> google.protobuf.Timestamp
 	0,   // 2: timeshard.v1.Job.state:type_name -> timeshard.v1.JobState
-	79,  // 3: timeshard.v1.Job.run_at:type_name -> google.protobuf.Timestamp
-	79,  // 4: timeshard.v1.Job.created_at:type_name -> google.protobuf.Timestamp
-	79,  // 5: timeshard.v1.Job.lease_until:type_name -> google.protobuf.Timestamp
-	79,  // 6: timeshard.v1.Job.started_at:type_name -> google.protobuf.Timestamp
-	79,  // 7: timeshard.v1.Job.finished_at:type_name -> google.protobuf.Timestamp
+	80,  // 3: timeshard.v1.Job.run_at:type_name -> google.protobuf.Timestamp
+	80,  // 4: timeshard.v1.Job.created_at:type_name -> google.protobuf.Timestamp
+	80,  // 5: timeshard.v1.Job.lease_until:type_name -> google.protobuf.Timestamp
+	80,  // 6: timeshard.v1.Job.started_at:type_name -> google.protobuf.Timestamp
+	80,  // 7: timeshard.v1.Job.finished_at:type_name -> google.protobuf.Timestamp
 	1,   // 8: timeshard.v1.Job.history:type_name -> timeshard.v1.Attempt
-	79,  // 9: timeshard.v1.Job.deadline:type_name -> google.protobuf.Timestamp
-	80,  // 10: timeshard.v1.ScheduleJobRequest.delay:type_name -> google.protobuf.Duration
-	79,  // 11: timeshard.v1.ScheduleJobRequest.run_at:type_name -> google.protobuf.Timestamp
-	79,  // 12: timeshard.v1.ScheduleJobRequest.deadline:type_name -> google.protobuf.Timestamp
-	80,  // 13: timeshard.v1.ScheduleJobRequest.deadline_in:type_name -> google.protobuf.Duration
+	80,  // 9: timeshard.v1.Job.deadline:type_name -> google.protobuf.Timestamp
+	81,  // 10: timeshard.v1.ScheduleJobRequest.delay:type_name -> google.protobuf.Duration
+	80,  // 11: timeshard.v1.ScheduleJobRequest.run_at:type_name -> google.protobuf.Timestamp
+	80,  // 12: timeshard.v1.ScheduleJobRequest.deadline:type_name -> google.protobuf.Timestamp
+	81,  // 13: timeshard.v1.ScheduleJobRequest.deadline_in:type_name -> google.protobuf.Duration
 	2,   // 14: timeshard.v1.ScheduleJobResponse.job:type_name -> timeshard.v1.Job
 	3,   // 15: timeshard.v1.ScheduleJobsRequest.jobs:type_name -> timeshard.v1.ScheduleJobRequest
 	4,   // 16: timeshard.v1.ScheduleJobsResponse.results:type_name -> timeshard.v1.ScheduleJobResponse
 	0,   // 17: timeshard.v1.ListJobsRequest.state:type_name -> timeshard.v1.JobState
 	2,   // 18: timeshard.v1.ListJobsResponse.jobs:type_name -> timeshard.v1.Job
-	80,  // 19: timeshard.v1.RescheduleJobRequest.delay:type_name -> google.protobuf.Duration
-	79,  // 20: timeshard.v1.RescheduleJobRequest.run_at:type_name -> google.protobuf.Timestamp
-	80,  // 21: timeshard.v1.Schedule.misfire_grace:type_name -> google.protobuf.Duration
-	80,  // 22: timeshard.v1.Schedule.jitter:type_name -> google.protobuf.Duration
-	79,  // 23: timeshard.v1.Schedule.next_fire:type_name -> google.protobuf.Timestamp
-	79,  // 24: timeshard.v1.Schedule.last_skip_at:type_name -> google.protobuf.Timestamp
-	79,  // 25: timeshard.v1.Schedule.last_fire_at:type_name -> google.protobuf.Timestamp
-	79,  // 26: timeshard.v1.Schedule.queued_at:type_name -> google.protobuf.Timestamp
-	80,  // 27: timeshard.v1.Schedule.spread:type_name -> google.protobuf.Duration
+	81,  // 19: timeshard.v1.RescheduleJobRequest.delay:type_name -> google.protobuf.Duration
+	80,  // 20: timeshard.v1.RescheduleJobRequest.run_at:type_name -> google.protobuf.Timestamp
+	81,  // 21: timeshard.v1.Schedule.misfire_grace:type_name -> google.protobuf.Duration
+	81,  // 22: timeshard.v1.Schedule.jitter:type_name -> google.protobuf.Duration
+	80,  // 23: timeshard.v1.Schedule.next_fire:type_name -> google.protobuf.Timestamp
+	80,  // 24: timeshard.v1.Schedule.last_skip_at:type_name -> google.protobuf.Timestamp
+	80,  // 25: timeshard.v1.Schedule.last_fire_at:type_name -> google.protobuf.Timestamp
+	80,  // 26: timeshard.v1.Schedule.queued_at:type_name -> google.protobuf.Timestamp
+	81,  // 27: timeshard.v1.Schedule.spread:type_name -> google.protobuf.Duration
 	12,  // 28: timeshard.v1.CreateScheduleRequest.schedule:type_name -> timeshard.v1.Schedule
 	12,  // 29: timeshard.v1.ListSchedulesResponse.schedules:type_name -> timeshard.v1.Schedule
 	12,  // 30: timeshard.v1.UpdateScheduleRequest.schedule:type_name -> timeshard.v1.Schedule
-	79,  // 31: timeshard.v1.PreviewRequest.from:type_name -> google.protobuf.Timestamp
-	80,  // 32: timeshard.v1.PreviewRequest.spread:type_name -> google.protobuf.Duration
-	79,  // 33: timeshard.v1.FireTime.utc:type_name -> google.protobuf.Timestamp
-	79,  // 34: timeshard.v1.FireTime.runs_at:type_name -> google.protobuf.Timestamp
+	80,  // 31: timeshard.v1.PreviewRequest.from:type_name -> google.protobuf.Timestamp
+	81,  // 32: timeshard.v1.PreviewRequest.spread:type_name -> google.protobuf.Duration
+	80,  // 33: timeshard.v1.FireTime.utc:type_name -> google.protobuf.Timestamp
+	80,  // 34: timeshard.v1.FireTime.runs_at:type_name -> google.protobuf.Timestamp
 	21,  // 35: timeshard.v1.PreviewResponse.times:type_name -> timeshard.v1.FireTime
-	79,  // 36: timeshard.v1.ListDeadLettersRequest.since:type_name -> google.protobuf.Timestamp
+	80,  // 36: timeshard.v1.ListDeadLettersRequest.since:type_name -> google.protobuf.Timestamp
 	2,   // 37: timeshard.v1.ListDeadLettersResponse.jobs:type_name -> timeshard.v1.Job
 	2,   // 38: timeshard.v1.ReplayDeadLettersResponse.jobs:type_name -> timeshard.v1.Job
-	80,  // 39: timeshard.v1.WaitJobsRequest.timeout:type_name -> google.protobuf.Duration
+	81,  // 39: timeshard.v1.WaitJobsRequest.timeout:type_name -> google.protobuf.Duration
 	2,   // 40: timeshard.v1.WaitJobsResponse.job:type_name -> timeshard.v1.Job
-	80,  // 41: timeshard.v1.ClaimRequest.wait:type_name -> google.protobuf.Duration
-	80,  // 42: timeshard.v1.ClaimRequest.lease:type_name -> google.protobuf.Duration
+	81,  // 41: timeshard.v1.ClaimRequest.wait:type_name -> google.protobuf.Duration
+	81,  // 42: timeshard.v1.ClaimRequest.lease:type_name -> google.protobuf.Duration
 	2,   // 43: timeshard.v1.ClaimedJob.job:type_name -> timeshard.v1.Job
-	79,  // 44: timeshard.v1.ClaimedJob.lease_until:type_name -> google.protobuf.Timestamp
-	80,  // 45: timeshard.v1.ClaimedJob.lease:type_name -> google.protobuf.Duration
+	80,  // 44: timeshard.v1.ClaimedJob.lease_until:type_name -> google.protobuf.Timestamp
+	81,  // 45: timeshard.v1.ClaimedJob.lease:type_name -> google.protobuf.Duration
 	31,  // 46: timeshard.v1.ClaimResponse.jobs:type_name -> timeshard.v1.ClaimedJob
-	80,  // 47: timeshard.v1.HeartbeatRequest.lease:type_name -> google.protobuf.Duration
-	79,  // 48: timeshard.v1.HeartbeatResponse.lease_until:type_name -> google.protobuf.Timestamp
-	80,  // 49: timeshard.v1.HeartbeatResponse.lease:type_name -> google.protobuf.Duration
-	0,   // 50: timeshard.v1.FailResponse.state:type_name -> timeshard.v1.JobState
-	79,  // 51: timeshard.v1.FailResponse.retry_at:type_name -> google.protobuf.Timestamp
-	39,  // 52: timeshard.v1.FinishRequest.items:type_name -> timeshard.v1.FinishItem
-	0,   // 53: timeshard.v1.FinishResult.state:type_name -> timeshard.v1.JobState
-	41,  // 54: timeshard.v1.FinishResponse.results:type_name -> timeshard.v1.FinishResult
-	80,  // 55: timeshard.v1.WorkHello.lease:type_name -> google.protobuf.Duration
-	43,  // 56: timeshard.v1.WorkRequest.hello:type_name -> timeshard.v1.WorkHello
-	44,  // 57: timeshard.v1.WorkRequest.credits:type_name -> timeshard.v1.WorkCredit
-	33,  // 58: timeshard.v1.WorkRequest.heartbeats:type_name -> timeshard.v1.HeartbeatRequest
-	39,  // 59: timeshard.v1.WorkRequest.results:type_name -> timeshard.v1.FinishItem
-	34,  // 60: timeshard.v1.HeartbeatResult.lease:type_name -> timeshard.v1.HeartbeatResponse
-	31,  // 61: timeshard.v1.WorkResponse.jobs:type_name -> timeshard.v1.ClaimedJob
-	46,  // 62: timeshard.v1.WorkResponse.heartbeats:type_name -> timeshard.v1.HeartbeatResult
-	41,  // 63: timeshard.v1.WorkResponse.results:type_name -> timeshard.v1.FinishResult
-	48,  // 64: timeshard.v1.ClusterInfoResponse.nodes:type_name -> timeshard.v1.Node
-	79,  // 65: timeshard.v1.ShardInfo.cursor:type_name -> google.protobuf.Timestamp
-	51,  // 66: timeshard.v1.ShardOwnersResponse.shards:type_name -> timeshard.v1.ShardInfo
-	80,  // 67: timeshard.v1.NodeStatusRequest.window:type_name -> google.protobuf.Duration
-	79,  // 68: timeshard.v1.JobEvent.at:type_name -> google.protobuf.Timestamp
-	59,  // 69: timeshard.v1.NodeStatusResponse.shards:type_name -> timeshard.v1.ShardStatus
-	80,  // 70: timeshard.v1.NodeStatusResponse.window:type_name -> google.protobuf.Duration
-	60,  // 71: timeshard.v1.NodeStatusResponse.lateness:type_name -> timeshard.v1.LatenessBucket
-	61,  // 72: timeshard.v1.NodeStatusResponse.jobs:type_name -> timeshard.v1.TypeCounts
-	79,  // 73: timeshard.v1.NodeStatusResponse.dead_letters_at:type_name -> google.protobuf.Timestamp
-	63,  // 74: timeshard.v1.NodeStatusResponse.recent_failures:type_name -> timeshard.v1.JobEvent
-	63,  // 75: timeshard.v1.NodeStatusResponse.recent_dead_letters:type_name -> timeshard.v1.JobEvent
-	62,  // 76: timeshard.v1.NodeStatusResponse.unclaimed:type_name -> timeshard.v1.TypeWaiting
-	80,  // 77: timeshard.v1.TypePolicy.retry_base:type_name -> google.protobuf.Duration
-	80,  // 78: timeshard.v1.TypePolicy.retry_max:type_name -> google.protobuf.Duration
-	65,  // 79: timeshard.v1.SetTypePoliciesRequest.policies:type_name -> timeshard.v1.TypePolicy
-	65,  // 80: timeshard.v1.SetTypePoliciesResponse.policies:type_name -> timeshard.v1.TypePolicy
-	68,  // 81: timeshard.v1.SetTypeFlowsRequest.flows:type_name -> timeshard.v1.TypeFlow
-	73,  // 82: timeshard.v1.SetTypeFlowsResponse.types:type_name -> timeshard.v1.TypeInfo
-	73,  // 83: timeshard.v1.ListTypesResponse.types:type_name -> timeshard.v1.TypeInfo
-	65,  // 84: timeshard.v1.TypeInfo.policy:type_name -> timeshard.v1.TypePolicy
-	80,  // 85: timeshard.v1.WaitFinishedRequest.timeout:type_name -> google.protobuf.Duration
-	79,  // 86: timeshard.v1.LandedEntry.due_at:type_name -> google.protobuf.Timestamp
-	76,  // 87: timeshard.v1.LandRequest.entries:type_name -> timeshard.v1.LandedEntry
-	3,   // 88: timeshard.v1.JobService.ScheduleJob:input_type -> timeshard.v1.ScheduleJobRequest
-	5,   // 89: timeshard.v1.JobService.ScheduleJobs:input_type -> timeshard.v1.ScheduleJobsRequest
-	7,   // 90: timeshard.v1.JobService.GetJob:input_type -> timeshard.v1.GetJobRequest
-	8,   // 91: timeshard.v1.JobService.ListJobs:input_type -> timeshard.v1.ListJobsRequest
-	10,  // 92: timeshard.v1.JobService.CancelJob:input_type -> timeshard.v1.CancelJobRequest
-	11,  // 93: timeshard.v1.JobService.RescheduleJob:input_type -> timeshard.v1.RescheduleJobRequest
-	13,  // 94: timeshard.v1.JobService.CreateSchedule:input_type -> timeshard.v1.CreateScheduleRequest
-	14,  // 95: timeshard.v1.JobService.GetSchedule:input_type -> timeshard.v1.GetScheduleRequest
-	15,  // 96: timeshard.v1.JobService.ListSchedules:input_type -> timeshard.v1.ListSchedulesRequest
-	17,  // 97: timeshard.v1.JobService.UpdateSchedule:input_type -> timeshard.v1.UpdateScheduleRequest
-	18,  // 98: timeshard.v1.JobService.PauseSchedule:input_type -> timeshard.v1.ScheduleIdRequest
-	18,  // 99: timeshard.v1.JobService.ResumeSchedule:input_type -> timeshard.v1.ScheduleIdRequest
-	18,  // 100: timeshard.v1.JobService.DeleteSchedule:input_type -> timeshard.v1.ScheduleIdRequest
-	20,  // 101: timeshard.v1.JobService.PreviewSchedule:input_type -> timeshard.v1.PreviewRequest
-	23,  // 102: timeshard.v1.JobService.ListDeadLetters:input_type -> timeshard.v1.ListDeadLettersRequest
-	25,  // 103: timeshard.v1.JobService.ReplayDeadLetters:input_type -> timeshard.v1.ReplayDeadLettersRequest
-	25,  // 104: timeshard.v1.JobService.PurgeDeadLetters:input_type -> timeshard.v1.ReplayDeadLettersRequest
-	28,  // 105: timeshard.v1.JobService.WaitJobs:input_type -> timeshard.v1.WaitJobsRequest
-	30,  // 106: timeshard.v1.WorkerService.Claim:input_type -> timeshard.v1.ClaimRequest
-	33,  // 107: timeshard.v1.WorkerService.Heartbeat:input_type -> timeshard.v1.HeartbeatRequest
-	35,  // 108: timeshard.v1.WorkerService.Complete:input_type -> timeshard.v1.CompleteRequest
-	37,  // 109: timeshard.v1.WorkerService.Fail:input_type -> timeshard.v1.FailRequest
-	40,  // 110: timeshard.v1.WorkerService.Finish:input_type -> timeshard.v1.FinishRequest
-	45,  // 111: timeshard.v1.WorkerService.Work:input_type -> timeshard.v1.WorkRequest
-	49,  // 112: timeshard.v1.AdminService.ClusterInfo:input_type -> timeshard.v1.ClusterInfoRequest
-	52,  // 113: timeshard.v1.AdminService.ShardOwners:input_type -> timeshard.v1.ShardOwnersRequest
-	54,  // 114: timeshard.v1.AdminService.MoveShard:input_type -> timeshard.v1.MoveShardRequest
-	56,  // 115: timeshard.v1.AdminService.DrainNode:input_type -> timeshard.v1.DrainNodeRequest
-	58,  // 116: timeshard.v1.AdminService.NodeStatus:input_type -> timeshard.v1.NodeStatusRequest
-	66,  // 117: timeshard.v1.AdminService.SetTypePolicies:input_type -> timeshard.v1.SetTypePoliciesRequest
-	69,  // 118: timeshard.v1.AdminService.SetTypeFlows:input_type -> timeshard.v1.SetTypeFlowsRequest
-	71,  // 119: timeshard.v1.AdminService.ListTypes:input_type -> timeshard.v1.ListTypesRequest
-	77,  // 120: timeshard.v1.PeerService.Land:input_type -> timeshard.v1.LandRequest
-	74,  // 121: timeshard.v1.PeerService.WaitFinished:input_type -> timeshard.v1.WaitFinishedRequest
-	4,   // 122: timeshard.v1.JobService.ScheduleJob:output_type -> timeshard.v1.ScheduleJobResponse
-	6,   // 123: timeshard.v1.JobService.ScheduleJobs:output_type -> timeshard.v1.ScheduleJobsResponse
-	2,   // 124: timeshard.v1.JobService.GetJob:output_type -> timeshard.v1.Job
-	9,   // 125: timeshard.v1.JobService.ListJobs:output_type -> timeshard.v1.ListJobsResponse
-	2,   // 126: timeshard.v1.JobService.CancelJob:output_type -> timeshard.v1.Job
-	2,   // 127: timeshard.v1.JobService.RescheduleJob:output_type -> timeshard.v1.Job
-	12,  // 128: timeshard.v1.JobService.CreateSchedule:output_type -> timeshard.v1.Schedule
-	12,  // 129: timeshard.v1.JobService.GetSchedule:output_type -> timeshard.v1.Schedule
-	16,  // 130: timeshard.v1.JobService.ListSchedules:output_type -> timeshard.v1.ListSchedulesResponse
-	12,  // 131: timeshard.v1.JobService.UpdateSchedule:output_type -> timeshard.v1.Schedule
-	12,  // 132: timeshard.v1.JobService.PauseSchedule:output_type -> timeshard.v1.Schedule
-	12,  // 133: timeshard.v1.JobService.ResumeSchedule:output_type -> timeshard.v1.Schedule
-	19,  // 134: timeshard.v1.JobService.DeleteSchedule:output_type -> timeshard.v1.DeleteScheduleResponse
-	22,  // 135: timeshard.v1.JobService.PreviewSchedule:output_type -> timeshard.v1.PreviewResponse
-	24,  // 136: timeshard.v1.JobService.ListDeadLetters:output_type -> timeshard.v1.ListDeadLettersResponse
-	26,  // 137: timeshard.v1.JobService.ReplayDeadLetters:output_type -> timeshard.v1.ReplayDeadLettersResponse
-	27,  // 138: timeshard.v1.JobService.PurgeDeadLetters:output_type -> timeshard.v1.PurgeDeadLettersResponse
-	29,  // 139: timeshard.v1.JobService.WaitJobs:output_type -> timeshard.v1.WaitJobsResponse
-	32,  // 140: timeshard.v1.WorkerService.Claim:output_type -> timeshard.v1.ClaimResponse
-	34,  // 141: timeshard.v1.WorkerService.Heartbeat:output_type -> timeshard.v1.HeartbeatResponse
-	36,  // 142: timeshard.v1.WorkerService.Complete:output_type -> timeshard.v1.CompleteResponse
-	38,  // 143: timeshard.v1.WorkerService.Fail:output_type -> timeshard.v1.FailResponse
-	42,  // 144: timeshard.v1.WorkerService.Finish:output_type -> timeshard.v1.FinishResponse
-	47,  // 145: timeshard.v1.WorkerService.Work:output_type -> timeshard.v1.WorkResponse
-	50,  // 146: timeshard.v1.AdminService.ClusterInfo:output_type -> timeshard.v1.ClusterInfoResponse
-	53,  // 147: timeshard.v1.AdminService.ShardOwners:output_type -> timeshard.v1.ShardOwnersResponse
-	55,  // 148: timeshard.v1.AdminService.MoveShard:output_type -> timeshard.v1.MoveShardResponse
-	57,  // 149: timeshard.v1.AdminService.DrainNode:output_type -> timeshard.v1.DrainNodeResponse
-	64,  // 150: timeshard.v1.AdminService.NodeStatus:output_type -> timeshard.v1.NodeStatusResponse
-	67,  // 151: timeshard.v1.AdminService.SetTypePolicies:output_type -> timeshard.v1.SetTypePoliciesResponse
-	70,  // 152: timeshard.v1.AdminService.SetTypeFlows:output_type -> timeshard.v1.SetTypeFlowsResponse
-	72,  // 153: timeshard.v1.AdminService.ListTypes:output_type -> timeshard.v1.ListTypesResponse
-	78,  // 154: timeshard.v1.PeerService.Land:output_type -> timeshard.v1.LandResponse
-	75,  // 155: timeshard.v1.PeerService.WaitFinished:output_type -> timeshard.v1.WaitFinishedResponse
-	122, // [122:156] is the sub-list for method output_type
-	88,  // [88:122] is the sub-list for method input_type
-	88,  // [88:88] is the sub-list for extension type_name
-	88,  // [88:88] is the sub-list for extension extendee
-	0,   // [0:88] is the sub-list for field type_name
+	81,  // 47: timeshard.v1.HeartbeatRequest.lease:type_name -> google.protobuf.Duration
+	80,  // 48: timeshard.v1.HeartbeatRequest.started_at:type_name -> google.protobuf.Timestamp
+	80,  // 49: timeshard.v1.HeartbeatResponse.lease_until:type_name -> google.protobuf.Timestamp
+	81,  // 50: timeshard.v1.HeartbeatResponse.lease:type_name -> google.protobuf.Duration
+	0,   // 51: timeshard.v1.FailResponse.state:type_name -> timeshard.v1.JobState
+	80,  // 52: timeshard.v1.FailResponse.retry_at:type_name -> google.protobuf.Timestamp
+	39,  // 53: timeshard.v1.FinishRequest.items:type_name -> timeshard.v1.FinishItem
+	0,   // 54: timeshard.v1.FinishResult.state:type_name -> timeshard.v1.JobState
+	41,  // 55: timeshard.v1.FinishResponse.results:type_name -> timeshard.v1.FinishResult
+	81,  // 56: timeshard.v1.WorkHello.lease:type_name -> google.protobuf.Duration
+	43,  // 57: timeshard.v1.WorkRequest.hello:type_name -> timeshard.v1.WorkHello
+	44,  // 58: timeshard.v1.WorkRequest.credits:type_name -> timeshard.v1.WorkCredit
+	33,  // 59: timeshard.v1.WorkRequest.heartbeats:type_name -> timeshard.v1.HeartbeatRequest
+	39,  // 60: timeshard.v1.WorkRequest.results:type_name -> timeshard.v1.FinishItem
+	33,  // 61: timeshard.v1.WorkRequest.started:type_name -> timeshard.v1.HeartbeatRequest
+	34,  // 62: timeshard.v1.HeartbeatResult.lease:type_name -> timeshard.v1.HeartbeatResponse
+	31,  // 63: timeshard.v1.WorkResponse.jobs:type_name -> timeshard.v1.ClaimedJob
+	46,  // 64: timeshard.v1.WorkResponse.heartbeats:type_name -> timeshard.v1.HeartbeatResult
+	41,  // 65: timeshard.v1.WorkResponse.results:type_name -> timeshard.v1.FinishResult
+	81,  // 66: timeshard.v1.WorkResponse.held:type_name -> google.protobuf.Duration
+	48,  // 67: timeshard.v1.ClusterInfoResponse.nodes:type_name -> timeshard.v1.Node
+	80,  // 68: timeshard.v1.ShardInfo.cursor:type_name -> google.protobuf.Timestamp
+	51,  // 69: timeshard.v1.ShardOwnersResponse.shards:type_name -> timeshard.v1.ShardInfo
+	81,  // 70: timeshard.v1.NodeStatusRequest.window:type_name -> google.protobuf.Duration
+	60,  // 71: timeshard.v1.TypeStartDelay.buckets:type_name -> timeshard.v1.LatenessBucket
+	80,  // 72: timeshard.v1.JobEvent.at:type_name -> google.protobuf.Timestamp
+	59,  // 73: timeshard.v1.NodeStatusResponse.shards:type_name -> timeshard.v1.ShardStatus
+	81,  // 74: timeshard.v1.NodeStatusResponse.window:type_name -> google.protobuf.Duration
+	60,  // 75: timeshard.v1.NodeStatusResponse.lateness:type_name -> timeshard.v1.LatenessBucket
+	61,  // 76: timeshard.v1.NodeStatusResponse.jobs:type_name -> timeshard.v1.TypeCounts
+	80,  // 77: timeshard.v1.NodeStatusResponse.dead_letters_at:type_name -> google.protobuf.Timestamp
+	64,  // 78: timeshard.v1.NodeStatusResponse.recent_failures:type_name -> timeshard.v1.JobEvent
+	64,  // 79: timeshard.v1.NodeStatusResponse.recent_dead_letters:type_name -> timeshard.v1.JobEvent
+	63,  // 80: timeshard.v1.NodeStatusResponse.unclaimed:type_name -> timeshard.v1.TypeWaiting
+	62,  // 81: timeshard.v1.NodeStatusResponse.start_delay:type_name -> timeshard.v1.TypeStartDelay
+	81,  // 82: timeshard.v1.TypePolicy.retry_base:type_name -> google.protobuf.Duration
+	81,  // 83: timeshard.v1.TypePolicy.retry_max:type_name -> google.protobuf.Duration
+	66,  // 84: timeshard.v1.SetTypePoliciesRequest.policies:type_name -> timeshard.v1.TypePolicy
+	66,  // 85: timeshard.v1.SetTypePoliciesResponse.policies:type_name -> timeshard.v1.TypePolicy
+	69,  // 86: timeshard.v1.SetTypeFlowsRequest.flows:type_name -> timeshard.v1.TypeFlow
+	74,  // 87: timeshard.v1.SetTypeFlowsResponse.types:type_name -> timeshard.v1.TypeInfo
+	74,  // 88: timeshard.v1.ListTypesResponse.types:type_name -> timeshard.v1.TypeInfo
+	66,  // 89: timeshard.v1.TypeInfo.policy:type_name -> timeshard.v1.TypePolicy
+	81,  // 90: timeshard.v1.WaitFinishedRequest.timeout:type_name -> google.protobuf.Duration
+	80,  // 91: timeshard.v1.LandedEntry.due_at:type_name -> google.protobuf.Timestamp
+	77,  // 92: timeshard.v1.LandRequest.entries:type_name -> timeshard.v1.LandedEntry
+	3,   // 93: timeshard.v1.JobService.ScheduleJob:input_type -> timeshard.v1.ScheduleJobRequest
+	5,   // 94: timeshard.v1.JobService.ScheduleJobs:input_type -> timeshard.v1.ScheduleJobsRequest
+	7,   // 95: timeshard.v1.JobService.GetJob:input_type -> timeshard.v1.GetJobRequest
+	8,   // 96: timeshard.v1.JobService.ListJobs:input_type -> timeshard.v1.ListJobsRequest
+	10,  // 97: timeshard.v1.JobService.CancelJob:input_type -> timeshard.v1.CancelJobRequest
+	11,  // 98: timeshard.v1.JobService.RescheduleJob:input_type -> timeshard.v1.RescheduleJobRequest
+	13,  // 99: timeshard.v1.JobService.CreateSchedule:input_type -> timeshard.v1.CreateScheduleRequest
+	14,  // 100: timeshard.v1.JobService.GetSchedule:input_type -> timeshard.v1.GetScheduleRequest
+	15,  // 101: timeshard.v1.JobService.ListSchedules:input_type -> timeshard.v1.ListSchedulesRequest
+	17,  // 102: timeshard.v1.JobService.UpdateSchedule:input_type -> timeshard.v1.UpdateScheduleRequest
+	18,  // 103: timeshard.v1.JobService.PauseSchedule:input_type -> timeshard.v1.ScheduleIdRequest
+	18,  // 104: timeshard.v1.JobService.ResumeSchedule:input_type -> timeshard.v1.ScheduleIdRequest
+	18,  // 105: timeshard.v1.JobService.DeleteSchedule:input_type -> timeshard.v1.ScheduleIdRequest
+	20,  // 106: timeshard.v1.JobService.PreviewSchedule:input_type -> timeshard.v1.PreviewRequest
+	23,  // 107: timeshard.v1.JobService.ListDeadLetters:input_type -> timeshard.v1.ListDeadLettersRequest
+	25,  // 108: timeshard.v1.JobService.ReplayDeadLetters:input_type -> timeshard.v1.ReplayDeadLettersRequest
+	25,  // 109: timeshard.v1.JobService.PurgeDeadLetters:input_type -> timeshard.v1.ReplayDeadLettersRequest
+	28,  // 110: timeshard.v1.JobService.WaitJobs:input_type -> timeshard.v1.WaitJobsRequest
+	30,  // 111: timeshard.v1.WorkerService.Claim:input_type -> timeshard.v1.ClaimRequest
+	33,  // 112: timeshard.v1.WorkerService.Heartbeat:input_type -> timeshard.v1.HeartbeatRequest
+	35,  // 113: timeshard.v1.WorkerService.Complete:input_type -> timeshard.v1.CompleteRequest
+	37,  // 114: timeshard.v1.WorkerService.Fail:input_type -> timeshard.v1.FailRequest
+	40,  // 115: timeshard.v1.WorkerService.Finish:input_type -> timeshard.v1.FinishRequest
+	45,  // 116: timeshard.v1.WorkerService.Work:input_type -> timeshard.v1.WorkRequest
+	49,  // 117: timeshard.v1.AdminService.ClusterInfo:input_type -> timeshard.v1.ClusterInfoRequest
+	52,  // 118: timeshard.v1.AdminService.ShardOwners:input_type -> timeshard.v1.ShardOwnersRequest
+	54,  // 119: timeshard.v1.AdminService.MoveShard:input_type -> timeshard.v1.MoveShardRequest
+	56,  // 120: timeshard.v1.AdminService.DrainNode:input_type -> timeshard.v1.DrainNodeRequest
+	58,  // 121: timeshard.v1.AdminService.NodeStatus:input_type -> timeshard.v1.NodeStatusRequest
+	67,  // 122: timeshard.v1.AdminService.SetTypePolicies:input_type -> timeshard.v1.SetTypePoliciesRequest
+	70,  // 123: timeshard.v1.AdminService.SetTypeFlows:input_type -> timeshard.v1.SetTypeFlowsRequest
+	72,  // 124: timeshard.v1.AdminService.ListTypes:input_type -> timeshard.v1.ListTypesRequest
+	78,  // 125: timeshard.v1.PeerService.Land:input_type -> timeshard.v1.LandRequest
+	75,  // 126: timeshard.v1.PeerService.WaitFinished:input_type -> timeshard.v1.WaitFinishedRequest
+	4,   // 127: timeshard.v1.JobService.ScheduleJob:output_type -> timeshard.v1.ScheduleJobResponse
+	6,   // 128: timeshard.v1.JobService.ScheduleJobs:output_type -> timeshard.v1.ScheduleJobsResponse
+	2,   // 129: timeshard.v1.JobService.GetJob:output_type -> timeshard.v1.Job
+	9,   // 130: timeshard.v1.JobService.ListJobs:output_type -> timeshard.v1.ListJobsResponse
+	2,   // 131: timeshard.v1.JobService.CancelJob:output_type -> timeshard.v1.Job
+	2,   // 132: timeshard.v1.JobService.RescheduleJob:output_type -> timeshard.v1.Job
+	12,  // 133: timeshard.v1.JobService.CreateSchedule:output_type -> timeshard.v1.Schedule
+	12,  // 134: timeshard.v1.JobService.GetSchedule:output_type -> timeshard.v1.Schedule
+	16,  // 135: timeshard.v1.JobService.ListSchedules:output_type -> timeshard.v1.ListSchedulesResponse
+	12,  // 136: timeshard.v1.JobService.UpdateSchedule:output_type -> timeshard.v1.Schedule
+	12,  // 137: timeshard.v1.JobService.PauseSchedule:output_type -> timeshard.v1.Schedule
+	12,  // 138: timeshard.v1.JobService.ResumeSchedule:output_type -> timeshard.v1.Schedule
+	19,  // 139: timeshard.v1.JobService.DeleteSchedule:output_type -> timeshard.v1.DeleteScheduleResponse
+	22,  // 140: timeshard.v1.JobService.PreviewSchedule:output_type -> timeshard.v1.PreviewResponse
+	24,  // 141: timeshard.v1.JobService.ListDeadLetters:output_type -> timeshard.v1.ListDeadLettersResponse
+	26,  // 142: timeshard.v1.JobService.ReplayDeadLetters:output_type -> timeshard.v1.ReplayDeadLettersResponse
+	27,  // 143: timeshard.v1.JobService.PurgeDeadLetters:output_type -> timeshard.v1.PurgeDeadLettersResponse
+	29,  // 144: timeshard.v1.JobService.WaitJobs:output_type -> timeshard.v1.WaitJobsResponse
+	32,  // 145: timeshard.v1.WorkerService.Claim:output_type -> timeshard.v1.ClaimResponse
+	34,  // 146: timeshard.v1.WorkerService.Heartbeat:output_type -> timeshard.v1.HeartbeatResponse
+	36,  // 147: timeshard.v1.WorkerService.Complete:output_type -> timeshard.v1.CompleteResponse
+	38,  // 148: timeshard.v1.WorkerService.Fail:output_type -> timeshard.v1.FailResponse
+	42,  // 149: timeshard.v1.WorkerService.Finish:output_type -> timeshard.v1.FinishResponse
+	47,  // 150: timeshard.v1.WorkerService.Work:output_type -> timeshard.v1.WorkResponse
+	50,  // 151: timeshard.v1.AdminService.ClusterInfo:output_type -> timeshard.v1.ClusterInfoResponse
+	53,  // 152: timeshard.v1.AdminService.ShardOwners:output_type -> timeshard.v1.ShardOwnersResponse
+	55,  // 153: timeshard.v1.AdminService.MoveShard:output_type -> timeshard.v1.MoveShardResponse
+	57,  // 154: timeshard.v1.AdminService.DrainNode:output_type -> timeshard.v1.DrainNodeResponse
+	65,  // 155: timeshard.v1.AdminService.NodeStatus:output_type -> timeshard.v1.NodeStatusResponse
+	68,  // 156: timeshard.v1.AdminService.SetTypePolicies:output_type -> timeshard.v1.SetTypePoliciesResponse
+	71,  // 157: timeshard.v1.AdminService.SetTypeFlows:output_type -> timeshard.v1.SetTypeFlowsResponse
+	73,  // 158: timeshard.v1.AdminService.ListTypes:output_type -> timeshard.v1.ListTypesResponse
+	79,  // 159: timeshard.v1.PeerService.Land:output_type -> timeshard.v1.LandResponse
+	76,  // 160: timeshard.v1.PeerService.WaitFinished:output_type -> timeshard.v1.WaitFinishedResponse
+	127, // [127:161] is the sub-list for method output_type
+	93,  // [93:127] is the sub-list for method input_type
+	93,  // [93:93] is the sub-list for extension type_name
+	93,  // [93:93] is the sub-list for extension extendee
+	0,   // [0:93] is the sub-list for field type_name
 }
 
 func init() { file_timeshard_v1_timeshard_proto_init() }
@@ -6007,14 +6230,14 @@ func file_timeshard_v1_timeshard_proto_init() {
 		(*RescheduleJobRequest_Delay)(nil),
 		(*RescheduleJobRequest_RunAt)(nil),
 	}
-	file_timeshard_v1_timeshard_proto_msgTypes[67].OneofWrappers = []any{}
+	file_timeshard_v1_timeshard_proto_msgTypes[68].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_timeshard_v1_timeshard_proto_rawDesc), len(file_timeshard_v1_timeshard_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   78,
+			NumMessages:   79,
 			NumExtensions: 0,
 			NumServices:   4,
 		},

@@ -45,6 +45,10 @@ const (
 //
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 type JobServiceClient interface {
+	// A node started with --max-ready refuses jobs due now (run_at at or before now) while that
+	// many due jobs wait for a worker on it: RESOURCE_EXHAUSTED, with trailing metadata
+	// `retry-after-ms` (how long to wait before trying again). Future jobs are always accepted.
+	// The SDKs retry such a refusal after the time it names, within a retry budget.
 	ScheduleJob(ctx context.Context, in *ScheduleJobRequest, opts ...grpc.CallOption) (*ScheduleJobResponse, error)
 	ScheduleJobs(ctx context.Context, in *ScheduleJobsRequest, opts ...grpc.CallOption) (*ScheduleJobsResponse, error)
 	GetJob(ctx context.Context, in *GetJobRequest, opts ...grpc.CallOption) (*Job, error)
@@ -266,6 +270,10 @@ type JobService_WaitJobsClient = grpc.ServerStreamingClient[WaitJobsResponse]
 // All implementations must embed UnimplementedJobServiceServer
 // for forward compatibility.
 type JobServiceServer interface {
+	// A node started with --max-ready refuses jobs due now (run_at at or before now) while that
+	// many due jobs wait for a worker on it: RESOURCE_EXHAUSTED, with trailing metadata
+	// `retry-after-ms` (how long to wait before trying again). Future jobs are always accepted.
+	// The SDKs retry such a refusal after the time it names, within a retry budget.
 	ScheduleJob(context.Context, *ScheduleJobRequest) (*ScheduleJobResponse, error)
 	ScheduleJobs(context.Context, *ScheduleJobsRequest) (*ScheduleJobsResponse, error)
 	GetJob(context.Context, *GetJobRequest) (*Job, error)

@@ -144,6 +144,17 @@ export interface Job {
     | undefined;
   /** 0 (the default, lowest) to 9: higher goes first among the due jobs of its type, with aging. */
   priority: number;
+  /**
+   * Deliveries that ended without a handler start (given back unstarted by the worker, or a
+   * lease that ran out with no start notice). Not attempts: they never count against
+   * max_attempts; at the type's max_unstarted the job is dead ("never started").
+   */
+  unstarted: number;
+  /**
+   * The running attempt's handler started (its worker's start notice reached a node): an
+   * expired lease then counts as a failed attempt, and a cancel says the handler had started.
+   */
+  startNoticed: boolean;
 }
 
 export interface ScheduleJobRequest {
@@ -446,7 +457,17 @@ export interface ClaimResponse {
 export interface HeartbeatRequest {
   jobId: string;
   fence: number;
-  lease: Duration | undefined;
+  lease:
+    | Duration
+    | undefined;
+  /**
+   * A start notice: the worker started this job's handler under this fence, at started_at
+   * (its own clock). The attempt counts from this notice (a lease that then runs out is a
+   * failed attempt); a job whose lease runs out with no start notice goes back uncounted.
+   * Send it as the handler starts (a unary worker: a Heartbeat with started set).
+   */
+  started: boolean;
+  startedAt: Date | undefined;
 }
 
 export interface HeartbeatResponse {
@@ -507,6 +528,13 @@ export interface FinishItem {
    * it is cut to its end, not refused.
    */
   traceback: string;
+  /**
+   * With give_back: the handler never started (its lease was over, or too short to run, when
+   * the job reached the worker; the worker was stopping). Not an attempt; counts against the
+   * type's max_unstarted. `error` says why ("not started: lease over before the worker
+   * received it").
+   */
+  notStarted: boolean;
 }
 
 export interface FinishRequest {
@@ -557,6 +585,12 @@ export interface WorkRequest {
   results: FinishItem[];
   /** No more jobs: the node drops every credit, pushes nothing more and answers `stopped`. */
   stop: boolean;
+  /**
+   * Start notices (only job_id, fence, started and started_at are read): handlers started
+   * since the last request. Sent as each handler starts; no lease is extended and no answer
+   * is given (a notice for a fence no longer current is ignored).
+   */
+  started: HeartbeatRequest[];
 }
 
 export interface HeartbeatResult {
@@ -570,9 +604,9 @@ export interface HeartbeatResult {
 
 export interface WorkResponse {
   /**
-   * Jobs pushed, each under a lease taken after the node had read the request numbered
+   * Jobs pushed, each under a lease taken `held` after the node had read the request numbered
    * `after_seq` of this stream: the worker's deadline for them is (time it sent that request) +
-   * lease - safety margin.
+   * held + lease - safety margin (held unset: 0, as before it was sent).
    */
   jobs: ClaimedJob[];
   afterSeq: number;
@@ -582,6 +616,7 @@ export interface WorkResponse {
   results: FinishResult[];
   /** The answer to `stop`: nothing more is pushed on this stream. */
   stopped: boolean;
+  held: Duration | undefined;
 }
 
 export interface Node {
@@ -676,6 +711,22 @@ export interface TypeCounts {
   reruns: number;
   /** jobs not started by their deadline (state expired) */
   expired: number;
+  /** deliveries that ended without a handler start (uncounted) */
+  notStarted: number;
+  /** jobs dead after max_unstarted deliveries without a start */
+  deadUnstarted: number;
+}
+
+/**
+ * Schedule-to-start of one job type on this node in the window: the time from the job's due
+ * time to its handler's start (the worker's start notice), apart from lease and run times.
+ */
+export interface TypeStartDelay {
+  type: string;
+  /** le_ms buckets as in `lateness` */
+  buckets: LatenessBucket[];
+  maxMs: number;
+  count: number;
 }
 
 /**
@@ -727,6 +778,14 @@ export interface NodeStatusResponse {
   recentDeadLetters: JobEvent[];
   /** per type queued on this node, the longest waiting first */
   unclaimed: TypeWaiting[];
+  startDelay: TypeStartDelay[];
+  /**
+   * Worker streams on this node whose pushes are behind (a push would reach its worker with
+   * less than half its lease left): no job is claimed for them until they catch up.
+   */
+  streamsBehind: number;
+  /** due jobs ready here and not started (bounded by --max-ready) */
+  readyDue: number;
 }
 
 /** One job type's policy. A field left 0 (or unset) keeps the node's default for it. */
@@ -744,6 +803,11 @@ export interface TypePolicy {
     | undefined;
   /** running at once across the cluster, >= 1 */
   concurrency: number;
+  /**
+   * Deliveries without a handler start before the job is dead ("never started"), 1-1000;
+   * default 20. Apart from max_attempts: waiting never spends an attempt.
+   */
+  maxUnstarted: number;
 }
 
 export interface SetTypePoliciesRequest {
@@ -1036,6 +1100,8 @@ function createBaseJob(): Job {
     resultEncoding: "",
     deadline: undefined,
     priority: 0,
+    unstarted: 0,
+    startNoticed: false,
   };
 }
 
@@ -1103,6 +1169,12 @@ export const Job: MessageFns<Job> = {
     }
     if (message.priority !== 0) {
       writer.uint32(168).int32(message.priority);
+    }
+    if (message.unstarted !== 0) {
+      writer.uint32(176).int32(message.unstarted);
+    }
+    if (message.startNoticed !== false) {
+      writer.uint32(184).bool(message.startNoticed);
     }
     return writer;
   },
@@ -1288,6 +1360,22 @@ export const Job: MessageFns<Job> = {
             message.priority = reader.int32();
             continue;
           }
+          case 22: {
+            if (tag !== 176) {
+              break;
+            }
+
+            message.unstarted = reader.int32();
+            continue;
+          }
+          case 23: {
+            if (tag !== 184) {
+              break;
+            }
+
+            message.startNoticed = reader.bool();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1369,6 +1457,12 @@ export const Job: MessageFns<Job> = {
         : "",
       deadline: isSet(object.deadline) ? fromJsonTimestamp(object.deadline) : undefined,
       priority: isSet(object.priority) ? globalThis.Number(object.priority) : 0,
+      unstarted: isSet(object.unstarted) ? globalThis.Number(object.unstarted) : 0,
+      startNoticed: isSet(object.startNoticed)
+        ? globalThis.Boolean(object.startNoticed)
+        : isSet(object.start_noticed)
+        ? globalThis.Boolean(object.start_noticed)
+        : false,
     };
   },
 
@@ -1437,6 +1531,12 @@ export const Job: MessageFns<Job> = {
     if (message.priority !== 0) {
       obj.priority = Math.round(message.priority);
     }
+    if (message.unstarted !== 0) {
+      obj.unstarted = Math.round(message.unstarted);
+    }
+    if (message.startNoticed !== false) {
+      obj.startNoticed = message.startNoticed;
+    }
     return obj;
   },
 
@@ -1466,6 +1566,8 @@ export const Job: MessageFns<Job> = {
     message.resultEncoding = object.resultEncoding ?? "";
     message.deadline = object.deadline ?? undefined;
     message.priority = object.priority ?? 0;
+    message.unstarted = object.unstarted ?? 0;
+    message.startNoticed = object.startNoticed ?? false;
     return message;
   },
 };
@@ -4816,7 +4918,7 @@ export const ClaimResponse: MessageFns<ClaimResponse> = {
 };
 
 function createBaseHeartbeatRequest(): HeartbeatRequest {
-  return { jobId: "", fence: 0, lease: undefined };
+  return { jobId: "", fence: 0, lease: undefined, started: false, startedAt: undefined };
 }
 
 export const HeartbeatRequest: MessageFns<HeartbeatRequest> = {
@@ -4829,6 +4931,12 @@ export const HeartbeatRequest: MessageFns<HeartbeatRequest> = {
     }
     if (message.lease !== undefined) {
       Duration.encode(message.lease, writer.uint32(26).fork()).join();
+    }
+    if (message.started !== false) {
+      writer.uint32(32).bool(message.started);
+    }
+    if (message.startedAt !== undefined) {
+      Timestamp.encode(toTimestamp(message.startedAt), writer.uint32(42).fork()).join();
     }
     return writer;
   },
@@ -4870,6 +4978,22 @@ export const HeartbeatRequest: MessageFns<HeartbeatRequest> = {
             message.lease = Duration.decode(reader, reader.uint32());
             continue;
           }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.started = reader.bool();
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.startedAt = fromTimestamp(Timestamp.decode(reader, reader.uint32()));
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -4891,6 +5015,12 @@ export const HeartbeatRequest: MessageFns<HeartbeatRequest> = {
         : "",
       fence: isSet(object.fence) ? globalThis.Number(object.fence) : 0,
       lease: isSet(object.lease) ? Duration.fromJSON(object.lease) : undefined,
+      started: isSet(object.started) ? globalThis.Boolean(object.started) : false,
+      startedAt: isSet(object.startedAt)
+        ? fromJsonTimestamp(object.startedAt)
+        : isSet(object.started_at)
+        ? fromJsonTimestamp(object.started_at)
+        : undefined,
     };
   },
 
@@ -4905,6 +5035,12 @@ export const HeartbeatRequest: MessageFns<HeartbeatRequest> = {
     if (message.lease !== undefined) {
       obj.lease = Duration.toJSON(message.lease);
     }
+    if (message.started !== false) {
+      obj.started = message.started;
+    }
+    if (message.startedAt !== undefined) {
+      obj.startedAt = message.startedAt.toISOString();
+    }
     return obj;
   },
 
@@ -4918,6 +5054,8 @@ export const HeartbeatRequest: MessageFns<HeartbeatRequest> = {
     message.lease = (object.lease !== undefined && object.lease !== null)
       ? Duration.fromPartial(object.lease)
       : undefined;
+    message.started = object.started ?? false;
+    message.startedAt = object.startedAt ?? undefined;
     return message;
   },
 };
@@ -5375,6 +5513,7 @@ function createBaseFinishItem(): FinishItem {
     result: Buffer.alloc(0),
     resultEncoding: "",
     traceback: "",
+    notStarted: false,
   };
 }
 
@@ -5406,6 +5545,9 @@ export const FinishItem: MessageFns<FinishItem> = {
     }
     if (message.traceback !== "") {
       writer.uint32(74).string(message.traceback);
+    }
+    if (message.notStarted !== false) {
+      writer.uint32(80).bool(message.notStarted);
     }
     return writer;
   },
@@ -5495,6 +5637,14 @@ export const FinishItem: MessageFns<FinishItem> = {
             message.traceback = reader.string();
             continue;
           }
+          case 10: {
+            if (tag !== 80) {
+              break;
+            }
+
+            message.notStarted = reader.bool();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -5530,6 +5680,11 @@ export const FinishItem: MessageFns<FinishItem> = {
         ? globalThis.String(object.result_encoding)
         : "",
       traceback: isSet(object.traceback) ? globalThis.String(object.traceback) : "",
+      notStarted: isSet(object.notStarted)
+        ? globalThis.Boolean(object.notStarted)
+        : isSet(object.not_started)
+        ? globalThis.Boolean(object.not_started)
+        : false,
     };
   },
 
@@ -5562,6 +5717,9 @@ export const FinishItem: MessageFns<FinishItem> = {
     if (message.traceback !== "") {
       obj.traceback = message.traceback;
     }
+    if (message.notStarted !== false) {
+      obj.notStarted = message.notStarted;
+    }
     return obj;
   },
 
@@ -5579,6 +5737,7 @@ export const FinishItem: MessageFns<FinishItem> = {
     message.result = object.result ?? Buffer.alloc(0);
     message.resultEncoding = object.resultEncoding ?? "";
     message.traceback = object.traceback ?? "";
+    message.notStarted = object.notStarted ?? false;
     return message;
   },
 };
@@ -6041,7 +6200,7 @@ export const WorkCredit: MessageFns<WorkCredit> = {
 };
 
 function createBaseWorkRequest(): WorkRequest {
-  return { seq: 0, hello: undefined, credits: [], heartbeats: [], results: [], stop: false };
+  return { seq: 0, hello: undefined, credits: [], heartbeats: [], results: [], stop: false, started: [] };
 }
 
 export const WorkRequest: MessageFns<WorkRequest> = {
@@ -6063,6 +6222,9 @@ export const WorkRequest: MessageFns<WorkRequest> = {
     }
     if (message.stop !== false) {
       writer.uint32(48).bool(message.stop);
+    }
+    for (const v of message.started) {
+      HeartbeatRequest.encode(v!, writer.uint32(58).fork()).join();
     }
     return writer;
   },
@@ -6128,6 +6290,14 @@ export const WorkRequest: MessageFns<WorkRequest> = {
             message.stop = reader.bool();
             continue;
           }
+          case 7: {
+            if (tag !== 58) {
+              break;
+            }
+
+            message.started.push(HeartbeatRequest.decode(reader, reader.uint32()));
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -6150,6 +6320,9 @@ export const WorkRequest: MessageFns<WorkRequest> = {
         : [],
       results: globalThis.Array.isArray(object?.results) ? object.results.map((e: any) => FinishItem.fromJSON(e)) : [],
       stop: isSet(object.stop) ? globalThis.Boolean(object.stop) : false,
+      started: globalThis.Array.isArray(object?.started)
+        ? object.started.map((e: any) => HeartbeatRequest.fromJSON(e))
+        : [],
     };
   },
 
@@ -6173,6 +6346,9 @@ export const WorkRequest: MessageFns<WorkRequest> = {
     if (message.stop !== false) {
       obj.stop = message.stop;
     }
+    if (message.started?.length) {
+      obj.started = message.started.map((e) => HeartbeatRequest.toJSON(e));
+    }
     return obj;
   },
 
@@ -6189,6 +6365,7 @@ export const WorkRequest: MessageFns<WorkRequest> = {
     message.heartbeats = object.heartbeats?.map((e) => HeartbeatRequest.fromPartial(e)) || [];
     message.results = object.results?.map((e) => FinishItem.fromPartial(e)) || [];
     message.stop = object.stop ?? false;
+    message.started = object.started?.map((e) => HeartbeatRequest.fromPartial(e)) || [];
     return message;
   },
 };
@@ -6317,7 +6494,7 @@ export const HeartbeatResult: MessageFns<HeartbeatResult> = {
 };
 
 function createBaseWorkResponse(): WorkResponse {
-  return { jobs: [], afterSeq: 0, seq: 0, heartbeats: [], results: [], stopped: false };
+  return { jobs: [], afterSeq: 0, seq: 0, heartbeats: [], results: [], stopped: false, held: undefined };
 }
 
 export const WorkResponse: MessageFns<WorkResponse> = {
@@ -6339,6 +6516,9 @@ export const WorkResponse: MessageFns<WorkResponse> = {
     }
     if (message.stopped !== false) {
       writer.uint32(48).bool(message.stopped);
+    }
+    if (message.held !== undefined) {
+      Duration.encode(message.held, writer.uint32(58).fork()).join();
     }
     return writer;
   },
@@ -6404,6 +6584,14 @@ export const WorkResponse: MessageFns<WorkResponse> = {
             message.stopped = reader.bool();
             continue;
           }
+          case 7: {
+            if (tag !== 58) {
+              break;
+            }
+
+            message.held = Duration.decode(reader, reader.uint32());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -6432,6 +6620,7 @@ export const WorkResponse: MessageFns<WorkResponse> = {
         ? object.results.map((e: any) => FinishResult.fromJSON(e))
         : [],
       stopped: isSet(object.stopped) ? globalThis.Boolean(object.stopped) : false,
+      held: isSet(object.held) ? Duration.fromJSON(object.held) : undefined,
     };
   },
 
@@ -6455,6 +6644,9 @@ export const WorkResponse: MessageFns<WorkResponse> = {
     if (message.stopped !== false) {
       obj.stopped = message.stopped;
     }
+    if (message.held !== undefined) {
+      obj.held = Duration.toJSON(message.held);
+    }
     return obj;
   },
 
@@ -6469,6 +6661,7 @@ export const WorkResponse: MessageFns<WorkResponse> = {
     message.heartbeats = object.heartbeats?.map((e) => HeartbeatResult.fromPartial(e)) || [];
     message.results = object.results?.map((e) => FinishResult.fromPartial(e)) || [];
     message.stopped = object.stopped ?? false;
+    message.held = (object.held !== undefined && object.held !== null) ? Duration.fromPartial(object.held) : undefined;
     return message;
   },
 };
@@ -7666,6 +7859,8 @@ function createBaseTypeCounts(): TypeCounts {
     leaseExpiries: 0,
     reruns: 0,
     expired: 0,
+    notStarted: 0,
+    deadUnstarted: 0,
   };
 }
 
@@ -7703,6 +7898,12 @@ export const TypeCounts: MessageFns<TypeCounts> = {
     }
     if (message.expired !== 0) {
       writer.uint32(88).int64(message.expired);
+    }
+    if (message.notStarted !== 0) {
+      writer.uint32(96).int64(message.notStarted);
+    }
+    if (message.deadUnstarted !== 0) {
+      writer.uint32(104).int64(message.deadUnstarted);
     }
     return writer;
   },
@@ -7808,6 +8009,22 @@ export const TypeCounts: MessageFns<TypeCounts> = {
             message.expired = longToNumber(reader.int64());
             continue;
           }
+          case 12: {
+            if (tag !== 96) {
+              break;
+            }
+
+            message.notStarted = longToNumber(reader.int64());
+            continue;
+          }
+          case 13: {
+            if (tag !== 104) {
+              break;
+            }
+
+            message.deadUnstarted = longToNumber(reader.int64());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -7841,6 +8058,16 @@ export const TypeCounts: MessageFns<TypeCounts> = {
         : 0,
       reruns: isSet(object.reruns) ? globalThis.Number(object.reruns) : 0,
       expired: isSet(object.expired) ? globalThis.Number(object.expired) : 0,
+      notStarted: isSet(object.notStarted)
+        ? globalThis.Number(object.notStarted)
+        : isSet(object.not_started)
+        ? globalThis.Number(object.not_started)
+        : 0,
+      deadUnstarted: isSet(object.deadUnstarted)
+        ? globalThis.Number(object.deadUnstarted)
+        : isSet(object.dead_unstarted)
+        ? globalThis.Number(object.dead_unstarted)
+        : 0,
     };
   },
 
@@ -7879,6 +8106,12 @@ export const TypeCounts: MessageFns<TypeCounts> = {
     if (message.expired !== 0) {
       obj.expired = Math.round(message.expired);
     }
+    if (message.notStarted !== 0) {
+      obj.notStarted = Math.round(message.notStarted);
+    }
+    if (message.deadUnstarted !== 0) {
+      obj.deadUnstarted = Math.round(message.deadUnstarted);
+    }
     return obj;
   },
 
@@ -7898,6 +8131,131 @@ export const TypeCounts: MessageFns<TypeCounts> = {
     message.leaseExpiries = object.leaseExpiries ?? 0;
     message.reruns = object.reruns ?? 0;
     message.expired = object.expired ?? 0;
+    message.notStarted = object.notStarted ?? 0;
+    message.deadUnstarted = object.deadUnstarted ?? 0;
+    return message;
+  },
+};
+
+function createBaseTypeStartDelay(): TypeStartDelay {
+  return { type: "", buckets: [], maxMs: 0, count: 0 };
+}
+
+export const TypeStartDelay: MessageFns<TypeStartDelay> = {
+  encode(message: TypeStartDelay, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.type !== "") {
+      writer.uint32(10).string(message.type);
+    }
+    for (const v of message.buckets) {
+      LatenessBucket.encode(v!, writer.uint32(18).fork()).join();
+    }
+    if (message.maxMs !== 0) {
+      writer.uint32(25).double(message.maxMs);
+    }
+    if (message.count !== 0) {
+      writer.uint32(32).int64(message.count);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): TypeStartDelay {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseTypeStartDelay();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.type = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.buckets.push(LatenessBucket.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 3: {
+            if (tag !== 25) {
+              break;
+            }
+
+            message.maxMs = reader.double();
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.count = longToNumber(reader.int64());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): TypeStartDelay {
+    return {
+      type: isSet(object.type) ? globalThis.String(object.type) : "",
+      buckets: globalThis.Array.isArray(object?.buckets)
+        ? object.buckets.map((e: any) => LatenessBucket.fromJSON(e))
+        : [],
+      maxMs: isSet(object.maxMs)
+        ? globalThis.Number(object.maxMs)
+        : isSet(object.max_ms)
+        ? globalThis.Number(object.max_ms)
+        : 0,
+      count: isSet(object.count) ? globalThis.Number(object.count) : 0,
+    };
+  },
+
+  toJSON(message: TypeStartDelay): unknown {
+    const obj: any = {};
+    if (message.type !== "") {
+      obj.type = message.type;
+    }
+    if (message.buckets?.length) {
+      obj.buckets = message.buckets.map((e) => LatenessBucket.toJSON(e));
+    }
+    if (message.maxMs !== 0) {
+      obj.maxMs = floatToJson(message.maxMs);
+    }
+    if (message.count !== 0) {
+      obj.count = Math.round(message.count);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<TypeStartDelay>, I>>(base?: I): TypeStartDelay {
+    return TypeStartDelay.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<TypeStartDelay>, I>>(object: I): TypeStartDelay {
+    const message = createBaseTypeStartDelay();
+    message.type = object.type ?? "";
+    message.buckets = object.buckets?.map((e) => LatenessBucket.fromPartial(e)) || [];
+    message.maxMs = object.maxMs ?? 0;
+    message.count = object.count ?? 0;
     return message;
   },
 };
@@ -8228,6 +8586,9 @@ function createBaseNodeStatusResponse(): NodeStatusResponse {
     recentFailures: [],
     recentDeadLetters: [],
     unclaimed: [],
+    startDelay: [],
+    streamsBehind: 0,
+    readyDue: 0,
   };
 }
 
@@ -8286,6 +8647,15 @@ export const NodeStatusResponse: MessageFns<NodeStatusResponse> = {
     }
     for (const v of message.unclaimed) {
       TypeWaiting.encode(v!, writer.uint32(146).fork()).join();
+    }
+    for (const v of message.startDelay) {
+      TypeStartDelay.encode(v!, writer.uint32(154).fork()).join();
+    }
+    if (message.streamsBehind !== 0) {
+      writer.uint32(160).int32(message.streamsBehind);
+    }
+    if (message.readyDue !== 0) {
+      writer.uint32(168).int64(message.readyDue);
     }
     return writer;
   },
@@ -8447,6 +8817,30 @@ export const NodeStatusResponse: MessageFns<NodeStatusResponse> = {
             message.unclaimed.push(TypeWaiting.decode(reader, reader.uint32()));
             continue;
           }
+          case 19: {
+            if (tag !== 154) {
+              break;
+            }
+
+            message.startDelay.push(TypeStartDelay.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 20: {
+            if (tag !== 160) {
+              break;
+            }
+
+            message.streamsBehind = reader.int32();
+            continue;
+          }
+          case 21: {
+            if (tag !== 168) {
+              break;
+            }
+
+            message.readyDue = longToNumber(reader.int64());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -8531,6 +8925,21 @@ export const NodeStatusResponse: MessageFns<NodeStatusResponse> = {
       unclaimed: globalThis.Array.isArray(object?.unclaimed)
         ? object.unclaimed.map((e: any) => TypeWaiting.fromJSON(e))
         : [],
+      startDelay: globalThis.Array.isArray(object?.startDelay)
+        ? object.startDelay.map((e: any) => TypeStartDelay.fromJSON(e))
+        : globalThis.Array.isArray(object?.start_delay)
+        ? object.start_delay.map((e: any) => TypeStartDelay.fromJSON(e))
+        : [],
+      streamsBehind: isSet(object.streamsBehind)
+        ? globalThis.Number(object.streamsBehind)
+        : isSet(object.streams_behind)
+        ? globalThis.Number(object.streams_behind)
+        : 0,
+      readyDue: isSet(object.readyDue)
+        ? globalThis.Number(object.readyDue)
+        : isSet(object.ready_due)
+        ? globalThis.Number(object.ready_due)
+        : 0,
     };
   },
 
@@ -8590,6 +8999,15 @@ export const NodeStatusResponse: MessageFns<NodeStatusResponse> = {
     if (message.unclaimed?.length) {
       obj.unclaimed = message.unclaimed.map((e) => TypeWaiting.toJSON(e));
     }
+    if (message.startDelay?.length) {
+      obj.startDelay = message.startDelay.map((e) => TypeStartDelay.toJSON(e));
+    }
+    if (message.streamsBehind !== 0) {
+      obj.streamsBehind = Math.round(message.streamsBehind);
+    }
+    if (message.readyDue !== 0) {
+      obj.readyDue = Math.round(message.readyDue);
+    }
     return obj;
   },
 
@@ -8618,12 +9036,15 @@ export const NodeStatusResponse: MessageFns<NodeStatusResponse> = {
     message.recentFailures = object.recentFailures?.map((e) => JobEvent.fromPartial(e)) || [];
     message.recentDeadLetters = object.recentDeadLetters?.map((e) => JobEvent.fromPartial(e)) || [];
     message.unclaimed = object.unclaimed?.map((e) => TypeWaiting.fromPartial(e)) || [];
+    message.startDelay = object.startDelay?.map((e) => TypeStartDelay.fromPartial(e)) || [];
+    message.streamsBehind = object.streamsBehind ?? 0;
+    message.readyDue = object.readyDue ?? 0;
     return message;
   },
 };
 
 function createBaseTypePolicy(): TypePolicy {
-  return { type: "", maxAttempts: 0, retryBase: undefined, retryMax: undefined, concurrency: 0 };
+  return { type: "", maxAttempts: 0, retryBase: undefined, retryMax: undefined, concurrency: 0, maxUnstarted: 0 };
 }
 
 export const TypePolicy: MessageFns<TypePolicy> = {
@@ -8642,6 +9063,9 @@ export const TypePolicy: MessageFns<TypePolicy> = {
     }
     if (message.concurrency !== 0) {
       writer.uint32(40).int32(message.concurrency);
+    }
+    if (message.maxUnstarted !== 0) {
+      writer.uint32(48).int32(message.maxUnstarted);
     }
     return writer;
   },
@@ -8699,6 +9123,14 @@ export const TypePolicy: MessageFns<TypePolicy> = {
             message.concurrency = reader.int32();
             continue;
           }
+          case 6: {
+            if (tag !== 48) {
+              break;
+            }
+
+            message.maxUnstarted = reader.int32();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -8730,6 +9162,11 @@ export const TypePolicy: MessageFns<TypePolicy> = {
         ? Duration.fromJSON(object.retry_max)
         : undefined,
       concurrency: isSet(object.concurrency) ? globalThis.Number(object.concurrency) : 0,
+      maxUnstarted: isSet(object.maxUnstarted)
+        ? globalThis.Number(object.maxUnstarted)
+        : isSet(object.max_unstarted)
+        ? globalThis.Number(object.max_unstarted)
+        : 0,
     };
   },
 
@@ -8750,6 +9187,9 @@ export const TypePolicy: MessageFns<TypePolicy> = {
     if (message.concurrency !== 0) {
       obj.concurrency = Math.round(message.concurrency);
     }
+    if (message.maxUnstarted !== 0) {
+      obj.maxUnstarted = Math.round(message.maxUnstarted);
+    }
     return obj;
   },
 
@@ -8767,6 +9207,7 @@ export const TypePolicy: MessageFns<TypePolicy> = {
       ? Duration.fromPartial(object.retryMax)
       : undefined;
     message.concurrency = object.concurrency ?? 0;
+    message.maxUnstarted = object.maxUnstarted ?? 0;
     return message;
   },
 };
@@ -9990,6 +10431,12 @@ export const LandResponse: MessageFns<LandResponse> = {
 
 export type JobServiceService = typeof JobServiceService;
 export const JobServiceService = {
+  /**
+   * A node started with --max-ready refuses jobs due now (run_at at or before now) while that
+   * many due jobs wait for a worker on it: RESOURCE_EXHAUSTED, with trailing metadata
+   * `retry-after-ms` (how long to wait before trying again). Future jobs are always accepted.
+   * The SDKs retry such a refusal after the time it names, within a retry budget.
+   */
   scheduleJob: {
     path: "/timeshard.v1.JobService/ScheduleJob" as const,
     requestStream: false as const,
@@ -10166,6 +10613,12 @@ export const JobServiceService = {
 } as const;
 
 export interface JobServiceServer extends UntypedServiceImplementation {
+  /**
+   * A node started with --max-ready refuses jobs due now (run_at at or before now) while that
+   * many due jobs wait for a worker on it: RESOURCE_EXHAUSTED, with trailing metadata
+   * `retry-after-ms` (how long to wait before trying again). Future jobs are always accepted.
+   * The SDKs retry such a refusal after the time it names, within a retry budget.
+   */
   scheduleJob: handleUnaryCall<ScheduleJobRequest, ScheduleJobResponse>;
   scheduleJobs: handleUnaryCall<ScheduleJobsRequest, ScheduleJobsResponse>;
   getJob: handleUnaryCall<GetJobRequest, Job>;
@@ -10187,6 +10640,12 @@ export interface JobServiceServer extends UntypedServiceImplementation {
 }
 
 export interface JobServiceClient extends Client {
+  /**
+   * A node started with --max-ready refuses jobs due now (run_at at or before now) while that
+   * many due jobs wait for a worker on it: RESOURCE_EXHAUSTED, with trailing metadata
+   * `retry-after-ms` (how long to wait before trying again). Future jobs are always accepted.
+   * The SDKs retry such a refusal after the time it names, within a retry budget.
+   */
   scheduleJob(
     request: ScheduleJobRequest,
     callback: (error: ServiceError | null, response: ScheduleJobResponse) => void,
