@@ -12,7 +12,7 @@ import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from timeshard.cli.common import number, port, shard_count
+from timeshard.cli.common import number, port, shard_count, whole
 from timeshard.cli.demo import add_demo_handlers
 from timeshard.cli.heap import freeze_startup_objects, tune_collector
 from timeshard.cli.security import add_server_options, server_security
@@ -21,7 +21,12 @@ from timeshard.clock import SystemClock
 from timeshard.console import when as format_time
 from timeshard.errors import InvalidArgument
 from timeshard.factory import make_coordinator, make_store
-from timeshard.limits import DEFAULT_PRIORITY_AGING_MS, MAX_PRIORITY
+from timeshard.limits import (
+    DEFAULT_MAX_UNSTARTED,
+    DEFAULT_PRIORITY_AGING_MS,
+    MAX_PRIORITY,
+    MAX_UNSTARTED,
+)
 from timeshard.node import Node, NodeConfig, TypePolicy
 from timeshard.node.dispatcher import READ_MARGIN_S, DispatchConfig
 from timeshard.node.retry import RetryPolicy
@@ -140,6 +145,24 @@ def _node_options(p: argparse.ArgumentParser, *, shards: int) -> None:
         f"job waits at most {MAX_PRIORITY}x this longer than a priority-{MAX_PRIORITY} one",
     )
     p.add_argument(
+        "--max-ready",
+        type=whole(1, note="due jobs"),
+        default=None,
+        metavar="N",
+        help="refuse due-now ScheduleJob calls (RESOURCE_EXHAUSTED with a retry-after) while this "
+        "node holds N due jobs that no worker started; future jobs are always accepted "
+        "(default: no bound)",
+    )
+    p.add_argument(
+        "--max-unstarted",
+        type=whole(1, MAX_UNSTARTED, note="deliveries"),
+        default=DEFAULT_MAX_UNSTARTED,
+        metavar="N",
+        help='a job delivered N times without its handler starting is dead, "never started" '
+        f"(a type's policy may say otherwise; default {DEFAULT_MAX_UNSTARTED}); such "
+        "deliveries never count as attempts",
+    )
+    p.add_argument(
         "--types",
         help='JSON file of per-type policies and flows: {"email.send": {"max_attempts": 5, '
         '"retry_base": 2, "retry_max": 600, "concurrency": 10, "rate": 50, "burst": 10, '
@@ -178,6 +201,8 @@ def _node(args: argparse.Namespace, store_url: str, coordinator: str) -> Node:
         types=args.type_policies,
         flows=args.type_flows,
         priority_aging_s=args.priority_aging,
+        max_ready=args.max_ready or 0,
+        default_max_unstarted=args.max_unstarted,
     )
     return Node(
         store=make_store(store_url, num_shards=args.shards, retention=_retention(args)),

@@ -595,6 +595,8 @@ _STATE_COLUMNS = (
     "finished_at",
     "last_error",
     "history",
+    "unstarted",
+    "start_noticed",
 )
 
 
