@@ -6,6 +6,7 @@ start, with a time to try again, while it keeps accepting future jobs."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -169,3 +170,35 @@ async def test_a_refusal_reaches_the_client_as_resource_exhausted_with_a_retry_a
             assert 250 <= int(trailers[RETRY_AFTER_KEY]) <= 5000
     finally:
         await server.stop(0)
+
+
+# -- a cancel of a job whose push is in flight -------------------------------------------------
+
+
+async def test_a_cancel_says_whether_the_handler_had_started() -> None:
+    """The documented rule: a cancelled running job's handler does not start, or the cancel
+    says it had started. A notice that came before the cancel, or comes while it waits (the
+    push was on its way and the worker started it), makes the answer say so; with none by the
+    lease's end, the worker could not have started it (its deadline is before that end)."""
+    async with node_with() as (node, clock):
+        for _ in range(3):
+            await node.schedule(job_type="t", payload=b"{}", run_at=START_MS)
+        await advance(node, clock, 0.5)
+        claimed = await node.claim(worker="w1", types=["t"], limit=3, wait_s=0, lease_s=LEASE_S)
+        noticed, in_flight, never = [(c.job.job_id, c.job.fence) for c in claimed]
+
+        node.notice_starts([Beat(*noticed, 0.0, clock.now_ms())])
+        assert (await node.cancel(noticed[0])).start_noticed
+
+        cancelling = asyncio.ensure_future(node.cancel(in_flight[0]))
+        await wait_until(lambda: bool(node.starts._waiters), what="the cancel waiting")
+        node.notice_starts([Beat(*in_flight, 0.0, clock.now_ms())])  # the worker started it
+        cancelled = await cancelling
+        assert cancelled.state is JobState.CANCELLED and cancelled.start_noticed
+
+        cancelling = asyncio.ensure_future(node.cancel(never[0]))
+        await wait_until(lambda: bool(node.starts._waiters), what="the cancel waiting")
+        clock.advance(LEASE_S)  # the lease ends with no notice
+        cancelled = await cancelling
+        assert cancelled.state is JobState.CANCELLED and not cancelled.start_noticed
+        assert not node.starts._waiters and len(node.starts) == 0

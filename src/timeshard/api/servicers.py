@@ -185,7 +185,9 @@ class JobService(pb_grpc.JobServiceServicer):
 
     @rpc
     async def CancelJob(self, request: pb.CancelJobRequest, context: Ctx) -> pb.Job:
-        return job_to_pb(await self.node.cancel(request.job_id))
+        remaining = context.time_remaining()  # (None: the caller set no deadline)
+        wait_s = 30.0 if remaining is None else max(0.0, remaining - 0.5)
+        return job_to_pb(await self.node.cancel(request.job_id, wait_s=wait_s))
 
     @rpc
     async def RescheduleJob(self, request: pb.RescheduleJobRequest, context: Ctx) -> pb.Job:

@@ -188,6 +188,7 @@ def job_json(job: pb.Job) -> dict[str, Any]:
         "attempt": job.attempt,
         "max_attempts": job.max_attempts,
         "unstarted": job.unstarted,
+        "start_noticed": job.start_noticed,
         "run_at": t(job.run_at, True),
         "created_at": t(job.created_at, True),
         "started_at": t(job.started_at, job.HasField("started_at")),
@@ -389,7 +390,18 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 def cmd_cancel(args: argparse.Namespace) -> int:
     with _client(args) as c:
-        _print_job(c.cancel(args.job_id), args.json)
+        job = c.cancel(args.job_id)
+    _print_job(job, args.json)
+    last = job.history[-1] if job.history else None
+    if not args.json and last is not None and last.outcome == "cancelled":  # it was running
+        if job.start_noticed:
+            print(
+                f"its handler had started on {last.worker}: it is told to stop at its next "
+                "heartbeat, and its result is refused",
+                file=sys.stderr,
+            )
+        else:
+            print(f"cancelled before its handler started on {last.worker}", file=sys.stderr)
     return 0
 
 

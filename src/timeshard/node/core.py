@@ -206,7 +206,7 @@ class Node:
             lease_ms=self.lease_ms,
             delivered=lambda job: self.starts.delivered(job),
         )
-        self.starts = StartNotices(self.metrics.started)
+        self.starts = StartNotices(clock, self.metrics.started)
         """Start notices of the jobs this node delivered (invariant 9, ``node.starts``)."""
         self.waits = JobWaits(store, clock)
         """Clients waiting for jobs to finish (``WaitJobs``)."""
@@ -652,7 +652,10 @@ class Node:
             state=state, job_type=job_type, limit=limit or DEFAULT_PAGE_SIZE, page_token=page_token
         )
 
-    async def cancel(self, job_id: str) -> Job:
+    async def cancel(self, job_id: str, *, wait_s: float = 30.0) -> Job:
+        """Cancel a scheduled or running job. For a running one the answer says in
+        ``start_noticed`` whether its handler had started (``_started_before_cancel``, waiting
+        at most ``wait_s`` for its start notice)."""
         for _ in range(20):
             job = await self.get(job_id)
             if job.state.terminal:
@@ -666,8 +669,25 @@ class Node:
                 self.waits.finished(out.job)
                 self._left_ready(out.job)
                 self._ran(out.job)
+                if job.state is JobState.RUNNING:
+                    started = await self._started_before_cancel(job, wait_s)
+                    return out.job.with_(start_noticed=started)
                 return out.job
         raise FailedPrecondition(f"job {job_id!r} kept changing; try again")
+
+    async def _started_before_cancel(self, job: Job, wait_s: float) -> bool:
+        """Whether the handler of ``job``'s lease (cancelled just now) started: its start
+        notice came, or comes before the lease ends; a worker whose notice has not come by
+        then never starts it (its deadline is before the lease's end). Known here for the
+        leases this node delivered; for others, from the row (a heartbeat wrote it)."""
+        if job.start_noticed:
+            return True
+        wait_s = min(wait_s, (job.lease_until - self.clock.now_ms()) / 1000)
+        started = await self.starts.started_by(job.job_id, job.fence, wait_s)
+        if started is not None:
+            self.starts.ended(job.with_(state=JobState.CANCELLED))
+            return started
+        return False
 
     def peer_of_job(self, job_id: str) -> Member | None:
         """The other node that dispatches ``job_id``'s shard, as far as this one knows (None:

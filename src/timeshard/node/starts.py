@@ -5,9 +5,11 @@ a later owner. No gRPC types here."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from timeshard.clock import Clock, sleep_or_wake
 from timeshard.model import NOT_STARTED, Job, JobState
 
 MAX_TRACKED = 1_000_000
@@ -28,9 +30,11 @@ class StartNotices:
     """The jobs this node delivered (claimed for a worker) and the start notices it received.
     ``observe(job_type, seconds)`` is told each first start's schedule-to-start."""
 
-    def __init__(self, observe: Callable[[str, float], None]) -> None:
+    def __init__(self, clock: Clock, observe: Callable[[str, float], None]) -> None:
+        self._clock = clock
         self._observe = observe
         self._deliveries: dict[str, _Delivery] = {}
+        self._waiters: dict[tuple[str, int], asyncio.Future[None]] = {}
         self._first_due: dict[str, int] = {}
         """Jobs delivered here and given back unstarted: their due time before that (a job due
         again moves its ``run_at`` to then), so schedule-to-start counts the whole wait."""
@@ -55,7 +59,28 @@ class StartNotices:
         if not d.started_at:
             d.started_at = started_at
             self._observe(d.job_type, max(0, started_at - d.run_at) / 1000)
+            waiter = self._waiters.pop((job_id, fence), None)
+            if waiter is not None and not waiter.done():
+                waiter.set_result(None)
         return True
+
+    async def started_by(self, job_id: str, fence: int, timeout_s: float) -> bool | None:
+        """Whether the handler of the lease ``(job_id, fence)``, delivered by this node, starts
+        within ``timeout_s`` (at once if its notice came already); None if this node did not
+        deliver it (it can not know)."""
+        d = self._deliveries.get(job_id)
+        if d is None or d.fence != fence:
+            return None
+        if d.started_at:
+            return True
+        waiter = self._waiters.setdefault(
+            (job_id, fence), asyncio.get_running_loop().create_future()
+        )
+        try:
+            await sleep_or_wake(self._clock, max(0.0, timeout_s), waiter)
+        finally:
+            self._waiters.pop((job_id, fence), None)
+        return self.started(job_id, fence)
 
     def observe_written(self, job: Job, started_at: int) -> None:
         """A notice written into the row by this node for a job it did not deliver: its
