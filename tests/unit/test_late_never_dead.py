@@ -14,6 +14,7 @@ import grpc
 import pytest
 
 from tests.unit.helpers import START_MS, advance, wait_until
+from timeshard.api.status import node_status_to_pb
 from timeshard.clock import FakeClock, SystemClock
 from timeshard.coordinator.local import LocalCoordinator
 from timeshard.errors import RETRY_AFTER_KEY, InvalidArgument, ResourceExhausted
@@ -24,6 +25,8 @@ from timeshard.server import Server
 from timeshard.store.sqlite import SqliteStore
 from timeshard.v1 import timeshard_pb2 as pb
 from timeshard.v1 import timeshard_pb2_grpc as pb_grpc
+from timeshard.views.page import render
+from timeshard.views.status import node_status
 from timeshard.wire import dur
 
 LEASE_S = 5
@@ -88,6 +91,13 @@ async def test_a_lease_over_after_a_start_notice_is_a_failed_attempt() -> None:
         # Schedule-to-start was measured from the notice: due at START_MS, started 0.5 s later.
         buckets, top = node.metrics.start_windows["t"].buckets(60)
         assert sum(buckets.values()) == 1 and top == pytest.approx(500, abs=1)
+        status = await node_status(node, 60)
+        assert status.as_json()["start_delay"]["t"]["count"] == 1
+        reply = node_status_to_pb(status)
+        [delay] = reply.start_delay
+        assert (delay.type, delay.count, delay.max_ms) == ("t", 1, pytest.approx(500, abs=1))
+        page = render(status)
+        assert "Due to handler start" in page and "<td>t</td>" in page
 
 
 async def test_a_start_notice_written_with_a_heartbeat_counts_for_a_later_owner() -> None:
