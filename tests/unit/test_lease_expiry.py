@@ -1,6 +1,6 @@
-"""An expired lease is a failed attempt: a job
-whose worker dies or hangs is retried after its type's backoff and, at ``max_attempts``, is
-dead with its history, never re-run for ever."""
+"""An expired lease after a start notice is a failed attempt: a job whose worker started it and
+then dies or hangs is retried after its type's backoff and, at ``max_attempts``, is dead with
+its history, never re-run for ever (without a notice: tests/unit/test_late_never_dead.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from tests.unit.helpers import START_MS, advance, all_entries, running
 from timeshard.clock import FakeClock
 from timeshard.errors import StaleFence
 from timeshard.model import LEASE_EXPIRED, Job, JobState
-from timeshard.node import Node, TypePolicy
+from timeshard.node import Beat, Node, TypePolicy
 from timeshard.node.retry import RetryPolicy
 
 BACKOFF = RetryPolicy(base_s=10.0, max_backoff_s=10.0)
@@ -43,6 +43,7 @@ async def _claim_and_abandon(
         for c in await node.claim(worker="w", types=["poison"], limit=1, wait_s=0, lease_s=LEASE_S):
             assert c.job.job_id == job_id
             claims.append(clock.now_ms())
+            node.notice_starts([Beat(job_id, c.job.fence, 0.0, clock.now_ms())])
         await advance(node, clock, 0.5)
         job = await node.get(job_id)
         assert job.attempt <= job.max_attempts, f"attempt {job.attempt}/{job.max_attempts}"
@@ -105,6 +106,7 @@ async def test_a_heartbeat_after_the_expiry_is_refused_and_the_retry_stands() ->
         job, _ = await node.schedule(job_type="poison", payload=b"", run_at=START_MS)
         await advance(node, clock, 0.5)
         [c] = await node.claim(worker="w", types=["poison"], limit=1, wait_s=0, lease_s=LEASE_S)
+        node.notice_starts([Beat(job.job_id, c.job.fence, 0.0, clock.now_ms())])
         await advance(node, clock, LEASE_S + 1)
         retrying = await node.get(job.job_id)
         assert retrying.state is JobState.SCHEDULED and retrying.attempt == 1

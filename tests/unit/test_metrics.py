@@ -10,6 +10,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import CollectorRegistry
 
 from tests.unit.helpers import START_MS, advance, running, settle, wait_until
+from timeshard.node import Beat
 from timeshard.store.stats import StoreStats
 from timeshard.views.health import HealthWatcher
 from timeshard.views.http import HttpServer, metrics_route, serve_node
@@ -136,6 +137,8 @@ async def test_a_scripted_run_shows_in_the_metrics_with_the_right_values() -> No
             slow, _ = await node.schedule(job_type="slow", payload=b"", run_at=START_MS + 2500)
             await settle(node)
             (run1,) = await node.claim(worker="w", types=["slow"], limit=1, wait_s=0, lease_s=1)
+            started = Beat(slow.job_id, run1.job.fence, 0.0, clock.now_ms())
+            node.notice_starts([started])  # its handler started, then hung
             await advance(node, clock, 2.0)
             (run2,) = await node.claim(worker="w2", types=["slow"], limit=1, wait_s=0, lease_s=30)
             assert run2.job.job_id == slow.job_id and run2.job.fence > run1.job.fence

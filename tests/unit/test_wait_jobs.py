@@ -25,7 +25,7 @@ from timeshard.clock import FakeClock
 from timeshard.coordinator.base import Member
 from timeshard.errors import NotFound, WaitTimeout
 from timeshard.model import Job, JobState
-from timeshard.node import Node
+from timeshard.node import Beat, Node
 from timeshard.node.waits import WAIT_REREAD_S
 from timeshard.protoclient import ProtoClient as Client
 from timeshard.store.sqlite import SqliteStore
@@ -198,7 +198,8 @@ async def test_a_lease_expiry_that_kills_a_job_is_handed_over() -> None:
         now = clock.now_ms()
         job, _ = await node.schedule(job_type="t", payload=b"", run_at=now, max_attempts=1)
         await wait_until(lambda: node.ready.count() == 1, what="ready")
-        await node.claim(worker="w", types=["t"], limit=1, wait_s=0, lease_s=1)
+        (c,) = await node.claim(worker="w", types=["t"], limit=1, wait_s=0, lease_s=1)
+        node.notice_starts([Beat(job.job_id, c.job.fence, 0.0, clock.now_ms())])  # then it hung
         waiter = Waiter(node, [job.job_id])
         for _ in range(10):
             clock.advance(0.5)

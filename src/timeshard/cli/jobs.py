@@ -400,8 +400,15 @@ def cmd_cancel(args: argparse.Namespace) -> int:
                 "heartbeat, and its result is refused",
                 file=sys.stderr,
             )
+        elif job.HasField("lease_until") and ts_ms(job.lease_until) > ts_ms(job.finished_at):
+            print(
+                f"cancelled before its handler started on {last.worker} (a worker stalled with "
+                f"it could still start it before {when(ts_ms(job.lease_until))}; its first "
+                "heartbeat would stop it)",
+                file=sys.stderr,
+            )
         else:
-            print(f"cancelled before its handler started on {last.worker}", file=sys.stderr)
+            print(f"cancelled: its handler never started on {last.worker}", file=sys.stderr)
     return 0
 
 

@@ -677,9 +677,11 @@ class Node:
 
     async def _started_before_cancel(self, job: Job, wait_s: float) -> bool:
         """Whether the handler of ``job``'s lease (cancelled just now) started: its start
-        notice came, or comes before the lease ends; a worker whose notice has not come by
-        then never starts it (its deadline is before the lease's end). Known here for the
-        leases this node delivered; for others, from the row (a heartbeat wrote it)."""
+        notice came, or comes while its push may still be on its way (``IN_FLIGHT_S``, at
+        most until the lease ends). Known here for the leases this node delivered; for others,
+        from the row (a heartbeat wrote it). Not started by then: a worker that was stalled
+        with the push could still start it before the lease's end; its first heartbeat then
+        stops it (the answer's ``lease_until`` says until when)."""
         if job.start_noticed:
             return True
         wait_s = min(wait_s, (job.lease_until - self.clock.now_ms()) / 1000)

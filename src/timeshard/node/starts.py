@@ -12,6 +12,9 @@ from dataclasses import dataclass
 from timeshard.clock import Clock, sleep_or_wake
 from timeshard.model import NOT_STARTED, Job, JobState
 
+IN_FLIGHT_S = 2.0
+"""How long a cancel waits (real time) for the start notice of a job whose push may be on its
+way: a push in flight reaches a running worker, and its notice comes back, well within it."""
 MAX_TRACKED = 1_000_000
 """Deliveries followed at once; past it the oldest are forgotten (a notice then missing makes an
 expired lease uncounted: late, bounded by ``max_unstarted``, never early or twice)."""
@@ -77,7 +80,10 @@ class StartNotices:
             (job_id, fence), asyncio.get_running_loop().create_future()
         )
         try:
-            await sleep_or_wake(self._clock, max(0.0, timeout_s), waiter)
+            async with asyncio.timeout(max(0.0, min(timeout_s, IN_FLIGHT_S))):
+                await sleep_or_wake(self._clock, max(0.0, timeout_s), waiter)
+        except TimeoutError:
+            pass
         finally:
             self._waiters.pop((job_id, fence), None)
         return self.started(job_id, fence)
