@@ -56,9 +56,11 @@ class FlakyStore(SqliteStore):
         self._check(self.results_down_until)
         return await super().fail_job(job_id, fence, now, error, retry_at, **more)
 
-    async def heartbeat(self, job_id: str, fence: int, lease_until: int) -> WriteResult:
+    async def heartbeat(
+        self, job_id: str, fence: int, lease_until: int, *, started: bool = False
+    ) -> WriteResult:
         self._check(self.heartbeats_down_until)
-        return await super().heartbeat(job_id, fence, lease_until)
+        return await super().heartbeat(job_id, fence, lease_until, started=started)
 
     async def claim_jobs(self, claims: Sequence[JobClaim]) -> list[WriteResult]:
         if time.monotonic() < self.claims_down_until:
