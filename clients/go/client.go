@@ -46,7 +46,8 @@ const (
 // maxBatch is the most jobs one ScheduleJobs call takes (the server's limit is 1000).
 const maxBatch = 500
 
-// Client calls the JobService of a cluster. It is safe for concurrent use.
+// Client calls the JobService of a cluster. It is safe for concurrent use; set its fields
+// before the first call.
 type Client struct {
 	cfg     Config
 	conns   []*grpc.ClientConn
@@ -54,11 +55,32 @@ type Client struct {
 	admin   []pb.AdminServiceClient
 	Timeout time.Duration // per call when the context has no deadline (default 30 s)
 	Retries int           // UNAVAILABLE is retried this often when repeating is safe (default 3)
+	// OverloadRetries and OverloadBudget bound how Schedule and ScheduleMany retry a node that
+	// refuses due-now jobs while overloaded (RESOURCE_EXHAUSTED, from a node started with
+	// --max-ready; nothing was stored, so a retry is always safe): each retry waits what the
+	// node's `retry-after-ms` trailing metadata says (1 s if it says nothing; at most 30 s per
+	// wait, plus up to a tenth more at random), at most OverloadRetries retries (default 5; 0:
+	// none) and OverloadBudget of waiting in all per call (default 60 s), never past the
+	// context's deadline. Then the call returns ErrResourceExhausted (an *Error whose
+	// RetryAfter is the node's last word).
+	OverloadRetries int
+	OverloadBudget  time.Duration
 }
+
+// The defaults of Client's overload retries, and the bounds of one wait.
+const (
+	DefaultOverloadRetries = 5
+	DefaultOverloadBudget  = 60 * time.Second
+	DefaultRetryAfter      = time.Second      // when a refusal names no retry-after-ms
+	MaxRetryAfter          = 30 * time.Second // one wait is never longer
+)
 
 // NewClient opens channels to cfg's servers (lazily: nothing is dialled until the first call).
 func NewClient(cfg Config) (*Client, error) {
-	c := &Client{cfg: cfg, Timeout: 30 * time.Second, Retries: 3}
+	c := &Client{
+		cfg: cfg, Timeout: 30 * time.Second, Retries: 3,
+		OverloadRetries: DefaultOverloadRetries, OverloadBudget: DefaultOverloadBudget,
+	}
 	for _, address := range cfg.servers() {
 		conn, err := cfg.dial(address)
 		if err != nil {
@@ -163,14 +185,16 @@ type Scheduled struct {
 }
 
 // Schedule creates one job. Without an idempotency key an UNAVAILABLE answer is not retried
-// (a blind retry could create a second job).
+// (a blind retry could create a second job). A node refusing due-now jobs while overloaded is
+// retried after the time it names, within the client's budget (OverloadRetries,
+// OverloadBudget); then the error is ErrResourceExhausted.
 func (c *Client) Schedule(ctx context.Context, job NewJob) (Scheduled, error) {
 	req, err := job.request()
 	if err != nil {
 		return Scheduled{}, err
 	}
-	resp, err := call(ctx, c, job.IdempotencyKey != "", func(ctx context.Context, i int) (*pb.ScheduleJobResponse, error) {
-		return c.jobs[i].ScheduleJob(ctx, req)
+	resp, err := retryOverload(ctx, c, job.IdempotencyKey != "", func(ctx context.Context, i int, opt grpc.CallOption) (*pb.ScheduleJobResponse, error) {
+		return c.jobs[i].ScheduleJob(ctx, req, opt)
 	})
 	if err != nil {
 		return Scheduled{}, err
@@ -180,6 +204,7 @@ func (c *Client) Schedule(ctx context.Context, job NewJob) (Scheduled, error) {
 
 // ScheduleMany creates jobs in batches of 500, each batch all or nothing; the results are in
 // order. On an error the jobs of the batches before it are created (their results returned).
+// Each batch an overloaded node refuses is retried as Schedule's call is.
 func (c *Client) ScheduleMany(ctx context.Context, jobs []NewJob) ([]Scheduled, error) {
 	done := make([]Scheduled, 0, len(jobs))
 	for start := 0; start < len(jobs); start += maxBatch {
@@ -194,8 +219,8 @@ func (c *Client) ScheduleMany(ctx context.Context, jobs []NewJob) ([]Scheduled, 
 			req.Jobs = append(req.Jobs, r)
 			keyed = keyed && j.IdempotencyKey != ""
 		}
-		resp, err := call(ctx, c, keyed, func(ctx context.Context, i int) (*pb.ScheduleJobsResponse, error) {
-			return c.jobs[i].ScheduleJobs(ctx, req)
+		resp, err := retryOverload(ctx, c, keyed, func(ctx context.Context, i int, opt grpc.CallOption) (*pb.ScheduleJobsResponse, error) {
+			return c.jobs[i].ScheduleJobs(ctx, req, opt)
 		})
 		if err != nil {
 			return done, err

@@ -195,9 +195,18 @@ func TestC4CutOffHandlerCancelledBeforeLease(t *testing.T) {
 		cause     error
 	}
 	first := make(chan firstRun, 1)
+	noticed := make(chan struct{}) // the node has the handler's start notice
+	isCut := make(chan struct{})
 	cut.Handle("c4.long", timeshard.HandlerOptions{Timeout: time.Minute}, func(ctx context.Context, job *timeshard.JobContext) error {
 		started := time.Now()
+		// The cut comes once the start notice is in: a lease that runs out without one is a
+		// delivery that never started (given back uncounted), not this scenario's attempt.
+		select {
+		case <-noticed:
+		case <-ctx.Done():
+		}
 		p.Cut() // from now on nothing this worker sends arrives, nor any answer
+		close(isCut)
 		<-ctx.Done()
 		first <- firstRun{job.Fence, started, time.Now(), context.Cause(ctx)}
 		return ctx.Err()
@@ -208,7 +217,14 @@ func TestC4CutOffHandlerCancelledBeforeLease(t *testing.T) {
 		t.Fatal(err)
 	}
 	id := done.Job.GetJobId()
-	running := waitState(t, c, id, timeshard.StateRunning, 30*time.Second)
+	waitStartNoticed(t, c, id)
+	close(noticed)
+	receiveWithin(t, isCut, 30*time.Second, "the handler to cut the proxy")
+	// Read after the cut: no heartbeat gets through any more, so this lease is the last granted.
+	running, err := c.Get(bg, id)
+	if err != nil || running.GetState() != timeshard.StateRunning {
+		t.Fatalf("after the cut: %v %v", running.GetState(), err)
+	}
 	leaseUntil := running.GetLeaseUntil().AsTime()
 	var r firstRun
 	select {
@@ -324,10 +340,9 @@ func TestC6KilledWorkerJobRunsAgain(t *testing.T) {
 		firstFence, _ = strconv.ParseInt(fields[1], 10, 64)
 		return fields[0] == id
 	})
-	running, err := c.Get(bg, id)
-	if err != nil {
-		t.Fatal(err)
-	}
+	// Killed once its start notice is in: the attempt counts (before it, the job would go back
+	// uncounted as a delivery that never started).
+	running := waitStartNoticed(t, c, id)
 	if err := child.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -350,6 +365,136 @@ func TestC6KilledWorkerJobRunsAgain(t *testing.T) {
 	}
 	if h := job.GetHistory(); len(h) != 2 || h[0].GetOutcome() != "lease expired" {
 		t.Fatalf("history: %v", h)
+	}
+}
+
+// C10: a job whose claim answer reaches the worker after the job's deadline ((claim sent) +
+// lease - safety margin) is not started but given back at once, fenced and uncounted: its
+// history keeps the delivery as "not started" with the reason, and the job then runs as its
+// first attempt (with max attempts 1: a counted delivery would have left it dead).
+func TestC10LateClaimAnswerGivenBackUnstarted(t *testing.T) {
+	s := startServer(t, "")
+	c := newClient(t, s.config())
+	p := startProxy(t, s.Address)
+	w := timeshard.NewWorker(timeshard.Config{Servers: []string{p.Address}})
+	w.ID = "slow-link"
+	w.Lease = 6 * time.Second
+	w.SafetyMargin = 1500 * time.Millisecond
+	w.ClaimWait = 2 * time.Second
+	w.DiscoverEvery = -1 // only through the proxy
+	type event struct{ kind, job, detail string }
+	events := make(chan event, 16)
+	w.OnEvent = func(kind string, job *timeshard.JobContext, detail string) {
+		events <- event{kind, job.JobID, detail}
+	}
+	runs := make(chan *timeshard.JobContext, 16)
+	w.Handle("c10.late", timeshard.HandlerOptions{Concurrency: 1}, func(ctx context.Context, job *timeshard.JobContext) error {
+		runs <- job
+		return nil
+	})
+	runWorker(t, w)
+	warm, err := c.Schedule(bg, timeshard.NewJob{Type: "c10.late"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, c, warm.Job.GetJobId(), timeshard.StateSucceeded, 30*time.Second) // its polls flow
+
+	id, leaseUntil := claimWithAnswerHeld(t, c, p, "c10.late")
+	// Let the answer through after the worker's deadline for it (the claim was sent before the
+	// lease began, so that is at most lease_until - margin) and before the lease's end, so the
+	// give-back is the worker's own and not the node's expiry of a lease without a notice.
+	time.Sleep(time.Until(leaseUntil.Add(-w.SafetyMargin + 300*time.Millisecond)))
+	p.Release()
+
+	const why = "not started: lease over before the worker received it"
+	for {
+		e := receiveWithin(t, events, 30*time.Second, "the late job's event")
+		if e.job != id {
+			continue
+		}
+		if e.kind != timeshard.EventNotStarted || e.detail != why {
+			t.Fatalf("the late job's first event: %+v", e)
+		}
+		break
+	}
+	job := waitState(t, c, id, timeshard.StateSucceeded, 30*time.Second)
+	h := job.GetHistory()
+	if len(h) != 2 || h[0].GetOutcome() != "not started" || h[0].GetError() != why || h[1].GetOutcome() != "succeeded" {
+		t.Fatalf("history: %v", h)
+	}
+	if job.GetAttempt() != 1 || job.GetUnstarted() != 1 {
+		t.Fatalf("attempt %d, unstarted %d; want 1 and 1", job.GetAttempt(), job.GetUnstarted())
+	}
+	var ran []int32
+	for len(runs) > 0 {
+		if r := <-runs; r.JobID == id {
+			ran = append(ran, r.Attempt)
+		}
+	}
+	if fmt.Sprint(ran) != "[1]" {
+		t.Fatalf("the handler ran the job at attempts %v, want [1]", ran)
+	}
+}
+
+// claimWithAnswerHeld schedules a job of jobType for the worker behind p while p holds what
+// the node sends, so the worker's waiting long poll claims it and its answer stays in the
+// proxy; it returns the job's id and lease_until. (If that poll ended empty before the job was
+// due, its empty answer is held and nothing claims the job: then the job is cancelled, the
+// proxy released, and it is tried again.)
+func claimWithAnswerHeld(t *testing.T, c *timeshard.Client, p *proxy, jobType string) (string, time.Time) {
+	t.Helper()
+	for try := 1; try <= 3; try++ {
+		p.Hold()
+		done, err := c.Schedule(bg, timeshard.NewJob{Type: jobType, MaxAttempts: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		id := done.Job.GetJobId()
+		deadline := time.Now().Add(5 * time.Second)
+		for time.Now().Before(deadline) {
+			j, err := c.Get(bg, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if j.GetState() == timeshard.StateRunning {
+				return id, j.GetLeaseUntil().AsTime()
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		if j, err := c.Cancel(bg, id); err != nil || j.GetState() != timeshard.StateCancelled {
+			t.Fatalf("cancel of the job no poll took: %v %v", j.GetState(), err)
+		}
+		p.Release()
+		time.Sleep(500 * time.Millisecond) // the worker polls again
+	}
+	t.Fatal("no claim took the job while the proxy held the node's answers, in 3 tries")
+	return "", time.Time{}
+}
+
+// waitStartNoticed waits until the node has the running job's start notice, and returns it.
+func waitStartNoticed(t *testing.T, c *timeshard.Client, id string) *timeshard.Job {
+	t.Helper()
+	var job *timeshard.Job
+	waitFor(t, 30*time.Second, "the start notice of job "+id, func() bool {
+		j, err := c.Get(bg, id)
+		if err != nil {
+			t.Fatalf("get %s: %v", id, err)
+		}
+		job = j
+		return j.GetState() == timeshard.StateRunning && j.GetStartNoticed()
+	})
+	return job
+}
+
+func receiveWithin[T any](t *testing.T, ch <-chan T, timeout time.Duration, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(timeout):
+		t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		var zero T
+		return zero
 	}
 }
 

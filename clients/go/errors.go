@@ -25,6 +25,10 @@ var (
 	ErrPermissionDenied   = errors.New("timeshard: permission denied")
 	ErrDeadlineExceeded   = errors.New("timeshard: deadline exceeded")
 	ErrUnimplemented      = errors.New("timeshard: unimplemented")
+	// ErrResourceExhausted: a node refused the call for a limit; for ScheduleJob(s), a node
+	// started with --max-ready that has too many due jobs waiting for a worker (the client
+	// retries it within its budget first: Client.OverloadRetries, Client.OverloadBudget).
+	ErrResourceExhausted = errors.New("timeshard: resource exhausted")
 )
 
 var sentinels = map[codes.Code]error{
@@ -37,6 +41,7 @@ var sentinels = map[codes.Code]error{
 	codes.PermissionDenied:   ErrPermissionDenied,
 	codes.DeadlineExceeded:   ErrDeadlineExceeded,
 	codes.Unimplemented:      ErrUnimplemented,
+	codes.ResourceExhausted:  ErrResourceExhausted,
 }
 
 // WaitTimeoutError is a wait (Client.Wait, WaitMany, AsFinished) whose timeout passed before
@@ -72,6 +77,9 @@ func (e *WaitTimeoutError) GRPCStatus() *status.Status {
 type Error struct {
 	Code    codes.Code
 	Message string
+	// RetryAfter is how long the node asked the caller to wait before trying again (the
+	// `retry-after-ms` trailing metadata of a RESOURCE_EXHAUSTED answer); 0 when it named none.
+	RetryAfter time.Duration
 }
 
 func (e *Error) Error() string {

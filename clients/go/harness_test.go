@@ -204,13 +204,56 @@ func waitState(t *testing.T, c *timeshard.Client, jobID string, state timeshard.
 }
 
 // proxy forwards TCP connections to a target until Cut, after which it neither forwards nor
-// answers (a partition: calls hang rather than fail).
+// answers (a partition: calls hang rather than fail). Between Hold and Release it keeps what
+// the target sends (answers arrive late, in order, none lost); what the client sends still
+// goes through.
 type proxy struct {
-	Address string
-	target  string
-	mu      sync.Mutex
-	cut     bool
-	ln      net.Listener
+	Address  string
+	target   string
+	mu       sync.Mutex
+	cut      bool
+	held     chan struct{} // non-nil while held: closed at Release
+	heldData bool          // something from the target arrived while held
+	ln       net.Listener
+}
+
+// Hold keeps back what the target sends from now on, until Release.
+func (p *proxy) Hold() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.held == nil {
+		p.held, p.heldData = make(chan struct{}), false
+	}
+}
+
+// Release sends on what was held, and then everything as it comes.
+func (p *proxy) Release() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.held != nil {
+		close(p.held)
+		p.held = nil
+	}
+}
+
+// HeldData says whether the target sent something since Hold.
+func (p *proxy) HeldData() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.heldData
+}
+
+// waitUnheld blocks while the proxy holds the target's bytes.
+func (p *proxy) waitUnheld() {
+	p.mu.Lock()
+	held := p.held
+	if held != nil {
+		p.heldData = true
+	}
+	p.mu.Unlock()
+	if held != nil {
+		<-held
+	}
 }
 
 func startProxy(t *testing.T, target string) *proxy {
@@ -252,10 +295,13 @@ func (p *proxy) serve(in net.Conn) {
 		return
 	}
 	defer out.Close()
-	pipe := func(dst, src net.Conn) {
+	pipe := func(dst, src net.Conn, fromTarget bool) {
 		buf := make([]byte, 32*1024)
 		for {
 			n, err := src.Read(buf)
+			if n > 0 && fromTarget {
+				p.waitUnheld()
+			}
 			if n > 0 && !p.isCut() {
 				if _, werr := dst.Write(buf[:n]); werr != nil {
 					return
@@ -266,7 +312,7 @@ func (p *proxy) serve(in net.Conn) {
 			}
 		}
 	}
-	go pipe(out, in)
-	pipe(in, out)
+	go pipe(out, in, false)
+	pipe(in, out, true)
 	_ = io.EOF
 }

@@ -12,6 +12,7 @@ import (
 	pb "github.com/timeshard/timeshard/clients/go/gen/timeshard/v1"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
 // ErrLeaseLost is the cause (context.Cause) of a handler's context cancelled because the job is
@@ -69,7 +70,7 @@ func (j *JobContext) Lateness() time.Duration { return j.StartedAt.Sub(j.RunAt) 
 // clock when called (so a process paused past its lease sees it at once): call it before each
 // step with an effect.
 func (j *JobContext) Check() error {
-	if !j.lease.held() {
+	if j.lease == nil || !j.lease.held() {
 		return ErrLeaseLost
 	}
 	return nil
@@ -147,32 +148,40 @@ type run struct {
 	stopTimer context.CancelFunc
 }
 
-// start runs one claimed job, unless its lease was over before the reply was even read (this
-// process was stopped meanwhile): then the job is someone else's and no step of it is taken.
-func (w *Worker) start(n *node, spec *handlerSpec, claimed *pb.ClaimedJob, sent time.Time) {
-	deadline := sent.Add(claimed.GetLease().AsDuration() - w.SafetyMargin)
+// start runs one claimed job, or gives it back unstarted when this worker does not run it
+// (whyNotStart): then no step of its handler is taken, and the job goes back to the node at
+// once, uncounted, rather than waiting out its lease. ctx is the claim loop's: done once the
+// worker stops.
+func (w *Worker) start(ctx context.Context, n *node, spec *handlerSpec, claimed *pb.ClaimedJob, sent time.Time) {
+	leaseEnd := sent.Add(claimed.GetLease().AsDuration())
+	deadline := leaseEnd.Add(-w.SafetyMargin)
 	job := claimed.GetJob()
-	if !time.Now().Before(deadline) {
-		w.Logger.Warn("timeshard worker: claim arrived after its lease; not started", "job", job.GetJobId())
-		spec.slots.release()
+	l := &lease{deadline: deadline}
+	jc := &JobContext{
+		JobID:          job.GetJobId(),
+		Type:           job.GetType(),
+		Payload:        job.GetPayload(),
+		Attempt:        job.GetAttempt(),
+		MaxAttempts:    job.GetMaxAttempts(),
+		Fence:          claimed.GetFence(),
+		IdempotencyKey: claimed.GetIdempotencyKey(),
+		RunAt:          job.GetRunAt().AsTime(),
+		WorkerID:       w.ID,
+		lease:          l,
+	}
+	if why := w.whyNotStart(ctx, spec, jc, deadline); why != "" {
+		spec.slots.release() // nothing runs: the slot is free at once
+		w.wg.Add(1)
+		go func() {
+			defer w.wg.Done()
+			w.giveBackUnstarted(n, jc, leaseEnd, why)
+		}()
 		return
 	}
-	l := &lease{deadline: deadline}
 	base, cancel := context.WithCancelCause(context.Background())
 	timed, stopTimer := context.WithTimeoutCause(base, spec.opts.Timeout, ErrTimeout)
 	r := &run{
-		job: &JobContext{
-			JobID:          job.GetJobId(),
-			Type:           job.GetType(),
-			Payload:        job.GetPayload(),
-			Attempt:        job.GetAttempt(),
-			MaxAttempts:    job.GetMaxAttempts(),
-			Fence:          claimed.GetFence(),
-			IdempotencyKey: claimed.GetIdempotencyKey(),
-			RunAt:          job.GetRunAt().AsTime(),
-			WorkerID:       w.ID,
-			lease:          l,
-		},
+		job:       jc,
 		spec:      spec,
 		node:      n,
 		lease:     l,
@@ -180,23 +189,105 @@ func (w *Worker) start(n *node, spec *handlerSpec, claimed *pb.ClaimedJob, sent 
 		returned:  make(chan struct{}),
 		stopTimer: stopTimer,
 	}
-	// A claim that waited in its long poll has used part of its lease: heartbeat at once.
-	heartbeatNow := time.Since(sent) > w.SafetyMargin/2
 	w.mu.Lock()
 	w.running[r] = struct{}{}
 	w.mu.Unlock()
 	w.wg.Add(1)
-	go w.execute(r, heartbeatNow)
+	go w.execute(r)
 }
 
-func (w *Worker) emit(kind string, r *run, detail string) {
-	if w.OnEvent != nil {
-		w.OnEvent(kind, r.job, detail)
+// The reasons a claimed job is given back unstarted (FinishItem.error).
+const (
+	whyLate     = "not started: lease over before the worker received it"
+	whyTooClose = "not started: less than the safety margin of its lease left when the worker received it"
+	whyStopping = "not started: the worker was stopping"
+)
+
+// whyNotStart says why a claimed job is not to be started ("" when it is): the worker is
+// stopping; no handler of its type here; its deadline ((claim sent) + lease - margin) already
+// passed when the answer was read (this process was paused, the answer was slow), or less than
+// the safety margin is left before it — a handler then could barely start before it had to be
+// stopped, and the job is better given to a worker that has the time.
+func (w *Worker) whyNotStart(ctx context.Context, spec *handlerSpec, job *JobContext, deadline time.Time) string {
+	left := time.Until(deadline)
+	switch {
+	case ctx.Err() != nil:
+		return whyStopping
+	case job.Type != spec.jobType:
+		return fmt.Sprintf("not started: the worker has no handler for type %q", job.Type)
+	case left <= 0:
+		return whyLate
+	case left < w.SafetyMargin:
+		return whyTooClose
+	}
+	return ""
+}
+
+// giveBackTry bounds one try to give a job back once its lease is over (the node then gives
+// it back itself, uncounted, so one try is enough).
+const giveBackTry = 5 * time.Second
+
+// giveBackUnstarted sends a job this worker did not start back to the node: a Finish item
+// with give_back and not_started (failed too, for a node that predates both), fenced as any
+// result. The node schedules it again at once without counting an attempt. Retried on
+// UNAVAILABLE (and the like) on the job's node and then the others until the lease's end
+// (leaseEnd: (claim sent) + lease, the earliest the node's lease can end); refused (a stale
+// fence: the node already took it back itself) it is left there.
+func (w *Worker) giveBackUnstarted(home *node, job *JobContext, leaseEnd time.Time, why string) {
+	w.Logger.Warn("timeshard worker: a claimed job is given back unstarted", "job", job.JobID, "why", why)
+	item := &pb.FinishItem{
+		JobId: job.JobID, Fence: job.Fence,
+		Failed: true, GiveBack: true, NotStarted: true, Error: why,
+	}
+	targets := w.targets(home)
+	backoff := 50 * time.Millisecond
+	for i := 0; ; i++ {
+		ctx, cancel := context.WithDeadline(context.Background(), later(leaseEnd, time.Now().Add(giveBackTry)))
+		res, err := targets[i%len(targets)].finish(ctx, item)
+		cancel()
+		code := codeOf(err)
+		if err == nil {
+			code = codes.Code(res.GetCode())
+		}
+		retry := code == codes.Unavailable || code == codes.DeadlineExceeded || code == codes.Aborted
+		switch {
+		case code == codes.OK:
+			w.emitJob(EventNotStarted, job, why)
+			return
+		case retry && time.Now().Add(backoff).Before(leaseEnd):
+			time.Sleep(backoff)
+			backoff = min(2*time.Second, backoff*2)
+		default:
+			detail := res.GetMessage()
+			if err != nil {
+				detail = err.Error()
+			}
+			w.emitJob(EventNotStarted, job, fmt.Sprintf("%s; the give-back was not taken (%s): %s", why, code, detail))
+			return
+		}
 	}
 }
 
-// execute calls the handler, keeps its lease meanwhile, and reports how it ended.
-func (w *Worker) execute(r *run, heartbeatNow bool) {
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+func (w *Worker) emit(kind string, r *run, detail string) {
+	w.emitJob(kind, r.job, detail)
+}
+
+func (w *Worker) emitJob(kind string, job *JobContext, detail string) {
+	if w.OnEvent != nil {
+		w.OnEvent(kind, job, detail)
+	}
+}
+
+// execute calls the handler, keeps its lease meanwhile, and reports how it ended. The first
+// heartbeat is the start notice, sent as the handler starts (not awaited by it).
+func (w *Worker) execute(r *run) {
 	defer w.wg.Done()
 	defer func() {
 		w.mu.Lock()
@@ -213,15 +304,11 @@ func (w *Worker) execute(r *run, heartbeatNow bool) {
 		defer close(r.returned)
 		result <- w.call(r)
 	}()
-	first := time.Now()
-	if !heartbeatNow {
-		first = first.Add(w.Lease / 3)
-	}
 	keeping := make(chan struct{})
 	kept := make(chan struct{})
 	go func() {
 		defer close(kept)
-		w.keepLease(r, first, keeping)
+		w.keepLease(r, keeping)
 	}()
 	defer func() {
 		close(keeping)
@@ -369,12 +456,13 @@ func (w *Worker) emitResult(r *run, item *pb.FinishItem, res *pb.FinishResult) {
 	}
 }
 
-// keepLease sends a heartbeat every third of the lease, from first on, until stop is closed
-// (the result is in), and cancels the handler once the lease is over: not extended before its
-// deadline, or refused (stale fence, job gone).
-func (w *Worker) keepLease(r *run, first time.Time, stop <-chan struct{}) {
+// keepLease sends a heartbeat at once (the start notice: the node counts the attempt from it)
+// and then every third of the lease, until stop is closed (the result is in), and cancels the
+// handler once the lease is over: not extended before its deadline, or refused (stale fence,
+// job gone). Every heartbeat says the handler started, so whichever arrives first is the notice.
+func (w *Worker) keepLease(r *run, stop <-chan struct{}) {
 	every := w.Lease / 3
-	next := first
+	next := time.Now()
 	failures := 0
 	for {
 		if !r.lease.held() {
@@ -428,7 +516,10 @@ type heartbeatAnswer struct {
 // gives up at the lease's deadline, and returns errStopped when stop closes first.
 func (w *Worker) heartbeat(r *run, first int, stop <-chan struct{}) (*pb.HeartbeatResponse, error) {
 	targets := w.targets(r.node)
-	req := &pb.HeartbeatRequest{JobId: r.job.JobID, Fence: r.job.Fence, Lease: durationpb.New(w.Lease)}
+	req := &pb.HeartbeatRequest{
+		JobId: r.job.JobID, Fence: r.job.Fence, Lease: durationpb.New(w.Lease),
+		Started: true, StartedAt: timestamppb.New(r.job.StartedAt),
+	}
 	deadline := r.lease.until()
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()

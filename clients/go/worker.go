@@ -50,6 +50,10 @@ const (
 	EventDead      = "dead"
 	EventLost      = "lost"       // the lease was lost or not extended in time: nothing reported
 	EventGivenBack = "given back" // the worker shut down and gave the job back
+	// EventNotStarted: a claimed job this worker did not start (its lease was over, or too
+	// short to run, when the claim's answer was read; the worker was stopping) was given back
+	// unstarted, its attempt not counted. The detail says why, and whether the node took it.
+	EventNotStarted = "not started"
 )
 
 type handlerSpec struct {
@@ -68,7 +72,9 @@ type Worker struct {
 	// Lease asked for each job (default 30 s); heartbeats extend it every third of it.
 	Lease time.Duration
 	// SafetyMargin: a handler whose lease was not extended is cancelled this long before the
-	// lease ends, on this process's monotonic clock (default Lease/6).
+	// lease ends, on this process's monotonic clock (default Lease/6, less than Lease/2). A job
+	// whose claim answer leaves less than this margin before that deadline is not started but
+	// given back (EventNotStarted).
 	SafetyMargin time.Duration
 	// ClaimWait is the longest a claim long-polls (default 20 s; at most half of what a lease
 	// leaves after its margin).
@@ -91,7 +97,8 @@ type Worker struct {
 	nodes   map[string]*node // address -> node
 	order   []string         // addresses in the order learned
 	running map[*run]struct{}
-	wg      sync.WaitGroup // job goroutines
+	loops   sync.WaitGroup // claim loops
+	wg      sync.WaitGroup // job goroutines (handlers, and give-backs of jobs not started)
 }
 
 // StopGrace is how long a stopped handler (at shutdown) has to return before its job is left
@@ -161,8 +168,10 @@ func (w *Worker) defaults() error {
 	if w.SafetyMargin <= 0 {
 		w.SafetyMargin = w.Lease / 6
 	}
-	if w.SafetyMargin >= w.Lease {
-		return errors.New("timeshard: need 0 < SafetyMargin < Lease")
+	if 2*w.SafetyMargin >= w.Lease {
+		// A job received with less than the margin before its deadline (lease - margin) is
+		// given back unstarted: with a margin of half the lease or more none could ever run.
+		return errors.New("timeshard: need 0 < SafetyMargin < Lease/2")
 	}
 	if w.ClaimWait <= 0 {
 		w.ClaimWait = 20 * time.Second
@@ -180,9 +189,12 @@ func (w *Worker) defaults() error {
 }
 
 // pollWait: a long poll waits at most half of what a lease leaves after its margin, so a claim
-// taken at the end of the wait still has time left, counted from when it was sent.
+// taken at the end of the wait still has time left, counted from when it was sent; and no more
+// than leaves the margin before the deadline, or the job would be given back as too close to
+// run (whyNotStart). (Above a third of the lease the margin is what bounds the wait.)
 func (w *Worker) pollWait() time.Duration {
-	return min(w.ClaimWait, (w.Lease-w.SafetyMargin)/2)
+	wait := min(w.ClaimWait, (w.Lease-w.SafetyMargin)/2, w.Lease-2*w.SafetyMargin)
+	return max(wait, 100*time.Millisecond)
 }
 
 // Run claims and runs jobs until ctx is done, then shuts down: it stops claiming, lets the
@@ -215,6 +227,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	<-ctx.Done()
 	stopClaiming()
 	<-discovered
+	w.loops.Wait() // no job is taken on from here: every one the shutdown must wait for is known
 	w.shutdown()
 	w.mu.Lock()
 	for _, n := range w.nodes {
@@ -282,7 +295,11 @@ func (w *Worker) addNode(ctx context.Context, address string) error {
 	w.nodes[address] = n
 	w.order = append(w.order, address)
 	for _, spec := range w.handlers {
-		go w.claimLoop(ctx, n, spec)
+		w.loops.Add(1)
+		go func() {
+			defer w.loops.Done()
+			w.claimLoop(ctx, n, spec)
+		}()
 	}
 	return nil
 }
@@ -343,7 +360,7 @@ func (w *Worker) claimLoop(ctx context.Context, n *node, spec *handlerSpec) {
 		jobs := resp.GetJobs()
 		spec.slots.claimed(reserved, len(jobs))
 		for _, claimed := range jobs {
-			w.start(n, spec, claimed, sent)
+			w.start(ctx, n, spec, claimed, sent) // (or given back unstarted: never dropped)
 		}
 	}
 }

@@ -111,7 +111,9 @@ async def running(
 
 class Proxy:
     """Forwards TCP connections to ``target`` until ``cut()``; then bytes are dropped both
-    ways (calls hang: a partition, not a refusal)."""
+    ways (calls hang: a partition, not a refusal). Between ``hold()`` and ``release()`` what
+    the target sends is kept back (answers arrive late, in order, none lost); what the client
+    sends still goes through."""
 
     def __init__(self, target: str) -> None:
         host, port = target.rsplit(":", 1)
@@ -119,11 +121,19 @@ class Proxy:
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.address = f"127.0.0.1:{self._listener.getsockname()[1]}"
         self._cut = threading.Event()
+        self._flowing = threading.Event()  # cleared while held
+        self._flowing.set()
         self._sockets: list[socket.socket] = [self._listener]
         threading.Thread(target=self._accept, name="proxy-accept", daemon=True).start()
 
     def cut(self) -> None:
         self._cut.set()
+
+    def hold(self) -> None:
+        self._flowing.clear()
+
+    def release(self) -> None:
+        self._flowing.set()
 
     def close(self) -> None:
         for s in self._sockets:
@@ -137,15 +147,19 @@ class Proxy:
                 return
             outbound = socket.create_connection(self.target)
             self._sockets += [inbound, outbound]
-            for src, dst in ((inbound, outbound), (outbound, inbound)):
-                threading.Thread(target=self._pipe, args=(src, dst), daemon=True).start()
+            for src, dst, from_target in ((inbound, outbound, False), (outbound, inbound, True)):
+                threading.Thread(
+                    target=self._pipe, args=(src, dst, from_target), daemon=True
+                ).start()
 
-    def _pipe(self, src: socket.socket, dst: socket.socket) -> None:
+    def _pipe(self, src: socket.socket, dst: socket.socket, from_target: bool) -> None:
         while True:
             try:
                 data = src.recv(65536)
                 if not data:
                     return
+                if from_target:
+                    self._flowing.wait()
                 if not self._cut.is_set():
                     dst.sendall(data)
             except OSError:

@@ -1,4 +1,4 @@
-"""The conformance scenarios of docs/conformance.md (C1-C9) for the Python SDK, against a real
+"""The conformance scenarios of docs/conformance.md (C1-C10) for the Python SDK, against a real
 server started by each test. The Go runner (clients/go) implements the same ids."""
 
 from __future__ import annotations
@@ -348,3 +348,58 @@ def test_c9_the_client_surface_and_typed_errors(server: str) -> None:
     assert list(c.dead_letters()) == []
     with pytest.raises(InvalidArgument):
         c.replay(["x"], "c9.a")
+
+
+async def test_c10_a_claim_answer_after_its_deadline_is_given_back_unstarted(
+    server: str, proxy_to: object
+) -> None:
+    client = Client(server)
+    proxy: Proxy = proxy_to(server)  # type: ignore[operator]
+    lease_s, margin_s = 6.0, 1.5
+    worker = Worker(
+        worker_id="slow-link", lease_s=lease_s, safety_margin_s=margin_s, claim_wait_s=2.0
+    )
+    runs: list[JobContext] = []
+
+    @worker.handler("c10.late", concurrency=1)
+    async def late(ctx: JobContext) -> None:
+        runs.append(ctx)
+
+    async with running(worker, [proxy.address], discover_every_s=0):
+        warm = await off_loop(client.schedule, "c10.late")
+        await wait_state(client, warm.job.job_id, pb.JOB_STATE_SUCCEEDED)  # its claims flow
+        job_id, lease_until_s = await claim_with_answer_held(client, proxy, "c10.late")
+        # The answer goes through after the worker's deadline for it (the claim was sent before
+        # the lease began: at most lease_until - margin) and before the lease's end, so the
+        # give-back is the worker's own and not the node's expiry of a lease without a notice.
+        await asyncio.sleep(max(0.0, lease_until_s - margin_s + 0.3 - time.time()))
+        proxy.release()
+        job = await wait_state(client, job_id, pb.JOB_STATE_SUCCEEDED)
+    given, ran = job.history
+    assert given.outcome == "not started", given
+    assert given.error.startswith("not started: lease over before the worker received it"), given
+    assert ran.outcome == "succeeded"
+    assert job.attempt == 1 and job.unstarted == 1  # max attempts 1: a counted one was dead
+    assert [ctx.attempt for ctx in runs if ctx.job_id == job_id] == [1]
+
+
+async def claim_with_answer_held(client: Client, proxy: Proxy, job_type: str) -> tuple[str, float]:
+    """Schedule a job for the worker behind ``proxy`` while the proxy holds what the node
+    sends, so the worker's waiting claim takes it and its answer stays in the proxy; the job's
+    id and lease_until (epoch s). If a long poll ended empty before the job was due, that empty
+    answer is the one held and nothing takes the job: it is cancelled, the proxy released, and
+    it is tried again."""
+    for _ in range(3):
+        proxy.hold()
+        done = await off_loop(client.schedule, job_type, max_attempts=1)
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            job = await off_loop(client.get, done.job.job_id)
+            if job.state == pb.JOB_STATE_RUNNING:
+                return job.job_id, job.lease_until.ToMilliseconds() / 1000
+            await asyncio.sleep(0.02)
+        cancelled = await off_loop(client.cancel, done.job.job_id)
+        assert cancelled.state == pb.JOB_STATE_CANCELLED
+        proxy.release()
+        await asyncio.sleep(0.5)  # the worker claims again
+    raise AssertionError("no claim took the job while the proxy held the node's answers")

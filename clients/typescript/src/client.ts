@@ -11,7 +11,13 @@ import {
 } from "./gen/timeshard/v1/timeshard.js";
 import { type ConnectOptions, resolveSecurity, resolveServers } from "./config.js";
 import { NodeConnection, serverStream, unary } from "./connection.js";
-import { DeadlineExceededError, InvalidArgumentError, UnavailableError } from "./errors.js";
+import {
+  DeadlineExceededError,
+  InvalidArgumentError,
+  ResourceExhaustedError,
+  UnavailableError,
+} from "./errors.js";
+import { sleep } from "./lease.js";
 import { durationOf } from "./time.js";
 import { Waiting } from "./waiting.js";
 import type { Metadata } from "@grpc/grpc-js";
@@ -108,7 +114,18 @@ export interface WaitOptions {
 export interface ClientOptions extends ConnectOptions {
   /** Deadline of each call (default 30 s). */
   timeoutMs?: number;
+  /** `schedule` and `scheduleMany` retry a node that refuses due-now jobs while overloaded
+   * (`RESOURCE_EXHAUSTED` from a node started with --max-ready; it stored nothing, so a retry is
+   * always safe) after the wait its `retry-after-ms` trailing metadata names (1 s if none; at most
+   * 30 s a wait, plus up to a tenth more at random): at most this many retries per call (default
+   * 5; 0: none), then the `ResourceExhaustedError` is thrown. */
+  overloadRetries?: number;
+  /** ... and at most this much waiting in all per call, in ms (default 60 s). */
+  overloadBudgetMs?: number;
 }
+
+/** The wait before retrying an overloaded node that named none. */
+export const DEFAULT_RETRY_AFTER_MS = 1000;
 
 function bytes(payload: Payload | undefined): Buffer {
   if (payload === undefined) return Buffer.alloc(0);
@@ -170,12 +187,16 @@ export class Client {
   private readonly nodes: NodeConnection[];
   private readonly metadata: Metadata;
   private readonly timeoutMs: number;
+  private readonly overloadRetries: number;
+  private readonly overloadBudgetMs: number;
 
   constructor(opts: ClientOptions = {}) {
     const security = resolveSecurity(opts);
     this.nodes = resolveServers(opts.servers).map((a) => new NodeConnection(a, security));
     this.metadata = security.metadata;
     this.timeoutMs = opts.timeoutMs ?? 30_000;
+    this.overloadRetries = Math.max(0, opts.overloadRetries ?? 5);
+    this.overloadBudgetMs = Math.max(0, opts.overloadBudgetMs ?? 60_000);
   }
 
   close(): void {
@@ -195,27 +216,54 @@ export class Client {
     throw last;
   }
 
+  /** A scheduling call, made again while the node answers RESOURCE_EXHAUSTED (overloaded: it
+   * refuses due-now jobs before storing anything) after the wait it names, within the budget:
+   * `overloadRetries` retries and `overloadBudgetMs` of waiting in all. Not a loop without a
+   * bound: that would only add load to a node that said it has too much. */
+  private async retryOverload<T>(fn: () => Promise<T>): Promise<T> {
+    let waited = 0;
+    for (let retries = 0; ; retries++) {
+      try {
+        return await fn();
+      } catch (err) {
+        if (!(err instanceof ResourceExhaustedError)) throw err;
+        const named = err.retryAfterMs ?? DEFAULT_RETRY_AFTER_MS;
+        const wait = named + Math.random() * named * 0.1; // refused together, not back together
+        if (retries >= this.overloadRetries || waited + wait > this.overloadBudgetMs) throw err;
+        await sleep(wait);
+        waited += wait;
+      }
+    }
+  }
+
   private get settings() {
     return { timeoutMs: this.timeoutMs };
   }
 
   // -- jobs --------------------------------------------------------------------------------
 
-  /** Schedule one job, due after `delayMs` or at `runAt` (now when neither is given). */
+  /** Schedule one job, due after `delayMs` or at `runAt` (now when neither is given). A node
+   * refusing due-now jobs while overloaded is asked again after the wait it names, within the
+   * client's budget (`overloadRetries`, `overloadBudgetMs`); then `ResourceExhaustedError`. */
   async schedule(type: string, opts: ScheduleOptions = {}): Promise<Scheduled> {
     const request = jobRequest({ ...opts, type });
-    const res = await this.call(Boolean(opts.idempotencyKey), (n) =>
-      unary(n.jobs.scheduleJob.bind(n.jobs), request, this.metadata, this.settings),
+    const res = await this.retryOverload(() =>
+      this.call(Boolean(opts.idempotencyKey), (n) =>
+        unary(n.jobs.scheduleJob.bind(n.jobs), request, this.metadata, this.settings),
+      ),
     );
     return { job: res.job!, created: res.created };
   }
 
-  /** Schedule up to 1000 jobs in one call: all are checked first, and one bad item fails all. */
+  /** Schedule up to 1000 jobs in one call: all are checked first, and one bad item fails all.
+   * An overloaded node is retried as for `schedule`. */
   async scheduleMany(specs: JobSpec[]): Promise<Scheduled[]> {
     const request = { jobs: specs.map(jobRequest) };
-    const res = await this.call(
-      specs.every((s) => Boolean(s.idempotencyKey)),
-      (n) => unary(n.jobs.scheduleJobs.bind(n.jobs), request, this.metadata, this.settings),
+    const res = await this.retryOverload(() =>
+      this.call(
+        specs.every((s) => Boolean(s.idempotencyKey)),
+        (n) => unary(n.jobs.scheduleJobs.bind(n.jobs), request, this.metadata, this.settings),
+      ),
     );
     return res.results.map((r) => ({ job: r.job!, created: r.created }));
   }

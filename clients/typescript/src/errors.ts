@@ -33,8 +33,14 @@ export class UnauthenticatedError extends TimeshardError {}
 export class PermissionDeniedError extends TimeshardError {}
 /** The call's deadline passed before the node answered. */
 export class DeadlineExceededError extends TimeshardError {}
-/** A limit of the node was reached (a request or reply too large). */
-export class ResourceExhaustedError extends TimeshardError {}
+/** A limit of the node was reached: a request or reply too large, or (ScheduleJob and
+ * ScheduleJobs) a node started with --max-ready refusing due-now jobs while too many wait for a
+ * worker on it; the client retries that within its budget before it throws this. */
+export class ResourceExhaustedError extends TimeshardError {
+  /** How long the node asked the caller to wait before trying again (its `retry-after-ms`
+   * trailing metadata, at most 30 s); undefined when it named none. */
+  retryAfterMs: number | undefined;
+}
 /** A conflict the caller may retry (a concurrent write won). */
 export class AbortedError extends TimeshardError {}
 
@@ -83,7 +89,26 @@ export function isServiceError(err: unknown): err is ServiceError {
 /** A grpc-js call error as a typed error; anything else is returned unchanged. */
 export function translate(err: unknown): unknown {
   if (!isServiceError(err)) return err;
-  return errorFor(err.code, err.details || err.message, err);
+  const typed = errorFor(err.code, err.details || err.message, err);
+  if (typed instanceof ResourceExhaustedError) {
+    typed.retryAfterMs = readRetryAfter(err.metadata?.get(RETRY_AFTER_KEY)[0]);
+  }
+  return typed;
+}
+
+/** The trailing metadata of a RESOURCE_EXHAUSTED answer that says how long to wait, in ms. */
+export const RETRY_AFTER_KEY = "retry-after-ms";
+/** One wait for an overloaded node is never longer. */
+export const MAX_RETRY_AFTER_MS = 30_000;
+
+/** A `retry-after-ms` value in ms, capped at MAX_RETRY_AFTER_MS; undefined when absent or not a
+ * number of milliseconds. */
+export function readRetryAfter(value: string | Buffer | undefined): number | undefined {
+  if (value === undefined) return undefined;
+  const text = value.toString().trim();
+  const ms = text === "" ? NaN : Number(text);
+  if (!(ms >= 0)) return undefined; // (NaN too)
+  return Math.min(ms, MAX_RETRY_AFTER_MS);
 }
 
 /**

@@ -9,6 +9,7 @@ export {
   type JobContext,
   type WorkerEvent,
   STOP_GRACE_MS,
+  NOT_STARTED,
 } from "./worker.js";
 export { LeaseLostError } from "./lease.js";
 export { resultOf, MAX_RESULT_BYTES } from "./returns.js";

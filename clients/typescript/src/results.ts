@@ -4,7 +4,7 @@
 // the job's node, and to the next one as well when it has not answered within half the time
 // left. Once the lease is over nothing is sent: the job is another worker's to run.
 import { status, type Metadata } from "@grpc/grpc-js";
-import type { FinishItem, FinishResult } from "./gen/timeshard/v1/timeshard.js";
+import type { FinishItem, FinishResult, HeartbeatRequest } from "./gen/timeshard/v1/timeshard.js";
 import { NodeConnection, unary } from "./connection.js";
 import { TimeshardError } from "./errors.js";
 import { Lease, now, sleep } from "./lease.js";
@@ -66,6 +66,37 @@ class NodeBatch {
 
 export type Targets = () => NodeConnection[];
 
+/** A job's handler start, as its heartbeats tell the node: the first heartbeat after the start
+ * is the start notice (the node counts the attempt from it), sent at once; every later one says
+ * `started` too, so whichever arrives is the notice. */
+export class StartNotice {
+  /** When the handler started (wall clock); undefined until it does. */
+  at: Date | undefined;
+  /** A notice is owed: the next heartbeat goes at once. */
+  due = false;
+  private wake: (() => void) | undefined;
+
+  /** The handler starts now. */
+  started(at: Date): void {
+    this.at = at;
+    this.due = true;
+    this.wake?.();
+  }
+
+  /** Resolves after `ms`, when the handler starts, or when `done` aborts. */
+  sleep(ms: number, done: AbortSignal): Promise<void> {
+    if (this.due || done.aborted) return Promise.resolve();
+    const woken = new AbortController();
+    const wake = (): void => woken.abort();
+    this.wake = wake;
+    done.addEventListener("abort", wake, { once: true });
+    return sleep(ms, woken.signal).finally(() => {
+      this.wake = undefined;
+      done.removeEventListener("abort", wake);
+    });
+  }
+}
+
 export class Results {
   private readonly batches = new Map<string, NodeBatch>();
 
@@ -108,8 +139,41 @@ export class Results {
     return { result: null, why };
   }
 
+  /** Give back a job whose handler never started (`item` has `giveBack` and `notStarted`): sent
+   * whatever the lease's state (no handler ran, so no one can act twice; the fence keeps it from
+   * touching a later delivery), tried at least once and retried on `UNAVAILABLE` and the like
+   * until `leaseEnd` (the earliest the node's lease can end: it then gives the job back itself,
+   * uncounted). Its FinishResult, or null and why. */
+  async giveBackUnstarted(
+    item: FinishItem,
+    targets: Targets,
+    leaseEnd: number,
+  ): Promise<{ result: FinishResult | null; why: string }> {
+    let backoff = 50;
+    for (let attempt = 0; ; attempt++) {
+      const nodes = targets();
+      const node = nodes[attempt % nodes.length]!;
+      let why: string;
+      try {
+        const result = await this.batch(node).send(item);
+        if (!RETRY_CODES.has(result.code)) return { result, why: "" };
+        why = `${status[result.code]}: ${result.message}`;
+      } catch (err) {
+        if (!(err instanceof TimeshardError) || !RETRY_CODES.has(err.code)) {
+          return { result: null, why: `Finish refused: ${String(err)}` };
+        }
+        why = err.message;
+      }
+      if (now() + backoff >= leaseEnd) return { result: null, why };
+      await sleep(backoff);
+      backoff = Math.min(2000, backoff * 2);
+    }
+  }
+
   /** The heartbeat loop of one job until `done` aborts: every third of the lease from
-   * `firstAt`; a granted one moves the lease on; a refusal loses it. */
+   * `firstAt`, and at once when the handler starts (`notice`: that heartbeat is the start
+   * notice, and every later one says started too); a granted one moves the lease on; a refusal
+   * loses it. */
   async heartbeats(opts: {
     jobId: string;
     fence: number;
@@ -118,16 +182,26 @@ export class Results {
     lease: Lease;
     targets: Targets;
     firstAt: number;
+    notice: StartNotice;
     done: AbortSignal;
   }): Promise<void> {
-    const { lease, leaseMs, marginMs, done } = opts;
+    const { lease, leaseMs, marginMs, notice, done } = opts;
     const every = leaseMs / 3;
     let next = opts.firstAt;
     let failures = 0;
-    const request = { jobId: opts.jobId, fence: opts.fence, lease: durationOf(leaseMs) };
     while (!done.aborted && lease.held()) {
-      await sleep(Math.min(next, lease.deadlineAt) - now(), done);
-      if (done.aborted || !lease.held() || now() < next) continue;
+      await notice.sleep(Math.min(next, lease.deadlineAt) - now(), done);
+      if (done.aborted || !lease.held() || (now() < next && !notice.due)) continue;
+      // A notice owed goes now, once: if it fails, the next try comes with the retries below
+      // (every later heartbeat says started), not in a loop.
+      notice.due = false;
+      const request: HeartbeatRequest = {
+        jobId: opts.jobId,
+        fence: opts.fence,
+        lease: durationOf(leaseMs),
+        started: notice.at !== undefined,
+        startedAt: notice.at,
+      };
       const sent = now();
       try {
         const res = await this.heartbeat(request, opts.targets(), failures, lease);
@@ -146,7 +220,7 @@ export class Results {
   }
 
   private heartbeat(
-    request: { jobId: string; fence: number; lease: ReturnType<typeof durationOf> },
+    request: HeartbeatRequest,
     nodes: NodeConnection[],
     first: number,
     lease: Lease,

@@ -4,13 +4,13 @@
 // Finish batches, and on stop drain for a bounded time, then give back what was stopped.
 import { randomUUID } from "node:crypto";
 import { hostname } from "node:os";
-import type { Metadata } from "@grpc/grpc-js";
+import { status, type Metadata } from "@grpc/grpc-js";
 import type { ClaimedJob, FinishItem } from "./gen/timeshard/v1/timeshard.js";
 import { type ConnectOptions, type Security, resolveSecurity, resolveServers } from "./config.js";
 import { MAX_REPLY_BYTES, NodeConnection, unary } from "./connection.js";
 import { ConfigError, PermanentError } from "./errors.js";
 import { Lease, LeaseLostError, now, sleep } from "./lease.js";
-import { Results } from "./results.js";
+import { Results, StartNotice } from "./results.js";
 import { type EncodedResult, ResultError, encodeResult, tracebackOf } from "./returns.js";
 import { Slots, type Run } from "./slots.js";
 import { durationOf, epochMs, msOf } from "./time.js";
@@ -49,15 +49,37 @@ export interface HandlerOptions {
   concurrency?: number;
 }
 
-export type WorkerEvent = "started" | "succeeded" | "failed" | "lost" | "unreported" | "rejected" | "given back";
+/** "not started": a claimed job this worker did not start (its lease over, or too short to run,
+ * when the claim's answer was read; the worker stopping; its lease over while it waited for a
+ * slot) was given back unstarted, its attempt not counted; the detail says why. */
+export type WorkerEvent =
+  | "started"
+  | "succeeded"
+  | "failed"
+  | "lost"
+  | "unreported"
+  | "rejected"
+  | "given back"
+  | "not started";
+
+/** Why a claimed job was given back without its handler starting (its `FinishItem.error`). */
+export const NOT_STARTED = {
+  late: "not started: lease over before the worker received it",
+  tooClose: "not started: less than the safety margin of its lease left when the worker received it",
+  stopping: "not started: the worker was stopping",
+  noSlot: "not started: its lease ran out while it waited for a slot",
+} as const;
 
 export interface WorkerOptions extends ConnectOptions {
   workerId?: string;
   /** The lease asked for each job (default 30 s). */
   leaseMs?: number;
-  /** How long before the lease's end a handler is stopped (default a sixth of the lease). */
+  /** How long before the lease's end a handler is stopped (default a sixth of the lease; less
+   * than half of it). A job whose claim answer leaves less than this before that deadline is not
+   * started but given back ("not started"). */
   safetyMarginMs?: number;
-  /** The longest a Claim long poll waits (default 20 s; at most half of lease - margin). */
+  /** The longest a Claim long poll waits (default 20 s; at most half of lease - margin, and no
+   * more than leaves the margin before the deadline). */
   claimWaitMs?: number;
   /** How often the node list is asked again (default 5 s). */
   discoverEveryMs?: number;
@@ -83,6 +105,8 @@ interface HandlerSpec {
 interface InFlight {
   ctx: JobContext;
   lease: Lease;
+  leaseEnd: number;
+  notice: StartNotice;
   run: Run;
   settled: boolean;
   stopped: boolean;
@@ -125,6 +149,8 @@ export class Worker {
   private readonly polled = new Map<string, Polled>();
   private readonly inflight = new Map<JobContext, InFlight>();
   private readonly loops = new Set<Promise<void>>();
+  /** Give-backs of jobs not started, in flight (the shutdown waits for them). */
+  private readonly givingBack = new Set<Promise<void>>();
   private stopping = new AbortController();
   private drainOver = new AbortController();
   private stopped: Promise<void> | undefined;
@@ -137,11 +163,16 @@ export class Worker {
     this.workerId = opts.workerId ?? `ts-${hostname()}-${process.pid}-${randomUUID().slice(0, 8)}`;
     this.leaseMs = opts.leaseMs ?? 30_000;
     this.safetyMarginMs = opts.safetyMarginMs ?? this.leaseMs / 6;
-    if (!(this.safetyMarginMs > 0 && this.safetyMarginMs < this.leaseMs)) {
-      throw new ConfigError("need 0 < safetyMarginMs < leaseMs");
+    if (!(this.safetyMarginMs > 0 && this.safetyMarginMs < this.leaseMs / 2)) {
+      // A job received with less than the margin before its deadline (lease - margin) is given
+      // back unstarted: with a margin of half the lease or more none could ever run.
+      throw new ConfigError("need 0 < safetyMarginMs < leaseMs / 2");
     }
     if (this.leaseMs < 1000) throw new ConfigError("leaseMs must be at least 1000 (the server's least)");
-    this.claimWaitMs = Math.min(opts.claimWaitMs ?? 20_000, (this.leaseMs - this.safetyMarginMs) / 2);
+    // A claim answered at the end of its wait still has time: half of what the lease leaves
+    // after its margin, and the margin before the deadline (else it would be too close to run).
+    const m = this.safetyMarginMs;
+    this.claimWaitMs = Math.max(100, Math.min(opts.claimWaitMs ?? 20_000, (this.leaseMs - m) / 2, this.leaseMs - 2 * m));
     this.discoverEveryMs = opts.discoverEveryMs ?? 5000;
     this.drainMs = opts.drainMs ?? 30_000;
     this.warn = opts.warn ?? ((m) => console.warn(`timeshard worker: ${m}`));
@@ -296,7 +327,7 @@ export class Worker {
         this.slots.asking(type, -n);
       }
       backoff = 100;
-      for (const claimed of jobs) this.start(p.node, claimed, sent);
+      for (const claimed of jobs) this.start(p.node, claimed, sent); // (or given back: never dropped)
     }
   }
 
@@ -306,17 +337,14 @@ export class Worker {
     return () => [first, ...[...this.polled.values()].map((p) => p.node).filter((n) => n !== first)];
   }
 
+  /** Run one claimed job, or give it back unstarted when this worker does not run it
+   * (`whyNotStart`): then no step of its handler is taken and the job goes back to the node at
+   * once, uncounted, rather than waiting out its lease. */
   private start(node: NodeConnection, claimed: ClaimedJob, sent: number): void {
     const job = claimed.job!;
-    const deadline = sent + msOf(claimed.lease) - this.safetyMarginMs;
-    if (now() >= deadline) {
-      // The lease was over before the reply was even read (this process was paused): the job
-      // is someone else's now; its handler must not take a single step.
-      this.warn(`job ${job.jobId}: claim arrived after its lease; not started`);
-      return;
-    }
+    const leaseEnd = sent + msOf(claimed.lease);
+    const deadline = leaseEnd - this.safetyMarginMs;
     const lease = new Lease(deadline);
-    const run = this.slots.claimed(job.jobId, job.type);
     const ctx: JobContext = {
       jobId: job.jobId,
       type: job.type,
@@ -333,14 +361,60 @@ export class Worker {
         if (!lease.held() || lease.signal.aborted) throw lease.signal.reason;
       },
     };
-    const flight: InFlight = { ctx, lease, run, settled: false, stopped: false, abandoned: false, done: Promise.resolve() };
+    const why = this.whyNotStart(job.type, deadline);
+    if (why) {
+      lease.abort(why);
+      const given = this.giveBackUnstarted(node, ctx, leaseEnd, why)
+        .catch((err: unknown) => this.warn(`job ${ctx.jobId}: ${describe(err)}`))
+        .finally(() => this.givingBack.delete(given));
+      this.givingBack.add(given);
+      return;
+    }
+    const run = this.slots.claimed(job.jobId, job.type);
+    const flight: InFlight = {
+      ctx,
+      lease,
+      leaseEnd,
+      notice: new StartNotice(),
+      run,
+      settled: false,
+      stopped: false,
+      abandoned: false,
+      done: Promise.resolve(),
+    };
     this.inflight.set(ctx, flight);
     // A claim that waited in its long poll has used part of its lease: heartbeat at once.
     const waited = now() - sent > this.safetyMarginMs / 2;
     flight.done = this.execute(node, flight, waited ? now() : sent + this.leaseMs / 3)
       .catch((err: unknown) => this.warn(`job ${ctx.jobId}: ${describe(err)}`))
       .finally(() => this.inflight.delete(ctx));
-    if (this.stopping.signal.aborted) this.stopHandler(flight); // claimed while stopping
+  }
+
+  /** Why a claimed job is not to be started ("" when it is): the worker is stopping; no handler
+   * of its type here; its deadline ((claim sent) + lease - margin) passed before the answer was
+   * read (the process was paused, the answer slow), or less than the margin is left before it: a
+   * handler could barely start before it had to be stopped, and the job is better given to a
+   * worker that has the time. */
+  private whyNotStart(type: string, deadline: number): string {
+    const left = deadline - now();
+    if (this.stopping.signal.aborted) return NOT_STARTED.stopping;
+    if (!this.handlers.has(type)) return `not started: the worker has no handler for type ${JSON.stringify(type)}`;
+    if (left <= 0) return NOT_STARTED.late;
+    if (left < this.safetyMarginMs) return NOT_STARTED.tooClose;
+    return "";
+  }
+
+  /** Send a job whose handler never started back to the node: `give_back` and `not_started`
+   * (and `failed`, for a node that predates both), fenced as any result; the node schedules it
+   * again at once without counting an attempt. */
+  private async giveBackUnstarted(node: NodeConnection, ctx: JobContext, leaseEnd: number, why: string): Promise<void> {
+    this.warn(`job ${ctx.jobId}: given back unstarted: ${why}`);
+    const item = finishItem({ jobId: ctx.jobId, fence: ctx.fence, failed: true, giveBack: true, notStarted: true, error: why });
+    const { result, why: failure } = await this.results!.giveBackUnstarted(item, this.targets(node), leaseEnd);
+    let detail = why;
+    if (result === null) detail += `; the give-back was not taken (${failure})`;
+    else if (result.code !== 0) detail += `; the give-back was not taken (${status[result.code]}: ${result.message})`;
+    this.emit("not started", ctx, detail);
   }
 
   private async execute(node: NodeConnection, f: InFlight, firstHeartbeat: number): Promise<void> {
@@ -355,13 +429,19 @@ export class Worker {
       lease,
       targets,
       firstAt: firstHeartbeat,
+      notice: f.notice,
       done: resultIn.signal,
     });
     let invoked = false;
     try {
       await this.slots.acquire(run, lease.signal);
       if (!run.hasSlot || !lease.held() || lease.signal.aborted) {
-        if (f.stopped && !lease.lost && lease.held()) await this.report(f, targets, GIVE_BACK);
+        f.settled = true; // no handler to wait for
+        // Never started: given back, unless the node said the job is no longer ours.
+        if (!lease.lost) {
+          const why = f.stopped ? NOT_STARTED.stopping : NOT_STARTED.noSlot;
+          await this.giveBackUnstarted(node, ctx, f.leaseEnd, why);
+        }
         return;
       }
       invoked = true;
@@ -385,7 +465,9 @@ export class Worker {
   /** Call the handler; its slot is given back when its promise settles, not before. */
   private async invoke(f: InFlight): Promise<Ended> {
     const spec = this.handlers.get(f.ctx.type)!;
-    (f.ctx as { startedAt: number }).startedAt = Date.now();
+    const startedAt = Date.now();
+    (f.ctx as { startedAt: number }).startedAt = startedAt;
+    f.notice.started(new Date(startedAt)); // the start notice goes now; the handler does not wait for it
     this.emit("started", f.ctx, "");
     let value: unknown;
     try {
@@ -402,7 +484,7 @@ export class Worker {
 
   private async report(f: InFlight, targets: () => NodeConnection[], ended: Ended): Promise<void> {
     const { kind, error } = ended;
-    const item: FinishItem = {
+    const item = finishItem({
       jobId: f.ctx.jobId,
       fence: f.ctx.fence,
       failed: kind !== "complete",
@@ -412,7 +494,7 @@ export class Worker {
       result: ended.result?.result ?? Buffer.alloc(0),
       resultEncoding: ended.result?.encoding ?? "",
       traceback: ended.traceback ?? "",
-    };
+    });
     const { result, why } = await this.results!.deliver(item, targets, f.lease);
     if (result === null) this.emit("unreported", f.ctx, `${why}; the job is left to its lease expiry`);
     else if (result.code !== 0) this.emit("rejected", f.ctx, result.message);
@@ -459,6 +541,7 @@ export class Worker {
       }
       await Promise.race([all(), sleep(STOP_GRACE_MS + 1000)]);
     }
+    await Promise.all([...this.givingBack]); // (each bounded by its job's lease)
     for (const c of this.connections.values()) c.close();
   }
 }
@@ -473,6 +556,21 @@ function completed(value: unknown): Ended {
     if (err instanceof ResultError) return { kind: "permanent", error: describe(err) };
     throw err;
   }
+}
+
+/** A result to send: the fields given, the rest empty. */
+function finishItem(fields: Partial<FinishItem> & Pick<FinishItem, "jobId" | "fence">): FinishItem {
+  return {
+    failed: false,
+    error: "",
+    permanent: false,
+    giveBack: false,
+    result: Buffer.alloc(0),
+    resultEncoding: "",
+    traceback: "",
+    notStarted: false,
+    ...fields,
+  };
 }
 
 async function waitSettled(f: InFlight): Promise<void> {

@@ -122,12 +122,25 @@ export async function eventually<T>(
   }
 }
 
-/** A TCP proxy to `target` that can be frozen: a network partition that neither answers nor
- * refuses (bytes are held, connections stay open). */
-export async function startProxy(target: string): Promise<{ address: string; freeze(): void; close(): void }> {
+export interface Proxy {
+  address: string;
+  /** A network partition: nothing passes any more, either way, and calls hang. */
+  freeze(): void;
+  /** Keep what the target sends from now on (answers arrive late, in order, none lost); what
+   * the client sends still goes through. */
+  hold(): void;
+  /** Send on what was held, then everything as it comes. */
+  release(): void;
+  close(): void;
+}
+
+/** A TCP proxy to `target` that can be frozen (a network partition that neither answers nor
+ * refuses: bytes are held, connections stay open) or can hold the target's answers a while. */
+export async function startProxy(target: string): Promise<Proxy> {
   const [host, port] = [target.slice(0, target.lastIndexOf(":")), Number(target.slice(target.lastIndexOf(":") + 1))];
   const sockets = new Set<net.Socket>();
   let frozen = false;
+  let held: Array<() => void> | undefined; // while held: what to send at release
   const server = net.createServer((client) => {
     if (frozen) return; // accepted and never answered
     const upstream = net.connect(port, host);
@@ -137,7 +150,11 @@ export async function startProxy(target: string): Promise<{ address: string; fre
       s.on("close", () => sockets.delete(s));
     }
     client.pipe(upstream);
-    upstream.pipe(client);
+    upstream.on("data", (d: Buffer) => {
+      if (held) held.push(() => client.write(d));
+      else client.write(d);
+    });
+    upstream.on("end", () => client.end());
   });
   await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
   const { port: p } = server.address() as net.AddressInfo;
@@ -147,8 +164,17 @@ export async function startProxy(target: string): Promise<{ address: string; fre
       frozen = true;
       for (const s of sockets) {
         s.unpipe();
+        s.removeAllListeners("data");
         s.pause();
       }
+    },
+    hold: () => {
+      held ??= [];
+    },
+    release: () => {
+      const pending = held ?? [];
+      held = undefined;
+      for (const send of pending) send();
     },
     close: () => {
       for (const s of sockets) s.destroy();
