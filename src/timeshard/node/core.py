@@ -186,7 +186,13 @@ class Node:
         )
         self.clock_offset_ms: float | None = None
         """The store's clock minus ours, as last measured (None: not measured)."""
-        self._firer = ScheduleFirer(store, clock, self.config.default_max_attempts, land=self._land)
+        self._firer = ScheduleFirer(
+            store,
+            clock,
+            self.config.default_max_attempts,
+            land=self._land,
+            counted=self.metrics.scheduled,
+        )
         d = self.config.dispatch
         self.peers = PeerHints(
             coordinator=coordinator,
