@@ -69,6 +69,7 @@ from timeshard.store.base import (
     entry_for,
     repeats_due,
 )
+from timeshard.store.listing import JobQuery
 
 log = logging.getLogger(__name__)
 
@@ -604,6 +605,13 @@ class Node:
         check_range("page_size", limit, 0, MAX_PAGE_SIZE)
         return await self.store.list_jobs(
             state=state, job_type=job_type, limit=limit or DEFAULT_PAGE_SIZE, page_token=page_token
+        )
+
+    async def find_jobs(self, query: JobQuery, *, limit: int, page_token: str) -> JobPage:
+        """The jobs ``query`` finds, a page of ``limit`` (0: the default), counted."""
+        check_range("page_size", limit, 0, MAX_PAGE_SIZE)
+        return await self.store.find_jobs(
+            query, limit=limit or DEFAULT_PAGE_SIZE, page_token=page_token, count=True
         )
 
     async def cancel(self, job_id: str) -> Job:

@@ -7,7 +7,7 @@ import enum
 from dataclasses import dataclass, field
 
 from timeshard.errors import InvalidArgument
-from timeshard.limits import MAX_IDEMPOTENCY_KEY_BYTES, check_bytes
+from timeshard.limits import MAX_IDEMPOTENCY_KEY_BYTES, MAX_RUN_AT_MS, check_bytes
 from timeshard.model import Job, JobState, validate_job_type, validate_schedule_id
 from timeshard.store import pages
 
@@ -54,6 +54,11 @@ class JobQuery:
             )
         if self.schedule_id:
             validate_schedule_id(self.schedule_id)
+        for name, at in (("run_at_from", self.due_from), ("run_at_to", self.due_to)):
+            if at is not None and not 0 <= at <= MAX_RUN_AT_MS:
+                raise InvalidArgument(
+                    name, "must be from 1970-01-01T00:00:00Z to 9999-12-31T23:59:59.999Z"
+                )
         if self.due_from is not None and self.due_to is not None and self.due_to <= self.due_from:
             raise InvalidArgument(
                 "run_at_to", "must be after run_at_from (the range is from <= run_at < to)"
