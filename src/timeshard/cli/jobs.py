@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import base64
-import json
 import sys
 from typing import Any
 
 from timeshard.cli.common import MAX_INT32, add_json_option, parse_duration, parse_time, whole
+from timeshard.cli.jobtext import job_json, job_line, job_lines
 from timeshard.cli.load import DEFAULT_KEY_PREFIX, cmd_load, key_prefix, not_scheduled_why
-from timeshard.console import Exit, add_progress_option, print_json, when, when_local
+from timeshard.console import Exit, add_progress_option, print_json, when_local
 from timeshard.errors import FailedPrecondition, InvalidArgument, TimeshardError
 from timeshard.limits import MAX_BATCH, MAX_PRIORITY
 from timeshard.model import RESULT_BYTES, RESULT_JSON, JobState, parse_json_payload
@@ -174,66 +173,6 @@ that refusal's (docs/cli.md). Progress goes to stderr when it is a terminal
 """
 
 
-def job_json(job: pb.Job) -> dict[str, Any]:
-    """JOB in docs/cli.md: a job as every ``--json`` prints it."""
-
-    def t(msg: Any, present: bool) -> str | None:
-        return when(ts_ms(msg)) if present else None
-
-    state = state_from_pb(job.state)
-    return {
-        "job_id": job.job_id,
-        "type": job.type,
-        "state": state.value if state else "unknown",
-        "attempt": job.attempt,
-        "max_attempts": job.max_attempts,
-        "run_at": t(job.run_at, True),
-        "created_at": t(job.created_at, True),
-        "started_at": t(job.started_at, job.HasField("started_at")),
-        "finished_at": t(job.finished_at, job.HasField("finished_at")),
-        "lease_owner": job.lease_owner or None,
-        "lease_until": t(job.lease_until, job.HasField("lease_until")),
-        "fence": job.fence,
-        "shard": job.shard,
-        "idempotency_key": job.idempotency_key or None,
-        "last_error": job.last_error or None,
-        "payload": job.payload.decode("utf-8", errors="replace"),
-        "history": [
-            {
-                "attempt": a.attempt,
-                "worker": a.worker,
-                "started_at": t(a.started_at, True),
-                "finished_at": t(a.finished_at, a.HasField("finished_at")),
-                "outcome": a.outcome,
-                "error": a.error or None,
-                "traceback": a.traceback or None,
-            }
-            for a in job.history
-        ],
-        "result_encoding": job.result_encoding or None,
-        "result": _result_json(job),
-        "deadline": t(job.deadline, job.HasField("deadline")),
-        "priority": job.priority,
-    }
-
-
-def _result_json(job: pb.Job) -> Any:
-    """The result for JSON output: the value of a JSON result, base64 text for bytes."""
-    if job.result_encoding == RESULT_JSON:
-        return json.loads(job.result)
-    if job.result_encoding == RESULT_BYTES:
-        return base64.b64encode(job.result).decode("ascii")
-    return None
-
-
-def job_line(job: pb.Job) -> str:
-    d = job_json(job)
-    return (
-        f"{d['job_id']}  {d['type']:<16} {d['state']:<10} attempt {d['attempt']}  "
-        f"run_at {d['run_at']}"
-    )
-
-
 def _client(args: argparse.Namespace) -> Client:
     return Client(args.server)
 
@@ -301,29 +240,6 @@ def cmd_get(args: argparse.Namespace) -> int:
     else:
         print("\n".join(job_lines(job)))
     return 0
-
-
-_LOCAL_BESIDE = ("run_at", "lease_until")
-
-
-def job_lines(job: pb.Job) -> list[str]:
-    """One job for people: a field a line, the attempts last."""
-    out = []
-    for k, v in job_json(job).items():
-        if k == "history" or v is None:
-            continue
-        if k in _LOCAL_BESIDE:
-            v = when_local(ts_ms(getattr(job, k)))
-        if k == "result":
-            v = job.result.decode() if job.result_encoding == RESULT_JSON else f"{v} (base64)"
-        out.append(f"{k:>16}: {v}")
-    for a in job.history:
-        out.append(
-            f"{'attempt':>16}: #{a.attempt} by {a.worker}: {a.outcome or 'running'} {a.error}"
-        )
-        if a.traceback:  # indented under its attempt
-            out += [f"{'':>18}{line}" for line in a.traceback.rstrip().splitlines()]
-    return out
 
 
 def _print_result(job: pb.Job) -> int:
