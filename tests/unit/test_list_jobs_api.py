@@ -104,3 +104,29 @@ async def test_a_bad_filter_is_invalid_argument_naming_its_field(
             await jobs.ListJobs(pb.ListJobsRequest(**request_fields))  # type: ignore[arg-type]
         assert info.value.code() is grpc.StatusCode.INVALID_ARGUMENT
         assert (info.value.details() or "").startswith(f"{field}: "), info.value.details()
+
+
+async def test_the_python_client_lists_with_the_same_filters() -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from timeshard.client import AsyncClient
+    from timeshard.errors import InvalidArgument
+
+    async with (
+        embedded_server() as server,
+        AsyncClient(server.address, tls=False, token="") as c,
+    ):
+        for n, minutes in ((1, 30), (2, 10), (3, 20)):
+            await c.schedule("mail", {}, delay=timedelta(minutes=minutes), key=f"order-{n}")
+        await c.schedule("sms", {}, delay=timedelta(minutes=5), key="order-9")
+        keys = [j.idempotency_key async for j in c.list_jobs(key_prefix="order-", page_size=2)]
+        assert keys == ["order-9", "order-2", "order-3", "order-1"]
+        soon = datetime.now(UTC) + timedelta(minutes=15)
+        later = [j.idempotency_key async for j in c.list_jobs(job_type="mail", due_from=soon)]
+        assert later == ["order-3", "order-1"]
+        states = [j.job_id async for j in c.list_jobs(states=["running", "dead"])]
+        assert states == []
+        with pytest.raises(InvalidArgument, match="order"):
+            c.list_jobs(order="newest")
+        with pytest.raises(InvalidArgument, match="state"):
+            c.list_jobs(states=["finished"])
