@@ -34,6 +34,7 @@ from timeshard.errors import InvalidArgument
 VERSION = 1
 _CHECK_BYTES = 8
 _CHECK_KEY = b"timeshard page token"
+_INT64 = (-(2**63), 2**63 - 1)
 
 START_AGAIN = "list again without a page token to start at the first page"
 NOT_ISSUED = (
@@ -98,12 +99,17 @@ def decode(token: str, listing: str, query: str) -> list[Any] | None:
 def position_of(
     token: str, listing: str, query: str, kinds: tuple[type, ...]
 ) -> tuple[Any, ...] | None:
-    """``decode``, and the position's values checked against ``kinds`` (e.g. ``(int, str)``)."""
+    """``decode``, and the position's values checked against ``kinds`` (e.g. ``(int, str)``;
+    an int within 64 bits, as the stores keep them)."""
     position = decode(token, listing, query)
     if position is None:
         return None
-    if len(position) != len(kinds) or not all(
-        isinstance(v, k) and not isinstance(v, bool) for v, k in zip(position, kinds, strict=True)
-    ):
+    if len(position) != len(kinds) or not all(map(_is_a, position, kinds)):
         raise InvalidArgument("page_token", NOT_ISSUED)
     return tuple(position)
+
+
+def _is_a(value: object, kind: type) -> bool:
+    if isinstance(value, bool) or not isinstance(value, kind):
+        return False
+    return not isinstance(value, int) or _INT64[0] <= value <= _INT64[1]

@@ -57,7 +57,7 @@ SWEEP_EVERY_S = 10.0
 SWEEP_ROWS = 5000
 R = TypeVar("R")
 Q = load_queries("sqlite.sql")
-for _name in ("find_jobs", "count_jobs"):
+for _name in ("find_jobs_by_due", "find_jobs_by_created", "find_jobs_by_id", "count_jobs"):
     Q[_name] = Q[_name].replace("{jobs_matching}", Q["jobs_matching"])
 _Op = tuple[Callable[[sqlite3.Connection], Any], "asyncio.Future[Any]"]
 _Result = tuple["asyncio.Future[Any]", bool, Any]  # (future, ok, value or exception)
@@ -489,14 +489,14 @@ class SqliteStore(Store):
             "key_prefix": query.key_prefix or None,
             "occurrences": query.occurrence_prefix or None,
             "occurrences_end": f"{query.schedule_id}A" if query.schedule_id else None,
-            "order": query.order.value,
-            "after_value": after[0] if after else None,
-            "after_id": after[1] if after else None,
+            "after_value": after[0] if after else -1,
+            "after_id": after[1] if after else "",
             "limit": limit + 1,
         }
+        page = Q[f"find_jobs_by_{query.order.value}"]
 
         def run(db: sqlite3.Connection) -> tuple[list[tuple[Any, ...]], int | None]:
-            rows = db.execute(Q["find_jobs"], params).fetchall()
+            rows = db.execute(page, params).fetchall()
             total = db.execute(Q["count_jobs"], params).fetchone()[0] if count else None
             return rows, total
 
