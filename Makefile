@@ -1,13 +1,28 @@
 # The two commands of the README: `make dev` and `make test`. Everything else is a helper.
-PY ?= python3
+#
+# Everything runs in a virtual environment: the active one ($VIRTUAL_ENV) if there is one, else
+# .venv here, made on first use with `$(PYTHON) -m venv` (a distribution's own Python refuses
+# `pip install` outside one: PEP 668, "externally-managed-environment"). VENV=DIR picks another.
+# The environment's bin/ comes first on PATH, so `timeshard`, ruff, mypy and lint-imports below
+# are the ones installed in it.
+PYTHON ?= python3
+VENV ?= $(or $(VIRTUAL_ENV),.venv)
+PY := $(VENV)/bin/python
+export PATH := $(abspath $(VENV))/bin:$(PATH)
+
+# `make dev PORT=50061`: the gRPC port of `timeshard dev` (its status page is on the next one).
+PORT ?= 50051
 
 .PHONY: install dev test test-cluster fuzz unit lint proto
 
-install:
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+
+install: $(PY)
 	$(PY) -m pip install -q -e '.[dev]'
 
 dev: install
-	timeshard dev
+	timeshard dev --port $(PORT)
 
 # The whole suite: starts a local Cassandra and ZooKeeper (fetched on first use), runs every
 # test tier against them and the embedded store, then stops them.
@@ -32,5 +47,5 @@ unit: install
 lint: install
 	ruff check src tools tests && ruff format --check src tools tests && mypy && lint-imports
 
-proto:
+proto: install
 	$(PY) tools/gen_proto.py

@@ -17,9 +17,9 @@ started=0
 if [[ -z "${TIMESHARD_CASSANDRA:-}" ]]; then
   # --unsafe-system: each test creates and drops a keyspace, 3x faster without flushing the
   # schema tables; safe here because this cluster is only ever stopped cleanly.
-  up=(python -m timeshard.stack up --only cassandra --cassandra-nodes 3
+  up=(python3 -m timeshard.stack up --only cassandra --cassandra-nodes 3
       --cassandra-host "${CASSANDRA_HOST:-127.0.0.1}" --unsafe-system --json)
-  if ! python -m timeshard.stack status --only cassandra >/dev/null 2>&1; then
+  if ! python3 -m timeshard.stack status --only cassandra >/dev/null 2>&1; then
     started=1
   fi
   if ! addresses=$("${up[@]}" | tail -n 1); then
@@ -27,17 +27,17 @@ if [[ -z "${TIMESHARD_CASSANDRA:-}" ]]; then
       "run beside it: TIMESHARD_STATE=/tmp/timeshard-cluster CASSANDRA_HOST=127.0.0.2 make test-cluster" >&2
     exit 1
   fi
-  TIMESHARD_CASSANDRA=$(python -c 'import json,sys; print(json.loads(sys.argv[1])["cassandra"])' "$addresses")
+  TIMESHARD_CASSANDRA=$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["cassandra"])' "$addresses")
   export TIMESHARD_CASSANDRA
 fi
 stop() {
   if [[ $started == 1 && -z "${TIMESHARD_KEEP_STACK:-}" ]]; then
-    python -m timeshard.stack down --only cassandra >&2 || true
+    python3 -m timeshard.stack down --only cassandra >&2 || true
   fi
 }
 trap stop EXIT
 
 echo "test_cluster: cassandra=$TIMESHARD_CASSANDRA options=$TIMESHARD_CASSANDRA_OPTIONS" >&2
 # -m integration: the Cassandra half of the contract suite (its SQLite half runs in `make test`).
-python -m pytest tests/contract -m integration -q "$@"
+python3 -m pytest tests/contract -m integration -q "$@"
 echo "test_cluster: done in ${SECONDS} s" >&2

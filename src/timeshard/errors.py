@@ -76,6 +76,22 @@ class NotOwner(Unavailable):
         self.epoch = epoch
 
 
+class ResourceExhausted(TimeshardError):
+    """The node is overloaded: try again after ``retry_after_ms`` (sent to clients as the
+    trailing metadata ``retry-after-ms``)."""
+
+    code = grpc.StatusCode.RESOURCE_EXHAUSTED
+
+    def __init__(self, message: str, retry_after_ms: int) -> None:
+        super().__init__(message)
+        self.retry_after_ms = retry_after_ms
+
+
+RETRY_AFTER_KEY = "retry-after-ms"
+"""The trailing metadata that says how long to wait before trying a RESOURCE_EXHAUSTED call
+again."""
+
+
 class DeadlineExceeded(TimeshardError):
     """A wait ended before what it waited for happened."""
 
@@ -117,6 +133,7 @@ GRPC_STATUS: dict[type[TimeshardError], grpc.StatusCode] = {
     AlreadyExists: grpc.StatusCode.ALREADY_EXISTS,
     FailedPrecondition: grpc.StatusCode.FAILED_PRECONDITION,
     Unavailable: grpc.StatusCode.UNAVAILABLE,
+    ResourceExhausted: grpc.StatusCode.RESOURCE_EXHAUSTED,
     DeadlineExceeded: grpc.StatusCode.DEADLINE_EXCEEDED,
     PermissionDenied: grpc.StatusCode.PERMISSION_DENIED,
     Unauthenticated: grpc.StatusCode.UNAUTHENTICATED,

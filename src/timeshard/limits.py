@@ -93,6 +93,13 @@ MAX_PREVIEW_COUNT = 1000
 
 # -- numbers ---------------------------------------------------------------------------------
 
+DEFAULT_MAX_UNSTARTED = 20
+"""Deliveries without a handler start before a job is dead ("never started"), unless its type
+says otherwise: generous, since waiting never spends an attempt (invariant 9), yet a bound, so a
+job that can never be delivered, or one that kills its worker before the start notice leaves,
+ends in the dead letters rather than looping."""
+MAX_UNSTARTED = 1000
+
 MAX_ATTEMPTS = 1000
 """The most attempts a job (or each occurrence of a schedule) may ask for; 0 asks for the
 default. More would keep a failing job retrying for weeks at the backoff cap instead of

@@ -189,6 +189,12 @@ class Job:
     priority: int = 0
     """0 (the default, lowest) to ``MAX_PRIORITY``: higher goes first within its type, with
     aging (``limits.DEFAULT_PRIORITY_AGING_MS``)."""
+    unstarted: int = 0
+    """Deliveries that ended without a handler start (given back unstarted, or a lease over
+    with no start notice): never attempts; at the type's ``max_unstarted`` the job is dead."""
+    start_noticed: bool = False
+    """The running attempt's handler started, as its worker's start notice said: an expired
+    lease then counts as a failed attempt (invariant 9)."""
 
     def __post_init__(self) -> None:
         validate_job_id(self.job_id)
@@ -309,6 +315,14 @@ attempt like any retryable failure (retried after the backoff, dead at ``max_att
 GIVEN_BACK = "given back"
 """The outcome of an attempt its worker gave back unfinished (it was shutting down): not a
 failure, so it does not count against ``max_attempts``."""
+
+NOT_STARTED = "not started"
+"""The outcome of a delivery whose handler never started (invariant 9): given back unstarted by
+its worker, or a lease that ran out with no start notice. Not an attempt; counted in
+``Job.unstarted`` against the type's ``max_unstarted``."""
+
+NEVER_STARTED = "never started"
+"""How the last error of a job dead after ``max_unstarted`` deliveries without a start begins."""
 
 SCHEDULE_ENTRY_PREFIX = "schedule:"
 """Bucket entries whose id starts with this look at a schedule, not a job."""

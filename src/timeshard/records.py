@@ -100,6 +100,8 @@ class Job:
     deadline: datetime | None = None
     """No attempt starts after it; a job still waiting then ends ``expired``."""
     priority: int = 0
+    unstarted: int = 0
+    """Deliveries that ended without a handler start: never attempts (invariant 9)."""
 
     @property
     def payload(self) -> Any:
@@ -143,6 +145,7 @@ class Job:
             shard=msg.shard,
             raw_result=msg.result,
             result_encoding=msg.result_encoding,
+            unstarted=msg.unstarted,
             deadline=_time(msg, "deadline"),
             priority=msg.priority,
         )

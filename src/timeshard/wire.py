@@ -80,6 +80,25 @@ def ts_ms(t: Timestamp) -> int:
     return t.seconds * 1000 + t.nanos // 1_000_000
 
 
+def claimed_to_pb(job: Job, lease_ms: int) -> pb.ClaimedJob:
+    """A job handed to a worker (a ``Claim`` answer, a stream's push), without its history."""
+    return pb.ClaimedJob(
+        job=job_to_pb(job, history=False),
+        fence=job.fence,
+        lease_until=ts(job.lease_until),
+        idempotency_key=job.idempotency_key or job.job_id,
+        lease=dur(lease_ms),
+    )
+
+
+def started_at_of(h: pb.HeartbeatRequest, now_ms: int) -> int:
+    """A heartbeat's start notice: when its handler started (epoch ms; the node's ``now_ms``
+    if the worker did not say), or 0 when it carries none."""
+    if not h.started:
+        return 0
+    return ts_ms(h.started_at) if h.HasField("started_at") else now_ms
+
+
 def dur(ms: int) -> Duration:
     return Duration(seconds=ms // 1000, nanos=(ms % 1000) * 1_000_000)
 
@@ -107,6 +126,10 @@ def job_to_pb(job: Job, *, history: bool = True) -> pb.Job:
     )
     if job.priority:
         msg.priority = job.priority
+    if job.unstarted:
+        msg.unstarted = job.unstarted
+    if job.start_noticed:
+        msg.start_noticed = True
     if job.deadline:
         _set_ts(msg.deadline, job.deadline)
     if job.result_encoding:  # (most jobs have none: not passed, as an empty field costs time)

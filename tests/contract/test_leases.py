@@ -229,12 +229,14 @@ async def test_fail_with_a_stale_fence_changes_nothing(open_store: OpenStore) ->
 async def test_release_of_an_expired_lease_is_a_failed_attempt_retried(
     open_store: OpenStore,
 ) -> None:
+    """After a start notice (here the owner's, ``started=True``) an expired lease is a
+    failed attempt."""
     async with open_store() as store:
         running = await claimed(store, await created(store, "l1"), lease_ms=30_000)
         retry_at = NOW + 5 * 60_000
-        early = await store.release_lease("l1", running.fence, NOW + 29_999, retry_at)
+        early = await store.release_lease("l1", running.fence, NOW + 29_999, retry_at, started=True)
         await assert_unchanged(store, early, running)
-        out = await store.release_lease("l1", running.fence, NOW + 30_000, retry_at)
+        out = await store.release_lease("l1", running.fence, NOW + 30_000, retry_at, started=True)
         back = await assert_stored(store, out)
         assert back.state is JobState.SCHEDULED and back.fence == running.fence
         assert back.lease_owner == "" and back.run_at == retry_at
@@ -264,10 +266,14 @@ async def test_release_at_the_last_attempt_makes_the_job_dead(open_store: OpenSt
             return None if j.attempt >= j.max_attempts else NOW
 
         first = await claimed(store, job, lease_ms=1_000)
-        out = await store.release_lease("l3", first.fence, NOW + 1_000, retry_at)
+        out = await store.release_lease("l3", first.fence, NOW + 1_000, retry_at, started=True)
         retried = await assert_stored(store, out)
         assert (retried.state, retried.attempt) == (JobState.SCHEDULED, 1)
         second = await claimed(store, retried, lease_ms=1_000)
+        assert not second.start_noticed  # a claim is a delivery: no start yet
+        # The start notice written with a heartbeat: any later owner counts the attempt.
+        beat = await store.heartbeat("l3", second.fence, NOW + 1_500, started=True)
+        assert (await assert_stored(store, beat)).start_noticed
         out = await store.release_lease("l3", second.fence, NOW + 2_000, retry_at)
         dead = await assert_stored(store, out)
         assert dead.state is JobState.DEAD and dead.attempt == dead.max_attempts == 2
@@ -281,6 +287,67 @@ async def test_release_at_the_last_attempt_makes_the_job_dead(open_store: OpenSt
         # A dead job can not be claimed: it never runs a third time.
         [again] = await store.claim_jobs([claim(dead, worker="w3")])
         await assert_unchanged(store, again, dead)
+
+
+async def test_release_with_no_start_notice_gives_the_job_back_uncounted(
+    open_store: OpenStore,
+) -> None:
+    """Invariant 9: a lease that ran out before its handler started spends no attempt; the job
+    is due again at once (its run_at kept), and its history says why."""
+    async with open_store() as store:
+        job = await created(store, "u1", max_attempts=1)
+        running = await claimed(store, job, lease_ms=1_000)
+        assert running.attempt == 1
+        out = await store.release_lease(
+            "u1", running.fence, NOW + 1_000, lambda j: None, max_unstarted=20
+        )
+        back = await assert_stored(store, out)
+        assert back.state is JobState.SCHEDULED and back.attempt == 0 and back.unstarted == 1
+        assert back.run_at == NOW + 1_000 and back.lease_owner == ""
+        [delivery] = back.history
+        assert delivery.outcome == "not started"
+        assert delivery.error == "not started: lease over with no start notice from worker w1"
+        assert back.last_error == delivery.error
+        # Invariant 2: due now, so an entry at the release time.
+        assert NOW + 1_000 in [e.due_at for e in await entries_of(store, back, NOW + 1_000)]
+        # The next delivery is attempt 1 again; a result counts it.
+        [again] = await store.claim_jobs([claim(back, worker="w2")])
+        nxt = await assert_stored(store, again)
+        assert nxt.attempt == 1 and nxt.fence == running.fence + 1
+        done = await assert_stored(store, await store.complete_job("u1", nxt.fence, NOW + 1_100))
+        assert done.state is JobState.SUCCEEDED and done.attempt == 1 and done.unstarted == 1
+
+
+async def test_deliveries_without_a_start_are_bounded(open_store: OpenStore) -> None:
+    """A job that can never be started ends dead, "never started", after ``max_unstarted``
+    deliveries, whether given back unstarted or released with no start notice; a replay
+    starts the count again."""
+    async with open_store() as store:
+        job = await created(store, "u2", max_attempts=5)
+        first = await claimed(store, job, lease_ms=1_000)
+        out = await store.give_back_job(
+            "u2",
+            first.fence,
+            NOW + 10,
+            "not started: lease over before the worker received it",
+            not_started=True,
+            max_unstarted=2,
+        )
+        back = await assert_stored(store, out)
+        assert (back.state, back.attempt, back.unstarted) == (JobState.SCHEDULED, 0, 1)
+        assert back.history[-1].outcome == "not started"
+        assert back.history[-1].error == "not started: lease over before the worker received it"
+        second = await claimed(store, back, lease_ms=1_000)
+        out = await store.release_lease(
+            "u2", second.fence, NOW + 2_000, lambda j: NOW, max_unstarted=2
+        )
+        dead = await assert_stored(store, out)
+        assert dead.state is JobState.DEAD and dead.unstarted == 2 and dead.attempt == 0
+        assert dead.last_error.startswith("never started: 2 deliveries ended without a handler")
+        assert dead.finished_at == NOW + 2_000
+        out = await store.replay_job("u2", dead.fence, NOW + 3_000, NOW + 3_000)
+        replayed = await assert_stored(store, out)
+        assert (replayed.state, replayed.unstarted, replayed.attempt) == (JobState.SCHEDULED, 0, 0)
 
 
 async def test_release_with_a_stale_fence_changes_nothing(open_store: OpenStore) -> None:

@@ -167,7 +167,8 @@ async def test_stale_fence_is_rejected_everywhere_and_changes_nothing() -> None:
         await advance(node, clock, 6)  # lease expires; the dispatcher releases it
         await wait_until(lambda: node.ready.count() == 1, what="released job ready")
         (second,) = await node.claim(worker="w2", types=["t"], limit=1, wait_s=0, lease_s=5)
-        assert second.job.fence == first.job.fence + 1 and second.job.attempt == 2
+        # the first delivery never started (invariant 9): attempt 1 again
+        assert second.job.fence == first.job.fence + 1 and second.job.attempt == 1
         before = await node.get(job.job_id)
         for call in (
             node.heartbeat(job.job_id, first.job.fence, 5),

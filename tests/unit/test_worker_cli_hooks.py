@@ -43,5 +43,10 @@ def test_the_workers_own_event_hook_still_hears_every_event(
 
 def test_without_a_hook_of_its_own_the_worker_gets_metrics_only() -> None:
     worker = Worker(worker_id="w")
-    install_event_hooks(worker, WorkerMetrics(), quiet=True)
+    metrics = WorkerMetrics()
+    install_event_hooks(worker, metrics, quiet=True)
     worker._emit("succeeded", ctx())  # counted, nothing else to call
+    counted = metrics.registry.get_sample_value(
+        "timeshard_worker_jobs_total", {"type": "t", "outcome": "succeeded"}
+    )
+    assert counted == 1.0

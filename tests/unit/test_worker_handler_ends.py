@@ -19,7 +19,7 @@ from tests.unit.helpers import advance, running
 from timeshard.clock import SystemClock
 from timeshard.coordinator.local import LocalCoordinator
 from timeshard.model import Job, JobState
-from timeshard.node import Node, NodeConfig, TypePolicy
+from timeshard.node import Beat, Node, NodeConfig, TypePolicy
 from timeshard.node.retry import RetryPolicy
 from timeshard.server import Server
 from timeshard.store.sqlite import SqliteStore
@@ -158,23 +158,27 @@ async def test_an_async_handler_resumed_after_blocking_the_loop_past_its_lease_s
     srv = make_server()
     w = worker(lease_s=1.2, safety_margin_s=0.2)
     effects: list[int] = []
+    calls: list[int] = []
 
     @w.handler("t", timeout=60)
     async def handle(ctx: JobContext) -> None:
-        if ctx.attempt == 1:
+        calls.append(ctx.fence)
+        if len(calls) == 1:
             time.sleep(1.5)  # the loop (and this in-process node) blocked past the lease
             await asyncio.sleep(0)
             effects.append(ctx.attempt)  # a step taken without a lease
 
     async with working(w, [srv]) as run:
         job, _ = await srv.node.schedule(job_type="t", payload=b"{}", run_at=0)
-        await wait_for(
-            lambda: any(k in OUTCOMES and a == 1 for k, _, a in run.events), what="attempt 1 ended"
-        )
+        await wait_for(lambda: any(k in OUTCOMES for k, _, a in run.events), what="a run ended")
         assert effects == [], "the handler went on after its lease was over"
-        assert [k for k, _, a in run.events if a == 1] == ["started", "lost"]
+        assert [k for k, _, a in run.events][:2] == ["started", "lost"]
         done = await wait_job(srv, job, lambda j: j.state.terminal, what="the job to finish")
-        assert done.state is JobState.SUCCEEDED and done.attempt >= 2, done  # 1 was not reported
+        # The first run was not reported. Its start notice left before the handler blocked,
+        # but this in-process node was blocked too and may have ended the lease before reading
+        # it: then the run counted as not started (attempt 1 again), else as attempt 1.
+        assert done.state is JobState.SUCCEEDED and len(calls) == 2, done
+        assert done.attempt == 2 or done.unstarted == 1, done
 
 
 # -- 3. SystemExit and KeyboardInterrupt ----------------------------------------------------------
@@ -339,13 +343,15 @@ async def test_a_cancelled_job_stops_its_handler_at_the_next_heartbeat() -> None
 
 
 async def test_a_worker_that_dies_holding_a_job_leaves_it_to_its_lease_expiry() -> None:
-    """Process death: nothing more comes from the worker; the node records the attempt as
-    "lease expired" when the lease ends and the job runs again (at max_attempts it is dead)."""
+    """Process death after its handler started (its start notice came): nothing more comes
+    from the worker; the node records the attempt as "lease expired" when the lease ends and
+    the job runs again (at max_attempts it is dead)."""
     async with running() as (node, clock):
         job, _ = await node.schedule(job_type="t", payload=b"{}", run_at=clock.now_ms())
         await advance(node, clock, 0.5)
         claimed = await node.claim(worker="gone", types=["t"], limit=1, wait_s=0, lease_s=5)
         assert [c.job.job_id for c in claimed] == [job.job_id]
+        node.notice_starts([Beat(job.job_id, claimed[0].job.fence, 0.0, clock.now_ms())])
         await advance(node, clock, 8)
         after = await node.get(job.job_id)
         assert after.history[0].error == "lease expired", after

@@ -41,6 +41,11 @@ class FakeStub:
         self.clock = clock
         self.heartbeat = heartbeat
         self.calls: list[tuple[str, Any]] = []
+        self.notices: list[tuple[str, int]] = []
+        """Start notices (a stream sends them in its next request, no answer)."""
+
+    def notice_start(self, job_id: str, fence: int, started_at_ms: int) -> None:
+        self.notices.append((job_id, fence))
 
     async def Heartbeat(self, req: pb.HeartbeatRequest, timeout: float) -> pb.HeartbeatResponse:
         self.calls.append(("heartbeat", self.clock.monotonic()))

@@ -322,8 +322,11 @@ def fake_clock_server() -> tuple[Server, FakeClock]:
     return Server(node, port=0), clock
 
 
-async def test_a_stream_that_breaks_mid_job_leaves_it_to_its_lease() -> None:
-    """The job runs again only after its lease is over, under a higher fence."""
+@pytest.mark.parametrize("started", [True, False])
+async def test_a_stream_that_breaks_mid_job_leaves_it_to_its_lease(started: bool) -> None:
+    """The job runs again only after its lease is over, under a higher fence; the lease's end
+    is a failed attempt if the worker had sent its start notice, else a delivery that did not
+    start (invariant 9)."""
     srv, clock = fake_clock_server()
     async with serving(srv) as (srv, channel):
         await schedule(srv, 1)
@@ -332,6 +335,12 @@ async def test_a_stream_that_breaks_mid_job_leaves_it_to_its_lease() -> None:
         await s.hello(lease_ms=5_000, t=1)
         (first,) = await s.until_jobs(1)
         lease_until = ts_ms(first.lease_until)
+        if started:
+            notice = pb.HeartbeatRequest(job_id=first.job.job_id, fence=first.fence, started=True)
+            await s.send(started=[notice])
+            await wait_until(
+                lambda: srv.node.starts.started(first.job.job_id, first.fence), what="the notice"
+            )
         s.call.cancel()  # the worker's process died
         again = Stream(channel)
         await again.hello(lease_ms=5_000, t=1)
@@ -344,7 +353,8 @@ async def test_a_stream_that_breaks_mid_job_leaves_it_to_its_lease() -> None:
         assert second.fence > first.fence
         assert ts_ms(second.job.started_at) >= lease_until  # never while the first may run
         job = await srv.node.get(first.job.job_id)
-        assert job.history[0].outcome == "lease expired", job.history
+        expected = "lease expired" if started else "not started"
+        assert job.history[0].outcome == expected, job.history
 
 
 # -- the SDK ------------------------------------------------------------------------------------
@@ -566,8 +576,9 @@ async def test_jobs_of_a_shard_the_node_gave_up_are_not_pushed() -> None:
 async def test_a_pushed_jobs_deadline_counts_from_the_request_the_node_had_read(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The node took the claim after reading request ``after_seq``: the worker's deadline runs
-    from when it sent that request, never from when the push arrived (invariant 6)."""
+    """The node took the claim ``held`` after reading request ``after_seq``: the worker's
+    deadline runs from when it sent that request plus ``held``, never from when the push
+    arrived (invariant 6); an idle stream's old request does not make the job look late."""
     monkeypatch.setattr(stream, "TICK_S", 3600.0)  # no idle request in between
     srv = make_server()
     clock = FakeClock(1_000)
@@ -589,7 +600,9 @@ async def test_a_pushed_jobs_deadline_counts_from_the_request_the_node_had_read(
         clock.advance(25.0)  # the worker's clock moves on; it sends nothing meanwhile
         await schedule(srv, 1)
         await wait_until(lambda: bool(seen), 20, "the job pushed")
-        assert seen[0]._lease.deadline == hello_sent + 40.0 - 4.0
+        # (the node's own clock is real: ``held`` is the real time it held the hello, small)
+        deadline = seen[0]._lease.deadline
+        assert hello_sent + 40.0 - 4.0 <= deadline <= hello_sent + 40.0 - 4.0 + 5.0
         release.set()  # (the drain would wait on the fake clock)
         await wait_until(lambda: not w._tasks, 20, "the job done")
 

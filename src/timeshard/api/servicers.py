@@ -15,7 +15,13 @@ from timeshard.api.replies import claim_cap, fit_page, fit_written
 from timeshard.api.status import node_status_to_pb
 from timeshard.api.work import WorkHub, WorkStream, finish_result
 from timeshard.cron import CronSpec
-from timeshard.errors import InvalidArgument, TimeshardError, status_of
+from timeshard.errors import (
+    RETRY_AFTER_KEY,
+    InvalidArgument,
+    ResourceExhausted,
+    TimeshardError,
+    status_of,
+)
 from timeshard.limits import (
     MAX_BATCH,
     MAX_CLAIM_JOBS,
@@ -47,6 +53,7 @@ from timeshard.v1 import timeshard_pb2 as pb
 from timeshard.v1 import timeshard_pb2_grpc as pb_grpc
 from timeshard.views.status import TypeRow, node_status, shard_rows, type_rows
 from timeshard.wire import (
+    claimed_to_pb,
     deadline_of,
     dur,
     dur_s,
@@ -54,6 +61,8 @@ from timeshard.wire import (
     run_at_of,
     schedule_from_pb,
     schedule_to_pb,
+    started_at_of,
+    state_from_pb,
     ts,
     ts_ms,
 )
@@ -70,6 +79,9 @@ def rpc(fn: Handler[Req, Resp]) -> Handler[Req, Resp]:
     async def wrapper(self: Any, request: Req, context: Ctx) -> Resp:
         try:
             return await fn(self, request, context)
+        except ResourceExhausted as exc:
+            context.set_trailing_metadata(((RETRY_AFTER_KEY, str(exc.retry_after_ms)),))
+            await context.abort(status_of(exc), exc.message)
         except TimeshardError as exc:
             await context.abort(status_of(exc), exc.message)
         except ValueError as exc:  # a value object refused its input
@@ -174,7 +186,9 @@ class JobService(pb_grpc.JobServiceServicer):
 
     @rpc
     async def CancelJob(self, request: pb.CancelJobRequest, context: Ctx) -> pb.Job:
-        return job_to_pb(await self.node.cancel(request.job_id))
+        remaining = context.time_remaining()  # (None: the caller set no deadline)
+        wait_s = 30.0 if remaining is None else max(0.0, remaining - 0.5)
+        return job_to_pb(await self.node.cancel(request.job_id, wait_s=wait_s))
 
     @rpc
     async def RescheduleJob(self, request: pb.RescheduleJobRequest, context: Ctx) -> pb.Job:
@@ -329,23 +343,17 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
             wait_s=dur_s(request.wait),
             lease_s=dur_s(request.lease),
         )
-        return pb.ClaimResponse(
-            jobs=[
-                pb.ClaimedJob(
-                    job=job_to_pb(c.job, history=False),
-                    fence=c.job.fence,
-                    lease_until=ts(c.job.lease_until),
-                    idempotency_key=c.job.idempotency_key or c.job.job_id,
-                    lease=dur(c.lease_ms),
-                )
-                for c in claimed
-            ]
-        )
+        return pb.ClaimResponse(jobs=[claimed_to_pb(c.job, c.lease_ms) for c in claimed])
 
     @rpc
     async def Heartbeat(self, request: pb.HeartbeatRequest, context: Ctx) -> pb.HeartbeatResponse:
         validate_job_id(request.job_id)
-        job, lease = await self.node.heartbeat(request.job_id, request.fence, dur_s(request.lease))
+        job, lease = await self.node.heartbeat(
+            request.job_id,
+            request.fence,
+            dur_s(request.lease),
+            started_at=started_at_of(request, self.node.clock.now_ms()),
+        )
         return pb.HeartbeatResponse(lease_until=ts(job.lease_until), lease=dur(lease))
 
     @rpc
@@ -518,6 +526,7 @@ def _finish_item(name: str, i: pb.FinishItem) -> FinishItem:
         error=truncate_error(i.error),
         permanent=i.permanent,
         give_back=i.give_back,
+        not_started=i.give_back and i.not_started,
         result=i.result,
         result_encoding=i.result_encoding,
         traceback=i.traceback,
@@ -595,6 +604,7 @@ def _type_policy(n: int, p: pb.TypePolicy, default_retry: RetryPolicy) -> TypePo
             retry_max_s=dur_s(p.retry_max),
             concurrency=p.concurrency,
             default_retry=default_retry,
+            max_unstarted=p.max_unstarted,
         )
     except InvalidArgument as exc:
         raise InvalidArgument(f"policies[{n}].{exc.field}", exc.problem) from None
@@ -629,7 +639,10 @@ def _type_row_to_pb(row: TypeRow) -> pb.TypeInfo:
 
 def _type_policy_to_pb(job_type: str, p: TypePolicy) -> pb.TypePolicy:
     msg = pb.TypePolicy(
-        type=job_type, max_attempts=p.max_attempts or 0, concurrency=p.concurrency or 0
+        type=job_type,
+        max_attempts=p.max_attempts or 0,
+        concurrency=p.concurrency or 0,
+        max_unstarted=p.max_unstarted or 0,
     )
     if p.retry is not None:
         msg.retry_base.CopyFrom(dur(round(p.retry.base_s * 1000)))

@@ -59,6 +59,8 @@ def node_status_to_pb(s: NodeStatus) -> pb.NodeStatusResponse:
                 lease_expiries=c["lease_expiries"],
                 reruns=c["job_reruns"],
                 expired=c["expired"],
+                not_started=c["not_started"],
+                dead_unstarted=c["dead_unstarted"],
             )
             for t, c in sorted(s.totals.items())
         ],
@@ -71,4 +73,15 @@ def node_status_to_pb(s: NodeStatus) -> pb.NodeStatusResponse:
             pb.TypeWaiting(type=w.job_type, jobs=w.jobs, oldest_age_ms=w.oldest_age_ms, held=w.held)
             for w in s.unclaimed
         ],
+        start_delay=[
+            pb.TypeStartDelay(
+                type=t,
+                buckets=[pb.LatenessBucket(le_ms=le, count=n) for le, n in sorted(b.items())],
+                max_ms=top,
+                count=sum(b.values()),
+            )
+            for t, (b, top) in s.start_delay.items()
+        ],
+        streams_behind=s.streams_behind,
+        ready_due=s.ready_due,
     )

@@ -30,12 +30,12 @@ from timeshard.api.replies import claim_cap
 from timeshard.batching import GroupCommit
 from timeshard.errors import InvalidArgument, TimeshardError, status_of
 from timeshard.limits import MAX_BATCH, MAX_CLAIM_JOBS, MAX_CLAIM_TYPES, check_count
-from timeshard.model import Job, validate_job_id, validate_job_type, validate_worker_id
-from timeshard.node import FinishItem, Node
+from timeshard.model import NOT_STARTED, Job, validate_job_id, validate_job_type, validate_worker_id
+from timeshard.node import Beat, FinishItem, Node
 from timeshard.node.claims import Claimed
 from timeshard.node.ready import ReadyItem
 from timeshard.v1 import timeshard_pb2 as pb
-from timeshard.wire import dur, dur_s, job_to_pb, state_to_pb, ts
+from timeshard.wire import claimed_to_pb, dur, dur_s, started_at_of, state_to_pb, ts, ts_ms
 
 log = logging.getLogger(__name__)
 EOF: Any = grpc.aio.EOF  # type: ignore[attr-defined]  # (missing from the stubs)
@@ -64,12 +64,23 @@ FinishItems = Callable[[Sequence[pb.FinishItem], str], list[FinishItem | Timesha
 
 
 @dataclass(slots=True)
+class _Push:
+    """Jobs claimed for a stream, not yet written: their message is made when it is written
+    (``WorkStream._in_time``)."""
+
+    claimed: Sequence[Claimed]
+    took_at: float
+    """The node's monotonic clock just before the claim's write: the leases start after it."""
+    response: pb.WorkResponse
+
+
+@dataclass(slots=True)
 class _Group:
     """The heartbeats and results of one request, and the stream its answer goes to."""
 
     stream: WorkStream
     seq: int
-    heartbeats: list[tuple[str, int, float] | TimeshardError]
+    heartbeats: list[Beat | TimeshardError]
     results: list[FinishItem | TimeshardError]
     asked: Sequence[pb.FinishItem] = field(default_factory=list)
 
@@ -131,11 +142,11 @@ def _fail_group(group: _Group, exc: BaseException) -> None:
     )
 
 
-def _job_of(beat: tuple[str, int, float] | TimeshardError) -> str:
-    return "" if isinstance(beat, TimeshardError) else beat[0]
+def _job_of(beat: Beat | TimeshardError) -> str:
+    return "" if isinstance(beat, TimeshardError) else beat.job_id
 
 
-def _beat_result(asked: tuple[str, int, float] | TimeshardError, done: Any) -> pb.HeartbeatResult:
+def _beat_result(asked: Beat | TimeshardError, done: Any) -> pb.HeartbeatResult:
     out = asked if isinstance(asked, TimeshardError) else next(done)
     if isinstance(out, TimeshardError):
         return pb.HeartbeatResult(
@@ -181,15 +192,23 @@ class WorkStream:
         self._push_cap = 1
         self._seq = 0
         """The last request read."""
+        self._read_at = 0.0
+        """When it was read (the node's monotonic clock): a push's ``held`` counts from it."""
+        self._behind_until = 0.0
+        """While the node's monotonic clock is before this, or pushes wait unwritten, the
+        stream is behind: nothing more is claimed for it (back-pressure, invariant 9)."""
+        self._counted_behind = False
+        self._giving_back: set[asyncio.Task[None]] = set()
         self._held: dict[str, int] = {}
         """Credits per type held by the claims in flight (``_push_one``)."""
-        self._stamps: dict[object, int] = {}
-        """Per claim in flight that took its jobs: the last request read before it did."""
+        self._stamps: dict[object, tuple[int, float]] = {}
+        """Per claim in flight that took its jobs: the last request read before it did, and
+        when it was read."""
         self._credits: dict[str, int] = {}
         self._changed = False
         self._stopping = False
         self._credit_event = asyncio.Event()
-        self._unsent: deque[pb.WorkResponse] = deque()
+        self._unsent: deque[pb.WorkResponse | _Push] = deque()
         self._has_unsent = asyncio.Event()
         self._drained = asyncio.Event()
         self._waiting = False
@@ -267,6 +286,9 @@ class WorkStream:
             for t in tasks:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+            if self._counted_behind:
+                self._counted_behind = False
+                self._node.metrics.stream_behind(-1)
 
     async def _finish_writing(self, writer: asyncio.Task[None]) -> None:
         """The worker is done sending: answer what it sent, then end the stream."""
@@ -306,7 +328,14 @@ class WorkStream:
         if self._seq and request.HasField("hello"):
             raise InvalidArgument("hello", "only the first request of a stream carries the hello")
         self._seq = request.seq
+        self._read_at = self._node.clock.monotonic()
         self._grant(request.credits)
+        now_ms = self._node.clock.now_ms()
+        if request.started:
+            check_count("started", len(request.started), MAX_BATCH)
+            self._node.notice_starts(_notices(request.started, now_ms))
+        if any(r.give_back and r.not_started for r in request.results):
+            self._fell_behind()  # the worker got a push too late to start it
         check_count("heartbeats", len(request.heartbeats), MAX_BATCH)
         check_count("results", len(request.results), MAX_BATCH)
         if request.results:
@@ -317,7 +346,7 @@ class WorkStream:
                 _Group(
                     stream=self,
                     seq=request.seq,
-                    heartbeats=[_beat(n, h) for n, h in enumerate(request.heartbeats)],
+                    heartbeats=[_beat(n, h, now_ms) for n, h in enumerate(request.heartbeats)],
                     results=self._hub.finish_items(request.results, "results"),
                     asked=request.results,
                 )
@@ -388,6 +417,9 @@ class WorkStream:
         claims: set[asyncio.Task[None]] = set()
         try:
             while not self._stopping:
+                if self._behind():
+                    await self._catch_up()
+                    continue
                 caps = {
                     t: free
                     for t, c in self._credits.items()
@@ -423,9 +455,12 @@ class WorkStream:
         """One claim of at most ``caps`` jobs per type (credits held for it), then its push.
         ``caps`` is lowered in place to what the claim took once it took it."""
         me = object()
+        took_at = 0.0
 
         def before_write(items: Sequence[ReadyItem]) -> None:
-            self._stamps.setdefault(me, self._seq)  # read before the leases start
+            nonlocal took_at
+            took_at = self._node.clock.monotonic()  # the leases start after this
+            self._stamps.setdefault(me, (self._seq, self._read_at))
             taken: dict[str, int] = {}
             for item in items:
                 taken[item.job_type] = taken.get(item.job_type, 0) + 1
@@ -465,7 +500,7 @@ class WorkStream:
             # time: claims end in any order, and the worker counts on pushes that never name
             # an earlier request than the one before (an earlier one only makes its deadline
             # earlier, never later than the lease's real end).
-            after_seq = min(self._stamps.values(), default=0)
+            after_seq, read_at = min(self._stamps.values(), default=(0, 0.0))
             self._stamps.pop(me, None)
         if not failed and self._claim_failures:
             self._claims_succeed()
@@ -480,19 +515,12 @@ class WorkStream:
         if not claimed:
             return
         self._hub.node.metrics.claim_message()  # a push: the stream's message of claimed jobs
+        held_ms = max(0, int((took_at - read_at) * 1000)) if after_seq else 0
         self.send(
-            pb.WorkResponse(
-                after_seq=after_seq,
-                jobs=[
-                    pb.ClaimedJob(
-                        job=job_to_pb(c.job, history=False),
-                        fence=c.job.fence,
-                        lease_until=ts(c.job.lease_until),
-                        idempotency_key=c.job.idempotency_key or c.job.job_id,
-                        lease=dur(c.lease_ms),
-                    )
-                    for c in claimed
-                ],
+            _Push(
+                claimed=claimed,
+                took_at=took_at,
+                response=pb.WorkResponse(after_seq=after_seq, held=dur(held_ms)),
             )
         )
 
@@ -501,10 +529,10 @@ class WorkStream:
 
     # -- writing ------------------------------------------------------------------------------
 
-    def send(self, response: pb.WorkResponse) -> None:
+    def send(self, response: pb.WorkResponse | _Push) -> None:
         """Queue ``response`` for the writing task (never awaited by its producer: a worker
         that stops reading holds up its own stream only)."""
-        if response.seq:
+        if isinstance(response, pb.WorkResponse) and response.seq:
             self._answers_due -= 1
         self._unsent.append(response)
         self._has_unsent.set()
@@ -516,15 +544,101 @@ class WorkStream:
                 self._has_unsent.clear()
                 await self._has_unsent.wait()
                 continue
-            await self._context.write(self._unsent.popleft())
+            out = self._unsent.popleft()
+            if isinstance(out, _Push):
+                response = self._in_time(out)
+                if response is None:
+                    continue
+                out = response
+            await self._context.write(out)
             self._hub.written.inc()
 
+    # -- back-pressure (invariant 9: waiting never spends an attempt) --------------------------
 
-def _beat(n: int, h: pb.HeartbeatRequest) -> tuple[str, int, float] | TimeshardError:
+    def _in_time(self, push: _Push) -> pb.WorkResponse | None:
+        """The push's message, or None when its jobs would reach the worker with less than
+        half their lease left: a node never writes a push already too late. Those jobs are
+        given back, not started (uncounted), their credits are the stream's again, and the
+        stream is behind."""
+        lease_ms = push.claimed[0].lease_ms
+        spent_ms = (self._node.clock.monotonic() - push.took_at) * 1000
+        if spent_ms <= lease_ms / 2:
+            push.response.jobs.extend(claimed_to_pb(c.job, c.lease_ms) for c in push.claimed)
+            return push.response
+        reason = (
+            f"{NOT_STARTED}: the node's push to worker {self._worker} was behind "
+            f"({spent_ms / 1000:.3f}s of its {lease_ms / 1000:g}s lease over before it was "
+            "written)"
+        )
+        for c in push.claimed:
+            t = c.job.job_type
+            if t in self._credits:
+                self._credits[t] += 1
+        self._credit_event.set()
+        task = asyncio.create_task(self._give_back(push.claimed, reason), name="work-give-back")
+        self._giving_back.add(task)
+        task.add_done_callback(self._giving_back.discard)
+        self._fell_behind()
+        return None
+
+    async def _give_back(self, claimed: Sequence[Claimed], reason: str) -> None:
+        """Jobs this node claimed and did not push, back to ``scheduled`` at once (a job whose
+        give-back fails here is released by its owner when its lease ends, uncounted too)."""
+        for c in claimed:
+            try:
+                await self._node.give_back(c.job.job_id, c.job.fence, reason, not_started=True)
+            except TimeshardError as exc:
+                log.info("job %s: not given back (%s); its lease ends it", c.job.job_id, exc)
+
+    def _fell_behind(self) -> None:
+        """A push reached, or would reach, the worker too late: claim nothing for this stream
+        for half a lease (at most a second) and until its pushes are written."""
+        now = self._node.clock.monotonic()
+        self._behind_until = max(self._behind_until, now + min(self._lease_s / 2 or 1.0, 1.0))
+        if not self._counted_behind:
+            self._counted_behind = True
+            self._node.metrics.stream_behind(+1)
+            log.info("worker stream of %s: pushes behind; claims paused", self._worker)
+
+    def _behind(self) -> bool:
+        if not self._counted_behind:
+            return False
+        if self._node.clock.monotonic() < self._behind_until or any(
+            isinstance(u, _Push) for u in self._unsent
+        ):
+            return True
+        self._counted_behind = False
+        self._node.metrics.stream_behind(-1)
+        log.info("worker stream of %s: pushes caught up; claims resume", self._worker)
+        return False
+
+    async def _catch_up(self) -> None:
+        """Wait (bounded steps) for the stream to catch up, or to stop."""
+        left = self._behind_until - self._node.clock.monotonic()
+        self._credit_event.clear()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(min(max(left, 0.01), 0.1)):
+                await self._credit_event.wait()
+
+
+def _beat(n: int, h: pb.HeartbeatRequest, now_ms: int) -> Beat | TimeshardError:
     try:
         validate_job_id(h.job_id)
         if h.lease.seconds < 0 or h.lease.nanos < 0:
             raise InvalidArgument("lease", "must not be negative")
     except InvalidArgument as exc:
         return InvalidArgument(f"heartbeats[{n}].{exc.field}", exc.problem)
-    return (h.job_id, h.fence, dur_s(h.lease))
+    return Beat(h.job_id, h.fence, dur_s(h.lease), started_at_of(h, now_ms))
+
+
+def _notices(started: Sequence[pb.HeartbeatRequest], now_ms: int) -> list[Beat]:
+    """A request's start notices (invariant 9); a malformed one ends the stream."""
+    out = []
+    for n, h in enumerate(started):
+        try:
+            validate_job_id(h.job_id)
+        except InvalidArgument as exc:
+            raise InvalidArgument(f"started[{n}].{exc.field}", exc.problem) from None
+        started_at = ts_ms(h.started_at) if h.HasField("started_at") else now_ms
+        out.append(Beat(h.job_id, h.fence, 0.0, max(1, started_at)))
+    return out

@@ -348,7 +348,18 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     if not args.job_id:
         return cmd_cancel_matching(args)
     with _client(args) as c:
-        _print_job(c.cancel(args.job_id), args.json)
+        job = c.cancel(args.job_id)
+    _print_job(job, args.json)
+    last = job.history[-1] if job.history else None
+    if not args.json and last is not None and last.outcome == "cancelled":  # it was running
+        if job.start_noticed:
+            print(
+                f"its handler had started on {last.worker}: it is told to stop at its next "
+                "heartbeat, and its result is refused",
+                file=sys.stderr,
+            )
+        else:
+            print(f"cancelled before its handler started on {last.worker}", file=sys.stderr)
     return 0
 
 

@@ -26,6 +26,8 @@ def job_json(job: pb.Job) -> dict[str, Any]:
         "state": state.value if state else "unknown",
         "attempt": job.attempt,
         "max_attempts": job.max_attempts,
+        "unstarted": job.unstarted,
+        "start_noticed": job.start_noticed,
         "run_at": t(job.run_at, True),
         "created_at": t(job.created_at, True),
         "started_at": t(job.started_at, job.HasField("started_at")),

@@ -217,7 +217,10 @@ def _set_file(args: argparse.Namespace, path: str) -> list[dict[str, Any]]:
 
 def _policy_pb(job_type: str, p: TypePolicy) -> pb.TypePolicy:
     msg = pb.TypePolicy(
-        type=job_type, max_attempts=p.max_attempts or 0, concurrency=p.concurrency or 0
+        type=job_type,
+        max_attempts=p.max_attempts or 0,
+        concurrency=p.concurrency or 0,
+        max_unstarted=p.max_unstarted or 0,
     )
     if p.retry is not None:
         msg.retry_base.CopyFrom(dur(round(p.retry.base_s * 1000)))

@@ -7,12 +7,13 @@ import asyncio
 import importlib
 import logging
 import os
+import shlex
 import signal
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from timeshard.cli.common import number, port, shard_count
+from timeshard.cli.common import MAX_PORT, number, port, shard_count, whole
 from timeshard.cli.demo import add_demo_handlers
 from timeshard.cli.heap import freeze_startup_objects, tune_collector
 from timeshard.cli.security import add_server_options, server_security
@@ -21,12 +22,18 @@ from timeshard.clock import SystemClock
 from timeshard.console import when as format_time
 from timeshard.errors import InvalidArgument
 from timeshard.factory import make_coordinator, make_store
-from timeshard.limits import DEFAULT_PRIORITY_AGING_MS, MAX_PRIORITY
+from timeshard.limits import (
+    DEFAULT_MAX_UNSTARTED,
+    DEFAULT_PRIORITY_AGING_MS,
+    MAX_PRIORITY,
+    MAX_UNSTARTED,
+)
 from timeshard.node import Node, NodeConfig, TypePolicy
 from timeshard.node.dispatcher import READ_MARGIN_S, DispatchConfig
 from timeshard.node.retry import RetryPolicy
 from timeshard.observe.logs import set_node
 from timeshard.security.auth import Role
+from timeshard.security.channel import server_from_env
 from timeshard.server import Server
 from timeshard.sharding import DEFAULT_NUM_SHARDS
 from timeshard.store.base import Retention
@@ -43,7 +50,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     dev.add_argument("--data", default=".timeshard", help="directory of the embedded store")
     dev.add_argument("--store", default="", help="store URL instead of the embedded one")
-    _node_options(dev, shards=16)
+    _node_options(dev, shards=16, http_port=HTTP_BESIDE)
     add_server_options(dev)
     dev.set_defaults(func=cmd_dev)
 
@@ -100,7 +107,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     wk.set_defaults(func=cmd_worker)
 
 
-def _node_options(p: argparse.ArgumentParser, *, shards: int) -> None:
+def _node_options(p: argparse.ArgumentParser, *, shards: int, http_port: int = 0) -> None:
     p.add_argument(
         "--shards",
         type=shard_count,
@@ -140,6 +147,24 @@ def _node_options(p: argparse.ArgumentParser, *, shards: int) -> None:
         f"job waits at most {MAX_PRIORITY}x this longer than a priority-{MAX_PRIORITY} one",
     )
     p.add_argument(
+        "--max-ready",
+        type=whole(1, note="due jobs"),
+        default=None,
+        metavar="N",
+        help="refuse due-now ScheduleJob calls (RESOURCE_EXHAUSTED with a retry-after) while this "
+        "node holds N due jobs that no worker started; future jobs are always accepted "
+        "(default: no bound)",
+    )
+    p.add_argument(
+        "--max-unstarted",
+        type=whole(1, MAX_UNSTARTED, note="deliveries"),
+        default=DEFAULT_MAX_UNSTARTED,
+        metavar="N",
+        help='a job delivered N times without its handler starting is dead, "never started" '
+        f"(a type's policy may say otherwise; default {DEFAULT_MAX_UNSTARTED}); such "
+        "deliveries never count as attempts",
+    )
+    p.add_argument(
         "--types",
         help='JSON file of per-type policies and flows: {"email.send": {"max_attempts": 5, '
         '"retry_base": 2, "retry_max": 600, "concurrency": 10, "rate": 50, "burst": 10, '
@@ -149,10 +174,14 @@ def _node_options(p: argparse.ArgumentParser, *, shards: int) -> None:
     p.add_argument(
         "--http-port",
         type=port(zero="off"),
-        default=0,
+        default=http_port,
         metavar="PORT",
         help="serve the status page (/, /status.json) and /metrics on this port too "
-        "(default: only on --metrics-port)",
+        + (
+            "(default: the port after --port, or any free one if that is taken; 0: off)"
+            if http_port == HTTP_BESIDE
+            else "(default: only on --metrics-port)"
+        ),
     )
 
 
@@ -178,6 +207,8 @@ def _node(args: argparse.Namespace, store_url: str, coordinator: str) -> Node:
         types=args.type_policies,
         flows=args.type_flows,
         priority_aging_s=args.priority_aging,
+        max_ready=args.max_ready or 0,
+        default_max_unstarted=args.max_unstarted,
     )
     return Node(
         store=make_store(store_url, num_shards=args.shards, retention=_retention(args)),
@@ -254,9 +285,13 @@ def _print_event(kind: str, ctx: JobContext, detail: str) -> None:
 
 
 async def _serve(
-    make_server: Callable[[], Server], worker: Worker | None, args: argparse.Namespace
+    make_server: Callable[[], Server],
+    worker: Worker | None,
+    args: argparse.Namespace,
+    banner: Callable[[Server, list[HttpServer]], None] | None = None,
 ) -> None:
-    """Build the server inside the running loop (grpc.aio needs it), run until a signal."""
+    """Build the server inside the running loop (grpc.aio needs it), run until a signal;
+    ``banner`` prints what a person needs once the node serves."""
     server = _listen(make_server, args)
     http = await _start_http(server, args)  # a port in use fails here, before the node joins
     try:
@@ -276,6 +311,8 @@ async def _serve(
                 f"status page on {h.url('/')}",
                 flush=True,
             )
+        if banner is not None:
+            banner(server, http)
         worker_task = (
             asyncio.create_task(worker.run([server.address], stop), name="dev-worker")
             if worker
@@ -307,7 +344,10 @@ async def _start_http(server: Server, args: argparse.Namespace) -> list[HttpServ
     started: list[HttpServer] = []
     try:
         for flag, port in (("--metrics-port", args.metrics_port), ("--http-port", args.http_port)):
-            if port and all(h.port != port for h in started):
+            if port == HTTP_BESIDE:
+                if all(h.port != server.port + 1 for h in started):
+                    started.append(await _http_beside(server, args))
+            elif port and all(h.port != port for h in started):
                 started.append(
                     await _http(
                         flag, port, args, serve_node(server.node, host=args.metrics_host, port=port)
@@ -318,6 +358,19 @@ async def _start_http(server: Server, args: argparse.Namespace) -> list[HttpServ
             await h.stop()
         raise
     return started
+
+
+async def _http_beside(server: Server, args: argparse.Namespace) -> HttpServer:
+    """The status page on the port after the node's, so ``make dev`` keeps one address; when
+    that port is taken (or there is none), on any free one."""
+    if server.port < MAX_PORT:
+        try:
+            return await serve_node(server.node, host=args.metrics_host, port=server.port + 1)
+        except OSError:
+            pass
+    return await _http(
+        "--http-port", 0, args, serve_node(server.node, host=args.metrics_host, port=0)
+    )
 
 
 async def _http(
@@ -352,15 +405,30 @@ def cmd_dev(args: argparse.Namespace) -> int:
     worker.tls = args.tls_dir or False
     worker.token = security.auth.add_ephemeral("dev-worker", [Role.WORKER]) if security.auth else ""
     print(f"timeshard dev: store {store_url}", flush=True)
-    print("  try: timeshard jobs schedule demo.echo --in 2s --payload '{\"hi\": 1}'", flush=True)
     asyncio.run(
         _serve(
             lambda: Server(_node(args, store_url, "local"), port=args.port, security=security),
             worker,
             args,
+            lambda server, http: print(dev_hints(server.address, http, args), flush=True),
         )
     )
     return 0
+
+
+def dev_hints(address: str, http: list[HttpServer], args: argparse.Namespace) -> str:
+    """What to try against this dev node, with the options its address and TLS need (a
+    client dials ``TIMESHARD_SERVER``, else 127.0.0.1:50051)."""
+    options = "" if address == server_from_env() else f" --server {address}"
+    if getattr(args, "tls_dir", ""):
+        options += f" --tls-dir {shlex.quote(args.tls_dir)}"
+    lines = [f"  status page: {h.url('/')}" for h in http[-1:]]
+    lines.append(
+        f"  try: timeshard{options} jobs schedule demo.echo --in 2s --payload '{{\"hi\": 1}}'"
+    )
+    if getattr(args, "auth_file", ""):
+        lines.append("       (this node checks tokens: add --token-file FILE, a client token)")
+    return "\n".join(lines)
 
 
 def cmd_server(args: argparse.Namespace) -> int:
@@ -465,6 +533,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 logging.getLogger("grpc").setLevel(logging.ERROR)
 MAX_RETENTION_HOURS = 20 * 365 * 24  # Cassandra refuses a TTL over 20 years
+HTTP_BESIDE = -1
+"""``timeshard dev``'s default ``--http-port``: the port after the node's (``_http_beside``)."""
 MIN_LOOKAHEAD_S = DispatchConfig().refresh_s + READ_MARGIN_S
 
 

@@ -76,6 +76,7 @@ def merge(
     dead: dict[str, Any] | None = None
     failures: list[dict[str, Any]] = []
     unclaimed: dict[str, dict[str, Any]] = {}
+    starts: dict[str, tuple[dict[float, int], float]] = {}
     nodes = []
     for n in info.nodes:
         a = answers.get(n.node_id)
@@ -94,6 +95,8 @@ def merge(
             store_error=a.store_error,
             coordinator_connected=a.coordinator_connected,
             shards=len(a.shards),
+            streams_behind=a.streams_behind,
+            ready_due=a.ready_due,
             due=sum(s.due for s in a.shards),
             max_lag_ms=max((s.dispatch_lag_ms for s in a.shards), default=0),
         )
@@ -110,6 +113,11 @@ def merge(
         for b in a.lateness:
             buckets[b.le_ms] = buckets.get(b.le_ms, 0) + b.count
         top = max(top, a.lateness_max_ms)
+        for d in a.start_delay:
+            seen, most = starts.get(d.type, ({}, 0.0))
+            for b in d.buckets:
+                seen[b.le_ms] = seen.get(b.le_ms, 0) + b.count
+            starts[d.type] = (seen, max(most, d.max_ms))
         if a.dead_letters_counted:
             dead = {
                 "count": a.dead_letters,
@@ -136,6 +144,9 @@ def merge(
         "dead_letters": dead,
         "unclaimed": sorted(unclaimed.values(), key=lambda t: (-t["oldest_age_ms"], t["type"])),
         "lateness": {"window_s": window_s, **late.as_dict()},
+        "schedule_to_start": {
+            t: percentiles(seen, most).as_dict() for t, (seen, most) in sorted(starts.items())
+        },
         "recent_failures": sorted(failures, key=lambda e: e["at"], reverse=True)[:20],
     }
 
@@ -177,6 +188,11 @@ def render(st: dict[str, Any]) -> list[str]:
         f"lateness, last {late['window_s']:g} s ({late['count']} claims): "
         f"p50 {_ms(late['p50_ms'])}  p90 {_ms(late['p90_ms'])}  p99 {_ms(late['p99_ms'])}  "
         f"max {_ms(late['max_ms'])}",
+        *(
+            f"schedule-to-start {t} ({d['count']} starts): p50 {_ms(d['p50_ms'])}  "
+            f"p99 {_ms(d['p99_ms'])}  max {_ms(d['max_ms'])}"
+            for t, d in list(st["schedule_to_start"].items())[:20]
+        ),
         "",
         f"{'NODE':<20} {'ADDRESS':<22} {'HEALTH':<12} {'SHARDS':>6} {'DUE':>6} {'MAX LAG':>8}",
     ]
@@ -192,7 +208,13 @@ def render(st: dict[str, Any]) -> list[str]:
             why.append("coordinator session lost")
         out.append(
             f"{n['node_id']:<20} {n['address']:<22} {health:<12} {n['shards']:>6} "
-            f"{n['due']:>6} {_ms(n['max_lag_ms']):>8}" + (f"  ({'; '.join(why)})" if why else "")
+            f"{n['due']:>6} {_ms(n['max_lag_ms']):>8}"
+            + (f"  ({'; '.join(why)})" if why else "")
+            + (
+                f"  [{n['streams_behind']} worker stream(s) behind: claims paused]"
+                if n.get("streams_behind")
+                else ""
+            )
         )
     behind = [s for s in st["shards"] if s["dispatch_lag_ms"] > LAG_WARN_MS]
     if behind:

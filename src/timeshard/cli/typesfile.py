@@ -24,7 +24,13 @@ from timeshard.node import TypePolicy
 from timeshard.node.flow import MAX_BURST, MAX_RATE, TypeFlow
 from timeshard.node.retry import RetryPolicy
 
-POLICY_KEYS = {"max_attempts": int, "retry_base": float, "retry_max": float, "concurrency": int}
+POLICY_KEYS = {
+    "max_attempts": int,
+    "retry_base": float,
+    "retry_max": float,
+    "concurrency": int,
+    "max_unstarted": int,
+}
 FLOW_KEYS = {"rate": float, "burst": int, "paused": bool}
 
 
@@ -101,7 +107,10 @@ def _policy(option: str, where: str, p: dict[str, Any]) -> TypePolicy:
             )
         retry = RetryPolicy(base_s=base, max_backoff_s=most)
     return TypePolicy(
-        max_attempts=p.get("max_attempts"), retry=retry, concurrency=p.get("concurrency")
+        max_attempts=p.get("max_attempts"),
+        retry=retry,
+        concurrency=p.get("concurrency"),
+        max_unstarted=p.get("max_unstarted"),
     )
 
 

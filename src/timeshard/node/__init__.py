@@ -4,6 +4,6 @@ the retry policy. It stands on the store and coordinator contracts and the kerne
 imports the worker SDK, the client, the CLI or the views of a node."""
 
 from timeshard.node.claims import TypePolicy
-from timeshard.node.core import FinishItem, JobSpec, Node, NodeConfig
+from timeshard.node.core import Beat, FinishItem, JobSpec, Node, NodeConfig
 
-__all__ = ["FinishItem", "JobSpec", "Node", "NodeConfig", "TypePolicy"]
+__all__ = ["Beat", "FinishItem", "JobSpec", "Node", "NodeConfig", "TypePolicy"]

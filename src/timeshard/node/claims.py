@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from timeshard.clock import Clock, SystemClock, sleep_or_wake
 from timeshard.errors import InvalidArgument, NotOwner
-from timeshard.limits import MAX_CLAIM_JOBS, check_range
+from timeshard.limits import MAX_CLAIM_JOBS, MAX_UNSTARTED, check_range
 from timeshard.model import Job, JobState, validate_job_type
 from timeshard.node.dispatcher import ShardDispatcher
 from timeshard.node.flow import FlowControl
@@ -33,6 +33,9 @@ class TypePolicy:
     max_attempts: int | None = None
     retry: RetryPolicy | None = None
     concurrency: int | None = None
+    max_unstarted: int | None = None
+    """Deliveries without a handler start before a job is dead (invariant 9; default
+    ``limits.DEFAULT_MAX_UNSTARTED``)."""
     """Running at once across the cluster. Each node enforces its share, in proportion to
     the shards it owns (rounded down, at least 1), so the total never exceeds the limit by
     more than the number of nodes that own a shard but would get a share below 1."""
@@ -42,6 +45,8 @@ class TypePolicy:
             raise InvalidArgument("max_attempts", "must be at least 1")
         if self.concurrency is not None and self.concurrency < 1:
             raise InvalidArgument("concurrency", "must be at least 1")
+        if self.max_unstarted is not None:
+            check_range("max_unstarted", self.max_unstarted, 1, MAX_UNSTARTED)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -66,6 +71,7 @@ class Claims:
         policies: Mapping[str, TypePolicy],
         lease_ms: Callable[[float], int],
         flow: FlowControl | None = None,
+        delivered: Callable[[Job], None] | None = None,
     ) -> None:
         self._store = store
         self._flow = flow if flow is not None else FlowControl(clock, {})
@@ -75,6 +81,7 @@ class Claims:
         self._metrics = metrics
         self._policies = policies
         self._lease_ms = lease_ms
+        self._delivered = delivered
         self._running: dict[str, dict[str, int]] = {}  # type -> job id -> lease_until
 
     async def claim(
@@ -294,6 +301,8 @@ class Claims:
                 claimed.append(Claimed(job=out.job, lease_ms=lease))
                 self._metrics.claimed(out.job, now)
                 self.track(out.job)
+                if self._delivered is not None:
+                    self._delivered(out.job)
                 if d is not None:
                     d.claimed(item.entries, out.job)
             elif d is not None:

@@ -21,11 +21,13 @@ from timeshard.errors import (
     FailedPrecondition,
     InvalidArgument,
     NotFound,
+    ResourceExhausted,
     StaleFence,
     StoreUnavailable,
     TimeshardError,
 )
 from timeshard.limits import (
+    DEFAULT_MAX_UNSTARTED,
     DEFAULT_PAGE_SIZE,
     DEFAULT_PRIORITY_AGING_MS,
     MAX_IDEMPOTENCY_KEY_BYTES,
@@ -37,6 +39,7 @@ from timeshard.limits import (
     truncate_traceback,
 )
 from timeshard.model import (
+    NOT_STARTED,
     BucketEntry,
     Job,
     JobState,
@@ -57,6 +60,7 @@ from timeshard.node.ready import ReadyItem, ReadyQueues
 from timeshard.node.refresh import BucketRefresher
 from timeshard.node.retry import RetryPolicy
 from timeshard.node.schedules import ScheduleFirer, ScheduleOps
+from timeshard.node.starts import StartNotices
 from timeshard.node.waits import JobWaits
 from timeshard.observe.events import NodeMetrics
 from timeshard.sharding import minute_of, shard_of
@@ -85,6 +89,10 @@ class NodeConfig:
     dispatch: DispatchConfig = field(default_factory=DispatchConfig)
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     default_max_attempts: int = 3
+    default_max_unstarted: int = DEFAULT_MAX_UNSTARTED
+    max_ready: int = 0
+    """Due jobs ready on this node and not started before ScheduleJob refuses more due-now
+    work (RESOURCE_EXHAUSTED with a retry-after); 0: no bound."""
     default_lease_s: float = 30.0
     max_lease_s: float = 600.0
     min_lease_s: float = 1.0
@@ -106,6 +114,11 @@ class NodeConfig:
         p = self.types.get(job_type)
         return p.retry if p and p.retry else self.retry
 
+    def max_unstarted(self, job: Job) -> int:
+        """Deliveries without a handler start before ``job`` is dead (invariant 9)."""
+        p = self.types.get(job.job_type)
+        return p.max_unstarted if p and p.max_unstarted else self.default_max_unstarted
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class JobSpec:
@@ -122,6 +135,17 @@ class JobSpec:
     priority: int = 0
 
 
+@dataclass(frozen=True, slots=True)
+class Beat:
+    """A heartbeat of one lease (``lease_s`` asked for) or a start notice: ``started_at`` (epoch
+    ms, not 0) when the worker started its handler."""
+
+    job_id: str
+    fence: int
+    lease_s: float = 0.0
+    started_at: int = 0
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class FinishItem:
     job_id: str
@@ -131,6 +155,8 @@ class FinishItem:
     permanent: bool = False
     give_back: bool = False
     """The worker hands the job back unfinished (``Node.give_back``); wins over ``failed``."""
+    not_started: bool = False
+    """With ``give_back``: its handler never started (invariant 9)."""
     result: bytes = b""
     result_encoding: str = ""
     """A completion's result and how to read it (``json``, ``bytes``; "" for none)."""
@@ -179,7 +205,10 @@ class Node:
             metrics=self.metrics,
             policies=self.config.types,
             lease_ms=self.lease_ms,
+            delivered=lambda job: self.starts.delivered(job),
         )
+        self.starts = StartNotices(clock, self.metrics.started)
+        """Start notices of the jobs this node delivered (invariant 9, ``node.starts``)."""
         self.waits = JobWaits(store, clock)
         """Clients waiting for jobs to finish (``WaitJobs``)."""
         self.type_policies = TypePolicies(
@@ -356,6 +385,9 @@ class Node:
                     on_deposed=self._deposed,
                     metrics=self.metrics,
                     retry_at=self.retry_at,
+                    started=self.starts.started,
+                    max_unstarted=self.config.max_unstarted,
+                    on_released=self.starts.ended,
                     on_finished=self.waits.finished,
                     refreshed_by_node=self.config.dispatch.node_refresh,
                 )
@@ -509,6 +541,7 @@ class Node:
             except InvalidArgument as exc:
                 field = f"jobs[{i}].{exc.field}" if len(specs) > 1 else exc.field
                 raise InvalidArgument(field, exc.problem) from None
+        self._admit(jobs, now)
         await self._refuse_conflicts(specs, jobs)
         entries = [entry_for(job, job.run_at, now) for job in jobs]
         fresh = {job.job_id for job, spec in zip(jobs, specs, strict=True) if not spec.job_id}
@@ -529,6 +562,25 @@ class Node:
                     else f"job {spec.job_id!r} already exists with a different body"
                 )
         return [(r.job, r.created) for r in results]
+
+    def _admit(self, jobs: Sequence[Job], now: int) -> None:
+        """Back-pressure at ingest (``NodeConfig.max_ready``): while this node holds that many
+        due jobs not started, more due-now work is refused with a time to try again; future
+        jobs are always accepted (they wait in the store, not in memory)."""
+        bound = self.config.max_ready
+        if not bound or all(job.run_at > now for job in jobs):
+            return
+        ready = self.ready.count()
+        if ready < bound:
+            return
+        retry_after_ms = min(5_000, max(250, 500 * ready // bound))
+        self.metrics.ready_refusals_total.inc()
+        raise ResourceExhausted(
+            f"this node holds {ready} due jobs not started (--max-ready {bound}): due-now work "
+            f"is refused for now; try again in {retry_after_ms / 1000:g}s (jobs for later are "
+            "accepted)",
+            retry_after_ms,
+        )
 
     async def _create(
         self, jobs: Sequence[Job], entries: Sequence[BucketEntry], fresh: set[str], now: int
@@ -614,7 +666,10 @@ class Node:
             query, limit=limit or DEFAULT_PAGE_SIZE, page_token=page_token, count=True
         )
 
-    async def cancel(self, job_id: str) -> Job:
+    async def cancel(self, job_id: str, *, wait_s: float = 30.0) -> Job:
+        """Cancel a scheduled or running job. For a running one the answer says in
+        ``start_noticed`` whether its handler had started (``_started_before_cancel``, waiting
+        at most ``wait_s`` for its start notice)."""
         for _ in range(20):
             job = await self.get(job_id)
             if job.state.terminal:
@@ -628,8 +683,25 @@ class Node:
                 self.waits.finished(out.job)
                 self._left_ready(out.job)
                 self._ran(out.job)
+                if job.state is JobState.RUNNING:
+                    started = await self._started_before_cancel(job, wait_s)
+                    return out.job.with_(start_noticed=started)
                 return out.job
         raise FailedPrecondition(f"job {job_id!r} kept changing; try again")
+
+    async def _started_before_cancel(self, job: Job, wait_s: float) -> bool:
+        """Whether the handler of ``job``'s lease (cancelled just now) started: its start
+        notice came, or comes before the lease ends; a worker whose notice has not come by
+        then never starts it (its deadline is before the lease's end). Known here for the
+        leases this node delivered; for others, from the row (a heartbeat wrote it)."""
+        if job.start_noticed:
+            return True
+        wait_s = min(wait_s, (job.lease_until - self.clock.now_ms()) / 1000)
+        started = await self.starts.started_by(job.job_id, job.fence, wait_s)
+        if started is not None:
+            self.starts.ended(job.with_(state=JobState.CANCELLED))
+            return started
+        return False
 
     def peer_of_job(self, job_id: str) -> Member | None:
         """The other node that dispatches ``job_id``'s shard, as far as this one knows (None:
@@ -708,24 +780,40 @@ class Node:
         """Wake every waiting claim to look again (a worker stream's credits changed)."""
         self.ready.wake()
 
-    async def heartbeats(
-        self, items: Sequence[tuple[str, int, float]]
-    ) -> list[tuple[Job, int] | TimeshardError]:
-        """Extend many leases at once, ``(job_id, fence, lease_s)`` each conditional on its own
-        fence; the store groups the writes. Each item gets its job and lease, or its error."""
+    async def heartbeats(self, items: Sequence[Beat]) -> list[tuple[Job, int] | TimeshardError]:
+        """Extend many leases at once, each conditional on its own fence; the store groups
+        the writes. Each item gets its job and lease, or its error."""
 
-        async def one(job_id: str, fence: int, lease_s: float) -> tuple[Job, int] | TimeshardError:
+        async def one(b: Beat) -> tuple[Job, int] | TimeshardError:
             try:
-                return await self.heartbeat(job_id, fence, lease_s)
+                return await self.heartbeat(b.job_id, b.fence, b.lease_s, started_at=b.started_at)
             except TimeshardError as exc:
                 return exc
 
-        return list(await asyncio.gather(*(one(*i) for i in items)))
+        return list(await asyncio.gather(*map(one, items)))
+
+    def notice_starts(self, notices: Sequence[Beat]) -> None:
+        """Start notices from a worker stream (invariant 9): kept in memory for the leases this
+        node delivered; written into the row (as a heartbeat that extends nothing) for any
+        other, in the background, so its owner counts the attempt too."""
+        unknown = [n for n in notices if not self.starts.notice(n.job_id, n.fence, n.started_at)]
+        for n in unknown:
+            self._spawn(self._write_notice(n), name=f"start-notice-{n.job_id}")
+
+    async def _write_notice(self, n: Beat) -> None:
+        try:
+            out = await self.store.heartbeat(n.job_id, n.fence, 0, started=True)
+        except TimeshardError as exc:  # the lease's end counts it as not started: late only
+            log.info("job %s: start notice not written: %s", n.job_id, exc)
+            return
+        if out.applied and out.job is not None:
+            self.starts.observe_written(out.job, n.started_at)
 
     def _check(self, job_id: str, fence: int, out: WriteResult) -> Job:
         if out.job is None:
             raise NotFound("job", job_id)
         self.claims.track(out.job)
+        self.starts.ended(out.job)
         if not out.applied:
             raise StaleFence(job_id, fence, out.job.fence, out.job.state.value)
         self.metrics.written(out.job)
@@ -742,10 +830,22 @@ class Node:
             if d is not None:
                 d.ran(job.job_id)
 
-    async def heartbeat(self, job_id: str, fence: int, lease_s: float) -> tuple[Job, int]:
+    async def heartbeat(
+        self, job_id: str, fence: int, lease_s: float, *, started_at: int = 0
+    ) -> tuple[Job, int]:
+        """Extend the lease; ``started_at`` (not 0): the heartbeat carries the worker's start
+        notice (invariant 9), written into the row."""
         lease = self.lease_ms(lease_s)
-        out = await self.store.heartbeat(job_id, fence, self.clock.now_ms() + lease)
-        return self._check(job_id, fence, out), lease
+        started = started_at > 0
+        if started:
+            self.starts.notice(job_id, fence, started_at)
+        out = await self.store.heartbeat(
+            job_id, fence, self.clock.now_ms() + lease, started=started
+        )
+        job = self._check(job_id, fence, out)
+        if started:
+            self.starts.observe_written(job, started_at)
+        return job, lease
 
     async def complete(
         self, job_id: str, fence: int, result: bytes = b"", result_encoding: str = ""
@@ -796,7 +896,9 @@ class Node:
         async def one(n: int, item: FinishItem) -> None:
             try:
                 if item.give_back:
-                    out[n] = await self.give_back(item.job_id, item.fence, item.error)
+                    out[n] = await self.give_back(
+                        item.job_id, item.fence, item.error, not_started=item.not_started
+                    )
                 else:
                     out[n] = await self.fail(
                         item.job_id, item.fence, item.error, item.permanent, item.traceback
@@ -833,14 +935,27 @@ class Node:
             await self._land([entry_for(failed, failed.run_at, now)])
         return failed
 
-    async def give_back(self, job_id: str, fence: int, reason: str) -> Job:
+    async def give_back(
+        self, job_id: str, fence: int, reason: str, *, not_started: bool = False
+    ) -> Job:
         """The lease holder hands the job back unfinished (a worker shutting down stopped its
         handler): it runs again at once, elsewhere, and the attempt does not count against
-        ``max_attempts`` (a deploy must not use up a job's attempts)."""
+        ``max_attempts`` (a deploy must not use up a job's attempts). ``not_started``: its
+        handler never started (invariant 9): a delivery, bounded by the type's
+        ``max_unstarted``."""
         now = self.clock.now_ms()
-        out = await self.store.give_back_job(job_id, fence, now, reason[:4000] or "given back")
+        default = f"{NOT_STARTED}: given back by its worker" if not_started else "given back"
+        out = await self.store.give_back_job(
+            job_id,
+            fence,
+            now,
+            reason[:4000] or default,
+            not_started=not_started,
+            max_unstarted=self.config.max_unstarted,
+        )
         job = self._check(job_id, fence, out)
-        await self._land([entry_for(job, job.run_at, now)])
+        if job.state is JobState.SCHEDULED:
+            await self._land([entry_for(job, job.run_at, now)])
         return job
 
     def retry_at(self, job: Job, now: int) -> int | None:

@@ -27,7 +27,8 @@ from dataclasses import dataclass
 
 from timeshard.clock import Clock, format_rfc3339, sleep_or_wake, wake
 from timeshard.errors import NotOwner, TimeshardError
-from timeshard.model import SCHEDULE_ENTRY_PREFIX, BucketEntry, Job, JobState
+from timeshard.limits import DEFAULT_MAX_UNSTARTED
+from timeshard.model import NOT_STARTED, SCHEDULE_ENTRY_PREFIX, BucketEntry, Job, JobState
 from timeshard.node.ready import ReadyItem, ReadyQueues
 from timeshard.node.schedules import FireResult, ScheduleFirer
 from timeshard.observe.events import NodeMetrics
@@ -116,6 +117,9 @@ class ShardDispatcher:
         ready: ReadyQueues,
         config: DispatchConfig,
         retry_at: Callable[[Job, int], int | None],
+        started: Callable[[str, int], bool] = lambda job_id, fence: False,
+        max_unstarted: Callable[[Job], int] = lambda job: DEFAULT_MAX_UNSTARTED,
+        on_released: Callable[[Job], None] | None = None,
         firer: ScheduleFirer | None = None,
         on_deposed: Callable[[int], None] | None = None,
         metrics: NodeMetrics | None = None,
@@ -132,6 +136,9 @@ class ShardDispatcher:
         self._cfg = config
         self._firer = firer
         self._retry_at = retry_at
+        self._started = started  # whether a start notice for (job_id, fence) reached the node
+        self._max_unstarted = max_unstarted
+        self._on_released = on_released
         self._on_deposed = on_deposed
         self._metrics = metrics or NodeMetrics(clock)
         self._on_finished = on_finished  # a job this dispatcher made dead (its waiters)
@@ -756,16 +763,44 @@ class ShardDispatcher:
         self.handled([e])
 
     async def _expire(self, e: BucketEntry, job: Job, now: int) -> None:
-        """The lease ran out without a result: a failed attempt (``"lease expired"``), retried
-        after the type's backoff while attempts remain, else dead. The store wrote the retry's
-        entry with the row; this one is handled."""
+        """The lease ran out without a result. After a start notice: a failed attempt
+        (``"lease expired"``), retried after the type's backoff while attempts remain, else
+        dead. With none, the handler never started: due again at once, uncounted, bounded by
+        the type's ``max_unstarted`` (invariant 9). The store wrote the retry's entry with the
+        row; this one is handled."""
         out = await self._store.release_lease(
-            job.job_id, job.fence, now, lambda j: self._retry_at(j, now)
+            job.job_id,
+            job.fence,
+            now,
+            lambda j: self._retry_at(j, now),
+            started=self._started(job.job_id, job.fence),
+            max_unstarted=self._max_unstarted,
         )
         if not out.applied or out.job is None:
             self.recheck([e]) if out.job is not None else self.handled([e])
             return
         released = out.job
+        if self._on_released is not None:
+            self._on_released(released)
+        if released.history and released.history[-1].outcome == NOT_STARTED:
+            self._metrics.unstarted(released)
+            if released.state is JobState.SCHEDULED:
+                log.info(
+                    "job %s: lease of %s over with no start notice; due again (%d deliveries "
+                    "without a start)",
+                    job.job_id,
+                    job.lease_owner,
+                    released.unstarted,
+                )
+                again = entry_for(released, released.run_at, now)
+                if again == e:  # (the store wrote the very entry being looked at: keep it)
+                    self.recheck([e])
+                    return
+                self.notify([again])
+            elif self._on_finished is not None:
+                self._on_finished(released)
+            self.handled([e])
+            return
         self._metrics.lease_expired(released)
         if self._on_finished is not None and released.state.terminal:
             self._on_finished(released)

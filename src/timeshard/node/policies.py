@@ -19,7 +19,13 @@ from typing import Any
 
 from timeshard.clock import Clock
 from timeshard.errors import InvalidArgument, TimeshardError
-from timeshard.limits import MAX_CLAIM_TYPES, check_attempts, check_count
+from timeshard.limits import (
+    DEFAULT_MAX_UNSTARTED,
+    MAX_CLAIM_TYPES,
+    MAX_UNSTARTED,
+    check_attempts,
+    check_count,
+)
 from timeshard.model import validate_job_type
 from timeshard.node.claims import TypePolicy
 from timeshard.node.flow import (
@@ -41,6 +47,8 @@ REFRESH_S = 5.0
 
 def policy_text(p: TypePolicy) -> str:
     fields: dict[str, Any] = {"max_attempts": p.max_attempts, "concurrency": p.concurrency}
+    if p.max_unstarted is not None:
+        fields["max_unstarted"] = p.max_unstarted
     if p.retry is not None:
         fields |= {"retry_base_s": p.retry.base_s, "retry_max_s": p.retry.max_backoff_s}
     return json.dumps(fields, sort_keys=True)
@@ -52,7 +60,10 @@ def policy_of_text(text: str) -> TypePolicy:
     if fields.get("retry_base_s") is not None:
         retry = RetryPolicy(base_s=fields["retry_base_s"], max_backoff_s=fields["retry_max_s"])
     return TypePolicy(
-        max_attempts=fields.get("max_attempts"), retry=retry, concurrency=fields.get("concurrency")
+        max_attempts=fields.get("max_attempts"),
+        retry=retry,
+        concurrency=fields.get("concurrency"),
+        max_unstarted=fields.get("max_unstarted"),
     )
 
 
@@ -64,6 +75,7 @@ def checked_policy(
     retry_max_s: float,
     concurrency: int,
     default_retry: RetryPolicy,
+    max_unstarted: int = 0,
 ) -> TypePolicy:
     """A policy as the API gives it (0: the default), checked: ``InvalidArgument`` naming the
     field."""
@@ -71,6 +83,12 @@ def checked_policy(
     check_attempts(max_attempts)
     if concurrency < 0:
         raise InvalidArgument("concurrency", f"must be at least 1 (0: no limit), got {concurrency}")
+    if not 0 <= max_unstarted <= MAX_UNSTARTED:
+        raise InvalidArgument(
+            "max_unstarted",
+            f"must be 1-{MAX_UNSTARTED} deliveries without a start (0: the node's default, "
+            f"{DEFAULT_MAX_UNSTARTED}), got {max_unstarted}",
+        )
     if retry_base_s < 0 or retry_max_s < 0:
         raise InvalidArgument("retry", "the backoff must not be negative")
     retry = None
@@ -83,7 +101,10 @@ def checked_policy(
             )
         retry = RetryPolicy(base_s=base, max_backoff_s=ceiling)
     return TypePolicy(
-        max_attempts=max_attempts or None, retry=retry, concurrency=concurrency or None
+        max_attempts=max_attempts or None,
+        retry=retry,
+        concurrency=concurrency or None,
+        max_unstarted=max_unstarted or None,
     )
 
 

@@ -22,11 +22,11 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from prometheus_client import Counter, Histogram
+from prometheus_client import Counter, Gauge, Histogram
 from prometheus_client.registry import CollectorRegistry
 
 from timeshard.clock import Clock
-from timeshard.model import GIVEN_BACK, LEASE_EXPIRED, Job, JobState
+from timeshard.model import GIVEN_BACK, LEASE_EXPIRED, NOT_STARTED, Job, JobState
 from timeshard.observe.tracing import Tracing
 from timeshard.observe.window import LatenessWindow
 
@@ -65,6 +65,8 @@ COUNTED = (
     "lease_expiries",
     "job_reruns",
     "expired",
+    "not_started",
+    "dead_unstarted",
 )
 """The per-type counters, as ``totals()`` names them."""
 
@@ -178,6 +180,45 @@ class NodeMetrics:
         self.cancelled_total = jobs("cancelled", "Jobs cancelled by a client.")
         self.expired_total = jobs(
             "expired", "Jobs not started by their deadline, so never run (state expired)."
+        )
+        self.not_started_total = jobs(
+            "not_started",
+            "Deliveries that ended without a handler start (given back unstarted, or a lease "
+            "over with no start notice): not attempts, the job runs again at once.",
+        )
+        self.dead_unstarted_total = jobs(
+            "dead_unstarted",
+            "Jobs dead after max_unstarted deliveries without a handler start (counted in "
+            "dead_lettered too).",
+        )
+        self.schedule_to_start = Histogram(
+            "timeshard_schedule_to_start_seconds",
+            "From a job's due time to its handler's start (the worker's start notice), on the "
+            "node that delivered it: the wait, apart from lease and run times.",
+            ["type"],
+            buckets=LATENESS_BUCKETS_S,
+            registry=r,
+        )
+        self.start_windows: dict[str, LatenessWindow] = {}
+        """Schedule-to-start per type, recent (``timeshard status``, the status page)."""
+        self.streams_behind = Gauge(
+            "timeshard_worker_streams_behind",
+            "Worker streams whose pushes are behind (a push would reach its worker with less "
+            "than half its lease left): nothing is claimed for them until they catch up.",
+            registry=r,
+        )
+        self.behind = 0
+        """The streams behind now (the gauge's value)."""
+        self.stream_pauses_total = Counter(
+            "timeshard_stream_pauses",
+            "Times a worker stream stopped claiming because its pushes were behind.",
+            registry=r,
+        )
+        self.ready_refusals_total = Counter(
+            "timeshard_ready_refusals",
+            "ScheduleJob calls for due-now work refused (RESOURCE_EXHAUSTED) because the node "
+            "held --max-ready due jobs not started.",
+            registry=r,
         )
         self.lease_expiries_total = Counter(
             "timeshard_lease_expiries",
@@ -339,9 +380,10 @@ class NodeMetrics:
         """A claim that started at ``started_ms`` applied: ``job`` is running (its new fence)."""
         self._typed(self.claimed_total, job.job_type).inc()
         rerun = len(job.history) >= 2 and job.history[-2].outcome == LEASE_EXPIRED
+        redelivered = len(job.history) >= 2 and job.history[-2].outcome == NOT_STARTED
         if rerun:
             self._typed(self.reruns_total, job.job_type).inc()
-        else:
+        elif not redelivered:  # (a job delivered again had its lateness counted the first time)
             late_ms = max(0, started_ms - job.run_at)
             self._typed(self.lateness, job.job_type).observe(late_ms / 1000)
             self._child(self.wait_by_priority, str(job.priority)).observe(late_ms / 1000)
@@ -358,6 +400,42 @@ class NodeMetrics:
                 "timeshard.worker": job.lease_owner,
                 "timeshard.rerun": rerun,
             },
+        )
+
+    def stream_behind(self, change: int) -> None:
+        """A worker stream fell behind (+1: its claims pause) or caught up (-1)."""
+        self.behind += change
+        self.streams_behind.set(self.behind)
+        if change > 0:
+            self.stream_pauses_total.inc()
+
+    def started(self, job_type: str, seconds: float) -> None:
+        """A handler started ``seconds`` after its job was due (a start notice)."""
+        self._typed(self.schedule_to_start, job_type).observe(seconds)
+        label = self.type_label(job_type)
+        window = self.start_windows.get(label)
+        if window is None:
+            window = self.start_windows[label] = LatenessWindow(self.clock)
+        window.add(seconds * 1000)
+
+    def unstarted(self, job: Job) -> None:
+        """A delivery of ``job`` ended without a handler start (invariant 9): ``job`` is the row
+        after it, due again (``scheduled``) or dead after ``max_unstarted`` of them."""
+        label = self.type_label(job.job_type)
+        self.not_started_total.labels(label).inc()
+        if job.state is not JobState.DEAD:
+            return
+        self.dead_unstarted_total.labels(label).inc()
+        self.dead_lettered_total.labels(label).inc()
+        event = self._event(job, "dead", job.last_error)
+        self.failures.appendleft(event)
+        self.dead.appendleft(event)
+        log.warning(
+            "job %s (%s) dead-lettered: %s",
+            job.job_id,
+            job.job_type,
+            job.last_error[:300],
+            extra={"job_id": job.job_id, "shard": job.shard, "event": "job.dead_lettered"},
         )
 
     def lease_expired(self, job: Job) -> None:
@@ -398,7 +476,17 @@ class NodeMetrics:
         if job.state is JobState.CANCELLED:
             self.cancelled_total.labels(label).inc()
             return
-        if job.state is JobState.SUCCEEDED:
+        if (
+            job.history
+            and job.history[-1].outcome == NOT_STARTED
+            and job.state
+            in (
+                JobState.SCHEDULED,
+                JobState.DEAD,
+            )
+        ):
+            self.unstarted(job)
+        elif job.state is JobState.SUCCEEDED:
             self._typed(self.succeeded_total, job.job_type).inc()
         elif job.state is JobState.SCHEDULED and _given_back(job):
             log.info(

@@ -1,5 +1,5 @@
-"""The real services on this machine, without Docker: Cassandra 5.0 from Maven Central jars and
-ZooKeeper 3.8 from Debian's package, as local processes on loopback.
+"""The real services on this machine, without Docker: Cassandra 5.0 and ZooKeeper 3.8 from
+Maven Central jars (or ZooKeeper from Debian's package), as local processes on loopback.
 
 Used by ``timeshard stack up|down|status`` (``cli.py``), by ``.ci/services.sh`` and by test
 fixtures::

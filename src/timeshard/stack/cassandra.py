@@ -9,13 +9,10 @@ written into a fresh run directory.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import importlib.resources
 import logging
 import os
-import shutil
 import string
-import subprocess
 import tempfile
 import threading
 import time
@@ -23,6 +20,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from timeshard.stack import maven
+from timeshard.stack.maven import Artifact
 from timeshard.stack.process import (
     JavaServer,
     Progress,
@@ -32,10 +31,8 @@ from timeshard.stack.process import (
     log_tail,
     port_open,
 )
-from timeshard.stack.state import cache_root
 
 DEFAULT_VERSION = "5.0.8"
-MAVEN_DEPENDENCY_PLUGIN = "org.apache.maven.plugins:maven-dependency-plugin:3.6.1"
 MAIN_CLASS = "org.apache.cassandra.service.CassandraDaemon"
 
 # From conf/jvm17-server.options of apache/cassandra (cassandra-5.0): G1 settings, the module
@@ -82,8 +79,13 @@ def cassandra_version() -> str:
     return os.environ.get("TIMESHARD_CASSANDRA_VERSION", DEFAULT_VERSION)
 
 
-def jar_dir(version: str) -> Path:
-    return cache_root() / f"cassandra-{version}" / "lib"
+def cassandra_artifact(version: str | None = None) -> Artifact:
+    return Artifact(
+        name="cassandra",
+        group_id="org.apache.cassandra",
+        artifact_id="cassandra-all",
+        version=version or cassandra_version(),
+    )
 
 
 def _resource(name: str) -> str:
@@ -91,63 +93,8 @@ def _resource(name: str) -> str:
 
 
 def ensure_jars(version: str | None = None, *, progress: Progress = log_progress) -> Path:
-    """The folder of Cassandra's jars, fetched with Maven first if the cache lacks them.
-
-    A ``.complete`` marker is written last, so an interrupted fetch is redone; a file lock
-    keeps two processes from fetching into the same cache at once.
-    """
-    version = version or cassandra_version()
-    lib = jar_dir(version)
-    marker = lib / ".complete"
-    if marker.exists():
-        return lib
-    lib.parent.mkdir(parents=True, exist_ok=True)
-    with (lib.parent / ".lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not marker.exists():
-            _fetch_jars(version, lib, progress)
-    return lib
-
-
-def _fetch_jars(version: str, lib: Path, progress: Progress) -> None:
-    mvn = shutil.which("mvn")
-    if mvn is None:
-        raise StackError("mvn not found: install Maven (apt-get install maven) to fetch Cassandra")
-    progress(f"fetching Cassandra {version} jars from Maven Central into {lib} ...")
-    started = time.monotonic()
-    partial = lib.with_name("lib.partial")
-    shutil.rmtree(partial, ignore_errors=True)
-    with tempfile.TemporaryDirectory(prefix="timeshard-mvn-") as work:
-        pom = Path(work) / "pom.xml"
-        pom.write_text(_resource("pom.xml"))
-        log_path = lib.parent / "maven.log"
-        with log_path.open("wb") as out:
-            code = subprocess.call(
-                [
-                    mvn,
-                    "-B",
-                    "-q",
-                    "-f",
-                    str(pom),
-                    f"-Dcassandra.version={version}",
-                    f"{MAVEN_DEPENDENCY_PLUGIN}:copy-dependencies",
-                    "-DincludeScope=runtime",
-                    f"-DoutputDirectory={partial}",
-                ],
-                cwd=work,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-            )
-    if code != 0 or not any(partial.glob("cassandra-all-*.jar")):
-        raise StackError(
-            f"fetching Cassandra {version} with Maven failed (exit {code}); "
-            f"end of {log_path}:\n{log_tail(log_path)}"
-        )
-    shutil.rmtree(lib, ignore_errors=True)
-    partial.rename(lib)
-    (lib / ".complete").write_text(f"{version}\n")
-    progress(f"fetched {len(list(lib.glob('*.jar')))} jars in {time.monotonic() - started:.1f} s")
+    """The folder of Cassandra's jars, fetched with Maven first if the cache lacks them."""
+    return maven.ensure_jars(cassandra_artifact(version), progress=progress)
 
 
 DEFAULT_CREDENTIALS = ("cassandra", "cassandra")

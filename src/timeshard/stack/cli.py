@@ -12,6 +12,15 @@ keyspace replicated on all three, e.g.
 ``cassandra://127.0.0.1:9042,127.0.0.2:9042,127.0.0.3:9042/ks?rf=3&consistency=quorum&serial=serial``.
 ``up --cassandra-auth`` turns on password authentication; the superuser's credentials are
 printed (``cassandra_username`` and ``cassandra_password`` in the JSON line) and recorded.
+
+Both servers run from jars that Maven fetches from Maven Central on first use (cached in
+``$TIMESHARD_CACHE``, default ``~/.cache/timeshard``): ``up`` needs Java 17 and Maven, nothing
+else. ``--zookeeper-jars debian`` (or ``TIMESHARD_ZOOKEEPER_JARS=debian``) runs Debian's
+``zookeeper`` package instead. ``TIMESHARD_STATE`` (default ``~/.local/state/timeshard``) holds
+the run directories and the record of what runs: a second stack beside the first needs its own
+state directory and ports, e.g.
+``TIMESHARD_STATE=/tmp/s2 timeshard stack up --cassandra-port 19042 --storage-port 17000
+--zookeeper-port 12181``.
 """
 
 from __future__ import annotations
@@ -30,7 +39,12 @@ from timeshard.stack.cassandra import TIMER_SLACK_US, cql_ready
 from timeshard.stack.cassandra_cluster import CassandraCluster, ring_problem
 from timeshard.stack.process import StackError, pid_matches, port_open, stop_pid
 from timeshard.stack.state import load_state, save_state, state_file, state_root
-from timeshard.stack.zookeeper import ZooKeeperEnsemble, four_letter
+from timeshard.stack.zookeeper import (
+    JAR_SOURCES,
+    ZooKeeperEnsemble,
+    describe_jars,
+    four_letter,
+)
 
 SERVICES = ("cassandra", "zookeeper")
 
@@ -84,6 +98,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     up.add_argument(
         "--zookeeper-size", type=int, default=1, choices=(1, 3), help="1 standalone, 3 ensemble"
+    )
+    up.add_argument(
+        "--zookeeper-jars",
+        choices=JAR_SOURCES,
+        help="ZooKeeper's jars: fetched from Maven Central (cached), or Debian's zookeeper "
+        "package (env TIMESHARD_ZOOKEEPER_JARS; default maven)",
     )
     up.add_argument("--heap", help="heap of each Cassandra node (1G; 512M with several nodes)")
     up.add_argument(
@@ -252,11 +272,13 @@ def _start_zk(args: argparse.Namespace) -> dict[str, Any]:
         args.zookeeper_size,
         client_port=args.zookeeper_port,
         run_dir=run_dir,
+        jars=args.zookeeper_jars,
         progress=_progress,
     )
     ensemble.start(timeout=args.timeout)
     return {
         "address": ensemble.hosts,
+        "jars": describe_jars(ensemble.jars),
         "run_dir": str(run_dir),
         "servers": [
             {"address": s.address, "pid": s.pid, "run_dir": str(s.run_dir)}

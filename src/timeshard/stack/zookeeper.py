@@ -1,14 +1,27 @@
-"""Local ZooKeeper 3.8 from Debian's ``zookeeper`` package: one standalone server, or an
-ensemble of several on loopback ports (for failover and chaos tests)."""
+"""Local ZooKeeper 3.8: one standalone server, or an ensemble of several on loopback ports (for
+failover and chaos tests).
+
+The server's jars come from Maven Central by default (``org.apache.zookeeper:zookeeper`` and its
+runtime dependencies, cached like Cassandra's; ``TIMESHARD_ZOOKEEPER_VERSION`` picks another
+3.8 release), so nothing needs installing by hand. Debian's ``zookeeper`` package is the other
+source: ``TIMESHARD_ZOOKEEPER_JARS=debian`` (or ``stack up --zookeeper-jars debian``) runs
+``/usr/share/java/zookeeper.jar`` with ``/etc/zookeeper/conf``. It is never picked on its own
+because it is installed: every machine then runs the same release, and a test run proves the
+download works.
+"""
 
 from __future__ import annotations
 
+import importlib.resources
+import os
 import shutil
 import socket
 import tempfile
 import time
 from pathlib import Path
 
+from timeshard.stack import maven
+from timeshard.stack.maven import Artifact
 from timeshard.stack.process import (
     JavaServer,
     Progress,
@@ -19,9 +32,63 @@ from timeshard.stack.process import (
     port_open,
 )
 
-ZOOKEEPER_JAR = Path("/usr/share/java/zookeeper.jar")
-ZOOKEEPER_CONF = Path("/etc/zookeeper/conf")
+DEFAULT_VERSION = "3.8.6"
+# ZooKeeper's pom lists these as "provided" (its release's lib/ has them), but the server does
+# not start without them: metrics-core (4.2 keeps the 4.1 API that 3.8 was built on) for its
+# metrics, snappy-java (3.8's own version) for the snapshot code, even uncompressed.
+PROVIDED_JARS = (
+    "io.dropwizard.metrics:metrics-core:4.2.40",
+    "org.xerial.snappy:snappy-java:1.1.10.5",
+)
+JAR_SOURCES = ("maven", "debian")
+DEBIAN_JAR = Path("/usr/share/java/zookeeper.jar")
+DEBIAN_CONF = Path("/etc/zookeeper/conf")
 MAIN_CLASS = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
+
+
+def zookeeper_version() -> str:
+    return os.environ.get("TIMESHARD_ZOOKEEPER_VERSION", DEFAULT_VERSION)
+
+
+def zookeeper_artifact(version: str | None = None) -> Artifact:
+    return Artifact(
+        name="zookeeper",
+        group_id="org.apache.zookeeper",
+        artifact_id="zookeeper",
+        version=version or zookeeper_version(),
+        extras=PROVIDED_JARS,
+    )
+
+
+def jar_source(choice: str | None = None) -> str:
+    """Where the server's jars come from: ``choice``, else ``$TIMESHARD_ZOOKEEPER_JARS``, else
+    ``maven``."""
+    source = choice or os.environ.get("TIMESHARD_ZOOKEEPER_JARS") or "maven"
+    if source not in JAR_SOURCES:
+        raise StackError(
+            f"ZooKeeper jars from {source!r}: choose {' or '.join(JAR_SOURCES)} "
+            "(TIMESHARD_ZOOKEEPER_JARS, stack up --zookeeper-jars)"
+        )
+    return source
+
+
+def describe_jars(source: str) -> str:
+    """What ``source`` runs, for the stack's record: ``maven 3.8.6`` or ``debian /usr/...``."""
+    return f"maven {zookeeper_version()}" if source == "maven" else f"debian {DEBIAN_JAR}"
+
+
+def classpath(source: str, *, progress: Progress = log_progress) -> list[str]:
+    """The server's classpath entries for ``source`` (``jar_source``); the Maven jars are
+    fetched first if the cache lacks them."""
+    if source == "debian":
+        if not DEBIAN_JAR.exists():
+            raise StackError(
+                f"{DEBIAN_JAR} missing: apt-get install -y zookeeper, or take the jars "
+                "from Maven Central (TIMESHARD_ZOOKEEPER_JARS=maven, the default)"
+            )
+        return [str(DEBIAN_CONF), str(DEBIAN_JAR)]
+    lib = maven.ensure_jars(zookeeper_artifact(), progress=progress)
+    return [f"{lib.resolve()}/*"]
 
 
 def four_letter(host: str, port: int, command: str, timeout: float = 1.0) -> str:
@@ -58,6 +125,8 @@ class ZooKeeperServer:
         peers: list[tuple[int, str, int, int]],
         tick_ms: int = 1000,
         heap: str = "256m",
+        jars: str = "maven",
+        progress: Progress = log_progress,
     ) -> None:
         self.myid = myid
         self.host = host
@@ -66,6 +135,8 @@ class ZooKeeperServer:
         self.peers = peers  # (myid, host, peer port, election port) of every server
         self.tick_ms = tick_ms
         self.heap = heap
+        self.jars = jars  # a JAR_SOURCES value
+        self.progress = progress
         self._server = JavaServer(f"ZooKeeper {self.address}", run_dir / "console.log")
 
     @property
@@ -84,13 +155,14 @@ class ZooKeeperServer:
 
     def spawn(self) -> None:
         """Start the JVM (keeping the data directory of an earlier run); do not wait."""
-        if not ZOOKEEPER_JAR.exists():
-            raise StackError(f"{ZOOKEEPER_JAR} missing: apt-get install -y zookeeper")
+        entries = classpath(self.jars, progress=self.progress)
         if port_open(self.host, self.client_port):
             raise StackError(f"{self.address} is already in use: another ZooKeeper running?")
         cfg = self._write_config()
-        classpath = f"{ZOOKEEPER_CONF}:{ZOOKEEPER_JAR}"
-        argv = [java_executable(), f"-Xmx{self.heap}", "-cp", classpath, MAIN_CLASS, str(cfg)]
+        argv = [java_executable(), f"-Xmx{self.heap}"]
+        if self.jars == "maven":  # Debian's jars log through /etc/zookeeper/conf instead
+            argv.append(f"-Dlogback.configurationFile={self._write_logback().resolve()}")
+        argv += ["-cp", ":".join(entries), MAIN_CLASS, str(cfg)]
         self._server.spawn(argv, cwd=self.run_dir)
 
     def wait_serving(self, timeout: float) -> str:
@@ -136,12 +208,20 @@ class ZooKeeperServer:
         cfg.write_text("\n".join(lines) + "\n")
         return cfg
 
+    def _write_logback(self) -> Path:
+        """INFO to the console (``console.log``): logback's own default is DEBUG."""
+        path = self.run_dir / "logback.xml"
+        resource = importlib.resources.files("timeshard.stack").joinpath("resources")
+        path.write_text(resource.joinpath("zookeeper-logback.xml").read_text())
+        return path
+
 
 class ZooKeeperEnsemble:
     """``size`` servers on ``host``: client ports ``client_port + i``, quorum ports
     ``peer_port + i`` and ``election_port + i``. ``size=1`` runs one standalone server.
 
     Servers are numbered from 0 in this API (``kill(0)``), their ZooKeeper ``myid`` is i+1.
+    ``jars``: ``maven`` or ``debian`` (see ``jar_source``; None: the environment's choice).
     """
 
     def __init__(
@@ -154,10 +234,12 @@ class ZooKeeperEnsemble:
         election_port: int = 3888,
         run_dir: Path | None = None,
         tick_ms: int = 1000,
+        jars: str | None = None,
         progress: Progress = log_progress,
     ) -> None:
         if size < 1:
             raise ValueError(f"an ensemble needs at least one server, got {size}")
+        self.jars = jar_source(jars)
         self.host = host
         self.progress = progress
         self.run_dir = run_dir or Path(tempfile.mkdtemp(prefix=f"timeshard-zk-{client_port}-"))
@@ -170,6 +252,8 @@ class ZooKeeperEnsemble:
                 run_dir=self.run_dir / f"server{i + 1}",
                 peers=peers,
                 tick_ms=tick_ms,
+                jars=self.jars,
+                progress=progress,
             )
             for i in range(size)
         ]
@@ -182,7 +266,10 @@ class ZooKeeperEnsemble:
     def start(self, timeout: float = 60.0) -> None:
         """Start every server and return once each is serving (an ensemble has a leader)."""
         started = time.monotonic()
-        self.progress(f"starting ZooKeeper on {self.hosts} (run dir {self.run_dir})")
+        self.progress(
+            f"starting ZooKeeper ({describe_jars(self.jars)}) on {self.hosts} "
+            f"(run dir {self.run_dir})"
+        )
         try:
             for server in self.servers:
                 server.spawn()

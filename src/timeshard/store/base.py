@@ -21,6 +21,7 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 
 from timeshard.errors import InvalidArgument
+from timeshard.limits import DEFAULT_MAX_UNSTARTED
 from timeshard.model import Attempt, BucketEntry, Job, JobState, Schedule, ShardState, WriteResult
 from timeshard.sharding import minute_of
 from timeshard.store import pages
@@ -129,6 +130,10 @@ class Retention:
             return self.dead_s
         return self.finished_s if job.state.terminal else 0
 
+
+MaxUnstarted = int | Callable[[Job], int]
+"""Deliveries without a handler start before a job is dead: a number, or decided from the job as
+stored (its type's policy)."""
 
 RetryAt = int | None | Callable[[Job], int | None]
 """When to retry a failed job: a time, None (dead-letter it), or decided from the job as
@@ -333,8 +338,11 @@ class Store(abc.ABC):
         checks the lease at ``lease_until`` (invariant 2)."""
 
     @abc.abstractmethod
-    async def heartbeat(self, job_id: str, fence: int, lease_until: int) -> WriteResult:
-        """Applied iff ``running`` with this fence: ``lease_until`` moves (never backwards).
+    async def heartbeat(
+        self, job_id: str, fence: int, lease_until: int, *, started: bool = False
+    ) -> WriteResult:
+        """Applied iff ``running`` with this fence: ``lease_until`` moves (never backwards);
+        ``started`` (the heartbeat carries the worker's start notice) sets ``start_noticed``.
         No bucket entry is written: the dispatcher chases an extended lease when its old
         check comes due."""
 
@@ -384,20 +392,40 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     async def release_lease(
-        self, job_id: str, fence: int, now: int, retry_at: RetryAt
+        self,
+        job_id: str,
+        fence: int,
+        now: int,
+        retry_at: RetryAt,
+        *,
+        started: bool = False,
+        max_unstarted: MaxUnstarted = DEFAULT_MAX_UNSTARTED,
     ) -> WriteResult:
-        """Applied iff ``running`` with this fence and ``lease_until <= now``: the attempt
-        failed with ``"lease expired"`` (its error and its outcome in the history). Then, as
-        ``fail_job``: with a retry time (given, or computed from the stored job: attempts
-        left, the type's backoff) ``scheduled`` at that time plus its bucket entry; without,
-        ``dead``. The fence stays; the next claim moves it."""
+        """Applied iff ``running`` with this fence and ``lease_until <= now``. If its handler
+        started (``started``: the caller holds a start notice; or ``start_noticed`` in the
+        row), the attempt failed with ``"lease expired"`` (its error and its outcome in the
+        history); then, as ``fail_job``: with a retry time (given, or computed from the stored
+        job: attempts left, the type's backoff) ``scheduled`` at that time plus its bucket
+        entry; without, ``dead``. If not, as ``give_back_job(not_started=True)`` (invariant 9).
+        The fence stays; the next claim moves it."""
 
     @abc.abstractmethod
-    async def give_back_job(self, job_id: str, fence: int, now: int, reason: str) -> WriteResult:
+    async def give_back_job(
+        self,
+        job_id: str,
+        fence: int,
+        now: int,
+        reason: str,
+        *,
+        not_started: bool = False,
+        max_unstarted: MaxUnstarted = DEFAULT_MAX_UNSTARTED,
+    ) -> WriteResult:
         """Applied iff ``running`` with this fence (the lease holder asks, e.g. a worker
         shutting down): ``scheduled`` at ``now`` plus its bucket entry, ``attempt - 1`` (the
         attempt does not count against ``max_attempts``), the attempt closed as ``given back``
-        with ``reason``. The fence stays; the next claim moves it."""
+        with ``reason``. ``not_started`` (its handler never started): ``run_at`` kept, the
+        delivery closed as ``not started``, ``unstarted + 1``, and ``dead`` ("never started")
+        once that reaches ``max_unstarted``. The fence stays; the next claim moves it."""
 
     @abc.abstractmethod
     async def expire_job(self, job_id: str, fence: int, now: int, reason: str) -> WriteResult:

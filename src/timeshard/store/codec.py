@@ -45,12 +45,15 @@ JOB_COLUMNS = (
     "result_encoding",
     "deadline",
     "priority",
+    "unstarted",
+    "start_noticed",
 )
 """A job row's columns in the order of ``Job``'s fields: a row selected in this order decodes
 by position (``job_from_row``)."""
 _STATE = 4
 _HISTORY = 16
 _RESULT = 17
+_START_NOTICED = 22
 _STATES = {s.value: s for s in JobState}
 _json_str = encode_basestring_ascii  # a JSON string literal, as json.dumps writes it
 
@@ -62,6 +65,7 @@ def job_from_row(row: Sequence[Any]) -> Job:
     values[_STATE] = _STATES[values[_STATE]]
     values[_HISTORY] = history_from_text(values[_HISTORY])
     values[_RESULT] = bytes(values[_RESULT])
+    values[_START_NOTICED] = bool(values[_START_NOTICED])
     return restore_job(values)
 
 
@@ -116,6 +120,8 @@ def to_job(row: Mapping[str, Any]) -> Job:
             get("result_encoding") or "",
             get("deadline") or 0,
             get("priority") or 0,
+            get("unstarted") or 0,
+            bool(get("start_noticed")),
         )
     )
 
@@ -143,6 +149,8 @@ def job_columns(job: Job) -> Row:
         "result_encoding": job.result_encoding,
         "deadline": job.deadline,
         "priority": job.priority,
+        "unstarted": job.unstarted,
+        "start_noticed": job.start_noticed,
     }
 
 

@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 
 from timeshard.clock import Clock, SystemClock
 from timeshard.errors import InvalidArgument, StoreUnavailable
+from timeshard.limits import DEFAULT_MAX_UNSTARTED
 from timeshard.model import (
     BucketEntry,
     Job,
@@ -39,6 +40,7 @@ from timeshard.store.base import (
     Completion,
     CreateResult,
     JobClaim,
+    MaxUnstarted,
     Retention,
     RetryAt,
     Store,
@@ -108,6 +110,8 @@ _ADDED_COLUMNS = {
     "result_encoding": "add_result_encoding",
     "deadline": "add_deadline",
     "priority": "add_priority",
+    "unstarted": "add_unstarted",
+    "start_noticed": "add_start_noticed",
 }
 """Columns added to ``jobs`` after its first version, and the statement that adds each."""
 
@@ -590,8 +594,12 @@ class SqliteStore(Store):
     async def claim_jobs(self, claims: Sequence[JobClaim]) -> list[WriteResult]:
         return await self._call(lambda db: [_apply(db, c.job_id, T.claim(c)) for c in claims])
 
-    async def heartbeat(self, job_id: str, fence: int, lease_until: int) -> WriteResult:
-        return await self._call(lambda db: _apply(db, job_id, T.heartbeat(fence, lease_until)))
+    async def heartbeat(
+        self, job_id: str, fence: int, lease_until: int, *, started: bool = False
+    ) -> WriteResult:
+        return await self._call(
+            lambda db: _apply(db, job_id, T.heartbeat(fence, lease_until, started))
+        )
 
     async def complete_job(
         self, job_id: str, fence: int, now: int, *, result: bytes = b"", result_encoding: str = ""
@@ -622,13 +630,31 @@ class SqliteStore(Store):
         return await self._call(lambda db: _apply(db, job_id, transition))
 
     async def release_lease(
-        self, job_id: str, fence: int, now: int, retry_at: RetryAt
+        self,
+        job_id: str,
+        fence: int,
+        now: int,
+        retry_at: RetryAt,
+        *,
+        started: bool = False,
+        max_unstarted: MaxUnstarted = DEFAULT_MAX_UNSTARTED,
     ) -> WriteResult:
-        transition = T.release(fence, now, retry_at)
+        transition = T.release(fence, now, retry_at, started=started, max_unstarted=max_unstarted)
         return await self._call(lambda db: _apply(db, job_id, transition))
 
-    async def give_back_job(self, job_id: str, fence: int, now: int, reason: str) -> WriteResult:
-        transition = T.give_back(fence, now, reason)
+    async def give_back_job(
+        self,
+        job_id: str,
+        fence: int,
+        now: int,
+        reason: str,
+        *,
+        not_started: bool = False,
+        max_unstarted: MaxUnstarted = DEFAULT_MAX_UNSTARTED,
+    ) -> WriteResult:
+        transition = T.give_back(
+            fence, now, reason, not_started=not_started, max_unstarted=max_unstarted
+        )
         return await self._call(lambda db: _apply(db, job_id, transition))
 
     async def expire_job(self, job_id: str, fence: int, now: int, reason: str) -> WriteResult:

@@ -11,8 +11,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from timeshard.model import GIVEN_BACK, LEASE_EXPIRED, Job, JobState
-from timeshard.store.base import JobClaim, RetryAt, finish_attempt, new_attempt
+from timeshard.limits import DEFAULT_MAX_UNSTARTED
+from timeshard.model import GIVEN_BACK, LEASE_EXPIRED, NEVER_STARTED, NOT_STARTED, Job, JobState
+from timeshard.store.base import JobClaim, MaxUnstarted, RetryAt, finish_attempt, new_attempt
 
 
 def _no_entry(_: Job) -> int | None:
@@ -50,18 +51,25 @@ def claim(c: JobClaim) -> Transition:
             state=JobState.RUNNING,
             lease_owner=c.worker,
             lease_until=c.lease_until,
-            attempt=j.attempt + 1,
+            attempt=j.attempt + 1,  # the number the attempt will have once its handler starts
             fence=j.fence + 1,
             started_at=c.now,
+            start_noticed=False,
             history=(*j.history, new_attempt(j, c.worker, c.now)),
         ),
         now=c.now,
     )
 
 
-def heartbeat(fence: int, lease_until: int) -> Transition:
+def heartbeat(fence: int, lease_until: int, started: bool = False) -> Transition:
+    """The lease extended (never shortened); ``started``: the heartbeat carries the worker's
+    start notice, kept with the row so that any later owner counts the attempt."""
     return Transition(
-        _running_with(fence), lambda j: j.with_(lease_until=max(j.lease_until, lease_until))
+        _running_with(fence),
+        lambda j: j.with_(
+            lease_until=max(j.lease_until, lease_until),
+            start_noticed=j.start_noticed or started,
+        ),
     )
 
 
@@ -73,6 +81,7 @@ def complete(fence: int, now: int, result: bytes = b"", result_encoding: str = "
         lambda j: j.with_(
             state=JobState.SUCCEEDED,
             finished_at=now,
+            start_noticed=True,  # a result: its handler ran
             lease_owner="",
             history=finish_attempt(j, now, "succeeded"),
             result=result,
@@ -118,20 +127,89 @@ def fail(fence: int, now: int, error: str, retry: RetryAt, traceback: str = "") 
     )
 
 
-def release(fence: int, now: int, retry: RetryAt) -> Transition:
-    """An expired lease is a failed attempt: retried at
-    ``retry`` like a retryable failure, or dead when there is none (attempts exhausted)."""
-    return Transition(
-        lambda j: _running_with(fence)(j) and j.lease_until <= now,
-        _failed(now, LEASE_EXPIRED, retry, LEASE_EXPIRED),
-        _retry_entry,
+def release(
+    fence: int,
+    now: int,
+    retry: RetryAt,
+    *,
+    started: bool = False,
+    max_unstarted: MaxUnstarted = DEFAULT_MAX_UNSTARTED,
+) -> Transition:
+    """An expired lease after a start notice (``started``: the owner holds one; or one written
+    with the row) is a failed attempt: retried at ``retry`` like a retryable failure, or dead
+    when there is none (attempts exhausted). With no start notice the handler is taken as never
+    started: the job goes back uncounted (``unstarted``), invariant 9."""
+    failed = _failed(now, LEASE_EXPIRED, retry, LEASE_EXPIRED)
+    back = _unstarted(
         now,
+        lambda j: f"{NOT_STARTED}: lease over with no start notice from worker {j.lease_owner}",
+        max_unstarted,
+    )
+
+    def change(j: Job) -> Job:
+        return failed(j) if started or j.start_noticed else back(j)
+
+    return Transition(
+        lambda j: _running_with(fence)(j) and j.lease_until <= now, change, _retry_entry, now
     )
 
 
-def give_back(fence: int, now: int, reason: str) -> Transition:
+def _unstarted(
+    now: int, reason: Callable[[Job], str], max_unstarted: MaxUnstarted
+) -> Callable[[Job], Job]:
+    """A delivery whose handler never started: ``scheduled`` again at once (``run_at`` now,
+    the time its entry is written for, invariant 2), the attempt not counted,
+    ``unstarted`` one more; dead once that reaches ``max_unstarted``. ``reason(job)`` says why,
+    in the history and as the last error."""
+
+    def change(j: Job) -> Job:
+        why = reason(j)
+        unstarted = j.unstarted + 1
+        history = finish_attempt(j, now, NOT_STARTED, why)
+        bound = max_unstarted(j) if callable(max_unstarted) else max_unstarted
+        if unstarted >= bound:
+            return j.with_(
+                state=JobState.DEAD,
+                finished_at=now,
+                attempt=max(0, j.attempt - 1),
+                unstarted=unstarted,
+                lease_owner="",
+                start_noticed=False,
+                last_error=(
+                    f"{NEVER_STARTED}: {unstarted} deliveries ended without a handler start "
+                    f"(the last: {why})"
+                ),
+                history=history,
+            )
+        return j.with_(
+            state=JobState.SCHEDULED,
+            run_at=max(j.run_at, now),
+            attempt=max(0, j.attempt - 1),
+            unstarted=unstarted,
+            lease_owner="",
+            start_noticed=False,
+            last_error=why,
+            history=history,
+        )
+
+    return change
+
+
+def give_back(
+    fence: int,
+    now: int,
+    reason: str,
+    *,
+    not_started: bool = False,
+    max_unstarted: MaxUnstarted = DEFAULT_MAX_UNSTARTED,
+) -> Transition:
     """The lease holder hands the job back unfinished: ``scheduled`` now, and the attempt is
-    not counted (``attempt - 1``; its history entry stays, as ``given back``)."""
+    not counted (``attempt - 1``; its history entry stays, as ``given back``). ``not_started``:
+    its handler never started (a delivery, not an attempt: ``unstarted`` one more, bounded by
+    ``max_unstarted``)."""
+    if not_started:
+        back = _unstarted(now, lambda _: reason, max_unstarted)
+        return Transition(_running_with(fence), back, _retry_entry, now)
     return Transition(
         _running_with(fence),
         lambda j: j.with_(
@@ -186,7 +264,9 @@ def reschedule(fence: int, run_at: int, now: int) -> Transition:
 def replay(fence: int, run_at: int, now: int) -> Transition:
     return Transition(
         lambda j: j.state is JobState.DEAD and j.fence == fence,
-        lambda j: j.with_(state=JobState.SCHEDULED, run_at=run_at, attempt=0, finished_at=0),
+        lambda j: j.with_(
+            state=JobState.SCHEDULED, run_at=run_at, attempt=0, unstarted=0, finished_at=0
+        ),
         lambda j: j.run_at,
         now,
     )

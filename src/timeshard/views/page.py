@@ -16,6 +16,7 @@ from html import escape
 
 from timeshard.clock import format_rfc3339
 from timeshard.observe.events import JobEvent
+from timeshard.observe.window import percentiles
 from timeshard.views.status import NodeStatus, ShardRow
 
 REFRESH_S = 10
@@ -74,6 +75,7 @@ def render(status: NodeStatus) -> str:
             _nodes(s),
             _shards(s),
             _unclaimed(s),
+            _starts(s),
             _types(s),
             _events("Recent failures", "failures", s.failures, "No failures seen by this node."),
             _events("Dead letters", "dead-letters", s.dead, "The dead-letter queue is empty."),
@@ -241,6 +243,42 @@ def _unclaimed(s: NodeStatus) -> str:
     )
 
 
+def _starts(s: NodeStatus) -> str:
+    """Schedule-to-start: due time to handler start (the workers' start notices), apart from
+    the claim's lateness, so a backlog of jobs waiting for a free worker shows here."""
+    if not s.start_delay:
+        return (
+            "<section><h2>Due to handler start</h2>"
+            "<p class='muted' id='starts'>No handler start seen in the window.</p></section>"
+        )
+    rows = []
+    for job_type, (buckets, top) in s.start_delay.items():
+        p = percentiles(buckets, top)
+        rows.append(
+            [
+                escape(job_type),
+                str(p.count),
+                escape(_ms(p.p50_ms)),
+                escape(_ms(p.p99_ms)),
+                escape(_ms(p.max_ms)),
+            ]
+        )
+    head = ["Type", "Starts", "p50", "p99", "max"]
+    table = _table("starts", head, rows, dict.fromkeys(range(1, len(head)), "num"))
+    behind = (
+        f"<p><span class='badge warn'>{s.streams_behind} worker stream(s) behind</span> "
+        "no job is claimed for them until their pushes catch up.</p>"
+        if s.streams_behind
+        else ""
+    )
+    return (
+        f"<section><h2>Due to handler start (last {s.window_s:g} s)</h2>"
+        '<p class="muted">Schedule-to-start by type: from each job\'s due time to its '
+        "handler's start, waits behind busy workers included; a delivery that did not start "
+        f"is not an attempt (not started here: see the table below).</p>{behind}{table}</section>"
+    )
+
+
 def _types(s: NodeStatus) -> str:
     if not s.totals:
         return "<section><h2>Jobs by type</h2><p class='muted'>No jobs yet.</p></section>"
@@ -253,6 +291,8 @@ def _types(s: NodeStatus) -> str:
         "cancelled",
         "lease_expiries",
         "expired",
+        "not_started",
+        "dead_unstarted",
     ]
     head = [
         "Type",
@@ -264,6 +304,8 @@ def _types(s: NodeStatus) -> str:
         "cancelled",
         "lease expired",
         "past deadline",
+        "not started",
+        "never started",
     ]
     rows = [[escape(t), *(str(counts[c]) for c in cols)] for t, counts in sorted(s.totals.items())]
     return (

@@ -17,7 +17,7 @@ from timeshard.model import Job
 from timeshard.node import Node, TypePolicy
 from timeshard.node.flow import TypeFlow
 from timeshard.observe.events import JobEvent, last_traceback
-from timeshard.observe.window import DEFAULT_WINDOW_S, Percentiles
+from timeshard.observe.window import DEFAULT_WINDOW_S, Percentiles, percentiles
 
 CLUSTER_TIMEOUT_S = 2.0
 
@@ -104,11 +104,25 @@ class NodeStatus:
     unclaimed: list[TypeWaiting] = field(default_factory=list)
     """Per job type queued here, the longest waiting first (a type without workers, paused,
     or held by its concurrency limit)."""
+    start_delay: dict[str, tuple[dict[float, int], float]] = field(default_factory=dict)
+    """Per job type, schedule-to-start in the window (due time to handler start): its
+    lateness buckets and its largest."""
+    streams_behind: int = 0
+    """Worker streams on this node that claim nothing until their pushes catch up."""
+    ready_due: int = 0
+    """Due jobs ready here and not started (what ``--max-ready`` bounds)."""
 
     def as_json(self) -> dict[str, Any]:
         out = asdict(self)
         out["lateness_buckets"] = [[le, n] for le, n in sorted(self.lateness_buckets.items())]
         out["members"] = [{"node_id": n, "address": a} for n, a in self.members]
+        out["start_delay"] = {
+            t: {
+                **percentiles(b, top).as_dict(),
+                "buckets": [[le, n] for le, n in sorted(b.items())],
+            }
+            for t, (b, top) in self.start_delay.items()
+        }
         return out
 
 
@@ -150,6 +164,9 @@ async def node_status(node: Node, window_s: float = DEFAULT_WINDOW_S) -> NodeSta
         dead=_dead(list(metrics.dead), health.latest_dead),
         clock_offset_ms=node.clock_offset_ms,
         unclaimed=unclaimed_rows(node),
+        start_delay={t: w.buckets(window_s) for t, w in sorted(metrics.start_windows.items())},
+        streams_behind=metrics.behind,
+        ready_due=node.ready.count(),
     )
 
 

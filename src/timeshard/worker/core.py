@@ -39,7 +39,7 @@ import logging
 import socket
 import threading
 import uuid
-from collections.abc import Callable, Coroutine, Generator, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -50,11 +50,11 @@ from timeshard.client import AsyncClient, Client, Retry, ScheduleSpec
 from timeshard.clock import Clock, SystemClock
 from timeshard.errors import InvalidArgument, Unavailable
 from timeshard.limits import MAX_CLAIM_TYPES, MAX_REPLY_BYTES, truncate_error
-from timeshard.model import validate_job_type, validate_worker_id
+from timeshard.model import NOT_STARTED, validate_job_type, validate_worker_id
 from timeshard.security.channel import ClientSecurity, TlsArg, server_from_env
 from timeshard.v1 import timeshard_pb2 as pb
 from timeshard.v1 import timeshard_pb2_grpc as pb_grpc
-from timeshard.wire import dur, dur_s, schedule_from_pb, translate, ts_ms
+from timeshard.wire import dur, dur_s, schedule_from_pb, translate, ts, ts_ms
 from timeshard.worker.heartbeats import DeferredHeartbeats, Heartbeats
 from timeshard.worker.lease import Lease, LeaseLost
 from timeshard.worker.results import Results
@@ -144,6 +144,9 @@ def _failed(kind: str, exc: BaseException, error: str | None = None) -> _Ended:
     return _Ended(kind, error or _describe(exc), traceback_of(raised))
 
 
+NOTICE_WAIT_S = 0.05
+"""How long a handler's first step waits for its start notice to be handed to the transport
+(then it goes on: its heartbeats carry the notice again)."""
 SHUT_DOWN = "worker shut down"
 """Why a job was given back: the reason stored with its attempt."""
 STOP_GRACE_S = 2.0
@@ -160,6 +163,9 @@ class _InFlight:
     task: asyncio.Task[None]
     is_async: bool
     handler: asyncio.Task[Any] | None = None
+    started: bool = False
+    """Its handler started (its start notice went out): a give-back at the drain then says
+    it was stopped, not that it never started."""
 
 
 class _HandlerThreads(ThreadPoolExecutor):
@@ -520,10 +526,25 @@ class Worker:
 
     def _start(self, stub: WorkerStub, claimed: pb.ClaimedJob, sent: float) -> None:
         job = claimed.job
-        if self._clock.monotonic() >= sent + dur_s(claimed.lease) - self.safety_margin_s:
-            # The lease was over before the reply was even read (this process was stopped):
-            # the job is someone else's now; its handler must not take a single step.
-            log.warning("job %s: claim arrived after its lease; not started", job.job_id)
+        left = sent + dur_s(claimed.lease) - self.safety_margin_s - self._clock.monotonic()
+        if left <= 0:
+            # The lease was over before the reply was even read (this process was stopped,
+            # or the machine overloaded): its handler must not take a single step. It is
+            # given back at once, fenced: not an attempt (invariant 9).
+            over = -left + self.safety_margin_s
+            log.warning(
+                "job %s: it arrived %.3fs after its lease (with the safety margin); "
+                "not started, given back",
+                job.job_id,
+                over,
+            )
+            self._give_back_unstarted(
+                stub,
+                job.job_id,
+                claimed.fence,
+                f"{NOT_STARTED}: lease over before the worker received it ({over:.3f}s late, "
+                f"{dur_s(claimed.lease):g}s lease, {self.safety_margin_s:g}s safety margin)",
+            )
             return
         run = self._slots.claimed(job.job_id, job.type)
         ctx = JobContext(
@@ -554,6 +575,50 @@ class Worker:
         task.add_done_callback(self._tasks.discard)
         self._track(ctx, stub, task)
 
+    def _give_back_unstarted(self, stub: WorkerStub, job_id: str, fence: int, why: str) -> None:
+        """Hand a job whose handler never started back to its node, in the background (a
+        give-back that does not arrive leaves the job to its lease's end: uncounted too)."""
+        item = pb.FinishItem(
+            job_id=job_id, fence=fence, failed=True, give_back=True, not_started=True, error=why
+        )
+
+        async def send() -> None:
+            try:
+                await stub.Finish(pb.FinishRequest(items=[item]), timeout=10.0)
+            except grpc.RpcError as exc:
+                log.info("job %s: give-back not sent (%s); its lease ends it", job_id, exc)
+
+        task = asyncio.create_task(send(), name=f"give-back-{job_id}")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _notice_start(
+        self, stub: WorkerStub, ctx: JobContext, started_at_ms: int
+    ) -> Awaitable[None] | None:
+        """Tell the node the handler starts (invariant 9): over the stream, in the next
+        request; otherwise a heartbeat that carries the notice. Returns what to await before
+        the handler's first step (the notice handed to the transport)."""
+        notice = getattr(stub, "notice_start", None)
+        if notice is not None:
+            sent: Awaitable[None] | None = notice(ctx.job_id, ctx.fence, started_at_ms)
+            return sent
+        request = pb.HeartbeatRequest(
+            job_id=ctx.job_id,
+            fence=ctx.fence,
+            lease=dur(round(self.lease_s * 1000)),
+            started=True,
+            started_at=ts(started_at_ms),
+        )
+
+        async def send() -> None:
+            with contextlib.suppress(grpc.RpcError):  # its heartbeats carry it again
+                await stub.Heartbeat(request, timeout=max(1.0, self.lease_s / 3))
+
+        task = asyncio.create_task(send(), name=f"start-notice-{ctx.job_id}")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
     def _emit(self, kind: str, ctx: JobContext, detail: str = "") -> None:
         """Tell the event hook; a hook that raises is logged, never let into the worker's own
         bookkeeping (one that raised on "started" once kept its job's slot for good)."""
@@ -580,7 +645,18 @@ class Worker:
         handler = asyncio.create_task(self._invoke(spec, ctx, run), name=f"handler-{ctx.job_id}")
         handler.add_done_callback(lambda _: self._slots.release(run))
         self._track_handler(ctx, handler)  # for the drain (``stop``)
-        heartbeats = self._start_heartbeats(stub, ctx, handler, heartbeat_now)
+        started_at = 0
+
+        def started() -> Awaitable[None] | None:
+            nonlocal started_at
+            started_at = self._clock.now_ms()
+            tracked = self._inflight.get(ctx.job_id)
+            if tracked is not None:
+                tracked.started = True
+            return self._notice_start(stub, ctx, started_at)
+
+        run.on_started = started
+        heartbeats = self._start_heartbeats(stub, ctx, handler, heartbeat_now, lambda: started_at)
         try:
             outcome = await self._outcome(spec, ctx, run, handler)
             if outcome is not None:
@@ -637,7 +713,11 @@ class Worker:
         ``KeyboardInterrupt``, its own ``CancelledError`` — comes out as ``_Raised``, an
         ordinary exception that fails the attempt."""
         await self._slots.acquire(run)
-        run.start()
+        sent = run.start()
+        if sent is not None:  # the start notice leaves before the handler's first step
+            with contextlib.suppress(TimeoutError, grpc.RpcError):
+                async with asyncio.timeout(NOTICE_WAIT_S):
+                    await asyncio.shield(sent)
         self._emit("started", ctx)
         try:
             if spec.is_async:
@@ -675,7 +755,12 @@ class Worker:
             raise
 
     def _start_heartbeats(
-        self, stub: WorkerStub, ctx: JobContext, handler: asyncio.Task[Any], heartbeat_now: bool
+        self,
+        stub: WorkerStub,
+        ctx: JobContext,
+        handler: asyncio.Task[Any],
+        heartbeat_now: bool,
+        started_at_ms: Callable[[], int] = lambda: 0,
     ) -> asyncio.Task[None] | DeferredHeartbeats:
         """The job's heartbeat loop (``heartbeats``), with this worker's lease settings."""
         heartbeats = Heartbeats(
@@ -686,6 +771,7 @@ class Worker:
             lease=ctx._lease,
             lease_s=self.lease_s,
             safety_margin_s=self.safety_margin_s,
+            started_at_ms=started_at_ms,
         )
         return heartbeats.start(stub, handler, heartbeat_now)
 
@@ -787,7 +873,12 @@ class Worker:
         if f.handler is not None and not f.handler.cancelled():
             return  # it finished on its own meanwhile: its result was reported
         item = pb.FinishItem(
-            job_id=f.ctx.job_id, fence=f.ctx.fence, failed=True, error=SHUT_DOWN, give_back=True
+            job_id=f.ctx.job_id,
+            fence=f.ctx.fence,
+            failed=True,
+            error=SHUT_DOWN if f.started else f"{NOT_STARTED}: the worker was stopping",
+            give_back=True,
+            not_started=not f.started,
         )
         result, why = await self._results.deliver(item, f.stub, f.ctx._lease)
         if result is not None and result.code == 0:

@@ -21,7 +21,7 @@ import grpc
 
 from timeshard.clock import Clock, SystemClock
 from timeshard.v1 import timeshard_pb2 as pb
-from timeshard.wire import RemoteError, dur, dur_s, translate
+from timeshard.wire import RemoteError, dur, dur_s, translate, ts
 from timeshard.worker.lease import Lease
 from timeshard.worker.results import Results
 
@@ -35,7 +35,16 @@ class Heartbeats:
     """The heartbeat loop of one job's lease, made when the job starts, with the worker's lease
     settings then (``lease_s``, ``safety_margin_s``)."""
 
-    __slots__ = ("_clock", "_fence", "_job_id", "_lease", "_lease_s", "_margin_s", "_results")
+    __slots__ = (
+        "_clock",
+        "_fence",
+        "_job_id",
+        "_lease",
+        "_lease_s",
+        "_margin_s",
+        "_results",
+        "_started_at",
+    )
 
     def __init__(
         self,
@@ -47,8 +56,13 @@ class Heartbeats:
         lease: Lease,
         lease_s: float,
         safety_margin_s: float,
+        started_at_ms: Callable[[], int] = lambda: 0,
     ) -> None:
         self._clock = clock
+        self._started_at = started_at_ms
+        """When the handler started (0: not yet, it waits for its slot): every heartbeat after
+        it carries the start notice (invariant 9), so a node that missed the first one writes
+        it with the lease."""
         self._results = results
         self._job_id = job_id
         self._fence = fence
@@ -117,6 +131,10 @@ class Heartbeats:
         request = pb.HeartbeatRequest(
             job_id=self._job_id, fence=self._fence, lease=dur(round(self._lease_s * 1000))
         )
+        started_at = self._started_at()
+        if started_at:
+            request.started = True
+            request.started_at.CopyFrom(ts(started_at))
         calls: set[asyncio.Future[Any]] = set()
         timer: asyncio.Future[Any] | None = None
         asked, last_error = 0, None

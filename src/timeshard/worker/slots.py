@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 
 class Run:
@@ -25,6 +25,7 @@ class Run:
         "job_id",
         "job_type",
         "on_start",
+        "on_started",
         "previous",
         "started",
         "thread",
@@ -39,15 +40,20 @@ class Run:
         self.granted: asyncio.Future[None] | None = None
         self.started = False
         self.on_start: Callable[[], None] | None = None
+        self.on_started: Callable[[], Awaitable[None] | None] | None = None
+        """Called as the handler starts, before ``on_start``: the worker's start notice; what
+        it returns is awaited (bounded) before the handler's first step."""
         self.thread: asyncio.Future[None] | None = None
         """A ``def`` handler's call: done once its thread returned (or never ran it)."""
         self.ended: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         """Done once this attempt and every earlier one in this worker really ended."""
 
-    def start(self) -> None:
+    def start(self) -> Awaitable[None] | None:
         self.started = True
+        sent = self.on_started() if self.on_started is not None else None
         if self.on_start is not None:
             self.on_start()
+        return sent
 
     def waiting_for(self) -> str:
         if self.previous is not None and not self.previous.done():

@@ -31,7 +31,7 @@ import grpc
 from timeshard.clock import Clock
 from timeshard.limits import MAX_REPLY_BYTES
 from timeshard.v1 import timeshard_pb2 as pb
-from timeshard.wire import dur, translate
+from timeshard.wire import dur, dur_s, translate, ts
 from timeshard.worker.slots import Slots
 
 if TYPE_CHECKING:
@@ -111,6 +111,9 @@ class NodeLink:
         self._out_credits: dict[str, int] = {}
         self._out_beats: list[pb.HeartbeatRequest] = []
         self._out_results: list[pb.FinishItem] = []
+        self._out_started: list[pb.HeartbeatRequest] = []
+        self._out_sent: asyncio.Future[None] | None = None
+        """Done once the next request (with its start notices) was written."""
         self._out_stop = False
         self._out_answer: asyncio.Future[pb.WorkResponse] | None = None
         self._has_out = asyncio.Event()
@@ -118,6 +121,7 @@ class NodeLink:
         self._claiming = True
         self._tasks: list[asyncio.Task[None]] = []
         self._unary: list[asyncio.Task[None]] = []
+        self._notices: set[asyncio.Task[None]] = set()
         self.streaming = False
         """True once the node welcomed a stream (False: not yet, or it answered
         ``UNIMPLEMENTED`` and the link uses the unary calls)."""
@@ -145,6 +149,31 @@ class NodeLink:
         answer = self._answer_future()
         response = await self._answer(answer, timeout)
         return pb.FinishResponse(results=response.results[first : first + len(request.items)])
+
+    def notice_start(self, job_id: str, fence: int, started_at_ms: int) -> asyncio.Future[None]:
+        """The handler of ``job_id`` starts (invariant 9): the notice goes out with the next
+        request, at once; with the stream closed, as a heartbeat over the unary call (its
+        failure is no matter: the job's heartbeats carry the notice again). Done once it was
+        handed to the transport (or could not be)."""
+        notice = pb.HeartbeatRequest(
+            job_id=job_id, fence=fence, started=True, started_at=ts(started_at_ms)
+        )
+        if self._open:
+            self._out_started.append(notice)
+            if self._out_sent is None:
+                self._out_sent = asyncio.get_running_loop().create_future()
+            self._has_out.set()
+            return self._out_sent
+        notice.lease.CopyFrom(dur(round(self._host.lease_s * 1000)))
+
+        async def send() -> None:
+            with contextlib.suppress(grpc.RpcError):
+                await self._stub.Heartbeat(notice, timeout=max(1.0, self._host.lease_s / 3))
+
+        task = asyncio.create_task(send(), name=f"start-notice-{job_id}")
+        self._notices.add(task)
+        task.add_done_callback(self._notices.discard)
+        return task
 
     def _queue_beat(self, request: pb.HeartbeatRequest) -> tuple[asyncio.Future[Any], int]:
         self._out_beats.append(request)
@@ -228,7 +257,9 @@ class NodeLink:
     def _take(self, message: pb.WorkResponse) -> None:
         """A message from the node: jobs pushed, an answer, or the end of pushing."""
         if message.jobs:
-            sent = self._sent_at(message.after_seq)
+            # The leases started ``held`` after the node read request ``after_seq``, which
+            # was sent before it was read: a deadline never later than the lease's real end.
+            sent = self._sent_at(message.after_seq) + dur_s(message.held)
             slots = self._host.slots
             types = set()
             for claimed in message.jobs:
@@ -272,14 +303,21 @@ class NodeLink:
                 credits=[pb.WorkCredit(type=t, credits=n) for t, n in self._out_credits.items()],
                 heartbeats=self._out_beats,
                 results=self._out_results,
+                started=self._out_started,
                 stop=self._out_stop,
             )
             answer, self._out_answer = self._out_answer, None
+            sent, self._out_sent = self._out_sent, None
             self._out_credits, self._out_beats, self._out_results = {}, [], []
+            self._out_started = []
             self._out_stop = False
             if answer is not None:
                 self._pending[self._seq + 1] = answer
-            await self._write(call, request)
+            try:
+                await self._write(call, request)
+            finally:
+                if sent is not None and not sent.done():
+                    sent.set_result(None)
 
     def _credits_due(self) -> list[pb.WorkCredit]:
         """Credits for every type that has free slots (when the stream opens)."""
@@ -339,6 +377,10 @@ class NodeLink:
         self._pending.clear()
         self._out_answer = None
         self._out_credits, self._out_beats, self._out_results = {}, [], []
+        self._out_started = []  # (their heartbeats carry them again)
+        if self._out_sent is not None and not self._out_sent.done():
+            self._out_sent.set_result(None)
+        self._out_sent = None
         for answer in waiting:
             if not answer.done():
                 answer.set_exception(broken)

@@ -589,6 +589,8 @@ _STATE_COLUMNS = (
     "finished_at",
     "last_error",
     "history",
+    "unstarted",
+    "start_noticed",
 )
 
 

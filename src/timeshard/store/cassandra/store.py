@@ -11,6 +11,7 @@ from dataclasses import replace
 
 from timeshard.clock import Clock, SystemClock
 from timeshard.errors import InvalidArgument, StoreUnavailable
+from timeshard.limits import DEFAULT_MAX_UNSTARTED
 from timeshard.model import (
     BucketEntry,
     Job,
@@ -27,6 +28,7 @@ from timeshard.store.base import (
     Completion,
     CreateResult,
     JobClaim,
+    MaxUnstarted,
     Retention,
     RetryAt,
     Store,
@@ -229,8 +231,10 @@ class CassandraStore(Store):
             owner_only=True,
         )
 
-    async def heartbeat(self, job_id: str, fence: int, lease_until: int) -> WriteResult:
-        return await self._jobs.apply(job_id, T.heartbeat(fence, lease_until))
+    async def heartbeat(
+        self, job_id: str, fence: int, lease_until: int, *, started: bool = False
+    ) -> WriteResult:
+        return await self._jobs.apply(job_id, T.heartbeat(fence, lease_until, started))
 
     async def complete_job(
         self, job_id: str, fence: int, now: int, *, result: bytes = b"", result_encoding: str = ""
@@ -261,13 +265,32 @@ class CassandraStore(Store):
         return await self._jobs.apply(job_id, T.fail(fence, now, error, retry_at, traceback))
 
     async def release_lease(
-        self, job_id: str, fence: int, now: int, retry_at: RetryAt
+        self,
+        job_id: str,
+        fence: int,
+        now: int,
+        retry_at: RetryAt,
+        *,
+        started: bool = False,
+        max_unstarted: MaxUnstarted = DEFAULT_MAX_UNSTARTED,
     ) -> WriteResult:
-        transition = T.release(fence, now, retry_at)
+        transition = T.release(fence, now, retry_at, started=started, max_unstarted=max_unstarted)
         return await self._jobs.apply(job_id, transition, owner_only=True)
 
-    async def give_back_job(self, job_id: str, fence: int, now: int, reason: str) -> WriteResult:
-        return await self._jobs.apply(job_id, T.give_back(fence, now, reason))
+    async def give_back_job(
+        self,
+        job_id: str,
+        fence: int,
+        now: int,
+        reason: str,
+        *,
+        not_started: bool = False,
+        max_unstarted: MaxUnstarted = DEFAULT_MAX_UNSTARTED,
+    ) -> WriteResult:
+        return await self._jobs.apply(
+            job_id,
+            T.give_back(fence, now, reason, not_started=not_started, max_unstarted=max_unstarted),
+        )
 
     async def expire_job(self, job_id: str, fence: int, now: int, reason: str) -> WriteResult:
         return await self._jobs.apply(job_id, T.expire(fence, now, reason), owner_only=True)

@@ -23,7 +23,9 @@ CREATE TABLE IF NOT EXISTS jobs (
     result BLOB NOT NULL DEFAULT x'',
     result_encoding TEXT NOT NULL DEFAULT '',
     deadline INTEGER NOT NULL DEFAULT 0,
-    priority INTEGER NOT NULL DEFAULT 0
+    priority INTEGER NOT NULL DEFAULT 0,
+    unstarted INTEGER NOT NULL DEFAULT 0,
+    start_noticed INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs (state, type, job_id);
 CREATE TABLE IF NOT EXISTS buckets (
@@ -94,6 +96,13 @@ ALTER TABLE jobs ADD COLUMN deadline INTEGER NOT NULL DEFAULT 0;
 -- name: add_priority
 ALTER TABLE jobs ADD COLUMN priority INTEGER NOT NULL DEFAULT 0;
 
+-- name: add_unstarted
+-- Migration: deliveries without a handler start, and the running attempt's start notice.
+ALTER TABLE jobs ADD COLUMN unstarted INTEGER NOT NULL DEFAULT 0;
+
+-- name: add_start_noticed
+ALTER TABLE jobs ADD COLUMN start_noticed INTEGER NOT NULL DEFAULT 0;
+
 -- name: schedule_columns
 SELECT name FROM pragma_table_info('schedules');
 
@@ -105,14 +114,14 @@ ALTER TABLE schedules ADD COLUMN spread_ms INTEGER NOT NULL DEFAULT 0;
 -- The columns in the order of Job's fields (codec.JOB_COLUMNS): rows decode by position.
 SELECT job_id, shard, type, payload, state, run_at, created_at, attempt, max_attempts, fence,
        lease_owner, lease_until, started_at, finished_at, idempotency_key, last_error, history,
-       result, result_encoding, deadline, priority
+       result, result_encoding, deadline, priority, unstarted, start_noticed
 FROM jobs WHERE job_id = ?;
 
 -- name: select_jobs
 -- Many jobs in one statement: the ids as a JSON array.
 SELECT job_id, shard, type, payload, state, run_at, created_at, attempt, max_attempts, fence,
        lease_owner, lease_until, started_at, finished_at, idempotency_key, last_error, history,
-       result, result_encoding, deadline, priority
+       result, result_encoding, deadline, priority, unstarted, start_noticed
 FROM jobs WHERE job_id IN (SELECT value FROM json_each(?));
 
 -- name: insert_job
@@ -120,17 +129,19 @@ FROM jobs WHERE job_id IN (SELECT value FROM json_each(?));
 INSERT OR IGNORE INTO jobs (job_id, shard, type, payload, state, run_at, created_at, attempt,
                             max_attempts, fence, lease_owner, lease_until, started_at,
                             finished_at, idempotency_key, last_error, history, result,
-                            result_encoding, deadline, priority)
+                            result_encoding, deadline, priority, unstarted, start_noticed)
 VALUES (:job_id, :shard, :type, :payload, :state, :run_at, :created_at, :attempt, :max_attempts,
         :fence, :lease_owner, :lease_until, :started_at, :finished_at, :idempotency_key,
-        :last_error, :history, :result, :result_encoding, :deadline, :priority);
+        :last_error, :history, :result, :result_encoding, :deadline, :priority, :unstarted,
+        :start_noticed);
 
 -- name: update_job
 UPDATE jobs SET state = :state, run_at = :run_at, attempt = :attempt, fence = :fence,
                 lease_owner = :lease_owner, lease_until = :lease_until,
                 started_at = :started_at, finished_at = :finished_at,
                 last_error = :last_error, history = :history, result = :result,
-                result_encoding = :result_encoding
+                result_encoding = :result_encoding, unstarted = :unstarted,
+                start_noticed = :start_noticed
 WHERE job_id = :job_id;
 
 -- name: insert_entry
@@ -164,14 +175,14 @@ INSERT OR IGNORE INTO idempotency_keys (key, job_id, digest) VALUES (?, ?, ?);
 -- position (:after_value, :after_id) (the first page: -1, ''), by due time, ties by id.
 SELECT job_id, shard, type, payload, state, run_at, created_at, attempt, max_attempts, fence,
        lease_owner, lease_until, started_at, finished_at, idempotency_key, last_error, history,
-       result, result_encoding, deadline, priority, run_at
+       result, result_encoding, deadline, priority, unstarted, start_noticed, run_at
 FROM jobs WHERE ({jobs_matching}) AND (run_at, job_id) > (:after_value, :after_id)
 ORDER BY run_at, job_id LIMIT :limit;
 
 -- name: find_jobs_by_created
 SELECT job_id, shard, type, payload, state, run_at, created_at, attempt, max_attempts, fence,
        lease_owner, lease_until, started_at, finished_at, idempotency_key, last_error, history,
-       result, result_encoding, deadline, priority, created_at
+       result, result_encoding, deadline, priority, unstarted, start_noticed, created_at
 FROM jobs WHERE ({jobs_matching}) AND (created_at, job_id) > (:after_value, :after_id)
 ORDER BY created_at, job_id LIMIT :limit;
 
@@ -179,7 +190,7 @@ ORDER BY created_at, job_id LIMIT :limit;
 -- (By the primary key: a page reads as far as its last job, not every match.)
 SELECT job_id, shard, type, payload, state, run_at, created_at, attempt, max_attempts, fence,
        lease_owner, lease_until, started_at, finished_at, idempotency_key, last_error, history,
-       result, result_encoding, deadline, priority, 0
+       result, result_encoding, deadline, priority, unstarted, start_noticed, 0
 FROM jobs WHERE ({jobs_matching}) AND job_id > :after_id
 ORDER BY job_id LIMIT :limit;
 
