@@ -62,7 +62,6 @@ from timeshard.wire import (
     schedule_from_pb,
     schedule_to_pb,
     started_at_of,
-    state_from_pb,
     ts,
     ts_ms,
 )
