@@ -223,6 +223,47 @@ def _declared(s: Schedule) -> tuple[Any, ...]:
     )
 
 
+JOB_ORDERS = {"due": pb.JOB_ORDER_DUE, "created": pb.JOB_ORDER_CREATED, "id": pb.JOB_ORDER_ID}
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class JobFilters:
+    """What ``list_jobs`` narrows by besides one state and the type (each given must match):
+    ``states`` (any of them), due from ``due_from`` and before ``due_to`` (aware datetimes),
+    exactly ``key`` or a key starting with ``key_prefix``, the runs of the cron schedule
+    ``schedule_id``; listed by ``order``: "due" (run_at, the default), "created" or "id"."""
+
+    states: Sequence[JobState | str] = ()
+    due_from: datetime | None = None
+    due_to: datetime | None = None
+    key: str = ""
+    key_prefix: str = ""
+    schedule_id: str = ""
+    order: str = "due"
+
+    def apply(self, req: pb.ListJobsRequest) -> None:
+        if self.order not in JOB_ORDERS:
+            raise InvalidArgument("order", f"{self.order!r}: use one of {list(JOB_ORDERS)}")
+        req.states.extend(_state_pb(s) for s in self.states)
+        if self.due_from is not None:
+            req.run_at_from.CopyFrom(ts(_ms(self.due_from, "due_from")))
+        if self.due_to is not None:
+            req.run_at_to.CopyFrom(ts(_ms(self.due_to, "due_to")))
+        req.idempotency_key = self.key
+        req.idempotency_key_prefix = self.key_prefix
+        req.schedule_id = self.schedule_id
+        req.order = JOB_ORDERS[self.order]
+
+
+def _state_pb(state: JobState | str | None) -> pb.JobState:
+    try:
+        return state_to_pb(JobState(state)) if state else pb.JOB_STATE_UNSPECIFIED
+    except ValueError:
+        raise InvalidArgument(
+            "state", f"{state!r} is not a job state; use one of {[s.value for s in JobState]}"
+        ) from None
+
+
 @dataclass(frozen=True, slots=True)
 class Call(Generic[R]):
     """One JobService call: the method, its request, whether a blind repeat is safe, and how
@@ -324,17 +365,17 @@ class Methods:
 
     @staticmethod
     def list_jobs(
-        state: JobState | str | None, job_type: str, page_size: int
+        state: JobState | str | None,
+        job_type: str,
+        page_size: int,
+        filters: JobFilters = JobFilters(),
     ) -> Callable[[str], Call[tuple[Sequence[Job], str]]]:
-        try:
-            wanted = state_to_pb(JobState(state)) if state else pb.JOB_STATE_UNSPECIFIED
-        except ValueError:
-            raise InvalidArgument(
-                "state", f"{state!r} is not a job state; use one of {[s.value for s in JobState]}"
-            ) from None
+        wanted = _state_pb(state)
+        filters.apply(pb.ListJobsRequest())  # checked before the first call
 
         def page(token: str) -> Call[tuple[Sequence[Job], str]]:
             req = pb.ListJobsRequest(state=wanted, type=job_type, page_size=page_size)
+            filters.apply(req)
             return page_call("ListJobs", req, lambda r: [Job.from_pb(j) for j in r.jobs], token)
 
         return page

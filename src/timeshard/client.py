@@ -34,6 +34,7 @@ import grpc
 from timeshard.calls import (
     Call,
     Delay,
+    JobFilters,
     Methods,
     NewJob,
     Retry,
@@ -283,9 +284,30 @@ class Client(_Base[grpc.Channel]):
         return self._run(Methods.get(job_id))
 
     def list_jobs(
-        self, *, state: JobState | str | None = None, job_type: str = "", page_size: int = 100
+        self,
+        *,
+        state: JobState | str | None = None,
+        job_type: str = "",
+        page_size: int = 100,
+        states: Sequence[JobState | str] = (),
+        due_from: datetime | None = None,
+        due_to: datetime | None = None,
+        key: str = "",
+        key_prefix: str = "",
+        schedule_id: str = "",
+        order: str = "due",
     ) -> Iterator[Job]:
-        return self._pages(Methods.list_jobs(state, job_type, page_size))
+        """The jobs that match every filter given, by ``order`` (see ``JobFilters``)."""
+        filters = JobFilters(
+            states=states,
+            due_from=due_from,
+            due_to=due_to,
+            key=key,
+            key_prefix=key_prefix,
+            schedule_id=schedule_id,
+            order=order,
+        )
+        return self._pages(Methods.list_jobs(state, job_type, page_size, filters))
 
     def cancel(self, job_id: str) -> Job:
         return self._run(Methods.cancel(job_id))
@@ -547,9 +569,30 @@ class AsyncClient(_Base[grpc.aio.Channel]):
         return await self._run(Methods.get(job_id))
 
     def list_jobs(
-        self, *, state: JobState | str | None = None, job_type: str = "", page_size: int = 100
+        self,
+        *,
+        state: JobState | str | None = None,
+        job_type: str = "",
+        page_size: int = 100,
+        states: Sequence[JobState | str] = (),
+        due_from: datetime | None = None,
+        due_to: datetime | None = None,
+        key: str = "",
+        key_prefix: str = "",
+        schedule_id: str = "",
+        order: str = "due",
     ) -> AsyncIterator[Job]:
-        return self._pages(Methods.list_jobs(state, job_type, page_size))
+        """The jobs that match every filter given, by ``order`` (see ``JobFilters``)."""
+        filters = JobFilters(
+            states=states,
+            due_from=due_from,
+            due_to=due_to,
+            key=key,
+            key_prefix=key_prefix,
+            schedule_id=schedule_id,
+            order=order,
+        )
+        return self._pages(Methods.list_jobs(state, job_type, page_size, filters))
 
     async def cancel(self, job_id: str) -> Job:
         return await self._run(Methods.cancel(job_id))

@@ -221,6 +221,11 @@ class ProtoClient:
             if not token:
                 return
 
+    def list_jobs_page(self, request: pb.ListJobsRequest) -> pb.ListJobsResponse:
+        """One page of ListJobs as ``request`` asks it (filters, order, size, page token),
+        with the count of every job that matches (``total``)."""
+        return self._call(self._jobs.ListJobs, request)
+
     def cancel(self, job_id: str) -> pb.Job:
         return self._call(self._jobs.CancelJob, pb.CancelJobRequest(job_id=job_id))
 

@@ -184,6 +184,31 @@ async def test_list_jobs_filters_by_state_and_type(open_store: OpenStore) -> Non
         assert await ids(JobState.DEAD, None) == []
 
 
+def altered(token: str) -> str:
+    """``token`` with one character in its middle changed."""
+    i = len(token) // 2
+    return token[:i] + ("A" if token[i] != "A" else "B") + token[i + 1 :]
+
+
+async def test_a_page_token_the_store_never_gave_out_is_refused(open_store: OpenStore) -> None:
+    """A made-up, cut, altered or foreign token is InvalidArgument naming ``page_token``,
+    never a page from wherever it happens to point."""
+    async with open_store() as store:
+        await create(store, *(make_job(f"list-{i:02d}", job_type="mail") for i in range(5)))
+        page = await store.list_jobs(state=None, job_type=None, limit=2, page_token="")
+        token = page.next_token
+        mail = await store.list_jobs(state=None, job_type="mail", limit=2, page_token="")
+        assert token and mail.next_token
+        for bad in ["list-01", "bGlzdC0wMQ==", "zzzz", altered(token), token[:-3]]:
+            with pytest.raises(InvalidArgument) as info:
+                await store.list_jobs(state=None, job_type=None, limit=2, page_token=bad)
+            assert info.value.field == "page_token"
+        with pytest.raises(InvalidArgument, match="other filters"):  # another listing's
+            await store.list_jobs(state=None, job_type=None, limit=2, page_token=mail.next_token)
+        again = await store.list_jobs(state=None, job_type=None, limit=2, page_token=token)
+        assert len(again.jobs) == 2
+
+
 async def test_the_shard_count_is_fixed_when_the_store_is_created(open_store: OpenStore) -> None:
     async with open_store(num_shards=8, name="fixed") as store:
         await created(store, "x")

@@ -3,8 +3,11 @@ each with the bucket entry of its next fire."""
 
 from __future__ import annotations
 
+import pytest
+
 from tests.contract.conftest import OpenStore
 from tests.contract.helpers import NOW, NUM_SHARDS
+from timeshard.errors import InvalidArgument
 from timeshard.model import MisfirePolicy, OverlapPolicy, Schedule
 from timeshard.sharding import minute_of, shard_of
 from timeshard.store.base import Store, schedule_entry
@@ -85,6 +88,25 @@ async def test_schedules_list_in_pages(open_store: OpenStore) -> None:
             if not token:
                 break
         assert sorted(seen) == ids and len(seen) == len(ids)
+
+
+async def test_a_schedule_page_token_the_store_never_gave_out_is_refused(
+    open_store: OpenStore,
+) -> None:
+    async with open_store() as store:
+        for i in range(4):
+            s = make_schedule(f"sched-{i}")
+            await store.create_schedule(s, schedule_entry(s, s.next_fire, NOW))
+        _, token = await store.list_schedules(limit=2, page_token="")
+        assert token
+        i = len(token) // 2
+        altered = token[:i] + ("A" if token[i] != "A" else "B") + token[i + 1 :]
+        for bad in ["sched-1", "c2NoZWQtMQ==", altered, token[:-3]]:
+            with pytest.raises(InvalidArgument) as info:
+                await store.list_schedules(limit=2, page_token=bad)
+            assert info.value.field == "page_token"
+        page, _ = await store.list_schedules(limit=2, page_token=token)
+        assert len(page) == 2
 
 
 async def test_delete_removes_the_row(open_store: OpenStore) -> None:

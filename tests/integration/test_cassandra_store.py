@@ -245,7 +245,7 @@ async def test_the_dead_letter_count_reads_the_dead_jobs_not_every_job(
         count, latest = await store.dead_letters(limit=100, latest=5)
         assert count == 1 and [j.job_id for j in latest] == ["many-0"]
         read = {k: n - before.get(k, 0) for k, n in store.stats.operations.items()}
-        assert read.get("scan_dead") == 1 and not read.get("scan_rows"), read
+        assert read.get("scan_dead") == 1 and not read.get("scan_listing"), read
     finally:
         await store.close()
 

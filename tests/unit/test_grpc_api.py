@@ -124,6 +124,71 @@ async def test_schedule_jobs_batch_writes_nothing_when_one_item_is_bad() -> None
         assert len({r.job.job_id for r in resp.results}) == 2
 
 
+def altered(token: str) -> str:
+    """``token`` with one character in its middle changed."""
+    i = len(token) // 2
+    return token[:i] + ("A" if token[i] != "A" else "B") + token[i + 1 :]
+
+
+async def test_a_page_token_the_server_never_gave_out_is_refused_by_every_listing() -> None:
+    """ListJobs, ListSchedules and ListDeadLetters answer INVALID_ARGUMENT, saying what to do,
+    to a token they did not give out (made up, cut short, altered, or another listing's),
+    never a page from wherever it happens to point; the tokens they gave out go on."""
+    async with serving() as ch:
+        jobs = pb_grpc.JobServiceStub(ch)
+        for _ in range(3):
+            await jobs.ScheduleJob(pb.ScheduleJobRequest(type="t", delay=dur(60_000)))
+        for sid in ("s-1", "s-2", "s-3"):
+            await jobs.CreateSchedule(
+                pb.CreateScheduleRequest(
+                    schedule=pb.Schedule(
+                        schedule_id=sid, cron="0 2 * * *", timezone="UTC", type="t"
+                    )
+                )
+            )
+        first = await jobs.ListJobs(pb.ListJobsRequest(page_size=1))
+        schedules = await jobs.ListSchedules(pb.ListSchedulesRequest(page_size=1))
+        job_token, schedule_token = first.next_page_token, schedules.next_page_token
+        assert job_token and schedule_token
+
+        seen = [first.jobs[0].job_id]
+        token = job_token
+        while token:
+            page = await jobs.ListJobs(pb.ListJobsRequest(page_size=1, page_token=token))
+            seen += [j.job_id for j in page.jobs]
+            token = page.next_page_token
+        assert len(seen) == len(set(seen)) == 3
+
+        made_up = [
+            first.jobs[0].job_id,  # a job id (the embedded store's old token)
+            "s-2",
+            "bm90IGEgdG9rZW4=",
+            "garbage",
+            altered(job_token),
+            job_token[:-3],
+            schedule_token,  # another listing's
+        ]
+        for bad in made_up:
+            calls = {
+                "ListJobs": jobs.ListJobs(pb.ListJobsRequest(page_size=1, page_token=bad)),
+                "ListDeadLetters": jobs.ListDeadLetters(
+                    pb.ListDeadLettersRequest(page_size=1, page_token=bad)
+                ),
+            }
+            if bad != schedule_token:
+                calls["ListSchedules"] = jobs.ListSchedules(
+                    pb.ListSchedulesRequest(page_size=1, page_token=bad)
+                )
+            for name, call in calls.items():
+                code, msg = await status_of(call)
+                assert code is grpc.StatusCode.INVALID_ARGUMENT, (name, bad)
+                assert msg.startswith("page_token: ") and "without a page token" in msg, msg
+        code, msg = await status_of(
+            jobs.ListSchedules(pb.ListSchedulesRequest(page_size=1, page_token=job_token))
+        )
+        assert code is grpc.StatusCode.INVALID_ARGUMENT and "page_token" in msg
+
+
 async def test_finish_reports_each_item_on_its_own_fence() -> None:
     async with serving() as ch:
         jobs = pb_grpc.JobServiceStub(ch)

@@ -221,6 +221,46 @@ async def test_the_dead_letter_count_comes_from_the_store() -> None:
         assert len(node.metrics.health.latest_dead) == 3
 
 
+async def test_jobs_a_cron_schedule_creates_count_as_scheduled() -> None:
+    """An occurrence is a job created like any other: NodeStatus's per-type counts (behind
+    ``timeshard status``) and ``timeshard_jobs_scheduled_total`` count it, so scheduled minus
+    finished stays the jobs not finished, never negative. A fire repeated after the occurrence
+    was made (two dispatchers, a fire cut off) does not count it again."""
+    from timeshard.model import Schedule
+    from timeshard.views.status import node_status
+
+    async with running() as (node, clock):
+        await wait_until(lambda: len(node.dispatchers) == node.num_shards, what="shards taken")
+        s = Schedule(
+            schedule_id="every-minute",
+            shard=0,
+            cron="* * * * *",
+            timezone="UTC",
+            job_type="cron.t",
+            next_fire=0,
+            created_at=0,
+        )
+        await node.schedules.create(s)
+        for _ in range(3):
+            await advance(node, clock, 60, step=5)
+            for c in await node.claim(worker="w", types=["cron.t"], limit=10, wait_s=0, lease_s=30):
+                await node.complete(c.job.job_id, c.job.fence)
+        # The fire of the third minute again, as a second dispatcher would: made already.
+        stored = await node.schedules.get("every-minute")
+        again = stored.with_(next_fire=START_MS + 3 * 60_000)
+        await node.store.update_schedule(again, stored.version, None)
+        await node._firer.fire("every-minute", again.next_fire)
+        status = await node_status(node)
+        http = await serve_node(node, host="127.0.0.1", port=0)
+        try:
+            got = samples((await scrape(http.port))[2])
+        finally:
+            await http.stop()
+    counts = status.totals["cron.t"]
+    assert (counts["scheduled"], counts["succeeded"]) == (3, 3)
+    assert value(got, "timeshard_jobs_scheduled_total", type="cron.t") == 3
+
+
 def test_job_types_past_the_limit_count_under_other_and_each_count_stays_its_own() -> None:
     """The node keeps each type's series after its first use (``labels()`` per job was a lock
     and a check each time): the counts must still land on the right series, and a type past

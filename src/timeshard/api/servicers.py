@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 
 import grpc
 
+from timeshard.api.queries import job_query_from_pb
 from timeshard.api.replies import claim_cap, fit_page, fit_written
 from timeshard.api.status import node_status_to_pb
 from timeshard.api.work import WorkHub, WorkStream, finish_result
@@ -61,7 +62,6 @@ from timeshard.wire import (
     schedule_from_pb,
     schedule_to_pb,
     started_at_of,
-    state_from_pb,
     ts,
     ts_ms,
 )
@@ -170,18 +170,18 @@ class JobService(pb_grpc.JobServiceServicer):
 
     @rpc
     async def ListJobs(self, request: pb.ListJobsRequest, context: Ctx) -> pb.ListJobsResponse:
-        state = state_from_pb(request.state)
-        job_type = _type_filter(request.type)
+        query = job_query_from_pb(request)
         token = _check_token(request.page_token)
+        total = 0
 
         async def read(limit: int) -> tuple[list[Job], str]:
-            page = await self.node.list_jobs(
-                state=state, job_type=job_type, limit=limit, page_token=token
-            )
+            nonlocal total
+            page = await self.node.find_jobs(query, limit=limit, page_token=token)
+            total = page.total or 0
             return page.jobs, page.next_token
 
         jobs, next_token = await fit_page(read, request.page_size, job_to_pb)
-        return pb.ListJobsResponse(jobs=jobs, next_page_token=next_token)
+        return pb.ListJobsResponse(jobs=jobs, next_page_token=next_token, total=total)
 
     @rpc
     async def CancelJob(self, request: pb.CancelJobRequest, context: Ctx) -> pb.Job:

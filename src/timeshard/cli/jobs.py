@@ -3,14 +3,22 @@
 from __future__ import annotations
 
 import argparse
-import base64
-import json
 import sys
 from typing import Any
 
 from timeshard.cli.common import MAX_INT32, add_json_option, parse_duration, parse_time, whole
+from timeshard.cli.joblist import (
+    CANCELLABLE,
+    DEFAULT_LIMIT,
+    add_filter_options,
+    add_list_options,
+    cmd_cancel_matching,
+    cmd_list,
+    filters_given,
+)
+from timeshard.cli.jobtext import job_json, job_line, job_lines
 from timeshard.cli.load import DEFAULT_KEY_PREFIX, cmd_load, key_prefix, not_scheduled_why
-from timeshard.console import Exit, add_progress_option, print_json, when, when_local
+from timeshard.console import Exit, add_progress_option, print_json, when_local
 from timeshard.errors import FailedPrecondition, InvalidArgument, TimeshardError
 from timeshard.limits import MAX_BATCH, MAX_PRIORITY
 from timeshard.model import RESULT_BYTES, RESULT_JSON, JobState, parse_json_payload
@@ -110,16 +118,33 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     add_json_option(w, "an array of JOB, the jobs finished, in the order they finished")
     w.set_defaults(func=cmd_wait)
 
-    ls = jsub.add_parser("list", help="list jobs")
-    ls.add_argument("--state", choices=[s.value for s in JobState], help="only jobs in this state")
-    ls.add_argument("--type", default="", help="only jobs of this type")
-    ls.add_argument("--limit", type=whole(1), default=50, help="at most this many jobs")
+    ls = jsub.add_parser(
+        "list",
+        help="find jobs by type, state, due time, key or schedule; by due time",
+        description=LIST_DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_list_options(ls)
     add_json_option(ls, "an array of JOB")
     ls.set_defaults(func=cmd_list)
 
-    c = jsub.add_parser("cancel", help="cancel a scheduled or running job")
-    c.add_argument("job_id", help="the job's id")
-    add_json_option(c, "JOB, as cancelled")
+    c = jsub.add_parser(
+        "cancel",
+        help="cancel a scheduled or running job, or every job --type and filters find",
+        description=CANCEL_DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    c.add_argument("job_id", nargs="?", help="the job's id (or no id, and --type with filters)")
+    add_filter_options(c, states=CANCELLABLE, what="jobs")
+    c.add_argument(
+        "--yes", action="store_true", help="with --type: cancel the jobs (without: count them)"
+    )
+    add_progress_option(c)
+    add_json_option(
+        c,
+        'JOB, as cancelled; with --type: {"matched", "dry_run", "cancelled": [JOB_ID, ...], '
+        '"finished_meanwhile": [JOB_ID, ...]}',
+    )
     c.set_defaults(func=cmd_cancel)
 
     r = jsub.add_parser("reschedule", help="move a scheduled job to another time")
@@ -130,6 +155,36 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     add_json_option(r, "JOB, as rescheduled")
     r.set_defaults(func=cmd_reschedule)
 
+
+LIST_DESCRIPTION = f"""\
+Finds jobs by any mix of filters (a job must match all of them) and lists them in
+order: by due time (run_at) unless --sort says otherwise, {DEFAULT_LIMIT} at most unless
+--limit or --all says otherwise.
+
+  timeshard jobs list --type mail --state dead
+  timeshard jobs list --from now --to now+1h          due within the next hour
+  timeshard jobs list --key order-1234                the job scheduled with that key
+  timeshard jobs list --key-prefix batch-7:          what jobs load --key-prefix batch-7 made
+  timeshard jobs list --schedule nightly --all        every run of a cron schedule
+
+Prints a header and a line per job on stdout, then on stderr how many match,
+and a line when the limit cut the list ("no jobs match" when none do). --json
+prints the array of jobs alone on stdout.
+"""
+
+CANCEL_DESCRIPTION = f"""\
+  timeshard jobs cancel JOB_ID        cancel one job (scheduled or running)
+  timeshard jobs cancel --type T [--state S] [--from/--to TIME] [--key K |
+                        --key-prefix P] [--schedule ID] [--yes]
+
+With --type, every job of that type the filters find (scheduled or running,
+unless --state narrows it) is counted first: without --yes that is all it does
+(a dry run, nothing cancelled), and it says how to go on. With --yes the jobs
+found are cancelled one by one; one that finished meanwhile is counted, not an
+error. Exit status: {Exit.OK.value} for a dry run, none found, or every one cancelled; an error
+stops the cancelling, says how many were cancelled before it, and exits by its
+class (docs/cli.md).
+"""
 
 WAIT_DESCRIPTION = f"""\
 Waits on the server (WaitJobs) until each job is finished (succeeded, dead,
@@ -172,68 +227,6 @@ names its file lines and what was scheduled before it, and the exit status is
 that refusal's (docs/cli.md). Progress goes to stderr when it is a terminal
 (--progress: also into a file or pipe, as plain lines).
 """
-
-
-def job_json(job: pb.Job) -> dict[str, Any]:
-    """JOB in docs/cli.md: a job as every ``--json`` prints it."""
-
-    def t(msg: Any, present: bool) -> str | None:
-        return when(ts_ms(msg)) if present else None
-
-    state = state_from_pb(job.state)
-    return {
-        "job_id": job.job_id,
-        "type": job.type,
-        "state": state.value if state else "unknown",
-        "attempt": job.attempt,
-        "max_attempts": job.max_attempts,
-        "unstarted": job.unstarted,
-        "start_noticed": job.start_noticed,
-        "run_at": t(job.run_at, True),
-        "created_at": t(job.created_at, True),
-        "started_at": t(job.started_at, job.HasField("started_at")),
-        "finished_at": t(job.finished_at, job.HasField("finished_at")),
-        "lease_owner": job.lease_owner or None,
-        "lease_until": t(job.lease_until, job.HasField("lease_until")),
-        "fence": job.fence,
-        "shard": job.shard,
-        "idempotency_key": job.idempotency_key or None,
-        "last_error": job.last_error or None,
-        "payload": job.payload.decode("utf-8", errors="replace"),
-        "history": [
-            {
-                "attempt": a.attempt,
-                "worker": a.worker,
-                "started_at": t(a.started_at, True),
-                "finished_at": t(a.finished_at, a.HasField("finished_at")),
-                "outcome": a.outcome,
-                "error": a.error or None,
-                "traceback": a.traceback or None,
-            }
-            for a in job.history
-        ],
-        "result_encoding": job.result_encoding or None,
-        "result": _result_json(job),
-        "deadline": t(job.deadline, job.HasField("deadline")),
-        "priority": job.priority,
-    }
-
-
-def _result_json(job: pb.Job) -> Any:
-    """The result for JSON output: the value of a JSON result, base64 text for bytes."""
-    if job.result_encoding == RESULT_JSON:
-        return json.loads(job.result)
-    if job.result_encoding == RESULT_BYTES:
-        return base64.b64encode(job.result).decode("ascii")
-    return None
-
-
-def job_line(job: pb.Job) -> str:
-    d = job_json(job)
-    return (
-        f"{d['job_id']}  {d['type']:<16} {d['state']:<10} attempt {d['attempt']}  "
-        f"run_at {d['run_at']}"
-    )
 
 
 def _client(args: argparse.Namespace) -> Client:
@@ -305,29 +298,6 @@ def cmd_get(args: argparse.Namespace) -> int:
     return 0
 
 
-_LOCAL_BESIDE = ("run_at", "lease_until")
-
-
-def job_lines(job: pb.Job) -> list[str]:
-    """One job for people: a field a line, the attempts last."""
-    out = []
-    for k, v in job_json(job).items():
-        if k == "history" or v is None:
-            continue
-        if k in _LOCAL_BESIDE:
-            v = when_local(ts_ms(getattr(job, k)))
-        if k == "result":
-            v = job.result.decode() if job.result_encoding == RESULT_JSON else f"{v} (base64)"
-        out.append(f"{k:>16}: {v}")
-    for a in job.history:
-        out.append(
-            f"{'attempt':>16}: #{a.attempt} by {a.worker}: {a.outcome or 'running'} {a.error}"
-        )
-        if a.traceback:  # indented under its attempt
-            out += [f"{'':>18}{line}" for line in a.traceback.rstrip().splitlines()]
-    return out
-
-
 def _print_result(job: pb.Job) -> int:
     """The result alone on stdout: JSON text with a newline, bytes exactly as returned."""
     state = state_from_pb(job.state)
@@ -372,23 +342,11 @@ def cmd_wait(args: argparse.Namespace) -> int:
     return Exit.JOB_FAILED if failed else Exit.OK
 
 
-def cmd_list(args: argparse.Namespace) -> int:
-    state = JobState(args.state) if args.state else None
-    with _client(args) as c:
-        jobs = []
-        for job in c.list_jobs(state=state, job_type=args.type, page_size=min(args.limit, 1000)):
-            jobs.append(job)
-            if len(jobs) >= args.limit:
-                break
-    if args.json:
-        print_json([job_json(j) for j in jobs])
-    else:
-        for j in jobs:
-            print(job_line(j))
-    return 0
-
-
 def cmd_cancel(args: argparse.Namespace) -> int:
+    if args.job_id and filters_given(args):
+        raise InvalidArgument("job_id", "give one job's id, or --type and filters, not both")
+    if not args.job_id:
+        return cmd_cancel_matching(args)
     with _client(args) as c:
         job = c.cancel(args.job_id)
     _print_job(job, args.json)

@@ -8,7 +8,7 @@ from typing import Any
 from google.protobuf.duration_pb2 import Duration
 
 from timeshard.cli.common import MAX_INT32, add_json_option, parse_duration, parse_time, whole
-from timeshard.cli.jobs import job_json, job_line, job_lines
+from timeshard.cli.jobtext import job_json, job_line, job_lines
 from timeshard.clock import SystemClock
 from timeshard.console import print_json, when, when_local
 from timeshard.cron import CronSpec, preview

@@ -73,6 +73,7 @@ from timeshard.store.base import (
     entry_for,
     repeats_due,
 )
+from timeshard.store.listing import JobQuery
 
 log = logging.getLogger(__name__)
 
@@ -215,7 +216,13 @@ class Node:
         )
         self.clock_offset_ms: float | None = None
         """The store's clock minus ours, as last measured (None: not measured)."""
-        self._firer = ScheduleFirer(store, clock, self.config.default_max_attempts, land=self._land)
+        self._firer = ScheduleFirer(
+            store,
+            clock,
+            self.config.default_max_attempts,
+            land=self._land,
+            counted=self.metrics.scheduled,
+        )
         d = self.config.dispatch
         self.peers = PeerHints(
             coordinator=coordinator,
@@ -650,6 +657,13 @@ class Node:
         check_range("page_size", limit, 0, MAX_PAGE_SIZE)
         return await self.store.list_jobs(
             state=state, job_type=job_type, limit=limit or DEFAULT_PAGE_SIZE, page_token=page_token
+        )
+
+    async def find_jobs(self, query: JobQuery, *, limit: int, page_token: str) -> JobPage:
+        """The jobs ``query`` finds, a page of ``limit`` (0: the default), counted."""
+        check_range("page_size", limit, 0, MAX_PAGE_SIZE)
+        return await self.store.find_jobs(
+            query, limit=limit or DEFAULT_PAGE_SIZE, page_token=page_token, count=True
         )
 
     async def cancel(self, job_id: str, *, wait_s: float = 30.0) -> Job:

@@ -227,8 +227,20 @@ class Land(Protocol):
     ) -> Awaitable[None]: ...
 
 
+Counted = Callable[[list[Job], int], None]
+"""``NodeMetrics.scheduled``: jobs just created, and when the call that made them started."""
+
+
+def _not_counted(jobs: list[Job], started_ms: int) -> None:
+    pass
+
+
 class ScheduleFirer:
-    """Fires schedules whose entries come due; used by the shard dispatcher."""
+    """Fires schedules whose entries come due; used by the shard dispatcher.
+
+    ``counted`` is told of each occurrence job this firer creates (never one a repeated fire
+    found made already), as the JobService's creates are, so the node's per-type count of
+    scheduled jobs includes cron runs."""
 
     def __init__(
         self,
@@ -236,11 +248,14 @@ class ScheduleFirer:
         clock: Clock,
         default_max_attempts: int,
         land: Land,
+        *,
+        counted: Counted = _not_counted,
     ) -> None:
         self._store = store
         self._clock = clock
         self._default_max_attempts = default_max_attempts
         self._land = land
+        self._counted = counted
 
     async def fire(self, schedule_id: str, due_at: int) -> FireResult:
         """Look at a schedule whose entry at ``due_at`` came due.
@@ -307,6 +322,7 @@ class ScheduleFirer:
         if not jobs:
             return []
         results = await self._store.create_jobs(jobs)
+        self._counted([r.job for r in results if r.created], now)
         # Made already (a fire cut off before it advanced the schedule): its entry may be
         # unread, so one is written again, due now, before the schedule moves on.
         landing = [e for (_, e), r in zip(jobs, results, strict=True) if r.created]

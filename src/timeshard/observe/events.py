@@ -165,7 +165,11 @@ class NodeMetrics:
         def jobs(name: str, what: str) -> Counter:
             return Counter(f"timeshard_jobs_{name}", what, ["type"], registry=r)
 
-        self.scheduled_total = jobs("scheduled", "Jobs created (a repeated idempotent call not).")
+        self.scheduled_total = jobs(
+            "scheduled",
+            "Jobs created: by a client, or as the occurrence of a cron schedule (a repeated "
+            "idempotent call, or a repeated fire of an occurrence made already, not).",
+        )
         self.claimed_total = jobs("claimed", "Claims that applied: a run handed to a worker.")
         self.succeeded_total = jobs("succeeded", "Jobs completed by their worker.")
         self.failed_total = jobs("failed", "Failures reported by workers (retried or not).")
@@ -320,7 +324,9 @@ class NodeMetrics:
     # -- hooks: each called once, after the fact -------------------------------------------
 
     def scheduled(self, jobs: list[Job], started_ms: int) -> None:
-        """``jobs`` were created (durably) by a call that started at ``started_ms``."""
+        """``jobs`` were created (durably) by a call that started at ``started_ms``: a
+        client's, or a schedule's fire (its occurrences). A job that a repeated call or fire
+        found made already is not in ``jobs``."""
         now = self.clock.now_ms()
         tracing = self.tracing.enabled
         for job in jobs:

@@ -24,6 +24,8 @@ from timeshard.errors import InvalidArgument
 from timeshard.limits import DEFAULT_MAX_UNSTARTED
 from timeshard.model import Attempt, BucketEntry, Job, JobState, Schedule, ShardState, WriteResult
 from timeshard.sharding import minute_of
+from timeshard.store import pages
+from timeshard.store.listing import JobOrder, JobQuery, JobSlice
 from timeshard.store.stats import StoreStats
 
 
@@ -100,6 +102,9 @@ class JobClaim:
 class JobPage:
     jobs: list[Job]
     next_token: str
+    total: int | None = None
+    """The jobs matching the listing's filters on every page, counted by this page's read;
+    None when not counted."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -205,7 +210,6 @@ class Store(abc.ABC):
         """After ``get_job`` found nothing: whether the job existed and expired (retention)."""
         return False
 
-    @abc.abstractmethod
     async def list_jobs(
         self,
         *,
@@ -214,7 +218,54 @@ class Store(abc.ABC):
         limit: int,
         page_token: str,
     ) -> JobPage:
-        """Jobs in a stable order, filtered; ``next_token`` is empty on the last page."""
+        """Jobs by id, filtered by state and type, not counted (``find_jobs``)."""
+        query = JobQuery(
+            states=frozenset([state] if state else []), job_type=job_type or "", order=JobOrder.ID
+        )
+        return await self.find_jobs(query, limit=limit, page_token=page_token)
+
+    async def find_jobs(
+        self, query: JobQuery, *, limit: int, page_token: str, count: bool = False
+    ) -> JobPage:
+        """The jobs that match ``query``, in its order (ties by id), at most ``limit`` after
+        the position ``page_token`` names; ``next_token`` is empty on the last page. With
+        ``count``, ``total`` is the number of jobs matching, on every page.
+
+        A page token is one this store gave out for the same query (``store.pages``: checked,
+        bound to the query); any other is ``InvalidArgument`` naming ``page_token``. A page
+        goes on strictly after the last job of the one before, so a job that changed
+        meanwhile (cancelled, rescheduled) is neither skipped by the jobs after it moving up
+        nor listed twice unless its place in the order moved past the position. An exact
+        ``key`` is a lookup (the idempotency key's job), not a scan."""
+        if limit < 1:
+            raise InvalidArgument("limit", f"must be at least 1, got {limit}")
+        after = pages.position_of(page_token, "jobs", query.digest, (int, str))
+        if query.key:
+            found = await self._keyed_job(query, after)
+        else:
+            found = await self.select_jobs(query, limit=limit, after=after, count=count)
+        token = pages.encode("jobs", query.digest, list(found.resume)) if found.resume else ""
+        return JobPage(jobs=found.jobs, next_token=token, total=found.total)
+
+    async def _keyed_job(self, query: JobQuery, after: tuple[int, str] | None) -> JobSlice:
+        owner = (await self.key_owners([query.key])).get(query.key)
+        job = await self.get_job(owner) if owner else None
+        if job is None or not query.matches(job):
+            return JobSlice(jobs=[], resume=None, total=0)
+        if after is not None and query.position(job) <= after:
+            return JobSlice(jobs=[], resume=None, total=1)
+        return JobSlice(jobs=[job], resume=None, total=1)
+
+    @abc.abstractmethod
+    async def select_jobs(
+        self, query: JobQuery, *, limit: int, after: tuple[int, str] | None, count: bool
+    ) -> JobSlice:
+        """At most ``limit`` jobs that match ``query`` (every filter but ``key``, which
+        ``find_jobs`` looks up), in the order of ``query.position``, each strictly after
+        ``after``; ``resume`` is the position of the last of them when more match after it.
+        With ``count``, ``total`` counts every job that matches (a store may count anyway).
+        A job that no longer matches when its row is read whole may be left out of the page;
+        ``resume`` is then still where the page ended."""
 
     async def dead_letters(self, *, limit: int, latest: int) -> tuple[int, list[Job]]:
         """How many jobs are dead (the count may stop once it reaches ``limit``) and the
@@ -417,9 +468,23 @@ class Store(abc.ABC):
     @abc.abstractmethod
     async def get_schedule(self, schedule_id: str) -> Schedule | None: ...
 
-    @abc.abstractmethod
     async def list_schedules(self, *, limit: int, page_token: str) -> tuple[list[Schedule], str]:
-        """Schedules by id; the token is empty on the last page."""
+        """Schedules in the store's order of their ids (``select_schedules``); the token is
+        empty on the last page. A token this store did not give out for a listing of
+        schedules is ``InvalidArgument`` naming ``page_token``."""
+        if limit < 1:
+            raise InvalidArgument("limit", f"must be at least 1, got {limit}")
+        after = pages.position_of(page_token, "schedules", "", (str,))
+        found, more = await self.select_schedules(limit=limit, after=after[0] if after else None)
+        token = pages.encode("schedules", "", [found[-1].schedule_id]) if more and found else ""
+        return found, token
+
+    @abc.abstractmethod
+    async def select_schedules(
+        self, *, limit: int, after: str | None
+    ) -> tuple[list[Schedule], bool]:
+        """At most ``limit`` schedules in a stable order of their ids, each after the
+        schedule ``after`` (None: from the first), and whether more follow."""
 
     @abc.abstractmethod
     async def update_schedule(

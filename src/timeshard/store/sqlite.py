@@ -40,7 +40,6 @@ from timeshard.store.base import (
     Completion,
     CreateResult,
     JobClaim,
-    JobPage,
     MaxUnstarted,
     Retention,
     RetryAt,
@@ -51,6 +50,7 @@ from timeshard.store.base import (
     type_settings_of,
 )
 from timeshard.store.codec import job_columns, job_from_row, schedule_columns, to_schedule
+from timeshard.store.listing import JobQuery, JobSlice
 from timeshard.store.named import load_queries
 from timeshard.store.stats import StoreStats
 
@@ -59,6 +59,8 @@ SWEEP_EVERY_S = 10.0
 SWEEP_ROWS = 5000
 R = TypeVar("R")
 Q = load_queries("sqlite.sql")
+for _name in ("find_jobs_by_due", "find_jobs_by_created", "find_jobs_by_id", "count_jobs"):
+    Q[_name] = Q[_name].replace("{jobs_matching}", Q["jobs_matching"])
 _Op = tuple[Callable[[sqlite3.Connection], Any], "asyncio.Future[Any]"]
 _Result = tuple["asyncio.Future[Any]", bool, Any]  # (future, ok, value or exception)
 
@@ -480,23 +482,57 @@ class SqliteStore(Store):
         except sqlite3.Error as exc:
             raise StoreUnavailable(str(exc)) from exc
 
-    async def list_jobs(
-        self, *, state: JobState | None, job_type: str | None, limit: int, page_token: str
-    ) -> JobPage:
+    async def select_jobs(
+        self, query: JobQuery, *, limit: int, after: tuple[int, str] | None, count: bool
+    ) -> JobSlice:
         params = {
-            "state": state.value if state else None,
-            "type": job_type or None,
-            "after": page_token,
+            "states": json.dumps(sorted(s.value for s in query.states)) if query.states else None,
+            "type": query.job_type or None,
+            "due_from": query.due_from,
+            "due_to": query.due_to,
+            "key_prefix": query.key_prefix or None,
+            "occurrences": query.occurrence_prefix or None,
+            "occurrences_end": f"{query.schedule_id}A" if query.schedule_id else None,
+            "after_value": after[0] if after else -1,
+            "after_id": after[1] if after else "",
             "limit": limit + 1,
         }
+        page = Q[f"find_jobs_by_{query.order.value}"]
 
-        def run(db: sqlite3.Connection) -> list[Job]:
-            return [job_from_row(r) for r in db.execute(Q["list_jobs"], params)]
+        def run(db: sqlite3.Connection) -> tuple[list[tuple[Any, ...]], int | None]:
+            rows = db.execute(page, params).fetchall()
+            total = db.execute(Q["count_jobs"], params).fetchone()[0] if count else None
+            return rows, total
 
-        jobs = await self._call(run)
-        more = len(jobs) > limit
-        jobs = jobs[:limit]
-        return JobPage(jobs=jobs, next_token=jobs[-1].job_id if more and jobs else "")
+        rows, total = await self._read_apart(run)
+        more = len(rows) > limit
+        jobs = [job_from_row(r[:-1]) for r in rows[:limit]]
+        resume = (rows[limit - 1][-1], jobs[-1].job_id) if more else None
+        return JobSlice(jobs=jobs, resume=resume, total=total)
+
+    async def _read_apart(self, fn: Callable[[sqlite3.Connection], R]) -> R:
+        """``fn`` on a connection of its own in a worker thread, in one read transaction (so
+        a page and its count see one state): a long read, such as a listing that counts every
+        match, never holds up the writer thread and the group commits of the node's hot path.
+        (``:memory:``: on the writer thread, the only connection that sees the database.)"""
+        if self.path == ":memory:":
+            return await self._call(fn)
+
+        def run() -> R:
+            db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+            try:
+                db.execute("PRAGMA query_only=1")
+                db.execute("BEGIN")
+                return fn(db)
+            finally:
+                db.close()
+
+        if self._thread is None:
+            raise StoreUnavailable("the store is not open")
+        try:
+            return await asyncio.get_running_loop().run_in_executor(None, run)
+        except sqlite3.Error as exc:
+            raise StoreUnavailable(str(exc)) from exc
 
     # -- buckets --------------------------------------------------------------------------
 
@@ -667,15 +703,15 @@ class SqliteStore(Store):
     async def get_schedule(self, schedule_id: str) -> Schedule | None:
         return await self._call(lambda db: _select_schedule(db, schedule_id))
 
-    async def list_schedules(self, *, limit: int, page_token: str) -> tuple[list[Schedule], str]:
+    async def select_schedules(
+        self, *, limit: int, after: str | None
+    ) -> tuple[list[Schedule], bool]:
         def run(db: sqlite3.Connection) -> list[Schedule]:
-            rows = db.execute(Q["list_schedules"], (page_token, limit + 1))
+            rows = db.execute(Q["list_schedules"], (after or "", limit + 1))
             return [to_schedule(r) for r in rows]
 
         found = await self._call(run)
-        more = len(found) > limit
-        found = found[:limit]
-        return found, found[-1].schedule_id if more and found else ""
+        return found[:limit], len(found) > limit
 
     async def update_schedule(
         self, schedule: Schedule, expect_version: int, entry: BucketEntry | None

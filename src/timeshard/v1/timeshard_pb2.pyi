@@ -20,6 +20,13 @@ class JobState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     JOB_STATE_DEAD: _ClassVar[JobState]
     JOB_STATE_CANCELLED: _ClassVar[JobState]
     JOB_STATE_EXPIRED: _ClassVar[JobState]
+
+class JobOrder(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    JOB_ORDER_UNSPECIFIED: _ClassVar[JobOrder]
+    JOB_ORDER_DUE: _ClassVar[JobOrder]
+    JOB_ORDER_CREATED: _ClassVar[JobOrder]
+    JOB_ORDER_ID: _ClassVar[JobOrder]
 JOB_STATE_UNSPECIFIED: JobState
 JOB_STATE_SCHEDULED: JobState
 JOB_STATE_RUNNING: JobState
@@ -27,6 +34,10 @@ JOB_STATE_SUCCEEDED: JobState
 JOB_STATE_DEAD: JobState
 JOB_STATE_CANCELLED: JobState
 JOB_STATE_EXPIRED: JobState
+JOB_ORDER_UNSPECIFIED: JobOrder
+JOB_ORDER_DUE: JobOrder
+JOB_ORDER_CREATED: JobOrder
+JOB_ORDER_ID: JobOrder
 
 class Attempt(_message.Message):
     __slots__ = ("attempt", "worker", "started_at", "finished_at", "outcome", "error", "traceback")
@@ -145,24 +156,40 @@ class GetJobRequest(_message.Message):
     def __init__(self, job_id: _Optional[str] = ...) -> None: ...
 
 class ListJobsRequest(_message.Message):
-    __slots__ = ("state", "type", "page_size", "page_token")
+    __slots__ = ("state", "type", "page_size", "page_token", "states", "run_at_from", "run_at_to", "idempotency_key", "idempotency_key_prefix", "schedule_id", "order")
     STATE_FIELD_NUMBER: _ClassVar[int]
     TYPE_FIELD_NUMBER: _ClassVar[int]
     PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
     PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    STATES_FIELD_NUMBER: _ClassVar[int]
+    RUN_AT_FROM_FIELD_NUMBER: _ClassVar[int]
+    RUN_AT_TO_FIELD_NUMBER: _ClassVar[int]
+    IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    IDEMPOTENCY_KEY_PREFIX_FIELD_NUMBER: _ClassVar[int]
+    SCHEDULE_ID_FIELD_NUMBER: _ClassVar[int]
+    ORDER_FIELD_NUMBER: _ClassVar[int]
     state: JobState
     type: str
     page_size: int
     page_token: str
-    def __init__(self, state: _Optional[_Union[JobState, str]] = ..., type: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+    states: _containers.RepeatedScalarFieldContainer[JobState]
+    run_at_from: _timestamp_pb2.Timestamp
+    run_at_to: _timestamp_pb2.Timestamp
+    idempotency_key: str
+    idempotency_key_prefix: str
+    schedule_id: str
+    order: JobOrder
+    def __init__(self, state: _Optional[_Union[JobState, str]] = ..., type: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., states: _Optional[_Iterable[_Union[JobState, str]]] = ..., run_at_from: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., run_at_to: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., idempotency_key: _Optional[str] = ..., idempotency_key_prefix: _Optional[str] = ..., schedule_id: _Optional[str] = ..., order: _Optional[_Union[JobOrder, str]] = ...) -> None: ...
 
 class ListJobsResponse(_message.Message):
-    __slots__ = ("jobs", "next_page_token")
+    __slots__ = ("jobs", "next_page_token", "total")
     JOBS_FIELD_NUMBER: _ClassVar[int]
     NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_FIELD_NUMBER: _ClassVar[int]
     jobs: _containers.RepeatedCompositeFieldContainer[Job]
     next_page_token: str
-    def __init__(self, jobs: _Optional[_Iterable[_Union[Job, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+    total: int
+    def __init__(self, jobs: _Optional[_Iterable[_Union[Job, _Mapping]]] = ..., next_page_token: _Optional[str] = ..., total: _Optional[int] = ...) -> None: ...
 
 class CancelJobRequest(_message.Message):
     __slots__ = ("job_id",)

@@ -23,6 +23,7 @@ Modules, top to bottom:
 - ``store``: ``CassandraStore``, the contract's operations (shards, cursors, schedules, keys);
 - ``jobrows``: ``JobRows``, every write to a job row, batched per partition and fenced by the
   owner's epoch, and the reads of job rows;
+- ``listing``: listing jobs, a scan of their narrow columns (``select_jobs``);
 - ``creates``: ``Creator``, making jobs in their partitions (through the ``Rows`` seam);
 - - (the group commit of one partition's writes is ``timeshard.batching.GroupCommit``);
 - ``parts``: what those share (partition keys, chunking, bounded gathering, ``CAS_ROUNDS``);
@@ -49,13 +50,12 @@ from timeshard.store.cassandra.schema import (
     queries_for,
     replication_map,
 )
-from timeshard.store.cassandra.store import LIST_SCAN_MAX, CassandraStore
+from timeshard.store.cassandra.store import CassandraStore
 
 __all__ = [
     "BUCKET_RETENTION_S",
     "CAS_ROUNDS",
     "IMAGE",
-    "LIST_SCAN_MAX",
     "MAX_TTL_S",
     "MIGRATION_WAIT_S",
     "UNAVAILABLE_ERRORS",

@@ -59,7 +59,7 @@ from timeshard.store.cassandra.rows import (
     image_of,
     row_image,
 )
-from timeshard.store.codec import job_columns, to_job
+from timeshard.store.codec import job_columns
 
 log = logging.getLogger(__name__)
 
@@ -576,12 +576,6 @@ class JobRows:
 
     def took_shard(self, shard: int, epoch: int) -> None:
         self.epochs[shard] = epoch
-
-    # -- listing --------------------------------------------------------------------------
-
-    async def scan(self, size: int, state: bytes | None) -> tuple[list[Job], bytes | None]:
-        rows, nxt = await self._conn.page("scan_rows", (), size=size, state=state)
-        return [to_job(r) for r in rows if r.get("state") is not None], nxt
 
 
 _STATE_COLUMNS = (

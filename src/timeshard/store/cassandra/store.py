@@ -5,7 +5,6 @@ are one lightweight transaction each (see the package docstring for how the cont
 from __future__ import annotations
 
 import asyncio
-import base64
 import heapq
 from collections.abc import Collection, Sequence
 from dataclasses import replace
@@ -29,7 +28,6 @@ from timeshard.store.base import (
     Completion,
     CreateResult,
     JobClaim,
-    JobPage,
     MaxUnstarted,
     Retention,
     RetryAt,
@@ -38,17 +36,17 @@ from timeshard.store.base import (
     type_setting_key,
     type_settings_of,
 )
+from timeshard.store.cassandra import listing
 from timeshard.store.cassandra.driver import Ambiguous, ClusterConfig, Connection, parse_url
 from timeshard.store.cassandra.jobrows import JobRows
 from timeshard.store.cassandra.parts import CAS_ROUNDS
 from timeshard.store.cassandra.parts import gather as _gather
 from timeshard.store.cassandra.rows import to_shard_state
 from timeshard.store.codec import schedule_columns, to_schedule
+from timeshard.store.listing import JobQuery, JobSlice
 
-LIST_SCAN_MAX = 10_000
 READ_BUCKETS_AT_ONCE = 64
 """Bucket partitions one ``read_buckets`` request names (``shard IN (...)``)."""
-"""Rows ``list_jobs`` reads per call at most; a sparse filter may return a short page."""
 
 
 class CassandraStore(Store):
@@ -133,35 +131,11 @@ class CassandraStore(Store):
     def expired(self, job_id: str) -> bool:
         return self._jobs.expired(job_id)
 
-    async def list_jobs(
-        self, *, state: JobState | None, job_type: str | None, limit: int, page_token: str
-    ) -> JobPage:
-        """Every job row in token order, filtered here rather than with ALLOW FILTERING or a
-        secondary index: listing is an operator's tool, and this keeps every job write a
-        single-partition write. A page reads at most ``LIST_SCAN_MAX`` rows, so a sparse
-        filter can return a short (even empty) page with a ``next_token`` to go on from.
-        The token is the driver's paging state (opaque, base64)."""
-        if limit < 1:
-            raise InvalidArgument("limit", f"must be at least 1, got {limit}")
-        try:
-            state_bytes = base64.urlsafe_b64decode(page_token) if page_token else None
-        except ValueError as exc:
-            raise InvalidArgument("page_token", "not a token this store gave out") from exc
-        matches: list[Job] = []
-        scanned = 0
-        while scanned < LIST_SCAN_MAX and len(matches) < limit:
-            size = min(limit - len(matches), 1000)  # a page never holds more than asked
-            jobs, state_bytes = await self._jobs.scan(size, state_bytes)
-            scanned += size
-            matches += [
-                j
-                for j in jobs
-                if (state is None or j.state is state) and (not job_type or j.job_type == job_type)
-            ]
-            if state_bytes is None:
-                break
-        token = base64.urlsafe_b64encode(state_bytes).decode() if state_bytes else ""
-        return JobPage(jobs=matches, next_token=token)
+    async def select_jobs(
+        self, query: JobQuery, *, limit: int, after: tuple[int, str] | None, count: bool
+    ) -> JobSlice:
+        """A scan of every job row's narrow columns (``store.cassandra.listing``)."""
+        return await listing.select_jobs(self._conn, self._jobs, query, limit=limit, after=after)
 
     async def dead_letters(self, *, limit: int, latest: int) -> tuple[int, list[Job]]:
         """From the dead-letter index (``dead_letters``), not a scan of every job: the rows of
@@ -360,20 +334,18 @@ class CassandraStore(Store):
         rows = await self._conn.rows("select_schedule", (schedule_id,), serial=serial)
         return to_schedule(rows[0]) if rows else None
 
-    async def list_schedules(self, *, limit: int, page_token: str) -> tuple[list[Schedule], str]:
+    async def select_schedules(
+        self, *, limit: int, after: str | None
+    ) -> tuple[list[Schedule], bool]:
         """In token order of the schedule id (stable, not alphabetical: the rows are spread
         over the cluster by the hash of their id)."""
-        if limit < 1:
-            raise InvalidArgument("limit", f"must be at least 1, got {limit}")
         rows = await (
-            self._conn.rows("list_schedules", (page_token, limit + 1))
-            if page_token
+            self._conn.rows("list_schedules", (after, limit + 1))
+            if after is not None
             else self._conn.rows("list_schedules_first", (limit + 1,))
         )
         found = [to_schedule(r) for r in rows]
-        more = len(found) > limit
-        found = found[:limit]
-        return found, found[-1].schedule_id if more and found else ""
+        return found[:limit], len(found) > limit
 
     async def update_schedule(
         self, schedule: Schedule, expect_version: int, entry: BucketEntry | None

@@ -158,13 +158,44 @@ SELECT job_id, digest FROM idempotency_keys WHERE key = ?;
 -- name: insert_key
 INSERT OR IGNORE INTO idempotency_keys (key, job_id, digest) VALUES (?, ?, ?);
 
--- name: list_jobs
+-- name: jobs_matching
+-- The filters of a listing (store.listing.JobQuery), each given (a null parameter: none):
+-- :states is a JSON array; :occurrences is '<schedule>@', and the ids from it up to
+-- '<schedule>A' ('A' follows '@') are exactly those that start with it. A WHERE clause that
+-- find_jobs_by_* and count_jobs share, not run alone.
+(:states IS NULL OR state IN (SELECT value FROM json_each(:states)))
+  AND (:type IS NULL OR type = :type)
+  AND (:due_from IS NULL OR run_at >= :due_from)
+  AND (:due_to IS NULL OR run_at < :due_to)
+  AND (:key_prefix IS NULL OR substr(idempotency_key, 1, length(:key_prefix)) = :key_prefix)
+  AND (:occurrences IS NULL OR (job_id >= :occurrences AND job_id < :occurrences_end))
+
+-- name: find_jobs_by_due
+-- A page of a listing, with each job's place in its order last: the matching jobs after the
+-- position (:after_value, :after_id) (the first page: -1, ''), by due time, ties by id.
 SELECT job_id, shard, type, payload, state, run_at, created_at, attempt, max_attempts, fence,
        lease_owner, lease_until, started_at, finished_at, idempotency_key, last_error, history,
-       result, result_encoding, deadline, priority, unstarted, start_noticed
-FROM jobs
-WHERE (:state IS NULL OR state = :state) AND (:type IS NULL OR type = :type) AND job_id > :after
+       result, result_encoding, deadline, priority, unstarted, start_noticed, run_at
+FROM jobs WHERE ({jobs_matching}) AND (run_at, job_id) > (:after_value, :after_id)
+ORDER BY run_at, job_id LIMIT :limit;
+
+-- name: find_jobs_by_created
+SELECT job_id, shard, type, payload, state, run_at, created_at, attempt, max_attempts, fence,
+       lease_owner, lease_until, started_at, finished_at, idempotency_key, last_error, history,
+       result, result_encoding, deadline, priority, unstarted, start_noticed, created_at
+FROM jobs WHERE ({jobs_matching}) AND (created_at, job_id) > (:after_value, :after_id)
+ORDER BY created_at, job_id LIMIT :limit;
+
+-- name: find_jobs_by_id
+-- (By the primary key: a page reads as far as its last job, not every match.)
+SELECT job_id, shard, type, payload, state, run_at, created_at, attempt, max_attempts, fence,
+       lease_owner, lease_until, started_at, finished_at, idempotency_key, last_error, history,
+       result, result_encoding, deadline, priority, unstarted, start_noticed, 0
+FROM jobs WHERE ({jobs_matching}) AND job_id > :after_id
 ORDER BY job_id LIMIT :limit;
+
+-- name: count_jobs
+SELECT count(*) FROM jobs WHERE {jobs_matching};
 
 -- name: select_shard
 SELECT shard, epoch, owner, cursor FROM shards WHERE shard = ?;

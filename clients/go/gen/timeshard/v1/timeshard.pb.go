@@ -87,6 +87,60 @@ func (JobState) EnumDescriptor() ([]byte, []int) {
 	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{0}
 }
 
+// The order of a listing of jobs; ties (and JOB_ORDER_ID) by job id.
+type JobOrder int32
+
+const (
+	// By due time (run_at), as JOB_ORDER_DUE: the default.
+	JobOrder_JOB_ORDER_UNSPECIFIED JobOrder = 0
+	JobOrder_JOB_ORDER_DUE         JobOrder = 1
+	JobOrder_JOB_ORDER_CREATED     JobOrder = 2
+	JobOrder_JOB_ORDER_ID          JobOrder = 3
+)
+
+// Enum value maps for JobOrder.
+var (
+	JobOrder_name = map[int32]string{
+		0: "JOB_ORDER_UNSPECIFIED",
+		1: "JOB_ORDER_DUE",
+		2: "JOB_ORDER_CREATED",
+		3: "JOB_ORDER_ID",
+	}
+	JobOrder_value = map[string]int32{
+		"JOB_ORDER_UNSPECIFIED": 0,
+		"JOB_ORDER_DUE":         1,
+		"JOB_ORDER_CREATED":     2,
+		"JOB_ORDER_ID":          3,
+	}
+)
+
+func (x JobOrder) Enum() *JobOrder {
+	p := new(JobOrder)
+	*p = x
+	return p
+}
+
+func (x JobOrder) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (JobOrder) Descriptor() protoreflect.EnumDescriptor {
+	return file_timeshard_v1_timeshard_proto_enumTypes[1].Descriptor()
+}
+
+func (JobOrder) Type() protoreflect.EnumType {
+	return &file_timeshard_v1_timeshard_proto_enumTypes[1]
+}
+
+func (x JobOrder) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use JobOrder.Descriptor instead.
+func (JobOrder) EnumDescriptor() ([]byte, []int) {
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{1}
+}
+
 type Attempt struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
 	Attempt    int32                  `protobuf:"varint,1,opt,name=attempt,proto3" json:"attempt,omitempty"`
@@ -785,12 +839,29 @@ func (x *GetJobRequest) GetJobId() string {
 	return ""
 }
 
+// A job is listed when it matches every filter given; an unset filter matches every job.
 type ListJobsRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	State         JobState               `protobuf:"varint,1,opt,name=state,proto3,enum=timeshard.v1.JobState" json:"state,omitempty"`
-	Type          string                 `protobuf:"bytes,2,opt,name=type,proto3" json:"type,omitempty"`
-	PageSize      int32                  `protobuf:"varint,3,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
-	PageToken     string                 `protobuf:"bytes,4,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	State JobState               `protobuf:"varint,1,opt,name=state,proto3,enum=timeshard.v1.JobState" json:"state,omitempty"`
+	Type  string                 `protobuf:"bytes,2,opt,name=type,proto3" json:"type,omitempty"`
+	// At most 1000; 0 means 100.
+	PageSize int32 `protobuf:"varint,3,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// The previous page's next_page_token, asked with the same filters and order. Any other
+	// token (made up, altered, another listing's, from before this version) is INVALID_ARGUMENT
+	// naming page_token: list again without one.
+	PageToken string `protobuf:"bytes,4,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	// In any of these states (with state: in that one too).
+	States []JobState `protobuf:"varint,5,rep,packed,name=states,proto3,enum=timeshard.v1.JobState" json:"states,omitempty"`
+	// Due in [run_at_from, run_at_to): run_at_from <= run_at < run_at_to; either may be unset.
+	RunAtFrom *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=run_at_from,json=runAtFrom,proto3" json:"run_at_from,omitempty"`
+	RunAtTo   *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=run_at_to,json=runAtTo,proto3" json:"run_at_to,omitempty"`
+	// The job scheduled with exactly this idempotency key: a lookup (at most one job).
+	IdempotencyKey string `protobuf:"bytes,8,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
+	// Jobs whose idempotency key starts with this (not with idempotency_key).
+	IdempotencyKeyPrefix string `protobuf:"bytes,9,opt,name=idempotency_key_prefix,json=idempotencyKeyPrefix,proto3" json:"idempotency_key_prefix,omitempty"`
+	// The occurrences of this cron schedule: the jobs whose id is "<schedule_id>@<time>".
+	ScheduleId    string   `protobuf:"bytes,10,opt,name=schedule_id,json=scheduleId,proto3" json:"schedule_id,omitempty"`
+	Order         JobOrder `protobuf:"varint,11,opt,name=order,proto3,enum=timeshard.v1.JobOrder" json:"order,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -853,10 +924,63 @@ func (x *ListJobsRequest) GetPageToken() string {
 	return ""
 }
 
+func (x *ListJobsRequest) GetStates() []JobState {
+	if x != nil {
+		return x.States
+	}
+	return nil
+}
+
+func (x *ListJobsRequest) GetRunAtFrom() *timestamppb.Timestamp {
+	if x != nil {
+		return x.RunAtFrom
+	}
+	return nil
+}
+
+func (x *ListJobsRequest) GetRunAtTo() *timestamppb.Timestamp {
+	if x != nil {
+		return x.RunAtTo
+	}
+	return nil
+}
+
+func (x *ListJobsRequest) GetIdempotencyKey() string {
+	if x != nil {
+		return x.IdempotencyKey
+	}
+	return ""
+}
+
+func (x *ListJobsRequest) GetIdempotencyKeyPrefix() string {
+	if x != nil {
+		return x.IdempotencyKeyPrefix
+	}
+	return ""
+}
+
+func (x *ListJobsRequest) GetScheduleId() string {
+	if x != nil {
+		return x.ScheduleId
+	}
+	return ""
+}
+
+func (x *ListJobsRequest) GetOrder() JobOrder {
+	if x != nil {
+		return x.Order
+	}
+	return JobOrder_JOB_ORDER_UNSPECIFIED
+}
+
 type ListJobsResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Jobs          []*Job                 `protobuf:"bytes,1,rep,name=jobs,proto3" json:"jobs,omitempty"`
-	NextPageToken string                 `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Jobs  []*Job                 `protobuf:"bytes,1,rep,name=jobs,proto3" json:"jobs,omitempty"`
+	// Empty on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	// How many jobs match the filters (on every page; counted when this page was read, so it
+	// moves if jobs come and go while a client pages).
+	Total         int64 `protobuf:"varint,3,opt,name=total,proto3" json:"total,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -903,6 +1027,13 @@ func (x *ListJobsResponse) GetNextPageToken() string {
 		return x.NextPageToken
 	}
 	return ""
+}
+
+func (x *ListJobsResponse) GetTotal() int64 {
+	if x != nil {
+		return x.Total
+	}
+	return 0
 }
 
 type CancelJobRequest struct {
@@ -5542,16 +5673,26 @@ const file_timeshard_v1_timeshard_proto_rawDesc = "" +
 	"\x14ScheduleJobsResponse\x12;\n" +
 	"\aresults\x18\x01 \x03(\v2!.timeshard.v1.ScheduleJobResponseR\aresults\"&\n" +
 	"\rGetJobRequest\x12\x15\n" +
-	"\x06job_id\x18\x01 \x01(\tR\x05jobId\"\x8f\x01\n" +
+	"\x06job_id\x18\x01 \x01(\tR\x05jobId\"\xe1\x03\n" +
 	"\x0fListJobsRequest\x12,\n" +
 	"\x05state\x18\x01 \x01(\x0e2\x16.timeshard.v1.JobStateR\x05state\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x12\x1b\n" +
 	"\tpage_size\x18\x03 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
-	"page_token\x18\x04 \x01(\tR\tpageToken\"a\n" +
+	"page_token\x18\x04 \x01(\tR\tpageToken\x12.\n" +
+	"\x06states\x18\x05 \x03(\x0e2\x16.timeshard.v1.JobStateR\x06states\x12:\n" +
+	"\vrun_at_from\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\trunAtFrom\x126\n" +
+	"\trun_at_to\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\arunAtTo\x12'\n" +
+	"\x0fidempotency_key\x18\b \x01(\tR\x0eidempotencyKey\x124\n" +
+	"\x16idempotency_key_prefix\x18\t \x01(\tR\x14idempotencyKeyPrefix\x12\x1f\n" +
+	"\vschedule_id\x18\n" +
+	" \x01(\tR\n" +
+	"scheduleId\x12,\n" +
+	"\x05order\x18\v \x01(\x0e2\x16.timeshard.v1.JobOrderR\x05order\"w\n" +
 	"\x10ListJobsResponse\x12%\n" +
 	"\x04jobs\x18\x01 \x03(\v2\x11.timeshard.v1.JobR\x04jobs\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\")\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\x12\x14\n" +
+	"\x05total\x18\x03 \x01(\x03R\x05total\")\n" +
 	"\x10CancelJobRequest\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\"\x9d\x01\n" +
 	"\x14RescheduleJobRequest\x12\x15\n" +
@@ -5906,7 +6047,12 @@ const file_timeshard_v1_timeshard_proto_rawDesc = "" +
 	"\x13JOB_STATE_SUCCEEDED\x10\x03\x12\x12\n" +
 	"\x0eJOB_STATE_DEAD\x10\x04\x12\x17\n" +
 	"\x13JOB_STATE_CANCELLED\x10\x05\x12\x15\n" +
-	"\x11JOB_STATE_EXPIRED\x10\x062\xba\v\n" +
+	"\x11JOB_STATE_EXPIRED\x10\x06*a\n" +
+	"\bJobOrder\x12\x19\n" +
+	"\x15JOB_ORDER_UNSPECIFIED\x10\x00\x12\x11\n" +
+	"\rJOB_ORDER_DUE\x10\x01\x12\x15\n" +
+	"\x11JOB_ORDER_CREATED\x10\x02\x12\x10\n" +
+	"\fJOB_ORDER_ID\x10\x032\xba\v\n" +
 	"\n" +
 	"JobService\x12R\n" +
 	"\vScheduleJob\x12 .timeshard.v1.ScheduleJobRequest\x1a!.timeshard.v1.ScheduleJobResponse\x12U\n" +
@@ -5960,259 +6106,264 @@ func file_timeshard_v1_timeshard_proto_rawDescGZIP() []byte {
 	return file_timeshard_v1_timeshard_proto_rawDescData
 }
 
-var file_timeshard_v1_timeshard_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_timeshard_v1_timeshard_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
 var file_timeshard_v1_timeshard_proto_msgTypes = make([]protoimpl.MessageInfo, 79)
 var file_timeshard_v1_timeshard_proto_goTypes = []any{
 	(JobState)(0),                     // 0: timeshard.v1.JobState
-	(*Attempt)(nil),                   // 1: timeshard.v1.Attempt
-	(*Job)(nil),                       // 2: timeshard.v1.Job
-	(*ScheduleJobRequest)(nil),        // 3: timeshard.v1.ScheduleJobRequest
-	(*ScheduleJobResponse)(nil),       // 4: timeshard.v1.ScheduleJobResponse
-	(*ScheduleJobsRequest)(nil),       // 5: timeshard.v1.ScheduleJobsRequest
-	(*ScheduleJobsResponse)(nil),      // 6: timeshard.v1.ScheduleJobsResponse
-	(*GetJobRequest)(nil),             // 7: timeshard.v1.GetJobRequest
-	(*ListJobsRequest)(nil),           // 8: timeshard.v1.ListJobsRequest
-	(*ListJobsResponse)(nil),          // 9: timeshard.v1.ListJobsResponse
-	(*CancelJobRequest)(nil),          // 10: timeshard.v1.CancelJobRequest
-	(*RescheduleJobRequest)(nil),      // 11: timeshard.v1.RescheduleJobRequest
-	(*Schedule)(nil),                  // 12: timeshard.v1.Schedule
-	(*CreateScheduleRequest)(nil),     // 13: timeshard.v1.CreateScheduleRequest
-	(*GetScheduleRequest)(nil),        // 14: timeshard.v1.GetScheduleRequest
-	(*ListSchedulesRequest)(nil),      // 15: timeshard.v1.ListSchedulesRequest
-	(*ListSchedulesResponse)(nil),     // 16: timeshard.v1.ListSchedulesResponse
-	(*UpdateScheduleRequest)(nil),     // 17: timeshard.v1.UpdateScheduleRequest
-	(*ScheduleIdRequest)(nil),         // 18: timeshard.v1.ScheduleIdRequest
-	(*DeleteScheduleResponse)(nil),    // 19: timeshard.v1.DeleteScheduleResponse
-	(*PreviewRequest)(nil),            // 20: timeshard.v1.PreviewRequest
-	(*FireTime)(nil),                  // 21: timeshard.v1.FireTime
-	(*PreviewResponse)(nil),           // 22: timeshard.v1.PreviewResponse
-	(*ListDeadLettersRequest)(nil),    // 23: timeshard.v1.ListDeadLettersRequest
-	(*ListDeadLettersResponse)(nil),   // 24: timeshard.v1.ListDeadLettersResponse
-	(*ReplayDeadLettersRequest)(nil),  // 25: timeshard.v1.ReplayDeadLettersRequest
-	(*ReplayDeadLettersResponse)(nil), // 26: timeshard.v1.ReplayDeadLettersResponse
-	(*PurgeDeadLettersResponse)(nil),  // 27: timeshard.v1.PurgeDeadLettersResponse
-	(*WaitJobsRequest)(nil),           // 28: timeshard.v1.WaitJobsRequest
-	(*WaitJobsResponse)(nil),          // 29: timeshard.v1.WaitJobsResponse
-	(*ClaimRequest)(nil),              // 30: timeshard.v1.ClaimRequest
-	(*ClaimedJob)(nil),                // 31: timeshard.v1.ClaimedJob
-	(*ClaimResponse)(nil),             // 32: timeshard.v1.ClaimResponse
-	(*HeartbeatRequest)(nil),          // 33: timeshard.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),         // 34: timeshard.v1.HeartbeatResponse
-	(*CompleteRequest)(nil),           // 35: timeshard.v1.CompleteRequest
-	(*CompleteResponse)(nil),          // 36: timeshard.v1.CompleteResponse
-	(*FailRequest)(nil),               // 37: timeshard.v1.FailRequest
-	(*FailResponse)(nil),              // 38: timeshard.v1.FailResponse
-	(*FinishItem)(nil),                // 39: timeshard.v1.FinishItem
-	(*FinishRequest)(nil),             // 40: timeshard.v1.FinishRequest
-	(*FinishResult)(nil),              // 41: timeshard.v1.FinishResult
-	(*FinishResponse)(nil),            // 42: timeshard.v1.FinishResponse
-	(*WorkHello)(nil),                 // 43: timeshard.v1.WorkHello
-	(*WorkCredit)(nil),                // 44: timeshard.v1.WorkCredit
-	(*WorkRequest)(nil),               // 45: timeshard.v1.WorkRequest
-	(*HeartbeatResult)(nil),           // 46: timeshard.v1.HeartbeatResult
-	(*WorkResponse)(nil),              // 47: timeshard.v1.WorkResponse
-	(*Node)(nil),                      // 48: timeshard.v1.Node
-	(*ClusterInfoRequest)(nil),        // 49: timeshard.v1.ClusterInfoRequest
-	(*ClusterInfoResponse)(nil),       // 50: timeshard.v1.ClusterInfoResponse
-	(*ShardInfo)(nil),                 // 51: timeshard.v1.ShardInfo
-	(*ShardOwnersRequest)(nil),        // 52: timeshard.v1.ShardOwnersRequest
-	(*ShardOwnersResponse)(nil),       // 53: timeshard.v1.ShardOwnersResponse
-	(*MoveShardRequest)(nil),          // 54: timeshard.v1.MoveShardRequest
-	(*MoveShardResponse)(nil),         // 55: timeshard.v1.MoveShardResponse
-	(*DrainNodeRequest)(nil),          // 56: timeshard.v1.DrainNodeRequest
-	(*DrainNodeResponse)(nil),         // 57: timeshard.v1.DrainNodeResponse
-	(*NodeStatusRequest)(nil),         // 58: timeshard.v1.NodeStatusRequest
-	(*ShardStatus)(nil),               // 59: timeshard.v1.ShardStatus
-	(*LatenessBucket)(nil),            // 60: timeshard.v1.LatenessBucket
-	(*TypeCounts)(nil),                // 61: timeshard.v1.TypeCounts
-	(*TypeStartDelay)(nil),            // 62: timeshard.v1.TypeStartDelay
-	(*TypeWaiting)(nil),               // 63: timeshard.v1.TypeWaiting
-	(*JobEvent)(nil),                  // 64: timeshard.v1.JobEvent
-	(*NodeStatusResponse)(nil),        // 65: timeshard.v1.NodeStatusResponse
-	(*TypePolicy)(nil),                // 66: timeshard.v1.TypePolicy
-	(*SetTypePoliciesRequest)(nil),    // 67: timeshard.v1.SetTypePoliciesRequest
-	(*SetTypePoliciesResponse)(nil),   // 68: timeshard.v1.SetTypePoliciesResponse
-	(*TypeFlow)(nil),                  // 69: timeshard.v1.TypeFlow
-	(*SetTypeFlowsRequest)(nil),       // 70: timeshard.v1.SetTypeFlowsRequest
-	(*SetTypeFlowsResponse)(nil),      // 71: timeshard.v1.SetTypeFlowsResponse
-	(*ListTypesRequest)(nil),          // 72: timeshard.v1.ListTypesRequest
-	(*ListTypesResponse)(nil),         // 73: timeshard.v1.ListTypesResponse
-	(*TypeInfo)(nil),                  // 74: timeshard.v1.TypeInfo
-	(*WaitFinishedRequest)(nil),       // 75: timeshard.v1.WaitFinishedRequest
-	(*WaitFinishedResponse)(nil),      // 76: timeshard.v1.WaitFinishedResponse
-	(*LandedEntry)(nil),               // 77: timeshard.v1.LandedEntry
-	(*LandRequest)(nil),               // 78: timeshard.v1.LandRequest
-	(*LandResponse)(nil),              // 79: timeshard.v1.LandResponse
-	(*timestamppb.Timestamp)(nil),     // 80: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),       // 81: google.protobuf.Duration
+	(JobOrder)(0),                     // 1: timeshard.v1.JobOrder
+	(*Attempt)(nil),                   // 2: timeshard.v1.Attempt
+	(*Job)(nil),                       // 3: timeshard.v1.Job
+	(*ScheduleJobRequest)(nil),        // 4: timeshard.v1.ScheduleJobRequest
+	(*ScheduleJobResponse)(nil),       // 5: timeshard.v1.ScheduleJobResponse
+	(*ScheduleJobsRequest)(nil),       // 6: timeshard.v1.ScheduleJobsRequest
+	(*ScheduleJobsResponse)(nil),      // 7: timeshard.v1.ScheduleJobsResponse
+	(*GetJobRequest)(nil),             // 8: timeshard.v1.GetJobRequest
+	(*ListJobsRequest)(nil),           // 9: timeshard.v1.ListJobsRequest
+	(*ListJobsResponse)(nil),          // 10: timeshard.v1.ListJobsResponse
+	(*CancelJobRequest)(nil),          // 11: timeshard.v1.CancelJobRequest
+	(*RescheduleJobRequest)(nil),      // 12: timeshard.v1.RescheduleJobRequest
+	(*Schedule)(nil),                  // 13: timeshard.v1.Schedule
+	(*CreateScheduleRequest)(nil),     // 14: timeshard.v1.CreateScheduleRequest
+	(*GetScheduleRequest)(nil),        // 15: timeshard.v1.GetScheduleRequest
+	(*ListSchedulesRequest)(nil),      // 16: timeshard.v1.ListSchedulesRequest
+	(*ListSchedulesResponse)(nil),     // 17: timeshard.v1.ListSchedulesResponse
+	(*UpdateScheduleRequest)(nil),     // 18: timeshard.v1.UpdateScheduleRequest
+	(*ScheduleIdRequest)(nil),         // 19: timeshard.v1.ScheduleIdRequest
+	(*DeleteScheduleResponse)(nil),    // 20: timeshard.v1.DeleteScheduleResponse
+	(*PreviewRequest)(nil),            // 21: timeshard.v1.PreviewRequest
+	(*FireTime)(nil),                  // 22: timeshard.v1.FireTime
+	(*PreviewResponse)(nil),           // 23: timeshard.v1.PreviewResponse
+	(*ListDeadLettersRequest)(nil),    // 24: timeshard.v1.ListDeadLettersRequest
+	(*ListDeadLettersResponse)(nil),   // 25: timeshard.v1.ListDeadLettersResponse
+	(*ReplayDeadLettersRequest)(nil),  // 26: timeshard.v1.ReplayDeadLettersRequest
+	(*ReplayDeadLettersResponse)(nil), // 27: timeshard.v1.ReplayDeadLettersResponse
+	(*PurgeDeadLettersResponse)(nil),  // 28: timeshard.v1.PurgeDeadLettersResponse
+	(*WaitJobsRequest)(nil),           // 29: timeshard.v1.WaitJobsRequest
+	(*WaitJobsResponse)(nil),          // 30: timeshard.v1.WaitJobsResponse
+	(*ClaimRequest)(nil),              // 31: timeshard.v1.ClaimRequest
+	(*ClaimedJob)(nil),                // 32: timeshard.v1.ClaimedJob
+	(*ClaimResponse)(nil),             // 33: timeshard.v1.ClaimResponse
+	(*HeartbeatRequest)(nil),          // 34: timeshard.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),         // 35: timeshard.v1.HeartbeatResponse
+	(*CompleteRequest)(nil),           // 36: timeshard.v1.CompleteRequest
+	(*CompleteResponse)(nil),          // 37: timeshard.v1.CompleteResponse
+	(*FailRequest)(nil),               // 38: timeshard.v1.FailRequest
+	(*FailResponse)(nil),              // 39: timeshard.v1.FailResponse
+	(*FinishItem)(nil),                // 40: timeshard.v1.FinishItem
+	(*FinishRequest)(nil),             // 41: timeshard.v1.FinishRequest
+	(*FinishResult)(nil),              // 42: timeshard.v1.FinishResult
+	(*FinishResponse)(nil),            // 43: timeshard.v1.FinishResponse
+	(*WorkHello)(nil),                 // 44: timeshard.v1.WorkHello
+	(*WorkCredit)(nil),                // 45: timeshard.v1.WorkCredit
+	(*WorkRequest)(nil),               // 46: timeshard.v1.WorkRequest
+	(*HeartbeatResult)(nil),           // 47: timeshard.v1.HeartbeatResult
+	(*WorkResponse)(nil),              // 48: timeshard.v1.WorkResponse
+	(*Node)(nil),                      // 49: timeshard.v1.Node
+	(*ClusterInfoRequest)(nil),        // 50: timeshard.v1.ClusterInfoRequest
+	(*ClusterInfoResponse)(nil),       // 51: timeshard.v1.ClusterInfoResponse
+	(*ShardInfo)(nil),                 // 52: timeshard.v1.ShardInfo
+	(*ShardOwnersRequest)(nil),        // 53: timeshard.v1.ShardOwnersRequest
+	(*ShardOwnersResponse)(nil),       // 54: timeshard.v1.ShardOwnersResponse
+	(*MoveShardRequest)(nil),          // 55: timeshard.v1.MoveShardRequest
+	(*MoveShardResponse)(nil),         // 56: timeshard.v1.MoveShardResponse
+	(*DrainNodeRequest)(nil),          // 57: timeshard.v1.DrainNodeRequest
+	(*DrainNodeResponse)(nil),         // 58: timeshard.v1.DrainNodeResponse
+	(*NodeStatusRequest)(nil),         // 59: timeshard.v1.NodeStatusRequest
+	(*ShardStatus)(nil),               // 60: timeshard.v1.ShardStatus
+	(*LatenessBucket)(nil),            // 61: timeshard.v1.LatenessBucket
+	(*TypeCounts)(nil),                // 62: timeshard.v1.TypeCounts
+	(*TypeStartDelay)(nil),            // 63: timeshard.v1.TypeStartDelay
+	(*TypeWaiting)(nil),               // 64: timeshard.v1.TypeWaiting
+	(*JobEvent)(nil),                  // 65: timeshard.v1.JobEvent
+	(*NodeStatusResponse)(nil),        // 66: timeshard.v1.NodeStatusResponse
+	(*TypePolicy)(nil),                // 67: timeshard.v1.TypePolicy
+	(*SetTypePoliciesRequest)(nil),    // 68: timeshard.v1.SetTypePoliciesRequest
+	(*SetTypePoliciesResponse)(nil),   // 69: timeshard.v1.SetTypePoliciesResponse
+	(*TypeFlow)(nil),                  // 70: timeshard.v1.TypeFlow
+	(*SetTypeFlowsRequest)(nil),       // 71: timeshard.v1.SetTypeFlowsRequest
+	(*SetTypeFlowsResponse)(nil),      // 72: timeshard.v1.SetTypeFlowsResponse
+	(*ListTypesRequest)(nil),          // 73: timeshard.v1.ListTypesRequest
+	(*ListTypesResponse)(nil),         // 74: timeshard.v1.ListTypesResponse
+	(*TypeInfo)(nil),                  // 75: timeshard.v1.TypeInfo
+	(*WaitFinishedRequest)(nil),       // 76: timeshard.v1.WaitFinishedRequest
+	(*WaitFinishedResponse)(nil),      // 77: timeshard.v1.WaitFinishedResponse
+	(*LandedEntry)(nil),               // 78: timeshard.v1.LandedEntry
+	(*LandRequest)(nil),               // 79: timeshard.v1.LandRequest
+	(*LandResponse)(nil),              // 80: timeshard.v1.LandResponse
+	(*timestamppb.Timestamp)(nil),     // 81: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),       // 82: google.protobuf.Duration
 }
 var file_timeshard_v1_timeshard_proto_depIdxs = []int32{
-	80,  // 0: timeshard.v1.Attempt.started_at:type_name -> google.protobuf.Timestamp
-	80,  // 1: timeshard.v1.Attempt.finished_at:type_name -> google.protobuf.Timestamp
+	81,  // 0: timeshard.v1.Attempt.started_at:type_name -> google.protobuf.Timestamp
+	81,  // 1: timeshard.v1.Attempt.finished_at:type_name -> google.protobuf.Timestamp
 	0,   // 2: timeshard.v1.Job.state:type_name -> timeshard.v1.JobState
-	80,  // 3: timeshard.v1.Job.run_at:type_name -> google.protobuf.Timestamp
-	80,  // 4: timeshard.v1.Job.created_at:type_name -> google.protobuf.Timestamp
-	80,  // 5: timeshard.v1.Job.lease_until:type_name -> google.protobuf.Timestamp
-	80,  // 6: timeshard.v1.Job.started_at:type_name -> google.protobuf.Timestamp
-	80,  // 7: timeshard.v1.Job.finished_at:type_name -> google.protobuf.Timestamp
-	1,   // 8: timeshard.v1.Job.history:type_name -> timeshard.v1.Attempt
-	80,  // 9: timeshard.v1.Job.deadline:type_name -> google.protobuf.Timestamp
-	81,  // 10: timeshard.v1.ScheduleJobRequest.delay:type_name -> google.protobuf.Duration
-	80,  // 11: timeshard.v1.ScheduleJobRequest.run_at:type_name -> google.protobuf.Timestamp
-	80,  // 12: timeshard.v1.ScheduleJobRequest.deadline:type_name -> google.protobuf.Timestamp
-	81,  // 13: timeshard.v1.ScheduleJobRequest.deadline_in:type_name -> google.protobuf.Duration
-	2,   // 14: timeshard.v1.ScheduleJobResponse.job:type_name -> timeshard.v1.Job
-	3,   // 15: timeshard.v1.ScheduleJobsRequest.jobs:type_name -> timeshard.v1.ScheduleJobRequest
-	4,   // 16: timeshard.v1.ScheduleJobsResponse.results:type_name -> timeshard.v1.ScheduleJobResponse
+	81,  // 3: timeshard.v1.Job.run_at:type_name -> google.protobuf.Timestamp
+	81,  // 4: timeshard.v1.Job.created_at:type_name -> google.protobuf.Timestamp
+	81,  // 5: timeshard.v1.Job.lease_until:type_name -> google.protobuf.Timestamp
+	81,  // 6: timeshard.v1.Job.started_at:type_name -> google.protobuf.Timestamp
+	81,  // 7: timeshard.v1.Job.finished_at:type_name -> google.protobuf.Timestamp
+	2,   // 8: timeshard.v1.Job.history:type_name -> timeshard.v1.Attempt
+	81,  // 9: timeshard.v1.Job.deadline:type_name -> google.protobuf.Timestamp
+	82,  // 10: timeshard.v1.ScheduleJobRequest.delay:type_name -> google.protobuf.Duration
+	81,  // 11: timeshard.v1.ScheduleJobRequest.run_at:type_name -> google.protobuf.Timestamp
+	81,  // 12: timeshard.v1.ScheduleJobRequest.deadline:type_name -> google.protobuf.Timestamp
+	82,  // 13: timeshard.v1.ScheduleJobRequest.deadline_in:type_name -> google.protobuf.Duration
+	3,   // 14: timeshard.v1.ScheduleJobResponse.job:type_name -> timeshard.v1.Job
+	4,   // 15: timeshard.v1.ScheduleJobsRequest.jobs:type_name -> timeshard.v1.ScheduleJobRequest
+	5,   // 16: timeshard.v1.ScheduleJobsResponse.results:type_name -> timeshard.v1.ScheduleJobResponse
 	0,   // 17: timeshard.v1.ListJobsRequest.state:type_name -> timeshard.v1.JobState
-	2,   // 18: timeshard.v1.ListJobsResponse.jobs:type_name -> timeshard.v1.Job
-	81,  // 19: timeshard.v1.RescheduleJobRequest.delay:type_name -> google.protobuf.Duration
-	80,  // 20: timeshard.v1.RescheduleJobRequest.run_at:type_name -> google.protobuf.Timestamp
-	81,  // 21: timeshard.v1.Schedule.misfire_grace:type_name -> google.protobuf.Duration
-	81,  // 22: timeshard.v1.Schedule.jitter:type_name -> google.protobuf.Duration
-	80,  // 23: timeshard.v1.Schedule.next_fire:type_name -> google.protobuf.Timestamp
-	80,  // 24: timeshard.v1.Schedule.last_skip_at:type_name -> google.protobuf.Timestamp
-	80,  // 25: timeshard.v1.Schedule.last_fire_at:type_name -> google.protobuf.Timestamp
-	80,  // 26: timeshard.v1.Schedule.queued_at:type_name -> google.protobuf.Timestamp
-	81,  // 27: timeshard.v1.Schedule.spread:type_name -> google.protobuf.Duration
-	12,  // 28: timeshard.v1.CreateScheduleRequest.schedule:type_name -> timeshard.v1.Schedule
-	12,  // 29: timeshard.v1.ListSchedulesResponse.schedules:type_name -> timeshard.v1.Schedule
-	12,  // 30: timeshard.v1.UpdateScheduleRequest.schedule:type_name -> timeshard.v1.Schedule
-	80,  // 31: timeshard.v1.PreviewRequest.from:type_name -> google.protobuf.Timestamp
-	81,  // 32: timeshard.v1.PreviewRequest.spread:type_name -> google.protobuf.Duration
-	80,  // 33: timeshard.v1.FireTime.utc:type_name -> google.protobuf.Timestamp
-	80,  // 34: timeshard.v1.FireTime.runs_at:type_name -> google.protobuf.Timestamp
-	21,  // 35: timeshard.v1.PreviewResponse.times:type_name -> timeshard.v1.FireTime
-	80,  // 36: timeshard.v1.ListDeadLettersRequest.since:type_name -> google.protobuf.Timestamp
-	2,   // 37: timeshard.v1.ListDeadLettersResponse.jobs:type_name -> timeshard.v1.Job
-	2,   // 38: timeshard.v1.ReplayDeadLettersResponse.jobs:type_name -> timeshard.v1.Job
-	81,  // 39: timeshard.v1.WaitJobsRequest.timeout:type_name -> google.protobuf.Duration
-	2,   // 40: timeshard.v1.WaitJobsResponse.job:type_name -> timeshard.v1.Job
-	81,  // 41: timeshard.v1.ClaimRequest.wait:type_name -> google.protobuf.Duration
-	81,  // 42: timeshard.v1.ClaimRequest.lease:type_name -> google.protobuf.Duration
-	2,   // 43: timeshard.v1.ClaimedJob.job:type_name -> timeshard.v1.Job
-	80,  // 44: timeshard.v1.ClaimedJob.lease_until:type_name -> google.protobuf.Timestamp
-	81,  // 45: timeshard.v1.ClaimedJob.lease:type_name -> google.protobuf.Duration
-	31,  // 46: timeshard.v1.ClaimResponse.jobs:type_name -> timeshard.v1.ClaimedJob
-	81,  // 47: timeshard.v1.HeartbeatRequest.lease:type_name -> google.protobuf.Duration
-	80,  // 48: timeshard.v1.HeartbeatRequest.started_at:type_name -> google.protobuf.Timestamp
-	80,  // 49: timeshard.v1.HeartbeatResponse.lease_until:type_name -> google.protobuf.Timestamp
-	81,  // 50: timeshard.v1.HeartbeatResponse.lease:type_name -> google.protobuf.Duration
-	0,   // 51: timeshard.v1.FailResponse.state:type_name -> timeshard.v1.JobState
-	80,  // 52: timeshard.v1.FailResponse.retry_at:type_name -> google.protobuf.Timestamp
-	39,  // 53: timeshard.v1.FinishRequest.items:type_name -> timeshard.v1.FinishItem
-	0,   // 54: timeshard.v1.FinishResult.state:type_name -> timeshard.v1.JobState
-	41,  // 55: timeshard.v1.FinishResponse.results:type_name -> timeshard.v1.FinishResult
-	81,  // 56: timeshard.v1.WorkHello.lease:type_name -> google.protobuf.Duration
-	43,  // 57: timeshard.v1.WorkRequest.hello:type_name -> timeshard.v1.WorkHello
-	44,  // 58: timeshard.v1.WorkRequest.credits:type_name -> timeshard.v1.WorkCredit
-	33,  // 59: timeshard.v1.WorkRequest.heartbeats:type_name -> timeshard.v1.HeartbeatRequest
-	39,  // 60: timeshard.v1.WorkRequest.results:type_name -> timeshard.v1.FinishItem
-	33,  // 61: timeshard.v1.WorkRequest.started:type_name -> timeshard.v1.HeartbeatRequest
-	34,  // 62: timeshard.v1.HeartbeatResult.lease:type_name -> timeshard.v1.HeartbeatResponse
-	31,  // 63: timeshard.v1.WorkResponse.jobs:type_name -> timeshard.v1.ClaimedJob
-	46,  // 64: timeshard.v1.WorkResponse.heartbeats:type_name -> timeshard.v1.HeartbeatResult
-	41,  // 65: timeshard.v1.WorkResponse.results:type_name -> timeshard.v1.FinishResult
-	81,  // 66: timeshard.v1.WorkResponse.held:type_name -> google.protobuf.Duration
-	48,  // 67: timeshard.v1.ClusterInfoResponse.nodes:type_name -> timeshard.v1.Node
-	80,  // 68: timeshard.v1.ShardInfo.cursor:type_name -> google.protobuf.Timestamp
-	51,  // 69: timeshard.v1.ShardOwnersResponse.shards:type_name -> timeshard.v1.ShardInfo
-	81,  // 70: timeshard.v1.NodeStatusRequest.window:type_name -> google.protobuf.Duration
-	60,  // 71: timeshard.v1.TypeStartDelay.buckets:type_name -> timeshard.v1.LatenessBucket
-	80,  // 72: timeshard.v1.JobEvent.at:type_name -> google.protobuf.Timestamp
-	59,  // 73: timeshard.v1.NodeStatusResponse.shards:type_name -> timeshard.v1.ShardStatus
-	81,  // 74: timeshard.v1.NodeStatusResponse.window:type_name -> google.protobuf.Duration
-	60,  // 75: timeshard.v1.NodeStatusResponse.lateness:type_name -> timeshard.v1.LatenessBucket
-	61,  // 76: timeshard.v1.NodeStatusResponse.jobs:type_name -> timeshard.v1.TypeCounts
-	80,  // 77: timeshard.v1.NodeStatusResponse.dead_letters_at:type_name -> google.protobuf.Timestamp
-	64,  // 78: timeshard.v1.NodeStatusResponse.recent_failures:type_name -> timeshard.v1.JobEvent
-	64,  // 79: timeshard.v1.NodeStatusResponse.recent_dead_letters:type_name -> timeshard.v1.JobEvent
-	63,  // 80: timeshard.v1.NodeStatusResponse.unclaimed:type_name -> timeshard.v1.TypeWaiting
-	62,  // 81: timeshard.v1.NodeStatusResponse.start_delay:type_name -> timeshard.v1.TypeStartDelay
-	81,  // 82: timeshard.v1.TypePolicy.retry_base:type_name -> google.protobuf.Duration
-	81,  // 83: timeshard.v1.TypePolicy.retry_max:type_name -> google.protobuf.Duration
-	66,  // 84: timeshard.v1.SetTypePoliciesRequest.policies:type_name -> timeshard.v1.TypePolicy
-	66,  // 85: timeshard.v1.SetTypePoliciesResponse.policies:type_name -> timeshard.v1.TypePolicy
-	69,  // 86: timeshard.v1.SetTypeFlowsRequest.flows:type_name -> timeshard.v1.TypeFlow
-	74,  // 87: timeshard.v1.SetTypeFlowsResponse.types:type_name -> timeshard.v1.TypeInfo
-	74,  // 88: timeshard.v1.ListTypesResponse.types:type_name -> timeshard.v1.TypeInfo
-	66,  // 89: timeshard.v1.TypeInfo.policy:type_name -> timeshard.v1.TypePolicy
-	81,  // 90: timeshard.v1.WaitFinishedRequest.timeout:type_name -> google.protobuf.Duration
-	80,  // 91: timeshard.v1.LandedEntry.due_at:type_name -> google.protobuf.Timestamp
-	77,  // 92: timeshard.v1.LandRequest.entries:type_name -> timeshard.v1.LandedEntry
-	3,   // 93: timeshard.v1.JobService.ScheduleJob:input_type -> timeshard.v1.ScheduleJobRequest
-	5,   // 94: timeshard.v1.JobService.ScheduleJobs:input_type -> timeshard.v1.ScheduleJobsRequest
-	7,   // 95: timeshard.v1.JobService.GetJob:input_type -> timeshard.v1.GetJobRequest
-	8,   // 96: timeshard.v1.JobService.ListJobs:input_type -> timeshard.v1.ListJobsRequest
-	10,  // 97: timeshard.v1.JobService.CancelJob:input_type -> timeshard.v1.CancelJobRequest
-	11,  // 98: timeshard.v1.JobService.RescheduleJob:input_type -> timeshard.v1.RescheduleJobRequest
-	13,  // 99: timeshard.v1.JobService.CreateSchedule:input_type -> timeshard.v1.CreateScheduleRequest
-	14,  // 100: timeshard.v1.JobService.GetSchedule:input_type -> timeshard.v1.GetScheduleRequest
-	15,  // 101: timeshard.v1.JobService.ListSchedules:input_type -> timeshard.v1.ListSchedulesRequest
-	17,  // 102: timeshard.v1.JobService.UpdateSchedule:input_type -> timeshard.v1.UpdateScheduleRequest
-	18,  // 103: timeshard.v1.JobService.PauseSchedule:input_type -> timeshard.v1.ScheduleIdRequest
-	18,  // 104: timeshard.v1.JobService.ResumeSchedule:input_type -> timeshard.v1.ScheduleIdRequest
-	18,  // 105: timeshard.v1.JobService.DeleteSchedule:input_type -> timeshard.v1.ScheduleIdRequest
-	20,  // 106: timeshard.v1.JobService.PreviewSchedule:input_type -> timeshard.v1.PreviewRequest
-	23,  // 107: timeshard.v1.JobService.ListDeadLetters:input_type -> timeshard.v1.ListDeadLettersRequest
-	25,  // 108: timeshard.v1.JobService.ReplayDeadLetters:input_type -> timeshard.v1.ReplayDeadLettersRequest
-	25,  // 109: timeshard.v1.JobService.PurgeDeadLetters:input_type -> timeshard.v1.ReplayDeadLettersRequest
-	28,  // 110: timeshard.v1.JobService.WaitJobs:input_type -> timeshard.v1.WaitJobsRequest
-	30,  // 111: timeshard.v1.WorkerService.Claim:input_type -> timeshard.v1.ClaimRequest
-	33,  // 112: timeshard.v1.WorkerService.Heartbeat:input_type -> timeshard.v1.HeartbeatRequest
-	35,  // 113: timeshard.v1.WorkerService.Complete:input_type -> timeshard.v1.CompleteRequest
-	37,  // 114: timeshard.v1.WorkerService.Fail:input_type -> timeshard.v1.FailRequest
-	40,  // 115: timeshard.v1.WorkerService.Finish:input_type -> timeshard.v1.FinishRequest
-	45,  // 116: timeshard.v1.WorkerService.Work:input_type -> timeshard.v1.WorkRequest
-	49,  // 117: timeshard.v1.AdminService.ClusterInfo:input_type -> timeshard.v1.ClusterInfoRequest
-	52,  // 118: timeshard.v1.AdminService.ShardOwners:input_type -> timeshard.v1.ShardOwnersRequest
-	54,  // 119: timeshard.v1.AdminService.MoveShard:input_type -> timeshard.v1.MoveShardRequest
-	56,  // 120: timeshard.v1.AdminService.DrainNode:input_type -> timeshard.v1.DrainNodeRequest
-	58,  // 121: timeshard.v1.AdminService.NodeStatus:input_type -> timeshard.v1.NodeStatusRequest
-	67,  // 122: timeshard.v1.AdminService.SetTypePolicies:input_type -> timeshard.v1.SetTypePoliciesRequest
-	70,  // 123: timeshard.v1.AdminService.SetTypeFlows:input_type -> timeshard.v1.SetTypeFlowsRequest
-	72,  // 124: timeshard.v1.AdminService.ListTypes:input_type -> timeshard.v1.ListTypesRequest
-	78,  // 125: timeshard.v1.PeerService.Land:input_type -> timeshard.v1.LandRequest
-	75,  // 126: timeshard.v1.PeerService.WaitFinished:input_type -> timeshard.v1.WaitFinishedRequest
-	4,   // 127: timeshard.v1.JobService.ScheduleJob:output_type -> timeshard.v1.ScheduleJobResponse
-	6,   // 128: timeshard.v1.JobService.ScheduleJobs:output_type -> timeshard.v1.ScheduleJobsResponse
-	2,   // 129: timeshard.v1.JobService.GetJob:output_type -> timeshard.v1.Job
-	9,   // 130: timeshard.v1.JobService.ListJobs:output_type -> timeshard.v1.ListJobsResponse
-	2,   // 131: timeshard.v1.JobService.CancelJob:output_type -> timeshard.v1.Job
-	2,   // 132: timeshard.v1.JobService.RescheduleJob:output_type -> timeshard.v1.Job
-	12,  // 133: timeshard.v1.JobService.CreateSchedule:output_type -> timeshard.v1.Schedule
-	12,  // 134: timeshard.v1.JobService.GetSchedule:output_type -> timeshard.v1.Schedule
-	16,  // 135: timeshard.v1.JobService.ListSchedules:output_type -> timeshard.v1.ListSchedulesResponse
-	12,  // 136: timeshard.v1.JobService.UpdateSchedule:output_type -> timeshard.v1.Schedule
-	12,  // 137: timeshard.v1.JobService.PauseSchedule:output_type -> timeshard.v1.Schedule
-	12,  // 138: timeshard.v1.JobService.ResumeSchedule:output_type -> timeshard.v1.Schedule
-	19,  // 139: timeshard.v1.JobService.DeleteSchedule:output_type -> timeshard.v1.DeleteScheduleResponse
-	22,  // 140: timeshard.v1.JobService.PreviewSchedule:output_type -> timeshard.v1.PreviewResponse
-	24,  // 141: timeshard.v1.JobService.ListDeadLetters:output_type -> timeshard.v1.ListDeadLettersResponse
-	26,  // 142: timeshard.v1.JobService.ReplayDeadLetters:output_type -> timeshard.v1.ReplayDeadLettersResponse
-	27,  // 143: timeshard.v1.JobService.PurgeDeadLetters:output_type -> timeshard.v1.PurgeDeadLettersResponse
-	29,  // 144: timeshard.v1.JobService.WaitJobs:output_type -> timeshard.v1.WaitJobsResponse
-	32,  // 145: timeshard.v1.WorkerService.Claim:output_type -> timeshard.v1.ClaimResponse
-	34,  // 146: timeshard.v1.WorkerService.Heartbeat:output_type -> timeshard.v1.HeartbeatResponse
-	36,  // 147: timeshard.v1.WorkerService.Complete:output_type -> timeshard.v1.CompleteResponse
-	38,  // 148: timeshard.v1.WorkerService.Fail:output_type -> timeshard.v1.FailResponse
-	42,  // 149: timeshard.v1.WorkerService.Finish:output_type -> timeshard.v1.FinishResponse
-	47,  // 150: timeshard.v1.WorkerService.Work:output_type -> timeshard.v1.WorkResponse
-	50,  // 151: timeshard.v1.AdminService.ClusterInfo:output_type -> timeshard.v1.ClusterInfoResponse
-	53,  // 152: timeshard.v1.AdminService.ShardOwners:output_type -> timeshard.v1.ShardOwnersResponse
-	55,  // 153: timeshard.v1.AdminService.MoveShard:output_type -> timeshard.v1.MoveShardResponse
-	57,  // 154: timeshard.v1.AdminService.DrainNode:output_type -> timeshard.v1.DrainNodeResponse
-	65,  // 155: timeshard.v1.AdminService.NodeStatus:output_type -> timeshard.v1.NodeStatusResponse
-	68,  // 156: timeshard.v1.AdminService.SetTypePolicies:output_type -> timeshard.v1.SetTypePoliciesResponse
-	71,  // 157: timeshard.v1.AdminService.SetTypeFlows:output_type -> timeshard.v1.SetTypeFlowsResponse
-	73,  // 158: timeshard.v1.AdminService.ListTypes:output_type -> timeshard.v1.ListTypesResponse
-	79,  // 159: timeshard.v1.PeerService.Land:output_type -> timeshard.v1.LandResponse
-	76,  // 160: timeshard.v1.PeerService.WaitFinished:output_type -> timeshard.v1.WaitFinishedResponse
-	127, // [127:161] is the sub-list for method output_type
-	93,  // [93:127] is the sub-list for method input_type
-	93,  // [93:93] is the sub-list for extension type_name
-	93,  // [93:93] is the sub-list for extension extendee
-	0,   // [0:93] is the sub-list for field type_name
+	0,   // 18: timeshard.v1.ListJobsRequest.states:type_name -> timeshard.v1.JobState
+	81,  // 19: timeshard.v1.ListJobsRequest.run_at_from:type_name -> google.protobuf.Timestamp
+	81,  // 20: timeshard.v1.ListJobsRequest.run_at_to:type_name -> google.protobuf.Timestamp
+	1,   // 21: timeshard.v1.ListJobsRequest.order:type_name -> timeshard.v1.JobOrder
+	3,   // 22: timeshard.v1.ListJobsResponse.jobs:type_name -> timeshard.v1.Job
+	82,  // 23: timeshard.v1.RescheduleJobRequest.delay:type_name -> google.protobuf.Duration
+	81,  // 24: timeshard.v1.RescheduleJobRequest.run_at:type_name -> google.protobuf.Timestamp
+	82,  // 25: timeshard.v1.Schedule.misfire_grace:type_name -> google.protobuf.Duration
+	82,  // 26: timeshard.v1.Schedule.jitter:type_name -> google.protobuf.Duration
+	81,  // 27: timeshard.v1.Schedule.next_fire:type_name -> google.protobuf.Timestamp
+	81,  // 28: timeshard.v1.Schedule.last_skip_at:type_name -> google.protobuf.Timestamp
+	81,  // 29: timeshard.v1.Schedule.last_fire_at:type_name -> google.protobuf.Timestamp
+	81,  // 30: timeshard.v1.Schedule.queued_at:type_name -> google.protobuf.Timestamp
+	82,  // 31: timeshard.v1.Schedule.spread:type_name -> google.protobuf.Duration
+	13,  // 32: timeshard.v1.CreateScheduleRequest.schedule:type_name -> timeshard.v1.Schedule
+	13,  // 33: timeshard.v1.ListSchedulesResponse.schedules:type_name -> timeshard.v1.Schedule
+	13,  // 34: timeshard.v1.UpdateScheduleRequest.schedule:type_name -> timeshard.v1.Schedule
+	81,  // 35: timeshard.v1.PreviewRequest.from:type_name -> google.protobuf.Timestamp
+	82,  // 36: timeshard.v1.PreviewRequest.spread:type_name -> google.protobuf.Duration
+	81,  // 37: timeshard.v1.FireTime.utc:type_name -> google.protobuf.Timestamp
+	81,  // 38: timeshard.v1.FireTime.runs_at:type_name -> google.protobuf.Timestamp
+	22,  // 39: timeshard.v1.PreviewResponse.times:type_name -> timeshard.v1.FireTime
+	81,  // 40: timeshard.v1.ListDeadLettersRequest.since:type_name -> google.protobuf.Timestamp
+	3,   // 41: timeshard.v1.ListDeadLettersResponse.jobs:type_name -> timeshard.v1.Job
+	3,   // 42: timeshard.v1.ReplayDeadLettersResponse.jobs:type_name -> timeshard.v1.Job
+	82,  // 43: timeshard.v1.WaitJobsRequest.timeout:type_name -> google.protobuf.Duration
+	3,   // 44: timeshard.v1.WaitJobsResponse.job:type_name -> timeshard.v1.Job
+	82,  // 45: timeshard.v1.ClaimRequest.wait:type_name -> google.protobuf.Duration
+	82,  // 46: timeshard.v1.ClaimRequest.lease:type_name -> google.protobuf.Duration
+	3,   // 47: timeshard.v1.ClaimedJob.job:type_name -> timeshard.v1.Job
+	81,  // 48: timeshard.v1.ClaimedJob.lease_until:type_name -> google.protobuf.Timestamp
+	82,  // 49: timeshard.v1.ClaimedJob.lease:type_name -> google.protobuf.Duration
+	32,  // 50: timeshard.v1.ClaimResponse.jobs:type_name -> timeshard.v1.ClaimedJob
+	82,  // 51: timeshard.v1.HeartbeatRequest.lease:type_name -> google.protobuf.Duration
+	81,  // 52: timeshard.v1.HeartbeatRequest.started_at:type_name -> google.protobuf.Timestamp
+	81,  // 53: timeshard.v1.HeartbeatResponse.lease_until:type_name -> google.protobuf.Timestamp
+	82,  // 54: timeshard.v1.HeartbeatResponse.lease:type_name -> google.protobuf.Duration
+	0,   // 55: timeshard.v1.FailResponse.state:type_name -> timeshard.v1.JobState
+	81,  // 56: timeshard.v1.FailResponse.retry_at:type_name -> google.protobuf.Timestamp
+	40,  // 57: timeshard.v1.FinishRequest.items:type_name -> timeshard.v1.FinishItem
+	0,   // 58: timeshard.v1.FinishResult.state:type_name -> timeshard.v1.JobState
+	42,  // 59: timeshard.v1.FinishResponse.results:type_name -> timeshard.v1.FinishResult
+	82,  // 60: timeshard.v1.WorkHello.lease:type_name -> google.protobuf.Duration
+	44,  // 61: timeshard.v1.WorkRequest.hello:type_name -> timeshard.v1.WorkHello
+	45,  // 62: timeshard.v1.WorkRequest.credits:type_name -> timeshard.v1.WorkCredit
+	34,  // 63: timeshard.v1.WorkRequest.heartbeats:type_name -> timeshard.v1.HeartbeatRequest
+	40,  // 64: timeshard.v1.WorkRequest.results:type_name -> timeshard.v1.FinishItem
+	34,  // 65: timeshard.v1.WorkRequest.started:type_name -> timeshard.v1.HeartbeatRequest
+	35,  // 66: timeshard.v1.HeartbeatResult.lease:type_name -> timeshard.v1.HeartbeatResponse
+	32,  // 67: timeshard.v1.WorkResponse.jobs:type_name -> timeshard.v1.ClaimedJob
+	47,  // 68: timeshard.v1.WorkResponse.heartbeats:type_name -> timeshard.v1.HeartbeatResult
+	42,  // 69: timeshard.v1.WorkResponse.results:type_name -> timeshard.v1.FinishResult
+	82,  // 70: timeshard.v1.WorkResponse.held:type_name -> google.protobuf.Duration
+	49,  // 71: timeshard.v1.ClusterInfoResponse.nodes:type_name -> timeshard.v1.Node
+	81,  // 72: timeshard.v1.ShardInfo.cursor:type_name -> google.protobuf.Timestamp
+	52,  // 73: timeshard.v1.ShardOwnersResponse.shards:type_name -> timeshard.v1.ShardInfo
+	82,  // 74: timeshard.v1.NodeStatusRequest.window:type_name -> google.protobuf.Duration
+	61,  // 75: timeshard.v1.TypeStartDelay.buckets:type_name -> timeshard.v1.LatenessBucket
+	81,  // 76: timeshard.v1.JobEvent.at:type_name -> google.protobuf.Timestamp
+	60,  // 77: timeshard.v1.NodeStatusResponse.shards:type_name -> timeshard.v1.ShardStatus
+	82,  // 78: timeshard.v1.NodeStatusResponse.window:type_name -> google.protobuf.Duration
+	61,  // 79: timeshard.v1.NodeStatusResponse.lateness:type_name -> timeshard.v1.LatenessBucket
+	62,  // 80: timeshard.v1.NodeStatusResponse.jobs:type_name -> timeshard.v1.TypeCounts
+	81,  // 81: timeshard.v1.NodeStatusResponse.dead_letters_at:type_name -> google.protobuf.Timestamp
+	65,  // 82: timeshard.v1.NodeStatusResponse.recent_failures:type_name -> timeshard.v1.JobEvent
+	65,  // 83: timeshard.v1.NodeStatusResponse.recent_dead_letters:type_name -> timeshard.v1.JobEvent
+	64,  // 84: timeshard.v1.NodeStatusResponse.unclaimed:type_name -> timeshard.v1.TypeWaiting
+	63,  // 85: timeshard.v1.NodeStatusResponse.start_delay:type_name -> timeshard.v1.TypeStartDelay
+	82,  // 86: timeshard.v1.TypePolicy.retry_base:type_name -> google.protobuf.Duration
+	82,  // 87: timeshard.v1.TypePolicy.retry_max:type_name -> google.protobuf.Duration
+	67,  // 88: timeshard.v1.SetTypePoliciesRequest.policies:type_name -> timeshard.v1.TypePolicy
+	67,  // 89: timeshard.v1.SetTypePoliciesResponse.policies:type_name -> timeshard.v1.TypePolicy
+	70,  // 90: timeshard.v1.SetTypeFlowsRequest.flows:type_name -> timeshard.v1.TypeFlow
+	75,  // 91: timeshard.v1.SetTypeFlowsResponse.types:type_name -> timeshard.v1.TypeInfo
+	75,  // 92: timeshard.v1.ListTypesResponse.types:type_name -> timeshard.v1.TypeInfo
+	67,  // 93: timeshard.v1.TypeInfo.policy:type_name -> timeshard.v1.TypePolicy
+	82,  // 94: timeshard.v1.WaitFinishedRequest.timeout:type_name -> google.protobuf.Duration
+	81,  // 95: timeshard.v1.LandedEntry.due_at:type_name -> google.protobuf.Timestamp
+	78,  // 96: timeshard.v1.LandRequest.entries:type_name -> timeshard.v1.LandedEntry
+	4,   // 97: timeshard.v1.JobService.ScheduleJob:input_type -> timeshard.v1.ScheduleJobRequest
+	6,   // 98: timeshard.v1.JobService.ScheduleJobs:input_type -> timeshard.v1.ScheduleJobsRequest
+	8,   // 99: timeshard.v1.JobService.GetJob:input_type -> timeshard.v1.GetJobRequest
+	9,   // 100: timeshard.v1.JobService.ListJobs:input_type -> timeshard.v1.ListJobsRequest
+	11,  // 101: timeshard.v1.JobService.CancelJob:input_type -> timeshard.v1.CancelJobRequest
+	12,  // 102: timeshard.v1.JobService.RescheduleJob:input_type -> timeshard.v1.RescheduleJobRequest
+	14,  // 103: timeshard.v1.JobService.CreateSchedule:input_type -> timeshard.v1.CreateScheduleRequest
+	15,  // 104: timeshard.v1.JobService.GetSchedule:input_type -> timeshard.v1.GetScheduleRequest
+	16,  // 105: timeshard.v1.JobService.ListSchedules:input_type -> timeshard.v1.ListSchedulesRequest
+	18,  // 106: timeshard.v1.JobService.UpdateSchedule:input_type -> timeshard.v1.UpdateScheduleRequest
+	19,  // 107: timeshard.v1.JobService.PauseSchedule:input_type -> timeshard.v1.ScheduleIdRequest
+	19,  // 108: timeshard.v1.JobService.ResumeSchedule:input_type -> timeshard.v1.ScheduleIdRequest
+	19,  // 109: timeshard.v1.JobService.DeleteSchedule:input_type -> timeshard.v1.ScheduleIdRequest
+	21,  // 110: timeshard.v1.JobService.PreviewSchedule:input_type -> timeshard.v1.PreviewRequest
+	24,  // 111: timeshard.v1.JobService.ListDeadLetters:input_type -> timeshard.v1.ListDeadLettersRequest
+	26,  // 112: timeshard.v1.JobService.ReplayDeadLetters:input_type -> timeshard.v1.ReplayDeadLettersRequest
+	26,  // 113: timeshard.v1.JobService.PurgeDeadLetters:input_type -> timeshard.v1.ReplayDeadLettersRequest
+	29,  // 114: timeshard.v1.JobService.WaitJobs:input_type -> timeshard.v1.WaitJobsRequest
+	31,  // 115: timeshard.v1.WorkerService.Claim:input_type -> timeshard.v1.ClaimRequest
+	34,  // 116: timeshard.v1.WorkerService.Heartbeat:input_type -> timeshard.v1.HeartbeatRequest
+	36,  // 117: timeshard.v1.WorkerService.Complete:input_type -> timeshard.v1.CompleteRequest
+	38,  // 118: timeshard.v1.WorkerService.Fail:input_type -> timeshard.v1.FailRequest
+	41,  // 119: timeshard.v1.WorkerService.Finish:input_type -> timeshard.v1.FinishRequest
+	46,  // 120: timeshard.v1.WorkerService.Work:input_type -> timeshard.v1.WorkRequest
+	50,  // 121: timeshard.v1.AdminService.ClusterInfo:input_type -> timeshard.v1.ClusterInfoRequest
+	53,  // 122: timeshard.v1.AdminService.ShardOwners:input_type -> timeshard.v1.ShardOwnersRequest
+	55,  // 123: timeshard.v1.AdminService.MoveShard:input_type -> timeshard.v1.MoveShardRequest
+	57,  // 124: timeshard.v1.AdminService.DrainNode:input_type -> timeshard.v1.DrainNodeRequest
+	59,  // 125: timeshard.v1.AdminService.NodeStatus:input_type -> timeshard.v1.NodeStatusRequest
+	68,  // 126: timeshard.v1.AdminService.SetTypePolicies:input_type -> timeshard.v1.SetTypePoliciesRequest
+	71,  // 127: timeshard.v1.AdminService.SetTypeFlows:input_type -> timeshard.v1.SetTypeFlowsRequest
+	73,  // 128: timeshard.v1.AdminService.ListTypes:input_type -> timeshard.v1.ListTypesRequest
+	79,  // 129: timeshard.v1.PeerService.Land:input_type -> timeshard.v1.LandRequest
+	76,  // 130: timeshard.v1.PeerService.WaitFinished:input_type -> timeshard.v1.WaitFinishedRequest
+	5,   // 131: timeshard.v1.JobService.ScheduleJob:output_type -> timeshard.v1.ScheduleJobResponse
+	7,   // 132: timeshard.v1.JobService.ScheduleJobs:output_type -> timeshard.v1.ScheduleJobsResponse
+	3,   // 133: timeshard.v1.JobService.GetJob:output_type -> timeshard.v1.Job
+	10,  // 134: timeshard.v1.JobService.ListJobs:output_type -> timeshard.v1.ListJobsResponse
+	3,   // 135: timeshard.v1.JobService.CancelJob:output_type -> timeshard.v1.Job
+	3,   // 136: timeshard.v1.JobService.RescheduleJob:output_type -> timeshard.v1.Job
+	13,  // 137: timeshard.v1.JobService.CreateSchedule:output_type -> timeshard.v1.Schedule
+	13,  // 138: timeshard.v1.JobService.GetSchedule:output_type -> timeshard.v1.Schedule
+	17,  // 139: timeshard.v1.JobService.ListSchedules:output_type -> timeshard.v1.ListSchedulesResponse
+	13,  // 140: timeshard.v1.JobService.UpdateSchedule:output_type -> timeshard.v1.Schedule
+	13,  // 141: timeshard.v1.JobService.PauseSchedule:output_type -> timeshard.v1.Schedule
+	13,  // 142: timeshard.v1.JobService.ResumeSchedule:output_type -> timeshard.v1.Schedule
+	20,  // 143: timeshard.v1.JobService.DeleteSchedule:output_type -> timeshard.v1.DeleteScheduleResponse
+	23,  // 144: timeshard.v1.JobService.PreviewSchedule:output_type -> timeshard.v1.PreviewResponse
+	25,  // 145: timeshard.v1.JobService.ListDeadLetters:output_type -> timeshard.v1.ListDeadLettersResponse
+	27,  // 146: timeshard.v1.JobService.ReplayDeadLetters:output_type -> timeshard.v1.ReplayDeadLettersResponse
+	28,  // 147: timeshard.v1.JobService.PurgeDeadLetters:output_type -> timeshard.v1.PurgeDeadLettersResponse
+	30,  // 148: timeshard.v1.JobService.WaitJobs:output_type -> timeshard.v1.WaitJobsResponse
+	33,  // 149: timeshard.v1.WorkerService.Claim:output_type -> timeshard.v1.ClaimResponse
+	35,  // 150: timeshard.v1.WorkerService.Heartbeat:output_type -> timeshard.v1.HeartbeatResponse
+	37,  // 151: timeshard.v1.WorkerService.Complete:output_type -> timeshard.v1.CompleteResponse
+	39,  // 152: timeshard.v1.WorkerService.Fail:output_type -> timeshard.v1.FailResponse
+	43,  // 153: timeshard.v1.WorkerService.Finish:output_type -> timeshard.v1.FinishResponse
+	48,  // 154: timeshard.v1.WorkerService.Work:output_type -> timeshard.v1.WorkResponse
+	51,  // 155: timeshard.v1.AdminService.ClusterInfo:output_type -> timeshard.v1.ClusterInfoResponse
+	54,  // 156: timeshard.v1.AdminService.ShardOwners:output_type -> timeshard.v1.ShardOwnersResponse
+	56,  // 157: timeshard.v1.AdminService.MoveShard:output_type -> timeshard.v1.MoveShardResponse
+	58,  // 158: timeshard.v1.AdminService.DrainNode:output_type -> timeshard.v1.DrainNodeResponse
+	66,  // 159: timeshard.v1.AdminService.NodeStatus:output_type -> timeshard.v1.NodeStatusResponse
+	69,  // 160: timeshard.v1.AdminService.SetTypePolicies:output_type -> timeshard.v1.SetTypePoliciesResponse
+	72,  // 161: timeshard.v1.AdminService.SetTypeFlows:output_type -> timeshard.v1.SetTypeFlowsResponse
+	74,  // 162: timeshard.v1.AdminService.ListTypes:output_type -> timeshard.v1.ListTypesResponse
+	80,  // 163: timeshard.v1.PeerService.Land:output_type -> timeshard.v1.LandResponse
+	77,  // 164: timeshard.v1.PeerService.WaitFinished:output_type -> timeshard.v1.WaitFinishedResponse
+	131, // [131:165] is the sub-list for method output_type
+	97,  // [97:131] is the sub-list for method input_type
+	97,  // [97:97] is the sub-list for extension type_name
+	97,  // [97:97] is the sub-list for extension extendee
+	0,   // [0:97] is the sub-list for field type_name
 }
 
 func init() { file_timeshard_v1_timeshard_proto_init() }
@@ -6236,7 +6387,7 @@ func file_timeshard_v1_timeshard_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_timeshard_v1_timeshard_proto_rawDesc), len(file_timeshard_v1_timeshard_proto_rawDesc)),
-			NumEnums:      1,
+			NumEnums:      2,
 			NumMessages:   79,
 			NumExtensions: 0,
 			NumServices:   4,

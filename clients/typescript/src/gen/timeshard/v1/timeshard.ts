@@ -95,6 +95,53 @@ export function jobStateToJSON(object: JobState): string {
   }
 }
 
+/** The order of a listing of jobs; ties (and JOB_ORDER_ID) by job id. */
+export enum JobOrder {
+  /** JOB_ORDER_UNSPECIFIED - By due time (run_at), as JOB_ORDER_DUE: the default. */
+  JOB_ORDER_UNSPECIFIED = 0,
+  JOB_ORDER_DUE = 1,
+  JOB_ORDER_CREATED = 2,
+  JOB_ORDER_ID = 3,
+  UNRECOGNIZED = -1,
+}
+
+export function jobOrderFromJSON(object: any): JobOrder {
+  switch (object) {
+    case 0:
+    case "JOB_ORDER_UNSPECIFIED":
+      return JobOrder.JOB_ORDER_UNSPECIFIED;
+    case 1:
+    case "JOB_ORDER_DUE":
+      return JobOrder.JOB_ORDER_DUE;
+    case 2:
+    case "JOB_ORDER_CREATED":
+      return JobOrder.JOB_ORDER_CREATED;
+    case 3:
+    case "JOB_ORDER_ID":
+      return JobOrder.JOB_ORDER_ID;
+    case -1:
+    case "UNRECOGNIZED":
+    default:
+      return JobOrder.UNRECOGNIZED;
+  }
+}
+
+export function jobOrderToJSON(object: JobOrder): string {
+  switch (object) {
+    case JobOrder.JOB_ORDER_UNSPECIFIED:
+      return "JOB_ORDER_UNSPECIFIED";
+    case JobOrder.JOB_ORDER_DUE:
+      return "JOB_ORDER_DUE";
+    case JobOrder.JOB_ORDER_CREATED:
+      return "JOB_ORDER_CREATED";
+    case JobOrder.JOB_ORDER_ID:
+      return "JOB_ORDER_ID";
+    case JobOrder.UNRECOGNIZED:
+    default:
+      return "UNRECOGNIZED";
+  }
+}
+
 export interface Attempt {
   attempt: number;
   worker: string;
@@ -222,16 +269,43 @@ export interface GetJobRequest {
   jobId: string;
 }
 
+/** A job is listed when it matches every filter given; an unset filter matches every job. */
 export interface ListJobsRequest {
   state: JobState;
   type: string;
+  /** At most 1000; 0 means 100. */
   pageSize: number;
+  /**
+   * The previous page's next_page_token, asked with the same filters and order. Any other
+   * token (made up, altered, another listing's, from before this version) is INVALID_ARGUMENT
+   * naming page_token: list again without one.
+   */
   pageToken: string;
+  /** In any of these states (with state: in that one too). */
+  states: JobState[];
+  /** Due in [run_at_from, run_at_to): run_at_from <= run_at < run_at_to; either may be unset. */
+  runAtFrom: Date | undefined;
+  runAtTo:
+    | Date
+    | undefined;
+  /** The job scheduled with exactly this idempotency key: a lookup (at most one job). */
+  idempotencyKey: string;
+  /** Jobs whose idempotency key starts with this (not with idempotency_key). */
+  idempotencyKeyPrefix: string;
+  /** The occurrences of this cron schedule: the jobs whose id is "<schedule_id>@<time>". */
+  scheduleId: string;
+  order: JobOrder;
 }
 
 export interface ListJobsResponse {
   jobs: Job[];
+  /** Empty on the last page. */
   nextPageToken: string;
+  /**
+   * How many jobs match the filters (on every page; counted when this page was read, so it
+   * moves if jobs come and go while a client pages).
+   */
+  total: number;
 }
 
 export interface CancelJobRequest {
@@ -2120,7 +2194,19 @@ export const GetJobRequest: MessageFns<GetJobRequest> = {
 };
 
 function createBaseListJobsRequest(): ListJobsRequest {
-  return { state: 0, type: "", pageSize: 0, pageToken: "" };
+  return {
+    state: 0,
+    type: "",
+    pageSize: 0,
+    pageToken: "",
+    states: [],
+    runAtFrom: undefined,
+    runAtTo: undefined,
+    idempotencyKey: "",
+    idempotencyKeyPrefix: "",
+    scheduleId: "",
+    order: 0,
+  };
 }
 
 export const ListJobsRequest: MessageFns<ListJobsRequest> = {
@@ -2136,6 +2222,31 @@ export const ListJobsRequest: MessageFns<ListJobsRequest> = {
     }
     if (message.pageToken !== "") {
       writer.uint32(34).string(message.pageToken);
+    }
+    if (message.states.length !== 0) {
+      writer.uint32(42).fork();
+      for (const v of message.states) {
+        writer.int32(v);
+      }
+      writer.join();
+    }
+    if (message.runAtFrom !== undefined) {
+      Timestamp.encode(toTimestamp(message.runAtFrom), writer.uint32(50).fork()).join();
+    }
+    if (message.runAtTo !== undefined) {
+      Timestamp.encode(toTimestamp(message.runAtTo), writer.uint32(58).fork()).join();
+    }
+    if (message.idempotencyKey !== "") {
+      writer.uint32(66).string(message.idempotencyKey);
+    }
+    if (message.idempotencyKeyPrefix !== "") {
+      writer.uint32(74).string(message.idempotencyKeyPrefix);
+    }
+    if (message.scheduleId !== "") {
+      writer.uint32(82).string(message.scheduleId);
+    }
+    if (message.order !== 0) {
+      writer.uint32(88).int32(message.order);
     }
     return writer;
   },
@@ -2185,6 +2296,72 @@ export const ListJobsRequest: MessageFns<ListJobsRequest> = {
             message.pageToken = reader.string();
             continue;
           }
+          case 5: {
+            if (tag === 40) {
+              message.states.push(reader.int32() as any);
+
+              continue;
+            }
+
+            if (tag === 42) {
+              const end2 = reader.uint32() + reader.pos;
+              while (reader.pos < end2) {
+                message.states.push(reader.int32() as any);
+              }
+
+              continue;
+            }
+
+            break;
+          }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.runAtFrom = fromTimestamp(Timestamp.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 7: {
+            if (tag !== 58) {
+              break;
+            }
+
+            message.runAtTo = fromTimestamp(Timestamp.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 8: {
+            if (tag !== 66) {
+              break;
+            }
+
+            message.idempotencyKey = reader.string();
+            continue;
+          }
+          case 9: {
+            if (tag !== 74) {
+              break;
+            }
+
+            message.idempotencyKeyPrefix = reader.string();
+            continue;
+          }
+          case 10: {
+            if (tag !== 82) {
+              break;
+            }
+
+            message.scheduleId = reader.string();
+            continue;
+          }
+          case 11: {
+            if (tag !== 88) {
+              break;
+            }
+
+            message.order = reader.int32() as any;
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -2211,6 +2388,33 @@ export const ListJobsRequest: MessageFns<ListJobsRequest> = {
         : isSet(object.page_token)
         ? globalThis.String(object.page_token)
         : "",
+      states: globalThis.Array.isArray(object?.states) ? object.states.map((e: any) => jobStateFromJSON(e)) : [],
+      runAtFrom: isSet(object.runAtFrom)
+        ? fromJsonTimestamp(object.runAtFrom)
+        : isSet(object.run_at_from)
+        ? fromJsonTimestamp(object.run_at_from)
+        : undefined,
+      runAtTo: isSet(object.runAtTo)
+        ? fromJsonTimestamp(object.runAtTo)
+        : isSet(object.run_at_to)
+        ? fromJsonTimestamp(object.run_at_to)
+        : undefined,
+      idempotencyKey: isSet(object.idempotencyKey)
+        ? globalThis.String(object.idempotencyKey)
+        : isSet(object.idempotency_key)
+        ? globalThis.String(object.idempotency_key)
+        : "",
+      idempotencyKeyPrefix: isSet(object.idempotencyKeyPrefix)
+        ? globalThis.String(object.idempotencyKeyPrefix)
+        : isSet(object.idempotency_key_prefix)
+        ? globalThis.String(object.idempotency_key_prefix)
+        : "",
+      scheduleId: isSet(object.scheduleId)
+        ? globalThis.String(object.scheduleId)
+        : isSet(object.schedule_id)
+        ? globalThis.String(object.schedule_id)
+        : "",
+      order: isSet(object.order) ? jobOrderFromJSON(object.order) : 0,
     };
   },
 
@@ -2228,6 +2432,27 @@ export const ListJobsRequest: MessageFns<ListJobsRequest> = {
     if (message.pageToken !== "") {
       obj.pageToken = message.pageToken;
     }
+    if (message.states?.length) {
+      obj.states = message.states.map((e) => jobStateToJSON(e));
+    }
+    if (message.runAtFrom !== undefined) {
+      obj.runAtFrom = message.runAtFrom.toISOString();
+    }
+    if (message.runAtTo !== undefined) {
+      obj.runAtTo = message.runAtTo.toISOString();
+    }
+    if (message.idempotencyKey !== "") {
+      obj.idempotencyKey = message.idempotencyKey;
+    }
+    if (message.idempotencyKeyPrefix !== "") {
+      obj.idempotencyKeyPrefix = message.idempotencyKeyPrefix;
+    }
+    if (message.scheduleId !== "") {
+      obj.scheduleId = message.scheduleId;
+    }
+    if (message.order !== 0) {
+      obj.order = jobOrderToJSON(message.order);
+    }
     return obj;
   },
 
@@ -2240,12 +2465,19 @@ export const ListJobsRequest: MessageFns<ListJobsRequest> = {
     message.type = object.type ?? "";
     message.pageSize = object.pageSize ?? 0;
     message.pageToken = object.pageToken ?? "";
+    message.states = object.states?.map((e) => e) || [];
+    message.runAtFrom = object.runAtFrom ?? undefined;
+    message.runAtTo = object.runAtTo ?? undefined;
+    message.idempotencyKey = object.idempotencyKey ?? "";
+    message.idempotencyKeyPrefix = object.idempotencyKeyPrefix ?? "";
+    message.scheduleId = object.scheduleId ?? "";
+    message.order = object.order ?? 0;
     return message;
   },
 };
 
 function createBaseListJobsResponse(): ListJobsResponse {
-  return { jobs: [], nextPageToken: "" };
+  return { jobs: [], nextPageToken: "", total: 0 };
 }
 
 export const ListJobsResponse: MessageFns<ListJobsResponse> = {
@@ -2255,6 +2487,9 @@ export const ListJobsResponse: MessageFns<ListJobsResponse> = {
     }
     if (message.nextPageToken !== "") {
       writer.uint32(18).string(message.nextPageToken);
+    }
+    if (message.total !== 0) {
+      writer.uint32(24).int64(message.total);
     }
     return writer;
   },
@@ -2288,6 +2523,14 @@ export const ListJobsResponse: MessageFns<ListJobsResponse> = {
             message.nextPageToken = reader.string();
             continue;
           }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.total = longToNumber(reader.int64());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -2308,6 +2551,7 @@ export const ListJobsResponse: MessageFns<ListJobsResponse> = {
         : isSet(object.next_page_token)
         ? globalThis.String(object.next_page_token)
         : "",
+      total: isSet(object.total) ? globalThis.Number(object.total) : 0,
     };
   },
 
@@ -2319,6 +2563,9 @@ export const ListJobsResponse: MessageFns<ListJobsResponse> = {
     if (message.nextPageToken !== "") {
       obj.nextPageToken = message.nextPageToken;
     }
+    if (message.total !== 0) {
+      obj.total = Math.round(message.total);
+    }
     return obj;
   },
 
@@ -2329,6 +2576,7 @@ export const ListJobsResponse: MessageFns<ListJobsResponse> = {
     const message = createBaseListJobsResponse();
     message.jobs = object.jobs?.map((e) => Job.fromPartial(e)) || [];
     message.nextPageToken = object.nextPageToken ?? "";
+    message.total = object.total ?? 0;
     return message;
   },
 };
