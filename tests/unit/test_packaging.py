@@ -1,18 +1,88 @@
-"""The package as published: an SPDX license with its text, the API's .proto in the sdist, and
-the dependencies the SDK imports declared."""
+"""The package as published: an SPDX license with its text, the API's .proto in the sdist, the
+dependencies the SDK imports declared, and a plain install that is the client, the worker SDK and
+the embedded node without the server's packages (Cassandra, ZooKeeper, cryptography)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import tarfile
+import textwrap
 import tomllib
 from pathlib import Path
 
 import pytest
+from packaging.requirements import Requirement
 
 ROOT = Path(__file__).resolve().parents[2]
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+SERVER_MODULES = ("cassandra", "kazoo", "cryptography")
+
+# What a client-only install must do without the server's packages: a worker and its task,
+# the embedded node in process, a job scheduled, run and its result read back.
+SMOKE = textwrap.dedent(
+    """
+    import sys
+    from dataclasses import dataclass
+
+    import timeshard.testing
+    from timeshard.client import Client, JobState
+    from timeshard.worker import JobContext, Worker
+
+    worker = Worker(lease_s=10)
+
+
+    @dataclass
+    class Greeting:
+        name: str
+
+
+    @worker.task("greet")
+    async def greet(greeting: Greeting, ctx: JobContext) -> str:
+        return f"hello {greeting.name}"
+
+
+    with timeshard.testing.local(worker) as client:
+        assert isinstance(client, Client)
+        job = client.finished(greet.schedule(Greeting(name="slim")).job_id)
+        assert job.state is JobState.SUCCEEDED, job
+    loaded = sorted({m.partition(".")[0] for m in sys.modules} & {"cassandra", "kazoo",
+                                                                   "cryptography"})
+    assert not loaded, f"a plain install imported {loaded}"
+    print("smoke: ok")
+    """
+)
+
+# Makes the server's packages absent, as in an install without the server extra.
+BLOCKER = textwrap.dedent(
+    f"""
+    import sys
+
+    class _Absent:
+        def find_spec(self, name, path=None, target=None):
+            if name.partition(".")[0] in {SERVER_MODULES!r}:
+                raise ModuleNotFoundError(f"No module named {{name!r}}", name=name)
+            return None
+
+    sys.meta_path.insert(0, _Absent())
+    """
+)
+
+
+def run_without_server_packages(
+    code: str, *args: str, cwd: Path
+) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    return subprocess.run(
+        [sys.executable, "-c", BLOCKER + code, *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
 
 
 def test_the_license_is_an_spdx_expression_with_the_apache_text() -> None:
@@ -23,11 +93,83 @@ def test_the_license_is_an_spdx_expression_with_the_apache_text() -> None:
 
 
 def test_the_sdk_imports_are_declared_with_floors() -> None:
-    declared = {
-        d.split(">")[0].split("<")[0].split("=")[0].strip() for d in PROJECT["dependencies"]
-    }
+    declared = {Requirement(d).name for d in PROJECT["dependencies"]}
     assert {"pydantic", "typing-extensions", "croniter", "grpcio", "protobuf"} <= declared
     assert "croniter>=7.0,<8" in PROJECT["dependencies"]
+
+
+def test_the_server_packages_come_only_with_the_server_extra() -> None:
+    plain = {Requirement(d).name for d in PROJECT["dependencies"]}
+    server = {Requirement(d).name for d in PROJECT["optional-dependencies"]["server"]}
+    assert {"cassandra-driver", "kazoo", "cryptography"} <= server
+    assert not plain & server
+
+
+def floors(requirements: list[str]) -> list[str]:
+    """``name==floor`` for each requirement, its lowest allowed version."""
+    pinned = []
+    for line in requirements:
+        req = Requirement(line)
+        (floor,) = [s.version for s in req.specifier if s.operator == ">="]
+        pinned.append(f"{req.name}=={floor}")
+    return pinned
+
+
+def offline(run: subprocess.CompletedProcess[str]) -> bool:
+    """pip failed to reach the package index (outside CI: skip rather than fail)."""
+    out = run.stdout + run.stderr
+    unreachable = ("NewConnectionError", "Temporary failure in name resolution", "Network is")
+    return run.returncode != 0 and not os.environ.get("CI") and any(u in out for u in unreachable)
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("extra", ["server", "otel"])
+def test_every_floor_installs_beside_the_others(tmp_path: Path, extra: str) -> None:
+    """Each dependency at its floor, all at once, as a resolver preferring the lowest versions
+    would pick them (``typing-extensions>=4.6.1`` could not be installed beside grpcio's
+    ``~=4.12``; opentelemetry-proto before 1.43 refuses protobuf 7). pip resolves them
+    without installing anything."""
+    pinned = floors(PROJECT["dependencies"] + PROJECT["optional-dependencies"][extra])
+    run = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "-q", *pinned],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=280,
+        check=False,
+    )
+    if offline(run):
+        pytest.skip("the package index is not reachable")
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+
+
+def test_the_client_the_worker_and_the_embedded_node_need_no_server_package(
+    tmp_path: Path,
+) -> None:
+    run = run_without_server_packages(SMOKE, cwd=tmp_path)
+    assert run.returncode == 0 and "smoke: ok" in run.stdout, run.stdout + run.stderr[-3000:]
+    cli = "from timeshard.cli.main import main; sys.exit(main(sys.argv[1:]))"
+    run = run_without_server_packages(cli, "dev", "--help", cwd=tmp_path)
+    assert run.returncode == 0 and "--port" in run.stdout, run.stderr[-3000:]
+
+
+@pytest.mark.parametrize(
+    ("argv", "needs"),
+    [
+        (["server", "--store", "cassandra://127.0.0.1:1/ks"], "the cassandra:// store needs"),
+        (["server", "--coordinator", "zookeeper://127.0.0.1:1/ts"], "coordinator needs kazoo"),
+        (["certs", "init", "tls"], "`timeshard certs init` needs cryptography"),
+        (["shards", "plan", "--coordinator", "zookeeper://127.0.0.1:1/ts"], "needs kazoo"),
+    ],
+)
+def test_a_server_feature_without_the_server_extra_names_the_extra(
+    tmp_path: Path, argv: list[str], needs: str
+) -> None:
+    cli = "from timeshard.cli.main import main; sys.exit(main(sys.argv[1:]))"
+    run = run_without_server_packages(cli, *argv, cwd=tmp_path)
+    assert run.returncode == 5, run.stdout + run.stderr  # FAILED_PRECONDITION
+    assert needs in run.stderr and "pip install 'timeshard[server]'" in run.stderr
+    assert "Traceback" not in run.stderr
 
 
 @pytest.mark.timeout(300)
