@@ -10,6 +10,8 @@ import sys
 import tarfile
 import textwrap
 import tomllib
+import zipfile
+from email.parser import Parser
 from pathlib import Path
 
 import pytest
@@ -174,16 +176,7 @@ def test_a_server_feature_without_the_server_extra_names_the_extra(
 
 @pytest.mark.timeout(300)
 def test_the_sdist_ships_the_proto_and_the_license(tmp_path: Path) -> None:
-    pytest.importorskip("build")
-    run = subprocess.run(
-        [sys.executable, "-m", "build", "--sdist", "--no-isolation", "--outdir", str(tmp_path)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
-    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
-    (sdist,) = tmp_path.glob("timeshard-*.tar.gz")
+    sdist = build("sdist", tmp_path)
     with tarfile.open(sdist) as tar:
         names = {n.split("/", 1)[1] for n in tar.getnames() if "/" in n}
         pkg_info = tar.extractfile(f"{sdist.name.removesuffix('.tar.gz')}/PKG-INFO")
@@ -192,3 +185,43 @@ def test_the_sdist_ships_the_proto_and_the_license(tmp_path: Path) -> None:
     assert "proto/timeshard/v1/timeshard.proto" in names
     assert "LICENSE" in names and "src/timeshard/py.typed" in names
     assert "License-Expression: Apache-2.0" in metadata
+
+
+def build(kind: str, outdir: Path) -> Path:
+    """``python -m build --KIND`` of this checkout into ``outdir`` (no isolation: the build
+    backend of the dev extra), the file it made."""
+    pytest.importorskip("build")
+    run = subprocess.run(
+        [sys.executable, "-m", "build", f"--{kind}", "--no-isolation", "--outdir", str(outdir)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    (made,) = outdir.glob("timeshard-*.whl" if kind == "wheel" else "timeshard-*.tar.gz")
+    return made
+
+
+@pytest.mark.timeout(300)
+def test_the_wheel_ships_the_proto_and_says_where_the_project_lives(tmp_path: Path) -> None:
+    wheel = build("wheel", tmp_path)
+    with zipfile.ZipFile(wheel) as zf:
+        names = set(zf.namelist())
+        proto = zf.read("timeshard/v1/timeshard.proto")
+        (meta_name,) = [n for n in names if n.endswith(".dist-info/METADATA")]
+        meta = Parser().parsestr(zf.read(meta_name).decode())
+    assert proto == (ROOT / "proto" / "timeshard" / "v1" / "timeshard.proto").read_bytes()
+    assert {"timeshard/py.typed", "timeshard/v1/timeshard_pb2.py"} <= names
+    urls = dict(u.split(", ", 1) for u in meta.get_all("Project-URL") or [])
+    assert {"Homepage", "Documentation", "Source", "Issues"} <= set(urls)
+    assert all(u.startswith("https://") for u in urls.values())
+    classifiers = meta.get_all("Classifier") or []
+    assert "Programming Language :: Python :: 3.11" in classifiers
+    assert any(c.startswith("Development Status ::") for c in classifiers)
+    assert "Typing :: Typed" in classifiers
+    requires = meta.get_all("Requires-Dist") or []
+    for package in ("cassandra-driver", "kazoo", "cryptography"):
+        (line,) = [r for r in requires if Requirement(r).name == package]
+        assert Requirement(line).marker is not None and "server" in str(Requirement(line).marker)
