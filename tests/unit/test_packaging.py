@@ -5,6 +5,8 @@ the embedded node without the server's packages (Cassandra, ZooKeeper, cryptogra
 from __future__ import annotations
 
 import os
+import re
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -225,3 +227,121 @@ def test_the_wheel_ships_the_proto_and_says_where_the_project_lives(tmp_path: Pa
     for package in ("cassandra-driver", "kazoo", "cryptography"):
         (line,) = [r for r in requires if Requirement(r).name == package]
         assert Requirement(line).marker is not None and "server" in str(Requirement(line).marker)
+
+
+# -- the documented install, run -----------------------------------------------------------
+
+REPOSITORY = "https://github.com/timeshard/timeshard.git"
+
+
+def install_blocks() -> list[str]:
+    """The shell blocks of the "Installing" section of docs/operations.md, in order."""
+    text = (ROOT / "docs" / "operations.md").read_text()
+    section = text.split("\n## Installing\n", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"^```sh\n(.*?)^```", section, flags=re.S | re.M)
+
+
+def strict(block: str) -> str:
+    """``block`` with each command line ended by ``|| exit``: ``set -e`` spares every command
+    of an ``a && b`` list but the last, so a failing ``git clone ... && cd`` would go on."""
+    lines = []
+    for line in block.splitlines():
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        assert "#" not in line and not line.endswith("\\"), f"keep {line!r} to one command"
+        lines.append(f"{line} || exit $?")
+    return "\n".join(lines) + "\n"
+
+
+def snapshot(dest: Path) -> Path:
+    """A git repository (branch main) of this checkout's files as they are now, committed or
+    not, standing in for the public repository the docs name."""
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT,
+        capture_output=True,
+        check=True,
+    ).stdout.decode()
+    for name in filter(None, listed.split("\0")):
+        source = ROOT / name
+        if source.is_file():
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, dest / name, follow_symlinks=False)
+    git = ["git", "-c", "user.name=test", "-c", "user.email=test@invalid"]
+    for args in (["init", "-q", "-b", "main"], ["add", "-A"], ["commit", "-q", "-m", "snapshot"]):
+        subprocess.run([*git, *args], cwd=dest, check=True, capture_output=True)
+    return dest
+
+
+def shell(script: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """``script`` in bash, as a user's shell would run it: no PYTHONPATH into this checkout,
+    no virtual environment active."""
+    drop = {"PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "PIP_USER"}
+    env = {k: v for k, v in os.environ.items() if k not in drop}
+    env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
+    return subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", script],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+
+
+def ok(run: subprocess.CompletedProcess[str]) -> str:
+    if offline(run):
+        pytest.skip("the package index is not reachable")
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    return run.stdout
+
+
+PLAIN_INSTALL_CHECKS = """
+python - <<'PY'
+import importlib.resources
+import importlib.util
+
+present = [m for m in ("cassandra", "kazoo", "cryptography") if importlib.util.find_spec(m)]
+assert not present, f"a plain install brought {present}"
+proto = importlib.resources.files("timeshard.v1") / "timeshard.proto"
+assert "service JobService" in proto.read_text()
+PY
+python ../smoke.py
+if timeshard server --store cassandra://127.0.0.1:1/ks 2>err.txt; then exit 1; else test $? = 5; fi
+grep -F "pip install 'timeshard[server]'" err.txt
+"""
+
+EXTRAS_CHECKS = """
+python -c 'import cassandra.cluster, kazoo.client, cryptography.x509'
+python -c 'import timeshard.store.cassandra, timeshard.coordinator.zookeeper'
+OTEL_TRACES_EXPORTER=console OTEL_METRICS_EXPORTER=none OTEL_LOGS_EXPORTER=none \\
+  opentelemetry-instrument python -c \\
+  'from timeshard.observe.tracing import Tracing; assert Tracing().enabled, "no provider"'
+"""
+
+
+@pytest.mark.timeout(1200)
+def test_the_documented_install_commands_work(tmp_path: Path) -> None:
+    """Every command of docs/operations.md's "Installing", run as written in fresh virtual
+    environments (pip fetches the dependencies from the package index), with the public
+    repository's URL pointing at a snapshot of this checkout. The plain install then has no
+    server package, runs a worker's job on the embedded node and names the extra a Cassandra
+    store needs; the extras bring the server's modules and a working opentelemetry-instrument;
+    the git URL installs too."""
+    wheel, extras, from_git = (strict(b) for b in install_blocks())
+    # file://localhost/: the pip of a fresh venv refuses git+file:/// (a URL without a host)
+    upstream = f"file://localhost{snapshot(tmp_path / 'upstream' / 'timeshard.git')}"
+    (tmp_path / "smoke.py").write_text(SMOKE)
+    checkout = tmp_path / "timeshard"  # where the docs' `git clone` puts it
+    ok(shell(wheel.replace(REPOSITORY, upstream) + PLAIN_INSTALL_CHECKS, cwd=tmp_path))
+    ok(shell(f". .venv/bin/activate\n{extras}{EXTRAS_CHECKS}", cwd=checkout))
+    git_install = from_git.replace(REPOSITORY, upstream)
+    out = ok(
+        shell(
+            f"python3 -m venv venv-git && . venv-git/bin/activate\n{git_install}"
+            "python -c 'import cassandra.cluster'\ntimeshard --version\n",
+            cwd=tmp_path,
+        )
+    )
+    assert f"timeshard {PROJECT['version']}" in out
