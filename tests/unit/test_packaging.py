@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tarfile
@@ -18,6 +19,8 @@ from pathlib import Path
 
 import pytest
 from packaging.requirements import Requirement
+
+from timeshard.client import Client, JobState
 
 ROOT = Path(__file__).resolve().parents[2]
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
@@ -72,6 +75,9 @@ BLOCKER = textwrap.dedent(
     sys.meta_path.insert(0, _Absent())
     """
 )
+
+
+CLI = "from timeshard.cli.main import main; sys.exit(main(sys.argv[1:]))"
 
 
 def run_without_server_packages(
@@ -152,9 +158,31 @@ def test_the_client_the_worker_and_the_embedded_node_need_no_server_package(
 ) -> None:
     run = run_without_server_packages(SMOKE, cwd=tmp_path)
     assert run.returncode == 0 and "smoke: ok" in run.stdout, run.stdout + run.stderr[-3000:]
-    cli = "from timeshard.cli.main import main; sys.exit(main(sys.argv[1:]))"
-    run = run_without_server_packages(cli, "dev", "--help", cwd=tmp_path)
+    run = run_without_server_packages(CLI, "dev", "--help", cwd=tmp_path)
     assert run.returncode == 0 and "--port" in run.stdout, run.stderr[-3000:]
+
+
+def test_timeshard_dev_runs_a_job_without_the_server_packages(tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    argv = [sys.executable, "-c", BLOCKER + CLI, "dev", "--port", "0", "--data", "data"]
+    with subprocess.Popen(
+        argv, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    ) as dev:
+        try:
+            assert dev.stdout is not None
+            lines = []
+            for line in dev.stdout:  # the test's timeout bounds a node that never serves
+                lines.append(line)
+                if served := re.search(r"serving on (\S+)", line):
+                    break
+            else:
+                pytest.fail("timeshard dev ended: " + "".join(lines[-30:]))
+            with Client(served.group(1), tls=False, token="") as client:
+                job = client.wait(client.schedule("demo.echo", {"hi": 1}).job_id, timeout=30)
+            assert job.state is JobState.SUCCEEDED, job
+        finally:
+            dev.send_signal(signal.SIGINT)
+            dev.wait(timeout=30)
 
 
 @pytest.mark.parametrize(
@@ -169,8 +197,7 @@ def test_the_client_the_worker_and_the_embedded_node_need_no_server_package(
 def test_a_server_feature_without_the_server_extra_names_the_extra(
     tmp_path: Path, argv: list[str], needs: str
 ) -> None:
-    cli = "from timeshard.cli.main import main; sys.exit(main(sys.argv[1:]))"
-    run = run_without_server_packages(cli, *argv, cwd=tmp_path)
+    run = run_without_server_packages(CLI, *argv, cwd=tmp_path)
     assert run.returncode == 5, run.stdout + run.stderr  # FAILED_PRECONDITION
     assert needs in run.stderr and "pip install 'timeshard[server]'" in run.stderr
     assert "Traceback" not in run.stderr
