@@ -4,6 +4,7 @@ the embedded node without the server's packages (Cassandra, ZooKeeper, cryptogra
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -19,6 +20,8 @@ from pathlib import Path
 
 import pytest
 from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+from packaging.version import Version
 
 from timeshard.client import Client, JobState
 
@@ -140,8 +143,10 @@ def test_every_floor_installs_beside_the_others(tmp_path: Path, extra: str) -> N
     ``~=4.12``; opentelemetry-proto before 1.43 refuses protobuf 7). pip resolves them
     without installing anything."""
     pinned = floors(PROJECT["dependencies"] + PROJECT["optional-dependencies"][extra])
+    # --report: a dry run that reports is allowed in a distribution's Python too (PEP 668).
+    report = ["--dry-run", "--ignore-installed", "--report", str(tmp_path / "report.json")]
     run = subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "-q", *pinned],
+        [sys.executable, "-m", "pip", "install", "-q", *report, *pinned],
         cwd=tmp_path,
         capture_output=True,
         text=True,
@@ -151,6 +156,14 @@ def test_every_floor_installs_beside_the_others(tmp_path: Path, extra: str) -> N
     if offline(run):
         pytest.skip("the package index is not reachable")
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    chosen = {
+        canonicalize_name(i["metadata"]["name"]): i["metadata"]["version"]
+        for i in json.loads((tmp_path / "report.json").read_text())["install"]
+    }
+    for pin in pinned:  # each at its floor, none lifted
+        name, _, version = pin.partition("==")
+        found = chosen[canonicalize_name(name)]
+        assert Version(found) == Version(version), (pin, found)
 
 
 def test_the_client_the_worker_and_the_embedded_node_need_no_server_package(
