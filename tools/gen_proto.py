@@ -4,7 +4,9 @@
     python tools/gen_proto.py --check    # exit 1 if the committed code differs (drift)
 
 Proto package ``timeshard.v1`` lands as ``src/timeshard/v1/``, so the generated imports
-(``from timeshard.v1 import timeshard_pb2``) work as they are, with no patching.
+(``from timeshard.v1 import timeshard_pb2``) work as they are, with no patching. The .proto
+files are copied beside the code made from them, so the wheel carries the API's source at the
+path protoc knows it by (``-I site-packages`` finds ``timeshard/v1/timeshard.proto``).
 """
 
 from __future__ import annotations
@@ -44,6 +46,8 @@ def generate(into: Path) -> list[Path]:
     (into / PACKAGE_DIR / "__init__.py").write_text(
         '"""Generated from proto/timeshard/v1 by tools/gen_proto.py. Do not edit."""\n'
     )
+    for proto in protos:
+        shutil.copyfile(proto, into / proto.relative_to(PROTO_ROOT))
     return sorted((into / PACKAGE_DIR).iterdir())
 
 

@@ -6,6 +6,10 @@ it on the way out, the client uses its inverse on the way in).
 
 from __future__ import annotations
 
+import contextlib
+import re
+from collections.abc import Iterator
+
 import grpc
 
 
@@ -125,6 +129,46 @@ class Unimplemented(TimeshardError):
     def __init__(self, what: str) -> None:
         super().__init__(f"{what} is not implemented on this server yet")
         self.what = what
+
+
+EXTRA_PACKAGES: dict[str, tuple[str, str]] = {
+    "cassandra": ("server", "cassandra-driver"),
+    "kazoo": ("server", "kazoo"),
+    "cryptography": ("server", "cryptography"),
+}
+"""The modules a plain ``pip install timeshard`` leaves out: the top-level module, then the
+extra that brings it and the distribution it comes in (pyproject.toml)."""
+
+
+class MissingExtra(FailedPrecondition):
+    """A feature used from an install without the extra that brings its packages."""
+
+    def __init__(self, feature: str, extra: str, package: str) -> None:
+        super().__init__(
+            f"{feature} needs {package}: install timeshard with its {extra!r} extra, as in "
+            f"pip install 'timeshard[{extra}]' (docs/operations.md, Installing)"
+        )
+        self.feature = feature
+        self.extra = extra
+        self.package = package
+
+
+@contextlib.contextmanager
+def needs_extra(feature: str) -> Iterator[None]:
+    """Around the import of an optional module: its absence becomes ``MissingExtra`` naming
+    ``feature`` and the extra to install; any other import error goes through unchanged."""
+    try:
+        yield
+    except ModuleNotFoundError as exc:
+        found = EXTRA_PACKAGES.get((exc.name or "").partition(".")[0])
+        if found is None:
+            raise
+        raise MissingExtra(feature, *found) from exc
+
+
+def redact_url(url: str) -> str:
+    """``url`` with the password of its ``user:password@`` part replaced, for messages."""
+    return re.sub(r"(://[^:/@]*):[^@/]*@", r"\1:***@", url)
 
 
 GRPC_STATUS: dict[type[TimeshardError], grpc.StatusCode] = {

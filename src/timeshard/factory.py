@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from timeshard.coordinator.base import Coordinator
 from timeshard.coordinator.local import LocalCoordinator
-from timeshard.errors import InvalidArgument
+from timeshard.errors import InvalidArgument, needs_extra, redact_url
 from timeshard.sharding import DEFAULT_NUM_SHARDS
 from timeshard.store.base import Retention, Store
 
@@ -19,12 +19,11 @@ def make_store(
 
         return SqliteStore.from_url(url, num_shards=num_shards, retention=retention)
     if url.startswith("cassandra://"):
-        from timeshard.store.cassandra import CassandraStore
+        with needs_extra("the cassandra:// store"):
+            from timeshard.store.cassandra import CassandraStore
 
         store: Store = CassandraStore.from_url(url, num_shards=num_shards, retention=retention)
         return store
-    from timeshard.coordinator.zkstate import redact_url
-
     raise InvalidArgument(
         "store", f"{redact_url(url)!r}: use sqlite:///PATH or cassandra://HOST:PORT/KEYSPACE"
     )
@@ -35,12 +34,11 @@ def make_coordinator(url: str) -> Coordinator:
     if url in ("", "local", "local://"):
         return LocalCoordinator()
     if url.startswith("zookeeper://"):
-        from timeshard.coordinator.zookeeper import ZooKeeperCoordinator
+        with needs_extra("the zookeeper:// coordinator"):
+            from timeshard.coordinator.zookeeper import ZooKeeperCoordinator
 
         coordinator: Coordinator = ZooKeeperCoordinator.from_url(url)
         return coordinator
-    from timeshard.coordinator.zkstate import redact_url
-
     raise InvalidArgument(
         "coordinator", f"{redact_url(url)!r}: use local or zookeeper://HOST:PORT/PATH"
     )

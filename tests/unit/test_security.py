@@ -16,6 +16,7 @@ from pathlib import Path
 import grpc
 import pytest
 from cryptography import x509
+from cryptography.hazmat.primitives import serialization
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
@@ -196,6 +197,33 @@ async def test_certificates_rotate_on_reload_without_dropping_the_node(
             again = await asyncio.to_thread(_served_serial, server.port, tmp_path / "ca.pem")
             assert again == rotated
             assert await code_of(list_jobs(ch)) is grpc.StatusCode.OK
+
+
+def test_unusable_tls_files_are_refused_naming_the_file(pki: Path, tmp_path: Path) -> None:
+    """Checked with the standard library's ssl (a client-only install has no cryptography):
+    a key that is not its certificate's, an encrypted key, a CA file without a certificate."""
+    for name in ("ca.pem", "server.pem", "server-key.pem", "client.pem", "client-key.pem"):
+        (tmp_path / name).write_bytes((pki / name).read_bytes())
+    ServerTls(tmp_path)
+    ClientTls.from_dir(tmp_path)
+    (tmp_path / "client-key.pem").write_bytes((pki / "server-key.pem").read_bytes())
+    with pytest.raises(InvalidArgument, match=r"client\.pem: the key does not match"):
+        ClientTls.from_dir(tmp_path)
+    (tmp_path / "server-key.pem").write_bytes(certs.make_ca(NOW).key)
+    with pytest.raises(InvalidArgument, match=r"server\.pem: the key does not match"):
+        ServerTls(tmp_path)
+    key = serialization.load_pem_private_key((pki / "client-key.pem").read_bytes(), None)
+    encrypted = key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.BestAvailableEncryption(b"secret"),
+    )
+    (tmp_path / "client-key.pem").write_bytes(encrypted)  # never a prompt on the terminal
+    with pytest.raises(InvalidArgument, match=r"client\.pem: not a PEM certificate with an"):
+        ClientTls.from_dir(tmp_path)
+    (tmp_path / "ca.pem").write_bytes(b"-----BEGIN CERTIFICATE-----\nnot base64\n")
+    with pytest.raises(InvalidArgument, match=r"ca\.pem: no PEM certificate in it"):
+        ClientTls.from_dir(tmp_path)
 
 
 # -- tokens -------------------------------------------------------------------------------

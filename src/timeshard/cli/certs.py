@@ -8,7 +8,7 @@ from pathlib import Path
 
 from timeshard.cli.common import add_json_option
 from timeshard.console import print_json
-from timeshard.security.certs import default_hosts, init_dir
+from timeshard.errors import needs_extra
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -36,6 +36,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def cmd_init(args: argparse.Namespace) -> int:
+    with needs_extra("`timeshard certs init`"):
+        from timeshard.security.certs import default_hosts, init_dir
+
     hosts = (
         [h for item in args.hosts for h in item.split(",") if h] if args.hosts else default_hosts()
     )

@@ -11,7 +11,7 @@ import grpc
 
 from timeshard.cli.security import apply_client_options
 from timeshard.console import Exit, report_error
-from timeshard.errors import TimeshardError
+from timeshard.errors import TimeshardError, needs_extra
 from timeshard.wire import translate
 
 
@@ -21,7 +21,11 @@ def run_command(args: argparse.Namespace) -> int:
     code."""
     try:
         apply_client_options(args)
-        code: int = args.func(args)
+        # A server feature reached in an install without the server extra, where no edge
+        # named it more precisely: say which extra to install, not a traceback.
+        command = getattr(args, "command", None)
+        with needs_extra(f"`timeshard {command}`" if command else "this command"):
+            code: int = args.func(args)
     except TimeshardError as exc:
         return report_error(exc)
     except grpc.RpcError as exc:  # a call made without the client's translation

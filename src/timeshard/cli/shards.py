@@ -19,7 +19,7 @@ import os
 import sys
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import grpc
 
@@ -27,18 +27,21 @@ from timeshard.cli.common import MAX_INT32, add_json_option, number, whole
 from timeshard.cli.exits import run_command
 from timeshard.cli.security import add_client_options
 from timeshard.console import print_json, use_help_formatter, when
-from timeshard.coordinator.zkstate import ClusterView, ShardAdmin, connect
 from timeshard.errors import (
     InvalidArgument,
     PermissionDenied,
     TimeshardError,
     Unauthenticated,
     Unavailable,
+    needs_extra,
 )
 from timeshard.security.channel import DEFAULT_SERVER, ClientSecurity, server_from_env
 from timeshard.v1 import timeshard_pb2 as pb
 from timeshard.v1 import timeshard_pb2_grpc as pb_grpc
 from timeshard.wire import translate, ts_ms
+
+if TYPE_CHECKING:
+    from timeshard.coordinator.zkstate import ClusterView, ShardAdmin
 
 T = TypeVar("T")
 RPC_TIMEOUT_S = 10.0
@@ -279,6 +282,9 @@ def _coordinator(args: argparse.Namespace) -> Any:
         raise InvalidArgument(
             "--coordinator", f"{args.coordinator!r}: only a zookeeper:// coordinator moves shards"
         )
+    with needs_extra(f"`timeshard shards {args.shards_cmd}` (through ZooKeeper)"):
+        from timeshard.coordinator.zkstate import connect
+
     return connect(args.coordinator)
 
 

@@ -34,7 +34,13 @@ from kazoo.retry import KazooRetry
 from kazoo.security import ACL, OPEN_ACL_UNSAFE, Permissions, make_digest_acl
 
 from timeshard.coordinator.assignment import assign
-from timeshard.errors import FailedPrecondition, InvalidArgument, NotFound, Unavailable
+from timeshard.errors import (
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    Unavailable,
+    redact_url,
+)
 
 DEFAULT_PATH = "/timeshard"
 ENV_PASSWORD = "TIMESHARD_ZOOKEEPER_PASSWORD"
@@ -133,11 +139,6 @@ def _hide_auth_in_kazoo_logs() -> None:
     logger = logging.getLogger("kazoo.client")
     if not any(isinstance(f, _RedactAuth) for f in logger.filters):
         logger.addFilter(_RedactAuth())
-
-
-def redact_url(url: str) -> str:
-    """``url`` with the password of its ``user:password@`` part replaced, for messages."""
-    return re.sub(r"(://[^:/@]*):[^@/]*@", r"\1:***@", url)
 
 
 def parse_url(url: str) -> ZooKeeperConfig:

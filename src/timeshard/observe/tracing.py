@@ -1,6 +1,7 @@
 """OpenTelemetry spans of a job's life: schedule -> dispatch -> claim -> handler -> finish.
 
-Used when the ``opentelemetry`` packages are installed (``pip install 'timeshard[otel]'``) and a
+Used when the ``opentelemetry`` packages are installed (``pip install 'timeshard[otel]'``: the
+SDK, opentelemetry-distro's ``opentelemetry-instrument`` and the OTLP/gRPC exporter) and a
 tracer provider is configured (``opentelemetry-instrument timeshard server ...``, or a provider
 set in code); otherwise every call is a no-op.
 

@@ -19,15 +19,13 @@ from __future__ import annotations
 
 import logging
 import os
+import ssl
 import threading
 from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
-from cryptography import x509
-from cryptography.hazmat.primitives import serialization
 
-from timeshard.clock import format_rfc3339, from_datetime
 from timeshard.errors import InvalidArgument
 
 log = logging.getLogger(__name__)
@@ -53,29 +51,34 @@ def _read(directory: Path, name: str) -> bytes:
     return data
 
 
-def check_pair(cert_pem: bytes, key_pem: bytes, where: str) -> x509.Certificate:
-    """The first certificate of ``cert_pem``, after checking ``key_pem`` is its private key."""
+def check_pair(cert_path: Path, key_path: Path, cert_pem: bytes, key_pem: bytes) -> None:
+    """Check that ``key_pem`` (read from ``key_path``) is the private key of the first
+    certificate of ``cert_pem`` (read from ``cert_path``). The standard library's ``ssl`` loads
+    a pair only from files, so the files are loaded again, and must still hold those bytes:
+    a pair being replaced while it was read is refused, never half-checked."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     try:
-        certs = x509.load_pem_x509_certificates(cert_pem)
-        key = serialization.load_pem_private_key(key_pem, password=None)
-    except (ValueError, TypeError) as exc:
-        raise InvalidArgument("--tls-dir", f"{where}: {exc}") from None
-    public = key.public_key().public_bytes(
-        serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
-    )
-    leaf = certs[0]
-    if public != leaf.public_key().public_bytes(
-        serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
-    ):
-        raise InvalidArgument("--tls-dir", f"{where}: the key does not match the certificate")
-    return leaf
+        # No prompt for an encrypted key (gRPC could not use it either): it fails to load.
+        context.load_cert_chain(cert_path, key_path, password=lambda: b"")
+        unchanged = (cert_path.read_bytes(), key_path.read_bytes()) == (cert_pem, key_pem)
+    except ssl.SSLError as exc:
+        problem = (
+            "the key does not match the certificate"
+            if exc.reason == "KEY_VALUES_MISMATCH"
+            else f"not a PEM certificate with an unencrypted PEM key in {key_path.name} ({exc})"
+        )
+        raise InvalidArgument("--tls-dir", f"{cert_path}: {problem}") from None
+    except OSError as exc:
+        raise InvalidArgument("--tls-dir", f"can not read {exc.filename}: {exc.strerror}") from None
+    if not unchanged:
+        raise InvalidArgument("--tls-dir", f"{cert_path} or its key changed while being read")
 
 
 def _check_ca(ca_pem: bytes, where: str) -> None:
     try:
-        x509.load_pem_x509_certificates(ca_pem)
-    except ValueError as exc:
-        raise InvalidArgument("--tls-dir", f"{where}: {exc}") from None
+        ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT).load_verify_locations(cadata=ca_pem.decode())
+    except (ssl.SSLError, UnicodeDecodeError) as exc:
+        raise InvalidArgument("--tls-dir", f"{where}: no PEM certificate in it ({exc})") from None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -95,12 +98,8 @@ def read_server_files(directory: Path) -> ServerFiles:
         key=_read(directory, SERVER_KEY),
     )
     _check_ca(files.ca, str(directory / CA))
-    leaf = check_pair(files.cert, files.key, str(directory / SERVER_CERT))
-    log.debug(
-        "TLS: server certificate %s, valid until %s",
-        leaf.subject.rfc4514_string(),
-        format_rfc3339(from_datetime(leaf.not_valid_after_utc)),
-    )
+    check_pair(directory / SERVER_CERT, directory / SERVER_KEY, files.cert, files.key)
+    log.debug("TLS: server certificate and key read from %s", directory)
     return files
 
 
@@ -172,7 +171,7 @@ class ClientTls:
         cert = key = None
         if cert_path.exists() or key_path.exists():
             cert, key = _read(directory, CLIENT_CERT), _read(directory, CLIENT_KEY)
-            check_pair(cert, key, str(cert_path))
+            check_pair(cert_path, key_path, cert, key)
         return cls(ca=ca, cert=cert, key=key, server_name=server_name)
 
     @classmethod
