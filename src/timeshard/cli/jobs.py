@@ -18,7 +18,7 @@ from timeshard.cli.joblist import (
 )
 from timeshard.cli.jobtext import job_json, job_line, job_lines
 from timeshard.cli.load import DEFAULT_KEY_PREFIX, cmd_load, key_prefix, not_scheduled_why
-from timeshard.console import Exit, add_progress_option, print_json, when_local
+from timeshard.console import Exit, add_progress_option, print_json, when, when_local
 from timeshard.errors import FailedPrecondition, InvalidArgument, TimeshardError
 from timeshard.limits import MAX_BATCH, MAX_PRIORITY
 from timeshard.model import RESULT_BYTES, RESULT_JSON, JobState, parse_json_payload
