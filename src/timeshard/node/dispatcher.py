@@ -29,6 +29,7 @@ from timeshard.errors import NotOwner, TimeshardError
 from timeshard.limits import DEFAULT_MAX_UNSTARTED
 from timeshard.model import NOT_STARTED, SCHEDULE_ENTRY_PREFIX, BucketEntry, Job, JobState
 from timeshard.node.dispatchconfig import READ_MARGIN_S, DispatchConfig
+from timeshard.node.held import HeldEntries
 from timeshard.node.ready import ReadyItem, ReadyQueues
 from timeshard.node.schedules import FireResult, ScheduleFirer
 from timeshard.observe.events import NodeMetrics
@@ -88,14 +89,7 @@ class ShardDispatcher:
         it reads may have been written after its read, and is taken from the notify."""
         self._refreshed_at = -1  # when the last full refresh started
         self._stale_checked_at = -1
-        self._known: set[BucketEntry] = set()
-        self._rows: dict[BucketEntry, Job] = {}  # rows this node wrote with the entry (notify)
-        self._pending: dict[int, set[BucketEntry]] = {}
-        self._heap: list[BucketEntry] = []
-        self._later: list[tuple[int, BucketEntry]] = []  # (when, entry): delayed rechecks
-        self._claimed: dict[str, tuple[int, list[BucketEntry]]] = {}
-        """Jobs claimed through this node and running: their lease end, and the entries that
-        made them ready, still pending (``running``)."""
+        self._held = HeldEntries(wake=self._wake_up)
         self._deadlines: list[tuple[int, str]] = []  # (deadline, job id) of jobs made ready
         self._waker: asyncio.Future[None] | None = None  # set while the loop waits
         self._task: asyncio.Task[None] | None = None
@@ -128,11 +122,11 @@ class ShardDispatcher:
 
     def next_due(self) -> int | None:
         """When the earliest entry this dispatcher holds comes due (None: none held)."""
-        return self._heap[0].due_at if self._heap else None
+        return self._held.heap[0].due_at if self._held.heap else None
 
     @property
     def in_memory(self) -> int:
-        return sum(len(s) for s in self._pending.values())
+        return sum(len(s) for s in self._held.pending.values())
 
     def backlog(self, now: int) -> tuple[int, int | None]:
         """Entries due by ``now`` that this dispatcher has not yet acted on (not made ready,
@@ -142,11 +136,11 @@ class ShardDispatcher:
         jobs already made ready and waiting for a claim: their entry is written again, due
         now, every minute (``_park_waiting``), so its due time says nothing of how long they
         wait; ``ReadyQueues.unclaimed`` tells that, per type, from the job's own due time."""
-        waiting = {e for _, e in self._later}
+        waiting = {e for _, e in self._held.later}
         ready = self._ready.job_ids(self.shard)
         due = [
             e.due_at
-            for minute, entries in self._pending.items()
+            for minute, entries in self._held.pending.items()
             if minute_start(minute) <= now
             for e in entries
             if e.due_at <= now and e not in waiting and e.job_id not in ready
@@ -177,11 +171,11 @@ class ShardDispatcher:
         for e in entries:
             if e.minute < floor:
                 behind.append(e)
-            elif e.due_at < held_to and self._add(e):
+            elif e.due_at < held_to and self._held.add(e):
                 added = True
                 job = jobs.get(e.job_id) if jobs else None
                 if job is not None and job.state is JobState.SCHEDULED and job.run_at == e.due_at:
-                    self._rows[e] = job
+                    self._held.rows[e] = job
         if added:
             self._wake_up()
         return behind
@@ -197,9 +191,7 @@ class ShardDispatcher:
                 self._on_deposed(self.shard)
 
     def handled(self, entries: Iterable[BucketEntry]) -> None:
-        for e in entries:
-            self._pending.get(e.minute, set()).discard(e)
-            self._claimed.pop(e.job_id, None)
+        self._held.handled(entries)
 
     def claimed(self, entries: Iterable[BucketEntry], job: Job) -> None:
         """A claim of ``job`` applied: the entries that made it ready stay pending (they hold
@@ -210,26 +202,23 @@ class ShardDispatcher:
         comes through this node, and ``_chase_running`` writes the check for the others."""
         held = list(entries)
         for e in held:
-            heapq.heappush(self._later, (job.lease_until, e))
-        was = self._claimed.get(job.job_id)
+            heapq.heappush(self._held.later, (job.lease_until, e))
+        was = self._held.claimed.get(job.job_id)
         if was is not None:
             held += was[1]
-        self._claimed[job.job_id] = (job.lease_until, held)
-        if self._later[0][0] == job.lease_until:  # now the earliest: the loop's timer moves
+        self._held.claimed[job.job_id] = (job.lease_until, held)
+        if self._held.later[0][0] == job.lease_until:  # now the earliest: the loop's timer moves
             self._wake_up()
 
     def ran(self, job_id: str) -> None:
         """``job_id``'s run ended by a write of this node: its pending entries are handled."""
-        held = self._claimed.pop(job_id, None)
+        held = self._held.claimed.pop(job_id, None)
         if held is not None:
             self.handled(held[1])
 
     def recheck(self, entries: Iterable[BucketEntry]) -> None:
         """A claim did not apply: look at these jobs again now."""
-        for e in entries:
-            if e in self._known:
-                heapq.heappush(self._heap, e)
-        self._wake_up()
+        self._held.recheck(entries)
 
     # -- the loop -------------------------------------------------------------------------
 
@@ -257,30 +246,30 @@ class ShardDispatcher:
         elif self._cursor_check and not self._refreshing:
             self._cursor_check = False
             await self._advance_cursor()
-        while self._later and self._later[0][0] <= now:
-            heapq.heappush(self._heap, heapq.heappop(self._later)[1])
+        while self._held.later and self._held.later[0][0] <= now:
+            heapq.heappush(self._held.heap, heapq.heappop(self._held.later)[1])
         self._expire_held(now)
         due: list[BucketEntry] = []
-        while self._heap and self._heap[0].due_at <= now:
-            e = heapq.heappop(self._heap)
-            if e in self._pending.get(e.minute, ()):
+        while self._held.heap and self._held.heap[0].due_at <= now:
+            e = heapq.heappop(self._held.heap)
+            if e in self._held.pending.get(e.minute, ()):
                 due.append(e)
             else:
-                self._rows.pop(e, None)
+                self._held.rows.pop(e, None)
         if due:
             try:
                 await self._handle(due, now)
             except BaseException:
                 for e in due:
-                    heapq.heappush(self._heap, e)
+                    heapq.heappush(self._held.heap, e)
                 raise
 
     async def _wait(self) -> None:
         now = self._clock.now_ms()
         times = [
             *([self._refreshed_at + self._cfg.refresh_s * 1000] * self.refreshes_itself),
-            *([self._heap[0].due_at] if self._heap else []),
-            *([self._later[0][0]] if self._later else []),
+            *([self._held.heap[0].due_at] if self._held.heap else []),
+            *([self._held.later[0][0]] if self._held.later else []),
             *([self._deadlines[0][0] + 1] if self._deadlines else []),
         ]
         if self._cursor_check and not self._refreshing:
@@ -315,14 +304,6 @@ class ShardDispatcher:
             wake(self._waker)
 
     # -- reading buckets ------------------------------------------------------------------
-
-    def _add(self, e: BucketEntry) -> bool:
-        if e in self._known:
-            return False
-        self._known.add(e)
-        self._pending.setdefault(e.minute, set()).add(e)
-        heapq.heappush(self._heap, e)
-        return True
 
     async def _refresh(self, now: int) -> None:
         """Read every entry due before ``now + lookahead`` not read yet, re-reading ``reread``
@@ -372,7 +353,7 @@ class ShardDispatcher:
         added = False
         for e in entries:
             if e.minute >= self.cursor:
-                added = self._add(e) or added
+                added = self._held.add(e) or added
         if read:
             self._horizon = max(self._horizon, horizon)
             self._swept_to = max(self._swept_to, self._sweeping)
@@ -403,7 +384,7 @@ class ShardDispatcher:
                     limit=self._cfg.page_size,
                 )
                 for e in page:
-                    self._add(e)
+                    self._held.add(e)
                 if len(page) < self._cfg.page_size:
                     break
                 after = (page[-1].due_at, page[-1].job_id)
@@ -417,14 +398,14 @@ class ShardDispatcher:
         self._stale_checked_at = now
         found = 0
         stale = now - stale_ms
-        queued = set(self._heap) | {e for _, e in self._later}
-        for minute in sorted(self._pending):
+        queued = set(self._held.heap) | {e for _, e in self._held.later}
+        for minute in sorted(self._held.pending):
             if minute_start(minute) > stale:
                 break
-            for e in self._pending[minute]:
+            for e in self._held.pending[minute]:
                 if e.due_at <= stale and e not in queued and not self._ready_holds(e):
                     log.warning("shard %d: entry %s stranded; looking again", self.shard, e)
-                    heapq.heappush(self._heap, e)
+                    heapq.heappush(self._held.heap, e)
                     found += 1
         return found
 
@@ -440,21 +421,27 @@ class ShardDispatcher:
         cursor_end = minute_start(self.cursor) + MINUTE_MS
         if cursor_end + settle > self._refreshed_at or cursor_end > self._horizon:
             return
-        held = [e for e in self._pending.get(self.cursor, ()) if e.job_id in self._claimed]
+        held = [
+            e for e in self._held.pending.get(self.cursor, ()) if e.job_id in self._held.claimed
+        ]
         if not held:
             return
         now = self._clock.now_ms()
         checks: dict[str, BucketEntry] = {}
         for e in held:
-            until = self._claimed[e.job_id][0]
+            until = self._held.claimed[e.job_id][0]
             checks.setdefault(e.job_id, entry_at(e.shard, e.job_id, until, now, home=e.home))
         await self._store.add_entries(list(checks.values()))
-        leases = {job_id: self._claimed[job_id][0] for job_id in checks if job_id in self._claimed}
+        leases = {
+            job_id: self._held.claimed[job_id][0]
+            for job_id in checks
+            if job_id in self._held.claimed
+        }
         self.handled(held)
         for job_id, check in checks.items():
-            self._add(check)
+            self._held.add(check)
             if job_id in leases:  # a result through this node still handles it at once
-                self._claimed[job_id] = (leases[job_id], [check])
+                self._held.claimed[job_id] = (leases[job_id], [check])
         log.info("shard %d: %d running jobs got their lease check", self.shard, len(checks))
 
     async def _park_waiting(self) -> None:
@@ -472,7 +459,7 @@ class ShardDispatcher:
         cursor_end = minute_start(self.cursor) + MINUTE_MS
         if cursor_end + settle > self._refreshed_at or cursor_end > self._horizon:
             return
-        waiting = [e for e in self._pending.get(self.cursor, ()) if self._ready_holds(e)]
+        waiting = [e for e in self._held.pending.get(self.cursor, ()) if self._ready_holds(e)]
         if not waiting:
             return
         now = self._clock.now_ms()
@@ -485,10 +472,10 @@ class ShardDispatcher:
         for old, new in moved.items():
             if self._ready_holds(old):
                 self._ready.replace_entry(old, new)
-                self._known.add(new)
-                self._pending.setdefault(new.minute, set()).add(new)
+                self._held.known.add(new)
+                self._held.pending.setdefault(new.minute, set()).add(new)
             else:  # claimed meanwhile: the claim handled the old entry; look at the new one
-                self._add(new)
+                self._held.add(new)
         self.handled(waiting)
         log.info("shard %d: %d due jobs wait for a worker; moved on", self.shard, len(waiting))
 
@@ -534,9 +521,9 @@ class ShardDispatcher:
             minute_start(cursor) + MINUTE_MS + settle <= self._refreshed_at
             and minute_start(cursor) + MINUTE_MS <= self._horizon
             and (cursor <= self._swept_to or not self._cfg.reread_s)
-            and not self._pending.get(cursor)
+            and not self._held.pending.get(cursor)
         ):
-            self._pending.pop(cursor, None)
+            self._held.pending.pop(cursor, None)
             cursor += 1
         if cursor == self.cursor:
             return
@@ -547,8 +534,8 @@ class ShardDispatcher:
             self._passing_to = self.cursor
         if not saved:
             raise NotOwner(self.shard, self.epoch)
-        self._known = {e for e in self._known if e.minute >= cursor}
-        self._rows = {e: j for e, j in self._rows.items() if e.minute >= cursor}
+        self._held.known = {e for e in self._held.known if e.minute >= cursor}
+        self._held.rows = {e: j for e, j in self._held.rows.items() if e.minute >= cursor}
         self.cursor = self._passing_to = cursor
 
     # -- deciding what an entry means -----------------------------------------------------
@@ -562,7 +549,7 @@ class ShardDispatcher:
             return
         # A job this node just created is taken as written (see ``notify``): one read of
         # the store less between its due time and its claim.
-        jobs = {e.job_id: j for e in due if (j := self._rows.pop(e, None)) is not None}
+        jobs = {e.job_id: j for e in due if (j := self._held.rows.pop(e, None)) is not None}
         unread = [e for e in due if e.job_id not in jobs]
         if unread:
             jobs.update(await self._store.get_jobs_for(unread))
@@ -596,7 +583,7 @@ class ShardDispatcher:
         """The entry's row is not there (yet): look again soon, or let it go when old."""
         if now - e.due_at < self._cfg.missing_grace_s * 1000:
             retry = now + round(self._cfg.missing_retry_s * 1000)
-            heapq.heappush(self._later, (retry, e))
+            heapq.heappush(self._held.later, (retry, e))
         else:
             log.info(
                 "shard %d: %s has no row after %.0fs; done with it",
@@ -627,9 +614,9 @@ class ShardDispatcher:
             self._ready.remove(item.job_id)
             for e in item.entries:
                 if item.job is not None:
-                    self._rows[e] = item.job
-                if e in self._known:
-                    heapq.heappush(self._heap, e)
+                    self._held.rows[e] = item.job
+                if e in self._held.known:
+                    heapq.heappush(self._held.heap, e)
                     woke = True
         if woke:
             self._wake_up()
