@@ -28,13 +28,14 @@ from timeshard.clock import Clock, format_rfc3339, sleep_or_wake, wake
 from timeshard.errors import NotOwner, TimeshardError
 from timeshard.limits import DEFAULT_MAX_UNSTARTED
 from timeshard.model import NOT_STARTED, SCHEDULE_ENTRY_PREFIX, BucketEntry, Job, JobState
+from timeshard.node.buckets import BucketReader
 from timeshard.node.dispatchconfig import READ_MARGIN_S, DispatchConfig
 from timeshard.node.held import HeldEntries
 from timeshard.node.ready import ReadyItem, ReadyQueues
 from timeshard.node.schedules import FireResult, ScheduleFirer
 from timeshard.observe.events import NodeMetrics
-from timeshard.sharding import MINUTE_MS, minute_of, minute_start
-from timeshard.store.base import Store, entry_at, entry_for
+from timeshard.sharding import minute_start
+from timeshard.store.base import Store, entry_for
 
 log = logging.getLogger(__name__)
 
@@ -69,8 +70,6 @@ class ShardDispatcher:
     ) -> None:
         self.shard = shard
         self.epoch = epoch
-        self.cursor = cursor
-        self._passing_to = cursor  # the cursor being saved; ``cursor`` once it is
         self._store = store
         self._clock = clock
         self._ready = ready
@@ -83,13 +82,17 @@ class ShardDispatcher:
         self._on_deposed = on_deposed
         self._metrics = metrics or NodeMetrics(clock)
         self._on_finished = on_finished  # a job this dispatcher made dead (its waiters)
-        self._horizon = minute_start(cursor)  # entries with due_at < horizon have been read
-        self._reading_to = self._horizon
-        """The horizon of the refresh in flight (else ``_horizon``): an entry notified while
-        it reads may have been written after its read, and is taken from the notify."""
-        self._refreshed_at = -1  # when the last full refresh started
-        self._stale_checked_at = -1
         self._held = HeldEntries(wake=self._wake_up)
+        self._reader = BucketReader(
+            shard=shard,
+            epoch=epoch,
+            cursor=cursor,
+            store=store,
+            clock=clock,
+            ready=ready,
+            config=config,
+            held=self._held,
+        )
         self._deadlines: list[tuple[int, str]] = []  # (deadline, job id) of jobs made ready
         self._waker: asyncio.Future[None] | None = None  # set while the loop waits
         self._task: asyncio.Task[None] | None = None
@@ -100,13 +103,6 @@ class ShardDispatcher:
         ``begin_refresh`` / ``end_refresh``; the loop then wakes only when an entry comes due,
         one is added, or the cursor may move: no timer per shard while nothing is due."""
         self._cursor_check = False  # a refresh ended: the cursor may move (node-refreshed)
-        self._refreshing = False  # between begin_refresh and end_refresh
-        self._swept_to = -1
-        """Every minute up to this one was read whole, from its start, by a refresh begun
-        ``settle`` after the minute ended: the last look before the cursor passes it. An entry
-        that landed behind what was read (a slow write) whose writer died before writing it
-        again, due now, is found there (invariant 4 without the writer's help)."""
-        self._sweeping = -1  # what the refresh in flight reads whole (see ``_swept_to``)
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -120,6 +116,11 @@ class ShardDispatcher:
             self._task = None
         self._ready.drop_shard(self.shard)
 
+    @property
+    def cursor(self) -> int:
+        """The oldest minute bucket not yet fully handled, as saved (``BucketReader``)."""
+        return self._reader.cursor
+
     def next_due(self) -> int | None:
         """When the earliest entry this dispatcher holds comes due (None: none held)."""
         return self._held.heap[0].due_at if self._held.heap else None
@@ -128,14 +129,20 @@ class ShardDispatcher:
     def in_memory(self) -> int:
         return sum(len(s) for s in self._held.pending.values())
 
+    @property
+    def waiting(self) -> int:
+        """Due jobs this shard holds ready, not claimed yet."""
+        return self._ready.count(self.shard)
+
     def backlog(self, now: int) -> tuple[int, int | None]:
         """Entries due by ``now`` that this dispatcher has not yet acted on (not made ready,
         fired or found finished), and the oldest due time among them or among the entries
         not read yet when the reads are behind: ``now`` minus it is the shard's dispatch lag,
         how far its owner is behind. Left out: entries waiting for their row to appear, and
         jobs already made ready and waiting for a claim: their entry is written again, due
-        now, every minute (``_park_waiting``), so its due time says nothing of how long they
-        wait; ``ReadyQueues.unclaimed`` tells that, per type, from the job's own due time."""
+        now, every minute (``BucketReader._park_waiting``), so its due time says nothing of how
+        long they wait; ``ReadyQueues.unclaimed`` tells that, per type, from the job's own due
+        time."""
         waiting = {e for _, e in self._held.later}
         ready = self._ready.job_ids(self.shard)
         due = [
@@ -146,8 +153,9 @@ class ShardDispatcher:
             if e.due_at <= now and e not in waiting and e.job_id not in ready
         ]
         oldest = min(due, default=None)
-        if self._horizon <= now:  # entries due since the last read are not even known yet
-            oldest = self._horizon if oldest is None else min(oldest, self._horizon)
+        horizon = self._reader.horizon
+        if horizon <= now:  # entries due since the last read are not even known yet
+            oldest = horizon if oldest is None else min(oldest, horizon)
         return len(due), oldest
 
     # -- what other parts of the node tell us ---------------------------------------------
@@ -166,8 +174,8 @@ class ShardDispatcher:
         its minute until it is handled."""
         added = False
         behind: list[BucketEntry] = []
-        held_to = max(self._horizon, self._reading_to)
-        floor = max(self.cursor, self._passing_to)
+        held_to = self._reader.read_to
+        floor = self._reader.floor
         for e in entries:
             if e.minute < floor:
                 behind.append(e)
@@ -199,7 +207,8 @@ class ShardDispatcher:
         and come up again when the lease ends, to expire it, chase a lease heartbeats moved
         on, or find the job finished. No lease-check entry is written for a job that ends
         before its minute is passed (most do): ``ran`` handles the entries when a result
-        comes through this node, and ``_chase_running`` writes the check for the others."""
+        comes through this node, and ``BucketReader._chase_running`` writes the check for the
+        others."""
         held = list(entries)
         for e in held:
             heapq.heappush(self._held.later, (job.lease_until, e))
@@ -219,6 +228,14 @@ class ShardDispatcher:
     def recheck(self, entries: Iterable[BucketEntry]) -> None:
         """A claim did not apply: look at these jobs again now."""
         self._held.recheck(entries)
+
+    def forget(self, job_id: str) -> None:
+        """A write of this node moved ``job_id`` out of the state its ready item stands for
+        (cancelled, rescheduled): out of the ready queue now, and its entries looked at again
+        (found handled, or the job made ready again as it now is)."""
+        item = self._ready.remove(job_id)
+        if item is not None:
+            self.recheck(item.entries)
 
     # -- the loop -------------------------------------------------------------------------
 
@@ -240,12 +257,12 @@ class ShardDispatcher:
 
     async def _step(self) -> None:
         now = self._clock.now_ms()
-        if self.refreshes_itself and now - self._refreshed_at >= self._cfg.refresh_s * 1000:
+        if self.refreshes_itself and now - self._reader.refreshed_at >= self._cfg.refresh_s * 1000:
             await self._refresh(now)
-            await self._advance_cursor()
-        elif self._cursor_check and not self._refreshing:
+            await self._reader.advance_cursor()
+        elif self._cursor_check and not self._reader.refreshing:
             self._cursor_check = False
-            await self._advance_cursor()
+            await self._reader.advance_cursor()
         while self._held.later and self._held.later[0][0] <= now:
             heapq.heappush(self._held.heap, heapq.heappop(self._held.later)[1])
         self._expire_held(now)
@@ -267,12 +284,12 @@ class ShardDispatcher:
     async def _wait(self) -> None:
         now = self._clock.now_ms()
         times = [
-            *([self._refreshed_at + self._cfg.refresh_s * 1000] * self.refreshes_itself),
+            *([self._reader.refreshed_at + self._cfg.refresh_s * 1000] * self.refreshes_itself),
             *([self._held.heap[0].due_at] if self._held.heap else []),
             *([self._held.later[0][0]] if self._held.later else []),
             *([self._deadlines[0][0] + 1] if self._deadlines else []),
         ]
-        if self._cursor_check and not self._refreshing:
+        if self._cursor_check and not self._reader.refreshing:
             return
         self._waker = asyncio.get_running_loop().create_future()
         try:
@@ -291,7 +308,7 @@ class ShardDispatcher:
     def refreshes_itself(self) -> bool:
         """Whether this dispatcher's loop reads its buckets: always, unless refreshed by the
         node, and then until its first read (from its cursor) is done."""
-        return not self.refreshed_by_node or self._refreshed_at < 0
+        return not self.refreshed_by_node or self._reader.refreshed_at < 0
 
     @property
     def running(self) -> bool:
@@ -303,7 +320,7 @@ class ShardDispatcher:
         if self._waker is not None:
             wake(self._waker)
 
-    # -- reading buckets ------------------------------------------------------------------
+    # -- reading buckets (``BucketReader``) -----------------------------------------------
 
     async def _refresh(self, now: int) -> None:
         """Read every entry due before ``now + lookahead`` not read yet, re-reading ``reread``
@@ -316,227 +333,32 @@ class ShardDispatcher:
         start, horizon = self.begin_refresh(now)
         read = False
         try:
-            await self._read_range(start, horizon)
+            await self._reader.read_range(start, horizon)
             read = True
         finally:
             self.end_refresh(now, horizon, [], read=read)
 
     def begin_refresh(self, now: int) -> tuple[int, int]:
-        """The range ``[start, horizon)`` a refresh at ``now`` reads; until ``end_refresh``,
-        an entry notified with a due time in it is taken from the notify (the read may have
-        passed its place before it was written)."""
-        horizon = now + round(self._cfg.lookahead_s * 1000)
-        start = self._horizon
-        if self._cfg.reread_s > 0:  # not only what is new: the reread window too
-            due_at = now
-            if self._refreshed_at >= 0:
-                due_at = min(now, self._refreshed_at + round(self._cfg.refresh_s * 1000))
-            start = min(start, due_at - round(self._cfg.reread_s * 1000))
-        settled = minute_of(now - round(self._cfg.settle_s * 1000)) - 1  # ended settle ago
-        if self._cfg.reread_s > 0 and self._swept_to < self.cursor <= settled:
-            start = min(start, minute_start(self.cursor))  # the cursor's minute, whole
-        self._sweeping = settled if start <= minute_start(self.cursor) else -1
-        self._reading_to = horizon
-        self._refreshing = True
-        return max(minute_start(self.cursor), start), horizon
+        """The range ``[start, horizon)`` a refresh at ``now`` reads (see
+        ``BucketReader.begin_refresh``)."""
+        return self._reader.begin_refresh(now)
 
     def minutes(self, start: int, horizon: int) -> range:
         """The bucket minutes a read of ``[start, horizon)`` looks at."""
-        return range(max(self.cursor, minute_of(start)), minute_of(horizon) + 1)
+        return self._reader.minutes(start, horizon)
 
     def end_refresh(
         self, now: int, horizon: int, entries: Iterable[BucketEntry], *, read: bool
     ) -> None:
-        """The refresh begun at ``now`` ended: ``read`` says whether every entry of its range
-        was read (``entries``, or added already by ``_read_range``). Only then does the
-        horizon move on; a failed one is read again, from the same anchor, next time."""
-        added = False
-        for e in entries:
-            if e.minute >= self.cursor:
-                added = self._held.add(e) or added
-        if read:
-            self._horizon = max(self._horizon, horizon)
-            self._swept_to = max(self._swept_to, self._sweeping)
-        self._sweeping = -1
-        self._reading_to = self._horizon
-        self._refreshing = False
-        if not read:
-            return
-        self._refreshed_at = now
-        stale = self._recheck_stale(now)
-        if self.refreshed_by_node and self._task is not None:
-            cursor_end = minute_start(self.cursor) + MINUTE_MS
-            if cursor_end + round(self._cfg.settle_s * 1000) <= now:
+        """The refresh begun at ``now`` ended (see ``BucketReader.end_refresh``). Refreshed by
+        the node, the loop wakes for what it brought, and to move the cursor once its minute
+        has settled."""
+        brought = self._reader.end_refresh(now, horizon, entries, read=read)
+        if read and self.refreshed_by_node and self._task is not None:
+            if self._reader.cursor_settled(now):
                 self._cursor_check = True
-            if added or stale or self._cursor_check:
+            if brought or self._cursor_check:
                 self._wake_up()
-
-    async def _read_range(self, start: int, horizon: int) -> None:
-        for minute in self.minutes(start, horizon):
-            after: tuple[int, str] | None = None
-            while True:
-                page = await self._store.read_bucket(
-                    self.shard,
-                    minute,
-                    due_from=start,
-                    due_to=horizon,
-                    after=after,
-                    limit=self._cfg.page_size,
-                )
-                for e in page:
-                    self._held.add(e)
-                if len(page) < self._cfg.page_size:
-                    break
-                after = (page[-1].due_at, page[-1].job_id)
-
-    def _recheck_stale(self, now: int) -> int:
-        """Every ``stale_s``: push back into the heap the pending entries long past due that
-        are neither in the heap nor waiting in a ready queue; returns how many."""
-        stale_ms = round(self._cfg.stale_s * 1000)
-        if now - self._stale_checked_at < stale_ms:
-            return 0
-        self._stale_checked_at = now
-        found = 0
-        stale = now - stale_ms
-        queued = set(self._held.heap) | {e for _, e in self._held.later}
-        for minute in sorted(self._held.pending):
-            if minute_start(minute) > stale:
-                break
-            for e in self._held.pending[minute]:
-                if e.due_at <= stale and e not in queued and not self._ready_holds(e):
-                    log.warning("shard %d: entry %s stranded; looking again", self.shard, e)
-                    heapq.heappush(self._held.heap, e)
-                    found += 1
-        return found
-
-    def _ready_holds(self, e: BucketEntry) -> bool:
-        return any(self._ready.holds(t, e.job_id) for t in self._ready.types())
-
-    async def _chase_running(self) -> None:
-        """Jobs claimed here and still running must not hold the cursor back: once their
-        minute could be passed, each gets its lease check written (an entry due when its
-        lease ends, in that minute) and the entries that made it ready are handled. A new
-        owner finds the check; this one looks at the job then, as it would have."""
-        settle = round(self._cfg.settle_s * 1000)
-        cursor_end = minute_start(self.cursor) + MINUTE_MS
-        if cursor_end + settle > self._refreshed_at or cursor_end > self._horizon:
-            return
-        held = [
-            e for e in self._held.pending.get(self.cursor, ()) if e.job_id in self._held.claimed
-        ]
-        if not held:
-            return
-        now = self._clock.now_ms()
-        checks: dict[str, BucketEntry] = {}
-        for e in held:
-            until = self._held.claimed[e.job_id][0]
-            checks.setdefault(e.job_id, entry_at(e.shard, e.job_id, until, now, home=e.home))
-        await self._store.add_entries(list(checks.values()))
-        leases = {
-            job_id: self._held.claimed[job_id][0]
-            for job_id in checks
-            if job_id in self._held.claimed
-        }
-        self.handled(held)
-        for job_id, check in checks.items():
-            self._held.add(check)
-            if job_id in leases:  # a result through this node still handles it at once
-                self._held.claimed[job_id] = (leases[job_id], [check])
-        log.info("shard %d: %d running jobs got their lease check", self.shard, len(checks))
-
-    async def _park_waiting(self) -> None:
-        """Due jobs still waiting in a ready queue (no worker for their type, or its
-        concurrency limit reached) must not hold the cursor back: once their minute could be
-        passed, their entries are written again, due now, in the current minute, and the old
-        ones handled. The job stays ready; a new owner finds the new entry (a waiting job once
-        pinned the cursor for good), and the job row keeps its ``run_at``, so the job's age
-        survives the move. One row read and one entry write per waiting job per minute.
-
-        The rows are read first: a job cancelled or rescheduled through another node since it
-        was made ready (this node is not told) leaves the ready queue here, and its entries are
-        looked at again, which finds them handled."""
-        settle = round(self._cfg.settle_s * 1000)
-        cursor_end = minute_start(self.cursor) + MINUTE_MS
-        if cursor_end + settle > self._refreshed_at or cursor_end > self._horizon:
-            return
-        waiting = [e for e in self._held.pending.get(self.cursor, ()) if self._ready_holds(e)]
-        if not waiting:
-            return
-        now = self._clock.now_ms()
-        rows = await self._store.get_jobs_for(waiting)
-        waiting = [e for e in waiting if self._still_waiting(e, rows.get(e.job_id), now)]
-        if not waiting:
-            return
-        moved = {e: entry_at(e.shard, e.job_id, now, now, home=e.home) for e in waiting}
-        await self._store.add_entries(list(moved.values()))
-        for old, new in moved.items():
-            if self._ready_holds(old):
-                self._ready.replace_entry(old, new)
-                self._held.known.add(new)
-                self._held.pending.setdefault(new.minute, set()).add(new)
-            else:  # claimed meanwhile: the claim handled the old entry; look at the new one
-                self._held.add(new)
-        self.handled(waiting)
-        log.info("shard %d: %d due jobs wait for a worker; moved on", self.shard, len(waiting))
-
-    def _still_waiting(self, e: BucketEntry, job: Job | None, now: int) -> bool:
-        """Whether the ready item of ``e``'s job still stands for the stored row ``job``:
-        scheduled, due, with the fence a claim must find. If not, the item leaves the ready
-        queue and its entries are looked at again (``_decide`` finds them handled, or makes
-        the job ready again as it now is)."""
-        item = self._ready.find(e.job_id)
-        if item is None:
-            return False  # claimed while the rows were read: the claim handled it
-        if (
-            job is not None
-            and job.state is JobState.SCHEDULED
-            and job.fence == item.fence
-            and job.run_at <= now
-        ):
-            item.job, item.run_at = job, job.run_at
-            return True
-        self._ready.remove(e.job_id)
-        self.recheck(item.entries)
-        return False
-
-    def forget(self, job_id: str) -> None:
-        """A write of this node moved ``job_id`` out of the state its ready item stands for
-        (cancelled, rescheduled): out of the ready queue now, and its entries looked at again
-        (found handled, or the job made ready again as it now is)."""
-        item = self._ready.remove(job_id)
-        if item is not None:
-            self.recheck(item.entries)
-
-    @property
-    def waiting(self) -> int:
-        """Due jobs this shard holds ready, not claimed yet."""
-        return self._ready.count(self.shard)
-
-    async def _advance_cursor(self) -> None:
-        await self._park_waiting()
-        await self._chase_running()
-        cursor = self.cursor
-        settle = round(self._cfg.settle_s * 1000)
-        while (
-            minute_start(cursor) + MINUTE_MS + settle <= self._refreshed_at
-            and minute_start(cursor) + MINUTE_MS <= self._horizon
-            and (cursor <= self._swept_to or not self._cfg.reread_s)
-            and not self._held.pending.get(cursor)
-        ):
-            self._held.pending.pop(cursor, None)
-            cursor += 1
-        if cursor == self.cursor:
-            return
-        self._passing_to = cursor
-        try:
-            saved = await self._store.save_cursor(self.shard, self.epoch, cursor)
-        finally:
-            self._passing_to = self.cursor
-        if not saved:
-            raise NotOwner(self.shard, self.epoch)
-        self._held.known = {e for e in self._held.known if e.minute >= cursor}
-        self._held.rows = {e: j for e, j in self._held.rows.items() if e.minute >= cursor}
-        self.cursor = self._passing_to = cursor
 
     # -- deciding what an entry means -----------------------------------------------------
 
