@@ -15,6 +15,13 @@ An entry is *handled* when its job was claimed, finished, cancelled or moved to 
 (whoever moved it wrote the later entry). The cursor passes a minute only when every entry in it
 is handled and the minute ended ``settle`` ago, and every cursor write is conditional on the
 shard's epoch (invariants 3, 4, 7).
+
+``ShardDispatcher`` is the loop, the deadline timers of the jobs it made ready, and what the
+rest of the node tells it (``notify``, ``claimed``, ``ran``, ``recheck``, ``forget``,
+``expire_overdue``). It composes three parts: ``HeldEntries`` (``node.held``: the entries it
+holds and the order it looks at them in), which the other two share; a ``BucketReader``
+(``node.buckets``: the refresh windows, the reads and the cursor's advance); and an
+``EntryDecider`` (``node.decisions``: what a due entry means, and acting on it).
 """
 
 from __future__ import annotations
@@ -24,18 +31,19 @@ import heapq
 import logging
 from collections.abc import Callable, Iterable, Mapping
 
-from timeshard.clock import Clock, format_rfc3339, sleep_or_wake, wake
+from timeshard.clock import Clock, sleep_or_wake, wake
 from timeshard.errors import NotOwner, TimeshardError
 from timeshard.limits import DEFAULT_MAX_UNSTARTED
-from timeshard.model import NOT_STARTED, SCHEDULE_ENTRY_PREFIX, BucketEntry, Job, JobState
+from timeshard.model import BucketEntry, Job, JobState
 from timeshard.node.buckets import BucketReader
+from timeshard.node.decisions import EntryDecider
 from timeshard.node.dispatchconfig import READ_MARGIN_S, DispatchConfig
 from timeshard.node.held import HeldEntries
 from timeshard.node.ready import ReadyItem, ReadyQueues
-from timeshard.node.schedules import FireResult, ScheduleFirer
+from timeshard.node.schedules import ScheduleFirer
 from timeshard.observe.events import NodeMetrics
 from timeshard.sharding import minute_start
-from timeshard.store.base import Store, entry_for
+from timeshard.store.base import Store
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +56,12 @@ DEADLINE_TIMERS_SLACK = 1024
 
 
 class ShardDispatcher:
+    refreshed_by_node: bool
+    """After its first refresh, the node's ``BucketRefresher`` reads this shard's buckets
+    (with every other shard's, in a few queries) and hands the entries in through
+    ``begin_refresh`` / ``end_refresh``; the loop then wakes only when an entry comes due,
+    one is added, or the cursor may move: no timer per shard while nothing is due."""
+
     def __init__(
         self,
         *,
@@ -70,18 +84,10 @@ class ShardDispatcher:
     ) -> None:
         self.shard = shard
         self.epoch = epoch
-        self._store = store
         self._clock = clock
         self._ready = ready
         self._cfg = config
-        self._firer = firer
-        self._retry_at = retry_at
-        self._started = started  # whether a start notice for (job_id, fence) reached the node
-        self._max_unstarted = max_unstarted
-        self._on_released = on_released
         self._on_deposed = on_deposed
-        self._metrics = metrics or NodeMetrics(clock)
-        self._on_finished = on_finished  # a job this dispatcher made dead (its waiters)
         self._held = HeldEntries(wake=self._wake_up)
         self._reader = BucketReader(
             shard=shard,
@@ -93,15 +99,27 @@ class ShardDispatcher:
             config=config,
             held=self._held,
         )
+        self._decider = EntryDecider(
+            shard=shard,
+            store=store,
+            ready=ready,
+            config=config,
+            held=self._held,
+            metrics=metrics or NodeMetrics(clock),
+            notify=self.notify,
+            remember_deadline=self._remember_deadline,
+            retry_at=retry_at,
+            started=started,
+            max_unstarted=max_unstarted,
+            on_released=on_released,
+            on_finished=on_finished,
+            firer=firer,
+        )
         self._deadlines: list[tuple[int, str]] = []  # (deadline, job id) of jobs made ready
         self._waker: asyncio.Future[None] | None = None  # set while the loop waits
         self._task: asyncio.Task[None] | None = None
         self.deposed = False
         self.refreshed_by_node = refreshed_by_node
-        """After its first refresh, the node's ``BucketRefresher`` reads this shard's buckets
-        (with every other shard's, in a few queries) and hands the entries in through
-        ``begin_refresh`` / ``end_refresh``; the loop then wakes only when an entry comes due,
-        one is added, or the cursor may move: no timer per shard while nothing is due."""
         self._cursor_check = False  # a refresh ended: the cursor may move (node-refreshed)
 
     # -- lifecycle ------------------------------------------------------------------------
@@ -275,7 +293,7 @@ class ShardDispatcher:
                 self._held.rows.pop(e, None)
         if due:
             try:
-                await self._handle(due, now)
+                await self._decider.handle(due, now)
             except BaseException:
                 for e in due:
                     heapq.heappush(self._held.heap, e)
@@ -360,64 +378,11 @@ class ShardDispatcher:
             if brought or self._cursor_check:
                 self._wake_up()
 
-    # -- deciding what an entry means -----------------------------------------------------
-
-    async def _handle(self, due: list[BucketEntry], now: int) -> None:
-        schedules = [e for e in due if e.job_id.startswith(SCHEDULE_ENTRY_PREFIX)]
-        if schedules:
-            await self._fire(schedules, now)
-            due = [e for e in due if not e.job_id.startswith(SCHEDULE_ENTRY_PREFIX)]
-        if not due:
-            return
-        # A job this node just created is taken as written (see ``notify``): one read of
-        # the store less between its due time and its claim.
-        jobs = {e.job_id: j for e in due if (j := self._held.rows.pop(e, None)) is not None}
-        unread = [e for e in due if e.job_id not in jobs]
-        if unread:
-            jobs.update(await self._store.get_jobs_for(unread))
-        chased: list[BucketEntry] = []
-        chases: list[BucketEntry] = []
-        for e in due:
-            chase = await self._decide(e, jobs.get(e.job_id), now)
-            if chase is not None:
-                chased.append(e)
-                chases.append(chase)
-        if chases:
-            await self._store.add_entries(chases)
-            self.notify(chases)
-            self.handled(chased)  # only once the later check is durable
-
-    async def _fire(self, entries: list[BucketEntry], now: int) -> None:
-        for e in entries:
-            schedule_id = e.job_id.removeprefix(SCHEDULE_ENTRY_PREFIX)
-            if self._firer is None:
-                self.handled([e])
-                continue
-            fired = await self._firer.fire(schedule_id, e.due_at)
-            if fired is FireResult.HANDLED:
-                self.handled([e])
-            elif fired is FireResult.CONFLICT:
-                self.recheck([e])
-            else:
-                self._missing(e, now)
-
-    def _missing(self, e: BucketEntry, now: int) -> None:
-        """The entry's row is not there (yet): look again soon, or let it go when old."""
-        if now - e.due_at < self._cfg.missing_grace_s * 1000:
-            retry = now + round(self._cfg.missing_retry_s * 1000)
-            heapq.heappush(self._held.later, (retry, e))
-        else:
-            log.info(
-                "shard %d: %s has no row after %.0fs; done with it",
-                self.shard,
-                e,
-                self._cfg.missing_grace_s,
-            )
-            self.handled([e])
+    # -- deadline timers of the jobs made ready -------------------------------------------
 
     def _expire_held(self, now: int) -> None:
         """Jobs still held in a ready queue past their deadline leave it and are looked at
-        again now, which expires them (``_decide``)."""
+        again now, which expires them (``EntryDecider._decide``)."""
         overdue: list[ReadyItem] = []
         while self._deadlines and self._deadlines[0][0] < now:
             deadline, job_id = heapq.heappop(self._deadlines)
@@ -443,48 +408,6 @@ class ShardDispatcher:
         if woke:
             self._wake_up()
 
-    async def _decide(self, e: BucketEntry, job: Job | None, now: int) -> BucketEntry | None:
-        """Ready the job, or mark the entry handled. Returns an entry to write when a lease was
-        extended past this check (the chase), else None."""
-        if job is None:
-            self._missing(e, now)
-            return None
-        attention = job.next_attention()
-        if attention is None:
-            self.handled([e])
-            return None
-        if attention > now:
-            if job.state is JobState.RUNNING:
-                return entry_for(job, attention, now)  # heartbeats moved the lease on
-            self.handled([e])  # rescheduled or retrying later: that writer wrote the entry
-            return None
-        if job.state is JobState.RUNNING:
-            await self._expire(e, job, now)
-            return None
-        if job.past_deadline(now):
-            held = self._ready.remove(job.job_id)  # (if another entry of the job put it there)
-            await self._expire_late(e, job, now)
-            if held is not None:
-                self.recheck([x for x in held.entries if x != e])
-            return None
-        self._metrics.dispatched(job, now)
-        self._ready.push(
-            ReadyItem(
-                job_id=job.job_id,
-                job_type=job.job_type,
-                shard=self.shard,
-                fence=job.fence,
-                run_at=job.run_at,
-                entries=[e],
-                job=job,
-                priority=job.priority,
-                deadline=job.deadline,
-            )
-        )
-        if job.deadline:
-            self._remember_deadline(job)
-        return None
-
     def _remember_deadline(self, job: Job) -> None:
         """The job's deadline timer. Timers of jobs claimed meanwhile stay in the heap until
         they come due; when they outnumber the jobs held, the heap is rebuilt from those."""
@@ -493,74 +416,3 @@ class ShardDispatcher:
             held = (self._ready.find(i) for i in self._ready.job_ids(self.shard))
             self._deadlines = [(i.deadline, i.job_id) for i in held if i and i.deadline]
             heapq.heapify(self._deadlines)
-
-    async def _expire_late(self, e: BucketEntry, job: Job, now: int) -> None:
-        """A job not started by its deadline is not run: ``expired``, saying why. If the row
-        moved on meanwhile (claimed before the deadline, cancelled), it is looked at again."""
-        reason = (
-            f"not started by its deadline {format_rfc3339(job.deadline)} "
-            f"(expired {(now - job.deadline) / 1000:.3f}s after it)"
-        )
-        out = await self._store.expire_job(job.job_id, job.fence, now, reason)
-        if not out.applied or out.job is None:
-            self.recheck([e]) if out.job is not None else self.handled([e])
-            return
-        self._metrics.deadline_expired(out.job, now)
-        if self._on_finished is not None:
-            self._on_finished(out.job)
-        log.info("job %s: %s", job.job_id, reason)
-        self.handled([e])
-
-    async def _expire(self, e: BucketEntry, job: Job, now: int) -> None:
-        """The lease ran out without a result. After a start notice: a failed attempt
-        (``"lease expired"``), retried after the type's backoff while attempts remain, else
-        dead. With none, the handler never started: due again at once, uncounted, bounded by
-        the type's ``max_unstarted`` (invariant 9). The store wrote the retry's entry with the
-        row; this one is handled."""
-        out = await self._store.release_lease(
-            job.job_id,
-            job.fence,
-            now,
-            lambda j: self._retry_at(j, now),
-            started=self._started(job.job_id, job.fence),
-            max_unstarted=self._max_unstarted,
-        )
-        if not out.applied or out.job is None:
-            self.recheck([e]) if out.job is not None else self.handled([e])
-            return
-        released = out.job
-        if self._on_released is not None:
-            self._on_released(released)
-        if released.history and released.history[-1].outcome == NOT_STARTED:
-            self._metrics.unstarted(released)
-            if released.state is JobState.SCHEDULED:
-                log.info(
-                    "job %s: lease of %s over with no start notice; due again (%d deliveries "
-                    "without a start)",
-                    job.job_id,
-                    job.lease_owner,
-                    released.unstarted,
-                )
-                again = entry_for(released, released.run_at, now)
-                if again == e:  # (the store wrote the very entry being looked at: keep it)
-                    self.recheck([e])
-                    return
-                self.notify([again])
-            elif self._on_finished is not None:
-                self._on_finished(released)
-            self.handled([e])
-            return
-        self._metrics.lease_expired(released)
-        if self._on_finished is not None and released.state.terminal:
-            self._on_finished(released)
-        if released.state is JobState.SCHEDULED:
-            log.info(
-                "job %s: lease of %s expired (attempt %d/%d); runs again at %d",
-                job.job_id,
-                job.lease_owner,
-                released.attempt,
-                released.max_attempts,
-                released.run_at,
-            )
-            self.notify([entry_for(released, released.run_at, now)])
-        self.handled([e])
