@@ -26,6 +26,9 @@ the running handlers finish for at most ``drain_s`` (a second ``stop()`` ends th
 stops the others and gives their jobs back, so they run elsewhere at once and the unfinished
 attempt does not count against ``max_attempts``. A handler that does not stop (a thread inside a
 blocking call) is not given back: its job is left to its lease expiry, a failed attempt.
+
+This module is the ``Worker``: its public API and the wiring of its parts. What a handler is
+given (``JobContext``, ``PermanentError``) is in ``context``.
 """
 
 from __future__ import annotations
@@ -34,14 +37,13 @@ import asyncio
 import contextlib
 import ctypes
 import inspect
-import json
 import logging
 import socket
 import threading
 import uuid
 from collections.abc import Awaitable, Callable, Coroutine, Generator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import grpc
@@ -55,76 +57,22 @@ from timeshard.security.channel import ClientSecurity, TlsArg, server_from_env
 from timeshard.v1 import timeshard_pb2 as pb
 from timeshard.v1 import timeshard_pb2_grpc as pb_grpc
 from timeshard.wire import dur, dur_s, schedule_from_pb, translate, ts, ts_ms
+from timeshard.worker.context import EventHook, Handler, HandlerSpec, JobContext, PermanentError
 from timeshard.worker.heartbeats import DeferredHeartbeats, Heartbeats
-from timeshard.worker.lease import Lease, LeaseLost
+from timeshard.worker.lease import LeaseLost
 from timeshard.worker.results import Results
 from timeshard.worker.returns import ResultError, encode_result, traceback_of
 from timeshard.worker.slots import Run, Slots
 from timeshard.worker.stream import Host, NodeLink
 from timeshard.worker.tasks import Task, WorkerClients, cron_spec, declare, task_handler
 
+__all__ = ["EventHook", "JobContext", "PermanentError", "Worker"]
+"""The names imported from here before ``context`` was split out still are."""
+
 log = logging.getLogger("timeshard.worker")  # the SDK logs as one component
 
 if TYPE_CHECKING:
     from timeshard.v1.timeshard_pb2_grpc import WorkerServiceAsyncStub as WorkerStub
-
-
-class PermanentError(Exception):
-    """Raise from a handler when retrying can not help (bad input): the job goes to the DLQ."""
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class JobContext:
-    job_id: str
-    job_type: str
-    payload: bytes
-    attempt: int
-    max_attempts: int
-    fence: int
-    """Pass to external systems that must reject stale writers (invariant 6)."""
-    idempotency_key: str
-    run_at: int
-    started_at_ms: int
-    worker_id: str
-    _lease: Lease = field(default_factory=Lease, repr=False)
-
-    def json(self) -> Any:
-        return json.loads(self.payload or b"null")
-
-    @property
-    def cancelled(self) -> bool:
-        """True once this job is no longer the handler's to work on — its lease not extended in
-        time, lost to another worker, the job cancelled, or the type's timeout passed: stop and
-        do not write. Read from the monotonic clock when asked, so a process paused past its
-        lease sees it the moment it resumes."""
-        return self._lease.over
-
-    def check(self) -> None:
-        """Raise ``LeaseLost`` if ``cancelled``: call it before each step that has an effect."""
-        if self._lease.over:
-            raise LeaseLost(f"job {self.job_id}: {self._lease.why()}")
-
-    async def checkpoint(self) -> None:
-        """``check()``, after letting the event loop run (the heartbeat loop among the rest)."""
-        await asyncio.sleep(0)
-        self.check()
-
-    @property
-    def lateness_ms(self) -> int:
-        return self.started_at_ms - self.run_at
-
-
-Handler = Callable[[JobContext], Any]
-EventHook = Callable[[str, JobContext, str], None]
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class HandlerSpec:
-    job_type: str
-    fn: Handler
-    timeout_s: float
-    concurrency: int
-    is_async: bool
 
 
 class _Ended(NamedTuple):
