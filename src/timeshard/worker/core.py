@@ -28,7 +28,8 @@ attempt does not count against ``max_attempts``. A handler that does not stop (a
 blocking call) is not given back: its job is left to its lease expiry, a failed attempt.
 
 This module is the ``Worker``: its public API and the wiring of its parts. What a handler is
-given (``JobContext``, ``PermanentError``) is in ``context``.
+given (``JobContext``, ``PermanentError``) is in ``context``; the nodes it takes jobs from
+(discovery, channels, links) in ``nodes``.
 """
 
 from __future__ import annotations
@@ -55,11 +56,11 @@ from timeshard.limits import MAX_CLAIM_TYPES, MAX_REPLY_BYTES, truncate_error
 from timeshard.model import NOT_STARTED, validate_job_type, validate_worker_id
 from timeshard.security.channel import ClientSecurity, TlsArg, server_from_env
 from timeshard.v1 import timeshard_pb2 as pb
-from timeshard.v1 import timeshard_pb2_grpc as pb_grpc
 from timeshard.wire import dur, dur_s, schedule_from_pb, translate, ts, ts_ms
 from timeshard.worker.context import EventHook, Handler, HandlerSpec, JobContext, PermanentError
 from timeshard.worker.heartbeats import DeferredHeartbeats, Heartbeats
 from timeshard.worker.lease import LeaseLost
+from timeshard.worker.nodes import Link, Nodes
 from timeshard.worker.results import Results
 from timeshard.worker.returns import ResultError, encode_result, traceback_of
 from timeshard.worker.slots import Run, Slots
@@ -194,7 +195,7 @@ class Worker:
         self._slots = Slots(lambda job_type: self.handlers[job_type].concurrency)
         self._tasks: set[asyncio.Task[None]] = set()
         self._threads: ThreadPoolExecutor | None = None
-        self._nodes: _Nodes | None = None
+        self._nodes: Nodes | None = None
         self._results = Results(self._clock, self._other_nodes)
         self.drain_s = 30.0
         """On ``stop``, how long running handlers may take to finish before their jobs are
@@ -373,7 +374,8 @@ class Worker:
         self.declared = True
         threads = sum(s.concurrency for s in self.handlers.values() if not s.is_async)
         threads_pool = self._threads = _HandlerThreads(max(1, threads))
-        nodes = self._nodes = _Nodes(self, stop, ClientSecurity.resolve(self.tls, self.token))
+        security = ClientSecurity.resolve(self.tls, self.token)
+        nodes = self._nodes = Nodes(security, self._clock, self._linker(stop))
         for address in servers:
             nodes.add(address)
         discovery = (
@@ -393,6 +395,28 @@ class Worker:
             self._stop_asked = False  # it may run again
             self.declared = False
             self._drain_over = asyncio.Event()
+
+    def _linker(self, stop: asyncio.Event) -> Link:
+        """How a node's link is made (``Nodes.add``): this worker's settings and job types,
+        how it claims and how it starts a claimed job; it claims until ``stop`` is set."""
+        host = Host(
+            worker_id=self.worker_id,
+            lease_s=self.lease_s,
+            safety_margin_s=self.safety_margin_s,
+            clock=self._clock,
+            slots=self._slots,
+            concurrency=lambda t: self.handlers[t].concurrency,
+            start=self._start,
+            claim_loop=self._claim_loop,
+            claim_polls=self.claim_polls,
+        )
+
+        def link(stub: WorkerStub, address: str) -> NodeLink:
+            return NodeLink(
+                host, stub, address, list(self.handlers), stop, use_stream=self.use_stream
+            )
+
+        return link
 
     async def _declare(self, servers: Sequence[str], stop: asyncio.Event) -> None:
         """Set the tasks' type policies and create or update the schedules declared in code,
@@ -923,95 +947,3 @@ class _Guarded:
                 raise
             except BaseException as exc:  # thrown in by the task: cancellation
                 error = exc
-
-
-class _Nodes:
-    """The nodes a worker takes jobs from: one channel and one ``NodeLink`` each (its worker
-    stream, or its unary claim loops)."""
-
-    def __init__(self, worker: Worker, stop: asyncio.Event, security: ClientSecurity) -> None:
-        self._worker = worker
-        self._stop = stop
-        self._security = security
-        self.channels: dict[str, grpc.aio.Channel] = {}
-        self.links: dict[str, NodeLink] = {}
-        self._dropped: set[NodeLink] = set()
-        self.stubs: dict[str, NodeLink] = {}
-        """The live nodes: where results and heartbeats may go."""
-        w = worker
-        self._host = Host(
-            worker_id=w.worker_id,
-            lease_s=w.lease_s,
-            safety_margin_s=w.safety_margin_s,
-            clock=w._clock,
-            slots=w._slots,
-            concurrency=lambda t: w.handlers[t].concurrency,
-            start=w._start,
-            claim_loop=w._claim_loop,
-            claim_polls=w.claim_polls,
-        )
-
-    def add(self, address: str) -> None:
-        if address in self.links:
-            return
-        stub = pb_grpc.WorkerServiceStub(self._channel(address))
-        self.links[address] = self.stubs[address] = NodeLink(
-            self._host,
-            stub,
-            address,
-            list(self._worker.handlers),
-            self._stop,
-            use_stream=self._worker.use_stream,
-        )
-
-    def _channel(self, address: str) -> grpc.aio.Channel:
-        if address not in self.channels:
-            self.channels[address] = self._security.aio_channel(
-                address, options=[("grpc.max_receive_message_length", MAX_REPLY_BYTES)]
-            )
-        return self.channels[address]
-
-    def drop(self, address: str) -> None:
-        """Stop claiming from a node that left; its channel stays open for the heartbeats
-        and reports of jobs it handed out (its link, on the unary calls once its stream is
-        gone)."""
-        link = self.links.pop(address, None)
-        self.stubs.pop(address, None)
-        if link is not None:
-            self._dropped.add(link)
-            link.leave()
-
-    async def discover(self, seeds: list[str], every_s: float) -> None:
-        while True:
-            members = await self._members(seeds)
-            if members:
-                for address in members - set(self.links):
-                    log.info("worker: node %s joined; claiming from it", address)
-                    self.add(address)
-                for address in set(self.links) - members:
-                    log.info("worker: node %s left; no longer claiming from it", address)
-                    self.drop(address)
-            await self._worker._clock.sleep(every_s)
-
-    async def _members(self, seeds: list[str]) -> set[str]:
-        """Live nodes' addresses, from the first node that answers."""
-        for address in [*self.links, *seeds]:
-            channel = self._channel(address)
-            try:
-                info = await pb_grpc.AdminServiceStub(channel).ClusterInfo(
-                    pb.ClusterInfoRequest(), timeout=5
-                )
-            except grpc.RpcError:
-                continue
-            return {n.address for n in info.nodes if n.address}
-        return set()
-
-    async def stop_claiming(self) -> None:
-        """Every node: no more jobs (a stream says ``stop`` and its node confirms)."""
-        await asyncio.gather(*(link.stop_claiming() for link in self.links.values()))
-
-    async def close(self) -> None:
-        links = [*self.links.values(), *self._dropped]
-        await asyncio.gather(*(link.close() for link in links))
-        for channel in self.channels.values():
-            await channel.close(None)
