@@ -47,7 +47,7 @@ async def test_a_frozen_node_does_not_cost_its_jobs_their_lease() -> None:
     clock = FakeClock()
     w, seen = make_worker(clock)
     frozen, other = FrozenStub(clock), FakeStub(clock, heartbeat="ok")
-    w._results = Results(clock, lambda: [frozen, other])
+    w._attempts.results = Results(clock, lambda: [frozen, other])
     task = await run_job(w, frozen, clock, claimed(), seconds=LEASE_S * 3)
     try:
         assert any(kind == "heartbeat" for kind, _ in other.calls), "no other node was tried"
@@ -75,7 +75,7 @@ async def test_a_slow_answer_is_not_given_up_for_another_node() -> None:
     clock = FakeClock()
     w, seen = make_worker(clock)
     slow, down = SlowStub(clock), FakeStub(clock, heartbeat="unavailable")
-    w._results = Results(clock, lambda: [slow, down])
+    w._attempts.results = Results(clock, lambda: [slow, down])
     task = await run_job(w, slow, clock, claimed(), seconds=LEASE_S * 3)
     try:
         assert any(kind == "heartbeat" for kind, _ in down.calls), "no other node was asked"

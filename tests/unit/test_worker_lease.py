@@ -103,7 +103,7 @@ async def run_job(
     w: Worker, stub: FakeStub, clock: FakeClock, job: pb.ClaimedJob, seconds: float
 ) -> asyncio.Task[Any]:
     task = asyncio.ensure_future(
-        w._execute(stub, _ctx(w, job), clock.monotonic() + LEASE_S - MARGIN_S)  # type: ignore[arg-type]
+        w._attempts.execute(stub, _ctx(w, job), clock.monotonic() + LEASE_S - MARGIN_S)  # type: ignore[arg-type]
     )
     steps = round(seconds / 0.1)
     for _ in range(steps):
@@ -188,11 +188,11 @@ async def test_sync_handler_thread_is_interrupted_when_the_lease_is_lost() -> No
 
     from concurrent.futures import ThreadPoolExecutor
 
-    w._threads = ThreadPoolExecutor(1)
+    w._attempts.threads = ThreadPoolExecutor(1)
     stub = FakeStub(clock, heartbeat="unavailable")
     await run_job(w, stub, clock, claimed(), seconds=4)
     await wait_until(stopped.is_set, what="the handler thread to stop")
-    w._threads.shutdown()
+    w._attempts.threads.shutdown()
 
 
 def test_handler_signature_is_checked_when_registered() -> None:
@@ -213,7 +213,7 @@ async def test_a_job_that_waited_in_a_long_poll_sends_a_heartbeat_at_once() -> N
     stub = FakeStub(clock, heartbeat="ok")
     clock.advance(10)
     waited = w._poll_wait_s()  # as long as a long poll may wait
-    w._start(stub, claimed(), sent=clock.monotonic() - waited)  # type: ignore[arg-type]
+    w._attempts.start(stub, claimed(), sent=clock.monotonic() - waited)  # type: ignore[arg-type]
     for _ in range(20):
         await asyncio.sleep(0)
     beats = [t for kind, t in stub.calls if kind == "heartbeat"]
@@ -223,9 +223,9 @@ async def test_a_job_that_waited_in_a_long_poll_sends_a_heartbeat_at_once() -> N
         for _ in range(5):
             await asyncio.sleep(0)
     assert "cancelled_at" not in seen
-    for t in list(w._tasks):
+    for t in list(w._attempts.tasks):
         t.cancel()
-    await asyncio.gather(*w._tasks, return_exceptions=True)
+    await asyncio.gather(*w._attempts.tasks, return_exceptions=True)
 
 
 async def test_a_worker_paused_past_its_deadline_cancels_before_its_next_heartbeat() -> None:
@@ -254,7 +254,7 @@ async def test_handler_over_its_type_timeout_is_cancelled_and_retried() -> None:
 
     stub = FakeStub(clock, heartbeat="ok")
     task = asyncio.ensure_future(
-        w._execute(stub, _ctx(w, claimed()), clock.monotonic() + LEASE_S - MARGIN_S)  # type: ignore[arg-type]
+        w._attempts.execute(stub, _ctx(w, claimed()), clock.monotonic() + LEASE_S - MARGIN_S)  # type: ignore[arg-type]
     )
     await wait_until(task.done, what="the timeout to fire")  # asyncio.timeout uses loop time
     assert cancelled.is_set()
@@ -302,7 +302,7 @@ async def pause_then_resume(w: Worker, go: asyncio.Event, clock: FakeClock) -> F
 
 async def test_a_handler_resumed_after_a_pause_past_its_lease_sees_cancelled_at_once() -> None:
     """An ``async def`` is not even resumed: ``LeaseLost`` is raised at its
-    ``await`` (``core._Guarded``), so it never gets to ask."""
+    ``await`` (``attempts._Guarded``), so it never gets to ask."""
     clock = FakeClock()
     w, go, seen = pausable_worker(clock, check="ask")
     stub = await pause_then_resume(w, go, clock)

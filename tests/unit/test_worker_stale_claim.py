@@ -34,10 +34,10 @@ async def test_a_claim_taken_while_the_worker_was_stopped_never_reaches_an_effec
     clock.advance(20)
     # The claim was sent 10 s ago; the server took it at once, then the worker was stopped for
     # 10 s (3 s lease): the reply arrives now.
-    w._start(stub, claimed(), sent=clock.monotonic() - 10)  # type: ignore[arg-type]
+    w._attempts.start(stub, claimed(), sent=clock.monotonic() - 10)  # type: ignore[arg-type]
     for _ in range(20):
         await asyncio.sleep(0)
-    await asyncio.gather(*w._tasks, return_exceptions=True)
+    await asyncio.gather(*w._attempts.tasks, return_exceptions=True)
     assert effects == [], "the handler acted on a claim whose lease was already over"
 
 
@@ -57,8 +57,8 @@ async def test_a_claim_whose_lease_is_over_on_arrival_never_runs_its_handler() -
         called.append(ctx.fence)  # anything a handler does before its first check
 
     clock.advance(20)
-    w._start(FakeStub(clock), claimed(), sent=clock.monotonic() - 10)  # type: ignore[arg-type]
+    w._attempts.start(FakeStub(clock), claimed(), sent=clock.monotonic() - 10)  # type: ignore[arg-type]
     for _ in range(20):
         await asyncio.sleep(0)
-    await asyncio.gather(*w._tasks, return_exceptions=True)
+    await asyncio.gather(*w._attempts.tasks, return_exceptions=True)
     assert called == [], "the handler ran for a claim whose lease was over when it arrived"

@@ -604,7 +604,7 @@ async def test_a_pushed_jobs_deadline_counts_from_the_request_the_node_had_read(
         deadline = seen[0]._lease.deadline
         assert hello_sent + 40.0 - 4.0 <= deadline <= hello_sent + 40.0 - 4.0 + 5.0
         release.set()  # (the drain would wait on the fake clock)
-        await wait_until(lambda: not w._tasks, 20, "the job done")
+        await wait_until(lambda: not w._attempts.tasks, 20, "the job done")
 
 
 async def test_the_credits_of_a_broken_stream_go_to_the_other_nodes() -> None:

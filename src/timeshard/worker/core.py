@@ -26,42 +26,43 @@ the running handlers finish for at most ``drain_s`` (a second ``stop()`` ends th
 stops the others and gives their jobs back, so they run elsewhere at once and the unfinished
 attempt does not count against ``max_attempts``. A handler that does not stop (a thread inside a
 blocking call) is not given back: its job is left to its lease expiry, a failed attempt.
+
+This module is the ``Worker``: its public API and the wiring of its parts. What a handler is
+given (``JobContext``, ``PermanentError``) is in ``context``; one job's attempt, from its
+claim to its report, in ``attempts``; the nodes it takes jobs from (discovery, channels,
+links) in ``nodes``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import ctypes
 import inspect
-import json
 import logging
 import socket
-import threading
 import uuid
-from collections.abc import Awaitable, Callable, Coroutine, Generator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, NamedTuple
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import grpc
 
 from timeshard.client import AsyncClient, Client, Retry, ScheduleSpec
 from timeshard.clock import Clock, SystemClock
 from timeshard.errors import InvalidArgument, Unavailable
-from timeshard.limits import MAX_CLAIM_TYPES, MAX_REPLY_BYTES, truncate_error
+from timeshard.limits import MAX_CLAIM_TYPES, MAX_REPLY_BYTES
 from timeshard.model import NOT_STARTED, validate_job_type, validate_worker_id
 from timeshard.security.channel import ClientSecurity, TlsArg, server_from_env
 from timeshard.v1 import timeshard_pb2 as pb
-from timeshard.v1 import timeshard_pb2_grpc as pb_grpc
-from timeshard.wire import dur, dur_s, schedule_from_pb, translate, ts, ts_ms
-from timeshard.worker.heartbeats import DeferredHeartbeats, Heartbeats
-from timeshard.worker.lease import Lease, LeaseLost
+from timeshard.wire import dur, schedule_from_pb, translate
+from timeshard.worker.attempts import Attempts, HandlerThreads, InFlight
+from timeshard.worker.context import EventHook, Handler, HandlerSpec, JobContext, PermanentError
+from timeshard.worker.nodes import Link, Nodes
 from timeshard.worker.results import Results
-from timeshard.worker.returns import ResultError, encode_result, traceback_of
-from timeshard.worker.slots import Run, Slots
+from timeshard.worker.slots import Slots
 from timeshard.worker.stream import Host, NodeLink
 from timeshard.worker.tasks import Task, WorkerClients, cron_spec, declare, task_handler
+
+__all__ = ["EventHook", "JobContext", "PermanentError", "Worker"]
+"""The names imported from here before ``context`` was split out still are."""
 
 log = logging.getLogger("timeshard.worker")  # the SDK logs as one component
 
@@ -69,123 +70,11 @@ if TYPE_CHECKING:
     from timeshard.v1.timeshard_pb2_grpc import WorkerServiceAsyncStub as WorkerStub
 
 
-class PermanentError(Exception):
-    """Raise from a handler when retrying can not help (bad input): the job goes to the DLQ."""
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class JobContext:
-    job_id: str
-    job_type: str
-    payload: bytes
-    attempt: int
-    max_attempts: int
-    fence: int
-    """Pass to external systems that must reject stale writers (invariant 6)."""
-    idempotency_key: str
-    run_at: int
-    started_at_ms: int
-    worker_id: str
-    _lease: Lease = field(default_factory=Lease, repr=False)
-
-    def json(self) -> Any:
-        return json.loads(self.payload or b"null")
-
-    @property
-    def cancelled(self) -> bool:
-        """True once this job is no longer the handler's to work on — its lease not extended in
-        time, lost to another worker, the job cancelled, or the type's timeout passed: stop and
-        do not write. Read from the monotonic clock when asked, so a process paused past its
-        lease sees it the moment it resumes."""
-        return self._lease.over
-
-    def check(self) -> None:
-        """Raise ``LeaseLost`` if ``cancelled``: call it before each step that has an effect."""
-        if self._lease.over:
-            raise LeaseLost(f"job {self.job_id}: {self._lease.why()}")
-
-    async def checkpoint(self) -> None:
-        """``check()``, after letting the event loop run (the heartbeat loop among the rest)."""
-        await asyncio.sleep(0)
-        self.check()
-
-    @property
-    def lateness_ms(self) -> int:
-        return self.started_at_ms - self.run_at
-
-
-Handler = Callable[[JobContext], Any]
-EventHook = Callable[[str, JobContext, str], None]
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class HandlerSpec:
-    job_type: str
-    fn: Handler
-    timeout_s: float
-    concurrency: int
-    is_async: bool
-
-
-class _Ended(NamedTuple):
-    """How a handler ended, as reported: ``complete``, ``retry`` or ``permanent``."""
-
-    kind: str
-    error: str = ""
-    traceback: str = ""
-    result: bytes = b""
-    result_encoding: str = ""
-
-
-def _failed(kind: str, exc: BaseException, error: str | None = None) -> _Ended:
-    """A failed end with the exception's traceback (of what the handler raised itself, for
-    the exits ``_Raised`` stands for)."""
-    raised = exc.__cause__ if isinstance(exc, _Raised) and exc.__cause__ else exc
-    return _Ended(kind, error or _describe(exc), traceback_of(raised))
-
-
-NOTICE_WAIT_S = 0.05
-"""How long a handler's first step waits for its start notice to be handed to the transport
-(then it goes on: its heartbeats carry the notice again)."""
 SHUT_DOWN = "worker shut down"
 """Why a job was given back: the reason stored with its attempt."""
 STOP_GRACE_S = 2.0
 """After the drain, how long the handlers still running get to stop before their jobs are
 given back (or, if they do not stop, left to their lease)."""
-
-
-@dataclass(kw_only=True, slots=True)
-class _InFlight:
-    """A job this worker runs, as the drain needs it."""
-
-    ctx: JobContext
-    stub: WorkerStub
-    task: asyncio.Task[None]
-    is_async: bool
-    handler: asyncio.Task[Any] | None = None
-    started: bool = False
-    """Its handler started (its start notice went out): a give-back at the drain then says
-    it was stopped, not that it never started."""
-
-
-class _HandlerThreads(ThreadPoolExecutor):
-    """The handlers' threads, knowing how many calls have not ended (a thread interrupted at
-    the drain may not end at once: inside a blocking C call it ends when the call returns).
-    A call has ended when its future is done, which the pool sets as the handler returns."""
-
-    def __init__(self, max_workers: int) -> None:
-        super().__init__(max_workers=max_workers, thread_name_prefix="job")
-        self._calls: set[Future[Any]] = set()
-
-    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
-        call = super().submit(fn, *args, **kwargs)
-        self._calls.add(call)
-        call.add_done_callback(self._calls.discard)
-        return call
-
-    @property
-    def active(self) -> int:
-        return sum(1 for call in list(self._calls) if not call.done())
 
 
 class Worker:
@@ -239,22 +128,31 @@ class Worker:
         """Cron schedules declared in code, created or updated by id when the worker starts."""
         for spec in schedules:
             self.declare(spec)
-        self._clients = WorkerClients(self)
         self.declared = False
         """True once a running worker has set its type policies and schedules (it claims
         only then)."""
-        self._slots = Slots(lambda job_type: self.handlers[job_type].concurrency)
-        self._tasks: set[asyncio.Task[None]] = set()
-        self._threads: ThreadPoolExecutor | None = None
-        self._nodes: _Nodes | None = None
-        self._results = Results(self._clock, self._other_nodes)
         self.drain_s = 30.0
         """On ``stop``, how long running handlers may take to finish before their jobs are
         given back."""
         self.abandoned = 0
         """Handlers that had not stopped when ``run`` returned (their threads may still run;
         their jobs are left to their lease expiry)."""
-        self._inflight: dict[str, _InFlight] = {}
+        self._wire()
+
+    def _wire(self) -> None:
+        """The worker's parts, each given what it needs of the others: its clients, its
+        slots, its attempts (``attempts``) and where their results go, the state of a stop;
+        the nodes (``nodes``) come with ``run``."""
+        self._clients = WorkerClients(self)
+        self._slots = Slots(lambda job_type: self.handlers[job_type].concurrency)
+        self._nodes: Nodes | None = None
+        self._attempts = Attempts(
+            self,
+            clock=self._clock,
+            slots=self._slots,
+            results=Results(self._clock, self._other_nodes),
+            emit=self._emit,
+        )
         self._stop_event: asyncio.Event | None = None
         self._stop_asked = False
         self._drain_over = asyncio.Event()
@@ -424,8 +322,9 @@ class Worker:
         await self._declare(servers, stop)
         self.declared = True
         threads = sum(s.concurrency for s in self.handlers.values() if not s.is_async)
-        threads_pool = self._threads = _HandlerThreads(max(1, threads))
-        nodes = self._nodes = _Nodes(self, stop, ClientSecurity.resolve(self.tls, self.token))
+        threads_pool = self._attempts.threads = HandlerThreads(max(1, threads))
+        security = ClientSecurity.resolve(self.tls, self.token)
+        nodes = self._nodes = Nodes(security, self._clock, self._linker(stop))
         for address in servers:
             nodes.add(address)
         discovery = (
@@ -445,6 +344,28 @@ class Worker:
             self._stop_asked = False  # it may run again
             self.declared = False
             self._drain_over = asyncio.Event()
+
+    def _linker(self, stop: asyncio.Event) -> Link:
+        """How a node's link is made (``Nodes.add``): this worker's settings and job types,
+        how it claims and how it starts a claimed job; it claims until ``stop`` is set."""
+        host = Host(
+            worker_id=self.worker_id,
+            lease_s=self.lease_s,
+            safety_margin_s=self.safety_margin_s,
+            clock=self._clock,
+            slots=self._slots,
+            concurrency=lambda t: self.handlers[t].concurrency,
+            start=self._attempts.start,
+            claim_loop=self._claim_loop,
+            claim_polls=self.claim_polls,
+        )
+
+        def link(stub: WorkerStub, address: str) -> NodeLink:
+            return NodeLink(
+                host, stub, address, list(self.handlers), stop, use_stream=self.use_stream
+            )
+
+        return link
 
     async def _declare(self, servers: Sequence[str], stop: asyncio.Event) -> None:
         """Set the tasks' type policies and create or update the schedules declared in code,
@@ -522,102 +443,7 @@ class Worker:
                 self._slots.asking(job_type, -n)
             backoff = 0.1
             for claimed in resp.jobs:
-                self._start(stub, claimed, sent)
-
-    def _start(self, stub: WorkerStub, claimed: pb.ClaimedJob, sent: float) -> None:
-        job = claimed.job
-        left = sent + dur_s(claimed.lease) - self.safety_margin_s - self._clock.monotonic()
-        if left <= 0:
-            # The lease was over before the reply was even read (this process was stopped,
-            # or the machine overloaded): its handler must not take a single step. It is
-            # given back at once, fenced: not an attempt (invariant 9).
-            over = -left + self.safety_margin_s
-            log.warning(
-                "job %s: it arrived %.3fs after its lease (with the safety margin); "
-                "not started, given back",
-                job.job_id,
-                over,
-            )
-            self._give_back_unstarted(
-                stub,
-                job.job_id,
-                claimed.fence,
-                f"{NOT_STARTED}: lease over before the worker received it ({over:.3f}s late, "
-                f"{dur_s(claimed.lease):g}s lease, {self.safety_margin_s:g}s safety margin)",
-            )
-            return
-        run = self._slots.claimed(job.job_id, job.type)
-        ctx = JobContext(
-            job_id=job.job_id,
-            job_type=job.type,
-            payload=job.payload,
-            attempt=job.attempt,
-            max_attempts=job.max_attempts,
-            fence=claimed.fence,
-            idempotency_key=claimed.idempotency_key,
-            run_at=ts_ms(job.run_at),
-            started_at_ms=ts_ms(job.started_at),
-            worker_id=self.worker_id,
-        )
-        # The lease started when the server took the claim, at some point after ``sent``: a
-        # safe base whatever happened since, even a reply that sat in the socket while this
-        # process was stopped (its arrival is not: a handler then acted on a lease long over,
-        # found by the chaos suite). A long poll waits at most half the lease, so a claim that
-        # waited still has time; it sends a heartbeat at once to get the rest.
-        received = self._clock.monotonic()
-        waited = received - sent > self.safety_margin_s / 2
-        deadline = sent + dur_s(claimed.lease) - self.safety_margin_s
-        task = asyncio.create_task(
-            self._execute(stub, ctx, deadline, heartbeat_now=waited, run=run),
-            name=f"job-{job.job_id}",
-        )
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        self._track(ctx, stub, task)
-
-    def _give_back_unstarted(self, stub: WorkerStub, job_id: str, fence: int, why: str) -> None:
-        """Hand a job whose handler never started back to its node, in the background (a
-        give-back that does not arrive leaves the job to its lease's end: uncounted too)."""
-        item = pb.FinishItem(
-            job_id=job_id, fence=fence, failed=True, give_back=True, not_started=True, error=why
-        )
-
-        async def send() -> None:
-            try:
-                await stub.Finish(pb.FinishRequest(items=[item]), timeout=10.0)
-            except grpc.RpcError as exc:
-                log.info("job %s: give-back not sent (%s); its lease ends it", job_id, exc)
-
-        task = asyncio.create_task(send(), name=f"give-back-{job_id}")
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    def _notice_start(
-        self, stub: WorkerStub, ctx: JobContext, started_at_ms: int
-    ) -> Awaitable[None] | None:
-        """Tell the node the handler starts (invariant 9): over the stream, in the next
-        request; otherwise a heartbeat that carries the notice. Returns what to await before
-        the handler's first step (the notice handed to the transport)."""
-        notice = getattr(stub, "notice_start", None)
-        if notice is not None:
-            sent: Awaitable[None] | None = notice(ctx.job_id, ctx.fence, started_at_ms)
-            return sent
-        request = pb.HeartbeatRequest(
-            job_id=ctx.job_id,
-            fence=ctx.fence,
-            lease=dur(round(self.lease_s * 1000)),
-            started=True,
-            started_at=ts(started_at_ms),
-        )
-
-        async def send() -> None:
-            with contextlib.suppress(grpc.RpcError):  # its heartbeats carry it again
-                await stub.Heartbeat(request, timeout=max(1.0, self.lease_s / 3))
-
-        task = asyncio.create_task(send(), name=f"start-notice-{ctx.job_id}")
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        return task
+                self._attempts.start(stub, claimed, sent)
 
     def _emit(self, kind: str, ctx: JobContext, detail: str = "") -> None:
         """Tell the event hook; a hook that raises is logged, never let into the worker's own
@@ -628,181 +454,6 @@ class Worker:
             self._on_event(kind, ctx, detail)
         except Exception:
             log.exception("job %s: the event hook raised on %r; ignored", ctx.job_id, kind)
-
-    async def _execute(
-        self,
-        stub: WorkerStub,
-        ctx: JobContext,
-        deadline: float,
-        heartbeat_now: bool = False,
-        run: Run | None = None,
-    ) -> None:
-        """Run one claimed job: wait for its slot, call its handler, report how it ended. Its
-        slot is given back when the handler really ended (``Slots.release``), not before."""
-        run = run or self._slots.claimed(ctx.job_id, ctx.job_type)
-        spec = self.handlers[ctx.job_type]
-        ctx._lease.begin(self._clock, deadline)
-        handler = asyncio.create_task(self._invoke(spec, ctx, run), name=f"handler-{ctx.job_id}")
-        handler.add_done_callback(lambda _: self._slots.release(run))
-        self._track_handler(ctx, handler)  # for the drain (``stop``)
-        started_at = 0
-
-        def started() -> Awaitable[None] | None:
-            nonlocal started_at
-            started_at = self._clock.now_ms()
-            tracked = self._inflight.get(ctx.job_id)
-            if tracked is not None:
-                tracked.started = True
-            return self._notice_start(stub, ctx, started_at)
-
-        run.on_started = started
-        heartbeats = self._start_heartbeats(stub, ctx, handler, heartbeat_now, lambda: started_at)
-        try:
-            outcome = await self._outcome(spec, ctx, run, handler)
-            if outcome is not None:
-                await self._report(stub, ctx, outcome)
-        finally:
-            heartbeats.cancel()
-
-    async def _outcome(
-        self, spec: HandlerSpec, ctx: JobContext, run: Run, handler: asyncio.Task[Any]
-    ) -> _Ended | None:
-        """How the handler ended, with its result or its error and traceback, or None when
-        the lease was lost (nothing to report: the job is someone else's now). The type's
-        timeout counts from when the handler started; a job that waited that long for its
-        slot is not run."""
-        loop = asyncio.get_running_loop()
-        try:
-            async with asyncio.timeout(spec.timeout_s) as limit:
-                run.on_start = lambda: limit.reschedule(loop.time() + spec.timeout_s)
-                value = await asyncio.shield(handler)
-            result, encoding = encode_result(value)
-            return _Ended("complete", result=result, result_encoding=encoding)
-        except ResultError as exc:
-            return _Ended("permanent", _describe(exc))
-        except TimeoutError as exc:
-            if not limit.expired():
-                return _failed("retry", exc)  # the handler's own
-            why = f"timed out after {spec.timeout_s:g}s"
-            if not run.started:
-                why = f"not started within its timeout of {spec.timeout_s:g}s: it waited for "
-                why += run.waiting_for()
-            ctx._lease.stop(why)
-            handler.cancel()
-            # A cooperative handler stops at once; one that can not be stopped keeps its slot
-            # (and this job) until it ends, but the attempt is reported now.
-            await asyncio.wait({handler}, timeout=self.safety_margin_s)
-            return _Ended("retry", why)
-        except (asyncio.CancelledError, LeaseLost) as exc:
-            if ctx.cancelled:
-                why = f"{ctx._lease.why()}; handler stopped"
-                _log_problem(ctx, "stopped", why)
-                self._emit("lost", ctx, why)
-                return None
-            if isinstance(exc, LeaseLost):
-                return _failed("retry", exc)
-            raise  # this worker's own task was cancelled (shutting down)
-        except PermanentError as exc:
-            return _failed("permanent", exc)
-        except Exception as exc:
-            return _failed("retry", exc)
-
-    async def _invoke(self, spec: HandlerSpec, ctx: JobContext, run: Run) -> Any:
-        """Wait for the job's slot, then call its handler. What the handler raises that would
-        end the event loop or be taken for the worker cancelling it — ``SystemExit``,
-        ``KeyboardInterrupt``, its own ``CancelledError`` — comes out as ``_Raised``, an
-        ordinary exception that fails the attempt."""
-        await self._slots.acquire(run)
-        sent = run.start()
-        if sent is not None:  # the start notice leaves before the handler's first step
-            with contextlib.suppress(TimeoutError, grpc.RpcError):
-                async with asyncio.timeout(NOTICE_WAIT_S):
-                    await asyncio.shield(sent)
-        self._emit("started", ctx)
-        try:
-            if spec.is_async:
-                return await _Guarded(spec.fn(ctx), ctx)
-            return await self._in_thread(spec, ctx, run)
-        except (SystemExit, KeyboardInterrupt) as exc:
-            raise _Raised(_describe(exc)) from exc
-        except asyncio.CancelledError as exc:
-            task = asyncio.current_task()
-            if ctx.cancelled or (task is not None and task.cancelling()):
-                raise  # the worker stopped it
-            raise _Raised(f"{_describe(exc)} (raised by the handler)") from exc
-
-    async def _in_thread(self, spec: HandlerSpec, ctx: JobContext, run: Run) -> Any:
-        """Call a ``def`` handler in a thread; ``run.thread`` is done once the thread returned
-        (the call can not be stopped, only interrupted between bytecodes)."""
-        loop = asyncio.get_running_loop()
-        ident: list[int] = []
-
-        def call() -> Any:
-            ident.append(threading.get_ident())
-            return spec.fn(ctx)
-
-        assert self._threads is not None
-        job: Future[Any] = self._threads.submit(call)
-        returned = run.thread = loop.create_future()
-        job.add_done_callback(lambda _: _set_soon_threadsafe(loop, returned))
-        try:
-            return await asyncio.wrap_future(job)
-        except asyncio.CancelledError:
-            if ident and not job.done():  # interrupt it at its next bytecode (not in a C call)
-                ctypes.pythonapi.PyThreadState_SetAsyncExc(
-                    ctypes.c_ulong(ident[0]), ctypes.py_object(LeaseLost)
-                )
-            raise
-
-    def _start_heartbeats(
-        self,
-        stub: WorkerStub,
-        ctx: JobContext,
-        handler: asyncio.Task[Any],
-        heartbeat_now: bool,
-        started_at_ms: Callable[[], int] = lambda: 0,
-    ) -> asyncio.Task[None] | DeferredHeartbeats:
-        """The job's heartbeat loop (``heartbeats``), with this worker's lease settings."""
-        heartbeats = Heartbeats(
-            clock=self._clock,
-            results=self._results,
-            job_id=ctx.job_id,
-            fence=ctx.fence,
-            lease=ctx._lease,
-            lease_s=self.lease_s,
-            safety_margin_s=self.safety_margin_s,
-            started_at_ms=started_at_ms,
-        )
-        return heartbeats.start(stub, handler, heartbeat_now)
-
-    async def _report(self, stub: WorkerStub, ctx: JobContext, ended: _Ended) -> None:
-        """Send the result, retried until it is in or the lease is over (``Results``); once the
-        lease is over nothing is sent, and the job is left to its lease expiry. Every failure
-        is logged at WARNING, whatever is printed."""
-        kind, error = ended.kind, ended.error
-        if kind != "complete":
-            what = "failed permanently" if kind == "permanent" else "failed"
-            _log_problem(ctx, what, error)
-        item = pb.FinishItem(
-            job_id=ctx.job_id,
-            fence=ctx.fence,
-            failed=kind != "complete",
-            error=truncate_error(error),  # the server would; a long one could not be sent
-            permanent=kind == "permanent",
-            result=ended.result,
-            result_encoding=ended.result_encoding,
-            traceback=ended.traceback,
-        )
-        result, why = await self._results.deliver(item, stub, ctx._lease)
-        if result is None:
-            why = f"{why}; the job is left to its lease expiry"
-            _log_problem(ctx, "result not sent", why)
-            self._emit("unreported", ctx, why)
-        elif result.code == 0:
-            self._emit("succeeded" if kind == "complete" else "failed", ctx, error)
-        else:
-            _log_problem(ctx, "result refused", result.message)
-            self._emit("rejected", ctx, result.message)
 
     # -- stopping (the drain; apart from running a job) ------------------------------------
 
@@ -828,28 +479,16 @@ class Worker:
         """``stop()`` was called (the drain is under way or done)."""
         return self._stop_asked
 
-    def _track(self, ctx: JobContext, stub: WorkerStub, task: asyncio.Task[None]) -> None:
-        spec = self.handlers[ctx.job_type]
-        self._inflight[ctx.job_id] = _InFlight(
-            ctx=ctx, stub=stub, task=task, is_async=spec.is_async
-        )
-        task.add_done_callback(lambda _: self._inflight.pop(ctx.job_id, None))
-
-    def _track_handler(self, ctx: JobContext, handler: asyncio.Task[Any]) -> None:
-        tracked = self._inflight.get(ctx.job_id)
-        if tracked is not None:
-            tracked.handler = handler
-
-    async def _drain(self, threads: _HandlerThreads) -> None:
-        if self._tasks:
+    async def _drain(self, threads: HandlerThreads) -> None:
+        if self._attempts.tasks:
             log.info(
                 "worker %s: stopping; waiting up to %.0f s for %d running jobs",
                 self.worker_id,
                 self.drain_s,
-                len(self._tasks),
+                len(self._attempts.tasks),
             )
-            await self._until(lambda: not self._tasks, self.drain_s, self._drain_over)
-        left = [f for f in self._inflight.values() if not f.task.done()]
+            await self._until(lambda: not self._attempts.tasks, self.drain_s, self._drain_over)
+        left = [f for f in self._attempts.inflight.values() if not f.task.done()]
         if not left:
             return
         for f in left:
@@ -863,7 +502,7 @@ class Worker:
         await self._until(stopped, STOP_GRACE_S)
         await asyncio.gather(*(self._give_back(f, threads) for f in left))
 
-    async def _give_back(self, f: _InFlight, threads: _HandlerThreads) -> None:
+    async def _give_back(self, f: InFlight, threads: HandlerThreads) -> None:
         ended = f.task.done() and f.handler is not None and f.handler.done()
         if not ended or (not f.is_async and threads.active > 0):
             self.abandoned += 1
@@ -880,7 +519,7 @@ class Worker:
             give_back=True,
             not_started=not f.started,
         )
-        result, why = await self._results.deliver(item, f.stub, f.ctx._lease)
+        result, why = await self._attempts.results.deliver(item, f.stub, f.ctx._lease)
         if result is not None and result.code == 0:
             self._emit("given back", f.ctx, SHUT_DOWN)
         else:
@@ -901,169 +540,3 @@ class Worker:
         if self._nodes is None:
             return []
         return list(self._nodes.stubs.values())  # type: ignore[arg-type]  # (stub-like links)
-
-
-def _log_problem(ctx: JobContext, what: str, detail: str) -> None:
-    """One WARNING line for a job that did not succeed, in every log format and with
-    ``--quiet`` too (``timeshard worker`` prints only progress; problems are log records)."""
-    log.warning(
-        "job %s (%s) %s on attempt %d/%d: %s",
-        ctx.job_id,
-        ctx.job_type,
-        what,
-        ctx.attempt,
-        ctx.max_attempts,
-        detail,
-        extra={"job_id": ctx.job_id, "job_type": ctx.job_type, "event": "job.failed"},
-    )
-
-
-class _Raised(Exception):
-    """What a handler raised that must not leave it as it is (see ``Worker._invoke``)."""
-
-
-def _describe(exc: BaseException) -> str:
-    """How an attempt's error reads in the job's history: "SystemExit: 3"."""
-    if isinstance(exc, _Raised):
-        return str(exc)
-    text = str(exc)
-    if not text and not isinstance(exc, Exception):
-        return type(exc).__name__
-    return f"{type(exc).__name__}: {text}"
-
-
-def _set_soon_threadsafe(loop: asyncio.AbstractEventLoop, fut: asyncio.Future[None]) -> None:
-    def settle() -> None:
-        if not fut.done():
-            fut.set_result(None)
-
-    with contextlib.suppress(RuntimeError):  # the loop is closed: no one waits any more
-        loop.call_soon_threadsafe(settle)
-
-
-class _Guarded:
-    """Drives an ``async def`` handler one step at a time and, once its lease is over, throws
-    ``LeaseLost`` into it instead of resuming it. A handler that blocked the event loop past its
-    lease (``time.sleep``, a long computation) is so stopped at its next ``await``, before it
-    takes another step (invariant 6): on resuming, other tasks — the heartbeat loop among them —
-    may not have run yet. (The blocking call itself can not be stopped.)"""
-
-    __slots__ = ("_coro", "_ctx")
-
-    def __init__(self, coro: Coroutine[Any, Any, Any], ctx: JobContext) -> None:
-        self._coro, self._ctx = coro, ctx
-
-    def __await__(self) -> Generator[Any, Any, Any]:
-        coro, lease = self._coro, self._ctx._lease
-        value: Any = None
-        error: BaseException | None = None
-        while True:
-            try:
-                if error is not None:
-                    step = coro.throw(error)
-                elif not lease.held():
-                    step = coro.throw(LeaseLost(f"job {self._ctx.job_id}: {lease.why()}"))
-                else:
-                    step = coro.send(value)
-            except StopIteration as done:
-                return done.value
-            value, error = None, None
-            try:
-                value = yield step
-            except GeneratorExit:
-                coro.close()
-                raise
-            except BaseException as exc:  # thrown in by the task: cancellation
-                error = exc
-
-
-class _Nodes:
-    """The nodes a worker takes jobs from: one channel and one ``NodeLink`` each (its worker
-    stream, or its unary claim loops)."""
-
-    def __init__(self, worker: Worker, stop: asyncio.Event, security: ClientSecurity) -> None:
-        self._worker = worker
-        self._stop = stop
-        self._security = security
-        self.channels: dict[str, grpc.aio.Channel] = {}
-        self.links: dict[str, NodeLink] = {}
-        self._dropped: set[NodeLink] = set()
-        self.stubs: dict[str, NodeLink] = {}
-        """The live nodes: where results and heartbeats may go."""
-        w = worker
-        self._host = Host(
-            worker_id=w.worker_id,
-            lease_s=w.lease_s,
-            safety_margin_s=w.safety_margin_s,
-            clock=w._clock,
-            slots=w._slots,
-            concurrency=lambda t: w.handlers[t].concurrency,
-            start=w._start,
-            claim_loop=w._claim_loop,
-            claim_polls=w.claim_polls,
-        )
-
-    def add(self, address: str) -> None:
-        if address in self.links:
-            return
-        stub = pb_grpc.WorkerServiceStub(self._channel(address))
-        self.links[address] = self.stubs[address] = NodeLink(
-            self._host,
-            stub,
-            address,
-            list(self._worker.handlers),
-            self._stop,
-            use_stream=self._worker.use_stream,
-        )
-
-    def _channel(self, address: str) -> grpc.aio.Channel:
-        if address not in self.channels:
-            self.channels[address] = self._security.aio_channel(
-                address, options=[("grpc.max_receive_message_length", MAX_REPLY_BYTES)]
-            )
-        return self.channels[address]
-
-    def drop(self, address: str) -> None:
-        """Stop claiming from a node that left; its channel stays open for the heartbeats
-        and reports of jobs it handed out (its link, on the unary calls once its stream is
-        gone)."""
-        link = self.links.pop(address, None)
-        self.stubs.pop(address, None)
-        if link is not None:
-            self._dropped.add(link)
-            link.leave()
-
-    async def discover(self, seeds: list[str], every_s: float) -> None:
-        while True:
-            members = await self._members(seeds)
-            if members:
-                for address in members - set(self.links):
-                    log.info("worker: node %s joined; claiming from it", address)
-                    self.add(address)
-                for address in set(self.links) - members:
-                    log.info("worker: node %s left; no longer claiming from it", address)
-                    self.drop(address)
-            await self._worker._clock.sleep(every_s)
-
-    async def _members(self, seeds: list[str]) -> set[str]:
-        """Live nodes' addresses, from the first node that answers."""
-        for address in [*self.links, *seeds]:
-            channel = self._channel(address)
-            try:
-                info = await pb_grpc.AdminServiceStub(channel).ClusterInfo(
-                    pb.ClusterInfoRequest(), timeout=5
-                )
-            except grpc.RpcError:
-                continue
-            return {n.address for n in info.nodes if n.address}
-        return set()
-
-    async def stop_claiming(self) -> None:
-        """Every node: no more jobs (a stream says ``stop`` and its node confirms)."""
-        await asyncio.gather(*(link.stop_claiming() for link in self.links.values()))
-
-    async def close(self) -> None:
-        links = [*self.links.values(), *self._dropped]
-        await asyncio.gather(*(link.close() for link in links))
-        for channel in self.channels.values():
-            await channel.close(None)

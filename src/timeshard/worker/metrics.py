@@ -22,7 +22,7 @@ from prometheus_client.registry import CollectorRegistry
 from timeshard.clock import Clock, SystemClock
 from timeshard.observe.events import LATENESS_BUCKETS_S, Series, type_label
 from timeshard.observe.tracing import AttrValue, Tracing
-from timeshard.worker.core import EventHook, JobContext
+from timeshard.worker.context import EventHook, JobContext
 
 OUTCOMES = frozenset({"succeeded", "failed", "lost", "unreported", "rejected"})
 RUN_BUCKETS_S = (0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0, 1800.0)
