@@ -25,6 +25,10 @@ before it yields. Retries are quick (``retry_backoff``, default 50 ms, for the t
 declare no ``Retry`` of their own), so a test of a failing task does not wait out a
 production backoff. Times are real: a job scheduled an hour ahead runs in an hour, so
 schedule test jobs with no delay, or call the task itself.
+
+The node stops with a short grace, so that a client still connected (a worker's, one the test
+opened) is sent a graceful GOAWAY: gRPC's C core logs the one that cancels calls (an INFO
+line, "chttp2_transport.cc ... Got goaway"), straight to the test's stderr.
 """
 
 from __future__ import annotations
@@ -46,6 +50,10 @@ from timeshard.store.sqlite import SqliteStore
 from timeshard.worker import Worker
 
 __all__ = ["LocalAsyncClient", "LocalClient", "local", "local_async"]
+
+STOP_GRACE_S = 1.0
+"""How long the node's calls in flight may take to end when the block ends (it stops sooner
+when none is): a stop without grace cancels them, and gRPC's C core logs that to stderr."""
 
 
 class LocalClient(Client):
@@ -114,7 +122,7 @@ async def _serving(worker: Worker | None, options: _Options) -> AsyncIterator[st
             await asyncio.gather(running, return_exceptions=True)  # its error was raised
             worker.server = before
             worker._clients.forget()
-        await server.stop(0)
+        await server.stop(STOP_GRACE_S)
 
 
 async def _declared(worker: Worker, running: asyncio.Task[None]) -> None:
