@@ -12,6 +12,7 @@ import grpc
 
 from timeshard.api.queries import job_query_from_pb
 from timeshard.api.replies import claim_cap, fit_page, fit_written
+from timeshard.api.scheduling import job_spec
 from timeshard.api.status import node_status_to_pb
 from timeshard.api.work import WorkHub, WorkStream, finish_result
 from timeshard.cron import CronSpec
@@ -42,7 +43,7 @@ from timeshard.model import (
     validate_result,
     validate_worker_id,
 )
-from timeshard.node import FinishItem, JobSpec, Node, TypePolicy
+from timeshard.node import FinishItem, Node, TypePolicy
 from timeshard.node.flow import FlowChange
 from timeshard.node.policies import checked_policy
 from timeshard.node.retry import RetryPolicy
@@ -54,7 +55,6 @@ from timeshard.v1 import timeshard_pb2_grpc as pb_grpc
 from timeshard.views.status import TypeRow, node_status, shard_rows, type_rows
 from timeshard.wire import (
     claimed_to_pb,
-    deadline_of,
     dur,
     dur_s,
     job_to_pb,
@@ -118,16 +118,8 @@ class JobService(pb_grpc.JobServiceServicer):
     async def ScheduleJob(
         self, request: pb.ScheduleJobRequest, context: Ctx
     ) -> pb.ScheduleJobResponse:
-        run_at = run_at_of(request, self.node.clock.now_ms(), required=True)
-        job, created = await self.node.schedule(  # which checks every field once
-            job_type=request.type,
-            payload=request.payload,
-            run_at=run_at,
-            idempotency_key=request.idempotency_key,
-            max_attempts=request.max_attempts,
-            deadline=deadline_of(request, run_at),
-            priority=request.priority,
-        )
+        spec = job_spec(request, self.node.clock.now_ms())
+        ((job, created),) = await self.node.schedule_many([spec])  # which checks every field
         return pb.ScheduleJobResponse(job=job_to_pb(job), created=created)
 
     @rpc
@@ -139,22 +131,10 @@ class JobService(pb_grpc.JobServiceServicer):
         specs = []
         for i, r in enumerate(request.jobs):
             try:
-                run_at = run_at_of(r, now, required=True)
-                deadline = deadline_of(r, run_at)
                 _check_key(r.idempotency_key)
+                specs.append(job_spec(r, now))
             except InvalidArgument as exc:
                 raise InvalidArgument(f"jobs[{i}].{exc.field}", exc.problem) from None
-            specs.append(
-                JobSpec(
-                    job_type=r.type,
-                    payload=r.payload,
-                    run_at=run_at,
-                    idempotency_key=r.idempotency_key,
-                    max_attempts=r.max_attempts,
-                    deadline=deadline,
-                    priority=r.priority,
-                )
-            )
         results = await self.node.schedule_many(specs)
         jobs = fit_written([job_to_pb(j) for j, _ in results])
         return pb.ScheduleJobsResponse(
