@@ -1,9 +1,13 @@
-"""ScheduleJob and ScheduleJobs requests to the node's ``JobSpec``."""
+"""ScheduleJob and ScheduleJobs requests to the node's ``JobSpec``, and the warnings their
+replies carry (``node.polled``: a type no worker has asked this node for lately)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from timeshard.errors import InvalidArgument
 from timeshard.node import JobSpec
+from timeshard.node.polled import PolledTypes
 from timeshard.node.repeats import AskedTime, IfExists
 from timeshard.v1 import timeshard_pb2 as pb
 from timeshard.wire import deadline_of, run_at_of, ts_ms
@@ -48,3 +52,7 @@ def if_exists_of(request: pb.ScheduleJobRequest) -> IfExists:
             "if_exists", f"unknown value {request.if_exists} (IF_EXISTS_CHECK or IF_EXISTS_RETURN)"
         )
     return found
+
+
+def warnings_pb(polled: PolledTypes, types: Iterable[str]) -> list[pb.ScheduleWarning]:
+    return [pb.ScheduleWarning(type=w.job_type, message=w.message) for w in polled.warnings(types)]

@@ -12,7 +12,7 @@ import grpc
 
 from timeshard.api.queries import job_query_from_pb
 from timeshard.api.replies import claim_cap, fit_page, fit_written
-from timeshard.api.scheduling import job_spec
+from timeshard.api.scheduling import job_spec, warnings_pb
 from timeshard.api.status import node_status_to_pb
 from timeshard.api.work import WorkHub, WorkStream, finish_result
 from timeshard.cron import CronSpec
@@ -120,7 +120,8 @@ class JobService(pb_grpc.JobServiceServicer):
     ) -> pb.ScheduleJobResponse:
         spec = job_spec(request, self.node.clock.now_ms())
         ((job, created),) = await self.node.schedule_many([spec])  # which checks every field
-        return pb.ScheduleJobResponse(job=job_to_pb(job), created=created)
+        warnings = warnings_pb(self.node.polled, [job.job_type])
+        return pb.ScheduleJobResponse(job=job_to_pb(job), created=created, warnings=warnings)
 
     @rpc
     async def ScheduleJobs(
@@ -141,7 +142,8 @@ class JobService(pb_grpc.JobServiceServicer):
             results=[
                 pb.ScheduleJobResponse(job=j, created=c)
                 for j, (_, c) in zip(jobs, results, strict=True)
-            ]
+            ],
+            warnings=warnings_pb(self.node.polled, (j.job_type for j, _ in results)),
         )
 
     @rpc
@@ -314,6 +316,7 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
             )
         if request.wait.seconds < 0 or request.wait.nanos < 0:
             raise InvalidArgument("wait", "must not be negative (0s answers at once)")
+        self.node.polled.asked(request.types)
         claimed = await self.node.claim(
             worker=request.worker_id,
             types=list(request.types),

@@ -56,6 +56,7 @@ from timeshard.node.dispatcher import DispatchConfig, ShardDispatcher
 from timeshard.node.flow import FlowControl, TypeFlow
 from timeshard.node.peers import HINT_MARGIN_S, PeerHints, Send
 from timeshard.node.policies import TypePolicies
+from timeshard.node.polled import PolledTypes
 from timeshard.node.ready import ReadyItem, ReadyQueues
 from timeshard.node.refresh import BucketRefresher
 from timeshard.node.repeats import AskedTime, IfExists, conflict
@@ -216,6 +217,8 @@ class Node:
         """Start notices of the jobs this node delivered (invariant 9, ``node.starts``)."""
         self.waits = JobWaits(store, clock)
         """Clients waiting for jobs to finish (``WaitJobs``)."""
+        self.polled = PolledTypes(clock)
+        """The job types workers ask this node for (``node.polled``)."""
         self.type_policies = TypePolicies(
             store, clock, self.config.types, self.config.flows, on_flow_change=self.ready.wake
         )
