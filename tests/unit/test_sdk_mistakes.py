@@ -12,6 +12,7 @@ from datetime import timedelta
 
 import pytest
 
+import timeshard.testing
 from tests.unit.helpers import embedded_server
 from timeshard.client import AsyncClient, Client, NewJob
 from timeshard.errors import AlreadyExists, InvalidArgument
@@ -113,3 +114,15 @@ async def test_a_task_passes_if_exists_on() -> None:
         )
         assert same.job_id == first.job_id
 
+
+async def test_testing_local_yields_once_its_worker_asks_so_a_test_gets_no_warning() -> None:
+    worker = Worker(worker_id="w1")
+
+    @worker.handler("served")
+    def handle(ctx: object) -> None:
+        """Runs the job."""
+
+    for _ in range(3):
+        async with timeshard.testing.local_async(worker) as client:
+            done = await client.schedule("served")
+            assert done.warnings == ()

@@ -51,6 +51,8 @@ from timeshard.worker import Worker
 
 __all__ = ["LocalAsyncClient", "LocalClient", "local", "local_async"]
 
+ASKING_WAIT_S = 5.0
+"""How long the block waits, before it starts, for the worker to ask for its job types."""
 STOP_GRACE_S = 1.0
 """How long the node's calls in flight may take to end when the block ends (it stops sooner
 when none is): a stop without grace cancels them, and gRPC's C core logs that to stderr."""
@@ -115,6 +117,7 @@ async def _serving(worker: Worker | None, options: _Options) -> AsyncIterator[st
                 worker.run([server.address], discover_every_s=0), name="local-worker"
             )
             await _declared(worker, running)
+            await _asking(node, worker, running)
         yield server.address
     finally:
         if worker is not None and running is not None:
@@ -132,6 +135,16 @@ async def _declared(worker: Worker, running: asyncio.Task[None]) -> None:
         if running.done():
             running.result()  # its error, e.g. a schedule id clash
             raise Unavailable("the worker stopped before it started claiming")
+        await asyncio.sleep(0.005)
+
+
+async def _asking(node: Node, worker: Worker, running: asyncio.Task[None]) -> None:
+    """Wait (at most ``ASKING_WAIT_S``) until the worker has asked the node for its types, so
+    a job the test schedules at once gets no warning that no worker asks for it."""
+    deadline = asyncio.get_running_loop().time() + ASKING_WAIT_S
+    while node.polled.warnings(worker.handlers) and not running.done():
+        if asyncio.get_running_loop().time() > deadline:
+            return
         await asyncio.sleep(0.005)
 
 
