@@ -94,7 +94,10 @@ def conflict(
     )
 
 
-_HINT = "use a new key for a new job, or if_exists=return to get the existing one"
+_HINT = (
+    "use a new key for a new job, or if_exists=return (timeshard jobs: --if-exists=return) to "
+    "get the existing one"
+)
 
 
 def _body_difference(job: Job, stored: Job) -> str:
