@@ -9,6 +9,7 @@
     python tools/loadtest.py failover --nodes 3 --rate 400 --store cassandra://...
     python tools/loadtest.py peers --jobs 20000 --window 10
     python tools/loadtest.py rated --limit 50 --jobs 1500 [--burst B] [--store URL] [--plot F.png]
+    python tools/loadtest.py overload [--duration 300] [--lease 2] [--busy 2] [--work-ms 200]
     python tools/loadtest.py report [--skip backlog,peers]   # the set docs/benchmarks.md shows
 
 Each run starts a ``timeshard server`` (the embedded SQLite store in a temporary folder, or
@@ -70,6 +71,10 @@ every 0.2 s and at exit; at the end the tool sends SIGTERM to the session and wa
 SIGKILL), so the worker must flush on SIGTERM. Its CPU time is read from /proc for the
 command's whole process tree. ``timeshard.testing.loadworker`` is the Python one.
 
+``overload`` offers 5x what its workers can run with the CPU starved on purpose, drains, and
+holds the run to "late, never dead" (invariant 9): no job dead without a handler start, none
+lost, early or run twice at once; ``python tools/loadtest.py overload --help`` says more.
+
 Progress goes to stderr (a bar on a terminal); the figures to stdout, with --json as one JSON
 object on the last line.
 """
@@ -82,7 +87,7 @@ import sys
 from typing import Any
 
 import grpc
-from bench import rated, report, scale, scenarios
+from bench import overload, rated, report, scale, scenarios
 from bench.calls import schedule_cost
 from bench.plot import plot, require
 
@@ -91,8 +96,10 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--store", default="sqlite", help="sqlite (default) or cassandra://HOST:PORT[/KS]"
     )
-    p.add_argument("--workers", type=int, default=2, help="worker processes (2)")
-    p.add_argument("--concurrency", type=int, default=512, help="handler slots per worker (512)")
+    p.add_argument("--workers", type=int, default=2, help="worker processes (%(default)s)")
+    p.add_argument(
+        "--concurrency", type=int, default=512, help="handler slots per worker (%(default)s)"
+    )
     p.add_argument("--shards", type=int, default=16, help="shards of the store (16)")
     p.add_argument("--lookahead", type=float, default=5.0, help="server --lookahead seconds (5)")
     p.add_argument(
@@ -105,7 +112,7 @@ def _common(p: argparse.ArgumentParser) -> None:
         "--drain",
         type=float,
         default=30.0,
-        help="after the last due time, give up when nothing ran for this long (30)",
+        help="after the last due time, give up when nothing ran for this long (%(default)s)",
     )
     p.add_argument(
         "--nodes",
@@ -236,6 +243,9 @@ def parser() -> argparse.ArgumentParser:
     cost.add_argument("--json", action="store_true", help="last stdout line: one JSON object")
     cost.set_defaults(workers=0, concurrency=1, plot=None)
     _common(rated.add_parser(sub))
+    starved = overload.add_parser(sub)
+    _common(starved)
+    starved.set_defaults(**overload.DEFAULTS)
     report.add_parser(sub)
     return ap
 
@@ -273,12 +283,15 @@ def main(argv: list[str] | None = None) -> int:
             result, series = getattr(scale, args.command)(args)
         elif args.command == "rated":
             result, series = rated.rated(args)
+        elif args.command == "overload":
+            result, series = overload.overload(args)
         else:
             result, series = getattr(scenarios, args.command)(args)
     except grpc.RpcError as exc:
         code, details = exc.code().name, exc.details()  # type: ignore[attr-defined]
         raise SystemExit(f"loadtest: the server answered {code}: {details}") from None
-    result["load_average"] = {"before": load_before, "after": report.loadavg()}
+    during = result.get("load_average", {})
+    result["load_average"] = {"before": load_before, **during, "after": report.loadavg()}
     given = sys.argv[1:] if argv is None else argv
     result["command"] = " ".join(a for a in given if a != "--json")
     if args.plot:
@@ -293,8 +306,12 @@ def main(argv: list[str] | None = None) -> int:
         print(table(result))
     elif not args.json:
         show(result)
+    if result.get("failed"):
+        print(f"FAIL: {', '.join(f'{k} {result[k]}' for k in result['failed'])} (must be 0)")
     if args.json:
         print(json.dumps(result))
+    if result.get("failed"):
+        return 1  # the run's own must-be-zero figures
     # this run, or its rows (backlog sizes; in peers, timeshard's row but not the peers')
     rows = [
         r for r in result.get("results", []) if r.get("system", "timeshard+")[:10] == "timeshard+"

@@ -115,6 +115,15 @@ async def test_c3_a_permanent_error_is_a_dead_letter_listed_replayed_purged(serv
     assert await off_loop(lambda: list(client.dead_letters(job_type="c3.bad"))) == []
 
 
+async def until_noticed(client: Client, job_id: str) -> None:
+    """Until the job's row has its handler's start notice (a heartbeat wrote it)."""
+    deadline = time.monotonic() + HANG_GUARD_S
+    while not (await off_loop(client.get, job_id)).start_noticed:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"job {job_id}: no start notice in its row")
+        await asyncio.sleep(0.05)
+
+
 async def test_c4_a_cut_off_handler_stops_before_its_lease_and_the_job_runs_again(
     server: str, proxy_to: object
 ) -> None:
@@ -123,11 +132,17 @@ async def test_c4_a_cut_off_handler_stops_before_its_lease_and_the_job_runs_agai
     lease_s, margin_s = 3.0, 0.5
     cut = Worker(worker_id="cut-off", lease_s=lease_s, safety_margin_s=margin_s, claim_wait_s=1)
     first: dict[str, float] = {}
+    noticed = asyncio.Event()  # the node has the handler's start notice in the job's row
 
     @cut.handler("c4.long", timeout=60)
     async def long(ctx: JobContext) -> None:
         first["fence"], first["started"] = ctx.fence, time.time()
+        # The cut comes once the start notice is in the row (its first heartbeat wrote it): a
+        # lease that runs out without one is a delivery that never started (given back,
+        # uncounted), not this scenario's attempt.
+        await noticed.wait()
         proxy.cut()  # nothing this worker sends arrives from now on, nor any answer
+        first["cut"] = time.time()
         try:
             await asyncio.sleep(3600)
         except asyncio.CancelledError:
@@ -138,7 +153,11 @@ async def test_c4_a_cut_off_handler_stops_before_its_lease_and_the_job_runs_agai
     async with running(cut, [proxy.address], discover_every_s=0):
         done = await off_loop(client.schedule, "c4.long", max_attempts=3)
         job_id = done.job.job_id
-        held = await wait_state(client, job_id, pb.JOB_STATE_RUNNING)
+        await wait_state(client, job_id, pb.JOB_STATE_RUNNING)
+        await until_noticed(client, job_id)
+        noticed.set()
+        await until(lambda: "cut" in first, "the handler to cut the proxy")
+        held = await off_loop(client.get, job_id)  # after the cut: the last lease granted
         await until(lambda: "cancelled" in first, "the cut-off handler to be stopped")
     lease_until_s = held.lease_until.ToMilliseconds() / 1000
     assert first["cancelled"] < lease_until_s, "stopped after the lease the server granted"

@@ -1,7 +1,8 @@
 """The chaos checker on hand-written run directories: a clean run passes; a lost job, an overlap,
-a doubled or missing cron occurrence, an early start, a double effect, a run after a cancel and
-a wrong end state each fail it. Also the rule of invariant 6 for a paused process: it ended when
-it was stopped, unless it took a step after it resumed."""
+a doubled or missing cron occurrence, an early start, a double effect, a run after a cancel, a
+wrong end state and a job dead without a handler start each fail it. Also the rule of
+invariant 6 for a paused process: it ended when it was stopped, unless it took a step after it
+resumed."""
 
 from __future__ import annotations
 
@@ -17,6 +18,10 @@ from timeshard.testing.chaos.run import ChaosRun
 from timeshard.v1 import timeshard_pb2 as pb
 
 T0 = 1_800_000_000_000  # epoch ms of mono 0.0 in these ledgers
+
+
+STORE_OUTCOMES = {"ok": "succeeded", "retry": "retry", "permanent": "dead"}
+"""A run's end in the ledger -> its attempt's outcome in the store (else "lease expired")."""
 
 
 def wall(mono: float) -> float:
@@ -91,6 +96,7 @@ class RunDir:
         out = self._ledger(worker, pid)
         key = key or f"key-{job}"
         claimed_at = start - 0.005 if claimed is None else claimed
+        self._count_attempt(job, fence, outcome if end is not None else "", claimed_at)
         base = {"job": job, "fence": fence}
         out.write(
             {
@@ -125,6 +131,22 @@ class RunDir:
             kinds = sdk if sdk is not None else ("succeeded",) if outcome == "ok" else ()
             for kind in kinds:
                 out.write({**base, "ev": "sdk", "kind": kind, "detail": "", "mono": end})
+
+    def _count_attempt(self, job: str, attempt: int, outcome: str, claimed: float) -> None:
+        """The store's side of a run: a counted attempt in the job's row (the handler
+        started), with the outcome its end gave it."""
+        row = self.store["jobs"].get(job)
+        if row is None:
+            return
+        row["attempt"] = row.get("attempt", 0) + 1
+        row["history"].append(
+            {
+                "attempt": attempt,
+                "started_at": int(wall(claimed)),
+                "outcome": STORE_OUTCOMES.get(outcome, "lease expired"),
+                "error": "",
+            }
+        )
 
     def fault(self, kind: str, *, pid: int | None, start: float, end: float) -> None:
         self.journal.write(
@@ -225,6 +247,7 @@ def test_a_clean_run_passes_and_explains_its_reruns(run: RunDir) -> None:
         "its worker was paused (SIGSTOP) past its lease": 1,
     }
     assert got["faults"] == {"worker_kill": 1, "worker_stop": 1}
+    assert got["attempts_vs_starts"] == 0 and got["not_started_deliveries"] == 0
     assert 0 < got["lateness_p50_s"] <= got["lateness_p99_s"] <= got["lateness_max_s"] < 6
 
 
@@ -494,6 +517,80 @@ def test_a_run_claimed_after_its_deadline_fails_it(run: RunDir) -> None:
 def test_a_job_without_a_deadline_must_not_expire(run: RunDir) -> None:
     run.job("no-deadline", due=1.0, state="expired")
     assert result(run)["failed"] == {"wrong_state": 1}
+
+
+def lease_expired(attempt: int, error: str = "lease expired") -> dict[str, Any]:
+    return {"attempt": attempt, "started_at": int(wall(1.0)), "outcome": "lease expired",
+            "error": error}  # fmt: skip
+
+
+def not_started(attempt: int) -> dict[str, Any]:
+    return {"attempt": attempt, "started_at": int(wall(1.0)), "outcome": "not started",
+            "error": "not started: lease over before the worker received it"}  # fmt: skip
+
+
+def test_a_job_dead_after_attempts_no_handler_started_fails_it(run: RunDir) -> None:
+    """Issue 33: pushes that reached their worker after the lease were counted at the claim;
+    three of them made a healthy job dead though no handler ever started."""
+    run.job("starved", due=1.0, state="dead")
+    row = run.store["jobs"]["starved"]
+    row |= {"attempt": 3, "history": [lease_expired(n) for n in (1, 2, 3)]}
+    got = result(run)
+    assert got["dead_without_start"] == 1, got["text"]
+    assert got["failed"] == {"dead_without_start": 1, "wrong_state": 1}
+    assert got["attempts_vs_starts"] == 1  # 3 counted, none started
+    assert "BAD dead_without_start: 1" in got["text"]
+
+
+def test_a_job_dead_never_started_after_its_unstarted_deliveries_fails_it(run: RunDir) -> None:
+    """At max_unstarted the job is dead and uncounted: still dead without a start."""
+    run.job("undeliverable", due=1.0, state="dead")
+    run.store["jobs"]["undeliverable"] |= {
+        "attempt": 0,
+        "unstarted": 20,
+        "history": [not_started(1) for _ in range(20)],
+        "last_error": "never started: 20 deliveries ended without a handler start",
+    }
+    got = result(run)
+    assert got["dead_without_start"] == 1 and got["not_started_deliveries"] == 20
+    assert got["attempts_vs_starts"] == 0  # it spent no attempt, and none started
+
+
+def test_a_dead_job_whose_counted_attempts_are_not_the_ones_that_started_fails_it(
+    run: RunDir,
+) -> None:
+    """A handler ran under attempt 1 (its start was not counted: the delivery went back
+    "not started"); attempts 1 to 3 were then counted with no handler started."""
+    run.job("miscounted", due=1.0, state="dead")
+    run.run("miscounted", start=1.01, end=1.02, outcome="cancelled")
+    run.store["jobs"]["miscounted"] |= {
+        "attempt": 3,
+        "history": [not_started(1), lease_expired(2), lease_expired(3)],
+    }
+    assert result(run)["dead_without_start"] == 1
+
+
+def test_dead_jobs_whose_handlers_started_and_late_deliveries_pass(run: RunDir) -> None:
+    """Dead after a handler started (a permanent failure; a handler that ran then lost its
+    lease, and later deliveries that never started), and a job whose first delivery came
+    back unstarted and then succeeded: none is dead without a start, and the last spent one
+    attempt for one handler start."""
+    run.job("perm2", due=1.0, expect="permanent")
+    run.run("perm2", start=1.01, end=1.1, outcome="permanent", sdk=("failed",))
+    run.job("wedged", due=1.0, expect="permanent", state="dead")
+    run.run("wedged", start=1.01, end=None, effect=False)
+    run.store["jobs"]["wedged"] |= {
+        "attempt": 3,
+        "history": [lease_expired(1), lease_expired(2), lease_expired(3)],
+    }
+    run.job("late-push", due=1.0)
+    run.store["jobs"]["late-push"] |= {"history": [not_started(1)], "unstarted": 1}
+    run.run("late-push", start=4.0, end=4.1)
+    got = result(run)
+    assert got["dead_without_start"] == 0 and got["ok"], got["text"]
+    assert got["not_started_deliveries"] == 1
+    assert got["attempts_vs_starts"] == 1  # wedged: 3 counted attempts for 1 handler start
+    assert "whose counted attempts differ from their runs 1" in got["text"]
 
 
 class _MovingJobApi:

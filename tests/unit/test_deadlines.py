@@ -65,10 +65,11 @@ async def test_a_job_held_with_no_worker_expires_at_its_deadline() -> None:
         assert await node.claim(worker="w", types=["remind"], limit=1, wait_s=0, lease_s=30) == []
         # The status page counts it, apart from lease expiries.
         page = render(await node_status(node))
-        assert ">past deadline</th></tr>" in page and ">lease expired</th>" in page
+        assert ">past deadline</th>" in page and ">lease expired</th>" in page
         row = page.split("<td>remind</td>")[1].split("</tr>")[0]
         cells = [c.split("<")[0] for c in row.split('class="num">')[1:]]
-        assert cells == ["1", "0", "0", "0", "0", "0", "0", "1"]  # scheduled ... past deadline
+        # scheduled ... past deadline, not started, never started
+        assert cells == ["1", "0", "0", "0", "0", "0", "0", "1", "0", "0"]
 
 
 async def test_a_job_waiting_for_minutes_still_expires_at_its_deadline() -> None:

@@ -1,6 +1,7 @@
 """The load tool's own figures: what a run reports per fired job (Paxos rounds only where the
 store has them), the CPU of an external worker's whole process tree, bucket partitions read,
-runs that may have overlapped, and each node's share of a run on several nodes."""
+runs that may have overlapped, each node's share of a run on several nodes, and the overload
+run's (jobs dead without a handler start, lost, early, overlapping, attempts against starts)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,10 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from tools.bench.external import tree_cpu_seconds
+from tools.bench.overload import HandlerRun, overload_figures, parse_runs
 from tools.bench.records import RunRecords
 from tools.bench.scale import after_kill, overlapping_runs
 from tools.bench.scenarios import (
@@ -183,3 +186,95 @@ def test_the_servers_time_is_broken_down_by_stage_and_store_operation() -> None:
         "read_bucket": {"calls": 10, "ms": 2.0},
     }
     assert list(out["store_ms_per_call"]) == ["batch:update_state", "read_bucket"]
+
+
+def _row(state: str, attempt: int, *outcomes: str, **more: Any) -> dict[str, Any]:
+    """A job as ``job_summary`` shows it; ``outcomes``: its history, attempt by attempt (a
+    "not started" entry keeps the number the next delivery has again)."""
+    history, n = [], 0
+    for outcome in outcomes:
+        n += outcome != "not started"
+        history.append({"attempt": max(n, 1), "outcome": outcome, "error": ""})
+    return {"state": state, "attempt": attempt, "history": history, **more}
+
+
+def _run(
+    job: str, fence: int, attempt: int, start: float, end: float | None, outcome: str = "ok"
+) -> HandlerRun:
+    return HandlerRun(
+        job=job, fence=fence, attempt=attempt, run_at=1000, start_ms=start, end_ms=end,
+        outcome=outcome if end is not None else "",
+    )  # fmt: skip
+
+
+def test_overload_figures_count_each_way_a_job_can_go_wrong() -> None:
+    due = {j: 1000 for j in "abcdfgh"} | {"e": 2000}
+    rows = {
+        "a": _row("succeeded", 1, "succeeded"),
+        "b": _row("succeeded", 2, "lease expired", "succeeded"),
+        # issue 33: three deliveries counted, none started: dead
+        "c": _row("dead", 3, "lease expired", "lease expired", "lease expired"),
+        "d": _row("dead", 1, "dead"),  # a permanent failure: its handler did start
+        "e": _row("succeeded", 1, "not started", "not started", "succeeded", unstarted=2),
+        "f": _row("succeeded", 2, "lease expired", "succeeded"),
+        "g": _row("scheduled", 0),  # h: not in the store at all
+    }
+    runs = [
+        _run("a", 1, 1, 1100, 1300),
+        _run("b", 1, 1, 1200, 1500, "lost"),
+        _run("b", 2, 2, 4000, 4200),  # after the first ended: a re-run, not an overlap
+        _run("d", 1, 1, 1050, 1100, "error"),
+        _run("e", 3, 1, 1900, 2100),  # before its due time (2000)
+        _run("f", 1, 1, 1500, 5000, "cancelled"),  # still active when the next one started
+        _run("f", 2, 2, 4000, 4100),
+        _run("zzz", 1, 1, 0, 1),  # not a job of this run
+    ]
+    got = overload_figures(due, rows, runs)
+    assert got["jobs"] == 8
+    assert got["states"] == {"succeeded": 4, "dead": 2, "scheduled": 1, "missing": 1}
+    assert got["dead_without_start"] == 1  # c, not d
+    assert got["lost"] == 2  # g and h
+    assert got["early"] == 1 and got["overlapping"] == 1
+    assert got["attempts_per_succeeded"] == 1.5  # a 1, b 2, e 1, f 2
+    assert got["attempts_equal_starts"] == 1  # c: 3 counted, 0 started
+    assert got["not_started_deliveries"] == 2
+    # first starts against due: d 50, a 100, b 200, f 500, e -100 (early)
+    assert got["schedule_to_start_p50_ms"] == 100.0
+    assert got["schedule_to_start_p99_ms"] == 500.0
+    assert got["handler_runs"] == 7 and got["jobs_run_more_than_once"] == 2
+    assert got["failed"] == ["dead_without_start", "lost", "early", "overlapping"]
+
+
+def test_overload_figures_of_a_late_never_dead_run_pass() -> None:
+    due = {"a": 1000, "b": 1000, "c": 1000}
+    rows = {
+        "a": _row("succeeded", 1, "not started", "succeeded", unstarted=1),
+        "b": _row("succeeded", 1, "succeeded"),
+        # a run still active (no end) overlaps any later one; this job has one run only
+        "c": _row("dead", 3, "retry", "lease expired", "lease expired"),
+    }
+    runs = [_run("a", 2, 1, 3000, 3200), _run("b", 1, 1, 1500, 1700), _run("c", 1, 1, 1100, None)]
+    got = overload_figures(due, rows, runs)
+    assert got["failed"] == [] and got["dead_without_start"] == 0
+    assert got["attempts_per_succeeded"] == 1.0 and got["not_started_deliveries"] == 1
+    assert got["attempts_equal_starts"] == 1  # c: 3 counted for one handler start
+    runs.append(_run("c", 2, 2, 9000, 9100))  # the first never ended: both active at once
+    assert overload_figures(due, rows, runs)["overlapping"] == 1
+
+
+def test_overload_runs_are_read_from_start_and_end_lines() -> None:
+    lines = [
+        "S a 1 1 1000 1100.5",
+        "S b 2 1 1000 1200.0",
+        "E a 1 1300.25 ok",
+        "S b",  # a torn line
+        "E z 9 1400.0 ok",  # an end with no start here
+        "S a 3 2 1000 2000.0",
+        "E a 3 2100.0 cancelled",
+    ]
+    runs = parse_runs(lines)
+    assert [(r.job, r.fence, r.attempt, r.start_ms, r.end_ms, r.outcome) for r in runs] == [
+        ("a", 1, 1, 1100.5, 1300.25, "ok"),
+        ("b", 2, 1, 1200.0, None, ""),
+        ("a", 3, 2, 2000.0, 2100.0, "cancelled"),
+    ]

@@ -9,6 +9,7 @@ import os
 import signal
 import socket
 import struct
+import subprocess
 import time
 import urllib.request
 from pathlib import Path
@@ -49,7 +50,9 @@ def own_cpu_seconds() -> float:
 class Timeshard:
     """Servers on ``store_url`` plus ``workers`` load-worker processes, logs in ``run_dir``.
     One server on the local coordinator by default; with ``zookeeper`` (a
-    ``zookeeper://...`` URL), ``nodes`` servers that share the shards through it."""
+    ``zookeeper://...`` URL), ``nodes`` servers that share the shards through it. The workers
+    run ``worker_target`` (the no-op load worker by default) with ``worker_env`` and
+    ``lease_s`` (their ``--lease``)."""
 
     def __init__(
         self,
@@ -63,6 +66,9 @@ class Timeshard:
         worker_command: str | None = None,
         nodes: int = 1,
         zookeeper: str = "",
+        lease_s: float = 60.0,
+        worker_target: str = LOADWORKER,
+        worker_env: dict[str, str] | None = None,
     ) -> None:
         self.run_dir = run_dir
         self.worker_argv = parse_command(worker_command) if worker_command else None
@@ -73,11 +79,13 @@ class Timeshard:
             store=store_url,
             shards=shards,
             lookahead_s=lookahead_s,
-            lease_s=60,
+            lease_s=lease_s,
         )
         self.names = ["server"] if not zookeeper else [f"node{i + 1}" for i in range(nodes)]
         self.worker_count = workers
         self.concurrency = concurrency
+        self.worker_target = worker_target
+        self.worker_env = worker_env or {}
         self.metrics_ports: dict[str, int] = {}
         self.killed: set[str] = set()
         self.cassandra_pid: int | None = None
@@ -115,8 +123,8 @@ class Timeshard:
         if self.worker_argv is None:
             self.fleet.start_workers(
                 self.worker_count,
-                target=LOADWORKER,
-                env={"TIMESHARD_LOADTEST_CONCURRENCY": str(self.concurrency)},
+                target=self.worker_target,
+                env={"TIMESHARD_LOADTEST_CONCURRENCY": str(self.concurrency), **self.worker_env},
             )
             return
         for i in range(self.worker_count):
@@ -206,6 +214,22 @@ class Timeshard:
                 if len(self.names) > 1:
                     out[f"{proc.name}/{key}"] = value
         return out
+
+    def stop_workers(self) -> None:
+        """End the workers (SIGTERM, then SIGKILL after 15 s): they write their records out
+        as they exit."""
+        for proc in self.fleet.workers.values():
+            if proc.alive():
+                os.kill(proc.pid, signal.SIGTERM)
+        for proc in self.fleet.workers.values():
+            assert proc.popen is not None
+            try:
+                proc.popen.wait(15)
+            except subprocess.TimeoutExpired:
+                proc.popen.kill()
+                proc.popen.wait(10)
+        for worker in self.external:
+            worker.stop()
 
     def stop(self) -> None:
         for worker in self.external:

@@ -21,7 +21,7 @@ from typing import Any
 from timeshard.testing.services import create_keyspace, drop_keyspace
 
 from . import cassandra as cass
-from .procs import Timeshard, cpu_delta, listening_pid
+from .procs import LOADWORKER, Timeshard, cpu_delta, listening_pid
 from .profiling import sampled
 from .progress import Progress, note
 from .records import RunRecords, figures, timeline
@@ -87,9 +87,15 @@ def zookeeper_url(args: argparse.Namespace) -> str:
 
 
 @contextlib.contextmanager
-def running(args: argparse.Namespace) -> Iterator[tuple[Timeshard, Store, RunRecords]]:
-    """A fresh store, a server and the workers; everything ended and removed afterwards
-    (unless --keep)."""
+def running(
+    args: argparse.Namespace,
+    *,
+    lease_s: float = 60.0,
+    worker_target: str = LOADWORKER,
+    worker_env: dict[str, str] | None = None,
+) -> Iterator[tuple[Timeshard, Store, RunRecords]]:
+    """A fresh store, a server and the workers (the no-op load worker with a 60 s lease unless
+    told otherwise); everything ended and removed afterwards (unless --keep)."""
     run_dir = Path(tempfile.mkdtemp(prefix="loadtest-"))
     store = prepare_store(args.store, run_dir, args.shards)
     nodes = getattr(args, "nodes", 1)
@@ -104,6 +110,9 @@ def running(args: argparse.Namespace) -> Iterator[tuple[Timeshard, Store, RunRec
         worker_command=getattr(args, "worker_command", None),
         nodes=nodes,
         zookeeper=zookeeper,
+        lease_s=lease_s,
+        worker_target=worker_target,
+        worker_env=worker_env,
     )
     if store.kind == "cassandra" and "," not in store.cassandra:
         host, _, port = store.cassandra.rpartition(":")

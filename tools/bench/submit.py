@@ -157,22 +157,39 @@ def stream(
     mode: str,
     run_ats: list[int],
     ids: list[str],
+    *,
+    job_type: str = JOB_TYPE,
+    lead_from_send: bool = False,
 ) -> None:
-    """Offer ``count`` jobs at ``rate`` per second, each sent ``lead_s`` before it is due;
-    fills ``run_ats`` at once and ``ids`` as the jobs are acknowledged."""
+    """Offer ``count`` jobs of ``job_type`` at ``rate`` per second, each sent ``lead_s`` before
+    it is due; fills ``run_ats`` at once and ``ids`` as the jobs are acknowledged. With
+    ``lead_from_send``, a job this client sends late (it could not keep up) is due ``lead_s``
+    after it was sent, and ``run_ats`` says so (without, it is due when planned: in the past,
+    refused once more than a minute)."""
     base = int(now_ms() + lead_s * 1000)
     run_ats.extend(base + round(i * 1000 / rate) for i in range(count))
     t0 = time.monotonic()
+    lead_ms = lead_s * 1000 if lead_from_send else None
     if mode == "single":
         with grpc.insecure_channel(address.split(",")[0]) as channel:
             stub = pb_grpc.JobServiceStub(channel)
-            for i, at in enumerate(run_ats):
+            for i in range(len(run_ats)):
                 delay = t0 + i / rate - time.monotonic()
                 if delay > 0:
                     time.sleep(delay)
-                ids.append(stub.ScheduleJob(_request(at), timeout=60).job.job_id)
+                (at,) = _due(run_ats, i, i + 1, lead_ms)
+                ids.append(stub.ScheduleJob(_request(at, job_type), timeout=60).job.job_id)
         return
-    asyncio.run(_stream_batches(address, rate, run_ats, ids, t0))
+    asyncio.run(_stream_batches(address, rate, run_ats, ids, t0, job_type, lead_ms))
+
+
+def _due(run_ats: list[int], lo: int, hi: int, lead_ms: float | None) -> list[int]:
+    """The due times of jobs ``lo`` to ``hi`` as they are sent now: as planned, or with
+    ``lead_ms`` no earlier than ``lead_ms`` from now (written back into ``run_ats``)."""
+    if lead_ms is not None:
+        floor = int(now_ms() + lead_ms)
+        run_ats[lo:hi] = [max(at, floor) for at in run_ats[lo:hi]]
+    return run_ats[lo:hi]
 
 
 async def _stream_batches(
@@ -181,6 +198,8 @@ async def _stream_batches(
     run_ats: list[int],
     ids: list[str],
     t0: float,
+    job_type: str,
+    lead_ms: float | None,
 ) -> None:
     """Every 10 ms, one ScheduleJobs of the jobs whose send time has come (up to 500)."""
     channels = [grpc.aio.insecure_channel(a) for a in address.split(",")]
@@ -190,7 +209,8 @@ async def _stream_batches(
         while sent < len(run_ats):
             due_now = min(len(run_ats), int((time.monotonic() - t0) * rate) + 1, sent + BATCH)
             if due_now > sent:
-                req = pb.ScheduleJobsRequest(jobs=[_request(at) for at in run_ats[sent:due_now]])
+                jobs = [_request(at, job_type) for at in _due(run_ats, sent, due_now, lead_ms)]
+                req = pb.ScheduleJobsRequest(jobs=jobs)
                 resp = await _schedule_on_one(stubs, turn, req)
                 ids.extend(r.job.job_id for r in resp.results)
                 sent, turn = due_now, turn + 1

@@ -15,6 +15,13 @@ An entry is *handled* when its job was claimed, finished, cancelled or moved to 
 (whoever moved it wrote the later entry). The cursor passes a minute only when every entry in it
 is handled and the minute ended ``settle`` ago, and every cursor write is conditional on the
 shard's epoch (invariants 3, 4, 7).
+
+``ShardDispatcher`` is the loop, the deadline timers of the jobs it made ready, and what the
+rest of the node tells it (``notify``, ``claimed``, ``ran``, ``recheck``, ``forget``,
+``expire_overdue``). It composes three parts: ``HeldEntries`` (``node.held``: the entries it
+holds and the order it looks at them in), which the other two share; a ``BucketReader``
+(``node.buckets``: the refresh windows, the reads and the cursor's advance); and an
+``EntryDecider`` (``node.decisions``: what a due entry means, and acting on it).
 """
 
 from __future__ import annotations
@@ -23,89 +30,38 @@ import asyncio
 import heapq
 import logging
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
 
-from timeshard.clock import Clock, format_rfc3339, sleep_or_wake, wake
+from timeshard.clock import Clock, sleep_or_wake, wake
 from timeshard.errors import NotOwner, TimeshardError
 from timeshard.limits import DEFAULT_MAX_UNSTARTED
-from timeshard.model import NOT_STARTED, SCHEDULE_ENTRY_PREFIX, BucketEntry, Job, JobState
+from timeshard.model import BucketEntry, Job, JobState
+from timeshard.node.buckets import BucketReader
+from timeshard.node.decisions import EntryDecider
+from timeshard.node.dispatchconfig import READ_MARGIN_S, DispatchConfig
+from timeshard.node.held import HeldEntries
 from timeshard.node.ready import ReadyItem, ReadyQueues
-from timeshard.node.schedules import FireResult, ScheduleFirer
+from timeshard.node.schedules import ScheduleFirer
 from timeshard.observe.events import NodeMetrics
-from timeshard.sharding import MINUTE_MS, minute_of, minute_start
-from timeshard.store.base import Store, entry_at, entry_for
+from timeshard.sharding import minute_start
+from timeshard.store.base import Store
 
 log = logging.getLogger(__name__)
+
+# The config is its own module so the parts the dispatcher composes can read it; its users
+# import it from here, with the dispatcher it configures.
+__all__ = ["READ_MARGIN_S", "DispatchConfig", "ShardDispatcher"]
 
 DEADLINE_TIMERS_SLACK = 1024
 """Deadline timers of jobs no longer held that a dispatcher keeps before it rebuilds its heap."""
 
 
-READ_MARGIN_S = 0.5
-"""What a refresh's read may take: ``lookahead_s`` covers one ``refresh_s`` and this."""
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class DispatchConfig:
-    lookahead_s: float = 5.0
-    """Read entries due this far ahead and hold them in memory."""
-    refresh_s: float = 1.0
-    """Re-read the near buckets this often, for entries other nodes wrote."""
-    settle_s: float = 5.0
-    """Pass a minute only this long after it ended (bounds writer clock skew, invariant 4)."""
-    reread_s: float = 5.0
-    """Each refresh re-reads the entries due in the last ``reread_s`` before it was due (one
-    ``refresh_s`` after the last refresh that succeeded, so a store outage widens the window
-    by its length), for entries other nodes wrote (their node can not notify us) and that
-    landed after we read past their time. A writer re-lands an entry that landed more than
-    ``reland_after_s`` after its due time (``Node``), so with writer clocks within ``max_skew_s``
-    this window covers every late write: ``reread_s >= reland_after_s + max_skew_s + refresh_s``.
-    0 when this node is the only writer (it notifies itself)."""
-    reland_after_s: float = 1.0
-    """A writer whose entry landed more than this after its due time writes it again, due
-    now (see ``Node._notify``)."""
-    max_skew_s: float = 2.0
-    """The wall-clock difference between nodes the design tolerates (late writes above; lease
-    expiry compares the claiming node's ``lease_until`` with the owner's clock)."""
-    page_size: int = 1000
-    retry_s: float = 1.0
-    """After a store error, try again this soon: a due job is retried, never dropped."""
-    missing_grace_s: float = 60.0
-    """An entry whose job (or schedule) row is missing is looked at again, every
-    ``missing_retry_s``, until it is this old: a store may write the entry before the row
-    (Cassandra does, so a crash never leaves a row without its entry), and the row can land
-    after the entry came due. Older, the row is taken to be gone (a failed create, a purge)."""
-    missing_retry_s: float = 0.5
-    node_refresh: bool = True
-    """One refresh loop per node reads every owned shard's buckets in a few multi-partition
-    reads (``timeshard.node.refresh``); False: each dispatcher reads its own, every
-    ``refresh_s`` (one timer and one or two store requests per shard per second)."""
-    stale_s: float = 30.0
-    """A pending entry this long past due, and not waiting in a ready queue, is looked at
-    again: a safety net, so no path that loses track of an entry can strand its job."""
-
-    def __post_init__(self) -> None:
-        if self.lookahead_s < self.refresh_s + READ_MARGIN_S:
-            raise ValueError(
-                f"lookahead_s={self.lookahead_s:g} must be at least refresh_s + "
-                f"{READ_MARGIN_S:g} = {self.refresh_s + READ_MARGIN_S:g}: an entry this node "
-                "writes due past what its last refresh read is left to the next refresh, "
-                "which must read it before it is due"
-            )
-        covered = self.reland_after_s + self.max_skew_s + self.refresh_s
-        if self.reread_s and self.reread_s < covered:
-            raise ValueError(
-                f"reread_s={self.reread_s:g} must be at least reland_after_s + max_skew_s + "
-                f"refresh_s = {covered:g}, or late writes of other nodes can be missed"
-            )
-        if self.settle_s < covered:
-            raise ValueError(
-                f"settle_s={self.settle_s:g} must be at least reland_after_s + max_skew_s + "
-                f"refresh_s = {covered:g}, or the cursor can pass a late write"
-            )
-
-
 class ShardDispatcher:
+    refreshed_by_node: bool
+    """After its first refresh, the node's ``BucketRefresher`` reads this shard's buckets
+    (with every other shard's, in a few queries) and hands the entries in through
+    ``begin_refresh`` / ``end_refresh``; the loop then wakes only when an entry comes due,
+    one is added, or the cursor may move: no timer per shard while nothing is due."""
+
     def __init__(
         self,
         *,
@@ -128,51 +84,43 @@ class ShardDispatcher:
     ) -> None:
         self.shard = shard
         self.epoch = epoch
-        self.cursor = cursor
-        self._passing_to = cursor  # the cursor being saved; ``cursor`` once it is
-        self._store = store
         self._clock = clock
         self._ready = ready
         self._cfg = config
-        self._firer = firer
-        self._retry_at = retry_at
-        self._started = started  # whether a start notice for (job_id, fence) reached the node
-        self._max_unstarted = max_unstarted
-        self._on_released = on_released
         self._on_deposed = on_deposed
-        self._metrics = metrics or NodeMetrics(clock)
-        self._on_finished = on_finished  # a job this dispatcher made dead (its waiters)
-        self._horizon = minute_start(cursor)  # entries with due_at < horizon have been read
-        self._reading_to = self._horizon
-        """The horizon of the refresh in flight (else ``_horizon``): an entry notified while
-        it reads may have been written after its read, and is taken from the notify."""
-        self._refreshed_at = -1  # when the last full refresh started
-        self._stale_checked_at = -1
-        self._known: set[BucketEntry] = set()
-        self._rows: dict[BucketEntry, Job] = {}  # rows this node wrote with the entry (notify)
-        self._pending: dict[int, set[BucketEntry]] = {}
-        self._heap: list[BucketEntry] = []
-        self._later: list[tuple[int, BucketEntry]] = []  # (when, entry): delayed rechecks
-        self._claimed: dict[str, tuple[int, list[BucketEntry]]] = {}
-        """Jobs claimed through this node and running: their lease end, and the entries that
-        made them ready, still pending (``running``)."""
+        self._held = HeldEntries(wake=self._wake_up)
+        self._reader = BucketReader(
+            shard=shard,
+            epoch=epoch,
+            cursor=cursor,
+            store=store,
+            clock=clock,
+            ready=ready,
+            config=config,
+            held=self._held,
+        )
+        self._decider = EntryDecider(
+            shard=shard,
+            store=store,
+            ready=ready,
+            config=config,
+            held=self._held,
+            metrics=metrics or NodeMetrics(clock),
+            notify=self.notify,
+            remember_deadline=self._remember_deadline,
+            retry_at=retry_at,
+            started=started,
+            max_unstarted=max_unstarted,
+            on_released=on_released,
+            on_finished=on_finished,
+            firer=firer,
+        )
         self._deadlines: list[tuple[int, str]] = []  # (deadline, job id) of jobs made ready
         self._waker: asyncio.Future[None] | None = None  # set while the loop waits
         self._task: asyncio.Task[None] | None = None
         self.deposed = False
         self.refreshed_by_node = refreshed_by_node
-        """After its first refresh, the node's ``BucketRefresher`` reads this shard's buckets
-        (with every other shard's, in a few queries) and hands the entries in through
-        ``begin_refresh`` / ``end_refresh``; the loop then wakes only when an entry comes due,
-        one is added, or the cursor may move: no timer per shard while nothing is due."""
         self._cursor_check = False  # a refresh ended: the cursor may move (node-refreshed)
-        self._refreshing = False  # between begin_refresh and end_refresh
-        self._swept_to = -1
-        """Every minute up to this one was read whole, from its start, by a refresh begun
-        ``settle`` after the minute ended: the last look before the cursor passes it. An entry
-        that landed behind what was read (a slow write) whose writer died before writing it
-        again, due now, is found there (invariant 4 without the writer's help)."""
-        self._sweeping = -1  # what the refresh in flight reads whole (see ``_swept_to``)
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -186,13 +134,23 @@ class ShardDispatcher:
             self._task = None
         self._ready.drop_shard(self.shard)
 
+    @property
+    def cursor(self) -> int:
+        """The oldest minute bucket not yet fully handled, as saved (``BucketReader``)."""
+        return self._reader.cursor
+
     def next_due(self) -> int | None:
         """When the earliest entry this dispatcher holds comes due (None: none held)."""
-        return self._heap[0].due_at if self._heap else None
+        return self._held.heap[0].due_at if self._held.heap else None
 
     @property
     def in_memory(self) -> int:
-        return sum(len(s) for s in self._pending.values())
+        return sum(len(s) for s in self._held.pending.values())
+
+    @property
+    def waiting(self) -> int:
+        """Due jobs this shard holds ready, not claimed yet."""
+        return self._ready.count(self.shard)
 
     def backlog(self, now: int) -> tuple[int, int | None]:
         """Entries due by ``now`` that this dispatcher has not yet acted on (not made ready,
@@ -200,20 +158,22 @@ class ShardDispatcher:
         not read yet when the reads are behind: ``now`` minus it is the shard's dispatch lag,
         how far its owner is behind. Left out: entries waiting for their row to appear, and
         jobs already made ready and waiting for a claim: their entry is written again, due
-        now, every minute (``_park_waiting``), so its due time says nothing of how long they
-        wait; ``ReadyQueues.unclaimed`` tells that, per type, from the job's own due time."""
-        waiting = {e for _, e in self._later}
+        now, every minute (``BucketReader._park_waiting``), so its due time says nothing of how
+        long they wait; ``ReadyQueues.unclaimed`` tells that, per type, from the job's own due
+        time."""
+        waiting = {e for _, e in self._held.later}
         ready = self._ready.job_ids(self.shard)
         due = [
             e.due_at
-            for minute, entries in self._pending.items()
+            for minute, entries in self._held.pending.items()
             if minute_start(minute) <= now
             for e in entries
             if e.due_at <= now and e not in waiting and e.job_id not in ready
         ]
         oldest = min(due, default=None)
-        if self._horizon <= now:  # entries due since the last read are not even known yet
-            oldest = self._horizon if oldest is None else min(oldest, self._horizon)
+        horizon = self._reader.horizon
+        if horizon <= now:  # entries due since the last read are not even known yet
+            oldest = horizon if oldest is None else min(oldest, horizon)
         return len(due), oldest
 
     # -- what other parts of the node tell us ---------------------------------------------
@@ -232,16 +192,16 @@ class ShardDispatcher:
         its minute until it is handled."""
         added = False
         behind: list[BucketEntry] = []
-        held_to = max(self._horizon, self._reading_to)
-        floor = max(self.cursor, self._passing_to)
+        held_to = self._reader.read_to
+        floor = self._reader.floor
         for e in entries:
             if e.minute < floor:
                 behind.append(e)
-            elif e.due_at < held_to and self._add(e):
+            elif e.due_at < held_to and self._held.add(e):
                 added = True
                 job = jobs.get(e.job_id) if jobs else None
                 if job is not None and job.state is JobState.SCHEDULED and job.run_at == e.due_at:
-                    self._rows[e] = job
+                    self._held.rows[e] = job
         if added:
             self._wake_up()
         return behind
@@ -257,9 +217,7 @@ class ShardDispatcher:
                 self._on_deposed(self.shard)
 
     def handled(self, entries: Iterable[BucketEntry]) -> None:
-        for e in entries:
-            self._pending.get(e.minute, set()).discard(e)
-            self._claimed.pop(e.job_id, None)
+        self._held.handled(entries)
 
     def claimed(self, entries: Iterable[BucketEntry], job: Job) -> None:
         """A claim of ``job`` applied: the entries that made it ready stay pending (they hold
@@ -267,29 +225,35 @@ class ShardDispatcher:
         and come up again when the lease ends, to expire it, chase a lease heartbeats moved
         on, or find the job finished. No lease-check entry is written for a job that ends
         before its minute is passed (most do): ``ran`` handles the entries when a result
-        comes through this node, and ``_chase_running`` writes the check for the others."""
+        comes through this node, and ``BucketReader._chase_running`` writes the check for the
+        others."""
         held = list(entries)
         for e in held:
-            heapq.heappush(self._later, (job.lease_until, e))
-        was = self._claimed.get(job.job_id)
+            heapq.heappush(self._held.later, (job.lease_until, e))
+        was = self._held.claimed.get(job.job_id)
         if was is not None:
             held += was[1]
-        self._claimed[job.job_id] = (job.lease_until, held)
-        if self._later[0][0] == job.lease_until:  # now the earliest: the loop's timer moves
+        self._held.claimed[job.job_id] = (job.lease_until, held)
+        if self._held.later[0][0] == job.lease_until:  # now the earliest: the loop's timer moves
             self._wake_up()
 
     def ran(self, job_id: str) -> None:
         """``job_id``'s run ended by a write of this node: its pending entries are handled."""
-        held = self._claimed.pop(job_id, None)
+        held = self._held.claimed.pop(job_id, None)
         if held is not None:
             self.handled(held[1])
 
     def recheck(self, entries: Iterable[BucketEntry]) -> None:
         """A claim did not apply: look at these jobs again now."""
-        for e in entries:
-            if e in self._known:
-                heapq.heappush(self._heap, e)
-        self._wake_up()
+        self._held.recheck(entries)
+
+    def forget(self, job_id: str) -> None:
+        """A write of this node moved ``job_id`` out of the state its ready item stands for
+        (cancelled, rescheduled): out of the ready queue now, and its entries looked at again
+        (found handled, or the job made ready again as it now is)."""
+        item = self._ready.remove(job_id)
+        if item is not None:
+            self.recheck(item.entries)
 
     # -- the loop -------------------------------------------------------------------------
 
@@ -311,39 +275,39 @@ class ShardDispatcher:
 
     async def _step(self) -> None:
         now = self._clock.now_ms()
-        if self.refreshes_itself and now - self._refreshed_at >= self._cfg.refresh_s * 1000:
+        if self.refreshes_itself and now - self._reader.refreshed_at >= self._cfg.refresh_s * 1000:
             await self._refresh(now)
-            await self._advance_cursor()
-        elif self._cursor_check and not self._refreshing:
+            await self._reader.advance_cursor()
+        elif self._cursor_check and not self._reader.refreshing:
             self._cursor_check = False
-            await self._advance_cursor()
-        while self._later and self._later[0][0] <= now:
-            heapq.heappush(self._heap, heapq.heappop(self._later)[1])
+            await self._reader.advance_cursor()
+        while self._held.later and self._held.later[0][0] <= now:
+            heapq.heappush(self._held.heap, heapq.heappop(self._held.later)[1])
         self._expire_held(now)
         due: list[BucketEntry] = []
-        while self._heap and self._heap[0].due_at <= now:
-            e = heapq.heappop(self._heap)
-            if e in self._pending.get(e.minute, ()):
+        while self._held.heap and self._held.heap[0].due_at <= now:
+            e = heapq.heappop(self._held.heap)
+            if e in self._held.pending.get(e.minute, ()):
                 due.append(e)
             else:
-                self._rows.pop(e, None)
+                self._held.rows.pop(e, None)
         if due:
             try:
-                await self._handle(due, now)
+                await self._decider.handle(due, now)
             except BaseException:
                 for e in due:
-                    heapq.heappush(self._heap, e)
+                    heapq.heappush(self._held.heap, e)
                 raise
 
     async def _wait(self) -> None:
         now = self._clock.now_ms()
         times = [
-            *([self._refreshed_at + self._cfg.refresh_s * 1000] * self.refreshes_itself),
-            *([self._heap[0].due_at] if self._heap else []),
-            *([self._later[0][0]] if self._later else []),
+            *([self._reader.refreshed_at + self._cfg.refresh_s * 1000] * self.refreshes_itself),
+            *([self._held.heap[0].due_at] if self._held.heap else []),
+            *([self._held.later[0][0]] if self._held.later else []),
             *([self._deadlines[0][0] + 1] if self._deadlines else []),
         ]
-        if self._cursor_check and not self._refreshing:
+        if self._cursor_check and not self._reader.refreshing:
             return
         self._waker = asyncio.get_running_loop().create_future()
         try:
@@ -362,7 +326,7 @@ class ShardDispatcher:
     def refreshes_itself(self) -> bool:
         """Whether this dispatcher's loop reads its buckets: always, unless refreshed by the
         node, and then until its first read (from its cursor) is done."""
-        return not self.refreshed_by_node or self._refreshed_at < 0
+        return not self.refreshed_by_node or self._reader.refreshed_at < 0
 
     @property
     def running(self) -> bool:
@@ -374,15 +338,7 @@ class ShardDispatcher:
         if self._waker is not None:
             wake(self._waker)
 
-    # -- reading buckets ------------------------------------------------------------------
-
-    def _add(self, e: BucketEntry) -> bool:
-        if e in self._known:
-            return False
-        self._known.add(e)
-        self._pending.setdefault(e.minute, set()).add(e)
-        heapq.heappush(self._heap, e)
-        return True
+    # -- reading buckets (``BucketReader``) -----------------------------------------------
 
     async def _refresh(self, now: int) -> None:
         """Read every entry due before ``now + lookahead`` not read yet, re-reading ``reread``
@@ -395,280 +351,38 @@ class ShardDispatcher:
         start, horizon = self.begin_refresh(now)
         read = False
         try:
-            await self._read_range(start, horizon)
+            await self._reader.read_range(start, horizon)
             read = True
         finally:
             self.end_refresh(now, horizon, [], read=read)
 
     def begin_refresh(self, now: int) -> tuple[int, int]:
-        """The range ``[start, horizon)`` a refresh at ``now`` reads; until ``end_refresh``,
-        an entry notified with a due time in it is taken from the notify (the read may have
-        passed its place before it was written)."""
-        horizon = now + round(self._cfg.lookahead_s * 1000)
-        start = self._horizon
-        if self._cfg.reread_s > 0:  # not only what is new: the reread window too
-            due_at = now
-            if self._refreshed_at >= 0:
-                due_at = min(now, self._refreshed_at + round(self._cfg.refresh_s * 1000))
-            start = min(start, due_at - round(self._cfg.reread_s * 1000))
-        settled = minute_of(now - round(self._cfg.settle_s * 1000)) - 1  # ended settle ago
-        if self._cfg.reread_s > 0 and self._swept_to < self.cursor <= settled:
-            start = min(start, minute_start(self.cursor))  # the cursor's minute, whole
-        self._sweeping = settled if start <= minute_start(self.cursor) else -1
-        self._reading_to = horizon
-        self._refreshing = True
-        return max(minute_start(self.cursor), start), horizon
+        """The range ``[start, horizon)`` a refresh at ``now`` reads (see
+        ``BucketReader.begin_refresh``)."""
+        return self._reader.begin_refresh(now)
 
     def minutes(self, start: int, horizon: int) -> range:
         """The bucket minutes a read of ``[start, horizon)`` looks at."""
-        return range(max(self.cursor, minute_of(start)), minute_of(horizon) + 1)
+        return self._reader.minutes(start, horizon)
 
     def end_refresh(
         self, now: int, horizon: int, entries: Iterable[BucketEntry], *, read: bool
     ) -> None:
-        """The refresh begun at ``now`` ended: ``read`` says whether every entry of its range
-        was read (``entries``, or added already by ``_read_range``). Only then does the
-        horizon move on; a failed one is read again, from the same anchor, next time."""
-        added = False
-        for e in entries:
-            if e.minute >= self.cursor:
-                added = self._add(e) or added
-        if read:
-            self._horizon = max(self._horizon, horizon)
-            self._swept_to = max(self._swept_to, self._sweeping)
-        self._sweeping = -1
-        self._reading_to = self._horizon
-        self._refreshing = False
-        if not read:
-            return
-        self._refreshed_at = now
-        stale = self._recheck_stale(now)
-        if self.refreshed_by_node and self._task is not None:
-            cursor_end = minute_start(self.cursor) + MINUTE_MS
-            if cursor_end + round(self._cfg.settle_s * 1000) <= now:
+        """The refresh begun at ``now`` ended (see ``BucketReader.end_refresh``). Refreshed by
+        the node, the loop wakes for what it brought, and to move the cursor once its minute
+        has settled."""
+        brought = self._reader.end_refresh(now, horizon, entries, read=read)
+        if read and self.refreshed_by_node and self._task is not None:
+            if self._reader.cursor_settled(now):
                 self._cursor_check = True
-            if added or stale or self._cursor_check:
+            if brought or self._cursor_check:
                 self._wake_up()
 
-    async def _read_range(self, start: int, horizon: int) -> None:
-        for minute in self.minutes(start, horizon):
-            after: tuple[int, str] | None = None
-            while True:
-                page = await self._store.read_bucket(
-                    self.shard,
-                    minute,
-                    due_from=start,
-                    due_to=horizon,
-                    after=after,
-                    limit=self._cfg.page_size,
-                )
-                for e in page:
-                    self._add(e)
-                if len(page) < self._cfg.page_size:
-                    break
-                after = (page[-1].due_at, page[-1].job_id)
-
-    def _recheck_stale(self, now: int) -> int:
-        """Every ``stale_s``: push back into the heap the pending entries long past due that
-        are neither in the heap nor waiting in a ready queue; returns how many."""
-        stale_ms = round(self._cfg.stale_s * 1000)
-        if now - self._stale_checked_at < stale_ms:
-            return 0
-        self._stale_checked_at = now
-        found = 0
-        stale = now - stale_ms
-        queued = set(self._heap) | {e for _, e in self._later}
-        for minute in sorted(self._pending):
-            if minute_start(minute) > stale:
-                break
-            for e in self._pending[minute]:
-                if e.due_at <= stale and e not in queued and not self._ready_holds(e):
-                    log.warning("shard %d: entry %s stranded; looking again", self.shard, e)
-                    heapq.heappush(self._heap, e)
-                    found += 1
-        return found
-
-    def _ready_holds(self, e: BucketEntry) -> bool:
-        return any(self._ready.holds(t, e.job_id) for t in self._ready.types())
-
-    async def _chase_running(self) -> None:
-        """Jobs claimed here and still running must not hold the cursor back: once their
-        minute could be passed, each gets its lease check written (an entry due when its
-        lease ends, in that minute) and the entries that made it ready are handled. A new
-        owner finds the check; this one looks at the job then, as it would have."""
-        settle = round(self._cfg.settle_s * 1000)
-        cursor_end = minute_start(self.cursor) + MINUTE_MS
-        if cursor_end + settle > self._refreshed_at or cursor_end > self._horizon:
-            return
-        held = [e for e in self._pending.get(self.cursor, ()) if e.job_id in self._claimed]
-        if not held:
-            return
-        now = self._clock.now_ms()
-        checks: dict[str, BucketEntry] = {}
-        for e in held:
-            until = self._claimed[e.job_id][0]
-            checks.setdefault(e.job_id, entry_at(e.shard, e.job_id, until, now, home=e.home))
-        await self._store.add_entries(list(checks.values()))
-        leases = {job_id: self._claimed[job_id][0] for job_id in checks if job_id in self._claimed}
-        self.handled(held)
-        for job_id, check in checks.items():
-            self._add(check)
-            if job_id in leases:  # a result through this node still handles it at once
-                self._claimed[job_id] = (leases[job_id], [check])
-        log.info("shard %d: %d running jobs got their lease check", self.shard, len(checks))
-
-    async def _park_waiting(self) -> None:
-        """Due jobs still waiting in a ready queue (no worker for their type, or its
-        concurrency limit reached) must not hold the cursor back: once their minute could be
-        passed, their entries are written again, due now, in the current minute, and the old
-        ones handled. The job stays ready; a new owner finds the new entry (a waiting job once
-        pinned the cursor for good), and the job row keeps its ``run_at``, so the job's age
-        survives the move. One row read and one entry write per waiting job per minute.
-
-        The rows are read first: a job cancelled or rescheduled through another node since it
-        was made ready (this node is not told) leaves the ready queue here, and its entries are
-        looked at again, which finds them handled."""
-        settle = round(self._cfg.settle_s * 1000)
-        cursor_end = minute_start(self.cursor) + MINUTE_MS
-        if cursor_end + settle > self._refreshed_at or cursor_end > self._horizon:
-            return
-        waiting = [e for e in self._pending.get(self.cursor, ()) if self._ready_holds(e)]
-        if not waiting:
-            return
-        now = self._clock.now_ms()
-        rows = await self._store.get_jobs_for(waiting)
-        waiting = [e for e in waiting if self._still_waiting(e, rows.get(e.job_id), now)]
-        if not waiting:
-            return
-        moved = {e: entry_at(e.shard, e.job_id, now, now, home=e.home) for e in waiting}
-        await self._store.add_entries(list(moved.values()))
-        for old, new in moved.items():
-            if self._ready_holds(old):
-                self._ready.replace_entry(old, new)
-                self._known.add(new)
-                self._pending.setdefault(new.minute, set()).add(new)
-            else:  # claimed meanwhile: the claim handled the old entry; look at the new one
-                self._add(new)
-        self.handled(waiting)
-        log.info("shard %d: %d due jobs wait for a worker; moved on", self.shard, len(waiting))
-
-    def _still_waiting(self, e: BucketEntry, job: Job | None, now: int) -> bool:
-        """Whether the ready item of ``e``'s job still stands for the stored row ``job``:
-        scheduled, due, with the fence a claim must find. If not, the item leaves the ready
-        queue and its entries are looked at again (``_decide`` finds them handled, or makes
-        the job ready again as it now is)."""
-        item = self._ready.find(e.job_id)
-        if item is None:
-            return False  # claimed while the rows were read: the claim handled it
-        if (
-            job is not None
-            and job.state is JobState.SCHEDULED
-            and job.fence == item.fence
-            and job.run_at <= now
-        ):
-            item.job, item.run_at = job, job.run_at
-            return True
-        self._ready.remove(e.job_id)
-        self.recheck(item.entries)
-        return False
-
-    def forget(self, job_id: str) -> None:
-        """A write of this node moved ``job_id`` out of the state its ready item stands for
-        (cancelled, rescheduled): out of the ready queue now, and its entries looked at again
-        (found handled, or the job made ready again as it now is)."""
-        item = self._ready.remove(job_id)
-        if item is not None:
-            self.recheck(item.entries)
-
-    @property
-    def waiting(self) -> int:
-        """Due jobs this shard holds ready, not claimed yet."""
-        return self._ready.count(self.shard)
-
-    async def _advance_cursor(self) -> None:
-        await self._park_waiting()
-        await self._chase_running()
-        cursor = self.cursor
-        settle = round(self._cfg.settle_s * 1000)
-        while (
-            minute_start(cursor) + MINUTE_MS + settle <= self._refreshed_at
-            and minute_start(cursor) + MINUTE_MS <= self._horizon
-            and (cursor <= self._swept_to or not self._cfg.reread_s)
-            and not self._pending.get(cursor)
-        ):
-            self._pending.pop(cursor, None)
-            cursor += 1
-        if cursor == self.cursor:
-            return
-        self._passing_to = cursor
-        try:
-            saved = await self._store.save_cursor(self.shard, self.epoch, cursor)
-        finally:
-            self._passing_to = self.cursor
-        if not saved:
-            raise NotOwner(self.shard, self.epoch)
-        self._known = {e for e in self._known if e.minute >= cursor}
-        self._rows = {e: j for e, j in self._rows.items() if e.minute >= cursor}
-        self.cursor = self._passing_to = cursor
-
-    # -- deciding what an entry means -----------------------------------------------------
-
-    async def _handle(self, due: list[BucketEntry], now: int) -> None:
-        schedules = [e for e in due if e.job_id.startswith(SCHEDULE_ENTRY_PREFIX)]
-        if schedules:
-            await self._fire(schedules, now)
-            due = [e for e in due if not e.job_id.startswith(SCHEDULE_ENTRY_PREFIX)]
-        if not due:
-            return
-        # A job this node just created is taken as written (see ``notify``): one read of
-        # the store less between its due time and its claim.
-        jobs = {e.job_id: j for e in due if (j := self._rows.pop(e, None)) is not None}
-        unread = [e for e in due if e.job_id not in jobs]
-        if unread:
-            jobs.update(await self._store.get_jobs_for(unread))
-        chased: list[BucketEntry] = []
-        chases: list[BucketEntry] = []
-        for e in due:
-            chase = await self._decide(e, jobs.get(e.job_id), now)
-            if chase is not None:
-                chased.append(e)
-                chases.append(chase)
-        if chases:
-            await self._store.add_entries(chases)
-            self.notify(chases)
-            self.handled(chased)  # only once the later check is durable
-
-    async def _fire(self, entries: list[BucketEntry], now: int) -> None:
-        for e in entries:
-            schedule_id = e.job_id.removeprefix(SCHEDULE_ENTRY_PREFIX)
-            if self._firer is None:
-                self.handled([e])
-                continue
-            fired = await self._firer.fire(schedule_id, e.due_at)
-            if fired is FireResult.HANDLED:
-                self.handled([e])
-            elif fired is FireResult.CONFLICT:
-                self.recheck([e])
-            else:
-                self._missing(e, now)
-
-    def _missing(self, e: BucketEntry, now: int) -> None:
-        """The entry's row is not there (yet): look again soon, or let it go when old."""
-        if now - e.due_at < self._cfg.missing_grace_s * 1000:
-            retry = now + round(self._cfg.missing_retry_s * 1000)
-            heapq.heappush(self._later, (retry, e))
-        else:
-            log.info(
-                "shard %d: %s has no row after %.0fs; done with it",
-                self.shard,
-                e,
-                self._cfg.missing_grace_s,
-            )
-            self.handled([e])
+    # -- deadline timers of the jobs made ready -------------------------------------------
 
     def _expire_held(self, now: int) -> None:
         """Jobs still held in a ready queue past their deadline leave it and are looked at
-        again now, which expires them (``_decide``)."""
+        again now, which expires them (``EntryDecider._decide``)."""
         overdue: list[ReadyItem] = []
         while self._deadlines and self._deadlines[0][0] < now:
             deadline, job_id = heapq.heappop(self._deadlines)
@@ -687,54 +401,12 @@ class ShardDispatcher:
             self._ready.remove(item.job_id)
             for e in item.entries:
                 if item.job is not None:
-                    self._rows[e] = item.job
-                if e in self._known:
-                    heapq.heappush(self._heap, e)
+                    self._held.rows[e] = item.job
+                if e in self._held.known:
+                    heapq.heappush(self._held.heap, e)
                     woke = True
         if woke:
             self._wake_up()
-
-    async def _decide(self, e: BucketEntry, job: Job | None, now: int) -> BucketEntry | None:
-        """Ready the job, or mark the entry handled. Returns an entry to write when a lease was
-        extended past this check (the chase), else None."""
-        if job is None:
-            self._missing(e, now)
-            return None
-        attention = job.next_attention()
-        if attention is None:
-            self.handled([e])
-            return None
-        if attention > now:
-            if job.state is JobState.RUNNING:
-                return entry_for(job, attention, now)  # heartbeats moved the lease on
-            self.handled([e])  # rescheduled or retrying later: that writer wrote the entry
-            return None
-        if job.state is JobState.RUNNING:
-            await self._expire(e, job, now)
-            return None
-        if job.past_deadline(now):
-            held = self._ready.remove(job.job_id)  # (if another entry of the job put it there)
-            await self._expire_late(e, job, now)
-            if held is not None:
-                self.recheck([x for x in held.entries if x != e])
-            return None
-        self._metrics.dispatched(job, now)
-        self._ready.push(
-            ReadyItem(
-                job_id=job.job_id,
-                job_type=job.job_type,
-                shard=self.shard,
-                fence=job.fence,
-                run_at=job.run_at,
-                entries=[e],
-                job=job,
-                priority=job.priority,
-                deadline=job.deadline,
-            )
-        )
-        if job.deadline:
-            self._remember_deadline(job)
-        return None
 
     def _remember_deadline(self, job: Job) -> None:
         """The job's deadline timer. Timers of jobs claimed meanwhile stay in the heap until
@@ -744,74 +416,3 @@ class ShardDispatcher:
             held = (self._ready.find(i) for i in self._ready.job_ids(self.shard))
             self._deadlines = [(i.deadline, i.job_id) for i in held if i and i.deadline]
             heapq.heapify(self._deadlines)
-
-    async def _expire_late(self, e: BucketEntry, job: Job, now: int) -> None:
-        """A job not started by its deadline is not run: ``expired``, saying why. If the row
-        moved on meanwhile (claimed before the deadline, cancelled), it is looked at again."""
-        reason = (
-            f"not started by its deadline {format_rfc3339(job.deadline)} "
-            f"(expired {(now - job.deadline) / 1000:.3f}s after it)"
-        )
-        out = await self._store.expire_job(job.job_id, job.fence, now, reason)
-        if not out.applied or out.job is None:
-            self.recheck([e]) if out.job is not None else self.handled([e])
-            return
-        self._metrics.deadline_expired(out.job, now)
-        if self._on_finished is not None:
-            self._on_finished(out.job)
-        log.info("job %s: %s", job.job_id, reason)
-        self.handled([e])
-
-    async def _expire(self, e: BucketEntry, job: Job, now: int) -> None:
-        """The lease ran out without a result. After a start notice: a failed attempt
-        (``"lease expired"``), retried after the type's backoff while attempts remain, else
-        dead. With none, the handler never started: due again at once, uncounted, bounded by
-        the type's ``max_unstarted`` (invariant 9). The store wrote the retry's entry with the
-        row; this one is handled."""
-        out = await self._store.release_lease(
-            job.job_id,
-            job.fence,
-            now,
-            lambda j: self._retry_at(j, now),
-            started=self._started(job.job_id, job.fence),
-            max_unstarted=self._max_unstarted,
-        )
-        if not out.applied or out.job is None:
-            self.recheck([e]) if out.job is not None else self.handled([e])
-            return
-        released = out.job
-        if self._on_released is not None:
-            self._on_released(released)
-        if released.history and released.history[-1].outcome == NOT_STARTED:
-            self._metrics.unstarted(released)
-            if released.state is JobState.SCHEDULED:
-                log.info(
-                    "job %s: lease of %s over with no start notice; due again (%d deliveries "
-                    "without a start)",
-                    job.job_id,
-                    job.lease_owner,
-                    released.unstarted,
-                )
-                again = entry_for(released, released.run_at, now)
-                if again == e:  # (the store wrote the very entry being looked at: keep it)
-                    self.recheck([e])
-                    return
-                self.notify([again])
-            elif self._on_finished is not None:
-                self._on_finished(released)
-            self.handled([e])
-            return
-        self._metrics.lease_expired(released)
-        if self._on_finished is not None and released.state.terminal:
-            self._on_finished(released)
-        if released.state is JobState.SCHEDULED:
-            log.info(
-                "job %s: lease of %s expired (attempt %d/%d); runs again at %d",
-                job.job_id,
-                job.lease_owner,
-                released.attempt,
-                released.max_attempts,
-                released.run_at,
-            )
-            self.notify([entry_for(released, released.run_at, now)])
-        self.handled([e])

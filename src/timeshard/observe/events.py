@@ -426,14 +426,19 @@ class NodeMetrics:
         if job.state is not JobState.DEAD:
             return
         self.dead_unstarted_total.labels(label).inc()
+        self._dead_lettered(job, label, "")
+
+    def _dead_lettered(self, job: Job, label: str, when: str) -> None:
+        """Count, list and log ``job`` dead (``when``: after which attempt, or "")."""
         self.dead_lettered_total.labels(label).inc()
         event = self._event(job, "dead", job.last_error)
         self.failures.appendleft(event)
         self.dead.appendleft(event)
         log.warning(
-            "job %s (%s) dead-lettered: %s",
+            "job %s (%s) dead-lettered%s: %s",
             job.job_id,
             job.job_type,
+            when,
             job.last_error[:300],
             extra={"job_id": job.job_id, "shard": job.shard, "event": "job.dead_lettered"},
         )
@@ -511,19 +516,7 @@ class NodeMetrics:
             )
         elif job.state is JobState.DEAD:
             self.failed_total.labels(label).inc()
-            self.dead_lettered_total.labels(label).inc()
-            event = self._event(job, "dead", job.last_error)
-            self.failures.appendleft(event)
-            self.dead.appendleft(event)
-            log.warning(
-                "job %s (%s) dead-lettered after attempt %d/%d: %s",
-                job.job_id,
-                job.job_type,
-                job.attempt,
-                job.max_attempts,
-                job.last_error[:200],
-                extra={"job_id": job.job_id, "shard": job.shard, "event": "job.dead_lettered"},
-            )
+            self._dead_lettered(job, label, f" after attempt {job.attempt}/{job.max_attempts}")
         self._finish_span(job)
 
     def _finish_span(self, job: Job) -> None:

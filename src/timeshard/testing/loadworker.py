@@ -48,7 +48,11 @@ class RunLog:
     def add(self, job_id: str, run_at: int, start_ms: float, claimed_ms: int) -> None:
         """One run: the job, its due time, when its handler started here, and when the node
         claimed it (the attempt's ``started_at``: which node, the kill of a failover tells)."""
-        self._out.write(f"{job_id} {run_at} {start_ms:.3f} {claimed_ms}\n")
+        self.write(f"{job_id} {run_at} {start_ms:.3f} {claimed_ms}")
+
+    def write(self, line: str) -> None:
+        """One line (given without its newline), out in the file within ``FLUSH_S``."""
+        self._out.write(line + "\n")
         if self._flusher is None:
             self._flusher = asyncio.get_running_loop().create_task(
                 self._flush_often(), name="loadworker-flush"
@@ -66,6 +70,14 @@ class RunLog:
 _log: RunLog | None = None
 
 
+def run_log() -> RunLog:
+    """This process's record, ``$TIMESHARD_RECORD``, opened on first use."""
+    global _log
+    if _log is None:
+        _log = RunLog(os.environ["TIMESHARD_RECORD"])
+    return _log
+
+
 # TIMESHARD_CONCURRENCY as ``loadtest --worker-command`` sets it, or the older name
 CONCURRENCY = os.environ.get("TIMESHARD_CONCURRENCY") or os.environ.get(
     "TIMESHARD_LOADTEST_CONCURRENCY", "512"
@@ -75,7 +87,4 @@ CONCURRENCY = os.environ.get("TIMESHARD_CONCURRENCY") or os.environ.get(
 @worker.handler(JOB_TYPE, timeout=60, concurrency=int(CONCURRENCY))
 async def noop(ctx: JobContext) -> None:
     start_ms = time.time_ns() / 1e6
-    global _log
-    if _log is None:
-        _log = RunLog(os.environ["TIMESHARD_RECORD"])
-    _log.add(ctx.job_id, ctx.run_at, start_ms, ctx.started_at_ms)
+    run_log().add(ctx.job_id, ctx.run_at, start_ms, ctx.started_at_ms)

@@ -22,6 +22,9 @@ Must be zero (``MUST_BE_ZERO``):
   a job with a deadline may also end expired);
 - ``ran_after_deadline``: runs of a job with a deadline claimed after it (by the claiming
   node's clock), or attempts the store shows started after it;
+- ``dead_without_start``: jobs dead none of whose attempts started a handler: no run of the
+  job in the workers' ledger, or none under an attempt number its history shows counted
+  (invariant 9: waiting never spends an attempt; see ``timeshard.testing.attempts``);
 - ``rate_exceeded``: runs of the rate-limited type (``chaos.rated``) beyond its rate: more
   started (by the claiming nodes' clocks) in some 10-second window than ``rate x 10 + burst``
   plus one per node (each node's bucket holds at least one);
@@ -30,7 +33,10 @@ Must be zero (``MUST_BE_ZERO``):
   was sent; a run claimed within ``PAUSE_REACH_MS`` after a fault ended (a node restarted or
   resumed, the store back: it reads the pause again then) is excused and counted apart.
 
-Also counted and explained, but expected under faults: sequential re-runs (a job run again
+Also counted and explained, but expected under faults: ``attempts_vs_starts``, finished jobs
+whose counted attempts differ from their runs in the ledger (a worker killed before its start
+notice left ran a handler that did not count), deliveries that ended without a start
+(``not_started_deliveries``), sequential re-runs (a job run again
 after a run whose result did not land: its worker killed or paused, its lease lost, its result
 not delivered; with the node or service fault under way between the two runs, or the store
 outage whose catch-up they fell in), planned retries, effects a re-run found applied already.
@@ -53,12 +59,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from timeshard.testing.attempts import (
+    TERMINAL,
+    attempts_differ,
+    dead_without_start,
+    not_started_deliveries,
+    why_dead,
+)
 from timeshard.testing.chaos.ledger import Fault, Ledger, RunRecord, read_run
 from timeshard.testing.chaos.report import MUST_BE_ZERO, Finding, Report
 
 __all__ = ["MUST_BE_ZERO", "Finding", "Report", "check", "check_dir", "main"]
 
-TERMINAL = frozenset({"succeeded", "dead", "cancelled", "expired"})
 STEP_OUTCOMES = frozenset({"ok", "retry", "permanent", "error"})
 """End outcomes that are the handler's own doing (a step), not the SDK stopping it."""
 RATED_TYPE = "chaos.rated"
@@ -574,6 +586,7 @@ def check(ledger: Ledger) -> Report:
         j for j, row in store.items() if j not in all_jobs and row["state"] not in TERMINAL
     )
     after_lease = _started_after_lease(ledger)
+    unstarted_dead, differ = _attempts_and_starts(store, all_jobs, by_job)
     rated_runs, over_rate, most_10s = _rate_held(ledger, by_job)
     while_paused, excused = _ran_while_paused(ledger, by_job, times)
 
@@ -599,6 +612,11 @@ def check(ledger: Ledger) -> Report:
         "with_deadline": sum(1 for p in plans.values() if p.deadline),
         "expired": sum(1 for j in all_jobs if store.get(j, {}).get("state") == "expired"),
         "wrong_state": jobs_of(wrong),
+        "dead_without_start": jobs_of(unstarted_dead),
+        "attempts_vs_starts": jobs_of(differ),
+        "not_started_deliveries": sum(
+            not_started_deliveries(store[j]) for j in all_jobs if j in store
+        ),
         "rate_exceeded": len(over_rate),
         "ran_while_paused": jobs_of(while_paused),
         "rated_runs": rated_runs,
@@ -632,10 +650,12 @@ def check(ledger: Ledger) -> Report:
         *early,
         *after_deadline,
         *wrong,
+        *unstarted_dead,
         *over_rate,
         *while_paused,
         *unexplained,
         *after_lease,
+        *differ,
         *(Finding(kind="unknown_job_run", job=j, detail="run, not acknowledged") for j in unknown),
         *(
             Finding(kind="unacknowledged_not_terminal", job=j, detail=store[j]["state"])
@@ -643,6 +663,33 @@ def check(ledger: Ledger) -> Report:
         ),
     ]
     return Report(counts=counts, findings=findings)
+
+
+def _attempts_and_starts(
+    store: dict[str, dict[str, Any]], jobs: Iterable[str], by_job: dict[str, list[RunRecord]]
+) -> tuple[list[Finding], list[Finding]]:
+    """The dead jobs none of whose attempts started a handler (must be none), and the finished
+    jobs whose counted attempts differ from their runs in the ledger (information)."""
+    rows = {j: store[j] for j in jobs if j in store}
+    starts = {j: [r.attempt for r in runs] for j, runs in by_job.items()}
+
+    def runs_of(job: str) -> str:
+        return f"{len(starts.get(job, []))} handler run(s) in the ledger"
+
+    dead = [
+        Finding(kind="dead_without_start", job=j, detail=f"{runs_of(j)}; {why_dead(rows[j])}")
+        for j in dead_without_start(rows, starts)
+    ]
+    differ = [
+        Finding(
+            kind="attempts_vs_starts",
+            job=j,
+            detail=f"{rows[j]['state']} after {rows[j].get('attempt')} counted attempt(s), "
+            f"{runs_of(j)}",
+        )
+        for j in attempts_differ(rows, starts)
+    ]
+    return dead, differ
 
 
 def _rated_runs(ledger: Ledger, by_job: dict[str, list[RunRecord]]) -> list[RunRecord]:

@@ -19,6 +19,7 @@ MUST_BE_ZERO = (
     "rate_exceeded",
     "ran_while_paused",
     "ran_after_deadline",
+    "dead_without_start",
 )
 SHOWN = 10
 """Findings of one kind listed in the text report (all are in the JSON)."""
@@ -56,6 +57,8 @@ class Report:
             f"runs: {c['runs']}; planned retries {c['retries']}; sequential re-runs "
             f"{c['reruns']}; effects found applied by a re-run {c['effects_deduplicated']}; "
             f"handlers started after their lease {c['started_after_lease']}",
+            f"deliveries that started no handler {c['not_started_deliveries']}; finished jobs "
+            f"whose counted attempts differ from their runs {c['attempts_vs_starts']}",
         ]
         for cause, n in sorted(c["rerun_causes"].items(), key=lambda kv: -kv[1]):
             lines.append(f"  re-run because {cause}: {n}")

@@ -26,7 +26,8 @@ from typing import Any
 import grpc
 
 from timeshard.stack import CassandraCluster, ZooKeeperEnsemble
-from timeshard.testing.chaos.check import TERMINAL, Report, check_dir
+from timeshard.testing.attempts import STATE_NAMES, TERMINAL, job_summary
+from timeshard.testing.chaos.check import Report, check_dir
 from timeshard.testing.chaos.faults import Injector
 from timeshard.testing.chaos.ledger import (
     JOURNAL,
@@ -46,14 +47,6 @@ from timeshard.wire import dur, ts_ms
 
 NODES = ("a", "b", "c")
 WORKER_TARGET = "timeshard.testing.chaos.worker:worker"
-STATE_NAMES = {
-    pb.JOB_STATE_SCHEDULED: "scheduled",
-    pb.JOB_STATE_RUNNING: "running",
-    pb.JOB_STATE_SUCCEEDED: "succeeded",
-    pb.JOB_STATE_DEAD: "dead",
-    pb.JOB_STATE_CANCELLED: "cancelled",
-    pb.JOB_STATE_EXPIRED: "expired",
-}
 CRONS = (("sec", "* * * * * *", 1000), ("min", "* * * * *", 60_000))
 RATED_RATE = 1.5
 """Jobs of ``RATED_TYPE`` started per second across the cluster: above what the load offers of
@@ -480,29 +473,3 @@ class ChaosRun:
 
 def _journal_records(run_dir: Path, ev: str) -> Iterable[dict[str, Any]]:
     return (r for r in read_lines(run_dir / JOURNAL) if r.get("ev") == ev)
-
-
-def job_summary(j: pb.Job) -> dict[str, Any]:
-    return {
-        "job_id": j.job_id,
-        "state": STATE_NAMES.get(j.state, "unknown"),
-        "run_at": ts_ms(j.run_at),
-        "attempt": j.attempt,
-        "max_attempts": j.max_attempts,
-        "fence": j.fence,
-        "shard": j.shard,
-        "started_at": ts_ms(j.started_at),
-        "finished_at": ts_ms(j.finished_at),
-        "last_error": j.last_error[:300],
-        "history": [
-            {
-                "attempt": a.attempt,
-                "worker": a.worker,
-                "started_at": ts_ms(a.started_at),
-                "finished_at": ts_ms(a.finished_at),
-                "outcome": a.outcome,
-                "error": a.error[:200],
-            }
-            for a in j.history
-        ],
-    }

@@ -1,0 +1,46 @@
+"""What a shard dispatcher holds in memory: every entry it read or was told of since its cursor,
+the ones still pending (not handled: they hold the cursor at their minute, invariant 3), the
+order it looks at them in (a heap by due time, and a second heap of rechecks put off until a
+later time), the jobs claimed through its node, and the rows written with entries it was told
+of. The dispatcher's bucket reading fills it; its entry decisions and its loop work it off.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Iterable
+
+from timeshard.model import BucketEntry, Job
+
+
+class HeldEntries:
+    def __init__(self, *, wake: Callable[[], None]) -> None:
+        self._wake = wake  # cut the dispatcher loop's wait short
+        self.known: set[BucketEntry] = set()
+        self.rows: dict[BucketEntry, Job] = {}  # rows this node wrote with the entry (notify)
+        self.pending: dict[int, set[BucketEntry]] = {}
+        self.heap: list[BucketEntry] = []
+        self.later: list[tuple[int, BucketEntry]] = []  # (when, entry): delayed rechecks
+        self.claimed: dict[str, tuple[int, list[BucketEntry]]] = {}
+        """Jobs claimed through this node and running: their lease end, and the entries that
+        made them ready, still pending (``running``)."""
+
+    def add(self, e: BucketEntry) -> bool:
+        if e in self.known:
+            return False
+        self.known.add(e)
+        self.pending.setdefault(e.minute, set()).add(e)
+        heapq.heappush(self.heap, e)
+        return True
+
+    def handled(self, entries: Iterable[BucketEntry]) -> None:
+        for e in entries:
+            self.pending.get(e.minute, set()).discard(e)
+            self.claimed.pop(e.job_id, None)
+
+    def recheck(self, entries: Iterable[BucketEntry]) -> None:
+        """A claim did not apply: look at these jobs again now."""
+        for e in entries:
+            if e in self.known:
+                heapq.heappush(self.heap, e)
+        self._wake()
