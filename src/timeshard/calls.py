@@ -96,6 +96,16 @@ def _deadline(
         req.deadline_in.seconds, req.deadline_in.nanos = whole, round((seconds - whole) * 1e9)
 
 
+IF_EXISTS = {"check": pb.IF_EXISTS_CHECK, "return": pb.IF_EXISTS_RETURN}
+"""``if_exists=``: what a request whose key already names a job gets (``NewJob.if_exists``)."""
+
+
+def if_exists_pb(value: str) -> pb.IfExists:
+    if value not in IF_EXISTS:
+        raise InvalidArgument("if_exists", f"give 'check' or 'return', not {value!r}")
+    return IF_EXISTS[value]
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Retry:
     """A job type's retry policy: at most ``max_attempts`` attempts (0: the server's default),
@@ -141,6 +151,10 @@ class NewJob:
     deadline: datetime | None = None
     deadline_in: Delay | None = None
     priority: int = 0
+    if_exists: str = "check"
+    """With a ``key`` that already names a job: ``"check"`` gets that job if this asks for the
+    same (type, payload, max_attempts, priority, time), else ``AlreadyExists``; ``"return"``
+    gets it whatever this asks for."""
 
     def request(self) -> pb.ScheduleJobRequest:
         if isinstance(self.priority, bool) or not isinstance(self.priority, int):
@@ -151,6 +165,7 @@ class NewJob:
             idempotency_key=self.key,
             max_attempts=self.max_attempts,
             priority=self.priority,
+            if_exists=if_exists_pb(self.if_exists),
         )
         _when(req, self.delay, self.at)
         _deadline(req, self.deadline, self.deadline_in)
@@ -319,6 +334,7 @@ class Methods:
         deadline: datetime | None = None,
         deadline_in: Delay | None = None,
         priority: int = 0,
+        if_exists: str = "check",
     ) -> Call[Scheduled]:
         job = NewJob(
             job_type=job_type,
@@ -330,6 +346,7 @@ class Methods:
             deadline=deadline,
             deadline_in=deadline_in,
             priority=priority,
+            if_exists=if_exists,
         )
         # Without a key a blind retry could create a second job; with one it is safe.
         return Call("ScheduleJob", job.request(), Scheduled.from_pb, idempotent=bool(key))
@@ -351,7 +368,7 @@ class Methods:
                 done += yield Call(
                     "ScheduleJobs",
                     req,
-                    lambda resp: [Scheduled.from_pb(r) for r in resp.results],
+                    lambda resp: [Scheduled.from_pb(r, resp.warnings) for r in resp.results],
                     idempotent=keyed,
                 )
                 batch = []

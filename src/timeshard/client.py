@@ -24,6 +24,7 @@ them.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from datetime import datetime
@@ -83,6 +84,7 @@ __all__ = [
 ]
 
 R = TypeVar("R")
+log = logging.getLogger(__name__)
 
 
 def _addresses(address: str | None) -> list[str]:
@@ -114,6 +116,8 @@ class _Base(Generic[C]):
     _channels: dict[str, C]
     _timeout: float
     _retries: int
+    _warned: set[str]
+    """The job types whose warning this client has logged (once each)."""
 
     @property
     def address(self) -> str:
@@ -147,6 +151,16 @@ class _Base(Generic[C]):
         self._use(first)
         self._timeout = timeout_s
         self._retries = retries
+        self._warned = set()
+
+    def _noted(self, done: list[Scheduled]) -> list[Scheduled]:
+        """``done``, its warnings logged, once per job type for this client."""
+        for d in done:
+            if d.warnings and d.job.job_type not in self._warned:
+                self._warned.add(d.job.job_type)
+                for text in d.warnings:
+                    log.warning("job type %r: %s", d.job.job_type, text)
+        return done
 
     def _move_on(self) -> None:
         """To the next address (from the last back to the first), its channel opened once."""
@@ -256,18 +270,35 @@ class Client(_Base[grpc.Channel]):
         deadline: datetime | None = None,
         deadline_in: Delay | None = None,
         priority: int = 0,
+        if_exists: str = "check",
     ) -> Scheduled:
         """Schedule one job, due after ``delay`` (a timedelta or seconds; default now) or
         ``at`` (an aware datetime). ``key``: an idempotency key; a repeat returns the job the
         key names, ``created=False``, in whatever state it is. ``max_attempts``: 0 is the
         type's default. ``deadline`` (an aware datetime) or ``deadline_in`` (after the job is
         due): no attempt starts later; a job not started by then ends ``expired``.
-        ``priority``: 0 (default, lowest) to 9, higher first within the type, with aging."""
-        return self._run(
+        ``priority``: 0 (default, lowest) to 9, higher first within the type, with aging.
+        ``if_exists``: with a ``key`` that already names a job, ``"check"`` (the default) gets
+        it if this call asks for the same type, payload, max_attempts, priority and time
+        (``delay`` counting from the key's first call), else raises ``AlreadyExists``;
+        ``"return"`` gets it whatever this call asks for. A warning from the server (e.g. no
+        worker has asked for the type lately) is logged once per type, and in
+        ``Scheduled.warnings``."""
+        done = self._run(
             Methods.schedule(
-                job_type, payload, delay, at, key, max_attempts, deadline, deadline_in, priority
+                job_type,
+                payload,
+                delay,
+                at,
+                key,
+                max_attempts,
+                deadline,
+                deadline_in,
+                priority,
+                if_exists,
             )
         )
+        return self._noted([done])[0]
 
     def schedule_many(
         self,
@@ -278,7 +309,7 @@ class Client(_Base[grpc.Channel]):
     ) -> list[Scheduled]:
         """Schedule many jobs, ``batch_size`` per call (each call is all or nothing); what each
         did, in order. ``on_batch(n)`` is called after each batch with the count so far."""
-        return self._steps(Methods.schedule_many(jobs, batch_size, on_batch))
+        return self._noted(self._steps(Methods.schedule_many(jobs, batch_size, on_batch)))
 
     def get(self, job_id: str) -> Job:
         return self._run(Methods.get(job_id))
@@ -548,13 +579,24 @@ class AsyncClient(_Base[grpc.aio.Channel]):
         deadline: datetime | None = None,
         deadline_in: Delay | None = None,
         priority: int = 0,
+        if_exists: str = "check",
     ) -> Scheduled:
         """See ``Client.schedule``."""
-        return await self._run(
+        done = await self._run(
             Methods.schedule(
-                job_type, payload, delay, at, key, max_attempts, deadline, deadline_in, priority
+                job_type,
+                payload,
+                delay,
+                at,
+                key,
+                max_attempts,
+                deadline,
+                deadline_in,
+                priority,
+                if_exists,
             )
         )
+        return self._noted([done])[0]
 
     async def schedule_many(
         self,
@@ -563,7 +605,7 @@ class AsyncClient(_Base[grpc.aio.Channel]):
         batch_size: int = 500,
         on_batch: Callable[[int], None] | None = None,
     ) -> list[Scheduled]:
-        return await self._steps(Methods.schedule_many(jobs, batch_size, on_batch))
+        return self._noted(await self._steps(Methods.schedule_many(jobs, batch_size, on_batch)))
 
     async def get(self, job_id: str) -> Job:
         return await self._run(Methods.get(job_id))

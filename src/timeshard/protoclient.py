@@ -58,6 +58,9 @@ class Scheduled:
 
     job: pb.Job
     created: bool
+    warnings: tuple[str, ...] = ()
+    """What the server noticed about the job's type (it is scheduled all the same), e.g. that
+    no worker has asked the node for it lately: for a person to read."""
 
     @property
     def will_run(self) -> bool:
@@ -79,6 +82,9 @@ class NewJob:
     run_at: int | None = None
     idempotency_key: str = ""
     max_attempts: int = 0
+    if_exists: pb.IfExists = pb.IF_EXISTS_UNSPECIFIED
+    """With a key that already names a job: ``IF_EXISTS_RETURN`` gets it whatever this says;
+    otherwise it must say the same (``ALREADY_EXISTS``)."""
 
     def request(self) -> pb.ScheduleJobRequest:
         req = pb.ScheduleJobRequest(
@@ -86,6 +92,7 @@ class NewJob:
             payload=payload_bytes(self.payload if self.payload is not None else {}),
             idempotency_key=self.idempotency_key,
             max_attempts=self.max_attempts,
+            if_exists=self.if_exists,
         )
         if self.run_at is not None:
             req.run_at.CopyFrom(ts(self.run_at))
@@ -146,11 +153,14 @@ class ProtoClient:
         deadline_ms: int | None = None,
         deadline_in_s: float | None = None,
         priority: int = 0,
+        if_exists: pb.IfExists = pb.IF_EXISTS_UNSPECIFIED,
     ) -> Scheduled:
         """Schedule one job, due after ``delay_s`` (default now) or at ``run_at`` (epoch ms).
         Returns the job and whether
         this call created it (``Scheduled``): a repeat of an idempotency key returns the job
-        the key names, ``created=False``, in whatever state it is. ``deadline_ms`` (epoch ms)
+        the key names, ``created=False``, in whatever state it is, if it asks for the same
+        job (type, payload, max_attempts, priority, time), else ``AlreadyExists``
+        (``if_exists=pb.IF_EXISTS_RETURN``: whatever it asks for). ``deadline_ms`` (epoch ms)
         or ``deadline_in_s`` (after the job is due): no attempt starts later; ``priority``
         0-9, higher first within its type."""
         req = pb.ScheduleJobRequest(
@@ -159,6 +169,7 @@ class ProtoClient:
             idempotency_key=idempotency_key,
             max_attempts=max_attempts,
             priority=priority,
+            if_exists=if_exists,
         )
         if run_at is not None:
             req.run_at.CopyFrom(ts(run_at))
@@ -170,7 +181,7 @@ class ProtoClient:
             req.deadline_in.CopyFrom(dur_from_s(deadline_in_s))
         # Without a key a blind retry could create a second job; with one it is safe.
         resp = self._call(self._jobs.ScheduleJob, req, idempotent=bool(idempotency_key))
-        return Scheduled(resp.job, resp.created)
+        return Scheduled(resp.job, resp.created, tuple(w.message for w in resp.warnings))
 
     def schedule_many(
         self,
@@ -195,7 +206,13 @@ class ProtoClient:
                 # A blind retry is safe only when every job in it has a key.
                 keyed = all(j.idempotency_key for j in batch)
                 resp = self._call(self._jobs.ScheduleJobs, req, idempotent=keyed)
-                done += [Scheduled(r.job, r.created) for r in resp.results]
+                said: dict[str, list[str]] = {}
+                for w in resp.warnings:
+                    said.setdefault(w.type, []).append(w.message)
+                done += [
+                    Scheduled(r.job, r.created, tuple(said.get(r.job.type, ())))
+                    for r in resp.results
+                ]
                 batch = []
                 if on_batch is not None:
                     on_batch(len(done))

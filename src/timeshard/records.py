@@ -9,6 +9,7 @@ the same objects as a user of the SDK wants to read them.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -161,6 +162,10 @@ class Scheduled:
 
     job: Job
     created: bool
+    warnings: tuple[str, ...] = ()
+    """What the server noticed about the job's type, for a person (it is scheduled all the
+    same): e.g. that no worker has asked the node for jobs of that type lately. The client
+    logs each type's once (``logging.warning``)."""
 
     @property
     def job_id(self) -> str:
@@ -171,8 +176,14 @@ class Scheduled:
         return self.job.will_run
 
     @classmethod
-    def from_pb(cls, msg: pb.ScheduleJobResponse) -> Scheduled:
-        return cls(job=Job.from_pb(msg.job), created=msg.created)
+    def from_pb(
+        cls, msg: pb.ScheduleJobResponse, warnings: Sequence[pb.ScheduleWarning] = ()
+    ) -> Scheduled:
+        """``warnings``: a batch's (``ScheduleJobsResponse.warnings``), of which those of this
+        job's type are kept; a single reply's own otherwise."""
+        job = Job.from_pb(msg.job)
+        said = [w.message for w in (*msg.warnings, *warnings) if w.type == job.job_type]
+        return cls(job=job, created=msg.created, warnings=tuple(said))
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

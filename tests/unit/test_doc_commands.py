@@ -78,6 +78,7 @@ EXPECTED_EXIT = {
     "timeshard jobs schedule demo.echo --in=-5s": 2,
     "timeshard jobs schedule demo.echo --at 2019-05-01T09:00:00Z": 2,
     "timeshard jobs load /nonexistent.jsonl": 2,
+    "timeshard jobs schedule demo.echo --in 1h --key monday-report": 4,  # the key at another time
 }
 
 # Code spans of the prose that start like a command but show output.

@@ -282,6 +282,7 @@ async def test_progress_goes_to_stderr_only_when_it_is_a_terminal(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     async with cluster(tmp_path, capsys) as c:
+        c.node.polled.asked(["demo.echo"])  # (as a worker would: no warning after the progress)
         path = c.write([line(payload=n) for n in range(5)])
         run = await c.load(path, "--batch", "2")
         assert run.code == 0 and "\r" not in run.err and "scheduled," not in run.err

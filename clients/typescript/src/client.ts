@@ -2,6 +2,7 @@
 import {
   type ClusterInfoResponse,
   type FireTime,
+  IfExists,
   type Job,
   JobState,
   Schedule,
@@ -174,6 +175,7 @@ function jobRequest(spec: JobSpec): ScheduleJobRequest {
     maxAttempts: spec.maxAttempts ?? 0,
     deadlineOf: deadlineOf(spec),
     priority: spec.priority ?? 0,
+    ifExists: IfExists.IF_EXISTS_UNSPECIFIED, // the server's check of a key's repeat
   };
 }
 

@@ -12,6 +12,7 @@ import grpc
 
 from timeshard.api.queries import job_query_from_pb
 from timeshard.api.replies import claim_cap, fit_page, fit_written
+from timeshard.api.scheduling import job_spec, warnings_pb
 from timeshard.api.status import node_status_to_pb
 from timeshard.api.work import WorkHub, WorkStream, finish_result
 from timeshard.cron import CronSpec
@@ -42,7 +43,7 @@ from timeshard.model import (
     validate_result,
     validate_worker_id,
 )
-from timeshard.node import FinishItem, JobSpec, Node, TypePolicy
+from timeshard.node import FinishItem, Node, TypePolicy
 from timeshard.node.flow import FlowChange
 from timeshard.node.policies import checked_policy
 from timeshard.node.retry import RetryPolicy
@@ -54,7 +55,6 @@ from timeshard.v1 import timeshard_pb2_grpc as pb_grpc
 from timeshard.views.status import TypeRow, node_status, shard_rows, type_rows
 from timeshard.wire import (
     claimed_to_pb,
-    deadline_of,
     dur,
     dur_s,
     job_to_pb,
@@ -118,17 +118,10 @@ class JobService(pb_grpc.JobServiceServicer):
     async def ScheduleJob(
         self, request: pb.ScheduleJobRequest, context: Ctx
     ) -> pb.ScheduleJobResponse:
-        run_at = run_at_of(request, self.node.clock.now_ms(), required=True)
-        job, created = await self.node.schedule(  # which checks every field once
-            job_type=request.type,
-            payload=request.payload,
-            run_at=run_at,
-            idempotency_key=request.idempotency_key,
-            max_attempts=request.max_attempts,
-            deadline=deadline_of(request, run_at),
-            priority=request.priority,
-        )
-        return pb.ScheduleJobResponse(job=job_to_pb(job), created=created)
+        spec = job_spec(request, self.node.clock.now_ms())
+        ((job, created),) = await self.node.schedule_many([spec])  # which checks every field
+        warnings = warnings_pb(self.node.polled, [job.job_type])
+        return pb.ScheduleJobResponse(job=job_to_pb(job), created=created, warnings=warnings)
 
     @rpc
     async def ScheduleJobs(
@@ -139,29 +132,18 @@ class JobService(pb_grpc.JobServiceServicer):
         specs = []
         for i, r in enumerate(request.jobs):
             try:
-                run_at = run_at_of(r, now, required=True)
-                deadline = deadline_of(r, run_at)
                 _check_key(r.idempotency_key)
+                specs.append(job_spec(r, now))
             except InvalidArgument as exc:
                 raise InvalidArgument(f"jobs[{i}].{exc.field}", exc.problem) from None
-            specs.append(
-                JobSpec(
-                    job_type=r.type,
-                    payload=r.payload,
-                    run_at=run_at,
-                    idempotency_key=r.idempotency_key,
-                    max_attempts=r.max_attempts,
-                    deadline=deadline,
-                    priority=r.priority,
-                )
-            )
         results = await self.node.schedule_many(specs)
         jobs = fit_written([job_to_pb(j) for j, _ in results])
         return pb.ScheduleJobsResponse(
             results=[
                 pb.ScheduleJobResponse(job=j, created=c)
                 for j, (_, c) in zip(jobs, results, strict=True)
-            ]
+            ],
+            warnings=warnings_pb(self.node.polled, (j.job_type for j, _ in results)),
         )
 
     @rpc
@@ -334,6 +316,7 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
             )
         if request.wait.seconds < 0 or request.wait.nanos < 0:
             raise InvalidArgument("wait", "must not be negative (0s answers at once)")
+        self.node.polled.asked(request.types)
         claimed = await self.node.claim(
             worker=request.worker_id,
             types=list(request.types),

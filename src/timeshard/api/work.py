@@ -330,6 +330,7 @@ class WorkStream:
         self._seq = request.seq
         self._read_at = self._node.clock.monotonic()
         self._grant(request.credits)
+        self._node.polled.asked(self._credits)  # (those it is busy with too)
         now_ms = self._node.clock.now_ms()
         if request.started:
             check_count("started", len(request.started), MAX_BATCH)
@@ -473,6 +474,7 @@ class WorkStream:
 
         claimed: list[Claimed] = []
         failed = True
+        self._node.polled.asked(caps)  # an idle worker's claims go on: it is still asking
         try:
             claimed = await self._node.claim(
                 worker=self._worker,

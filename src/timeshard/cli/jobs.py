@@ -17,7 +17,15 @@ from timeshard.cli.joblist import (
     filters_given,
 )
 from timeshard.cli.jobtext import job_json, job_line, job_lines
-from timeshard.cli.load import DEFAULT_KEY_PREFIX, cmd_load, key_prefix, not_scheduled_why
+from timeshard.cli.load import (
+    DEFAULT_KEY_PREFIX,
+    IF_EXISTS,
+    add_if_exists_option,
+    cmd_load,
+    key_prefix,
+    not_scheduled_why,
+    print_warnings,
+)
 from timeshard.console import Exit, add_progress_option, print_json, when, when_local
 from timeshard.errors import FailedPrecondition, InvalidArgument, TimeshardError
 from timeshard.limits import MAX_BATCH, MAX_PRIORITY
@@ -39,6 +47,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     when.add_argument("--at", help="absolute time, RFC 3339, e.g. 2026-12-01T09:00:00Z")
     s.add_argument("--payload", default="{}", help="JSON payload")
     s.add_argument("--key", default="", help="idempotency key: a repeat returns the same job")
+    add_if_exists_option(s)
     s.add_argument(
         "--max-attempts",
         type=whole(0, MAX_INT32, note="0: the type's default"),
@@ -87,6 +96,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         action="store_true",
         help="a line without a key gets none: every run schedules it again",
     )
+    add_if_exists_option(ld)
     add_progress_option(ld)
     add_json_option(ld, "the summary, each line's job and the lines not scheduled")
     ld.set_defaults(func=cmd_load)
@@ -258,12 +268,14 @@ def cmd_schedule(args: argparse.Namespace) -> int:
             idempotency_key=args.key,
             max_attempts=args.max_attempts,
             priority=args.priority,
+            if_exists=IF_EXISTS[args.if_exists],
             **_when(args),
             **_deadline(args),
         )
+    warnings = print_warnings([done])
     line = _scheduled_line(done, args.key)
     if args.json:
-        print_json({"created": done.created, "job": job_json(done.job)})
+        print_json({"created": done.created, "job": job_json(done.job), "warnings": warnings})
     else:
         print(line)
     return 0

@@ -19,7 +19,7 @@ import math
 import re
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import grpc
@@ -32,6 +32,7 @@ from timeshard.limits import MAX_IDEMPOTENCY_KEY_BYTES, check_attempts, check_by
 from timeshard.model import JobState, validate_job_type, validate_payload
 from timeshard.protoclient import NewJob, Scheduled, payload_bytes
 from timeshard.protoclient import ProtoClient as Client
+from timeshard.v1 import timeshard_pb2 as pb
 from timeshard.wire import run_at_of, state_from_pb
 
 FIELDS = ("type", "payload", "in", "at", "key", "max_attempts")
@@ -94,17 +95,53 @@ def key_prefix(text: str) -> str:
         raise argparse.ArgumentTypeError(exc.problem) from None
 
 
+IF_EXISTS = {"check": pb.IF_EXISTS_CHECK, "return": pb.IF_EXISTS_RETURN}
+"""``--if-exists``: what a key that already names a job gets."""
+
+
+def add_if_exists_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--if-exists",
+        choices=sorted(IF_EXISTS),
+        default="check",
+        help="when a key already names a job: check (the default) gets that job only if "
+        "this asks for the same type, payload, max attempts, priority and time (a delay "
+        f"counts from the key's first request), else exit {Exit.CONFLICT.value}; return gets "
+        "it whatever this asks for",
+    )
+
+
+def print_warnings(results: Sequence[Scheduled]) -> list[str]:
+    """Print on stderr what the server noticed, once per job type (a type no worker asked
+    for lately); returns what was printed."""
+    said: dict[str, str] = {}
+    for done in results:
+        for text in done.warnings:
+            said.setdefault(done.job.type, text)
+    for text in said.values():
+        print(f"warning: {text}", file=sys.stderr)
+    return list(said.values())
+
+
 def cmd_load(args: argparse.Namespace) -> int:
     name = "stdin" if args.file == "-" else args.file
     keys = LoadKeys(None if args.no_derived_keys else args.key_prefix)
-    lines = parse_file(name, read_lines(args.file), SystemClock().now_ms(), keys)
+    returning = args.if_exists == "return"
+    lines = parse_file(
+        name, read_lines(args.file), SystemClock().now_ms(), keys, one_job_per_key=not returning
+    )
+    if returning:
+        lines = [
+            replace(line, job=replace(line.job, if_exists=IF_EXISTS["return"])) for line in lines
+        ]
     progress = Progress(len(lines), sys.stderr, shown=args.progress, verb="scheduled")
     try:
         with Client(args.server) as client:
             results = schedule_in_batches(client, name, lines, args.batch, progress)
     finally:
         progress.end()
-    return report(name, lines, results, as_json=args.json)
+    warnings = print_warnings(results)
+    return report(name, lines, results, as_json=args.json, warnings=warnings)
 
 
 def read_lines(file: str) -> list[str]:
@@ -121,18 +158,23 @@ def read_lines(file: str) -> list[str]:
 # -- checking the file ------------------------------------------------------------------------
 
 
-def parse_file(name: str, texts: Sequence[str], now_ms: int, keys: LoadKeys) -> list[Line]:
-    """Every non-blank line as a job, or InvalidArgument naming every refused line."""
+def parse_file(
+    name: str, texts: Sequence[str], now_ms: int, keys: LoadKeys, *, one_job_per_key: bool = True
+) -> list[Line]:
+    """Every non-blank line as a job, or InvalidArgument naming every refused line.
+    ``one_job_per_key``: lines with one key must say the same (else the server would refuse
+    the later one; not with ``--if-exists=return``, where it returns the first's job)."""
     lines: list[Line] = []
     refused: list[tuple[int, str]] = []
     seen: dict[str, int] = {}
-    bodies: dict[str, tuple[int, tuple[str, bytes, int]]] = {}
+    bodies: dict[str, tuple[int, _Body]] = {}
     for number, text in enumerate(texts, 1):
         if not text.strip():
             continue
         try:
             job = line_job(text, now_ms, keys, seen)
-            _same_body_per_key(number, job, bodies)
+            if one_job_per_key:
+                _same_body_per_key(number, job, bodies)
         except InvalidArgument as exc:
             refused.append((number, exc.problem if exc.field == "line" else exc.message))
         else:
@@ -244,20 +286,21 @@ def _when(fields: dict[str, Any]) -> dict[str, Any]:
     )
 
 
-def _same_body_per_key(
-    number: int, job: NewJob, bodies: dict[str, tuple[int, tuple[str, bytes, int]]]
-) -> None:
-    """A key given twice names one job: the lines must agree on what it is (the server would
-    refuse the later one's batch, ALREADY_EXISTS)."""
+_Body = tuple[str, Any, int, float | None, int | None]
+
+
+def _same_body_per_key(number: int, job: NewJob, bodies: dict[str, tuple[int, _Body]]) -> None:
+    """A key given twice names one job: the lines must agree on what it is and when (the
+    server would refuse the later one's batch, ALREADY_EXISTS)."""
     if not job.idempotency_key:
         return
-    body = (job.job_type, job.payload, job.max_attempts)
+    body = (job.job_type, job.payload, job.max_attempts, job.delay_s, job.run_at)
     first, first_body = bodies.setdefault(job.idempotency_key, (number, body))
     if first_body != body:
         raise InvalidArgument(
             "key",
             f"{job.idempotency_key!r} is also the key of line {first}, with another type, "
-            "payload or max_attempts: one key names one job",
+            "payload, max_attempts or time: one key names one job",
         )
 
 
@@ -329,7 +372,12 @@ def _stopped(
 
 
 def report(
-    name: str, lines: Sequence[Line], results: Sequence[Scheduled], *, as_json: bool = False
+    name: str,
+    lines: Sequence[Line],
+    results: Sequence[Scheduled],
+    *,
+    as_json: bool = False,
+    warnings: Sequence[str] = (),
 ) -> int:
     """Print what the load did; ``Exit.FAILED_PRECONDITION`` if a line's key named a job that
     will not run (as ``jobs schedule --key`` exits for one)."""
@@ -354,6 +402,7 @@ def report(
                 "created": created,
                 "already_existed": existed,
                 "not_scheduled": refused,
+                "warnings": list(warnings),
                 "jobs": [
                     {"line": line.number, "job_id": done.job.job_id, "created": done.created}
                     for line, done in zip(lines, results, strict=True)

@@ -56,8 +56,10 @@ from timeshard.node.dispatcher import DispatchConfig, ShardDispatcher
 from timeshard.node.flow import FlowControl, TypeFlow
 from timeshard.node.peers import HINT_MARGIN_S, PeerHints, Send
 from timeshard.node.policies import TypePolicies
+from timeshard.node.polled import PolledTypes
 from timeshard.node.ready import ReadyItem, ReadyQueues
 from timeshard.node.refresh import BucketRefresher
+from timeshard.node.repeats import AskedTime, IfExists, conflict
 from timeshard.node.retry import RetryPolicy
 from timeshard.node.schedules import ScheduleFirer, ScheduleOps
 from timeshard.node.starts import StartNotices
@@ -133,6 +135,10 @@ class JobSpec:
     deadline: int = 0
     """No attempt starts after it (epoch ms; 0: none); not before ``run_at``."""
     priority: int = 0
+    asked: AskedTime | None = None
+    """How the request gave ``run_at``, for a repeat of its key (``node.repeats``); None: the
+    time of a repeat is not compared."""
+    if_exists: IfExists = IfExists.CHECK
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,6 +217,8 @@ class Node:
         """Start notices of the jobs this node delivered (invariant 9, ``node.starts``)."""
         self.waits = JobWaits(store, clock)
         """Clients waiting for jobs to finish (``WaitJobs``)."""
+        self.polled = PolledTypes(clock)
+        """The job types workers ask this node for (``node.polled``)."""
         self.type_policies = TypePolicies(
             store, clock, self.config.types, self.config.flows, on_flow_change=self.ready.wake
         )
@@ -553,13 +561,11 @@ class Node:
         except asyncio.CancelledError:
             creating.add_done_callback(_note_abandoned_create)
             raise
-        for spec, result in zip(specs, results, strict=True):
-            if result.conflict:
+        for spec, job, result in zip(specs, jobs, results, strict=True):
+            why = None if result.created else conflict(job, result.job, spec.asked, spec.if_exists)
+            if why:
                 raise AlreadyExists(
-                    f"idempotency key {spec.idempotency_key!r} is already used by job "
-                    f"{result.job.job_id} with a different body"
-                    if spec.idempotency_key
-                    else f"job {spec.job_id!r} already exists with a different body"
+                    f"{_what(spec)} is already used by job {result.job.job_id}{why}"
                 )
         return [(r.job, r.created) for r in results]
 
@@ -605,11 +611,10 @@ class Node:
             name = (spec.idempotency_key and f"key:{spec.idempotency_key}") or spec.job_id
             if not name:
                 continue
-            first = seen.setdefault(name, job)
-            if first.body_digest() != job.body_digest():
+            why = conflict(job, seen.setdefault(name, job), spec.asked, spec.if_exists)
+            if why:
                 raise AlreadyExists(
-                    f"jobs[{i}] reuses {_what(spec)} of an earlier job in this "
-                    "batch with a different body"
+                    f"jobs[{i}] reuses {_what(spec)} of an earlier job in this batch{why}"
                 )
         keyed = [j for j in jobs if j.idempotency_key]
         chosen = [j for j, s in zip(jobs, specs, strict=True) if s.job_id and not s.idempotency_key]
@@ -618,10 +623,9 @@ class Node:
         stored = await self.store.find_existing(keyed, chosen)
         for spec, job in zip(specs, jobs, strict=True):
             other = stored.get(job.idempotency_key or job.job_id)
-            if other is not None and other.body_digest() != job.body_digest():
-                raise AlreadyExists(
-                    f"{_what(spec)} is already used by job {other.job_id} with a different body"
-                )
+            why = conflict(job, other, spec.asked, spec.if_exists) if other else None
+            if other and why:
+                raise AlreadyExists(f"{_what(spec)} is already used by job {other.job_id}{why}")
 
     def _new_job(self, spec: JobSpec, now: int) -> Job:
         """The job ``spec`` asks for; ``Job`` itself checks its type and payload."""

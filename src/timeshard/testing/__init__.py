@@ -13,6 +13,13 @@ timeshard without the test dependencies:
 - ``recorder``: the worker those processes run, writing down when each handler ran.
 """
 
+import os
+
+# gRPC's C core logs to stderr on its own, INFO lines included, at the level GRPC_VERBOSITY
+# gives when grpc is imported: a test suite that imports this package before grpc (first in
+# its conftest.py) sees only its errors. A GRPC_VERBOSITY already set is left as it is.
+os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
+
 from timeshard.testing.local import LocalAsyncClient, LocalClient, local, local_async
 
 __all__ = ["LocalAsyncClient", "LocalClient", "local", "local_async"]

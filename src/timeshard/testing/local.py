@@ -25,6 +25,10 @@ before it yields. Retries are quick (``retry_backoff``, default 50 ms, for the t
 declare no ``Retry`` of their own), so a test of a failing task does not wait out a
 production backoff. Times are real: a job scheduled an hour ahead runs in an hour, so
 schedule test jobs with no delay, or call the task itself.
+
+The node stops with a short grace, so that a client still connected (a worker's, one the test
+opened) is sent a graceful GOAWAY: gRPC's C core logs the one that cancels calls (an INFO
+line, "chttp2_transport.cc ... Got goaway"), straight to the test's stderr.
 """
 
 from __future__ import annotations
@@ -46,6 +50,12 @@ from timeshard.store.sqlite import SqliteStore
 from timeshard.worker import Worker
 
 __all__ = ["LocalAsyncClient", "LocalClient", "local", "local_async"]
+
+ASKING_WAIT_S = 5.0
+"""How long the block waits, before it starts, for the worker to ask for its job types."""
+STOP_GRACE_S = 1.0
+"""How long the node's calls in flight may take to end when the block ends (it stops sooner
+when none is): a stop without grace cancels them, and gRPC's C core logs that to stderr."""
 
 
 class LocalClient(Client):
@@ -107,6 +117,7 @@ async def _serving(worker: Worker | None, options: _Options) -> AsyncIterator[st
                 worker.run([server.address], discover_every_s=0), name="local-worker"
             )
             await _declared(worker, running)
+            await _asking(node, worker, running)
         yield server.address
     finally:
         if worker is not None and running is not None:
@@ -114,7 +125,7 @@ async def _serving(worker: Worker | None, options: _Options) -> AsyncIterator[st
             await asyncio.gather(running, return_exceptions=True)  # its error was raised
             worker.server = before
             worker._clients.forget()
-        await server.stop(0)
+        await server.stop(STOP_GRACE_S)
 
 
 async def _declared(worker: Worker, running: asyncio.Task[None]) -> None:
@@ -124,6 +135,16 @@ async def _declared(worker: Worker, running: asyncio.Task[None]) -> None:
         if running.done():
             running.result()  # its error, e.g. a schedule id clash
             raise Unavailable("the worker stopped before it started claiming")
+        await asyncio.sleep(0.005)
+
+
+async def _asking(node: Node, worker: Worker, running: asyncio.Task[None]) -> None:
+    """Wait (at most ``ASKING_WAIT_S``) until the worker has asked the node for its types, so
+    a job the test schedules at once gets no warning that no worker asks for it."""
+    deadline = asyncio.get_running_loop().time() + ASKING_WAIT_S
+    while node.polled.warnings(worker.handlers) and not running.done():
+        if asyncio.get_running_loop().time() > deadline:
+            return
         await asyncio.sleep(0.005)
 
 

@@ -21,6 +21,12 @@ class JobState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     JOB_STATE_CANCELLED: _ClassVar[JobState]
     JOB_STATE_EXPIRED: _ClassVar[JobState]
 
+class IfExists(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    IF_EXISTS_UNSPECIFIED: _ClassVar[IfExists]
+    IF_EXISTS_CHECK: _ClassVar[IfExists]
+    IF_EXISTS_RETURN: _ClassVar[IfExists]
+
 class JobOrder(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     JOB_ORDER_UNSPECIFIED: _ClassVar[JobOrder]
@@ -34,6 +40,9 @@ JOB_STATE_SUCCEEDED: JobState
 JOB_STATE_DEAD: JobState
 JOB_STATE_CANCELLED: JobState
 JOB_STATE_EXPIRED: JobState
+IF_EXISTS_UNSPECIFIED: IfExists
+IF_EXISTS_CHECK: IfExists
+IF_EXISTS_RETURN: IfExists
 JOB_ORDER_UNSPECIFIED: JobOrder
 JOB_ORDER_DUE: JobOrder
 JOB_ORDER_CREATED: JobOrder
@@ -108,7 +117,7 @@ class Job(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., type: _Optional[str] = ..., payload: _Optional[bytes] = ..., state: _Optional[_Union[JobState, str]] = ..., run_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., attempt: _Optional[int] = ..., max_attempts: _Optional[int] = ..., fence: _Optional[int] = ..., lease_owner: _Optional[str] = ..., lease_until: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., idempotency_key: _Optional[str] = ..., last_error: _Optional[str] = ..., history: _Optional[_Iterable[_Union[Attempt, _Mapping]]] = ..., shard: _Optional[int] = ..., result: _Optional[bytes] = ..., result_encoding: _Optional[str] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., priority: _Optional[int] = ..., unstarted: _Optional[int] = ..., start_noticed: _Optional[bool] = ...) -> None: ...
 
 class ScheduleJobRequest(_message.Message):
-    __slots__ = ("type", "payload", "delay", "run_at", "idempotency_key", "max_attempts", "deadline", "deadline_in", "priority")
+    __slots__ = ("type", "payload", "delay", "run_at", "idempotency_key", "max_attempts", "deadline", "deadline_in", "priority", "if_exists")
     TYPE_FIELD_NUMBER: _ClassVar[int]
     PAYLOAD_FIELD_NUMBER: _ClassVar[int]
     DELAY_FIELD_NUMBER: _ClassVar[int]
@@ -118,6 +127,7 @@ class ScheduleJobRequest(_message.Message):
     DEADLINE_FIELD_NUMBER: _ClassVar[int]
     DEADLINE_IN_FIELD_NUMBER: _ClassVar[int]
     PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    IF_EXISTS_FIELD_NUMBER: _ClassVar[int]
     type: str
     payload: bytes
     delay: _duration_pb2.Duration
@@ -127,15 +137,26 @@ class ScheduleJobRequest(_message.Message):
     deadline: _timestamp_pb2.Timestamp
     deadline_in: _duration_pb2.Duration
     priority: int
-    def __init__(self, type: _Optional[str] = ..., payload: _Optional[bytes] = ..., delay: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., run_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., idempotency_key: _Optional[str] = ..., max_attempts: _Optional[int] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., deadline_in: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., priority: _Optional[int] = ...) -> None: ...
+    if_exists: IfExists
+    def __init__(self, type: _Optional[str] = ..., payload: _Optional[bytes] = ..., delay: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., run_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., idempotency_key: _Optional[str] = ..., max_attempts: _Optional[int] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., deadline_in: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., priority: _Optional[int] = ..., if_exists: _Optional[_Union[IfExists, str]] = ...) -> None: ...
+
+class ScheduleWarning(_message.Message):
+    __slots__ = ("type", "message")
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    type: str
+    message: str
+    def __init__(self, type: _Optional[str] = ..., message: _Optional[str] = ...) -> None: ...
 
 class ScheduleJobResponse(_message.Message):
-    __slots__ = ("job", "created")
+    __slots__ = ("job", "created", "warnings")
     JOB_FIELD_NUMBER: _ClassVar[int]
     CREATED_FIELD_NUMBER: _ClassVar[int]
+    WARNINGS_FIELD_NUMBER: _ClassVar[int]
     job: Job
     created: bool
-    def __init__(self, job: _Optional[_Union[Job, _Mapping]] = ..., created: _Optional[bool] = ...) -> None: ...
+    warnings: _containers.RepeatedCompositeFieldContainer[ScheduleWarning]
+    def __init__(self, job: _Optional[_Union[Job, _Mapping]] = ..., created: _Optional[bool] = ..., warnings: _Optional[_Iterable[_Union[ScheduleWarning, _Mapping]]] = ...) -> None: ...
 
 class ScheduleJobsRequest(_message.Message):
     __slots__ = ("jobs",)
@@ -144,10 +165,12 @@ class ScheduleJobsRequest(_message.Message):
     def __init__(self, jobs: _Optional[_Iterable[_Union[ScheduleJobRequest, _Mapping]]] = ...) -> None: ...
 
 class ScheduleJobsResponse(_message.Message):
-    __slots__ = ("results",)
+    __slots__ = ("results", "warnings")
     RESULTS_FIELD_NUMBER: _ClassVar[int]
+    WARNINGS_FIELD_NUMBER: _ClassVar[int]
     results: _containers.RepeatedCompositeFieldContainer[ScheduleJobResponse]
-    def __init__(self, results: _Optional[_Iterable[_Union[ScheduleJobResponse, _Mapping]]] = ...) -> None: ...
+    warnings: _containers.RepeatedCompositeFieldContainer[ScheduleWarning]
+    def __init__(self, results: _Optional[_Iterable[_Union[ScheduleJobResponse, _Mapping]]] = ..., warnings: _Optional[_Iterable[_Union[ScheduleWarning, _Mapping]]] = ...) -> None: ...
 
 class GetJobRequest(_message.Message):
     __slots__ = ("job_id",)

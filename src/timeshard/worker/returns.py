@@ -7,13 +7,21 @@
 - A result over ``limits.MAX_RESULT_BYTES``, or one that is not JSON-serialisable, is a
   ``ResultError``: the attempt fails permanently (dead-letter queue) with a message saying why.
   The handler's effects have happened; a retry would repeat them for the same unstorable value.
-- A traceback is bounded to ``limits.MAX_TRACEBACK_BYTES``, keeping its end.
+- A traceback opens at the handler's own frame: the frames of the SDK that called it (the
+  worker, the task wrapper, the thread or coroutine step it ran in) are left out. It is bounded
+  to ``limits.MAX_TRACEBACK_BYTES``, keeping its end.
 """
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
+import functools
 import json
+import os
 import traceback
+from pathlib import Path
+from types import TracebackType
 from typing import Any
 
 from timeshard.limits import MAX_RESULT_BYTES, truncate_traceback
@@ -48,6 +56,33 @@ def encode_result(value: Any) -> tuple[bytes, str]:
     return data, encoding
 
 
+_CALLERS = tuple(
+    f"{Path(file).resolve().parent}{os.sep}"
+    for file in (__file__, asyncio.__file__, concurrent.futures.__file__)
+)
+"""Where the frames that call a handler live: the worker SDK (``timeshard.worker``, this
+module's package) and the asyncio and thread-pool machinery it runs handlers on."""
+
+
 def traceback_of(exc: BaseException) -> str:
-    """The exception's traceback as Python prints it (its causes included), the end kept."""
-    return truncate_traceback("".join(traceback.format_exception(exc)))
+    """The exception's traceback as Python prints it (its causes included), opening at the
+    first frame that is not the SDK's calling the handler (``_CALLERS``), the end kept. One
+    raised by the SDK itself, with no frame of the handler's, is kept whole."""
+    tb = _from_the_handler(exc.__traceback__)
+    return truncate_traceback("".join(traceback.format_exception(type(exc), exc, tb)))
+
+
+def _from_the_handler(tb: TracebackType | None) -> TracebackType | None:
+    first = tb
+    while first is not None and _is_caller(first.tb_frame.f_code.co_filename):
+        first = first.tb_next
+    return first if first is not None else tb
+
+
+@functools.lru_cache(maxsize=256)
+def _is_caller(filename: str) -> bool:
+    try:
+        path = str(Path(filename).resolve())
+    except (OSError, ValueError):
+        return False
+    return path.startswith(_CALLERS)

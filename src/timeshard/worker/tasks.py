@@ -216,9 +216,10 @@ class Task(Generic[P]):
         deadline: datetime | None = None,
         deadline_in: Delay | None = None,
         priority: int = 0,
+        if_exists: str = "check",
     ) -> Scheduled:
         """Schedule one run, due after ``delay`` or ``at`` (default now); ``key`` is its
-        idempotency key; ``deadline``/``deadline_in`` and ``priority`` as for
+        idempotency key; ``deadline``/``deadline_in``, ``priority`` and ``if_exists`` as for
         ``Client.schedule``. The payload is checked against the task's type first."""
         raw, attempts = self._job(payload, max_attempts)
         c = client or self.worker.client()
@@ -232,6 +233,7 @@ class Task(Generic[P]):
             deadline=deadline,
             deadline_in=deadline_in,
             priority=priority,
+            if_exists=if_exists,
         )
 
     async def schedule_async(
@@ -246,6 +248,7 @@ class Task(Generic[P]):
         deadline: datetime | None = None,
         deadline_in: Delay | None = None,
         priority: int = 0,
+        if_exists: str = "check",
     ) -> Scheduled:
         """``schedule`` from asyncio code."""
         raw, attempts = self._job(payload, max_attempts)
@@ -260,6 +263,7 @@ class Task(Generic[P]):
             deadline=deadline,
             deadline_in=deadline_in,
             priority=priority,
+            if_exists=if_exists,
         )
 
 

@@ -87,6 +87,60 @@ func (JobState) EnumDescriptor() ([]byte, []int) {
 	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{0}
 }
 
+// What a request with an idempotency key does when the key already names a job.
+type IfExists int32
+
+const (
+	// As IF_EXISTS_CHECK.
+	IfExists_IF_EXISTS_UNSPECIFIED IfExists = 0
+	// The key's job if the request says the same (type, payload, max_attempts, priority, time);
+	// else ALREADY_EXISTS, naming what differs.
+	IfExists_IF_EXISTS_CHECK IfExists = 1
+	// The key's job, whatever it says (created false).
+	IfExists_IF_EXISTS_RETURN IfExists = 2
+)
+
+// Enum value maps for IfExists.
+var (
+	IfExists_name = map[int32]string{
+		0: "IF_EXISTS_UNSPECIFIED",
+		1: "IF_EXISTS_CHECK",
+		2: "IF_EXISTS_RETURN",
+	}
+	IfExists_value = map[string]int32{
+		"IF_EXISTS_UNSPECIFIED": 0,
+		"IF_EXISTS_CHECK":       1,
+		"IF_EXISTS_RETURN":      2,
+	}
+)
+
+func (x IfExists) Enum() *IfExists {
+	p := new(IfExists)
+	*p = x
+	return p
+}
+
+func (x IfExists) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (IfExists) Descriptor() protoreflect.EnumDescriptor {
+	return file_timeshard_v1_timeshard_proto_enumTypes[1].Descriptor()
+}
+
+func (IfExists) Type() protoreflect.EnumType {
+	return &file_timeshard_v1_timeshard_proto_enumTypes[1]
+}
+
+func (x IfExists) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use IfExists.Descriptor instead.
+func (IfExists) EnumDescriptor() ([]byte, []int) {
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{1}
+}
+
 // The order of a listing of jobs; ties (and JOB_ORDER_ID) by job id.
 type JobOrder int32
 
@@ -125,11 +179,11 @@ func (x JobOrder) String() string {
 }
 
 func (JobOrder) Descriptor() protoreflect.EnumDescriptor {
-	return file_timeshard_v1_timeshard_proto_enumTypes[1].Descriptor()
+	return file_timeshard_v1_timeshard_proto_enumTypes[2].Descriptor()
 }
 
 func (JobOrder) Type() protoreflect.EnumType {
-	return &file_timeshard_v1_timeshard_proto_enumTypes[1]
+	return &file_timeshard_v1_timeshard_proto_enumTypes[2]
 }
 
 func (x JobOrder) Number() protoreflect.EnumNumber {
@@ -138,7 +192,7 @@ func (x JobOrder) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use JobOrder.Descriptor instead.
 func (JobOrder) EnumDescriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{1}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{2}
 }
 
 type Attempt struct {
@@ -480,7 +534,13 @@ type ScheduleJobRequest struct {
 	//	*ScheduleJobRequest_Delay
 	//	*ScheduleJobRequest_RunAt
 	When isScheduleJobRequest_When `protobuf_oneof:"when"`
-	// Optional: a repeat with the same key returns the same job; another body is ALREADY_EXISTS.
+	// Optional: a repeat with the same key returns the same job; one with another type,
+	// payload, max_attempts, priority or time is ALREADY_EXISTS (see if_exists). The time of a
+	// repeat is the time its key's first request asked for when it gives the same run_at, or the
+	// same delay (a delay counts from the key's first request, the job's created_at), to within
+	// a second. It is compared while the job's run_at is still the one first asked for: not
+	// after a retry, a give-back or a replay moved it (a reschedule is not seen: a repeat of the
+	// first request after one is refused).
 	IdempotencyKey string `protobuf:"bytes,5,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
 	// Optional: 0 means the default; at most 1000.
 	MaxAttempts int32 `protobuf:"varint,6,opt,name=max_attempts,json=maxAttempts,proto3" json:"max_attempts,omitempty"`
@@ -496,7 +556,9 @@ type ScheduleJobRequest struct {
 	// Optional: 0 (the default, lowest) to 9. Higher goes first among the due jobs of its type;
 	// a waiting job gains a level every priority_aging_s (5 s by default), so it waits at most
 	// 9 levels of aging longer than a job of priority 9 due at the same time.
-	Priority      int32 `protobuf:"varint,9,opt,name=priority,proto3" json:"priority,omitempty"`
+	Priority int32 `protobuf:"varint,9,opt,name=priority,proto3" json:"priority,omitempty"`
+	// What a repeat of idempotency_key gets when the key's job says something else.
+	IfExists      IfExists `protobuf:"varint,10,opt,name=if_exists,json=ifExists,proto3,enum=timeshard.v1.IfExists" json:"if_exists,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -616,6 +678,13 @@ func (x *ScheduleJobRequest) GetPriority() int32 {
 	return 0
 }
 
+func (x *ScheduleJobRequest) GetIfExists() IfExists {
+	if x != nil {
+		return x.IfExists
+	}
+	return IfExists_IF_EXISTS_UNSPECIFIED
+}
+
 type isScheduleJobRequest_When interface {
 	isScheduleJobRequest_When()
 }
@@ -648,19 +717,77 @@ func (*ScheduleJobRequest_Deadline) isScheduleJobRequest_DeadlineOf() {}
 
 func (*ScheduleJobRequest_DeadlineIn) isScheduleJobRequest_DeadlineOf() {}
 
+// Something the server noticed about a job it accepted (it is scheduled all the same).
+type ScheduleWarning struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The job type it is about.
+	Type string `protobuf:"bytes,1,opt,name=type,proto3" json:"type,omitempty"`
+	// For a person: what was noticed and what to check. Today: no worker has asked this node for
+	// jobs of the type in the last hour (or since the node started, when that is sooner).
+	Message       string `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ScheduleWarning) Reset() {
+	*x = ScheduleWarning{}
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ScheduleWarning) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ScheduleWarning) ProtoMessage() {}
+
+func (x *ScheduleWarning) ProtoReflect() protoreflect.Message {
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ScheduleWarning.ProtoReflect.Descriptor instead.
+func (*ScheduleWarning) Descriptor() ([]byte, []int) {
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *ScheduleWarning) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+func (x *ScheduleWarning) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
 type ScheduleJobResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Job   *Job                   `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
 	// False when an idempotency key matched an existing job: that job, in whatever state it is
 	// (a cancelled or dead job stays so and will not run; a new job needs a new key).
-	Created       bool `protobuf:"varint,2,opt,name=created,proto3" json:"created,omitempty"`
+	Created bool `protobuf:"varint,2,opt,name=created,proto3" json:"created,omitempty"`
+	// At most one per job type. Unset on the items of a ScheduleJobsResponse (see its own).
+	Warnings      []*ScheduleWarning `protobuf:"bytes,3,rep,name=warnings,proto3" json:"warnings,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ScheduleJobResponse) Reset() {
 	*x = ScheduleJobResponse{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[3]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -672,7 +799,7 @@ func (x *ScheduleJobResponse) String() string {
 func (*ScheduleJobResponse) ProtoMessage() {}
 
 func (x *ScheduleJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[3]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -685,7 +812,7 @@ func (x *ScheduleJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleJobResponse.ProtoReflect.Descriptor instead.
 func (*ScheduleJobResponse) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{3}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ScheduleJobResponse) GetJob() *Job {
@@ -702,6 +829,13 @@ func (x *ScheduleJobResponse) GetCreated() bool {
 	return false
 }
 
+func (x *ScheduleJobResponse) GetWarnings() []*ScheduleWarning {
+	if x != nil {
+		return x.Warnings
+	}
+	return nil
+}
+
 // Many jobs in one round trip (bulk loads). Every item is checked before anything is written:
 // one bad item fails the call with INVALID_ARGUMENT naming its index, and nothing is created.
 // At most 1000 jobs (and within the server's 4 MiB request limit).
@@ -714,7 +848,7 @@ type ScheduleJobsRequest struct {
 
 func (x *ScheduleJobsRequest) Reset() {
 	*x = ScheduleJobsRequest{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[4]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -726,7 +860,7 @@ func (x *ScheduleJobsRequest) String() string {
 func (*ScheduleJobsRequest) ProtoMessage() {}
 
 func (x *ScheduleJobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[4]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -739,7 +873,7 @@ func (x *ScheduleJobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleJobsRequest.ProtoReflect.Descriptor instead.
 func (*ScheduleJobsRequest) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{4}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ScheduleJobsRequest) GetJobs() []*ScheduleJobRequest {
@@ -752,15 +886,17 @@ func (x *ScheduleJobsRequest) GetJobs() []*ScheduleJobRequest {
 // Each job without payload, history and last error when the whole jobs would not fit in a
 // 4 MiB reply (GetJob has them).
 type ScheduleJobsResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Results       []*ScheduleJobResponse `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Results []*ScheduleJobResponse `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	// At most one per job type of the batch.
+	Warnings      []*ScheduleWarning `protobuf:"bytes,2,rep,name=warnings,proto3" json:"warnings,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ScheduleJobsResponse) Reset() {
 	*x = ScheduleJobsResponse{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[5]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -772,7 +908,7 @@ func (x *ScheduleJobsResponse) String() string {
 func (*ScheduleJobsResponse) ProtoMessage() {}
 
 func (x *ScheduleJobsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[5]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -785,12 +921,19 @@ func (x *ScheduleJobsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleJobsResponse.ProtoReflect.Descriptor instead.
 func (*ScheduleJobsResponse) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{5}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ScheduleJobsResponse) GetResults() []*ScheduleJobResponse {
 	if x != nil {
 		return x.Results
+	}
+	return nil
+}
+
+func (x *ScheduleJobsResponse) GetWarnings() []*ScheduleWarning {
+	if x != nil {
+		return x.Warnings
 	}
 	return nil
 }
@@ -804,7 +947,7 @@ type GetJobRequest struct {
 
 func (x *GetJobRequest) Reset() {
 	*x = GetJobRequest{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[6]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -816,7 +959,7 @@ func (x *GetJobRequest) String() string {
 func (*GetJobRequest) ProtoMessage() {}
 
 func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[6]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -829,7 +972,7 @@ func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobRequest.ProtoReflect.Descriptor instead.
 func (*GetJobRequest) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{6}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *GetJobRequest) GetJobId() string {
@@ -868,7 +1011,7 @@ type ListJobsRequest struct {
 
 func (x *ListJobsRequest) Reset() {
 	*x = ListJobsRequest{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[7]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -880,7 +1023,7 @@ func (x *ListJobsRequest) String() string {
 func (*ListJobsRequest) ProtoMessage() {}
 
 func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[7]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -893,7 +1036,7 @@ func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsRequest.ProtoReflect.Descriptor instead.
 func (*ListJobsRequest) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{7}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ListJobsRequest) GetState() JobState {
@@ -987,7 +1130,7 @@ type ListJobsResponse struct {
 
 func (x *ListJobsResponse) Reset() {
 	*x = ListJobsResponse{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[8]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -999,7 +1142,7 @@ func (x *ListJobsResponse) String() string {
 func (*ListJobsResponse) ProtoMessage() {}
 
 func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[8]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1012,7 +1155,7 @@ func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsResponse.ProtoReflect.Descriptor instead.
 func (*ListJobsResponse) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{8}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ListJobsResponse) GetJobs() []*Job {
@@ -1045,7 +1188,7 @@ type CancelJobRequest struct {
 
 func (x *CancelJobRequest) Reset() {
 	*x = CancelJobRequest{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[9]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1057,7 +1200,7 @@ func (x *CancelJobRequest) String() string {
 func (*CancelJobRequest) ProtoMessage() {}
 
 func (x *CancelJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[9]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1070,7 +1213,7 @@ func (x *CancelJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelJobRequest.ProtoReflect.Descriptor instead.
 func (*CancelJobRequest) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{9}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *CancelJobRequest) GetJobId() string {
@@ -1096,7 +1239,7 @@ type RescheduleJobRequest struct {
 
 func (x *RescheduleJobRequest) Reset() {
 	*x = RescheduleJobRequest{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[10]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1108,7 +1251,7 @@ func (x *RescheduleJobRequest) String() string {
 func (*RescheduleJobRequest) ProtoMessage() {}
 
 func (x *RescheduleJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[10]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1121,7 +1264,7 @@ func (x *RescheduleJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RescheduleJobRequest.ProtoReflect.Descriptor instead.
 func (*RescheduleJobRequest) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{10}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *RescheduleJobRequest) GetJobId() string {
@@ -1208,7 +1351,7 @@ type Schedule struct {
 
 func (x *Schedule) Reset() {
 	*x = Schedule{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[11]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1220,7 +1363,7 @@ func (x *Schedule) String() string {
 func (*Schedule) ProtoMessage() {}
 
 func (x *Schedule) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[11]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1233,7 +1376,7 @@ func (x *Schedule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Schedule.ProtoReflect.Descriptor instead.
 func (*Schedule) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{11}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Schedule) GetScheduleId() string {
@@ -1399,7 +1542,7 @@ type CreateScheduleRequest struct {
 
 func (x *CreateScheduleRequest) Reset() {
 	*x = CreateScheduleRequest{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[12]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1411,7 +1554,7 @@ func (x *CreateScheduleRequest) String() string {
 func (*CreateScheduleRequest) ProtoMessage() {}
 
 func (x *CreateScheduleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[12]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1424,7 +1567,7 @@ func (x *CreateScheduleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateScheduleRequest.ProtoReflect.Descriptor instead.
 func (*CreateScheduleRequest) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{12}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *CreateScheduleRequest) GetSchedule() *Schedule {
@@ -1443,7 +1586,7 @@ type GetScheduleRequest struct {
 
 func (x *GetScheduleRequest) Reset() {
 	*x = GetScheduleRequest{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[13]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1455,7 +1598,7 @@ func (x *GetScheduleRequest) String() string {
 func (*GetScheduleRequest) ProtoMessage() {}
 
 func (x *GetScheduleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[13]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1468,7 +1611,7 @@ func (x *GetScheduleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetScheduleRequest.ProtoReflect.Descriptor instead.
 func (*GetScheduleRequest) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{13}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *GetScheduleRequest) GetScheduleId() string {
@@ -1488,7 +1631,7 @@ type ListSchedulesRequest struct {
 
 func (x *ListSchedulesRequest) Reset() {
 	*x = ListSchedulesRequest{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[14]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1500,7 +1643,7 @@ func (x *ListSchedulesRequest) String() string {
 func (*ListSchedulesRequest) ProtoMessage() {}
 
 func (x *ListSchedulesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[14]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1513,7 +1656,7 @@ func (x *ListSchedulesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSchedulesRequest.ProtoReflect.Descriptor instead.
 func (*ListSchedulesRequest) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{14}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ListSchedulesRequest) GetPageSize() int32 {
@@ -1540,7 +1683,7 @@ type ListSchedulesResponse struct {
 
 func (x *ListSchedulesResponse) Reset() {
 	*x = ListSchedulesResponse{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[15]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1552,7 +1695,7 @@ func (x *ListSchedulesResponse) String() string {
 func (*ListSchedulesResponse) ProtoMessage() {}
 
 func (x *ListSchedulesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[15]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1565,7 +1708,7 @@ func (x *ListSchedulesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSchedulesResponse.ProtoReflect.Descriptor instead.
 func (*ListSchedulesResponse) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{15}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ListSchedulesResponse) GetSchedules() []*Schedule {
@@ -1591,7 +1734,7 @@ type UpdateScheduleRequest struct {
 
 func (x *UpdateScheduleRequest) Reset() {
 	*x = UpdateScheduleRequest{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[16]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1603,7 +1746,7 @@ func (x *UpdateScheduleRequest) String() string {
 func (*UpdateScheduleRequest) ProtoMessage() {}
 
 func (x *UpdateScheduleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[16]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1616,7 +1759,7 @@ func (x *UpdateScheduleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateScheduleRequest.ProtoReflect.Descriptor instead.
 func (*UpdateScheduleRequest) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{16}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *UpdateScheduleRequest) GetSchedule() *Schedule {
@@ -1635,7 +1778,7 @@ type ScheduleIdRequest struct {
 
 func (x *ScheduleIdRequest) Reset() {
 	*x = ScheduleIdRequest{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[17]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1647,7 +1790,7 @@ func (x *ScheduleIdRequest) String() string {
 func (*ScheduleIdRequest) ProtoMessage() {}
 
 func (x *ScheduleIdRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[17]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1660,7 +1803,7 @@ func (x *ScheduleIdRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleIdRequest.ProtoReflect.Descriptor instead.
 func (*ScheduleIdRequest) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{17}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ScheduleIdRequest) GetScheduleId() string {
@@ -1678,7 +1821,7 @@ type DeleteScheduleResponse struct {
 
 func (x *DeleteScheduleResponse) Reset() {
 	*x = DeleteScheduleResponse{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[18]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1690,7 +1833,7 @@ func (x *DeleteScheduleResponse) String() string {
 func (*DeleteScheduleResponse) ProtoMessage() {}
 
 func (x *DeleteScheduleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[18]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1703,7 +1846,7 @@ func (x *DeleteScheduleResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteScheduleResponse.ProtoReflect.Descriptor instead.
 func (*DeleteScheduleResponse) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{18}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{19}
 }
 
 type PreviewRequest struct {
@@ -1724,7 +1867,7 @@ type PreviewRequest struct {
 
 func (x *PreviewRequest) Reset() {
 	*x = PreviewRequest{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[19]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1736,7 +1879,7 @@ func (x *PreviewRequest) String() string {
 func (*PreviewRequest) ProtoMessage() {}
 
 func (x *PreviewRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[19]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1749,7 +1892,7 @@ func (x *PreviewRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreviewRequest.ProtoReflect.Descriptor instead.
 func (*PreviewRequest) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{19}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *PreviewRequest) GetCron() string {
@@ -1822,7 +1965,7 @@ type FireTime struct {
 
 func (x *FireTime) Reset() {
 	*x = FireTime{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[20]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1834,7 +1977,7 @@ func (x *FireTime) String() string {
 func (*FireTime) ProtoMessage() {}
 
 func (x *FireTime) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[20]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1847,7 +1990,7 @@ func (x *FireTime) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FireTime.ProtoReflect.Descriptor instead.
 func (*FireTime) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{20}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *FireTime) GetUtc() *timestamppb.Timestamp {
@@ -1894,7 +2037,7 @@ type PreviewResponse struct {
 
 func (x *PreviewResponse) Reset() {
 	*x = PreviewResponse{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[21]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1906,7 +2049,7 @@ func (x *PreviewResponse) String() string {
 func (*PreviewResponse) ProtoMessage() {}
 
 func (x *PreviewResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[21]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1919,7 +2062,7 @@ func (x *PreviewResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreviewResponse.ProtoReflect.Descriptor instead.
 func (*PreviewResponse) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{21}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *PreviewResponse) GetTimes() []*FireTime {
@@ -1941,7 +2084,7 @@ type ListDeadLettersRequest struct {
 
 func (x *ListDeadLettersRequest) Reset() {
 	*x = ListDeadLettersRequest{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[22]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1953,7 +2096,7 @@ func (x *ListDeadLettersRequest) String() string {
 func (*ListDeadLettersRequest) ProtoMessage() {}
 
 func (x *ListDeadLettersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[22]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1966,7 +2109,7 @@ func (x *ListDeadLettersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDeadLettersRequest.ProtoReflect.Descriptor instead.
 func (*ListDeadLettersRequest) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{22}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ListDeadLettersRequest) GetType() string {
@@ -2007,7 +2150,7 @@ type ListDeadLettersResponse struct {
 
 func (x *ListDeadLettersResponse) Reset() {
 	*x = ListDeadLettersResponse{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[23]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2019,7 +2162,7 @@ func (x *ListDeadLettersResponse) String() string {
 func (*ListDeadLettersResponse) ProtoMessage() {}
 
 func (x *ListDeadLettersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[23]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2032,7 +2175,7 @@ func (x *ListDeadLettersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDeadLettersResponse.ProtoReflect.Descriptor instead.
 func (*ListDeadLettersResponse) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{23}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ListDeadLettersResponse) GetJobs() []*Job {
@@ -2061,7 +2204,7 @@ type ReplayDeadLettersRequest struct {
 
 func (x *ReplayDeadLettersRequest) Reset() {
 	*x = ReplayDeadLettersRequest{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[24]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2073,7 +2216,7 @@ func (x *ReplayDeadLettersRequest) String() string {
 func (*ReplayDeadLettersRequest) ProtoMessage() {}
 
 func (x *ReplayDeadLettersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[24]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2086,7 +2229,7 @@ func (x *ReplayDeadLettersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplayDeadLettersRequest.ProtoReflect.Descriptor instead.
 func (*ReplayDeadLettersRequest) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{24}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ReplayDeadLettersRequest) GetJobIds() []string {
@@ -2114,7 +2257,7 @@ type ReplayDeadLettersResponse struct {
 
 func (x *ReplayDeadLettersResponse) Reset() {
 	*x = ReplayDeadLettersResponse{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[25]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2126,7 +2269,7 @@ func (x *ReplayDeadLettersResponse) String() string {
 func (*ReplayDeadLettersResponse) ProtoMessage() {}
 
 func (x *ReplayDeadLettersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[25]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2139,7 +2282,7 @@ func (x *ReplayDeadLettersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplayDeadLettersResponse.ProtoReflect.Descriptor instead.
 func (*ReplayDeadLettersResponse) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{25}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ReplayDeadLettersResponse) GetJobs() []*Job {
@@ -2158,7 +2301,7 @@ type PurgeDeadLettersResponse struct {
 
 func (x *PurgeDeadLettersResponse) Reset() {
 	*x = PurgeDeadLettersResponse{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[26]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2170,7 +2313,7 @@ func (x *PurgeDeadLettersResponse) String() string {
 func (*PurgeDeadLettersResponse) ProtoMessage() {}
 
 func (x *PurgeDeadLettersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[26]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2183,7 +2326,7 @@ func (x *PurgeDeadLettersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeDeadLettersResponse.ProtoReflect.Descriptor instead.
 func (*PurgeDeadLettersResponse) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{26}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *PurgeDeadLettersResponse) GetJobIds() []string {
@@ -2215,7 +2358,7 @@ type WaitJobsRequest struct {
 
 func (x *WaitJobsRequest) Reset() {
 	*x = WaitJobsRequest{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[27]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2227,7 +2370,7 @@ func (x *WaitJobsRequest) String() string {
 func (*WaitJobsRequest) ProtoMessage() {}
 
 func (x *WaitJobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[27]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2240,7 +2383,7 @@ func (x *WaitJobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitJobsRequest.ProtoReflect.Descriptor instead.
 func (*WaitJobsRequest) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{27}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *WaitJobsRequest) GetJobIds() []string {
@@ -2266,7 +2409,7 @@ type WaitJobsResponse struct {
 
 func (x *WaitJobsResponse) Reset() {
 	*x = WaitJobsResponse{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[28]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2278,7 +2421,7 @@ func (x *WaitJobsResponse) String() string {
 func (*WaitJobsResponse) ProtoMessage() {}
 
 func (x *WaitJobsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[28]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2291,7 +2434,7 @@ func (x *WaitJobsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitJobsResponse.ProtoReflect.Descriptor instead.
 func (*WaitJobsResponse) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{28}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *WaitJobsResponse) GetJob() *Job {
@@ -2322,7 +2465,7 @@ type ClaimRequest struct {
 
 func (x *ClaimRequest) Reset() {
 	*x = ClaimRequest{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[29]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2334,7 +2477,7 @@ func (x *ClaimRequest) String() string {
 func (*ClaimRequest) ProtoMessage() {}
 
 func (x *ClaimRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[29]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2347,7 +2490,7 @@ func (x *ClaimRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimRequest.ProtoReflect.Descriptor instead.
 func (*ClaimRequest) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{29}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ClaimRequest) GetWorkerId() string {
@@ -2408,7 +2551,7 @@ type ClaimedJob struct {
 
 func (x *ClaimedJob) Reset() {
 	*x = ClaimedJob{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[30]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2420,7 +2563,7 @@ func (x *ClaimedJob) String() string {
 func (*ClaimedJob) ProtoMessage() {}
 
 func (x *ClaimedJob) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[30]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2433,7 +2576,7 @@ func (x *ClaimedJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimedJob.ProtoReflect.Descriptor instead.
 func (*ClaimedJob) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{30}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ClaimedJob) GetJob() *Job {
@@ -2480,7 +2623,7 @@ type ClaimResponse struct {
 
 func (x *ClaimResponse) Reset() {
 	*x = ClaimResponse{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[31]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2492,7 +2635,7 @@ func (x *ClaimResponse) String() string {
 func (*ClaimResponse) ProtoMessage() {}
 
 func (x *ClaimResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[31]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2505,7 +2648,7 @@ func (x *ClaimResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimResponse.ProtoReflect.Descriptor instead.
 func (*ClaimResponse) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{31}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ClaimResponse) GetJobs() []*ClaimedJob {
@@ -2532,7 +2675,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[32]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2544,7 +2687,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[32]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2557,7 +2700,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{32}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *HeartbeatRequest) GetJobId() string {
@@ -2605,7 +2748,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[33]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2617,7 +2760,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[33]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2630,7 +2773,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{33}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *HeartbeatResponse) GetLeaseUntil() *timestamppb.Timestamp {
@@ -2657,7 +2800,7 @@ type CompleteRequest struct {
 
 func (x *CompleteRequest) Reset() {
 	*x = CompleteRequest{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[34]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2669,7 +2812,7 @@ func (x *CompleteRequest) String() string {
 func (*CompleteRequest) ProtoMessage() {}
 
 func (x *CompleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[34]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2682,7 +2825,7 @@ func (x *CompleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteRequest.ProtoReflect.Descriptor instead.
 func (*CompleteRequest) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{34}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *CompleteRequest) GetJobId() string {
@@ -2707,7 +2850,7 @@ type CompleteResponse struct {
 
 func (x *CompleteResponse) Reset() {
 	*x = CompleteResponse{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[35]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2719,7 +2862,7 @@ func (x *CompleteResponse) String() string {
 func (*CompleteResponse) ProtoMessage() {}
 
 func (x *CompleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[35]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2732,7 +2875,7 @@ func (x *CompleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteResponse.ProtoReflect.Descriptor instead.
 func (*CompleteResponse) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{35}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{36}
 }
 
 type FailRequest struct {
@@ -2748,7 +2891,7 @@ type FailRequest struct {
 
 func (x *FailRequest) Reset() {
 	*x = FailRequest{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[36]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2760,7 +2903,7 @@ func (x *FailRequest) String() string {
 func (*FailRequest) ProtoMessage() {}
 
 func (x *FailRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[36]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2773,7 +2916,7 @@ func (x *FailRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailRequest.ProtoReflect.Descriptor instead.
 func (*FailRequest) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{36}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *FailRequest) GetJobId() string {
@@ -2814,7 +2957,7 @@ type FailResponse struct {
 
 func (x *FailResponse) Reset() {
 	*x = FailResponse{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[37]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2826,7 +2969,7 @@ func (x *FailResponse) String() string {
 func (*FailResponse) ProtoMessage() {}
 
 func (x *FailResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[37]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2839,7 +2982,7 @@ func (x *FailResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailResponse.ProtoReflect.Descriptor instead.
 func (*FailResponse) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{37}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *FailResponse) GetState() JobState {
@@ -2891,7 +3034,7 @@ type FinishItem struct {
 
 func (x *FinishItem) Reset() {
 	*x = FinishItem{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[38]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2903,7 +3046,7 @@ func (x *FinishItem) String() string {
 func (*FinishItem) ProtoMessage() {}
 
 func (x *FinishItem) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[38]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2916,7 +3059,7 @@ func (x *FinishItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinishItem.ProtoReflect.Descriptor instead.
 func (*FinishItem) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{38}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *FinishItem) GetJobId() string {
@@ -2998,7 +3141,7 @@ type FinishRequest struct {
 
 func (x *FinishRequest) Reset() {
 	*x = FinishRequest{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[39]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3010,7 +3153,7 @@ func (x *FinishRequest) String() string {
 func (*FinishRequest) ProtoMessage() {}
 
 func (x *FinishRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[39]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3023,7 +3166,7 @@ func (x *FinishRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinishRequest.ProtoReflect.Descriptor instead.
 func (*FinishRequest) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{39}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *FinishRequest) GetItems() []*FinishItem {
@@ -3045,7 +3188,7 @@ type FinishResult struct {
 
 func (x *FinishResult) Reset() {
 	*x = FinishResult{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[40]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3057,7 +3200,7 @@ func (x *FinishResult) String() string {
 func (*FinishResult) ProtoMessage() {}
 
 func (x *FinishResult) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[40]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3070,7 +3213,7 @@ func (x *FinishResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinishResult.ProtoReflect.Descriptor instead.
 func (*FinishResult) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{40}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *FinishResult) GetJobId() string {
@@ -3110,7 +3253,7 @@ type FinishResponse struct {
 
 func (x *FinishResponse) Reset() {
 	*x = FinishResponse{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[41]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3122,7 +3265,7 @@ func (x *FinishResponse) String() string {
 func (*FinishResponse) ProtoMessage() {}
 
 func (x *FinishResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[41]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3135,7 +3278,7 @@ func (x *FinishResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinishResponse.ProtoReflect.Descriptor instead.
 func (*FinishResponse) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{41}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *FinishResponse) GetResults() []*FinishResult {
@@ -3159,7 +3302,7 @@ type WorkHello struct {
 
 func (x *WorkHello) Reset() {
 	*x = WorkHello{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[42]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3171,7 +3314,7 @@ func (x *WorkHello) String() string {
 func (*WorkHello) ProtoMessage() {}
 
 func (x *WorkHello) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[42]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3184,7 +3327,7 @@ func (x *WorkHello) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkHello.ProtoReflect.Descriptor instead.
 func (*WorkHello) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{42}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *WorkHello) GetWorkerId() string {
@@ -3219,7 +3362,7 @@ type WorkCredit struct {
 
 func (x *WorkCredit) Reset() {
 	*x = WorkCredit{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[43]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3231,7 +3374,7 @@ func (x *WorkCredit) String() string {
 func (*WorkCredit) ProtoMessage() {}
 
 func (x *WorkCredit) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[43]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3244,7 +3387,7 @@ func (x *WorkCredit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkCredit.ProtoReflect.Descriptor instead.
 func (*WorkCredit) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{43}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *WorkCredit) GetType() string {
@@ -3283,7 +3426,7 @@ type WorkRequest struct {
 
 func (x *WorkRequest) Reset() {
 	*x = WorkRequest{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[44]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3295,7 +3438,7 @@ func (x *WorkRequest) String() string {
 func (*WorkRequest) ProtoMessage() {}
 
 func (x *WorkRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[44]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3308,7 +3451,7 @@ func (x *WorkRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkRequest.ProtoReflect.Descriptor instead.
 func (*WorkRequest) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{44}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *WorkRequest) GetSeq() uint64 {
@@ -3372,7 +3515,7 @@ type HeartbeatResult struct {
 
 func (x *HeartbeatResult) Reset() {
 	*x = HeartbeatResult{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[45]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3384,7 +3527,7 @@ func (x *HeartbeatResult) String() string {
 func (*HeartbeatResult) ProtoMessage() {}
 
 func (x *HeartbeatResult) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[45]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3397,7 +3540,7 @@ func (x *HeartbeatResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResult.ProtoReflect.Descriptor instead.
 func (*HeartbeatResult) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{45}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *HeartbeatResult) GetJobId() string {
@@ -3448,7 +3591,7 @@ type WorkResponse struct {
 
 func (x *WorkResponse) Reset() {
 	*x = WorkResponse{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[46]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3460,7 +3603,7 @@ func (x *WorkResponse) String() string {
 func (*WorkResponse) ProtoMessage() {}
 
 func (x *WorkResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[46]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3473,7 +3616,7 @@ func (x *WorkResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkResponse.ProtoReflect.Descriptor instead.
 func (*WorkResponse) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{46}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *WorkResponse) GetJobs() []*ClaimedJob {
@@ -3535,7 +3678,7 @@ type Node struct {
 
 func (x *Node) Reset() {
 	*x = Node{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[47]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3547,7 +3690,7 @@ func (x *Node) String() string {
 func (*Node) ProtoMessage() {}
 
 func (x *Node) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[47]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3560,7 +3703,7 @@ func (x *Node) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Node.ProtoReflect.Descriptor instead.
 func (*Node) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{47}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *Node) GetNodeId() string {
@@ -3585,7 +3728,7 @@ type ClusterInfoRequest struct {
 
 func (x *ClusterInfoRequest) Reset() {
 	*x = ClusterInfoRequest{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[48]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3597,7 +3740,7 @@ func (x *ClusterInfoRequest) String() string {
 func (*ClusterInfoRequest) ProtoMessage() {}
 
 func (x *ClusterInfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[48]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3610,7 +3753,7 @@ func (x *ClusterInfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterInfoRequest.ProtoReflect.Descriptor instead.
 func (*ClusterInfoRequest) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{48}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{49}
 }
 
 type ClusterInfoResponse struct {
@@ -3623,7 +3766,7 @@ type ClusterInfoResponse struct {
 
 func (x *ClusterInfoResponse) Reset() {
 	*x = ClusterInfoResponse{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[49]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3635,7 +3778,7 @@ func (x *ClusterInfoResponse) String() string {
 func (*ClusterInfoResponse) ProtoMessage() {}
 
 func (x *ClusterInfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[49]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3648,7 +3791,7 @@ func (x *ClusterInfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterInfoResponse.ProtoReflect.Descriptor instead.
 func (*ClusterInfoResponse) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{49}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ClusterInfoResponse) GetNodes() []*Node {
@@ -3684,7 +3827,7 @@ type ShardInfo struct {
 
 func (x *ShardInfo) Reset() {
 	*x = ShardInfo{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[50]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3696,7 +3839,7 @@ func (x *ShardInfo) String() string {
 func (*ShardInfo) ProtoMessage() {}
 
 func (x *ShardInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[50]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3709,7 +3852,7 @@ func (x *ShardInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardInfo.ProtoReflect.Descriptor instead.
 func (*ShardInfo) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{50}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ShardInfo) GetShard() int32 {
@@ -3783,7 +3926,7 @@ type ShardOwnersRequest struct {
 
 func (x *ShardOwnersRequest) Reset() {
 	*x = ShardOwnersRequest{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[51]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3795,7 +3938,7 @@ func (x *ShardOwnersRequest) String() string {
 func (*ShardOwnersRequest) ProtoMessage() {}
 
 func (x *ShardOwnersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[51]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3808,7 +3951,7 @@ func (x *ShardOwnersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardOwnersRequest.ProtoReflect.Descriptor instead.
 func (*ShardOwnersRequest) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{51}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{52}
 }
 
 type ShardOwnersResponse struct {
@@ -3820,7 +3963,7 @@ type ShardOwnersResponse struct {
 
 func (x *ShardOwnersResponse) Reset() {
 	*x = ShardOwnersResponse{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[52]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3832,7 +3975,7 @@ func (x *ShardOwnersResponse) String() string {
 func (*ShardOwnersResponse) ProtoMessage() {}
 
 func (x *ShardOwnersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[52]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3845,7 +3988,7 @@ func (x *ShardOwnersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardOwnersResponse.ProtoReflect.Descriptor instead.
 func (*ShardOwnersResponse) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{52}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *ShardOwnersResponse) GetShards() []*ShardInfo {
@@ -3865,7 +4008,7 @@ type MoveShardRequest struct {
 
 func (x *MoveShardRequest) Reset() {
 	*x = MoveShardRequest{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[53]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3877,7 +4020,7 @@ func (x *MoveShardRequest) String() string {
 func (*MoveShardRequest) ProtoMessage() {}
 
 func (x *MoveShardRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[53]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3890,7 +4033,7 @@ func (x *MoveShardRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveShardRequest.ProtoReflect.Descriptor instead.
 func (*MoveShardRequest) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{53}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *MoveShardRequest) GetShard() int32 {
@@ -3915,7 +4058,7 @@ type MoveShardResponse struct {
 
 func (x *MoveShardResponse) Reset() {
 	*x = MoveShardResponse{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[54]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3927,7 +4070,7 @@ func (x *MoveShardResponse) String() string {
 func (*MoveShardResponse) ProtoMessage() {}
 
 func (x *MoveShardResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[54]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3940,7 +4083,7 @@ func (x *MoveShardResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveShardResponse.ProtoReflect.Descriptor instead.
 func (*MoveShardResponse) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{54}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{55}
 }
 
 type DrainNodeRequest struct {
@@ -3952,7 +4095,7 @@ type DrainNodeRequest struct {
 
 func (x *DrainNodeRequest) Reset() {
 	*x = DrainNodeRequest{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[55]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3964,7 +4107,7 @@ func (x *DrainNodeRequest) String() string {
 func (*DrainNodeRequest) ProtoMessage() {}
 
 func (x *DrainNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[55]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3977,7 +4120,7 @@ func (x *DrainNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainNodeRequest.ProtoReflect.Descriptor instead.
 func (*DrainNodeRequest) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{55}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *DrainNodeRequest) GetNodeId() string {
@@ -3996,7 +4139,7 @@ type DrainNodeResponse struct {
 
 func (x *DrainNodeResponse) Reset() {
 	*x = DrainNodeResponse{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[56]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4008,7 +4151,7 @@ func (x *DrainNodeResponse) String() string {
 func (*DrainNodeResponse) ProtoMessage() {}
 
 func (x *DrainNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[56]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4021,7 +4164,7 @@ func (x *DrainNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainNodeResponse.ProtoReflect.Descriptor instead.
 func (*DrainNodeResponse) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{56}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *DrainNodeResponse) GetMoved() []int32 {
@@ -4041,7 +4184,7 @@ type NodeStatusRequest struct {
 
 func (x *NodeStatusRequest) Reset() {
 	*x = NodeStatusRequest{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[57]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4053,7 +4196,7 @@ func (x *NodeStatusRequest) String() string {
 func (*NodeStatusRequest) ProtoMessage() {}
 
 func (x *NodeStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[57]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4066,7 +4209,7 @@ func (x *NodeStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatusRequest.ProtoReflect.Descriptor instead.
 func (*NodeStatusRequest) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{57}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *NodeStatusRequest) GetWindow() *durationpb.Duration {
@@ -4090,7 +4233,7 @@ type ShardStatus struct {
 
 func (x *ShardStatus) Reset() {
 	*x = ShardStatus{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[58]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4102,7 +4245,7 @@ func (x *ShardStatus) String() string {
 func (*ShardStatus) ProtoMessage() {}
 
 func (x *ShardStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[58]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4115,7 +4258,7 @@ func (x *ShardStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardStatus.ProtoReflect.Descriptor instead.
 func (*ShardStatus) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{58}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *ShardStatus) GetShard() int32 {
@@ -4172,7 +4315,7 @@ type LatenessBucket struct {
 
 func (x *LatenessBucket) Reset() {
 	*x = LatenessBucket{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[59]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4184,7 +4327,7 @@ func (x *LatenessBucket) String() string {
 func (*LatenessBucket) ProtoMessage() {}
 
 func (x *LatenessBucket) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[59]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4197,7 +4340,7 @@ func (x *LatenessBucket) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LatenessBucket.ProtoReflect.Descriptor instead.
 func (*LatenessBucket) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{59}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *LatenessBucket) GetLeMs() float64 {
@@ -4235,7 +4378,7 @@ type TypeCounts struct {
 
 func (x *TypeCounts) Reset() {
 	*x = TypeCounts{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[60]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4247,7 +4390,7 @@ func (x *TypeCounts) String() string {
 func (*TypeCounts) ProtoMessage() {}
 
 func (x *TypeCounts) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[60]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4260,7 +4403,7 @@ func (x *TypeCounts) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TypeCounts.ProtoReflect.Descriptor instead.
 func (*TypeCounts) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{60}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *TypeCounts) GetType() string {
@@ -4368,7 +4511,7 @@ type TypeStartDelay struct {
 
 func (x *TypeStartDelay) Reset() {
 	*x = TypeStartDelay{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[61]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4380,7 +4523,7 @@ func (x *TypeStartDelay) String() string {
 func (*TypeStartDelay) ProtoMessage() {}
 
 func (x *TypeStartDelay) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[61]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4393,7 +4536,7 @@ func (x *TypeStartDelay) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TypeStartDelay.ProtoReflect.Descriptor instead.
 func (*TypeStartDelay) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{61}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *TypeStartDelay) GetType() string {
@@ -4438,7 +4581,7 @@ type TypeWaiting struct {
 
 func (x *TypeWaiting) Reset() {
 	*x = TypeWaiting{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[62]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4450,7 +4593,7 @@ func (x *TypeWaiting) String() string {
 func (*TypeWaiting) ProtoMessage() {}
 
 func (x *TypeWaiting) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[62]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4463,7 +4606,7 @@ func (x *TypeWaiting) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TypeWaiting.ProtoReflect.Descriptor instead.
 func (*TypeWaiting) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{62}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *TypeWaiting) GetType() string {
@@ -4510,7 +4653,7 @@ type JobEvent struct {
 
 func (x *JobEvent) Reset() {
 	*x = JobEvent{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[63]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4522,7 +4665,7 @@ func (x *JobEvent) String() string {
 func (*JobEvent) ProtoMessage() {}
 
 func (x *JobEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[63]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4535,7 +4678,7 @@ func (x *JobEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobEvent.ProtoReflect.Descriptor instead.
 func (*JobEvent) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{63}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *JobEvent) GetAt() *timestamppb.Timestamp {
@@ -4625,7 +4768,7 @@ type NodeStatusResponse struct {
 
 func (x *NodeStatusResponse) Reset() {
 	*x = NodeStatusResponse{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[64]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4637,7 +4780,7 @@ func (x *NodeStatusResponse) String() string {
 func (*NodeStatusResponse) ProtoMessage() {}
 
 func (x *NodeStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[64]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4650,7 +4793,7 @@ func (x *NodeStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatusResponse.ProtoReflect.Descriptor instead.
 func (*NodeStatusResponse) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{64}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *NodeStatusResponse) GetNodeId() string {
@@ -4817,7 +4960,7 @@ type TypePolicy struct {
 
 func (x *TypePolicy) Reset() {
 	*x = TypePolicy{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[65]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4829,7 +4972,7 @@ func (x *TypePolicy) String() string {
 func (*TypePolicy) ProtoMessage() {}
 
 func (x *TypePolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[65]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4842,7 +4985,7 @@ func (x *TypePolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TypePolicy.ProtoReflect.Descriptor instead.
 func (*TypePolicy) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{65}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *TypePolicy) GetType() string {
@@ -4896,7 +5039,7 @@ type SetTypePoliciesRequest struct {
 
 func (x *SetTypePoliciesRequest) Reset() {
 	*x = SetTypePoliciesRequest{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[66]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4908,7 +5051,7 @@ func (x *SetTypePoliciesRequest) String() string {
 func (*SetTypePoliciesRequest) ProtoMessage() {}
 
 func (x *SetTypePoliciesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[66]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4921,7 +5064,7 @@ func (x *SetTypePoliciesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetTypePoliciesRequest.ProtoReflect.Descriptor instead.
 func (*SetTypePoliciesRequest) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{66}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *SetTypePoliciesRequest) GetPolicies() []*TypePolicy {
@@ -4940,7 +5083,7 @@ type SetTypePoliciesResponse struct {
 
 func (x *SetTypePoliciesResponse) Reset() {
 	*x = SetTypePoliciesResponse{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[67]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4952,7 +5095,7 @@ func (x *SetTypePoliciesResponse) String() string {
 func (*SetTypePoliciesResponse) ProtoMessage() {}
 
 func (x *SetTypePoliciesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[67]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4965,7 +5108,7 @@ func (x *SetTypePoliciesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetTypePoliciesResponse.ProtoReflect.Descriptor instead.
 func (*SetTypePoliciesResponse) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{67}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *SetTypePoliciesResponse) GetPolicies() []*TypePolicy {
@@ -4988,7 +5131,7 @@ type TypeFlow struct {
 
 func (x *TypeFlow) Reset() {
 	*x = TypeFlow{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[68]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5000,7 +5143,7 @@ func (x *TypeFlow) String() string {
 func (*TypeFlow) ProtoMessage() {}
 
 func (x *TypeFlow) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[68]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5013,7 +5156,7 @@ func (x *TypeFlow) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TypeFlow.ProtoReflect.Descriptor instead.
 func (*TypeFlow) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{68}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *TypeFlow) GetType() string {
@@ -5053,7 +5196,7 @@ type SetTypeFlowsRequest struct {
 
 func (x *SetTypeFlowsRequest) Reset() {
 	*x = SetTypeFlowsRequest{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[69]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5065,7 +5208,7 @@ func (x *SetTypeFlowsRequest) String() string {
 func (*SetTypeFlowsRequest) ProtoMessage() {}
 
 func (x *SetTypeFlowsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[69]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5078,7 +5221,7 @@ func (x *SetTypeFlowsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetTypeFlowsRequest.ProtoReflect.Descriptor instead.
 func (*SetTypeFlowsRequest) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{69}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *SetTypeFlowsRequest) GetFlows() []*TypeFlow {
@@ -5097,7 +5240,7 @@ type SetTypeFlowsResponse struct {
 
 func (x *SetTypeFlowsResponse) Reset() {
 	*x = SetTypeFlowsResponse{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[70]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5109,7 +5252,7 @@ func (x *SetTypeFlowsResponse) String() string {
 func (*SetTypeFlowsResponse) ProtoMessage() {}
 
 func (x *SetTypeFlowsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[70]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5122,7 +5265,7 @@ func (x *SetTypeFlowsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetTypeFlowsResponse.ProtoReflect.Descriptor instead.
 func (*SetTypeFlowsResponse) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{70}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *SetTypeFlowsResponse) GetTypes() []*TypeInfo {
@@ -5141,7 +5284,7 @@ type ListTypesRequest struct {
 
 func (x *ListTypesRequest) Reset() {
 	*x = ListTypesRequest{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[71]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5153,7 +5296,7 @@ func (x *ListTypesRequest) String() string {
 func (*ListTypesRequest) ProtoMessage() {}
 
 func (x *ListTypesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[71]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5166,7 +5309,7 @@ func (x *ListTypesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTypesRequest.ProtoReflect.Descriptor instead.
 func (*ListTypesRequest) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{71}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *ListTypesRequest) GetType() string {
@@ -5185,7 +5328,7 @@ type ListTypesResponse struct {
 
 func (x *ListTypesResponse) Reset() {
 	*x = ListTypesResponse{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[72]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5197,7 +5340,7 @@ func (x *ListTypesResponse) String() string {
 func (*ListTypesResponse) ProtoMessage() {}
 
 func (x *ListTypesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[72]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5210,7 +5353,7 @@ func (x *ListTypesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTypesResponse.ProtoReflect.Descriptor instead.
 func (*ListTypesResponse) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{72}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *ListTypesResponse) GetTypes() []*TypeInfo {
@@ -5237,7 +5380,7 @@ type TypeInfo struct {
 
 func (x *TypeInfo) Reset() {
 	*x = TypeInfo{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[73]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5249,7 +5392,7 @@ func (x *TypeInfo) String() string {
 func (*TypeInfo) ProtoMessage() {}
 
 func (x *TypeInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[73]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5262,7 +5405,7 @@ func (x *TypeInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TypeInfo.ProtoReflect.Descriptor instead.
 func (*TypeInfo) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{73}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *TypeInfo) GetType() string {
@@ -5332,7 +5475,7 @@ type WaitFinishedRequest struct {
 
 func (x *WaitFinishedRequest) Reset() {
 	*x = WaitFinishedRequest{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[74]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5344,7 +5487,7 @@ func (x *WaitFinishedRequest) String() string {
 func (*WaitFinishedRequest) ProtoMessage() {}
 
 func (x *WaitFinishedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[74]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5357,7 +5500,7 @@ func (x *WaitFinishedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitFinishedRequest.ProtoReflect.Descriptor instead.
 func (*WaitFinishedRequest) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{74}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *WaitFinishedRequest) GetFromNode() string {
@@ -5390,7 +5533,7 @@ type WaitFinishedResponse struct {
 
 func (x *WaitFinishedResponse) Reset() {
 	*x = WaitFinishedResponse{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[75]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5402,7 +5545,7 @@ func (x *WaitFinishedResponse) String() string {
 func (*WaitFinishedResponse) ProtoMessage() {}
 
 func (x *WaitFinishedResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[75]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5415,7 +5558,7 @@ func (x *WaitFinishedResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitFinishedResponse.ProtoReflect.Descriptor instead.
 func (*WaitFinishedResponse) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{75}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *WaitFinishedResponse) GetJobIds() []string {
@@ -5439,7 +5582,7 @@ type LandedEntry struct {
 
 func (x *LandedEntry) Reset() {
 	*x = LandedEntry{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[76]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5451,7 +5594,7 @@ func (x *LandedEntry) String() string {
 func (*LandedEntry) ProtoMessage() {}
 
 func (x *LandedEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[76]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5464,7 +5607,7 @@ func (x *LandedEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LandedEntry.ProtoReflect.Descriptor instead.
 func (*LandedEntry) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{76}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *LandedEntry) GetShard() int32 {
@@ -5512,7 +5655,7 @@ type LandRequest struct {
 
 func (x *LandRequest) Reset() {
 	*x = LandRequest{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[77]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5524,7 +5667,7 @@ func (x *LandRequest) String() string {
 func (*LandRequest) ProtoMessage() {}
 
 func (x *LandRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[77]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5537,7 +5680,7 @@ func (x *LandRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LandRequest.ProtoReflect.Descriptor instead.
 func (*LandRequest) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{77}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *LandRequest) GetFromNode() string {
@@ -5564,7 +5707,7 @@ type LandResponse struct {
 
 func (x *LandResponse) Reset() {
 	*x = LandResponse{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[78]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5576,7 +5719,7 @@ func (x *LandResponse) String() string {
 func (*LandResponse) ProtoMessage() {}
 
 func (x *LandResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[78]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5589,7 +5732,7 @@ func (x *LandResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LandResponse.ProtoReflect.Descriptor instead.
 func (*LandResponse) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{78}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *LandResponse) GetTaken() int32 {
@@ -5651,7 +5794,7 @@ const file_timeshard_v1_timeshard_proto_rawDesc = "" +
 	"\bdeadline\x18\x14 \x01(\v2\x1a.google.protobuf.TimestampR\bdeadline\x12\x1a\n" +
 	"\bpriority\x18\x15 \x01(\x05R\bpriority\x12\x1c\n" +
 	"\tunstarted\x18\x16 \x01(\x05R\tunstarted\x12#\n" +
-	"\rstart_noticed\x18\x17 \x01(\bR\fstartNoticed\"\xa1\x03\n" +
+	"\rstart_noticed\x18\x17 \x01(\bR\fstartNoticed\"\xd6\x03\n" +
 	"\x12ScheduleJobRequest\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12\x18\n" +
 	"\apayload\x18\x02 \x01(\fR\apayload\x121\n" +
@@ -5662,16 +5805,23 @@ const file_timeshard_v1_timeshard_proto_rawDesc = "" +
 	"\bdeadline\x18\a \x01(\v2\x1a.google.protobuf.TimestampH\x01R\bdeadline\x12<\n" +
 	"\vdeadline_in\x18\b \x01(\v2\x19.google.protobuf.DurationH\x01R\n" +
 	"deadlineIn\x12\x1a\n" +
-	"\bpriority\x18\t \x01(\x05R\bpriorityB\x06\n" +
+	"\bpriority\x18\t \x01(\x05R\bpriority\x123\n" +
+	"\tif_exists\x18\n" +
+	" \x01(\x0e2\x16.timeshard.v1.IfExistsR\bifExistsB\x06\n" +
 	"\x04whenB\r\n" +
-	"\vdeadline_of\"T\n" +
+	"\vdeadline_of\"?\n" +
+	"\x0fScheduleWarning\x12\x12\n" +
+	"\x04type\x18\x01 \x01(\tR\x04type\x12\x18\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\"\x8f\x01\n" +
 	"\x13ScheduleJobResponse\x12#\n" +
 	"\x03job\x18\x01 \x01(\v2\x11.timeshard.v1.JobR\x03job\x12\x18\n" +
-	"\acreated\x18\x02 \x01(\bR\acreated\"K\n" +
+	"\acreated\x18\x02 \x01(\bR\acreated\x129\n" +
+	"\bwarnings\x18\x03 \x03(\v2\x1d.timeshard.v1.ScheduleWarningR\bwarnings\"K\n" +
 	"\x13ScheduleJobsRequest\x124\n" +
-	"\x04jobs\x18\x01 \x03(\v2 .timeshard.v1.ScheduleJobRequestR\x04jobs\"S\n" +
+	"\x04jobs\x18\x01 \x03(\v2 .timeshard.v1.ScheduleJobRequestR\x04jobs\"\x8e\x01\n" +
 	"\x14ScheduleJobsResponse\x12;\n" +
-	"\aresults\x18\x01 \x03(\v2!.timeshard.v1.ScheduleJobResponseR\aresults\"&\n" +
+	"\aresults\x18\x01 \x03(\v2!.timeshard.v1.ScheduleJobResponseR\aresults\x129\n" +
+	"\bwarnings\x18\x02 \x03(\v2\x1d.timeshard.v1.ScheduleWarningR\bwarnings\"&\n" +
 	"\rGetJobRequest\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\"\xe1\x03\n" +
 	"\x0fListJobsRequest\x12,\n" +
@@ -6047,7 +6197,11 @@ const file_timeshard_v1_timeshard_proto_rawDesc = "" +
 	"\x13JOB_STATE_SUCCEEDED\x10\x03\x12\x12\n" +
 	"\x0eJOB_STATE_DEAD\x10\x04\x12\x17\n" +
 	"\x13JOB_STATE_CANCELLED\x10\x05\x12\x15\n" +
-	"\x11JOB_STATE_EXPIRED\x10\x06*a\n" +
+	"\x11JOB_STATE_EXPIRED\x10\x06*P\n" +
+	"\bIfExists\x12\x19\n" +
+	"\x15IF_EXISTS_UNSPECIFIED\x10\x00\x12\x13\n" +
+	"\x0fIF_EXISTS_CHECK\x10\x01\x12\x14\n" +
+	"\x10IF_EXISTS_RETURN\x10\x02*a\n" +
 	"\bJobOrder\x12\x19\n" +
 	"\x15JOB_ORDER_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rJOB_ORDER_DUE\x10\x01\x12\x15\n" +
@@ -6106,264 +6260,269 @@ func file_timeshard_v1_timeshard_proto_rawDescGZIP() []byte {
 	return file_timeshard_v1_timeshard_proto_rawDescData
 }
 
-var file_timeshard_v1_timeshard_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_timeshard_v1_timeshard_proto_msgTypes = make([]protoimpl.MessageInfo, 79)
+var file_timeshard_v1_timeshard_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_timeshard_v1_timeshard_proto_msgTypes = make([]protoimpl.MessageInfo, 80)
 var file_timeshard_v1_timeshard_proto_goTypes = []any{
 	(JobState)(0),                     // 0: timeshard.v1.JobState
-	(JobOrder)(0),                     // 1: timeshard.v1.JobOrder
-	(*Attempt)(nil),                   // 2: timeshard.v1.Attempt
-	(*Job)(nil),                       // 3: timeshard.v1.Job
-	(*ScheduleJobRequest)(nil),        // 4: timeshard.v1.ScheduleJobRequest
-	(*ScheduleJobResponse)(nil),       // 5: timeshard.v1.ScheduleJobResponse
-	(*ScheduleJobsRequest)(nil),       // 6: timeshard.v1.ScheduleJobsRequest
-	(*ScheduleJobsResponse)(nil),      // 7: timeshard.v1.ScheduleJobsResponse
-	(*GetJobRequest)(nil),             // 8: timeshard.v1.GetJobRequest
-	(*ListJobsRequest)(nil),           // 9: timeshard.v1.ListJobsRequest
-	(*ListJobsResponse)(nil),          // 10: timeshard.v1.ListJobsResponse
-	(*CancelJobRequest)(nil),          // 11: timeshard.v1.CancelJobRequest
-	(*RescheduleJobRequest)(nil),      // 12: timeshard.v1.RescheduleJobRequest
-	(*Schedule)(nil),                  // 13: timeshard.v1.Schedule
-	(*CreateScheduleRequest)(nil),     // 14: timeshard.v1.CreateScheduleRequest
-	(*GetScheduleRequest)(nil),        // 15: timeshard.v1.GetScheduleRequest
-	(*ListSchedulesRequest)(nil),      // 16: timeshard.v1.ListSchedulesRequest
-	(*ListSchedulesResponse)(nil),     // 17: timeshard.v1.ListSchedulesResponse
-	(*UpdateScheduleRequest)(nil),     // 18: timeshard.v1.UpdateScheduleRequest
-	(*ScheduleIdRequest)(nil),         // 19: timeshard.v1.ScheduleIdRequest
-	(*DeleteScheduleResponse)(nil),    // 20: timeshard.v1.DeleteScheduleResponse
-	(*PreviewRequest)(nil),            // 21: timeshard.v1.PreviewRequest
-	(*FireTime)(nil),                  // 22: timeshard.v1.FireTime
-	(*PreviewResponse)(nil),           // 23: timeshard.v1.PreviewResponse
-	(*ListDeadLettersRequest)(nil),    // 24: timeshard.v1.ListDeadLettersRequest
-	(*ListDeadLettersResponse)(nil),   // 25: timeshard.v1.ListDeadLettersResponse
-	(*ReplayDeadLettersRequest)(nil),  // 26: timeshard.v1.ReplayDeadLettersRequest
-	(*ReplayDeadLettersResponse)(nil), // 27: timeshard.v1.ReplayDeadLettersResponse
-	(*PurgeDeadLettersResponse)(nil),  // 28: timeshard.v1.PurgeDeadLettersResponse
-	(*WaitJobsRequest)(nil),           // 29: timeshard.v1.WaitJobsRequest
-	(*WaitJobsResponse)(nil),          // 30: timeshard.v1.WaitJobsResponse
-	(*ClaimRequest)(nil),              // 31: timeshard.v1.ClaimRequest
-	(*ClaimedJob)(nil),                // 32: timeshard.v1.ClaimedJob
-	(*ClaimResponse)(nil),             // 33: timeshard.v1.ClaimResponse
-	(*HeartbeatRequest)(nil),          // 34: timeshard.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),         // 35: timeshard.v1.HeartbeatResponse
-	(*CompleteRequest)(nil),           // 36: timeshard.v1.CompleteRequest
-	(*CompleteResponse)(nil),          // 37: timeshard.v1.CompleteResponse
-	(*FailRequest)(nil),               // 38: timeshard.v1.FailRequest
-	(*FailResponse)(nil),              // 39: timeshard.v1.FailResponse
-	(*FinishItem)(nil),                // 40: timeshard.v1.FinishItem
-	(*FinishRequest)(nil),             // 41: timeshard.v1.FinishRequest
-	(*FinishResult)(nil),              // 42: timeshard.v1.FinishResult
-	(*FinishResponse)(nil),            // 43: timeshard.v1.FinishResponse
-	(*WorkHello)(nil),                 // 44: timeshard.v1.WorkHello
-	(*WorkCredit)(nil),                // 45: timeshard.v1.WorkCredit
-	(*WorkRequest)(nil),               // 46: timeshard.v1.WorkRequest
-	(*HeartbeatResult)(nil),           // 47: timeshard.v1.HeartbeatResult
-	(*WorkResponse)(nil),              // 48: timeshard.v1.WorkResponse
-	(*Node)(nil),                      // 49: timeshard.v1.Node
-	(*ClusterInfoRequest)(nil),        // 50: timeshard.v1.ClusterInfoRequest
-	(*ClusterInfoResponse)(nil),       // 51: timeshard.v1.ClusterInfoResponse
-	(*ShardInfo)(nil),                 // 52: timeshard.v1.ShardInfo
-	(*ShardOwnersRequest)(nil),        // 53: timeshard.v1.ShardOwnersRequest
-	(*ShardOwnersResponse)(nil),       // 54: timeshard.v1.ShardOwnersResponse
-	(*MoveShardRequest)(nil),          // 55: timeshard.v1.MoveShardRequest
-	(*MoveShardResponse)(nil),         // 56: timeshard.v1.MoveShardResponse
-	(*DrainNodeRequest)(nil),          // 57: timeshard.v1.DrainNodeRequest
-	(*DrainNodeResponse)(nil),         // 58: timeshard.v1.DrainNodeResponse
-	(*NodeStatusRequest)(nil),         // 59: timeshard.v1.NodeStatusRequest
-	(*ShardStatus)(nil),               // 60: timeshard.v1.ShardStatus
-	(*LatenessBucket)(nil),            // 61: timeshard.v1.LatenessBucket
-	(*TypeCounts)(nil),                // 62: timeshard.v1.TypeCounts
-	(*TypeStartDelay)(nil),            // 63: timeshard.v1.TypeStartDelay
-	(*TypeWaiting)(nil),               // 64: timeshard.v1.TypeWaiting
-	(*JobEvent)(nil),                  // 65: timeshard.v1.JobEvent
-	(*NodeStatusResponse)(nil),        // 66: timeshard.v1.NodeStatusResponse
-	(*TypePolicy)(nil),                // 67: timeshard.v1.TypePolicy
-	(*SetTypePoliciesRequest)(nil),    // 68: timeshard.v1.SetTypePoliciesRequest
-	(*SetTypePoliciesResponse)(nil),   // 69: timeshard.v1.SetTypePoliciesResponse
-	(*TypeFlow)(nil),                  // 70: timeshard.v1.TypeFlow
-	(*SetTypeFlowsRequest)(nil),       // 71: timeshard.v1.SetTypeFlowsRequest
-	(*SetTypeFlowsResponse)(nil),      // 72: timeshard.v1.SetTypeFlowsResponse
-	(*ListTypesRequest)(nil),          // 73: timeshard.v1.ListTypesRequest
-	(*ListTypesResponse)(nil),         // 74: timeshard.v1.ListTypesResponse
-	(*TypeInfo)(nil),                  // 75: timeshard.v1.TypeInfo
-	(*WaitFinishedRequest)(nil),       // 76: timeshard.v1.WaitFinishedRequest
-	(*WaitFinishedResponse)(nil),      // 77: timeshard.v1.WaitFinishedResponse
-	(*LandedEntry)(nil),               // 78: timeshard.v1.LandedEntry
-	(*LandRequest)(nil),               // 79: timeshard.v1.LandRequest
-	(*LandResponse)(nil),              // 80: timeshard.v1.LandResponse
-	(*timestamppb.Timestamp)(nil),     // 81: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),       // 82: google.protobuf.Duration
+	(IfExists)(0),                     // 1: timeshard.v1.IfExists
+	(JobOrder)(0),                     // 2: timeshard.v1.JobOrder
+	(*Attempt)(nil),                   // 3: timeshard.v1.Attempt
+	(*Job)(nil),                       // 4: timeshard.v1.Job
+	(*ScheduleJobRequest)(nil),        // 5: timeshard.v1.ScheduleJobRequest
+	(*ScheduleWarning)(nil),           // 6: timeshard.v1.ScheduleWarning
+	(*ScheduleJobResponse)(nil),       // 7: timeshard.v1.ScheduleJobResponse
+	(*ScheduleJobsRequest)(nil),       // 8: timeshard.v1.ScheduleJobsRequest
+	(*ScheduleJobsResponse)(nil),      // 9: timeshard.v1.ScheduleJobsResponse
+	(*GetJobRequest)(nil),             // 10: timeshard.v1.GetJobRequest
+	(*ListJobsRequest)(nil),           // 11: timeshard.v1.ListJobsRequest
+	(*ListJobsResponse)(nil),          // 12: timeshard.v1.ListJobsResponse
+	(*CancelJobRequest)(nil),          // 13: timeshard.v1.CancelJobRequest
+	(*RescheduleJobRequest)(nil),      // 14: timeshard.v1.RescheduleJobRequest
+	(*Schedule)(nil),                  // 15: timeshard.v1.Schedule
+	(*CreateScheduleRequest)(nil),     // 16: timeshard.v1.CreateScheduleRequest
+	(*GetScheduleRequest)(nil),        // 17: timeshard.v1.GetScheduleRequest
+	(*ListSchedulesRequest)(nil),      // 18: timeshard.v1.ListSchedulesRequest
+	(*ListSchedulesResponse)(nil),     // 19: timeshard.v1.ListSchedulesResponse
+	(*UpdateScheduleRequest)(nil),     // 20: timeshard.v1.UpdateScheduleRequest
+	(*ScheduleIdRequest)(nil),         // 21: timeshard.v1.ScheduleIdRequest
+	(*DeleteScheduleResponse)(nil),    // 22: timeshard.v1.DeleteScheduleResponse
+	(*PreviewRequest)(nil),            // 23: timeshard.v1.PreviewRequest
+	(*FireTime)(nil),                  // 24: timeshard.v1.FireTime
+	(*PreviewResponse)(nil),           // 25: timeshard.v1.PreviewResponse
+	(*ListDeadLettersRequest)(nil),    // 26: timeshard.v1.ListDeadLettersRequest
+	(*ListDeadLettersResponse)(nil),   // 27: timeshard.v1.ListDeadLettersResponse
+	(*ReplayDeadLettersRequest)(nil),  // 28: timeshard.v1.ReplayDeadLettersRequest
+	(*ReplayDeadLettersResponse)(nil), // 29: timeshard.v1.ReplayDeadLettersResponse
+	(*PurgeDeadLettersResponse)(nil),  // 30: timeshard.v1.PurgeDeadLettersResponse
+	(*WaitJobsRequest)(nil),           // 31: timeshard.v1.WaitJobsRequest
+	(*WaitJobsResponse)(nil),          // 32: timeshard.v1.WaitJobsResponse
+	(*ClaimRequest)(nil),              // 33: timeshard.v1.ClaimRequest
+	(*ClaimedJob)(nil),                // 34: timeshard.v1.ClaimedJob
+	(*ClaimResponse)(nil),             // 35: timeshard.v1.ClaimResponse
+	(*HeartbeatRequest)(nil),          // 36: timeshard.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),         // 37: timeshard.v1.HeartbeatResponse
+	(*CompleteRequest)(nil),           // 38: timeshard.v1.CompleteRequest
+	(*CompleteResponse)(nil),          // 39: timeshard.v1.CompleteResponse
+	(*FailRequest)(nil),               // 40: timeshard.v1.FailRequest
+	(*FailResponse)(nil),              // 41: timeshard.v1.FailResponse
+	(*FinishItem)(nil),                // 42: timeshard.v1.FinishItem
+	(*FinishRequest)(nil),             // 43: timeshard.v1.FinishRequest
+	(*FinishResult)(nil),              // 44: timeshard.v1.FinishResult
+	(*FinishResponse)(nil),            // 45: timeshard.v1.FinishResponse
+	(*WorkHello)(nil),                 // 46: timeshard.v1.WorkHello
+	(*WorkCredit)(nil),                // 47: timeshard.v1.WorkCredit
+	(*WorkRequest)(nil),               // 48: timeshard.v1.WorkRequest
+	(*HeartbeatResult)(nil),           // 49: timeshard.v1.HeartbeatResult
+	(*WorkResponse)(nil),              // 50: timeshard.v1.WorkResponse
+	(*Node)(nil),                      // 51: timeshard.v1.Node
+	(*ClusterInfoRequest)(nil),        // 52: timeshard.v1.ClusterInfoRequest
+	(*ClusterInfoResponse)(nil),       // 53: timeshard.v1.ClusterInfoResponse
+	(*ShardInfo)(nil),                 // 54: timeshard.v1.ShardInfo
+	(*ShardOwnersRequest)(nil),        // 55: timeshard.v1.ShardOwnersRequest
+	(*ShardOwnersResponse)(nil),       // 56: timeshard.v1.ShardOwnersResponse
+	(*MoveShardRequest)(nil),          // 57: timeshard.v1.MoveShardRequest
+	(*MoveShardResponse)(nil),         // 58: timeshard.v1.MoveShardResponse
+	(*DrainNodeRequest)(nil),          // 59: timeshard.v1.DrainNodeRequest
+	(*DrainNodeResponse)(nil),         // 60: timeshard.v1.DrainNodeResponse
+	(*NodeStatusRequest)(nil),         // 61: timeshard.v1.NodeStatusRequest
+	(*ShardStatus)(nil),               // 62: timeshard.v1.ShardStatus
+	(*LatenessBucket)(nil),            // 63: timeshard.v1.LatenessBucket
+	(*TypeCounts)(nil),                // 64: timeshard.v1.TypeCounts
+	(*TypeStartDelay)(nil),            // 65: timeshard.v1.TypeStartDelay
+	(*TypeWaiting)(nil),               // 66: timeshard.v1.TypeWaiting
+	(*JobEvent)(nil),                  // 67: timeshard.v1.JobEvent
+	(*NodeStatusResponse)(nil),        // 68: timeshard.v1.NodeStatusResponse
+	(*TypePolicy)(nil),                // 69: timeshard.v1.TypePolicy
+	(*SetTypePoliciesRequest)(nil),    // 70: timeshard.v1.SetTypePoliciesRequest
+	(*SetTypePoliciesResponse)(nil),   // 71: timeshard.v1.SetTypePoliciesResponse
+	(*TypeFlow)(nil),                  // 72: timeshard.v1.TypeFlow
+	(*SetTypeFlowsRequest)(nil),       // 73: timeshard.v1.SetTypeFlowsRequest
+	(*SetTypeFlowsResponse)(nil),      // 74: timeshard.v1.SetTypeFlowsResponse
+	(*ListTypesRequest)(nil),          // 75: timeshard.v1.ListTypesRequest
+	(*ListTypesResponse)(nil),         // 76: timeshard.v1.ListTypesResponse
+	(*TypeInfo)(nil),                  // 77: timeshard.v1.TypeInfo
+	(*WaitFinishedRequest)(nil),       // 78: timeshard.v1.WaitFinishedRequest
+	(*WaitFinishedResponse)(nil),      // 79: timeshard.v1.WaitFinishedResponse
+	(*LandedEntry)(nil),               // 80: timeshard.v1.LandedEntry
+	(*LandRequest)(nil),               // 81: timeshard.v1.LandRequest
+	(*LandResponse)(nil),              // 82: timeshard.v1.LandResponse
+	(*timestamppb.Timestamp)(nil),     // 83: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),       // 84: google.protobuf.Duration
 }
 var file_timeshard_v1_timeshard_proto_depIdxs = []int32{
-	81,  // 0: timeshard.v1.Attempt.started_at:type_name -> google.protobuf.Timestamp
-	81,  // 1: timeshard.v1.Attempt.finished_at:type_name -> google.protobuf.Timestamp
+	83,  // 0: timeshard.v1.Attempt.started_at:type_name -> google.protobuf.Timestamp
+	83,  // 1: timeshard.v1.Attempt.finished_at:type_name -> google.protobuf.Timestamp
 	0,   // 2: timeshard.v1.Job.state:type_name -> timeshard.v1.JobState
-	81,  // 3: timeshard.v1.Job.run_at:type_name -> google.protobuf.Timestamp
-	81,  // 4: timeshard.v1.Job.created_at:type_name -> google.protobuf.Timestamp
-	81,  // 5: timeshard.v1.Job.lease_until:type_name -> google.protobuf.Timestamp
-	81,  // 6: timeshard.v1.Job.started_at:type_name -> google.protobuf.Timestamp
-	81,  // 7: timeshard.v1.Job.finished_at:type_name -> google.protobuf.Timestamp
-	2,   // 8: timeshard.v1.Job.history:type_name -> timeshard.v1.Attempt
-	81,  // 9: timeshard.v1.Job.deadline:type_name -> google.protobuf.Timestamp
-	82,  // 10: timeshard.v1.ScheduleJobRequest.delay:type_name -> google.protobuf.Duration
-	81,  // 11: timeshard.v1.ScheduleJobRequest.run_at:type_name -> google.protobuf.Timestamp
-	81,  // 12: timeshard.v1.ScheduleJobRequest.deadline:type_name -> google.protobuf.Timestamp
-	82,  // 13: timeshard.v1.ScheduleJobRequest.deadline_in:type_name -> google.protobuf.Duration
-	3,   // 14: timeshard.v1.ScheduleJobResponse.job:type_name -> timeshard.v1.Job
-	4,   // 15: timeshard.v1.ScheduleJobsRequest.jobs:type_name -> timeshard.v1.ScheduleJobRequest
-	5,   // 16: timeshard.v1.ScheduleJobsResponse.results:type_name -> timeshard.v1.ScheduleJobResponse
-	0,   // 17: timeshard.v1.ListJobsRequest.state:type_name -> timeshard.v1.JobState
-	0,   // 18: timeshard.v1.ListJobsRequest.states:type_name -> timeshard.v1.JobState
-	81,  // 19: timeshard.v1.ListJobsRequest.run_at_from:type_name -> google.protobuf.Timestamp
-	81,  // 20: timeshard.v1.ListJobsRequest.run_at_to:type_name -> google.protobuf.Timestamp
-	1,   // 21: timeshard.v1.ListJobsRequest.order:type_name -> timeshard.v1.JobOrder
-	3,   // 22: timeshard.v1.ListJobsResponse.jobs:type_name -> timeshard.v1.Job
-	82,  // 23: timeshard.v1.RescheduleJobRequest.delay:type_name -> google.protobuf.Duration
-	81,  // 24: timeshard.v1.RescheduleJobRequest.run_at:type_name -> google.protobuf.Timestamp
-	82,  // 25: timeshard.v1.Schedule.misfire_grace:type_name -> google.protobuf.Duration
-	82,  // 26: timeshard.v1.Schedule.jitter:type_name -> google.protobuf.Duration
-	81,  // 27: timeshard.v1.Schedule.next_fire:type_name -> google.protobuf.Timestamp
-	81,  // 28: timeshard.v1.Schedule.last_skip_at:type_name -> google.protobuf.Timestamp
-	81,  // 29: timeshard.v1.Schedule.last_fire_at:type_name -> google.protobuf.Timestamp
-	81,  // 30: timeshard.v1.Schedule.queued_at:type_name -> google.protobuf.Timestamp
-	82,  // 31: timeshard.v1.Schedule.spread:type_name -> google.protobuf.Duration
-	13,  // 32: timeshard.v1.CreateScheduleRequest.schedule:type_name -> timeshard.v1.Schedule
-	13,  // 33: timeshard.v1.ListSchedulesResponse.schedules:type_name -> timeshard.v1.Schedule
-	13,  // 34: timeshard.v1.UpdateScheduleRequest.schedule:type_name -> timeshard.v1.Schedule
-	81,  // 35: timeshard.v1.PreviewRequest.from:type_name -> google.protobuf.Timestamp
-	82,  // 36: timeshard.v1.PreviewRequest.spread:type_name -> google.protobuf.Duration
-	81,  // 37: timeshard.v1.FireTime.utc:type_name -> google.protobuf.Timestamp
-	81,  // 38: timeshard.v1.FireTime.runs_at:type_name -> google.protobuf.Timestamp
-	22,  // 39: timeshard.v1.PreviewResponse.times:type_name -> timeshard.v1.FireTime
-	81,  // 40: timeshard.v1.ListDeadLettersRequest.since:type_name -> google.protobuf.Timestamp
-	3,   // 41: timeshard.v1.ListDeadLettersResponse.jobs:type_name -> timeshard.v1.Job
-	3,   // 42: timeshard.v1.ReplayDeadLettersResponse.jobs:type_name -> timeshard.v1.Job
-	82,  // 43: timeshard.v1.WaitJobsRequest.timeout:type_name -> google.protobuf.Duration
-	3,   // 44: timeshard.v1.WaitJobsResponse.job:type_name -> timeshard.v1.Job
-	82,  // 45: timeshard.v1.ClaimRequest.wait:type_name -> google.protobuf.Duration
-	82,  // 46: timeshard.v1.ClaimRequest.lease:type_name -> google.protobuf.Duration
-	3,   // 47: timeshard.v1.ClaimedJob.job:type_name -> timeshard.v1.Job
-	81,  // 48: timeshard.v1.ClaimedJob.lease_until:type_name -> google.protobuf.Timestamp
-	82,  // 49: timeshard.v1.ClaimedJob.lease:type_name -> google.protobuf.Duration
-	32,  // 50: timeshard.v1.ClaimResponse.jobs:type_name -> timeshard.v1.ClaimedJob
-	82,  // 51: timeshard.v1.HeartbeatRequest.lease:type_name -> google.protobuf.Duration
-	81,  // 52: timeshard.v1.HeartbeatRequest.started_at:type_name -> google.protobuf.Timestamp
-	81,  // 53: timeshard.v1.HeartbeatResponse.lease_until:type_name -> google.protobuf.Timestamp
-	82,  // 54: timeshard.v1.HeartbeatResponse.lease:type_name -> google.protobuf.Duration
-	0,   // 55: timeshard.v1.FailResponse.state:type_name -> timeshard.v1.JobState
-	81,  // 56: timeshard.v1.FailResponse.retry_at:type_name -> google.protobuf.Timestamp
-	40,  // 57: timeshard.v1.FinishRequest.items:type_name -> timeshard.v1.FinishItem
-	0,   // 58: timeshard.v1.FinishResult.state:type_name -> timeshard.v1.JobState
-	42,  // 59: timeshard.v1.FinishResponse.results:type_name -> timeshard.v1.FinishResult
-	82,  // 60: timeshard.v1.WorkHello.lease:type_name -> google.protobuf.Duration
-	44,  // 61: timeshard.v1.WorkRequest.hello:type_name -> timeshard.v1.WorkHello
-	45,  // 62: timeshard.v1.WorkRequest.credits:type_name -> timeshard.v1.WorkCredit
-	34,  // 63: timeshard.v1.WorkRequest.heartbeats:type_name -> timeshard.v1.HeartbeatRequest
-	40,  // 64: timeshard.v1.WorkRequest.results:type_name -> timeshard.v1.FinishItem
-	34,  // 65: timeshard.v1.WorkRequest.started:type_name -> timeshard.v1.HeartbeatRequest
-	35,  // 66: timeshard.v1.HeartbeatResult.lease:type_name -> timeshard.v1.HeartbeatResponse
-	32,  // 67: timeshard.v1.WorkResponse.jobs:type_name -> timeshard.v1.ClaimedJob
-	47,  // 68: timeshard.v1.WorkResponse.heartbeats:type_name -> timeshard.v1.HeartbeatResult
-	42,  // 69: timeshard.v1.WorkResponse.results:type_name -> timeshard.v1.FinishResult
-	82,  // 70: timeshard.v1.WorkResponse.held:type_name -> google.protobuf.Duration
-	49,  // 71: timeshard.v1.ClusterInfoResponse.nodes:type_name -> timeshard.v1.Node
-	81,  // 72: timeshard.v1.ShardInfo.cursor:type_name -> google.protobuf.Timestamp
-	52,  // 73: timeshard.v1.ShardOwnersResponse.shards:type_name -> timeshard.v1.ShardInfo
-	82,  // 74: timeshard.v1.NodeStatusRequest.window:type_name -> google.protobuf.Duration
-	61,  // 75: timeshard.v1.TypeStartDelay.buckets:type_name -> timeshard.v1.LatenessBucket
-	81,  // 76: timeshard.v1.JobEvent.at:type_name -> google.protobuf.Timestamp
-	60,  // 77: timeshard.v1.NodeStatusResponse.shards:type_name -> timeshard.v1.ShardStatus
-	82,  // 78: timeshard.v1.NodeStatusResponse.window:type_name -> google.protobuf.Duration
-	61,  // 79: timeshard.v1.NodeStatusResponse.lateness:type_name -> timeshard.v1.LatenessBucket
-	62,  // 80: timeshard.v1.NodeStatusResponse.jobs:type_name -> timeshard.v1.TypeCounts
-	81,  // 81: timeshard.v1.NodeStatusResponse.dead_letters_at:type_name -> google.protobuf.Timestamp
-	65,  // 82: timeshard.v1.NodeStatusResponse.recent_failures:type_name -> timeshard.v1.JobEvent
-	65,  // 83: timeshard.v1.NodeStatusResponse.recent_dead_letters:type_name -> timeshard.v1.JobEvent
-	64,  // 84: timeshard.v1.NodeStatusResponse.unclaimed:type_name -> timeshard.v1.TypeWaiting
-	63,  // 85: timeshard.v1.NodeStatusResponse.start_delay:type_name -> timeshard.v1.TypeStartDelay
-	82,  // 86: timeshard.v1.TypePolicy.retry_base:type_name -> google.protobuf.Duration
-	82,  // 87: timeshard.v1.TypePolicy.retry_max:type_name -> google.protobuf.Duration
-	67,  // 88: timeshard.v1.SetTypePoliciesRequest.policies:type_name -> timeshard.v1.TypePolicy
-	67,  // 89: timeshard.v1.SetTypePoliciesResponse.policies:type_name -> timeshard.v1.TypePolicy
-	70,  // 90: timeshard.v1.SetTypeFlowsRequest.flows:type_name -> timeshard.v1.TypeFlow
-	75,  // 91: timeshard.v1.SetTypeFlowsResponse.types:type_name -> timeshard.v1.TypeInfo
-	75,  // 92: timeshard.v1.ListTypesResponse.types:type_name -> timeshard.v1.TypeInfo
-	67,  // 93: timeshard.v1.TypeInfo.policy:type_name -> timeshard.v1.TypePolicy
-	82,  // 94: timeshard.v1.WaitFinishedRequest.timeout:type_name -> google.protobuf.Duration
-	81,  // 95: timeshard.v1.LandedEntry.due_at:type_name -> google.protobuf.Timestamp
-	78,  // 96: timeshard.v1.LandRequest.entries:type_name -> timeshard.v1.LandedEntry
-	4,   // 97: timeshard.v1.JobService.ScheduleJob:input_type -> timeshard.v1.ScheduleJobRequest
-	6,   // 98: timeshard.v1.JobService.ScheduleJobs:input_type -> timeshard.v1.ScheduleJobsRequest
-	8,   // 99: timeshard.v1.JobService.GetJob:input_type -> timeshard.v1.GetJobRequest
-	9,   // 100: timeshard.v1.JobService.ListJobs:input_type -> timeshard.v1.ListJobsRequest
-	11,  // 101: timeshard.v1.JobService.CancelJob:input_type -> timeshard.v1.CancelJobRequest
-	12,  // 102: timeshard.v1.JobService.RescheduleJob:input_type -> timeshard.v1.RescheduleJobRequest
-	14,  // 103: timeshard.v1.JobService.CreateSchedule:input_type -> timeshard.v1.CreateScheduleRequest
-	15,  // 104: timeshard.v1.JobService.GetSchedule:input_type -> timeshard.v1.GetScheduleRequest
-	16,  // 105: timeshard.v1.JobService.ListSchedules:input_type -> timeshard.v1.ListSchedulesRequest
-	18,  // 106: timeshard.v1.JobService.UpdateSchedule:input_type -> timeshard.v1.UpdateScheduleRequest
-	19,  // 107: timeshard.v1.JobService.PauseSchedule:input_type -> timeshard.v1.ScheduleIdRequest
-	19,  // 108: timeshard.v1.JobService.ResumeSchedule:input_type -> timeshard.v1.ScheduleIdRequest
-	19,  // 109: timeshard.v1.JobService.DeleteSchedule:input_type -> timeshard.v1.ScheduleIdRequest
-	21,  // 110: timeshard.v1.JobService.PreviewSchedule:input_type -> timeshard.v1.PreviewRequest
-	24,  // 111: timeshard.v1.JobService.ListDeadLetters:input_type -> timeshard.v1.ListDeadLettersRequest
-	26,  // 112: timeshard.v1.JobService.ReplayDeadLetters:input_type -> timeshard.v1.ReplayDeadLettersRequest
-	26,  // 113: timeshard.v1.JobService.PurgeDeadLetters:input_type -> timeshard.v1.ReplayDeadLettersRequest
-	29,  // 114: timeshard.v1.JobService.WaitJobs:input_type -> timeshard.v1.WaitJobsRequest
-	31,  // 115: timeshard.v1.WorkerService.Claim:input_type -> timeshard.v1.ClaimRequest
-	34,  // 116: timeshard.v1.WorkerService.Heartbeat:input_type -> timeshard.v1.HeartbeatRequest
-	36,  // 117: timeshard.v1.WorkerService.Complete:input_type -> timeshard.v1.CompleteRequest
-	38,  // 118: timeshard.v1.WorkerService.Fail:input_type -> timeshard.v1.FailRequest
-	41,  // 119: timeshard.v1.WorkerService.Finish:input_type -> timeshard.v1.FinishRequest
-	46,  // 120: timeshard.v1.WorkerService.Work:input_type -> timeshard.v1.WorkRequest
-	50,  // 121: timeshard.v1.AdminService.ClusterInfo:input_type -> timeshard.v1.ClusterInfoRequest
-	53,  // 122: timeshard.v1.AdminService.ShardOwners:input_type -> timeshard.v1.ShardOwnersRequest
-	55,  // 123: timeshard.v1.AdminService.MoveShard:input_type -> timeshard.v1.MoveShardRequest
-	57,  // 124: timeshard.v1.AdminService.DrainNode:input_type -> timeshard.v1.DrainNodeRequest
-	59,  // 125: timeshard.v1.AdminService.NodeStatus:input_type -> timeshard.v1.NodeStatusRequest
-	68,  // 126: timeshard.v1.AdminService.SetTypePolicies:input_type -> timeshard.v1.SetTypePoliciesRequest
-	71,  // 127: timeshard.v1.AdminService.SetTypeFlows:input_type -> timeshard.v1.SetTypeFlowsRequest
-	73,  // 128: timeshard.v1.AdminService.ListTypes:input_type -> timeshard.v1.ListTypesRequest
-	79,  // 129: timeshard.v1.PeerService.Land:input_type -> timeshard.v1.LandRequest
-	76,  // 130: timeshard.v1.PeerService.WaitFinished:input_type -> timeshard.v1.WaitFinishedRequest
-	5,   // 131: timeshard.v1.JobService.ScheduleJob:output_type -> timeshard.v1.ScheduleJobResponse
-	7,   // 132: timeshard.v1.JobService.ScheduleJobs:output_type -> timeshard.v1.ScheduleJobsResponse
-	3,   // 133: timeshard.v1.JobService.GetJob:output_type -> timeshard.v1.Job
-	10,  // 134: timeshard.v1.JobService.ListJobs:output_type -> timeshard.v1.ListJobsResponse
-	3,   // 135: timeshard.v1.JobService.CancelJob:output_type -> timeshard.v1.Job
-	3,   // 136: timeshard.v1.JobService.RescheduleJob:output_type -> timeshard.v1.Job
-	13,  // 137: timeshard.v1.JobService.CreateSchedule:output_type -> timeshard.v1.Schedule
-	13,  // 138: timeshard.v1.JobService.GetSchedule:output_type -> timeshard.v1.Schedule
-	17,  // 139: timeshard.v1.JobService.ListSchedules:output_type -> timeshard.v1.ListSchedulesResponse
-	13,  // 140: timeshard.v1.JobService.UpdateSchedule:output_type -> timeshard.v1.Schedule
-	13,  // 141: timeshard.v1.JobService.PauseSchedule:output_type -> timeshard.v1.Schedule
-	13,  // 142: timeshard.v1.JobService.ResumeSchedule:output_type -> timeshard.v1.Schedule
-	20,  // 143: timeshard.v1.JobService.DeleteSchedule:output_type -> timeshard.v1.DeleteScheduleResponse
-	23,  // 144: timeshard.v1.JobService.PreviewSchedule:output_type -> timeshard.v1.PreviewResponse
-	25,  // 145: timeshard.v1.JobService.ListDeadLetters:output_type -> timeshard.v1.ListDeadLettersResponse
-	27,  // 146: timeshard.v1.JobService.ReplayDeadLetters:output_type -> timeshard.v1.ReplayDeadLettersResponse
-	28,  // 147: timeshard.v1.JobService.PurgeDeadLetters:output_type -> timeshard.v1.PurgeDeadLettersResponse
-	30,  // 148: timeshard.v1.JobService.WaitJobs:output_type -> timeshard.v1.WaitJobsResponse
-	33,  // 149: timeshard.v1.WorkerService.Claim:output_type -> timeshard.v1.ClaimResponse
-	35,  // 150: timeshard.v1.WorkerService.Heartbeat:output_type -> timeshard.v1.HeartbeatResponse
-	37,  // 151: timeshard.v1.WorkerService.Complete:output_type -> timeshard.v1.CompleteResponse
-	39,  // 152: timeshard.v1.WorkerService.Fail:output_type -> timeshard.v1.FailResponse
-	43,  // 153: timeshard.v1.WorkerService.Finish:output_type -> timeshard.v1.FinishResponse
-	48,  // 154: timeshard.v1.WorkerService.Work:output_type -> timeshard.v1.WorkResponse
-	51,  // 155: timeshard.v1.AdminService.ClusterInfo:output_type -> timeshard.v1.ClusterInfoResponse
-	54,  // 156: timeshard.v1.AdminService.ShardOwners:output_type -> timeshard.v1.ShardOwnersResponse
-	56,  // 157: timeshard.v1.AdminService.MoveShard:output_type -> timeshard.v1.MoveShardResponse
-	58,  // 158: timeshard.v1.AdminService.DrainNode:output_type -> timeshard.v1.DrainNodeResponse
-	66,  // 159: timeshard.v1.AdminService.NodeStatus:output_type -> timeshard.v1.NodeStatusResponse
-	69,  // 160: timeshard.v1.AdminService.SetTypePolicies:output_type -> timeshard.v1.SetTypePoliciesResponse
-	72,  // 161: timeshard.v1.AdminService.SetTypeFlows:output_type -> timeshard.v1.SetTypeFlowsResponse
-	74,  // 162: timeshard.v1.AdminService.ListTypes:output_type -> timeshard.v1.ListTypesResponse
-	80,  // 163: timeshard.v1.PeerService.Land:output_type -> timeshard.v1.LandResponse
-	77,  // 164: timeshard.v1.PeerService.WaitFinished:output_type -> timeshard.v1.WaitFinishedResponse
-	131, // [131:165] is the sub-list for method output_type
-	97,  // [97:131] is the sub-list for method input_type
-	97,  // [97:97] is the sub-list for extension type_name
-	97,  // [97:97] is the sub-list for extension extendee
-	0,   // [0:97] is the sub-list for field type_name
+	83,  // 3: timeshard.v1.Job.run_at:type_name -> google.protobuf.Timestamp
+	83,  // 4: timeshard.v1.Job.created_at:type_name -> google.protobuf.Timestamp
+	83,  // 5: timeshard.v1.Job.lease_until:type_name -> google.protobuf.Timestamp
+	83,  // 6: timeshard.v1.Job.started_at:type_name -> google.protobuf.Timestamp
+	83,  // 7: timeshard.v1.Job.finished_at:type_name -> google.protobuf.Timestamp
+	3,   // 8: timeshard.v1.Job.history:type_name -> timeshard.v1.Attempt
+	83,  // 9: timeshard.v1.Job.deadline:type_name -> google.protobuf.Timestamp
+	84,  // 10: timeshard.v1.ScheduleJobRequest.delay:type_name -> google.protobuf.Duration
+	83,  // 11: timeshard.v1.ScheduleJobRequest.run_at:type_name -> google.protobuf.Timestamp
+	83,  // 12: timeshard.v1.ScheduleJobRequest.deadline:type_name -> google.protobuf.Timestamp
+	84,  // 13: timeshard.v1.ScheduleJobRequest.deadline_in:type_name -> google.protobuf.Duration
+	1,   // 14: timeshard.v1.ScheduleJobRequest.if_exists:type_name -> timeshard.v1.IfExists
+	4,   // 15: timeshard.v1.ScheduleJobResponse.job:type_name -> timeshard.v1.Job
+	6,   // 16: timeshard.v1.ScheduleJobResponse.warnings:type_name -> timeshard.v1.ScheduleWarning
+	5,   // 17: timeshard.v1.ScheduleJobsRequest.jobs:type_name -> timeshard.v1.ScheduleJobRequest
+	7,   // 18: timeshard.v1.ScheduleJobsResponse.results:type_name -> timeshard.v1.ScheduleJobResponse
+	6,   // 19: timeshard.v1.ScheduleJobsResponse.warnings:type_name -> timeshard.v1.ScheduleWarning
+	0,   // 20: timeshard.v1.ListJobsRequest.state:type_name -> timeshard.v1.JobState
+	0,   // 21: timeshard.v1.ListJobsRequest.states:type_name -> timeshard.v1.JobState
+	83,  // 22: timeshard.v1.ListJobsRequest.run_at_from:type_name -> google.protobuf.Timestamp
+	83,  // 23: timeshard.v1.ListJobsRequest.run_at_to:type_name -> google.protobuf.Timestamp
+	2,   // 24: timeshard.v1.ListJobsRequest.order:type_name -> timeshard.v1.JobOrder
+	4,   // 25: timeshard.v1.ListJobsResponse.jobs:type_name -> timeshard.v1.Job
+	84,  // 26: timeshard.v1.RescheduleJobRequest.delay:type_name -> google.protobuf.Duration
+	83,  // 27: timeshard.v1.RescheduleJobRequest.run_at:type_name -> google.protobuf.Timestamp
+	84,  // 28: timeshard.v1.Schedule.misfire_grace:type_name -> google.protobuf.Duration
+	84,  // 29: timeshard.v1.Schedule.jitter:type_name -> google.protobuf.Duration
+	83,  // 30: timeshard.v1.Schedule.next_fire:type_name -> google.protobuf.Timestamp
+	83,  // 31: timeshard.v1.Schedule.last_skip_at:type_name -> google.protobuf.Timestamp
+	83,  // 32: timeshard.v1.Schedule.last_fire_at:type_name -> google.protobuf.Timestamp
+	83,  // 33: timeshard.v1.Schedule.queued_at:type_name -> google.protobuf.Timestamp
+	84,  // 34: timeshard.v1.Schedule.spread:type_name -> google.protobuf.Duration
+	15,  // 35: timeshard.v1.CreateScheduleRequest.schedule:type_name -> timeshard.v1.Schedule
+	15,  // 36: timeshard.v1.ListSchedulesResponse.schedules:type_name -> timeshard.v1.Schedule
+	15,  // 37: timeshard.v1.UpdateScheduleRequest.schedule:type_name -> timeshard.v1.Schedule
+	83,  // 38: timeshard.v1.PreviewRequest.from:type_name -> google.protobuf.Timestamp
+	84,  // 39: timeshard.v1.PreviewRequest.spread:type_name -> google.protobuf.Duration
+	83,  // 40: timeshard.v1.FireTime.utc:type_name -> google.protobuf.Timestamp
+	83,  // 41: timeshard.v1.FireTime.runs_at:type_name -> google.protobuf.Timestamp
+	24,  // 42: timeshard.v1.PreviewResponse.times:type_name -> timeshard.v1.FireTime
+	83,  // 43: timeshard.v1.ListDeadLettersRequest.since:type_name -> google.protobuf.Timestamp
+	4,   // 44: timeshard.v1.ListDeadLettersResponse.jobs:type_name -> timeshard.v1.Job
+	4,   // 45: timeshard.v1.ReplayDeadLettersResponse.jobs:type_name -> timeshard.v1.Job
+	84,  // 46: timeshard.v1.WaitJobsRequest.timeout:type_name -> google.protobuf.Duration
+	4,   // 47: timeshard.v1.WaitJobsResponse.job:type_name -> timeshard.v1.Job
+	84,  // 48: timeshard.v1.ClaimRequest.wait:type_name -> google.protobuf.Duration
+	84,  // 49: timeshard.v1.ClaimRequest.lease:type_name -> google.protobuf.Duration
+	4,   // 50: timeshard.v1.ClaimedJob.job:type_name -> timeshard.v1.Job
+	83,  // 51: timeshard.v1.ClaimedJob.lease_until:type_name -> google.protobuf.Timestamp
+	84,  // 52: timeshard.v1.ClaimedJob.lease:type_name -> google.protobuf.Duration
+	34,  // 53: timeshard.v1.ClaimResponse.jobs:type_name -> timeshard.v1.ClaimedJob
+	84,  // 54: timeshard.v1.HeartbeatRequest.lease:type_name -> google.protobuf.Duration
+	83,  // 55: timeshard.v1.HeartbeatRequest.started_at:type_name -> google.protobuf.Timestamp
+	83,  // 56: timeshard.v1.HeartbeatResponse.lease_until:type_name -> google.protobuf.Timestamp
+	84,  // 57: timeshard.v1.HeartbeatResponse.lease:type_name -> google.protobuf.Duration
+	0,   // 58: timeshard.v1.FailResponse.state:type_name -> timeshard.v1.JobState
+	83,  // 59: timeshard.v1.FailResponse.retry_at:type_name -> google.protobuf.Timestamp
+	42,  // 60: timeshard.v1.FinishRequest.items:type_name -> timeshard.v1.FinishItem
+	0,   // 61: timeshard.v1.FinishResult.state:type_name -> timeshard.v1.JobState
+	44,  // 62: timeshard.v1.FinishResponse.results:type_name -> timeshard.v1.FinishResult
+	84,  // 63: timeshard.v1.WorkHello.lease:type_name -> google.protobuf.Duration
+	46,  // 64: timeshard.v1.WorkRequest.hello:type_name -> timeshard.v1.WorkHello
+	47,  // 65: timeshard.v1.WorkRequest.credits:type_name -> timeshard.v1.WorkCredit
+	36,  // 66: timeshard.v1.WorkRequest.heartbeats:type_name -> timeshard.v1.HeartbeatRequest
+	42,  // 67: timeshard.v1.WorkRequest.results:type_name -> timeshard.v1.FinishItem
+	36,  // 68: timeshard.v1.WorkRequest.started:type_name -> timeshard.v1.HeartbeatRequest
+	37,  // 69: timeshard.v1.HeartbeatResult.lease:type_name -> timeshard.v1.HeartbeatResponse
+	34,  // 70: timeshard.v1.WorkResponse.jobs:type_name -> timeshard.v1.ClaimedJob
+	49,  // 71: timeshard.v1.WorkResponse.heartbeats:type_name -> timeshard.v1.HeartbeatResult
+	44,  // 72: timeshard.v1.WorkResponse.results:type_name -> timeshard.v1.FinishResult
+	84,  // 73: timeshard.v1.WorkResponse.held:type_name -> google.protobuf.Duration
+	51,  // 74: timeshard.v1.ClusterInfoResponse.nodes:type_name -> timeshard.v1.Node
+	83,  // 75: timeshard.v1.ShardInfo.cursor:type_name -> google.protobuf.Timestamp
+	54,  // 76: timeshard.v1.ShardOwnersResponse.shards:type_name -> timeshard.v1.ShardInfo
+	84,  // 77: timeshard.v1.NodeStatusRequest.window:type_name -> google.protobuf.Duration
+	63,  // 78: timeshard.v1.TypeStartDelay.buckets:type_name -> timeshard.v1.LatenessBucket
+	83,  // 79: timeshard.v1.JobEvent.at:type_name -> google.protobuf.Timestamp
+	62,  // 80: timeshard.v1.NodeStatusResponse.shards:type_name -> timeshard.v1.ShardStatus
+	84,  // 81: timeshard.v1.NodeStatusResponse.window:type_name -> google.protobuf.Duration
+	63,  // 82: timeshard.v1.NodeStatusResponse.lateness:type_name -> timeshard.v1.LatenessBucket
+	64,  // 83: timeshard.v1.NodeStatusResponse.jobs:type_name -> timeshard.v1.TypeCounts
+	83,  // 84: timeshard.v1.NodeStatusResponse.dead_letters_at:type_name -> google.protobuf.Timestamp
+	67,  // 85: timeshard.v1.NodeStatusResponse.recent_failures:type_name -> timeshard.v1.JobEvent
+	67,  // 86: timeshard.v1.NodeStatusResponse.recent_dead_letters:type_name -> timeshard.v1.JobEvent
+	66,  // 87: timeshard.v1.NodeStatusResponse.unclaimed:type_name -> timeshard.v1.TypeWaiting
+	65,  // 88: timeshard.v1.NodeStatusResponse.start_delay:type_name -> timeshard.v1.TypeStartDelay
+	84,  // 89: timeshard.v1.TypePolicy.retry_base:type_name -> google.protobuf.Duration
+	84,  // 90: timeshard.v1.TypePolicy.retry_max:type_name -> google.protobuf.Duration
+	69,  // 91: timeshard.v1.SetTypePoliciesRequest.policies:type_name -> timeshard.v1.TypePolicy
+	69,  // 92: timeshard.v1.SetTypePoliciesResponse.policies:type_name -> timeshard.v1.TypePolicy
+	72,  // 93: timeshard.v1.SetTypeFlowsRequest.flows:type_name -> timeshard.v1.TypeFlow
+	77,  // 94: timeshard.v1.SetTypeFlowsResponse.types:type_name -> timeshard.v1.TypeInfo
+	77,  // 95: timeshard.v1.ListTypesResponse.types:type_name -> timeshard.v1.TypeInfo
+	69,  // 96: timeshard.v1.TypeInfo.policy:type_name -> timeshard.v1.TypePolicy
+	84,  // 97: timeshard.v1.WaitFinishedRequest.timeout:type_name -> google.protobuf.Duration
+	83,  // 98: timeshard.v1.LandedEntry.due_at:type_name -> google.protobuf.Timestamp
+	80,  // 99: timeshard.v1.LandRequest.entries:type_name -> timeshard.v1.LandedEntry
+	5,   // 100: timeshard.v1.JobService.ScheduleJob:input_type -> timeshard.v1.ScheduleJobRequest
+	8,   // 101: timeshard.v1.JobService.ScheduleJobs:input_type -> timeshard.v1.ScheduleJobsRequest
+	10,  // 102: timeshard.v1.JobService.GetJob:input_type -> timeshard.v1.GetJobRequest
+	11,  // 103: timeshard.v1.JobService.ListJobs:input_type -> timeshard.v1.ListJobsRequest
+	13,  // 104: timeshard.v1.JobService.CancelJob:input_type -> timeshard.v1.CancelJobRequest
+	14,  // 105: timeshard.v1.JobService.RescheduleJob:input_type -> timeshard.v1.RescheduleJobRequest
+	16,  // 106: timeshard.v1.JobService.CreateSchedule:input_type -> timeshard.v1.CreateScheduleRequest
+	17,  // 107: timeshard.v1.JobService.GetSchedule:input_type -> timeshard.v1.GetScheduleRequest
+	18,  // 108: timeshard.v1.JobService.ListSchedules:input_type -> timeshard.v1.ListSchedulesRequest
+	20,  // 109: timeshard.v1.JobService.UpdateSchedule:input_type -> timeshard.v1.UpdateScheduleRequest
+	21,  // 110: timeshard.v1.JobService.PauseSchedule:input_type -> timeshard.v1.ScheduleIdRequest
+	21,  // 111: timeshard.v1.JobService.ResumeSchedule:input_type -> timeshard.v1.ScheduleIdRequest
+	21,  // 112: timeshard.v1.JobService.DeleteSchedule:input_type -> timeshard.v1.ScheduleIdRequest
+	23,  // 113: timeshard.v1.JobService.PreviewSchedule:input_type -> timeshard.v1.PreviewRequest
+	26,  // 114: timeshard.v1.JobService.ListDeadLetters:input_type -> timeshard.v1.ListDeadLettersRequest
+	28,  // 115: timeshard.v1.JobService.ReplayDeadLetters:input_type -> timeshard.v1.ReplayDeadLettersRequest
+	28,  // 116: timeshard.v1.JobService.PurgeDeadLetters:input_type -> timeshard.v1.ReplayDeadLettersRequest
+	31,  // 117: timeshard.v1.JobService.WaitJobs:input_type -> timeshard.v1.WaitJobsRequest
+	33,  // 118: timeshard.v1.WorkerService.Claim:input_type -> timeshard.v1.ClaimRequest
+	36,  // 119: timeshard.v1.WorkerService.Heartbeat:input_type -> timeshard.v1.HeartbeatRequest
+	38,  // 120: timeshard.v1.WorkerService.Complete:input_type -> timeshard.v1.CompleteRequest
+	40,  // 121: timeshard.v1.WorkerService.Fail:input_type -> timeshard.v1.FailRequest
+	43,  // 122: timeshard.v1.WorkerService.Finish:input_type -> timeshard.v1.FinishRequest
+	48,  // 123: timeshard.v1.WorkerService.Work:input_type -> timeshard.v1.WorkRequest
+	52,  // 124: timeshard.v1.AdminService.ClusterInfo:input_type -> timeshard.v1.ClusterInfoRequest
+	55,  // 125: timeshard.v1.AdminService.ShardOwners:input_type -> timeshard.v1.ShardOwnersRequest
+	57,  // 126: timeshard.v1.AdminService.MoveShard:input_type -> timeshard.v1.MoveShardRequest
+	59,  // 127: timeshard.v1.AdminService.DrainNode:input_type -> timeshard.v1.DrainNodeRequest
+	61,  // 128: timeshard.v1.AdminService.NodeStatus:input_type -> timeshard.v1.NodeStatusRequest
+	70,  // 129: timeshard.v1.AdminService.SetTypePolicies:input_type -> timeshard.v1.SetTypePoliciesRequest
+	73,  // 130: timeshard.v1.AdminService.SetTypeFlows:input_type -> timeshard.v1.SetTypeFlowsRequest
+	75,  // 131: timeshard.v1.AdminService.ListTypes:input_type -> timeshard.v1.ListTypesRequest
+	81,  // 132: timeshard.v1.PeerService.Land:input_type -> timeshard.v1.LandRequest
+	78,  // 133: timeshard.v1.PeerService.WaitFinished:input_type -> timeshard.v1.WaitFinishedRequest
+	7,   // 134: timeshard.v1.JobService.ScheduleJob:output_type -> timeshard.v1.ScheduleJobResponse
+	9,   // 135: timeshard.v1.JobService.ScheduleJobs:output_type -> timeshard.v1.ScheduleJobsResponse
+	4,   // 136: timeshard.v1.JobService.GetJob:output_type -> timeshard.v1.Job
+	12,  // 137: timeshard.v1.JobService.ListJobs:output_type -> timeshard.v1.ListJobsResponse
+	4,   // 138: timeshard.v1.JobService.CancelJob:output_type -> timeshard.v1.Job
+	4,   // 139: timeshard.v1.JobService.RescheduleJob:output_type -> timeshard.v1.Job
+	15,  // 140: timeshard.v1.JobService.CreateSchedule:output_type -> timeshard.v1.Schedule
+	15,  // 141: timeshard.v1.JobService.GetSchedule:output_type -> timeshard.v1.Schedule
+	19,  // 142: timeshard.v1.JobService.ListSchedules:output_type -> timeshard.v1.ListSchedulesResponse
+	15,  // 143: timeshard.v1.JobService.UpdateSchedule:output_type -> timeshard.v1.Schedule
+	15,  // 144: timeshard.v1.JobService.PauseSchedule:output_type -> timeshard.v1.Schedule
+	15,  // 145: timeshard.v1.JobService.ResumeSchedule:output_type -> timeshard.v1.Schedule
+	22,  // 146: timeshard.v1.JobService.DeleteSchedule:output_type -> timeshard.v1.DeleteScheduleResponse
+	25,  // 147: timeshard.v1.JobService.PreviewSchedule:output_type -> timeshard.v1.PreviewResponse
+	27,  // 148: timeshard.v1.JobService.ListDeadLetters:output_type -> timeshard.v1.ListDeadLettersResponse
+	29,  // 149: timeshard.v1.JobService.ReplayDeadLetters:output_type -> timeshard.v1.ReplayDeadLettersResponse
+	30,  // 150: timeshard.v1.JobService.PurgeDeadLetters:output_type -> timeshard.v1.PurgeDeadLettersResponse
+	32,  // 151: timeshard.v1.JobService.WaitJobs:output_type -> timeshard.v1.WaitJobsResponse
+	35,  // 152: timeshard.v1.WorkerService.Claim:output_type -> timeshard.v1.ClaimResponse
+	37,  // 153: timeshard.v1.WorkerService.Heartbeat:output_type -> timeshard.v1.HeartbeatResponse
+	39,  // 154: timeshard.v1.WorkerService.Complete:output_type -> timeshard.v1.CompleteResponse
+	41,  // 155: timeshard.v1.WorkerService.Fail:output_type -> timeshard.v1.FailResponse
+	45,  // 156: timeshard.v1.WorkerService.Finish:output_type -> timeshard.v1.FinishResponse
+	50,  // 157: timeshard.v1.WorkerService.Work:output_type -> timeshard.v1.WorkResponse
+	53,  // 158: timeshard.v1.AdminService.ClusterInfo:output_type -> timeshard.v1.ClusterInfoResponse
+	56,  // 159: timeshard.v1.AdminService.ShardOwners:output_type -> timeshard.v1.ShardOwnersResponse
+	58,  // 160: timeshard.v1.AdminService.MoveShard:output_type -> timeshard.v1.MoveShardResponse
+	60,  // 161: timeshard.v1.AdminService.DrainNode:output_type -> timeshard.v1.DrainNodeResponse
+	68,  // 162: timeshard.v1.AdminService.NodeStatus:output_type -> timeshard.v1.NodeStatusResponse
+	71,  // 163: timeshard.v1.AdminService.SetTypePolicies:output_type -> timeshard.v1.SetTypePoliciesResponse
+	74,  // 164: timeshard.v1.AdminService.SetTypeFlows:output_type -> timeshard.v1.SetTypeFlowsResponse
+	76,  // 165: timeshard.v1.AdminService.ListTypes:output_type -> timeshard.v1.ListTypesResponse
+	82,  // 166: timeshard.v1.PeerService.Land:output_type -> timeshard.v1.LandResponse
+	79,  // 167: timeshard.v1.PeerService.WaitFinished:output_type -> timeshard.v1.WaitFinishedResponse
+	134, // [134:168] is the sub-list for method output_type
+	100, // [100:134] is the sub-list for method input_type
+	100, // [100:100] is the sub-list for extension type_name
+	100, // [100:100] is the sub-list for extension extendee
+	0,   // [0:100] is the sub-list for field type_name
 }
 
 func init() { file_timeshard_v1_timeshard_proto_init() }
@@ -6377,18 +6536,18 @@ func file_timeshard_v1_timeshard_proto_init() {
 		(*ScheduleJobRequest_Deadline)(nil),
 		(*ScheduleJobRequest_DeadlineIn)(nil),
 	}
-	file_timeshard_v1_timeshard_proto_msgTypes[10].OneofWrappers = []any{
+	file_timeshard_v1_timeshard_proto_msgTypes[11].OneofWrappers = []any{
 		(*RescheduleJobRequest_Delay)(nil),
 		(*RescheduleJobRequest_RunAt)(nil),
 	}
-	file_timeshard_v1_timeshard_proto_msgTypes[68].OneofWrappers = []any{}
+	file_timeshard_v1_timeshard_proto_msgTypes[69].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_timeshard_v1_timeshard_proto_rawDesc), len(file_timeshard_v1_timeshard_proto_rawDesc)),
-			NumEnums:      2,
-			NumMessages:   79,
+			NumEnums:      3,
+			NumMessages:   80,
 			NumExtensions: 0,
 			NumServices:   4,
 		},

@@ -95,6 +95,52 @@ export function jobStateToJSON(object: JobState): string {
   }
 }
 
+/** What a request with an idempotency key does when the key already names a job. */
+export enum IfExists {
+  /** IF_EXISTS_UNSPECIFIED - As IF_EXISTS_CHECK. */
+  IF_EXISTS_UNSPECIFIED = 0,
+  /**
+   * IF_EXISTS_CHECK - The key's job if the request says the same (type, payload, max_attempts, priority, time);
+   * else ALREADY_EXISTS, naming what differs.
+   */
+  IF_EXISTS_CHECK = 1,
+  /** IF_EXISTS_RETURN - The key's job, whatever it says (created false). */
+  IF_EXISTS_RETURN = 2,
+  UNRECOGNIZED = -1,
+}
+
+export function ifExistsFromJSON(object: any): IfExists {
+  switch (object) {
+    case 0:
+    case "IF_EXISTS_UNSPECIFIED":
+      return IfExists.IF_EXISTS_UNSPECIFIED;
+    case 1:
+    case "IF_EXISTS_CHECK":
+      return IfExists.IF_EXISTS_CHECK;
+    case 2:
+    case "IF_EXISTS_RETURN":
+      return IfExists.IF_EXISTS_RETURN;
+    case -1:
+    case "UNRECOGNIZED":
+    default:
+      return IfExists.UNRECOGNIZED;
+  }
+}
+
+export function ifExistsToJSON(object: IfExists): string {
+  switch (object) {
+    case IfExists.IF_EXISTS_UNSPECIFIED:
+      return "IF_EXISTS_UNSPECIFIED";
+    case IfExists.IF_EXISTS_CHECK:
+      return "IF_EXISTS_CHECK";
+    case IfExists.IF_EXISTS_RETURN:
+      return "IF_EXISTS_RETURN";
+    case IfExists.UNRECOGNIZED:
+    default:
+      return "UNRECOGNIZED";
+  }
+}
+
 /** The order of a listing of jobs; ties (and JOB_ORDER_ID) by job id. */
 export enum JobOrder {
   /** JOB_ORDER_UNSPECIFIED - By due time (run_at), as JOB_ORDER_DUE: the default. */
@@ -216,7 +262,15 @@ export interface ScheduleJobRequest {
     | { $case: "delay"; value: Duration }
     | { $case: "runAt"; value: Date }
     | undefined;
-  /** Optional: a repeat with the same key returns the same job; another body is ALREADY_EXISTS. */
+  /**
+   * Optional: a repeat with the same key returns the same job; one with another type,
+   * payload, max_attempts, priority or time is ALREADY_EXISTS (see if_exists). The time of a
+   * repeat is the time its key's first request asked for when it gives the same run_at, or the
+   * same delay (a delay counts from the key's first request, the job's created_at), to within
+   * a second. It is compared while the job's run_at is still the one first asked for: not
+   * after a retry, a give-back or a replay moved it (a reschedule is not seen: a repeat of the
+   * first request after one is refused).
+   */
   idempotencyKey: string;
   /** Optional: 0 means the default; at most 1000. */
   maxAttempts: number;
@@ -235,6 +289,19 @@ export interface ScheduleJobRequest {
    * 9 levels of aging longer than a job of priority 9 due at the same time.
    */
   priority: number;
+  /** What a repeat of idempotency_key gets when the key's job says something else. */
+  ifExists: IfExists;
+}
+
+/** Something the server noticed about a job it accepted (it is scheduled all the same). */
+export interface ScheduleWarning {
+  /** The job type it is about. */
+  type: string;
+  /**
+   * For a person: what was noticed and what to check. Today: no worker has asked this node for
+   * jobs of the type in the last hour (or since the node started, when that is sooner).
+   */
+  message: string;
 }
 
 export interface ScheduleJobResponse {
@@ -246,6 +313,8 @@ export interface ScheduleJobResponse {
    * (a cancelled or dead job stays so and will not run; a new job needs a new key).
    */
   created: boolean;
+  /** At most one per job type. Unset on the items of a ScheduleJobsResponse (see its own). */
+  warnings: ScheduleWarning[];
 }
 
 /**
@@ -263,6 +332,8 @@ export interface ScheduleJobsRequest {
  */
 export interface ScheduleJobsResponse {
   results: ScheduleJobResponse[];
+  /** At most one per job type of the batch. */
+  warnings: ScheduleWarning[];
 }
 
 export interface GetJobRequest {
@@ -1655,6 +1726,7 @@ function createBaseScheduleJobRequest(): ScheduleJobRequest {
     maxAttempts: 0,
     deadlineOf: undefined,
     priority: 0,
+    ifExists: 0,
   };
 }
 
@@ -1690,6 +1762,9 @@ export const ScheduleJobRequest: MessageFns<ScheduleJobRequest> = {
     }
     if (message.priority !== 0) {
       writer.uint32(72).int32(message.priority);
+    }
+    if (message.ifExists !== 0) {
+      writer.uint32(80).int32(message.ifExists);
     }
     return writer;
   },
@@ -1779,6 +1854,14 @@ export const ScheduleJobRequest: MessageFns<ScheduleJobRequest> = {
             message.priority = reader.int32();
             continue;
           }
+          case 10: {
+            if (tag !== 80) {
+              break;
+            }
+
+            message.ifExists = reader.int32() as any;
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1820,6 +1903,11 @@ export const ScheduleJobRequest: MessageFns<ScheduleJobRequest> = {
         ? { $case: "deadlineIn", value: Duration.fromJSON(object.deadline_in) }
         : undefined,
       priority: isSet(object.priority) ? globalThis.Number(object.priority) : 0,
+      ifExists: isSet(object.ifExists)
+        ? ifExistsFromJSON(object.ifExists)
+        : isSet(object.if_exists)
+        ? ifExistsFromJSON(object.if_exists)
+        : 0,
     };
   },
 
@@ -1849,6 +1937,9 @@ export const ScheduleJobRequest: MessageFns<ScheduleJobRequest> = {
     }
     if (message.priority !== 0) {
       obj.priority = Math.round(message.priority);
+    }
+    if (message.ifExists !== 0) {
+      obj.ifExists = ifExistsToJSON(message.ifExists);
     }
     return obj;
   },
@@ -1891,12 +1982,98 @@ export const ScheduleJobRequest: MessageFns<ScheduleJobRequest> = {
       }
     }
     message.priority = object.priority ?? 0;
+    message.ifExists = object.ifExists ?? 0;
+    return message;
+  },
+};
+
+function createBaseScheduleWarning(): ScheduleWarning {
+  return { type: "", message: "" };
+}
+
+export const ScheduleWarning: MessageFns<ScheduleWarning> = {
+  encode(message: ScheduleWarning, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.type !== "") {
+      writer.uint32(10).string(message.type);
+    }
+    if (message.message !== "") {
+      writer.uint32(18).string(message.message);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ScheduleWarning {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseScheduleWarning();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.type = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.message = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ScheduleWarning {
+    return {
+      type: isSet(object.type) ? globalThis.String(object.type) : "",
+      message: isSet(object.message) ? globalThis.String(object.message) : "",
+    };
+  },
+
+  toJSON(message: ScheduleWarning): unknown {
+    const obj: any = {};
+    if (message.type !== "") {
+      obj.type = message.type;
+    }
+    if (message.message !== "") {
+      obj.message = message.message;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<ScheduleWarning>, I>>(base?: I): ScheduleWarning {
+    return ScheduleWarning.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ScheduleWarning>, I>>(object: I): ScheduleWarning {
+    const message = createBaseScheduleWarning();
+    message.type = object.type ?? "";
+    message.message = object.message ?? "";
     return message;
   },
 };
 
 function createBaseScheduleJobResponse(): ScheduleJobResponse {
-  return { job: undefined, created: false };
+  return { job: undefined, created: false, warnings: [] };
 }
 
 export const ScheduleJobResponse: MessageFns<ScheduleJobResponse> = {
@@ -1906,6 +2083,9 @@ export const ScheduleJobResponse: MessageFns<ScheduleJobResponse> = {
     }
     if (message.created !== false) {
       writer.uint32(16).bool(message.created);
+    }
+    for (const v of message.warnings) {
+      ScheduleWarning.encode(v!, writer.uint32(26).fork()).join();
     }
     return writer;
   },
@@ -1939,6 +2119,14 @@ export const ScheduleJobResponse: MessageFns<ScheduleJobResponse> = {
             message.created = reader.bool();
             continue;
           }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.warnings.push(ScheduleWarning.decode(reader, reader.uint32()));
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1955,6 +2143,9 @@ export const ScheduleJobResponse: MessageFns<ScheduleJobResponse> = {
     return {
       job: isSet(object.job) ? Job.fromJSON(object.job) : undefined,
       created: isSet(object.created) ? globalThis.Boolean(object.created) : false,
+      warnings: globalThis.Array.isArray(object?.warnings)
+        ? object.warnings.map((e: any) => ScheduleWarning.fromJSON(e))
+        : [],
     };
   },
 
@@ -1966,6 +2157,9 @@ export const ScheduleJobResponse: MessageFns<ScheduleJobResponse> = {
     if (message.created !== false) {
       obj.created = message.created;
     }
+    if (message.warnings?.length) {
+      obj.warnings = message.warnings.map((e) => ScheduleWarning.toJSON(e));
+    }
     return obj;
   },
 
@@ -1976,6 +2170,7 @@ export const ScheduleJobResponse: MessageFns<ScheduleJobResponse> = {
     const message = createBaseScheduleJobResponse();
     message.job = (object.job !== undefined && object.job !== null) ? Job.fromPartial(object.job) : undefined;
     message.created = object.created ?? false;
+    message.warnings = object.warnings?.map((e) => ScheduleWarning.fromPartial(e)) || [];
     return message;
   },
 };
@@ -2050,13 +2245,16 @@ export const ScheduleJobsRequest: MessageFns<ScheduleJobsRequest> = {
 };
 
 function createBaseScheduleJobsResponse(): ScheduleJobsResponse {
-  return { results: [] };
+  return { results: [], warnings: [] };
 }
 
 export const ScheduleJobsResponse: MessageFns<ScheduleJobsResponse> = {
   encode(message: ScheduleJobsResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
     for (const v of message.results) {
       ScheduleJobResponse.encode(v!, writer.uint32(10).fork()).join();
+    }
+    for (const v of message.warnings) {
+      ScheduleWarning.encode(v!, writer.uint32(18).fork()).join();
     }
     return writer;
   },
@@ -2082,6 +2280,14 @@ export const ScheduleJobsResponse: MessageFns<ScheduleJobsResponse> = {
             message.results.push(ScheduleJobResponse.decode(reader, reader.uint32()));
             continue;
           }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.warnings.push(ScheduleWarning.decode(reader, reader.uint32()));
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -2099,6 +2305,9 @@ export const ScheduleJobsResponse: MessageFns<ScheduleJobsResponse> = {
       results: globalThis.Array.isArray(object?.results)
         ? object.results.map((e: any) => ScheduleJobResponse.fromJSON(e))
         : [],
+      warnings: globalThis.Array.isArray(object?.warnings)
+        ? object.warnings.map((e: any) => ScheduleWarning.fromJSON(e))
+        : [],
     };
   },
 
@@ -2106,6 +2315,9 @@ export const ScheduleJobsResponse: MessageFns<ScheduleJobsResponse> = {
     const obj: any = {};
     if (message.results?.length) {
       obj.results = message.results.map((e) => ScheduleJobResponse.toJSON(e));
+    }
+    if (message.warnings?.length) {
+      obj.warnings = message.warnings.map((e) => ScheduleWarning.toJSON(e));
     }
     return obj;
   },
@@ -2116,6 +2328,7 @@ export const ScheduleJobsResponse: MessageFns<ScheduleJobsResponse> = {
   fromPartial<I extends Exact<DeepPartial<ScheduleJobsResponse>, I>>(object: I): ScheduleJobsResponse {
     const message = createBaseScheduleJobsResponse();
     message.results = object.results?.map((e) => ScheduleJobResponse.fromPartial(e)) || [];
+    message.warnings = object.warnings?.map((e) => ScheduleWarning.fromPartial(e)) || [];
     return message;
   },
 };
