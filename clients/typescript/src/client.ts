@@ -5,6 +5,7 @@ import {
   IfExists,
   type Job,
   JobState,
+  ListJobsRequest,
   Schedule,
   type ScheduleJobRequest,
   type TypeFlow,
@@ -277,12 +278,12 @@ export class Client {
   }
 
   async list(opts: ListOptions = {}): Promise<Page<Job>> {
-    const request = {
+    const request = ListJobsRequest.fromPartial({
       state: opts.state ?? JobState.JOB_STATE_UNSPECIFIED,
       type: opts.type ?? "",
       pageSize: opts.pageSize ?? 0,
       pageToken: opts.pageToken ?? "",
-    };
+    });
     const res = await this.call(true, (n) =>
       unary(n.jobs.listJobs.bind(n.jobs), request, this.metadata, this.settings),
     );
