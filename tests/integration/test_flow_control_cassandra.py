@@ -130,10 +130,14 @@ async def test_the_owner_hands_out_higher_priorities_first(
             return owner.ready.count() == 12
 
         await wait_for(all_ready, 30, "every job ready at the owner")
-        first = await owner.claim(worker="w", types=["it.prio"], limit=6, wait_s=0, lease_s=30)
+        first = await owner.claims.claim(
+            worker="w", types=["it.prio"], limit=6, wait_s=0, lease_s=30
+        )
         assert {c.job.job_id for c in first} == {j.job_id for j in high}
         assert all(c.job.priority == 8 for c in first)
-        rest = await owner.claim(worker="w", types=["it.prio"], limit=6, wait_s=0, lease_s=30)
+        rest = await owner.claims.claim(
+            worker="w", types=["it.prio"], limit=6, wait_s=0, lease_s=30
+        )
         assert {c.job.job_id for c in rest} == {j.job_id for j in low}
 
 

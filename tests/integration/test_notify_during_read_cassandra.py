@@ -83,7 +83,7 @@ async def test_a_job_created_while_its_bucket_read_is_in_flight_runs(
         assert created
         store.hold = False
         store.release.set()
-        claimed = await node.claim(worker="w", types=["t"], limit=5, wait_s=8, lease_s=5)
+        claimed = await node.claims.claim(worker="w", types=["t"], limit=5, wait_s=8, lease_s=5)
         assert [c.job.job_id for c in claimed] == [job.job_id], "the job was never dispatched"
     finally:
         store.release.set()

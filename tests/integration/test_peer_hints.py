@@ -54,7 +54,7 @@ async def claim_all(node: Node, ids: list[str], within_s: float = 20) -> set[str
     loop = asyncio.get_running_loop()
     deadline = loop.time() + within_s
     while not claimed >= set(ids) and loop.time() < deadline:
-        got = await node.claim(worker="w", types=[TYPE], limit=10, wait_s=2, lease_s=30)
+        got = await node.claims.claim(worker="w", types=[TYPE], limit=10, wait_s=2, lease_s=30)
         claimed |= {c.job.job_id for c in got}
     return claimed
 
@@ -145,7 +145,7 @@ async def test_a_wait_on_one_node_for_a_job_another_dispatches_is_answered_by_th
         await b.schedule_many(
             [JobSpec(job_type=TYPE, payload=b"", run_at=b.clock.now_ms(), job_id=job_id)]
         )
-        [claimed] = await b.claim(worker="w", types=[TYPE], limit=1, wait_s=10, lease_s=30)
+        [claimed] = await b.claims.claim(worker="w", types=[TYPE], limit=1, wait_s=10, lease_s=30)
         got: list[Job] = []
 
         async def wait() -> None:

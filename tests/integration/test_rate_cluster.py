@@ -51,7 +51,7 @@ def windows(starts: list[int], span_ms: int, lo: int, hi: int, step_ms: int = 10
 
 async def claim_forever(node: Node, started: list[tuple[int, str]]) -> None:
     while True:
-        got = await node.claim(
+        got = await node.claims.claim(
             worker=f"w-{node.node_id}", types=[TYPE], limit=100, wait_s=1, lease_s=600
         )
         started.extend((c.job.started_at or 0, node.node_id) for c in got)

@@ -88,7 +88,7 @@ async def test_a_job_whose_creating_call_was_cancelled_still_runs(tmp_path: Path
         job, created = retry.result()
         assert not created  # the first call made it
         await advance(a, clock, 10, step=1.0)
-        claimed = await a.claim(worker="w", types=["t"], limit=10, wait_s=0, lease_s=5)
+        claimed = await a.claims.claim(worker="w", types=["t"], limit=10, wait_s=0, lease_s=5)
         assert [c.job.job_id for c in claimed] == [job.job_id], "acknowledged, never dispatched"
 
 

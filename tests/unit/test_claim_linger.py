@@ -40,7 +40,7 @@ async def claims_of(gap_ms: int) -> tuple[list[list[str]], list[str], list[int]]
         late: list[int] = []
         deadline = time.monotonic() + 10
         while sum(map(len, batches)) < 2 and time.monotonic() < deadline:
-            got = await node.claim(worker="w", types=["t"], limit=10, wait_s=2, lease_s=30)
+            got = await node.claims.claim(worker="w", types=["t"], limit=10, wait_s=2, lease_s=30)
             batches.append([c.job.job_id for c in got])
             late += [c.job.started_at - c.job.run_at for c in got]
         return batches, [a.job_id, b.job_id], late

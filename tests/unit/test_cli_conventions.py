@@ -290,7 +290,9 @@ async def test_json_of_the_commands_that_change_things(
 async def _dead_job(node: Node, job_type: str) -> str:
     job, _ = await node.schedule(job_type=job_type, payload=b"", run_at=node.clock.now_ms() - 10)
     await wait_until(lambda: node.ready.count() >= 1, what="the job ready")
-    (claimed,) = await node.claim(worker="w", types=[job_type], limit=1, wait_s=0, lease_s=30)
+    (claimed,) = await node.claims.claim(
+        worker="w", types=[job_type], limit=1, wait_s=0, lease_s=30
+    )
     assert claimed.job.job_id == job.job_id
     dead = await node.fail(job.job_id, claimed.job.fence, "broken", True)
     assert dead.state.value == "dead"

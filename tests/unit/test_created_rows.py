@@ -35,7 +35,7 @@ async def test_a_job_this_node_created_is_made_ready_without_reading_its_row(
     async with running() as (node, clock):
         job, _ = await node.schedule(job_type="t", payload=b"{}", run_at=START_MS + 1000)
         await advance(node, clock, 1.5)
-        claimed = await node.claim(worker="w", types=["t"], limit=5, wait_s=0, lease_s=30)
+        claimed = await node.claims.claim(worker="w", types=["t"], limit=5, wait_s=0, lease_s=30)
         assert [c.job.job_id for c in claimed] == [job.job_id]
         assert claimed[0].job.started_at >= job.run_at
         assert not any(job.job_id in ids for ids in reads), "the row was read before the claim"
@@ -50,7 +50,7 @@ async def test_a_job_cancelled_elsewhere_after_its_create_is_not_claimed(
         out = await node.store.cancel_job(job.job_id, JobState.SCHEDULED, job.fence, START_MS)
         assert out.applied
         await advance(node, clock, 1.5)
-        assert await node.claim(worker="w", types=["t"], limit=5, wait_s=0, lease_s=30) == []
+        assert await node.claims.claim(worker="w", types=["t"], limit=5, wait_s=0, lease_s=30) == []
         assert (await node.get(job.job_id)).state is JobState.CANCELLED
         await settle(node)  # the dispatcher looks at the refused job again
         assert any(job.job_id in ids for ids in reads), "the refused claim was not decided again"
@@ -64,8 +64,8 @@ async def test_a_job_moved_later_elsewhere_is_not_claimed_before_its_new_time() 
         out = await node.store.reschedule_job(job.job_id, job.fence, later, START_MS)
         assert out.applied
         await advance(node, clock, 6)
-        assert await node.claim(worker="w", types=["t"], limit=5, wait_s=0, lease_s=30) == []
+        assert await node.claims.claim(worker="w", types=["t"], limit=5, wait_s=0, lease_s=30) == []
         await advance(node, clock, 7)
-        claimed = await node.claim(worker="w", types=["t"], limit=5, wait_s=0, lease_s=30)
+        claimed = await node.claims.claim(worker="w", types=["t"], limit=5, wait_s=0, lease_s=30)
         assert [c.job.job_id for c in claimed] == [job.job_id]
         assert claimed[0].job.started_at >= later

@@ -62,7 +62,10 @@ async def test_a_job_held_with_no_worker_expires_at_its_deadline() -> None:
         page = await node.list_jobs(state=JobState.EXPIRED, job_type=None, limit=10, page_token="")
         assert [j.job_id for j in page.jobs] == [job.job_id]
         # Nothing can start it any more.
-        assert await node.claim(worker="w", types=["remind"], limit=1, wait_s=0, lease_s=30) == []
+        assert (
+            await node.claims.claim(worker="w", types=["remind"], limit=1, wait_s=0, lease_s=30)
+            == []
+        )
         # The status page counts it, apart from lease expiries.
         page = render(await node_status(node))
         assert ">past deadline</th>" in page and ">lease expired</th>" in page
@@ -99,7 +102,7 @@ async def test_a_job_held_by_a_concurrency_limit_expires_too() -> None:
         )
         await advance(node, clock, 1)
         await wait_until(lambda: node.ready.count() == 2, what="both jobs ready")
-        [c] = await node.claim(worker="w", types=["limited"], limit=2, wait_s=0, lease_s=60)
+        [c] = await node.claims.claim(worker="w", types=["limited"], limit=2, wait_s=0, lease_s=60)
         assert c.job.job_id == first.job_id  # the older one; the other waits for room
         assert node.ready.count() == 1
         await advance(node, clock, 3)
@@ -159,7 +162,10 @@ async def test_a_claim_taking_a_job_after_its_deadline_does_not_start_it() -> No
         await advance(node, clock, 0.5)
         await wait_until(lambda: node.ready.count() == 1, what="the job ready")
         clock.advance(1)  # past the deadline; the dispatcher has not run since
-        assert await node.claim(worker="w", types=["remind"], limit=1, wait_s=0, lease_s=30) == []
+        assert (
+            await node.claims.claim(worker="w", types=["remind"], limit=1, wait_s=0, lease_s=30)
+            == []
+        )
         assert job.job_id not in getattr(node.store, "claimed_ids", [])
         await state_becomes(node, job.job_id, JobState.EXPIRED)
     finally:
@@ -174,7 +180,7 @@ async def test_a_retry_never_starts_after_the_deadline() -> None:
             job_type="remind", payload=b"", run_at=START_MS, deadline=START_MS + 500
         )
         await advance(node, clock, 0.2)
-        [c] = await node.claim(worker="w", types=["remind"], limit=1, wait_s=0, lease_s=30)
+        [c] = await node.claims.claim(worker="w", types=["remind"], limit=1, wait_s=0, lease_s=30)
         failed = await node.fail(job.job_id, c.job.fence, "boom", permanent=False)
         assert failed.state is JobState.SCHEDULED
         await advance(node, clock, 600, step=5)  # past any backoff, with no claim
@@ -232,7 +238,9 @@ async def test_deadline_timers_of_claimed_jobs_do_not_pile_up(
             await node.schedule(job_type="busy", payload=b"", run_at=START_MS, deadline=far)
         await advance(node, clock, 1)
         await wait_until(lambda: node.ready.count() == 300, what="all ready")
-        while await node.claim(worker="w", types=["busy"], limit=1000, wait_s=0, lease_s=600):
+        while await node.claims.claim(
+            worker="w", types=["busy"], limit=1000, wait_s=0, lease_s=600
+        ):
             pass
         assert sum(len(d._deadlines) for d in node.dispatchers.values()) == 300
         # Two held jobs in each shard: a shard where none is made ready keeps its timers

@@ -46,7 +46,7 @@ async def schedule(node: Node, n: int, job_type: str = "mail", at: int = START_M
 
 
 async def claim_all(node: Node, job_type: str = "mail") -> list[str]:
-    got = await node.claim(worker="w", types=[job_type], limit=1000, wait_s=0, lease_s=600)
+    got = await node.claims.claim(worker="w", types=[job_type], limit=1000, wait_s=0, lease_s=600)
     return [c.job.job_id for c in got]
 
 
@@ -137,7 +137,7 @@ async def test_a_limit_removed_or_raised_wakes_a_waiting_claim() -> None:
         await node.type_policies.set_flows([FlowChange(job_type="mail", paused=True)])
         await schedule(node, 2)
         await advance(node, clock, 1)
-        waiting = node.claim(worker="w", types=["mail"], limit=5, wait_s=30, lease_s=60)
+        waiting = node.claims.claim(worker="w", types=["mail"], limit=5, wait_s=30, lease_s=60)
         task = asyncio.ensure_future(waiting)
         await settle(node)
         assert not task.done()

@@ -56,9 +56,10 @@ async def test_held_jobs_show_by_reason_on_metrics_and_the_status_page() -> None
                 await node.schedule(job_type=job_type, payload=b"", run_at=START_MS + 500)
         await advance(node, clock, 1)
         claim = {"worker": "w", "types": ["email.send"], "limit": 10, "wait_s": 0, "lease_s": 60}
-        assert await node.claim(**claim) == []  # type: ignore[arg-type]  # the bucket starts empty
+        # The bucket starts empty.
+        assert await node.claims.claim(**claim) == []  # type: ignore[arg-type]
         await advance(node, clock, 2)
-        got = await node.claim(**claim)  # type: ignore[arg-type]
+        got = await node.claims.claim(**claim)  # type: ignore[arg-type]
         assert len(got) == 1  # the one token; the other three are held by the rate
         m = scrape(node)
         held = "timeshard_type_held_jobs"

@@ -91,7 +91,7 @@ async def test_every_live_job_has_an_entry_no_later_than_it_needs_attention() ->
             ids.append(job.job_id)
         for _ in range(200):
             await advance(node, clock, 1.0, step=1.0)
-            for c in await node.claim(worker="w", types=["t"], limit=3, wait_s=0, lease_s=5):
+            for c in await node.claims.claim(worker="w", types=["t"], limit=3, wait_s=0, lease_s=5):
                 roll = rng.random()
                 if roll < 0.3:
                     await node.complete(c.job.job_id, c.job.fence)
@@ -133,7 +133,7 @@ async def test_an_unclaimed_due_job_does_not_hold_its_shard_and_survives_owner_d
     async with running(db, clock=clock) as (node2, clock2):
         assert (await node2.store.get_shard(job.shard)).epoch == 2
         await advance(node2, clock2, 1)
-        claimed = await node2.claim(worker="w2", types=["t"], limit=1, wait_s=0, lease_s=5)
+        claimed = await node2.claims.claim(worker="w2", types=["t"], limit=1, wait_s=0, lease_s=5)
         assert [c.job.job_id for c in claimed] == [job.job_id]
         assert claimed[0].job.started_at >= now
 
@@ -152,7 +152,7 @@ async def test_job_due_before_the_cursor_is_written_where_the_dispatcher_reads()
         cursor = (await node.store.get_shard(job.shard)).cursor
         assert entries and all(e.minute >= cursor for e in entries)
         await advance(node, clock, 1)
-        claimed = await node.claim(worker="w", types=["t"], limit=1, wait_s=0, lease_s=5)
+        claimed = await node.claims.claim(worker="w", types=["t"], limit=1, wait_s=0, lease_s=5)
         assert [c.job.job_id for c in claimed] == [job.job_id]
 
 
@@ -163,10 +163,10 @@ async def test_stale_fence_is_rejected_everywhere_and_changes_nothing() -> None:
     async with running() as (node, clock):
         job, _ = await node.schedule(job_type="t", payload=b"{}", run_at=START_MS)
         await advance(node, clock, 0.5)
-        (first,) = await node.claim(worker="w1", types=["t"], limit=1, wait_s=0, lease_s=5)
+        (first,) = await node.claims.claim(worker="w1", types=["t"], limit=1, wait_s=0, lease_s=5)
         await advance(node, clock, 6)  # lease expires; the dispatcher releases it
         await wait_until(lambda: node.ready.count() == 1, what="released job ready")
-        (second,) = await node.claim(worker="w2", types=["t"], limit=1, wait_s=0, lease_s=5)
+        (second,) = await node.claims.claim(worker="w2", types=["t"], limit=1, wait_s=0, lease_s=5)
         # the first delivery never started (invariant 9): attempt 1 again
         assert second.job.fence == first.job.fence + 1 and second.job.attempt == 1
         before = await node.get(job.job_id)
@@ -190,7 +190,7 @@ async def test_a_job_is_claimed_by_one_of_many_concurrent_claimers() -> None:
         await node.schedule(job_type="t", payload=b"{}", run_at=START_MS + 500)
         waiters = [
             asyncio.ensure_future(
-                node.claim(worker=f"w{i}", types=["t"], limit=1, wait_s=5, lease_s=5)
+                node.claims.claim(worker=f"w{i}", types=["t"], limit=1, wait_s=5, lease_s=5)
             )
             for i in range(8)
         ]
@@ -208,9 +208,11 @@ async def test_never_early() -> None:
         for _ in range(5):
             await advance(node, clock, 0.5)
             assert clock.now_ms() < job.run_at
-            assert await node.claim(worker="w", types=["t"], limit=1, wait_s=0, lease_s=5) == []
+            assert (
+                await node.claims.claim(worker="w", types=["t"], limit=1, wait_s=0, lease_s=5) == []
+            )
         await advance(node, clock, 0.5)
-        (c,) = await node.claim(worker="w", types=["t"], limit=1, wait_s=0, lease_s=5)
+        (c,) = await node.claims.claim(worker="w", types=["t"], limit=1, wait_s=0, lease_s=5)
         assert c.job.started_at >= job.run_at
 
 
@@ -227,9 +229,9 @@ async def test_cancel_and_reschedule() -> None:
         moved = await node.reschedule(b.job_id, START_MS + 10_000)
         assert moved.run_at == START_MS + 10_000
         await advance(node, clock, 5)
-        assert await node.claim(worker="w", types=["t"], limit=5, wait_s=0, lease_s=5) == []
+        assert await node.claims.claim(worker="w", types=["t"], limit=5, wait_s=0, lease_s=5) == []
         await advance(node, clock, 6)
-        claimed = await node.claim(worker="w", types=["t"], limit=5, wait_s=0, lease_s=5)
+        claimed = await node.claims.claim(worker="w", types=["t"], limit=5, wait_s=0, lease_s=5)
         assert [c.job.job_id for c in claimed] == [b.job_id]
         with pytest.raises(NotFound):
             await node.get("missing")
@@ -239,7 +241,7 @@ async def test_cancel_of_a_running_job_revokes_its_lease() -> None:
     async with running() as (node, clock):
         job, _ = await node.schedule(job_type="t", payload=b"{}", run_at=START_MS)
         await advance(node, clock, 0.5)
-        (c,) = await node.claim(worker="w", types=["t"], limit=1, wait_s=0, lease_s=5)
+        (c,) = await node.claims.claim(worker="w", types=["t"], limit=1, wait_s=0, lease_s=5)
         cancelled = await node.cancel(job.job_id)
         assert cancelled.state is JobState.CANCELLED
         with pytest.raises(StaleFence):
@@ -250,12 +252,12 @@ async def test_retry_then_dead_letter_after_max_attempts() -> None:
     async with running() as (node, clock):
         job, _ = await node.schedule(job_type="t", payload=b"{}", run_at=START_MS, max_attempts=2)
         await advance(node, clock, 0.5)
-        (c,) = await node.claim(worker="w", types=["t"], limit=1, wait_s=0, lease_s=5)
+        (c,) = await node.claims.claim(worker="w", types=["t"], limit=1, wait_s=0, lease_s=5)
         failed = await node.fail(job.job_id, c.job.fence, "boom", permanent=False)
         assert failed.state is JobState.SCHEDULED
         assert START_MS < failed.run_at <= clock.now_ms() + 1000  # base 1 s, full jitter
         await advance(node, clock, 1.5)
-        (c2,) = await node.claim(worker="w", types=["t"], limit=1, wait_s=0, lease_s=5)
+        (c2,) = await node.claims.claim(worker="w", types=["t"], limit=1, wait_s=0, lease_s=5)
         dead = await node.fail(job.job_id, c2.job.fence, "boom again", permanent=False)
         assert dead.state is JobState.DEAD and dead.last_error == "boom again"
         assert [a.outcome for a in dead.history] == ["retry", "dead"]
@@ -276,13 +278,13 @@ async def test_a_claim_cancelled_mid_write_gives_its_jobs_back() -> None:
 
         node.store.claim_jobs = hang  # type: ignore[method-assign]
         call = asyncio.ensure_future(
-            node.claim(worker="w", types=["t"], limit=1, wait_s=0, lease_s=5)
+            node.claims.claim(worker="w", types=["t"], limit=1, wait_s=0, lease_s=5)
         )
         await blocked.wait()
         call.cancel()  # the worker's deadline passed; gRPC cancels the handler
         await asyncio.gather(call, return_exceptions=True)
         node.store.claim_jobs = real  # type: ignore[method-assign]
-        (c,) = await node.claim(worker="w", types=["t"], limit=1, wait_s=0, lease_s=5)
+        (c,) = await node.claims.claim(worker="w", types=["t"], limit=1, wait_s=0, lease_s=5)
         assert c.job.job_id == job.job_id
 
 
@@ -293,7 +295,7 @@ async def test_a_stranded_pending_entry_is_looked_at_again() -> None:
         await wait_until(lambda: node.ready.count() == 1, what="ready")
         node.ready.drop_shard(job.shard)  # lose it from memory, as a bug would
         await advance(node, clock, 12, step=1)
-        claimed = await node.claim(worker="w", types=["t"], limit=1, wait_s=0, lease_s=5)
+        claimed = await node.claims.claim(worker="w", types=["t"], limit=1, wait_s=0, lease_s=5)
         assert [c.job.job_id for c in claimed] == [job.job_id]
 
 
@@ -309,10 +311,10 @@ async def test_an_entry_that_comes_due_before_its_row_lands_is_not_dropped() -> 
         await node.store.add_entries([entry])
         node._notify([entry])  # as the writing node does
         await advance(node, clock, 3, step=0.5)  # the entry comes due; no row yet
-        assert await node.claim(worker="w", types=["t"], limit=1, wait_s=0, lease_s=5) == []
+        assert await node.claims.claim(worker="w", types=["t"], limit=1, wait_s=0, lease_s=5) == []
         await node.store.create_jobs([(job, entry)])
         await advance(node, clock, 1, step=0.5)
-        claimed = await node.claim(worker="w", types=["t"], limit=1, wait_s=0, lease_s=5)
+        claimed = await node.claims.claim(worker="w", types=["t"], limit=1, wait_s=0, lease_s=5)
         assert [c.job.job_id for c in claimed] == ["slow-row"]
 
 

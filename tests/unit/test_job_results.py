@@ -127,7 +127,7 @@ async def test_a_finish_item_with_a_result_over_the_limit_is_refused_and_recorde
         await wait_until(lambda: node.ready.count() == 2, what="both ready")
         claimed = {
             c.job.job_id: c.job
-            for c in await node.claim(worker="w", types=["t"], limit=2, wait_s=0, lease_s=30)
+            for c in await node.claims.claim(worker="w", types=["t"], limit=2, wait_s=0, lease_s=30)
         }
         async with grpc.aio.insecure_channel(srv.address) as channel:
             reply = await pb_grpc.WorkerServiceStub(channel).Finish(
@@ -228,7 +228,7 @@ async def test_jobs_get_shows_the_result_and_the_traceback(
         await wait_until(lambda: node.ready.count() == 2, what="both ready")
         by_id = {
             c.job.job_id: c.job
-            for c in await node.claim(worker="w", types=["t"], limit=2, wait_s=0, lease_s=30)
+            for c in await node.claims.claim(worker="w", types=["t"], limit=2, wait_s=0, lease_s=30)
         }
         await node.complete(ok.job_id, by_id[ok.job_id].fence, b'{"n":7}', "json")
         trace = 'Traceback (most recent call last):\n  File "h.py", line 3\nKeyError: <b>\n'

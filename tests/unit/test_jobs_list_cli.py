@@ -231,7 +231,7 @@ async def test_bulk_cancel_takes_running_jobs_and_counts_those_finished_meanwhil
     async with cli_on(capsys) as cli:
         node = cli.server.node
         jobs = [await cli.job("mail", 0) for _ in range(3)]
-        [claim] = await node.claim(worker="w", types=["mail"], limit=1, wait_s=5, lease_s=60)
+        [claim] = await node.claims.claim(worker="w", types=["mail"], limit=1, wait_s=5, lease_s=60)
         assert claim.job.state is JobState.RUNNING
         listed = ProtoClient.list_jobs_page
 

@@ -149,7 +149,7 @@ async def test_a_batch_is_refused_whole_for_a_key_at_another_time() -> None:
 
 async def run_first_delivery(api: Api, job_id: str, *, fail: bool) -> None:
     await wait_until(lambda: api.node.ready.count() == 1, what="the job ready")
-    (claimed,) = await api.node.claim(worker="w", types=["t"], limit=1, wait_s=0, lease_s=30)
+    (claimed,) = await api.node.claims.claim(worker="w", types=["t"], limit=1, wait_s=0, lease_s=30)
     assert claimed.job.job_id == job_id
     if fail:
         await api.node.fail(job_id, claimed.job.fence, "boom", permanent=False)

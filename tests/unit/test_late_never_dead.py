@@ -51,7 +51,7 @@ async def node_with(**config: object) -> AsyncIterator[tuple[Node, FakeClock]]:
 
 async def claim_one(node: Node, clock: FakeClock) -> tuple[str, int]:
     await advance(node, clock, 0.5)
-    (c,) = await node.claim(worker="w1", types=["t"], limit=1, wait_s=0, lease_s=LEASE_S)
+    (c,) = await node.claims.claim(worker="w1", types=["t"], limit=1, wait_s=0, lease_s=LEASE_S)
     return c.job.job_id, c.job.fence
 
 
@@ -71,7 +71,9 @@ async def test_a_lease_over_with_no_start_notice_spends_no_attempt() -> None:
         assert node.metrics.totals()["t"]["not_started"] == 1
         assert node.metrics.totals()["t"]["lease_expiries"] == 0
         await wait_until(lambda: node.ready.count() == 1, what="the job due again")
-        (again,) = await node.claim(worker="w2", types=["t"], limit=1, wait_s=0, lease_s=LEASE_S)
+        (again,) = await node.claims.claim(
+            worker="w2", types=["t"], limit=1, wait_s=0, lease_s=LEASE_S
+        )
         assert (again.job.attempt, again.job.fence) == (1, fence + 1)
         done = await node.complete(job_id, again.job.fence)
         assert (done.state, done.attempt) == (JobState.SUCCEEDED, 1)
@@ -152,7 +154,7 @@ async def test_max_ready_refuses_due_now_work_and_keeps_accepting_future_jobs() 
             job_type="t", payload=b"{}", run_at=clock.now_ms() + 60_000
         )
         assert created and later.state is JobState.SCHEDULED
-        await node.claim(worker="w", types=["t"], limit=2, wait_s=0, lease_s=LEASE_S)
+        await node.claims.claim(worker="w", types=["t"], limit=2, wait_s=0, lease_s=LEASE_S)
         _, created = await node.schedule(job_type="t", payload=b"{}", run_at=clock.now_ms())
         assert created  # room again once workers took the ready jobs
         assert node.metrics.ready_refusals_total._value.get() == 1
@@ -194,7 +196,9 @@ async def test_a_cancel_says_whether_the_handler_had_started() -> None:
         for _ in range(3):
             await node.schedule(job_type="t", payload=b"{}", run_at=START_MS)
         await advance(node, clock, 0.5)
-        claimed = await node.claim(worker="w1", types=["t"], limit=3, wait_s=0, lease_s=LEASE_S)
+        claimed = await node.claims.claim(
+            worker="w1", types=["t"], limit=3, wait_s=0, lease_s=LEASE_S
+        )
         noticed, in_flight, never = [(c.job.job_id, c.job.fence) for c in claimed]
 
         node.notice_starts([Beat(*noticed, 0.0, clock.now_ms())])

@@ -88,7 +88,7 @@ async def test_a_late_entry_from_another_node_is_read_again(tmp_path: Path) -> N
         assert isinstance(clock, FakeClock)
         job = await _schedule_slowly(a, b, clock, 2.0)
         await advance(a, clock, 2)
-        claimed = await a.claim(worker="w", types=["t"], limit=10, wait_s=0, lease_s=5)
+        claimed = await a.claims.claim(worker="w", types=["t"], limit=10, wait_s=0, lease_s=5)
         assert [c.job.job_id for c in claimed] == [job.job_id]
         assert claimed[0].job.started_at >= job.run_at
 
@@ -101,7 +101,7 @@ async def test_an_entry_that_landed_very_late_is_written_again_due_now(tmp_path:
         assert isinstance(clock, FakeClock)
         job = await _schedule_slowly(a, b, clock, 20.0)
         await advance(a, clock, 3)
-        claimed = await a.claim(worker="w", types=["t"], limit=10, wait_s=0, lease_s=5)
+        claimed = await a.claims.claim(worker="w", types=["t"], limit=10, wait_s=0, lease_s=5)
         assert [c.job.job_id for c in claimed] == [job.job_id]
 
 
@@ -179,9 +179,11 @@ async def test_an_entry_whose_writer_died_before_writing_it_again_is_found_befor
         try:
             await advance(a, clock, 25, step=0.25)  # landed at 23 s; its second write hangs
             assert not task.done()
-            assert await a.claim(worker="w", types=["t"], limit=10, wait_s=0, lease_s=5) == []
+            assert (
+                await a.claims.claim(worker="w", types=["t"], limit=10, wait_s=0, lease_s=5) == []
+            )
             await advance(a, clock, 45, step=0.5)  # minute 0 ended at 60 s, settled at 65 s
-            claimed = await a.claim(worker="w", types=["t"], limit=10, wait_s=0, lease_s=5)
+            claimed = await a.claims.claim(worker="w", types=["t"], limit=10, wait_s=0, lease_s=5)
             assert len(claimed) == 1 and claimed[0].job.run_at == START_MS + 3000
         finally:
             task.cancel()
@@ -221,7 +223,7 @@ async def test_the_only_writer_writes_a_slow_entry_again_only_when_it_is_behind_
         assert created
         written = [e.due_at for e in await all_entries(node, job)]
         assert len(written) == 1 and written[0] < job.run_at + 1000, f"entries due at {written}"
-        claimed = await node.claim(worker="w", types=["t"], limit=10, wait_s=0, lease_s=600)
+        claimed = await node.claims.claim(worker="w", types=["t"], limit=10, wait_s=0, lease_s=600)
         assert [c.job.job_id for c in claimed] == [job.job_id]
 
         store.delay_s = 90.0  # lands in the second minute from now, the cursor past its own
@@ -237,7 +239,7 @@ async def test_the_only_writer_writes_a_slow_entry_again_only_when_it_is_behind_
             "no entry of the job where a restarted node reads"
         )
         await advance(node, clock, 1)
-        claimed = await node.claim(worker="w", types=["t"], limit=10, wait_s=0, lease_s=5)
+        claimed = await node.claims.claim(worker="w", types=["t"], limit=10, wait_s=0, lease_s=5)
         assert [c.job.job_id for c in claimed] == [late.job_id]
 
 

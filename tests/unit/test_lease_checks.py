@@ -17,7 +17,7 @@ from timeshard.sharding import MINUTE_MS, minute_of
 async def _claim_one(node: Node, lease_s: float) -> str:
     """A job claimed by a worker that starts its handler (its start notice written with a
     heartbeat, as every heartbeat of a started handler carries it) and then goes silent."""
-    claimed = await node.claim(worker="w", types=["t"], limit=1, wait_s=0, lease_s=lease_s)
+    claimed = await node.claims.claim(worker="w", types=["t"], limit=1, wait_s=0, lease_s=lease_s)
     assert len(claimed) == 1
     job = claimed[0].job
     await node.heartbeat(job.job_id, job.fence, lease_s, started_at=node.clock.now_ms())

@@ -40,7 +40,9 @@ async def _claim_and_abandon(
     fake times of the claims."""
     claims: list[int] = []
     for _ in range(rounds):
-        for c in await node.claim(worker="w", types=["poison"], limit=1, wait_s=0, lease_s=LEASE_S):
+        for c in await node.claims.claim(
+            worker="w", types=["poison"], limit=1, wait_s=0, lease_s=LEASE_S
+        ):
             assert c.job.job_id == job_id
             claims.append(clock.now_ms())
             node.notice_starts([Beat(job_id, c.job.fence, 0.0, clock.now_ms())])
@@ -105,7 +107,9 @@ async def test_a_heartbeat_after_the_expiry_is_refused_and_the_retry_stands() ->
     async with running(types={"poison": TypePolicy(retry=BACKOFF)}) as (node, clock):
         job, _ = await node.schedule(job_type="poison", payload=b"", run_at=START_MS)
         await advance(node, clock, 0.5)
-        [c] = await node.claim(worker="w", types=["poison"], limit=1, wait_s=0, lease_s=LEASE_S)
+        [c] = await node.claims.claim(
+            worker="w", types=["poison"], limit=1, wait_s=0, lease_s=LEASE_S
+        )
         node.notice_starts([Beat(job.job_id, c.job.fence, 0.0, clock.now_ms())])
         await advance(node, clock, LEASE_S + 1)
         retrying = await node.get(job.job_id)

@@ -123,7 +123,9 @@ async def test_a_scripted_run_shows_in_the_metrics_with_the_right_values() -> No
             await node.cancel(victim.job_id)
             await advance(node, clock, 2.5)  # due 1 s in, claimed 2.5 s in: 1.5 s late each
 
-            claimed = await node.claim(worker="w", types=["mail"], limit=n, wait_s=0, lease_s=30)
+            claimed = await node.claims.claim(
+                worker="w", types=["mail"], limit=n, wait_s=0, lease_s=30
+            )
             assert len(claimed) == n
             for c in claimed[:m]:
                 await node.fail(c.job.job_id, c.job.fence, "timeout talking to smtp", False)
@@ -136,15 +138,21 @@ async def test_a_scripted_run_shows_in_the_metrics_with_the_right_values() -> No
             # One run whose lease runs out, then runs again.
             slow, _ = await node.schedule(job_type="slow", payload=b"", run_at=START_MS + 2500)
             await settle(node)
-            (run1,) = await node.claim(worker="w", types=["slow"], limit=1, wait_s=0, lease_s=1)
+            (run1,) = await node.claims.claim(
+                worker="w", types=["slow"], limit=1, wait_s=0, lease_s=1
+            )
             started = Beat(slow.job_id, run1.job.fence, 0.0, clock.now_ms())
             node.notice_starts([started])  # its handler started, then hung
             await advance(node, clock, 2.0)
-            (run2,) = await node.claim(worker="w2", types=["slow"], limit=1, wait_s=0, lease_s=30)
+            (run2,) = await node.claims.claim(
+                worker="w2", types=["slow"], limit=1, wait_s=0, lease_s=30
+            )
             assert run2.job.job_id == slow.job_id and run2.job.fence > run1.job.fence
 
             # The retries (backoff at most 1 s) are due by now: they succeed.
-            retried = await node.claim(worker="w", types=["mail"], limit=n, wait_s=0, lease_s=30)
+            retried = await node.claims.claim(
+                worker="w", types=["mail"], limit=n, wait_s=0, lease_s=30
+            )
             assert sorted(c.job.job_id for c in retried) == sorted(
                 c.job.job_id for c in claimed[:m]
             )
@@ -204,7 +212,7 @@ async def test_the_dead_letter_count_comes_from_the_store() -> None:
         for _ in range(3):
             await node.schedule(job_type="t", payload=b"", run_at=START_MS, max_attempts=1)
         await settle(node)
-        for c in await node.claim(worker="w", types=["t"], limit=3, wait_s=0, lease_s=30):
+        for c in await node.claims.claim(worker="w", types=["t"], limit=3, wait_s=0, lease_s=30):
             await node.fail(c.job.job_id, c.job.fence, "nope", False)  # out of attempts
 
         async def ignore(_: bool) -> None:
@@ -243,7 +251,9 @@ async def test_jobs_a_cron_schedule_creates_count_as_scheduled() -> None:
         await node.schedules.create(s)
         for _ in range(3):
             await advance(node, clock, 60, step=5)
-            for c in await node.claim(worker="w", types=["cron.t"], limit=10, wait_s=0, lease_s=30):
+            for c in await node.claims.claim(
+                worker="w", types=["cron.t"], limit=10, wait_s=0, lease_s=30
+            ):
                 await node.complete(c.job.job_id, c.job.fence)
         # The fire of the third minute again, as a second dispatcher would: made already.
         stored = await node.schedules.get("every-minute")

@@ -72,7 +72,7 @@ async def test_a_job_created_while_its_bucket_is_being_read_is_dispatched() -> N
         store.release.set()
         await settle(node)
         await advance(node, clock, 7)
-        claimed = await node.claim(worker="w", types=["t"], limit=5, wait_s=0, lease_s=5)
+        claimed = await node.claims.claim(worker="w", types=["t"], limit=5, wait_s=0, lease_s=5)
         assert [c.job.job_id for c in claimed] == [job.job_id], "the job was never dispatched"
     finally:
         store.release.set()

@@ -115,9 +115,9 @@ async def test_the_node_hands_out_higher_priority_jobs_first_and_refuses_bad_one
         assert (await node.get(high[0].job_id)).priority == 7
         await advance(node, clock, 1)
         await wait_until(lambda: node.ready.count() == 10, what="all ready")
-        got = await node.claim(worker="w", types=["p"], limit=5, wait_s=0, lease_s=30)
+        got = await node.claims.claim(worker="w", types=["p"], limit=5, wait_s=0, lease_s=30)
         assert {c.job.job_id for c in got} == {j.job_id for j in high}
-        rest = await node.claim(worker="w", types=["p"], limit=5, wait_s=0, lease_s=30)
+        rest = await node.claims.claim(worker="w", types=["p"], limit=5, wait_s=0, lease_s=30)
         assert {c.job.job_id for c in rest} == {j.job_id for j in low}
         for bad in (-1, MAX_PRIORITY + 1):
             with pytest.raises(InvalidArgument) as refused:
@@ -134,7 +134,10 @@ async def test_wait_is_measured_by_priority() -> None:
         await node.schedule(job_type="p", payload=b"", run_at=START_MS, priority=3)
         await advance(node, clock, 2)
         await wait_until(lambda: node.ready.count() == 1, what="ready")
-        assert len(await node.claim(worker="w", types=["p"], limit=1, wait_s=0, lease_s=30)) == 1
+        assert (
+            len(await node.claims.claim(worker="w", types=["p"], limit=1, wait_s=0, lease_s=30))
+            == 1
+        )
         text = generate_latest(node_registry(node)).decode()
         assert 'timeshard_claim_wait_seconds_count{priority="3"} 1.0' in text
 

@@ -58,7 +58,9 @@ async def test_a_job_rescheduled_on_its_owner_leaves_the_queue_until_its_new_tim
         await advance(node, clock, 110, step=5)
         assert node.ready.count() == 0
         await advance(node, clock, 15, step=5)
-        (claimed,) = await node.claim(worker="w", types=["nobody"], limit=1, wait_s=0, lease_s=5)
+        (claimed,) = await node.claims.claim(
+            worker="w", types=["nobody"], limit=1, wait_s=0, lease_s=5
+        )
         assert claimed.job.job_id == job.job_id and claimed.job.started_at >= later
 
 
@@ -94,5 +96,7 @@ async def test_a_job_rescheduled_through_another_node_is_held_for_its_new_time(
         assert not a.ready.holds("nobody", job.job_id), "a job moved to later still waits as due"
         assert a.ready.count() == 0
         await advance(a, clock, (later - clock.now_ms()) / 1000 + 2, step=5)
-        (claimed,) = await a.claim(worker="w", types=["nobody"], limit=1, wait_s=0, lease_s=5)
+        (claimed,) = await a.claims.claim(
+            worker="w", types=["nobody"], limit=1, wait_s=0, lease_s=5
+        )
         assert claimed.job.job_id == job.job_id and claimed.job.started_at >= later

@@ -33,7 +33,7 @@ async def test_a_completion_may_linger_unless_a_concurrency_limit_waits_for_it()
         await advance(node, clock, 1)
         await wait_until(lambda: node.ready.count() == 3, what="three jobs ready")
         for t, job in jobs.items():
-            [c] = await node.claim(worker="w", types=[t], limit=1, wait_s=0, lease_s=60)
+            [c] = await node.claims.claim(worker="w", types=[t], limit=1, wait_s=0, lease_s=60)
             [done] = await node.finish([FinishItem(job_id=job.job_id, fence=c.job.fence)])
             assert not isinstance(done, Exception)
         assert asked == [

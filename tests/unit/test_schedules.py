@@ -56,7 +56,7 @@ def occ(minute: int, sid: str = "s1") -> str:
 async def drain(node: Node) -> list[str]:
     """Claim and complete every due cron.t job; returns their ids."""
     done = []
-    for c in await node.claim(worker="w", types=["cron.t"], limit=100, wait_s=0, lease_s=30):
+    for c in await node.claims.claim(worker="w", types=["cron.t"], limit=100, wait_s=0, lease_s=30):
         await node.complete(c.job.job_id, c.job.fence)
         done.append(c.job.job_id)
     return done
@@ -119,7 +119,7 @@ async def run_with_a_slow_handler(
         held = []
         for minute in range(1, 6):
             await advance(node, clock, 60, step=5)
-            for c in await node.claim(
+            for c in await node.claims.claim(
                 worker="w", types=["cron.t"], limit=10, wait_s=0, lease_s=600
             ):
                 started.append(c.job.job_id)
@@ -382,7 +382,7 @@ async def test_permanent_error_goes_to_the_dlq_and_replay_runs_it_again() -> Non
             job_type="t", payload=b'{"x": 1}', run_at=START_MS, idempotency_key="key-1"
         )
         await advance(node, clock, 0.5)
-        (c,) = await node.claim(worker="w", types=["t"], limit=1, wait_s=0, lease_s=30)
+        (c,) = await node.claims.claim(worker="w", types=["t"], limit=1, wait_s=0, lease_s=30)
         dead = await node.fail(job.job_id, c.job.fence, "ValueError: bad input", permanent=True)
         assert dead.state is JobState.DEAD and dead.attempt == 1
         page = await node.dead_letters.page(job_type="t", since_ms=0, limit=10, page_token="")
@@ -401,14 +401,14 @@ async def test_replay_gives_a_fresh_attempt_count_and_keeps_the_key() -> None:
             job_type="t", payload=b"{}", run_at=START_MS, idempotency_key="key-1", max_attempts=1
         )
         await advance(node, clock, 0.5)
-        (c,) = await node.claim(worker="w", types=["t"], limit=1, wait_s=0, lease_s=30)
+        (c,) = await node.claims.claim(worker="w", types=["t"], limit=1, wait_s=0, lease_s=30)
         await node.fail(job.job_id, c.job.fence, "boom", permanent=False)  # out of attempts
         assert (await node.get(job.job_id)).state is JobState.DEAD
         (replayed,) = await node.dead_letters.replay([], "t")
         assert replayed.state is JobState.SCHEDULED and replayed.attempt == 0
         assert replayed.idempotency_key == "key-1" and replayed.job_id == job.job_id
         await advance(node, clock, 0.5)
-        (c2,) = await node.claim(worker="w", types=["t"], limit=1, wait_s=0, lease_s=30)
+        (c2,) = await node.claims.claim(worker="w", types=["t"], limit=1, wait_s=0, lease_s=30)
         assert c2.job.attempt == 1
         await node.complete(job.job_id, c2.job.fence)
         assert (await node.get(job.job_id)).state is JobState.SUCCEEDED
@@ -421,7 +421,7 @@ async def test_purge_removes_dead_jobs_only() -> None:
         a, _ = await node.schedule(job_type="t", payload=b"{}", run_at=START_MS)
         b, _ = await node.schedule(job_type="t", payload=b"{}", run_at=START_MS + 3_600_000)
         await advance(node, clock, 0.5)
-        (c,) = await node.claim(worker="w", types=["t"], limit=1, wait_s=0, lease_s=30)
+        (c,) = await node.claims.claim(worker="w", types=["t"], limit=1, wait_s=0, lease_s=30)
         await node.fail(a.job_id, c.job.fence, "x", permanent=True)
         purged = await node.dead_letters.purge([], "t")
         assert [j.job_id for j in purged] == [a.job_id]
@@ -441,14 +441,16 @@ async def test_cluster_wide_concurrency_limit_of_a_type() -> None:
             await node.schedule(job_type="limited", payload=b"{}", run_at=START_MS)
             await node.schedule(job_type="free", payload=b"{}", run_at=START_MS)
         await advance(node, clock, 0.5)
-        got = await node.claim(
+        got = await node.claims.claim(
             worker="w", types=["limited", "free"], limit=20, wait_s=0, lease_s=30
         )
         assert sorted(c.job.job_type for c in got).count("limited") == 2
         assert sum(1 for c in got if c.job.job_type == "free") == 5
         first = next(c for c in got if c.job.job_type == "limited")
         await node.complete(first.job.job_id, first.job.fence)
-        more = await node.claim(worker="w", types=["limited"], limit=20, wait_s=0, lease_s=30)
+        more = await node.claims.claim(
+            worker="w", types=["limited"], limit=20, wait_s=0, lease_s=30
+        )
         assert len(more) == 1
 
 
@@ -460,7 +462,7 @@ async def test_per_type_max_attempts_and_backoff() -> None:
         job, _ = await node.schedule(job_type="t", payload=b"{}", run_at=START_MS)
         assert job.max_attempts == 5
         await advance(node, clock, 0.5)
-        (c,) = await node.claim(worker="w", types=["t"], limit=1, wait_s=0, lease_s=30)
+        (c,) = await node.claims.claim(worker="w", types=["t"], limit=1, wait_s=0, lease_s=30)
         failed = await node.fail(job.job_id, c.job.fence, "x", permanent=False)
         assert clock.now_ms() <= failed.run_at <= clock.now_ms() + 10_000
 

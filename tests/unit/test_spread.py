@@ -57,9 +57,12 @@ async def test_occurrences_run_at_nominal_plus_the_same_offset_and_keep_their_id
         offset = spread_offset_of("nightly-report", SPREAD_MS)
         first_nominal = s.next_fire
         await advance(node, clock, (first_nominal - START_MS) / 1000 + 1, step=30)
-        assert await node.claim(worker="w", types=["cron.t"], limit=1, wait_s=0, lease_s=30) == []
+        assert (
+            await node.claims.claim(worker="w", types=["cron.t"], limit=1, wait_s=0, lease_s=30)
+            == []
+        )
         await advance(node, clock, offset / 1000 + 1, step=30)  # never early: due only now
-        [c] = await node.claim(worker="w", types=["cron.t"], limit=1, wait_s=0, lease_s=30)
+        [c] = await node.claims.claim(worker="w", types=["cron.t"], limit=1, wait_s=0, lease_s=30)
         assert c.job.started_at >= first_nominal + offset
         await node.complete(c.job.job_id, c.job.fence)
         await advance(node, clock, 3600, step=60)  # the next hour's occurrence too

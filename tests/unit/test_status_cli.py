@@ -31,7 +31,9 @@ async def test_status_summarises_the_cluster(capsys: pytest.CaptureFixture[str])
         for _ in range(4):
             await node.schedule(job_type="report", payload=b"", run_at=now - 200)
         await wait_until(lambda: node.ready.count() == 4, what="jobs ready")
-        claimed = await node.claim(worker="w", types=["report"], limit=4, wait_s=0, lease_s=30)
+        claimed = await node.claims.claim(
+            worker="w", types=["report"], limit=4, wait_s=0, lease_s=30
+        )
         await node.fail(claimed[0].job.job_id, claimed[0].job.fence, "no <printer>", True)
         for c in claimed[1:]:
             await node.complete(c.job.job_id, c.job.fence)

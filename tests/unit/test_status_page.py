@@ -50,7 +50,9 @@ async def test_the_status_page_in_a_real_browser(tmp_path: Path) -> None:
             await node.schedule(job_type="invoice.send", payload=b"{}", run_at=START_MS + 1000)
         await node.schedule(job_type="nobody.claims", payload=b"", run_at=START_MS + 1000)
         await advance(node, clock, 2.5)  # claimed 1.5 s after they were due
-        jobs = await node.claim(worker="w1", types=["invoice.send"], limit=6, wait_s=0, lease_s=30)
+        jobs = await node.claims.claim(
+            worker="w1", types=["invoice.send"], limit=6, wait_s=0, lease_s=30
+        )
         await node.fail(jobs[0].job.job_id, jobs[0].job.fence, "smtp timeout", False)
         await node.fail(jobs[1].job.job_id, jobs[1].job.fence, HOSTILE, True)
         for c in jobs[2:]:
@@ -61,7 +63,7 @@ async def test_the_status_page_in_a_real_browser(tmp_path: Path) -> None:
 
         await HealthWatcher(node, ignore).count_dead_letters(force=True)
         await advance(node, clock, 1.0)  # the retry (backoff at most 1 s) is due: it succeeds
-        (retry,) = await node.claim(
+        (retry,) = await node.claims.claim(
             worker="w2", types=["invoice.send"], limit=5, wait_s=0, lease_s=30
         )
         await node.complete(retry.job.job_id, retry.job.fence)

@@ -54,7 +54,7 @@ async def _outage_after_a_foreign_write(tmp_path: Path, outage_s: float) -> None
         owner_store.down = False
         await advance(a, clock, 3)
         await settle(a)
-        claimed = await a.claim(worker="w", types=["t"], limit=10, wait_s=0, lease_s=5)
+        claimed = await a.claims.claim(worker="w", types=["t"], limit=10, wait_s=0, lease_s=5)
         assert [c.job.job_id for c in claimed] == [job.job_id], (
             f"job written by another node before a {outage_s:g} s outage was never read"
         )

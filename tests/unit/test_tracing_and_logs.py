@@ -32,7 +32,9 @@ async def test_a_jobs_spans_share_one_trace_with_its_id_and_fence() -> None:
         await wait_until(lambda: len(node.dispatchers) == node.num_shards, what="shards taken")
         job, _ = await node.schedule(job_type="mail", payload=b"", run_at=START_MS + 1000)
         await advance(node, clock, 1.5)
-        (claimed,) = await node.claim(worker="w1", types=["mail"], limit=1, wait_s=0, lease_s=30)
+        (claimed,) = await node.claims.claim(
+            worker="w1", types=["mail"], limit=1, wait_s=0, lease_s=30
+        )
 
         # The worker, in another process in real life: its spans join the job's trace too.
         worker = WorkerMetrics(clock=clock, tracer_provider=provider)

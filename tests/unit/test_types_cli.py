@@ -34,7 +34,9 @@ async def test_pause_show_and_resume_from_the_cli(capsys: pytest.CaptureFixture[
         for _ in range(3):
             await node.schedule(job_type="invoice.send", payload=b"", run_at=now)
         await wait_until(lambda: node.ready.count() == 3, what="jobs ready")
-        got = await node.claim(worker="w", types=["invoice.send"], limit=5, wait_s=0, lease_s=30)
+        got = await node.claims.claim(
+            worker="w", types=["invoice.send"], limit=5, wait_s=0, lease_s=30
+        )
         assert got == []
         code, out, _ = await cli(capsys, *at, "types", "show", "--json")
         (row,) = json.loads(out)
@@ -52,7 +54,9 @@ async def test_pause_show_and_resume_from_the_cli(capsys: pytest.CaptureFixture[
         assert code == 0 and "2.5" in out
         code, _, _ = await cli(capsys, *at, "types", "resume", "invoice.send", "--json")
         assert code == 0
-        got = await node.claim(worker="w", types=["invoice.send"], limit=5, wait_s=5, lease_s=30)
+        got = await node.claims.claim(
+            worker="w", types=["invoice.send"], limit=5, wait_s=5, lease_s=30
+        )
         assert 1 <= len(got) <= 2, "released at its rate (burst 2), not all three at once"
 
 

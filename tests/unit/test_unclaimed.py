@@ -74,7 +74,7 @@ async def test_an_unclaimed_job_ages_on_metrics_from_its_own_due_time_and_alerts
         )
         assert any(e.job_id == job.job_id for e in entries), "not re-filed every minute"
         # A type whose jobs get claimed falls back to 0 (the series stays).
-        await node.claim(worker="w", types=["mail"], limit=1, wait_s=0, lease_s=30)
+        await node.claims.claim(worker="w", types=["mail"], limit=1, wait_s=0, lease_s=30)
         got = scrape(node)
         assert got[("timeshard_type_unclaimed_jobs", (("type", "mail"),))] == 0
         assert age(got, "mail") == 0
@@ -143,7 +143,7 @@ async def test_a_run_again_after_its_lease_expired_ages_from_the_expiry() -> Non
     async with running() as (node, clock):
         job, _ = await node.schedule(job_type="slow", payload=b"", run_at=START_MS + 1000)
         await advance(node, clock, 2)
-        await node.claim(worker="w", types=["slow"], limit=1, wait_s=0, lease_s=60)
+        await node.claims.claim(worker="w", types=["slow"], limit=1, wait_s=0, lease_s=60)
         await advance(node, clock, 75, step=5)  # the lease ends 62 s in; nobody claims since
         stored = await node.get(job.job_id)
         due_since = max(stored.run_at, stored.lease_until)

@@ -39,7 +39,7 @@ async def claimed_jobs(node: Node, n: int, job_type: str = "t") -> list[Job]:
     for _ in range(n):
         await node.schedule(job_type=job_type, payload=b"", run_at=now)
     await wait_until(lambda: node.ready.count() >= n, what=f"{n} jobs ready")
-    got = await node.claim(worker="w", types=[job_type], limit=n, wait_s=0, lease_s=60)
+    got = await node.claims.claim(worker="w", types=[job_type], limit=n, wait_s=0, lease_s=60)
     assert len(got) == n
     return [c.job for c in got]
 
@@ -198,7 +198,7 @@ async def test_a_lease_expiry_that_kills_a_job_is_handed_over() -> None:
         now = clock.now_ms()
         job, _ = await node.schedule(job_type="t", payload=b"", run_at=now, max_attempts=1)
         await wait_until(lambda: node.ready.count() == 1, what="ready")
-        (c,) = await node.claim(worker="w", types=["t"], limit=1, wait_s=0, lease_s=1)
+        (c,) = await node.claims.claim(worker="w", types=["t"], limit=1, wait_s=0, lease_s=1)
         node.notice_starts([Beat(job.job_id, c.job.fence, 0.0, clock.now_ms())])  # then it hung
         waiter = Waiter(node, [job.job_id])
         for _ in range(10):

@@ -21,14 +21,14 @@ from timeshard.worker import JobContext
 def record_claims(srv: Server) -> list[tuple[tuple[str, ...], int, int]]:
     """(types, limit, jobs granted) of each claim the node answers."""
     seen: list[tuple[tuple[str, ...], int, int]] = []
-    claim = srv.node.claim
+    claim = srv.node.claims.claim
 
     async def recording(*, types: Sequence[str], limit: int, **kw: object) -> list[Claimed]:
         out = await claim(types=types, limit=limit, **kw)  # type: ignore[arg-type]
         seen.append((tuple(types), limit, len(out)))
         return out
 
-    srv.node.claim = recording  # type: ignore[method-assign]
+    srv.node.claims.claim = recording  # type: ignore[method-assign]
     return seen
 
 

@@ -349,7 +349,7 @@ async def test_a_worker_that_dies_holding_a_job_leaves_it_to_its_lease_expiry() 
     async with running() as (node, clock):
         job, _ = await node.schedule(job_type="t", payload=b"{}", run_at=clock.now_ms())
         await advance(node, clock, 0.5)
-        claimed = await node.claim(worker="gone", types=["t"], limit=1, wait_s=0, lease_s=5)
+        claimed = await node.claims.claim(worker="gone", types=["t"], limit=1, wait_s=0, lease_s=5)
         assert [c.job.job_id for c in claimed] == [job.job_id]
         node.notice_starts([Beat(job.job_id, claimed[0].job.fence, 0.0, clock.now_ms())])
         await advance(node, clock, 8)

@@ -317,7 +317,7 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
         if request.wait.seconds < 0 or request.wait.nanos < 0:
             raise InvalidArgument("wait", "must not be negative (0s answers at once)")
         self.node.polled.asked(request.types)
-        claimed = await self.node.claim(
+        claimed = await self.node.claims.claim(
             worker=request.worker_id,
             types=list(request.types),
             # Granted in part beyond what fits in the reply: its claims are written first.

@@ -2,11 +2,11 @@
 
 The worker opens it with a hello and grants credits per job type (its free slots); the node
 pushes claimed jobs as they come due, never more of a type than the credits it holds, each push
-one claim batch through the node's claim path (``Node.claim``: fence, epoch, conditional writes,
-concurrency limits, never early). Heartbeats and results come on the same stream, many per
-request; those of every stream arriving while one batch is applied are applied together in the
-next (``batching.GroupCommit``), and each request gets one answer with a result per item. The
-protocol, message by message, is in docs/architecture.md ("The worker stream").
+one claim batch through the node's claim path (``Claims.claim``: fence, epoch, conditional
+writes, concurrency limits, never early). Heartbeats and results come on the same stream, many
+per request; those of every stream arriving while one batch is applied are applied together in
+the next (``batching.GroupCommit``), and each request gets one answer with a result per item.
+The protocol, message by message, is in docs/architecture.md ("The worker stream").
 
 Per stream there is the reading coroutine (the RPC's own), one pushing task with up to
 ``PIPELINE`` claims in flight, and one writing task: none per job. Jobs claimed for a stream
@@ -476,7 +476,7 @@ class WorkStream:
         failed = True
         self._node.polled.asked(caps)  # an idle worker's claims go on: it is still asking
         try:
-            claimed = await self._node.claim(
+            claimed = await self._node.claims.claim(
                 worker=self._worker,
                 types=list(caps),
                 limit=min(sum(caps.values()), self._push_cap),

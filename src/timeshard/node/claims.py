@@ -1,7 +1,7 @@
 """The claim side of a node: long-polled claims of ready jobs, each a conditional write on its
 fence (invariant 5); the linger that lets jobs coming due join a claim; and each limited job
 type's running jobs, which decide how many more this node may start. The ``Node`` owns one
-``Claims`` and exposes ``claim`` as its API; no gRPC types here."""
+``Claims``, which the servicers call as ``node.claims``; no gRPC types here."""
 
 from __future__ import annotations
 

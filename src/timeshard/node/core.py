@@ -9,7 +9,7 @@ import dataclasses
 import logging
 import random
 import uuid
-from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
+from collections.abc import AsyncIterator, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,14 +50,14 @@ from timeshard.model import (
     validate_result,
 )
 from timeshard.node import clockcheck
-from timeshard.node.claims import Claimed, Claims, TypePolicy
+from timeshard.node.claims import Claims, TypePolicy
 from timeshard.node.deadletters import DeadLetters
 from timeshard.node.dispatcher import DispatchConfig, ShardDispatcher
 from timeshard.node.flow import FlowControl, TypeFlow
 from timeshard.node.peers import HINT_MARGIN_S, PeerHints, Send
 from timeshard.node.policies import TypePolicies
 from timeshard.node.polled import PolledTypes
-from timeshard.node.ready import ReadyItem, ReadyQueues
+from timeshard.node.ready import ReadyQueues
 from timeshard.node.refresh import BucketRefresher
 from timeshard.node.repeats import AskedTime, IfExists, conflict
 from timeshard.node.retry import RetryPolicy
@@ -756,31 +756,6 @@ class Node:
             raise InvalidArgument("lease", "must not be negative")
         lease_s = lease_s or cfg.default_lease_s
         return round(min(max(lease_s, cfg.min_lease_s), cfg.max_lease_s) * 1000)
-
-    async def claim(
-        self,
-        *,
-        worker: str,
-        types: Sequence[str],
-        limit: int,
-        wait_s: float,
-        lease_s: float,
-        caps: Mapping[str, int] | None = None,
-        give_up: Callable[[], bool] | None = None,
-        before_write: Callable[[Sequence[ReadyItem]], None] | None = None,
-    ) -> list[Claimed]:
-        """Long-poll: wait up to ``wait_s`` for due jobs of ``types`` and claim up to ``limit``
-        with a conditional write each (invariant 5). See ``timeshard.node.claims``."""
-        return await self.claims.claim(
-            worker=worker,
-            types=types,
-            limit=limit,
-            wait_s=wait_s,
-            lease_s=lease_s,
-            caps=caps,
-            give_up=give_up,
-            before_write=before_write,
-        )
 
     def wake_claims(self) -> None:
         """Wake every waiting claim to look again (a worker stream's credits changed)."""
