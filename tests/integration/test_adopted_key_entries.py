@@ -27,7 +27,7 @@ from tests.contract.conftest import cassandra_address, cassandra_admin
 from timeshard.clock import SystemClock
 from timeshard.coordinator.local import LocalCoordinator
 from timeshard.model import BucketEntry, Job
-from timeshard.node import Node
+from timeshard.node import JobSpec, Node
 from timeshard.sharding import shard_of
 from timeshard.store.cassandra import CassandraStore
 
@@ -75,11 +75,13 @@ async def test_a_job_finished_under_a_keys_id_is_notified_under_that_id(
         node._notify = notify  # type: ignore[method-assign]
         now = SystemClock().now_ms()
         job, created = await node.schedule(
-            job_type="adopt.job",
-            payload=payload,
-            run_at=now - 10_000,  # due 10 s ago: its entry is late, so it must be re-landed
-            idempotency_key="retried-key",
-            max_attempts=max_attempts,
+            JobSpec(
+                job_type="adopt.job",
+                payload=payload,
+                run_at=now - 10_000,  # due 10 s ago: its entry is late, so it must be re-landed
+                idempotency_key="retried-key",
+                max_attempts=max_attempts,
+            )
         )
         assert created and job.job_id == stalled
         assert [(e.job_id, e.shard) for e in notified] == [

@@ -19,7 +19,7 @@ from tests.contract.conftest import cassandra_address, cassandra_admin
 from tests.unit.helpers import FixedCoordinator
 from timeshard.clock import SystemClock
 from timeshard.model import JobState, Schedule, spread_offset_of
-from timeshard.node import Node
+from timeshard.node import JobSpec, Node
 from timeshard.store.base import JobClaim
 from timeshard.store.cassandra import CassandraStore
 
@@ -75,7 +75,7 @@ async def test_a_job_scheduled_through_another_node_expires_at_its_owner(
     async with two_nodes(cassandra_address, keyspace) as (owner, other):
         now = other.clock.now_ms()
         job, _ = await other.schedule(
-            job_type="it.nobody", payload=b"", run_at=now + 500, deadline=now + 2500
+            JobSpec(job_type="it.nobody", payload=b"", run_at=now + 500, deadline=now + 2500)
         )
 
         async def ready() -> bool:
@@ -96,7 +96,7 @@ async def test_a_job_scheduled_through_another_node_expires_at_its_owner(
         assert [j.job_id for j in page.jobs] == [job.job_id]
         # A claim written after the deadline does not apply, whichever node sends it.
         late, _ = await other.schedule(
-            job_type="it.nobody2", payload=b"", run_at=now, deadline=now + 1
+            JobSpec(job_type="it.nobody2", payload=b"", run_at=now, deadline=now + 1)
         )
         [out] = await other.store.claim_jobs(
             [
@@ -118,11 +118,19 @@ async def test_the_owner_hands_out_higher_priorities_first(
     async with two_nodes(cassandra_address, keyspace) as (owner, other):
         now = other.clock.now_ms()
         low = [
-            (await other.schedule(job_type="it.prio", payload=b"", run_at=now, priority=1))[0]
+            (
+                await other.schedule(
+                    JobSpec(job_type="it.prio", payload=b"", run_at=now, priority=1)
+                )
+            )[0]
             for _ in range(6)
         ]
         high = [
-            (await other.schedule(job_type="it.prio", payload=b"", run_at=now, priority=8))[0]
+            (
+                await other.schedule(
+                    JobSpec(job_type="it.prio", payload=b"", run_at=now, priority=8)
+                )
+            )[0]
             for _ in range(6)
         ]
 

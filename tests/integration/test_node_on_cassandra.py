@@ -17,7 +17,7 @@ from tests.contract.conftest import cassandra_address, cassandra_admin
 from tests.integration.test_cassandra_store import own_node
 from timeshard.clock import SystemClock
 from timeshard.coordinator.local import LocalCoordinator
-from timeshard.node import Node
+from timeshard.node import JobSpec, Node
 from timeshard.server import Server
 from timeshard.stack import CassandraProcess
 from timeshard.store.cassandra import CassandraStore
@@ -91,7 +91,9 @@ async def test_jobs_late_writes_and_cron_run_end_to_end(
         ids = {r.job.job_id for r in resp.results}
         # Due ten minutes ago: written into the bucket the dispatcher reads now. The API refuses
         # a run_at that far back, so through the node (as a catch-up or a replay writes).
-        late, _ = await server.node.schedule(job_type="it.job", payload=b"", run_at=now - 600_000)
+        late, _ = await server.node.schedule(
+            JobSpec(job_type="it.job", payload=b"", run_at=now - 600_000)
+        )
         ids.add(late.job_id)
         await jobs.CreateSchedule(
             pb.CreateScheduleRequest(

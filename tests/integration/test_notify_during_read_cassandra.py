@@ -19,7 +19,7 @@ from tests.contract.conftest import cassandra_address, cassandra_admin
 from timeshard.clock import SystemClock
 from timeshard.coordinator.local import LocalCoordinator
 from timeshard.model import BucketEntry
-from timeshard.node import Node, NodeConfig
+from timeshard.node import JobSpec, Node, NodeConfig
 from timeshard.node.dispatcher import DispatchConfig
 from timeshard.store.cassandra import CassandraStore
 
@@ -78,7 +78,7 @@ async def test_a_job_created_while_its_bucket_read_is_in_flight_runs(
         await asyncio.wait_for(store.reading.wait(), 10)
         # The held refresh reads up to about now + 2 s; the one before it, 1 s less far.
         job, created = await node.schedule(
-            job_type="t", payload=b"{}", run_at=node.clock.now_ms() + 1_700
+            JobSpec(job_type="t", payload=b"{}", run_at=node.clock.now_ms() + 1_700)
         )
         assert created
         store.hold = False

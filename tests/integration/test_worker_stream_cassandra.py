@@ -19,7 +19,7 @@ from timeshard.api.work import WorkHub
 from timeshard.clock import SystemClock
 from timeshard.coordinator.local import LocalCoordinator
 from timeshard.model import JobState
-from timeshard.node import Node
+from timeshard.node import JobSpec, Node
 from timeshard.server import Server
 from timeshard.store.cassandra import CassandraStore
 from timeshard.v1 import timeshard_pb2 as pb
@@ -50,9 +50,11 @@ async def test_the_worker_stream_on_cassandra(cassandra_address: str, keyspace: 
     try:
         now = node.clock.now_ms()
         ids = [
-            (await node.schedule(job_type="it.stream", payload=b"", run_at=now + 1500 + 50 * i))[
-                0
-            ].job_id
+            (
+                await node.schedule(
+                    JobSpec(job_type="it.stream", payload=b"", run_at=now + 1500 + 50 * i)
+                )
+            )[0].job_id
             for i in range(10)
         ]
         s = Stream(channel)
@@ -108,7 +110,7 @@ async def test_the_worker_sdk_runs_jobs_over_the_stream_on_cassandra(
     async with node_with_worker(url, use_stream=True) as (server, ran):
         now = server.node.clock.now_ms()
         for i in range(30):
-            await server.node.schedule(job_type="it.job", payload=b"", run_at=now + 20 * i)
+            await server.node.schedule(JobSpec(job_type="it.job", payload=b"", run_at=now + 20 * i))
         await wait_for(lambda: len(ran) >= 30, 90, "thirty jobs run")
         assert all(ctx.started_at_ms >= ctx.run_at for ctx in ran)
         await wait_for(lambda: len(set(results)) >= 30, 60, "thirty results over the stream")

@@ -33,7 +33,7 @@ from timeshard.clock import FakeClock
 from timeshard.coordinator.local import LocalCoordinator
 from timeshard.errors import StoreUnavailable
 from timeshard.model import BucketEntry, Job
-from timeshard.node import Node
+from timeshard.node import JobSpec, Node
 from timeshard.store.base import CreateResult
 from timeshard.store.sqlite import SqliteStore
 
@@ -72,7 +72,11 @@ async def test_a_job_whose_creating_call_was_cancelled_still_runs(tmp_path: Path
 
         def schedule() -> asyncio.Task[tuple[Job, bool]]:
             return asyncio.create_task(
-                b.schedule(job_type="t", payload=b"{}", run_at=START_MS + 3000, idempotency_key="k")
+                b.schedule(
+                    JobSpec(
+                        job_type="t", payload=b"{}", run_at=START_MS + 3000, idempotency_key="k"
+                    )
+                )
             )
 
         first = schedule()
@@ -117,7 +121,7 @@ async def test_a_create_that_fails_after_its_caller_gave_up_is_logged_not_left_u
     )
     await node.start()
     try:
-        call = asyncio.ensure_future(node.schedule(job_type="t", payload=b"", run_at=0))
+        call = asyncio.ensure_future(node.schedule(JobSpec(job_type="t", payload=b"", run_at=0)))
         await asyncio.sleep(0.05)
         call.cancel()  # the client's deadline
         with pytest.raises(asyncio.CancelledError):

@@ -11,7 +11,7 @@ import pytest
 
 from timeshard.clock import SystemClock
 from timeshard.coordinator.local import LocalCoordinator
-from timeshard.node import Node
+from timeshard.node import JobSpec, Node
 from timeshard.node import claims as claims_module
 from timeshard.store.sqlite import SqliteStore
 
@@ -34,8 +34,8 @@ async def claims_of(gap_ms: int) -> tuple[list[list[str]], list[str], list[int]]
     await node.start()
     try:
         first = node.clock.now_ms() + 400
-        a, _ = await node.schedule(job_type="t", payload=b"", run_at=first)
-        b, _ = await node.schedule(job_type="t", payload=b"", run_at=first + gap_ms)
+        a, _ = await node.schedule(JobSpec(job_type="t", payload=b"", run_at=first))
+        b, _ = await node.schedule(JobSpec(job_type="t", payload=b"", run_at=first + gap_ms))
         batches: list[list[str]] = []
         late: list[int] = []
         deadline = time.monotonic() + 10

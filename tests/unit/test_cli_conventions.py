@@ -40,7 +40,7 @@ from timeshard.console import (
     when_local,
 )
 from timeshard.coordinator.local import LocalCoordinator
-from timeshard.node import Node
+from timeshard.node import JobSpec, Node
 from timeshard.observe import logs
 from timeshard.security.auth import ENV_TOKEN, Authenticator, Role, add_token
 from timeshard.security.policy import ServerSecurity
@@ -288,7 +288,9 @@ async def test_json_of_the_commands_that_change_things(
 
 
 async def _dead_job(node: Node, job_type: str) -> str:
-    job, _ = await node.schedule(job_type=job_type, payload=b"", run_at=node.clock.now_ms() - 10)
+    job, _ = await node.schedule(
+        JobSpec(job_type=job_type, payload=b"", run_at=node.clock.now_ms() - 10)
+    )
     await wait_until(lambda: node.ready.count() >= 1, what="the job ready")
     (claimed,) = await node.claims.claim(
         worker="w", types=[job_type], limit=1, wait_s=0, lease_s=30

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 import pytest
 
 from timeshard.model import BucketEntry, Job, JobState
+from timeshard.node import JobSpec
 from timeshard.store.sqlite import SqliteStore
 
 from .helpers import START_MS, advance, running, settle
@@ -33,7 +34,7 @@ async def test_a_job_this_node_created_is_made_ready_without_reading_its_row(
     reads: list[list[str]],
 ) -> None:
     async with running() as (node, clock):
-        job, _ = await node.schedule(job_type="t", payload=b"{}", run_at=START_MS + 1000)
+        job, _ = await node.schedule(JobSpec(job_type="t", payload=b"{}", run_at=START_MS + 1000))
         await advance(node, clock, 1.5)
         claimed = await node.claims.claim(worker="w", types=["t"], limit=5, wait_s=0, lease_s=30)
         assert [c.job.job_id for c in claimed] == [job.job_id]
@@ -45,7 +46,7 @@ async def test_a_job_cancelled_elsewhere_after_its_create_is_not_claimed(
     reads: list[list[str]],
 ) -> None:
     async with running() as (node, clock):
-        job, _ = await node.schedule(job_type="t", payload=b"{}", run_at=START_MS + 1000)
+        job, _ = await node.schedule(JobSpec(job_type="t", payload=b"{}", run_at=START_MS + 1000))
         # Another node's cancel: straight to the store, this node's dispatcher is not told.
         out = await node.store.cancel_job(job.job_id, JobState.SCHEDULED, job.fence, START_MS)
         assert out.applied
@@ -59,7 +60,7 @@ async def test_a_job_cancelled_elsewhere_after_its_create_is_not_claimed(
 
 async def test_a_job_moved_later_elsewhere_is_not_claimed_before_its_new_time() -> None:
     async with running() as (node, clock):
-        job, _ = await node.schedule(job_type="t", payload=b"{}", run_at=START_MS + 1000)
+        job, _ = await node.schedule(JobSpec(job_type="t", payload=b"{}", run_at=START_MS + 1000))
         later = START_MS + 12_000
         out = await node.store.reschedule_job(job.job_id, job.fence, later, START_MS)
         assert out.applied

@@ -16,7 +16,7 @@ from prometheus_client import generate_latest
 from tests.unit.helpers import START_MS, advance, make_node, running, wait_until
 from timeshard.errors import InvalidArgument
 from timeshard.model import Job, JobState, WriteResult
-from timeshard.node import Node, TypePolicy, dispatcher
+from timeshard.node import JobSpec, Node, TypePolicy, dispatcher
 from timeshard.sharding import shard_of
 from timeshard.store.base import JobClaim
 from timeshard.store.sqlite import SqliteStore
@@ -45,7 +45,9 @@ def expired_count(node: object, job_type: str) -> float:
 async def test_a_job_held_with_no_worker_expires_at_its_deadline() -> None:
     async with running() as (node, clock):
         job, _ = await node.schedule(
-            job_type="remind", payload=b"", run_at=START_MS + 1000, deadline=START_MS + 5000
+            JobSpec(
+                job_type="remind", payload=b"", run_at=START_MS + 1000, deadline=START_MS + 5000
+            )
         )
         await advance(node, clock, 2)
         await wait_until(lambda: node.ready.count() == 1, what="the job ready")
@@ -80,7 +82,7 @@ async def test_a_job_waiting_for_minutes_still_expires_at_its_deadline() -> None
     never pins the cursor): its deadline still holds through those moves."""
     async with running() as (node, clock):
         job, _ = await node.schedule(
-            job_type="remind", payload=b"", run_at=START_MS, deadline=START_MS + 150_000
+            JobSpec(job_type="remind", payload=b"", run_at=START_MS, deadline=START_MS + 150_000)
         )
         await advance(node, clock, 149, step=5)
         assert (await node.get(job.job_id)).state is JobState.SCHEDULED
@@ -96,9 +98,11 @@ async def test_a_job_waiting_for_minutes_still_expires_at_its_deadline() -> None
 async def test_a_job_held_by_a_concurrency_limit_expires_too() -> None:
     types = {"limited": TypePolicy(concurrency=1)}
     async with running(types=types) as (node, clock):
-        first, _ = await node.schedule(job_type="limited", payload=b"", run_at=START_MS)
+        first, _ = await node.schedule(JobSpec(job_type="limited", payload=b"", run_at=START_MS))
         held, _ = await node.schedule(
-            job_type="limited", payload=b"", run_at=START_MS + 100, deadline=START_MS + 3000
+            JobSpec(
+                job_type="limited", payload=b"", run_at=START_MS + 100, deadline=START_MS + 3000
+            )
         )
         await advance(node, clock, 1)
         await wait_until(lambda: node.ready.count() == 2, what="both jobs ready")
@@ -117,7 +121,7 @@ async def test_a_job_found_after_its_deadline_is_not_run(tmp_path: Path) -> None
     node, clock = make_node(db)
     await node.start()
     job, _ = await node.schedule(
-        job_type="remind", payload=b"", run_at=START_MS + 1000, deadline=START_MS + 2000
+        JobSpec(job_type="remind", payload=b"", run_at=START_MS + 1000, deadline=START_MS + 2000)
     )
     await node.stop()
     clock.advance(3600)
@@ -157,7 +161,7 @@ async def test_a_claim_taking_a_job_after_its_deadline_does_not_start_it() -> No
     await node.start()
     try:
         job, _ = await node.schedule(
-            job_type="remind", payload=b"", run_at=START_MS, deadline=START_MS + 1000
+            JobSpec(job_type="remind", payload=b"", run_at=START_MS, deadline=START_MS + 1000)
         )
         await advance(node, clock, 0.5)
         await wait_until(lambda: node.ready.count() == 1, what="the job ready")
@@ -177,7 +181,7 @@ async def test_a_retry_never_starts_after_the_deadline() -> None:
     does not run after the deadline: it expires, the first attempt in its history."""
     async with running() as (node, clock):
         job, _ = await node.schedule(
-            job_type="remind", payload=b"", run_at=START_MS, deadline=START_MS + 500
+            JobSpec(job_type="remind", payload=b"", run_at=START_MS, deadline=START_MS + 500)
         )
         await advance(node, clock, 0.2)
         [c] = await node.claims.claim(worker="w", types=["remind"], limit=1, wait_s=0, lease_s=30)
@@ -192,14 +196,20 @@ async def test_a_deadline_before_run_at_and_a_reschedule_past_it_are_refused() -
     async with running() as (node, _):
         with pytest.raises(InvalidArgument) as bad:
             await node.schedule(
-                job_type="remind", payload=b"", run_at=START_MS + 2000, deadline=START_MS + 1000
+                JobSpec(
+                    job_type="remind", payload=b"", run_at=START_MS + 2000, deadline=START_MS + 1000
+                )
             )
         assert bad.value.field == "deadline" and "could never start" in str(bad.value)
         with pytest.raises(InvalidArgument) as negative:
-            await node.schedule(job_type="remind", payload=b"", run_at=START_MS, deadline=-1)
+            await node.schedule(
+                JobSpec(job_type="remind", payload=b"", run_at=START_MS, deadline=-1)
+            )
         assert negative.value.field == "deadline"
         job, _ = await node.schedule(
-            job_type="remind", payload=b"", run_at=START_MS + 1000, deadline=START_MS + 5000
+            JobSpec(
+                job_type="remind", payload=b"", run_at=START_MS + 1000, deadline=START_MS + 5000
+            )
         )
         with pytest.raises(InvalidArgument) as late:
             await node.reschedule(job.job_id, START_MS + 6000)
@@ -211,7 +221,7 @@ async def test_a_deadline_before_run_at_and_a_reschedule_past_it_are_refused() -
 async def test_a_waiter_hears_of_an_expired_job() -> None:
     async with running() as (node, clock):
         job, _ = await node.schedule(
-            job_type="remind", payload=b"", run_at=START_MS, deadline=START_MS + 1000
+            JobSpec(job_type="remind", payload=b"", run_at=START_MS, deadline=START_MS + 1000)
         )
         got = []
 
@@ -235,7 +245,9 @@ async def test_deadline_timers_of_claimed_jobs_do_not_pile_up(
     async with running() as (node, clock):
         far = START_MS + 86_400_000
         for _ in range(300):
-            await node.schedule(job_type="busy", payload=b"", run_at=START_MS, deadline=far)
+            await node.schedule(
+                JobSpec(job_type="busy", payload=b"", run_at=START_MS, deadline=far)
+            )
         await advance(node, clock, 1)
         await wait_until(lambda: node.ready.count() == 300, what="all ready")
         while await node.claims.claim(
@@ -252,11 +264,13 @@ async def test_deadline_timers_of_claimed_jobs_do_not_pile_up(
         held = [
             (
                 await node.schedule(
-                    job_type="idle",
-                    payload=b"",
-                    run_at=START_MS + 1000,
-                    deadline=START_MS + 3000,
-                    job_id=job_id,
+                    JobSpec(
+                        job_type="idle",
+                        payload=b"",
+                        run_at=START_MS + 1000,
+                        deadline=START_MS + 3000,
+                        job_id=job_id,
+                    )
                 )
             )[0]
             for two in per_shard

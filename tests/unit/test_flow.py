@@ -18,7 +18,7 @@ from tests.unit.helpers import START_MS, advance, make_node, settle
 from timeshard.clock import FakeClock
 from timeshard.coordinator.base import Coordinator, Member, ShardsChanged
 from timeshard.errors import InvalidArgument
-from timeshard.node import Node, NodeConfig, TypePolicy
+from timeshard.node import JobSpec, Node, NodeConfig, TypePolicy
 from timeshard.node.dispatcher import DispatchConfig
 from timeshard.node.flow import FlowChange, TypeFlow, default_burst
 from timeshard.sharding import minute_of
@@ -40,7 +40,7 @@ async def running(shards: int) -> AsyncIterator[tuple[Node, FakeClock]]:
 async def schedule(node: Node, n: int, job_type: str = "mail", at: int = START_MS) -> list[str]:
     ids = []
     for _ in range(n):
-        job, _ = await node.schedule(job_type=job_type, payload=b"", run_at=at)
+        job, _ = await node.schedule(JobSpec(job_type=job_type, payload=b"", run_at=at))
         ids.append(job.job_id)
     return ids
 

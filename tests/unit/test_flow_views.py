@@ -15,7 +15,7 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.unit.helpers import START_MS, advance, running
-from timeshard.node import Node
+from timeshard.node import JobSpec, Node
 from timeshard.node.flow import FlowChange
 from timeshard.views.metrics import node_registry
 from timeshard.views.page import render
@@ -53,7 +53,7 @@ async def test_held_jobs_show_by_reason_on_metrics_and_the_status_page() -> None
         )
         for job_type, n in (("invoice.send", 3), ("email.send", 4)):
             for _ in range(n):
-                await node.schedule(job_type=job_type, payload=b"", run_at=START_MS + 500)
+                await node.schedule(JobSpec(job_type=job_type, payload=b"", run_at=START_MS + 500))
         await advance(node, clock, 1)
         claim = {"worker": "w", "types": ["email.send"], "limit": 10, "wait_s": 0, "lease_s": 60}
         # The bucket starts empty.

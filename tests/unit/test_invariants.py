@@ -12,7 +12,7 @@ import pytest
 from tests.unit.helpers import START_MS, advance, all_entries, running, settle, wait_until
 from timeshard.errors import AlreadyExists, FailedPrecondition, NotFound, StaleFence
 from timeshard.model import BucketEntry, JobState
-from timeshard.node import Node
+from timeshard.node import JobSpec, Node
 from timeshard.sharding import minute_of
 from timeshard.store.sqlite import SqliteStore
 
@@ -22,7 +22,9 @@ from timeshard.store.sqlite import SqliteStore
 async def test_schedule_is_durable_before_it_returns(tmp_path: Path) -> None:
     db = tmp_path / "t.db"
     async with running(db) as (node, _clock):
-        job, created = await node.schedule(job_type="t", payload=b"{}", run_at=START_MS + 5000)
+        job, created = await node.schedule(
+            JobSpec(job_type="t", payload=b"{}", run_at=START_MS + 5000)
+        )
         assert created
         # A second connection, as after a crash, sees the row and its bucket entry.
         other = SqliteStore(db, num_shards=node.num_shards)
@@ -41,15 +43,15 @@ async def test_schedule_is_durable_before_it_returns(tmp_path: Path) -> None:
 async def test_idempotency_key_creates_once_and_rejects_another_body() -> None:
     async with running() as (node, _):
         a, created_a = await node.schedule(
-            job_type="t", payload=b'{"x":1}', run_at=START_MS, idempotency_key="k1"
+            JobSpec(job_type="t", payload=b'{"x":1}', run_at=START_MS, idempotency_key="k1")
         )
         b, created_b = await node.schedule(
-            job_type="t", payload=b'{"x":1}', run_at=START_MS, idempotency_key="k1"
+            JobSpec(job_type="t", payload=b'{"x":1}', run_at=START_MS, idempotency_key="k1")
         )
         assert created_a and not created_b and a.job_id == b.job_id
         with pytest.raises(AlreadyExists, match="k1"):
             await node.schedule(
-                job_type="t", payload=b'{"x":2}', run_at=START_MS, idempotency_key="k1"
+                JobSpec(job_type="t", payload=b'{"x":2}', run_at=START_MS, idempotency_key="k1")
             )
         page = await node.list_jobs(state=None, job_type=None, limit=10, page_token="")
         assert len(page.jobs) == 1
@@ -83,10 +85,12 @@ async def test_every_live_job_has_an_entry_no_later_than_it_needs_attention() ->
         ids = []
         for i in range(30):
             job, _ = await node.schedule(
-                job_type="t",
-                payload=b"{}",
-                run_at=START_MS + rng.randint(0, 90_000),
-                job_id=f"j{i}",
+                JobSpec(
+                    job_type="t",
+                    payload=b"{}",
+                    run_at=START_MS + rng.randint(0, 90_000),
+                    job_id=f"j{i}",
+                )
             )
             ids.append(job.job_id)
         for _ in range(200):
@@ -120,7 +124,7 @@ async def test_an_unclaimed_due_job_does_not_hold_its_shard_and_survives_owner_d
     shard's cursor, which keeps up with the clock like the others."""
     db = tmp_path / "t.db"
     async with running(db) as (node, clock):
-        job, _ = await node.schedule(job_type="t", payload=b"{}", run_at=START_MS + 1000)
+        job, _ = await node.schedule(JobSpec(job_type="t", payload=b"{}", run_at=START_MS + 1000))
         await advance(node, clock, 2)
         await wait_until(lambda: node.ready.count() == 1, what="job ready")
         await advance(node, clock, 300, step=10)  # five minutes: nobody claims it
@@ -147,7 +151,7 @@ async def test_job_due_before_the_cursor_is_written_where_the_dispatcher_reads()
         shard_cursors = [(await node.store.get_shard(s)).cursor for s in range(node.num_shards)]
         assert min(shard_cursors) > minute_of(START_MS)
         past = START_MS + 1000  # minutes behind every cursor
-        job, _ = await node.schedule(job_type="t", payload=b"{}", run_at=past)
+        job, _ = await node.schedule(JobSpec(job_type="t", payload=b"{}", run_at=past))
         entries = await all_entries(node, job)
         cursor = (await node.store.get_shard(job.shard)).cursor
         assert entries and all(e.minute >= cursor for e in entries)
@@ -161,7 +165,7 @@ async def test_job_due_before_the_cursor_is_written_where_the_dispatcher_reads()
 
 async def test_stale_fence_is_rejected_everywhere_and_changes_nothing() -> None:
     async with running() as (node, clock):
-        job, _ = await node.schedule(job_type="t", payload=b"{}", run_at=START_MS)
+        job, _ = await node.schedule(JobSpec(job_type="t", payload=b"{}", run_at=START_MS))
         await advance(node, clock, 0.5)
         (first,) = await node.claims.claim(worker="w1", types=["t"], limit=1, wait_s=0, lease_s=5)
         await advance(node, clock, 6)  # lease expires; the dispatcher releases it
@@ -187,7 +191,7 @@ async def test_a_job_is_claimed_by_one_of_many_concurrent_claimers() -> None:
     import asyncio
 
     async with running() as (node, clock):
-        await node.schedule(job_type="t", payload=b"{}", run_at=START_MS + 500)
+        await node.schedule(JobSpec(job_type="t", payload=b"{}", run_at=START_MS + 500))
         waiters = [
             asyncio.ensure_future(
                 node.claims.claim(worker=f"w{i}", types=["t"], limit=1, wait_s=5, lease_s=5)
@@ -204,7 +208,7 @@ async def test_a_job_is_claimed_by_one_of_many_concurrent_claimers() -> None:
 
 async def test_never_early() -> None:
     async with running() as (node, clock):
-        job, _ = await node.schedule(job_type="t", payload=b"{}", run_at=START_MS + 3000)
+        job, _ = await node.schedule(JobSpec(job_type="t", payload=b"{}", run_at=START_MS + 3000))
         for _ in range(5):
             await advance(node, clock, 0.5)
             assert clock.now_ms() < job.run_at
@@ -221,8 +225,8 @@ async def test_never_early() -> None:
 
 async def test_cancel_and_reschedule() -> None:
     async with running() as (node, clock):
-        a, _ = await node.schedule(job_type="t", payload=b"{}", run_at=START_MS + 1000)
-        b, _ = await node.schedule(job_type="t", payload=b"{}", run_at=START_MS + 1000)
+        a, _ = await node.schedule(JobSpec(job_type="t", payload=b"{}", run_at=START_MS + 1000))
+        b, _ = await node.schedule(JobSpec(job_type="t", payload=b"{}", run_at=START_MS + 1000))
         await node.cancel(a.job_id)
         with pytest.raises(FailedPrecondition, match="already cancelled"):
             await node.cancel(a.job_id)
@@ -239,7 +243,7 @@ async def test_cancel_and_reschedule() -> None:
 
 async def test_cancel_of_a_running_job_revokes_its_lease() -> None:
     async with running() as (node, clock):
-        job, _ = await node.schedule(job_type="t", payload=b"{}", run_at=START_MS)
+        job, _ = await node.schedule(JobSpec(job_type="t", payload=b"{}", run_at=START_MS))
         await advance(node, clock, 0.5)
         (c,) = await node.claims.claim(worker="w", types=["t"], limit=1, wait_s=0, lease_s=5)
         cancelled = await node.cancel(job.job_id)
@@ -250,7 +254,9 @@ async def test_cancel_of_a_running_job_revokes_its_lease() -> None:
 
 async def test_retry_then_dead_letter_after_max_attempts() -> None:
     async with running() as (node, clock):
-        job, _ = await node.schedule(job_type="t", payload=b"{}", run_at=START_MS, max_attempts=2)
+        job, _ = await node.schedule(
+            JobSpec(job_type="t", payload=b"{}", run_at=START_MS, max_attempts=2)
+        )
         await advance(node, clock, 0.5)
         (c,) = await node.claims.claim(worker="w", types=["t"], limit=1, wait_s=0, lease_s=5)
         failed = await node.fail(job.job_id, c.job.fence, "boom", permanent=False)
@@ -267,7 +273,7 @@ async def test_a_claim_cancelled_mid_write_gives_its_jobs_back() -> None:
     import asyncio
 
     async with running() as (node, clock):
-        job, _ = await node.schedule(job_type="t", payload=b"{}", run_at=START_MS)
+        job, _ = await node.schedule(JobSpec(job_type="t", payload=b"{}", run_at=START_MS))
         await advance(node, clock, 0.5)
         real = node.store.claim_jobs
         blocked = asyncio.Event()
@@ -290,7 +296,7 @@ async def test_a_claim_cancelled_mid_write_gives_its_jobs_back() -> None:
 
 async def test_a_stranded_pending_entry_is_looked_at_again() -> None:
     async with running(stale_s=10.0) as (node, clock):
-        job, _ = await node.schedule(job_type="t", payload=b"{}", run_at=START_MS)
+        job, _ = await node.schedule(JobSpec(job_type="t", payload=b"{}", run_at=START_MS))
         await advance(node, clock, 0.5)
         await wait_until(lambda: node.ready.count() == 1, what="ready")
         node.ready.drop_shard(job.shard)  # lose it from memory, as a bug would

@@ -17,6 +17,7 @@ from tests.unit.helpers import embedded_server
 from timeshard.cli.main import main
 from timeshard.console import Exit
 from timeshard.model import JobState
+from timeshard.node import JobSpec
 from timeshard.observe import logs
 from timeshard.server import Server
 
@@ -57,11 +58,13 @@ class Cli:
     async def job(self, job_type: str, minutes: int, key: str = "", job_id: str = "") -> str:
         node = self.server.node
         job, _ = await node.schedule(
-            job_type=job_type,
-            payload=b"{}",
-            run_at=node.clock.now_ms() + minutes * MIN_MS,
-            idempotency_key=key,
-            job_id=job_id,
+            JobSpec(
+                job_type=job_type,
+                payload=b"{}",
+                run_at=node.clock.now_ms() + minutes * MIN_MS,
+                idempotency_key=key,
+                job_id=job_id,
+            )
         )
         return job.job_id
 

@@ -26,7 +26,7 @@ from tests.unit.test_schedules import drain, occ, occurrences, sched
 from timeshard.clock import FakeClock
 from timeshard.coordinator.local import LocalCoordinator
 from timeshard.model import BucketEntry, Job, JobState
-from timeshard.node import Node
+from timeshard.node import JobSpec, Node
 from timeshard.node.schedules import FireResult, ScheduleFirer
 from timeshard.sharding import MINUTE_MS, minute_of
 from timeshard.store.base import CreateResult
@@ -71,7 +71,9 @@ async def slow_writer(
 async def _schedule_slowly(a: Node, b: Node, clock: FakeClock, delay_s: float) -> Job:
     """``b`` schedules a job due now; its write lands ``delay_s`` later, while ``a`` reads."""
     await advance(a, clock, 3)  # a has read ahead to now + lookahead
-    task = asyncio.create_task(b.schedule(job_type="t", payload=b"{}", run_at=clock.now_ms()))
+    task = asyncio.create_task(
+        b.schedule(JobSpec(job_type="t", payload=b"{}", run_at=clock.now_ms()))
+    )
     await settle(a)
     await advance(a, clock, delay_s + 0.1, step=0.25)  # the write lands in here
     await wait_until(task.done, what="the slow schedule to return")
@@ -124,7 +126,9 @@ async def test_a_create_is_acknowledged_only_once_its_late_entry_is_written_agai
         assert isinstance(clock, FakeClock)
         await advance(a, clock, 3)  # a has read ahead to now + lookahead
         landed_by = clock.now_ms() + 20_000
-        task = asyncio.create_task(b.schedule(job_type="t", payload=b"{}", run_at=clock.now_ms()))
+        task = asyncio.create_task(
+            b.schedule(JobSpec(job_type="t", payload=b"{}", run_at=clock.now_ms()))
+        )
         await _advance_until_done(a, clock, task)
         job, created = task.result()
         assert created
@@ -175,7 +179,9 @@ async def test_an_entry_whose_writer_died_before_writing_it_again_is_found_befor
         clock = a.clock
         assert isinstance(clock, FakeClock)
         await advance(a, clock, 3)
-        task = asyncio.create_task(b.schedule(job_type="t", payload=b"{}", run_at=clock.now_ms()))
+        task = asyncio.create_task(
+            b.schedule(JobSpec(job_type="t", payload=b"{}", run_at=clock.now_ms()))
+        )
         try:
             await advance(a, clock, 25, step=0.25)  # landed at 23 s; its second write hangs
             assert not task.done()
@@ -216,7 +222,7 @@ async def test_the_only_writer_writes_a_slow_entry_again_only_when_it_is_behind_
         assert isinstance(clock, FakeClock)
         await advance(node, clock, 3)
         task = asyncio.create_task(
-            node.schedule(job_type="t", payload=b"{}", run_at=clock.now_ms())
+            node.schedule(JobSpec(job_type="t", payload=b"{}", run_at=clock.now_ms()))
         )
         await _advance_until_done(node, clock, task)
         job, created = task.result()
@@ -228,7 +234,7 @@ async def test_the_only_writer_writes_a_slow_entry_again_only_when_it_is_behind_
 
         store.delay_s = 90.0  # lands in the second minute from now, the cursor past its own
         task = asyncio.create_task(
-            node.schedule(job_type="t", payload=b"{}", run_at=clock.now_ms())
+            node.schedule(JobSpec(job_type="t", payload=b"{}", run_at=clock.now_ms()))
         )
         await _advance_until_done(node, clock, task)
         late, created = task.result()

@@ -10,7 +10,7 @@ from pathlib import Path
 from tests.unit.helpers import START_MS, advance, all_entries, make_node
 from timeshard.clock import FakeClock
 from timeshard.model import LEASE_EXPIRED, JobState
-from timeshard.node import Node
+from timeshard.node import JobSpec, Node
 from timeshard.sharding import MINUTE_MS, minute_of
 
 
@@ -28,7 +28,7 @@ async def test_a_job_finished_through_its_owner_never_gets_a_lease_check(tmp_pat
     node, clock = make_node(tmp_path / "a.db")
     await node.start()
     try:
-        job, _ = await node.schedule(job_type="t", payload=b"{}", run_at=START_MS + 1000)
+        job, _ = await node.schedule(JobSpec(job_type="t", payload=b"{}", run_at=START_MS + 1000))
         await advance(node, clock, 1.5)
         fence = (await node.get(await _claim_one(node, lease_s=30))).fence
         await node.complete(job.job_id, fence)
@@ -53,7 +53,7 @@ async def test_a_job_still_running_past_its_minute_gets_its_check_and_a_new_owne
     await node.start()
     try:
         job, _ = await node.schedule(
-            job_type="t", payload=b"{}", run_at=START_MS + 1000, max_attempts=1
+            JobSpec(job_type="t", payload=b"{}", run_at=START_MS + 1000, max_attempts=1)
         )
         await advance(node, clock, 1.5)
         await _claim_one(node, lease_s=300)
@@ -83,7 +83,7 @@ async def test_a_lease_that_ends_is_still_found_on_time_by_its_owner(tmp_path: P
     await node.start()
     try:
         job, _ = await node.schedule(
-            job_type="t", payload=b"{}", run_at=START_MS + 1000, max_attempts=1
+            JobSpec(job_type="t", payload=b"{}", run_at=START_MS + 1000, max_attempts=1)
         )
         await advance(node, clock, 1.5)
         await _claim_one(node, lease_s=5)

@@ -12,7 +12,7 @@ from tests.unit.helpers import START_MS, advance, all_entries, running
 from timeshard.clock import FakeClock
 from timeshard.errors import StaleFence
 from timeshard.model import LEASE_EXPIRED, Job, JobState
-from timeshard.node import Beat, Node, TypePolicy
+from timeshard.node import Beat, JobSpec, Node, TypePolicy
 from timeshard.node.retry import RetryPolicy
 
 BACKOFF = RetryPolicy(base_s=10.0, max_backoff_s=10.0)
@@ -59,7 +59,7 @@ async def test_a_job_whose_leases_expire_is_retried_with_backoff_then_dead() -> 
     types = {"poison": TypePolicy(retry=BACKOFF)}
     async with running(types=types) as (node, clock):
         job, _ = await node.schedule(
-            job_type="poison", payload=b"{}", run_at=START_MS, max_attempts=2
+            JobSpec(job_type="poison", payload=b"{}", run_at=START_MS, max_attempts=2)
         )
         # The first run: claimed, abandoned, its lease expires.
         # Until the first expiry: a window of fixed length also took the retry now and then
@@ -105,7 +105,7 @@ async def test_a_job_whose_leases_expire_is_retried_with_backoff_then_dead() -> 
 async def test_a_heartbeat_after_the_expiry_is_refused_and_the_retry_stands() -> None:
     """The worker that lost its lease can not revive the attempt that was counted."""
     async with running(types={"poison": TypePolicy(retry=BACKOFF)}) as (node, clock):
-        job, _ = await node.schedule(job_type="poison", payload=b"", run_at=START_MS)
+        job, _ = await node.schedule(JobSpec(job_type="poison", payload=b"", run_at=START_MS))
         await advance(node, clock, 0.5)
         [c] = await node.claims.claim(
             worker="w", types=["poison"], limit=1, wait_s=0, lease_s=LEASE_S

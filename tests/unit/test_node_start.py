@@ -11,7 +11,7 @@ import pytest
 from timeshard.clock import SystemClock
 from timeshard.coordinator.local import LocalCoordinator
 from timeshard.errors import InvalidArgument, StoreUnavailable
-from timeshard.node import Node, NodeConfig
+from timeshard.node import JobSpec, Node, NodeConfig
 from timeshard.store.sqlite import SqliteStore
 
 
@@ -42,7 +42,7 @@ async def test_a_node_waits_for_its_store_to_come_back() -> None:
     await node.start()
     try:
         assert store.opens == 3
-        job, created = await node.schedule(job_type="t", payload=b"{}", run_at=0)
+        job, created = await node.schedule(JobSpec(job_type="t", payload=b"{}", run_at=0))
         assert created and (await node.get(job.job_id)).job_id == job.job_id
     finally:
         await node.stop()

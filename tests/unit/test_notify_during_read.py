@@ -15,7 +15,7 @@ from tests.unit.helpers import START_MS, advance, settle, wait_until
 from timeshard.clock import FakeClock
 from timeshard.coordinator.local import LocalCoordinator
 from timeshard.model import BucketEntry
-from timeshard.node import Node, NodeConfig
+from timeshard.node import JobSpec, Node, NodeConfig
 from timeshard.node.dispatcher import DispatchConfig
 from timeshard.store.sqlite import SqliteStore
 
@@ -65,7 +65,7 @@ async def test_a_job_created_while_its_bucket_is_being_read_is_dispatched() -> N
         await wait_until(store.reading.is_set, what="the refresh's read to be in flight")
         # Due in the second that read is taking in: beyond what was read before it.
         job, created = await node.schedule(
-            job_type="t", payload=b"{}", run_at=clock.now_ms() + 4_500
+            JobSpec(job_type="t", payload=b"{}", run_at=clock.now_ms() + 4_500)
         )
         assert created
         store.hold = False

@@ -10,6 +10,7 @@ import pytest
 from tests.unit.helpers import START_MS, advance, running, wait_until
 from timeshard.errors import InvalidArgument
 from timeshard.limits import DEFAULT_PRIORITY_AGING_MS, MAX_PRIORITY
+from timeshard.node import JobSpec
 from timeshard.node.ready import ReadyItem, ReadyQueues
 
 
@@ -104,11 +105,17 @@ def test_without_aging_a_low_job_would_wait_for_ever() -> None:
 async def test_the_node_hands_out_higher_priority_jobs_first_and_refuses_bad_ones() -> None:
     async with running() as (node, clock):
         low = [
-            (await node.schedule(job_type="p", payload=b"", run_at=START_MS, priority=0))[0]
+            (await node.schedule(JobSpec(job_type="p", payload=b"", run_at=START_MS, priority=0)))[
+                0
+            ]
             for _ in range(5)
         ]
         high = [
-            (await node.schedule(job_type="p", payload=b"", run_at=START_MS + 10, priority=7))[0]
+            (
+                await node.schedule(
+                    JobSpec(job_type="p", payload=b"", run_at=START_MS + 10, priority=7)
+                )
+            )[0]
             for _ in range(5)
         ]
         assert {j.priority for j in high} == {7}
@@ -121,7 +128,9 @@ async def test_the_node_hands_out_higher_priority_jobs_first_and_refuses_bad_one
         assert {c.job.job_id for c in rest} == {j.job_id for j in low}
         for bad in (-1, MAX_PRIORITY + 1):
             with pytest.raises(InvalidArgument) as refused:
-                await node.schedule(job_type="p", payload=b"", run_at=START_MS, priority=bad)
+                await node.schedule(
+                    JobSpec(job_type="p", payload=b"", run_at=START_MS, priority=bad)
+                )
             assert refused.value.field == "priority" and "0-9" in str(refused.value)
 
 
@@ -131,7 +140,7 @@ async def test_wait_is_measured_by_priority() -> None:
     from timeshard.views.metrics import node_registry
 
     async with running() as (node, clock):
-        await node.schedule(job_type="p", payload=b"", run_at=START_MS, priority=3)
+        await node.schedule(JobSpec(job_type="p", payload=b"", run_at=START_MS, priority=3))
         await advance(node, clock, 2)
         await wait_until(lambda: node.ready.count() == 1, what="ready")
         assert (

@@ -11,14 +11,16 @@ from pathlib import Path
 from tests.unit.helpers import START_MS, advance, owner_and_writer, running
 from timeshard.clock import FakeClock
 from timeshard.model import Job, JobState
-from timeshard.node import Node
+from timeshard.node import JobSpec, Node
 from timeshard.sharding import minute_of
 from timeshard.store.sqlite import SqliteStore
 
 
 async def _waiting_job(node: Node, clock: FakeClock) -> Job:
     """A job of a type nobody claims, due and waiting in ``node``'s ready queue."""
-    job, _ = await node.schedule(job_type="nobody", payload=b"", run_at=clock.now_ms() + 1000)
+    job, _ = await node.schedule(
+        JobSpec(job_type="nobody", payload=b"", run_at=clock.now_ms() + 1000)
+    )
     await advance(node, clock, 2)
     assert node.ready.count() == 1
     return job

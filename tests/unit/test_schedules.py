@@ -17,7 +17,7 @@ from timeshard.cron import CronSpec
 from timeshard.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
 from timeshard.limits import MIN_MISFIRE_GRACE_MS
 from timeshard.model import BucketEntry, JobState, MisfirePolicy, OverlapPolicy, Schedule
-from timeshard.node import Node, TypePolicy
+from timeshard.node import JobSpec, Node, TypePolicy
 from timeshard.node.schedules import ScheduleFirer
 from timeshard.server import Server
 from timeshard.sharding import MINUTE_MS
@@ -351,7 +351,9 @@ async def test_a_stored_schedule_that_no_longer_checks_does_not_hold_up_its_shar
         await node.store.update_schedule(bad, current.version, None)
         shard_mates = []
         while len(shard_mates) < 3:
-            job, _ = await node.schedule(job_type="cron.t", payload=b"", run_at=START_MS + 61_000)
+            job, _ = await node.schedule(
+                JobSpec(job_type="cron.t", payload=b"", run_at=START_MS + 61_000)
+            )
             if job.shard == bad.shard:
                 shard_mates.append(job.job_id)
         await advance(node, clock, 65, step=5)
@@ -379,7 +381,7 @@ async def test_deleted_schedule_stops_firing() -> None:
 async def test_permanent_error_goes_to_the_dlq_and_replay_runs_it_again() -> None:
     async with running() as (node, clock):
         job, _ = await node.schedule(
-            job_type="t", payload=b'{"x": 1}', run_at=START_MS, idempotency_key="key-1"
+            JobSpec(job_type="t", payload=b'{"x": 1}', run_at=START_MS, idempotency_key="key-1")
         )
         await advance(node, clock, 0.5)
         (c,) = await node.claims.claim(worker="w", types=["t"], limit=1, wait_s=0, lease_s=30)
@@ -398,7 +400,13 @@ async def test_permanent_error_goes_to_the_dlq_and_replay_runs_it_again() -> Non
 async def test_replay_gives_a_fresh_attempt_count_and_keeps_the_key() -> None:
     async with running() as (node, clock):
         job, _ = await node.schedule(
-            job_type="t", payload=b"{}", run_at=START_MS, idempotency_key="key-1", max_attempts=1
+            JobSpec(
+                job_type="t",
+                payload=b"{}",
+                run_at=START_MS,
+                idempotency_key="key-1",
+                max_attempts=1,
+            )
         )
         await advance(node, clock, 0.5)
         (c,) = await node.claims.claim(worker="w", types=["t"], limit=1, wait_s=0, lease_s=30)
@@ -418,8 +426,10 @@ async def test_replay_gives_a_fresh_attempt_count_and_keeps_the_key() -> None:
 
 async def test_purge_removes_dead_jobs_only() -> None:
     async with running() as (node, clock):
-        a, _ = await node.schedule(job_type="t", payload=b"{}", run_at=START_MS)
-        b, _ = await node.schedule(job_type="t", payload=b"{}", run_at=START_MS + 3_600_000)
+        a, _ = await node.schedule(JobSpec(job_type="t", payload=b"{}", run_at=START_MS))
+        b, _ = await node.schedule(
+            JobSpec(job_type="t", payload=b"{}", run_at=START_MS + 3_600_000)
+        )
         await advance(node, clock, 0.5)
         (c,) = await node.claims.claim(worker="w", types=["t"], limit=1, wait_s=0, lease_s=30)
         await node.fail(a.job_id, c.job.fence, "x", permanent=True)
@@ -438,8 +448,8 @@ async def test_purge_removes_dead_jobs_only() -> None:
 async def test_cluster_wide_concurrency_limit_of_a_type() -> None:
     async with running(types={"limited": TypePolicy(concurrency=2)}) as (node, clock):
         for _ in range(5):
-            await node.schedule(job_type="limited", payload=b"{}", run_at=START_MS)
-            await node.schedule(job_type="free", payload=b"{}", run_at=START_MS)
+            await node.schedule(JobSpec(job_type="limited", payload=b"{}", run_at=START_MS))
+            await node.schedule(JobSpec(job_type="free", payload=b"{}", run_at=START_MS))
         await advance(node, clock, 0.5)
         got = await node.claims.claim(
             worker="w", types=["limited", "free"], limit=20, wait_s=0, lease_s=30
@@ -459,7 +469,7 @@ async def test_per_type_max_attempts_and_backoff() -> None:
 
     policy = TypePolicy(max_attempts=5, retry=RetryPolicy(base_s=10, max_backoff_s=20))
     async with running(types={"t": policy}) as (node, clock):
-        job, _ = await node.schedule(job_type="t", payload=b"{}", run_at=START_MS)
+        job, _ = await node.schedule(JobSpec(job_type="t", payload=b"{}", run_at=START_MS))
         assert job.max_attempts == 5
         await advance(node, clock, 0.5)
         (c,) = await node.claims.claim(worker="w", types=["t"], limit=1, wait_s=0, lease_s=30)

@@ -16,6 +16,7 @@ from tests.unit.helpers import START_MS, advance, owner_and_writer, settle
 from timeshard.clock import FakeClock
 from timeshard.errors import StoreUnavailable
 from timeshard.model import BucketEntry
+from timeshard.node import JobSpec
 from timeshard.store.sqlite import SqliteStore
 
 
@@ -46,7 +47,7 @@ async def _outage_after_a_foreign_write(tmp_path: Path, outage_s: float) -> None
     async with owner_and_writer(db, clock, writer_store, owner_store=owner_store) as (a, b):
         await advance(a, clock, 3)  # a has read ahead to now + lookahead
         job, created = await b.schedule(
-            job_type="t", payload=b"{}", run_at=clock.now_ms() + 1_000
+            JobSpec(job_type="t", payload=b"{}", run_at=clock.now_ms() + 1_000)
         )  # b owns nothing: a hears of it only by reading
         assert created
         owner_store.down = True

@@ -14,6 +14,7 @@ import pytest
 from tests.unit.helpers import embedded_server, wait_until
 from timeshard.cli.main import main
 from timeshard.client import AsyncClient
+from timeshard.node import JobSpec
 from timeshard.security.auth import Role, required_role
 from timeshard.v1 import timeshard_pb2 as pb
 from timeshard.v1 import timeshard_pb2_grpc as pb_grpc
@@ -32,7 +33,7 @@ async def test_pause_show_and_resume_from_the_cli(capsys: pytest.CaptureFixture[
         assert code == 0 and node.claims.held("invoice.send") == "paused"
         now = node.clock.now_ms()
         for _ in range(3):
-            await node.schedule(job_type="invoice.send", payload=b"", run_at=now)
+            await node.schedule(JobSpec(job_type="invoice.send", payload=b"", run_at=now))
         await wait_until(lambda: node.ready.count() == 3, what="jobs ready")
         got = await node.claims.claim(
             worker="w", types=["invoice.send"], limit=5, wait_s=0, lease_s=30

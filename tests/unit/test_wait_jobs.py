@@ -25,7 +25,7 @@ from timeshard.clock import FakeClock
 from timeshard.coordinator.base import Member
 from timeshard.errors import NotFound, WaitTimeout
 from timeshard.model import Job, JobState
-from timeshard.node import Beat, Node
+from timeshard.node import Beat, JobSpec, Node
 from timeshard.node.waits import WAIT_REREAD_S
 from timeshard.protoclient import ProtoClient as Client
 from timeshard.store.sqlite import SqliteStore
@@ -37,7 +37,7 @@ from timeshard.wire import dur
 async def claimed_jobs(node: Node, n: int, job_type: str = "t") -> list[Job]:
     now = node.clock.now_ms()
     for _ in range(n):
-        await node.schedule(job_type=job_type, payload=b"", run_at=now)
+        await node.schedule(JobSpec(job_type=job_type, payload=b"", run_at=now))
     await wait_until(lambda: node.ready.count() >= n, what=f"{n} jobs ready")
     got = await node.claims.claim(worker="w", types=[job_type], limit=n, wait_s=0, lease_s=60)
     assert len(got) == n
@@ -196,7 +196,7 @@ async def test_finished_of_answers_with_what_is_finished_or_unknown() -> None:
 async def test_a_lease_expiry_that_kills_a_job_is_handed_over() -> None:
     async with running() as (node, clock):
         now = clock.now_ms()
-        job, _ = await node.schedule(job_type="t", payload=b"", run_at=now, max_attempts=1)
+        job, _ = await node.schedule(JobSpec(job_type="t", payload=b"", run_at=now, max_attempts=1))
         await wait_until(lambda: node.ready.count() == 1, what="ready")
         (c,) = await node.claims.claim(worker="w", types=["t"], limit=1, wait_s=0, lease_s=1)
         node.notice_starts([Beat(job.job_id, c.job.fence, 0.0, clock.now_ms())])  # then it hung

@@ -12,7 +12,7 @@ import pytest
 from timeshard.clock import SystemClock
 from timeshard.coordinator.local import LocalCoordinator
 from timeshard.model import JobState
-from timeshard.node import Node, NodeConfig
+from timeshard.node import JobSpec, Node, NodeConfig
 from timeshard.server import Server
 from timeshard.store.sqlite import SqliteStore
 from timeshard.worker import JobContext, Worker
@@ -55,7 +55,7 @@ async def run_one(
 
     # Ready before the worker asks: its claim is answered at once, not after a long poll
     # (a long-polled claim extends its lease at once, so it would start a heartbeat loop).
-    job, _ = await node.schedule(job_type="t", payload=b"{}", run_at=0)
+    job, _ = await node.schedule(JobSpec(job_type="t", payload=b"{}", run_at=0))
     while not node.ready.count():
         await asyncio.sleep(0.01)
     stop = asyncio.Event()

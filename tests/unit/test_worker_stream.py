@@ -23,7 +23,7 @@ from timeshard.api.work import WorkHub
 from timeshard.clock import FakeClock, SystemClock
 from timeshard.coordinator.local import LocalCoordinator
 from timeshard.model import JobState
-from timeshard.node import Node, NodeConfig
+from timeshard.node import JobSpec, Node, NodeConfig
 from timeshard.security.auth import Authenticator, Role, add_token
 from timeshard.security.channel import ClientSecurity
 from timeshard.security.policy import ServerSecurity
@@ -95,7 +95,7 @@ async def serving(srv: Server | None = None) -> AsyncIterator[tuple[Server, grpc
 async def schedule(srv: Server, n: int, delay_ms: int = 0, job_type: str = "t") -> list[str]:
     now = srv.node.clock.now_ms()
     jobs = [
-        (await srv.node.schedule(job_type=job_type, payload=b"", run_at=now + delay_ms))[0]
+        (await srv.node.schedule(JobSpec(job_type=job_type, payload=b"", run_at=now + delay_ms)))[0]
         for _ in range(n)
     ]
     return [j.job_id for j in jobs]
@@ -113,7 +113,7 @@ async def test_a_pushed_job_is_never_early() -> None:
     async with serving() as (srv, channel):
         now = srv.node.clock.now_ms()
         for i in range(12):
-            await srv.node.schedule(job_type="t", payload=b"", run_at=now + 300 + 40 * i)
+            await srv.node.schedule(JobSpec(job_type="t", payload=b"", run_at=now + 300 + 40 * i))
         s = Stream(channel)
         await s.hello(t=100)
         for claimed in await s.until_jobs(12):

@@ -512,29 +512,9 @@ class Node:
 
     # -- jobs -----------------------------------------------------------------------------
 
-    async def schedule(
-        self,
-        *,
-        job_type: str,
-        payload: bytes,
-        run_at: int,
-        idempotency_key: str = "",
-        max_attempts: int = 0,
-        job_id: str = "",
-        deadline: int = 0,
-        priority: int = 0,
-    ) -> tuple[Job, bool]:
-        """Create a job; durable before it returns (invariant 1). Returns (job, created)."""
-        spec = JobSpec(
-            job_type=job_type,
-            payload=payload,
-            run_at=run_at,
-            idempotency_key=idempotency_key,
-            max_attempts=max_attempts,
-            job_id=job_id,
-            deadline=deadline,
-            priority=priority,
-        )
+    async def schedule(self, spec: JobSpec) -> tuple[Job, bool]:
+        """Create a job; durable before it returns (invariant 1). Returns (job, created). (The
+        one-job form of ``schedule_many``.)"""
         (result,) = await self.schedule_many([spec])
         return result
 
