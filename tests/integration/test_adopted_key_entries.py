@@ -74,7 +74,7 @@ async def test_a_job_finished_under_a_keys_id_is_notified_under_that_id(
 
         node._notify = notify  # type: ignore[method-assign]
         now = SystemClock().now_ms()
-        job, created = await node.schedule(
+        job, created = await node.jobs.schedule(
             JobSpec(
                 job_type="adopt.job",
                 payload=payload,

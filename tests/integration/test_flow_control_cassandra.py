@@ -74,7 +74,7 @@ async def test_a_job_scheduled_through_another_node_expires_at_its_owner(
 ) -> None:
     async with two_nodes(cassandra_address, keyspace) as (owner, other):
         now = other.clock.now_ms()
-        job, _ = await other.schedule(
+        job, _ = await other.jobs.schedule(
             JobSpec(job_type="it.nobody", payload=b"", run_at=now + 500, deadline=now + 2500)
         )
 
@@ -84,18 +84,20 @@ async def test_a_job_scheduled_through_another_node_expires_at_its_owner(
         await wait_for(ready, 30, "the owner to hold the job ready")
 
         async def expired() -> bool:
-            return (await other.get(job.job_id)).state is JobState.EXPIRED
+            return (await other.jobs.get(job.job_id)).state is JobState.EXPIRED
 
         await wait_for(expired, 30, "the job to expire")
-        got = await other.get(job.job_id)
+        got = await other.jobs.get(job.job_id)
         assert got.history == () and got.attempt == 0
         assert got.finished_at > got.deadline
         assert "not started by its deadline" in got.last_error
         assert owner.ready.count() == 0
-        page = await other.list_jobs(state=JobState.EXPIRED, job_type=None, limit=10, page_token="")
+        page = await other.jobs.list_jobs(
+            state=JobState.EXPIRED, job_type=None, limit=10, page_token=""
+        )
         assert [j.job_id for j in page.jobs] == [job.job_id]
         # A claim written after the deadline does not apply, whichever node sends it.
-        late, _ = await other.schedule(
+        late, _ = await other.jobs.schedule(
             JobSpec(job_type="it.nobody2", payload=b"", run_at=now, deadline=now + 1)
         )
         [out] = await other.store.claim_jobs(
@@ -119,7 +121,7 @@ async def test_the_owner_hands_out_higher_priorities_first(
         now = other.clock.now_ms()
         low = [
             (
-                await other.schedule(
+                await other.jobs.schedule(
                     JobSpec(job_type="it.prio", payload=b"", run_at=now, priority=1)
                 )
             )[0]
@@ -127,7 +129,7 @@ async def test_the_owner_hands_out_higher_priorities_first(
         ]
         high = [
             (
-                await other.schedule(
+                await other.jobs.schedule(
                     JobSpec(job_type="it.prio", payload=b"", run_at=now, priority=8)
                 )
             )[0]
@@ -170,11 +172,13 @@ async def test_occurrences_run_spread_after_their_nominal_time(
         offset = spread_offset_of("spread-it", spread_ms)
 
         async def fired() -> bool:
-            page = await other.list_jobs(state=None, job_type="it.cron", limit=10, page_token="")
+            page = await other.jobs.list_jobs(
+                state=None, job_type="it.cron", limit=10, page_token=""
+            )
             return bool(page.jobs)
 
         await wait_for(fired, 60, "an occurrence")
-        page = await other.list_jobs(state=None, job_type="it.cron", limit=10, page_token="")
+        page = await other.jobs.list_jobs(state=None, job_type="it.cron", limit=10, page_token="")
         for job in page.jobs:
             nominal = int(job.job_id.removeprefix("spread-it@"))
             assert nominal % 1000 == 0  # the id stays on the nominal time

@@ -91,7 +91,7 @@ async def test_jobs_late_writes_and_cron_run_end_to_end(
         ids = {r.job.job_id for r in resp.results}
         # Due ten minutes ago: written into the bucket the dispatcher reads now. The API refuses
         # a run_at that far back, so through the node (as a catch-up or a replay writes).
-        late, _ = await server.node.schedule(
+        late, _ = await server.node.jobs.schedule(
             JobSpec(job_type="it.job", payload=b"", run_at=now - 600_000)
         )
         ids.add(late.job_id)

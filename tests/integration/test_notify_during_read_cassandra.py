@@ -77,7 +77,7 @@ async def test_a_job_created_while_its_bucket_read_is_in_flight_runs(
         store.hold = True
         await asyncio.wait_for(store.reading.wait(), 10)
         # The held refresh reads up to about now + 2 s; the one before it, 1 s less far.
-        job, created = await node.schedule(
+        job, created = await node.jobs.schedule(
             JobSpec(job_type="t", payload=b"{}", run_at=node.clock.now_ms() + 1_700)
         )
         assert created

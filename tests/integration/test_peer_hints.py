@@ -108,7 +108,7 @@ async def test_a_job_written_by_another_node_is_hinted_to_its_owner_and_runs_now
         ids = [f"hinted-{uuid.uuid4().hex[:8]}" for _ in range(200)]
         ids = [i for i in ids if shard_of(i, SHARDS) in b.dispatching][:5]
         now = a.clock.now_ms()
-        await a.schedule_many(
+        await a.jobs.schedule_many(
             [JobSpec(job_type=TYPE, payload=b"", run_at=now, job_id=i) for i in ids]
         )
         claimed = await claim_all(b, ids)
@@ -120,7 +120,7 @@ async def test_a_job_written_by_another_node_is_hinted_to_its_owner_and_runs_now
         own = [f"own-{uuid.uuid4().hex[:8]}" for _ in range(100)]
         own = [i for i in own if shard_of(i, SHARDS) in a.dispatching][:3]
         before = sent(a, "taken") + sent(a, "not_owned") + sent(a, "failed")
-        await a.schedule_many(
+        await a.jobs.schedule_many(
             [JobSpec(job_type=TYPE, payload=b"", run_at=a.clock.now_ms(), job_id=i) for i in own]
         )
         assert await claim_all(a, own) == set(own)
@@ -142,7 +142,7 @@ async def test_a_wait_on_one_node_for_a_job_another_dispatches_is_answered_by_th
         a.waits.reread_s = 300.0  # only b's answer can bring the job in time
         ids = [f"waited-{uuid.uuid4().hex[:8]}" for _ in range(100)]
         job_id = next(i for i in ids if shard_of(i, SHARDS) in b.dispatching)
-        await b.schedule_many(
+        await b.jobs.schedule_many(
             [JobSpec(job_type=TYPE, payload=b"", run_at=b.clock.now_ms(), job_id=job_id)]
         )
         [claimed] = await b.claims.claim(worker="w", types=[TYPE], limit=1, wait_s=10, lease_s=30)

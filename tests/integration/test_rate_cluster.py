@@ -97,7 +97,7 @@ async def test_two_nodes_share_one_rate_and_a_failover_releases_no_second_burst(
         now = a.clock.now_ms()
         spec = JobSpec(job_type=TYPE, payload=b"", run_at=now)
         for _ in range(3):  # 1,500 jobs due now: far more than 40 s at the rate
-            await a.schedule_many([spec] * 500)
+            await a.jobs.schedule_many([spec] * 500)
         shared_from = a.clock.now_ms()
         await asyncio.sleep(25)
         shared_to = a.clock.now_ms()

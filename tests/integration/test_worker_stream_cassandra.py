@@ -51,7 +51,7 @@ async def test_the_worker_stream_on_cassandra(cassandra_address: str, keyspace: 
         now = node.clock.now_ms()
         ids = [
             (
-                await node.schedule(
+                await node.jobs.schedule(
                     JobSpec(job_type="it.stream", payload=b"", run_at=now + 1500 + 50 * i)
                 )
             )[0].job_id
@@ -64,7 +64,7 @@ async def test_the_worker_stream_on_cassandra(cassandra_address: str, keyspace: 
             assert ts_ms(c.job.started_at) >= ts_ms(c.job.run_at)
             assert time.time() * 1000 >= ts_ms(c.job.run_at)
         await wait_for(lambda: node.ready.count() == 6, 60, "the other six ready")
-        running = [(await node.get(i)).state for i in ids].count(JobState.RUNNING)
+        running = [(await node.jobs.get(i)).state for i in ids].count(JobState.RUNNING)
         assert running == 4
 
         a, b = first[0], first[1]
@@ -85,7 +85,7 @@ async def test_the_worker_stream_on_cassandra(cassandra_address: str, keyspace: 
             results=[pb.FinishItem(job_id=c.job.job_id, fence=c.fence) for c in rest]
         )
         assert [r.code for r in (await s.answer(seq)).results] == [0] * 6
-        states = [(await node.get(i)).state for i in ids]
+        states = [(await node.jobs.get(i)).state for i in ids]
         assert states == [JobState.SUCCEEDED] * 10
         seq = await s.send(stop=True)
         while not (await s.read()).stopped:
@@ -110,7 +110,9 @@ async def test_the_worker_sdk_runs_jobs_over_the_stream_on_cassandra(
     async with node_with_worker(url, use_stream=True) as (server, ran):
         now = server.node.clock.now_ms()
         for i in range(30):
-            await server.node.schedule(JobSpec(job_type="it.job", payload=b"", run_at=now + 20 * i))
+            await server.node.jobs.schedule(
+                JobSpec(job_type="it.job", payload=b"", run_at=now + 20 * i)
+            )
         await wait_for(lambda: len(ran) >= 30, 90, "thirty jobs run")
         assert all(ctx.started_at_ms >= ctx.run_at for ctx in ran)
         await wait_for(lambda: len(set(results)) >= 30, 60, "thirty results over the stream")

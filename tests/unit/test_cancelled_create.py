@@ -72,7 +72,7 @@ async def test_a_job_whose_creating_call_was_cancelled_still_runs(tmp_path: Path
 
         def schedule() -> asyncio.Task[tuple[Job, bool]]:
             return asyncio.create_task(
-                b.schedule(
+                b.jobs.schedule(
                     JobSpec(
                         job_type="t", payload=b"{}", run_at=START_MS + 3000, idempotency_key="k"
                     )
@@ -121,7 +121,9 @@ async def test_a_create_that_fails_after_its_caller_gave_up_is_logged_not_left_u
     )
     await node.start()
     try:
-        call = asyncio.ensure_future(node.schedule(JobSpec(job_type="t", payload=b"", run_at=0)))
+        call = asyncio.ensure_future(
+            node.jobs.schedule(JobSpec(job_type="t", payload=b"", run_at=0))
+        )
         await asyncio.sleep(0.05)
         call.cancel()  # the client's deadline
         with pytest.raises(asyncio.CancelledError):

@@ -34,8 +34,8 @@ async def claims_of(gap_ms: int) -> tuple[list[list[str]], list[str], list[int]]
     await node.start()
     try:
         first = node.clock.now_ms() + 400
-        a, _ = await node.schedule(JobSpec(job_type="t", payload=b"", run_at=first))
-        b, _ = await node.schedule(JobSpec(job_type="t", payload=b"", run_at=first + gap_ms))
+        a, _ = await node.jobs.schedule(JobSpec(job_type="t", payload=b"", run_at=first))
+        b, _ = await node.jobs.schedule(JobSpec(job_type="t", payload=b"", run_at=first + gap_ms))
         batches: list[list[str]] = []
         late: list[int] = []
         deadline = time.monotonic() + 10

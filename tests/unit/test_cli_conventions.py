@@ -288,7 +288,7 @@ async def test_json_of_the_commands_that_change_things(
 
 
 async def _dead_job(node: Node, job_type: str) -> str:
-    job, _ = await node.schedule(
+    job, _ = await node.jobs.schedule(
         JobSpec(job_type=job_type, payload=b"", run_at=node.clock.now_ms() - 10)
     )
     await wait_until(lambda: node.ready.count() >= 1, what="the job ready")

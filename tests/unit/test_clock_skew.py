@@ -111,7 +111,9 @@ async def test_a_writer_behind_by_the_whole_bound_loses_nothing(tmp_path: Path) 
         await advance(a, clock, 3)
         jobs = []
         for _ in range(6):
-            job, _ = await b.schedule(JobSpec(job_type="t", payload=b"{}", run_at=b.clock.now_ms()))
+            job, _ = await b.jobs.schedule(
+                JobSpec(job_type="t", payload=b"{}", run_at=b.clock.now_ms())
+            )
             jobs.append(job.job_id)
             await advance(a, clock, 0.4, step=0.2)
         await advance(a, clock, 3)

@@ -34,7 +34,9 @@ async def test_a_job_this_node_created_is_made_ready_without_reading_its_row(
     reads: list[list[str]],
 ) -> None:
     async with running() as (node, clock):
-        job, _ = await node.schedule(JobSpec(job_type="t", payload=b"{}", run_at=START_MS + 1000))
+        job, _ = await node.jobs.schedule(
+            JobSpec(job_type="t", payload=b"{}", run_at=START_MS + 1000)
+        )
         await advance(node, clock, 1.5)
         claimed = await node.claims.claim(worker="w", types=["t"], limit=5, wait_s=0, lease_s=30)
         assert [c.job.job_id for c in claimed] == [job.job_id]
@@ -46,13 +48,15 @@ async def test_a_job_cancelled_elsewhere_after_its_create_is_not_claimed(
     reads: list[list[str]],
 ) -> None:
     async with running() as (node, clock):
-        job, _ = await node.schedule(JobSpec(job_type="t", payload=b"{}", run_at=START_MS + 1000))
+        job, _ = await node.jobs.schedule(
+            JobSpec(job_type="t", payload=b"{}", run_at=START_MS + 1000)
+        )
         # Another node's cancel: straight to the store, this node's dispatcher is not told.
         out = await node.store.cancel_job(job.job_id, JobState.SCHEDULED, job.fence, START_MS)
         assert out.applied
         await advance(node, clock, 1.5)
         assert await node.claims.claim(worker="w", types=["t"], limit=5, wait_s=0, lease_s=30) == []
-        assert (await node.get(job.job_id)).state is JobState.CANCELLED
+        assert (await node.jobs.get(job.job_id)).state is JobState.CANCELLED
         await settle(node)  # the dispatcher looks at the refused job again
         assert any(job.job_id in ids for ids in reads), "the refused claim was not decided again"
         assert node.dispatchers[job.shard].backlog(clock.now_ms()) == (0, None), "not handled"
@@ -60,7 +64,9 @@ async def test_a_job_cancelled_elsewhere_after_its_create_is_not_claimed(
 
 async def test_a_job_moved_later_elsewhere_is_not_claimed_before_its_new_time() -> None:
     async with running() as (node, clock):
-        job, _ = await node.schedule(JobSpec(job_type="t", payload=b"{}", run_at=START_MS + 1000))
+        job, _ = await node.jobs.schedule(
+            JobSpec(job_type="t", payload=b"{}", run_at=START_MS + 1000)
+        )
         later = START_MS + 12_000
         out = await node.store.reschedule_job(job.job_id, job.fence, later, START_MS)
         assert out.applied

@@ -14,6 +14,8 @@ import pytest
 from prometheus_client import generate_latest
 
 from tests.unit.helpers import START_MS, advance, make_node, running, wait_until
+from timeshard.clock import FakeClock
+from timeshard.coordinator.local import LocalCoordinator
 from timeshard.errors import InvalidArgument
 from timeshard.model import Job, JobState, WriteResult
 from timeshard.node import JobSpec, Node, TypePolicy, dispatcher
@@ -28,7 +30,7 @@ from timeshard.views.status import node_status
 async def state_becomes(node: Node, job_id: str, state: JobState, timeout: float = 10) -> Job:
     """The job once it is in ``state`` (the dispatcher writes it on its own time)."""
     deadline = time.monotonic() + timeout
-    while (job := await node.get(job_id)).state is not state:
+    while (job := await node.jobs.get(job_id)).state is not state:
         if time.monotonic() > deadline:
             raise AssertionError(f"job {job_id} is {job.state.value}, not {state.value}")
         await asyncio.sleep(0.01)
@@ -44,7 +46,7 @@ def expired_count(node: object, job_type: str) -> float:
 
 async def test_a_job_held_with_no_worker_expires_at_its_deadline() -> None:
     async with running() as (node, clock):
-        job, _ = await node.schedule(
+        job, _ = await node.jobs.schedule(
             JobSpec(
                 job_type="remind", payload=b"", run_at=START_MS + 1000, deadline=START_MS + 5000
             )
@@ -52,7 +54,7 @@ async def test_a_job_held_with_no_worker_expires_at_its_deadline() -> None:
         await advance(node, clock, 2)
         await wait_until(lambda: node.ready.count() == 1, what="the job ready")
         await advance(node, clock, 2.5)  # just before its deadline: still ready, still due
-        assert (await node.get(job.job_id)).state is JobState.SCHEDULED
+        assert (await node.jobs.get(job.job_id)).state is JobState.SCHEDULED
         assert node.ready.count() == 1
         await advance(node, clock, 1)
         await wait_until(lambda: node.ready.count() == 0, what="the job out of the ready queue")
@@ -61,7 +63,9 @@ async def test_a_job_held_with_no_worker_expires_at_its_deadline() -> None:
         assert "not started by its deadline 2027-01-15T08:00:05Z" in got.last_error
         assert START_MS + 5000 < got.finished_at <= clock.now_ms()
         assert expired_count(node, "remind") == 1
-        page = await node.list_jobs(state=JobState.EXPIRED, job_type=None, limit=10, page_token="")
+        page = await node.jobs.list_jobs(
+            state=JobState.EXPIRED, job_type=None, limit=10, page_token=""
+        )
         assert [j.job_id for j in page.jobs] == [job.job_id]
         # Nothing can start it any more.
         assert (
@@ -81,11 +85,11 @@ async def test_a_job_waiting_for_minutes_still_expires_at_its_deadline() -> None
     """A due job waiting longer than a minute has its entry written again every minute (so it
     never pins the cursor): its deadline still holds through those moves."""
     async with running() as (node, clock):
-        job, _ = await node.schedule(
+        job, _ = await node.jobs.schedule(
             JobSpec(job_type="remind", payload=b"", run_at=START_MS, deadline=START_MS + 150_000)
         )
         await advance(node, clock, 149, step=5)
-        assert (await node.get(job.job_id)).state is JobState.SCHEDULED
+        assert (await node.jobs.get(job.job_id)).state is JobState.SCHEDULED
         assert node.ready.count() == 1
         await advance(node, clock, 5, step=1)
         await state_becomes(node, job.job_id, JobState.EXPIRED)
@@ -98,8 +102,10 @@ async def test_a_job_waiting_for_minutes_still_expires_at_its_deadline() -> None
 async def test_a_job_held_by_a_concurrency_limit_expires_too() -> None:
     types = {"limited": TypePolicy(concurrency=1)}
     async with running(types=types) as (node, clock):
-        first, _ = await node.schedule(JobSpec(job_type="limited", payload=b"", run_at=START_MS))
-        held, _ = await node.schedule(
+        first, _ = await node.jobs.schedule(
+            JobSpec(job_type="limited", payload=b"", run_at=START_MS)
+        )
+        held, _ = await node.jobs.schedule(
             JobSpec(
                 job_type="limited", payload=b"", run_at=START_MS + 100, deadline=START_MS + 3000
             )
@@ -120,7 +126,7 @@ async def test_a_job_found_after_its_deadline_is_not_run(tmp_path: Path) -> None
     db = tmp_path / "down.db"
     node, clock = make_node(db)
     await node.start()
-    job, _ = await node.schedule(
+    job, _ = await node.jobs.schedule(
         JobSpec(job_type="remind", payload=b"", run_at=START_MS + 1000, deadline=START_MS + 2000)
     )
     await node.stop()
@@ -132,7 +138,7 @@ async def test_a_job_found_after_its_deadline_is_not_run(tmp_path: Path) -> None
         await wait_until(
             lambda: expired_count(again, "remind") == 1, timeout=10, what="the job expired"
         )
-        got = await again.get(job.job_id)
+        got = await again.jobs.get(job.job_id)
         assert got.state is JobState.EXPIRED and got.history == ()
         late_s = float(got.last_error.split("(expired ")[1].split("s after")[0])
         assert 3598 <= late_s <= 3600  # how late it was found
@@ -155,12 +161,12 @@ async def test_a_claim_taking_a_job_after_its_deadline_does_not_start_it() -> No
     """The claim checks the deadline itself, before it writes: a job its dispatcher has not
     expired yet (the clock moved on, the loop did not) is handed back to be expired, and the
     claim's write never names it."""
-    node, clock = make_node()
-    node.store = RecordingStore(":memory:", num_shards=4)
-    node.claims._store = node.store
+    clock = FakeClock(START_MS)
+    store = RecordingStore(":memory:", num_shards=4)
+    node = Node(store=store, coordinator=LocalCoordinator(), clock=clock, node_id="test-node")
     await node.start()
     try:
-        job, _ = await node.schedule(
+        job, _ = await node.jobs.schedule(
             JobSpec(job_type="remind", payload=b"", run_at=START_MS, deadline=START_MS + 1000)
         )
         await advance(node, clock, 0.5)
@@ -170,7 +176,7 @@ async def test_a_claim_taking_a_job_after_its_deadline_does_not_start_it() -> No
             await node.claims.claim(worker="w", types=["remind"], limit=1, wait_s=0, lease_s=30)
             == []
         )
-        assert job.job_id not in getattr(node.store, "claimed_ids", [])
+        assert job.job_id not in getattr(store, "claimed_ids", [])
         await state_becomes(node, job.job_id, JobState.EXPIRED)
     finally:
         await node.stop()
@@ -180,7 +186,7 @@ async def test_a_retry_never_starts_after_the_deadline() -> None:
     """Failed once, the job's retry (due before or after the deadline: the backoff is random)
     does not run after the deadline: it expires, the first attempt in its history."""
     async with running() as (node, clock):
-        job, _ = await node.schedule(
+        job, _ = await node.jobs.schedule(
             JobSpec(job_type="remind", payload=b"", run_at=START_MS, deadline=START_MS + 500)
         )
         await advance(node, clock, 0.2)
@@ -195,32 +201,32 @@ async def test_a_retry_never_starts_after_the_deadline() -> None:
 async def test_a_deadline_before_run_at_and_a_reschedule_past_it_are_refused() -> None:
     async with running() as (node, _):
         with pytest.raises(InvalidArgument) as bad:
-            await node.schedule(
+            await node.jobs.schedule(
                 JobSpec(
                     job_type="remind", payload=b"", run_at=START_MS + 2000, deadline=START_MS + 1000
                 )
             )
         assert bad.value.field == "deadline" and "could never start" in str(bad.value)
         with pytest.raises(InvalidArgument) as negative:
-            await node.schedule(
+            await node.jobs.schedule(
                 JobSpec(job_type="remind", payload=b"", run_at=START_MS, deadline=-1)
             )
         assert negative.value.field == "deadline"
-        job, _ = await node.schedule(
+        job, _ = await node.jobs.schedule(
             JobSpec(
                 job_type="remind", payload=b"", run_at=START_MS + 1000, deadline=START_MS + 5000
             )
         )
         with pytest.raises(InvalidArgument) as late:
-            await node.reschedule(job.job_id, START_MS + 6000)
+            await node.jobs.reschedule(job.job_id, START_MS + 6000)
         assert late.value.field == "run_at" and "deadline" in str(late.value)
-        moved = await node.reschedule(job.job_id, START_MS + 5000)
+        moved = await node.jobs.reschedule(job.job_id, START_MS + 5000)
         assert moved.run_at == START_MS + 5000 and moved.deadline == START_MS + 5000
 
 
 async def test_a_waiter_hears_of_an_expired_job() -> None:
     async with running() as (node, clock):
-        job, _ = await node.schedule(
+        job, _ = await node.jobs.schedule(
             JobSpec(job_type="remind", payload=b"", run_at=START_MS, deadline=START_MS + 1000)
         )
         got = []
@@ -245,7 +251,7 @@ async def test_deadline_timers_of_claimed_jobs_do_not_pile_up(
     async with running() as (node, clock):
         far = START_MS + 86_400_000
         for _ in range(300):
-            await node.schedule(
+            await node.jobs.schedule(
                 JobSpec(job_type="busy", payload=b"", run_at=START_MS, deadline=far)
             )
         await advance(node, clock, 1)
@@ -263,7 +269,7 @@ async def test_deadline_timers_of_claimed_jobs_do_not_pile_up(
         assert all(len(two) == 2 for two in per_shard)
         held = [
             (
-                await node.schedule(
+                await node.jobs.schedule(
                     JobSpec(
                         job_type="idle",
                         payload=b"",

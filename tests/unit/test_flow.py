@@ -40,7 +40,7 @@ async def running(shards: int) -> AsyncIterator[tuple[Node, FakeClock]]:
 async def schedule(node: Node, n: int, job_type: str = "mail", at: int = START_MS) -> list[str]:
     ids = []
     for _ in range(n):
-        job, _ = await node.schedule(JobSpec(job_type=job_type, payload=b"", run_at=at))
+        job, _ = await node.jobs.schedule(JobSpec(job_type=job_type, payload=b"", run_at=at))
         ids.append(job.job_id)
     return ids
 
@@ -107,7 +107,7 @@ async def test_a_paused_type_keeps_its_jobs_ready_in_order_and_does_not_pin_the_
         )
         assert await claim_all(node) == []
         for job_id in first + later:
-            assert (await node.get(job_id)).state.value == "scheduled"
+            assert (await node.jobs.get(job_id)).state.value == "scheduled"
         await node.type_policies.set_flows([FlowChange(job_type="mail", paused=False)])
         assert node.claims.held("mail") == ""
         got = await claim_all(node)

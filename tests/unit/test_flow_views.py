@@ -53,7 +53,9 @@ async def test_held_jobs_show_by_reason_on_metrics_and_the_status_page() -> None
         )
         for job_type, n in (("invoice.send", 3), ("email.send", 4)):
             for _ in range(n):
-                await node.schedule(JobSpec(job_type=job_type, payload=b"", run_at=START_MS + 500))
+                await node.jobs.schedule(
+                    JobSpec(job_type=job_type, payload=b"", run_at=START_MS + 500)
+                )
         await advance(node, clock, 1)
         claim = {"worker": "w", "types": ["email.send"], "limit": 10, "wait_s": 0, "lease_s": 60}
         # The bucket starts empty.

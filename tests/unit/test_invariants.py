@@ -22,7 +22,7 @@ from timeshard.store.sqlite import SqliteStore
 async def test_schedule_is_durable_before_it_returns(tmp_path: Path) -> None:
     db = tmp_path / "t.db"
     async with running(db) as (node, _clock):
-        job, created = await node.schedule(
+        job, created = await node.jobs.schedule(
             JobSpec(job_type="t", payload=b"{}", run_at=START_MS + 5000)
         )
         assert created
@@ -42,18 +42,18 @@ async def test_schedule_is_durable_before_it_returns(tmp_path: Path) -> None:
 
 async def test_idempotency_key_creates_once_and_rejects_another_body() -> None:
     async with running() as (node, _):
-        a, created_a = await node.schedule(
+        a, created_a = await node.jobs.schedule(
             JobSpec(job_type="t", payload=b'{"x":1}', run_at=START_MS, idempotency_key="k1")
         )
-        b, created_b = await node.schedule(
+        b, created_b = await node.jobs.schedule(
             JobSpec(job_type="t", payload=b'{"x":1}', run_at=START_MS, idempotency_key="k1")
         )
         assert created_a and not created_b and a.job_id == b.job_id
         with pytest.raises(AlreadyExists, match="k1"):
-            await node.schedule(
+            await node.jobs.schedule(
                 JobSpec(job_type="t", payload=b'{"x":2}', run_at=START_MS, idempotency_key="k1")
             )
-        page = await node.list_jobs(state=None, job_type=None, limit=10, page_token="")
+        page = await node.jobs.list_jobs(state=None, job_type=None, limit=10, page_token="")
         assert len(page.jobs) == 1
 
 
@@ -84,7 +84,7 @@ async def test_every_live_job_has_an_entry_no_later_than_it_needs_attention() ->
     async with running(lookahead_s=2.0) as (node, clock):
         ids = []
         for i in range(30):
-            job, _ = await node.schedule(
+            job, _ = await node.jobs.schedule(
                 JobSpec(
                     job_type="t",
                     payload=b"{}",
@@ -107,9 +107,9 @@ async def test_every_live_job_has_an_entry_no_later_than_it_needs_attention() ->
             if rng.random() < 0.1:
                 victim = rng.choice(ids)
                 with contextlib.suppress(FailedPrecondition):
-                    await node.reschedule(victim, clock.now_ms() + rng.randint(0, 30_000))
+                    await node.jobs.reschedule(victim, clock.now_ms() + rng.randint(0, 30_000))
             await _assert_attention_covered(node, ids)
-        states = {(await node.get(i)).state for i in ids}
+        states = {(await node.jobs.get(i)).state for i in ids}
         assert JobState.SUCCEEDED in states and JobState.DEAD in states
 
 
@@ -124,7 +124,9 @@ async def test_an_unclaimed_due_job_does_not_hold_its_shard_and_survives_owner_d
     shard's cursor, which keeps up with the clock like the others."""
     db = tmp_path / "t.db"
     async with running(db) as (node, clock):
-        job, _ = await node.schedule(JobSpec(job_type="t", payload=b"{}", run_at=START_MS + 1000))
+        job, _ = await node.jobs.schedule(
+            JobSpec(job_type="t", payload=b"{}", run_at=START_MS + 1000)
+        )
         await advance(node, clock, 2)
         await wait_until(lambda: node.ready.count() == 1, what="job ready")
         await advance(node, clock, 300, step=10)  # five minutes: nobody claims it
@@ -151,7 +153,7 @@ async def test_job_due_before_the_cursor_is_written_where_the_dispatcher_reads()
         shard_cursors = [(await node.store.get_shard(s)).cursor for s in range(node.num_shards)]
         assert min(shard_cursors) > minute_of(START_MS)
         past = START_MS + 1000  # minutes behind every cursor
-        job, _ = await node.schedule(JobSpec(job_type="t", payload=b"{}", run_at=past))
+        job, _ = await node.jobs.schedule(JobSpec(job_type="t", payload=b"{}", run_at=past))
         entries = await all_entries(node, job)
         cursor = (await node.store.get_shard(job.shard)).cursor
         assert entries and all(e.minute >= cursor for e in entries)
@@ -165,7 +167,7 @@ async def test_job_due_before_the_cursor_is_written_where_the_dispatcher_reads()
 
 async def test_stale_fence_is_rejected_everywhere_and_changes_nothing() -> None:
     async with running() as (node, clock):
-        job, _ = await node.schedule(JobSpec(job_type="t", payload=b"{}", run_at=START_MS))
+        job, _ = await node.jobs.schedule(JobSpec(job_type="t", payload=b"{}", run_at=START_MS))
         await advance(node, clock, 0.5)
         (first,) = await node.claims.claim(worker="w1", types=["t"], limit=1, wait_s=0, lease_s=5)
         await advance(node, clock, 6)  # lease expires; the dispatcher releases it
@@ -173,7 +175,7 @@ async def test_stale_fence_is_rejected_everywhere_and_changes_nothing() -> None:
         (second,) = await node.claims.claim(worker="w2", types=["t"], limit=1, wait_s=0, lease_s=5)
         # the first delivery never started (invariant 9): attempt 1 again
         assert second.job.fence == first.job.fence + 1 and second.job.attempt == 1
-        before = await node.get(job.job_id)
+        before = await node.jobs.get(job.job_id)
         for call in (
             node.heartbeat(job.job_id, first.job.fence, 5),
             node.complete(job.job_id, first.job.fence),
@@ -182,7 +184,7 @@ async def test_stale_fence_is_rejected_everywhere_and_changes_nothing() -> None:
             with pytest.raises(StaleFence) as info:
                 await call
             assert isinstance(info.value, FailedPrecondition)
-        assert await node.get(job.job_id) == before
+        assert await node.jobs.get(job.job_id) == before
         done = await node.complete(job.job_id, second.job.fence)
         assert done.state is JobState.SUCCEEDED
 
@@ -191,7 +193,7 @@ async def test_a_job_is_claimed_by_one_of_many_concurrent_claimers() -> None:
     import asyncio
 
     async with running() as (node, clock):
-        await node.schedule(JobSpec(job_type="t", payload=b"{}", run_at=START_MS + 500))
+        await node.jobs.schedule(JobSpec(job_type="t", payload=b"{}", run_at=START_MS + 500))
         waiters = [
             asyncio.ensure_future(
                 node.claims.claim(worker=f"w{i}", types=["t"], limit=1, wait_s=5, lease_s=5)
@@ -208,7 +210,9 @@ async def test_a_job_is_claimed_by_one_of_many_concurrent_claimers() -> None:
 
 async def test_never_early() -> None:
     async with running() as (node, clock):
-        job, _ = await node.schedule(JobSpec(job_type="t", payload=b"{}", run_at=START_MS + 3000))
+        job, _ = await node.jobs.schedule(
+            JobSpec(job_type="t", payload=b"{}", run_at=START_MS + 3000)
+        )
         for _ in range(5):
             await advance(node, clock, 0.5)
             assert clock.now_ms() < job.run_at
@@ -225,12 +229,16 @@ async def test_never_early() -> None:
 
 async def test_cancel_and_reschedule() -> None:
     async with running() as (node, clock):
-        a, _ = await node.schedule(JobSpec(job_type="t", payload=b"{}", run_at=START_MS + 1000))
-        b, _ = await node.schedule(JobSpec(job_type="t", payload=b"{}", run_at=START_MS + 1000))
-        await node.cancel(a.job_id)
+        a, _ = await node.jobs.schedule(
+            JobSpec(job_type="t", payload=b"{}", run_at=START_MS + 1000)
+        )
+        b, _ = await node.jobs.schedule(
+            JobSpec(job_type="t", payload=b"{}", run_at=START_MS + 1000)
+        )
+        await node.jobs.cancel(a.job_id)
         with pytest.raises(FailedPrecondition, match="already cancelled"):
-            await node.cancel(a.job_id)
-        moved = await node.reschedule(b.job_id, START_MS + 10_000)
+            await node.jobs.cancel(a.job_id)
+        moved = await node.jobs.reschedule(b.job_id, START_MS + 10_000)
         assert moved.run_at == START_MS + 10_000
         await advance(node, clock, 5)
         assert await node.claims.claim(worker="w", types=["t"], limit=5, wait_s=0, lease_s=5) == []
@@ -238,15 +246,15 @@ async def test_cancel_and_reschedule() -> None:
         claimed = await node.claims.claim(worker="w", types=["t"], limit=5, wait_s=0, lease_s=5)
         assert [c.job.job_id for c in claimed] == [b.job_id]
         with pytest.raises(NotFound):
-            await node.get("missing")
+            await node.jobs.get("missing")
 
 
 async def test_cancel_of_a_running_job_revokes_its_lease() -> None:
     async with running() as (node, clock):
-        job, _ = await node.schedule(JobSpec(job_type="t", payload=b"{}", run_at=START_MS))
+        job, _ = await node.jobs.schedule(JobSpec(job_type="t", payload=b"{}", run_at=START_MS))
         await advance(node, clock, 0.5)
         (c,) = await node.claims.claim(worker="w", types=["t"], limit=1, wait_s=0, lease_s=5)
-        cancelled = await node.cancel(job.job_id)
+        cancelled = await node.jobs.cancel(job.job_id)
         assert cancelled.state is JobState.CANCELLED
         with pytest.raises(StaleFence):
             await node.heartbeat(job.job_id, c.job.fence, 5)
@@ -254,7 +262,7 @@ async def test_cancel_of_a_running_job_revokes_its_lease() -> None:
 
 async def test_retry_then_dead_letter_after_max_attempts() -> None:
     async with running() as (node, clock):
-        job, _ = await node.schedule(
+        job, _ = await node.jobs.schedule(
             JobSpec(job_type="t", payload=b"{}", run_at=START_MS, max_attempts=2)
         )
         await advance(node, clock, 0.5)
@@ -273,7 +281,7 @@ async def test_a_claim_cancelled_mid_write_gives_its_jobs_back() -> None:
     import asyncio
 
     async with running() as (node, clock):
-        job, _ = await node.schedule(JobSpec(job_type="t", payload=b"{}", run_at=START_MS))
+        job, _ = await node.jobs.schedule(JobSpec(job_type="t", payload=b"{}", run_at=START_MS))
         await advance(node, clock, 0.5)
         real = node.store.claim_jobs
         blocked = asyncio.Event()
@@ -296,7 +304,7 @@ async def test_a_claim_cancelled_mid_write_gives_its_jobs_back() -> None:
 
 async def test_a_stranded_pending_entry_is_looked_at_again() -> None:
     async with running(stale_s=10.0) as (node, clock):
-        job, _ = await node.schedule(JobSpec(job_type="t", payload=b"{}", run_at=START_MS))
+        job, _ = await node.jobs.schedule(JobSpec(job_type="t", payload=b"{}", run_at=START_MS))
         await advance(node, clock, 0.5)
         await wait_until(lambda: node.ready.count() == 1, what="ready")
         node.ready.drop_shard(job.shard)  # lose it from memory, as a bug would

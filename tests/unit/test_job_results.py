@@ -37,7 +37,7 @@ def finished(job: Job) -> bool:
 async def run_one(srv: Server, w: Worker, payload: bytes = b"{}") -> Job:
     """Schedule one job of type ``t`` and run it with ``w`` until it is finished."""
     async with working(w, [srv]):
-        job, _ = await srv.node.schedule(JobSpec(job_type="t", payload=payload, run_at=0))
+        job, _ = await srv.node.jobs.schedule(JobSpec(job_type="t", payload=payload, run_at=0))
         return await wait_job(srv, job, finished, what="the job finished")
 
 
@@ -50,7 +50,7 @@ async def test_a_returned_value_is_the_jobs_result_and_a_client_reads_it() -> No
         return {"sum": ctx.json()["a"] + 1, "text": "grüße"}
 
     async with working(w, [srv]):
-        job, _ = await srv.node.schedule(JobSpec(job_type="t", payload=b'{"a": 41}', run_at=0))
+        job, _ = await srv.node.jobs.schedule(JobSpec(job_type="t", payload=b'{"a": 41}', run_at=0))
         with Client(srv.address) as c:
             got = await asyncio.to_thread(c.wait, job.job_id, 30)
             fetched = await asyncio.to_thread(c.get, job.job_id)
@@ -73,8 +73,8 @@ async def test_bytes_are_stored_as_they_are_and_none_is_no_result() -> None:
         return None
 
     async with working(w, [srv]):
-        b, _ = await srv.node.schedule(JobSpec(job_type="t", payload=b"{}", run_at=0))
-        n, _ = await srv.node.schedule(JobSpec(job_type="n", payload=b"{}", run_at=0))
+        b, _ = await srv.node.jobs.schedule(JobSpec(job_type="t", payload=b"{}", run_at=0))
+        n, _ = await srv.node.jobs.schedule(JobSpec(job_type="n", payload=b"{}", run_at=0))
         b = await wait_job(srv, b, finished)
         n = await wait_job(srv, n, finished)
     assert b.state is JobState.SUCCEEDED and (b.result, b.result_encoding) == (raw, "bytes")
@@ -123,8 +123,8 @@ async def test_a_finish_item_with_a_result_over_the_limit_is_refused_and_recorde
     batch are unaffected."""
     async with embedded_server() as srv:
         node = srv.node
-        a, _ = await node.schedule(JobSpec(job_type="t", payload=b"", run_at=0))
-        b, _ = await node.schedule(JobSpec(job_type="t", payload=b"", run_at=0))
+        a, _ = await node.jobs.schedule(JobSpec(job_type="t", payload=b"", run_at=0))
+        b, _ = await node.jobs.schedule(JobSpec(job_type="t", payload=b"", run_at=0))
         await wait_until(lambda: node.ready.count() == 2, what="both ready")
         claimed = {
             c.job.job_id: c.job
@@ -154,9 +154,9 @@ async def test_a_finish_item_with_a_result_over_the_limit_is_refused_and_recorde
         assert too_big.state == pb.JOB_STATE_DEAD
         assert "items[0].result" in too_big.message and "over the limit" in too_big.message
         assert (fine.code, fine.state) == (0, pb.JOB_STATE_SUCCEEDED)
-        dead = await node.get(a.job_id)
+        dead = await node.jobs.get(a.job_id)
         assert dead.state is JobState.DEAD and dead.last_error.startswith("ResultError:")
-        assert (await node.get(b.job_id)).result == b"[1]"
+        assert (await node.jobs.get(b.job_id)).result == b"[1]"
 
 
 async def test_a_failure_carries_its_traceback_into_the_history_and_the_log(
@@ -224,8 +224,8 @@ async def test_jobs_get_shows_the_result_and_the_traceback(
 ) -> None:
     async with embedded_server() as srv:
         node = srv.node
-        ok, _ = await node.schedule(JobSpec(job_type="t", payload=b"", run_at=0))
-        bad, _ = await node.schedule(JobSpec(job_type="t", payload=b"", run_at=0))
+        ok, _ = await node.jobs.schedule(JobSpec(job_type="t", payload=b"", run_at=0))
+        bad, _ = await node.jobs.schedule(JobSpec(job_type="t", payload=b"", run_at=0))
         await wait_until(lambda: node.ready.count() == 2, what="both ready")
         by_id = {
             c.job.job_id: c.job

@@ -57,7 +57,7 @@ class Cli:
 
     async def job(self, job_type: str, minutes: int, key: str = "", job_id: str = "") -> str:
         node = self.server.node
-        job, _ = await node.schedule(
+        job, _ = await node.jobs.schedule(
             JobSpec(
                 job_type=job_type,
                 payload=b"{}",
@@ -88,7 +88,7 @@ async def test_jobs_list_prints_a_header_its_jobs_by_due_time_and_a_count(
             ("order-2:mail", "mail", 40),
             ("audit-1", "audit", 50),
         ]:
-            made[key] = await cli.server.node.get(await cli.job(job_type, minutes, key))
+            made[key] = await cli.server.node.jobs.get(await cli.job(job_type, minutes, key))
         listed = await cli("jobs", "list")
         assert listed.code == Exit.OK
         by_due = ["order-1:mail", "order-1:sms", "order-3:mail", "order-2:mail", "audit-1"]
@@ -145,7 +145,7 @@ async def test_jobs_list_finds_a_schedules_runs_and_jobs_in_several_states(
         runs = [await cli.job("report", m, job_id=f"nightly@{m}") for m in (1, 2)]
         await cli.job("report", 3, job_id="nightly-2@3")
         mail = await cli.job("mail", 4, key="m")
-        await cli.server.node.cancel(mail)
+        await cli.server.node.jobs.cancel(mail)
         found = await cli("jobs", "list", "--schedule", "nightly")
         assert [row[0] for row in found.rows] == runs
         both = await cli("jobs", "list", "--state", "cancelled", "--state", "scheduled")
@@ -186,15 +186,15 @@ async def test_bulk_cancel_counts_first_and_cancels_only_with_yes(
         assert dry.code == Exit.OK
         assert dry.out.startswith("3 jobs would be cancelled: type mail, state scheduled or ")
         assert "nothing was cancelled (a dry run)" in dry.err and "--yes" in dry.err
-        states = {j: (await node.get(j)).state for j in [*mail, other]}
+        states = {j: (await node.jobs.get(j)).state for j in [*mail, other]}
         assert set(states.values()) == {JobState.SCHEDULED}
 
         done = await cli("jobs", "cancel", "--type", "mail", "--to", "now+3m30s", "--yes")
         assert done.code == Exit.OK
         assert done.out.startswith("cancelled 3 jobs of 3 matching: type mail")
-        after = [(await node.get(j)).state for j in mail]
+        after = [(await node.jobs.get(j)).state for j in mail]
         assert after == [JobState.CANCELLED] * 3 + [JobState.SCHEDULED] * 2
-        assert (await node.get(other)).state is JobState.SCHEDULED
+        assert (await node.jobs.get(other)).state is JobState.SCHEDULED
 
         rest = await cli("jobs", "cancel", "--type", "mail", "--yes", "--json")
         assert json.loads(rest.out) == {
@@ -215,7 +215,7 @@ async def test_bulk_cancel_needs_a_type_and_no_job_id(capsys: pytest.CaptureFixt
         assert no_type.code == Exit.USAGE and "--type" in no_type.err
         both = await cli("jobs", "cancel", job_id, "--type", "mail")
         assert both.code == Exit.USAGE and "not both" in both.err
-        assert (await cli.server.node.get(job_id)).state is JobState.SCHEDULED
+        assert (await cli.server.node.jobs.get(job_id)).state is JobState.SCHEDULED
         with pytest.raises(SystemExit) as usage:  # only cancellable states are choices
             main(["jobs", "cancel", "--type", "mail", "--state", "dead"])
         assert usage.value.code == Exit.USAGE
@@ -251,4 +251,4 @@ async def test_bulk_cancel_takes_running_jobs_and_counts_those_finished_meanwhil
         assert report["matched"] == 3 and len(report["finished_meanwhile"]) == 1
         assert sorted(report["cancelled"] + report["finished_meanwhile"]) == sorted(jobs)
         assert claim.job.job_id in report["cancelled"] + report["finished_meanwhile"]
-        assert {(await node.get(j)).state for j in jobs} == {JobState.CANCELLED}
+        assert {(await node.jobs.get(j)).state for j in jobs} == {JobState.CANCELLED}

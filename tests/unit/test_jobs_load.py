@@ -63,7 +63,7 @@ class Cluster:
         return Run(code, out.out, out.err)
 
     async def jobs(self) -> list[Job]:
-        page = await self.node.list_jobs(state=None, job_type=None, limit=1000, page_token="")
+        page = await self.node.jobs.list_jobs(state=None, job_type=None, limit=1000, page_token="")
         return page.jobs
 
 

@@ -161,7 +161,7 @@ async def test_the_time_is_not_compared_once_a_retry_moved_the_job() -> None:
     async with serving() as api:
         first = await api.jobs.ScheduleJob(in_(0))
         await run_first_delivery(api, first.job.job_id, fail=True)
-        moved = await api.node.get(first.job.job_id)
+        moved = await api.node.jobs.get(first.job.job_id)
         assert moved.state is JobState.SCHEDULED and moved.run_at > ts_ms(first.job.run_at)
         again = await api.jobs.ScheduleJob(in_(0))  # the first request, sent again
         assert not again.created and again.job.job_id == first.job.job_id
@@ -172,7 +172,7 @@ async def test_a_key_used_again_for_another_day_after_its_job_ran_is_refused() -
     async with serving() as api:
         first = await api.jobs.ScheduleJob(in_(0, key="nightly"))
         await run_first_delivery(api, first.job.job_id, fail=False)
-        assert (await api.node.get(first.job.job_id)).state is JobState.SUCCEEDED
+        assert (await api.node.jobs.get(first.job.job_id)).state is JobState.SUCCEEDED
         api.clock.advance(600)
         msg = await refusal(api.jobs.ScheduleJob(in_(86_400 - 600, key="nightly")))
         assert "a different time" in msg

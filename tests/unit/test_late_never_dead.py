@@ -57,11 +57,13 @@ async def claim_one(node: Node, clock: FakeClock) -> tuple[str, int]:
 
 async def test_a_lease_over_with_no_start_notice_spends_no_attempt() -> None:
     async with node_with() as (node, clock):
-        await node.schedule(JobSpec(job_type="t", payload=b"{}", run_at=START_MS, max_attempts=1))
+        await node.jobs.schedule(
+            JobSpec(job_type="t", payload=b"{}", run_at=START_MS, max_attempts=1)
+        )
         job_id, fence = await claim_one(node, clock)
-        assert (await node.get(job_id)).attempt == 1  # the number it will have if it starts
+        assert (await node.jobs.get(job_id)).attempt == 1  # the number it will have if it starts
         await advance(node, clock, LEASE_S + 1)  # the worker never said it started
-        back = await node.get(job_id)
+        back = await node.jobs.get(job_id)
         assert back.state is JobState.SCHEDULED, back  # not dead: waiting spent no attempt
         assert (back.attempt, back.unstarted) == (0, 1)
         assert back.history[-1].outcome == "not started"
@@ -82,11 +84,13 @@ async def test_a_lease_over_with_no_start_notice_spends_no_attempt() -> None:
 async def test_a_lease_over_after_a_start_notice_is_a_failed_attempt() -> None:
     """The poison job still ends dead: its handler started, then its worker died."""
     async with node_with() as (node, clock):
-        await node.schedule(JobSpec(job_type="t", payload=b"{}", run_at=START_MS, max_attempts=1))
+        await node.jobs.schedule(
+            JobSpec(job_type="t", payload=b"{}", run_at=START_MS, max_attempts=1)
+        )
         job_id, fence = await claim_one(node, clock)
         node.notice_starts([Beat(job_id, fence, 0.0, clock.now_ms())])
         await advance(node, clock, LEASE_S + 1)
-        dead = await node.get(job_id)
+        dead = await node.jobs.get(job_id)
         assert (dead.state, dead.attempt, dead.unstarted) == (JobState.DEAD, 1, 0)
         assert dead.last_error == "lease expired"
         assert node.metrics.totals()["t"]["lease_expiries"] == 1
@@ -106,19 +110,23 @@ async def test_a_start_notice_written_with_a_heartbeat_counts_for_a_later_owner(
     """The owner's memory is not the only record: a heartbeat carrying the notice writes it
     into the row, so a node that takes the shard over counts the attempt too."""
     async with node_with() as (node, clock):
-        await node.schedule(JobSpec(job_type="t", payload=b"{}", run_at=START_MS, max_attempts=1))
+        await node.jobs.schedule(
+            JobSpec(job_type="t", payload=b"{}", run_at=START_MS, max_attempts=1)
+        )
         job_id, fence = await claim_one(node, clock)
         job, _ = await node.heartbeat(job_id, fence, LEASE_S, started_at=clock.now_ms())
         assert job.start_noticed
         node.starts._deliveries.clear()  # as a new owner: nothing in memory
         await advance(node, clock, LEASE_S + 1)
-        assert (await node.get(job_id)).state is JobState.DEAD
+        assert (await node.jobs.get(job_id)).state is JobState.DEAD
 
 
 async def test_deliveries_without_a_start_are_bounded_by_the_type() -> None:
     types = {"t": TypePolicy(max_unstarted=2)}
     async with node_with(types=types) as (node, clock):
-        await node.schedule(JobSpec(job_type="t", payload=b"{}", run_at=START_MS, max_attempts=5))
+        await node.jobs.schedule(
+            JobSpec(job_type="t", payload=b"{}", run_at=START_MS, max_attempts=5)
+        )
         job_id, fence = await claim_one(node, clock)
         why = "not started: lease over before the worker received it"
         back = await node.give_back(job_id, fence, why, not_started=True)
@@ -143,19 +151,19 @@ def test_a_bound_of_zero_deliveries_is_refused() -> None:
 async def test_max_ready_refuses_due_now_work_and_keeps_accepting_future_jobs() -> None:
     async with node_with(max_ready=2) as (node, clock):
         for _ in range(2):
-            await node.schedule(JobSpec(job_type="t", payload=b"{}", run_at=START_MS))
+            await node.jobs.schedule(JobSpec(job_type="t", payload=b"{}", run_at=START_MS))
         await advance(node, clock, 0.5)
         assert node.ready.count() == 2
         with pytest.raises(ResourceExhausted) as refused:
-            await node.schedule(JobSpec(job_type="t", payload=b"{}", run_at=clock.now_ms()))
+            await node.jobs.schedule(JobSpec(job_type="t", payload=b"{}", run_at=clock.now_ms()))
         assert 250 <= refused.value.retry_after_ms <= 5000
         assert "--max-ready 2" in refused.value.message
-        later, created = await node.schedule(
+        later, created = await node.jobs.schedule(
             JobSpec(job_type="t", payload=b"{}", run_at=clock.now_ms() + 60_000)
         )
         assert created and later.state is JobState.SCHEDULED
         await node.claims.claim(worker="w", types=["t"], limit=2, wait_s=0, lease_s=LEASE_S)
-        _, created = await node.schedule(
+        _, created = await node.jobs.schedule(
             JobSpec(job_type="t", payload=b"{}", run_at=clock.now_ms())
         )
         assert created  # room again once workers took the ready jobs
@@ -196,7 +204,7 @@ async def test_a_cancel_says_whether_the_handler_had_started() -> None:
     lease's end, the worker could not have started it (its deadline is before that end)."""
     async with node_with() as (node, clock):
         for _ in range(3):
-            await node.schedule(JobSpec(job_type="t", payload=b"{}", run_at=START_MS))
+            await node.jobs.schedule(JobSpec(job_type="t", payload=b"{}", run_at=START_MS))
         await advance(node, clock, 0.5)
         claimed = await node.claims.claim(
             worker="w1", types=["t"], limit=3, wait_s=0, lease_s=LEASE_S
@@ -204,15 +212,15 @@ async def test_a_cancel_says_whether_the_handler_had_started() -> None:
         noticed, in_flight, never = [(c.job.job_id, c.job.fence) for c in claimed]
 
         node.notice_starts([Beat(*noticed, 0.0, clock.now_ms())])
-        assert (await node.cancel(noticed[0])).start_noticed
+        assert (await node.jobs.cancel(noticed[0])).start_noticed
 
-        cancelling = asyncio.ensure_future(node.cancel(in_flight[0]))
+        cancelling = asyncio.ensure_future(node.jobs.cancel(in_flight[0]))
         await wait_until(lambda: bool(node.starts._waiters), what="the cancel waiting")
         node.notice_starts([Beat(*in_flight, 0.0, clock.now_ms())])  # the worker started it
         cancelled = await cancelling
         assert cancelled.state is JobState.CANCELLED and cancelled.start_noticed
 
-        cancelling = asyncio.ensure_future(node.cancel(never[0]))
+        cancelling = asyncio.ensure_future(node.jobs.cancel(never[0]))
         await wait_until(lambda: bool(node.starts._waiters), what="the cancel waiting")
         clock.advance(LEASE_S)  # the lease ends with no notice
         cancelled = await cancelling

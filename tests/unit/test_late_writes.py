@@ -72,7 +72,7 @@ async def _schedule_slowly(a: Node, b: Node, clock: FakeClock, delay_s: float) -
     """``b`` schedules a job due now; its write lands ``delay_s`` later, while ``a`` reads."""
     await advance(a, clock, 3)  # a has read ahead to now + lookahead
     task = asyncio.create_task(
-        b.schedule(JobSpec(job_type="t", payload=b"{}", run_at=clock.now_ms()))
+        b.jobs.schedule(JobSpec(job_type="t", payload=b"{}", run_at=clock.now_ms()))
     )
     await settle(a)
     await advance(a, clock, delay_s + 0.1, step=0.25)  # the write lands in here
@@ -127,7 +127,7 @@ async def test_a_create_is_acknowledged_only_once_its_late_entry_is_written_agai
         await advance(a, clock, 3)  # a has read ahead to now + lookahead
         landed_by = clock.now_ms() + 20_000
         task = asyncio.create_task(
-            b.schedule(JobSpec(job_type="t", payload=b"{}", run_at=clock.now_ms()))
+            b.jobs.schedule(JobSpec(job_type="t", payload=b"{}", run_at=clock.now_ms()))
         )
         await _advance_until_done(a, clock, task)
         job, created = task.result()
@@ -180,7 +180,7 @@ async def test_an_entry_whose_writer_died_before_writing_it_again_is_found_befor
         assert isinstance(clock, FakeClock)
         await advance(a, clock, 3)
         task = asyncio.create_task(
-            b.schedule(JobSpec(job_type="t", payload=b"{}", run_at=clock.now_ms()))
+            b.jobs.schedule(JobSpec(job_type="t", payload=b"{}", run_at=clock.now_ms()))
         )
         try:
             await advance(a, clock, 25, step=0.25)  # landed at 23 s; its second write hangs
@@ -222,7 +222,7 @@ async def test_the_only_writer_writes_a_slow_entry_again_only_when_it_is_behind_
         assert isinstance(clock, FakeClock)
         await advance(node, clock, 3)
         task = asyncio.create_task(
-            node.schedule(JobSpec(job_type="t", payload=b"{}", run_at=clock.now_ms()))
+            node.jobs.schedule(JobSpec(job_type="t", payload=b"{}", run_at=clock.now_ms()))
         )
         await _advance_until_done(node, clock, task)
         job, created = task.result()
@@ -234,7 +234,7 @@ async def test_the_only_writer_writes_a_slow_entry_again_only_when_it_is_behind_
 
         store.delay_s = 90.0  # lands in the second minute from now, the cursor past its own
         task = asyncio.create_task(
-            node.schedule(JobSpec(job_type="t", payload=b"{}", run_at=clock.now_ms()))
+            node.jobs.schedule(JobSpec(job_type="t", payload=b"{}", run_at=clock.now_ms()))
         )
         await _advance_until_done(node, clock, task)
         late, created = task.result()

@@ -28,9 +28,11 @@ async def test_a_job_finished_through_its_owner_never_gets_a_lease_check(tmp_pat
     node, clock = make_node(tmp_path / "a.db")
     await node.start()
     try:
-        job, _ = await node.schedule(JobSpec(job_type="t", payload=b"{}", run_at=START_MS + 1000))
+        job, _ = await node.jobs.schedule(
+            JobSpec(job_type="t", payload=b"{}", run_at=START_MS + 1000)
+        )
         await advance(node, clock, 1.5)
-        fence = (await node.get(await _claim_one(node, lease_s=30))).fence
+        fence = (await node.jobs.get(await _claim_one(node, lease_s=30))).fence
         await node.complete(job.job_id, fence)
         entries = await all_entries(node, job)
         assert [e.due_at for e in entries] == [START_MS + 1000], "an entry beside the job's own"
@@ -52,13 +54,13 @@ async def test_a_job_still_running_past_its_minute_gets_its_check_and_a_new_owne
     node, clock = make_node(db)
     await node.start()
     try:
-        job, _ = await node.schedule(
+        job, _ = await node.jobs.schedule(
             JobSpec(job_type="t", payload=b"{}", run_at=START_MS + 1000, max_attempts=1)
         )
         await advance(node, clock, 1.5)
         await _claim_one(node, lease_s=300)
         await advance(node, clock, 70, step=1)
-        lease_until = (await node.get(job.job_id)).lease_until
+        lease_until = (await node.jobs.get(job.job_id)).lease_until
         checks = [e for e in await all_entries(node, job) if e.due_at == lease_until]
         assert len(checks) == 1, await all_entries(node, job)
         assert (await node.store.get_shard(job.shard)).cursor > minute_of(START_MS)
@@ -69,7 +71,7 @@ async def test_a_job_still_running_past_its_minute_gets_its_check_and_a_new_owne
     try:
         assert isinstance(clock, FakeClock)
         await advance(again, clock, (lease_until - clock.now_ms()) / 1000 + 2, step=5)
-        dead = await again.get(job.job_id)
+        dead = await again.jobs.get(job.job_id)
         assert dead.state is JobState.DEAD and dead.last_error == LEASE_EXPIRED
         assert dead.finished_at is not None and dead.finished_at <= lease_until + 10_000
     finally:
@@ -82,13 +84,13 @@ async def test_a_lease_that_ends_is_still_found_on_time_by_its_owner(tmp_path: P
     node, clock = make_node(tmp_path / "a.db")
     await node.start()
     try:
-        job, _ = await node.schedule(
+        job, _ = await node.jobs.schedule(
             JobSpec(job_type="t", payload=b"{}", run_at=START_MS + 1000, max_attempts=1)
         )
         await advance(node, clock, 1.5)
         await _claim_one(node, lease_s=5)
         await advance(node, clock, 6, step=0.5)
-        dead = await node.get(job.job_id)
+        dead = await node.jobs.get(job.job_id)
         assert dead.state is JobState.DEAD and dead.last_error == LEASE_EXPIRED
         assert dead.finished_at is not None
         assert dead.finished_at - (START_MS + 1500) < 5000 + MINUTE_MS // 60

@@ -47,7 +47,7 @@ async def _claim_and_abandon(
             claims.append(clock.now_ms())
             node.notice_starts([Beat(job_id, c.job.fence, 0.0, clock.now_ms())])
         await advance(node, clock, 0.5)
-        job = await node.get(job_id)
+        job = await node.jobs.get(job_id)
         assert job.attempt <= job.max_attempts, f"attempt {job.attempt}/{job.max_attempts}"
         await _assert_has_entry(node, job)
         if until is not None and until(job):
@@ -58,7 +58,7 @@ async def _claim_and_abandon(
 async def test_a_job_whose_leases_expire_is_retried_with_backoff_then_dead() -> None:
     types = {"poison": TypePolicy(retry=BACKOFF)}
     async with running(types=types) as (node, clock):
-        job, _ = await node.schedule(
+        job, _ = await node.jobs.schedule(
             JobSpec(job_type="poison", payload=b"{}", run_at=START_MS, max_attempts=2)
         )
         # The first run: claimed, abandoned, its lease expires.
@@ -72,7 +72,7 @@ async def test_a_job_whose_leases_expire_is_retried_with_backoff_then_dead() -> 
             until=lambda j: j.attempt == 1 and j.state is JobState.SCHEDULED,
         )
         assert len(claims) == 1
-        retrying = await node.get(job.job_id)
+        retrying = await node.jobs.get(job.job_id)
         assert retrying.state is JobState.SCHEDULED and retrying.attempt == 1
         assert retrying.last_error == LEASE_EXPIRED
         assert [a.outcome for a in retrying.history] == [LEASE_EXPIRED]
@@ -84,7 +84,7 @@ async def test_a_job_whose_leases_expire_is_retried_with_backoff_then_dead() -> 
         # Long enough for the backoff, the second run and many more expiries (old code: an
         # expiry never counted, the job ran again every 5 s for ever).
         claims += await _claim_and_abandon(node, clock, job.job_id, 120)
-        dead = await node.get(job.job_id)
+        dead = await node.jobs.get(job.job_id)
         assert len(claims) == 2, f"claimed {len(claims)} times with max_attempts=2"
         assert claims[1] >= retrying.run_at  # never early
         assert dead.state is JobState.DEAD
@@ -105,15 +105,15 @@ async def test_a_job_whose_leases_expire_is_retried_with_backoff_then_dead() -> 
 async def test_a_heartbeat_after_the_expiry_is_refused_and_the_retry_stands() -> None:
     """The worker that lost its lease can not revive the attempt that was counted."""
     async with running(types={"poison": TypePolicy(retry=BACKOFF)}) as (node, clock):
-        job, _ = await node.schedule(JobSpec(job_type="poison", payload=b"", run_at=START_MS))
+        job, _ = await node.jobs.schedule(JobSpec(job_type="poison", payload=b"", run_at=START_MS))
         await advance(node, clock, 0.5)
         [c] = await node.claims.claim(
             worker="w", types=["poison"], limit=1, wait_s=0, lease_s=LEASE_S
         )
         node.notice_starts([Beat(job.job_id, c.job.fence, 0.0, clock.now_ms())])
         await advance(node, clock, LEASE_S + 1)
-        retrying = await node.get(job.job_id)
+        retrying = await node.jobs.get(job.job_id)
         assert retrying.state is JobState.SCHEDULED and retrying.attempt == 1
         with pytest.raises(StaleFence):
             await node.heartbeat(job.job_id, c.job.fence, LEASE_S)
-        assert await node.get(job.job_id) == retrying
+        assert await node.jobs.get(job.job_id) == retrying

@@ -116,11 +116,13 @@ async def test_a_scripted_run_shows_in_the_metrics_with_the_right_values() -> No
         http = await serve_node(node, host="127.0.0.1", port=0)
         try:
             for _ in range(n):
-                await node.schedule(JobSpec(job_type="mail", payload=b"{}", run_at=START_MS + 1000))
-            victim, _ = await node.schedule(
+                await node.jobs.schedule(
+                    JobSpec(job_type="mail", payload=b"{}", run_at=START_MS + 1000)
+                )
+            victim, _ = await node.jobs.schedule(
                 JobSpec(job_type="mail", payload=b"{}", run_at=START_MS + 60_000)
             )
-            await node.cancel(victim.job_id)
+            await node.jobs.cancel(victim.job_id)
             await advance(node, clock, 2.5)  # due 1 s in, claimed 2.5 s in: 1.5 s late each
 
             claimed = await node.claims.claim(
@@ -136,7 +138,7 @@ async def test_a_scripted_run_shows_in_the_metrics_with_the_right_values() -> No
             first = samples((await scrape(http.port))[2])
 
             # One run whose lease runs out, then runs again.
-            slow, _ = await node.schedule(
+            slow, _ = await node.jobs.schedule(
                 JobSpec(job_type="slow", payload=b"", run_at=START_MS + 2500)
             )
             await settle(node)
@@ -162,7 +164,7 @@ async def test_a_scripted_run_shows_in_the_metrics_with_the_right_values() -> No
                 await node.complete(c.job.job_id, c.job.fence)
 
             # One due job nobody claims: its shard shows it due, and how late.
-            idle, _ = await node.schedule(
+            idle, _ = await node.jobs.schedule(
                 JobSpec(job_type="idle", payload=b"", run_at=clock.now_ms())
             )
             await advance(node, clock, 3.0)
@@ -214,7 +216,9 @@ async def test_the_dead_letter_count_comes_from_the_store() -> None:
     async with running() as (node, _):
         await wait_until(lambda: len(node.dispatchers) == node.num_shards, what="shards taken")
         for _ in range(3):
-            await node.schedule(JobSpec(job_type="t", payload=b"", run_at=START_MS, max_attempts=1))
+            await node.jobs.schedule(
+                JobSpec(job_type="t", payload=b"", run_at=START_MS, max_attempts=1)
+            )
         await settle(node)
         for c in await node.claims.claim(worker="w", types=["t"], limit=3, wait_s=0, lease_s=30):
             await node.fail(c.job.job_id, c.job.fence, "nope", False)  # out of attempts

@@ -42,8 +42,8 @@ async def test_a_node_waits_for_its_store_to_come_back() -> None:
     await node.start()
     try:
         assert store.opens == 3
-        job, created = await node.schedule(JobSpec(job_type="t", payload=b"{}", run_at=0))
-        assert created and (await node.get(job.job_id)).job_id == job.job_id
+        job, created = await node.jobs.schedule(JobSpec(job_type="t", payload=b"{}", run_at=0))
+        assert created and (await node.jobs.get(job.job_id)).job_id == job.job_id
     finally:
         await node.stop()
 

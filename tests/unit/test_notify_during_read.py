@@ -64,7 +64,7 @@ async def test_a_job_created_while_its_bucket_is_being_read_is_dispatched() -> N
         clock.advance(1)  # the next refresh reads one more second ahead, and is held
         await wait_until(store.reading.is_set, what="the refresh's read to be in flight")
         # Due in the second that read is taking in: beyond what was read before it.
-        job, created = await node.schedule(
+        job, created = await node.jobs.schedule(
             JobSpec(job_type="t", payload=b"{}", run_at=clock.now_ms() + 4_500)
         )
         assert created

@@ -105,21 +105,23 @@ def test_without_aging_a_low_job_would_wait_for_ever() -> None:
 async def test_the_node_hands_out_higher_priority_jobs_first_and_refuses_bad_ones() -> None:
     async with running() as (node, clock):
         low = [
-            (await node.schedule(JobSpec(job_type="p", payload=b"", run_at=START_MS, priority=0)))[
-                0
-            ]
+            (
+                await node.jobs.schedule(
+                    JobSpec(job_type="p", payload=b"", run_at=START_MS, priority=0)
+                )
+            )[0]
             for _ in range(5)
         ]
         high = [
             (
-                await node.schedule(
+                await node.jobs.schedule(
                     JobSpec(job_type="p", payload=b"", run_at=START_MS + 10, priority=7)
                 )
             )[0]
             for _ in range(5)
         ]
         assert {j.priority for j in high} == {7}
-        assert (await node.get(high[0].job_id)).priority == 7
+        assert (await node.jobs.get(high[0].job_id)).priority == 7
         await advance(node, clock, 1)
         await wait_until(lambda: node.ready.count() == 10, what="all ready")
         got = await node.claims.claim(worker="w", types=["p"], limit=5, wait_s=0, lease_s=30)
@@ -128,7 +130,7 @@ async def test_the_node_hands_out_higher_priority_jobs_first_and_refuses_bad_one
         assert {c.job.job_id for c in rest} == {j.job_id for j in low}
         for bad in (-1, MAX_PRIORITY + 1):
             with pytest.raises(InvalidArgument) as refused:
-                await node.schedule(
+                await node.jobs.schedule(
                     JobSpec(job_type="p", payload=b"", run_at=START_MS, priority=bad)
                 )
             assert refused.value.field == "priority" and "0-9" in str(refused.value)
@@ -140,7 +142,7 @@ async def test_wait_is_measured_by_priority() -> None:
     from timeshard.views.metrics import node_registry
 
     async with running() as (node, clock):
-        await node.schedule(JobSpec(job_type="p", payload=b"", run_at=START_MS, priority=3))
+        await node.jobs.schedule(JobSpec(job_type="p", payload=b"", run_at=START_MS, priority=3))
         await advance(node, clock, 2)
         await wait_until(lambda: node.ready.count() == 1, what="ready")
         assert (

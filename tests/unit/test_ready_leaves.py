@@ -18,7 +18,7 @@ from timeshard.store.sqlite import SqliteStore
 
 async def _waiting_job(node: Node, clock: FakeClock) -> Job:
     """A job of a type nobody claims, due and waiting in ``node``'s ready queue."""
-    job, _ = await node.schedule(
+    job, _ = await node.jobs.schedule(
         JobSpec(job_type="nobody", payload=b"", run_at=clock.now_ms() + 1000)
     )
     await advance(node, clock, 2)
@@ -41,7 +41,7 @@ async def test_a_job_cancelled_on_its_owner_leaves_the_ready_queue_at_once() -> 
     async with running() as (node, clock):
         job = await _waiting_job(node, clock)
         await advance(node, clock, 90, step=5)  # parked (re-filed) at least once
-        await node.cancel(job.job_id)
+        await node.jobs.cancel(job.job_id)
         assert node.ready.count() == 0, "the cancelled job is still counted as ready"
         assert node.dispatchers[job.shard].waiting == 0
         await advance(node, clock, 1)
@@ -55,7 +55,7 @@ async def test_a_job_rescheduled_on_its_owner_leaves_the_queue_until_its_new_tim
     async with running() as (node, clock):
         job = await _waiting_job(node, clock)
         later = clock.now_ms() + 120_000
-        await node.reschedule(job.job_id, later)
+        await node.jobs.reschedule(job.job_id, later)
         assert node.ready.count() == 0, "a job moved to later is still counted as ready"
         await advance(node, clock, 110, step=5)
         assert node.ready.count() == 0
@@ -77,8 +77,8 @@ async def test_a_job_cancelled_through_another_node_leaves_the_owners_queue(
         job = await _waiting_job(a, clock)
         await advance(a, clock, 70, step=5)
         assert a.ready.count() == 1
-        await b.cancel(job.job_id)
-        assert (await a.get(job.job_id)).state is JobState.CANCELLED
+        await b.jobs.cancel(job.job_id)
+        assert (await a.jobs.get(job.job_id)).state is JobState.CANCELLED
         await advance(a, clock, 70, step=5)  # the owner's next look at the job
         assert a.ready.count() == 0, "the owner still holds a job cancelled elsewhere"
         assert a.dispatchers[job.shard].backlog(clock.now_ms())[0] == 0
@@ -93,7 +93,7 @@ async def test_a_job_rescheduled_through_another_node_is_held_for_its_new_time(
     async with owner_and_writer(db, clock, SqliteStore(db, num_shards=4)) as (a, b):
         job = await _waiting_job(a, clock)
         later = clock.now_ms() + 600_000
-        await b.reschedule(job.job_id, later)
+        await b.jobs.reschedule(job.job_id, later)
         await advance(a, clock, 130, step=5)
         assert not a.ready.holds("nobody", job.job_id), "a job moved to later still waits as due"
         assert a.ready.count() == 0

@@ -27,7 +27,7 @@ async def test_a_completion_may_linger_unless_a_concurrency_limit_waits_for_it()
 
         store.complete_jobs = complete_jobs  # type: ignore[method-assign]
         jobs = {
-            t: (await node.schedule(JobSpec(job_type=t, payload=b"", run_at=START_MS)))[0]
+            t: (await node.jobs.schedule(JobSpec(job_type=t, payload=b"", run_at=START_MS)))[0]
             for t in ("limited", "counted", "free")
         }
         await advance(node, clock, 1)

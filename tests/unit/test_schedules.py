@@ -44,7 +44,7 @@ def sched(sid: str = "s1", cron: str = EVERY_MINUTE, **kw: object) -> Schedule:
 
 
 async def occurrences(node: Node, sid: str = "s1") -> dict[str, JobState]:
-    page = await node.list_jobs(state=None, job_type="cron.t", limit=1000, page_token="")
+    page = await node.jobs.list_jobs(state=None, job_type="cron.t", limit=1000, page_token="")
     return {j.job_id: j.state for j in page.jobs if j.job_id.startswith(sid + "@")}
 
 
@@ -71,7 +71,7 @@ async def test_each_occurrence_becomes_a_job_with_a_derived_id() -> None:
             await advance(node, clock, 60, step=5)
             ran += await drain(node)
         assert ran == [occ(1), occ(2), occ(3), occ(4)]
-        job = await node.get(occ(1))
+        job = await node.jobs.get(occ(1))
         assert job.payload == b'{"from": "cron"}' and job.run_at == START_MS + MINUTE_MS
         with pytest.raises(AlreadyExists):
             await node.schedules.create(sched())
@@ -351,7 +351,7 @@ async def test_a_stored_schedule_that_no_longer_checks_does_not_hold_up_its_shar
         await node.store.update_schedule(bad, current.version, None)
         shard_mates = []
         while len(shard_mates) < 3:
-            job, _ = await node.schedule(
+            job, _ = await node.jobs.schedule(
                 JobSpec(job_type="cron.t", payload=b"", run_at=START_MS + 61_000)
             )
             if job.shard == bad.shard:
@@ -380,7 +380,7 @@ async def test_deleted_schedule_stops_firing() -> None:
 
 async def test_permanent_error_goes_to_the_dlq_and_replay_runs_it_again() -> None:
     async with running() as (node, clock):
-        job, _ = await node.schedule(
+        job, _ = await node.jobs.schedule(
             JobSpec(job_type="t", payload=b'{"x": 1}', run_at=START_MS, idempotency_key="key-1")
         )
         await advance(node, clock, 0.5)
@@ -399,7 +399,7 @@ async def test_permanent_error_goes_to_the_dlq_and_replay_runs_it_again() -> Non
 
 async def test_replay_gives_a_fresh_attempt_count_and_keeps_the_key() -> None:
     async with running() as (node, clock):
-        job, _ = await node.schedule(
+        job, _ = await node.jobs.schedule(
             JobSpec(
                 job_type="t",
                 payload=b"{}",
@@ -411,7 +411,7 @@ async def test_replay_gives_a_fresh_attempt_count_and_keeps_the_key() -> None:
         await advance(node, clock, 0.5)
         (c,) = await node.claims.claim(worker="w", types=["t"], limit=1, wait_s=0, lease_s=30)
         await node.fail(job.job_id, c.job.fence, "boom", permanent=False)  # out of attempts
-        assert (await node.get(job.job_id)).state is JobState.DEAD
+        assert (await node.jobs.get(job.job_id)).state is JobState.DEAD
         (replayed,) = await node.dead_letters.replay([], "t")
         assert replayed.state is JobState.SCHEDULED and replayed.attempt == 0
         assert replayed.idempotency_key == "key-1" and replayed.job_id == job.job_id
@@ -419,15 +419,15 @@ async def test_replay_gives_a_fresh_attempt_count_and_keeps_the_key() -> None:
         (c2,) = await node.claims.claim(worker="w", types=["t"], limit=1, wait_s=0, lease_s=30)
         assert c2.job.attempt == 1
         await node.complete(job.job_id, c2.job.fence)
-        assert (await node.get(job.job_id)).state is JobState.SUCCEEDED
+        assert (await node.jobs.get(job.job_id)).state is JobState.SUCCEEDED
         with pytest.raises(FailedPrecondition, match="not dead"):
             await node.dead_letters.replay([job.job_id], None)
 
 
 async def test_purge_removes_dead_jobs_only() -> None:
     async with running() as (node, clock):
-        a, _ = await node.schedule(JobSpec(job_type="t", payload=b"{}", run_at=START_MS))
-        b, _ = await node.schedule(
+        a, _ = await node.jobs.schedule(JobSpec(job_type="t", payload=b"{}", run_at=START_MS))
+        b, _ = await node.jobs.schedule(
             JobSpec(job_type="t", payload=b"{}", run_at=START_MS + 3_600_000)
         )
         await advance(node, clock, 0.5)
@@ -436,8 +436,8 @@ async def test_purge_removes_dead_jobs_only() -> None:
         purged = await node.dead_letters.purge([], "t")
         assert [j.job_id for j in purged] == [a.job_id]
         with pytest.raises(NotFound):
-            await node.get(a.job_id)
-        assert (await node.get(b.job_id)).state is JobState.SCHEDULED
+            await node.jobs.get(a.job_id)
+        assert (await node.jobs.get(b.job_id)).state is JobState.SCHEDULED
         with pytest.raises(NotFound):
             await node.dead_letters.purge([a.job_id], None)
 
@@ -448,8 +448,8 @@ async def test_purge_removes_dead_jobs_only() -> None:
 async def test_cluster_wide_concurrency_limit_of_a_type() -> None:
     async with running(types={"limited": TypePolicy(concurrency=2)}) as (node, clock):
         for _ in range(5):
-            await node.schedule(JobSpec(job_type="limited", payload=b"{}", run_at=START_MS))
-            await node.schedule(JobSpec(job_type="free", payload=b"{}", run_at=START_MS))
+            await node.jobs.schedule(JobSpec(job_type="limited", payload=b"{}", run_at=START_MS))
+            await node.jobs.schedule(JobSpec(job_type="free", payload=b"{}", run_at=START_MS))
         await advance(node, clock, 0.5)
         got = await node.claims.claim(
             worker="w", types=["limited", "free"], limit=20, wait_s=0, lease_s=30
@@ -469,7 +469,7 @@ async def test_per_type_max_attempts_and_backoff() -> None:
 
     policy = TypePolicy(max_attempts=5, retry=RetryPolicy(base_s=10, max_backoff_s=20))
     async with running(types={"t": policy}) as (node, clock):
-        job, _ = await node.schedule(JobSpec(job_type="t", payload=b"{}", run_at=START_MS))
+        job, _ = await node.jobs.schedule(JobSpec(job_type="t", payload=b"{}", run_at=START_MS))
         assert job.max_attempts == 5
         await advance(node, clock, 0.5)
         (c,) = await node.claims.claim(worker="w", types=["t"], limit=1, wait_s=0, lease_s=30)

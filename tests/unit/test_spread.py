@@ -66,7 +66,7 @@ async def test_occurrences_run_at_nominal_plus_the_same_offset_and_keep_their_id
         assert c.job.started_at >= first_nominal + offset
         await node.complete(c.job.job_id, c.job.fence)
         await advance(node, clock, 3600, step=60)  # the next hour's occurrence too
-        page = await node.list_jobs(state=None, job_type="cron.t", limit=10, page_token="")
+        page = await node.jobs.list_jobs(state=None, job_type="cron.t", limit=10, page_token="")
         jobs = sorted(page.jobs, key=lambda j: j.job_id)
         nominals = [first_nominal, first_nominal + 3_600_000]
         assert [j.job_id for j in jobs] == [f"nightly-report@{t}" for t in nominals]
@@ -89,7 +89,7 @@ async def test_a_missed_occurrence_is_caught_up_on_its_nominal_id() -> None:
         await advance(node, clock, (s.next_fire - START_MS) / 1000 + 3 * 3600, step=600)
         await node.schedules.resume("backfill")
         await advance(node, clock, 2)
-        page = await node.list_jobs(state=None, job_type="cron.t", limit=10, page_token="")
+        page = await node.jobs.list_jobs(state=None, job_type="cron.t", limit=10, page_token="")
         offset = spread_offset_of("backfill", SPREAD_MS)
         got = {j.job_id: j.run_at for j in page.jobs}
         nominals = [s.next_fire + h * 3_600_000 for h in range(3)]

@@ -29,7 +29,7 @@ async def test_status_summarises_the_cluster(capsys: pytest.CaptureFixture[str])
     try:
         now = node.clock.now_ms()
         for _ in range(4):
-            await node.schedule(JobSpec(job_type="report", payload=b"", run_at=now - 200))
+            await node.jobs.schedule(JobSpec(job_type="report", payload=b"", run_at=now - 200))
         await wait_until(lambda: node.ready.count() == 4, what="jobs ready")
         claimed = await node.claims.claim(
             worker="w", types=["report"], limit=4, wait_s=0, lease_s=30
@@ -38,7 +38,7 @@ async def test_status_summarises_the_cluster(capsys: pytest.CaptureFixture[str])
         for c in claimed[1:]:
             await node.complete(c.job.job_id, c.job.fence)
         await server.health_watcher.count_dead_letters(force=True)
-        await node.schedule(JobSpec(job_type="reprot", payload=b"", run_at=now - 90_000))
+        await node.jobs.schedule(JobSpec(job_type="reprot", payload=b"", run_at=now - 90_000))
         await wait_until(lambda: node.ready.count() == 1, what="the misspelt job ready")
 
         code = await asyncio.to_thread(main, ["--server", server.address, "status", "--json"])

@@ -48,10 +48,12 @@ async def test_the_status_page_in_a_real_browser(tmp_path: Path) -> None:
         await wait_until(lambda: len(node.dispatchers) == node.num_shards, what="shards taken")
         http = await serve_node(node, host="127.0.0.1", port=0)
         for _ in range(6):
-            await node.schedule(
+            await node.jobs.schedule(
                 JobSpec(job_type="invoice.send", payload=b"{}", run_at=START_MS + 1000)
             )
-        await node.schedule(JobSpec(job_type="nobody.claims", payload=b"", run_at=START_MS + 1000))
+        await node.jobs.schedule(
+            JobSpec(job_type="nobody.claims", payload=b"", run_at=START_MS + 1000)
+        )
         await advance(node, clock, 2.5)  # claimed 1.5 s after they were due
         jobs = await node.claims.claim(
             worker="w1", types=["invoice.send"], limit=6, wait_s=0, lease_s=30

@@ -46,7 +46,7 @@ async def _outage_after_a_foreign_write(tmp_path: Path, outage_s: float) -> None
     writer_store = SqliteStore(db, num_shards=4)
     async with owner_and_writer(db, clock, writer_store, owner_store=owner_store) as (a, b):
         await advance(a, clock, 3)  # a has read ahead to now + lookahead
-        job, created = await b.schedule(
+        job, created = await b.jobs.schedule(
             JobSpec(job_type="t", payload=b"{}", run_at=clock.now_ms() + 1_000)
         )  # b owns nothing: a hears of it only by reading
         assert created

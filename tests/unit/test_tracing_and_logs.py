@@ -31,7 +31,9 @@ async def test_a_jobs_spans_share_one_trace_with_its_id_and_fence() -> None:
     async with running() as (node, clock):
         node.metrics.tracing = Tracing(provider)
         await wait_until(lambda: len(node.dispatchers) == node.num_shards, what="shards taken")
-        job, _ = await node.schedule(JobSpec(job_type="mail", payload=b"", run_at=START_MS + 1000))
+        job, _ = await node.jobs.schedule(
+            JobSpec(job_type="mail", payload=b"", run_at=START_MS + 1000)
+        )
         await advance(node, clock, 1.5)
         (claimed,) = await node.claims.claim(
             worker="w1", types=["mail"], limit=1, wait_s=0, lease_s=30

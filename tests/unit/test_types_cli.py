@@ -33,7 +33,7 @@ async def test_pause_show_and_resume_from_the_cli(capsys: pytest.CaptureFixture[
         assert code == 0 and node.claims.held("invoice.send") == "paused"
         now = node.clock.now_ms()
         for _ in range(3):
-            await node.schedule(JobSpec(job_type="invoice.send", payload=b"", run_at=now))
+            await node.jobs.schedule(JobSpec(job_type="invoice.send", payload=b"", run_at=now))
         await wait_until(lambda: node.ready.count() == 3, what="jobs ready")
         got = await node.claims.claim(
             worker="w", types=["invoice.send"], limit=5, wait_s=0, lease_s=30

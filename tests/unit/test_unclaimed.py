@@ -53,8 +53,8 @@ async def test_an_unclaimed_job_ages_on_metrics_from_its_own_due_time_and_alerts
     ages: list[float] = []
     lags: list[float] = []
     async with running() as (node, clock):
-        job, _ = await node.schedule(JobSpec(job_type="mial", payload=b"", run_at=due))
-        await node.schedule(JobSpec(job_type="mail", payload=b"", run_at=due))
+        job, _ = await node.jobs.schedule(JobSpec(job_type="mial", payload=b"", run_at=due))
+        await node.jobs.schedule(JobSpec(job_type="mail", payload=b"", run_at=due))
         # The first scrape half a second after they came due, not at the very instant: on the
         # fake clock a dispatcher's timer for that instant may land a hair after it, so one of
         # the two could still be on its way to the ready queue.
@@ -128,7 +128,7 @@ async def test_a_new_owner_ages_the_waiting_job_from_its_original_due_time(
     db = tmp_path / "t.db"
     due = START_MS + 1000
     async with running(db) as (node, clock):
-        await node.schedule(JobSpec(job_type="mial", payload=b"", run_at=due))
+        await node.jobs.schedule(JobSpec(job_type="mial", payload=b"", run_at=due))
         await advance(node, clock, 300, step=5)  # re-filed four or five times
         assert age(scrape(node), "mial") == pytest.approx((clock.now_ms() - due) / 1000)
     async with running(db, clock=clock) as (node2, clock2):
@@ -141,11 +141,13 @@ async def test_a_run_again_after_its_lease_expired_ages_from_the_expiry() -> Non
     """An expired lease is a failed attempt, retried after the type's backoff: the re-run has
     been due since its retry time (after the lease ran out), not since its first due time."""
     async with running() as (node, clock):
-        job, _ = await node.schedule(JobSpec(job_type="slow", payload=b"", run_at=START_MS + 1000))
+        job, _ = await node.jobs.schedule(
+            JobSpec(job_type="slow", payload=b"", run_at=START_MS + 1000)
+        )
         await advance(node, clock, 2)
         await node.claims.claim(worker="w", types=["slow"], limit=1, wait_s=0, lease_s=60)
         await advance(node, clock, 75, step=5)  # the lease ends 62 s in; nobody claims since
-        stored = await node.get(job.job_id)
+        stored = await node.jobs.get(job.job_id)
         due_since = max(stored.run_at, stored.lease_until)
         assert due_since >= START_MS + 62_000, "aged from the first due time"
         got = scrape(node)

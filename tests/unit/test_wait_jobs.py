@@ -37,7 +37,7 @@ from timeshard.wire import dur
 async def claimed_jobs(node: Node, n: int, job_type: str = "t") -> list[Job]:
     now = node.clock.now_ms()
     for _ in range(n):
-        await node.schedule(JobSpec(job_type=job_type, payload=b"", run_at=now))
+        await node.jobs.schedule(JobSpec(job_type=job_type, payload=b"", run_at=now))
     await wait_until(lambda: node.ready.count() >= n, what=f"{n} jobs ready")
     got = await node.claims.claim(worker="w", types=[job_type], limit=n, wait_s=0, lease_s=60)
     assert len(got) == n
@@ -68,7 +68,7 @@ async def test_a_finish_on_the_waiting_node_is_handed_over_at_once() -> None:
         await wait_until(lambda: len(waiter.got) == 1, what="the completed job")
         assert waiter.got[0].state is JobState.SUCCEEDED and waiter.got[0].result == b'"done"'
         await node.fail(b.job_id, b.fence, "bad", True)
-        await node.cancel(c.job_id)
+        await node.jobs.cancel(c.job_id)
         await asyncio.wait_for(waiter.task, 5)
         assert [(j.job_id, j.state) for j in waiter.got[1:]] == [
             (b.job_id, JobState.DEAD),
@@ -146,7 +146,7 @@ async def test_a_wait_for_another_nodes_job_asks_that_node_and_hears_at_once(
         assert [(j.job_id, j.state, j.result) for j in waiter.got] == [
             (first.job_id, JobState.SUCCEEDED, b'"one"')
         ]
-        await a.cancel(second.job_id)
+        await a.jobs.cancel(second.job_id)
         await asyncio.wait_for(later.task, 5)
         assert [(j.job_id, j.state) for j in later.got] == [(second.job_id, JobState.CANCELLED)]
         assert b.waits.waited_for == 0
@@ -196,7 +196,9 @@ async def test_finished_of_answers_with_what_is_finished_or_unknown() -> None:
 async def test_a_lease_expiry_that_kills_a_job_is_handed_over() -> None:
     async with running() as (node, clock):
         now = clock.now_ms()
-        job, _ = await node.schedule(JobSpec(job_type="t", payload=b"", run_at=now, max_attempts=1))
+        job, _ = await node.jobs.schedule(
+            JobSpec(job_type="t", payload=b"", run_at=now, max_attempts=1)
+        )
         await wait_until(lambda: node.ready.count() == 1, what="ready")
         (c,) = await node.claims.claim(worker="w", types=["t"], limit=1, wait_s=0, lease_s=1)
         node.notice_starts([Beat(job.job_id, c.job.fence, 0.0, clock.now_ms())])  # then it hung

@@ -52,7 +52,7 @@ async def test_an_idle_type_does_not_stall_a_busy_one() -> None:
 
     async with working(w, [srv]):
         jobs = [
-            (await srv.node.schedule(JobSpec(job_type="a", payload=b"", run_at=0)))[0]
+            (await srv.node.jobs.schedule(JobSpec(job_type="a", payload=b"", run_at=0)))[0]
             for _ in range(40)
         ]
         for job in jobs:
@@ -76,7 +76,8 @@ async def test_a_type_with_one_slot_does_not_cap_the_claims_of_another() -> None
 
     await srv.start()
     jobs = [
-        (await srv.node.schedule(JobSpec(job_type="a", payload=b"", run_at=0)))[0] for _ in range(8)
+        (await srv.node.jobs.schedule(JobSpec(job_type="a", payload=b"", run_at=0)))[0]
+        for _ in range(8)
     ]
     # All eight ready before the worker's first claim (a job still on its way to the ready
     # queue when the claim looked made it take seven: not what this test is about).
@@ -107,7 +108,10 @@ async def test_a_handlers_concurrency_holds_across_the_nodes_it_claims_from() ->
         await srv.start()
         for _ in range(4):
             jobs.append(
-                (srv, (await srv.node.schedule(JobSpec(job_type="t", payload=b"", run_at=0)))[0])
+                (
+                    srv,
+                    (await srv.node.jobs.schedule(JobSpec(job_type="t", payload=b"", run_at=0)))[0],
+                )
             )
     async with working(w, nodes, started=True):
         for srv, job in jobs:
@@ -140,9 +144,9 @@ async def test_a_job_due_while_a_claim_is_written_is_claimed_by_the_next_poll() 
 
     await srv.start()
     async with working(w, [srv], started=True):
-        first = (await srv.node.schedule(JobSpec(job_type="t", payload=b"", run_at=0)))[0]
+        first = (await srv.node.jobs.schedule(JobSpec(job_type="t", payload=b"", run_at=0)))[0]
         await wait_until(lambda: len(writes) == 1, 10, "the first claim's write")
-        second = (await srv.node.schedule(JobSpec(job_type="t", payload=b"", run_at=0)))[0]
+        second = (await srv.node.jobs.schedule(JobSpec(job_type="t", payload=b"", run_at=0)))[0]
         done = await wait_job(srv, second, lambda j: j.state.terminal, what="the second job")
         assert done.state is JobState.SUCCEEDED
         # claimed on its own while the first write still waited (not after that claim gave up)

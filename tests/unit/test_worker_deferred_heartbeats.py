@@ -55,7 +55,7 @@ async def run_one(
 
     # Ready before the worker asks: its claim is answered at once, not after a long poll
     # (a long-polled claim extends its lease at once, so it would start a heartbeat loop).
-    job, _ = await node.schedule(JobSpec(job_type="t", payload=b"{}", run_at=0))
+    job, _ = await node.jobs.schedule(JobSpec(job_type="t", payload=b"{}", run_at=0))
     while not node.ready.count():
         await asyncio.sleep(0.01)
     stop = asyncio.Event()
@@ -63,11 +63,11 @@ async def run_one(
     try:
         deadline = time.monotonic() + 15
         while time.monotonic() < deadline:
-            found = await node.get(job.job_id)
+            found = await node.jobs.get(job.job_id)
             if found.state.terminal:
                 break
             await asyncio.sleep(0.05)
-        found = await node.get(job.job_id)
+        found = await node.jobs.get(job.job_id)
         return runs, found.state, found.attempt, heartbeat_loops_started
     finally:
         stop.set()

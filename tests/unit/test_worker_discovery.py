@@ -47,7 +47,7 @@ async def test_worker_seeded_with_one_node_claims_from_a_node_that_joins() -> No
     SharedMembership.members_list = [Member(node_id="a", address=a.address)]
     task = asyncio.create_task(worker.run([a.address], stop, discover_every_s=0.2))
     try:
-        job_b, _ = await b.node.schedule(JobSpec(job_type="t", payload=b"{}", run_at=0))
+        job_b, _ = await b.node.jobs.schedule(JobSpec(job_type="t", payload=b"{}", run_at=0))
         await asyncio.sleep(1.0)
         assert ran == [], "claimed from a node that is not a member yet"
         SharedMembership.members_list = [
@@ -61,8 +61,8 @@ async def test_worker_seeded_with_one_node_claims_from_a_node_that_joins() -> No
         # b leaves: no more claims from it.
         SharedMembership.members_list = [Member(node_id="a", address=a.address)]
         await asyncio.sleep(0.6)
-        later, _ = await b.node.schedule(JobSpec(job_type="t", payload=b"{}", run_at=0))
-        job_a, _ = await a.node.schedule(JobSpec(job_type="t", payload=b"{}", run_at=0))
+        later, _ = await b.node.jobs.schedule(JobSpec(job_type="t", payload=b"{}", run_at=0))
+        job_a, _ = await a.node.jobs.schedule(JobSpec(job_type="t", payload=b"{}", run_at=0))
         deadline = time.monotonic() + 10
         while job_a.job_id not in ran and time.monotonic() < deadline:
             await asyncio.sleep(0.05)

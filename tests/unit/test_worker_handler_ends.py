@@ -86,7 +86,7 @@ async def wait_job(
     """The job once ``pred`` holds for it (generous deadlines: a loaded 2-core box)."""
     deadline = time.monotonic() + timeout
     while True:
-        now = await srv.node.get(job.job_id)
+        now = await srv.node.jobs.get(job.job_id)
         if pred(now):
             return now
         if time.monotonic() > deadline:
@@ -137,7 +137,7 @@ async def test_a_sync_handler_past_its_timeout_keeps_its_slot_and_its_retry_wait
             ended.append(ctx.attempt)
 
     async with working(w, [srv]) as run:
-        job, _ = await srv.node.schedule(JobSpec(job_type="t", payload=b"{}", run_at=0))
+        job, _ = await srv.node.jobs.schedule(JobSpec(job_type="t", payload=b"{}", run_at=0))
         await wait_job(srv, job, lambda j: j.attempt == 2, what="attempt 2 claimed")
         await asyncio.sleep(0.3)  # time for a second run to start, if it were let
         assert overlap == [], "attempt 2 started while attempt 1's thread was still running"
@@ -169,7 +169,7 @@ async def test_an_async_handler_resumed_after_blocking_the_loop_past_its_lease_s
             effects.append(ctx.attempt)  # a step taken without a lease
 
     async with working(w, [srv]) as run:
-        job, _ = await srv.node.schedule(JobSpec(job_type="t", payload=b"{}", run_at=0))
+        job, _ = await srv.node.jobs.schedule(JobSpec(job_type="t", payload=b"{}", run_at=0))
         await wait_for(lambda: any(k in OUTCOMES for k, _, a in run.events), what="a run ended")
         assert effects == [], "the handler went on after its lease was over"
         assert [k for k, _, a in run.events][:2] == ["started", "lost"]
@@ -222,7 +222,7 @@ async def test_a_handler_that_exits_fails_its_attempt_and_the_worker_survives(
                 _raise(exc)
 
     async with working(w, [srv]):
-        job, _ = await srv.node.schedule(JobSpec(job_type="t", payload=b"{}", run_at=0))
+        job, _ = await srv.node.jobs.schedule(JobSpec(job_type="t", payload=b"{}", run_at=0))
         done = await wait_job(srv, job, lambda j: j.state.terminal, what="the job to finish")
         assert done.state is JobState.SUCCEEDED and done.attempt == 2, done  # the worker lived on
         assert first_error(done) == error
@@ -251,7 +251,7 @@ async def test_a_handlers_own_cancelled_error_is_a_failed_attempt(kind: str) -> 
                 raise asyncio.CancelledError("gave up")
 
     async with working(w, [srv]):
-        job, _ = await srv.node.schedule(JobSpec(job_type="t", payload=b"{}", run_at=0))
+        job, _ = await srv.node.jobs.schedule(JobSpec(job_type="t", payload=b"{}", run_at=0))
         done = await wait_job(srv, job, lambda j: j.state.terminal, timeout=15, what="finished")
         assert done.state is JobState.SUCCEEDED and done.attempt == 2, done
         assert first_error(done) == "CancelledError: gave up (raised by the handler)"
@@ -274,7 +274,7 @@ async def test_an_event_hook_that_raises_does_not_leak_the_handlers_slot() -> No
 
     async with working(w, [srv]):
         jobs = [
-            (await srv.node.schedule(JobSpec(job_type="t", payload=b"{}", run_at=0)))[0]
+            (await srv.node.jobs.schedule(JobSpec(job_type="t", payload=b"{}", run_at=0)))[0]
             for _ in "ab"
         ]
         for job in jobs:
@@ -296,7 +296,7 @@ async def test_a_return_succeeds_and_any_other_exception_is_a_retried_attempt() 
             raise ValueError("boom")
 
     async with working(w, [srv]) as run:
-        job, _ = await srv.node.schedule(JobSpec(job_type="t", payload=b"{}", run_at=0))
+        job, _ = await srv.node.jobs.schedule(JobSpec(job_type="t", payload=b"{}", run_at=0))
         done = await wait_job(srv, job, lambda j: j.state.terminal, what="the job to finish")
         assert done.state is JobState.SUCCEEDED and done.attempt == 2, done
         assert [(a.attempt, a.error) for a in done.history] == [(1, "ValueError: boom"), (2, "")]
@@ -313,7 +313,7 @@ async def test_a_permanent_error_sends_the_job_to_the_dead_letters_at_once() -> 
         raise PermanentError("no recipient")
 
     async with working(w, [srv]):
-        job, _ = await srv.node.schedule(JobSpec(job_type="t", payload=b"{}", run_at=0))
+        job, _ = await srv.node.jobs.schedule(JobSpec(job_type="t", payload=b"{}", run_at=0))
         done = await wait_job(srv, job, lambda j: j.state.terminal, what="the job to finish")
         assert done.state is JobState.DEAD and done.attempt == 1, done
         assert done.last_error == "PermanentError: no recipient"
@@ -335,12 +335,12 @@ async def test_a_cancelled_job_stops_its_handler_at_the_next_heartbeat() -> None
             raise
 
     async with working(w, [srv]) as run:
-        job, _ = await srv.node.schedule(JobSpec(job_type="t", payload=b"{}", run_at=0))
+        job, _ = await srv.node.jobs.schedule(JobSpec(job_type="t", payload=b"{}", run_at=0))
         await asyncio.wait_for(started.wait(), 30)
-        await srv.node.cancel(job.job_id)
+        await srv.node.jobs.cancel(job.job_id)
         await wait_for(lambda: stopped == [job.job_id], what="the handler stopped")
         await wait_for(lambda: any(k == "lost" for k, _, _ in run.events), what="lost")
-        done = await srv.node.get(job.job_id)
+        done = await srv.node.jobs.get(job.job_id)
         assert done.state is JobState.CANCELLED and done.history[-1].outcome == "cancelled"
         assert not any(k in ("succeeded", "failed") for k, _, _ in run.events)
 
@@ -350,12 +350,14 @@ async def test_a_worker_that_dies_holding_a_job_leaves_it_to_its_lease_expiry() 
     from the worker; the node records the attempt as "lease expired" when the lease ends and
     the job runs again (at max_attempts it is dead)."""
     async with running() as (node, clock):
-        job, _ = await node.schedule(JobSpec(job_type="t", payload=b"{}", run_at=clock.now_ms()))
+        job, _ = await node.jobs.schedule(
+            JobSpec(job_type="t", payload=b"{}", run_at=clock.now_ms())
+        )
         await advance(node, clock, 0.5)
         claimed = await node.claims.claim(worker="gone", types=["t"], limit=1, wait_s=0, lease_s=5)
         assert [c.job.job_id for c in claimed] == [job.job_id]
         node.notice_starts([Beat(job.job_id, claimed[0].job.fence, 0.0, clock.now_ms())])
         await advance(node, clock, 8)
-        after = await node.get(job.job_id)
+        after = await node.jobs.get(job.job_id)
         assert after.history[0].error == "lease expired", after
         assert after.state is not JobState.RUNNING or after.attempt == 2, after

@@ -141,7 +141,7 @@ async def working(
 async def wait_for(job: Job, srv: Server, timeout: float) -> Job:
     deadline = time.monotonic() + timeout
     while True:
-        now = await srv.node.get(job.job_id)
+        now = await srv.node.jobs.get(job.job_id)
         if now.state.terminal or time.monotonic() > deadline:
             return now
         await asyncio.sleep(0.05)
@@ -156,7 +156,7 @@ async def test_a_completion_refused_in_a_short_store_outage_is_retried_not_rerun
         # of 4 s, minus its margin): completions and heartbeats both fail meanwhile.
         store_of(srv).results_down_until = time.monotonic() + 1.5
         store_of(srv).heartbeats_down_until = time.monotonic() + 1.5
-        job, _ = await srv.node.schedule(JobSpec(job_type="t", payload=b"{}", run_at=0))
+        job, _ = await srv.node.jobs.schedule(JobSpec(job_type="t", payload=b"{}", run_at=0))
         done = await wait_for(job, srv, timeout=40)  # generous: a busy 2-core box
         assert done.state is JobState.SUCCEEDED, (done, events)
         assert done.attempt == 1 and ran == [job.job_id]  # ran once
@@ -174,7 +174,7 @@ async def test_a_pending_result_keeps_its_lease_extended_past_the_lease(tmp_path
         # Results are refused for twice the lease; heartbeats work: the lease is kept while the
         # result waits, so the job is neither released nor run again.
         store_of(srv).results_down_until = time.monotonic() + 8.0
-        job, _ = await srv.node.schedule(JobSpec(job_type="t", payload=b"{}", run_at=0))
+        job, _ = await srv.node.jobs.schedule(JobSpec(job_type="t", payload=b"{}", run_at=0))
         done = await wait_for(job, srv, timeout=40)
         assert done.state is JobState.SUCCEEDED, (done, events)
         assert done.attempt == 1 and ran == [job.job_id]
@@ -185,7 +185,7 @@ async def test_a_result_goes_to_another_node_when_the_jobs_node_is_gone(tmp_path
     async with working([owner, other], lease_s=4.0) as (ran, events):
         await asyncio.sleep(0.5)  # the worker discovers both nodes
         store_of(owner).results_down_until = time.monotonic() + 60  # its node never takes it
-        job, _ = await owner.node.schedule(JobSpec(job_type="t", payload=b"{}", run_at=0))
+        job, _ = await owner.node.jobs.schedule(JobSpec(job_type="t", payload=b"{}", run_at=0))
         deadline = time.monotonic() + 10
         while not ran and time.monotonic() < deadline:
             await asyncio.sleep(0.01)
@@ -200,7 +200,7 @@ async def test_a_result_is_given_up_when_the_lease_ends_first(tmp_path: Path) ->
     async with working([srv], lease_s=1.5) as (_, events):
         store_of(srv).results_down_until = time.monotonic() + 60
         store_of(srv).heartbeats_down_until = time.monotonic() + 60
-        await srv.node.schedule(JobSpec(job_type="t", payload=b"{}", run_at=0))
+        await srv.node.jobs.schedule(JobSpec(job_type="t", payload=b"{}", run_at=0))
         deadline = time.monotonic() + 10
         while not any(k == "unreported" for k, _ in events) and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
@@ -223,7 +223,7 @@ async def test_claims_failing_in_a_store_outage_back_off_and_are_logged_once(
         store = store_of(srv)
         with caplog.at_level(logging.INFO, logger="timeshard.api.work"):
             store.claims_down_until = time.monotonic() + 3.0
-            job, _ = await srv.node.schedule(JobSpec(job_type="t", payload=b"{}", run_at=0))
+            job, _ = await srv.node.jobs.schedule(JobSpec(job_type="t", payload=b"{}", run_at=0))
             done = await wait_for(job, srv, timeout=40)
         assert done.state is JobState.SUCCEEDED, (done, events)
         assert ran == [job.job_id]

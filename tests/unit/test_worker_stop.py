@@ -64,7 +64,7 @@ async def until(pred: Callable[[], bool], what: str, timeout: float = HANG_GUARD
 
 
 async def job_now(srv: Server, job: Job) -> Job:
-    return await srv.node.get(job.job_id)
+    return await srv.node.jobs.get(job.job_id)
 
 
 async def test_a_job_still_running_after_the_drain_is_given_back_and_runs_elsewhere(
@@ -80,7 +80,7 @@ async def test_a_job_still_running_after_the_drain_is_given_back_and_runs_elsewh
             started.set()
             await asyncio.Event().wait()  # until stopped
 
-        job, _ = await srv.node.schedule(
+        job, _ = await srv.node.jobs.schedule(
             JobSpec(job_type="t", payload=b"{}", run_at=0, max_attempts=1)
         )
         run = asyncio.create_task(first.run([srv.address], discover_every_s=0))
@@ -126,7 +126,7 @@ async def test_a_handler_that_finishes_within_the_drain_reports_its_result(
             started.set()
             await release.wait()
 
-        job, _ = await srv.node.schedule(JobSpec(job_type="t", payload=b"{}", run_at=0))
+        job, _ = await srv.node.jobs.schedule(JobSpec(job_type="t", payload=b"{}", run_at=0))
         run = asyncio.create_task(worker.run([srv.address], discover_every_s=0))
         await asyncio.wait_for(started.wait(), HANG_GUARD_S)
         worker.stop(drain_s=HANG_GUARD_S * 10)
@@ -150,7 +150,7 @@ async def test_a_second_stop_ends_the_drain_at_once(tmp_path: Path) -> None:
             started.set()
             await asyncio.Event().wait()
 
-        job, _ = await srv.node.schedule(JobSpec(job_type="t", payload=b"{}", run_at=0))
+        job, _ = await srv.node.jobs.schedule(JobSpec(job_type="t", payload=b"{}", run_at=0))
         run = asyncio.create_task(worker.run([srv.address], discover_every_s=0))
         await asyncio.wait_for(started.wait(), HANG_GUARD_S)
         worker.stop(drain_s=3600)  # the first signal: a drain of an hour
@@ -176,7 +176,7 @@ async def test_a_thread_handler_that_does_not_stop_is_not_given_back(tmp_path: P
             started.set()
             unblock.wait()  # one C call: the SDK's interrupt lands only after it returns
 
-        job, _ = await srv.node.schedule(JobSpec(job_type="t", payload=b"{}", run_at=0))
+        job, _ = await srv.node.jobs.schedule(JobSpec(job_type="t", payload=b"{}", run_at=0))
         run = asyncio.create_task(worker.run([srv.address], discover_every_s=0))
         try:
             await until(started.is_set, "the handler to start")
@@ -205,7 +205,7 @@ async def test_a_thread_handler_that_stops_when_interrupted_is_given_back(
             while time.monotonic() < deadline:  # Python steps: the interrupt lands at once
                 time.sleep(0.01)
 
-        job, _ = await srv.node.schedule(JobSpec(job_type="t", payload=b"{}", run_at=0))
+        job, _ = await srv.node.jobs.schedule(JobSpec(job_type="t", payload=b"{}", run_at=0))
         run = asyncio.create_task(worker.run([srv.address], discover_every_s=0))
         await until(started.is_set, "the handler to start")
         worker.stop(drain_s=0.1)
@@ -232,7 +232,7 @@ async def test_timeshard_worker_drains_on_sigterm_and_a_second_signal_ends_it(
             started.set()
             await asyncio.Event().wait()
 
-        job, _ = await srv.node.schedule(JobSpec(job_type="t", payload=b"{}", run_at=0))
+        job, _ = await srv.node.jobs.schedule(JobSpec(job_type="t", payload=b"{}", run_at=0))
         loop = asyncio.get_running_loop()
         _stop_worker_on_signals(worker, args.drain_timeout)
         try:

@@ -95,7 +95,11 @@ async def serving(srv: Server | None = None) -> AsyncIterator[tuple[Server, grpc
 async def schedule(srv: Server, n: int, delay_ms: int = 0, job_type: str = "t") -> list[str]:
     now = srv.node.clock.now_ms()
     jobs = [
-        (await srv.node.schedule(JobSpec(job_type=job_type, payload=b"", run_at=now + delay_ms)))[0]
+        (
+            await srv.node.jobs.schedule(
+                JobSpec(job_type=job_type, payload=b"", run_at=now + delay_ms)
+            )
+        )[0]
         for _ in range(n)
     ]
     return [j.job_id for j in jobs]
@@ -113,7 +117,9 @@ async def test_a_pushed_job_is_never_early() -> None:
     async with serving() as (srv, channel):
         now = srv.node.clock.now_ms()
         for i in range(12):
-            await srv.node.schedule(JobSpec(job_type="t", payload=b"", run_at=now + 300 + 40 * i))
+            await srv.node.jobs.schedule(
+                JobSpec(job_type="t", payload=b"", run_at=now + 300 + 40 * i)
+            )
         s = Stream(channel)
         await s.hello(t=100)
         for claimed in await s.until_jobs(12):
@@ -131,12 +137,12 @@ async def test_no_more_jobs_are_pushed_than_the_credits_granted() -> None:
         assert len(await s.until_jobs(3)) == 3
         await wait_until(lambda: srv.node.ready.count() == 7, 10, "the other 7 ready")
         await settle(srv.node)
-        states = [(await srv.node.get(i)).state for i in ids]
+        states = [(await srv.node.jobs.get(i)).state for i in ids]
         assert states.count(JobState.RUNNING) == 3, states
         await s.send(credits=_credits({"t": 2}))
         assert len(await s.until_jobs(5)) == 5
         await wait_until(lambda: srv.node.ready.count() == 5, 10, "the other 5 ready")
-        states = [(await srv.node.get(i)).state for i in ids]
+        states = [(await srv.node.jobs.get(i)).state for i in ids]
         assert states.count(JobState.RUNNING) == 5, states
         assert len({c.job.job_id for c in s.jobs}) == 5
 
@@ -271,8 +277,8 @@ async def test_heartbeats_and_results_are_answered_per_item() -> None:
         assert answer.results[0].code == OK
         assert answer.results[0].state == pb.JOB_STATE_SUCCEEDED
         assert answer.results[1].code == STALE.value[0], answer.results[1]
-        assert (await srv.node.get(a.job.job_id)).state is JobState.SUCCEEDED
-        job_b = await srv.node.get(b.job.job_id)
+        assert (await srv.node.jobs.get(a.job.job_id)).state is JobState.SUCCEEDED
+        job_b = await srv.node.jobs.get(b.job.job_id)
         assert job_b.state is JobState.RUNNING and job_b.fence == b.fence  # unchanged
         registry = srv.node.metrics.registry
         name = "timeshard_worker_stream_messages_total"
@@ -345,14 +351,14 @@ async def test_a_stream_that_breaks_mid_job_leaves_it_to_its_lease(started: bool
         again = Stream(channel)
         await again.hello(lease_ms=5_000, t=1)
         await advance(srv.node, clock, 4.5)
-        assert (await srv.node.get(first.job.job_id)).state is JobState.RUNNING
+        assert (await srv.node.jobs.get(first.job.job_id)).state is JobState.RUNNING
         assert not again.jobs
         await advance(srv.node, clock, 60, step=1)  # the lease, then the retry's backoff
         (second,) = await again.until_jobs(1)
         assert second.job.job_id == first.job.job_id
         assert second.fence > first.fence
         assert ts_ms(second.job.started_at) >= lease_until  # never while the first may run
-        job = await srv.node.get(first.job.job_id)
+        job = await srv.node.jobs.get(first.job.job_id)
         expected = "lease expired" if started else "not started"
         assert job.history[0].outcome == expected, job.history
 
@@ -373,7 +379,7 @@ async def test_the_worker_falls_back_to_claims_on_a_node_without_the_stream(
 
     async with working(w, [srv]):
         (job_id,) = await schedule(srv, 1)
-        job = await wait_job(srv, await srv.node.get(job_id), lambda j: j.state.terminal)
+        job = await wait_job(srv, await srv.node.jobs.get(job_id), lambda j: j.state.terminal)
         assert job.state is JobState.SUCCEEDED
         assert w._nodes is not None
         link = w._nodes.links[srv.address]
@@ -405,7 +411,7 @@ async def test_the_worker_takes_jobs_over_the_stream_when_asked(
     async with working(w, [srv]):
         ids = await schedule(srv, 5)
         for job_id in ids:
-            job = await wait_job(srv, await srv.node.get(job_id), lambda j: j.state.terminal)
+            job = await wait_job(srv, await srv.node.jobs.get(job_id), lambda j: j.state.terminal)
             assert job.state is JobState.SUCCEEDED
         assert w._nodes is not None and w._nodes.links[srv.address].streaming
     assert unary == [], unary
@@ -427,11 +433,11 @@ async def test_a_cancel_of_a_running_job_reaches_its_handler_over_the_stream() -
     async with working(w, [srv]) as run:
         (job_id,) = await schedule(srv, 1)
         await asyncio.wait_for(started.wait(), 20)
-        await srv.node.cancel(job_id)
+        await srv.node.jobs.cancel(job_id)
         await asyncio.wait_for(stopped.wait(), 20)
         await wait_until(lambda: any(k == "lost" for k, _, _ in run.events), 20, "lost")
         assert w._nodes is not None and w._nodes.links[srv.address].streaming
-        assert (await srv.node.get(job_id)).state is JobState.CANCELLED
+        assert (await srv.node.jobs.get(job_id)).state is JobState.CANCELLED
 
 
 async def test_a_graceful_stop_gives_the_job_back_over_the_stream(
@@ -462,7 +468,7 @@ async def test_a_graceful_stop_gives_the_job_back_over_the_stream(
         w.stop(0)
         await asyncio.wait_for(task, 30)
         assert given == [job_id]
-        job = await srv.node.get(job_id)
+        job = await srv.node.jobs.get(job_id)
         assert job.state is JobState.SCHEDULED and job.attempt == 0, job
         assert job.history[-1].outcome == "given back"
     finally:
@@ -557,13 +563,13 @@ async def test_jobs_of_a_shard_the_node_gave_up_are_not_pushed() -> None:
     async with serving(srv) as (srv, channel):
         node = srv.node
         (job_id,) = await schedule(srv, 1, delay_ms=2_000)
-        shard = (await node.get(job_id)).shard
+        shard = (await node.jobs.get(job_id)).shard
         s = Stream(channel)
         await s.hello(lease_ms=5_000, t=5)
         await node._shards_changed(frozenset(), frozenset({shard}))
         await advance(node, clock, 5)
         assert not s.jobs and not node.ready.holds("t", job_id)
-        assert (await node.get(job_id)).state is JobState.SCHEDULED
+        assert (await node.jobs.get(job_id)).state is JobState.SCHEDULED
         await node._shards_changed(frozenset({shard}), frozenset())
         await advance(node, clock, 2)
         (pushed,) = await s.until_jobs(1)

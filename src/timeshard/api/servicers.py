@@ -119,7 +119,7 @@ class JobService(pb_grpc.JobServiceServicer):
         self, request: pb.ScheduleJobRequest, context: Ctx
     ) -> pb.ScheduleJobResponse:
         spec = job_spec(request, self.node.clock.now_ms())
-        ((job, created),) = await self.node.schedule_many([spec])  # which checks every field
+        ((job, created),) = await self.node.jobs.schedule_many([spec])  # which checks every field
         warnings = warnings_pb(self.node.polled, [job.job_type])
         return pb.ScheduleJobResponse(job=job_to_pb(job), created=created, warnings=warnings)
 
@@ -136,7 +136,7 @@ class JobService(pb_grpc.JobServiceServicer):
                 specs.append(job_spec(r, now))
             except InvalidArgument as exc:
                 raise InvalidArgument(f"jobs[{i}].{exc.field}", exc.problem) from None
-        results = await self.node.schedule_many(specs)
+        results = await self.node.jobs.schedule_many(specs)
         jobs = fit_written([job_to_pb(j) for j, _ in results])
         return pb.ScheduleJobsResponse(
             results=[
@@ -148,7 +148,7 @@ class JobService(pb_grpc.JobServiceServicer):
 
     @rpc
     async def GetJob(self, request: pb.GetJobRequest, context: Ctx) -> pb.Job:
-        return job_to_pb(await self.node.get(request.job_id))
+        return job_to_pb(await self.node.jobs.get(request.job_id))
 
     @rpc
     async def ListJobs(self, request: pb.ListJobsRequest, context: Ctx) -> pb.ListJobsResponse:
@@ -158,7 +158,7 @@ class JobService(pb_grpc.JobServiceServicer):
 
         async def read(limit: int) -> tuple[list[Job], str]:
             nonlocal total
-            page = await self.node.find_jobs(query, limit=limit, page_token=token)
+            page = await self.node.jobs.find_jobs(query, limit=limit, page_token=token)
             total = page.total or 0
             return page.jobs, page.next_token
 
@@ -169,12 +169,12 @@ class JobService(pb_grpc.JobServiceServicer):
     async def CancelJob(self, request: pb.CancelJobRequest, context: Ctx) -> pb.Job:
         remaining = context.time_remaining()  # (None: the caller set no deadline)
         wait_s = 30.0 if remaining is None else max(0.0, remaining - 0.5)
-        return job_to_pb(await self.node.cancel(request.job_id, wait_s=wait_s))
+        return job_to_pb(await self.node.jobs.cancel(request.job_id, wait_s=wait_s))
 
     @rpc
     async def RescheduleJob(self, request: pb.RescheduleJobRequest, context: Ctx) -> pb.Job:
         run_at = run_at_of(request, self.node.clock.now_ms(), required=True)
-        return job_to_pb(await self.node.reschedule(request.job_id, run_at))
+        return job_to_pb(await self.node.jobs.reschedule(request.job_id, run_at))
 
     @rpc
     async def CreateSchedule(self, request: pb.CreateScheduleRequest, context: Ctx) -> pb.Schedule:

@@ -1,6 +1,7 @@
 """A scheduler node: the store, the coordinator, one dispatcher per owned shard, and the
-operations the gRPC servicers expose (claims are made by its ``timeshard.node.claims.Claims``). No
-gRPC types here."""
+operations the gRPC servicers expose (jobs are scheduled, read and cancelled by its
+``timeshard.node.jobs.Jobs``, claims made by its ``timeshard.node.claims.Claims``). No gRPC types
+here."""
 
 from __future__ import annotations
 
@@ -13,69 +14,35 @@ from collections.abc import AsyncIterator, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from timeshard.clock import Clock, format_rfc3339
+from timeshard.clock import Clock
 from timeshard.coordinator.base import Coordinator, Member, ShardsNotTaken
 from timeshard.coordinator.local import LocalCoordinator
-from timeshard.errors import (
-    AlreadyExists,
-    FailedPrecondition,
-    InvalidArgument,
-    NotFound,
-    ResourceExhausted,
-    StaleFence,
-    StoreUnavailable,
-    TimeshardError,
-)
+from timeshard.errors import InvalidArgument, NotFound, StaleFence, StoreUnavailable, TimeshardError
 from timeshard.limits import (
     DEFAULT_MAX_UNSTARTED,
-    DEFAULT_PAGE_SIZE,
     DEFAULT_PRIORITY_AGING_MS,
-    MAX_IDEMPOTENCY_KEY_BYTES,
-    MAX_PAGE_SIZE,
-    check_attempts,
-    check_bytes,
-    check_range,
     truncate_error,
     truncate_traceback,
 )
-from timeshard.model import (
-    NOT_STARTED,
-    BucketEntry,
-    Job,
-    JobState,
-    WriteResult,
-    validate_deadline,
-    validate_job_id,
-    validate_priority,
-    validate_result,
-)
+from timeshard.model import NOT_STARTED, BucketEntry, Job, JobState, WriteResult, validate_result
 from timeshard.node import clockcheck
 from timeshard.node.claims import Claims, TypePolicy
 from timeshard.node.deadletters import DeadLetters
 from timeshard.node.dispatcher import DispatchConfig, ShardDispatcher
 from timeshard.node.flow import FlowControl, TypeFlow
+from timeshard.node.jobs import Jobs
 from timeshard.node.peers import HINT_MARGIN_S, PeerHints, Send
 from timeshard.node.policies import TypePolicies
 from timeshard.node.polled import PolledTypes
 from timeshard.node.ready import ReadyQueues
 from timeshard.node.refresh import BucketRefresher
-from timeshard.node.repeats import AskedTime, IfExists, conflict
 from timeshard.node.retry import RetryPolicy
 from timeshard.node.schedules import ScheduleFirer, ScheduleOps
 from timeshard.node.starts import StartNotices
 from timeshard.node.waits import JobWaits
 from timeshard.observe.events import NodeMetrics
 from timeshard.sharding import minute_of, shard_of
-from timeshard.store.base import (
-    Completion,
-    CreateResult,
-    JobPage,
-    Store,
-    entry_at,
-    entry_for,
-    repeats_due,
-)
-from timeshard.store.listing import JobQuery
+from timeshard.store.base import Completion, Store, entry_at, entry_for
 
 log = logging.getLogger(__name__)
 
@@ -120,25 +87,6 @@ class NodeConfig:
         """Deliveries without a handler start before ``job`` is dead (invariant 9)."""
         p = self.types.get(job.job_type)
         return p.max_unstarted if p and p.max_unstarted else self.default_max_unstarted
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class JobSpec:
-    """What a client asks for when it schedules a job."""
-
-    job_type: str
-    payload: bytes
-    run_at: int
-    idempotency_key: str = ""
-    max_attempts: int = 0
-    job_id: str = ""
-    deadline: int = 0
-    """No attempt starts after it (epoch ms; 0: none); not before ``run_at``."""
-    priority: int = 0
-    asked: AskedTime | None = None
-    """How the request gave ``run_at``, for a repeat of its key (``node.repeats``); None: the
-    time of a repeat is not compared."""
-    if_exists: IfExists = IfExists.CHECK
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,7 +147,6 @@ class Node:
         self._shard_lock = asyncio.Lock()
         self._background: set[asyncio.Task[None]] = set()
         self.schedules = ScheduleOps(store, clock, land=self._land)
-        self.dead_letters = DeadLetters(store, clock, self._land, self.list_jobs)
         self.flow = FlowControl(clock, self.config.flows)
         """Per type: the rate's token bucket and the pause; claims ask it (``Claims.held``)."""
         self.claims = Claims(
@@ -217,6 +164,9 @@ class Node:
         """Start notices of the jobs this node delivered (invariant 9, ``node.starts``)."""
         self.waits = JobWaits(store, clock)
         """Clients waiting for jobs to finish (``WaitJobs``)."""
+        self.jobs = self._new_jobs()
+        """Scheduling, reading, cancelling and rescheduling jobs (``node.jobs``)."""
+        self.dead_letters = DeadLetters(store, clock, self._land, self.jobs.list_jobs)
         self.polled = PolledTypes(clock)
         """The job types workers ask this node for (``node.polled``)."""
         self.type_policies = TypePolicies(
@@ -246,6 +196,21 @@ class Node:
             dispatchers=self.dispatchers,
             refresh_s=lambda: self.config.dispatch.refresh_s,
             page_size=self.config.dispatch.page_size,
+        )
+
+    def _new_jobs(self) -> Jobs:
+        return Jobs(
+            store=self.store,
+            clock=self.clock,
+            ready=self.ready,
+            metrics=self.metrics,
+            starts=self.starts,
+            waits=self.waits,
+            land=self._land,
+            left_ready=self._left_ready,
+            ran=self._ran,
+            max_attempts=self.config.max_attempts,
+            max_ready=self.config.max_ready,
         )
 
     @property
@@ -512,183 +477,6 @@ class Node:
 
     # -- jobs -----------------------------------------------------------------------------
 
-    async def schedule(self, spec: JobSpec) -> tuple[Job, bool]:
-        """Create a job; durable before it returns (invariant 1). Returns (job, created). (The
-        one-job form of ``schedule_many``.)"""
-        (result,) = await self.schedule_many([spec])
-        return result
-
-    async def schedule_many(self, specs: Sequence[JobSpec]) -> list[tuple[Job, bool]]:
-        """Create jobs in one store round trip. Every spec is checked before anything is
-        written; an invalid one fails the call naming its index."""
-        now = self.clock.now_ms()
-        jobs = []
-        for i, spec in enumerate(specs):
-            try:
-                jobs.append(self._new_job(spec, now))
-            except InvalidArgument as exc:
-                field = f"jobs[{i}].{exc.field}" if len(specs) > 1 else exc.field
-                raise InvalidArgument(field, exc.problem) from None
-        self._admit(jobs, now)
-        await self._refuse_conflicts(specs, jobs)
-        entries = [entry_for(job, job.run_at, now) for job in jobs]
-        fresh = {job.job_id for job, spec in zip(jobs, specs, strict=True) if not spec.job_id}
-        # Shielded: once written, a job is notified (and re-landed when late) even if the
-        # caller gives up meanwhile (a client's deadline), or its entry could stay unread.
-        creating = asyncio.ensure_future(self._create(jobs, entries, fresh, now))
-        try:
-            results = await asyncio.shield(creating)
-        except asyncio.CancelledError:
-            creating.add_done_callback(_note_abandoned_create)
-            raise
-        for spec, job, result in zip(specs, jobs, results, strict=True):
-            why = None if result.created else conflict(job, result.job, spec.asked, spec.if_exists)
-            if why:
-                raise AlreadyExists(
-                    f"{_what(spec)} is already used by job {result.job.job_id}{why}"
-                )
-        return [(r.job, r.created) for r in results]
-
-    def _admit(self, jobs: Sequence[Job], now: int) -> None:
-        """Back-pressure at ingest (``NodeConfig.max_ready``): while this node holds that many
-        due jobs not started, more due-now work is refused with a time to try again; future
-        jobs are always accepted (they wait in the store, not in memory)."""
-        bound = self.config.max_ready
-        if not bound or all(job.run_at > now for job in jobs):
-            return
-        ready = self.ready.count()
-        if ready < bound:
-            return
-        retry_after_ms = min(5_000, max(250, 500 * ready // bound))
-        self.metrics.ready_refusals_total.inc()
-        raise ResourceExhausted(
-            f"this node holds {ready} due jobs not started (--max-ready {bound}): due-now work "
-            f"is refused for now; try again in {retry_after_ms / 1000:g}s (jobs for later are "
-            "accepted)",
-            retry_after_ms,
-        )
-
-    async def _create(
-        self, jobs: Sequence[Job], entries: Sequence[BucketEntry], fresh: set[str], now: int
-    ) -> list[CreateResult]:
-        results = await self.store.create_jobs(list(zip(jobs, entries, strict=True)), fresh=fresh)
-        self.metrics.scheduled([r.job for r in results if r.created], now)
-        # The entries the store wrote name the jobs it created, which are not always the ids
-        # generated here (a key can name a job a failed call left half-made).
-        created = [r.job for r in results if r.created]
-        written = {e.job_id: e for e in entries}
-        landing = [written.get(j.job_id) or entry_for(j, j.run_at, now) for j in created]
-        await self._land(landing, created, again=repeats_due(results, now))
-        return results
-
-    async def _refuse_conflicts(self, specs: Sequence[JobSpec], jobs: Sequence[Job]) -> None:
-        """A batch is all or nothing: a key or id used twice in it with different bodies, or
-        already stored with a different body, fails the call before anything is written.
-        (Two calls racing on one key can still both pass this check; the store then creates
-        the job once and the later call reports the conflict after writing its other jobs.)"""
-        seen: dict[str, Job] = {}
-        for i, (spec, job) in enumerate(zip(specs, jobs, strict=True)):
-            name = (spec.idempotency_key and f"key:{spec.idempotency_key}") or spec.job_id
-            if not name:
-                continue
-            why = conflict(job, seen.setdefault(name, job), spec.asked, spec.if_exists)
-            if why:
-                raise AlreadyExists(
-                    f"jobs[{i}] reuses {_what(spec)} of an earlier job in this batch{why}"
-                )
-        keyed = [j for j in jobs if j.idempotency_key]
-        chosen = [j for j, s in zip(jobs, specs, strict=True) if s.job_id and not s.idempotency_key]
-        if not keyed and not chosen:
-            return
-        stored = await self.store.find_existing(keyed, chosen)
-        for spec, job in zip(specs, jobs, strict=True):
-            other = stored.get(job.idempotency_key or job.job_id)
-            why = conflict(job, other, spec.asked, spec.if_exists) if other else None
-            if other and why:
-                raise AlreadyExists(f"{_what(spec)} is already used by job {other.job_id}{why}")
-
-    def _new_job(self, spec: JobSpec, now: int) -> Job:
-        """The job ``spec`` asks for; ``Job`` itself checks its type and payload."""
-        check_attempts(spec.max_attempts)
-        check_bytes("idempotency_key", spec.idempotency_key, MAX_IDEMPOTENCY_KEY_BYTES)
-        validate_deadline(spec.deadline, spec.run_at)
-        validate_priority(spec.priority)
-        job_id = validate_job_id(spec.job_id) if spec.job_id else uuid.uuid4().hex
-        return Job(
-            job_id=job_id,
-            shard=shard_of(job_id, self.num_shards),
-            job_type=spec.job_type,
-            payload=spec.payload,
-            run_at=spec.run_at,
-            created_at=now,
-            max_attempts=spec.max_attempts or self.config.max_attempts(spec.job_type),
-            idempotency_key=spec.idempotency_key,
-            deadline=spec.deadline,
-            priority=spec.priority,
-        )
-
-    async def get(self, job_id: str) -> Job:
-        job = await self.store.get_job(validate_job_id(job_id))
-        if job is None:
-            if self.store.expired(job_id):
-                raise NotFound("job", job_id, "it finished and expired after the retention period")
-            raise NotFound("job", job_id)
-        return job
-
-    async def list_jobs(
-        self, *, state: JobState | None, job_type: str | None, limit: int, page_token: str
-    ) -> JobPage:
-        check_range("page_size", limit, 0, MAX_PAGE_SIZE)
-        return await self.store.list_jobs(
-            state=state, job_type=job_type, limit=limit or DEFAULT_PAGE_SIZE, page_token=page_token
-        )
-
-    async def find_jobs(self, query: JobQuery, *, limit: int, page_token: str) -> JobPage:
-        """The jobs ``query`` finds, a page of ``limit`` (0: the default), counted."""
-        check_range("page_size", limit, 0, MAX_PAGE_SIZE)
-        return await self.store.find_jobs(
-            query, limit=limit or DEFAULT_PAGE_SIZE, page_token=page_token, count=True
-        )
-
-    async def cancel(self, job_id: str, *, wait_s: float = 30.0) -> Job:
-        """Cancel a scheduled or running job. For a running one the answer says in
-        ``start_noticed`` whether its handler had started (``_started_before_cancel``, waiting
-        at most ``wait_s`` for its start notice)."""
-        for _ in range(20):
-            job = await self.get(job_id)
-            if job.state.terminal:
-                raise FailedPrecondition(
-                    f"job {job_id!r} is already {job.state.value}; only scheduled or running "
-                    "jobs can be cancelled"
-                )
-            out = await self.store.cancel_job(job_id, job.state, job.fence, self.clock.now_ms())
-            if out.applied and out.job is not None:
-                self.metrics.written(out.job)
-                self.waits.finished(out.job)
-                self._left_ready(out.job)
-                self._ran(out.job)
-                if job.state is JobState.RUNNING:
-                    started = await self._started_before_cancel(job, wait_s)
-                    return out.job.with_(start_noticed=started)
-                return out.job
-        raise FailedPrecondition(f"job {job_id!r} kept changing; try again")
-
-    async def _started_before_cancel(self, job: Job, wait_s: float) -> bool:
-        """Whether the handler of ``job``'s lease (cancelled just now) started: its start
-        notice came, or comes while its push may still be on its way (``IN_FLIGHT_S``, at
-        most until the lease ends). Known here for the leases this node delivered; for others,
-        from the row (a heartbeat wrote it). Not started by then: a worker that was stalled
-        with the push could still start it before the lease's end; its first heartbeat then
-        stops it (the answer's ``lease_until`` says until when)."""
-        if job.start_noticed:
-            return True
-        wait_s = min(wait_s, (job.lease_until - self.clock.now_ms()) / 1000)
-        started = await self.starts.started_by(job.job_id, job.fence, wait_s)
-        if started is not None:
-            self.starts.ended(job.with_(state=JobState.CANCELLED))
-            return started
-        return False
-
     def peer_of_job(self, job_id: str) -> Member | None:
         """The other node that dispatches ``job_id``'s shard, as far as this one knows (None:
         this node, or unknown)."""
@@ -698,27 +486,6 @@ class Node:
         """Each job of ``job_ids`` as soon as it is finished (``timeshard.node.waits``)."""
         async for job in self.waits.wait(job_ids, timeout_s):
             yield job
-
-    async def reschedule(self, job_id: str, run_at: int) -> Job:
-        for _ in range(20):
-            job = await self.get(job_id)
-            if job.state is not JobState.SCHEDULED:
-                raise FailedPrecondition(
-                    f"job {job_id!r} is {job.state.value}; only a scheduled job can be rescheduled"
-                )
-            if job.deadline and run_at > job.deadline:
-                raise InvalidArgument(
-                    "run_at",
-                    f"{format_rfc3339(run_at)} is after the job's deadline "
-                    f"{format_rfc3339(job.deadline)}: it could never start",
-                )
-            now = self.clock.now_ms()
-            out = await self.store.reschedule_job(job_id, job.fence, run_at, now)
-            if out.applied and out.job is not None:
-                await self._land([entry_for(out.job, run_at, now)])
-                self._left_ready(out.job)
-                return out.job
-        raise FailedPrecondition(f"job {job_id!r} kept changing; try again")
 
     def _left_ready(self, job: Job) -> None:
         """``job`` was cancelled or moved by this node: if its owner is this node and holds it
@@ -927,22 +694,3 @@ class Node:
             return None
         policy = self.config.retry_policy(job.job_type)
         return now + policy.delay_ms(job.attempt, self._rng)
-
-
-def _what(spec: JobSpec) -> str:
-    if spec.idempotency_key:
-        return f"idempotency key {spec.idempotency_key!r}"
-    return f"job id {spec.job_id!r}"
-
-
-def _note_abandoned_create(task: asyncio.Future[Any]) -> None:
-    """A create whose caller gave up (its deadline) goes on, shielded; if it then fails, the
-    caller was told nothing was acknowledged, so a log line says it (asyncio would print a
-    traceback: "Task exception was never retrieved")."""
-    if task.cancelled():
-        return
-    exc = task.exception()
-    if exc is not None and not isinstance(exc, TimeshardError):
-        log.error("a create failed after its caller gave up", exc_info=exc)
-    elif exc is not None:
-        log.info("a create failed after its caller gave up: %s", exc)
