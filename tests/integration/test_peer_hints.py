@@ -155,7 +155,7 @@ async def test_a_wait_on_one_node_for_a_job_another_dispatches_is_answered_by_th
         waiting = asyncio.create_task(wait())
         await asyncio.sleep(0.5)  # a asks b now
         assert not waiting.done()
-        await b.complete(job_id, claimed.job.fence, b'"ok"', "json")
+        await b.attempts.complete(job_id, claimed.job.fence, b'"ok"', "json")
         await asyncio.wait_for(waiting, 10)
         assert [(j.job_id, j.state, j.result) for j in got] == [
             (job_id, JobState.SUCCEEDED, b'"ok"')

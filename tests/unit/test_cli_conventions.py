@@ -296,7 +296,7 @@ async def _dead_job(node: Node, job_type: str) -> str:
         worker="w", types=[job_type], limit=1, wait_s=0, lease_s=30
     )
     assert claimed.job.job_id == job.job_id
-    dead = await node.fail(job.job_id, claimed.job.fence, "broken", True)
+    dead = await node.attempts.fail(job.job_id, claimed.job.fence, "broken", True)
     assert dead.state.value == "dead"
     return job.job_id
 

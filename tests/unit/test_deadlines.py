@@ -191,7 +191,7 @@ async def test_a_retry_never_starts_after_the_deadline() -> None:
         )
         await advance(node, clock, 0.2)
         [c] = await node.claims.claim(worker="w", types=["remind"], limit=1, wait_s=0, lease_s=30)
-        failed = await node.fail(job.job_id, c.job.fence, "boom", permanent=False)
+        failed = await node.attempts.fail(job.job_id, c.job.fence, "boom", permanent=False)
         assert failed.state is JobState.SCHEDULED
         await advance(node, clock, 600, step=5)  # past any backoff, with no claim
         got = await state_becomes(node, job.job_id, JobState.EXPIRED)

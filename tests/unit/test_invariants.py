@@ -98,11 +98,11 @@ async def test_every_live_job_has_an_entry_no_later_than_it_needs_attention() ->
             for c in await node.claims.claim(worker="w", types=["t"], limit=3, wait_s=0, lease_s=5):
                 roll = rng.random()
                 if roll < 0.3:
-                    await node.complete(c.job.job_id, c.job.fence)
+                    await node.attempts.complete(c.job.job_id, c.job.fence)
                 elif roll < 0.6:
-                    await node.fail(c.job.job_id, c.job.fence, "boom", permanent=False)
+                    await node.attempts.fail(c.job.job_id, c.job.fence, "boom", permanent=False)
                 elif roll < 0.8:
-                    await node.heartbeat(c.job.job_id, c.job.fence, 20)
+                    await node.attempts.heartbeat(c.job.job_id, c.job.fence, 20)
                 # else: the worker vanishes; its lease must expire and the job come back
             if rng.random() < 0.1:
                 victim = rng.choice(ids)
@@ -177,15 +177,15 @@ async def test_stale_fence_is_rejected_everywhere_and_changes_nothing() -> None:
         assert second.job.fence == first.job.fence + 1 and second.job.attempt == 1
         before = await node.jobs.get(job.job_id)
         for call in (
-            node.heartbeat(job.job_id, first.job.fence, 5),
-            node.complete(job.job_id, first.job.fence),
-            node.fail(job.job_id, first.job.fence, "x", permanent=True),
+            node.attempts.heartbeat(job.job_id, first.job.fence, 5),
+            node.attempts.complete(job.job_id, first.job.fence),
+            node.attempts.fail(job.job_id, first.job.fence, "x", permanent=True),
         ):
             with pytest.raises(StaleFence) as info:
                 await call
             assert isinstance(info.value, FailedPrecondition)
         assert await node.jobs.get(job.job_id) == before
-        done = await node.complete(job.job_id, second.job.fence)
+        done = await node.attempts.complete(job.job_id, second.job.fence)
         assert done.state is JobState.SUCCEEDED
 
 
@@ -257,7 +257,7 @@ async def test_cancel_of_a_running_job_revokes_its_lease() -> None:
         cancelled = await node.jobs.cancel(job.job_id)
         assert cancelled.state is JobState.CANCELLED
         with pytest.raises(StaleFence):
-            await node.heartbeat(job.job_id, c.job.fence, 5)
+            await node.attempts.heartbeat(job.job_id, c.job.fence, 5)
 
 
 async def test_retry_then_dead_letter_after_max_attempts() -> None:
@@ -267,12 +267,12 @@ async def test_retry_then_dead_letter_after_max_attempts() -> None:
         )
         await advance(node, clock, 0.5)
         (c,) = await node.claims.claim(worker="w", types=["t"], limit=1, wait_s=0, lease_s=5)
-        failed = await node.fail(job.job_id, c.job.fence, "boom", permanent=False)
+        failed = await node.attempts.fail(job.job_id, c.job.fence, "boom", permanent=False)
         assert failed.state is JobState.SCHEDULED
         assert START_MS < failed.run_at <= clock.now_ms() + 1000  # base 1 s, full jitter
         await advance(node, clock, 1.5)
         (c2,) = await node.claims.claim(worker="w", types=["t"], limit=1, wait_s=0, lease_s=5)
-        dead = await node.fail(job.job_id, c2.job.fence, "boom again", permanent=False)
+        dead = await node.attempts.fail(job.job_id, c2.job.fence, "boom again", permanent=False)
         assert dead.state is JobState.DEAD and dead.last_error == "boom again"
         assert [a.outcome for a in dead.history] == ["retry", "dead"]
 

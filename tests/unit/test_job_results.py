@@ -231,9 +231,9 @@ async def test_jobs_get_shows_the_result_and_the_traceback(
             c.job.job_id: c.job
             for c in await node.claims.claim(worker="w", types=["t"], limit=2, wait_s=0, lease_s=30)
         }
-        await node.complete(ok.job_id, by_id[ok.job_id].fence, b'{"n":7}', "json")
+        await node.attempts.complete(ok.job_id, by_id[ok.job_id].fence, b'{"n":7}', "json")
         trace = 'Traceback (most recent call last):\n  File "h.py", line 3\nKeyError: <b>\n'
-        await node.fail(bad.job_id, by_id[bad.job_id].fence, "KeyError: <b>", True, trace)
+        await node.attempts.fail(bad.job_id, by_id[bad.job_id].fence, "KeyError: <b>", True, trace)
         await srv.health_watcher.count_dead_letters(force=True)
         address = ["--server", srv.address]
 

@@ -152,9 +152,9 @@ async def run_first_delivery(api: Api, job_id: str, *, fail: bool) -> None:
     (claimed,) = await api.node.claims.claim(worker="w", types=["t"], limit=1, wait_s=0, lease_s=30)
     assert claimed.job.job_id == job_id
     if fail:
-        await api.node.fail(job_id, claimed.job.fence, "boom", permanent=False)
+        await api.node.attempts.fail(job_id, claimed.job.fence, "boom", permanent=False)
     else:
-        await api.node.complete(job_id, claimed.job.fence)
+        await api.node.attempts.complete(job_id, claimed.job.fence)
 
 
 async def test_the_time_is_not_compared_once_a_retry_moved_the_job() -> None:

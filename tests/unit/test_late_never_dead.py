@@ -77,7 +77,7 @@ async def test_a_lease_over_with_no_start_notice_spends_no_attempt() -> None:
             worker="w2", types=["t"], limit=1, wait_s=0, lease_s=LEASE_S
         )
         assert (again.job.attempt, again.job.fence) == (1, fence + 1)
-        done = await node.complete(job_id, again.job.fence)
+        done = await node.attempts.complete(job_id, again.job.fence)
         assert (done.state, done.attempt) == (JobState.SUCCEEDED, 1)
 
 
@@ -88,7 +88,7 @@ async def test_a_lease_over_after_a_start_notice_is_a_failed_attempt() -> None:
             JobSpec(job_type="t", payload=b"{}", run_at=START_MS, max_attempts=1)
         )
         job_id, fence = await claim_one(node, clock)
-        node.notice_starts([Beat(job_id, fence, 0.0, clock.now_ms())])
+        node.attempts.notice_starts([Beat(job_id, fence, 0.0, clock.now_ms())])
         await advance(node, clock, LEASE_S + 1)
         dead = await node.jobs.get(job_id)
         assert (dead.state, dead.attempt, dead.unstarted) == (JobState.DEAD, 1, 0)
@@ -114,7 +114,7 @@ async def test_a_start_notice_written_with_a_heartbeat_counts_for_a_later_owner(
             JobSpec(job_type="t", payload=b"{}", run_at=START_MS, max_attempts=1)
         )
         job_id, fence = await claim_one(node, clock)
-        job, _ = await node.heartbeat(job_id, fence, LEASE_S, started_at=clock.now_ms())
+        job, _ = await node.attempts.heartbeat(job_id, fence, LEASE_S, started_at=clock.now_ms())
         assert job.start_noticed
         node.starts._deliveries.clear()  # as a new owner: nothing in memory
         await advance(node, clock, LEASE_S + 1)
@@ -129,10 +129,10 @@ async def test_deliveries_without_a_start_are_bounded_by_the_type() -> None:
         )
         job_id, fence = await claim_one(node, clock)
         why = "not started: lease over before the worker received it"
-        back = await node.give_back(job_id, fence, why, not_started=True)
+        back = await node.attempts.give_back(job_id, fence, why, not_started=True)
         assert (back.state, back.unstarted, back.attempt) == (JobState.SCHEDULED, 1, 0)
         job_id, fence = await claim_one(node, clock)
-        dead = await node.give_back(job_id, fence, why, not_started=True)
+        dead = await node.attempts.give_back(job_id, fence, why, not_started=True)
         assert (dead.state, dead.unstarted, dead.attempt) == (JobState.DEAD, 2, 0)
         assert dead.last_error == (
             "never started: 2 deliveries ended without a handler start (the last: "
@@ -211,12 +211,13 @@ async def test_a_cancel_says_whether_the_handler_had_started() -> None:
         )
         noticed, in_flight, never = [(c.job.job_id, c.job.fence) for c in claimed]
 
-        node.notice_starts([Beat(*noticed, 0.0, clock.now_ms())])
+        node.attempts.notice_starts([Beat(*noticed, 0.0, clock.now_ms())])
         assert (await node.jobs.cancel(noticed[0])).start_noticed
 
         cancelling = asyncio.ensure_future(node.jobs.cancel(in_flight[0]))
         await wait_until(lambda: bool(node.starts._waiters), what="the cancel waiting")
-        node.notice_starts([Beat(*in_flight, 0.0, clock.now_ms())])  # the worker started it
+        # The worker started it:
+        node.attempts.notice_starts([Beat(*in_flight, 0.0, clock.now_ms())])
         cancelled = await cancelling
         assert cancelled.state is JobState.CANCELLED and cancelled.start_noticed
 

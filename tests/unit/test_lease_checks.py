@@ -20,7 +20,7 @@ async def _claim_one(node: Node, lease_s: float) -> str:
     claimed = await node.claims.claim(worker="w", types=["t"], limit=1, wait_s=0, lease_s=lease_s)
     assert len(claimed) == 1
     job = claimed[0].job
-    await node.heartbeat(job.job_id, job.fence, lease_s, started_at=node.clock.now_ms())
+    await node.attempts.heartbeat(job.job_id, job.fence, lease_s, started_at=node.clock.now_ms())
     return job.job_id
 
 
@@ -33,7 +33,7 @@ async def test_a_job_finished_through_its_owner_never_gets_a_lease_check(tmp_pat
         )
         await advance(node, clock, 1.5)
         fence = (await node.jobs.get(await _claim_one(node, lease_s=30))).fence
-        await node.complete(job.job_id, fence)
+        await node.attempts.complete(job.job_id, fence)
         entries = await all_entries(node, job)
         assert [e.due_at for e in entries] == [START_MS + 1000], "an entry beside the job's own"
         await advance(node, clock, 70)  # minute 0 ended and settled: the cursor passes it

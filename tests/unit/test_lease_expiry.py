@@ -45,7 +45,7 @@ async def _claim_and_abandon(
         ):
             assert c.job.job_id == job_id
             claims.append(clock.now_ms())
-            node.notice_starts([Beat(job_id, c.job.fence, 0.0, clock.now_ms())])
+            node.attempts.notice_starts([Beat(job_id, c.job.fence, 0.0, clock.now_ms())])
         await advance(node, clock, 0.5)
         job = await node.jobs.get(job_id)
         assert job.attempt <= job.max_attempts, f"attempt {job.attempt}/{job.max_attempts}"
@@ -110,10 +110,10 @@ async def test_a_heartbeat_after_the_expiry_is_refused_and_the_retry_stands() ->
         [c] = await node.claims.claim(
             worker="w", types=["poison"], limit=1, wait_s=0, lease_s=LEASE_S
         )
-        node.notice_starts([Beat(job.job_id, c.job.fence, 0.0, clock.now_ms())])
+        node.attempts.notice_starts([Beat(job.job_id, c.job.fence, 0.0, clock.now_ms())])
         await advance(node, clock, LEASE_S + 1)
         retrying = await node.jobs.get(job.job_id)
         assert retrying.state is JobState.SCHEDULED and retrying.attempt == 1
         with pytest.raises(StaleFence):
-            await node.heartbeat(job.job_id, c.job.fence, LEASE_S)
+            await node.attempts.heartbeat(job.job_id, c.job.fence, LEASE_S)
         assert await node.jobs.get(job.job_id) == retrying

@@ -130,11 +130,13 @@ async def test_a_scripted_run_shows_in_the_metrics_with_the_right_values() -> No
             )
             assert len(claimed) == n
             for c in claimed[:m]:
-                await node.fail(c.job.job_id, c.job.fence, "timeout talking to smtp", False)
+                await node.attempts.fail(
+                    c.job.job_id, c.job.fence, "timeout talking to smtp", False
+                )
             for c in claimed[m : m + k]:
-                await node.fail(c.job.job_id, c.job.fence, "bad address", True)
+                await node.attempts.fail(c.job.job_id, c.job.fence, "bad address", True)
             for c in claimed[m + k :]:
-                await node.complete(c.job.job_id, c.job.fence)
+                await node.attempts.complete(c.job.job_id, c.job.fence)
             first = samples((await scrape(http.port))[2])
 
             # One run whose lease runs out, then runs again.
@@ -146,7 +148,7 @@ async def test_a_scripted_run_shows_in_the_metrics_with_the_right_values() -> No
                 worker="w", types=["slow"], limit=1, wait_s=0, lease_s=1
             )
             started = Beat(slow.job_id, run1.job.fence, 0.0, clock.now_ms())
-            node.notice_starts([started])  # its handler started, then hung
+            node.attempts.notice_starts([started])  # its handler started, then hung
             await advance(node, clock, 2.0)
             (run2,) = await node.claims.claim(
                 worker="w2", types=["slow"], limit=1, wait_s=0, lease_s=30
@@ -161,7 +163,7 @@ async def test_a_scripted_run_shows_in_the_metrics_with_the_right_values() -> No
                 c.job.job_id for c in claimed[:m]
             )
             for c in retried:
-                await node.complete(c.job.job_id, c.job.fence)
+                await node.attempts.complete(c.job.job_id, c.job.fence)
 
             # One due job nobody claims: its shard shows it due, and how late.
             idle, _ = await node.jobs.schedule(
@@ -221,7 +223,7 @@ async def test_the_dead_letter_count_comes_from_the_store() -> None:
             )
         await settle(node)
         for c in await node.claims.claim(worker="w", types=["t"], limit=3, wait_s=0, lease_s=30):
-            await node.fail(c.job.job_id, c.job.fence, "nope", False)  # out of attempts
+            await node.attempts.fail(c.job.job_id, c.job.fence, "nope", False)  # out of attempts
 
         async def ignore(_: bool) -> None:
             return None
@@ -262,7 +264,7 @@ async def test_jobs_a_cron_schedule_creates_count_as_scheduled() -> None:
             for c in await node.claims.claim(
                 worker="w", types=["cron.t"], limit=10, wait_s=0, lease_s=30
             ):
-                await node.complete(c.job.job_id, c.job.fence)
+                await node.attempts.complete(c.job.job_id, c.job.fence)
         # The fire of the third minute again, as a second dispatcher would: made already.
         stored = await node.schedules.get("every-minute")
         again = stored.with_(next_fire=START_MS + 3 * 60_000)

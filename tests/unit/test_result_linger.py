@@ -34,7 +34,7 @@ async def test_a_completion_may_linger_unless_a_concurrency_limit_waits_for_it()
         await wait_until(lambda: node.ready.count() == 3, what="three jobs ready")
         for t, job in jobs.items():
             [c] = await node.claims.claim(worker="w", types=[t], limit=1, wait_s=0, lease_s=60)
-            [done] = await node.finish([FinishItem(job_id=job.job_id, fence=c.job.fence)])
+            [done] = await node.attempts.finish([FinishItem(job_id=job.job_id, fence=c.job.fence)])
             assert not isinstance(done, Exception)
         assert asked == [
             ([jobs["limited"].job_id], False),  # the next "limited" job waits for this one

@@ -57,7 +57,7 @@ async def drain(node: Node) -> list[str]:
     """Claim and complete every due cron.t job; returns their ids."""
     done = []
     for c in await node.claims.claim(worker="w", types=["cron.t"], limit=100, wait_s=0, lease_s=30):
-        await node.complete(c.job.job_id, c.job.fence)
+        await node.attempts.complete(c.job.job_id, c.job.fence)
         done.append(c.job.job_id)
     return done
 
@@ -126,10 +126,10 @@ async def run_with_a_slow_handler(
                 held.append(c)
             if minute >= 3:  # the slow ones finish
                 for c in held:
-                    await node.complete(c.job.job_id, c.job.fence)
+                    await node.attempts.complete(c.job.job_id, c.job.fence)
                 held.clear()
         for c in held:
-            await node.complete(c.job.job_id, c.job.fence)
+            await node.attempts.complete(c.job.job_id, c.job.fence)
         await advance(node, clock, 2, step=1)
         started += await drain(node)
         return await occurrences(node), await node.schedules.get("s1"), started
@@ -385,7 +385,9 @@ async def test_permanent_error_goes_to_the_dlq_and_replay_runs_it_again() -> Non
         )
         await advance(node, clock, 0.5)
         (c,) = await node.claims.claim(worker="w", types=["t"], limit=1, wait_s=0, lease_s=30)
-        dead = await node.fail(job.job_id, c.job.fence, "ValueError: bad input", permanent=True)
+        dead = await node.attempts.fail(
+            job.job_id, c.job.fence, "ValueError: bad input", permanent=True
+        )
         assert dead.state is JobState.DEAD and dead.attempt == 1
         page = await node.dead_letters.page(job_type="t", since_ms=0, limit=10, page_token="")
         (letter,) = page.jobs
@@ -410,7 +412,8 @@ async def test_replay_gives_a_fresh_attempt_count_and_keeps_the_key() -> None:
         )
         await advance(node, clock, 0.5)
         (c,) = await node.claims.claim(worker="w", types=["t"], limit=1, wait_s=0, lease_s=30)
-        await node.fail(job.job_id, c.job.fence, "boom", permanent=False)  # out of attempts
+        # Out of attempts:
+        await node.attempts.fail(job.job_id, c.job.fence, "boom", permanent=False)
         assert (await node.jobs.get(job.job_id)).state is JobState.DEAD
         (replayed,) = await node.dead_letters.replay([], "t")
         assert replayed.state is JobState.SCHEDULED and replayed.attempt == 0
@@ -418,7 +421,7 @@ async def test_replay_gives_a_fresh_attempt_count_and_keeps_the_key() -> None:
         await advance(node, clock, 0.5)
         (c2,) = await node.claims.claim(worker="w", types=["t"], limit=1, wait_s=0, lease_s=30)
         assert c2.job.attempt == 1
-        await node.complete(job.job_id, c2.job.fence)
+        await node.attempts.complete(job.job_id, c2.job.fence)
         assert (await node.jobs.get(job.job_id)).state is JobState.SUCCEEDED
         with pytest.raises(FailedPrecondition, match="not dead"):
             await node.dead_letters.replay([job.job_id], None)
@@ -432,7 +435,7 @@ async def test_purge_removes_dead_jobs_only() -> None:
         )
         await advance(node, clock, 0.5)
         (c,) = await node.claims.claim(worker="w", types=["t"], limit=1, wait_s=0, lease_s=30)
-        await node.fail(a.job_id, c.job.fence, "x", permanent=True)
+        await node.attempts.fail(a.job_id, c.job.fence, "x", permanent=True)
         purged = await node.dead_letters.purge([], "t")
         assert [j.job_id for j in purged] == [a.job_id]
         with pytest.raises(NotFound):
@@ -457,7 +460,7 @@ async def test_cluster_wide_concurrency_limit_of_a_type() -> None:
         assert sorted(c.job.job_type for c in got).count("limited") == 2
         assert sum(1 for c in got if c.job.job_type == "free") == 5
         first = next(c for c in got if c.job.job_type == "limited")
-        await node.complete(first.job.job_id, first.job.fence)
+        await node.attempts.complete(first.job.job_id, first.job.fence)
         more = await node.claims.claim(
             worker="w", types=["limited"], limit=20, wait_s=0, lease_s=30
         )
@@ -473,7 +476,7 @@ async def test_per_type_max_attempts_and_backoff() -> None:
         assert job.max_attempts == 5
         await advance(node, clock, 0.5)
         (c,) = await node.claims.claim(worker="w", types=["t"], limit=1, wait_s=0, lease_s=30)
-        failed = await node.fail(job.job_id, c.job.fence, "x", permanent=False)
+        failed = await node.attempts.fail(job.job_id, c.job.fence, "x", permanent=False)
         assert clock.now_ms() <= failed.run_at <= clock.now_ms() + 10_000
 
 

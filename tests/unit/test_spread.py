@@ -64,7 +64,7 @@ async def test_occurrences_run_at_nominal_plus_the_same_offset_and_keep_their_id
         await advance(node, clock, offset / 1000 + 1, step=30)  # never early: due only now
         [c] = await node.claims.claim(worker="w", types=["cron.t"], limit=1, wait_s=0, lease_s=30)
         assert c.job.started_at >= first_nominal + offset
-        await node.complete(c.job.job_id, c.job.fence)
+        await node.attempts.complete(c.job.job_id, c.job.fence)
         await advance(node, clock, 3600, step=60)  # the next hour's occurrence too
         page = await node.jobs.list_jobs(state=None, job_type="cron.t", limit=10, page_token="")
         jobs = sorted(page.jobs, key=lambda j: j.job_id)

@@ -34,9 +34,9 @@ async def test_status_summarises_the_cluster(capsys: pytest.CaptureFixture[str])
         claimed = await node.claims.claim(
             worker="w", types=["report"], limit=4, wait_s=0, lease_s=30
         )
-        await node.fail(claimed[0].job.job_id, claimed[0].job.fence, "no <printer>", True)
+        await node.attempts.fail(claimed[0].job.job_id, claimed[0].job.fence, "no <printer>", True)
         for c in claimed[1:]:
-            await node.complete(c.job.job_id, c.job.fence)
+            await node.attempts.complete(c.job.job_id, c.job.fence)
         await server.health_watcher.count_dead_letters(force=True)
         await node.jobs.schedule(JobSpec(job_type="reprot", payload=b"", run_at=now - 90_000))
         await wait_until(lambda: node.ready.count() == 1, what="the misspelt job ready")

@@ -58,10 +58,10 @@ async def test_the_status_page_in_a_real_browser(tmp_path: Path) -> None:
         jobs = await node.claims.claim(
             worker="w1", types=["invoice.send"], limit=6, wait_s=0, lease_s=30
         )
-        await node.fail(jobs[0].job.job_id, jobs[0].job.fence, "smtp timeout", False)
-        await node.fail(jobs[1].job.job_id, jobs[1].job.fence, HOSTILE, True)
+        await node.attempts.fail(jobs[0].job.job_id, jobs[0].job.fence, "smtp timeout", False)
+        await node.attempts.fail(jobs[1].job.job_id, jobs[1].job.fence, HOSTILE, True)
         for c in jobs[2:]:
-            await node.complete(c.job.job_id, c.job.fence)
+            await node.attempts.complete(c.job.job_id, c.job.fence)
 
         async def ignore(_: bool) -> None:
             return None
@@ -71,7 +71,7 @@ async def test_the_status_page_in_a_real_browser(tmp_path: Path) -> None:
         (retry,) = await node.claims.claim(
             worker="w2", types=["invoice.send"], limit=5, wait_s=0, lease_s=30
         )
-        await node.complete(retry.job.job_id, retry.job.fence)
+        await node.attempts.complete(retry.job.job_id, retry.job.fence)
         await advance(node, clock, 70.0, step=5)  # nobody claims idle: due 72.5 s ago
 
         def look() -> tuple[dict[str, Any], Path, Path]:

@@ -55,7 +55,7 @@ async def test_a_jobs_spans_share_one_trace_with_its_id_and_fence() -> None:
         )
         worker.on_event("started", ctx, "")
         clock.advance(0.25)
-        await node.complete(job.job_id, claimed.job.fence)
+        await node.attempts.complete(job.job_id, claimed.job.fence)
         worker.on_event("succeeded", ctx, "")
 
     spans = exporter.get_finished_spans()

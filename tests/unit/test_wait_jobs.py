@@ -64,10 +64,10 @@ async def test_a_finish_on_the_waiting_node_is_handed_over_at_once() -> None:
         waiter = Waiter(node, [a.job_id, b.job_id, c.job_id])
         await settle(node)
         assert waiter.got == []
-        await node.complete(a.job_id, a.fence, b'"done"', "json")
+        await node.attempts.complete(a.job_id, a.fence, b'"done"', "json")
         await wait_until(lambda: len(waiter.got) == 1, what="the completed job")
         assert waiter.got[0].state is JobState.SUCCEEDED and waiter.got[0].result == b'"done"'
-        await node.fail(b.job_id, b.fence, "bad", True)
+        await node.attempts.fail(b.job_id, b.fence, "bad", True)
         await node.jobs.cancel(c.job_id)
         await asyncio.wait_for(waiter.task, 5)
         assert [(j.job_id, j.state) for j in waiter.got[1:]] == [
@@ -81,7 +81,7 @@ async def test_a_retried_failure_is_not_finished() -> None:
     async with running() as (node, _clock):
         (a,) = await claimed_jobs(node, 1)
         waiter = Waiter(node, [a.job_id])
-        retried = await node.fail(a.job_id, a.fence, "try again", False)
+        retried = await node.attempts.fail(a.job_id, a.fence, "try again", False)
         assert retried.state is JobState.SCHEDULED
         await settle(node)
         assert waiter.got == [] and not waiter.task.done()
@@ -97,7 +97,7 @@ async def test_a_result_reported_to_another_node_reaches_the_waiter(tmp_path: Pa
         (job,) = await claimed_jobs(a, 1)
         waiter = Waiter(a, [job.job_id])
         await settle(a)
-        await b.complete(job.job_id, job.fence, b"[1,2]", "json")
+        await b.attempts.complete(job.job_id, job.fence, b"[1,2]", "json")
         await settle(a)
         assert waiter.got == []  # not yet: a did not write it
         for _ in range(4):  # one re-read interval, in steps (each sleeper runs to register)
@@ -141,7 +141,7 @@ async def test_a_wait_for_another_nodes_job_asks_that_node_and_hears_at_once(
         await wait_until(
             lambda: ask.asked[-1:] == [sorted([first.job_id, second.job_id])], what="the new ask"
         )
-        await a.complete(first.job_id, first.fence, b'"one"', "json")
+        await a.attempts.complete(first.job_id, first.fence, b'"one"', "json")
         await asyncio.wait_for(waiter.task, 5)
         assert [(j.job_id, j.state, j.result) for j in waiter.got] == [
             (first.job_id, JobState.SUCCEEDED, b'"one"')
@@ -161,7 +161,7 @@ async def test_a_peer_that_does_not_answer_leaves_the_wait_to_the_reread(tmp_pat
         (job,) = await claimed_jobs(a, 1)
         waiter = Waiter(b, [job.job_id])
         await wait_until(lambda: ask.asked, what="b to ask a")
-        await a.complete(job.job_id, job.fence, b"", "")
+        await a.attempts.complete(job.job_id, job.fence, b"", "")
         for _ in range(4):  # one re-read interval, in steps (each sleeper runs to register)
             clock.advance(WAIT_REREAD_S / 2)
             await settle(b)
@@ -172,14 +172,14 @@ async def test_a_peer_that_does_not_answer_leaves_the_wait_to_the_reread(tmp_pat
 async def test_finished_of_answers_with_what_is_finished_or_unknown() -> None:
     async with running() as (node, _clock):
         a, b = await claimed_jobs(node, 2)
-        await node.complete(a.job_id, a.fence, b"", "")
+        await node.attempts.complete(a.job_id, a.fence, b"", "")
         assert await node.waits.finished_of([a.job_id, b.job_id], 30) == [a.job_id]
         assert await node.waits.finished_of(["never-made", b.job_id], 30) == ["never-made"]
         assert await node.waits.finished_of([b.job_id], 0) == []  # none, no wait
         asked = asyncio.create_task(node.waits.finished_of([b.job_id], 600))
         await settle(node)
         assert not asked.done()
-        await node.complete(b.job_id, b.fence, b"", "")
+        await node.attempts.complete(b.job_id, b.fence, b"", "")
         assert await asyncio.wait_for(asked, 5) == [b.job_id]
         assert node.waits.waited_for == 0
         # A stopping node answers its peers' open waits at once (with what is finished).
@@ -187,7 +187,7 @@ async def test_finished_of_answers_with_what_is_finished_or_unknown() -> None:
         asked = asyncio.create_task(node.waits.finished_of([c.job_id], 600))
         await settle(node)
         assert not asked.done()
-        await node.complete(d.job_id, d.fence, b"", "")
+        await node.attempts.complete(d.job_id, d.fence, b"", "")
         node.waits.stop_answering()
         assert await asyncio.wait_for(asked, 5) == []
         assert await node.waits.finished_of([c.job_id], 600) == []  # no wait once stopping
@@ -201,7 +201,8 @@ async def test_a_lease_expiry_that_kills_a_job_is_handed_over() -> None:
         )
         await wait_until(lambda: node.ready.count() == 1, what="ready")
         (c,) = await node.claims.claim(worker="w", types=["t"], limit=1, wait_s=0, lease_s=1)
-        node.notice_starts([Beat(job.job_id, c.job.fence, 0.0, clock.now_ms())])  # then it hung
+        # Then it hung:
+        node.attempts.notice_starts([Beat(job.job_id, c.job.fence, 0.0, clock.now_ms())])
         waiter = Waiter(node, [job.job_id])
         for _ in range(10):
             clock.advance(0.5)
@@ -224,7 +225,7 @@ async def test_an_unknown_id_is_not_found_and_naming_it() -> None:
 async def test_a_timeout_names_the_jobs_not_finished() -> None:
     async with running() as (node, clock):
         a, b = await claimed_jobs(node, 2)
-        await node.complete(a.job_id, a.fence)
+        await node.attempts.complete(a.job_id, a.fence)
         got: list[str] = []
 
         async def wait() -> None:
@@ -246,7 +247,7 @@ async def test_wait_jobs_over_grpc_and_the_client() -> None:
     async with embedded_server() as srv:
         node = srv.node
         a, b = await claimed_jobs(node, 2)
-        await node.complete(a.job_id, a.fence, b'{"ok":true}', "json")
+        await node.attempts.complete(a.job_id, a.fence, b'{"ok":true}', "json")
         async with grpc.aio.insecure_channel(srv.address) as channel:
             stub = pb_grpc.JobServiceStub(channel)
 
@@ -283,7 +284,7 @@ async def test_wait_jobs_over_grpc_and_the_client() -> None:
             assert timed_out.value.pending == [b.job_id]
             waiting = asyncio.create_task(asyncio.to_thread(c.wait_many, [b.job_id, a.job_id], 30))
             await wait_until(lambda: node.waits.waited_for == 2, timeout=10, what="the waiter")
-            await node.complete(b.job_id, b.fence, b"\x00\x01", "bytes")
+            await node.attempts.complete(b.job_id, b.fence, b"\x00\x01", "bytes")
             done = await waiting
             assert list(done) == [b.job_id, a.job_id]
             assert (done[b.job_id].result, done[b.job_id].result_encoding) == (b"\x00\x01", "bytes")
@@ -295,7 +296,7 @@ async def test_jobs_wait_exit_codes(capsys: pytest.CaptureFixture[str]) -> None:
     async with embedded_server() as srv:
         node = srv.node
         ok, dead, slow = await claimed_jobs(node, 3)
-        await node.complete(ok.job_id, ok.fence)
+        await node.attempts.complete(ok.job_id, ok.fence)
         address = ["--server", srv.address, "jobs", "wait"]
 
         assert await asyncio.to_thread(main, [*address, ok.job_id]) == 0
@@ -306,7 +307,7 @@ async def test_jobs_wait_exit_codes(capsys: pytest.CaptureFixture[str]) -> None:
         assert code == 6 and ok.job_id in captured.out
         assert f"not finished within 0.2 s: '{slow.job_id}'" in captured.err
 
-        await node.fail(dead.job_id, dead.fence, "bad input", True)
+        await node.attempts.fail(dead.job_id, dead.fence, "bad input", True)
         code = await asyncio.to_thread(main, [*address, ok.job_id, dead.job_id])
         captured = capsys.readouterr()
         assert code == 8 and f"job {dead.job_id} (t) ended dead: bad input" in captured.err

@@ -356,7 +356,7 @@ async def test_a_worker_that_dies_holding_a_job_leaves_it_to_its_lease_expiry() 
         await advance(node, clock, 0.5)
         claimed = await node.claims.claim(worker="gone", types=["t"], limit=1, wait_s=0, lease_s=5)
         assert [c.job.job_id for c in claimed] == [job.job_id]
-        node.notice_starts([Beat(job.job_id, claimed[0].job.fence, 0.0, clock.now_ms())])
+        node.attempts.notice_starts([Beat(job.job_id, claimed[0].job.fence, 0.0, clock.now_ms())])
         await advance(node, clock, 8)
         after = await node.jobs.get(job.job_id)
         assert after.history[0].error == "lease expired", after

@@ -295,13 +295,13 @@ async def test_results_of_several_streams_are_applied_in_one_group() -> None:
         for s in streams:
             await s.until_jobs(2)
         calls: list[int] = []
-        finish = srv.node.finish
+        finish = srv.node.attempts.finish
 
         async def counting(items: Any) -> Any:
             calls.append(len(items))
             return await finish(items)
 
-        srv.node.finish = counting  # type: ignore[method-assign]
+        srv.node.attempts.finish = counting  # type: ignore[method-assign]
         seqs = [
             await s.send(
                 results=[pb.FinishItem(job_id=c.job.job_id, fence=c.fence) for c in s.jobs]

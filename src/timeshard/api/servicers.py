@@ -330,7 +330,7 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
     @rpc
     async def Heartbeat(self, request: pb.HeartbeatRequest, context: Ctx) -> pb.HeartbeatResponse:
         validate_job_id(request.job_id)
-        job, lease = await self.node.heartbeat(
+        job, lease = await self.node.attempts.heartbeat(
             request.job_id,
             request.fence,
             dur_s(request.lease),
@@ -341,7 +341,7 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
     @rpc
     async def Complete(self, request: pb.CompleteRequest, context: Ctx) -> pb.CompleteResponse:
         self.node.metrics.result_message(1)
-        await self.node.complete(validate_job_id(request.job_id), request.fence)
+        await self.node.attempts.complete(validate_job_id(request.job_id), request.fence)
         return pb.CompleteResponse()
 
     @rpc
@@ -354,14 +354,16 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
             except InvalidArgument as exc:
                 raise InvalidArgument(f"items[{n}].{exc.field}", exc.problem) from None
         items = finish_items(request.items, "items")
-        done = iter(await self.node.finish([i for i in items if isinstance(i, FinishItem)]))
+        done = iter(
+            await self.node.attempts.finish([i for i in items if isinstance(i, FinishItem)])
+        )
         results = [finish_result(i, a, done) for i, a in zip(items, request.items, strict=True)]
         return pb.FinishResponse(results=results)
 
     @rpc
     async def Fail(self, request: pb.FailRequest, context: Ctx) -> pb.FailResponse:
         self.node.metrics.result_message(1)
-        job = await self.node.fail(
+        job = await self.node.attempts.fail(
             validate_job_id(request.job_id),
             request.fence,
             truncate_error(request.error),

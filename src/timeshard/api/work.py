@@ -104,8 +104,8 @@ class WorkHub:
         beats = [h for g in groups for h in g.heartbeats if not isinstance(h, TimeshardError)]
         items = [i for g in groups for i in g.results if not isinstance(i, TimeshardError)]
         beat_out, finish_out = await asyncio.gather(
-            self.node.heartbeats(beats) if beats else _nothing(),
-            self.node.finish(items) if items else _nothing(),
+            self.node.attempts.heartbeats(beats) if beats else _nothing(),
+            self.node.attempts.finish(items) if items else _nothing(),
         )
         beats_done, finish_done = iter(beat_out), iter(finish_out)
         for g in groups:
@@ -312,7 +312,8 @@ class WorkStream:
         self._worker = validate_worker_id(hello.worker_id)
         if hello.lease.seconds < 0 or hello.lease.nanos < 0:
             raise InvalidArgument("hello.lease", "must not be negative")
-        self._node.lease_ms(dur_s(hello.lease))  # refuses a bad lease now, not at the first job
+        # Refuses a bad lease now, not at the first job:
+        self._node.config.lease_ms(dur_s(hello.lease))
         self._lease_s = dur_s(hello.lease)
         if hello.max_reply_bytes < 0:
             raise InvalidArgument("hello.max_reply_bytes", "must not be negative (0: 4 MiB)")
@@ -334,7 +335,7 @@ class WorkStream:
         now_ms = self._node.clock.now_ms()
         if request.started:
             check_count("started", len(request.started), MAX_BATCH)
-            self._node.notice_starts(_notices(request.started, now_ms))
+            self._node.attempts.notice_starts(_notices(request.started, now_ms))
         if any(r.give_back and r.not_started for r in request.results):
             self._fell_behind()  # the worker got a push too late to start it
         check_count("heartbeats", len(request.heartbeats), MAX_BATCH)
@@ -588,7 +589,9 @@ class WorkStream:
         give-back fails here is released by its owner when its lease ends, uncounted too)."""
         for c in claimed:
             try:
-                await self._node.give_back(c.job.job_id, c.job.fence, reason, not_started=True)
+                await self._node.attempts.give_back(
+                    c.job.job_id, c.job.fence, reason, not_started=True
+                )
             except TimeshardError as exc:
                 log.info("job %s: not given back (%s); its lease ends it", c.job.job_id, exc)
 

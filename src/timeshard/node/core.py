@@ -1,6 +1,7 @@
-"""A scheduler node: the store, the coordinator, one dispatcher per owned shard, and the
-operations the gRPC servicers expose (jobs are scheduled, read and cancelled by its
-``timeshard.node.jobs.Jobs``, claims made by its ``timeshard.node.claims.Claims``). No gRPC types
+"""A scheduler node: the store, the coordinator, one dispatcher per owned shard, and the parts
+whose operations the gRPC servicers expose: jobs are scheduled, read and cancelled by its
+``timeshard.node.jobs.Jobs``, claims made by its ``timeshard.node.claims.Claims``, and the
+workers' heartbeats and results taken by its ``timeshard.node.attempts.Attempts``. No gRPC types
 here."""
 
 from __future__ import annotations
@@ -17,15 +18,11 @@ from typing import Any
 from timeshard.clock import Clock
 from timeshard.coordinator.base import Coordinator, Member, ShardsNotTaken
 from timeshard.coordinator.local import LocalCoordinator
-from timeshard.errors import InvalidArgument, NotFound, StaleFence, StoreUnavailable, TimeshardError
-from timeshard.limits import (
-    DEFAULT_MAX_UNSTARTED,
-    DEFAULT_PRIORITY_AGING_MS,
-    truncate_error,
-    truncate_traceback,
-)
-from timeshard.model import NOT_STARTED, BucketEntry, Job, JobState, WriteResult, validate_result
+from timeshard.errors import InvalidArgument, StoreUnavailable, TimeshardError
+from timeshard.limits import DEFAULT_MAX_UNSTARTED, DEFAULT_PRIORITY_AGING_MS
+from timeshard.model import BucketEntry, Job, JobState
 from timeshard.node import clockcheck
+from timeshard.node.attempts import Attempts
 from timeshard.node.claims import Claims, TypePolicy
 from timeshard.node.deadletters import DeadLetters
 from timeshard.node.dispatcher import DispatchConfig, ShardDispatcher
@@ -42,7 +39,7 @@ from timeshard.node.starts import StartNotices
 from timeshard.node.waits import JobWaits
 from timeshard.observe.events import NodeMetrics
 from timeshard.sharding import minute_of, shard_of
-from timeshard.store.base import Completion, Store, entry_at, entry_for
+from timeshard.store.base import Store, entry_at
 
 log = logging.getLogger(__name__)
 
@@ -88,37 +85,12 @@ class NodeConfig:
         p = self.types.get(job.job_type)
         return p.max_unstarted if p and p.max_unstarted else self.default_max_unstarted
 
-
-@dataclass(frozen=True, slots=True)
-class Beat:
-    """A heartbeat of one lease (``lease_s`` asked for) or a start notice: ``started_at`` (epoch
-    ms, not 0) when the worker started its handler."""
-
-    job_id: str
-    fence: int
-    lease_s: float = 0.0
-    started_at: int = 0
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class FinishItem:
-    job_id: str
-    fence: int
-    failed: bool = False
-    error: str = ""
-    permanent: bool = False
-    give_back: bool = False
-    """The worker hands the job back unfinished (``Node.give_back``); wins over ``failed``."""
-    not_started: bool = False
-    """With ``give_back``: its handler never started (invariant 9)."""
-    result: bytes = b""
-    result_encoding: str = ""
-    """A completion's result and how to read it (``json``, ``bytes``; "" for none)."""
-    traceback: str = ""
-    """A failure's traceback, kept on the attempt."""
-    refused: str = ""
-    """Why the API refused this completion's result (the item is then a permanent failure
-    saying so, and its answer is INVALID_ARGUMENT)."""
+    def lease_ms(self, lease_s: float) -> int:
+        """The lease granted, in ms, for one of ``lease_s`` asked for (0: the default)."""
+        if lease_s < 0:
+            raise InvalidArgument("lease", "must not be negative")
+        lease_s = lease_s or self.default_lease_s
+        return round(min(max(lease_s, self.min_lease_s), self.max_lease_s) * 1000)
 
 
 class Node:
@@ -142,30 +114,21 @@ class Node:
         self.address = address
         self.ready = ReadyQueues(aging_ms=max(1, round(self.config.priority_aging_s * 1000)))
         self.dispatchers: dict[int, ShardDispatcher] = {}
-        self._rng = rng or random.Random()
         self.metrics = NodeMetrics(clock)
         self._shard_lock = asyncio.Lock()
         self._background: set[asyncio.Task[None]] = set()
         self.schedules = ScheduleOps(store, clock, land=self._land)
         self.flow = FlowControl(clock, self.config.flows)
         """Per type: the rate's token bucket and the pause; claims ask it (``Claims.held``)."""
-        self.claims = Claims(
-            flow=self.flow,
-            store=store,
-            clock=clock,
-            ready=self.ready,
-            dispatchers=self.dispatchers,
-            metrics=self.metrics,
-            policies=self.config.types,
-            lease_ms=self.lease_ms,
-            delivered=lambda job: self.starts.delivered(job),
-        )
+        self.claims = self._new_claims()
         self.starts = StartNotices(clock, self.metrics.started)
         """Start notices of the jobs this node delivered (invariant 9, ``node.starts``)."""
         self.waits = JobWaits(store, clock)
         """Clients waiting for jobs to finish (``WaitJobs``)."""
         self.jobs = self._new_jobs()
         """Scheduling, reading, cancelling and rescheduling jobs (``node.jobs``)."""
+        self.attempts = self._new_attempts(rng or random.Random())
+        """Heartbeats, start notices and results of the workers (``node.attempts``)."""
         self.dead_letters = DeadLetters(store, clock, self._land, self.jobs.list_jobs)
         self.polled = PolledTypes(clock)
         """The job types workers ask this node for (``node.polled``)."""
@@ -181,14 +144,7 @@ class Node:
             land=self._land,
             counted=self.metrics.scheduled,
         )
-        d = self.config.dispatch
-        self.peers = PeerHints(
-            coordinator=coordinator,
-            clock=clock,
-            send=peer_send,
-            horizon_ms=lambda: round((min(d.refresh_s, d.lookahead_s) + HINT_MARGIN_S) * 1000),
-            counted=self.metrics.peer_hints_sent,
-        )
+        self.peers = self._new_peers(peer_send)
         """Entries written here for another node's shards, hinted to it (``node.peers``)."""
         self._refresher = BucketRefresher(
             store=store,
@@ -196,6 +152,29 @@ class Node:
             dispatchers=self.dispatchers,
             refresh_s=lambda: self.config.dispatch.refresh_s,
             page_size=self.config.dispatch.page_size,
+        )
+
+    def _new_peers(self, send: Send | None) -> PeerHints:
+        d = self.config.dispatch
+        return PeerHints(
+            coordinator=self.coordinator,
+            clock=self.clock,
+            send=send,
+            horizon_ms=lambda: round((min(d.refresh_s, d.lookahead_s) + HINT_MARGIN_S) * 1000),
+            counted=self.metrics.peer_hints_sent,
+        )
+
+    def _new_claims(self) -> Claims:
+        return Claims(
+            flow=self.flow,
+            store=self.store,
+            clock=self.clock,
+            ready=self.ready,
+            dispatchers=self.dispatchers,
+            metrics=self.metrics,
+            policies=self.config.types,
+            lease_ms=self.config.lease_ms,
+            delivered=lambda job: self.starts.delivered(job),
         )
 
     def _new_jobs(self) -> Jobs:
@@ -211,6 +190,23 @@ class Node:
             ran=self._ran,
             max_attempts=self.config.max_attempts,
             max_ready=self.config.max_ready,
+        )
+
+    def _new_attempts(self, rng: random.Random) -> Attempts:
+        return Attempts(
+            store=self.store,
+            clock=self.clock,
+            claims=self.claims,
+            starts=self.starts,
+            waits=self.waits,
+            metrics=self.metrics,
+            land=self._land,
+            ran=self._ran,
+            spawn=self._spawn,
+            lease_ms=self.config.lease_ms,
+            retry_policy=self.config.retry_policy,
+            max_unstarted=self.config.max_unstarted,
+            rng=rng,
         )
 
     @property
@@ -357,7 +353,7 @@ class Node:
                     firer=self._firer,
                     on_deposed=self._deposed,
                     metrics=self.metrics,
-                    retry_at=self.retry_at,
+                    retry_at=self.attempts.retry_at,
                     started=self.starts.started,
                     max_unstarted=self.config.max_unstarted,
                     on_released=self.starts.ended,
@@ -497,57 +493,9 @@ class Node:
 
     # -- workers --------------------------------------------------------------------------
 
-    def lease_ms(self, lease_s: float) -> int:
-        cfg = self.config
-        if lease_s < 0:
-            raise InvalidArgument("lease", "must not be negative")
-        lease_s = lease_s or cfg.default_lease_s
-        return round(min(max(lease_s, cfg.min_lease_s), cfg.max_lease_s) * 1000)
-
     def wake_claims(self) -> None:
         """Wake every waiting claim to look again (a worker stream's credits changed)."""
         self.ready.wake()
-
-    async def heartbeats(self, items: Sequence[Beat]) -> list[tuple[Job, int] | TimeshardError]:
-        """Extend many leases at once, each conditional on its own fence; the store groups
-        the writes. Each item gets its job and lease, or its error."""
-
-        async def one(b: Beat) -> tuple[Job, int] | TimeshardError:
-            try:
-                return await self.heartbeat(b.job_id, b.fence, b.lease_s, started_at=b.started_at)
-            except TimeshardError as exc:
-                return exc
-
-        return list(await asyncio.gather(*map(one, items)))
-
-    def notice_starts(self, notices: Sequence[Beat]) -> None:
-        """Start notices from a worker stream (invariant 9): kept in memory for the leases this
-        node delivered; written into the row (as a heartbeat that extends nothing) for any
-        other, in the background, so its owner counts the attempt too."""
-        unknown = [n for n in notices if not self.starts.notice(n.job_id, n.fence, n.started_at)]
-        for n in unknown:
-            self._spawn(self._write_notice(n), name=f"start-notice-{n.job_id}")
-
-    async def _write_notice(self, n: Beat) -> None:
-        try:
-            out = await self.store.heartbeat(n.job_id, n.fence, 0, started=True)
-        except TimeshardError as exc:  # the lease's end counts it as not started: late only
-            log.info("job %s: start notice not written: %s", n.job_id, exc)
-            return
-        if out.applied and out.job is not None:
-            self.starts.observe_written(out.job, n.started_at)
-
-    def _check(self, job_id: str, fence: int, out: WriteResult) -> Job:
-        if out.job is None:
-            raise NotFound("job", job_id)
-        self.claims.track(out.job)
-        self.starts.ended(out.job)
-        if not out.applied:
-            raise StaleFence(job_id, fence, out.job.fence, out.job.state.value)
-        self.metrics.written(out.job)
-        self.waits.finished(out.job)
-        self._ran(out.job)
-        return out.job
 
     def _ran(self, job: Job) -> None:
         """A write of this node ended ``job``'s run (a result, a cancel): if its owner is this
@@ -557,140 +505,3 @@ class Node:
             d = self.dispatchers.get(job.shard)
             if d is not None:
                 d.ran(job.job_id)
-
-    async def heartbeat(
-        self, job_id: str, fence: int, lease_s: float, *, started_at: int = 0
-    ) -> tuple[Job, int]:
-        """Extend the lease; ``started_at`` (not 0): the heartbeat carries the worker's start
-        notice (invariant 9), written into the row."""
-        lease = self.lease_ms(lease_s)
-        started = started_at > 0
-        if started:
-            self.starts.notice(job_id, fence, started_at)
-        out = await self.store.heartbeat(
-            job_id, fence, self.clock.now_ms() + lease, started=started
-        )
-        job = self._check(job_id, fence, out)
-        if started:
-            self.starts.observe_written(job, started_at)
-        return job, lease
-
-    async def complete(
-        self, job_id: str, fence: int, result: bytes = b"", result_encoding: str = ""
-    ) -> Job:
-        """The job succeeded, with the handler's result (checked first: size and encoding)."""
-        validate_result(result, result_encoding)
-        out = await self.store.complete_job(
-            job_id, fence, self.clock.now_ms(), result=result, result_encoding=result_encoding
-        )
-        return self._check(job_id, fence, out)
-
-    async def finish(self, items: Sequence[FinishItem]) -> list[Job | TimeshardError]:
-        """Complete or fail many jobs at once, each conditional on its own fence; the store
-        groups the writes (the completions as one ``complete_jobs``). Each item gets its job
-        or its error, in their order."""
-        out: list[Job | TimeshardError | None] = [None] * len(items)
-        completions: list[tuple[int, Completion]] = []
-        for n, item in enumerate(items):
-            if item.give_back or item.failed:
-                continue
-            try:
-                validate_result(item.result, item.result_encoding)
-            except TimeshardError as exc:
-                out[n] = exc
-                continue
-            completion = Completion(item.job_id, item.fence, item.result, item.result_encoding)
-            completions.append((n, completion))
-
-        async def complete_all() -> None:
-            if not completions:
-                return
-            try:
-                written = await self.store.complete_jobs(
-                    [c for _, c in completions],
-                    self.clock.now_ms(),
-                    linger=not any(self.claims.frees_room(c.job_id) for _, c in completions),
-                )
-            except TimeshardError as exc:  # (the store is down: each item says so)
-                for n, _ in completions:
-                    out[n] = exc
-                return
-            for (n, c), w in zip(completions, written, strict=True):
-                try:
-                    out[n] = self._check(c.job_id, c.fence, w)
-                except TimeshardError as exc:
-                    out[n] = exc
-
-        async def one(n: int, item: FinishItem) -> None:
-            try:
-                if item.give_back:
-                    out[n] = await self.give_back(
-                        item.job_id, item.fence, item.error, not_started=item.not_started
-                    )
-                else:
-                    out[n] = await self.fail(
-                        item.job_id, item.fence, item.error, item.permanent, item.traceback
-                    )
-            except TimeshardError as exc:
-                out[n] = exc
-
-        others = [one(n, i) for n, i in enumerate(items) if i.give_back or i.failed]
-        await asyncio.gather(complete_all(), *others)
-        done = [o for o in out if o is not None]
-        assert len(done) == len(items)  # every item was answered above
-        return done
-
-    async def fail(
-        self, job_id: str, fence: int, error: str, permanent: bool, traceback: str = ""
-    ) -> Job:
-        """A retryable failure goes back to ``scheduled`` after a backoff, while attempts
-        remain; otherwise the job is dead. Decided from the job as stored, in the write."""
-        now = self.clock.now_ms()
-
-        def retry_at(job: Job) -> int | None:
-            return None if permanent else self.retry_at(job, now)
-
-        out = await self.store.fail_job(
-            job_id,
-            fence,
-            now,
-            truncate_error(error),
-            retry_at,
-            traceback=truncate_traceback(traceback),
-        )
-        failed = self._check(job_id, fence, out)
-        if failed.state is JobState.SCHEDULED:
-            await self._land([entry_for(failed, failed.run_at, now)])
-        return failed
-
-    async def give_back(
-        self, job_id: str, fence: int, reason: str, *, not_started: bool = False
-    ) -> Job:
-        """The lease holder hands the job back unfinished (a worker shutting down stopped its
-        handler): it runs again at once, elsewhere, and the attempt does not count against
-        ``max_attempts`` (a deploy must not use up a job's attempts). ``not_started``: its
-        handler never started (invariant 9): a delivery, bounded by the type's
-        ``max_unstarted``."""
-        now = self.clock.now_ms()
-        default = f"{NOT_STARTED}: given back by its worker" if not_started else "given back"
-        out = await self.store.give_back_job(
-            job_id,
-            fence,
-            now,
-            reason[:4000] or default,
-            not_started=not_started,
-            max_unstarted=self.config.max_unstarted,
-        )
-        job = self._check(job_id, fence, out)
-        if job.state is JobState.SCHEDULED:
-            await self._land([entry_for(job, job.run_at, now)])
-        return job
-
-    def retry_at(self, job: Job, now: int) -> int | None:
-        """When a failed attempt of ``job`` (as stored, the attempt just ended) runs again: after
-        its type's backoff while attempts remain, else None (dead). The one rule for every
-        retryable end of an attempt: a worker's failure and an expired lease."""
-        if job.attempt >= job.max_attempts:
-            return None
-        policy = self.config.retry_policy(job.job_type)
-        return now + policy.delay_ms(job.attempt, self._rng)
