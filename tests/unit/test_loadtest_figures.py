@@ -242,7 +242,13 @@ def test_overload_figures_count_each_way_a_job_can_go_wrong() -> None:
     assert got["schedule_to_start_p50_ms"] == 100.0
     assert got["schedule_to_start_p99_ms"] == 500.0
     assert got["handler_runs"] == 7 and got["jobs_run_more_than_once"] == 2
-    assert got["failed"] == ["dead_without_start", "lost", "early", "overlapping"]
+    assert got["failed"] == [
+        "dead_without_start",
+        "lost",
+        "early",
+        "overlapping",
+        "attempts_equal_starts",
+    ]
 
 
 def test_overload_figures_of_a_late_never_dead_run_pass() -> None:
@@ -250,14 +256,15 @@ def test_overload_figures_of_a_late_never_dead_run_pass() -> None:
     rows = {
         "a": _row("succeeded", 1, "not started", "succeeded", unstarted=1),
         "b": _row("succeeded", 1, "succeeded"),
-        # a run still active (no end) overlaps any later one; this job has one run only
-        "c": _row("dead", 3, "retry", "lease expired", "lease expired"),
+        # a run still active (no end) overlaps any later one; this job has one run only: its
+        # one counted attempt, dead when its lease ran out after its start
+        "c": _row("dead", 1, "lease expired"),
     }
     runs = [_run("a", 2, 1, 3000, 3200), _run("b", 1, 1, 1500, 1700), _run("c", 1, 1, 1100, None)]
     got = overload_figures(due, rows, runs)
     assert got["failed"] == [] and got["dead_without_start"] == 0
     assert got["attempts_per_succeeded"] == 1.0 and got["not_started_deliveries"] == 1
-    assert got["attempts_equal_starts"] == 1  # c: 3 counted for one handler start
+    assert got["attempts_equal_starts"] == 0
     runs.append(_run("c", 2, 2, 9000, 9100))  # the first never ended: both active at once
     assert overload_figures(due, rows, runs)["overlapping"] == 1
 
