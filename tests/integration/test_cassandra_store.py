@@ -81,6 +81,7 @@ async def test_migrations_are_recorded_once(
         (4, True),
         (5, True),
         (6, True),
+        (7, True),
     ]
     table = cassandra_admin.execute(
         "SELECT compaction, default_time_to_live FROM system_schema.tables "
@@ -120,6 +121,7 @@ async def test_a_store_at_an_older_version_gets_the_newer_migrations(
         (4, True),
         (5, True),
         (6, True),
+        (7, True),
     ]
 
 
