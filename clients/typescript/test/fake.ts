@@ -22,6 +22,8 @@ import {
   Job,
   JobServiceService,
   JobState,
+  ScheduleJobResponse,
+  ScheduleJobsResponse,
   WorkerServiceService,
 } from "../src/gen/timeshard/v1/timeshard.js";
 import { durationOf } from "../src/time.js";
@@ -112,11 +114,17 @@ export async function startFakeNode(): Promise<FakeNode> {
     return node.schedule?.(node.scheduleCalls);
   };
   const jobs: UntypedServiceImplementation = {
-    scheduleJob: unary(async (req: { type: string }) => scheduled() ?? { job: Job.fromPartial({ jobId: "j", type: req.type }), created: true }),
+    scheduleJob: unary(
+      async (req: { type: string }) =>
+        scheduled() ??
+        ScheduleJobResponse.fromPartial({ job: Job.fromPartial({ jobId: "j", type: req.type }), created: true }),
+    ),
     scheduleJobs: unary(async (req: { jobs: Array<{ type: string }> }) => {
       const refused = scheduled();
       if (refused) return refused;
-      return { results: req.jobs.map((j) => ({ job: Job.fromPartial({ jobId: "j", type: j.type }), created: true })) };
+      return ScheduleJobsResponse.fromPartial({
+        results: req.jobs.map((j) => ({ job: Job.fromPartial({ jobId: "j", type: j.type }), created: true })),
+      });
     }),
   };
   server.addService(WorkerServiceService, worker);
