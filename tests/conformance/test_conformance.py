@@ -24,6 +24,8 @@ from tests.conformance.conftest import (
     until,
     wait_state,
 )
+from timeshard.client.proto import NewJob
+from timeshard.client.proto import ProtoClient as Client
 from timeshard.errors import (
     AlreadyExists,
     FailedPrecondition,
@@ -33,8 +35,6 @@ from timeshard.errors import (
     Unauthenticated,
     Unavailable,
 )
-from timeshard.protoclient import NewJob
-from timeshard.protoclient import ProtoClient as Client
 from timeshard.v1 import timeshard_pb2 as pb
 from timeshard.worker import JobContext, PermanentError, Worker
 

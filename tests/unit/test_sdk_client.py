@@ -10,9 +10,9 @@ import pytest
 
 from tests.unit.helpers import embedded_server
 from timeshard.client import AsyncClient, Client, NewJob, ScheduleSpec
+from timeshard.client.records import Job, Schedule
 from timeshard.errors import AlreadyExists, InvalidArgument, NotFound
 from timeshard.model import JobState, MisfirePolicy, OverlapPolicy
-from timeshard.records import Job, Schedule
 
 
 def _sync(address: str) -> Client:

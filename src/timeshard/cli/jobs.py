@@ -26,12 +26,12 @@ from timeshard.cli.load import (
     not_scheduled_why,
     print_warnings,
 )
+from timeshard.client.proto import ProtoClient as Client
+from timeshard.client.proto import Scheduled
 from timeshard.console import Exit, add_progress_option, print_json, when, when_local
 from timeshard.errors import FailedPrecondition, InvalidArgument, TimeshardError
 from timeshard.limits import MAX_BATCH, MAX_PRIORITY
 from timeshard.model import RESULT_BYTES, RESULT_JSON, JobState, parse_json_payload
-from timeshard.protoclient import ProtoClient as Client
-from timeshard.protoclient import Scheduled
 from timeshard.v1 import timeshard_pb2 as pb
 from timeshard.wire import state_from_pb, ts_ms
 

@@ -25,13 +25,13 @@ from typing import Any
 import grpc
 
 from timeshard.cli.common import parse_duration, parse_time
+from timeshard.client.proto import NewJob, Scheduled, payload_bytes
+from timeshard.client.proto import ProtoClient as Client
 from timeshard.clock import SystemClock
 from timeshard.console import Exit, Progress, print_json
 from timeshard.errors import InvalidArgument, TimeshardError
 from timeshard.limits import MAX_IDEMPOTENCY_KEY_BYTES, check_attempts, check_bytes, shown
 from timeshard.model import JobState, validate_job_type, validate_payload
-from timeshard.protoclient import NewJob, Scheduled, payload_bytes
-from timeshard.protoclient import ProtoClient as Client
 from timeshard.v1 import timeshard_pb2 as pb
 from timeshard.wire import run_at_of, state_from_pb
 

@@ -9,13 +9,13 @@ from google.protobuf.duration_pb2 import Duration
 
 from timeshard.cli.common import MAX_INT32, add_json_option, parse_duration, parse_time, whole
 from timeshard.cli.jobtext import job_json, job_line, job_lines
+from timeshard.client.proto import ProtoClient as Client
 from timeshard.clock import SystemClock
 from timeshard.console import print_json, when, when_local
 from timeshard.cron import CronSpec, preview
 from timeshard.errors import InvalidArgument
 from timeshard.model import MisfirePolicy, OverlapPolicy, parse_json_payload
 from timeshard.node.schedules import ScheduleOps
-from timeshard.protoclient import ProtoClient as Client
 from timeshard.v1 import timeshard_pb2 as pb
 from timeshard.wire import dur, dur_s, ts_ms
 

@@ -1,7 +1,7 @@
 """The client's methods, each written once: the request it sends and how its reply is read
 (``Call``), or a few such steps (``Steps``: ``put_schedule``, ``schedule_many``); and what
-they take (``NewJob``, ``ScheduleSpec``, ``Retry``). ``timeshard.client`` carries them over a
-blocking or an asyncio channel."""
+they take (``NewJob``, ``ScheduleSpec``, ``Retry``). ``timeshard.client.core`` carries them over
+a blocking or an asyncio channel."""
 
 from __future__ import annotations
 
@@ -13,11 +13,7 @@ from typing import Any, Generic, TypeVar
 
 from google.protobuf.message import Message
 
-from timeshard.clock import from_datetime
-from timeshard.errors import AlreadyExists, InvalidArgument, NotFound
-from timeshard.limits import MAX_ATTEMPTS, MAX_BATCH, check_range
-from timeshard.model import JobState, MisfirePolicy, OverlapPolicy
-from timeshard.records import (
+from timeshard.client.records import (
     DeadLetter,
     FireTime,
     Job,
@@ -26,6 +22,10 @@ from timeshard.records import (
     TypeInfo,
     TypePolicy,
 )
+from timeshard.clock import from_datetime
+from timeshard.errors import AlreadyExists, InvalidArgument, NotFound
+from timeshard.limits import MAX_ATTEMPTS, MAX_BATCH, check_range
+from timeshard.model import JobState, MisfirePolicy, OverlapPolicy
 from timeshard.v1 import timeshard_pb2 as pb
 from timeshard.wire import dur, state_to_pb, ts
 

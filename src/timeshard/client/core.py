@@ -1,14 +1,6 @@
-"""The Python client: ``Client`` (blocking) and ``AsyncClient`` (asyncio), the same methods.
+"""``Client`` (blocking) and ``AsyncClient`` (asyncio): the same methods, over a channel.
 
-    from datetime import timedelta
-    from timeshard.client import Client
-
-    with Client() as c:     # TIMESHARD_SERVER, TIMESHARD_TLS_DIR, TIMESHARD_TOKEN, as the CLI
-        done = c.schedule("email.send", {"to": "a@example.com"}, delay=timedelta(hours=1),
-                          key="welcome-42")
-        print(done.job.state, done.job.run_at)   # JobState.SCHEDULED, an aware UTC datetime
-
-Both return the frozen records of ``timeshard.records`` (``Job``, ``Schedule``,
+Both return the frozen records of ``timeshard.client.records`` (``Job``, ``Schedule``,
 ``DeadLetter``, ``Attempt``, ``FireTime``), and raise the errors of ``timeshard.errors``
 (``NotFound``, ``InvalidArgument``, ``AlreadyExists``, ``Unavailable``...) mapped from the
 gRPC status by the one table there. A call that is safe to repeat is retried on UNAVAILABLE
@@ -16,9 +8,9 @@ with backoff. Given several node addresses (``"a:50051,b:50051"``, as the CLI ta
 client that cannot reach one moves on to the next, and stays there: a call that never left
 (no connection) goes again at once to the next node, any other only if it is safe to repeat.
 
-Each method is written once in ``timeshard.calls``, as the request it sends and how it reads the
-reply, or as a few such steps (``put_schedule``, ``schedule_many``); the two clients only carry
-them.
+Each method is written once in ``timeshard.client.calls``, as the request it sends and how it
+reads the reply, or as a few such steps (``put_schedule``, ``schedule_many``); the two clients
+only carry them.
 """
 
 from __future__ import annotations
@@ -32,7 +24,7 @@ from typing import Any, Generic, Self, TypeVar
 
 import grpc
 
-from timeshard.calls import (
+from timeshard.client.calls import (
     Call,
     Delay,
     JobFilters,
@@ -41,14 +33,9 @@ from timeshard.calls import (
     Retry,
     ScheduleSpec,
     Steps,
-    payload_bytes,
     schedule_spec,
 )
-from timeshard.errors import InvalidArgument, TimeshardError, WaitTimeout
-from timeshard.limits import MAX_BATCH, MAX_WAIT_S
-from timeshard.model import JobState, MisfirePolicy, OverlapPolicy
-from timeshard.records import (
-    Attempt,
+from timeshard.client.records import (
     DeadLetter,
     FireTime,
     Job,
@@ -57,34 +44,18 @@ from timeshard.records import (
     TypeInfo,
     TypePolicy,
 )
+from timeshard.errors import InvalidArgument, TimeshardError, WaitTimeout
+from timeshard.limits import MAX_BATCH, MAX_WAIT_S
+from timeshard.model import JobState
 from timeshard.security.channel import ClientSecurity, TlsArg, server_from_env
 from timeshard.v1 import timeshard_pb2 as pb
 from timeshard.v1 import timeshard_pb2_grpc as pb_grpc
 from timeshard.wire import dur, translate
 
-__all__ = [
-    "AsyncClient",
-    "Attempt",
-    "Client",
-    "DeadLetter",
-    "Delay",
-    "FireTime",
-    "Job",
-    "JobState",
-    "MisfirePolicy",
-    "NewJob",
-    "OverlapPolicy",
-    "Retry",
-    "Schedule",
-    "ScheduleSpec",
-    "Scheduled",
-    "TypeInfo",
-    "TypePolicy",
-    "payload_bytes",
-]
+__all__ = ["AsyncClient", "Client"]
 
 R = TypeVar("R")
-log = logging.getLogger(__name__)
+log = logging.getLogger("timeshard.client")  # the package's logger, as before the split
 
 
 def _addresses(address: str | None) -> list[str]:

@@ -1,8 +1,8 @@
 """The JobService at the level of its protobuf messages (synchronous; one channel per
-client): what the CLI prints from. Applications use ``timeshard.client`` (typed records,
+client): what the CLI prints from. Applications use ``timeshard.client.Client`` (typed records,
 datetimes, enums; sync and async).
 
-    from timeshard.protoclient import ProtoClient
+    from timeshard.client.proto import ProtoClient
     with ProtoClient("127.0.0.1:50051") as c:
         done = c.schedule("email.send", {"to": "a@example.com"}, delay_s=3600, idempotency_key="k")
         if not done.created:  # the key names a job made earlier: see done.job.state
