@@ -13,14 +13,24 @@ The package, top to bottom:
 - ``core``: ``Client`` and ``AsyncClient``, which carry the calls over a channel;
 - ``proto``: ``ProtoClient``, the same calls answered with the API's protobuf messages (what
   the CLI prints from);
-- ``calls``: each method written once, as the request it sends and how its reply is read, and
-  what the methods take (``NewJob``, ``ScheduleSpec``, ``Retry``);
+- ``calls``: each method written once, as the request it sends and how its reply is read;
+- ``options``: what the methods take, each declared once: a job's options (``JobOptions``;
+  ``NewJob``, a job with them), ``ScheduleSpec``, ``Retry``;
 - ``records``: what the client returns (``Job``, ``Schedule``, ``DeadLetter``...), frozen, with
   aware UTC datetimes.
 """
 
-from timeshard.client.calls import Delay, JobFilters, NewJob, Retry, ScheduleSpec, payload_bytes
 from timeshard.client.core import AsyncClient, Client
+from timeshard.client.options import (
+    Delay,
+    JobFilters,
+    JobOptionArgs,
+    JobOptions,
+    NewJob,
+    Retry,
+    ScheduleSpec,
+    payload_bytes,
+)
 from timeshard.client.records import (
     Attempt,
     DeadLetter,
@@ -42,6 +52,8 @@ __all__ = [
     "FireTime",
     "Job",
     "JobFilters",
+    "JobOptionArgs",
+    "JobOptions",
     "JobState",
     "MisfirePolicy",
     "NewJob",

@@ -23,16 +23,16 @@ from datetime import datetime
 from typing import Any, Generic, Self, TypeVar
 
 import grpc
+from typing_extensions import Unpack
 
-from timeshard.client.calls import (
-    Call,
+from timeshard.client.calls import Call, Methods, Steps
+from timeshard.client.options import (
     Delay,
     JobFilters,
-    Methods,
+    JobOptionArgs,
     NewJob,
     Retry,
     ScheduleSpec,
-    Steps,
     schedule_spec,
 )
 from timeshard.client.records import (
@@ -230,46 +230,22 @@ class Client(_Base[grpc.Channel]):
     # -- jobs -----------------------------------------------------------------------------
 
     def schedule(
-        self,
-        job_type: str,
-        payload: Any = None,
-        *,
-        delay: Delay | None = None,
-        at: datetime | None = None,
-        key: str = "",
-        max_attempts: int = 0,
-        deadline: datetime | None = None,
-        deadline_in: Delay | None = None,
-        priority: int = 0,
-        if_exists: str = "check",
+        self, job_type: str, payload: Any = None, **options: Unpack[JobOptionArgs]
     ) -> Scheduled:
-        """Schedule one job, due after ``delay`` (a timedelta or seconds; default now) or
-        ``at`` (an aware datetime). ``key``: an idempotency key; a repeat returns the job the
-        key names, ``created=False``, in whatever state it is. ``max_attempts``: 0 is the
-        type's default. ``deadline`` (an aware datetime) or ``deadline_in`` (after the job is
-        due): no attempt starts later; a job not started by then ends ``expired``.
-        ``priority``: 0 (default, lowest) to 9, higher first within the type, with aging.
-        ``if_exists``: with a ``key`` that already names a job, ``"check"`` (the default) gets
-        it if this call asks for the same type, payload, max_attempts, priority and time
-        (``delay`` counting from the key's first call), else raises ``AlreadyExists``;
-        ``"return"`` gets it whatever this call asks for. A warning from the server (e.g. no
-        worker has asked for the type lately) is logged once per type, and in
-        ``Scheduled.warnings``."""
-        done = self._run(
-            Methods.schedule(
-                job_type,
-                payload,
-                delay,
-                at,
-                key,
-                max_attempts,
-                deadline,
-                deadline_in,
-                priority,
-                if_exists,
-            )
-        )
-        return self._noted([done])[0]
+        """Schedule one job with its options (``JobOptions``): due after ``delay`` (a
+        timedelta or seconds; default now) or ``at`` (an aware datetime). ``key``: an
+        idempotency key; a repeat returns the job the key names, ``created=False``, in
+        whatever state it is. ``max_attempts``: 0 is the type's default. ``deadline`` (an aware
+        datetime) or ``deadline_in`` (after the job is due): no attempt starts later; a job not
+        started by then ends ``expired``. ``priority``: 0 (default, lowest) to 9, higher first
+        within the type, with aging. ``if_exists``: with a ``key`` that already names a job,
+        ``"check"`` (the default) gets it if this call asks for the same type, payload,
+        max_attempts, priority and time (``delay`` counting from the key's first call), else
+        raises ``AlreadyExists``; ``"return"`` gets it whatever this call asks for. A warning
+        from the server (e.g. no worker has asked for the type lately) is logged once per
+        type, and in ``Scheduled.warnings``."""
+        job = NewJob(job_type=job_type, payload=payload, **options)
+        return self._noted([self._run(Methods.schedule(job))])[0]
 
     def schedule_many(
         self,
@@ -539,35 +515,11 @@ class AsyncClient(_Base[grpc.aio.Channel]):
     # -- jobs -----------------------------------------------------------------------------
 
     async def schedule(
-        self,
-        job_type: str,
-        payload: Any = None,
-        *,
-        delay: Delay | None = None,
-        at: datetime | None = None,
-        key: str = "",
-        max_attempts: int = 0,
-        deadline: datetime | None = None,
-        deadline_in: Delay | None = None,
-        priority: int = 0,
-        if_exists: str = "check",
+        self, job_type: str, payload: Any = None, **options: Unpack[JobOptionArgs]
     ) -> Scheduled:
         """See ``Client.schedule``."""
-        done = await self._run(
-            Methods.schedule(
-                job_type,
-                payload,
-                delay,
-                at,
-                key,
-                max_attempts,
-                deadline,
-                deadline_in,
-                priority,
-                if_exists,
-            )
-        )
-        return self._noted([done])[0]
+        job = NewJob(job_type=job_type, payload=payload, **options)
+        return self._noted([await self._run(Methods.schedule(job))])[0]
 
     async def schedule_many(
         self,
