@@ -13,6 +13,8 @@ The package, top to bottom:
 - ``core``: ``Client`` and ``AsyncClient``, which carry the calls over a channel;
 - ``proto``: ``ProtoClient``, the same calls answered with the API's protobuf messages (what
   the CLI prints from);
+- ``transport``: how a call travels: the nodes dialled, the channels, when a failed call
+  goes again, the ``WaitJobs`` stream;
 - ``calls``: each method written once, as the request it sends and how its reply is read;
 - ``options``: what the methods take, each declared once: a job's options (``JobOptions``;
   ``NewJob``, a job with them), ``ScheduleSpec``, ``Retry``;
