@@ -5,7 +5,7 @@ an asyncio channel."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Iterable, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Generic, TypeVar
@@ -67,6 +67,16 @@ def page_call(
     return Call(method, request, lambda resp: (read(resp), resp.next_page_token))
 
 
+def batches(jobs: Iterable[NewJob], batch_size: int) -> Iterator[list[NewJob]]:
+    """``jobs`` in batches of ``batch_size`` (1 to ``MAX_BATCH``), the last one smaller. All
+    of ``jobs`` is read before the first batch: one that can not be made sends nothing."""
+    if not 1 <= batch_size <= MAX_BATCH:
+        raise InvalidArgument("batch_size", f"must be 1-{MAX_BATCH}, got {batch_size}")
+    given = list(jobs)
+    for start in range(0, len(given), batch_size):
+        yield given[start : start + batch_size]
+
+
 class Methods:
     """The requests of every method, shared by both clients."""
 
@@ -76,28 +86,22 @@ class Methods:
         return Call("ScheduleJob", job.request(), Scheduled.from_pb, idempotent=bool(job.key))
 
     @staticmethod
+    def schedule_batch(batch: Sequence[NewJob]) -> Call[list[Scheduled]]:
+        """One ``ScheduleJobs`` call: all or nothing."""
+        req = pb.ScheduleJobsRequest(jobs=[j.request() for j in batch])
+        keyed = all(j.key for j in batch)  # a blind retry is safe only then
+        read = lambda resp: [Scheduled.from_pb(r, resp.warnings) for r in resp.results]  # noqa: E731
+        return Call("ScheduleJobs", req, read, idempotent=keyed)
+
+    @staticmethod
     def schedule_many(
         jobs: Iterable[NewJob], batch_size: int, on_batch: Callable[[int], None] | None
     ) -> Steps[list[Scheduled]]:
-        if not 1 <= batch_size <= MAX_BATCH:
-            raise InvalidArgument("batch_size", f"must be 1-{MAX_BATCH}, got {batch_size}")
         done: list[Scheduled] = []
-        batch: list[NewJob] = []
-        for job in [*jobs, None]:
-            if job is not None:
-                batch.append(job)
-            if batch and (job is None or len(batch) == batch_size):
-                req = pb.ScheduleJobsRequest(jobs=[j.request() for j in batch])
-                keyed = all(j.key for j in batch)  # a blind retry is safe only then
-                done += yield Call(
-                    "ScheduleJobs",
-                    req,
-                    lambda resp: [Scheduled.from_pb(r, resp.warnings) for r in resp.results],
-                    idempotent=keyed,
-                )
-                batch = []
-                if on_batch is not None:
-                    on_batch(len(done))
+        for batch in batches(jobs, batch_size):
+            done += yield Methods.schedule_batch(batch)
+            if on_batch is not None:
+                on_batch(len(done))
         return done
 
     @staticmethod
@@ -132,16 +136,16 @@ class Methods:
         return Call("RescheduleJob", req, Job.from_pb)
 
     @staticmethod
-    def create_schedule(spec: ScheduleSpec) -> Call[Schedule]:
-        req = pb.CreateScheduleRequest(schedule=spec.message())
+    def create_schedule(schedule: pb.Schedule) -> Call[Schedule]:
+        req = pb.CreateScheduleRequest(schedule=schedule)
         # A repeat of a create that named its id answers ALREADY_EXISTS, never a second one.
-        return Call("CreateSchedule", req, Schedule.from_pb, idempotent=bool(spec.schedule_id))
+        return Call("CreateSchedule", req, Schedule.from_pb, idempotent=bool(schedule.schedule_id))
 
     @staticmethod
-    def update_schedule(spec: ScheduleSpec) -> Call[Schedule]:
-        if not spec.schedule_id:
+    def update_schedule(schedule: pb.Schedule) -> Call[Schedule]:
+        if not schedule.schedule_id:
             raise InvalidArgument("schedule_id", "name the schedule to update")
-        req = pb.UpdateScheduleRequest(schedule=spec.message())
+        req = pb.UpdateScheduleRequest(schedule=schedule)
         return Call("UpdateSchedule", req, Schedule.from_pb)
 
     @staticmethod
@@ -157,7 +161,7 @@ class Methods:
                 current: Schedule = yield Methods.get_schedule(spec.schedule_id)
             except NotFound:
                 try:
-                    return (yield Methods.create_schedule(spec)), "created"
+                    return (yield Methods.create_schedule(spec.message())), "created"
                 except AlreadyExists:
                     continue  # another caller created it meanwhile: compare with theirs
             if current.job_type != spec.job_type:
@@ -169,7 +173,7 @@ class Methods:
             if not spec.differs_from(current):
                 return current, "unchanged"
             try:
-                return (yield Methods.update_schedule(spec)), "updated"
+                return (yield Methods.update_schedule(spec.message())), "updated"
             except NotFound:
                 continue  # deleted meanwhile: create it again
         raise AlreadyExists(f"schedule {spec.schedule_id!r} kept changing; try again")

@@ -167,7 +167,7 @@ class Client(SyncTransport):
         are those of ``ScheduleSpec`` (misfire, overlap, max_concurrent, jitter, ...). An
         ``schedule_id`` already taken is ``AlreadyExists``; without one the server picks it."""
         spec = schedule_spec(job_type, cron, tz, schedule_id, payload, options)
-        return self._run(Methods.create_schedule(spec))
+        return self._run(Methods.create_schedule(spec.message()))
 
     def update_schedule(
         self,
@@ -181,7 +181,7 @@ class Client(SyncTransport):
     ) -> Schedule:
         """Replace a schedule's spec, job and policies; it keeps its place (and its pause)."""
         spec = schedule_spec(job_type, cron, tz, schedule_id, payload, options)
-        return self._run(Methods.update_schedule(spec))
+        return self._run(Methods.update_schedule(spec.message()))
 
     def put_schedule(self, spec: ScheduleSpec) -> tuple[Schedule, str]:
         """Create or update by id, so that the schedule is as declared ("created", "updated"
@@ -377,7 +377,7 @@ class AsyncClient(AsyncTransport):
         **options: Any,
     ) -> Schedule:
         spec = schedule_spec(job_type, cron, tz, schedule_id, payload, options)
-        return await self._run(Methods.create_schedule(spec))
+        return await self._run(Methods.create_schedule(spec.message()))
 
     async def update_schedule(
         self,
@@ -390,7 +390,7 @@ class AsyncClient(AsyncTransport):
         **options: Any,
     ) -> Schedule:
         spec = schedule_spec(job_type, cron, tz, schedule_id, payload, options)
-        return await self._run(Methods.update_schedule(spec))
+        return await self._run(Methods.update_schedule(spec.message()))
 
     async def put_schedule(self, spec: ScheduleSpec) -> tuple[Schedule, str]:
         return await self._steps(Methods.put_schedule(spec))
