@@ -28,9 +28,9 @@ from timeshard.errors import (
     Unauthenticated,
     Unavailable,
 )
+from timeshard.limits import MAX_BURST, MAX_RATE
 from timeshard.model import validate_job_type
-from timeshard.node import TypePolicy
-from timeshard.node.flow import MAX_BURST, MAX_RATE
+from timeshard.policy import TypePolicy
 from timeshard.v1 import timeshard_pb2 as pb
 from timeshard.wire import dur, dur_s
 
