@@ -14,6 +14,7 @@ from timeshard.clock import format_rfc3339
 from timeshard.errors import GRPC_STATUS, InvalidArgument, TimeshardError
 from timeshard.limits import MAX_RUN_AT_MS, PAST_RUN_AT_GRACE_MS, check_attempts, shown
 from timeshard.model import Job, JobState, MisfirePolicy, OverlapPolicy, Schedule
+from timeshard.policy import TypePolicy
 from timeshard.v1 import timeshard_pb2 as pb
 
 _FROM_STATUS = {code: cls for cls, code in GRPC_STATUS.items()}
@@ -89,6 +90,21 @@ def claimed_to_pb(job: Job, lease_ms: int) -> pb.ClaimedJob:
         idempotency_key=job.idempotency_key or job.job_id,
         lease=dur(lease_ms),
     )
+
+
+def type_policy_to_pb(job_type: str, p: TypePolicy) -> pb.TypePolicy:
+    """A job type's policy as ``SetTypePolicies`` takes it and ``ListTypes`` shows it (0: the
+    default; no backoff fields: the server's)."""
+    msg = pb.TypePolicy(
+        type=job_type,
+        max_attempts=p.max_attempts or 0,
+        concurrency=p.concurrency or 0,
+        max_unstarted=p.max_unstarted or 0,
+    )
+    if p.retry is not None:
+        msg.retry_base.CopyFrom(dur(round(p.retry.base_s * 1000)))
+        msg.retry_max.CopyFrom(dur(round(p.retry.max_backoff_s * 1000)))
+    return msg
 
 
 def started_at_of(h: pb.HeartbeatRequest, now_ms: int) -> int:
