@@ -53,6 +53,9 @@ class Call(Generic[R]):
     idempotent: bool = True
     admin: bool = False
     """An AdminService call (else JobService)."""
+    sheddable: bool = False
+    """An overloaded node may refuse it (RESOURCE_EXHAUSTED, nothing written): it goes again
+    after the wait the node names, within the client's overload budget (``transport``)."""
 
 
 Steps = Generator[Call[Any], Any, R]
@@ -83,7 +86,13 @@ class Methods:
     @staticmethod
     def schedule(job: NewJob) -> Call[Scheduled]:
         # Without a key a blind retry could create a second job; with one it is safe.
-        return Call("ScheduleJob", job.request(), Scheduled.from_pb, idempotent=bool(job.key))
+        return Call(
+            "ScheduleJob",
+            job.request(),
+            Scheduled.from_pb,
+            idempotent=bool(job.key),
+            sheddable=True,
+        )
 
     @staticmethod
     def schedule_batch(batch: Sequence[NewJob]) -> Call[list[Scheduled]]:
@@ -91,7 +100,7 @@ class Methods:
         req = pb.ScheduleJobsRequest(jobs=[j.request() for j in batch])
         keyed = all(j.key for j in batch)  # a blind retry is safe only then
         read = lambda resp: [Scheduled.from_pb(r, resp.warnings) for r in resp.results]  # noqa: E731
-        return Call("ScheduleJobs", req, read, idempotent=keyed)
+        return Call("ScheduleJobs", req, read, idempotent=keyed, sheddable=True)
 
     @staticmethod
     def schedule_many(

@@ -40,7 +40,12 @@ from timeshard.client.records import (
     TypeInfo,
     TypePolicy,
 )
-from timeshard.client.transport import AsyncTransport, SyncTransport
+from timeshard.client.transport import (
+    OVERLOAD_BUDGET_S,
+    OVERLOAD_RETRIES,
+    AsyncTransport,
+    SyncTransport,
+)
 from timeshard.model import JobState
 from timeshard.security.channel import TlsArg
 
@@ -68,7 +73,12 @@ class _Warnings:
 class Client(SyncTransport):
     """The blocking client (a channel per node it dialled). ``address`` defaults to
     ``TIMESHARD_SERVER``, ``tls`` to ``TIMESHARD_TLS_DIR`` and ``token`` to
-    ``TIMESHARD_TOKEN``, as the CLI reads them; ``tls=False`` and ``token=""`` turn them off."""
+    ``TIMESHARD_TOKEN``, as the CLI reads them; ``tls=False`` and ``token=""`` turn them off.
+
+    ``retries``: repeats of a call cut off by UNAVAILABLE (when safe). ``overload_retries`` and
+    ``overload_budget_s``: the budget of one ``schedule``/``schedule_many`` call refused by an
+    overloaded node, repeats and seconds of waiting (each wait the one the node names, 1 s if
+    none, at most 30 s); past it, ``ResourceExhausted``."""
 
     def __init__(
         self,
@@ -79,8 +89,12 @@ class Client(SyncTransport):
         timeout_s: float = 30.0,
         retries: int = 3,
         channel: grpc.Channel | None = None,
+        overload_retries: int = OVERLOAD_RETRIES,
+        overload_budget_s: float = OVERLOAD_BUDGET_S,
     ) -> None:
-        self._setup(address, tls, token, timeout_s, retries, channel)
+        self._setup(
+            address, tls, token, timeout_s, retries, channel, overload_retries, overload_budget_s
+        )
         self._warnings = _Warnings()
 
     # -- jobs -----------------------------------------------------------------------------
@@ -99,7 +113,8 @@ class Client(SyncTransport):
         max_attempts, priority and time (``delay`` counting from the key's first call), else
         raises ``AlreadyExists``; ``"return"`` gets it whatever this call asks for. A warning
         from the server (e.g. no worker has asked for the type lately) is logged once per
-        type, and in ``Scheduled.warnings``."""
+        type, and in ``Scheduled.warnings``. A node too busy for a job due now refuses it; it is
+        sent again after the wait the node names, within the client's overload budget."""
         job = NewJob(job_type=job_type, payload=payload, **options)
         return self._warnings.noted([self._run(Methods.schedule(job))])[0]
 
@@ -111,7 +126,8 @@ class Client(SyncTransport):
         on_batch: Callable[[int], None] | None = None,
     ) -> list[Scheduled]:
         """Schedule many jobs, ``batch_size`` per call (each call is all or nothing); what each
-        did, in order. ``on_batch(n)`` is called after each batch with the count so far."""
+        did, in order. ``on_batch(n)`` is called after each batch with the count so far. A
+        batch an overloaded node refuses goes again as ``schedule`` does."""
         return self._warnings.noted(self._steps(Methods.schedule_many(jobs, batch_size, on_batch)))
 
     def get(self, job_id: str) -> Job:
@@ -303,8 +319,12 @@ class AsyncClient(AsyncTransport):
         timeout_s: float = 30.0,
         retries: int = 3,
         channel: grpc.aio.Channel | None = None,
+        overload_retries: int = OVERLOAD_RETRIES,
+        overload_budget_s: float = OVERLOAD_BUDGET_S,
     ) -> None:
-        self._setup(address, tls, token, timeout_s, retries, channel)
+        self._setup(
+            address, tls, token, timeout_s, retries, channel, overload_retries, overload_budget_s
+        )
         self._warnings = _Warnings()
 
     # -- jobs -----------------------------------------------------------------------------

@@ -6,19 +6,31 @@ A call that is safe to repeat (``Call.idempotent``) is retried on UNAVAILABLE wi
 Given several node addresses (``"a:50051,b:50051"``, as the CLI takes them), a client that
 cannot reach one moves on to the next, and stays there: a call that never left (no
 connection) goes again at once to the next node, any other only if it is safe to repeat.
+
+An overloaded node refuses a job due now (``ScheduleJob``, ``ScheduleJobs``: ``Call.sheddable``)
+with RESOURCE_EXHAUSTED and the wait it asks for (``retry-after-ms``); nothing was written, so
+the call goes again to the same node after that wait (``DEFAULT_RETRY_AFTER_S`` when it names
+none, at most ``MAX_RETRY_AFTER_S`` each time, plus up to a tenth more at random so that clients
+refused together do not come back together), key or no key, within the client's overload
+budget: ``overload_retries`` repeats and ``overload_budget_s`` seconds of waiting per call. Past
+it, the refusal is raised (``ResourceExhausted``, with the node's ``retry_after``). The Go and
+TypeScript clients follow the same rule (docs/conformance.md).
 """
 
 from __future__ import annotations
 
 import asyncio
+import random
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any, Generic, Self, TypeVar
 
 import grpc
 
 from timeshard.client.calls import Call, Steps
-from timeshard.errors import InvalidArgument, TimeshardError, WaitTimeout
+from timeshard.errors import InvalidArgument, ResourceExhausted, TimeshardError, WaitTimeout
 from timeshard.limits import MAX_BATCH, MAX_WAIT_S
 from timeshard.security.channel import ClientSecurity, TlsArg, server_from_env
 from timeshard.v1 import timeshard_pb2 as pb
@@ -27,6 +39,36 @@ from timeshard.wire import dur, translate
 
 R = TypeVar("R")
 C = TypeVar("C")
+
+OVERLOAD_RETRIES = 5
+"""Repeats of one call an overloaded node refused, by default."""
+OVERLOAD_BUDGET_S = 60.0
+"""Seconds one call may spend waiting on refusals, by default."""
+DEFAULT_RETRY_AFTER_S = 1.0
+"""The wait after a refusal that names none."""
+MAX_RETRY_AFTER_S = 30.0
+"""The longest wait after one refusal, whatever it names."""
+
+
+def refusal_wait_s(retry_after: timedelta | None) -> float:
+    """Seconds to wait after a refusal that asked for ``retry_after`` (before the jitter)."""
+    if retry_after is None:
+        return DEFAULT_RETRY_AFTER_S
+    return min(max(0.0, retry_after.total_seconds()), MAX_RETRY_AFTER_S)
+
+
+def jittered(wait_s: float) -> float:
+    """``wait_s`` plus up to a tenth of it, at random."""
+    return wait_s + random.uniform(0.0, wait_s / 10)
+
+
+@dataclass(slots=True)
+class Tries:
+    """One call's repeats so far: after UNAVAILABLE, and after refusals with their waits."""
+
+    unavailable: int = 0
+    refused: int = 0
+    refused_wait_s: float = 0.0
 
 
 def _addresses(address: str | None) -> list[str]:
@@ -58,6 +100,8 @@ class Transport(Generic[C]):
     _channels: dict[str, C]
     _timeout: float
     _retries: int
+    _overload_retries: int
+    _overload_budget_s: float
 
     @property
     def address(self) -> str:
@@ -80,9 +124,13 @@ class Transport(Generic[C]):
         timeout_s: float,
         retries: int,
         channel: C | None,
+        overload_retries: int = OVERLOAD_RETRIES,
+        overload_budget_s: float = OVERLOAD_BUDGET_S,
     ) -> None:
         """Every client's constructor: the addresses, security, and the first channel (the
         one given, or the first address's)."""
+        if overload_retries < 0 or not overload_budget_s >= 0:
+            raise InvalidArgument("overload", "the retries and the budget must not be negative")
         self._addresses = _addresses(address) if channel is None else ["(given channel)"]
         self._at = 0
         self._security = ClientSecurity.resolve(tls, token)
@@ -91,6 +139,8 @@ class Transport(Generic[C]):
         self._use(first)
         self._timeout = timeout_s
         self._retries = retries
+        self._overload_retries = overload_retries
+        self._overload_budget_s = overload_budget_s
 
     def _move_on(self) -> None:
         """To the next address (from the last back to the first), its channel opened once."""
@@ -102,6 +152,28 @@ class Transport(Generic[C]):
 
     def _stub_method(self, call: Call[Any]) -> Any:
         return getattr(self._admin if call.admin else self._jobs, call.method)
+
+    def _wait_before_repeat(
+        self, tries: Tries, err: TimeshardError, call: Call[Any], exc: grpc.RpcError
+    ) -> float | None:
+        """Seconds to wait before sending ``call`` again after ``err``, or None: raise it."""
+        if call.sheddable and isinstance(err, ResourceExhausted):
+            return self._after_refusal(tries, err)
+        wait = self._backoff(tries.unavailable, err, call, exc)
+        if wait is not None:
+            tries.unavailable += 1
+        return wait
+
+    def _after_refusal(self, tries: Tries, err: ResourceExhausted) -> float | None:
+        """The wait the overloaded node asked for, or None once it would go over the budget."""
+        wait = jittered(refusal_wait_s(err.retry_after))
+        if tries.refused >= self._overload_retries:
+            return None
+        if tries.refused_wait_s + wait > self._overload_budget_s:
+            return None
+        tries.refused += 1
+        tries.refused_wait_s += wait
+        return wait
 
     def _backoff(
         self, attempt: int, err: TimeshardError, call: Call[Any], exc: grpc.RpcError
@@ -140,17 +212,16 @@ class SyncTransport(Transport[grpc.Channel]):
 
     def _run(self, call: Call[R]) -> R:
         """The call's reply, read; a failure raised as the error of its status."""
-        attempt = 0
+        tries = Tries()
         while True:
             try:
                 return call.read(self._stub_method(call)(call.request, timeout=self._timeout))
             except grpc.RpcError as exc:
                 err = translate(exc)
-                wait = self._backoff(attempt, err, call, exc)
+                wait = self._wait_before_repeat(tries, err, call, exc)
                 if wait is None:
                     raise err from None
             time.sleep(wait)
-            attempt += 1
 
     def _steps(self, steps: Steps[R]) -> R:
         try:
@@ -206,17 +277,16 @@ class AsyncTransport(Transport[grpc.aio.Channel]):
             await channel.close(None)
 
     async def _run(self, call: Call[R]) -> R:
-        attempt = 0
+        tries = Tries()
         while True:
             try:
                 return call.read(await self._stub_method(call)(call.request, timeout=self._timeout))
             except grpc.RpcError as exc:
                 err = translate(exc)
-                wait = self._backoff(attempt, err, call, exc)
+                wait = self._wait_before_repeat(tries, err, call, exc)
                 if wait is None:
                     raise err from None
             await asyncio.sleep(wait)
-            attempt += 1
 
     async def _steps(self, steps: Steps[R]) -> R:
         try:
