@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import re
 from collections.abc import Iterator
+from datetime import timedelta
 
 import grpc
 
@@ -82,13 +83,20 @@ class NotOwner(Unavailable):
 
 class ResourceExhausted(TimeshardError):
     """The node is overloaded: try again after ``retry_after_ms`` (sent to clients as the
-    trailing metadata ``retry-after-ms``)."""
+    trailing metadata ``retry-after-ms``). Nothing was written. On a client, 0 when the node
+    named no wait."""
 
     code = grpc.StatusCode.RESOURCE_EXHAUSTED
+    retry_after_ms: int = 0
 
     def __init__(self, message: str, retry_after_ms: int) -> None:
         super().__init__(message)
         self.retry_after_ms = retry_after_ms
+
+    @property
+    def retry_after(self) -> timedelta | None:
+        """The wait the node asked for (None: it named none)."""
+        return timedelta(milliseconds=self.retry_after_ms) if self.retry_after_ms else None
 
 
 RETRY_AFTER_KEY = "retry-after-ms"

@@ -61,7 +61,11 @@ MAX_CATCHUP = 1000
 MAX_CONCURRENT_RUNS = 1000
 """Occurrences of one schedule running at once with ``overlap=allow`` (``max_concurrent``)."""
 
-# -- flow control: deadlines, priorities, spread --------------------------------------------
+# -- flow control: rates, deadlines, priorities, spread -------------------------------------
+
+MAX_RATE = 1_000_000.0
+"""The highest rate a type may have, jobs per second (beyond it, leave it unlimited)."""
+MAX_BURST = 1_000_000
 
 MAX_PRIORITY = 9
 """Priorities are levels 0 (the default, the lowest) to ``MAX_PRIORITY`` (the highest)."""

@@ -4,6 +4,7 @@ format, and gRPC statuses read back into the errors of ``timeshard.errors`` (the
 
 from __future__ import annotations
 
+import math
 from typing import TypeVar
 
 import grpc
@@ -11,9 +12,16 @@ from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from timeshard.clock import format_rfc3339
-from timeshard.errors import GRPC_STATUS, InvalidArgument, TimeshardError
+from timeshard.errors import (
+    GRPC_STATUS,
+    RETRY_AFTER_KEY,
+    InvalidArgument,
+    ResourceExhausted,
+    TimeshardError,
+)
 from timeshard.limits import MAX_RUN_AT_MS, PAST_RUN_AT_GRACE_MS, check_attempts, shown
 from timeshard.model import Job, JobState, MisfirePolicy, OverlapPolicy, Schedule
+from timeshard.policy import TypePolicy
 from timeshard.v1 import timeshard_pb2 as pb
 
 _FROM_STATUS = {code: cls for cls, code in GRPC_STATUS.items()}
@@ -34,6 +42,21 @@ _REMOTE: dict[grpc.StatusCode, type[RemoteError]] = {
 }
 
 
+def retry_after_ms_of(exc: grpc.RpcError) -> int:
+    """The wait in milliseconds a refusal names in its ``retry-after-ms`` trailing metadata,
+    rounded up (0: it names none, or nothing readable)."""
+    trailing = getattr(exc, "trailing_metadata", None)
+    for key, value in (trailing() if callable(trailing) else None) or ():
+        if key == RETRY_AFTER_KEY:
+            text = value.decode("ascii", "replace") if isinstance(value, bytes) else str(value)
+            try:
+                ms = float(text.strip())
+            except ValueError:
+                return 0
+            return math.ceil(ms) if 0 <= ms < 2**31 else 0
+    return 0
+
+
 def translate(exc: grpc.RpcError) -> RemoteError:
     code_fn = getattr(exc, "code", None)
     code: grpc.StatusCode = code_fn() if code_fn else grpc.StatusCode.UNKNOWN
@@ -45,6 +68,8 @@ def translate(exc: grpc.RpcError) -> RemoteError:
     if isinstance(err, InvalidArgument):  # "field: problem", as InvalidArgument words it
         field, sep, problem = detail.partition(": ")
         err.field, err.problem = (field, problem) if sep else ("", detail)
+    elif isinstance(err, ResourceExhausted):
+        err.retry_after_ms = retry_after_ms_of(exc)
     return err
 
 
@@ -89,6 +114,21 @@ def claimed_to_pb(job: Job, lease_ms: int) -> pb.ClaimedJob:
         idempotency_key=job.idempotency_key or job.job_id,
         lease=dur(lease_ms),
     )
+
+
+def type_policy_to_pb(job_type: str, p: TypePolicy) -> pb.TypePolicy:
+    """A job type's policy as ``SetTypePolicies`` takes it and ``ListTypes`` shows it (0: the
+    default; no backoff fields: the server's)."""
+    msg = pb.TypePolicy(
+        type=job_type,
+        max_attempts=p.max_attempts or 0,
+        concurrency=p.concurrency or 0,
+        max_unstarted=p.max_unstarted or 0,
+    )
+    if p.retry is not None:
+        msg.retry_base.CopyFrom(dur(round(p.retry.base_s * 1000)))
+        msg.retry_max.CopyFrom(dur(round(p.retry.max_backoff_s * 1000)))
+    return msg
 
 
 def started_at_of(h: pb.HeartbeatRequest, now_ms: int) -> int:

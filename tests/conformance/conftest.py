@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 import pytest
 
 from tests.acceptance.conftest import Procs, eventually
-from timeshard.protoclient import ProtoClient as Client
+from timeshard.client.proto import ProtoClient as Client
 from timeshard.v1 import timeshard_pb2 as pb
 from timeshard.worker import Worker
 

@@ -24,6 +24,9 @@ from tests.conformance.conftest import (
     until,
     wait_state,
 )
+from timeshard.client import NewJob
+from timeshard.client.proto import ProtoClient as Client
+from timeshard.clock import to_datetime
 from timeshard.errors import (
     AlreadyExists,
     FailedPrecondition,
@@ -33,8 +36,6 @@ from timeshard.errors import (
     Unauthenticated,
     Unavailable,
 )
-from timeshard.protoclient import NewJob
-from timeshard.protoclient import ProtoClient as Client
 from timeshard.v1 import timeshard_pb2 as pb
 from timeshard.worker import JobContext, PermanentError, Worker
 
@@ -61,7 +62,7 @@ async def test_c1_schedule_run_succeeded_with_lateness(server: str) -> None:
         lateness.append(ctx.lateness_ms)
 
     async with running(worker, [server]):
-        done = await off_loop(client.schedule, "c1.echo", {"hi": 1}, delay_s=0.3)
+        done = await off_loop(client.schedule, "c1.echo", {"hi": 1}, delay=0.3)
         assert done.created
         job = await wait_state(client, done.job.job_id, pb.JOB_STATE_SUCCEEDED)
     assert [a.outcome for a in job.history] == ["succeeded"] and job.attempt == 1
@@ -319,24 +320,24 @@ async def test_c8_per_type_concurrency_holds_across_every_node_polled(server: st
 
 def test_c9_the_client_surface_and_typed_errors(server: str) -> None:
     c = Client(server)
-    later = c.schedule("c9.a", {}, delay_s=3600, max_attempts=7)
+    later = c.schedule("c9.a", {}, delay=3600, max_attempts=7)
     assert later.created and later.job.max_attempts == 7
     at = now_ms() + 2 * 3600_000
-    assert c.schedule("c9.a", run_at=at).job.run_at.ToMilliseconds() == at
-    first = c.schedule("c9.a", {"n": 1}, delay_s=3600, idempotency_key="order-1")
-    repeat = c.schedule("c9.a", {"n": 1}, delay_s=3600, idempotency_key="order-1")
+    assert c.schedule("c9.a", at=to_datetime(at)).job.run_at.ToMilliseconds() == at
+    first = c.schedule("c9.a", {"n": 1}, delay=3600, key="order-1")
+    repeat = c.schedule("c9.a", {"n": 1}, delay=3600, key="order-1")
     assert first.created and not repeat.created and repeat.job.job_id == first.job.job_id
     with pytest.raises(AlreadyExists):
-        c.schedule("c9.a", {"n": 2}, delay_s=3600, idempotency_key="order-1")
-    many = c.schedule_many([NewJob(job_type="c9.b", delay_s=3600) for _ in range(2)])
+        c.schedule("c9.a", {"n": 2}, delay=3600, key="order-1")
+    many = c.schedule_many([NewJob(job_type="c9.b", delay=3600) for _ in range(2)])
     assert len({m.job.job_id for m in many}) == 2
     with pytest.raises(InvalidArgument):
-        c.schedule_many([NewJob(job_type="c9.c"), NewJob(job_type="c9.c", delay_s=-1)])
+        c.schedule_many([NewJob(job_type="c9.c"), NewJob(job_type="c9.c", delay=-1)])
     got = c.get(later.job.job_id)
     assert got.type == "c9.a" and got.state == pb.JOB_STATE_SCHEDULED
     assert len(list(c.list_jobs(job_type="c9.b"))) == 2
     assert list(c.list_jobs(job_type="c9.c")) == []
-    moved = c.reschedule(later.job.job_id, delay_s=3 * 3600)
+    moved = c.reschedule(later.job.job_id, delay=3 * 3600)
     assert moved.run_at.ToMilliseconds() > got.run_at.ToMilliseconds()
     assert c.cancel(later.job.job_id).state == pb.JOB_STATE_CANCELLED
     with pytest.raises(FailedPrecondition):
@@ -344,7 +345,7 @@ def test_c9_the_client_surface_and_typed_errors(server: str) -> None:
     with pytest.raises(NotFound):
         c.get("no-such-job")
     with pytest.raises(InvalidArgument, match="delay"):
-        c.schedule("c9.a", delay_s=-1)
+        c.schedule("c9.a", delay=-1)
     with pytest.raises(Unavailable):
         Client(f"127.0.0.1:{free_port()}", retries=0).get("x")
 
@@ -359,7 +360,7 @@ def test_c9_the_client_surface_and_typed_errors(server: str) -> None:
     assert not c.resume_schedule("nightly").paused
     assert [s.schedule_id for s in c.list_schedules()] == ["nightly"]
     start = 1_774_656_000_000  # 2026-03-28T00:00Z
-    times = c.preview("30 2 * * *", "Europe/Berlin", from_ms=start, count=3).times
+    times = c.preview("30 2 * * *", "Europe/Berlin", start=to_datetime(start), count=3).times
     assert times[1].utc.ToMilliseconds() == 1_774_746_000_000  # 2026-03-29T01:00Z, after the gap
     c.delete_schedule("nightly")
     with pytest.raises(NotFound):

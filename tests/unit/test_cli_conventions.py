@@ -287,6 +287,28 @@ async def test_json_of_the_commands_that_change_things(
         assert purged == {"purged": [dead2]}
 
 
+async def test_the_times_a_command_is_given_reach_the_server_as_given(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    async with cli_on(capsys) as cli:
+        at, deadline = "2099-12-01T14:30:00Z", "2099-12-01T15:00:00.250Z"
+        made = await cli("jobs", "schedule", "t.a", "--at", at, "--deadline", deadline, "--json")
+        job = made.json()["job"]  # type: ignore[index]
+        assert (job["run_at"], job["deadline"]) == (at, deadline)
+        made = await cli("jobs", "schedule", "t.a", "--at", at, "--deadline-in", "90s", "--json")
+        assert made.json()["job"]["deadline"] == "2099-12-01T14:31:30Z"  # type: ignore[index]
+        moved = await cli("jobs", "reschedule", job["job_id"], "--at", "2099-12-01T14:45:00Z")
+        assert moved.code == 0
+        got = (await cli("jobs", "get", job["job_id"], "--json")).json()
+        assert got["run_at"] == "2099-12-01T14:45:00Z"  # type: ignore[index]
+
+        dead = await _dead_job(cli.server.node, "t.dead")
+        since = (await cli("dlq", "list", "--since", "2000-01-01T00:00:00Z", "--json")).json()
+        assert [j["job_id"] for j in since] == [dead]  # type: ignore[union-attr]
+        later = await cli("dlq", "list", "--since", "2099-01-01T00:00:00Z", "--json")
+        assert later.json() == []
+
+
 async def _dead_job(node: Node, job_type: str) -> str:
     job, _ = await node.jobs.schedule(
         JobSpec(job_type=job_type, payload=b"", run_at=node.clock.now_ms() - 10)

@@ -15,12 +15,12 @@ import pytest
 from tests.unit.helpers import embedded_server, wait_until
 from tests.unit.test_worker_handler_ends import make_server, wait_job, worker, working
 from timeshard.cli.main import main
+from timeshard.client.proto import ProtoClient as Client
+from timeshard.client.proto import result_of
 from timeshard.limits import MAX_RESULT_BYTES, MAX_TRACEBACK_BYTES, truncate_traceback
 from timeshard.model import Job, JobState
 from timeshard.node import JobSpec
 from timeshard.observe.logs import JsonFormatter
-from timeshard.protoclient import ProtoClient as Client
-from timeshard.protoclient import result_of
 from timeshard.server import Server
 from timeshard.v1 import timeshard_pb2 as pb
 from timeshard.v1 import timeshard_pb2_grpc as pb_grpc

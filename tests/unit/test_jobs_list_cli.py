@@ -229,7 +229,7 @@ async def test_bulk_cancel_takes_running_jobs_and_counts_those_finished_meanwhil
 ) -> None:
     """By default a bulk cancel takes every job it can cancel, running ones too; a job that
     finished between the listing and its cancel is counted apart, not an error."""
-    from timeshard.protoclient import ProtoClient
+    from timeshard.client.proto import ProtoClient
 
     async with cli_on(capsys) as cli:
         node = cli.server.node

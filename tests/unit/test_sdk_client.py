@@ -4,15 +4,26 @@ arguments, the environment read as the CLI reads it, typed errors, schedules put
 from __future__ import annotations
 
 import asyncio
+import inspect
 from datetime import UTC, datetime, timedelta
+from typing import get_type_hints
 
 import pytest
 
 from tests.unit.helpers import embedded_server
-from timeshard.client import AsyncClient, Client, NewJob, ScheduleSpec
+from timeshard.client import (
+    AsyncClient,
+    Client,
+    JobOptionArgs,
+    JobOptions,
+    NewJob,
+    ScheduleSpec,
+)
+from timeshard.client.records import Job, Schedule
 from timeshard.errors import AlreadyExists, InvalidArgument, NotFound
 from timeshard.model import JobState, MisfirePolicy, OverlapPolicy
-from timeshard.records import Job, Schedule
+from timeshard.v1 import timeshard_pb2 as pb
+from timeshard.worker.tasks import Task
 
 
 def _sync(address: str) -> Client:
@@ -75,6 +86,48 @@ async def test_bad_times_are_refused_with_the_field_named_before_or_by_the_serve
         with pytest.raises(NotFound):
             await c.get("no-such-job")
         assert [j async for j in c.list_jobs()] == []  # nothing was half-sent
+
+
+def test_a_jobs_options_are_declared_once_and_checked_when_made() -> None:
+    options = get_type_hints(JobOptions)
+    assert list(options) == [
+        "delay", "at", "key", "max_attempts", "deadline", "deadline_in", "priority", "if_exists"
+    ]  # fmt: skip
+    assert get_type_hints(JobOptionArgs) == options  # the keyword form: the same, no other
+    for method in (Client.schedule, AsyncClient.schedule, Task.schedule, Task.schedule_async):
+        params = inspect.signature(method).parameters
+        assert params["options"].kind is inspect.Parameter.VAR_KEYWORD, method
+        assert not set(params) & set(options), method  # none declared again
+
+    with pytest.raises(InvalidArgument, match=r"^at: give a delay or an at time"):
+        NewJob(job_type="t", delay=1, at=datetime.now(UTC))
+    with pytest.raises(InvalidArgument, match=r"^deadline: give a deadline or a deadline_in"):
+        JobOptions(deadline=datetime.now(UTC), deadline_in=5)
+    with pytest.raises(InvalidArgument, match=r"^deadline_in: give a timedelta or seconds"):
+        JobOptions(deadline_in="1h")  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgument, match=r"^deadline: a naive datetime"):
+        JobOptions(deadline=datetime(2030, 1, 1))
+    with pytest.raises(InvalidArgument, match=r"^priority: give an int 0-9"):
+        JobOptions(priority=True)
+    with pytest.raises(InvalidArgument, match=r"^if_exists: give 'check' or 'return'"):
+        JobOptions(key="k", if_exists="replace")
+
+    req = NewJob(
+        job_type="t",
+        payload={"n": 1},
+        at=datetime(2030, 1, 1, tzinfo=UTC),
+        key="k",
+        max_attempts=2,
+        deadline_in=timedelta(seconds=1.5),
+        priority=3,
+        if_exists="return",
+    ).request()
+    assert (req.type, req.payload, req.idempotency_key) == ("t", b'{"n":1}', "k")
+    assert req.run_at.seconds == int(datetime(2030, 1, 1, tzinfo=UTC).timestamp())
+    assert (req.deadline_in.seconds, req.deadline_in.nanos) == (1, 500_000_000)
+    assert (req.max_attempts, req.priority) == (2, 3) and not req.HasField("delay")
+    assert req.if_exists == pb.IF_EXISTS_RETURN
+    assert NewJob(job_type="t").request().if_exists == pb.IF_EXISTS_CHECK
 
 
 async def test_schedule_many_says_what_each_did() -> None:

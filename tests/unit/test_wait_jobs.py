@@ -21,13 +21,13 @@ from tests.unit.helpers import (
     wait_until,
 )
 from timeshard.cli.main import main
+from timeshard.client.proto import ProtoClient as Client
 from timeshard.clock import FakeClock
 from timeshard.coordinator.base import Member
 from timeshard.errors import NotFound, WaitTimeout
 from timeshard.model import Job, JobState
 from timeshard.node import Beat, JobSpec, Node
 from timeshard.node.waits import WAIT_REREAD_S
-from timeshard.protoclient import ProtoClient as Client
 from timeshard.store.sqlite import SqliteStore
 from timeshard.v1 import timeshard_pb2 as pb
 from timeshard.v1 import timeshard_pb2_grpc as pb_grpc

@@ -64,6 +64,7 @@ from timeshard.wire import (
     started_at_of,
     ts,
     ts_ms,
+    type_policy_to_pb,
 )
 
 log = logging.getLogger(__name__)
@@ -477,7 +478,7 @@ class AdminService(pb_grpc.AdminServiceServicer):
         ]
         now = await self.node.type_policies.set(policies)
         return pb.SetTypePoliciesResponse(
-            policies=[_type_policy_to_pb(t, now[t]) for t, _ in policies]
+            policies=[type_policy_to_pb(t, now[t]) for t, _ in policies]
         )
 
     @rpc
@@ -611,7 +612,7 @@ def _type_row_to_pb(row: TypeRow) -> pb.TypeInfo:
     flow, waiting = row.flow, row.waiting
     return pb.TypeInfo(
         type=row.job_type,
-        policy=_type_policy_to_pb(row.job_type, row.policy) if row.policy else None,
+        policy=type_policy_to_pb(row.job_type, row.policy) if row.policy else None,
         rate=flow.rate or 0.0,
         burst=flow.size or 0,
         paused=flow.paused,
@@ -619,16 +620,3 @@ def _type_row_to_pb(row: TypeRow) -> pb.TypeInfo:
         held=waiting.held,
         oldest_age_ms=waiting.oldest_age_ms,
     )
-
-
-def _type_policy_to_pb(job_type: str, p: TypePolicy) -> pb.TypePolicy:
-    msg = pb.TypePolicy(
-        type=job_type,
-        max_attempts=p.max_attempts or 0,
-        concurrency=p.concurrency or 0,
-        max_unstarted=p.max_unstarted or 0,
-    )
-    if p.retry is not None:
-        msg.retry_base.CopyFrom(dur(round(p.retry.base_s * 1000)))
-        msg.retry_max.CopyFrom(dur(round(p.retry.max_backoff_s * 1000)))
-    return msg

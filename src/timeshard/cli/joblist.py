@@ -14,12 +14,12 @@ from typing import TextIO
 
 from timeshard.cli.common import parse_duration, parse_time, whole
 from timeshard.cli.jobtext import job_json
+from timeshard.client.proto import ProtoClient as Client
 from timeshard.clock import SystemClock
 from timeshard.console import Progress, print_json, when
 from timeshard.errors import FailedPrecondition, InvalidArgument, NotFound
 from timeshard.limits import MAX_PAGE_SIZE
 from timeshard.model import JobState
-from timeshard.protoclient import ProtoClient as Client
 from timeshard.v1 import timeshard_pb2 as pb
 from timeshard.wire import state_from_pb, state_to_pb, ts, ts_ms
 

@@ -19,19 +19,19 @@ from timeshard.cli.joblist import (
 from timeshard.cli.jobtext import job_json, job_line, job_lines
 from timeshard.cli.load import (
     DEFAULT_KEY_PREFIX,
-    IF_EXISTS,
     add_if_exists_option,
     cmd_load,
     key_prefix,
     not_scheduled_why,
     print_warnings,
 )
+from timeshard.client.proto import ProtoClient as Client
+from timeshard.client.proto import Scheduled
+from timeshard.clock import to_datetime
 from timeshard.console import Exit, add_progress_option, print_json, when, when_local
 from timeshard.errors import FailedPrecondition, InvalidArgument, TimeshardError
 from timeshard.limits import MAX_BATCH, MAX_PRIORITY
 from timeshard.model import RESULT_BYTES, RESULT_JSON, JobState, parse_json_payload
-from timeshard.protoclient import ProtoClient as Client
-from timeshard.protoclient import Scheduled
 from timeshard.v1 import timeshard_pb2 as pb
 from timeshard.wire import state_from_pb, ts_ms
 
@@ -245,15 +245,15 @@ def _client(args: argparse.Namespace) -> Client:
 
 def _when(args: argparse.Namespace) -> dict[str, Any]:
     if args.at:
-        return {"run_at": parse_time(args.at)}
-    return {"delay_s": parse_duration(args.delay)}
+        return {"at": to_datetime(parse_time(args.at))}
+    return {"delay": parse_duration(args.delay)}
 
 
 def _deadline(args: argparse.Namespace) -> dict[str, Any]:
     if args.deadline:
-        return {"deadline_ms": parse_time(args.deadline, "--deadline")}
+        return {"deadline": to_datetime(parse_time(args.deadline, "--deadline"))}
     if args.deadline_in:
-        return {"deadline_in_s": parse_duration(args.deadline_in, "--deadline-in")}
+        return {"deadline_in": parse_duration(args.deadline_in, "--deadline-in")}
     return {}
 
 
@@ -265,10 +265,10 @@ def cmd_schedule(args: argparse.Namespace) -> int:
         done = c.schedule(
             args.type,
             payload,
-            idempotency_key=args.key,
+            key=args.key,
             max_attempts=args.max_attempts,
             priority=args.priority,
-            if_exists=IF_EXISTS[args.if_exists],
+            if_exists=args.if_exists,
             **_when(args),
             **_deadline(args),
         )

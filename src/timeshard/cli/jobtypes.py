@@ -28,11 +28,10 @@ from timeshard.errors import (
     Unauthenticated,
     Unavailable,
 )
+from timeshard.limits import MAX_BURST, MAX_RATE
 from timeshard.model import validate_job_type
-from timeshard.node import TypePolicy
-from timeshard.node.flow import MAX_BURST, MAX_RATE
 from timeshard.v1 import timeshard_pb2 as pb
-from timeshard.wire import dur, dur_s
+from timeshard.wire import dur_s, type_policy_to_pb
 
 TYPE_SHAPE = (
     '{"type", "rate", "burst", "paused", "max_attempts", "retry_base_s", "retry_max_s", '
@@ -196,7 +195,7 @@ def cmd_set(args: argparse.Namespace) -> int:
 
 def _set_file(args: argparse.Namespace, path: str) -> list[dict[str, Any]]:
     types = load_types_file(path, "--file")
-    policies = [_policy_pb(t, p) for t, p in types.policies.items()]
+    policies = [type_policy_to_pb(t, p) for t, p in types.policies.items()]
     flows = []
     for job_type, flow in types.flows.items():
         msg = pb.TypeFlow(type=job_type, burst=flow.burst or 0)
@@ -213,19 +212,6 @@ def _set_file(args: argparse.Namespace, path: str) -> list[dict[str, Any]]:
         if flows:
             admin.first(lambda s: _rpc(s.SetTypeFlows, pb.SetTypeFlowsRequest(flows=flows)))
     return [r for r in gather(args.server, "") if r["type"] in types.given]
-
-
-def _policy_pb(job_type: str, p: TypePolicy) -> pb.TypePolicy:
-    msg = pb.TypePolicy(
-        type=job_type,
-        max_attempts=p.max_attempts or 0,
-        concurrency=p.concurrency or 0,
-        max_unstarted=p.max_unstarted or 0,
-    )
-    if p.retry is not None:
-        msg.retry_base.CopyFrom(dur(round(p.retry.base_s * 1000)))
-        msg.retry_max.CopyFrom(dur(round(p.retry.max_backoff_s * 1000)))
-    return msg
 
 
 def cmd_pause(args: argparse.Namespace) -> int:

@@ -20,19 +20,20 @@ import re
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from datetime import datetime
 from typing import Any
 
 import grpc
 
 from timeshard.cli.common import parse_duration, parse_time
-from timeshard.clock import SystemClock
+from timeshard.client.options import IF_EXISTS, Delay, NewJob, payload_bytes
+from timeshard.client.proto import ProtoClient as Client
+from timeshard.client.proto import Scheduled
+from timeshard.clock import SystemClock, to_datetime
 from timeshard.console import Exit, Progress, print_json
 from timeshard.errors import InvalidArgument, TimeshardError
 from timeshard.limits import MAX_IDEMPOTENCY_KEY_BYTES, check_attempts, check_bytes, shown
 from timeshard.model import JobState, validate_job_type, validate_payload
-from timeshard.protoclient import NewJob, Scheduled, payload_bytes
-from timeshard.protoclient import ProtoClient as Client
-from timeshard.v1 import timeshard_pb2 as pb
 from timeshard.wire import run_at_of, state_from_pb
 
 FIELDS = ("type", "payload", "in", "at", "key", "max_attempts")
@@ -95,10 +96,6 @@ def key_prefix(text: str) -> str:
         raise argparse.ArgumentTypeError(exc.problem) from None
 
 
-IF_EXISTS = {"check": pb.IF_EXISTS_CHECK, "return": pb.IF_EXISTS_RETURN}
-"""``--if-exists``: what a key that already names a job gets."""
-
-
 def add_if_exists_option(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--if-exists",
@@ -131,9 +128,7 @@ def cmd_load(args: argparse.Namespace) -> int:
         name, read_lines(args.file), SystemClock().now_ms(), keys, one_job_per_key=not returning
     )
     if returning:
-        lines = [
-            replace(line, job=replace(line.job, if_exists=IF_EXISTS["return"])) for line in lines
-        ]
+        lines = [replace(line, job=replace(line.job, if_exists="return")) for line in lines]
     progress = Progress(len(lines), sys.stderr, shown=args.progress, verb="scheduled")
     try:
         with Client(args.server) as client:
@@ -213,7 +208,7 @@ def line_job(text: str, now_ms: int, keys: LoadKeys, seen: dict[str, int]) -> Ne
     job = NewJob(
         job_type=job_type,
         payload=payload,
-        idempotency_key=key or keys.key(fields, seen),
+        key=key or keys.key(fields, seen),
         max_attempts=max_attempts,
         **_when(fields),
     )
@@ -278,28 +273,28 @@ def _when(fields: dict[str, Any]) -> dict[str, Any]:
     if delay is not None and at is not None:
         raise InvalidArgument("in", 'give "in" or "at", not both')
     if at is not None:
-        return {"run_at": parse_time(at, field="at")}
+        return {"at": to_datetime(parse_time(at, field="at"))}
     if delay is not None:
-        return {"delay_s": parse_duration(delay, field="in")}
+        return {"delay": parse_duration(delay, field="in")}
     raise InvalidArgument(
         "in", 'a time is required: "in" (a delay; "0s" runs now) or "at" (an RFC 3339 time)'
     )
 
 
-_Body = tuple[str, Any, int, float | None, int | None]
+_Body = tuple[str, Any, int, Delay | None, datetime | None]
 
 
 def _same_body_per_key(number: int, job: NewJob, bodies: dict[str, tuple[int, _Body]]) -> None:
     """A key given twice names one job: the lines must agree on what it is and when (the
     server would refuse the later one's batch, ALREADY_EXISTS)."""
-    if not job.idempotency_key:
+    if not job.key:
         return
-    body = (job.job_type, job.payload, job.max_attempts, job.delay_s, job.run_at)
-    first, first_body = bodies.setdefault(job.idempotency_key, (number, body))
+    body = (job.job_type, job.payload, job.max_attempts, job.delay, job.at)
+    first, first_body = bodies.setdefault(job.key, (number, body))
     if first_body != body:
         raise InvalidArgument(
             "key",
-            f"{job.idempotency_key!r} is also the key of line {first}, with another type, "
+            f"{job.key!r} is also the key of line {first}, with another type, "
             "payload, max_attempts or time: one key names one job",
         )
 
@@ -361,7 +356,7 @@ def _stopped(
     after = f"lines {rest[0].number}-{rest[-1].number} were not sent" if rest else ""
     again = (
         "fix it and run the same command again: what was scheduled is not scheduled twice"
-        if all(line.job.idempotency_key for line in lines)
+        if all(line.job.key for line in lines)
         else "lines without a key are scheduled again by a re-run (--no-derived-keys)"
     )
     parts = [f"{name} lines {first}-{last}: {detail}", what, before, after, again]
@@ -387,7 +382,7 @@ def report(
         if done.created:
             created += 1
             continue
-        why = not_scheduled_why(done, line.job.idempotency_key)
+        why = not_scheduled_why(done, line.job.key)
         if why is None:
             existed += 1
         else:

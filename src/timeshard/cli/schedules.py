@@ -9,13 +9,13 @@ from google.protobuf.duration_pb2 import Duration
 
 from timeshard.cli.common import MAX_INT32, add_json_option, parse_duration, parse_time, whole
 from timeshard.cli.jobtext import job_json, job_line, job_lines
-from timeshard.clock import SystemClock
+from timeshard.client.proto import ProtoClient as Client
+from timeshard.clock import SystemClock, to_datetime
 from timeshard.console import print_json, when, when_local
 from timeshard.cron import CronSpec, preview
 from timeshard.errors import InvalidArgument
 from timeshard.model import MisfirePolicy, OverlapPolicy, parse_json_payload
 from timeshard.node.schedules import ScheduleOps
-from timeshard.protoclient import ProtoClient as Client
 from timeshard.v1 import timeshard_pb2 as pb
 from timeshard.wire import dur, dur_s, ts_ms
 
@@ -377,9 +377,9 @@ def cmd_preview(args: argparse.Namespace) -> int:
 
 
 def cmd_dlq_list(args: argparse.Namespace) -> int:
-    since = parse_time(args.since, "--since") if args.since else 0
+    since = to_datetime(parse_time(args.since, "--since")) if args.since else None
     with Client(args.server) as c:
-        jobs = list(c.dead_letters(job_type=args.type, since_ms=since))
+        jobs = list(c.dead_letters(job_type=args.type, since=since))
     if args.json:
         print_json([job_json(j) for j in jobs])
     else:

@@ -19,10 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from timeshard.errors import InvalidArgument
+from timeshard.limits import MAX_BURST, MAX_RATE
 from timeshard.model import validate_job_type
-from timeshard.node import TypePolicy
-from timeshard.node.flow import MAX_BURST, MAX_RATE, TypeFlow
-from timeshard.node.retry import RetryPolicy
+from timeshard.policy import RetryPolicy, TypeFlow, TypePolicy
 
 POLICY_KEYS = {
     "max_attempts": int,

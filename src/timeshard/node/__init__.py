@@ -5,8 +5,8 @@ stands on the store and coordinator contracts and the kernel, and never imports 
 the client, the CLI or the views of a node."""
 
 from timeshard.node.attempts import Beat, FinishItem
-from timeshard.node.claims import TypePolicy
 from timeshard.node.core import Node, NodeConfig
 from timeshard.node.jobs import JobSpec
+from timeshard.policy import TypePolicy
 
 __all__ = ["Beat", "FinishItem", "JobSpec", "Node", "NodeConfig", "TypePolicy"]

@@ -12,41 +12,18 @@ from dataclasses import dataclass
 
 from timeshard.clock import Clock, SystemClock, sleep_or_wake
 from timeshard.errors import InvalidArgument, NotOwner
-from timeshard.limits import MAX_CLAIM_JOBS, MAX_UNSTARTED, check_range
+from timeshard.limits import MAX_CLAIM_JOBS, check_range
 from timeshard.model import Job, JobState, validate_job_type
 from timeshard.node.dispatcher import ShardDispatcher
 from timeshard.node.flow import FlowControl
 from timeshard.node.ready import ReadyItem, ReadyQueues
-from timeshard.node.retry import RetryPolicy
 from timeshard.observe.events import NodeMetrics
+from timeshard.policy import TypePolicy as TypePolicy  # (the node's modules import it here)
 from timeshard.store.base import JobClaim, Store
 
 CLAIM_LINGER_MS = 2
 """A claim that found fewer jobs than it may take waits this long at most for jobs coming due
 meanwhile (see ``Claims._linger``)."""
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class TypePolicy:
-    """Per job type: attempts and backoff, and a cluster-wide concurrency limit."""
-
-    max_attempts: int | None = None
-    retry: RetryPolicy | None = None
-    concurrency: int | None = None
-    max_unstarted: int | None = None
-    """Deliveries without a handler start before a job is dead (invariant 9; default
-    ``limits.DEFAULT_MAX_UNSTARTED``)."""
-    """Running at once across the cluster. Each node enforces its share, in proportion to
-    the shards it owns (rounded down, at least 1), so the total never exceeds the limit by
-    more than the number of nodes that own a shard but would get a share below 1."""
-
-    def __post_init__(self) -> None:
-        if self.max_attempts is not None and self.max_attempts < 1:
-            raise InvalidArgument("max_attempts", "must be at least 1")
-        if self.concurrency is not None and self.concurrency < 1:
-            raise InvalidArgument("concurrency", "must be at least 1")
-        if self.max_unstarted is not None:
-            check_range("max_unstarted", self.max_unstarted, 1, MAX_UNSTARTED)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -29,51 +29,11 @@ from dataclasses import dataclass
 
 from timeshard.clock import Clock
 from timeshard.errors import InvalidArgument
-
-MAX_RATE = 1_000_000.0
-"""The highest rate a type may have, jobs per second (beyond it, leave it unlimited)."""
-MAX_BURST = 1_000_000
+from timeshard.policy import TypeFlow as TypeFlow  # (the node's modules import it here)
+from timeshard.policy import default_burst as default_burst
 
 PAUSED = "paused"
 RATE = "rate"
-
-
-def default_burst(rate: float) -> int:
-    """Half a second's worth of the rate, at least one job: small enough that any 10-second
-    window stays within 5 % of the rate, large enough that the tokens refilled while a claim's
-    write takes its time (a Paxos round on a busy Cassandra: tens to hundreds of milliseconds)
-    are not lost to a full bucket, so a node's claims reach its share of the rate."""
-    return max(1, math.ceil(rate / 2))
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class TypeFlow:
-    """A type's flow settings: ``rate`` jobs started per second across the cluster (None: no
-    limit) with a ``burst`` (None: ``default_burst``), and whether it is ``paused``."""
-
-    rate: float | None = None
-    burst: int | None = None
-    paused: bool = False
-
-    def __post_init__(self) -> None:
-        if self.rate is not None and not (0 < self.rate <= MAX_RATE and math.isfinite(self.rate)):
-            raise InvalidArgument(
-                "rate", f"must be above 0 and at most {MAX_RATE:g} jobs/s, got {self.rate!r}"
-            )
-        if self.burst is not None:
-            if self.rate is None:
-                raise InvalidArgument("burst", "a burst needs a rate (set the rate too)")
-            if isinstance(self.burst, bool) or not 1 <= self.burst <= MAX_BURST:
-                raise InvalidArgument(
-                    "burst", f"must be a whole number 1-{MAX_BURST}, got {self.burst!r}"
-                )
-
-    @property
-    def size(self) -> int | None:
-        """The bucket's size for the whole cluster (None: no rate)."""
-        if self.rate is None:
-            return None
-        return self.burst if self.burst is not None else default_burst(self.rate)
 
 
 @dataclass(slots=True)

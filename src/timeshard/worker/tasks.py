@@ -28,14 +28,14 @@ import sys
 import threading
 import typing
 from collections.abc import Callable
-from datetime import datetime
 from typing import Any, Generic, Protocol, TypeVar
 
 import pydantic
 import pydantic_core
 import typing_extensions
+from typing_extensions import Unpack
 
-from timeshard.client import AsyncClient, Client, Delay, Retry, Scheduled, ScheduleSpec
+from timeshard.client import AsyncClient, Client, JobOptionArgs, Retry, Scheduled, ScheduleSpec
 from timeshard.cron import CronSpec
 from timeshard.errors import InvalidArgument, Unimplemented
 from timeshard.security.channel import TlsArg
@@ -200,71 +200,31 @@ class Task(Generic[P]):
     def __repr__(self) -> str:
         return f"<Task {self.job_type} ({self.payload_type.name})>"
 
-    def _job(self, payload: P, max_attempts: int) -> tuple[bytes, int]:
-        attempts = max_attempts or (self.retry.max_attempts if self.retry else 0)
-        return self.payload_type.encode(payload), attempts
+    def _options(self, options: JobOptionArgs) -> JobOptionArgs:
+        """The job's options, with the task's ``max_attempts`` where none is given."""
+        if not options.get("max_attempts") and self.retry is not None:
+            options = options.copy()
+            options["max_attempts"] = self.retry.max_attempts
+        return options
 
     def schedule(
-        self,
-        payload: P,
-        *,
-        delay: Delay | None = None,
-        at: datetime | None = None,
-        key: str = "",
-        max_attempts: int = 0,
-        client: Client | None = None,
-        deadline: datetime | None = None,
-        deadline_in: Delay | None = None,
-        priority: int = 0,
-        if_exists: str = "check",
+        self, payload: P, *, client: Client | None = None, **options: Unpack[JobOptionArgs]
     ) -> Scheduled:
-        """Schedule one run, due after ``delay`` or ``at`` (default now); ``key`` is its
-        idempotency key; ``deadline``/``deadline_in``, ``priority`` and ``if_exists`` as for
-        ``Client.schedule``. The payload is checked against the task's type first."""
-        raw, attempts = self._job(payload, max_attempts)
+        """Schedule one run with its options, as ``Client.schedule`` takes them (``delay`` or
+        ``at``, ``key``, ``max_attempts``, ``deadline``/``deadline_in``, ``priority``,
+        ``if_exists``), through the worker's server or ``client``. The payload is checked
+        against the task's type first."""
+        raw = self.payload_type.encode(payload)
         c = client or self.worker.client()
-        return c.schedule(
-            self.job_type,
-            raw,
-            delay=delay,
-            at=at,
-            key=key,
-            max_attempts=attempts,
-            deadline=deadline,
-            deadline_in=deadline_in,
-            priority=priority,
-            if_exists=if_exists,
-        )
+        return c.schedule(self.job_type, raw, **self._options(options))
 
     async def schedule_async(
-        self,
-        payload: P,
-        *,
-        delay: Delay | None = None,
-        at: datetime | None = None,
-        key: str = "",
-        max_attempts: int = 0,
-        client: AsyncClient | None = None,
-        deadline: datetime | None = None,
-        deadline_in: Delay | None = None,
-        priority: int = 0,
-        if_exists: str = "check",
+        self, payload: P, *, client: AsyncClient | None = None, **options: Unpack[JobOptionArgs]
     ) -> Scheduled:
         """``schedule`` from asyncio code."""
-        raw, attempts = self._job(payload, max_attempts)
+        raw = self.payload_type.encode(payload)
         c = client or self.worker.async_client()
-        return await c.schedule(
-            self.job_type,
-            raw,
-            delay=delay,
-            at=at,
-            key=key,
-            max_attempts=attempts,
-            deadline=deadline,
-            deadline_in=deadline_in,
-            priority=priority,
-            if_exists=if_exists,
-        )
+        return await c.schedule(self.job_type, raw, **self._options(options))
 
 
 def task_handler(

@@ -47,6 +47,14 @@ def _json(raw: bytes) -> Any:
         raise InvalidArgument("payload", f"not JSON ({exc}); read raw_payload instead") from None
 
 
+def result_value(raw: bytes, encoding: str) -> Any:
+    """A job's result as its handler returned it: the value of a JSON result, the bytes of a
+    bytes result, None when there is none."""
+    if encoding == RESULT_JSON:
+        return json.loads(raw)
+    return raw if encoding else None
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Attempt:
     """One run of a job: who ran it, when, and how it ended (``outcome`` empty while running)."""
@@ -112,9 +120,7 @@ class Job:
     def result(self) -> Any:
         """What the handler returned, for a succeeded job: the value of a JSON result, the
         bytes of a bytes result, None when it returned nothing (or the job did not succeed)."""
-        if self.result_encoding == RESULT_JSON:
-            return json.loads(self.raw_result)
-        return self.raw_result if self.result_encoding else None
+        return result_value(self.raw_result, self.result_encoding)
 
     @property
     def will_run(self) -> bool:
