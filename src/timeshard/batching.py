@@ -1,7 +1,8 @@
 """Group commit per key (a store partition; a node the worker sends results to): while one
 batch for a key is in flight, the items that arrive for it wait and go out together in the next
-one (at most ``max_items`` each). No timer: a lone item goes at once; under load, each key has
-one batch in flight and the next one filling. Used by the Cassandra store and the worker SDK
+one (at most ``max_items`` each). A lone item goes at once (or after ``linger_s``, when given:
+the items that come meanwhile join it); under load, each key has one batch in flight and the
+next one filling. Used by the Cassandra store and the worker SDK
 alike, so it stands in the kernel and imports nothing of timeshard."""
 
 from __future__ import annotations
@@ -28,8 +29,10 @@ class GroupCommit(Generic[K, T]):
         max_items: int,
         fail: Callable[[T, BaseException], None],
         name: str,
+        linger_s: float = 0.0,
     ) -> None:
         self._run = run
+        self._linger_s = linger_s
         self._max = max_items
         self._fail = fail
         self._name = name
@@ -51,7 +54,8 @@ class GroupCommit(Generic[K, T]):
         return bool(self._queues.get(key))
 
     async def _flush(self, key: K) -> None:
-        await asyncio.sleep(0)  # let the writes of this loop turn join the first batch
+        await asyncio.sleep(self._linger_s)  # let the items of this loop turn (or of the
+        # linger) join the first batch
         try:
             while True:
                 queue = self._queues[key]

@@ -32,7 +32,7 @@ from timeshard.store.sqlite import SqliteStore
 from timeshard.v1 import timeshard_pb2 as pb
 from timeshard.v1 import timeshard_pb2_grpc as pb_grpc
 from timeshard.wire import dur, ts_ms
-from timeshard.worker import JobContext, stream
+from timeshard.worker import JobContext, results, stream
 
 OK, STALE, INVALID = 0, grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.INVALID_ARGUMENT
 
@@ -634,3 +634,38 @@ async def test_the_credits_of_a_broken_stream_go_to_the_other_nodes() -> None:
         await nodes[rich].stop(0)
         other = links[1 - rich]
         await wait_until(lambda: other._credits.get("t", 0) == 4, 20, "the other node's credits")
+
+
+async def test_results_ending_close_together_travel_in_one_message(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Results linger (``RESULT_LINGER_S``) for more to join their message: two handlers that
+    end 50 ms apart under a 1 s linger send one result message with both, not two."""
+    monkeypatch.setattr(results, "RESULT_LINGER_S", 1.0)
+    srv = make_server()
+    w = worker()
+    release = {"a": asyncio.Event(), "b": asyncio.Event()}
+    running: set[str] = set()
+
+    @w.handler("t", timeout=30, concurrency=2)
+    async def handle(ctx: JobContext) -> None:
+        running.add(ctx.payload.decode())
+        await release[ctx.payload.decode()].wait()
+
+    async with working(w, [srv]):
+        now = srv.node.clock.now_ms()
+        ids = [
+            (await srv.node.jobs.schedule(JobSpec(job_type="t", run_at=now, payload=p)))[0].job_id
+            for p in (b"a", b"b")
+        ]
+        await wait_until(lambda: running == {"a", "b"}, 20, "both handlers running")
+        registry = srv.node.metrics.registry
+        before = registry.get_sample_value("timeshard_worker_messages_total", {"kind": "result"})
+        release["a"].set()
+        await asyncio.sleep(0.05)
+        release["b"].set()
+        for job_id in ids:
+            job = await wait_job(srv, await srv.node.jobs.get(job_id), lambda j: j.state.terminal)
+            assert job.state is JobState.SUCCEEDED
+        after = registry.get_sample_value("timeshard_worker_messages_total", {"kind": "result"})
+        assert (after or 0) - (before or 0) == 1
