@@ -95,6 +95,7 @@ class Claims:
             if items:
                 if len(items) < limit and not limited and type(self._clock) is SystemClock:
                     items += await self._linger(items, types, limit - len(items), room)
+                self._ready.pass_on(types)  # jobs left over: the next waiting claim
                 if before_write is not None:
                     before_write(items)
                 claimed = await self._claim_spending(items, worker, lease)
@@ -103,9 +104,11 @@ class Claims:
                 continue
             remaining = deadline - self._clock.monotonic()
             if remaining <= 0 or (give_up is not None and give_up()):
+                self._ready.pass_on(types)
                 return []
-            await self._wait_ready(types, remaining)
+            await self._wait_ready(types, room, remaining)
             if give_up is not None and give_up():
+                self._ready.pass_on(types)  # a wake this claim had goes to another
                 return []
 
     async def _linger(
@@ -131,7 +134,7 @@ class Claims:
                 now = self._clock.now_ms()
                 if due is None or due > until or now > due + CLAIM_LINGER_MS:
                     break  # none due that soon, or its dispatcher is late: answer now
-                changed = self._ready.waiter()
+                changed = self._ready.waiter(_with_room(types, caps))
                 await self._wait_change(changed, (due + CLAIM_LINGER_MS - now) / 1000)
                 left = _less(caps, held, more)
                 more += self._ready.take(types, room - len(more), left)
@@ -211,11 +214,14 @@ class Claims:
                 return True
         return False
 
-    async def _wait_ready(self, types: Sequence[str], timeout: float) -> None:
-        """Wait for a change of the ready queues (registered before anything is awaited, so
-        no push is missed: a missed one left claims asleep for a whole long poll), or, when
-        jobs wait only for room under a concurrency limit, at most a second."""
-        changed = self._ready.waiter()
+    async def _wait_ready(
+        self, types: Sequence[str], room: Mapping[str, int], timeout: float
+    ) -> None:
+        """Wait for a job of a type this claim has room for (registered before anything is
+        awaited, so no push is missed: a missed one left claims asleep for a whole long poll),
+        for room (``ReadyQueues.wake``; with room for no type, any push), or, when jobs wait
+        only for room under a concurrency limit, at most a second."""
+        changed = self._ready.waiter(_with_room(types, room) or None)
         if self._ready.has_any(types):
             timeout = min(timeout, 1.0)
             token = (
@@ -230,8 +236,12 @@ class Claims:
         await self._wait_change(changed, timeout)
 
     async def _wait_change(self, changed: asyncio.Future[None], timeout: float) -> None:
-        """Wait for ``changed`` (a ready-queue waiter) or ``timeout`` seconds."""
-        await sleep_or_wake(self._clock, timeout, changed)
+        """Wait for ``changed`` (a ready-queue waiter) or ``timeout`` seconds; a waiter not
+        woken is cancelled, so no wake is spent on it later."""
+        try:
+            await sleep_or_wake(self._clock, timeout, changed)
+        finally:
+            changed.cancel()
 
     def _expire(self, late: list[ReadyItem]) -> None:
         """Jobs taken for a claim after their deadline go to their dispatcher, which expires
@@ -295,6 +305,13 @@ def _capped(room: dict[str, int], caps: Mapping[str, int] | None) -> dict[str, i
     for t, cap in caps.items():
         out[t] = min(out.get(t, cap), cap)
     return out
+
+
+def _with_room(types: Sequence[str], room: Mapping[str, int] | None) -> list[str]:
+    """The ``types`` with room for a job (those not in ``room`` have no limit)."""
+    if not room:
+        return list(types)
+    return [t for t in types if room.get(t, 1) > 0]
 
 
 def _less(caps: dict[str, int] | None, *taken: Sequence[ReadyItem]) -> dict[str, int] | None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import heapq
+from collections import Counter, deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -194,6 +195,10 @@ class ReadyQueues:
         self.aging_ms = aging_ms
         self._by_type: dict[str, _TypeQueue] = {}
         self._waiters: list[asyncio.Future[None]] = []
+        """Waiters for any change (``waiter()`` without types)."""
+        self._by_type_waiters: dict[str, deque[asyncio.Future[None]]] = {}
+        """Waiters for jobs of a type, oldest first (one waiting for several types is in each
+        of their queues; done futures are skipped as they come up)."""
 
     def _queue(self, job_type: str) -> _TypeQueue:
         q = self._by_type.get(job_type)
@@ -208,13 +213,16 @@ class ReadyQueues:
             held.entries.extend(e for e in item.entries if e not in held.entries)
             return
         q.put(item)
-        self.wake()
+        self._wake_for(item.job_type, 1)
 
     def push_front(self, items: Iterable[ReadyItem]) -> None:
         """Items taken and not claimed go back: each to its old place (its rank)."""
+        added: Counter[str] = Counter()
         for item in items:
             self._queue(item.job_type).put(item)
-        self.wake()
+            added[item.job_type] += 1
+        for t, n in added.items():
+            self._wake_for(t, n)
 
     def take(
         self, types: Iterable[str], limit: int, per_type: dict[str, int] | None = None
@@ -290,16 +298,56 @@ class ReadyQueues:
         for q in self._by_type.values():
             q.drop_shard(shard)
 
-    def waiter(self) -> asyncio.Future[None]:
-        """A future done at the next change (a push, or ``wake``). Registered at once, so a
-        caller that checks the queues and then waits can not miss a push in between."""
+    def waiter(self, types: Iterable[str] | None = None) -> asyncio.Future[None]:
+        """A future done at the next change that concerns it: with ``types``, a job of one of
+        them queued, one waiter per job (the oldest first), or a ``wake``; without, any push.
+        Registered at once, so a caller that checks the queues and then waits can not miss a
+        push in between. A waiter woken for a job it then does not take passes the wake on
+        (``pass_on``), so a queued job never waits while a waiter that would take it sleeps."""
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiters.append(fut)
+        if types is None:
+            self._waiters.append(fut)
+        else:
+            for t in types:
+                waiting = self._by_type_waiters.setdefault(t, deque())
+                if len(waiting) > 64 and waiting[0].done():  # drop those given up meanwhile
+                    self._by_type_waiters[t] = waiting = deque(w for w in waiting if not w.done())
+                waiting.append(fut)
         return fut
 
+    def _wake_for(self, job_type: str, n: int) -> None:
+        """``n`` jobs of ``job_type`` were queued: wake as many of its waiters (not all: with W
+        worker streams waiting, a job woke W claims, W - 1 of them for nothing), and every
+        waiter for any change."""
+        if self._waiters:
+            self._wake_all(self._waiters)
+            self._waiters = []
+        waiting = self._by_type_waiters.get(job_type)
+        while waiting and n > 0:
+            fut = waiting.popleft()
+            if not fut.done():
+                fut.set_result(None)
+                n -= 1
+
+    def pass_on(self, types: Iterable[str]) -> None:
+        """A claim woke or looked for ``types`` and is done taking: for each of them with jobs
+        still queued, wake one more waiter (the wake it may have had for a job it did not
+        take goes on to the next)."""
+        for t in types:
+            if self._by_type.get(t):
+                self._wake_for(t, 1)
+
     def wake(self) -> None:
-        """Wake every waiter (something changed: jobs were pushed, or room was freed)."""
-        waiters, self._waiters = self._waiters, []
+        """Wake every waiter (something changed for all: room was freed, a stream's credits or
+        stop)."""
+        self._wake_all(self._waiters)
+        self._waiters = []
+        for waiting in self._by_type_waiters.values():
+            self._wake_all(waiting)
+            waiting.clear()
+
+    @staticmethod
+    def _wake_all(waiters: Iterable[asyncio.Future[None]]) -> None:
         for fut in waiters:
             if not fut.done():
                 fut.set_result(None)
