@@ -49,6 +49,7 @@ class Claims:
         lease_ms: Callable[[float], int],
         flow: FlowControl | None = None,
         delivered: Callable[[Job], None] | None = None,
+        next_due: Callable[[], int | None] | None = None,
     ) -> None:
         self._store = store
         self._flow = flow if flow is not None else FlowControl(clock, {})
@@ -59,6 +60,8 @@ class Claims:
         self._policies = policies
         self._lease_ms = lease_ms
         self._delivered = delivered
+        self._next_due = next_due if next_due is not None else self._scan_due
+        """When the earliest entry any dispatcher holds comes due (the node's ``DueTimer``)."""
         self._running: dict[str, dict[str, int]] = {}  # type -> job id -> lease_until
 
     async def claim(
@@ -127,10 +130,7 @@ class Claims:
         until = self._clock.now_ms() + CLAIM_LINGER_MS
         try:
             while len(more) < room:
-                due = min(
-                    (d for d in map(ShardDispatcher.next_due, self._dispatchers.values()) if d),
-                    default=None,
-                )
+                due = self._next_due()
                 now = self._clock.now_ms()
                 if due is None or due > until or now > due + CLAIM_LINGER_MS:
                     break  # none due that soon, or its dispatcher is late: answer now
@@ -142,6 +142,13 @@ class Claims:
             self._ready.push_front([*held, *more])  # the caller gave up: they stay ready
             raise
         return more
+
+    def _scan_due(self) -> int | None:
+        """``next_due`` without a node's timer: a pass over the dispatchers."""
+        return min(
+            (d for d in map(ShardDispatcher.next_due, self._dispatchers.values()) if d),
+            default=None,
+        )
 
     def share(self) -> float:
         """This node's part of the shards, 0-1: of a type's rate, what it may start."""

@@ -36,6 +36,7 @@ from timeshard.node.refresh import BucketRefresher
 from timeshard.node.retry import RetryPolicy
 from timeshard.node.schedules import ScheduleFirer, ScheduleOps
 from timeshard.node.starts import StartNotices
+from timeshard.node.timer import DueTimer
 from timeshard.node.waits import JobWaits
 from timeshard.observe.events import NodeMetrics
 from timeshard.sharding import minute_of, shard_of
@@ -114,6 +115,8 @@ class Node:
         self.address = address
         self.ready = ReadyQueues(aging_ms=max(1, round(self.config.priority_aging_s * 1000)))
         self.dispatchers: dict[int, ShardDispatcher] = {}
+        self.timer = DueTimer(self.clock)
+        """One timer for every dispatcher's wait (``node.timer``)."""
         self.metrics = NodeMetrics(clock)
         self._shard_lock = asyncio.Lock()
         self._background: set[asyncio.Task[None]] = set()
@@ -175,6 +178,7 @@ class Node:
             policies=self.config.types,
             lease_ms=self.config.lease_ms,
             delivered=lambda job: self.starts.delivered(job),
+            next_due=self.timer.next_due,
         )
 
     def _new_jobs(self) -> Jobs:
@@ -359,6 +363,7 @@ class Node:
                     on_released=self.starts.ended,
                     on_finished=self.waits.finished,
                     refreshed_by_node=self.config.dispatch.node_refresh,
+                    timer=self.timer,
                 )
                 self.dispatchers[shard] = d
                 d.start()

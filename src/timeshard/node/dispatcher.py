@@ -31,7 +31,7 @@ import heapq
 import logging
 from collections.abc import Callable, Iterable, Mapping
 
-from timeshard.clock import Clock, sleep_or_wake, wake
+from timeshard.clock import Clock, wake
 from timeshard.errors import NotOwner, TimeshardError
 from timeshard.limits import DEFAULT_MAX_UNSTARTED
 from timeshard.model import BucketEntry, Job, JobState
@@ -41,6 +41,7 @@ from timeshard.node.dispatchconfig import READ_MARGIN_S, DispatchConfig
 from timeshard.node.held import HeldEntries
 from timeshard.node.ready import ReadyItem, ReadyQueues
 from timeshard.node.schedules import ScheduleFirer
+from timeshard.node.timer import DueTimer
 from timeshard.observe.events import NodeMetrics
 from timeshard.sharding import minute_start
 from timeshard.store.base import Store
@@ -81,8 +82,11 @@ class ShardDispatcher:
         metrics: NodeMetrics | None = None,
         on_finished: Callable[[Job], None] | None = None,
         refreshed_by_node: bool = False,
+        timer: DueTimer | None = None,
     ) -> None:
         self.shard = shard
+        self._timer = timer if timer is not None else DueTimer(clock)
+        """The node's one timer for its dispatchers' waits (its own without a node)."""
         self.epoch = epoch
         self._clock = clock
         self._ready = ready
@@ -133,6 +137,7 @@ class ShardDispatcher:
             await asyncio.gather(self._task, return_exceptions=True)
             self._task = None
         self._ready.drop_shard(self.shard)
+        self._timer.note_due(self.shard, None)
 
     @property
     def cursor(self) -> int:
@@ -213,6 +218,7 @@ class ShardDispatcher:
             self._task = None
             self.deposed = True
             self._ready.drop_shard(self.shard)
+            self._timer.note_due(self.shard, None)
             if self._on_deposed is not None:
                 self._on_deposed(self.shard)
 
@@ -265,6 +271,7 @@ class ShardDispatcher:
                 log.warning("shard %d: deposed at epoch %d; stopping", self.shard, self.epoch)
                 self.deposed = True
                 self._ready.drop_shard(self.shard)
+                self._timer.note_due(self.shard, None)
                 if self._on_deposed is not None:
                     self._on_deposed(self.shard)
                 return
@@ -301,6 +308,7 @@ class ShardDispatcher:
 
     async def _wait(self) -> None:
         now = self._clock.now_ms()
+        self._timer.note_due(self.shard, self.next_due())
         times = [
             *([self._reader.refreshed_at + self._cfg.refresh_s * 1000] * self.refreshes_itself),
             *([self._held.heap[0].due_at] if self._held.heap else []),
@@ -318,7 +326,7 @@ class ShardDispatcher:
             if delay <= 0:
                 await asyncio.sleep(0)
                 return
-            await sleep_or_wake(self._clock, delay, self._waker)
+            await self._timer.sleep(delay, self._waker)
         finally:
             self._waker = None
 

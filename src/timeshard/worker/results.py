@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 import grpc
 
 from timeshard.batching import GroupCommit
-from timeshard.clock import Clock
+from timeshard.clock import Clock, SystemClock
 from timeshard.v1 import timeshard_pb2 as pb
 from timeshard.wire import translate
 from timeshard.worker.lease import Lease
@@ -61,14 +61,10 @@ class _Sender:
     """Sends the results for each node in batches: one Finish call in flight per node, the
     results that come meanwhile in the next one (``GroupCommit``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, linger_s: float) -> None:
         self._stubs: dict[int, WorkerStub] = {}
         self._groups: GroupCommit[int, _Pending] = GroupCommit(
-            self._finish,
-            max_items=RESULTS_PER_CALL,
-            fail=_fail,
-            name="finish",
-            linger_s=RESULT_LINGER_S,
+            self._finish, max_items=RESULTS_PER_CALL, fail=_fail, name="finish", linger_s=linger_s
         )
 
     async def send(self, stub: WorkerStub, item: pb.FinishItem, lease: Lease) -> pb.FinishResult:
@@ -104,7 +100,8 @@ class Results:
     def __init__(self, clock: Clock, nodes: Callable[[], Sequence[WorkerStub]]) -> None:
         self._clock = clock
         self._nodes = nodes
-        self._sender = _Sender()
+        # (the linger is real time: on another clock, a fake one in tests, results go at once)
+        self._sender = _Sender(RESULT_LINGER_S if type(clock) is SystemClock else 0.0)
 
     def targets(self, origin: WorkerStub) -> list[WorkerStub]:
         """Where a job's result or heartbeat goes: its own node first, then the others."""
