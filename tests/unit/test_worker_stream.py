@@ -19,7 +19,7 @@ from tests.unit.helpers import advance, settle, wait_until
 from tests.unit.test_worker_handler_ends import make_server, wait_job, working
 from tests.unit.test_worker_handler_ends import worker as unary_worker
 from timeshard.api import servicers
-from timeshard.api.work import WorkHub
+from timeshard.api.workhub import WorkHub
 from timeshard.clock import FakeClock, SystemClock
 from timeshard.coordinator.local import LocalCoordinator
 from timeshard.model import JobState

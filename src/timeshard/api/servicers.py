@@ -14,7 +14,8 @@ from timeshard.api.queries import job_query_from_pb
 from timeshard.api.replies import claim_cap, fit_page, fit_written
 from timeshard.api.scheduling import job_spec, warnings_pb
 from timeshard.api.status import node_status_to_pb
-from timeshard.api.work import WorkHub, WorkStream, finish_result
+from timeshard.api.work import WorkStream
+from timeshard.api.workhub import WorkHub, finish_result
 from timeshard.cron import CronSpec
 from timeshard.errors import (
     RETRY_AFTER_KEY,
