@@ -141,7 +141,7 @@ class CassandraStore(Store):
         """From the dead-letter index (``dead_letters``), not a scan of every job: the rows of
         the jobs that died on this node a moment ago are written first. The latest are read
         back and kept only if still dead (the index may trail a replay on another node)."""
-        await self._jobs.flush_follows()
+        await self._jobs.follows.flush()
         count, state, newest = 0, None, list[tuple[int, str]]()
         while count < limit:
             rows, state = await self._conn.page("scan_dead", (), size=1000, state=state)
