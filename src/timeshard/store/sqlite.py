@@ -36,7 +36,6 @@ from timeshard.model import (
 from timeshard.sharding import DEFAULT_NUM_SHARDS, shard_of, validate_num_shards
 from timeshard.store import transitions as T
 from timeshard.store.base import (
-    TYPE_POLICY_PREFIX,
     Completion,
     CreateResult,
     JobClaim,
@@ -45,12 +44,15 @@ from timeshard.store.base import (
     RetryAt,
     Store,
     entry_for,
+)
+from timeshard.store.codec import job_columns, job_from_row, schedule_columns, to_schedule
+from timeshard.store.listing import JobQuery, JobSlice
+from timeshard.store.meta import (
+    TYPE_POLICY_PREFIX,
     type_policies_of,
     type_setting_key,
     type_settings_of,
 )
-from timeshard.store.codec import job_columns, job_from_row, schedule_columns, to_schedule
-from timeshard.store.listing import JobQuery, JobSlice
 from timeshard.store.named import load_queries
 from timeshard.store.stats import StoreStats
 
