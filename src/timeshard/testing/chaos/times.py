@@ -15,7 +15,7 @@ from timeshard.testing.chaos.report import Finding
 STEP_OUTCOMES = frozenset({"ok", "retry", "permanent", "error"})
 """End outcomes that are the handler's own doing (a step), not the SDK stopping it."""
 CATCH_UP_KINDS = frozenset({"store_outage"})
-"""Faults after which a backlog of due jobs is released at once (``_Times.catching_up``)."""
+"""Faults after which a backlog of due jobs is released at once (``Times.catching_up``)."""
 
 
 class Times:
