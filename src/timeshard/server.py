@@ -12,8 +12,10 @@ from grpc_health.v1 import _async as health_async
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from timeshard.api.admin import AdminService
 from timeshard.api.peers import PeerChannels, PeerService, peer_security
-from timeshard.api.servicers import AdminService, JobService, WorkerService
+from timeshard.api.servicers import JobService
+from timeshard.api.workers import WorkerService
 from timeshard.node import Node
 from timeshard.observe.rpc import RpcMetrics
 from timeshard.security.policy import ServerSecurity

@@ -15,7 +15,7 @@ import pytest
 from tests.contract.conftest import cassandra_address, cassandra_admin
 from tests.integration.test_node_on_cassandra import node_with_worker, wait_for
 from tests.unit.test_worker_stream import Stream, _credits
-from timeshard.api.work import WorkHub
+from timeshard.api.workhub import WorkHub
 from timeshard.clock import SystemClock
 from timeshard.coordinator.local import LocalCoordinator
 from timeshard.model import JobState

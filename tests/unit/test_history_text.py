@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from timeshard.model import Attempt
-from timeshard.store.base import MAX_HISTORY, history_from_json, history_to_json
 from timeshard.store.codec import history_from_text, history_text
+from timeshard.store.history import MAX_HISTORY, history_from_json, history_to_json
 
 
 def test_history_text_is_what_the_json_encoder_writes() -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from timeshard.errors import StoreUnavailable
-from timeshard.store import sqlite as sqlite_store
+from timeshard.store import sqlitedb
 from timeshard.store.sqlite import SqliteStore
 
 # One round of racing stores lost about 3 times in 100 before the fix; 150 rounds of 8 make a
@@ -97,7 +97,7 @@ def hold_write_lock(path: Path, seconds: float, held: threading.Event) -> thread
 async def test_open_waits_past_the_busy_timeout_for_a_lock_to_go(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(sqlite_store, "BUSY_TIMEOUT_S", 0.05)
+    monkeypatch.setattr(sqlitedb, "BUSY_TIMEOUT_S", 0.05)
     path = tmp_path / "held.db"
     held = threading.Event()
     holder = hold_write_lock(path, 0.6, held)
@@ -114,7 +114,7 @@ async def test_open_waits_past_the_busy_timeout_for_a_lock_to_go(
 async def test_open_gives_up_at_its_deadline_with_store_unavailable(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(sqlite_store, "BUSY_TIMEOUT_S", 0.05)
+    monkeypatch.setattr(sqlitedb, "BUSY_TIMEOUT_S", 0.05)
     path = tmp_path / "held.db"
     held = threading.Event()
     holder = hold_write_lock(path, 1.5, held)

@@ -18,8 +18,8 @@ import pytest
 from tests.unit.helpers import advance, settle, wait_until
 from tests.unit.test_worker_handler_ends import make_server, wait_job, working
 from tests.unit.test_worker_handler_ends import worker as unary_worker
-from timeshard.api import servicers
-from timeshard.api.work import WorkHub
+from timeshard.api import workers
+from timeshard.api.workhub import WorkHub
 from timeshard.clock import FakeClock, SystemClock
 from timeshard.coordinator.local import LocalCoordinator
 from timeshard.model import JobState
@@ -369,7 +369,7 @@ async def test_a_stream_that_breaks_mid_job_leaves_it_to_its_lease(started: bool
 async def test_the_worker_falls_back_to_claims_on_a_node_without_the_stream(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(servicers.WorkerService, "Work", pb_grpc.WorkerServiceServicer.Work)
+    monkeypatch.setattr(workers.WorkerService, "Work", pb_grpc.WorkerServiceServicer.Work)
     srv = make_server()
     w = worker()
 
@@ -391,7 +391,7 @@ async def test_the_worker_takes_jobs_over_the_stream_when_asked(
 ) -> None:
     unary: list[str] = []
     for name in ("Claim", "Heartbeat", "Finish"):
-        method = getattr(servicers.WorkerService, name)
+        method = getattr(workers.WorkerService, name)
 
         def spy(method: Any = method, name: str = name) -> Any:
             async def called(self: Any, request: Any, context: Any) -> Any:
@@ -400,7 +400,7 @@ async def test_the_worker_takes_jobs_over_the_stream_when_asked(
 
             return called
 
-        monkeypatch.setattr(servicers.WorkerService, name, spy())
+        monkeypatch.setattr(workers.WorkerService, name, spy())
     srv = make_server()
     w = worker()
 

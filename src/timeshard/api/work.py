@@ -5,7 +5,7 @@ pushes claimed jobs as they come due, never more of a type than the credits it h
 one claim batch through the node's claim path (``Claims.claim``: fence, epoch, conditional
 writes, concurrency limits, never early). Heartbeats and results come on the same stream, many
 per request; those of every stream arriving while one batch is applied are applied together in
-the next (``batching.GroupCommit``), and each request gets one answer with a result per item.
+the next (``api.workhub``), and each request gets one answer with a result per item.
 The protocol, message by message, is in docs/architecture.md ("The worker stream").
 
 Per stream there is the reading coroutine (the RPC's own), one pushing task with up to
@@ -20,22 +20,22 @@ import asyncio
 import contextlib
 import logging
 from collections import deque
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import grpc
 
 from timeshard.api.replies import claim_cap
-from timeshard.batching import GroupCommit
+from timeshard.api.workhub import StreamRequest, WorkHub
 from timeshard.errors import InvalidArgument, TimeshardError, status_of
 from timeshard.limits import MAX_BATCH, MAX_CLAIM_JOBS, MAX_CLAIM_TYPES, check_count
-from timeshard.model import NOT_STARTED, Job, validate_job_id, validate_job_type, validate_worker_id
-from timeshard.node import Beat, FinishItem, Node
+from timeshard.model import NOT_STARTED, validate_job_id, validate_job_type, validate_worker_id
+from timeshard.node import Beat
 from timeshard.node.claims import Claimed
 from timeshard.node.ready import ReadyItem
 from timeshard.v1 import timeshard_pb2 as pb
-from timeshard.wire import claimed_to_pb, dur, dur_s, started_at_of, state_to_pb, ts, ts_ms
+from timeshard.wire import claimed_to_pb, dur, dur_s, started_at_of, ts_ms
 
 log = logging.getLogger(__name__)
 EOF: Any = grpc.aio.EOF  # type: ignore[attr-defined]  # (missing from the stubs)
@@ -46,9 +46,8 @@ MAX_CREDITS = 100_000
 MAX_UNSENT = 256
 """Answers and pushes waiting to be written before the stream stops reading requests (a worker
 that sends but does not read is slowed down, not buffered without bound)."""
-GROUP_REQUESTS = 256
-"""Requests (each up to ``MAX_BATCH`` heartbeats and results) applied in one group."""
 WAIT_S = 60.0
+"""How long one claim of the pushing task waits before it looks again."""
 CLAIM_RETRY_S = 0.1
 """The wait after a stream's claim failed (the store away); doubled for each failure in a
 row, up to ``CLAIM_RETRY_MAX_S``, and back to this after a claim that did not fail."""
@@ -57,10 +56,6 @@ CLAIM_FAILURE_LOG_S = 30.0
 """A stream's failing claims are logged once per this many seconds, not each one."""
 PIPELINE = 4
 """Claims in flight for one stream at once: one waiting for due jobs, the others writing."""
-"""How long one claim of the pushing task waits before it looks again."""
-
-FinishItems = Callable[[Sequence[pb.FinishItem], str], list[FinishItem | TimeshardError]]
-"""The API's conversion of wire results (shared with ``Finish``), the field prefix for errors."""
 
 
 @dataclass(slots=True)
@@ -72,112 +67,6 @@ class _Push:
     took_at: float
     """The node's monotonic clock just before the claim's write: the leases start after it."""
     response: pb.WorkResponse
-
-
-@dataclass(slots=True)
-class _Group:
-    """The heartbeats and results of one request, and the stream its answer goes to."""
-
-    stream: WorkStream
-    seq: int
-    heartbeats: list[Beat | TimeshardError]
-    results: list[FinishItem | TimeshardError]
-    asked: Sequence[pb.FinishItem] = field(default_factory=list)
-
-
-class WorkHub:
-    """What every stream of one node shares: the group commit of heartbeats and results."""
-
-    def __init__(self, node: Node, finish_items: FinishItems) -> None:
-        self.node = node
-        self.finish_items = finish_items
-        self._groups: GroupCommit[int, _Group] = GroupCommit(
-            self._apply, max_items=GROUP_REQUESTS, fail=_fail_group, name="work"
-        )
-        messages = node.metrics.worker_stream_messages
-        self.read, self.written = messages.labels("in"), messages.labels("out")
-
-    def submit(self, group: _Group) -> None:
-        self._groups.submit(0, group)
-
-    async def _apply(self, key: int, groups: list[_Group]) -> None:
-        beats = [h for g in groups for h in g.heartbeats if not isinstance(h, TimeshardError)]
-        items = [i for g in groups for i in g.results if not isinstance(i, TimeshardError)]
-        beat_out, finish_out = await asyncio.gather(
-            self.node.attempts.heartbeats(beats) if beats else _nothing(),
-            self.node.attempts.finish(items) if items else _nothing(),
-        )
-        beats_done, finish_done = iter(beat_out), iter(finish_out)
-        for g in groups:
-            hb = [_beat_result(h, beats_done) for h in g.heartbeats]
-            res = [
-                finish_result(i, a, finish_done) for i, a in zip(g.results, g.asked, strict=True)
-            ]
-            g.stream.send(pb.WorkResponse(seq=g.seq, heartbeats=hb, results=res))
-
-    async def close(self) -> None:
-        await self._groups.close()
-
-
-async def _nothing() -> list[Any]:
-    return []
-
-
-def _fail_group(group: _Group, exc: BaseException) -> None:
-    """A group that could not be applied (the store failed under it): each item is answered
-    UNAVAILABLE, to be sent again (a result may have applied: its retry is refused as stale)."""
-    if isinstance(exc, asyncio.CancelledError):
-        return
-    why = exc.message if isinstance(exc, TimeshardError) else "the node could not apply it"
-    code = grpc.StatusCode.UNAVAILABLE.value[0]
-    group.stream.send(
-        pb.WorkResponse(
-            seq=group.seq,
-            heartbeats=[
-                pb.HeartbeatResult(job_id=_job_of(h), code=code, message=why)
-                for h in group.heartbeats
-            ],
-            results=[pb.FinishResult(job_id=a.job_id, code=code, message=why) for a in group.asked],
-        )
-    )
-
-
-def _job_of(beat: Beat | TimeshardError) -> str:
-    return "" if isinstance(beat, TimeshardError) else beat.job_id
-
-
-def _beat_result(asked: Beat | TimeshardError, done: Any) -> pb.HeartbeatResult:
-    out = asked if isinstance(asked, TimeshardError) else next(done)
-    if isinstance(out, TimeshardError):
-        return pb.HeartbeatResult(
-            job_id=_job_of(asked), code=status_of(out).value[0], message=out.message
-        )
-    job, lease = out
-    return pb.HeartbeatResult(
-        job_id=job.job_id,
-        lease=pb.HeartbeatResponse(lease_until=ts(job.lease_until), lease=dur(lease)),
-    )
-
-
-def finish_result(
-    item: FinishItem | TimeshardError, asked: pb.FinishItem, done: Any
-) -> pb.FinishResult:
-    """The answer to result ``asked``: its refusal, or the next of ``done`` (the node's answers
-    to the items it took, in order). A completion whose result could not be stored was recorded
-    as a permanent failure: INVALID_ARGUMENT, with the job's state."""
-    out: Job | TimeshardError = item if isinstance(item, TimeshardError) else next(done)
-    if isinstance(out, TimeshardError):
-        code = status_of(out).value[0]
-        return pb.FinishResult(job_id=asked.job_id, code=code, message=out.message)
-    if isinstance(item, FinishItem) and item.refused:  # its result could not be stored
-        return pb.FinishResult(
-            job_id=asked.job_id,
-            code=grpc.StatusCode.INVALID_ARGUMENT.value[0],
-            message=f"{item.refused}; the attempt was recorded as failed (the job is "
-            f"{out.state.value})",
-            state=state_to_pb(out.state),
-        )
-    return pb.FinishResult(job_id=asked.job_id, state=state_to_pb(out.state))
 
 
 class WorkStream:
@@ -345,8 +234,8 @@ class WorkStream:
         if request.heartbeats or request.results:
             self._answers_due += 1
             self._hub.submit(
-                _Group(
-                    stream=self,
+                StreamRequest(
+                    answer=self.send,
                     seq=request.seq,
                     heartbeats=[_beat(n, h, now_ms) for n, h in enumerate(request.heartbeats)],
                     results=self._hub.finish_items(request.results, "results"),
@@ -462,16 +351,7 @@ class WorkStream:
         def before_write(items: Sequence[ReadyItem]) -> None:
             nonlocal took_at
             took_at = self._node.clock.monotonic()  # the leases start after this
-            self._stamps.setdefault(me, (self._seq, self._read_at))
-            taken: dict[str, int] = {}
-            for item in items:
-                taken[item.job_type] = taken.get(item.job_type, 0) + 1
-            for t in caps:
-                keep = min(caps[t], taken.get(t, 0))
-                self._held[t] -= caps[t] - keep
-                caps[t] = keep
-            self._waiting = False
-            self._credit_event.set()  # the next claim may wait for the next jobs now
+            self._took(me, caps, items)
 
         claimed: list[Claimed] = []
         failed = True
@@ -494,24 +374,13 @@ class WorkStream:
             log.exception("worker stream of %s: claim failed", self._worker)
             await asyncio.sleep(1.0)
         finally:
-            for t, n in caps.items():
-                self._held[t] -= n
-            if self._waiting and not claimed and self._waiting_caps is caps:
-                self._waiting = False  # gave up, or failed, before taking anything
-            self._credit_event.set()
-            # A push names the earliest request read before any claim still unsent took its
-            # time: claims end in any order, and the worker counts on pushes that never name
-            # an earlier request than the one before (an earlier one only makes its deadline
-            # earlier, never later than the lease's real end).
-            after_seq, read_at = min(self._stamps.values(), default=(0, 0.0))
-            self._stamps.pop(me, None)
+            after_seq, read_at = self._claim_over(me, caps, claimed)
         if not failed and self._claim_failures:
             self._claims_succeed()
-        if claimed:
-            for c in claimed:
-                t = c.job.job_type
-                if t in self._credits:  # (not after a stop, which dropped them all)
-                    self._credits[t] -= 1
+        for c in claimed:
+            t = c.job.job_type
+            if t in self._credits:  # (not after a stop, which dropped them all)
+                self._credits[t] -= 1
         # The credits this claim held and did not spend are free again: the claim waiting now
         # may not cover their type.
         self._wake_if_uncovered()
@@ -526,6 +395,39 @@ class WorkStream:
                 response=pb.WorkResponse(after_seq=after_seq, held=dur(held_ms)),
             )
         )
+
+    def _took(self, me: object, caps: dict[str, int], items: Sequence[ReadyItem]) -> None:
+        """Claim ``me`` is about to write ``items``: it notes the last request read, keeps the
+        credits of only as many jobs per type as it took (``caps`` lowered in place), and the
+        next claim may wait for the next jobs."""
+        self._stamps.setdefault(me, (self._seq, self._read_at))
+        taken: dict[str, int] = {}
+        for item in items:
+            taken[item.job_type] = taken.get(item.job_type, 0) + 1
+        for t in caps:
+            keep = min(caps[t], taken.get(t, 0))
+            self._held[t] -= caps[t] - keep
+            caps[t] = keep
+        self._waiting = False
+        self._credit_event.set()  # the next claim may wait for the next jobs now
+
+    def _claim_over(
+        self, me: object, caps: dict[str, int], claimed: Sequence[Claimed]
+    ) -> tuple[int, float]:
+        """Claim ``me`` ended (``claimed`` what it took): its credits are no longer held.
+        Returns the request its push names and when it was read."""
+        for t, n in caps.items():
+            self._held[t] -= n
+        if self._waiting and not claimed and self._waiting_caps is caps:
+            self._waiting = False  # gave up, or failed, before taking anything
+        self._credit_event.set()
+        # A push names the earliest request read before any claim still unsent took its
+        # time: claims end in any order, and the worker counts on pushes that never name
+        # an earlier request than the one before (an earlier one only makes its deadline
+        # earlier, never later than the lease's real end).
+        after_seq, read_at = min(self._stamps.values(), default=(0, 0.0))
+        self._stamps.pop(me, None)
+        return after_seq, read_at
 
     def _give_up(self) -> bool:
         return self._changed or self._stopping

@@ -14,6 +14,7 @@ Exits 1 when a node did not answer or is not serving, or a shard has no owner (f
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass, field
 from typing import Any
 
 from timeshard.cli.common import add_json_option, number
@@ -70,85 +71,100 @@ def merge(
     errors: dict[str, str],
     window_s: float,
 ) -> dict[str, Any]:
-    shards: dict[int, dict[str, Any]] = {}
-    buckets: dict[float, int] = {}
-    top = 0.0
-    dead: dict[str, Any] | None = None
-    failures: list[dict[str, Any]] = []
-    unclaimed: dict[str, dict[str, Any]] = {}
-    starts: dict[str, tuple[dict[float, int], float]] = {}
-    nodes = []
+    nodes = [_node_row(n, answers.get(n.node_id), errors) for n in info.nodes]
+    m = _Merged()
     for n in info.nodes:
         a = answers.get(n.node_id)
-        row: dict[str, Any] = {
-            "node_id": n.node_id,
-            "address": n.address,
-            "answered": a is not None,
-        }
-        if a is None:
-            row["error"] = errors.get(n.node_id, "")
-            nodes.append(row)
-            continue
-        row.update(
-            serving=a.serving,
-            store_reachable=a.store_reachable,
-            store_error=a.store_error,
-            coordinator_connected=a.coordinator_connected,
-            shards=len(a.shards),
-            streams_behind=a.streams_behind,
-            ready_due=a.ready_due,
-            due=sum(s.due for s in a.shards),
-            max_lag_ms=max((s.dispatch_lag_ms for s in a.shards), default=0),
-        )
-        nodes.append(row)
+        if a is not None:
+            m.add(n.node_id, a)
+    shards = m.shards
+    all_answered = all(answers.values())
+    unowned = [s for s in range(info.num_shards) if s not in shards] if all_answered else None
+    late = percentiles(m.buckets, m.top)
+    return {
+        "num_shards": info.num_shards,
+        "nodes": nodes,
+        "shards": [shards[s] for s in sorted(shards)],
+        "shards_without_owner": unowned,
+        "dead_letters": m.dead,
+        "unclaimed": sorted(m.unclaimed.values(), key=lambda t: (-t["oldest_age_ms"], t["type"])),
+        "lateness": {"window_s": window_s, **late.as_dict()},
+        "schedule_to_start": {
+            t: percentiles(seen, most).as_dict() for t, (seen, most) in sorted(m.starts.items())
+        },
+        "recent_failures": sorted(m.failures, key=lambda e: e["at"], reverse=True)[:20],
+    }
+
+
+def _node_row(
+    n: pb.Node, a: pb.NodeStatusResponse | None, errors: dict[str, str]
+) -> dict[str, Any]:
+    """One node's line of the table: its health, or why it did not answer."""
+    row: dict[str, Any] = {"node_id": n.node_id, "address": n.address, "answered": a is not None}
+    if a is None:
+        row["error"] = errors.get(n.node_id, "")
+        return row
+    row.update(
+        serving=a.serving,
+        store_reachable=a.store_reachable,
+        store_error=a.store_error,
+        coordinator_connected=a.coordinator_connected,
+        shards=len(a.shards),
+        streams_behind=a.streams_behind,
+        ready_due=a.ready_due,
+        due=sum(s.due for s in a.shards),
+        max_lag_ms=max((s.dispatch_lag_ms for s in a.shards), default=0),
+    )
+    return row
+
+
+@dataclass
+class _Merged:
+    """The nodes' answers added up, one node at a time: the shards each dispatches, the
+    lateness and start-delay buckets (they add up), the dead-letter count (whoever counted it),
+    recent failures and the job types whose due jobs wait unclaimed."""
+
+    shards: dict[int, dict[str, Any]] = field(default_factory=dict)
+    buckets: dict[float, int] = field(default_factory=dict)
+    top: float = 0.0
+    dead: dict[str, Any] | None = None
+    failures: list[dict[str, Any]] = field(default_factory=list)
+    unclaimed: dict[str, dict[str, Any]] = field(default_factory=dict)
+    starts: dict[str, tuple[dict[float, int], float]] = field(default_factory=dict)
+
+    def add(self, node_id: str, a: pb.NodeStatusResponse) -> None:
         for s in a.shards:
-            shards[s.shard] = {
+            self.shards[s.shard] = {
                 "shard": s.shard,
-                "owner": n.node_id,
+                "owner": node_id,
                 "epoch": s.epoch,
                 "due": s.due,
                 "dispatch_lag_ms": s.dispatch_lag_ms,
                 "ready": s.ready,
             }
         for b in a.lateness:
-            buckets[b.le_ms] = buckets.get(b.le_ms, 0) + b.count
-        top = max(top, a.lateness_max_ms)
+            self.buckets[b.le_ms] = self.buckets.get(b.le_ms, 0) + b.count
+        self.top = max(self.top, a.lateness_max_ms)
         for d in a.start_delay:
-            seen, most = starts.get(d.type, ({}, 0.0))
+            seen, most = self.starts.get(d.type, ({}, 0.0))
             for b in d.buckets:
                 seen[b.le_ms] = seen.get(b.le_ms, 0) + b.count
-            starts[d.type] = (seen, max(most, d.max_ms))
+            self.starts[d.type] = (seen, max(most, d.max_ms))
         if a.dead_letters_counted:
-            dead = {
+            self.dead = {
                 "count": a.dead_letters,
-                "counted_by": n.node_id,
+                "counted_by": node_id,
                 "counted_at": when(ts_ms(a.dead_letters_at)),
             }
-        failures += [_event(e, n.node_id) for e in a.recent_failures]
+        self.failures += [_event(e, node_id) for e in a.recent_failures]
         for w in a.unclaimed:
-            t = unclaimed.setdefault(
+            t = self.unclaimed.setdefault(
                 w.type, {"type": w.type, "jobs": 0, "oldest_age_ms": 0, "held": None}
             )
             t["jobs"] += w.jobs
             t["oldest_age_ms"] = max(t["oldest_age_ms"], w.oldest_age_ms)
             if w.held and t["held"] != "paused":  # paused anywhere says more than a rate
                 t["held"] = w.held
-    all_answered = all(answers.values())
-    unowned = [s for s in range(info.num_shards) if s not in shards] if all_answered else None
-    late = percentiles(buckets, top)
-    return {
-        "num_shards": info.num_shards,
-        "nodes": nodes,
-        "shards": [shards[s] for s in sorted(shards)],
-        "shards_without_owner": unowned,
-        "dead_letters": dead,
-        "unclaimed": sorted(unclaimed.values(), key=lambda t: (-t["oldest_age_ms"], t["type"])),
-        "lateness": {"window_s": window_s, **late.as_dict()},
-        "schedule_to_start": {
-            t: percentiles(seen, most).as_dict() for t, (seen, most) in sorted(starts.items())
-        },
-        "recent_failures": sorted(failures, key=lambda e: e["at"], reverse=True)[:20],
-    }
 
 
 def _event(e: pb.JobEvent, node: str) -> dict[str, Any]:
@@ -169,6 +185,12 @@ def _ms(v: float) -> str:
 
 
 def render(st: dict[str, Any]) -> list[str]:
+    return [*_summary(st), *_node_lines(st["nodes"]), *_attention(st)]
+
+
+def _summary(st: dict[str, Any]) -> list[str]:
+    """The cluster in a few lines: nodes and shard owners, the dead letters, lateness and
+    schedule-to-start; then the node table's header."""
     unowned = st["shards_without_owner"]
     owner_note = (
         "owners unknown (a node did not answer)"
@@ -182,7 +204,7 @@ def render(st: dict[str, Any]) -> list[str]:
         else "not counted yet"
     )
     late = st["lateness"]
-    out = [
+    return [
         f"{len(st['nodes'])} node(s), {st['num_shards']} shards, {owner_note}",
         f"dead letters: {dlq}",
         f"lateness, last {late['window_s']:g} s ({late['count']} claims): "
@@ -196,7 +218,11 @@ def render(st: dict[str, Any]) -> list[str]:
         "",
         f"{'NODE':<20} {'ADDRESS':<22} {'HEALTH':<12} {'SHARDS':>6} {'DUE':>6} {'MAX LAG':>8}",
     ]
-    for n in st["nodes"]:
+
+
+def _node_lines(nodes: list[dict[str, Any]]) -> list[str]:
+    out = []
+    for n in nodes:
         if not n["answered"]:
             out.append(f"{n['node_id']:<20} {n['address']:<22} no answer: {n.get('error', '')}")
             continue
@@ -216,6 +242,13 @@ def render(st: dict[str, Any]) -> list[str]:
                 else ""
             )
         )
+    return out
+
+
+def _attention(st: dict[str, Any]) -> list[str]:
+    """What needs a look, if anything: shards behind, due jobs nobody claims, recent
+    failures."""
+    out: list[str] = []
     behind = [s for s in st["shards"] if s["dispatch_lag_ms"] > LAG_WARN_MS]
     if behind:
         out += ["", f"shards behind (dispatch lag over {LAG_WARN_MS // 1000} s):"]

@@ -160,7 +160,14 @@ class NodeMetrics:
         self.dead: deque[JobEvent] = deque(maxlen=RECENT)
         self.health = Health()
         self.tracing = Tracing(tracer_provider)
-        r = self.registry
+        self._job_counters(self.registry)
+        self._start_and_flow(self.registry)
+        self._lease_counters(self.registry)
+        self._messages(self.registry)
+        self._lateness(self.registry)
+
+    def _job_counters(self, r: CollectorRegistry) -> None:
+        """The ``timeshard_jobs_*`` counters, by type."""
 
         def jobs(name: str, what: str) -> Counter:
             return Counter(f"timeshard_jobs_{name}", what, ["type"], registry=r)
@@ -191,6 +198,10 @@ class NodeMetrics:
             "Jobs dead after max_unstarted deliveries without a handler start (counted in "
             "dead_lettered too).",
         )
+
+    def _start_and_flow(self, r: CollectorRegistry) -> None:
+        """How long jobs waited for a handler start, and the worker streams and calls held
+        back because the node was behind."""
         self.schedule_to_start = Histogram(
             "timeshard_schedule_to_start_seconds",
             "From a job's due time to its handler's start (the worker's start notice), on the "
@@ -220,6 +231,10 @@ class NodeMetrics:
             "held --max-ready due jobs not started.",
             registry=r,
         )
+
+    def _lease_counters(self, r: CollectorRegistry) -> None:
+        """Leases that ran out, and the claims that ran a job again after one, by type
+        (``totals()`` counts them with the job counters)."""
         self.lease_expiries_total = Counter(
             "timeshard_lease_expiries",
             "Leases that ran out without a result: a failed attempt (retried, or dead at the "
@@ -233,6 +248,9 @@ class NodeMetrics:
             ["type"],
             registry=r,
         )
+
+    def _messages(self, r: CollectorRegistry) -> None:
+        """Messages and calls: of the worker protocol, of gRPC services, between peers."""
         self.worker_messages_total = Counter(
             "timeshard_worker_messages",
             "Messages of the worker protocol, by kind: claim (a Claim request, or a worker "
@@ -275,6 +293,9 @@ class NodeMetrics:
             buckets=RPC_BUCKETS_S,
             registry=r,
         )
+
+    def _lateness(self, r: CollectorRegistry) -> None:
+        """From a job's due time to its claim, by type and by priority."""
         self.lateness = Histogram(
             "timeshard_fire_lateness_seconds",
             "From a job's due time to the claim that handed it to a worker, on the owner node "
@@ -283,7 +304,6 @@ class NodeMetrics:
             buckets=LATENESS_BUCKETS_S,
             registry=r,
         )
-
         self.wait_by_priority = Histogram(
             "timeshard_claim_wait_seconds",
             "From a job's due time to the claim that handed it to a worker, by the job's "

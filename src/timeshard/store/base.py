@@ -16,13 +16,12 @@ from __future__ import annotations
 
 import abc
 import asyncio
-import json
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
 from timeshard.errors import InvalidArgument
 from timeshard.limits import DEFAULT_MAX_UNSTARTED
-from timeshard.model import Attempt, BucketEntry, Job, JobState, Schedule, ShardState, WriteResult
+from timeshard.model import BucketEntry, Job, JobState, Schedule, ShardState, WriteResult
 from timeshard.sharding import minute_of
 from timeshard.store import pages
 from timeshard.store.listing import JobOrder, JobQuery, JobSlice
@@ -541,79 +540,3 @@ class Store(abc.ABC):
     @abc.abstractmethod
     async def save_cursor(self, shard: int, epoch: int, cursor: int) -> bool:
         """Applied iff the stored epoch is still ``epoch``; a deposed owner changes nothing."""
-
-
-TYPE_POLICY_PREFIX = "type_policy:"
-"""Per-type policies live in the stores' ``meta`` table under this prefix and the type."""
-
-
-def type_policies_of(rows: Iterable[tuple[str, str]]) -> dict[str, str]:
-    """The per-type policies among ``meta`` rows (key, value)."""
-    n = len(TYPE_POLICY_PREFIX)
-    return {k[n:]: v for k, v in rows if k.startswith(TYPE_POLICY_PREFIX)}
-
-
-TYPE_SETTINGS = ("rate", "paused")
-"""The per-type settings stored beside the policy, each under ``type_<setting>:<type>`` in
-the stores' ``meta`` table."""
-
-
-def type_setting_key(setting: str, job_type: str) -> str:
-    if setting not in TYPE_SETTINGS:
-        raise ValueError(f"unknown type setting {setting!r}")
-    return f"type_{setting}:{job_type}"
-
-
-def type_settings_of(setting: str, rows: Iterable[tuple[str, str]]) -> dict[str, str]:
-    """The values of ``setting`` among ``meta`` rows (key, value), by job type."""
-    prefix = type_setting_key(setting, "")
-    return {k[len(prefix) :]: v for k, v in rows if k.startswith(prefix)}
-
-
-def new_attempt(job: Job, worker: str, now: int) -> Attempt:
-    return Attempt(attempt=job.attempt + 1, worker=worker, started_at=now)
-
-
-def history_to_json(history: tuple[Attempt, ...]) -> str:
-    return json.dumps(
-        [
-            {
-                "attempt": a.attempt,
-                "worker": a.worker,
-                "started_at": a.started_at,
-                "finished_at": a.finished_at,
-                "error": a.error,
-                "outcome": a.outcome,
-                **({"traceback": a.traceback} if a.traceback else {}),
-            }
-            for a in history
-        ],
-        separators=(",", ":"),
-    )
-
-
-def history_from_json(text: str) -> tuple[Attempt, ...]:
-    return tuple(Attempt(**item) for item in json.loads(text or "[]"))
-
-
-def finish_attempt(
-    job: Job, now: int, outcome: str, error: str = "", traceback: str = ""
-) -> tuple[Attempt, ...]:
-    """The history with its last attempt closed."""
-    if not job.history:
-        return job.history
-    last = job.history[-1]
-    closed = Attempt(
-        attempt=last.attempt,
-        worker=last.worker,
-        started_at=last.started_at,
-        finished_at=now,
-        error=error,
-        outcome=outcome,
-        traceback=traceback,
-    )
-    return (*job.history[:-1], closed)
-
-
-MAX_HISTORY = 20
-"""Attempts kept on a job (the newest); enough to diagnose, bounded so a row stays small."""

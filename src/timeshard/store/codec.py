@@ -19,7 +19,7 @@ from timeshard.model import (
     Schedule,
     restore_job,
 )
-from timeshard.store.base import MAX_HISTORY, history_from_json
+from timeshard.store.history import MAX_HISTORY, history_from_json
 
 Row = dict[str, Any]
 
@@ -74,7 +74,7 @@ def history_from_text(text: str | None) -> tuple[Attempt, ...]:
 
 
 def history_text(history: tuple[Attempt, ...]) -> str:
-    """The history as JSON text, exactly as ``store.base.history_to_json`` writes it, built by
+    """The history as JSON text, exactly as ``store.history.history_to_json`` writes it, built by
     hand: a claim and a result each rewrite it, and the JSON encoder's set-up per call cost
     more than the text itself."""
     if not history:

@@ -1,25 +1,19 @@
 """The embedded store: stdlib sqlite3 in WAL mode, the same contract as Cassandra, no server.
 
-One writer thread owns the connection. Calls from the event loop are queued to it, and every
-call waiting when it wakes runs in one transaction (each in its own savepoint) committed once:
-group commit, so a burst of schedules or claims costs one fsync, not one each. The results of a
-transaction go back to the event loop in one hop, not one per call.
+Each operation is a function of the connection run by the database's writer thread
+(``sqlitedb.Database``), which commits every call waiting when it wakes in one transaction:
+group commit, so a burst of schedules or claims costs one fsync, not one each.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
-import queue
-import random
 import sqlite3
-import threading
-import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from timeshard.clock import Clock, SystemClock
 from timeshard.errors import InvalidArgument, StoreUnavailable
@@ -36,7 +30,6 @@ from timeshard.model import (
 from timeshard.sharding import DEFAULT_NUM_SHARDS, shard_of, validate_num_shards
 from timeshard.store import transitions as T
 from timeshard.store.base import (
-    TYPE_POLICY_PREFIX,
     Completion,
     CreateResult,
     JobClaim,
@@ -45,86 +38,30 @@ from timeshard.store.base import (
     RetryAt,
     Store,
     entry_for,
+)
+from timeshard.store.codec import job_columns, job_from_row, schedule_columns, to_schedule
+from timeshard.store.listing import JobQuery, JobSlice
+from timeshard.store.meta import (
+    TYPE_POLICY_PREFIX,
     type_policies_of,
     type_setting_key,
     type_settings_of,
 )
-from timeshard.store.codec import job_columns, job_from_row, schedule_columns, to_schedule
-from timeshard.store.listing import JobQuery, JobSlice
-from timeshard.store.named import load_queries
+from timeshard.store.sqlitedb import OPEN_TIMEOUT_S, Database, Q
 from timeshard.store.stats import StoreStats
 
 log = logging.getLogger(__name__)
 SWEEP_EVERY_S = 10.0
 SWEEP_ROWS = 5000
-R = TypeVar("R")
-Q = load_queries("sqlite.sql")
-for _name in ("find_jobs_by_due", "find_jobs_by_created", "find_jobs_by_id", "count_jobs"):
-    Q[_name] = Q[_name].replace("{jobs_matching}", Q["jobs_matching"])
-_Op = tuple[Callable[[sqlite3.Connection], Any], "asyncio.Future[Any]"]
-_Result = tuple["asyncio.Future[Any]", bool, Any]  # (future, ok, value or exception)
-
-#: How long one statement waits for another connection's write lock (SQLite's busy handler).
-BUSY_TIMEOUT_S = 5.0
-#: How long ``open()`` keeps retrying a database another process holds locked before it fails.
-OPEN_TIMEOUT_S = 60.0
-_OPEN_RETRY_FIRST_S = 0.01
 #: ``get_jobs`` of at most this many ids reads on the event loop through a reader connection
 #: (WAL: a reader sees the last commit and never waits for the writer), not through the writer
 #: queue, where the dispatcher's read of a due job waited behind a commit's fsync. Larger reads
 #: go to the writer thread, so a burst does not hold up the event loop.
 INLINE_READ_MAX = 64
-_OPEN_RETRY_MAX_S = 0.5
 
 
 _FINISHED = (JobState.SUCCEEDED.value, JobState.CANCELLED.value, JobState.EXPIRED.value)
 """Finished states kept for ``Retention.finished_s`` (dead letters have their own)."""
-
-
-def _is_locked(exc: sqlite3.OperationalError) -> bool:
-    """``database is locked`` (SQLITE_BUSY) or ``database table is locked`` (SQLITE_LOCKED),
-    extended codes included: another connection holds the lock; waiting may help."""
-    code = getattr(exc, "sqlite_errorcode", None)
-    if code is None:
-        return "locked" in str(exc)
-    return code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
-
-
-def _migrate(db: sqlite3.Connection) -> None:
-    """Create what is missing, in one write transaction taken up front (``BEGIN IMMEDIATE``
-    waits in the busy handler; statement by statement each would upgrade a read lock to a write
-    lock, which SQLite refuses at once when another connection is writing)."""
-    try:
-        # executescript commits a pending transaction before it runs, so BEGIN goes inside it.
-        db.executescript(f"BEGIN IMMEDIATE;\n{Q['schema']};")
-        _add_missing_columns(db)
-        db.execute("COMMIT")
-    except BaseException:
-        if db.in_transaction:
-            db.execute("ROLLBACK")
-        raise
-
-
-_ADDED_COLUMNS = {
-    "result": "add_result",
-    "result_encoding": "add_result_encoding",
-    "deadline": "add_deadline",
-    "priority": "add_priority",
-    "unstarted": "add_unstarted",
-    "start_noticed": "add_start_noticed",
-}
-"""Columns added to ``jobs`` after its first version, and the statement that adds each."""
-
-
-def _add_missing_columns(db: sqlite3.Connection) -> None:
-    """Bring a database made by an earlier version up to date (inside ``_migrate``'s
-    transaction): ``CREATE TABLE IF NOT EXISTS`` leaves an existing table as it was."""
-    have = {row[0] for row in db.execute(Q["job_columns"])}
-    for column, statement in _ADDED_COLUMNS.items():
-        if column not in have:
-            db.execute(Q[statement])
-    if "spread_ms" not in {row[0] for row in db.execute(Q["schedule_columns"])}:
-        db.execute(Q["add_spread"])
 
 
 def _select_schedule(db: sqlite3.Connection, schedule_id: str) -> Schedule | None:
@@ -135,27 +72,6 @@ def _select_schedule(db: sqlite3.Connection, schedule_id: str) -> Schedule | Non
 def _select(db: sqlite3.Connection, job_id: str) -> Job | None:
     row = db.execute(Q["select_job"], (job_id,)).fetchone()
     return job_from_row(row) if row is not None else None
-
-
-def _settle(results: list[_Result]) -> None:
-    """On the event loop: hand each caller its result (unless it gave up meanwhile)."""
-    for fut, ok, value in results:
-        if fut.done():
-            continue
-        if ok:
-            fut.set_result(value)
-        else:
-            fut.set_exception(value)
-
-
-def _deliver(results: list[_Result]) -> None:
-    """From the writer thread: one hop to each event loop that waits, for all its results."""
-    by_loop: dict[asyncio.AbstractEventLoop, list[_Result]] = {}
-    for result in results:
-        by_loop.setdefault(result[0].get_loop(), []).append(result)
-    for loop, mine in by_loop.items():
-        with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits for these
-            loop.call_soon_threadsafe(_settle, mine)
 
 
 def _stored_num_shards(db: sqlite3.Connection) -> int:
@@ -196,15 +112,11 @@ class SqliteStore(Store):
         self._clock: Clock = clock or SystemClock()
         self._sweeper: asyncio.Task[None] | None = None
         self._sweep_after = 0
-        self._open_timeout = open_timeout
         self.num_shards = validate_num_shards(num_shards)
-        self._synchronous = synchronous
-        self._ops: queue.SimpleQueue[_Op | None] = queue.SimpleQueue()
         self.stats = StoreStats()
-        self._thread: threading.Thread | None = None
-        self._ready = threading.Event()
-        self._open_error: BaseException | None = None
-        self._read_db: sqlite3.Connection | None = None
+        self._db = Database(
+            self.path, synchronous=synchronous, open_timeout=open_timeout, stats=self.stats
+        )
 
     @classmethod
     def from_url(
@@ -214,57 +126,21 @@ class SqliteStore(Store):
         rest = url.removeprefix("sqlite://")
         return cls(rest or ":memory:", num_shards=num_shards, retention=retention)
 
-    # -- the writer thread ----------------------------------------------------------------
+    # -- the database ---------------------------------------------------------------------
 
     async def open(self) -> None:
-        if self._thread is not None:
+        if self._db.is_open:
             return
-        if self.path != ":memory:":
-            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-        self._thread = threading.Thread(target=self._run, name=f"sqlite:{self.path}", daemon=True)
-        self._thread.start()
-        await asyncio.get_running_loop().run_in_executor(None, self._ready.wait)
-        if self._open_error is not None:
-            error, self._open_error, self._thread = self._open_error, None, None
-            self._ready.clear()  # open() may be called again
-            raise StoreUnavailable(f"can not open {self.path}: {error}")
-        await self._call(self._check_shard_count)
+        await self._db.open()
+        await self._db.call(self._check_shard_count)
         self._sweeper = asyncio.create_task(self._sweep_forever(), name=f"sweep:{self.path}")
 
-    def _connect(self) -> sqlite3.Connection:
-        """Connect, switch to WAL and migrate; while another process holds the file locked, wait
-        and retry with backoff until ``open_timeout`` has passed.
-
-        The busy timeout alone is not enough: servers started together on one new file race to
-        switch it to WAL, and SQLite answers the loser ``database is locked`` at once, without
-        calling the busy handler (it would deadlock: both hold a read lock and want to write).
-        """
-        deadline = time.monotonic() + self._open_timeout
-        delay = _OPEN_RETRY_FIRST_S
-        while True:
-            try:
-                return self._connect_once()
-            except sqlite3.OperationalError as exc:
-                if not _is_locked(exc) or time.monotonic() + delay >= deadline:
-                    raise
-                log.info("%s is locked by another process (%s); retrying", self.path, exc)
-            time.sleep(random.uniform(delay / 2, delay))  # jitter: racers spread out
-            delay = min(delay * 2, _OPEN_RETRY_MAX_S)
-
-    def _connect_once(self) -> sqlite3.Connection:
-        db = sqlite3.connect(
-            self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
-        )
-        try:
-            db.row_factory = sqlite3.Row
-            db.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT_S * 1000)}")
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute(f"PRAGMA synchronous={self._synchronous}")
-            _migrate(db)
-        except BaseException:
-            db.close()
-            raise
-        return db
+    async def close(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            await asyncio.gather(self._sweeper, return_exceptions=True)
+            self._sweeper = None
+        await self._db.close()
 
     def _check_shard_count(self, db: sqlite3.Connection) -> None:
         db.execute(Q["insert_meta"], ("num_shards", str(self.num_shards)))
@@ -275,117 +151,6 @@ class SqliteStore(Store):
                 f"this store was created with {stored} shards, not {self.num_shards}; "
                 "the shard count is fixed when a cluster is created",
             )
-
-    def _run(self) -> None:
-        try:
-            db = self._connect()
-        except BaseException as exc:  # reported to open()
-            self._open_error = exc
-            self._ready.set()
-            return
-        self._ready.set()
-        try:
-            while True:
-                first = self._ops.get()
-                if first is None:
-                    return
-                batch = [first]
-                while len(batch) < 512:
-                    try:
-                        nxt = self._ops.get_nowait()
-                    except queue.Empty:
-                        break
-                    if nxt is None:
-                        self._ops.put(None)
-                        break
-                    batch.append(nxt)
-                self.stats.round(len(batch))  # one transaction: the embedded "round"
-                self._run_batch(db, batch)
-        finally:
-            db.close()
-
-    @staticmethod
-    def _run_batch(db: sqlite3.Connection, batch: list[_Op]) -> None:
-        results: list[_Result] = []
-        # A caller that was cancelled while queued does not get its op run. (A cancel that
-        # lands after this check is like one after the op ran: the op's effect stands.)
-        batch = [(fn, fut) for fn, fut in batch if not fut.cancelled()]
-        if not batch:
-            return
-        if len(batch) == 1:
-            SqliteStore._run_alone(db, *batch[0])
-            return
-        try:
-            db.execute("BEGIN IMMEDIATE")
-            for fn, fut in batch:
-                db.execute("SAVEPOINT op")
-                try:
-                    results.append((fut, True, fn(db)))
-                    db.execute("RELEASE op")
-                except Exception as exc:
-                    db.execute("ROLLBACK TO op")
-                    db.execute("RELEASE op")
-                    results.append((fut, False, exc))
-            db.execute("COMMIT")
-        except sqlite3.Error as exc:
-            if db.in_transaction:
-                db.execute("ROLLBACK")
-            err = StoreUnavailable(str(exc))
-            _deliver([(fut, False, err) for _, fut in batch])
-            return
-        _deliver(results)
-
-    @staticmethod
-    def _run_alone(
-        db: sqlite3.Connection, fn: Callable[[sqlite3.Connection], Any], fut: Any
-    ) -> None:
-        """One op in its own transaction: no savepoint needed to undo it alone."""
-        try:
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                value = fn(db)
-            except Exception as exc:
-                if db.in_transaction:
-                    db.execute("ROLLBACK")
-                _deliver([(fut, False, exc)])
-                return
-            db.execute("COMMIT")
-        except sqlite3.Error as exc:
-            if db.in_transaction:
-                db.execute("ROLLBACK")
-            _deliver([(fut, False, StoreUnavailable(str(exc)))])
-            return
-        _deliver([(fut, True, value)])
-
-    async def _call(self, fn: Callable[[sqlite3.Connection], R]) -> R:
-        if self._thread is None:
-            raise StoreUnavailable("the store is not open")
-        fut: asyncio.Future[R] = asyncio.get_running_loop().create_future()
-        self._ops.put((fn, fut))
-        return await fut
-
-    async def close(self) -> None:
-        if self._sweeper is not None:
-            self._sweeper.cancel()
-            await asyncio.gather(self._sweeper, return_exceptions=True)
-            self._sweeper = None
-        if self._read_db is not None:
-            self._read_db.close()
-            self._read_db = None
-        if self._thread is None:
-            return
-        self._ops.put(None)
-        await asyncio.get_running_loop().run_in_executor(None, self._thread.join)
-        self._thread = None
-
-    def _reader(self) -> sqlite3.Connection | None:
-        """The event loop's read-only connection (not for ``:memory:``: another connection
-        would open another database)."""
-        if self._read_db is None and self._thread is not None and self.path != ":memory:":
-            db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
-            db.execute("PRAGMA query_only=1")
-            self._read_db = db
-        return self._read_db
 
     # -- retention ------------------------------------------------------------------------
 
@@ -420,7 +185,7 @@ class SqliteStore(Store):
                     gone += 1
             return gone
 
-        return await self._call(run)
+        return await self._db.call(run)
 
     # -- jobs -----------------------------------------------------------------------------
 
@@ -430,7 +195,7 @@ class SqliteStore(Store):
         def run(db: sqlite3.Connection) -> list[CreateResult]:
             return [self._create_one(db, job, entry) for job, entry in jobs]
 
-        return await self._call(run)
+        return await self._db.call(run)
 
     @staticmethod
     def _create_one(db: sqlite3.Connection, job: Job, entry: BucketEntry) -> CreateResult:
@@ -465,7 +230,7 @@ class SqliteStore(Store):
             rows = ((k, db.execute(Q["select_key"], (k,)).fetchone()) for k in keys)
             return {k: row[0] for k, row in rows if row is not None}
 
-        return await self._call(run) if keys else {}
+        return await self._db.call(run) if keys else {}
 
     async def get_jobs(self, job_ids: Sequence[str]) -> dict[str, Job]:
         ids = json.dumps(list(job_ids))
@@ -474,9 +239,9 @@ class SqliteStore(Store):
             rows = db.execute(Q["select_jobs"], (ids,))
             return {row[0]: job_from_row(row) for row in rows}
 
-        reader = self._reader() if len(job_ids) <= INLINE_READ_MAX else None
+        reader = self._db.reader() if len(job_ids) <= INLINE_READ_MAX else None
         if reader is None:
-            return await self._call(run)
+            return await self._db.call(run)
         try:
             return run(reader)
         except sqlite3.Error as exc:
@@ -504,35 +269,11 @@ class SqliteStore(Store):
             total = db.execute(Q["count_jobs"], params).fetchone()[0] if count else None
             return rows, total
 
-        rows, total = await self._read_apart(run)
+        rows, total = await self._db.read_apart(run)
         more = len(rows) > limit
         jobs = [job_from_row(r[:-1]) for r in rows[:limit]]
         resume = (rows[limit - 1][-1], jobs[-1].job_id) if more else None
         return JobSlice(jobs=jobs, resume=resume, total=total)
-
-    async def _read_apart(self, fn: Callable[[sqlite3.Connection], R]) -> R:
-        """``fn`` on a connection of its own in a worker thread, in one read transaction (so
-        a page and its count see one state): a long read, such as a listing that counts every
-        match, never holds up the writer thread and the group commits of the node's hot path.
-        (``:memory:``: on the writer thread, the only connection that sees the database.)"""
-        if self.path == ":memory:":
-            return await self._call(fn)
-
-        def run() -> R:
-            db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
-            try:
-                db.execute("PRAGMA query_only=1")
-                db.execute("BEGIN")
-                return fn(db)
-            finally:
-                db.close()
-
-        if self._thread is None:
-            raise StoreUnavailable("the store is not open")
-        try:
-            return await asyncio.get_running_loop().run_in_executor(None, run)
-        except sqlite3.Error as exc:
-            raise StoreUnavailable(str(exc)) from exc
 
     # -- buckets --------------------------------------------------------------------------
 
@@ -541,7 +282,7 @@ class SqliteStore(Store):
             for e in entries:
                 _put_entry(db, e)
 
-        await self._call(run)
+        await self._db.call(run)
 
     async def read_bucket(
         self,
@@ -563,7 +304,7 @@ class SqliteStore(Store):
                 for r in db.execute(Q["read_bucket"], args)
             ]
 
-        return await self._call(run)
+        return await self._db.call(run)
 
     async def read_buckets(
         self,
@@ -587,17 +328,17 @@ class SqliteStore(Store):
                 ]
             return out
 
-        return await self._call(run)
+        return await self._db.call(run)
 
     # -- conditional job writes -----------------------------------------------------------
 
     async def claim_jobs(self, claims: Sequence[JobClaim]) -> list[WriteResult]:
-        return await self._call(lambda db: [_apply(db, c.job_id, T.claim(c)) for c in claims])
+        return await self._db.call(lambda db: [_apply(db, c.job_id, T.claim(c)) for c in claims])
 
     async def heartbeat(
         self, job_id: str, fence: int, lease_until: int, *, started: bool = False
     ) -> WriteResult:
-        return await self._call(
+        return await self._db.call(
             lambda db: _apply(db, job_id, T.heartbeat(fence, lease_until, started))
         )
 
@@ -606,7 +347,7 @@ class SqliteStore(Store):
     ) -> WriteResult:
         validate_result(result, result_encoding)  # refused before anything is written
         transition = T.complete(fence, now, result, result_encoding)
-        return await self._call(lambda db: _apply(db, job_id, transition))
+        return await self._db.call(lambda db: _apply(db, job_id, transition))
 
     async def complete_jobs(
         self, items: Sequence[Completion], now: int, *, linger: bool = False
@@ -614,7 +355,7 @@ class SqliteStore(Store):
         for c in items:
             validate_result(c.result, c.encoding)  # refused before anything is written
         changes = [(c.job_id, T.complete(c.fence, now, c.result, c.encoding)) for c in items]
-        return await self._call(lambda db: [_apply(db, job_id, t) for job_id, t in changes])
+        return await self._db.call(lambda db: [_apply(db, job_id, t) for job_id, t in changes])
 
     async def fail_job(
         self,
@@ -627,7 +368,7 @@ class SqliteStore(Store):
         traceback: str = "",
     ) -> WriteResult:
         transition = T.fail(fence, now, error, retry_at, traceback)
-        return await self._call(lambda db: _apply(db, job_id, transition))
+        return await self._db.call(lambda db: _apply(db, job_id, transition))
 
     async def release_lease(
         self,
@@ -640,7 +381,7 @@ class SqliteStore(Store):
         max_unstarted: MaxUnstarted = DEFAULT_MAX_UNSTARTED,
     ) -> WriteResult:
         transition = T.release(fence, now, retry_at, started=started, max_unstarted=max_unstarted)
-        return await self._call(lambda db: _apply(db, job_id, transition))
+        return await self._db.call(lambda db: _apply(db, job_id, transition))
 
     async def give_back_job(
         self,
@@ -655,25 +396,25 @@ class SqliteStore(Store):
         transition = T.give_back(
             fence, now, reason, not_started=not_started, max_unstarted=max_unstarted
         )
-        return await self._call(lambda db: _apply(db, job_id, transition))
+        return await self._db.call(lambda db: _apply(db, job_id, transition))
 
     async def expire_job(self, job_id: str, fence: int, now: int, reason: str) -> WriteResult:
         transition = T.expire(fence, now, reason)
-        return await self._call(lambda db: _apply(db, job_id, transition))
+        return await self._db.call(lambda db: _apply(db, job_id, transition))
 
     async def cancel_job(
         self, job_id: str, expect_state: JobState, fence: int, now: int
     ) -> WriteResult:
         transition = T.cancel(expect_state, fence, now)
-        return await self._call(lambda db: _apply(db, job_id, transition))
+        return await self._db.call(lambda db: _apply(db, job_id, transition))
 
     async def reschedule_job(self, job_id: str, fence: int, run_at: int, now: int) -> WriteResult:
         transition = T.reschedule(fence, run_at, now)
-        return await self._call(lambda db: _apply(db, job_id, transition))
+        return await self._db.call(lambda db: _apply(db, job_id, transition))
 
     async def replay_job(self, job_id: str, fence: int, run_at: int, now: int) -> WriteResult:
         transition = T.replay(fence, run_at, now)
-        return await self._call(lambda db: _apply(db, job_id, transition))
+        return await self._db.call(lambda db: _apply(db, job_id, transition))
 
     async def purge_job(self, job_id: str, fence: int) -> WriteResult:
         def run(db: sqlite3.Connection) -> WriteResult:
@@ -683,7 +424,7 @@ class SqliteStore(Store):
             db.execute(Q["delete_job"], (job_id,))
             return WriteResult(applied=True, job=found)
 
-        return await self._call(run)
+        return await self._db.call(run)
 
     # -- schedules ------------------------------------------------------------------------
 
@@ -698,10 +439,10 @@ class SqliteStore(Store):
             assert stored is not None
             return created, stored
 
-        return await self._call(run)
+        return await self._db.call(run)
 
     async def get_schedule(self, schedule_id: str) -> Schedule | None:
-        return await self._call(lambda db: _select_schedule(db, schedule_id))
+        return await self._db.call(lambda db: _select_schedule(db, schedule_id))
 
     async def select_schedules(
         self, *, limit: int, after: str | None
@@ -710,7 +451,7 @@ class SqliteStore(Store):
             rows = db.execute(Q["list_schedules"], (after or "", limit + 1))
             return [to_schedule(r) for r in rows]
 
-        found = await self._call(run)
+        found = await self._db.call(run)
         return found[:limit], len(found) > limit
 
     async def update_schedule(
@@ -723,10 +464,10 @@ class SqliteStore(Store):
             applied = db.execute(Q["update_schedule"], params).rowcount == 1
             return applied, _select_schedule(db, schedule.schedule_id)
 
-        return await self._call(run)
+        return await self._db.call(run)
 
     async def delete_schedule(self, schedule_id: str) -> bool:
-        return await self._call(
+        return await self._db.call(
             lambda db: db.execute(Q["delete_schedule"], (schedule_id,)).rowcount == 1
         )
 
@@ -734,25 +475,25 @@ class SqliteStore(Store):
 
     async def put_type_policy(self, job_type: str, policy: str) -> None:
         key = TYPE_POLICY_PREFIX + job_type
-        await self._call(lambda db: db.execute(Q["upsert_meta"], (key, policy)))
+        await self._db.call(lambda db: db.execute(Q["upsert_meta"], (key, policy)))
 
     async def type_policies(self) -> dict[str, str]:
         def run(db: sqlite3.Connection) -> dict[str, str]:
             rows = db.execute(Q["select_all_meta"]).fetchall()
             return type_policies_of((key, value) for key, value in rows)
 
-        return await self._call(run)
+        return await self._db.call(run)
 
     async def put_type_setting(self, job_type: str, setting: str, value: str) -> None:
         key = type_setting_key(setting, job_type)
-        await self._call(lambda db: db.execute(Q["upsert_meta"], (key, value)))
+        await self._db.call(lambda db: db.execute(Q["upsert_meta"], (key, value)))
 
     async def type_settings(self, setting: str) -> dict[str, str]:
         def run(db: sqlite3.Connection) -> dict[str, str]:
             rows = db.execute(Q["select_all_meta"]).fetchall()
             return type_settings_of(setting, ((key, value) for key, value in rows))
 
-        return await self._call(run)
+        return await self._db.call(run)
 
     # -- shards ---------------------------------------------------------------------------
 
@@ -763,7 +504,7 @@ class SqliteStore(Store):
                 return ShardState(shard=shard)
             return ShardState(shard=row[0], epoch=row[1], owner=row[2], cursor=row[3])
 
-        return await self._call(run)
+        return await self._db.call(run)
 
     async def acquire_shard(
         self, shard: int, owner: str, expect_epoch: int, initial_cursor: int
@@ -777,9 +518,9 @@ class SqliteStore(Store):
                 return False, ShardState(shard=shard)
             return applied, ShardState(shard=row[0], epoch=row[1], owner=row[2], cursor=row[3])
 
-        return await self._call(run)
+        return await self._db.call(run)
 
     async def save_cursor(self, shard: int, epoch: int, cursor: int) -> bool:
-        return await self._call(
+        return await self._db.call(
             lambda db: db.execute(Q["save_cursor"], (cursor, shard, epoch)).rowcount == 1
         )

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 
 from timeshard.limits import DEFAULT_MAX_UNSTARTED
 from timeshard.model import GIVEN_BACK, LEASE_EXPIRED, NEVER_STARTED, NOT_STARTED, Job, JobState
-from timeshard.store.base import JobClaim, MaxUnstarted, RetryAt, finish_attempt, new_attempt
+from timeshard.store.base import JobClaim, MaxUnstarted, RetryAt
+from timeshard.store.history import finish_attempt, new_attempt
 
 
 def _no_entry(_: Job) -> int | None:

@@ -25,6 +25,7 @@ Modules, top to bottom:
   owner's epoch, and the reads of job rows;
 - ``listing``: listing jobs, a scan of their narrow columns (``select_jobs``);
 - ``creates``: ``Creator``, making jobs in their partitions (through the ``Rows`` seam);
+- ``follows``: ``Follows``, the index, key and dead-letter rows that follow a job that finishes;
 - - (the group commit of one partition's writes is ``timeshard.batching.GroupCommit``);
 - ``parts``: what those share (partition keys, chunking, bounded gathering, ``CAS_ROUNDS``);
 - ``rows``: row <-> model codecs, bucket time to live;

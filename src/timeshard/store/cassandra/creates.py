@@ -100,6 +100,33 @@ class _Queued:
     )
 
 
+@dataclass(slots=True)
+class _Plan:
+    """The jobs of one create call, sorted: those with a fresh id and no key (``plain``),
+    those whose owner a lightweight transaction settles first (``to_decide``), and those with
+    a key seen before in the call (``repeats``: that job's result is theirs)."""
+
+    plain: list[_New] = field(default_factory=list)
+    to_decide: list[tuple[int, Job, BucketEntry]] = field(default_factory=list)
+    first_with_key: dict[str, int] = field(default_factory=dict)
+    repeats: list[tuple[int, Job]] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, jobs: Sequence[tuple[Job, BucketEntry]], fresh: Collection[str]) -> _Plan:
+        plan = cls()
+        for i, (job, entry) in enumerate(jobs):
+            job = bounded_history(job)
+            if job.job_id in fresh and not job.idempotency_key:
+                plan.plain.append(_New(i, job, entry, entry.minute))
+            elif job.idempotency_key in plan.first_with_key:
+                plan.repeats.append((i, job))
+            else:
+                if job.idempotency_key:
+                    plan.first_with_key[job.idempotency_key] = i
+                plan.to_decide.append((i, job, entry))
+        return plan
+
+
 class Creator:
     def __init__(self, conn: Connection, clock: Clock, num_shards: int, rows: Rows) -> None:
         self._conn = conn
@@ -120,37 +147,14 @@ class Creator:
         entry go in one unlogged batch with the same partition key (one mutation, applied
         atomically), concurrently with its index row. Other jobs: entries first (a crash leaves
         an entry that finds nothing, never a job without one), then a conditional batch."""
-        results: dict[int, CreateResult] = {}
-        plain: list[_New] = []
-        guarded: list[_New] = []
-        to_decide: list[tuple[int, Job, BucketEntry]] = []
-        first_with_key: dict[str, int] = {}
-        repeats: list[tuple[int, Job]] = []  # a key seen before in this call: that job's result
-        for i, (job, entry) in enumerate(jobs):
-            job = bounded_history(job)
-            if job.job_id in fresh and not job.idempotency_key:
-                plain.append(_New(i, job, entry, entry.minute))
-            elif job.idempotency_key in first_with_key:
-                repeats.append((i, job))
-            else:
-                if job.idempotency_key:
-                    first_with_key[job.idempotency_key] = i
-                to_decide.append((i, job, entry))
+        plan = _Plan.of(jobs, fresh)
         decisions = await gather_bounded(
-            (self._decide_owner(i, job, entry) for i, job, entry in to_decide), DECIDE_IN_FLIGHT
+            (self._decide_owner(i, job, entry) for i, job, entry in plan.to_decide),
+            DECIDE_IN_FLIGHT,
         )
-        by_id: dict[str, _New] = {}
-        for decided, (i, job, _) in zip(decisions, to_decide, strict=True):
-            if isinstance(decided, CreateResult):
-                results[i] = decided
-                continue
-            first = by_id.get(decided.job.job_id)
-            if first is not None:  # the same id twice in this call: created once
-                conflict = first.job.body_digest() != job.body_digest()
-                results[i] = CreateResult(created=False, job=first.job, conflict=conflict)
-                continue
-            by_id[decided.job.job_id] = decided
-            guarded.append(decided)
+        results: dict[int, CreateResult] = {}
+        guarded = _guarded(decisions, plan.to_decide, results)
+        plain = plan.plain
         writes = []
         if guarded:  # entries first: a crash leaves an entry that finds nothing
             writes.append(self._rows.put_entries([_homed(n.entry, n.home) for n in guarded]))
@@ -170,8 +174,8 @@ class Creator:
             await self._rows.plain_writes([w for n in revived for w in _lasting(n.job, n.home)])
         for n in [*plain, *guarded]:
             self._rows.homes.put(n.job.job_id, n.home)
-        for i, job in repeats:
-            owner = results[first_with_key[job.idempotency_key]].job
+        for i, job in plan.repeats:
+            owner = results[plan.first_with_key[job.idempotency_key]].job
             conflict = owner.body_digest() != job.body_digest()
             results[i] = CreateResult(created=False, job=owner, conflict=conflict)
         return [results[i] for i in range(len(jobs))]
@@ -380,3 +384,27 @@ def _by_home(news: list[_New]) -> dict[Key, list[_New]]:
     for n in news:
         out.setdefault((n.job.shard, n.home), []).append(n)
     return out
+
+
+def _guarded(
+    decisions: Sequence[CreateResult | _New],
+    to_decide: Sequence[tuple[int, Job, BucketEntry]],
+    results: dict[int, CreateResult],
+) -> list[_New]:
+    """The jobs to create conditionally, once each, from the owners settled for
+    ``to_decide``; the result of each job found made already (or twice in the call) goes into
+    ``results``."""
+    guarded: list[_New] = []
+    by_id: dict[str, _New] = {}
+    for decided, (i, job, _) in zip(decisions, to_decide, strict=True):
+        if isinstance(decided, CreateResult):
+            results[i] = decided
+            continue
+        first = by_id.get(decided.job.job_id)
+        if first is not None:  # the same id twice in this call: created once
+            conflict = first.job.body_digest() != job.body_digest()
+            results[i] = CreateResult(created=False, job=first.job, conflict=conflict)
+            continue
+        by_id[decided.job.job_id] = decided
+        guarded.append(decided)
+    return guarded

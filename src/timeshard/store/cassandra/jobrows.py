@@ -10,13 +10,13 @@ deposed owner's batch there is rejected.
 
 A batch that does not apply returns the current image of each row it compared; rows whose image
 changed are read again (SERIAL) and their transitions re-decided, the rest go out again. A batch
-that timed out is settled by a SERIAL read of its rows.
+that timed out is settled by a SERIAL read of its rows. The index, key and dead-letter rows that
+follow a job into a finished state go out after its batch, in windows (``follows``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
@@ -25,12 +25,13 @@ from typing import Any
 from timeshard.batching import GroupCommit
 from timeshard.clock import Clock
 from timeshard.errors import NotOwner, StoreUnavailable
-from timeshard.model import BucketEntry, Job, JobState, WriteResult
+from timeshard.model import BucketEntry, Job, WriteResult
 from timeshard.sharding import shard_of
 from timeshard.store import transitions as T
 from timeshard.store.base import CreateResult, Retention, entry_for
 from timeshard.store.cassandra.creates import Creator
 from timeshard.store.cassandra.driver import Ambiguous, Connection
+from timeshard.store.cassandra.follows import Follows
 from timeshard.store.cassandra.parts import (
     CAS_ROUNDS,
     ROWS_PER_BATCH,
@@ -68,14 +69,6 @@ RESULT_LINGER_S = 0.05
 claim, most often): one Paxos round for both, rather than a round of its own that the next
 claim of the partition would queue behind. No job waits for it (the worker's slot is free
 once its handler ended); the result is acknowledged once written, as ever."""
-FOLLOW_CLOSE_S = 5.0
-"""On close, wait this long at most for the index and key writes still in flight."""
-FOLLOW_WINDOW_S = 0.1
-"""The index and key rows of the jobs that finish within this window go out together, one
-request per 50 rows: nobody waits for them, and at a trickle each finished job would otherwise
-pay a request of its own (a third of a trickling job's requests). Each row is timed when its
-job finished (``Connection.write_timestamp``), so a write of the same row made meanwhile (the
-job purged and made again under its key) wins however late this one arrives."""
 
 
 @dataclass(slots=True, eq=False)
@@ -114,12 +107,8 @@ class JobRows:
         self._batcher: GroupCommit[Key, _Op] = GroupCommit(
             self._run, max_items=ROWS_PER_BATCH, fail=_fail, name="jobrows"
         )
-        self._following: set[asyncio.Task[None]] = set()
-        """Index and key writes that follow finished jobs (``_after``), in flight."""
-        self._follow_next: list[tuple[str, tuple[Any, ...]]] = []
-        """Those of the window open now (its task is the last of ``_following`` to start)."""
-        self._follow_now = asyncio.Event()
-        """Set on close: the open window ends at once."""
+        self.follows = Follows(conn, retention, self.plain_writes)
+        """The index, key and dead-letter rows that follow jobs that finish (``_after``)."""
         self._lingering: dict[Key, tuple[list[_Op], asyncio.TimerHandle]] = {}
         """Completions waiting for another write of their partition (``RESULT_LINGER_S``)."""
 
@@ -136,9 +125,7 @@ class JobRows:
         self._lingering.clear()
         await self._creator.close()
         await self._batcher.close()
-        self._follow_now.set()
-        if self._following:
-            await asyncio.wait(self._following, timeout=FOLLOW_CLOSE_S)
+        await self.follows.close()
 
     # -- creating (creates.py) --------------------------------------------------------------
 
@@ -419,7 +406,7 @@ class JobRows:
         if rows and rows[0].get("[applied]"):
             for op in ops:
                 self._applied(op)
-            await self._after(key, ops)
+            self._after(key, ops)
             return
         # Not applied: Cassandra returned the compared columns of each row that exists (a
         # lone statement's answer names no key; the row is gone if it has no state).
@@ -489,7 +476,7 @@ class JobRows:
                 applied.append(op)
             else:
                 op.found, op.fresh = found, True
-        await self._after(key, applied)
+        self._after(key, applied)
 
     def _applied(self, op: _Op) -> None:
         """Record a write that applied. Its caller may have given up meanwhile (its future is
@@ -507,72 +494,13 @@ class JobRows:
         if not op.fut.done():
             op.fut.set_result(outcome)
 
-    async def _after(self, key: Key, ops: Iterable[_Op]) -> None:
-        """Index rows, idempotency keys and the dead-letter index follow a job into (or out
-        of) a finished state.
-
-        Written after the batch, in a window shared with the other jobs that finish meanwhile
-        (``FOLLOW_WINDOW_S``), not before it: the callers were answered when the batch
-        applied, and a claim waiting for this partition must not wait for these writes too
-        (they were half of a partition's turn at a steady 400 jobs/s). Each is timed now, when
-        the batch applied. If they fail, or the node dies first, the index and key rows keep
-        no time to live and the dead-letter index misses (or keeps) the job: the queue's
-        count is off by it, its listing is not (see "Known limits" in docs/architecture.md)."""
-        writes: list[tuple[str, tuple[Any, ...]]] = []
-        at: int | None = None
+    def _after(self, key: Key, ops: Iterable[_Op]) -> None:
+        """The rows that follow the jobs of these applied ops (``follows``)."""
+        changes = []
         for op in ops:
             assert op.new is not None and op.found is not None
-            job, home, was = op.new, key[1], op.found.job.state
-            if not (job.state.terminal or was.terminal):
-                continue
-            at = at or self._conn.write_timestamp()
-            if was is JobState.DEAD and (op.delete or job.state is not JobState.DEAD):
-                writes.append(("delete_dead_at", (at, job.shard, job.job_id)))  # replay, purge
-            if op.delete:  # (purged: its index and key keep the time to live they got when
-                continue  # it died; the key keeps its job id, as on SQLite, so a repeat of the
-                # key creates the same job again, and no late delete can hit a new job's rows)
-            ttl = self.retention.ttl(job)
-            index_ttl = ttl + self.retention.index_s if ttl else 0
-            writes.append(("insert_index_at", (job.shard, home, job.job_id, index_ttl, at)))
-            if job.idempotency_key:
-                key_params = (job.job_id, job.body_digest(), job.idempotency_key, ttl, at)
-                writes.append(("expire_key_at", key_params))
-            if job.state is JobState.DEAD and was is not JobState.DEAD:
-                writes.append(("insert_dead_at", (job.shard, job.job_id, job.finished_at, ttl, at)))
-        if not writes:
-            return
-        if not self._follow_next:  # the first of a window: it goes out at the window's end
-            task = asyncio.create_task(self._follow_window(), name="jobrows-follow")
-            self._following.add(task)
-            task.add_done_callback(self._following.discard)
-        self._follow_next += writes
-
-    async def flush_follows(self) -> None:
-        """Write the open window's rows now and wait for those in flight: a count of dead
-        letters on this node then includes the jobs that died here a moment ago."""
-        writes, self._follow_next = self._follow_next, []
-        pending = list(self._following)
-        if writes:
-            await self._follow(writes)
-        if pending:
-            await asyncio.wait(pending, timeout=FOLLOW_CLOSE_S)
-
-    async def _follow_window(self) -> None:
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(FOLLOW_WINDOW_S):
-                await self._follow_now.wait()
-        writes, self._follow_next = self._follow_next, []
-        await self._follow(writes)
-
-    async def _follow(self, writes: list[tuple[str, tuple[Any, ...]]]) -> None:
-        try:
-            await self.plain_writes(writes)
-        except StoreUnavailable as exc:
-            log.warning(
-                "%d index, key and dead-letter rows of finished jobs not written: %s",
-                len(writes),
-                exc,
-            )
+            changes.append((op.new, op.found.job.state, op.delete))
+        self.follows.after(key[1], changes)
 
     def took_shard(self, shard: int, epoch: int) -> None:
         self.epochs[shard] = epoch

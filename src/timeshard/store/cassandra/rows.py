@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from timeshard.model import Job, ShardState
-from timeshard.store.base import MAX_HISTORY
 from timeshard.store.codec import to_job
+from timeshard.store.history import MAX_HISTORY
 
 Row = dict[str, Any]
 

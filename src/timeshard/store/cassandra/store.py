@@ -24,7 +24,6 @@ from timeshard.model import (
 from timeshard.sharding import DEFAULT_NUM_SHARDS, validate_num_shards
 from timeshard.store import transitions as T
 from timeshard.store.base import (
-    TYPE_POLICY_PREFIX,
     Completion,
     CreateResult,
     JobClaim,
@@ -32,9 +31,6 @@ from timeshard.store.base import (
     Retention,
     RetryAt,
     Store,
-    type_policies_of,
-    type_setting_key,
-    type_settings_of,
 )
 from timeshard.store.cassandra import listing
 from timeshard.store.cassandra.driver import Ambiguous, ClusterConfig, Connection, parse_url
@@ -44,6 +40,12 @@ from timeshard.store.cassandra.parts import gather as _gather
 from timeshard.store.cassandra.rows import to_shard_state
 from timeshard.store.codec import schedule_columns, to_schedule
 from timeshard.store.listing import JobQuery, JobSlice
+from timeshard.store.meta import (
+    TYPE_POLICY_PREFIX,
+    type_policies_of,
+    type_setting_key,
+    type_settings_of,
+)
 
 READ_BUCKETS_AT_ONCE = 64
 """Bucket partitions one ``read_buckets`` request names (``shard IN (...)``)."""
@@ -141,7 +143,7 @@ class CassandraStore(Store):
         """From the dead-letter index (``dead_letters``), not a scan of every job: the rows of
         the jobs that died on this node a moment ago are written first. The latest are read
         back and kept only if still dead (the index may trail a replay on another node)."""
-        await self._jobs.flush_follows()
+        await self._jobs.follows.flush()
         count, state, newest = 0, None, list[tuple[int, str]]()
         while count < limit:
             rows, state = await self._conn.page("scan_dead", (), size=1000, state=state)

@@ -29,7 +29,7 @@ Must be zero (``MUST_BE_ZERO``):
   started (by the claiming nodes' clocks) in some 10-second window than ``rate x 10 + burst``
   plus one per node (each node's bucket holds at least one);
 - ``ran_while_paused``: runs of that type claimed while it was paused: after the pause was
-  acknowledged and every node's refresh (``PAUSE_REACH_MS``) had passed, before the resume
+  acknowledged and every node's refresh (``flows.PAUSE_REACH_MS``) had passed, before the resume
   was sent; a run claimed within ``PAUSE_REACH_MS`` after a fault ended (a node restarted or
   resumed, the store back: it reads the pause again then) is excused and counted apart.
 
@@ -48,14 +48,13 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import itertools
 import json
 import math
 import statistics
 import sys
 from collections import Counter, defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -66,146 +65,13 @@ from timeshard.testing.attempts import (
     not_started_deliveries,
     why_dead,
 )
-from timeshard.testing.chaos.ledger import Fault, Ledger, RunRecord, read_run
+from timeshard.testing.chaos.flows import ran_while_paused, rate_held
+from timeshard.testing.chaos.ledger import Ledger, RunRecord, read_run
 from timeshard.testing.chaos.report import MUST_BE_ZERO, Finding, Report
+from timeshard.testing.chaos.times import Times, reruns
+from timeshard.testing.chaos.view import JobPlan, RunView, schedules
 
 __all__ = ["MUST_BE_ZERO", "Finding", "Report", "check", "check_dir", "main"]
-
-STEP_OUTCOMES = frozenset({"ok", "retry", "permanent", "error"})
-"""End outcomes that are the handler's own doing (a step), not the SDK stopping it."""
-RATED_TYPE = "chaos.rated"
-NODES = 3
-PAUSE_REACH_MS = 6_000
-"""A pause reaches every node within its refresh of the stored settings (5 s), plus a second."""
-CATCH_UP_KINDS = frozenset({"store_outage"})
-"""Faults after which a backlog of due jobs is released at once (``_Times.catching_up``)."""
-
-
-@dataclass(kw_only=True)
-class JobPlan:
-    """A job as the driver scheduled and changed it."""
-
-    job: str
-    expect: str
-    run_at: int
-    sent: float
-    acked: float
-    cancel: dict[str, Any] | None = None
-    reschedules: list[dict[str, Any]] = field(default_factory=list)
-    deadline: int = 0
-    """No attempt may start after it (epoch ms; 0: none)."""
-
-
-class _Times:
-    """The faults that touched each worker process, by pid."""
-
-    def __init__(self, faults: list[Fault]) -> None:
-        self.faults = faults
-        self.stops: dict[int, list[tuple[float, float]]] = defaultdict(list)
-        self.kills: dict[int, float] = {}
-        for f in faults:
-            if f.pid is None:
-                continue
-            if f.kind.endswith("_stop"):
-                self.stops[f.pid].append((f.start_mono, f.end_mono or math.inf))
-            elif f.kind.endswith("_kill"):
-                self.kills[f.pid] = f.start_mono
-        for stops in self.stops.values():
-            stops.sort()
-
-    def effective_end(self, run: RunRecord) -> float:
-        """When the run stopped being active (see the module docstring)."""
-        kill = self.kills.get(run.pid)
-        if run.end is None:
-            return kill if kill is not None and kill >= run.mono else math.inf
-        end = float(run.end["mono"])
-        steps = [float(e["mono"]) for e in run.effects]
-        if run.outcome in STEP_OUTCOMES:
-            steps.append(end)
-        for stopped, resumed in self.stops.get(run.pid, []):
-            if run.mono < stopped < end and not any(s > resumed for s in steps):
-                return stopped
-        return end
-
-    def _wall_span(self, run: RunRecord, until: float) -> tuple[float, float]:
-        """From the claim (the claiming node's clock: one machine) to the run's end."""
-        return float(run.started_at), float(run.end["wall"]) if run.end else until
-
-    def paused(self, run: RunRecord, until: float) -> bool:
-        """Its process was stopped while it held the claim: a claim can be taken for a worker
-        whose long poll is in flight when it is stopped, and reach it only when it resumes."""
-        start, end = self._wall_span(run, until)
-        stops = [f for f in self.faults if f.pid == run.pid and f.kind.endswith("_stop")]
-        return any(f.start_wall <= end and (f.end_wall or math.inf) >= start for f in stops)
-
-    def killed(self, run: RunRecord, until: float) -> bool:
-        """Its process was killed while it ran or held its result, before ``until``."""
-        kill = self.kills.get(run.pid)
-        return kill is not None and run.mono <= kill <= until
-
-    def around(self, start: float, end: float) -> list[Fault]:
-        """Faults of scheduler nodes and services active during ``[start, end]``."""
-        return [
-            f
-            for f in self.faults
-            if not f.kind.startswith("worker")
-            and f.start_mono <= end
-            and (f.end_mono if f.end_mono is not None else math.inf) >= start
-        ]
-
-    def catching_up(self, start: float, end: float) -> list[Fault]:
-        """Store outages whose catch-up overlaps ``[start, end]``: once the store answers, the
-        jobs that fell due while it was away are released together, and on a busy machine
-        leases run out in that burst. The catch-up is taken to last as long as the outage."""
-        return [
-            f
-            for f in self.faults
-            if f.kind in CATCH_UP_KINDS
-            and f.end_mono is not None
-            and f.end_mono <= end
-            and f.end_mono + (f.end_mono - f.start_mono) >= start
-        ]
-
-
-def _plans(ledger: Ledger) -> dict[str, JobPlan]:
-    plans: dict[str, JobPlan] = {}
-    for r in ledger.records("job"):
-        plans[r["job"]] = JobPlan(
-            job=r["job"],
-            expect=r["expect"],
-            run_at=r["run_at"],
-            sent=r["sent"],
-            acked=r["acked"],
-            deadline=r.get("deadline", 0),
-        )
-    for r in ledger.records("cancel"):
-        if r["job"] in plans:
-            plans[r["job"]].cancel = r
-    for r in ledger.records("reschedule"):
-        if r["job"] in plans:
-            plans[r["job"]].reschedules.append(r)
-    return plans
-
-
-def _store_jobs(ledger: Ledger) -> dict[str, dict[str, Any]]:
-    jobs: dict[str, dict[str, Any]] = ledger.store.get("jobs", {})
-    return jobs
-
-
-def _schedules(ledger: Ledger) -> dict[str, dict[str, Any]]:
-    return {r["id"]: r for r in ledger.records("schedule")}
-
-
-def _occurrences(ledger: Ledger, schedules: Iterable[str]) -> dict[str, tuple[str, int]]:
-    """Occurrence job id -> (schedule id, scheduled ms), from the store and the ledger."""
-    ids = set(_store_jobs(ledger)) | {r.job for r in ledger.runs}
-    out: dict[str, tuple[str, int]] = {}
-    known = set(schedules)
-    for job in ids:
-        sid, at, ms = job.rpartition("@")
-        if at and sid in known and ms.isdigit():
-            out[job] = (sid, int(ms))
-    return out
 
 
 def _cancel_acked(plan: JobPlan | None) -> float | None:
@@ -279,21 +145,12 @@ def _wrong_state(
     return out
 
 
-def _runs_by_job(runs: Iterable[RunRecord]) -> dict[str, list[RunRecord]]:
-    by_job: dict[str, list[RunRecord]] = defaultdict(list)
-    for r in runs:
-        by_job[r.job].append(r)
-    for rs in by_job.values():
-        rs.sort(key=lambda r: (r.mono, r.fence))
-    return by_job
-
-
 def _describe(run: RunRecord, end: float) -> str:
     until = "still running" if math.isinf(end) else f"to {end:.3f}"
     return f"fence {run.fence} on {run.worker} (pid {run.pid}) from {run.mono:.3f} {until}"
 
 
-def _overlapping(by_job: dict[str, list[RunRecord]], times: _Times) -> list[Finding]:
+def _overlapping(by_job: dict[str, list[RunRecord]], times: Times) -> list[Finding]:
     out = []
     for job, runs in sorted(by_job.items()):
         latest: tuple[float, RunRecord] | None = None
@@ -373,7 +230,7 @@ def _cron(
         by_schedule[sid][ms].append(job)
     missing: list[Finding] = []
     doubled: list[Finding] = []
-    for sid, s in sorted(_schedules(ledger).items()):
+    for sid, s in sorted(schedules(ledger).items()):
         period, first = int(s["period_ms"]), int(s["first_fire"])
         slots: dict[int, list[str]] = defaultdict(list)
         for ms, jobs in by_schedule[sid].items():
@@ -466,52 +323,6 @@ def _ran_after_deadline(
     return out
 
 
-def _rerun_cause(prev: RunRecord, nxt: RunRecord, times: _Times) -> str:
-    kinds = prev.sdk_kinds()
-    if times.killed(prev, nxt.mono) and "succeeded" not in kinds:
-        return "its worker was killed (kill -9) before the result was in"
-    if times.paused(prev, nxt.wall) and "succeeded" not in kinds:
-        return "its worker was paused (SIGSTOP) past its lease"
-    context = sorted({f"{f.kind}" for f in times.around(prev.mono, nxt.mono)})
-    after = sorted({f"{f.kind}" for f in times.catching_up(prev.mono, nxt.mono)})
-    if context:
-        during = f" (during {', '.join(context)})"
-    elif after:
-        during = f" (in the catch-up after {', '.join(after)})"
-    else:
-        during = " (no node or service fault)"
-    if prev.outcome in ("lost", "cancelled") or "lost" in kinds:
-        return "its lease was lost" + during
-    if "unreported" in kinds:
-        return "its result could not be delivered" + during
-    if "rejected" in kinds:
-        return "its result was refused" + during
-    if prev.end is None:
-        return "UNEXPLAINED: the previous run has no end and its process was not killed"
-    return f"UNEXPLAINED: the previous run ended {prev.outcome!r}, SDK events {kinds}"
-
-
-def _reruns(
-    by_job: dict[str, list[RunRecord]], times: _Times
-) -> tuple[int, int, Counter[str], list[Finding]]:
-    retries, reruns, causes = 0, 0, Counter[str]()
-    unexplained: list[Finding] = []
-    for job, runs in sorted(by_job.items()):
-        ordered = sorted(runs, key=lambda r: r.fence)
-        for prev, nxt in itertools.pairwise(ordered):
-            if prev.outcome == "retry":
-                retries += 1
-                continue
-            reruns += 1
-            cause = _rerun_cause(prev, nxt, times)
-            causes[cause] += 1
-            if cause.startswith("UNEXPLAINED"):
-                unexplained.append(
-                    Finding(kind="unexplained_rerun", job=job, detail=f"fence {nxt.fence}: {cause}")
-                )
-    return retries, reruns, causes, unexplained
-
-
 def _lateness(plans: dict[str, JobPlan], by_job: dict[str, list[RunRecord]]) -> list[float]:
     """Seconds from due to handler start of each job's first run; a job sent after its due time
     is due when it was sent."""
@@ -557,82 +368,165 @@ def _started_after_lease(ledger: Ledger) -> list[Finding]:
 
 
 def check(ledger: Ledger) -> Report:
-    plans = _plans(ledger)
-    store = _store_jobs(ledger)
-    schedules = _schedules(ledger)
-    occurrences = _occurrences(ledger, schedules)
-    times = _Times(ledger.faults())
-    by_job = _runs_by_job(ledger.runs)
+    run = RunView.of(ledger)
+    found = _Found.of(run)
+    return Report(counts=_counts(run, found), findings=found.findings())
 
-    effects, deduplicated, effects_by_job = _effects(ledger, by_job)
-    missing, doubled = _cron(ledger, occurrences)
-    lost = _lost(plans, occurrences, store)
-    wrong = _wrong_state(plans, occurrences, store, effects_by_job)
-    overlapping = _overlapping(by_job, times)
-    overlapping += [
-        Finding(kind="overlapping", job=job, detail=f"fence {fence} started twice")
-        for job, fence in ledger.duplicate_claims
-    ]
-    after_cancel = _ran_after_cancel(plans, by_job)
-    early = _early(plans, by_job)
-    after_deadline = _ran_after_deadline(plans, by_job, store)
-    retries, reruns, causes, unexplained = _reruns(by_job, times)
-    lateness = _lateness(plans, by_job)
-    all_jobs = {*plans, *occurrences}
-    unknown = sorted(set(by_job) - all_jobs)
-    # Jobs of calls that were never answered (the client gave up): not acknowledged, so not
-    # lost; but left scheduled they show the same hole from the other side.
-    stray = sorted(
-        j for j, row in store.items() if j not in all_jobs and row["state"] not in TERMINAL
-    )
-    after_lease = _started_after_lease(ledger)
-    unstarted_dead, differ = _attempts_and_starts(store, all_jobs, by_job)
-    rated_runs, over_rate, most_10s = _rate_held(ledger, by_job)
-    while_paused, excused = _ran_while_paused(ledger, by_job, times)
 
-    def jobs_of(findings: list[Finding]) -> int:
-        return len({f.job for f in findings})
+@dataclass(kw_only=True)
+class _Found:
+    """What the checks found in a run: the findings of each kind, in the order the report
+    lists them, then what they counted besides."""
 
-    counts: dict[str, Any] = {
+    lost: list[Finding]
+    overlapping: list[Finding]
+    effects: list[Finding]
+    missing: list[Finding]
+    doubled: list[Finding]
+    after_cancel: list[Finding]
+    early: list[Finding]
+    after_deadline: list[Finding]
+    wrong: list[Finding]
+    unstarted_dead: list[Finding]
+    over_rate: list[Finding]
+    while_paused: list[Finding]
+    unexplained: list[Finding]
+    after_lease: list[Finding]
+    differ: list[Finding]
+    unknown: list[Finding]
+    stray: list[Finding]
+    deduplicated: int
+    retries: int
+    reruns: int
+    causes: Counter[str]
+    lateness: list[float]
+    rated_runs: int
+    most_10s: int
+    excused: int
+
+    @classmethod
+    def of(cls, run: RunView) -> _Found:
+        plans, store, by_job, times = run.plans, run.store, run.by_job, run.times
+        effects, deduplicated, effects_by_job = _effects(run.ledger, by_job)
+        missing, doubled = _cron(run.ledger, run.occurrences)
+        overlapping = _overlapping(by_job, times)
+        overlapping += [
+            Finding(kind="overlapping", job=job, detail=f"fence {fence} started twice")
+            for job, fence in run.ledger.duplicate_claims
+        ]
+        retries, reruns_, causes, unexplained = reruns(by_job, times)
+        unstarted_dead, differ = _attempts_and_starts(store, run.all_jobs, by_job)
+        rated, over_rate, most_10s = rate_held(run.ledger, by_job)
+        while_paused, excused = ran_while_paused(run.ledger, by_job, times)
+        # Jobs of calls that were never answered (the client gave up): not acknowledged, so not
+        # lost; but left scheduled they show the same hole from the other side.
+        stray = sorted(
+            j for j, row in store.items() if j not in run.all_jobs and row["state"] not in TERMINAL
+        )
+        return cls(
+            lost=_lost(plans, run.occurrences, store),
+            overlapping=overlapping,
+            effects=effects,
+            missing=missing,
+            doubled=doubled,
+            after_cancel=_ran_after_cancel(plans, by_job),
+            early=_early(plans, by_job),
+            after_deadline=_ran_after_deadline(plans, by_job, store),
+            wrong=_wrong_state(plans, run.occurrences, store, effects_by_job),
+            unstarted_dead=unstarted_dead,
+            over_rate=over_rate,
+            while_paused=while_paused,
+            unexplained=unexplained,
+            after_lease=_started_after_lease(run.ledger),
+            differ=differ,
+            unknown=[
+                Finding(kind="unknown_job_run", job=j, detail="run, not acknowledged")
+                for j in sorted(set(by_job) - run.all_jobs)
+            ],
+            stray=[
+                Finding(kind="unacknowledged_not_terminal", job=j, detail=store[j]["state"])
+                for j in stray
+            ],
+            deduplicated=deduplicated,
+            retries=retries,
+            reruns=reruns_,
+            causes=causes,
+            lateness=_lateness(plans, by_job),
+            rated_runs=rated,
+            most_10s=most_10s,
+            excused=excused,
+        )
+
+    def findings(self) -> list[Finding]:
+        return [
+            *self.lost,
+            *self.overlapping,
+            *self.effects,
+            *self.missing,
+            *self.doubled,
+            *self.after_cancel,
+            *self.early,
+            *self.after_deadline,
+            *self.wrong,
+            *self.unstarted_dead,
+            *self.over_rate,
+            *self.while_paused,
+            *self.unexplained,
+            *self.after_lease,
+            *self.differ,
+            *self.unknown,
+            *self.stray,
+        ]
+
+
+def _jobs_of(findings: list[Finding]) -> int:
+    return len({f.job for f in findings})
+
+
+def _counts(run: RunView, found: _Found) -> dict[str, Any]:
+    """The report's counts (its JSON object), in the order it has them."""
+    store, all_jobs, ledger = run.store, run.all_jobs, run.ledger
+    lateness = found.lateness
+    return {
         "jobs": len(all_jobs),
-        "client_jobs": len(plans),
-        "cron_occurrences": len(occurrences),
+        "client_jobs": len(run.plans),
+        "cron_occurrences": len(run.occurrences),
         "terminal": sum(1 for j in all_jobs if store.get(j, {}).get("state") in TERMINAL),
-        "faults": dict(Counter(f.kind for f in times.faults)),
-        "faults_total": len(times.faults),
+        "faults": dict(Counter(f.kind for f in run.times.faults)),
+        "faults_total": len(run.times.faults),
         "runs": len(ledger.runs),
-        "lost": jobs_of(lost),
-        "overlapping": jobs_of(overlapping),
-        "double_effects": jobs_of(effects),
-        "cron_missing": len(missing),
-        "cron_doubled": len(doubled),
-        "ran_after_cancel": jobs_of(after_cancel),
-        "early": jobs_of(early),
-        "ran_after_deadline": jobs_of(after_deadline),
-        "with_deadline": sum(1 for p in plans.values() if p.deadline),
+        "lost": _jobs_of(found.lost),
+        "overlapping": _jobs_of(found.overlapping),
+        "double_effects": _jobs_of(found.effects),
+        "cron_missing": len(found.missing),
+        "cron_doubled": len(found.doubled),
+        "ran_after_cancel": _jobs_of(found.after_cancel),
+        "early": _jobs_of(found.early),
+        "ran_after_deadline": _jobs_of(found.after_deadline),
+        "with_deadline": sum(1 for p in run.plans.values() if p.deadline),
         "expired": sum(1 for j in all_jobs if store.get(j, {}).get("state") == "expired"),
-        "wrong_state": jobs_of(wrong),
-        "dead_without_start": jobs_of(unstarted_dead),
-        "attempts_vs_starts": jobs_of(differ),
+        "wrong_state": _jobs_of(found.wrong),
+        "dead_without_start": _jobs_of(found.unstarted_dead),
+        "attempts_vs_starts": _jobs_of(found.differ),
         "not_started_deliveries": sum(
             not_started_deliveries(store[j]) for j in all_jobs if j in store
         ),
-        "rate_exceeded": len(over_rate),
-        "ran_while_paused": jobs_of(while_paused),
-        "rated_runs": rated_runs,
-        "rated_most_in_10s": most_10s,
-        "paused_runs_excused": excused,
-        "retries": retries,
-        "reruns": reruns,
-        "rerun_causes": dict(causes),
-        "unexplained_reruns": len(unexplained),
-        "effects_deduplicated": deduplicated,
-        "unknown_jobs_run": len(unknown),
-        "unacknowledged_not_terminal": len(stray),
+        "rate_exceeded": len(found.over_rate),
+        "ran_while_paused": _jobs_of(found.while_paused),
+        "rated_runs": found.rated_runs,
+        "rated_most_in_10s": found.most_10s,
+        "paused_runs_excused": found.excused,
+        "retries": found.retries,
+        "reruns": found.reruns,
+        "rerun_causes": dict(found.causes),
+        "unexplained_reruns": len(found.unexplained),
+        "effects_deduplicated": found.deduplicated,
+        "unknown_jobs_run": len(found.unknown),
+        "unacknowledged_not_terminal": len(found.stray),
         "cron_skipped": sum(
             int(s.get("skipped", 0)) for s in ledger.store.get("schedules", {}).values()
         ),
-        "started_after_lease": len(after_lease),
+        "started_after_lease": len(found.after_lease),
         "crashes": [
             f"{r['name']} (pid {r['pid']}, code {r['code']})" for r in ledger.records("crash")
         ],
@@ -640,29 +534,6 @@ def check(ledger: Ledger) -> Report:
         "lateness_p99_s": round(_quantile(lateness, 0.99), 4),
         "lateness_max_s": round(max(lateness, default=0.0), 4),
     }
-    findings = [
-        *lost,
-        *overlapping,
-        *effects,
-        *missing,
-        *doubled,
-        *after_cancel,
-        *early,
-        *after_deadline,
-        *wrong,
-        *unstarted_dead,
-        *over_rate,
-        *while_paused,
-        *unexplained,
-        *after_lease,
-        *differ,
-        *(Finding(kind="unknown_job_run", job=j, detail="run, not acknowledged") for j in unknown),
-        *(
-            Finding(kind="unacknowledged_not_terminal", job=j, detail=store[j]["state"])
-            for j in stray
-        ),
-    ]
-    return Report(counts=counts, findings=findings)
 
 
 def _attempts_and_starts(
@@ -690,72 +561,6 @@ def _attempts_and_starts(
         for j in attempts_differ(rows, starts)
     ]
     return dead, differ
-
-
-def _rated_runs(ledger: Ledger, by_job: dict[str, list[RunRecord]]) -> list[RunRecord]:
-    rated = {r["job"] for r in ledger.records("job") if r.get("type") == RATED_TYPE}
-    return sorted((run for j in rated for run in by_job.get(j, ())), key=lambda r: r.started_at)
-
-
-def _rate_held(
-    ledger: Ledger, by_job: dict[str, list[RunRecord]]
-) -> tuple[int, list[Finding], int]:
-    """(runs of the rated type, the windows that went over its rate, the most in 10 s)."""
-    runs = _rated_runs(ledger, by_job)
-    rated = [r for r in ledger.records("flow") if r.get("rate")]
-    if not rated:
-        return len(runs), [], 0
-    rate, burst = float(rated[0]["rate"]), int(rated[0]["burst"])
-    limit = rate * 10 + burst + NODES
-    starts = [r.started_at for r in runs]
-    findings: list[Finding] = []
-    most, hi, reported = 0, 0, -math.inf
-    for lo, start in enumerate(starts):
-        while hi < len(starts) and starts[hi] < start + 10_000:
-            hi += 1
-        most = max(most, hi - lo)
-        if hi - lo > limit and start >= reported + 10_000:  # one finding per 10 s over
-            reported = start
-            findings.append(
-                Finding(
-                    kind="rate_exceeded",
-                    job=runs[lo].job,
-                    detail=f"{hi - lo} runs of {RATED_TYPE} started in the 10 s from {start} "
-                    f"(rate {rate:g}/s, burst {burst}: at most {limit:g})",
-                )
-            )
-    return len(runs), findings, most
-
-
-def _ran_while_paused(
-    ledger: Ledger, by_job: dict[str, list[RunRecord]], times: _Times
-) -> tuple[list[Finding], int]:
-    """Runs claimed while the rated type was paused everywhere, and those excused."""
-    flows = [r for r in ledger.records("flow") if "paused" in r]
-    pauses = [r for r in flows if r["paused"]]
-    if not pauses:
-        return [], 0
-    held_from = pauses[0]["acked"] + PAUSE_REACH_MS
-    resumes = [r for r in flows if not r["paused"] and r["sent"] > pauses[0]["acked"]]
-    held_to = resumes[0]["sent"] if resumes else math.inf
-    ends = [f.end_wall for f in times.faults if f.end_wall is not None]
-    findings: list[Finding] = []
-    excused = 0
-    for run in _rated_runs(ledger, by_job):
-        if not held_from <= run.started_at < held_to:
-            continue
-        if any(end <= run.started_at < end + PAUSE_REACH_MS for end in ends):
-            excused += 1
-            continue
-        findings.append(
-            Finding(
-                kind="ran_while_paused",
-                job=run.job,
-                detail=f"claimed at {run.started_at} (fence {run.fence}); paused from "
-                f"{pauses[0]['acked']:.0f}, resumed at {held_to}",
-            )
-        )
-    return findings, excused
 
 
 def check_dir(run_dir: Path) -> Report:
