@@ -103,6 +103,13 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--shards", type=int, default=16, help="shards of the store (16)")
     p.add_argument("--lookahead", type=float, default=5.0, help="server --lookahead seconds (5)")
     p.add_argument(
+        "--claim-ahead-ms",
+        type=int,
+        default=0,
+        metavar="MS",
+        help="server --claim-ahead-ms: claim jobs MS before due and hold them (0: at due)",
+    )
+    p.add_argument(
         "--lead",
         type=float,
         default=None,

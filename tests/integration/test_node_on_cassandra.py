@@ -17,7 +17,7 @@ from tests.contract.conftest import cassandra_address, cassandra_admin
 from tests.integration.test_cassandra_store import own_node
 from timeshard.clock import SystemClock
 from timeshard.coordinator.local import LocalCoordinator
-from timeshard.node import JobSpec, Node
+from timeshard.node import JobSpec, Node, NodeConfig
 from timeshard.server import Server
 from timeshard.stack import CassandraProcess
 from timeshard.store.cassandra import CassandraStore
@@ -40,12 +40,13 @@ def keyspace(cassandra_admin: Any) -> Iterator[str]:
 
 @asynccontextmanager
 async def node_with_worker(
-    url: str, *, use_stream: bool = False
+    url: str, *, use_stream: bool = False, config: NodeConfig | None = None
 ) -> AsyncIterator[tuple[Server, list[JobContext]]]:
     node = Node(
         store=CassandraStore.from_url(url, num_shards=8),
         coordinator=LocalCoordinator(),
         clock=SystemClock(),
+        config=config,
     )
     server = Server(node, port=0)
     await server.start()

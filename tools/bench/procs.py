@@ -12,6 +12,7 @@ import struct
 import subprocess
 import time
 import urllib.request
+from collections.abc import Sequence
 from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -69,8 +70,10 @@ class Timeshard:
         lease_s: float = 60.0,
         worker_target: str = LOADWORKER,
         worker_env: dict[str, str] | None = None,
+        server_flags: Sequence[str] = (),
     ) -> None:
         self.run_dir = run_dir
+        self.server_flags = list(server_flags)
         self.worker_argv = parse_command(worker_command) if worker_command else None
         self.external: list[ExternalWorker] = []
         self.fleet = Fleet(
@@ -116,7 +119,7 @@ class Timeshard:
     def start(self) -> None:
         for name in self.names:
             self.metrics_ports[name] = port = free_port()
-            self.fleet.start_server(name, extra=["--metrics-port", str(port)])
+            self.fleet.start_server(name, extra=["--metrics-port", str(port), *self.server_flags])
         self.fleet.wait_serving(timeout=180)
         if len(self.names) > 1 or self.fleet.zookeeper != "local":
             self.fleet.wait_spread(self.names, timeout=180)

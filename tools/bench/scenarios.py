@@ -113,6 +113,7 @@ def running(
         lease_s=lease_s,
         worker_target=worker_target,
         worker_env=worker_env,
+        server_flags=["--claim-ahead-ms", str(getattr(args, "claim_ahead_ms", 0))],
     )
     if store.kind == "cassandra" and "," not in store.cassandra:
         host, _, port = store.cassandra.rpartition(":")

@@ -156,6 +156,15 @@ def _node_options(p: argparse.ArgumentParser, *, shards: int, http_port: int = 0
         "(default: no bound)",
     )
     p.add_argument(
+        "--claim-ahead-ms",
+        type=whole(0, 60_000, note="ms"),
+        default=0,
+        metavar="MS",
+        help="claim jobs up to MS before they are due, a batch per bucket partition, and hold "
+        "them until due: a waiting worker gets them at due time with no store call (default "
+        "0: claim at due time); less than the lookahead and half the default lease",
+    )
+    p.add_argument(
         "--max-unstarted",
         type=whole(1, MAX_UNSTARTED, note="deliveries"),
         default=DEFAULT_MAX_UNSTARTED,
@@ -202,7 +211,7 @@ def _metrics_options(p: argparse.ArgumentParser, *, what: str) -> None:
 
 def _node(args: argparse.Namespace, store_url: str, coordinator: str) -> Node:
     config = NodeConfig(
-        dispatch=DispatchConfig(lookahead_s=args.lookahead),
+        dispatch=DispatchConfig(lookahead_s=args.lookahead, claim_ahead_ms=args.claim_ahead_ms),
         retry=RetryPolicy(base_s=args.retry_base),
         types=args.type_policies,
         flows=args.type_flows,
@@ -225,6 +234,23 @@ def _check_node_options(args: argparse.Namespace) -> None:
     types = load_types_file(args.types) if args.types else TypesFile()
     args.type_policies, args.type_flows = types.policies, types.flows
     _retention(args)
+    check_claim_ahead(args.claim_ahead_ms, args.lookahead, NodeConfig().default_lease_s)
+
+
+def check_claim_ahead(ahead_ms: int, lookahead_s: float, lease_s: float) -> None:
+    """A claim ahead is made from the entries read ahead, and held within its lease."""
+    if ahead_ms >= lookahead_s * 1000:
+        raise InvalidArgument(
+            "--claim-ahead-ms",
+            f"{ahead_ms} ms is not less than the lookahead ({lookahead_s:g} s): jobs are "
+            "claimed ahead from the entries read ahead; lower it or raise --lookahead",
+        )
+    if 2 * ahead_ms > lease_s * 1000:
+        raise InvalidArgument(
+            "--claim-ahead-ms",
+            f"{ahead_ms} ms is more than half the default lease ({lease_s:g} s): a held job "
+            "must have most of its lease left when a worker gets it",
+        )
 
 
 def load_type_policies(path: str) -> dict[str, TypePolicy]:

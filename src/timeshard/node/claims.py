@@ -258,8 +258,44 @@ class Claims:
             if d is not None:
                 d.expire_overdue([item])
 
+    def may_claim_ahead(self, job_type: str) -> bool:
+        """Whether jobs of ``job_type`` may be claimed ahead and held (``node.ahead``): a claim
+        here waits for the type, none of it is queued ready, and nothing decides its start at
+        the claim (a concurrency limit, a rate, a pause)."""
+        policy = self._policies.get(job_type)
+        return (
+            self._ready.has_waiter(job_type)
+            and not self._ready.has_any([job_type])
+            and (policy is None or policy.concurrency is None)
+            and not self._flow.any([job_type])
+        )
+
+    def _hand_out(self, held: list[ReadyItem], lease: int, now: int) -> list[Claimed]:
+        """Jobs claimed ahead by their owner, due now: given as claimed, no store call. One
+        whose lease has less than half left (no worker took it for that long) is not given:
+        its lease's end releases it, not started."""
+        out: list[Claimed] = []
+        for item in held:
+            job = item.job
+            assert job is not None
+            left = job.lease_until - now
+            if 2 * left < min(lease, job.lease_until - job.started_at):
+                continue
+            out.append(Claimed(job=job, lease_ms=left))
+            self._metrics.claimed(job, now)
+            if self._delivered is not None:
+                self._delivered(job)
+        return out
+
     async def _claim_items(self, items: list[ReadyItem], worker: str, lease: int) -> list[Claimed]:
         now = self._clock.now_ms()
+        held = [i for i in items if i.claimed and i.run_at <= now]
+        if held:
+            items = [i for i in items if not (i.claimed and i.run_at <= now)]
+            given = self._hand_out(held, lease, now)
+            if items:
+                given += await self._claim_items(items, worker, lease)
+            return given
         early = [i for i in items if i.run_at > now]  # never early, even across clock steps
         late = [i for i in items if 0 < i.deadline < now]  # never late: the dispatcher expires
         items = [i for i in items if i.run_at <= now and not 0 < i.deadline < now]

@@ -22,6 +22,7 @@ from timeshard.errors import InvalidArgument, StoreUnavailable, TimeshardError
 from timeshard.limits import DEFAULT_MAX_UNSTARTED, DEFAULT_PRIORITY_AGING_MS
 from timeshard.model import BucketEntry, Job, JobState
 from timeshard.node import clockcheck
+from timeshard.node.ahead import AheadClaims
 from timeshard.node.attempts import Attempts
 from timeshard.node.claims import Claims, TypePolicy
 from timeshard.node.deadletters import DeadLetters
@@ -124,6 +125,14 @@ class Node:
         self.flow = FlowControl(clock, self.config.flows)
         """Per type: the rate's token bucket and the pause; claims ask it (``Claims.held``)."""
         self.claims = self._new_claims()
+        self.ahead = AheadClaims(
+            store=self.store,
+            holder=f"{self.node_id} (held until due)",
+            lease_ms=self.config.lease_ms(0),
+            ahead_ms=self.config.dispatch.claim_ahead_ms,
+            eligible=self.claims.may_claim_ahead,
+        )
+        """Claims ahead of due time (``DispatchConfig.claim_ahead_ms``; off at 0)."""
         self.starts = StartNotices(clock, self.metrics.started)
         """Start notices of the jobs this node delivered (invariant 9, ``node.starts``)."""
         self.waits = JobWaits(store, clock)
@@ -364,6 +373,7 @@ class Node:
                     on_finished=self.waits.finished,
                     refreshed_by_node=self.config.dispatch.node_refresh,
                     timer=self.timer,
+                    ahead=self.ahead,
                 )
                 self.dispatchers[shard] = d
                 d.start()

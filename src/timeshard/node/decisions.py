@@ -62,6 +62,10 @@ class EntryDecider:
         self._on_finished = on_finished  # a job this dispatcher made dead (its waiters)
         self._firer = firer
 
+    def dispatched(self, job: Job, now: int) -> None:
+        """``job`` goes to the ready queue now (counted as the entries decided here are)."""
+        self._metrics.dispatched(job, now)
+
     async def handle(self, due: list[BucketEntry], now: int) -> None:
         schedules = [e for e in due if e.job_id.startswith(SCHEDULE_ENTRY_PREFIX)]
         if schedules:
@@ -131,6 +135,9 @@ class EntryDecider:
             self._held.handled([e])  # rescheduled or retrying later: that writer wrote the entry
             return None
         if job.state is JobState.RUNNING:
+            held = self._ready.find(job.job_id)
+            if held is not None and held.claimed and held.fence == job.fence:
+                self._ready.remove(job.job_id)  # claimed ahead, never taken: not handed out now
             await self._expire(e, job, now)
             return None
         if job.past_deadline(now):

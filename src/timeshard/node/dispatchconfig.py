@@ -50,7 +50,20 @@ class DispatchConfig:
     """A pending entry this long past due, and not waiting in a ready queue, is looked at
     again: a safety net, so no path that loses track of an entry can strand its job."""
 
+    claim_ahead_ms: int = 0
+    """Claim jobs this long before they are due (0: at their due time), in one conditional
+    batch per bucket partition, and hold them until they are due: at due time a waiting worker
+    gets them with no store call (``ShardDispatcher``). Only jobs of types a claim waits for,
+    with no concurrency limit, rate or pause, no deadline and none queued ready before them."""
+
     def __post_init__(self) -> None:
+        if self.claim_ahead_ms < 0:
+            raise ValueError(f"claim_ahead_ms must not be negative, got {self.claim_ahead_ms}")
+        if self.claim_ahead_ms >= self.lookahead_s * 1000:
+            raise ValueError(
+                f"claim_ahead_ms={self.claim_ahead_ms} must be less than the lookahead "
+                f"({self.lookahead_s * 1000:g} ms): a job is claimed ahead from the entries read"
+            )
         if self.lookahead_s < self.refresh_s + READ_MARGIN_S:
             raise ValueError(
                 f"lookahead_s={self.lookahead_s:g} must be at least refresh_s + "

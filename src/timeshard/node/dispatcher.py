@@ -35,6 +35,7 @@ from timeshard.clock import Clock, wake
 from timeshard.errors import NotOwner, TimeshardError
 from timeshard.limits import DEFAULT_MAX_UNSTARTED
 from timeshard.model import BucketEntry, Job, JobState
+from timeshard.node.ahead import AheadClaims
 from timeshard.node.buckets import BucketReader
 from timeshard.node.decisions import EntryDecider
 from timeshard.node.dispatchconfig import READ_MARGIN_S, DispatchConfig
@@ -83,6 +84,7 @@ class ShardDispatcher:
         on_finished: Callable[[Job], None] | None = None,
         refreshed_by_node: bool = False,
         timer: DueTimer | None = None,
+        ahead: AheadClaims | None = None,
     ) -> None:
         self.shard = shard
         self._timer = timer if timer is not None else DueTimer(clock)
@@ -125,6 +127,10 @@ class ShardDispatcher:
         self.deposed = False
         self.refreshed_by_node = refreshed_by_node
         self._cursor_check = False  # a refresh ended: the cursor may move (node-refreshed)
+        self._ahead = ahead if config.claim_ahead_ms else None
+        self._holding: dict[str, ReadyItem] = {}
+        """Jobs claimed ahead, held until they are due (by job id)."""
+        self._holding_at: list[tuple[int, str]] = []  # (due, job id) of those held
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -137,6 +143,7 @@ class ShardDispatcher:
             await asyncio.gather(self._task, return_exceptions=True)
             self._task = None
         self._ready.drop_shard(self.shard)
+        self._holding.clear()
         self._timer.note_due(self.shard, None)
 
     @property
@@ -257,7 +264,7 @@ class ShardDispatcher:
         """A write of this node moved ``job_id`` out of the state its ready item stands for
         (cancelled, rescheduled): out of the ready queue now, and its entries looked at again
         (found handled, or the job made ready again as it now is)."""
-        item = self._ready.remove(job_id)
+        item = self._ready.remove(job_id) or self._holding.pop(job_id, None)
         if item is not None:
             self.recheck(item.entries)
 
@@ -291,6 +298,8 @@ class ShardDispatcher:
         while self._held.later and self._held.later[0][0] <= now:
             heapq.heappush(self._held.heap, heapq.heappop(self._held.later)[1])
         self._expire_held(now)
+        if self._ahead is not None:
+            self._hand_over_held(now)
         due: list[BucketEntry] = []
         while self._held.heap and self._held.heap[0].due_at <= now:
             e = heapq.heappop(self._held.heap)
@@ -305,6 +314,8 @@ class ShardDispatcher:
                 for e in due:
                     heapq.heappush(self._held.heap, e)
                 raise
+        if self._ahead is not None:
+            await self._claim_ahead(self._clock.now_ms())
 
     async def _wait(self) -> None:
         now = self._clock.now_ms()
@@ -314,7 +325,10 @@ class ShardDispatcher:
             *([self._held.heap[0].due_at] if self._held.heap else []),
             *([self._held.later[0][0]] if self._held.later else []),
             *([self._deadlines[0][0] + 1] if self._deadlines else []),
+            *([self._holding_at[0][0]] if self._holding_at else []),
         ]
+        if self._ahead is not None and self._held.heap:  # the next claim ahead
+            times.append(self._held.heap[0].due_at - self._cfg.claim_ahead_ms)
         if self._cursor_check and not self._reader.refreshing:
             return
         self._waker = asyncio.get_running_loop().create_future()
@@ -345,6 +359,53 @@ class ShardDispatcher:
         looks at its heap before it waits again)."""
         if self._waker is not None:
             wake(self._waker)
+
+    # -- claims ahead (``DispatchConfig.claim_ahead_ms``) ---------------------------------
+
+    async def _claim_ahead(self, now: int) -> None:
+        """Entries due within ``claim_ahead_ms``: their jobs claimed now, in one call (the
+        store writes a conditional batch per partition), and held until due. Those not taken
+        (another kind of entry, a job not eligible, a claim that did not apply, the store
+        away) are looked at again at their due time, as without claims ahead."""
+        assert self._ahead is not None
+        heap, until = self._held.heap, now + self._cfg.claim_ahead_ms
+        soon: list[BucketEntry] = []
+        while heap and now < heap[0].due_at <= until:  # (those due now are decided now)
+            e = heapq.heappop(heap)
+            if e in self._held.pending.get(e.minute, ()):
+                soon.append(e)
+        if not soon:
+            return
+        later = soon
+        try:
+            later = await self._ahead.claim(self, soon, now)
+        finally:
+            for e in later:
+                heapq.heappush(self._held.later, (e.due_at, e))
+
+    def hold(self, item: ReadyItem) -> None:
+        """A job claimed ahead (``AheadClaims``): held until due, then ready; its entries stay
+        pending and come up at its lease's end (``claimed``)."""
+        assert item.job is not None
+        for e in item.entries:
+            self._held.rows.pop(e, None)  # (the image of the row before the claim)
+        self._holding[item.job_id] = item
+        heapq.heappush(self._holding_at, (item.run_at, item.job_id))
+        self.claimed(item.entries, item.job)
+
+    def rows_for(self, entries: Iterable[BucketEntry]) -> dict[str, Job]:
+        """The rows this node wrote with ``entries`` (a create), by job id: no read needed."""
+        rows = self._held.rows
+        return {e.job_id: job for e in entries if (job := rows.get(e)) is not None}
+
+    def _hand_over_held(self, now: int) -> None:
+        """Jobs held that are due now go to the ready queue: a waiting claim takes them."""
+        while self._holding_at and self._holding_at[0][0] <= now:
+            _, job_id = heapq.heappop(self._holding_at)
+            item = self._holding.pop(job_id, None)
+            if item is not None and item.job is not None:
+                self._decider.dispatched(item.job, now)
+                self._ready.push(item)
 
     # -- reading buckets (``BucketReader``) -----------------------------------------------
 

@@ -39,6 +39,9 @@ class ReadyItem:
     priority: int = 0
     deadline: int = 0
     """The job's deadline (0: none): its dispatcher expires it then if it is still here."""
+    claimed: bool = False
+    """Claimed ahead by its owner (``ShardDispatcher``): ``job`` is the claimed row, handed to
+    a worker with no store call."""
     rank: tuple[int, int, str] | None = None
     """Its place in its type's queue, set when first queued (``_TypeQueue.put``)."""
 
@@ -209,7 +212,7 @@ class ReadyQueues:
     def push(self, item: ReadyItem) -> None:
         q = self._queue(item.job_type)
         held = q.get(item.job_id)
-        if held is not None and held.fence == item.fence:
+        if held is not None and held.fence == item.fence and held.claimed == item.claimed:
             held.entries.extend(e for e in item.entries if e not in held.entries)
             return
         q.put(item)
@@ -287,6 +290,10 @@ class ReadyQueues:
     def holds(self, job_type: str, job_id: str) -> bool:
         q = self._by_type.get(job_type)
         return q is not None and q.get(job_id) is not None
+
+    def has_waiter(self, job_type: str) -> bool:
+        """Whether a claim waits for a job of ``job_type`` now."""
+        return any(not f.done() for f in self._by_type_waiters.get(job_type, ()))
 
     def has_any(self, types: Iterable[str]) -> bool:
         return any(self._by_type.get(t) for t in types)

@@ -91,6 +91,10 @@ class JobClaim:
     worker: str
     now: int
     lease_until: int
+    ahead_ms: int = 0
+    """A claim ahead (``DispatchConfig.claim_ahead_ms``): the job may be due up to this long
+    after ``now``; its owner holds it and hands it to a worker no earlier than its due time,
+    which is the attempt's claim time."""
     known: Job | None = None
     """The row as the caller last read it. A store may compare against it instead of reading
     the row again; if it is stale the write does not apply and the store goes on from the row

@@ -36,7 +36,9 @@ def _running_with(fence: int) -> Callable[[Job], bool]:
 
 def claim(c: JobClaim) -> Transition:
     """Never early: a job rescheduled to later since it was made ready does not apply. Never
-    late: a job past its deadline does not apply either (the dispatcher expires it).
+    late: a job past its deadline does not apply either (the dispatcher expires it). A claim
+    ahead (``ahead_ms``) takes a job due within that time: its owner holds it until it is due,
+    so the attempt's claim time is the due time (the handler never starts before it).
 
     No entry is written: the entry that made the job ready stays pending with its owner, which
     looks at the job again when the lease ends, and writes a lease check only for a job still
@@ -45,8 +47,8 @@ def claim(c: JobClaim) -> Transition:
         lambda j: (
             j.state is JobState.SCHEDULED
             and j.fence == c.expect_fence
-            and j.run_at <= c.now
-            and not j.past_deadline(c.now)
+            and j.run_at <= c.now + c.ahead_ms
+            and not j.past_deadline(max(c.now, j.run_at))
         ),
         lambda j: j.with_(
             state=JobState.RUNNING,
@@ -54,9 +56,9 @@ def claim(c: JobClaim) -> Transition:
             lease_until=c.lease_until,
             attempt=j.attempt + 1,  # the number the attempt will have once its handler starts
             fence=j.fence + 1,
-            started_at=c.now,
+            started_at=max(c.now, j.run_at),
             start_noticed=False,
-            history=(*j.history, new_attempt(j, c.worker, c.now)),
+            history=(*j.history, new_attempt(j, c.worker, max(c.now, j.run_at))),
         ),
         now=c.now,
     )

@@ -1,0 +1,127 @@
+"""Claims ahead: a shard's owner claims the jobs due within ``claim_ahead_ms`` before they are
+due, and holds them until then.
+
+At a trickle a claim at due time is one conditional write (a Paxos round on Cassandra) per job,
+on the path between the due time and the handler's start, queued behind whatever else the
+store does. Claimed ahead, the jobs of one bucket partition due in the window go in one
+conditional batch, and at due time the owner hands them to a waiting worker with no store call
+(``Claims``: a held item is given as claimed).
+
+What does not change: the row's fence is taken by the claim (invariant 5), so a second holder
+is impossible; the job's lease starts at its due time (the attempt's claim time), so a lease
+check, a heartbeat and a result work as for any claim; a held job no worker took by its
+lease's end is released as not started (invariant 9), and is due again at once. What is held:
+
+- only a job whose type a claim on this node waits for, with nothing of the type queued ready
+  (so under a backlog jobs are claimed at due time, as before, and a held job does not wait
+  for a worker long);
+- no job of a type with a concurrency limit, a rate or a pause (decided at the claim), and
+  no job with a deadline (it is expired at its due time if it is late).
+
+A cancel through the owner drops a held job (``ShardDispatcher.forget``); one answered by
+another node is the cancel of a claimed job whose push may be on its way: the answer says
+whether the handler started, and the handler is stopped at its first heartbeat
+(docs/architecture.md, "A cancel of a running job").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
+
+from timeshard.errors import NotOwner, TimeshardError
+from timeshard.model import SCHEDULE_ENTRY_PREFIX, BucketEntry, Job, JobState
+from timeshard.node.ready import ReadyItem
+from timeshard.store.base import JobClaim, Store
+
+if TYPE_CHECKING:
+    from timeshard.node.dispatcher import ShardDispatcher
+
+MAX_AHEAD = 2000
+"""Jobs one dispatcher claims ahead in one step at most (the rest at their due time)."""
+
+
+class AheadClaims:
+    def __init__(
+        self,
+        *,
+        store: Store,
+        holder: str,
+        lease_ms: int,
+        ahead_ms: int,
+        eligible: Callable[[str], bool],
+    ) -> None:
+        self._store = store
+        self.holder = holder
+        """The lease owner a held job shows until a worker's start notice."""
+        self._lease_ms = lease_ms
+        self._ahead_ms = ahead_ms
+        self._eligible = eligible
+
+    async def claim(
+        self, d: ShardDispatcher, entries: list[BucketEntry], now: int
+    ) -> list[BucketEntry]:
+        """Claim the jobs of ``entries`` (due within the window) that may be held, and hand
+        them to ``d`` to hold; returns the entries to look at again at their due time."""
+        rows: Mapping[str, Job] = d.rows_for(entries)
+        unread = [
+            e
+            for e in entries
+            if e.job_id not in rows and not e.job_id.startswith(SCHEDULE_ENTRY_PREFIX)
+        ]
+        if unread:
+            rows = {**rows, **(await self._store.get_jobs_for(unread))}
+        take: list[tuple[BucketEntry, Job]] = []
+        later: list[BucketEntry] = []
+        for e in entries:
+            job = rows.get(e.job_id)
+            if job is not None and len(take) < MAX_AHEAD and self._holds(e, job):
+                take.append((e, job))
+            else:
+                later.append(e)
+        if not take:
+            return later
+        claims = [
+            JobClaim(
+                job_id=job.job_id,
+                expect_fence=job.fence,
+                worker=self.holder,
+                now=now,
+                lease_until=job.run_at + self._lease_ms,
+                ahead_ms=self._ahead_ms,
+                known=job,
+            )
+            for _, job in take
+        ]
+        try:
+            outcomes = await self._store.claim_jobs(claims)
+        except NotOwner:
+            raise
+        except TimeshardError:
+            return [*later, *(e for e, _ in take)]  # at their due time, as without
+        for (e, job), out in zip(take, outcomes, strict=True):
+            if out.applied and out.job is not None:
+                d.hold(
+                    ReadyItem(
+                        job_id=job.job_id,
+                        job_type=job.job_type,
+                        shard=d.shard,
+                        fence=out.job.fence,
+                        run_at=job.run_at,
+                        entries=[e],
+                        job=out.job,
+                        priority=job.priority,
+                        claimed=True,
+                    )
+                )
+            else:
+                later.append(e)
+        return later
+
+    def _holds(self, e: BucketEntry, job: Job) -> bool:
+        return (
+            job.state is JobState.SCHEDULED
+            and job.run_at == e.due_at
+            and not job.deadline
+            and self._eligible(job.job_type)
+        )

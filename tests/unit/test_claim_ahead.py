@@ -1,0 +1,137 @@
+"""Claims ahead (``DispatchConfig.claim_ahead_ms``, ``node.ahead``): the owner claims jobs due
+within the window before they are due and holds them; at due time a waiting claim gets them
+with no store call, never before their due time. A cancel through the owner drops a held job;
+a held job no worker took is released, not started, at its lease's end."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+import pytest
+
+from tests.unit.helpers import START_MS, advance, running, settle, wait_until
+from timeshard.model import JobState, WriteResult
+from timeshard.node import JobSpec, TypePolicy
+from timeshard.node.dispatcher import DispatchConfig
+from timeshard.store.base import JobClaim
+
+DUE = START_MS + 2000
+
+
+def spy_claims(node: object) -> list[tuple[int, list[JobClaim]]]:
+    """Each ``claim_jobs`` call: the (fake) time it was made and its claims."""
+    store = node.store  # type: ignore[attr-defined]
+    original = store.claim_jobs
+    calls: list[tuple[int, list[JobClaim]]] = []
+
+    async def claim_jobs(claims: Sequence[JobClaim]) -> list[WriteResult]:
+        calls.append((node.clock.now_ms(), list(claims)))  # type: ignore[attr-defined]
+        return await original(claims)
+
+    store.claim_jobs = claim_jobs
+    return calls
+
+
+def waiting_claim(node: object, job_type: str = "t") -> asyncio.Task:  # type: ignore[type-arg]
+    return asyncio.create_task(
+        node.claims.claim(  # type: ignore[attr-defined]
+            worker="w", types=[job_type], limit=10, wait_s=60, lease_s=30
+        )
+    )
+
+
+async def schedule(node: object, n: int, job_type: str = "t", run_at: int = DUE) -> list[str]:
+    jobs = node.jobs  # type: ignore[attr-defined]
+    return [
+        (await jobs.schedule(JobSpec(job_type=job_type, payload=b"", run_at=run_at)))[0].job_id
+        for _ in range(n)
+    ]
+
+
+async def test_jobs_are_claimed_ahead_and_handed_over_at_due_time_without_a_store_call() -> None:
+    async with running(claim_ahead_ms=300) as (node, clock):
+        calls = spy_claims(node)
+        ids = await schedule(node, 3)
+        claim = waiting_claim(node)
+        await advance(node, clock, 1.8, step=0.1)  # 200 ms before due: inside the window
+        await settle(node)
+        rows = [await node.jobs.get(i) for i in ids]
+        assert all(r.state is JobState.RUNNING for r in rows)
+        assert all(r.lease_owner == node.ahead.holder for r in rows)
+        assert all(r.started_at == DUE for r in rows)  # the attempt is claimed at due time
+        assert calls and all(at < DUE for at, _ in calls)
+        assert all(c.ahead_ms == 300 for _, cs in calls for c in cs)
+        assert not claim.done(), "a held job was handed over before its due time"
+        made = len(calls)
+        await advance(node, clock, 0.25, step=0.05)
+        await wait_until(claim.done, 5, "the waiting claim to get the held jobs")
+        got = claim.result()
+        while len(got) < len(ids):  # (each shard hands its own over: claims go on)
+            more = waiting_claim(node)
+            await wait_until(more.done, 5, "the next claim to get the other held jobs")
+            got += more.result()
+        assert sorted(c.job.job_id for c in got) == sorted(ids)
+        assert node.clock.now_ms() >= DUE
+        assert len(calls) == made, "the hand-over made a store call"
+        for c in got:  # the lease left when it was handed over: from due time on
+            assert 0 < c.lease_ms <= c.job.lease_until - DUE
+
+
+async def test_a_cancel_through_the_owner_drops_a_held_job() -> None:
+    async with running(claim_ahead_ms=300) as (node, clock):
+        (job_id,) = await schedule(node, 1)
+        claim = waiting_claim(node)
+        await advance(node, clock, 1.8, step=0.1)
+        await settle(node)
+        assert (await node.jobs.get(job_id)).state is JobState.RUNNING  # held
+        cancelled = await node.jobs.cancel(job_id, wait_s=0.0)
+        assert cancelled.state is JobState.CANCELLED and not cancelled.start_noticed
+        await advance(node, clock, 1.0, step=0.1)
+        await settle(node)
+        assert not claim.done(), "a cancelled held job was handed to a worker"
+        assert node.ready.count() == 0
+        claim.cancel()
+
+
+async def test_nothing_is_claimed_ahead_without_a_waiting_claim_or_under_a_limit() -> None:
+    types = {"limited": TypePolicy(concurrency=2)}
+    async with running(types=types, claim_ahead_ms=300) as (node, clock):
+        (idle,) = await schedule(node, 1)  # no claim waits for "t"
+        (limited,) = await schedule(node, 1, job_type="limited")
+        claim = waiting_claim(node, "limited")
+        await advance(node, clock, 1.8, step=0.1)
+        await settle(node)
+        assert (await node.jobs.get(idle)).state is JobState.SCHEDULED
+        assert (await node.jobs.get(limited)).state is JobState.SCHEDULED
+        await advance(node, clock, 0.3, step=0.1)
+        await wait_until(claim.done, 5, "the limited job claimed at its due time")
+        assert [c.job.job_id for c in claim.result()] == [limited]
+
+
+async def test_a_held_job_no_worker_takes_is_released_not_started_at_its_lease_end() -> None:
+    async with running(claim_ahead_ms=300) as (node, clock):
+        (job_id,) = await schedule(node, 1)
+        claim = waiting_claim(node)
+        await advance(node, clock, 1.8, step=0.1)
+        await settle(node)
+        held = await node.jobs.get(job_id)
+        assert held.state is JobState.RUNNING
+        claim.cancel()  # the worker went away before the job was due
+        await advance(node, clock, 0.3 + node.config.default_lease_s + 1, step=0.5)
+        await settle(node)
+        back = await node.jobs.get(job_id)
+        assert back.state is JobState.SCHEDULED and back.attempt == 0 and back.unstarted == 1
+        again = waiting_claim(node)
+        await advance(node, clock, 1.0, step=0.1)
+        await wait_until(again.done, 5, "the released job claimed again")
+        (c,) = again.result()
+        assert c.job.job_id == job_id and c.job.attempt == 1
+
+
+@pytest.mark.parametrize(
+    ("ahead_ms", "problem"), [(-1, "negative"), (5000, "less than the lookahead")]
+)
+def test_a_bad_window_is_refused(ahead_ms: int, problem: str) -> None:
+    with pytest.raises(ValueError, match=problem):
+        DispatchConfig(claim_ahead_ms=ahead_ms)
