@@ -19,7 +19,6 @@ import socket
 from collections.abc import Awaitable, Callable, Generator, Sequence
 
 import uvicorn
-
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import CollectorRegistry
 from starlette.applications import Starlette
@@ -30,6 +29,8 @@ from starlette.routing import BaseRoute
 from starlette.routing import Route as Path
 
 from timeshard.node import Node
+from timeshard.views.console.app import ConsoleSettings
+from timeshard.views.console.app import build as build_console
 from timeshard.views.metrics import node_registry
 from timeshard.views.page import render
 from timeshard.views.status import node_status
@@ -71,10 +72,11 @@ class HttpServer:
         on_stop: Callable[[], None] = lambda: None,
     ) -> None:
         self.routes = routes
+        self.mounts = list(mounts)
         self.host = host
         self.port = port
         self.app = Starlette(
-            routes=[*(Path(p, _endpoint(p, r)) for p, r in routes.items()), *mounts],
+            routes=[*(Path(p, _endpoint(p, r)) for p, r in routes.items()), *self.mounts],
             exception_handlers={404: self._not_found, 405: _only_get},
         )
         self._on_stop = on_stop
@@ -191,8 +193,15 @@ def node_routes(node: Node) -> dict[str, Route]:
     }
 
 
-async def serve_node(node: Node, *, host: str, port: int) -> HttpServer:
-    server = HttpServer(node_routes(node), host=host, port=port)
+async def serve_node(
+    node: Node, *, host: str, port: int, console: ConsoleSettings | None = None
+) -> HttpServer:
+    """The node's routes, and the console at ``/console`` when ``console`` is given."""
+    mounts, on_stop = [], lambda: None
+    if console is not None:
+        mount, parts = build_console(node, console)
+        mounts, on_stop = [mount], parts.stop
+    server = HttpServer(node_routes(node), host=host, port=port, mounts=mounts, on_stop=on_stop)
     await server.start()
     return server
 
