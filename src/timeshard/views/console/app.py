@@ -82,6 +82,7 @@ def build(node: Node, settings: ConsoleSettings) -> tuple[Mount, Console]:
             Route("/bulk", handlers.bulk_start, methods=["POST"]),
             Route("/bulk/{run_id:int}", handlers.bulk_progress),
             Route("/types", handlers.types),
+            Route("/types", handlers.type_edit, methods=["POST"]),
             Route("/types/{job_type}", handlers.type_edit, methods=["POST"]),
             Route("/schedules", handlers.schedules),
             Route("/schedules/{schedule_id}", handlers.schedule),

@@ -454,7 +454,10 @@ class Handlers:
         async def build() -> Response:
             who = self._who(request, Level.ADMIN)
             form = await self._form(request)
-            job_type = request.path_params["job_type"]
+            job_type = request.path_params.get("job_type") or str(form.get("job_type", ""))
+            if not job_type.strip():
+                raise InvalidArgument("job_type", "name the job type")
+            job_type = job_type.strip()
             node = self.c.node
             what = str(form.get("what", ""))
             if what in ("pause", "resume"):
