@@ -11,9 +11,11 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 from starlette.applications import Starlette
 
 from tests.unit.helpers import START_MS, advance, running, wait_until
+from timeshard.errors import InvalidArgument
 from timeshard.node import JobSpec, Node
 from timeshard.security.auth import Authenticator, Role
 from timeshard.views.console.app import ConsoleSettings, build
@@ -204,3 +206,17 @@ async def test_the_live_view_reads_no_store(tmp_path: Path) -> None:
         assert [t.job_type for t in second.types] == ["mail.send"]
         assert 'data-type="mail.send"' in html
         assert "fire rate" in html  # the plot of the type
+
+
+def test_the_audit_file_skips_a_torn_last_line_and_refuses_what_is_not_one(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "audit.jsonl"
+    entry = '{"at_ms": 1, "who": "ann", "role": "operator", "action": "cancel", "target": "j1"}'
+    path.write_text(entry + "\n" + entry.replace("j1", "j2") + "\n" + '{"at_ms": 3, "wh')
+    assert [e.target for e in read_file(path)] == ["j2", "j1"]
+    assert [e.target for e in read_file(path, limit=1)] == ["j2"]
+    path.write_text("[tokens]\nname = 1\n")
+    with pytest.raises(InvalidArgument, match="is not an audit log: line 1 is not an entry"):
+        read_file(path)
+    assert read_file(tmp_path / "missing.jsonl") == []

@@ -87,7 +87,8 @@ def _append(path: Path, line: str) -> None:
 
 def read_file(path: Path, limit: int = MAX_READ) -> list[AuditEntry]:
     """The newest ``limit`` entries of an audit file, newest first; a missing file has none.
-    A line that is not an entry (a torn last write) is skipped."""
+    A last line that is not an entry is a write torn by a crash and skipped; any other is not
+    an audit log, and refused naming the line."""
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
     except FileNotFoundError:
@@ -95,11 +96,22 @@ def read_file(path: Path, limit: int = MAX_READ) -> list[AuditEntry]:
     except (OSError, UnicodeDecodeError) as exc:
         raise InvalidArgument("audit file", f"can not read {path}: {exc}") from None
     out: list[AuditEntry] = []
-    for line in reversed(lines):
+    for number in range(len(lines), 0, -1):
         if len(out) >= limit:
             break
         try:
-            out.append(AuditEntry(**json.loads(line)))
+            out.append(_entry(lines[number - 1]))
         except (ValueError, TypeError):
-            continue
+            if number == len(lines) and number > 1:
+                continue  # torn by a crash mid-write
+            raise InvalidArgument(
+                "audit file", f"{path} is not an audit log: line {number} is not an entry"
+            ) from None
     return out
+
+
+def _entry(line: str) -> AuditEntry:
+    found = json.loads(line)
+    if not isinstance(found, dict):
+        raise ValueError("not an object")
+    return AuditEntry(**found)
