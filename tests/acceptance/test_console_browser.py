@@ -175,7 +175,15 @@ def test_search_open_a_traceback_replay_and_live(
     assert page.inner_text("#payload").replace(" ", "").replace("\n", "") == '{"times":9}'
     shoot(browser, page.url, shots, f"job-{kind}", ctx.cookies())
 
-    page.click("#act-replay")
+    # Keyboard only: the first Tab reaches the skip link, more reach the replay button.
+    page.keyboard.press("Tab")
+    assert page.evaluate("() => document.activeElement.className") == "skip"
+    for _ in range(40):
+        if page.evaluate("() => document.activeElement.id") == "act-replay":
+            break
+        page.keyboard.press("Tab")
+    page.keyboard.press("Enter")
+    page.wait_for_selector("#done")
     assert page.inner_text("#done") == f"replayed: {failing}"
     assert page.inner_text("#state") in ("scheduled", "running", "dead")
     assert get_job(dev.grpc, failing)["attempt"] in (0, 1, 2, 3)  # a fresh count, rerunning

@@ -15,7 +15,9 @@ import pytest
 from starlette.applications import Starlette
 
 from tests.unit.helpers import START_MS, advance, running, wait_until
+from timeshard.clock import FakeClock
 from timeshard.errors import InvalidArgument
+from timeshard.model import Schedule
 from timeshard.node import JobSpec, Node
 from timeshard.security.auth import Authenticator, Role
 from timeshard.views.console.app import ConsoleSettings, build
@@ -220,3 +222,48 @@ def test_the_audit_file_skips_a_torn_last_line_and_refuses_what_is_not_one(
     with pytest.raises(InvalidArgument, match="is not an audit log: line 1 is not an entry"):
         read_file(path)
     assert read_file(tmp_path / "missing.jsonl") == []
+
+
+async def test_a_schedule_page_shows_dst_notes_and_pause_and_run_now_work(tmp_path: Path) -> None:
+    # 2027-03-10T12:00:00Z: New York skips 02:00-03:00 on 2027-03-14.
+    clock = FakeClock(1_804_680_000_000)
+    async with running(tmp_path / "s.db", clock=clock) as (node, _clock):
+        await wait_until(lambda: len(node.dispatchers) == node.num_shards, what="shards")
+        mount, parts = build(node, ConsoleSettings(audit_path=tmp_path / "audit.jsonl"))
+        transport = httpx.ASGITransport(app=Starlette(routes=[mount]))
+        async with httpx.AsyncClient(transport=transport, base_url="http://c") as client:
+            s = await node.schedules.create(
+                Schedule(
+                    schedule_id="nightly",
+                    shard=0,
+                    cron="30 2 * * *",
+                    timezone="America/New_York",
+                    job_type="report.build",
+                    payload=b"{}",
+                    next_fire=0,
+                    created_at=0,
+                )
+            )
+            listing = await client.get("/console/schedules")
+            assert "nightly" in listing.text and "30 2 * * *" in listing.text
+            page = await client.get("/console/schedules/nightly")
+            assert page.status_code == 200
+            assert "2027-03-14T07:00:00Z" in page.text  # 02:30 does not exist: at 03:00 EDT
+            assert "falls in the time the clocks skip" in page.text
+            r = await client.post(
+                "/console/schedules/nightly/pause", data={"csrf": csrf_of(page.text)}
+            )
+            assert r.status_code == 303 and (await node.schedules.get("nightly")).paused
+            r = await client.post(
+                "/console/schedules/nightly/trigger", data={"csrf": csrf_of(page.text)}
+            )
+            assert r.status_code == 303
+            job = await node.jobs.get(s.occurrence_id(clock.now_ms()))
+            assert job.job_type == "report.build"
+            page = await client.get("/console/schedules/nightly")
+            assert job.job_id in page.text  # among its recent occurrences
+            job_page = await client.get(f"/console/jobs/{job.job_id}")
+            assert ">nightly</a>, occurrence of" in job_page.text
+            actions = [e.action for e in read_file(tmp_path / "audit.jsonl")]
+            assert actions == ["schedule-trigger", "schedule-pause"]
+        parts.stop()
