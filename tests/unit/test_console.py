@@ -4,10 +4,12 @@ the live view reading no store."""
 
 from __future__ import annotations
 
+import argparse
 import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import httpx
@@ -15,6 +17,7 @@ import pytest
 from starlette.applications import Starlette
 
 from tests.unit.helpers import START_MS, advance, running, wait_until
+from timeshard.cli import serve
 from timeshard.clock import FakeClock
 from timeshard.errors import InvalidArgument
 from timeshard.model import Schedule
@@ -267,3 +270,18 @@ async def test_a_schedule_page_shows_dst_notes_and_pause_and_run_now_work(tmp_pa
             actions = [e.action for e in read_file(tmp_path / "audit.jsonl")]
             assert actions == ["schedule-trigger", "schedule-pause"]
         parts.stop()
+
+
+def test_the_console_stays_off_beyond_loopback_without_insecure(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    server = SimpleNamespace(security=SimpleNamespace(auth=None))
+
+    def args(host: str, insecure: bool = False) -> argparse.Namespace:
+        return argparse.Namespace(metrics_host=host, insecure=insecure, audit_log="", data="d")
+
+    assert serve._console(server, args("0.0.0.0")) is None  # type: ignore[arg-type]
+    assert "the console is off: --metrics-host 0.0.0.0 is not loopback" in capsys.readouterr().err
+    on = serve._console(server, args("127.0.0.1"))  # type: ignore[arg-type]
+    assert on is not None and on.audit_path == Path("d") / "audit.jsonl"
+    assert serve._console(server, args("0.0.0.0", insecure=True)) is not None  # type: ignore[arg-type]
