@@ -285,3 +285,31 @@ def test_the_console_stays_off_beyond_loopback_without_insecure(
     on = serve._console(server, args("127.0.0.1"))  # type: ignore[arg-type]
     assert on is not None and on.audit_path == Path("d") / "audit.jsonl"
     assert serve._console(server, args("0.0.0.0", insecure=True)) is not None  # type: ignore[arg-type]
+
+
+async def test_bulk_replay_of_dead_letters_by_filter(tmp_path: Path) -> None:
+    async with console(tmp_path) as (node, clock, client, parts):
+        ids = [await schedule(node, "mail.send", at=START_MS + 500) for _ in range(3)]
+        other = await schedule(node, "sms.send", at=START_MS + 500)
+        await advance(node, clock, 1.0)
+        for job_type in ("mail.send", "sms.send"):
+            for c in await node.claims.claim(
+                worker="w1", types=[job_type], limit=5, wait_s=0, lease_s=30
+            ):
+                await node.attempts.fail(c.job.job_id, c.job.fence, "smtp down", True)
+        dead = await client.get("/console/dead?type=mail.send")
+        assert "<b>3</b> match: type mail.send, state dead" in dead.text
+        dry = await client.get("/console/bulk?action=replay&type=mail.send&state=dead")
+        assert 'id="matched">3<' in dry.text
+        form = {"csrf": csrf_of(dry.text), "action": "replay", "type": "mail.send"}
+        r = await client.post("/console/bulk", data={**form, "expected": "3", "confirm": "3"})
+        assert r.status_code == 303 and r.headers["location"] == "/console/bulk/1"
+        await wait_until(lambda: parts.bulk.runs[1].finished, what="the bulk replay")
+        assert (parts.bulk.runs[1].done, parts.bulk.runs[1].error) == (3, "")
+        assert {(await node.jobs.get(i)).state.value for i in ids} == {"scheduled"}
+        assert (await node.jobs.get(other)).state.value == "dead"  # not in the filter
+        progress = await client.get("/console/bulk/1")
+        assert "3</b> replayed of 3" in progress.text
+        (entry,) = read_file(tmp_path / "audit.jsonl")
+        assert (entry.action, entry.count, entry.detail["dry_run_count"]) == ("bulk-replay", 3, 3)
+        assert entry.target == "type mail.send, state dead"
