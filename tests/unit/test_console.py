@@ -23,6 +23,7 @@ from timeshard.errors import InvalidArgument
 from timeshard.model import Schedule
 from timeshard.node import JobSpec, Node
 from timeshard.security.auth import Authenticator, Role
+from timeshard.views.console import plots
 from timeshard.views.console.app import ConsoleSettings, build
 from timeshard.views.console.audit import read_file
 from timeshard.views.console.parts import Console
@@ -313,3 +314,12 @@ async def test_bulk_replay_of_dead_letters_by_filter(tmp_path: Path) -> None:
         (entry,) = read_file(tmp_path / "audit.jsonl")
         assert (entry.action, entry.count, entry.detail["dry_run_count"]) == ("bulk-replay", 3, 3)
         assert entry.target == "type mail.send, state dead"
+
+
+def test_a_plot_says_its_latest_and_largest_values() -> None:
+    flat = plots.svg([(0, 0.0), (60_000, 0.0)], label="fire rate", unit="/s")
+    assert "fire rate: now 0 /s, max 0 /s, last 1.0 min" in flat
+    line = plots.svg([(0, 2.0), (30_000, 8.0), (60_000, 4.0)], label="start <p99>", unit="ms")
+    assert "start &lt;p99&gt;: now 4 ms, max 8 ms" in line and "<p99>" not in line
+    assert 'points="1.0,' in line
+    assert "no data yet" in plots.svg([], label="x", unit="ms")

@@ -22,7 +22,8 @@ def svg(
             f'<text x="4" y="{HEIGHT // 2}" class="plot-empty">{title}: no data yet</text></svg>'
         )
     t0, t1 = points[0][0], points[-1][0]
-    top = max(v for _, v in points) or 1.0
+    largest = max(v for _, v in points)
+    top = largest or 1.0  # (the scale of an all-zero line)
     span = max(1, t1 - t0)
     coords = " ".join(
         f"{(t - t0) / span * (WIDTH - 2) + 1:.1f},{HEIGHT - 14 - v / top * (HEIGHT - 20):.1f}"
@@ -31,7 +32,7 @@ def svg(
     latest = points[-1][1]
     minutes = span / 60_000
     caption = escape(
-        f"{label}: now {latest:.3g} {unit}, max {top:.3g} {unit}, last {minutes:.1f} min"
+        f"{label}: now {latest:.3g} {unit}, max {largest:.3g} {unit}, last {minutes:.1f} min"
     )
     return (
         f'<svg class="plot" viewBox="0 0 {WIDTH} {HEIGHT}" role="img" aria-label="{caption}">'
