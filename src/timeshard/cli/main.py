@@ -12,6 +12,7 @@ from typing import Any
 import argcomplete
 
 from timeshard.cli import (
+    audit,
     certs,
     completion,
     jobs,
@@ -47,6 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
     jobtypes.register(sub)
     certs.register(sub)
     tokens.register(sub)
+    audit.register(sub)
     try:
         from timeshard.stack import cli as stack_cli
     except ImportError:  # the stack tools are optional in a slim install

@@ -34,9 +34,11 @@ from timeshard.node.retry import RetryPolicy
 from timeshard.observe.logs import set_node
 from timeshard.security.auth import Role
 from timeshard.security.channel import server_from_env
+from timeshard.security.policy import is_loopback
 from timeshard.server import Server
 from timeshard.sharding import DEFAULT_NUM_SHARDS
 from timeshard.store.base import Retention
+from timeshard.views.console.app import ConsoleSettings
 from timeshard.views.http import HttpServer, serve_node, serve_registry
 from timeshard.views.metrics import Forward, drop_created_series, registry_of
 from timeshard.worker import JobContext, Worker
@@ -181,11 +183,19 @@ def _node_options(p: argparse.ArgumentParser, *, shards: int, http_port: int = 0
     )
     _metrics_options(p, what="Prometheus metrics, and the status page at /")
     p.add_argument(
+        "--audit-log",
+        default="",
+        metavar="FILE",
+        help="append the console's operator actions to this JSON Lines file (timeshard audit "
+        "FILE prints it; default for dev: audit.jsonl in --data, for server: in memory only)",
+    )
+    p.add_argument(
         "--http-port",
         type=port(zero="off"),
         default=http_port,
         metavar="PORT",
-        help="serve the status page (/, /status.json) and /metrics on this port too "
+        help="serve the operator console (/console/), the status page (/, /status.json) and "
+        "/metrics on this port too "
         + (
             "(default: the port after --port, or any free one if that is taken; 0: off)"
             if http_port == HTTP_BESIDE
@@ -334,7 +344,8 @@ async def _serve(
         for h in http:
             print(
                 f"timeshard node {server.node.node_id}: metrics on {h.url('/metrics')}, "
-                f"status page on {h.url('/')}",
+                f"status page on {h.url('/')}"
+                + (f", console on {h.url('/console/')}" if h.mounts else ""),
                 flush=True,
             )
         if banner is not None:
@@ -376,7 +387,15 @@ async def _start_http(server: Server, args: argparse.Namespace) -> list[HttpServ
             elif port and all(h.port != port for h in started):
                 started.append(
                     await _http(
-                        flag, port, args, serve_node(server.node, host=args.metrics_host, port=port)
+                        flag,
+                        port,
+                        args,
+                        serve_node(
+                            server.node,
+                            host=args.metrics_host,
+                            port=port,
+                            console=_console(server, args),
+                        ),
                     )
                 )
     except BaseException:
@@ -391,12 +410,38 @@ async def _http_beside(server: Server, args: argparse.Namespace) -> HttpServer:
     that port is taken (or there is none), on any free one."""
     if server.port < MAX_PORT:
         try:
-            return await serve_node(server.node, host=args.metrics_host, port=server.port + 1)
+            return await serve_node(
+                server.node,
+                host=args.metrics_host,
+                port=server.port + 1,
+                console=_console(server, args),
+            )
         except OSError:
             pass
     return await _http(
-        "--http-port", 0, args, serve_node(server.node, host=args.metrics_host, port=0)
+        "--http-port",
+        0,
+        args,
+        serve_node(server.node, host=args.metrics_host, port=0, console=_console(server, args)),
     )
+
+
+def _console(server: Server, args: argparse.Namespace) -> ConsoleSettings | None:
+    """The console's settings, or None when it must stay off: an HTTP port beyond loopback
+    has no TLS, so the console (tokens in its sign-in form, its session cookie) is served on
+    loopback only, as the gRPC port is without TLS or tokens, unless --insecure."""
+    if not is_loopback(args.metrics_host) and not args.insecure:
+        print(
+            f"timeshard node: the console is off: --metrics-host {args.metrics_host} is not "
+            "loopback and the HTTP port has no TLS (give --insecure to serve it anyway)",
+            file=sys.stderr,
+            flush=True,
+        )
+        return None
+    path = args.audit_log or (
+        str(Path(args.data) / "audit.jsonl") if getattr(args, "data", "") else ""
+    )
+    return ConsoleSettings(auth=server.security.auth, audit_path=Path(path) if path else None)
 
 
 async def _http(
@@ -448,7 +493,8 @@ def dev_hints(address: str, http: list[HttpServer], args: argparse.Namespace) ->
     options = "" if address == server_from_env() else f" --server {address}"
     if getattr(args, "tls_dir", ""):
         options += f" --tls-dir {shlex.quote(args.tls_dir)}"
-    lines = [f"  status page: {h.url('/')}" for h in http[-1:]]
+    lines = [f"  console: {h.url('/console/')}" for h in http[-1:] if h.mounts]
+    lines += [f"  status page: {h.url('/')}" for h in http[-1:]]
     lines.append(
         f"  try: timeshard{options} jobs schedule demo.echo --in 2s --payload '{{\"hi\": 1}}'"
     )

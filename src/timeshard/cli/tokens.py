@@ -30,7 +30,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         action="append",
         required=True,
         choices=[r.value for r in Role],
-        help="client, worker or admin (repeat for several)",
+        help="client, worker or admin; viewer or operator for the console only (repeat "
+        "for several)",
     )
     _file_option(add)
     add_json_option(add, '{"name", "roles", "file", "token"}')

@@ -62,6 +62,11 @@ class PolledTypes:
                 found.append(TypeWarning(t, _message(t, up)))
         return found
 
+    def seen(self) -> dict[str, float]:
+        """Each type asked for and when last (the clock's monotonic seconds), latest first:
+        the operator console's workers page."""
+        return dict(sorted(self._last.items(), key=lambda item: -item[1]))
+
     def _forget(self, now: float) -> None:
         fresh = {t: at for t, at in self._last.items() if now - at <= SEEN_FOR_S}
         if len(fresh) > MAX_TYPES:

@@ -67,6 +67,10 @@ class Role(enum.StrEnum):
     CLIENT = "client"
     WORKER = "worker"
     ADMIN = "admin"
+    VIEWER = "viewer"
+    """The operator console only: read its pages (no RPC)."""
+    OPERATOR = "operator"
+    """The operator console only: act on jobs, schedules and dead letters (no RPC)."""
 
 
 _JOBS = "/timeshard.v1.JobService/"

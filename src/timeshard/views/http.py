@@ -1,11 +1,12 @@
-"""The small HTTP server of a node: ``/metrics``, the status page ``/``, ``/status.json``, and
-``/readyz`` (200 while gRPC health says SERVING, else 503) and ``/livez`` for probes.
+"""The HTTP port of a node: ``/metrics``, the status page ``/``, ``/status.json``, and
+``/readyz`` (200 while gRPC health says SERVING, else 503) and ``/livez`` for probes, with the
+operator console (``timeshard.views.console``) mounted beside them when it is on.
 
-A few lines of HTTP/1.1 on the node's own event loop (one request per connection), so a page or
-a scrape reads the node's live state between two steps of the loop, never while another thread
-changes it. It has no authentication: bind it to loopback or a network only Prometheus and
-operators reach (``--metrics-host``). It shows job ids and error texts of recent failures (cut
-to 300 characters), never payloads.
+Starlette routes and uvicorn serves, on the node's own event loop, so a page or a scrape reads
+the node's live state between two steps of the loop, never while another thread changes it.
+These plain routes have no authentication: bind the port to loopback or a network only
+Prometheus and operators reach (``--metrics-host``). They show job ids and error texts of
+recent failures (cut to 300 characters), never payloads; the console checks tokens itself.
 """
 
 from __future__ import annotations
@@ -14,12 +15,22 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import Awaitable, Callable
+import socket
+from collections.abc import Awaitable, Callable, Generator, Sequence
 
+import uvicorn
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import CollectorRegistry
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse
+from starlette.responses import Response as HttpResponse
+from starlette.routing import BaseRoute
+from starlette.routing import Route as Path
 
 from timeshard.node import Node
+from timeshard.views.console.app import ConsoleSettings
+from timeshard.views.console.app import build as build_console
 from timeshard.views.metrics import node_registry
 from timeshard.views.page import render
 from timeshard.views.status import node_status
@@ -29,6 +40,11 @@ log = logging.getLogger(__name__)
 Response = tuple[str, str, bytes]
 """(status line, content type, body)."""
 Route = Callable[[], Awaitable[Response]]
+PLAIN_HEADERS = {
+    "Cache-Control": "no-store",
+    "X-Content-Type-Options": "nosniff",
+    "Connection": "close",  # one request per connection, as scrapers and probes use it
+}
 
 
 def metrics_route(registry: CollectorRegistry) -> Route:
@@ -40,64 +56,110 @@ def metrics_route(registry: CollectorRegistry) -> Route:
 
 class HttpServer:
     """``GET`` of each path in ``routes`` on ``host:port`` (``port=0``: a free one, see
-    ``.port`` after ``start``)."""
+    ``.port`` after ``start``), and any ASGI ``mounts`` (the console) beside them.
 
-    def __init__(self, routes: dict[str, Route], *, host: str = "127.0.0.1", port: int) -> None:
+    Starlette routes the requests and uvicorn serves them, as a task of the node's own event
+    loop (so a page still reads the node's state between two steps of the loop). uvicorn's
+    own signal handlers are left out: the process that embeds it owns SIGINT and SIGTERM."""
+
+    def __init__(
+        self,
+        routes: dict[str, Route],
+        *,
+        host: str = "127.0.0.1",
+        port: int,
+        mounts: Sequence[BaseRoute] = (),
+        on_stop: Callable[[], None] = lambda: None,
+    ) -> None:
         self.routes = routes
+        self.mounts = list(mounts)
         self.host = host
         self.port = port
-        self._server: asyncio.Server | None = None
+        self.app = Starlette(
+            routes=[*(Path(p, _endpoint(p, r)) for p, r in routes.items()), *self.mounts],
+            exception_handlers={404: self._not_found, 405: _only_get},
+        )
+        self._on_stop = on_stop
+        self._server: _EmbeddedUvicorn | None = None
+        self._task: asyncio.Task[None] | None = None
 
     def url(self, path: str = "/") -> str:
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"http://{host}:{self.port}{path}"
 
     async def start(self) -> None:
-        self._server = await asyncio.start_server(self._handle, self.host, self.port)
-        self.port = self._server.sockets[0].getsockname()[1]
+        family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((self.host, self.port))
+            sock.listen(128)
+            sock.setblocking(False)
+        except OSError:
+            sock.close()
+            raise
+        self.port = sock.getsockname()[1]
+        config = uvicorn.Config(
+            self.app,
+            lifespan="off",
+            ws="none",
+            http="h11",
+            log_level="warning",
+            access_log=False,
+            server_header=False,
+            timeout_graceful_shutdown=2,
+        )
+        server = _EmbeddedUvicorn(config)
+        self._server = server
+        self._task = asyncio.create_task(server.serve(sockets=[sock]), name=f"http-{self.port}")
+        while not server.started:
+            if self._task.done():
+                await self._task  # it failed: say why
+                raise OSError(f"the HTTP server on {self.url()} stopped at once")
+            await asyncio.sleep(0.01)
         log.info("http on %s (%s)", self.url(), ", ".join(sorted(self.routes)))
 
     async def stop(self) -> None:
-        if self._server is not None:
-            self._server.close()
-            await self._server.wait_closed()
-            self._server = None
+        self._on_stop()  # ends the open event streams, or shutdown waits for them
+        if self._server is not None and self._task is not None:
+            self._server.should_exit = True
+            await asyncio.gather(self._task, return_exceptions=True)
+        self._server = self._task = None
 
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            async with asyncio.timeout(10):
-                head = await reader.readuntil(b"\r\n\r\n")
-            status, ctype, body = await self._respond(head)
-            writer.write(
-                f"HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\n"
-                f"Content-Length: {len(body)}\r\nCache-Control: no-store\r\n"
-                "X-Content-Type-Options: nosniff\r\nConnection: close\r\n\r\n".encode()
-                + body
-            )
-            await writer.drain()
-        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError):
-            pass  # a client that hung up or sent no request: nothing to answer
-        except ConnectionError:
-            pass
-        finally:
-            writer.close()
-            with contextlib.suppress(ConnectionError):
-                await writer.wait_closed()
+    async def _not_found(self, request: Request, exc: Exception) -> HttpResponse:
+        known = " ".join(sorted(self.routes))
+        return PlainTextResponse(
+            f"not found; try {known}\n", status_code=404, headers=PLAIN_HEADERS
+        )
 
-    async def _respond(self, head: bytes) -> Response:
-        method, _, rest = head.partition(b"\r\n")[0].decode("latin-1").partition(" ")
-        path = rest.split(" ", 1)[0].split("?", 1)[0]
-        if method != "GET":
-            return "405 Method Not Allowed", "text/plain", b"only GET\n"
-        route = self.routes.get(path)
-        if route is None:
-            known = " ".join(sorted(self.routes))
-            return "404 Not Found", "text/plain", f"not found; try {known}\n".encode()
+
+class _EmbeddedUvicorn(uvicorn.Server):
+    @contextlib.contextmanager
+    def capture_signals(self) -> Generator[None, None, None]:
+        yield  # the embedding process handles signals
+
+
+async def _only_get(request: Request, exc: Exception) -> HttpResponse:
+    return PlainTextResponse("only GET\n", status_code=405, headers=PLAIN_HEADERS)
+
+
+def _endpoint(path: str, route: Route) -> Callable[[Request], Awaitable[HttpResponse]]:
+    async def endpoint(request: Request) -> HttpResponse:
         try:
-            return await route()
+            status, ctype, body = await route()
         except Exception:
             log.exception("http: %s failed", path)
-            return "500 Internal Server Error", "text/plain", b"internal error; see the log\n"
+            return PlainTextResponse(
+                "internal error; see the log\n", status_code=500, headers=PLAIN_HEADERS
+            )
+        return HttpResponse(
+            body,
+            status_code=int(status.split(" ", 1)[0]),
+            headers=PLAIN_HEADERS,
+            media_type=ctype,
+        )
+
+    return endpoint
 
 
 def node_routes(node: Node) -> dict[str, Route]:
@@ -131,8 +193,15 @@ def node_routes(node: Node) -> dict[str, Route]:
     }
 
 
-async def serve_node(node: Node, *, host: str, port: int) -> HttpServer:
-    server = HttpServer(node_routes(node), host=host, port=port)
+async def serve_node(
+    node: Node, *, host: str, port: int, console: ConsoleSettings | None = None
+) -> HttpServer:
+    """The node's routes, and the console at ``/console`` when ``console`` is given."""
+    mounts, on_stop = [], lambda: None
+    if console is not None:
+        mount, parts = build_console(node, console)
+        mounts, on_stop = [mount], parts.stop
+    server = HttpServer(node_routes(node), host=host, port=port, mounts=mounts, on_stop=on_stop)
     await server.start()
     return server
 

@@ -1,0 +1,120 @@
+"""The console of one node of a two-node cluster on real Cassandra and ZooKeeper: it lists both
+nodes and their shards, finds a job scheduled through the other node, and a type paused and
+rate-limited through it holds on the other node within 2 s (its refresh of the stored
+settings)."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+from starlette.applications import Starlette
+
+from tests.contract.conftest import cassandra_address, cassandra_admin
+from timeshard.clock import SystemClock
+from timeshard.coordinator.zookeeper import ZooKeeperCoordinator
+from timeshard.node import JobSpec, Node
+from timeshard.store.cassandra import CassandraStore
+from timeshard.views.console.app import ConsoleSettings, build
+
+__all__ = ["cassandra_address", "cassandra_admin"]  # shared fixtures
+
+pytestmark = pytest.mark.timeout(300)
+
+SHARDS = 8
+TYPE = "it.console"
+
+
+@pytest.fixture
+def keyspace(cassandra_admin: Any) -> Iterator[str]:
+    name = f"console_{uuid.uuid4().hex[:10]}"
+    yield name
+    cassandra_admin.execute(f"DROP KEYSPACE IF EXISTS {name}")
+
+
+async def wait_for(pred: Any, timeout: float, what: str) -> float:
+    """Seconds until ``pred()`` held."""
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    while not pred():
+        if loop.time() - started > timeout:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        await asyncio.sleep(0.05)
+    return loop.time() - started
+
+
+async def test_one_nodes_console_sees_and_steers_the_cluster(
+    cassandra_address: str, keyspace: str, zookeeper_hosts: str
+) -> None:
+    url = f"cassandra://{cassandra_address}/{keyspace}"
+    zk = f"zookeeper://{zookeeper_hosts}/timeshard-console/{uuid.uuid4().hex[:8]}"
+    a, b = (
+        Node(
+            store=CassandraStore.from_url(url, num_shards=SHARDS),
+            coordinator=ZooKeeperCoordinator.from_url(zk),
+            clock=SystemClock(),
+            node_id=name,
+        )
+        for name in ("node-a", "node-b")
+    )
+    mount, parts = build(a, ConsoleSettings())
+    transport = httpx.ASGITransport(app=Starlette(routes=[mount]))
+    try:
+        await a.start()
+        await b.start()
+        await wait_for(
+            lambda: (
+                len(a.dispatching) + len(b.dispatching) == SHARDS
+                and len(a.dispatching) > 0
+                and len(b.dispatching) > 0
+            ),
+            60,
+            "both nodes to own shards",
+        )
+        async with httpx.AsyncClient(transport=transport, base_url="http://a") as client:
+            page = (await client.get("/console/")).text
+            rows = dict(
+                re.findall(r"<th scope=\"row\">(node-[ab])[^<]*(?:<span[^>]*>[^<]*</span>)?"
+                           r"</th><td>[^<]*</td><td>(\d+)</td>", page)
+            )  # fmt: skip
+            assert set(rows) == {"node-a", "node-b"}, page
+            assert sum(map(int, rows.values())) == SHARDS
+
+            job, _ = await b.jobs.schedule(
+                JobSpec(job_type=TYPE, payload=b"{}", run_at=b.clock.now_ms() + 3_600_000)
+            )
+            found = await client.get(f"/console/jobs?type={TYPE}")
+            assert "<b>1</b> job match" in found.text and job.job_id[:12] in found.text
+
+            types_page = (await client.get("/console/types")).text
+            csrf = re.search(r'name="csrf" value="([^"]+)"', types_page)
+            assert csrf
+            r = await client.post(
+                "/console/types", data={"csrf": csrf.group(1), "what": "pause", "job_type": TYPE}
+            )
+            assert r.status_code == 303
+            assert a.flow.held(TYPE) == "paused"  # the node called: at once
+            took = await wait_for(lambda: b.flow.held(TYPE) == "paused", 5, "b to pause")
+            assert took <= 2.5, f"the pause reached the other node after {took:.1f} s"
+
+            r = await client.post(
+                f"/console/types/{TYPE}",
+                data={"csrf": csrf.group(1), "what": "limits", "rate": "7", "burst": "3"},
+            )
+            assert r.status_code == 303
+
+            def b_rate() -> bool:
+                flow = b.type_policies.flows().get(TYPE)
+                return flow is not None and flow.rate == 7 and flow.burst == 3
+
+            took = await wait_for(b_rate, 5, "b to take the rate")
+            assert took <= 2.5, f"the rate reached the other node after {took:.1f} s"
+    finally:
+        parts.stop()
+        await b.stop()
+        await a.stop()
