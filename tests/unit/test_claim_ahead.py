@@ -54,7 +54,7 @@ async def test_jobs_are_claimed_ahead_and_handed_over_at_due_time_without_a_stor
         calls = spy_claims(node)
         ids = await schedule(node, 3)
         claim = waiting_claim(node)
-        await advance(node, clock, 1.8, step=0.1)  # 200 ms before due: inside the window
+        await advance(node, clock, 1.9, step=0.1)  # 100 ms before due: inside half the window
         await settle(node)
         rows = [await node.jobs.get(i) for i in ids]
         assert all(r.state is JobState.RUNNING for r in rows)
@@ -64,7 +64,7 @@ async def test_jobs_are_claimed_ahead_and_handed_over_at_due_time_without_a_stor
         assert all(c.ahead_ms == 300 for _, cs in calls for c in cs)
         assert not claim.done(), "a held job was handed over before its due time"
         made = len(calls)
-        await advance(node, clock, 0.25, step=0.05)
+        await advance(node, clock, 0.15, step=0.05)
         await wait_until(claim.done, 5, "the waiting claim to get the held jobs")
         got = claim.result()
         while len(got) < len(ids):  # (each shard hands its own over: claims go on)
@@ -82,7 +82,7 @@ async def test_a_cancel_through_the_owner_drops_a_held_job() -> None:
     async with running(claim_ahead_ms=300) as (node, clock):
         (job_id,) = await schedule(node, 1)
         claim = waiting_claim(node)
-        await advance(node, clock, 1.8, step=0.1)
+        await advance(node, clock, 1.9, step=0.1)
         await settle(node)
         assert (await node.jobs.get(job_id)).state is JobState.RUNNING  # held
         cancelled = await node.jobs.cancel(job_id, wait_s=0.0)
@@ -100,7 +100,7 @@ async def test_nothing_is_claimed_ahead_without_a_waiting_claim_or_under_a_limit
         (idle,) = await schedule(node, 1)  # no claim waits for "t"
         (limited,) = await schedule(node, 1, job_type="limited")
         claim = waiting_claim(node, "limited")
-        await advance(node, clock, 1.8, step=0.1)
+        await advance(node, clock, 1.9, step=0.1)
         await settle(node)
         assert (await node.jobs.get(idle)).state is JobState.SCHEDULED
         assert (await node.jobs.get(limited)).state is JobState.SCHEDULED
@@ -113,7 +113,7 @@ async def test_a_held_job_no_worker_takes_is_released_not_started_at_its_lease_e
     async with running(claim_ahead_ms=300) as (node, clock):
         (job_id,) = await schedule(node, 1)
         claim = waiting_claim(node)
-        await advance(node, clock, 1.8, step=0.1)
+        await advance(node, clock, 1.9, step=0.1)
         await settle(node)
         held = await node.jobs.get(job_id)
         assert held.state is JobState.RUNNING

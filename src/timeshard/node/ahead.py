@@ -26,19 +26,26 @@ whether the handler started, and the handler is stopped at its first heartbeat
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterable, Mapping
+from typing import Protocol
 
 from timeshard.errors import NotOwner, TimeshardError
 from timeshard.model import SCHEDULE_ENTRY_PREFIX, BucketEntry, Job, JobState
 from timeshard.node.ready import ReadyItem
 from timeshard.store.base import JobClaim, Store
 
-if TYPE_CHECKING:
-    from timeshard.node.dispatcher import ShardDispatcher
-
 MAX_AHEAD = 2000
 """Jobs one dispatcher claims ahead in one step at most (the rest at their due time)."""
+
+
+class Holder(Protocol):
+    """What a claim ahead needs of the shard's dispatcher (``ShardDispatcher``)."""
+
+    shard: int
+
+    def rows_for(self, entries: Iterable[BucketEntry]) -> dict[str, Job]: ...
+
+    def hold(self, item: ReadyItem) -> None: ...
 
 
 class AheadClaims:
@@ -58,9 +65,7 @@ class AheadClaims:
         self._ahead_ms = ahead_ms
         self._eligible = eligible
 
-    async def claim(
-        self, d: ShardDispatcher, entries: list[BucketEntry], now: int
-    ) -> list[BucketEntry]:
+    async def claim(self, d: Holder, entries: list[BucketEntry], now: int) -> list[BucketEntry]:
         """Claim the jobs of ``entries`` (due within the window) that may be held, and hand
         them to ``d`` to hold; returns the entries to look at again at their due time."""
         rows: Mapping[str, Job] = d.rows_for(entries)

@@ -26,6 +26,11 @@ CLAIM_LINGER_MS = 2
 meanwhile (see ``Claims._linger``)."""
 
 
+AHEAD_BACKLOG_MS = 1000
+"""Jobs of a type are not claimed ahead while one of it has waited ready this long: under a
+backlog a held job would wait for a worker with its lease running (``may_claim_ahead``)."""
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Claimed:
     job: Job
@@ -260,15 +265,16 @@ class Claims:
 
     def may_claim_ahead(self, job_type: str) -> bool:
         """Whether jobs of ``job_type`` may be claimed ahead and held (``node.ahead``): a claim
-        here waits for the type, none of it is queued ready, and nothing decides its start at
-        the claim (a concurrency limit, a rate, a pause)."""
+        here waits for the type, none of it has waited ready longer than ``AHEAD_BACKLOG_MS``
+        (the workers keep up), and nothing decides its start at the claim (a concurrency
+        limit, a rate, a pause)."""
         policy = self._policies.get(job_type)
-        return (
-            self._ready.has_waiter(job_type)
-            and not self._ready.has_any([job_type])
-            and (policy is None or policy.concurrency is None)
-            and not self._flow.any([job_type])
-        )
+        if policy is not None and policy.concurrency is not None:
+            return False
+        if self._flow.any([job_type]) or not self._ready.has_waiter(job_type):
+            return False
+        oldest = self._ready.oldest_due(job_type)
+        return oldest is None or self._clock.now_ms() - oldest < AHEAD_BACKLOG_MS
 
     def _hand_out(self, held: list[ReadyItem], lease: int, now: int) -> list[Claimed]:
         """Jobs claimed ahead by their owner, due now: given as claimed, no store call. One

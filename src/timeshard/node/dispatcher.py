@@ -131,6 +131,7 @@ class ShardDispatcher:
         self._holding: dict[str, ReadyItem] = {}
         """Jobs claimed ahead, held until they are due (by job id)."""
         self._holding_at: list[tuple[int, str]] = []  # (due, job id) of those held
+        self._ahead_tasks: set[asyncio.Task[None]] = set()
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -142,6 +143,9 @@ class ShardDispatcher:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
             self._task = None
+        for task in list(self._ahead_tasks):
+            task.cancel()
+        await asyncio.gather(*self._ahead_tasks, return_exceptions=True)
         self._ready.drop_shard(self.shard)
         self._holding.clear()
         self._timer.note_due(self.shard, None)
@@ -315,7 +319,7 @@ class ShardDispatcher:
                     heapq.heappush(self._held.heap, e)
                 raise
         if self._ahead is not None:
-            await self._claim_ahead(self._clock.now_ms())
+            self._claim_ahead(self._clock.now_ms())
 
     async def _wait(self) -> None:
         now = self._clock.now_ms()
@@ -328,7 +332,7 @@ class ShardDispatcher:
             *([self._holding_at[0][0]] if self._holding_at else []),
         ]
         if self._ahead is not None and self._held.heap:  # the next claim ahead
-            times.append(self._held.heap[0].due_at - self._cfg.claim_ahead_ms)
+            times.append(self._held.heap[0].due_at - self._cfg.claim_ahead_ms // 2)
         if self._cursor_check and not self._reader.refreshing:
             return
         self._waker = asyncio.get_running_loop().create_future()
@@ -362,13 +366,16 @@ class ShardDispatcher:
 
     # -- claims ahead (``DispatchConfig.claim_ahead_ms``) ---------------------------------
 
-    async def _claim_ahead(self, now: int) -> None:
+    def _claim_ahead(self, now: int) -> None:
         """Entries due within ``claim_ahead_ms``: their jobs claimed now, in one call (the
         store writes a conditional batch per partition), and held until due. Those not taken
         (another kind of entry, a job not eligible, a claim that did not apply, the store
         away) are looked at again at their due time, as without claims ahead."""
         assert self._ahead is not None
-        heap, until = self._held.heap, now + self._cfg.claim_ahead_ms
+        window = self._cfg.claim_ahead_ms
+        heap, until = self._held.heap, now + window
+        if not heap or heap[0].due_at > now + window // 2:
+            return  # (the first waits for half the window, so a claim takes half a window's)
         soon: list[BucketEntry] = []
         while heap and now < heap[0].due_at <= until:  # (those due now are decided now)
             e = heapq.heappop(heap)
@@ -376,17 +383,31 @@ class ShardDispatcher:
                 soon.append(e)
         if not soon:
             return
+        task = asyncio.create_task(self._claim_soon(soon, now), name=f"ahead-{self.shard}")
+        self._ahead_tasks.add(task)
+        task.add_done_callback(self._ahead_tasks.discard)
+
+    async def _claim_soon(self, soon: list[BucketEntry], now: int) -> None:
+        """One claim ahead, beside the loop (which goes on deciding what is due meanwhile)."""
+        assert self._ahead is not None
         later = soon
         try:
             later = await self._ahead.claim(self, soon, now)
+        except NotOwner:
+            self.deposed_by_store()
+        except Exception:  # (decided at their due time, as without a claim ahead)
+            log.exception("shard %d: a claim ahead failed", self.shard)
         finally:
             for e in later:
                 heapq.heappush(self._held.later, (e.due_at, e))
+            self._wake_up()
 
     def hold(self, item: ReadyItem) -> None:
         """A job claimed ahead (``AheadClaims``): held until due, then ready; its entries stay
         pending and come up at its lease's end (``claimed``)."""
         assert item.job is not None
+        if self._task is None:  # stopped or deposed meanwhile: its lease's end releases it
+            return
         for e in item.entries:
             self._held.rows.pop(e, None)  # (the image of the row before the claim)
         self._holding[item.job_id] = item

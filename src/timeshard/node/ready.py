@@ -291,6 +291,15 @@ class ReadyQueues:
         q = self._by_type.get(job_type)
         return q is not None and q.get(job_id) is not None
 
+    def oldest_due(self, job_type: str) -> int | None:
+        """About since when the longest waiting job of ``job_type`` is due: the earliest
+        ``due_since`` among the heads of its shards' queues (None: none queued)."""
+        q = self._by_type.get(job_type)
+        if not q:
+            return None
+        heads = (sq.items[top[2]] for sq in q.by_shard.values() if (top := sq.head()))
+        return min((i.due_since for i in heads), default=None)
+
     def has_waiter(self, job_type: str) -> bool:
         """Whether a claim waits for a job of ``job_type`` now."""
         return any(not f.done() for f in self._by_type_waiters.get(job_type, ()))
