@@ -197,7 +197,7 @@ class BucketReader:
         }
         self._held.handled(held)
         for job_id, check in checks.items():
-            self._held.add(check)
+            self._held.written(check)
             if job_id in leases:  # a result through this node still handles it at once
                 self._held.claimed[job_id] = (leases[job_id], [check])
         log.info("shard %d: %d running jobs got their lease check", self.shard, len(checks))
@@ -233,7 +233,7 @@ class BucketReader:
                 self._held.known.add(new)
                 self._held.pending.setdefault(new.minute, set()).add(new)
             else:  # claimed meanwhile: the claim handled the old entry; look at the new one
-                self._held.add(new)
+                self._held.written(new)
         self._held.handled(waiting)
         log.info("shard %d: %d due jobs wait for a worker; moved on", self.shard, len(waiting))
 

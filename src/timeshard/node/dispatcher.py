@@ -205,7 +205,8 @@ class ShardDispatcher:
 
         Returns the entries behind the cursor (or behind the minute it is being moved to):
         not taken, and not read by a later owner either. An entry taken holds the cursor at
-        its minute until it is handled."""
+        its minute until it is handled; one equal to an entry handled before is pending again
+        (``HeldEntries.written``)."""
         added = False
         behind: list[BucketEntry] = []
         held_to = self._reader.read_to
@@ -213,7 +214,7 @@ class ShardDispatcher:
         for e in entries:
             if e.minute < floor:
                 behind.append(e)
-            elif e.due_at < held_to and self._held.add(e):
+            elif e.due_at < held_to and self._held.written(e):
                 added = True
                 job = jobs.get(e.job_id) if jobs else None
                 if job is not None and job.state is JobState.SCHEDULED and job.run_at == e.due_at:

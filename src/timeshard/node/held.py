@@ -26,10 +26,27 @@ class HeldEntries:
         made them ready, still pending (``running``)."""
 
     def add(self, e: BucketEntry) -> bool:
+        """An entry read from the store: held once; one read again, even after it was
+        handled, is not looked at again."""
         if e in self.known:
             return False
         self.known.add(e)
         self.pending.setdefault(e.minute, set()).add(e)
+        heapq.heappush(self.heap, e)
+        return True
+
+    def written(self, e: BucketEntry) -> bool:
+        """An entry just written (by this node, or one it is told of): pending, even if an
+        equal one was handled before. An entry is (shard, minute, due time, job), so two
+        writes for one job in one millisecond are one entry: a lease check that the job's
+        end handled, and the entry its give-back wrote then, due at once (invariant 3).
+        Returns whether it became pending (False: it was already)."""
+        if e not in self.known:
+            return self.add(e)
+        at = self.pending.setdefault(e.minute, set())
+        if e in at:
+            return False
+        at.add(e)
         heapq.heappush(self.heap, e)
         return True
 
