@@ -21,6 +21,7 @@ from timeshard.sharding import minute_of, shard_of
 from timeshard.stack import CassandraProcess
 from timeshard.store.base import Retention, Store
 from timeshard.store.cassandra import CassandraStore, bucket_ttl, parse_url
+from timeshard.testing.waits import wait_until
 
 __all__ = ["cassandra_address", "cassandra_admin"]  # session fixtures shared with the contract
 
@@ -349,15 +350,18 @@ def own_node(tmp_path: Path) -> Iterator[CassandraProcess]:
 
 
 async def _wait_available(store: Store, timeout: float) -> float:
+    """Seconds until the store answers again."""
     started = time.monotonic()
-    while True:
+
+    async def answers() -> bool:
         try:
             await store.get_shard(0)
-            return time.monotonic() - started
         except StoreUnavailable:
-            if time.monotonic() - started > timeout:
-                raise
-            await asyncio.sleep(0.5)
+            return False
+        return True
+
+    await wait_until(answers, timeout, "the store to answer again", every=0.5)
+    return time.monotonic() - started
 
 
 @pytest.mark.timeout(600)

@@ -17,7 +17,6 @@ from typing import Any
 import pytest
 
 from tests.contract.conftest import cassandra_address, cassandra_admin
-from tests.unit.helpers import wait_until
 from timeshard.clock import SystemClock
 from timeshard.coordinator.base import Member
 from timeshard.coordinator.zookeeper import ZooKeeperCoordinator
@@ -27,6 +26,7 @@ from timeshard.node.dispatcher import DispatchConfig
 from timeshard.server import Server
 from timeshard.sharding import shard_of
 from timeshard.store.cassandra import CassandraStore
+from timeshard.testing.waits import wait_until
 
 __all__ = ["cassandra_address", "cassandra_admin"]  # shared fixtures
 

@@ -21,6 +21,7 @@ from timeshard.coordinator.zookeeper import ZooKeeperCoordinator
 from timeshard.node import JobSpec, Node
 from timeshard.node.flow import FlowChange, default_burst
 from timeshard.store.cassandra import CassandraStore
+from timeshard.testing.waits import wait_until
 
 __all__ = ["cassandra_address", "cassandra_admin"]  # shared fixtures
 
@@ -57,15 +58,6 @@ async def claim_forever(node: Node, started: list[tuple[int, str]]) -> None:
         started.extend((c.job.started_at or 0, node.node_id) for c in got)
 
 
-async def wait_for(pred: Any, timeout: float, what: str) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not pred():
-        if loop.time() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.1)
-
-
 async def test_two_nodes_share_one_rate_and_a_failover_releases_no_second_burst(
     cassandra_address: str, keyspace: str, zookeeper_hosts: str
 ) -> None:
@@ -86,7 +78,7 @@ async def test_two_nodes_share_one_rate_and_a_failover_releases_no_second_burst(
     try:
         for n in nodes:
             await n.start()
-        await wait_for(
+        await wait_until(
             lambda: len(a.dispatching) == len(b.dispatching) == SHARDS // 2, 60, "even shards"
         )
         await a.type_policies.set_flows([FlowChange(job_type=TYPE, rate=RATE)])
@@ -109,7 +101,7 @@ async def test_two_nodes_share_one_rate_and_a_failover_releases_no_second_burst(
         await asyncio.gather(*b_claimers, return_exceptions=True)
         await b.stop()
         stopped = a.clock.now_ms()
-        await wait_for(lambda: len(a.dispatching) == SHARDS, 60, "a to own every shard")
+        await wait_until(lambda: len(a.dispatching) == SHARDS, 60, "a to own every shard")
         took_over = a.clock.now_ms()
         await asyncio.sleep(15)
         end = a.clock.now_ms()

@@ -13,7 +13,7 @@ import grpc
 import pytest
 
 from tests.contract.conftest import cassandra_address, cassandra_admin
-from tests.integration.test_node_on_cassandra import node_with_worker, wait_for
+from tests.integration.test_node_on_cassandra import node_with_worker
 from tests.unit.test_worker_stream import Stream, _credits
 from timeshard.api.work import WorkHub
 from timeshard.clock import SystemClock
@@ -22,6 +22,7 @@ from timeshard.model import JobState
 from timeshard.node import JobSpec, Node
 from timeshard.server import Server
 from timeshard.store.cassandra import CassandraStore
+from timeshard.testing.waits import wait_until
 from timeshard.v1 import timeshard_pb2 as pb
 from timeshard.wire import dur, ts_ms
 
@@ -63,7 +64,7 @@ async def test_the_worker_stream_on_cassandra(cassandra_address: str, keyspace: 
         for c in first:
             assert ts_ms(c.job.started_at) >= ts_ms(c.job.run_at)
             assert time.time() * 1000 >= ts_ms(c.job.run_at)
-        await wait_for(lambda: node.ready.count() == 6, 60, "the other six ready")
+        await wait_until(lambda: node.ready.count() == 6, 60, "the other six ready")
         running = [(await node.jobs.get(i)).state for i in ids].count(JobState.RUNNING)
         assert running == 4
 
@@ -113,6 +114,6 @@ async def test_the_worker_sdk_runs_jobs_over_the_stream_on_cassandra(
             await server.node.jobs.schedule(
                 JobSpec(job_type="it.job", payload=b"", run_at=now + 20 * i)
             )
-        await wait_for(lambda: len(ran) >= 30, 90, "thirty jobs run")
+        await wait_until(lambda: len(ran) >= 30, 90, "thirty jobs run")
         assert all(ctx.started_at_ms >= ctx.run_at for ctx in ran)
-        await wait_for(lambda: len(set(results)) >= 30, 60, "thirty results over the stream")
+        await wait_until(lambda: len(set(results)) >= 30, 60, "thirty results over the stream")

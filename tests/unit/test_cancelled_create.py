@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.helpers import START_MS, advance, settle, wait_until
+from tests.unit.helpers import START_MS, advance, settle
 from tests.unit.helpers import owner_and_writer as pair
 from timeshard.clock import FakeClock
 from timeshard.coordinator.local import LocalCoordinator
@@ -36,6 +36,7 @@ from timeshard.model import BucketEntry, Job
 from timeshard.node import JobSpec, Node
 from timeshard.store.base import CreateResult
 from timeshard.store.sqlite import SqliteStore
+from timeshard.testing.waits import wait_until
 
 WRITE_S = 20.0
 CLIENT_DEADLINE_S = 8.0

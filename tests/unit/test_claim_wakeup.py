@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import asyncio
 
-from tests.unit.helpers import running, wait_until
+from tests.unit.helpers import running
 from timeshard.node.ready import ReadyItem
+from timeshard.testing.waits import wait_until
 
 
 def item(job_id: str) -> ReadyItem:

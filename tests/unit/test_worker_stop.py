@@ -12,7 +12,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -26,6 +26,7 @@ from timeshard.model import GIVEN_BACK, Job, JobState
 from timeshard.node import JobSpec, Node, NodeConfig
 from timeshard.server import Server
 from timeshard.store.sqlite import SqliteStore
+from timeshard.testing.waits import wait_until
 from timeshard.worker import JobContext, Worker
 
 HANG_GUARD_S = 60.0  # a busy 2-core box; a drain that is not bounded waits 300 s
@@ -54,13 +55,6 @@ def new_worker(name: str, events: list[tuple[str, str]]) -> Worker:
         claim_wait_s=0.5,
         on_event=lambda kind, ctx, detail: events.append((kind, detail)),
     )
-
-
-async def until(pred: Callable[[], bool], what: str, timeout: float = HANG_GUARD_S) -> None:
-    deadline = time.monotonic() + timeout
-    while not pred():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.02)
 
 
 async def job_now(srv: Server, job: Job) -> Job:
@@ -105,7 +99,9 @@ async def test_a_job_still_running_after_the_drain_is_given_back_and_runs_elsewh
             pass
 
         run2 = asyncio.create_task(second.run([srv.address], discover_every_s=0))
-        await until(lambda: ("succeeded", "") in events, "the second worker to run it")
+        await wait_until(
+            lambda: ("succeeded", "") in events, HANG_GUARD_S, "the second worker to run it"
+        )
         second.stop()
         await asyncio.wait_for(run2, HANG_GUARD_S)
         done = await job_now(srv, job)
@@ -179,7 +175,7 @@ async def test_a_thread_handler_that_does_not_stop_is_not_given_back(tmp_path: P
         job, _ = await srv.node.jobs.schedule(JobSpec(job_type="t", payload=b"{}", run_at=0))
         run = asyncio.create_task(worker.run([srv.address], discover_every_s=0))
         try:
-            await until(started.is_set, "the handler to start")
+            await wait_until(started.is_set, HANG_GUARD_S, "the handler to start")
             worker.stop(drain_s=0.1)
             await asyncio.wait_for(run, HANG_GUARD_S)
             still = await job_now(srv, job)
@@ -207,7 +203,7 @@ async def test_a_thread_handler_that_stops_when_interrupted_is_given_back(
 
         job, _ = await srv.node.jobs.schedule(JobSpec(job_type="t", payload=b"{}", run_at=0))
         run = asyncio.create_task(worker.run([srv.address], discover_every_s=0))
-        await until(started.is_set, "the handler to start")
+        await wait_until(started.is_set, HANG_GUARD_S, "the handler to start")
         worker.stop(drain_s=0.1)
         await asyncio.wait_for(run, HANG_GUARD_S)
         back = await job_now(srv, job)
@@ -239,7 +235,7 @@ async def test_timeshard_worker_drains_on_sigterm_and_a_second_signal_ends_it(
             run = asyncio.create_task(worker.run([srv.address], discover_every_s=0))
             await asyncio.wait_for(started.wait(), HANG_GUARD_S)
             os.kill(os.getpid(), signal.SIGTERM)
-            await until(lambda: worker.stopping, "the first signal")
+            await wait_until(lambda: worker.stopping, HANG_GUARD_S, "the first signal")
             await asyncio.sleep(0.2)
             assert not run.done() and worker.drain_s == 3600.0  # draining
             os.kill(os.getpid(), signal.SIGINT)
