@@ -48,12 +48,36 @@ async def serving(path: Path) -> AsyncIterator[Server]:
         await srv.stop(0)
 
 
+class CountedClock(SystemClock):
+    """The system clock, counting the sleeps begun on it: a drain looks at its running
+    handlers every 50 ms, sleeping on the worker's clock in between."""
+
+    def __init__(self) -> None:
+        self.sleeps = 0
+
+    async def sleep(self, seconds: float) -> None:
+        self.sleeps += 1
+        await super().sleep(seconds)
+
+
 def new_worker(name: str, events: list[tuple[str, str]]) -> Worker:
     return Worker(
         worker_id=name,
         lease_s=30.0,
         claim_wait_s=0.5,
         on_event=lambda kind, ctx, detail: events.append((kind, detail)),
+        clock=CountedClock(),
+    )
+
+
+async def waited_on(worker: Worker, run: asyncio.Task[None]) -> None:
+    """Until the worker's drain has looked at its running handler and gone back to waiting
+    twice (or the run ended: the caller's assertion then fails)."""
+    clock = worker._clock
+    assert isinstance(clock, CountedClock)
+    seen = clock.sleeps
+    await wait_until(
+        lambda: run.done() or clock.sleeps >= seen + 2, HANG_GUARD_S, "the drain to wait"
     )
 
 
@@ -126,7 +150,7 @@ async def test_a_handler_that_finishes_within_the_drain_reports_its_result(
         run = asyncio.create_task(worker.run([srv.address], discover_every_s=0))
         await asyncio.wait_for(started.wait(), HANG_GUARD_S)
         worker.stop(drain_s=HANG_GUARD_S * 10)
-        await asyncio.sleep(0.2)
+        await waited_on(worker, run)
         assert not run.done()  # draining: waiting for the handler
         release.set()
         await asyncio.wait_for(run, HANG_GUARD_S)
@@ -150,7 +174,7 @@ async def test_a_second_stop_ends_the_drain_at_once(tmp_path: Path) -> None:
         run = asyncio.create_task(worker.run([srv.address], discover_every_s=0))
         await asyncio.wait_for(started.wait(), HANG_GUARD_S)
         worker.stop(drain_s=3600)  # the first signal: a drain of an hour
-        await asyncio.sleep(0.2)
+        await waited_on(worker, run)
         assert not run.done()
         worker.stop()  # the second signal
         await asyncio.wait_for(run, HANG_GUARD_S)
@@ -236,7 +260,7 @@ async def test_timeshard_worker_drains_on_sigterm_and_a_second_signal_ends_it(
             await asyncio.wait_for(started.wait(), HANG_GUARD_S)
             os.kill(os.getpid(), signal.SIGTERM)
             await wait_until(lambda: worker.stopping, HANG_GUARD_S, "the first signal")
-            await asyncio.sleep(0.2)
+            await waited_on(worker, run)
             assert not run.done() and worker.drain_s == 3600.0  # draining
             os.kill(os.getpid(), signal.SIGINT)
             await asyncio.wait_for(run, HANG_GUARD_S)
