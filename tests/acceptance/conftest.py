@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -14,15 +13,12 @@ from typing import Any
 
 import pytest
 
+from timeshard.testing.services import free_port
 from timeshard.testing.waits import eventually
 
+__all__ = ["free_port"]  # the acceptance tests' free port is the stack's
+
 CLI = [sys.executable, "-m", "timeshard.cli.main"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Procs:

@@ -6,14 +6,11 @@ their nominal time plus the schedule's stable offset and keep their nominal ids.
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
 
 import pytest
 
-from tests.contract.conftest import cassandra_address, cassandra_admin
 from tests.unit.helpers import FixedCoordinator
 from timeshard.clock import SystemClock
 from timeshard.model import JobState, Schedule, spread_offset_of
@@ -22,18 +19,9 @@ from timeshard.store.base import JobClaim
 from timeshard.store.cassandra import CassandraStore
 from timeshard.testing.waits import wait_until
 
-__all__ = ["cassandra_address", "cassandra_admin"]  # shared fixtures
-
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
 SHARDS = 8
-
-
-@pytest.fixture
-def keyspace(cassandra_admin: Any) -> Iterator[str]:
-    name = f"flow_{uuid.uuid4().hex[:10]}"
-    yield name
-    cassandra_admin.execute(f"DROP KEYSPACE IF EXISTS {name}")
 
 
 @asynccontextmanager

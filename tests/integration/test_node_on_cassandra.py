@@ -5,16 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
 
 import grpc
 import pytest
 
-from tests.contract.conftest import cassandra_address, cassandra_admin
-from tests.integration.test_cassandra_store import own_node
 from timeshard.clock import SystemClock
 from timeshard.coordinator.local import LocalCoordinator
 from timeshard.node import JobSpec, Node
@@ -27,16 +23,7 @@ from timeshard.v1 import timeshard_pb2_grpc as pb_grpc
 from timeshard.wire import dur, ts, ts_ms
 from timeshard.worker import JobContext, Worker
 
-__all__ = ["cassandra_address", "cassandra_admin", "own_node"]  # shared fixtures
-
 pytestmark = pytest.mark.timeout(300)
-
-
-@pytest.fixture
-def keyspace(cassandra_admin: Any) -> Iterator[str]:
-    name = f"node_{uuid.uuid4().hex[:10]}"
-    yield name
-    cassandra_admin.execute(f"DROP KEYSPACE IF EXISTS {name}")
 
 
 @asynccontextmanager

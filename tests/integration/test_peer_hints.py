@@ -10,13 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
 
 import pytest
 
-from tests.contract.conftest import cassandra_address, cassandra_admin
 from timeshard.clock import SystemClock
 from timeshard.coordinator.base import Member
 from timeshard.coordinator.zookeeper import ZooKeeperCoordinator
@@ -28,20 +26,11 @@ from timeshard.sharding import shard_of
 from timeshard.store.cassandra import CassandraStore
 from timeshard.testing.waits import wait_until
 
-__all__ = ["cassandra_address", "cassandra_admin"]  # shared fixtures
-
 pytestmark = pytest.mark.timeout(180)
 
 SHARDS = 4
 TYPE = "it.hinted"
 SLOW_REFRESH = DispatchConfig(refresh_s=120.0, lookahead_s=125.0, reread_s=125.0, settle_s=125.0)
-
-
-@pytest.fixture
-def keyspace(cassandra_admin: Any) -> Iterator[str]:
-    name = f"hints_{uuid.uuid4().hex[:10]}"
-    yield name
-    cassandra_admin.execute(f"DROP KEYSPACE IF EXISTS {name}")
 
 
 def sent(node: Node, outcome: str) -> float:

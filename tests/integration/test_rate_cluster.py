@@ -10,12 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Iterator
-from typing import Any
 
 import pytest
 
-from tests.contract.conftest import cassandra_address, cassandra_admin
 from timeshard.clock import SystemClock
 from timeshard.coordinator.zookeeper import ZooKeeperCoordinator
 from timeshard.node import JobSpec, Node
@@ -23,20 +20,11 @@ from timeshard.node.flow import FlowChange, default_burst
 from timeshard.store.cassandra import CassandraStore
 from timeshard.testing.waits import wait_until
 
-__all__ = ["cassandra_address", "cassandra_admin"]  # shared fixtures
-
 pytestmark = pytest.mark.timeout(400)
 
 RATE = 20.0
 SHARDS = 8
 TYPE = "it.rated"
-
-
-@pytest.fixture
-def keyspace(cassandra_admin: Any) -> Iterator[str]:
-    name = f"rate_{uuid.uuid4().hex[:10]}"
-    yield name
-    cassandra_admin.execute(f"DROP KEYSPACE IF EXISTS {name}")
 
 
 def windows(starts: list[int], span_ms: int, lo: int, hi: int, step_ms: int = 100) -> list[int]:

@@ -5,14 +5,11 @@ jobs over the stream end to end."""
 from __future__ import annotations
 
 import time
-import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import grpc
 import pytest
 
-from tests.contract.conftest import cassandra_address, cassandra_admin
 from tests.integration.test_node_on_cassandra import node_with_worker
 from tests.unit.test_worker_stream import Stream, _credits
 from timeshard.api.work import WorkHub
@@ -26,16 +23,7 @@ from timeshard.testing.waits import wait_until
 from timeshard.v1 import timeshard_pb2 as pb
 from timeshard.wire import dur, ts_ms
 
-__all__ = ["cassandra_address", "cassandra_admin"]  # shared fixtures
-
 pytestmark = pytest.mark.timeout(300)
-
-
-@pytest.fixture
-def keyspace(cassandra_admin: Any) -> Iterator[str]:
-    name = f"stream_{uuid.uuid4().hex[:10]}"
-    yield name
-    cassandra_admin.execute(f"DROP KEYSPACE IF EXISTS {name}")
 
 
 async def test_the_worker_stream_on_cassandra(cassandra_address: str, keyspace: str) -> None:
