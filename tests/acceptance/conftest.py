@@ -5,23 +5,20 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from timeshard.testing.services import free_port
+from timeshard.testing.waits import eventually
+
+__all__ = ["free_port"]  # the acceptance tests' free port is the stack's
+
 CLI = [sys.executable, "-m", "timeshard.cli.main"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Procs:
@@ -81,17 +78,6 @@ def cli(server: str, *args: str, check: bool = True) -> subprocess.CompletedProc
 def get_job(server: str, job_id: str) -> dict[str, Any]:
     out: dict[str, Any] = json.loads(cli(server, "jobs", "get", job_id, "--json").stdout)
     return out
-
-
-def eventually(pred: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = pred()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.1)
 
 
 def wait_serving(server: str, timeout: float = 30) -> None:

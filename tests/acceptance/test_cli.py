@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import grpc
 
-from tests.acceptance.conftest import Procs, cli, eventually, free_port, get_job, wait_serving
+from tests.acceptance.conftest import Procs, cli, free_port, get_job, wait_serving
 from timeshard.clock import parse_rfc3339
+from timeshard.testing.waits import eventually
 from timeshard.v1 import timeshard_pb2 as pb
 from timeshard.v1 import timeshard_pb2_grpc as pb_grpc
 

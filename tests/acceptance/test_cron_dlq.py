@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 
-from tests.acceptance.conftest import Procs, cli, eventually, free_port, get_job, wait_serving
+from tests.acceptance.conftest import Procs, cli, free_port, get_job, wait_serving
+from timeshard.testing.waits import eventually
 
 
 def test_cron_schedule_runs_pauses_and_previews(procs: Procs) -> None:

@@ -12,8 +12,9 @@ import socket
 import subprocess
 import urllib.request
 
-from tests.acceptance.conftest import CLI, Procs, eventually
+from tests.acceptance.conftest import CLI, Procs
 from timeshard.testing.services import free_port_run
+from timeshard.testing.waits import eventually
 
 
 def _banner(procs: Procs) -> str:

@@ -8,7 +8,8 @@ from __future__ import annotations
 import signal
 import time
 
-from tests.acceptance.conftest import Procs, cli, eventually, free_port, get_job, wait_serving
+from tests.acceptance.conftest import Procs, cli, free_port, get_job, wait_serving
+from timeshard.testing.waits import eventually
 
 LEASE_S = 2.0
 

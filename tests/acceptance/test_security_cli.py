@@ -9,7 +9,8 @@ import signal
 import subprocess
 from pathlib import Path
 
-from tests.acceptance.conftest import CLI, Procs, eventually, free_port
+from tests.acceptance.conftest import CLI, Procs, free_port
+from timeshard.testing.waits import eventually
 
 
 def run(

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import signal
 
-from tests.acceptance.conftest import Procs, cli, eventually, free_port, get_job, wait_serving
+from tests.acceptance.conftest import Procs, cli, free_port, get_job, wait_serving
+from timeshard.testing.waits import eventually
 
 
 def test_a_second_sigterm_ends_the_drain_and_the_job_runs_elsewhere(procs: Procs) -> None:

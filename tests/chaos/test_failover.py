@@ -14,7 +14,8 @@ import pytest
 
 from tests.chaos.conftest import SESSION_TIMEOUT_S
 from timeshard.stack import ZooKeeperEnsemble
-from timeshard.testing.fleet import Fleet, eventually, first_runs, overlapping
+from timeshard.testing.fleet import Fleet, first_runs, overlapping
+from timeshard.testing.waits import eventually
 
 # The test bodies must stay well under 2 minutes; the session's services start in fixtures,
 # with their own time limits.

@@ -11,9 +11,7 @@ store's fence is the only thing that stops it.
 from __future__ import annotations
 
 import asyncio
-import time
 import uuid
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -25,6 +23,7 @@ from timeshard.sharding import minute_of
 from timeshard.stack import ZooKeeperEnsemble
 from timeshard.store.cassandra import CassandraStore
 from timeshard.testing.services import TcpProxy, create_keyspace, drop_keyspace
+from timeshard.testing.waits import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60, func_only=True)]
 SHARDS = 4
@@ -38,15 +37,6 @@ class ShiftedClock(SystemClock):
 
     def now_ms(self) -> int:
         return super().now_ms() + self.offset_ms
-
-
-async def until(pred: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (value := pred()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        await asyncio.sleep(0.05)
-    return value
 
 
 @pytest.fixture
@@ -79,7 +69,7 @@ async def test_a_deposed_owner_that_did_not_notice_can_change_nothing(
     b = node("b", f"zookeeper://{ensemble.hosts}{path}?session_timeout=2", store_url, SystemClock())
     try:
         await a.start()
-        await until(lambda: len(a.dispatchers) == SHARDS, 10, "a to dispatch every shard")
+        await wait_until(lambda: len(a.dispatchers) == SHARDS, 10, "a to dispatch every shard")
         taken = {s: await a.store.get_shard(s) for s in range(SHARDS)}
         assert all(st.owner == "a" for st in taken.values())
 
@@ -95,7 +85,7 @@ async def test_a_deposed_owner_that_did_not_notice_can_change_nothing(
         proxy.block()
 
         await b.start()
-        await until(lambda: len(b.dispatchers) == SHARDS, 15, "b to take every shard")
+        await wait_until(lambda: len(b.dispatchers) == SHARDS, 15, "b to take every shard")
         for s in range(SHARDS):
             now = await b.store.get_shard(s)
             assert now.owner == "b" and now.epoch > taken[s].epoch
@@ -105,7 +95,7 @@ async def test_a_deposed_owner_that_did_not_notice_can_change_nothing(
         # their old epoch, and the store refuses each write.
         cursors = {s: (await b.store.get_shard(s)).cursor for s in range(SHARDS)}
         clock_a.offset_ms = 3 * 60_000
-        await until(
+        await wait_until(
             lambda: all(d.deposed for d in a.dispatchers.values()),
             10,
             "every dispatcher of a to be deposed by the store",

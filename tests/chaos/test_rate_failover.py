@@ -13,7 +13,8 @@ import time
 import pytest
 
 from tests.chaos.conftest import SESSION_TIMEOUT_S
-from timeshard.testing.fleet import Fleet, Run, eventually
+from timeshard.testing.fleet import Fleet, Run
+from timeshard.testing.waits import eventually
 from timeshard.v1 import timeshard_pb2 as pb
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(150, func_only=True)]

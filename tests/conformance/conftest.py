@@ -9,7 +9,6 @@ import asyncio
 import re
 import socket
 import threading
-import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -17,8 +16,9 @@ from typing import Any, TypeVar
 
 import pytest
 
-from tests.acceptance.conftest import Procs, eventually
+from tests.acceptance.conftest import Procs
 from timeshard.client.proto import ProtoClient as Client
+from timeshard.testing.waits import eventually, wait_until
 from timeshard.v1 import timeshard_pb2 as pb
 from timeshard.worker import Worker
 
@@ -63,33 +63,14 @@ async def off_loop(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     return await asyncio.to_thread(fn, *args, **kwargs)
 
 
-async def until(pred: Callable[[], Any], what: str, timeout: float = HANG_GUARD_S) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = pred()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
-        await asyncio.sleep(0.05)
-
-
 async def wait_state(client: Client, job_id: str, state: int) -> pb.Job:
-    job: pb.Job | None = None
-
-    async def poll() -> bool:
-        nonlocal job
-        job = await off_loop(client.get, job_id)
-        return job.state == state
-
-    deadline = time.monotonic() + HANG_GUARD_S
-    while not await poll():
-        if time.monotonic() > deadline:
-            assert job is not None
-            raise AssertionError(f"job {job_id} never became {pb.JobState.Name(state)}: {job}")
-        await asyncio.sleep(0.05)
-    assert job is not None
-    return job
+    return await wait_until(
+        lambda: off_loop(client.get, job_id),
+        HANG_GUARD_S,
+        f"job {job_id} to become {pb.JobState.Name(state)}",
+        until=lambda job: job.state == state,
+        every=0.05,
+    )
 
 
 @asynccontextmanager

@@ -21,7 +21,6 @@ from tests.conformance.conftest import (
     off_loop,
     running,
     start_server,
-    until,
     wait_state,
 )
 from timeshard.client import NewJob
@@ -36,6 +35,7 @@ from timeshard.errors import (
     Unauthenticated,
     Unavailable,
 )
+from timeshard.testing.waits import wait_until
 from timeshard.v1 import timeshard_pb2 as pb
 from timeshard.worker import JobContext, PermanentError, Worker
 
@@ -110,7 +110,7 @@ async def test_c3_a_permanent_error_is_a_dead_letter_listed_replayed_purged(serv
         listed = await off_loop(lambda: list(client.dead_letters(job_type="c3.bad")))
         assert [j.job_id for j in listed] == [job_id]
         assert [j.job_id for j in await off_loop(client.replay, [job_id])] == [job_id]
-        await until(lambda: len(runs) == 2, "the replayed job to run again")
+        await wait_until(lambda: len(runs) == 2, HANG_GUARD_S, "the replayed job to run again")
         await wait_state(client, job_id, pb.JOB_STATE_DEAD)
     assert await off_loop(client.purge, [job_id]) == [job_id]
     assert await off_loop(lambda: list(client.dead_letters(job_type="c3.bad"))) == []
@@ -118,11 +118,13 @@ async def test_c3_a_permanent_error_is_a_dead_letter_listed_replayed_purged(serv
 
 async def until_noticed(client: Client, job_id: str) -> None:
     """Until the job's row has its handler's start notice (a heartbeat wrote it)."""
-    deadline = time.monotonic() + HANG_GUARD_S
-    while not (await off_loop(client.get, job_id)).start_noticed:
-        if time.monotonic() > deadline:
-            raise AssertionError(f"job {job_id}: no start notice in its row")
-        await asyncio.sleep(0.05)
+    await wait_until(
+        lambda: off_loop(client.get, job_id),
+        HANG_GUARD_S,
+        f"job {job_id}'s start notice in its row",
+        until=lambda job: job.start_noticed,
+        every=0.05,
+    )
 
 
 async def test_c4_a_cut_off_handler_stops_before_its_lease_and_the_job_runs_again(
@@ -157,9 +159,11 @@ async def test_c4_a_cut_off_handler_stops_before_its_lease_and_the_job_runs_agai
         await wait_state(client, job_id, pb.JOB_STATE_RUNNING)
         await until_noticed(client, job_id)
         noticed.set()
-        await until(lambda: "cut" in first, "the handler to cut the proxy")
+        await wait_until(lambda: "cut" in first, HANG_GUARD_S, "the handler to cut the proxy")
         held = await off_loop(client.get, job_id)  # after the cut: the last lease granted
-        await until(lambda: "cancelled" in first, "the cut-off handler to be stopped")
+        await wait_until(
+            lambda: "cancelled" in first, HANG_GUARD_S, "the cut-off handler to be stopped"
+        )
     lease_until_s = held.lease_until.ToMilliseconds() / 1000
     assert first["cancelled"] < lease_until_s, "stopped after the lease the server granted"
     assert first["cancelled"] - first["started"] >= lease_s - margin_s - 1.0
@@ -194,9 +198,11 @@ async def test_c5_cancel_of_a_running_job_reaches_its_handler(server: str) -> No
 
     async with running(worker, [server]):
         done = await off_loop(client.schedule, "c5.long")
-        await until(lambda: seen.get("started"), "the handler to start")
+        await wait_until(lambda: seen.get("started"), HANG_GUARD_S, "the handler to start")
         await off_loop(client.cancel, done.job.job_id)
-        await until(lambda: "cancelled" in seen, "the cancel to reach the handler")
+        await wait_until(
+            lambda: "cancelled" in seen, HANG_GUARD_S, "the cancel to reach the handler"
+        )
     assert seen["cancelled"] is True
     job = await off_loop(client.get, done.job.job_id)
     assert job.state == pb.JOB_STATE_CANCELLED
@@ -218,7 +224,11 @@ async def test_c6_a_killed_worker_s_job_runs_again_after_its_lease(
     try:
         done = await off_loop(client.schedule, "c6.hang", max_attempts=3)
         job_id = done.job.job_id
-        await until(lambda: record.exists() and record.read_text().split()[:1] == [job_id], "start")
+        await wait_until(
+            lambda: record.exists() and record.read_text().split()[:1] == [job_id],
+            HANG_GUARD_S,
+            "start",
+        )
         first_fence = int(record.read_text().split()[1])
         held = await off_loop(client.get, job_id)
         child.send_signal(signal.SIGKILL)

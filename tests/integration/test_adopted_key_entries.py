@@ -18,12 +18,11 @@ Fixed: the node derives the entries it notifies from the jobs the store created.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
 
-from tests.contract.conftest import cassandra_address, cassandra_admin
 from timeshard.clock import SystemClock
 from timeshard.coordinator.local import LocalCoordinator
 from timeshard.model import BucketEntry, Job
@@ -31,16 +30,7 @@ from timeshard.node import JobSpec, Node
 from timeshard.sharding import shard_of
 from timeshard.store.cassandra import CassandraStore
 
-__all__ = ["cassandra_address", "cassandra_admin"]  # session fixtures shared with the contract
-
 pytestmark = pytest.mark.timeout(120)
-
-
-@pytest.fixture
-def keyspace(cassandra_admin: Any) -> Iterator[str]:
-    name = f"adopt_{uuid.uuid4().hex[:10]}"
-    yield name
-    cassandra_admin.execute(f"DROP KEYSPACE IF EXISTS {name}")
 
 
 async def test_a_job_finished_under_a_keys_id_is_notified_under_that_id(

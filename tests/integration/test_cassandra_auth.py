@@ -12,13 +12,13 @@ from typing import Any
 
 import pytest
 
-from tests.contract.conftest import free_port
 from tests.contract.helpers import create, make_job
 from timeshard.errors import InvalidArgument
 from timeshard.model import JobState
 from timeshard.stack import CassandraProcess
 from timeshard.stack.cassandra import cql_ready, driver_cluster
 from timeshard.store.cassandra import CassandraStore
+from timeshard.testing.services import free_port
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -5,14 +5,11 @@ cost one Paxos round, and a job whose time moves never lives in two places."""
 from __future__ import annotations
 
 import asyncio
-import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
 
 import pytest
 
-from tests.contract.conftest import cassandra_address, cassandra_admin
 from tests.contract.helpers import NOW, NUM_SHARDS, claim, claimed, create, make_job
 from timeshard.errors import NotOwner
 from timeshard.model import BucketEntry, JobState
@@ -20,16 +17,7 @@ from timeshard.sharding import minute_of, shard_of
 from timeshard.store.base import Completion, JobClaim
 from timeshard.store.cassandra import CassandraStore, jobrows
 
-__all__ = ["cassandra_address", "cassandra_admin"]
-
 pytestmark = pytest.mark.timeout(300)
-
-
-@pytest.fixture
-def keyspace(cassandra_admin: Any) -> Iterator[str]:
-    name = f"part_{uuid.uuid4().hex[:16]}"
-    yield name
-    cassandra_admin.execute(f"DROP KEYSPACE IF EXISTS {name}")
 
 
 @asynccontextmanager

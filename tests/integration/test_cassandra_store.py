@@ -5,15 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-import uuid
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.contract.conftest import cassandra_address, cassandra_admin, free_port
 from tests.contract.helpers import NOW, NUM_SHARDS, claim, create, entries_of, make_job
 from timeshard.errors import InvalidArgument, StoreUnavailable
 from timeshard.model import BucketEntry, JobState
@@ -21,17 +18,10 @@ from timeshard.sharding import minute_of, shard_of
 from timeshard.stack import CassandraProcess
 from timeshard.store.base import Retention, Store
 from timeshard.store.cassandra import CassandraStore, bucket_ttl, parse_url
-
-__all__ = ["cassandra_address", "cassandra_admin"]  # session fixtures shared with the contract
+from timeshard.testing.services import free_port
+from timeshard.testing.waits import wait_until
 
 pytestmark = pytest.mark.timeout(300)
-
-
-@pytest.fixture
-def keyspace(cassandra_admin: Any) -> Iterator[str]:
-    name = f"it_{uuid.uuid4().hex[:16]}"
-    yield name
-    cassandra_admin.execute(f"DROP KEYSPACE IF EXISTS {name}")
 
 
 def url(address: str, keyspace: str) -> str:
@@ -332,32 +322,19 @@ def test_bucket_entries_live_a_week_past_their_due_time() -> None:
 # -- a node that crashes and comes back ----------------------------------------------------------
 
 
-@pytest.fixture
-def own_node(tmp_path: Path) -> Iterator[CassandraProcess]:
-    """A Cassandra of this test's own (the shared one is not disturbed)."""
-    node = CassandraProcess(
-        port=free_port(),
-        storage_port=free_port(),
-        run_dir=tmp_path / "cassandra",
-        cluster_name="timeshard-crash",
-    )
-    node.start(timeout=240)
-    try:
-        yield node
-    finally:
-        node.stop()
-
-
 async def _wait_available(store: Store, timeout: float) -> float:
+    """Seconds until the store answers again."""
     started = time.monotonic()
-    while True:
+
+    async def answers() -> bool:
         try:
             await store.get_shard(0)
-            return time.monotonic() - started
         except StoreUnavailable:
-            if time.monotonic() - started > timeout:
-                raise
-            await asyncio.sleep(0.5)
+            return False
+        return True
+
+    await wait_until(answers, timeout, "the store to answer again", every=0.5)
+    return time.monotonic() - started
 
 
 @pytest.mark.timeout(600)

@@ -6,35 +6,22 @@ their nominal time plus the schedule's stable offset and keep their nominal ids.
 
 from __future__ import annotations
 
-import asyncio
-import time
-import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
 
 import pytest
 
-from tests.contract.conftest import cassandra_address, cassandra_admin
 from tests.unit.helpers import FixedCoordinator
 from timeshard.clock import SystemClock
 from timeshard.model import JobState, Schedule, spread_offset_of
 from timeshard.node import JobSpec, Node
 from timeshard.store.base import JobClaim
 from timeshard.store.cassandra import CassandraStore
-
-__all__ = ["cassandra_address", "cassandra_admin"]  # shared fixtures
+from timeshard.testing.waits import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
 SHARDS = 8
-
-
-@pytest.fixture
-def keyspace(cassandra_admin: Any) -> Iterator[str]:
-    name = f"flow_{uuid.uuid4().hex[:10]}"
-    yield name
-    cassandra_admin.execute(f"DROP KEYSPACE IF EXISTS {name}")
 
 
 @asynccontextmanager
@@ -61,14 +48,6 @@ async def two_nodes(address: str, keyspace: str) -> AsyncIterator[tuple[Node, No
         await owner.stop()
 
 
-async def wait_for(pred: Any, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not await pred():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.1)
-
-
 async def test_a_job_scheduled_through_another_node_expires_at_its_owner(
     cassandra_address: str, keyspace: str
 ) -> None:
@@ -81,12 +60,12 @@ async def test_a_job_scheduled_through_another_node_expires_at_its_owner(
         async def ready() -> bool:
             return owner.ready.count() == 1
 
-        await wait_for(ready, 30, "the owner to hold the job ready")
+        await wait_until(ready, 30, "the owner to hold the job ready")
 
         async def expired() -> bool:
             return (await other.jobs.get(job.job_id)).state is JobState.EXPIRED
 
-        await wait_for(expired, 30, "the job to expire")
+        await wait_until(expired, 30, "the job to expire")
         got = await other.jobs.get(job.job_id)
         assert got.history == () and got.attempt == 0
         assert got.finished_at > got.deadline
@@ -139,7 +118,7 @@ async def test_the_owner_hands_out_higher_priorities_first(
         async def all_ready() -> bool:
             return owner.ready.count() == 12
 
-        await wait_for(all_ready, 30, "every job ready at the owner")
+        await wait_until(all_ready, 30, "every job ready at the owner")
         first = await owner.claims.claim(
             worker="w", types=["it.prio"], limit=6, wait_s=0, lease_s=30
         )
@@ -177,7 +156,7 @@ async def test_occurrences_run_spread_after_their_nominal_time(
             )
             return bool(page.jobs)
 
-        await wait_for(fired, 60, "an occurrence")
+        await wait_until(fired, 60, "an occurrence")
         page = await other.jobs.list_jobs(state=None, job_type="it.cron", limit=10, page_token="")
         for job in page.jobs:
             nominal = int(job.job_id.removeprefix("spread-it@"))

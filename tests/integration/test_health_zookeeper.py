@@ -5,7 +5,6 @@ again once it is back."""
 from __future__ import annotations
 
 import asyncio
-import time
 from pathlib import Path
 
 import grpc
@@ -17,21 +16,22 @@ from timeshard.node import Node
 from timeshard.server import Server
 from timeshard.store.sqlite import SqliteStore
 from timeshard.testing.services import zookeeper_ensemble
+from timeshard.testing.waits import wait_until
 from timeshard.views.health import HealthConfig
 
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 
 
-async def until(stub: health_pb2_grpc.HealthStub, want: int, timeout: float) -> float:
-    """Seconds until health says ``want`` (fails after ``timeout``)."""
-    started = time.monotonic()
-    while time.monotonic() - started < timeout:
-        reply = await stub.Check(health_pb2.HealthCheckRequest(), timeout=5)
-        if reply.status == want:
-            return time.monotonic() - started
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"health did not become {want} within {timeout} s")
+async def until(stub: health_pb2_grpc.HealthStub, want: int, timeout: float) -> None:
+    """Until health says ``want`` (fails after ``timeout``)."""
+    await wait_until(
+        lambda: stub.Check(health_pb2.HealthCheckRequest(), timeout=5),
+        timeout,
+        f"health to become {health_pb2.HealthCheckResponse.ServingStatus.Name(want)}",
+        until=lambda reply: reply.status == want,
+        every=0.1,
+    )
 
 
 async def test_health_follows_a_real_zookeeper_session(tmp_path: Path) -> None:

@@ -5,37 +5,25 @@ from __future__ import annotations
 
 import asyncio
 import time
-import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
 
 import grpc
 import pytest
 
-from tests.contract.conftest import cassandra_address, cassandra_admin
-from tests.integration.test_cassandra_store import own_node
 from timeshard.clock import SystemClock
 from timeshard.coordinator.local import LocalCoordinator
 from timeshard.node import JobSpec, Node, NodeConfig
 from timeshard.server import Server
 from timeshard.stack import CassandraProcess
 from timeshard.store.cassandra import CassandraStore
+from timeshard.testing.waits import wait_until
 from timeshard.v1 import timeshard_pb2 as pb
 from timeshard.v1 import timeshard_pb2_grpc as pb_grpc
 from timeshard.wire import dur, ts, ts_ms
 from timeshard.worker import JobContext, Worker
 
-__all__ = ["cassandra_address", "cassandra_admin", "own_node"]  # shared fixtures
-
 pytestmark = pytest.mark.timeout(300)
-
-
-@pytest.fixture
-def keyspace(cassandra_admin: Any) -> Iterator[str]:
-    name = f"node_{uuid.uuid4().hex[:10]}"
-    yield name
-    cassandra_admin.execute(f"DROP KEYSPACE IF EXISTS {name}")
 
 
 @asynccontextmanager
@@ -65,14 +53,6 @@ async def node_with_worker(
         stop.set()
         await task
         await server.stop(0)
-
-
-async def wait_for(pred: Any, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not pred():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.05)
 
 
 async def test_jobs_late_writes_and_cron_run_end_to_end(
@@ -106,8 +86,8 @@ async def test_jobs_late_writes_and_cron_run_end_to_end(
                 )
             )
         )
-        await wait_for(lambda: ids <= {c.job_id for c in ran}, 60, "the jobs to run")
-        await wait_for(
+        await wait_until(lambda: ids <= {c.job_id for c in ran}, 60, "the jobs to run")
+        await wait_until(
             lambda: sum(1 for c in ran if c.job_id.startswith("each-second@")) >= 3,
             30,
             "three cron runs",
@@ -143,11 +123,11 @@ async def test_cassandra_down_mid_run_is_unavailable_then_nothing_is_lost(
         assert "retry" in (info.value.details() or "")
         own_node.start(timeout=240)
         down_until = time.time_ns() // 1_000_000
-        await wait_for(lambda: ids <= {c.job_id for c in ran}, 180, "every job to run")
+        await wait_until(lambda: ids <= {c.job_id for c in ran}, 180, "every job to run")
         assert {c.job_id for c in ran} >= ids
         late = [c for c in ran if c.job_id in ids]
         assert all(c.started_at_ms >= c.run_at for c in late)
         assert any(c.run_at < down_until for c in late)  # some came due while it was down
         fresh = await jobs.ScheduleJob(pb.ScheduleJobRequest(type="it.job", delay=dur(0)))
-        await wait_for(lambda: fresh.job.job_id in {c.job_id for c in ran}, 60, "a new job")
+        await wait_until(lambda: fresh.job.job_id in {c.job_id for c in ran}, 60, "a new job")
         assert ts_ms(fresh.job.run_at) > 0

@@ -9,13 +9,10 @@ held open so it happens every time."""
 from __future__ import annotations
 
 import asyncio
-import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from tests.contract.conftest import cassandra_address, cassandra_admin
 from timeshard.clock import SystemClock
 from timeshard.coordinator.local import LocalCoordinator
 from timeshard.model import BucketEntry
@@ -23,16 +20,7 @@ from timeshard.node import JobSpec, Node, NodeConfig
 from timeshard.node.dispatcher import DispatchConfig
 from timeshard.store.cassandra import CassandraStore
 
-__all__ = ["cassandra_address", "cassandra_admin"]  # shared fixtures
-
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
-
-
-@pytest.fixture
-def keyspace(cassandra_admin: Any) -> Iterator[str]:
-    name = f"race_{uuid.uuid4().hex[:10]}"
-    yield name
-    cassandra_admin.execute(f"DROP KEYSPACE IF EXISTS {name}")
 
 
 class HeldReads(CassandraStore):

@@ -10,14 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
 
 import pytest
 
-from tests.contract.conftest import cassandra_address, cassandra_admin
-from tests.unit.helpers import wait_until
 from timeshard.clock import SystemClock
 from timeshard.coordinator.base import Member
 from timeshard.coordinator.zookeeper import ZooKeeperCoordinator
@@ -27,21 +24,13 @@ from timeshard.node.dispatcher import DispatchConfig
 from timeshard.server import Server
 from timeshard.sharding import shard_of
 from timeshard.store.cassandra import CassandraStore
-
-__all__ = ["cassandra_address", "cassandra_admin"]  # shared fixtures
+from timeshard.testing.waits import wait_until
 
 pytestmark = pytest.mark.timeout(180)
 
 SHARDS = 4
 TYPE = "it.hinted"
 SLOW_REFRESH = DispatchConfig(refresh_s=120.0, lookahead_s=125.0, reread_s=125.0, settle_s=125.0)
-
-
-@pytest.fixture
-def keyspace(cassandra_admin: Any) -> Iterator[str]:
-    name = f"hints_{uuid.uuid4().hex[:10]}"
-    yield name
-    cassandra_admin.execute(f"DROP KEYSPACE IF EXISTS {name}")
 
 
 def sent(node: Node, outcome: str) -> float:

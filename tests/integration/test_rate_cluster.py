@@ -10,32 +10,21 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Iterator
-from typing import Any
 
 import pytest
 
-from tests.contract.conftest import cassandra_address, cassandra_admin
 from timeshard.clock import SystemClock
 from timeshard.coordinator.zookeeper import ZooKeeperCoordinator
 from timeshard.node import JobSpec, Node
 from timeshard.node.flow import FlowChange, default_burst
 from timeshard.store.cassandra import CassandraStore
-
-__all__ = ["cassandra_address", "cassandra_admin"]  # shared fixtures
+from timeshard.testing.waits import wait_until
 
 pytestmark = pytest.mark.timeout(400)
 
 RATE = 20.0
 SHARDS = 8
 TYPE = "it.rated"
-
-
-@pytest.fixture
-def keyspace(cassandra_admin: Any) -> Iterator[str]:
-    name = f"rate_{uuid.uuid4().hex[:10]}"
-    yield name
-    cassandra_admin.execute(f"DROP KEYSPACE IF EXISTS {name}")
 
 
 def windows(starts: list[int], span_ms: int, lo: int, hi: int, step_ms: int = 100) -> list[int]:
@@ -55,15 +44,6 @@ async def claim_forever(node: Node, started: list[tuple[int, str]]) -> None:
             worker=f"w-{node.node_id}", types=[TYPE], limit=100, wait_s=1, lease_s=600
         )
         started.extend((c.job.started_at or 0, node.node_id) for c in got)
-
-
-async def wait_for(pred: Any, timeout: float, what: str) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not pred():
-        if loop.time() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.1)
 
 
 async def test_two_nodes_share_one_rate_and_a_failover_releases_no_second_burst(
@@ -86,7 +66,7 @@ async def test_two_nodes_share_one_rate_and_a_failover_releases_no_second_burst(
     try:
         for n in nodes:
             await n.start()
-        await wait_for(
+        await wait_until(
             lambda: len(a.dispatching) == len(b.dispatching) == SHARDS // 2, 60, "even shards"
         )
         await a.type_policies.set_flows([FlowChange(job_type=TYPE, rate=RATE)])
@@ -109,7 +89,7 @@ async def test_two_nodes_share_one_rate_and_a_failover_releases_no_second_burst(
         await asyncio.gather(*b_claimers, return_exceptions=True)
         await b.stop()
         stopped = a.clock.now_ms()
-        await wait_for(lambda: len(a.dispatching) == SHARDS, 60, "a to own every shard")
+        await wait_until(lambda: len(a.dispatching) == SHARDS, 60, "a to own every shard")
         took_over = a.clock.now_ms()
         await asyncio.sleep(15)
         end = a.clock.now_ms()

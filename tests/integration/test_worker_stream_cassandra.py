@@ -6,15 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import grpc
 import pytest
 
-from tests.contract.conftest import cassandra_address, cassandra_admin
-from tests.integration.test_node_on_cassandra import node_with_worker, wait_for
+from tests.integration.test_node_on_cassandra import node_with_worker
 from tests.unit.test_worker_stream import Stream, _credits
 from timeshard.api.workhub import WorkHub
 from timeshard.clock import SystemClock
@@ -24,19 +21,11 @@ from timeshard.node import JobSpec, Node, NodeConfig
 from timeshard.node.dispatcher import DispatchConfig
 from timeshard.server import Server
 from timeshard.store.cassandra import CassandraStore
+from timeshard.testing.waits import wait_until
 from timeshard.v1 import timeshard_pb2 as pb
 from timeshard.wire import dur, ts_ms
 
-__all__ = ["cassandra_address", "cassandra_admin"]  # shared fixtures
-
 pytestmark = pytest.mark.timeout(300)
-
-
-@pytest.fixture
-def keyspace(cassandra_admin: Any) -> Iterator[str]:
-    name = f"stream_{uuid.uuid4().hex[:10]}"
-    yield name
-    cassandra_admin.execute(f"DROP KEYSPACE IF EXISTS {name}")
 
 
 async def test_the_worker_stream_on_cassandra(cassandra_address: str, keyspace: str) -> None:
@@ -65,7 +54,7 @@ async def test_the_worker_stream_on_cassandra(cassandra_address: str, keyspace: 
         for c in first:
             assert ts_ms(c.job.started_at) >= ts_ms(c.job.run_at)
             assert time.time() * 1000 >= ts_ms(c.job.run_at)
-        await wait_for(lambda: node.ready.count() == 6, 60, "the other six ready")
+        await wait_until(lambda: node.ready.count() == 6, 60, "the other six ready")
         running = [(await node.jobs.get(i)).state for i in ids].count(JobState.RUNNING)
         assert running == 4
 
@@ -115,9 +104,9 @@ async def test_the_worker_sdk_runs_jobs_over_the_stream_on_cassandra(
             await server.node.jobs.schedule(
                 JobSpec(job_type="it.job", payload=b"", run_at=now + 20 * i)
             )
-        await wait_for(lambda: len(ran) >= 30, 90, "thirty jobs run")
+        await wait_until(lambda: len(ran) >= 30, 90, "thirty jobs run")
         assert all(ctx.started_at_ms >= ctx.run_at for ctx in ran)
-        await wait_for(lambda: len(set(results)) >= 30, 60, "thirty results over the stream")
+        await wait_until(lambda: len(set(results)) >= 30, 60, "thirty results over the stream")
 
 
 async def test_jobs_claimed_ahead_on_cassandra_start_at_due_time_from_one_batch(
@@ -142,7 +131,7 @@ async def test_jobs_claimed_ahead_on_cassandra_start_at_due_time_from_one_batch(
         ]
         await asyncio.sleep(max(0.0, (due - 1500 - node.clock.now_ms()) / 1000))
         before = stats.paxos_rounds
-        await wait_for(lambda: len(ran) >= 40, 90, "forty jobs run")
+        await wait_until(lambda: len(ran) >= 40, 90, "forty jobs run")
         assert all(ctx.started_at_ms >= ctx.run_at for ctx in ran)
         rows = [await node.jobs.get(i) for i in ids]
         ahead = [r for r in rows if r.history[0].worker == node.ahead.holder]

@@ -22,6 +22,7 @@ from timeshard.coordinator.zkstate import CoordinatorUnavailable, ShardAdmin, co
 from timeshard.coordinator.zookeeper import ZooKeeperCoordinator
 from timeshard.errors import FailedPrecondition, InvalidArgument, NotFound
 from timeshard.testing.services import TcpProxy
+from timeshard.testing.waits import wait_until
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -73,17 +74,6 @@ class Ledger:
 
     def shards_of(self, node: str) -> set[int]:
         return {s for s, n in self.owner.items() if n == node}
-
-
-async def until(pred: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = pred()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        await asyncio.sleep(0.02)
 
 
 class Cluster:
@@ -149,7 +139,7 @@ async def test_three_nodes_spread_shards_evenly(zookeeper_hosts: str, zk_path: s
     async with cluster(zookeeper_hosts, zk_path) as c:
         for node in ("a", "b", "c"):
             await c.add(node)
-        await until(c.even, 10, "an even spread over a, b, c")
+        await wait_until(c.even, 10, "an even spread over a, b, c")
         assert sorted(len(c.ledger.shards_of(n)) for n in "abc") == [5, 5, 6]
         owners = await c.nodes["a"].owners()
         assert owners == c.ledger.owner
@@ -166,11 +156,11 @@ async def test_a_joining_node_gets_its_share_without_overlap(
 ) -> None:
     async with cluster(zookeeper_hosts, zk_path) as c:
         await c.add("a")
-        await until(lambda: c.nodes["a"].owned() == set(range(SHARDS)), 5, "a owns all")
+        await wait_until(lambda: c.nodes["a"].owned() == set(range(SHARDS)), 5, "a owns all")
         await c.add("b")
-        await until(c.even, 10, "a and b to split the shards")
+        await wait_until(c.even, 10, "a and b to split the shards")
         await c.add("c")
-        await until(c.even, 10, "a, b and c to split the shards")
+        await wait_until(c.even, 10, "a, b and c to split the shards")
         c.check()
 
 
@@ -178,11 +168,11 @@ async def test_a_stopped_node_hands_its_shards_over(zookeeper_hosts: str, zk_pat
     async with cluster(zookeeper_hosts, zk_path) as c:
         for node in ("a", "b", "c"):
             await c.add(node)
-        await until(c.even, 10, "an even spread")
+        await wait_until(c.even, 10, "an even spread")
         had = c.ledger.shards_of("a")
         await c.nodes["a"].stop()
         assert c.nodes["a"].owned() == frozenset()
-        await until(c.even, 5, "b and c to take a's shards")
+        await wait_until(c.even, 5, "b and c to take a's shards")
         assert had <= c.ledger.shards_of("b") | c.ledger.shards_of("c")
 
 
@@ -192,7 +182,7 @@ async def test_expired_session_shards_are_taken_by_others_then_rebalanced(
     async with cluster(zookeeper_hosts, zk_path) as c:
         for node in ("a", "b", "c"):
             await c.add(node)
-        await until(c.even, 10, "an even spread")
+        await wait_until(c.even, 10, "an even spread")
         had = c.ledger.shards_of("a")
         victim = c.nodes["a"]
         assert victim._client is not None
@@ -203,14 +193,14 @@ async def test_expired_session_shards_are_taken_by_others_then_rebalanced(
         await asyncio.get_running_loop().run_in_executor(None, thief.start, 10)
         await asyncio.get_running_loop().run_in_executor(None, thief.stop)
         thief.close()
-        await until(
+        await wait_until(
             lambda: had <= c.ledger.shards_of("b") | c.ledger.shards_of("c"),
             5,
             "b and c to take the expired node's shards",
         )
         # a hears of the expiry, reports the loss, joins again on a new session and gets
         # its share back.
-        await until(lambda: victim.owned() and c.even(), 10, "a to rejoin with a new session")
+        await wait_until(lambda: victim.owned() and c.even(), 10, "a to rejoin with a new session")
         assert victim._client is not None
         assert victim._client.client_id[0] != session_id
 
@@ -224,13 +214,15 @@ async def test_partition_stops_the_owner_before_others_take_over(
             await c.add("a", hosts=proxy.address)
             await c.add("b")
             await c.add("c")
-            await until(c.even, 10, "an even spread")
+            await wait_until(c.even, 10, "an even spread")
             had = c.ledger.shards_of("a")
             blocked_at = time.monotonic()
             proxy.block()
-            await until(lambda: not c.nodes["a"].owned(), 5, "a to report the loss of all shards")
+            await wait_until(
+                lambda: not c.nodes["a"].owned(), 5, "a to report the loss of all shards"
+            )
             lost_at = time.monotonic()
-            await until(
+            await wait_until(
                 lambda: had <= c.ledger.shards_of("b") | c.ledger.shards_of("c"),
                 10,
                 "b and c to take a's shards after its session expired",
@@ -239,7 +231,7 @@ async def test_partition_stops_the_owner_before_others_take_over(
             # why: a gives up after 2/3 of the session timeout, the server expires it after 1.
             assert lost_at - blocked_at < c.session_timeout
             proxy.unblock()
-            await until(lambda: c.nodes["a"].owned() and c.even(), 15, "a to rejoin")
+            await wait_until(lambda: c.nodes["a"].owned() and c.even(), 15, "a to rejoin")
     finally:
         proxy.close()
 
@@ -252,7 +244,7 @@ async def test_a_short_suspension_gives_the_shards_back_to_the_same_session(
         async with cluster(zookeeper_hosts, zk_path, session_timeout=4.0) as c:
             await c.add("a", hosts=proxy.address)
             await c.add("b")
-            await until(c.even, 10, "an even spread")
+            await wait_until(c.even, 10, "an even spread")
             had = c.ledger.shards_of("a")
             victim = c.nodes["a"]
             assert victim._client is not None
@@ -260,13 +252,13 @@ async def test_a_short_suspension_gives_the_shards_back_to_the_same_session(
             proxy.block()
             # owned() drops first, then on_change reports the loss: wait for both (the node
             # must not count a shard as its own while it is stopping it).
-            await until(
+            await wait_until(
                 lambda: not victim.owned() and not c.ledger.shards_of("a"),
                 6,
                 "a to report the loss while suspended",
             )
             proxy.unblock()  # before the server expires the session
-            await until(lambda: victim.owned() == had, 5, "a to take its shards back")
+            await wait_until(lambda: victim.owned() == had, 5, "a to take its shards back")
             assert victim._client.client_id[0] == session_id
             assert c.ledger.shards_of("b").isdisjoint(had), "b must not have taken a's shards"
     finally:
@@ -277,11 +269,11 @@ async def test_move_and_drain(zookeeper_hosts: str, zk_path: str) -> None:
     async with cluster(zookeeper_hosts, zk_path) as c:
         for node in ("a", "b", "c"):
             await c.add(node)
-        await until(c.even, 10, "an even spread")
+        await wait_until(c.even, 10, "an even spread")
         shard = min(c.ledger.shards_of("a"))
         with c.admin() as admin:
             admin.move(shard, "b")
-            await until(lambda: c.ledger.owner.get(shard) == "b", 5, "the move to b")
+            await wait_until(lambda: c.ledger.owner.get(shard) == "b", 5, "the move to b")
             view = await asyncio.to_thread(
                 admin.wait_settled, 5
             )  # the pin counts in b's share: others shift too
@@ -301,7 +293,7 @@ async def test_move_and_drain(zookeeper_hosts: str, zk_path: str) -> None:
             had = c.ledger.shards_of("a")
             moved = admin.drain("a")
             assert set(moved) == had
-            await until(
+            await wait_until(
                 lambda: not c.ledger.shards_of("a") and len(c.ledger.owner) == SHARDS,
                 5,
                 "a to be drained",
@@ -315,12 +307,12 @@ async def test_move_and_drain(zookeeper_hosts: str, zk_path: str) -> None:
             assert admin.view().moves == {}
             with pytest.raises(FailedPrecondition, match="last node"):
                 admin.drain("c")
-            await until(lambda: len(c.ledger.shards_of("c")) == SHARDS, 5, "c to own all")
+            await wait_until(lambda: len(c.ledger.shards_of("c")) == SHARDS, 5, "c to own all")
 
             assert admin.undrain("a") and admin.undrain("b")
             assert not admin.undrain("a")
             await asyncio.to_thread(admin.wait_settled, 10)
-            await until(c.even, 5, "the even spread to come back")
+            await wait_until(c.even, 5, "the even spread to come back")
 
 
 async def test_move_and_drain_through_the_coordinator(zookeeper_hosts: str, zk_path: str) -> None:
@@ -328,13 +320,13 @@ async def test_move_and_drain_through_the_coordinator(zookeeper_hosts: str, zk_p
     async with cluster(zookeeper_hosts, zk_path) as c:
         for node in ("a", "b"):
             await c.add(node)
-        await until(c.even, 10, "an even spread")
+        await wait_until(c.even, 10, "an even spread")
         shard = min(c.ledger.shards_of("a"))
         await c.nodes["a"].move_shard(shard, "b")
-        await until(lambda: c.ledger.owner.get(shard) == "b", 5, "the move")
+        await wait_until(lambda: c.ledger.owner.get(shard) == "b", 5, "the move")
         moved = await c.nodes["b"].drain_node("a")
         assert moved and set(moved) <= set(range(SHARDS))
-        await until(lambda: len(c.ledger.shards_of("b")) == SHARDS, 5, "b to own every shard")
+        await wait_until(lambda: len(c.ledger.shards_of("b")) == SHARDS, 5, "b to own every shard")
 
 
 async def test_a_failed_take_is_given_back_and_retried(zookeeper_hosts: str, zk_path: str) -> None:
@@ -342,7 +334,7 @@ async def test_a_failed_take_is_given_back_and_retried(zookeeper_hosts: str, zk_
         c.ledger.fail_next_take["a"] = 3
         await c.add("a")
         assert c.nodes["a"].owned() == set(range(SHARDS)) - {3}  # the others are kept
-        await until(lambda: c.nodes["a"].owned() == set(range(SHARDS)), 5, "the retry of 3")
+        await wait_until(lambda: c.nodes["a"].owned() == set(range(SHARDS)), 5, "the retry of 3")
         assert c.ledger.shards_of("a") == set(range(SHARDS))
         c.check()
 
@@ -389,7 +381,7 @@ async def test_a_restarted_node_waits_for_its_old_session_to_expire(
             proxy.block()  # the old process "died": its session lingers until it expires
             c.ledger.depose("old-a")
             await c.add("a")  # waits, then registers
-            await until(lambda: c.nodes["a"].owned() == set(range(SHARDS)), 5, "the new a")
+            await wait_until(lambda: c.nodes["a"].owned() == set(range(SHARDS)), 5, "the new a")
             proxy.unblock()
             await old.stop()
     finally:

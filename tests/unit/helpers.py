@@ -1,12 +1,11 @@
-"""Unit-test helpers: a node on the fake clock and the embedded store, and waiting on
-conditions with a deadline (never a bare sleep)."""
+"""Unit-test helpers: a node on the fake clock and the embedded store, moved on by the test
+(waiting on a condition with a deadline is ``timeshard.testing.waits.wait_until``)."""
 
 from __future__ import annotations
 
 import asyncio
 import sys
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Iterable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -23,15 +22,6 @@ from timeshard.store.base import Store
 from timeshard.store.sqlite import SqliteStore
 
 START_MS = 1_800_000_000_000  # a minute boundary: 2027-01-15T08:00:00Z
-
-
-async def wait_until(pred: Callable[[], bool], timeout: float = 5.0, what: str = "") -> None:
-    """Yield to the loop (and the store's thread) until ``pred()`` holds, or fail."""
-    deadline = time.monotonic() + timeout
-    while not pred():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what or pred}")
-        await asyncio.sleep(0.001)
 
 
 async def stopped_with_time_running(clock: FakeClock, stop: Awaitable[None]) -> None:

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.helpers import START_MS, advance, settle, wait_until
+from tests.unit.helpers import START_MS, advance, settle
 from tests.unit.helpers import owner_and_writer as pair
 from timeshard.clock import FakeClock
 from timeshard.coordinator.local import LocalCoordinator
@@ -36,6 +36,7 @@ from timeshard.model import BucketEntry, Job
 from timeshard.node import JobSpec, Node
 from timeshard.store.base import CreateResult
 from timeshard.store.sqlite import SqliteStore
+from timeshard.testing.waits import wait_until
 
 WRITE_S = 20.0
 CLIENT_DEADLINE_S = 8.0
@@ -102,10 +103,12 @@ class FailingLateStore(SqliteStore):
     def __init__(self, clock: FakeClock) -> None:
         super().__init__(":memory:", num_shards=4)
         self._clock = clock
+        self.creating = asyncio.Event()
 
     async def create_jobs(
         self, jobs: Sequence[tuple[Job, BucketEntry]], *, fresh: Collection[str] = frozenset()
     ) -> list[CreateResult]:
+        self.creating.set()
         await self._clock.sleep(WRITE_S)
         raise StoreUnavailable("the store went away")
 
@@ -116,21 +119,24 @@ async def test_a_create_that_fails_after_its_caller_gave_up_is_logged_not_left_u
     """The create goes on shielded when its caller gives up; failing then, its exception was
     never retrieved and asyncio printed a traceback into the node's log."""
     clock = FakeClock(START_MS)
-    node = Node(
-        store=FailingLateStore(clock), coordinator=LocalCoordinator(), clock=clock, node_id="n"
-    )
+    store = FailingLateStore(clock)
+    node = Node(store=store, coordinator=LocalCoordinator(), clock=clock, node_id="n")
     await node.start()
     try:
         call = asyncio.ensure_future(
             node.jobs.schedule(JobSpec(job_type="t", payload=b"", run_at=0))
         )
-        await asyncio.sleep(0.05)
+        await wait_until(store.creating.is_set, 5, "the create to reach the store")
         call.cancel()  # the client's deadline
         with pytest.raises(asyncio.CancelledError):
             await call
         with caplog.at_level(logging.INFO):
             await advance(node, clock, WRITE_S + 1)
-            await asyncio.sleep(0.05)
+            await wait_until(
+                lambda: [r for r in caplog.records if "caller gave up" in r.getMessage()],
+                5,
+                "the failed create logged",
+            )
             gc.collect()
             await asyncio.sleep(0)
         messages = [r.getMessage() for r in caplog.records]

@@ -14,13 +14,14 @@ from unittest import mock
 
 from croniter import croniter
 
-from tests.unit.helpers import START_MS, advance, running, wait_until
+from tests.unit.helpers import START_MS, advance, running
 from tests.unit.test_schedules import drain, occurrences, sched
 from timeshard.cron import CronSpec, fire_times_between, newest_fire_times, next_fire
 from timeshard.model import MisfirePolicy, OverlapPolicy, Schedule
 from timeshard.node import Node
 from timeshard.node.schedules import COUNT_LIMIT, FirePlan, plan_fire, spec_of
 from timeshard.sharding import minute_of
+from timeshard.testing.waits import wait_until
 
 DAY_S = 86_400
 CHEAP_STEPS = DAY_S // 4
@@ -170,10 +171,13 @@ async def resume_after_a_day_paused(
 
 async def fired_after(node: Node, last_fire_at: int, timeout: float = 90) -> None:
     """Wait (the fake clock standing still) until the schedule fired again."""
-    deadline = time.monotonic() + timeout
-    while (await node.schedules.get("s1")).last_fire_at == last_fire_at:
-        assert time.monotonic() < deadline, "the resumed schedule did not fire"
-        await asyncio.sleep(0.01)  # (each look costs CPU, which the caller is measuring)
+    await wait_until(
+        lambda: node.schedules.get("s1"),
+        timeout,
+        "the resumed schedule to fire",
+        until=lambda s: s.last_fire_at != last_fire_at,
+        every=0.01,  # (each look costs CPU, which the caller is measuring)
+    )
 
 
 def seconds(first: int, last: int) -> list[int]:

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import asyncio
 
-from tests.unit.helpers import running, wait_until
+from tests.unit.helpers import advance, running
 from timeshard.node.ready import ReadyItem
+from timeshard.testing.waits import wait_until
 
 
 def item(job_id: str) -> ReadyItem:
@@ -25,10 +26,12 @@ async def test_a_push_right_after_the_check_wakes_the_waiting_claim() -> None:
 
 
 async def test_room_freed_under_a_concurrency_limit_wakes_the_waiting_claim() -> None:
-    async with running() as (node, _):
+    async with running() as (node, clock):
         node.ready.push(item("j2"))  # ready, but say the type has no room: it waits for room
         waiting = asyncio.create_task(node.claims._wait_ready(["t"], {}, timeout=30))
-        await asyncio.sleep(0.01)
+        # Waiting for room looks again after at most a second (of the node's clock): short
+        # of that, it must still wait, not spin.
+        await advance(node, clock, 0.9)
         assert not waiting.done(), "a claim with nothing it may take must wait, not spin"
         node.ready.wake()
         await wait_until(waiting.done, timeout=2, what="the waiting claim to wake")

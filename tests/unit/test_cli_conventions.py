@@ -26,7 +26,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from tests.unit.helpers import embedded_server, wait_until
+from tests.unit.helpers import embedded_server
 from timeshard.cli.main import build_parser, main, subcommands
 from timeshard.clock import SystemClock
 from timeshard.console import (
@@ -46,6 +46,7 @@ from timeshard.security.auth import ENV_TOKEN, Authenticator, Role, add_token
 from timeshard.security.policy import ServerSecurity
 from timeshard.server import Server
 from timeshard.store.sqlite import SqliteStore
+from timeshard.testing.waits import wait_until
 
 RFC3339_UTC = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{3})?Z$")
 

@@ -73,7 +73,7 @@ async def test_the_node_measures_its_offset_when_it_starts(tmp_path: Path) -> No
     )
     await node.start()
     try:
-        from tests.unit.helpers import wait_until
+        from timeshard.testing.waits import wait_until
 
         await wait_until(lambda: node.clock_offset_ms is not None, what="a clock reading")
         assert node.clock_offset_ms == -700

@@ -6,14 +6,13 @@ retried after it. Counted, listed by state, and refused when it could never star
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 from prometheus_client import generate_latest
 
-from tests.unit.helpers import START_MS, advance, make_node, running, wait_until
+from tests.unit.helpers import START_MS, advance, make_node, running
 from timeshard.clock import FakeClock
 from timeshard.coordinator.local import LocalCoordinator
 from timeshard.errors import InvalidArgument
@@ -22,6 +21,7 @@ from timeshard.node import JobSpec, Node, TypePolicy, dispatcher
 from timeshard.sharding import shard_of
 from timeshard.store.base import JobClaim
 from timeshard.store.sqlite import SqliteStore
+from timeshard.testing.waits import wait_until
 from timeshard.views.metrics import node_registry
 from timeshard.views.page import render
 from timeshard.views.status import node_status
@@ -29,12 +29,12 @@ from timeshard.views.status import node_status
 
 async def state_becomes(node: Node, job_id: str, state: JobState, timeout: float = 10) -> Job:
     """The job once it is in ``state`` (the dispatcher writes it on its own time)."""
-    deadline = time.monotonic() + timeout
-    while (job := await node.jobs.get(job_id)).state is not state:
-        if time.monotonic() > deadline:
-            raise AssertionError(f"job {job_id} is {job.state.value}, not {state.value}")
-        await asyncio.sleep(0.01)
-    return job
+    return await wait_until(
+        lambda: node.jobs.get(job_id),
+        timeout,
+        f"job {job_id} to be {state.value}",
+        until=lambda job: job.state is state,
+    )
 
 
 def expired_count(node: object, job_type: str) -> float:

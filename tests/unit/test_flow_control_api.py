@@ -14,6 +14,7 @@ from tests.unit.helpers import embedded_server
 from timeshard.client import AsyncClient, NewJob
 from timeshard.errors import InvalidArgument
 from timeshard.model import JobState, spread_offset_of
+from timeshard.testing.waits import wait_until
 
 
 async def test_deadline_and_priority_through_the_typed_client() -> None:
@@ -53,11 +54,13 @@ async def test_an_expired_job_is_listed_by_its_state_and_the_cli_shows_it() -> N
         AsyncClient(server.address, tls=False, token="") as c,
     ):
         job = (await c.schedule("nobody.polls", deadline_in=0.05)).job
-        for _ in range(1000):  # up to 20 s on a busy machine
-            if (await c.get(job.job_id)).state is JobState.EXPIRED:
-                break
-            await asyncio.sleep(0.02)
-        got = await c.get(job.job_id)
+        got = await wait_until(
+            lambda: c.get(job.job_id),
+            20,  # a busy machine
+            "the job to expire",
+            until=lambda j: j.state is JobState.EXPIRED,
+            every=0.02,
+        )
         assert got.state is JobState.EXPIRED and not got.will_run
         assert got.last_error.startswith("not started by its deadline")
         listed = [j.job_id async for j in c.list_jobs(state="expired")]

@@ -10,7 +10,7 @@ from contextlib import asynccontextmanager
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from tests.unit.helpers import START_MS, stopped_with_time_running, wait_until
+from tests.unit.helpers import START_MS, stopped_with_time_running
 from tests.unit.test_metrics import scrape
 from timeshard.clock import FakeClock
 from timeshard.coordinator.local import LocalCoordinator
@@ -19,6 +19,7 @@ from timeshard.model import ShardState
 from timeshard.node import Node
 from timeshard.server import Server
 from timeshard.store.sqlite import SqliteStore
+from timeshard.testing.waits import wait_until
 from timeshard.views.health import HealthConfig, HealthWatcher
 from timeshard.views.http import serve_node
 

@@ -9,12 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.helpers import START_MS, advance, all_entries, running, settle, wait_until
+from tests.unit.helpers import START_MS, advance, all_entries, running, settle
 from timeshard.errors import AlreadyExists, FailedPrecondition, NotFound, StaleFence
 from timeshard.model import BucketEntry, JobState
 from timeshard.node import JobSpec, Node
 from timeshard.sharding import minute_of
 from timeshard.store.sqlite import SqliteStore
+from timeshard.testing.waits import wait_until
 
 # -- 1. durable before acknowledged ---------------------------------------------------------
 

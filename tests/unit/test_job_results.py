@@ -12,7 +12,7 @@ from typing import Any
 import grpc
 import pytest
 
-from tests.unit.helpers import embedded_server, wait_until
+from tests.unit.helpers import embedded_server
 from tests.unit.test_worker_handler_ends import make_server, wait_job, worker, working
 from timeshard.cli.main import main
 from timeshard.client.proto import ProtoClient as Client
@@ -22,6 +22,7 @@ from timeshard.model import Job, JobState
 from timeshard.node import JobSpec
 from timeshard.observe.logs import JsonFormatter
 from timeshard.server import Server
+from timeshard.testing.waits import wait_until
 from timeshard.v1 import timeshard_pb2 as pb
 from timeshard.v1 import timeshard_pb2_grpc as pb_grpc
 from timeshard.views.page import render

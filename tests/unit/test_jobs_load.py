@@ -27,6 +27,7 @@ from timeshard.node import Node
 from timeshard.observe import logs
 from timeshard.server import Server
 from timeshard.store.sqlite import SqliteStore
+from timeshard.testing.waits import wait_until
 
 
 @dataclass
@@ -56,8 +57,7 @@ class Cluster:
         # (seen in 3 full runs; cause in the mix of the two gRPC stacks not found).
         with ThreadPoolExecutor(1, thread_name_prefix="cli") as pool:
             ran = pool.submit(main, argv)
-            while not ran.done():
-                await asyncio.sleep(0.005)
+            await wait_until(ran.done, 100, f"`timeshard {' '.join(argv[2:])}`")
         code = ran.result()
         out = self.capsys.readouterr()
         return Run(code, out.out, out.err)

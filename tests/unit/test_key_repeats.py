@@ -12,12 +12,13 @@ import grpc
 import pytest
 from google.protobuf.duration_pb2 import Duration
 
-from tests.unit.helpers import make_node, wait_until
+from tests.unit.helpers import make_node
 from timeshard.clock import FakeClock, format_rfc3339
 from timeshard.model import JobState
 from timeshard.node import Node
 from timeshard.node.repeats import AskedTime
 from timeshard.server import Server
+from timeshard.testing.waits import wait_until
 from timeshard.v1 import timeshard_pb2 as pb
 from timeshard.v1 import timeshard_pb2_grpc as pb_grpc
 from timeshard.wire import ts, ts_ms

@@ -13,7 +13,7 @@ from contextlib import asynccontextmanager
 import grpc
 import pytest
 
-from tests.unit.helpers import START_MS, advance, wait_until
+from tests.unit.helpers import START_MS, advance
 from timeshard.api.status import node_status_to_pb
 from timeshard.clock import FakeClock, SystemClock
 from timeshard.coordinator.local import LocalCoordinator
@@ -23,6 +23,7 @@ from timeshard.node import Beat, JobSpec, Node, NodeConfig, TypePolicy
 from timeshard.node.dispatcher import DispatchConfig
 from timeshard.server import Server
 from timeshard.store.sqlite import SqliteStore
+from timeshard.testing.waits import wait_until
 from timeshard.v1 import timeshard_pb2 as pb
 from timeshard.v1 import timeshard_pb2_grpc as pb_grpc
 from timeshard.views.page import render

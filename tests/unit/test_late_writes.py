@@ -14,14 +14,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-from tests.unit.helpers import (
-    START_MS,
-    advance,
-    all_entries,
-    owner_and_writer,
-    settle,
-    wait_until,
-)
+from tests.unit.helpers import START_MS, advance, all_entries, owner_and_writer, settle
 from tests.unit.test_schedules import drain, occ, occurrences, sched
 from timeshard.clock import FakeClock
 from timeshard.coordinator.local import LocalCoordinator
@@ -31,6 +24,7 @@ from timeshard.node.schedules import FireResult, ScheduleFirer
 from timeshard.sharding import MINUTE_MS, minute_of
 from timeshard.store.base import CreateResult
 from timeshard.store.sqlite import SqliteStore
+from timeshard.testing.waits import wait_until
 
 
 class SlowStore(SqliteStore):

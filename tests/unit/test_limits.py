@@ -6,7 +6,6 @@ client can not read. Through the real gRPC server."""
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -28,6 +27,7 @@ from timeshard.limits import (
     MAX_WORKER_ID_BYTES,
     REPLY_HEADROOM_BYTES,
 )
+from timeshard.testing.waits import wait_until
 from timeshard.v1 import timeshard_pb2 as pb
 from timeshard.v1 import timeshard_pb2_grpc as pb_grpc
 from timeshard.wire import dur
@@ -470,9 +470,7 @@ async def test_a_worker_with_many_slots_runs_a_burst_of_big_payloads_once_each()
         stop = asyncio.Event()
         task = asyncio.create_task(worker.run([address], stop, discover_every_s=0))
         try:
-            deadline = time.monotonic() + 15
-            while len(ran) < JOBS and time.monotonic() < deadline:
-                await asyncio.sleep(0.05)
+            await wait_until(lambda: len(ran) >= JOBS, 15, f"{JOBS} jobs run", every=0.05)
         finally:
             stop.set()
             await task

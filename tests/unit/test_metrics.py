@@ -9,9 +9,10 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import CollectorRegistry
 
-from tests.unit.helpers import START_MS, advance, running, settle, wait_until
+from tests.unit.helpers import START_MS, advance, running, settle
 from timeshard.node import Beat, JobSpec
 from timeshard.store.stats import StoreStats
+from timeshard.testing.waits import wait_until
 from timeshard.views.health import HealthWatcher
 from timeshard.views.http import HttpServer, metrics_route, serve_node
 from timeshard.views.metrics import StoreCollector

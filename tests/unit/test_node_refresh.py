@@ -9,13 +9,14 @@ from typing import Any
 
 import pytest
 
-from tests.unit.helpers import START_MS, FixedCoordinator, advance, wait_until
+from tests.unit.helpers import START_MS, FixedCoordinator, advance
 from timeshard.clock import FakeClock
 from timeshard.model import BucketEntry
 from timeshard.node import Node, NodeConfig
 from timeshard.node.dispatcher import DispatchConfig, ShardDispatcher
 from timeshard.sharding import minute_of
 from timeshard.store.sqlite import SqliteStore
+from timeshard.testing.waits import wait_until
 
 SHARDS = 64
 

@@ -11,13 +11,14 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any
 
-from tests.unit.helpers import START_MS, advance, settle, wait_until
+from tests.unit.helpers import START_MS, advance, settle
 from timeshard.clock import FakeClock
 from timeshard.coordinator.local import LocalCoordinator
 from timeshard.model import BucketEntry
 from timeshard.node import JobSpec, Node, NodeConfig
 from timeshard.node.dispatcher import DispatchConfig
 from timeshard.store.sqlite import SqliteStore
+from timeshard.testing.waits import wait_until
 
 
 class SlowReads(SqliteStore):

@@ -4,7 +4,6 @@ Cassandra is in tests/integration/test_peer_hints.py."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, cast
@@ -20,6 +19,7 @@ from timeshard.model import BucketEntry
 from timeshard.node.peers import MAX_LAND, PeerHints
 from timeshard.security.auth import Role, required_role
 from timeshard.security.policy import ServerSecurity
+from timeshard.testing.waits import wait_until
 from timeshard.v1 import timeshard_pb2 as pb
 
 NOW = 1_700_000_000_000
@@ -69,7 +69,7 @@ async def test_only_entries_due_soon_of_another_nodes_shards_are_sent_to_it_in_o
             entry(2, 0, "d"),  # this node's own
         ]
     )
-    await asyncio.sleep(0.01)
+    await wait_until(lambda: hints.counts.total() >= 2, 5, "the batch sent and answered")
     await hints.close()
     assert [(p.node_id, [e.job_id for e in es]) for p, es in calls] == [("n1", ["a", "b"])]
     assert hints.counts == {"taken": 1, "not_owned": 1}
@@ -83,7 +83,7 @@ async def test_a_failed_hint_is_counted_and_the_peers_address_is_read_again() ->
     owners = Owners()
     hints = PeerHints(coordinator=owners, clock=FakeClock(NOW), send=send, horizon_ms=lambda: 5_000)
     hints.hint([entry(1, 0), entry(3, 0)])
-    await asyncio.sleep(0.01)
+    await wait_until(lambda: hints.counts.total() >= 2, 5, "the failed send counted")
     await hints.close()
     assert hints.counts == {"failed": 2}
     assert owners.forgotten == ["n1"]  # it may have restarted at another address

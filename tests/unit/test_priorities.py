@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import pytest
 
-from tests.unit.helpers import START_MS, advance, running, wait_until
+from tests.unit.helpers import START_MS, advance, running
 from timeshard.errors import InvalidArgument
 from timeshard.limits import DEFAULT_PRIORITY_AGING_MS, MAX_PRIORITY
 from timeshard.node import JobSpec
 from timeshard.node.ready import ReadyItem, ReadyQueues
+from timeshard.testing.waits import wait_until
 
 
 def item(job_id: str, run_at: int, priority: int = 0, shard: int = 0) -> ReadyItem:

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from tests.unit.helpers import START_MS, advance, running, wait_until
+from tests.unit.helpers import START_MS, advance, running
 from timeshard.model import WriteResult
 from timeshard.node import FinishItem, JobSpec, TypePolicy
 from timeshard.store.base import Completion, Store
+from timeshard.testing.waits import wait_until
 
 
 async def test_a_completion_may_linger_unless_a_concurrency_limit_waits_for_it() -> None:

@@ -12,12 +12,13 @@ import grpc
 import pytest
 from google.protobuf.duration_pb2 import Duration
 
-from tests.unit.helpers import embedded_server, wait_until
+from tests.unit.helpers import embedded_server
 from timeshard.client import AsyncClient, ScheduleSpec
 from timeshard.errors import AlreadyExists, InvalidArgument
 from timeshard.model import JobState
 from timeshard.node.retry import RetryPolicy
 from timeshard.testing import local, local_async
+from timeshard.testing.waits import wait_until
 from timeshard.v1 import timeshard_pb2 as pb
 from timeshard.v1 import timeshard_pb2_grpc as pb_grpc
 from timeshard.worker import JobContext, PermanentError, Retry, Worker

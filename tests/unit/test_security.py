@@ -20,7 +20,6 @@ from cryptography.hazmat.primitives import serialization
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-from tests.unit.helpers import wait_until
 from timeshard.client import Client
 from timeshard.clock import SystemClock
 from timeshard.coordinator.local import LocalCoordinator
@@ -41,6 +40,7 @@ from timeshard.security.policy import ServerSecurity
 from timeshard.security.tls import ClientTls, ServerTls
 from timeshard.server import Server
 from timeshard.store.sqlite import SqliteStore
+from timeshard.testing.waits import wait_until
 from timeshard.v1 import timeshard_pb2 as pb
 from timeshard.v1 import timeshard_pb2_grpc as pb_grpc
 from timeshard.wire import dur

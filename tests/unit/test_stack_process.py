@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -13,6 +12,7 @@ import pytest
 from timeshard.stack.cassandra import TIMER_SLACK_US
 from timeshard.stack.cassandra_cluster import CassandraCluster
 from timeshard.stack.process import JavaServer
+from timeshard.testing.waits import eventually
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="timer slack is Linux's")
 
@@ -33,15 +33,21 @@ def _own_slack() -> int:
 
 
 def _reported(server: JavaServer, deadline_s: float = 20.0) -> list[int]:
-    end = time.monotonic() + deadline_s
-    while time.monotonic() < end:
-        text = server.console_log.read_text() if server.console_log.exists() else ""
-        if text.endswith("\n"):
-            server.stop(5.0)
-            return [int(v) for v in text.split()]
-        time.sleep(0.02)
-    server.kill()
-    raise AssertionError(f"the child printed nothing in {deadline_s} s")
+    """What the child printed (a real process: waited for in real time)."""
+    log = server.console_log
+    try:
+        text = eventually(
+            lambda: log.read_text() if log.exists() else "",
+            deadline_s,
+            "the child to print its slack",
+            until=lambda text: text.endswith("\n"),
+            every=0.02,
+        )
+    except AssertionError:
+        server.kill()
+        raise
+    server.stop(5.0)
+    return [int(v) for v in text.split()]
 
 
 def test_the_started_process_and_its_threads_get_the_slack(tmp_path: Path) -> None:

@@ -7,7 +7,6 @@ import json
 
 import pytest
 
-from tests.unit.helpers import wait_until
 from timeshard.cli.main import main
 from timeshard.clock import SystemClock
 from timeshard.coordinator.local import LocalCoordinator
@@ -15,6 +14,7 @@ from timeshard.node import JobSpec, Node
 from timeshard.security.auth import Role, required_role
 from timeshard.server import Server
 from timeshard.store.sqlite import SqliteStore
+from timeshard.testing.waits import wait_until
 
 
 async def test_status_summarises_the_cluster(capsys: pytest.CaptureFixture[str]) -> None:

@@ -9,8 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from tests.browser import Browser, find_chromium
-from tests.unit.helpers import START_MS, advance, running, wait_until
+from tests.unit.helpers import START_MS, advance, running
 from timeshard.node import JobSpec
+from timeshard.testing.waits import wait_until
 from timeshard.views.health import HealthWatcher
 from timeshard.views.http import serve_node
 

@@ -10,12 +10,13 @@ import logging
 
 import pytest
 
-from tests.unit.helpers import START_MS, advance, running, wait_until
+from tests.unit.helpers import START_MS, advance, running
 from timeshard.clock import FakeClock
 from timeshard.node import JobSpec
 from timeshard.observe import logs
 from timeshard.observe.logs import JsonFormatter
 from timeshard.observe.tracing import Tracing, job_parent
+from timeshard.testing.waits import wait_until
 from timeshard.worker import JobContext
 from timeshard.worker.metrics import WorkerMetrics
 

@@ -11,11 +11,12 @@ from pathlib import Path
 import grpc
 import pytest
 
-from tests.unit.helpers import embedded_server, wait_until
+from tests.unit.helpers import embedded_server
 from timeshard.cli.main import main
 from timeshard.client import AsyncClient
 from timeshard.node import JobSpec
 from timeshard.security.auth import Role, required_role
+from timeshard.testing.waits import wait_until
 from timeshard.v1 import timeshard_pb2 as pb
 from timeshard.v1 import timeshard_pb2_grpc as pb_grpc
 

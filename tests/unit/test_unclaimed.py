@@ -17,10 +17,11 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.unit.helpers import START_MS, FixedCoordinator, advance, running, wait_until
+from tests.unit.helpers import START_MS, FixedCoordinator, advance, running
 from timeshard.clock import FakeClock
 from timeshard.node import JobSpec, Node
 from timeshard.store.sqlite import SqliteStore
+from timeshard.testing.waits import wait_until
 from timeshard.views.metrics import node_registry
 from timeshard.views.page import render
 from timeshard.views.status import node_status

@@ -8,11 +8,11 @@ from __future__ import annotations
 import pytest
 from google.protobuf.duration_pb2 import Duration
 
-from tests.unit.helpers import wait_until
 from tests.unit.test_key_repeats import serving
 from timeshard.clock import FakeClock
 from timeshard.node import polled
 from timeshard.node.polled import PolledTypes
+from timeshard.testing.waits import wait_until
 from timeshard.v1 import timeshard_pb2 as pb
 
 

@@ -12,14 +12,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from tests.unit.helpers import (
-    START_MS,
-    embedded_server,
-    owner_and_writer,
-    running,
-    settle,
-    wait_until,
-)
+from tests.unit.helpers import START_MS, embedded_server, owner_and_writer, running, settle
 from timeshard.cli.main import main
 from timeshard.client.proto import ProtoClient as Client
 from timeshard.clock import FakeClock
@@ -29,6 +22,7 @@ from timeshard.model import Job, JobState
 from timeshard.node import Beat, JobSpec, Node
 from timeshard.node.waits import WAIT_REREAD_S
 from timeshard.store.sqlite import SqliteStore
+from timeshard.testing.waits import wait_until
 from timeshard.v1 import timeshard_pb2 as pb
 from timeshard.v1 import timeshard_pb2_grpc as pb_grpc
 from timeshard.wire import dur

@@ -9,13 +9,13 @@ from collections.abc import Sequence
 
 import pytest
 
-from tests.unit.helpers import wait_until
 from tests.unit.test_worker_handler_ends import make_server, wait_job, worker, working
 from timeshard.model import JobState, WriteResult
 from timeshard.node import JobSpec
 from timeshard.node.claims import Claimed
 from timeshard.server import Server
 from timeshard.store.base import JobClaim
+from timeshard.testing.waits import wait_until
 from timeshard.worker import JobContext
 
 

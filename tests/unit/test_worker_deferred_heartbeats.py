@@ -5,7 +5,6 @@ finishes at once never starts a heartbeat loop at all."""
 from __future__ import annotations
 
 import asyncio
-import time
 
 import pytest
 
@@ -15,6 +14,7 @@ from timeshard.model import JobState
 from timeshard.node import JobSpec, Node, NodeConfig
 from timeshard.server import Server
 from timeshard.store.sqlite import SqliteStore
+from timeshard.testing.waits import wait_until
 from timeshard.worker import JobContext, Worker
 from timeshard.worker.heartbeats import Heartbeats
 
@@ -56,18 +56,17 @@ async def run_one(
     # Ready before the worker asks: its claim is answered at once, not after a long poll
     # (a long-polled claim extends its lease at once, so it would start a heartbeat loop).
     job, _ = await node.jobs.schedule(JobSpec(job_type="t", payload=b"{}", run_at=0))
-    while not node.ready.count():
-        await asyncio.sleep(0.01)
+    await wait_until(node.ready.count, 10, "the job ready")
     stop = asyncio.Event()
     task = asyncio.create_task(worker.run([server.address], stop, discover_every_s=0))
     try:
-        deadline = time.monotonic() + 15
-        while time.monotonic() < deadline:
-            found = await node.jobs.get(job.job_id)
-            if found.state.terminal:
-                break
-            await asyncio.sleep(0.05)
-        found = await node.jobs.get(job.job_id)
+        found = await wait_until(
+            lambda: node.jobs.get(job.job_id),
+            15,
+            "the job to end",
+            until=lambda j: j.state.terminal,
+            every=0.05,
+        )
         return runs, found.state, found.attempt, heartbeat_loops_started
     finally:
         stop.set()

@@ -23,6 +23,7 @@ from timeshard.node import Beat, JobSpec, Node, NodeConfig, TypePolicy
 from timeshard.node.retry import RetryPolicy
 from timeshard.server import Server
 from timeshard.store.sqlite import SqliteStore
+from timeshard.testing.waits import wait_until
 from timeshard.worker import JobContext, PermanentError, Worker
 from timeshard.worker.metrics import OUTCOMES
 
@@ -84,22 +85,8 @@ async def wait_job(
     srv: Server, job: Job, pred: Callable[[Job], bool], timeout: float = 30.0, what: str = ""
 ) -> Job:
     """The job once ``pred`` holds for it (generous deadlines: a loaded 2-core box)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        now = await srv.node.jobs.get(job.job_id)
-        if pred(now):
-            return now
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what or pred}: {now}")
-        await asyncio.sleep(0.02)
-
-
-async def wait_for(pred: Callable[[], bool], timeout: float = 30.0, what: str = "") -> None:
-    deadline = time.monotonic() + timeout
-    while not pred():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what or pred}")
-        await asyncio.sleep(0.01)
+    what = what or f"job {job.job_id} to satisfy {pred}"
+    return await wait_until(lambda: srv.node.jobs.get(job.job_id), timeout, what, until=pred)
 
 
 def worker(lease_s: float = 30.0, **kw: Any) -> Worker:
@@ -147,9 +134,9 @@ async def test_a_sync_handler_past_its_timeout_keeps_its_slot_and_its_retry_wait
         assert done.state is JobState.SUCCEEDED, done
         assert first_error(done) == "timed out after 1.5s"
         assert ended == [1, 2] and overlap == []
-        await wait_for(lambda: w._slots.free("t") == 2, what="both slots free again")
+        await wait_until(lambda: w._slots.free("t") == 2, 30.0, "both slots free again")
         # (the worker's event follows the node's answer, which follows the write just read)
-        await wait_for(lambda: ("succeeded", "", 2) in run.events, what="the worker's event")
+        await wait_until(lambda: ("succeeded", "", 2) in run.events, 30.0, "the worker's event")
 
 
 async def test_an_async_handler_resumed_after_blocking_the_loop_past_its_lease_stops() -> None:
@@ -170,7 +157,7 @@ async def test_an_async_handler_resumed_after_blocking_the_loop_past_its_lease_s
 
     async with working(w, [srv]) as run:
         job, _ = await srv.node.jobs.schedule(JobSpec(job_type="t", payload=b"{}", run_at=0))
-        await wait_for(lambda: any(k in OUTCOMES for k, _, a in run.events), what="a run ended")
+        await wait_until(lambda: any(k in OUTCOMES for k, _, a in run.events), 30.0, "a run ended")
         assert effects == [], "the handler went on after its lease was over"
         assert [k for k, _, a in run.events][:2] == ["started", "lost"]
         done = await wait_job(srv, job, lambda j: j.state.terminal, what="the job to finish")
@@ -280,7 +267,7 @@ async def test_an_event_hook_that_raises_does_not_leak_the_handlers_slot() -> No
         for job in jobs:
             done = await wait_job(srv, job, lambda j: j.state.terminal, what="both jobs done")
             assert done.state is JobState.SUCCEEDED and done.attempt == 1, done
-        await wait_for(lambda: w._slots.free("t") == 1, what="the slot back")
+        await wait_until(lambda: w._slots.free("t") == 1, 30.0, "the slot back")
 
 
 # -- the other rows of docs/handlers.md -----------------------------------------------------------
@@ -300,7 +287,7 @@ async def test_a_return_succeeds_and_any_other_exception_is_a_retried_attempt() 
         done = await wait_job(srv, job, lambda j: j.state.terminal, what="the job to finish")
         assert done.state is JobState.SUCCEEDED and done.attempt == 2, done
         assert [(a.attempt, a.error) for a in done.history] == [(1, "ValueError: boom"), (2, "")]
-        await wait_for(lambda: ("succeeded", "", 2) in run.events, what="the success heard")
+        await wait_until(lambda: ("succeeded", "", 2) in run.events, 30.0, "the success heard")
         assert ("failed", "ValueError: boom", 1) in run.events
 
 
@@ -338,8 +325,8 @@ async def test_a_cancelled_job_stops_its_handler_at_the_next_heartbeat() -> None
         job, _ = await srv.node.jobs.schedule(JobSpec(job_type="t", payload=b"{}", run_at=0))
         await asyncio.wait_for(started.wait(), 30)
         await srv.node.jobs.cancel(job.job_id)
-        await wait_for(lambda: stopped == [job.job_id], what="the handler stopped")
-        await wait_for(lambda: any(k == "lost" for k, _, _ in run.events), what="lost")
+        await wait_until(lambda: stopped == [job.job_id], 30.0, "the handler stopped")
+        await wait_until(lambda: any(k == "lost" for k, _, _ in run.events), 30.0, "lost")
         done = await srv.node.jobs.get(job.job_id)
         assert done.state is JobState.CANCELLED and done.history[-1].outcome == "cancelled"
         assert not any(k in ("succeeded", "failed") for k, _, _ in run.events)

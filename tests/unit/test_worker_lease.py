@@ -12,8 +12,8 @@ from typing import Any
 import grpc
 import pytest
 
-from tests.unit.helpers import wait_until
 from timeshard.clock import FakeClock
+from timeshard.testing.waits import wait_until
 from timeshard.v1 import timeshard_pb2 as pb
 from timeshard.wire import dur, ts
 from timeshard.worker import JobContext, PermanentError, Worker

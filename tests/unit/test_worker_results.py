@@ -24,6 +24,7 @@ from timeshard.node import JobSpec, Node, NodeConfig
 from timeshard.server import Server
 from timeshard.store.base import Completion, JobClaim, RetryAt
 from timeshard.store.sqlite import SqliteStore
+from timeshard.testing.waits import wait_until
 from timeshard.worker import JobContext, Worker
 
 
@@ -138,13 +139,15 @@ async def working(
             await srv.stop(0)
 
 
-async def wait_for(job: Job, srv: Server, timeout: float) -> Job:
-    deadline = time.monotonic() + timeout
-    while True:
-        now = await srv.node.jobs.get(job.job_id)
-        if now.state.terminal or time.monotonic() > deadline:
-            return now
-        await asyncio.sleep(0.05)
+async def ended(job: Job, srv: Server, timeout: float) -> Job:
+    """The job once it ended (succeeded, failed for good, ...)."""
+    return await wait_until(
+        lambda: srv.node.jobs.get(job.job_id),
+        timeout,
+        f"job {job.job_id} to end",
+        until=lambda j: j.state.terminal,
+        every=0.05,
+    )
 
 
 async def test_a_completion_refused_in_a_short_store_outage_is_retried_not_rerun(
@@ -157,13 +160,11 @@ async def test_a_completion_refused_in_a_short_store_outage_is_retried_not_rerun
         store_of(srv).results_down_until = time.monotonic() + 1.5
         store_of(srv).heartbeats_down_until = time.monotonic() + 1.5
         job, _ = await srv.node.jobs.schedule(JobSpec(job_type="t", payload=b"{}", run_at=0))
-        done = await wait_for(job, srv, timeout=40)  # generous: a busy 2-core box
+        done = await ended(job, srv, timeout=40)  # generous: a busy 2-core box
         assert done.state is JobState.SUCCEEDED, (done, events)
         assert done.attempt == 1 and ran == [job.job_id]  # ran once
-        deadline = time.monotonic() + 10  # the worker hears the answer just after it is stored
-        while ("succeeded", "") not in events and time.monotonic() < deadline:
-            await asyncio.sleep(0.01)
-        assert ("succeeded", "") in events, events
+        # The worker hears the answer just after it is stored.
+        await wait_until(lambda: ("succeeded", "") in events, 10, "the worker's event")
 
 
 async def test_a_pending_result_keeps_its_lease_extended_past_the_lease(tmp_path: Path) -> None:
@@ -175,7 +176,7 @@ async def test_a_pending_result_keeps_its_lease_extended_past_the_lease(tmp_path
         # result waits, so the job is neither released nor run again.
         store_of(srv).results_down_until = time.monotonic() + 8.0
         job, _ = await srv.node.jobs.schedule(JobSpec(job_type="t", payload=b"{}", run_at=0))
-        done = await wait_for(job, srv, timeout=40)
+        done = await ended(job, srv, timeout=40)
         assert done.state is JobState.SUCCEEDED, (done, events)
         assert done.attempt == 1 and ran == [job.job_id]
 
@@ -186,11 +187,9 @@ async def test_a_result_goes_to_another_node_when_the_jobs_node_is_gone(tmp_path
         await asyncio.sleep(0.5)  # the worker discovers both nodes
         store_of(owner).results_down_until = time.monotonic() + 60  # its node never takes it
         job, _ = await owner.node.jobs.schedule(JobSpec(job_type="t", payload=b"{}", run_at=0))
-        deadline = time.monotonic() + 10
-        while not ran and time.monotonic() < deadline:
-            await asyncio.sleep(0.01)
+        await wait_until(lambda: ran, 10, "the job run")
         await owner.stop(0)  # and now the node is gone altogether
-        done = await wait_for(job, other, timeout=40)
+        done = await ended(job, other, timeout=40)
         assert done.state is JobState.SUCCEEDED, (done, events)
         assert done.attempt == 1 and ran == [job.job_id]
 
@@ -201,9 +200,7 @@ async def test_a_result_is_given_up_when_the_lease_ends_first(tmp_path: Path) ->
         store_of(srv).results_down_until = time.monotonic() + 60
         store_of(srv).heartbeats_down_until = time.monotonic() + 60
         await srv.node.jobs.schedule(JobSpec(job_type="t", payload=b"{}", run_at=0))
-        deadline = time.monotonic() + 10
-        while not any(k == "unreported" for k, _ in events) and time.monotonic() < deadline:
-            await asyncio.sleep(0.05)
+        await wait_until(lambda: any(k == "unreported" for k, _ in events), 10, "unreported")
         kinds = [k for k, _ in events]
         assert "unreported" in kinds and "succeeded" not in kinds, events
         detail = next(d for k, d in events if k == "unreported")
@@ -224,7 +221,7 @@ async def test_claims_failing_in_a_store_outage_back_off_and_are_logged_once(
         with caplog.at_level(logging.INFO, logger="timeshard.api.work"):
             store.claims_down_until = time.monotonic() + 3.0
             job, _ = await srv.node.jobs.schedule(JobSpec(job_type="t", payload=b"{}", run_at=0))
-            done = await wait_for(job, srv, timeout=40)
+            done = await ended(job, srv, timeout=40)
         assert done.state is JobState.SUCCEEDED, (done, events)
         assert ran == [job.job_id]
         failed = [r for r in caplog.records if "claim failed" in r.getMessage()]

@@ -12,7 +12,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -26,6 +26,7 @@ from timeshard.model import GIVEN_BACK, Job, JobState
 from timeshard.node import JobSpec, Node, NodeConfig
 from timeshard.server import Server
 from timeshard.store.sqlite import SqliteStore
+from timeshard.testing.waits import wait_until
 from timeshard.worker import JobContext, Worker
 
 HANG_GUARD_S = 60.0  # a busy 2-core box; a drain that is not bounded waits 300 s
@@ -47,20 +48,37 @@ async def serving(path: Path) -> AsyncIterator[Server]:
         await srv.stop(0)
 
 
+class CountedClock(SystemClock):
+    """The system clock, counting the sleeps begun on it: a drain looks at its running
+    handlers every 50 ms, sleeping on the worker's clock in between."""
+
+    def __init__(self) -> None:
+        self.sleeps = 0
+
+    async def sleep(self, seconds: float) -> None:
+        self.sleeps += 1
+        await super().sleep(seconds)
+
+
 def new_worker(name: str, events: list[tuple[str, str]]) -> Worker:
     return Worker(
         worker_id=name,
         lease_s=30.0,
         claim_wait_s=0.5,
         on_event=lambda kind, ctx, detail: events.append((kind, detail)),
+        clock=CountedClock(),
     )
 
 
-async def until(pred: Callable[[], bool], what: str, timeout: float = HANG_GUARD_S) -> None:
-    deadline = time.monotonic() + timeout
-    while not pred():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.02)
+async def waited_on(worker: Worker, run: asyncio.Task[None]) -> None:
+    """Until the worker's drain has looked at its running handler and gone back to waiting
+    twice (or the run ended: the caller's assertion then fails)."""
+    clock = worker._clock
+    assert isinstance(clock, CountedClock)
+    seen = clock.sleeps
+    await wait_until(
+        lambda: run.done() or clock.sleeps >= seen + 2, HANG_GUARD_S, "the drain to wait"
+    )
 
 
 async def job_now(srv: Server, job: Job) -> Job:
@@ -105,7 +123,9 @@ async def test_a_job_still_running_after_the_drain_is_given_back_and_runs_elsewh
             pass
 
         run2 = asyncio.create_task(second.run([srv.address], discover_every_s=0))
-        await until(lambda: ("succeeded", "") in events, "the second worker to run it")
+        await wait_until(
+            lambda: ("succeeded", "") in events, HANG_GUARD_S, "the second worker to run it"
+        )
         second.stop()
         await asyncio.wait_for(run2, HANG_GUARD_S)
         done = await job_now(srv, job)
@@ -130,7 +150,7 @@ async def test_a_handler_that_finishes_within_the_drain_reports_its_result(
         run = asyncio.create_task(worker.run([srv.address], discover_every_s=0))
         await asyncio.wait_for(started.wait(), HANG_GUARD_S)
         worker.stop(drain_s=HANG_GUARD_S * 10)
-        await asyncio.sleep(0.2)
+        await waited_on(worker, run)
         assert not run.done()  # draining: waiting for the handler
         release.set()
         await asyncio.wait_for(run, HANG_GUARD_S)
@@ -154,7 +174,7 @@ async def test_a_second_stop_ends_the_drain_at_once(tmp_path: Path) -> None:
         run = asyncio.create_task(worker.run([srv.address], discover_every_s=0))
         await asyncio.wait_for(started.wait(), HANG_GUARD_S)
         worker.stop(drain_s=3600)  # the first signal: a drain of an hour
-        await asyncio.sleep(0.2)
+        await waited_on(worker, run)
         assert not run.done()
         worker.stop()  # the second signal
         await asyncio.wait_for(run, HANG_GUARD_S)
@@ -179,7 +199,7 @@ async def test_a_thread_handler_that_does_not_stop_is_not_given_back(tmp_path: P
         job, _ = await srv.node.jobs.schedule(JobSpec(job_type="t", payload=b"{}", run_at=0))
         run = asyncio.create_task(worker.run([srv.address], discover_every_s=0))
         try:
-            await until(started.is_set, "the handler to start")
+            await wait_until(started.is_set, HANG_GUARD_S, "the handler to start")
             worker.stop(drain_s=0.1)
             await asyncio.wait_for(run, HANG_GUARD_S)
             still = await job_now(srv, job)
@@ -207,7 +227,7 @@ async def test_a_thread_handler_that_stops_when_interrupted_is_given_back(
 
         job, _ = await srv.node.jobs.schedule(JobSpec(job_type="t", payload=b"{}", run_at=0))
         run = asyncio.create_task(worker.run([srv.address], discover_every_s=0))
-        await until(started.is_set, "the handler to start")
+        await wait_until(started.is_set, HANG_GUARD_S, "the handler to start")
         worker.stop(drain_s=0.1)
         await asyncio.wait_for(run, HANG_GUARD_S)
         back = await job_now(srv, job)
@@ -239,8 +259,8 @@ async def test_timeshard_worker_drains_on_sigterm_and_a_second_signal_ends_it(
             run = asyncio.create_task(worker.run([srv.address], discover_every_s=0))
             await asyncio.wait_for(started.wait(), HANG_GUARD_S)
             os.kill(os.getpid(), signal.SIGTERM)
-            await until(lambda: worker.stopping, "the first signal")
-            await asyncio.sleep(0.2)
+            await wait_until(lambda: worker.stopping, HANG_GUARD_S, "the first signal")
+            await waited_on(worker, run)
             assert not run.done() and worker.drain_s == 3600.0  # draining
             os.kill(os.getpid(), signal.SIGINT)
             await asyncio.wait_for(run, HANG_GUARD_S)

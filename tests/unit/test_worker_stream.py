@@ -15,7 +15,7 @@ from typing import Any
 import grpc
 import pytest
 
-from tests.unit.helpers import advance, settle, wait_until
+from tests.unit.helpers import advance, settle
 from tests.unit.test_worker_handler_ends import make_server, wait_job, working
 from tests.unit.test_worker_handler_ends import worker as unary_worker
 from timeshard.api import workers
@@ -29,6 +29,7 @@ from timeshard.security.channel import ClientSecurity
 from timeshard.security.policy import ServerSecurity
 from timeshard.server import Server
 from timeshard.store.sqlite import SqliteStore
+from timeshard.testing.waits import wait_until
 from timeshard.v1 import timeshard_pb2 as pb
 from timeshard.v1 import timeshard_pb2_grpc as pb_grpc
 from timeshard.wire import dur, ts_ms
@@ -589,12 +590,13 @@ async def test_a_pushed_jobs_deadline_counts_from_the_request_the_node_had_read(
     srv = make_server()
     clock = FakeClock(1_000)
     w = worker(lease_s=40.0, safety_margin_s=4.0, clock=clock)
-    seen: list[JobContext] = []
+    deadlines: list[float] = []
     release = asyncio.Event()
 
     @w.handler("t", timeout=60)
     async def handle(ctx: JobContext) -> None:
-        seen.append(ctx)
+        # As it starts: the answer to its start notice extends the lease moments later.
+        deadlines.append(ctx._lease.deadline)
         await release.wait()
 
     async with working(w, [srv]):
@@ -602,13 +604,14 @@ async def test_a_pushed_jobs_deadline_counts_from_the_request_the_node_had_read(
         assert w._nodes is not None
         link = w._nodes.links[srv.address]
         await wait_until(lambda: link.streaming, 20, "the stream open")
-        await asyncio.sleep(0.3)  # (its first credits may follow the hello in a request)
+        # Its first credits may follow the hello in a request: wait until that one is sent
+        # (stamped on the worker's clock before it moves), or the push may count from it.
+        await wait_until(lambda: not link._has_out.is_set(), 20, "the first credits sent")
         hello_sent = link._sent[-1][1]  # the last request it sent
         clock.advance(25.0)  # the worker's clock moves on; it sends nothing meanwhile
         await schedule(srv, 1)
-        await wait_until(lambda: bool(seen), 20, "the job pushed")
+        (deadline,) = await wait_until(lambda: deadlines, 20, "the job pushed")
         # (the node's own clock is real: ``held`` is the real time it held the hello, small)
-        deadline = seen[0]._lease.deadline
         assert hello_sent + 40.0 - 4.0 <= deadline <= hello_sent + 40.0 - 4.0 + 5.0
         release.set()  # (the drain would wait on the fake clock)
         await wait_until(lambda: not w._attempts.tasks, 20, "the job done")

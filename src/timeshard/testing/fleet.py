@@ -14,7 +14,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import partial
@@ -24,6 +23,7 @@ from typing import Any
 import grpc
 
 from timeshard.testing.services import free_port
+from timeshard.testing.waits import eventually
 from timeshard.v1 import timeshard_pb2 as pb
 from timeshard.v1 import timeshard_pb2_grpc as pb_grpc
 from timeshard.wire import ts
@@ -31,17 +31,6 @@ from timeshard.wire import ts
 CLI = [sys.executable, "-m", "timeshard.cli.main"]
 JOB_TYPE = "chaos.run"
 RECORDER = "timeshard.testing.recorder:worker"
-
-
-def eventually(pred: Callable[[], Any], timeout: float, what: str, every: float = 0.1) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = pred()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
-        time.sleep(every)
 
 
 @dataclass
@@ -276,18 +265,15 @@ class Fleet:
         """Wait until every shard is owned by one of ``nodes`` and each has its share."""
         nodes = set(nodes)
 
-        def spread() -> dict[int, pb.ShardInfo] | None:
-            owners = self.owners()
+        def spread(owners: dict[int, pb.ShardInfo]) -> bool:
             counts = [sum(1 for i in owners.values() if i.owner == n) for n in nodes]
-            ok = (
+            return (
                 len(owners) == self.shards
                 and all(i.owner in nodes for i in owners.values())
                 and max(counts) - min(counts) <= 1
             )
-            return owners if ok else None
 
-        result: dict[int, pb.ShardInfo] = eventually(spread, timeout, f"shards spread on {nodes}")
-        return result
+        return eventually(self.owners, timeout, f"shards spread on {nodes}", until=spread)
 
     def schedule(
         self,
@@ -333,23 +319,21 @@ class Fleet:
     def wait_succeeded(self, job_ids: list[str], timeout: float) -> dict[str, pb.Job]:
         """Wait until every job succeeded (checking the ones not done yet each round)."""
         done: dict[str, pb.Job] = {}
-        deadline = time.monotonic() + timeout
-        while True:
+
+        def not_succeeded() -> dict[str, str]:
+            """The state of each job not seen succeeded yet."""
             todo = [j for j in job_ids if j not in done]
+            left: dict[str, str] = {}
             for job_id, job in self.get_jobs(todo).items():
                 if job.state == pb.JOB_STATE_SUCCEEDED:
                     done[job_id] = job
-            if len(done) == len(job_ids):
-                return done
-            if time.monotonic() > deadline:
-                states = {
-                    j: pb.JobState.Name(job.state) for j, job in self.get_jobs(todo[:5]).items()
-                }
-                raise AssertionError(
-                    f"{len(job_ids) - len(done)} of {len(job_ids)} jobs not succeeded after "
-                    f"{timeout:g}s, e.g. {states}"
-                )
-            time.sleep(0.5)
+                else:
+                    left[job_id] = pb.JobState.Name(job.state)
+            return left
+
+        what = f"{len(job_ids)} jobs to succeed"
+        eventually(not_succeeded, timeout, what, until=lambda left: not left, every=0.5)
+        return done
 
     # -- what the workers saw -------------------------------------------------------------
 
