@@ -261,7 +261,14 @@ class Attempts:
         heartbeats = self._start_heartbeats(stub, ctx, handler, heartbeat_now, lambda: started_at)
         try:
             outcome = await self._outcome(spec, ctx, run, handler)
-            if outcome is not None:
+            if run.started and not run.stepped:
+                # Its start notice went out, but the handler was stopped before its first
+                # step (the lease ran out or it was stopped while the notice left): it never
+                # started, so it is given back unstarted, not left to count (invariant 9).
+                why = f"{NOT_STARTED}: {ctx._lease.why()} before its handler's first step"
+                log.warning("job %s: %s; given back", ctx.job_id, why)
+                self._give_back_unstarted(stub, ctx.job_id, ctx.fence, why)
+            elif outcome is not None:
                 await self._report(stub, ctx, outcome)
         finally:
             heartbeats.cancel()
@@ -315,6 +322,8 @@ class Attempts:
         ``KeyboardInterrupt``, its own ``CancelledError`` — comes out as ``_Raised``, an
         ordinary exception that fails the attempt."""
         await self._slots.acquire(run)
+        if not ctx._lease.held():  # over while it waited: no start notice, no step
+            raise LeaseLost(f"job {ctx.job_id}: {ctx._lease.why()}")
         sent = run.start()
         if sent is not None:  # the start notice leaves before the handler's first step
             with contextlib.suppress(TimeoutError, grpc.RpcError):
@@ -323,7 +332,7 @@ class Attempts:
         self._emit("started", ctx, "")
         try:
             if spec.is_async:
-                return await _Guarded(spec.fn(ctx), ctx)
+                return await _Guarded(spec.fn(ctx), ctx, run)
             return await self._in_thread(spec, ctx, run)
         except (SystemExit, KeyboardInterrupt) as exc:
             raise _Raised(_describe(exc)) from exc
@@ -344,6 +353,7 @@ class Attempts:
             return spec.fn(ctx)
 
         assert self.threads is not None
+        run.stepped = True  # (from here its thread may run it)
         job: Future[Any] = self.threads.submit(call)
         returned = run.thread = loop.create_future()
         job.add_done_callback(lambda _: _set_soon_threadsafe(loop, returned))
@@ -462,10 +472,10 @@ class _Guarded:
     takes another step (invariant 6): on resuming, other tasks — the heartbeat loop among them —
     may not have run yet. (The blocking call itself can not be stopped.)"""
 
-    __slots__ = ("_coro", "_ctx")
+    __slots__ = ("_coro", "_ctx", "_run")
 
-    def __init__(self, coro: Coroutine[Any, Any, Any], ctx: JobContext) -> None:
-        self._coro, self._ctx = coro, ctx
+    def __init__(self, coro: Coroutine[Any, Any, Any], ctx: JobContext, run: Run) -> None:
+        self._coro, self._ctx, self._run = coro, ctx, run
 
     def __await__(self) -> Generator[Any, Any, Any]:
         coro, lease = self._coro, self._ctx._lease
@@ -478,6 +488,7 @@ class _Guarded:
                 elif not lease.held():
                     step = coro.throw(LeaseLost(f"job {self._ctx.job_id}: {lease.why()}"))
                 else:
+                    self._run.stepped = True  # (a coroutine never resumed ran no step)
                     step = coro.send(value)
             except StopIteration as done:
                 return done.value

@@ -28,6 +28,7 @@ class Run:
         "on_started",
         "previous",
         "started",
+        "stepped",
         "thread",
     )
 
@@ -39,6 +40,10 @@ class Run:
         self.has_slot = False
         self.granted: asyncio.Future[None] | None = None
         self.started = False
+        self.stepped = False
+        """The handler may have taken a step: its coroutine was first resumed, or its call was
+        handed to a thread. A run ``started`` (its start notice out) that never ``stepped``
+        did not start after all: it is given back unstarted (invariant 9)."""
         self.on_start: Callable[[], None] | None = None
         self.on_started: Callable[[], Awaitable[None] | None] | None = None
         """Called as the handler starts, before ``on_start``: the worker's start notice; what
