@@ -10,11 +10,12 @@ from collections.abc import Sequence
 
 import pytest
 
-from tests.unit.helpers import START_MS, advance, running, settle, wait_until
+from tests.unit.helpers import START_MS, advance, running, settle
 from timeshard.model import JobState, WriteResult
 from timeshard.node import JobSpec, TypePolicy
 from timeshard.node.dispatcher import DispatchConfig
 from timeshard.store.base import JobClaim
+from timeshard.testing.waits import wait_until
 
 DUE = START_MS + 2000
 

@@ -14,6 +14,12 @@ from timeshard.node.ready import ReadyItem
 from timeshard.testing.waits import wait_until
 
 
+async def turns(n: int = 10) -> None:
+    """Let the tasks started so far run up to their next wait."""
+    for _ in range(n):
+        await asyncio.sleep(0)
+
+
 def item(job_id: str) -> ReadyItem:
     return ReadyItem(job_id=job_id, job_type="t", shard=0, fence=0, run_at=0)
 
@@ -43,10 +49,10 @@ async def test_one_ready_job_wakes_one_waiting_claim_not_all() -> None:
             asyncio.create_task(node.claims._wait_ready(["t"], {}, timeout=30)) for _ in range(3)
         ]
         other = asyncio.create_task(node.claims._wait_ready(["u"], {}, timeout=30))
-        await asyncio.sleep(0.01)
+        await turns()
         node.ready.push(item("j3"))
         await wait_until(lambda: any(w.done() for w in waits), timeout=2, what="one claim woken")
-        await asyncio.sleep(0.05)
+        await turns()
         assert sum(w.done() for w in waits) == 1 and not other.done()
         node.ready.push(item("j4"))
         await wait_until(lambda: sum(w.done() for w in waits) == 2, timeout=2, what="a second")
@@ -64,11 +70,11 @@ async def test_a_claim_woken_that_gives_up_passes_the_job_to_another() -> None:
                 worker="a", types=["t"], limit=1, wait_s=30, lease_s=30, give_up=lambda: quitting[0]
             )
         )
-        await asyncio.sleep(0.01)  # (the first waits first: a ready job wakes it first)
+        await turns()  # (the first waits first: a ready job wakes it first)
         second = asyncio.create_task(
             node.claims.claim(worker="b", types=["t"], limit=1, wait_s=30, lease_s=30)
         )
-        await asyncio.sleep(0.01)
+        await turns()
         quitting[0] = True
         node.ready.push(item("j5"))
         await wait_until(first.done, timeout=2, what="the first claim to give up")

@@ -16,13 +16,14 @@ import httpx
 import pytest
 from starlette.applications import Starlette
 
-from tests.unit.helpers import START_MS, advance, running, wait_until
+from tests.unit.helpers import START_MS, advance, running
 from timeshard.cli import serve
 from timeshard.clock import FakeClock
 from timeshard.errors import InvalidArgument
 from timeshard.model import Schedule
 from timeshard.node import JobSpec, Node
 from timeshard.security.auth import Authenticator, Role
+from timeshard.testing.waits import wait_until
 from timeshard.views.console import plots
 from timeshard.views.console.app import ConsoleSettings, build
 from timeshard.views.console.audit import read_file

@@ -9,6 +9,7 @@ import asyncio
 from tests.unit.helpers import running
 from timeshard.clock import SystemClock, wake
 from timeshard.node.timer import DueTimer
+from timeshard.testing.waits import wait_until
 
 
 async def test_waits_end_at_their_time_in_order_with_one_loop_timer() -> None:
@@ -60,9 +61,4 @@ async def test_a_node_knows_its_dispatchers_earliest_entry() -> None:
     async with running() as (node, clock):
         now = clock.now_ms()
         await node.jobs.schedule(JobSpec(job_type="t", payload=b"", run_at=now + 3000))
-        await asyncio.sleep(0.05)
-        for _ in range(50):
-            if node.timer.next_due() is not None:
-                break
-            await asyncio.sleep(0.02)
-        assert node.timer.next_due() == now + 3000
+        await wait_until(lambda: node.timer.next_due() == now + 3000, 5, "the entry noted")

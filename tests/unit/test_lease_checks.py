@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from tests.unit.helpers import START_MS, advance, all_entries, make_node, wait_until
+from tests.unit.helpers import START_MS, advance, all_entries, make_node
 from timeshard.clock import FakeClock
 from timeshard.coordinator.local import LocalCoordinator
 from timeshard.model import LEASE_EXPIRED, NOT_STARTED, JobState
@@ -16,6 +16,7 @@ from timeshard.node import JobSpec, Node, NodeConfig
 from timeshard.node.dispatcher import DispatchConfig
 from timeshard.sharding import MINUTE_MS, minute_of
 from timeshard.store.sqlite import SqliteStore
+from timeshard.testing.waits import wait_until
 
 
 async def _claim_one(node: Node, lease_s: float) -> str:

@@ -11,6 +11,15 @@ from pathlib import Path
 UNIT = Path(__file__).parent
 
 REAL_TIME_STEPS = {
+    ("test_due_timer.py", "test_waits_end_at_their_time_in_order_with_one_loop_timer"): (
+        "the node's one timer is the event loop's, on the system clock: what is tested"
+    ),
+    ("test_due_timer.py", "test_a_wait_woken_early_ends_at_once_and_the_others_still_end"): (
+        "the node's one timer is the event loop's, on the system clock: what is tested"
+    ),
+    ("test_worker_stream.py", "test_results_ending_close_together_travel_in_one_message"): (
+        "the worker's result linger is real time: two results 50 ms apart within it"
+    ),
     ("helpers.py", "settle"): "lets the store's writer thread run between round trips",
     ("test_health.py", "flips_to"): "one fake second per look: the watcher's probe runs between",
     ("test_worker_handler_ends.py", "test_a_sync_handler_past_its_timeout_"

@@ -26,6 +26,7 @@ whether the handler started, and the handler is stopped at its first heartbeat
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Iterable, Mapping
 from typing import Protocol
 
@@ -36,6 +37,16 @@ from timeshard.store.base import JobClaim, Store
 
 MAX_AHEAD = 2000
 """Jobs one dispatcher claims ahead in one step at most (the rest at their due time)."""
+
+
+class Holding:
+    """A dispatcher's jobs claimed ahead: held until due (by job id; their due times in a
+    heap), and its claims ahead in flight."""
+
+    def __init__(self) -> None:
+        self.items: dict[str, ReadyItem] = {}
+        self.at: list[tuple[int, str]] = []  # (due, job id)
+        self.tasks: set[asyncio.Task[None]] = set()
 
 
 class Holder(Protocol):

@@ -116,8 +116,7 @@ class Node:
         self.address = address
         self.ready = ReadyQueues(aging_ms=max(1, round(self.config.priority_aging_s * 1000)))
         self.dispatchers: dict[int, ShardDispatcher] = {}
-        self.timer = DueTimer(self.clock)
-        """One timer for every dispatcher's wait (``node.timer``)."""
+        self.timer = DueTimer(self.clock)  # one timer for every dispatcher's wait
         self.metrics = NodeMetrics(clock)
         self._shard_lock = asyncio.Lock()
         self._background: set[asyncio.Task[None]] = set()
@@ -125,14 +124,7 @@ class Node:
         self.flow = FlowControl(clock, self.config.flows)
         """Per type: the rate's token bucket and the pause; claims ask it (``Claims.held``)."""
         self.claims = self._new_claims()
-        self.ahead = AheadClaims(
-            store=self.store,
-            holder=f"{self.node_id} (held until due)",
-            lease_ms=self.config.lease_ms(0),
-            ahead_ms=self.config.dispatch.claim_ahead_ms,
-            eligible=self.claims.may_claim_ahead,
-        )
-        """Claims ahead of due time (``DispatchConfig.claim_ahead_ms``; off at 0)."""
+        self.ahead = self._new_ahead()  # claims ahead of due time (0 ms: off)
         self.starts = StartNotices(clock, self.metrics.started)
         """Start notices of the jobs this node delivered (invariant 9, ``node.starts``)."""
         self.waits = JobWaits(store, clock)
@@ -188,6 +180,15 @@ class Node:
             lease_ms=self.config.lease_ms,
             delivered=lambda job: self.starts.delivered(job),
             next_due=self.timer.next_due,
+        )
+
+    def _new_ahead(self) -> AheadClaims:
+        return AheadClaims(
+            store=self.store,
+            holder=f"{self.node_id} (held until due)",
+            lease_ms=self.config.lease_ms(0),
+            ahead_ms=self.config.dispatch.claim_ahead_ms,
+            eligible=self.claims.may_claim_ahead,
         )
 
     def _new_jobs(self) -> Jobs:

@@ -35,7 +35,7 @@ from timeshard.clock import Clock, wake
 from timeshard.errors import NotOwner, TimeshardError
 from timeshard.limits import DEFAULT_MAX_UNSTARTED
 from timeshard.model import BucketEntry, Job, JobState
-from timeshard.node.ahead import AheadClaims
+from timeshard.node.ahead import AheadClaims, Holding
 from timeshard.node.buckets import BucketReader
 from timeshard.node.decisions import EntryDecider
 from timeshard.node.dispatchconfig import READ_MARGIN_S, DispatchConfig
@@ -87,8 +87,7 @@ class ShardDispatcher:
         ahead: AheadClaims | None = None,
     ) -> None:
         self.shard = shard
-        self._timer = timer if timer is not None else DueTimer(clock)
-        """The node's one timer for its dispatchers' waits (its own without a node)."""
+        self._timer = timer if timer is not None else DueTimer(clock)  # (the node's)
         self.epoch = epoch
         self._clock = clock
         self._ready = ready
@@ -128,10 +127,7 @@ class ShardDispatcher:
         self.refreshed_by_node = refreshed_by_node
         self._cursor_check = False  # a refresh ended: the cursor may move (node-refreshed)
         self._ahead = ahead if config.claim_ahead_ms else None
-        self._holding: dict[str, ReadyItem] = {}
-        """Jobs claimed ahead, held until they are due (by job id)."""
-        self._holding_at: list[tuple[int, str]] = []  # (due, job id) of those held
-        self._ahead_tasks: set[asyncio.Task[None]] = set()
+        self._holding = Holding()  # jobs claimed ahead, held until due
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -143,11 +139,11 @@ class ShardDispatcher:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
             self._task = None
-        for task in list(self._ahead_tasks):
+        for task in list(self._holding.tasks):
             task.cancel()
-        await asyncio.gather(*self._ahead_tasks, return_exceptions=True)
+        await asyncio.gather(*self._holding.tasks, return_exceptions=True)
         self._ready.drop_shard(self.shard)
-        self._holding.clear()
+        self._holding.items.clear()
         self._timer.note_due(self.shard, None)
 
     @property
@@ -269,7 +265,7 @@ class ShardDispatcher:
         """A write of this node moved ``job_id`` out of the state its ready item stands for
         (cancelled, rescheduled): out of the ready queue now, and its entries looked at again
         (found handled, or the job made ready again as it now is)."""
-        item = self._ready.remove(job_id) or self._holding.pop(job_id, None)
+        item = self._ready.remove(job_id) or self._holding.items.pop(job_id, None)
         if item is not None:
             self.recheck(item.entries)
 
@@ -330,7 +326,7 @@ class ShardDispatcher:
             *([self._held.heap[0].due_at] if self._held.heap else []),
             *([self._held.later[0][0]] if self._held.later else []),
             *([self._deadlines[0][0] + 1] if self._deadlines else []),
-            *([self._holding_at[0][0]] if self._holding_at else []),
+            *([self._holding.at[0][0]] if self._holding.at else []),
         ]
         if self._ahead is not None and self._held.heap:  # the next claim ahead
             times.append(self._held.heap[0].due_at - self._cfg.claim_ahead_ms // 2)
@@ -385,8 +381,8 @@ class ShardDispatcher:
         if not soon:
             return
         task = asyncio.create_task(self._claim_soon(soon, now), name=f"ahead-{self.shard}")
-        self._ahead_tasks.add(task)
-        task.add_done_callback(self._ahead_tasks.discard)
+        self._holding.tasks.add(task)
+        task.add_done_callback(self._holding.tasks.discard)
 
     async def _claim_soon(self, soon: list[BucketEntry], now: int) -> None:
         """One claim ahead, beside the loop (which goes on deciding what is due meanwhile)."""
@@ -411,8 +407,8 @@ class ShardDispatcher:
             return
         for e in item.entries:
             self._held.rows.pop(e, None)  # (the image of the row before the claim)
-        self._holding[item.job_id] = item
-        heapq.heappush(self._holding_at, (item.run_at, item.job_id))
+        self._holding.items[item.job_id] = item
+        heapq.heappush(self._holding.at, (item.run_at, item.job_id))
         self.claimed(item.entries, item.job)
 
     def rows_for(self, entries: Iterable[BucketEntry]) -> dict[str, Job]:
@@ -422,9 +418,9 @@ class ShardDispatcher:
 
     def _hand_over_held(self, now: int) -> None:
         """Jobs held that are due now go to the ready queue: a waiting claim takes them."""
-        while self._holding_at and self._holding_at[0][0] <= now:
-            _, job_id = heapq.heappop(self._holding_at)
-            item = self._holding.pop(job_id, None)
+        while self._holding.at and self._holding.at[0][0] <= now:
+            _, job_id = heapq.heappop(self._holding.at)
+            item = self._holding.items.pop(job_id, None)
             if item is not None and item.job is not None:
                 self._decider.dispatched(item.job, now)
                 self._ready.push(item)
