@@ -8,33 +8,22 @@ from __future__ import annotations
 import asyncio
 import re
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
 from starlette.applications import Starlette
 
-from tests.contract.conftest import cassandra_address, cassandra_admin
 from timeshard.clock import SystemClock
 from timeshard.coordinator.zookeeper import ZooKeeperCoordinator
 from timeshard.node import JobSpec, Node
 from timeshard.store.cassandra import CassandraStore
 from timeshard.views.console.app import ConsoleSettings, build
 
-__all__ = ["cassandra_address", "cassandra_admin"]  # shared fixtures
-
 pytestmark = pytest.mark.timeout(300)
 
 SHARDS = 8
 TYPE = "it.console"
-
-
-@pytest.fixture
-def keyspace(cassandra_admin: Any) -> Iterator[str]:
-    name = f"console_{uuid.uuid4().hex[:10]}"
-    yield name
-    cassandra_admin.execute(f"DROP KEYSPACE IF EXISTS {name}")
 
 
 async def wait_for(pred: Any, timeout: float, what: str) -> float:
