@@ -25,7 +25,7 @@ from starlette.templating import Jinja2Templates
 from timeshard.clock import format_rfc3339
 from timeshard.node import Node
 from timeshard.security.auth import Authenticator
-from timeshard.views.console import pages, plots
+from timeshard.views.console import handling, pages, plots
 from timeshard.views.console.access import Access
 from timeshard.views.console.audit import AuditLog
 from timeshard.views.console.bulk import BulkRuns
@@ -51,8 +51,8 @@ def _templates() -> Jinja2Templates:
     env = templates.env
     env.autoescape = True
     env.filters["when"] = lambda ms: format_rfc3339(ms) if ms else "—"
-    env.filters["ms"] = pages.ms_text
-    env.filters["ago"] = pages.ago_text
+    env.filters["ms"] = handling.ms_text
+    env.filters["ago"] = handling.ago_text
     env.globals["plot"] = lambda *a, **k: Markup(plots.svg(*a, **k))  # built from escaped parts
     env.globals["prefix"] = PREFIX
     return templates
