@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import errno
 import importlib
 import logging
 import os
@@ -325,8 +326,9 @@ async def _http(
     try:
         return await starting
     except OSError as exc:
+        why = "address already in use" if exc.errno == errno.EADDRINUSE else exc.strerror or exc
         raise InvalidArgument(
-            flag, f"can not listen on {args.metrics_host}:{port}: {exc.strerror or exc}"
+            flag, f"can not listen on {args.metrics_host}:{port}: {why}"
         ) from None
 
 
