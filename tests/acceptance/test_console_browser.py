@@ -63,11 +63,7 @@ def store(request: pytest.FixtureRequest) -> Iterator[list[str]]:
     if request.getfixturevalue("kind") == "sqlite":
         yield []
         return
-    address = os.environ.get("TIMESHARD_CASSANDRA")
-    if not address:
-        if os.environ.get("CI"):
-            pytest.fail("TIMESHARD_CASSANDRA is not set (make test sets it)")
-        pytest.skip("no Cassandra: set TIMESHARD_CASSANDRA=host:port (make test does)")
+    address = request.getfixturevalue("cassandra_address")  # (started for the session if unset)
     from timeshard.testing.services import create_keyspace, drop_keyspace
 
     keyspace = f"console_{uuid.uuid4().hex[:10]}"
