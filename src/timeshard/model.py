@@ -390,6 +390,9 @@ class Schedule:
     next_fire: int
     created_at: int
     version: int = 0
+    revision: int = 0
+    """The user's revision of the schedule: 1 at create, one more with each update, pause,
+    resume and delete (``version`` also moves with every fire); 0 before revisions were kept."""
     active: tuple[str, ...] = ()
     """Occurrence jobs created and maybe not finished (checked at each fire)."""
     queued_at: int = 0
