@@ -295,8 +295,9 @@ class Client(SyncTransport):
 
     def wait_many(self, job_ids: Iterable[str], timeout: float | None = None) -> dict[str, Job]:
         """Every job once it is finished, by id in the order given (see ``as_finished``)."""
-        done = {job.job_id: job for job in self.as_finished(job_ids, timeout=timeout)}
-        return {job_id: done[job_id] for job_id in dict.fromkeys(job_ids)}
+        ids = list(dict.fromkeys(job_ids))
+        done = {job.job_id: job for job in self.as_finished(ids, timeout=timeout)}
+        return {job_id: done[job_id] for job_id in ids}
 
     def as_finished(self, job_ids: Iterable[str], timeout: float | None = None) -> Iterator[Job]:
         """Each job as soon as it is finished, in the order they finish. The server streams
