@@ -30,8 +30,10 @@ from timeshard.testing.attempts import STATE_NAMES, TERMINAL, job_summary
 from timeshard.testing.chaos.check import Report, check_dir
 from timeshard.testing.chaos.faults import Injector
 from timeshard.testing.chaos.ledger import (
+    JOB_TYPE,
     JOURNAL,
     LEDGER_DIR,
+    RATED_TYPE,
     STORE,
     JsonLines,
     now_wall_ms,
@@ -39,7 +41,6 @@ from timeshard.testing.chaos.ledger import (
 )
 from timeshard.testing.chaos.load import Api, GaveUp, LoadShape, Workload
 from timeshard.testing.chaos.plan import FaultKind, PlanShape, fault_plan
-from timeshard.testing.chaos.worker import JOB_TYPE, RATED_TYPE
 from timeshard.testing.fleet import Fleet
 from timeshard.testing.services import create_keyspace, drop_keyspace
 from timeshard.v1 import timeshard_pb2 as pb
