@@ -270,7 +270,8 @@ async def test_jobs_a_cron_schedule_creates_count_as_scheduled() -> None:
         stored = await node.schedules.get("every-minute")
         again = stored.with_(next_fire=START_MS + 3 * 60_000)
         await node.store.update_schedule(again, stored.version, None)
-        await node._firer.fire("every-minute", again.next_fire)
+        assert node.dispatch_parts.firer is not None
+        await node.dispatch_parts.firer.fire("every-minute", again.next_fire)
         status = await node_status(node)
         http = await serve_node(node, host="127.0.0.1", port=0)
         try:

@@ -27,6 +27,7 @@ from timeshard.node.attempts import Attempts
 from timeshard.node.claims import Claims, TypePolicy
 from timeshard.node.deadletters import DeadLetters
 from timeshard.node.dispatcher import DispatchConfig, ShardDispatcher
+from timeshard.node.dispatchparts import DispatchParts
 from timeshard.node.flow import FlowControl, TypeFlow
 from timeshard.node.jobs import Jobs
 from timeshard.node.peers import HINT_MARGIN_S, PeerHints, Send
@@ -141,13 +142,8 @@ class Node:
         )
         self.clock_offset_ms: float | None = None
         """The store's clock minus ours, as last measured (None: not measured)."""
-        self._firer = ScheduleFirer(
-            store,
-            clock,
-            self.config.default_max_attempts,
-            land=self._land,
-            counted=self.metrics.scheduled,
-        )
+        self.dispatch_parts = self._new_dispatch_parts()
+        """What every dispatcher this node starts shares (``node.dispatchparts``)."""
         self.peers = self._new_peers(peer_send)
         """Entries written here for another node's shards, hinted to it (``node.peers``)."""
         self._refresher = BucketRefresher(
@@ -156,6 +152,33 @@ class Node:
             dispatchers=self.dispatchers,
             refresh_s=lambda: self.config.dispatch.refresh_s,
             page_size=self.config.dispatch.page_size,
+        )
+
+    def _new_dispatch_parts(self) -> DispatchParts:
+        """Built once for every dispatcher this node starts; the cron firer is here, as
+        only the dispatchers fire schedules (their entries come due in the buckets)."""
+        firer = ScheduleFirer(
+            self.store,
+            self.clock,
+            self.config.default_max_attempts,
+            land=self._land,
+            counted=self.metrics.scheduled,
+        )
+        return DispatchParts(
+            store=self.store,
+            clock=self.clock,
+            ready=self.ready,
+            config=self._dispatch_config(),
+            timer=self.timer,
+            metrics=self.metrics,
+            retry_at=self.attempts.retry_at,
+            started=self.starts.started,
+            max_unstarted=self.config.max_unstarted,
+            on_released=self.starts.ended,
+            on_finished=self.waits.finished,
+            on_deposed=self._deposed,
+            firer=firer,
+            ahead=self.ahead,
         )
 
     def _new_peers(self, send: Send | None) -> PeerHints:
@@ -357,24 +380,7 @@ class Node:
             )
             if applied:
                 d = ShardDispatcher(
-                    shard=shard,
-                    epoch=state.epoch,
-                    cursor=state.cursor,
-                    store=self.store,
-                    clock=self.clock,
-                    ready=self.ready,
-                    config=self._dispatch_config(),
-                    firer=self._firer,
-                    on_deposed=self._deposed,
-                    metrics=self.metrics,
-                    retry_at=self.attempts.retry_at,
-                    started=self.starts.started,
-                    max_unstarted=self.config.max_unstarted,
-                    on_released=self.starts.ended,
-                    on_finished=self.waits.finished,
-                    refreshed_by_node=self.config.dispatch.node_refresh,
-                    timer=self.timer,
-                    ahead=self.ahead,
+                    shard=shard, epoch=state.epoch, cursor=state.cursor, parts=self.dispatch_parts
                 )
                 self.dispatchers[shard] = d
                 d.start()

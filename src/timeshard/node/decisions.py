@@ -18,12 +18,11 @@ from collections.abc import Callable, Iterable
 
 from timeshard.clock import format_rfc3339
 from timeshard.model import NOT_STARTED, SCHEDULE_ENTRY_PREFIX, BucketEntry, Job, JobState
-from timeshard.node.dispatchconfig import DispatchConfig
+from timeshard.node.dispatchparts import DispatchParts
 from timeshard.node.held import HeldEntries
-from timeshard.node.ready import ReadyItem, ReadyQueues
-from timeshard.node.schedules import FireResult, ScheduleFirer
-from timeshard.observe.events import NodeMetrics
-from timeshard.store.base import Store, entry_for
+from timeshard.node.ready import ReadyItem
+from timeshard.node.schedules import FireResult
+from timeshard.store.base import entry_for
 
 log = logging.getLogger("timeshard.node.dispatcher")  # part of the dispatcher: its logger
 
@@ -33,34 +32,27 @@ class EntryDecider:
         self,
         *,
         shard: int,
-        store: Store,
-        ready: ReadyQueues,
-        config: DispatchConfig,
+        parts: DispatchParts,
         held: HeldEntries,
-        metrics: NodeMetrics,
         notify: Callable[[Iterable[BucketEntry]], object],
         remember_deadline: Callable[[Job], None],
-        retry_at: Callable[[Job, int], int | None],
-        started: Callable[[str, int], bool],
-        max_unstarted: Callable[[Job], int],
-        on_released: Callable[[Job], None] | None,
-        on_finished: Callable[[Job], None] | None,
-        firer: ScheduleFirer | None,
     ) -> None:
+        """``parts``: the node's, as its dispatcher got them; ``held``, ``notify`` and
+        ``remember_deadline``: the dispatcher's."""
         self.shard = shard
-        self._store = store
-        self._ready = ready
-        self._cfg = config
+        self._store = parts.store
+        self._ready = parts.ready
+        self._cfg = parts.config
         self._held = held
-        self._metrics = metrics
+        self._metrics = parts.metrics
         self._notify = notify  # the dispatcher's: entries written here, to hold
         self._remember_deadline = remember_deadline  # the dispatcher's deadline timer
-        self._retry_at = retry_at
-        self._started = started  # whether a start notice for (job_id, fence) reached the node
-        self._max_unstarted = max_unstarted
-        self._on_released = on_released
-        self._on_finished = on_finished  # a job this dispatcher made dead (its waiters)
-        self._firer = firer
+        self._retry_at = parts.retry_at
+        self._started = parts.started  # whether a start notice for (job_id, fence) came
+        self._max_unstarted = parts.max_unstarted
+        self._on_released = parts.on_released
+        self._on_finished = parts.on_finished  # a job this dispatcher made dead (its waiters)
+        self._firer = parts.firer
 
     def dispatched(self, job: Job, now: int) -> None:
         """``job`` goes to the ready queue now (counted as the entries decided here are)."""

@@ -21,7 +21,10 @@ rest of the node tells it (``notify``, ``claimed``, ``ran``, ``recheck``, ``forg
 ``expire_overdue``). It composes three parts: ``HeldEntries`` (``node.held``: the entries it
 holds and the order it looks at them in), which the other two share; a ``BucketReader``
 (``node.buckets``: the refresh windows, the reads and the cursor's advance); and an
-``EntryDecider`` (``node.decisions``: what a due entry means, and acting on it).
+``EntryDecider`` (``node.decisions``: what a due entry means, and acting on it). What every
+dispatcher of a node shares (the store, the clock, the ready queues, the node's timer, and the
+hooks into the rest of the node) comes in one ``DispatchParts`` (``node.dispatchparts``), built
+once by the node; the dispatcher passes it on to its decider.
 """
 
 from __future__ import annotations
@@ -29,23 +32,19 @@ from __future__ import annotations
 import asyncio
 import heapq
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 
-from timeshard.clock import Clock, wake
+from timeshard.clock import wake
 from timeshard.errors import NotOwner, TimeshardError
-from timeshard.limits import DEFAULT_MAX_UNSTARTED
 from timeshard.model import BucketEntry, Job, JobState
-from timeshard.node.ahead import AheadClaims, Holding
+from timeshard.node.ahead import Holding
 from timeshard.node.buckets import BucketReader
 from timeshard.node.decisions import EntryDecider
 from timeshard.node.dispatchconfig import READ_MARGIN_S, DispatchConfig
+from timeshard.node.dispatchparts import DispatchParts
 from timeshard.node.held import HeldEntries
-from timeshard.node.ready import ReadyItem, ReadyQueues
-from timeshard.node.schedules import ScheduleFirer
-from timeshard.node.timer import DueTimer
-from timeshard.observe.events import NodeMetrics
+from timeshard.node.ready import ReadyItem
 from timeshard.sharding import minute_start
-from timeshard.store.base import Store
 
 log = logging.getLogger(__name__)
 
@@ -64,69 +63,41 @@ class ShardDispatcher:
     ``begin_refresh`` / ``end_refresh``; the loop then wakes only when an entry comes due,
     one is added, or the cursor may move: no timer per shard while nothing is due."""
 
-    def __init__(
-        self,
-        *,
-        shard: int,
-        epoch: int,
-        cursor: int,
-        store: Store,
-        clock: Clock,
-        ready: ReadyQueues,
-        config: DispatchConfig,
-        retry_at: Callable[[Job, int], int | None],
-        started: Callable[[str, int], bool] = lambda job_id, fence: False,
-        max_unstarted: Callable[[Job], int] = lambda job: DEFAULT_MAX_UNSTARTED,
-        on_released: Callable[[Job], None] | None = None,
-        firer: ScheduleFirer | None = None,
-        on_deposed: Callable[[int], None] | None = None,
-        metrics: NodeMetrics | None = None,
-        on_finished: Callable[[Job], None] | None = None,
-        refreshed_by_node: bool = False,
-        timer: DueTimer | None = None,
-        ahead: AheadClaims | None = None,
-    ) -> None:
+    def __init__(self, *, shard: int, epoch: int, cursor: int, parts: DispatchParts) -> None:
+        """``shard`` from its ``epoch`` on, read from ``cursor``; ``parts``: what every
+        dispatcher of the node shares (``node.dispatchparts``)."""
         self.shard = shard
-        self._timer = timer if timer is not None else DueTimer(clock)  # (the node's)
+        self._timer = parts.timer  # (the node's)
         self.epoch = epoch
-        self._clock = clock
-        self._ready = ready
-        self._cfg = config
-        self._on_deposed = on_deposed
+        self._clock = parts.clock
+        self._ready = parts.ready
+        self._cfg = parts.config
+        self._on_deposed = parts.on_deposed
         self._held = HeldEntries(wake=self._wake_up)
         self._reader = BucketReader(
             shard=shard,
             epoch=epoch,
             cursor=cursor,
-            store=store,
-            clock=clock,
-            ready=ready,
-            config=config,
+            store=parts.store,
+            clock=parts.clock,
+            ready=parts.ready,
+            config=parts.config,
             held=self._held,
         )
         self._decider = EntryDecider(
             shard=shard,
-            store=store,
-            ready=ready,
-            config=config,
+            parts=parts,
             held=self._held,
-            metrics=metrics or NodeMetrics(clock),
             notify=self.notify,
             remember_deadline=self._remember_deadline,
-            retry_at=retry_at,
-            started=started,
-            max_unstarted=max_unstarted,
-            on_released=on_released,
-            on_finished=on_finished,
-            firer=firer,
         )
         self._deadlines: list[tuple[int, str]] = []  # (deadline, job id) of jobs made ready
         self._waker: asyncio.Future[None] | None = None  # set while the loop waits
         self._task: asyncio.Task[None] | None = None
         self.deposed = False
-        self.refreshed_by_node = refreshed_by_node
+        self.refreshed_by_node = parts.config.node_refresh
         self._cursor_check = False  # a refresh ended: the cursor may move (node-refreshed)
-        self._ahead = ahead if config.claim_ahead_ms else None
+        self._ahead = parts.ahead if parts.config.claim_ahead_ms else None
         self._holding = Holding()  # jobs claimed ahead, held until due
 
     # -- lifecycle ------------------------------------------------------------------------
