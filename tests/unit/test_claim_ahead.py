@@ -11,8 +11,10 @@ from collections.abc import Sequence
 import pytest
 
 from tests.unit.helpers import START_MS, advance, running, settle
+from timeshard.limits import START_GRACE_MS
 from timeshard.model import JobState, WriteResult
 from timeshard.node import JobSpec, TypePolicy
+from timeshard.node.ahead import HELD
 from timeshard.node.dispatcher import DispatchConfig
 from timeshard.store.base import JobClaim
 from timeshard.testing.waits import wait_until
@@ -136,3 +138,30 @@ async def test_a_held_job_no_worker_takes_is_released_not_started_at_its_lease_e
 def test_a_bad_window_is_refused(ahead_ms: int, problem: str) -> None:
     with pytest.raises(ValueError, match=problem):
         DispatchConfig(claim_ahead_ms=ahead_ms)
+
+
+async def test_a_cancel_through_a_node_that_did_not_push_it_waits_until_its_latest_start() -> None:
+    """A job another node claimed ahead may sit with a worker that starts it on its own clock:
+    a cancel answered elsewhere waits until that worker can no longer start it (its due time
+    plus the start's grace), so no handler starts after the cancel is acknowledged."""
+    async with running() as (node, clock):
+        (job_id,) = await schedule(node, 1)
+        job = await node.jobs.get(job_id)
+        claim = JobClaim(
+            job_id=job_id,
+            expect_fence=job.fence,
+            worker=f"other{HELD}",
+            now=clock.now_ms(),
+            lease_until=DUE + 30_000,
+            ahead_ms=5000,
+            known=job,
+        )
+        (out,) = await node.store.claim_jobs([claim])
+        assert out.applied
+        cancel = asyncio.create_task(node.jobs.cancel(job_id, wait_s=30))
+        await advance(node, clock, (DUE + START_GRACE_MS - clock.now_ms()) / 1000 - 0.1, 0.1)
+        await settle(node)
+        assert not cancel.done(), "answered while a worker could still start it"
+        await advance(node, clock, 1.0, step=0.1)
+        await wait_until(cancel.done, 5, "the cancel's answer")
+        assert cancel.result().state is JobState.CANCELLED
