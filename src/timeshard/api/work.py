@@ -482,7 +482,14 @@ class WorkStream:
         lease_ms = push.claimed[0].lease_ms
         spent_ms = (self._node.clock.monotonic() - push.took_at) * 1000
         if spent_ms <= lease_ms / 2:
-            push.response.jobs.extend(claimed_to_pb(c.job, c.lease_ms) for c in push.claimed)
+            # To a worker that bounds its start from the push's base: the base moves to now
+            # (``held`` grows by the time spent here), each lease shrinks by as much, so the
+            # worker's deadline stays where it was and its start's grace counts from now.
+            lag = int(spent_ms) if self._starts_in and push.response.after_seq else 0
+            if lag:
+                push.response.held.CopyFrom(dur(round(dur_s(push.response.held) * 1000) + lag))
+            jobs = (claimed_to_pb(c.job, c.lease_ms - lag) for c in push.claimed)
+            push.response.jobs.extend(jobs)
             if self._starts_in:
                 self._start_in(push.response.jobs)
             return push.response
