@@ -174,3 +174,22 @@ async def test_a_cancel_through_a_node_that_did_not_push_it_waits_until_its_late
         await advance(node, clock, 1.0, step=0.1)
         await wait_until(cancel.done, 5, "the cancel's answer")
         assert cancel.result().state is JobState.CANCELLED
+
+
+async def test_a_held_job_cancelled_after_a_claim_took_it_is_not_handed_out() -> None:
+    """A claim that took a held job (lingering, say) and a cancel through the owner before it
+    hands the job out: the owner drops it (``forget``), and the claim gives nothing."""
+    async with running(claim_ahead_ms=300) as (node, clock):
+        (job_id,) = await schedule(node, 1)
+        claim = waiting_claim(node)
+        await advance(node, clock, 1.9, step=0.1)
+        await settle(node)
+        job = await wait_until(
+            lambda: node.jobs.get(job_id), 10, "held", until=lambda j: j.state is JobState.RUNNING
+        )
+        claim.cancel()
+        d = node.dispatchers[job.shard]
+        item = d._holding.items[job_id]
+        assert d.forget(job_id) is True  # still held: no worker got it
+        assert item.dropped
+        assert node.claims._hand_out([item], 30_000, clock.now_ms()) == []

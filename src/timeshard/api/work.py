@@ -86,8 +86,7 @@ class WorkStream:
         self._lease_s = 0.0
         self._push_cap = 1
         self._starts_in = False
-        """The worker starts a pushed job on its own clock (``starts_in``): jobs claimed ahead
-        go to it before they are due."""
+        """The worker starts a pushed job on its own clock: pushes ahead with ``starts_in``."""
         self._seq = 0
         """The last request read."""
         self._read_at = 0.0
@@ -400,6 +399,8 @@ class WorkStream:
         self._wake_if_uncovered()
         if not claimed:
             return
+        if self._starts_in:  # revocable at once: a revoke is written after the push
+            self._start_in_by(claimed)
         self._hub.node.metrics.claim_message()  # a push: the stream's message of claimed jobs
         held_ms = max(0, int((took_at - read_at) * 1000)) if after_seq else 0
         self.send(
@@ -510,9 +511,8 @@ class WorkStream:
         return None
 
     def _start_in(self, jobs: Sequence[pb.ClaimedJob]) -> None:
-        """Each job's ``starts_in``, from this node's clock as the push is written (its
-        transit only makes the start later), and the latest its worker may start it, so a
-        cancel through this node can revoke it and know when it no longer can start."""
+        """Each job's ``starts_in``, from this node's clock as the push is written (transit only
+        makes the start later), and the latest its worker may start it (for a cancel)."""
         now = self._node.clock.now_ms()
         for c in jobs:
             starts_in = max(0, ts_ms(c.job.run_at) - now)
@@ -521,6 +521,15 @@ class WorkStream:
             self._node.starts.pushed(
                 c.job.job_id, c.fence, now + starts_in + START_GRACE_MS, self._revoke
             )
+
+    def _start_in_by(self, claimed: Sequence[Claimed]) -> None:
+        """The latest the jobs could start until their push is written (``_start_in``): within
+        half a lease of the claim, or given back unstarted."""
+        now = self._node.clock.now_ms()
+        for c in claimed:
+            written_by = now + c.lease_ms // 2
+            start_by = max(written_by, c.job.run_at) + START_GRACE_MS
+            self._node.starts.pushed(c.job.job_id, c.job.fence, start_by, self._revoke)
 
     def _revoke(self, job_id: str, fence: int) -> None:
         """Ask the worker not to start a job pushed to it (it answers in ``revoked``)."""

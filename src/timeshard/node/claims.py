@@ -289,6 +289,8 @@ class Claims:
         for item in held:
             job = item.job
             assert job is not None
+            if item.dropped:  # cancelled through this node since the claim took it
+                continue
             left = job.lease_until - now
             if 2 * left < min(lease, job.lease_until - job.started_at):
                 continue

@@ -503,12 +503,9 @@ class Node:
         """``job`` was cancelled or moved by this node: if its owner is this node and holds it
         ready, it leaves the ready queue (and the counts) now. Through another node, the owner
         finds out when it next looks at the job (``ShardDispatcher._park_waiting``). True if
-        this node dispatches it and claimed it ahead itself (``job`` as read before): it knows
-        every push of it."""
+        this node claimed it ahead and still held it: no worker got it."""
         d = self.dispatchers.get(job.shard)
-        if d is not None:
-            d.forget(job.job_id)
-        return d is not None and job.lease_owner == self.ahead.holder
+        return d is not None and d.forget(job.job_id)
 
     # -- workers --------------------------------------------------------------------------
 

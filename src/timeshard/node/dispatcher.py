@@ -261,15 +261,18 @@ class ShardDispatcher:
         """A claim did not apply: look at these jobs again now."""
         self._held.recheck(entries)
 
-    def forget(self, job_id: str) -> None:
+    def forget(self, job_id: str) -> bool:
         """A write of this node moved ``job_id`` out of the state its ready item stands for
         (cancelled, rescheduled): out of the ready queue now, and its entries looked at again
-        (found handled, or the job made ready again as it now is)."""
+        (found handled, or the job made ready again as it now is). True if it was a job
+        claimed ahead and still held here: no worker got it."""
         held = self._holding.items.pop(job_id, None)
         self._holding.early.discard(job_id)
         item = self._ready.remove(job_id) or held
         if item is not None:
+            item.dropped = True  # (a claim that took it already hands it out no more)
             self.recheck(item.entries)
+        return item is not None and item.claimed
 
     # -- the loop -------------------------------------------------------------------------
 

@@ -289,7 +289,7 @@ class Jobs:
 
         A lease pushed by this node with ``starts_in`` is revoked: the answer waits for the
         worker's notice or revoke, or for the time past which it can not start it. A lease
-        another node delivered (``mine`` False: not one this node claimed ahead and holds) may
+        this node did not deliver (``mine`` False: not one it claimed ahead and still held) may
         sit with a worker that starts it on its own clock: the answer waits until that worker
         can no longer start it, ``START_GRACE_MS`` after its claim time (its due time when
         claimed ahead)."""

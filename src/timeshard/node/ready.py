@@ -48,6 +48,8 @@ class ReadyItem:
     claimed: bool = False
     """Claimed ahead by its owner (``ShardDispatcher``): ``job`` is the claimed row, handed to
     a worker with no store call."""
+    dropped: bool = False
+    """Cancelled or moved by its owner while a claim had taken it: not handed out."""
     rank: tuple[int, int, str] | None = None
     """Its place in its type's queue, set when first queued (``_TypeQueue.put``)."""
 
