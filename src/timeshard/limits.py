@@ -103,6 +103,10 @@ says otherwise: generous, since waiting never spends an attempt (invariant 9), y
 job that can never be delivered, or one that kills its worker before the start notice leaves,
 ends in the dead letters rather than looping."""
 MAX_UNSTARTED = 1000
+START_GRACE_MS = 2000
+"""A job pushed on a worker stream with ``starts_in`` starts no later than this after its push's
+base plus ``starts_in`` (the worker gives it back unstarted otherwise), so a cancel through its
+owner waits for the worker's answer no longer than the window plus this and a margin."""
 
 MAX_ATTEMPTS = 1000
 """The most attempts a job (or each occurrence of a schedule) may ask for; 0 asks for the

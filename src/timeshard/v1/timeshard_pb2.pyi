@@ -432,18 +432,20 @@ class ClaimRequest(_message.Message):
     def __init__(self, worker_id: _Optional[str] = ..., types: _Optional[_Iterable[str]] = ..., max_jobs: _Optional[int] = ..., wait: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., lease: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., max_reply_bytes: _Optional[int] = ...) -> None: ...
 
 class ClaimedJob(_message.Message):
-    __slots__ = ("job", "fence", "lease_until", "idempotency_key", "lease")
+    __slots__ = ("job", "fence", "lease_until", "idempotency_key", "lease", "starts_in")
     JOB_FIELD_NUMBER: _ClassVar[int]
     FENCE_FIELD_NUMBER: _ClassVar[int]
     LEASE_UNTIL_FIELD_NUMBER: _ClassVar[int]
     IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
     LEASE_FIELD_NUMBER: _ClassVar[int]
+    STARTS_IN_FIELD_NUMBER: _ClassVar[int]
     job: Job
     fence: int
     lease_until: _timestamp_pb2.Timestamp
     idempotency_key: str
     lease: _duration_pb2.Duration
-    def __init__(self, job: _Optional[_Union[Job, _Mapping]] = ..., fence: _Optional[int] = ..., lease_until: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., idempotency_key: _Optional[str] = ..., lease: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+    starts_in: _duration_pb2.Duration
+    def __init__(self, job: _Optional[_Union[Job, _Mapping]] = ..., fence: _Optional[int] = ..., lease_until: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., idempotency_key: _Optional[str] = ..., lease: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., starts_in: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class ClaimResponse(_message.Message):
     __slots__ = ("jobs",)
@@ -554,14 +556,16 @@ class FinishResponse(_message.Message):
     def __init__(self, results: _Optional[_Iterable[_Union[FinishResult, _Mapping]]] = ...) -> None: ...
 
 class WorkHello(_message.Message):
-    __slots__ = ("worker_id", "lease", "max_reply_bytes")
+    __slots__ = ("worker_id", "lease", "max_reply_bytes", "accepts_starts_in")
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     LEASE_FIELD_NUMBER: _ClassVar[int]
     MAX_REPLY_BYTES_FIELD_NUMBER: _ClassVar[int]
+    ACCEPTS_STARTS_IN_FIELD_NUMBER: _ClassVar[int]
     worker_id: str
     lease: _duration_pb2.Duration
     max_reply_bytes: int
-    def __init__(self, worker_id: _Optional[str] = ..., lease: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., max_reply_bytes: _Optional[int] = ...) -> None: ...
+    accepts_starts_in: bool
+    def __init__(self, worker_id: _Optional[str] = ..., lease: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., max_reply_bytes: _Optional[int] = ..., accepts_starts_in: _Optional[bool] = ...) -> None: ...
 
 class WorkCredit(_message.Message):
     __slots__ = ("type", "credits")
@@ -571,8 +575,18 @@ class WorkCredit(_message.Message):
     credits: int
     def __init__(self, type: _Optional[str] = ..., credits: _Optional[int] = ...) -> None: ...
 
+class WorkRevoke(_message.Message):
+    __slots__ = ("job_id", "fence", "started")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    FENCE_FIELD_NUMBER: _ClassVar[int]
+    STARTED_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    fence: int
+    started: bool
+    def __init__(self, job_id: _Optional[str] = ..., fence: _Optional[int] = ..., started: _Optional[bool] = ...) -> None: ...
+
 class WorkRequest(_message.Message):
-    __slots__ = ("seq", "hello", "credits", "heartbeats", "results", "stop", "started")
+    __slots__ = ("seq", "hello", "credits", "heartbeats", "results", "stop", "started", "revoked")
     SEQ_FIELD_NUMBER: _ClassVar[int]
     HELLO_FIELD_NUMBER: _ClassVar[int]
     CREDITS_FIELD_NUMBER: _ClassVar[int]
@@ -580,6 +594,7 @@ class WorkRequest(_message.Message):
     RESULTS_FIELD_NUMBER: _ClassVar[int]
     STOP_FIELD_NUMBER: _ClassVar[int]
     STARTED_FIELD_NUMBER: _ClassVar[int]
+    REVOKED_FIELD_NUMBER: _ClassVar[int]
     seq: int
     hello: WorkHello
     credits: _containers.RepeatedCompositeFieldContainer[WorkCredit]
@@ -587,7 +602,8 @@ class WorkRequest(_message.Message):
     results: _containers.RepeatedCompositeFieldContainer[FinishItem]
     stop: bool
     started: _containers.RepeatedCompositeFieldContainer[HeartbeatRequest]
-    def __init__(self, seq: _Optional[int] = ..., hello: _Optional[_Union[WorkHello, _Mapping]] = ..., credits: _Optional[_Iterable[_Union[WorkCredit, _Mapping]]] = ..., heartbeats: _Optional[_Iterable[_Union[HeartbeatRequest, _Mapping]]] = ..., results: _Optional[_Iterable[_Union[FinishItem, _Mapping]]] = ..., stop: _Optional[bool] = ..., started: _Optional[_Iterable[_Union[HeartbeatRequest, _Mapping]]] = ...) -> None: ...
+    revoked: _containers.RepeatedCompositeFieldContainer[WorkRevoke]
+    def __init__(self, seq: _Optional[int] = ..., hello: _Optional[_Union[WorkHello, _Mapping]] = ..., credits: _Optional[_Iterable[_Union[WorkCredit, _Mapping]]] = ..., heartbeats: _Optional[_Iterable[_Union[HeartbeatRequest, _Mapping]]] = ..., results: _Optional[_Iterable[_Union[FinishItem, _Mapping]]] = ..., stop: _Optional[bool] = ..., started: _Optional[_Iterable[_Union[HeartbeatRequest, _Mapping]]] = ..., revoked: _Optional[_Iterable[_Union[WorkRevoke, _Mapping]]] = ...) -> None: ...
 
 class HeartbeatResult(_message.Message):
     __slots__ = ("job_id", "code", "message", "lease")
@@ -602,7 +618,7 @@ class HeartbeatResult(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., code: _Optional[int] = ..., message: _Optional[str] = ..., lease: _Optional[_Union[HeartbeatResponse, _Mapping]] = ...) -> None: ...
 
 class WorkResponse(_message.Message):
-    __slots__ = ("jobs", "after_seq", "seq", "heartbeats", "results", "stopped", "held")
+    __slots__ = ("jobs", "after_seq", "seq", "heartbeats", "results", "stopped", "held", "revokes")
     JOBS_FIELD_NUMBER: _ClassVar[int]
     AFTER_SEQ_FIELD_NUMBER: _ClassVar[int]
     SEQ_FIELD_NUMBER: _ClassVar[int]
@@ -610,6 +626,7 @@ class WorkResponse(_message.Message):
     RESULTS_FIELD_NUMBER: _ClassVar[int]
     STOPPED_FIELD_NUMBER: _ClassVar[int]
     HELD_FIELD_NUMBER: _ClassVar[int]
+    REVOKES_FIELD_NUMBER: _ClassVar[int]
     jobs: _containers.RepeatedCompositeFieldContainer[ClaimedJob]
     after_seq: int
     seq: int
@@ -617,7 +634,8 @@ class WorkResponse(_message.Message):
     results: _containers.RepeatedCompositeFieldContainer[FinishResult]
     stopped: bool
     held: _duration_pb2.Duration
-    def __init__(self, jobs: _Optional[_Iterable[_Union[ClaimedJob, _Mapping]]] = ..., after_seq: _Optional[int] = ..., seq: _Optional[int] = ..., heartbeats: _Optional[_Iterable[_Union[HeartbeatResult, _Mapping]]] = ..., results: _Optional[_Iterable[_Union[FinishResult, _Mapping]]] = ..., stopped: _Optional[bool] = ..., held: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+    revokes: _containers.RepeatedCompositeFieldContainer[WorkRevoke]
+    def __init__(self, jobs: _Optional[_Iterable[_Union[ClaimedJob, _Mapping]]] = ..., after_seq: _Optional[int] = ..., seq: _Optional[int] = ..., heartbeats: _Optional[_Iterable[_Union[HeartbeatResult, _Mapping]]] = ..., results: _Optional[_Iterable[_Union[FinishResult, _Mapping]]] = ..., stopped: _Optional[bool] = ..., held: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., revokes: _Optional[_Iterable[_Union[WorkRevoke, _Mapping]]] = ...) -> None: ...
 
 class Node(_message.Message):
     __slots__ = ("node_id", "address")

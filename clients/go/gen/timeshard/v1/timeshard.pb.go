@@ -2544,7 +2544,13 @@ type ClaimedJob struct {
 	IdempotencyKey string                 `protobuf:"bytes,4,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
 	// The lease granted, measured from when the claim was taken; a worker whose heartbeats are
 	// not granted must stop its handler before (time it sent the claim) + lease - safety margin.
-	Lease         *durationpb.Duration `protobuf:"bytes,5,opt,name=lease,proto3" json:"lease,omitempty"`
+	Lease *durationpb.Duration `protobuf:"bytes,5,opt,name=lease,proto3" json:"lease,omitempty"`
+	// Worker stream only, to a worker whose hello set accepts_starts_in (always set there, 0 for
+	// a job already due): start the handler no earlier than (local monotonic time the push was
+	// received) + starts_in, and no later than (the push's base: time request after_seq was
+	// sent + held) + starts_in + 2 s; a job that can not start in that span, or within its
+	// lease, is given back not started. Unset: start at once (the unary Claim, older nodes).
+	StartsIn      *durationpb.Duration `protobuf:"bytes,6,opt,name=starts_in,json=startsIn,proto3" json:"starts_in,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2610,6 +2616,13 @@ func (x *ClaimedJob) GetIdempotencyKey() string {
 func (x *ClaimedJob) GetLease() *durationpb.Duration {
 	if x != nil {
 		return x.Lease
+	}
+	return nil
+}
+
+func (x *ClaimedJob) GetStartsIn() *durationpb.Duration {
+	if x != nil {
+		return x.StartsIn
 	}
 	return nil
 }
@@ -3296,8 +3309,11 @@ type WorkHello struct {
 	// The largest message this worker accepts, in bytes (as ClaimRequest.max_reply_bytes): a
 	// push holds no more jobs than fit in it.
 	MaxReplyBytes int32 `protobuf:"varint,3,opt,name=max_reply_bytes,json=maxReplyBytes,proto3" json:"max_reply_bytes,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// The worker honours ClaimedJob.starts_in and answers WorkResponse.revokes: the node may
+	// push jobs claimed ahead before they are due. Unset: jobs are pushed at their due time.
+	AcceptsStartsIn bool `protobuf:"varint,4,opt,name=accepts_starts_in,json=acceptsStartsIn,proto3" json:"accepts_starts_in,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *WorkHello) Reset() {
@@ -3349,6 +3365,13 @@ func (x *WorkHello) GetMaxReplyBytes() int32 {
 		return x.MaxReplyBytes
 	}
 	return 0
+}
+
+func (x *WorkHello) GetAcceptsStartsIn() bool {
+	if x != nil {
+		return x.AcceptsStartsIn
+	}
+	return false
 }
 
 // Credits: the node may push `credits` more jobs of `type` (added to what it still holds).
@@ -3404,6 +3427,68 @@ func (x *WorkCredit) GetCredits() int32 {
 	return 0
 }
 
+// A revoke of a pushed job (node to worker: do not start it), or its answer (worker to node:
+// `started` false means it was not started and never will be on this push).
+type WorkRevoke struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	JobId         string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	Fence         int64                  `protobuf:"varint,2,opt,name=fence,proto3" json:"fence,omitempty"`
+	Started       bool                   `protobuf:"varint,3,opt,name=started,proto3" json:"started,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WorkRevoke) Reset() {
+	*x = WorkRevoke{}
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WorkRevoke) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WorkRevoke) ProtoMessage() {}
+
+func (x *WorkRevoke) ProtoReflect() protoreflect.Message {
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WorkRevoke.ProtoReflect.Descriptor instead.
+func (*WorkRevoke) Descriptor() ([]byte, []int) {
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *WorkRevoke) GetJobId() string {
+	if x != nil {
+		return x.JobId
+	}
+	return ""
+}
+
+func (x *WorkRevoke) GetFence() int64 {
+	if x != nil {
+		return x.Fence
+	}
+	return 0
+}
+
+func (x *WorkRevoke) GetStarted() bool {
+	if x != nil {
+		return x.Started
+	}
+	return false
+}
+
 type WorkRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// 1 for the first request (the one with the hello), then one more for each request.
@@ -3419,14 +3504,16 @@ type WorkRequest struct {
 	// Start notices (only job_id, fence, started and started_at are read): handlers started
 	// since the last request. Sent as each handler starts; no lease is extended and no answer
 	// is given (a notice for a fence no longer current is ignored).
-	Started       []*HeartbeatRequest `protobuf:"bytes,7,rep,name=started,proto3" json:"started,omitempty"`
+	Started []*HeartbeatRequest `protobuf:"bytes,7,rep,name=started,proto3" json:"started,omitempty"`
+	// Answers to WorkResponse.revokes, one per revoke, sent at once.
+	Revoked       []*WorkRevoke `protobuf:"bytes,8,rep,name=revoked,proto3" json:"revoked,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *WorkRequest) Reset() {
 	*x = WorkRequest{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[45]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3438,7 +3525,7 @@ func (x *WorkRequest) String() string {
 func (*WorkRequest) ProtoMessage() {}
 
 func (x *WorkRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[45]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3451,7 +3538,7 @@ func (x *WorkRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkRequest.ProtoReflect.Descriptor instead.
 func (*WorkRequest) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{45}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *WorkRequest) GetSeq() uint64 {
@@ -3503,6 +3590,13 @@ func (x *WorkRequest) GetStarted() []*HeartbeatRequest {
 	return nil
 }
 
+func (x *WorkRequest) GetRevoked() []*WorkRevoke {
+	if x != nil {
+		return x.Revoked
+	}
+	return nil
+}
+
 type HeartbeatResult struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	JobId         string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
@@ -3515,7 +3609,7 @@ type HeartbeatResult struct {
 
 func (x *HeartbeatResult) Reset() {
 	*x = HeartbeatResult{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[46]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3527,7 +3621,7 @@ func (x *HeartbeatResult) String() string {
 func (*HeartbeatResult) ProtoMessage() {}
 
 func (x *HeartbeatResult) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[46]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3540,7 +3634,7 @@ func (x *HeartbeatResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResult.ProtoReflect.Descriptor instead.
 func (*HeartbeatResult) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{46}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *HeartbeatResult) GetJobId() string {
@@ -3583,15 +3677,18 @@ type WorkResponse struct {
 	Heartbeats []*HeartbeatResult `protobuf:"bytes,4,rep,name=heartbeats,proto3" json:"heartbeats,omitempty"`
 	Results    []*FinishResult    `protobuf:"bytes,5,rep,name=results,proto3" json:"results,omitempty"`
 	// The answer to `stop`: nothing more is pushed on this stream.
-	Stopped       bool                 `protobuf:"varint,6,opt,name=stopped,proto3" json:"stopped,omitempty"`
-	Held          *durationpb.Duration `protobuf:"bytes,7,opt,name=held,proto3" json:"held,omitempty"`
+	Stopped bool                 `protobuf:"varint,6,opt,name=stopped,proto3" json:"stopped,omitempty"`
+	Held    *durationpb.Duration `protobuf:"bytes,7,opt,name=held,proto3" json:"held,omitempty"`
+	// Jobs pushed on this stream that were cancelled: the worker must not start them if it has
+	// not, and answers each in WorkRequest.revoked (accepts_starts_in streams only).
+	Revokes       []*WorkRevoke `protobuf:"bytes,8,rep,name=revokes,proto3" json:"revokes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *WorkResponse) Reset() {
 	*x = WorkResponse{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[47]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3603,7 +3700,7 @@ func (x *WorkResponse) String() string {
 func (*WorkResponse) ProtoMessage() {}
 
 func (x *WorkResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[47]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3616,7 +3713,7 @@ func (x *WorkResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkResponse.ProtoReflect.Descriptor instead.
 func (*WorkResponse) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{47}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *WorkResponse) GetJobs() []*ClaimedJob {
@@ -3668,6 +3765,13 @@ func (x *WorkResponse) GetHeld() *durationpb.Duration {
 	return nil
 }
 
+func (x *WorkResponse) GetRevokes() []*WorkRevoke {
+	if x != nil {
+		return x.Revokes
+	}
+	return nil
+}
+
 type Node struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
@@ -3678,7 +3782,7 @@ type Node struct {
 
 func (x *Node) Reset() {
 	*x = Node{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[48]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3690,7 +3794,7 @@ func (x *Node) String() string {
 func (*Node) ProtoMessage() {}
 
 func (x *Node) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[48]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3703,7 +3807,7 @@ func (x *Node) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Node.ProtoReflect.Descriptor instead.
 func (*Node) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{48}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *Node) GetNodeId() string {
@@ -3728,7 +3832,7 @@ type ClusterInfoRequest struct {
 
 func (x *ClusterInfoRequest) Reset() {
 	*x = ClusterInfoRequest{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[49]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3740,7 +3844,7 @@ func (x *ClusterInfoRequest) String() string {
 func (*ClusterInfoRequest) ProtoMessage() {}
 
 func (x *ClusterInfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[49]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3753,7 +3857,7 @@ func (x *ClusterInfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterInfoRequest.ProtoReflect.Descriptor instead.
 func (*ClusterInfoRequest) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{49}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{50}
 }
 
 type ClusterInfoResponse struct {
@@ -3766,7 +3870,7 @@ type ClusterInfoResponse struct {
 
 func (x *ClusterInfoResponse) Reset() {
 	*x = ClusterInfoResponse{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[50]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3778,7 +3882,7 @@ func (x *ClusterInfoResponse) String() string {
 func (*ClusterInfoResponse) ProtoMessage() {}
 
 func (x *ClusterInfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[50]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3791,7 +3895,7 @@ func (x *ClusterInfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterInfoResponse.ProtoReflect.Descriptor instead.
 func (*ClusterInfoResponse) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{50}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ClusterInfoResponse) GetNodes() []*Node {
@@ -3827,7 +3931,7 @@ type ShardInfo struct {
 
 func (x *ShardInfo) Reset() {
 	*x = ShardInfo{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[51]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3839,7 +3943,7 @@ func (x *ShardInfo) String() string {
 func (*ShardInfo) ProtoMessage() {}
 
 func (x *ShardInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[51]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3852,7 +3956,7 @@ func (x *ShardInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardInfo.ProtoReflect.Descriptor instead.
 func (*ShardInfo) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{51}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ShardInfo) GetShard() int32 {
@@ -3926,7 +4030,7 @@ type ShardOwnersRequest struct {
 
 func (x *ShardOwnersRequest) Reset() {
 	*x = ShardOwnersRequest{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[52]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3938,7 +4042,7 @@ func (x *ShardOwnersRequest) String() string {
 func (*ShardOwnersRequest) ProtoMessage() {}
 
 func (x *ShardOwnersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[52]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3951,7 +4055,7 @@ func (x *ShardOwnersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardOwnersRequest.ProtoReflect.Descriptor instead.
 func (*ShardOwnersRequest) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{52}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{53}
 }
 
 type ShardOwnersResponse struct {
@@ -3963,7 +4067,7 @@ type ShardOwnersResponse struct {
 
 func (x *ShardOwnersResponse) Reset() {
 	*x = ShardOwnersResponse{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[53]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3975,7 +4079,7 @@ func (x *ShardOwnersResponse) String() string {
 func (*ShardOwnersResponse) ProtoMessage() {}
 
 func (x *ShardOwnersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[53]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3988,7 +4092,7 @@ func (x *ShardOwnersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardOwnersResponse.ProtoReflect.Descriptor instead.
 func (*ShardOwnersResponse) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{53}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *ShardOwnersResponse) GetShards() []*ShardInfo {
@@ -4008,7 +4112,7 @@ type MoveShardRequest struct {
 
 func (x *MoveShardRequest) Reset() {
 	*x = MoveShardRequest{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[54]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4020,7 +4124,7 @@ func (x *MoveShardRequest) String() string {
 func (*MoveShardRequest) ProtoMessage() {}
 
 func (x *MoveShardRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[54]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4033,7 +4137,7 @@ func (x *MoveShardRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveShardRequest.ProtoReflect.Descriptor instead.
 func (*MoveShardRequest) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{54}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *MoveShardRequest) GetShard() int32 {
@@ -4058,7 +4162,7 @@ type MoveShardResponse struct {
 
 func (x *MoveShardResponse) Reset() {
 	*x = MoveShardResponse{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[55]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4070,7 +4174,7 @@ func (x *MoveShardResponse) String() string {
 func (*MoveShardResponse) ProtoMessage() {}
 
 func (x *MoveShardResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[55]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4083,7 +4187,7 @@ func (x *MoveShardResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveShardResponse.ProtoReflect.Descriptor instead.
 func (*MoveShardResponse) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{55}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{56}
 }
 
 type DrainNodeRequest struct {
@@ -4095,7 +4199,7 @@ type DrainNodeRequest struct {
 
 func (x *DrainNodeRequest) Reset() {
 	*x = DrainNodeRequest{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[56]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4107,7 +4211,7 @@ func (x *DrainNodeRequest) String() string {
 func (*DrainNodeRequest) ProtoMessage() {}
 
 func (x *DrainNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[56]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4120,7 +4224,7 @@ func (x *DrainNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainNodeRequest.ProtoReflect.Descriptor instead.
 func (*DrainNodeRequest) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{56}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *DrainNodeRequest) GetNodeId() string {
@@ -4139,7 +4243,7 @@ type DrainNodeResponse struct {
 
 func (x *DrainNodeResponse) Reset() {
 	*x = DrainNodeResponse{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[57]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4151,7 +4255,7 @@ func (x *DrainNodeResponse) String() string {
 func (*DrainNodeResponse) ProtoMessage() {}
 
 func (x *DrainNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[57]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4164,7 +4268,7 @@ func (x *DrainNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainNodeResponse.ProtoReflect.Descriptor instead.
 func (*DrainNodeResponse) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{57}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *DrainNodeResponse) GetMoved() []int32 {
@@ -4184,7 +4288,7 @@ type NodeStatusRequest struct {
 
 func (x *NodeStatusRequest) Reset() {
 	*x = NodeStatusRequest{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[58]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4196,7 +4300,7 @@ func (x *NodeStatusRequest) String() string {
 func (*NodeStatusRequest) ProtoMessage() {}
 
 func (x *NodeStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[58]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4209,7 +4313,7 @@ func (x *NodeStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatusRequest.ProtoReflect.Descriptor instead.
 func (*NodeStatusRequest) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{58}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *NodeStatusRequest) GetWindow() *durationpb.Duration {
@@ -4233,7 +4337,7 @@ type ShardStatus struct {
 
 func (x *ShardStatus) Reset() {
 	*x = ShardStatus{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[59]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4245,7 +4349,7 @@ func (x *ShardStatus) String() string {
 func (*ShardStatus) ProtoMessage() {}
 
 func (x *ShardStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[59]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4258,7 +4362,7 @@ func (x *ShardStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardStatus.ProtoReflect.Descriptor instead.
 func (*ShardStatus) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{59}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *ShardStatus) GetShard() int32 {
@@ -4315,7 +4419,7 @@ type LatenessBucket struct {
 
 func (x *LatenessBucket) Reset() {
 	*x = LatenessBucket{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[60]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4327,7 +4431,7 @@ func (x *LatenessBucket) String() string {
 func (*LatenessBucket) ProtoMessage() {}
 
 func (x *LatenessBucket) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[60]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4340,7 +4444,7 @@ func (x *LatenessBucket) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LatenessBucket.ProtoReflect.Descriptor instead.
 func (*LatenessBucket) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{60}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *LatenessBucket) GetLeMs() float64 {
@@ -4378,7 +4482,7 @@ type TypeCounts struct {
 
 func (x *TypeCounts) Reset() {
 	*x = TypeCounts{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[61]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4390,7 +4494,7 @@ func (x *TypeCounts) String() string {
 func (*TypeCounts) ProtoMessage() {}
 
 func (x *TypeCounts) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[61]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4403,7 +4507,7 @@ func (x *TypeCounts) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TypeCounts.ProtoReflect.Descriptor instead.
 func (*TypeCounts) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{61}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *TypeCounts) GetType() string {
@@ -4511,7 +4615,7 @@ type TypeStartDelay struct {
 
 func (x *TypeStartDelay) Reset() {
 	*x = TypeStartDelay{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[62]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4523,7 +4627,7 @@ func (x *TypeStartDelay) String() string {
 func (*TypeStartDelay) ProtoMessage() {}
 
 func (x *TypeStartDelay) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[62]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4536,7 +4640,7 @@ func (x *TypeStartDelay) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TypeStartDelay.ProtoReflect.Descriptor instead.
 func (*TypeStartDelay) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{62}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *TypeStartDelay) GetType() string {
@@ -4581,7 +4685,7 @@ type TypeWaiting struct {
 
 func (x *TypeWaiting) Reset() {
 	*x = TypeWaiting{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[63]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4593,7 +4697,7 @@ func (x *TypeWaiting) String() string {
 func (*TypeWaiting) ProtoMessage() {}
 
 func (x *TypeWaiting) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[63]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4606,7 +4710,7 @@ func (x *TypeWaiting) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TypeWaiting.ProtoReflect.Descriptor instead.
 func (*TypeWaiting) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{63}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *TypeWaiting) GetType() string {
@@ -4653,7 +4757,7 @@ type JobEvent struct {
 
 func (x *JobEvent) Reset() {
 	*x = JobEvent{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[64]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4665,7 +4769,7 @@ func (x *JobEvent) String() string {
 func (*JobEvent) ProtoMessage() {}
 
 func (x *JobEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[64]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4678,7 +4782,7 @@ func (x *JobEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobEvent.ProtoReflect.Descriptor instead.
 func (*JobEvent) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{64}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *JobEvent) GetAt() *timestamppb.Timestamp {
@@ -4768,7 +4872,7 @@ type NodeStatusResponse struct {
 
 func (x *NodeStatusResponse) Reset() {
 	*x = NodeStatusResponse{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[65]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4780,7 +4884,7 @@ func (x *NodeStatusResponse) String() string {
 func (*NodeStatusResponse) ProtoMessage() {}
 
 func (x *NodeStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[65]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4793,7 +4897,7 @@ func (x *NodeStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatusResponse.ProtoReflect.Descriptor instead.
 func (*NodeStatusResponse) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{65}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *NodeStatusResponse) GetNodeId() string {
@@ -4960,7 +5064,7 @@ type TypePolicy struct {
 
 func (x *TypePolicy) Reset() {
 	*x = TypePolicy{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[66]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4972,7 +5076,7 @@ func (x *TypePolicy) String() string {
 func (*TypePolicy) ProtoMessage() {}
 
 func (x *TypePolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[66]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4985,7 +5089,7 @@ func (x *TypePolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TypePolicy.ProtoReflect.Descriptor instead.
 func (*TypePolicy) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{66}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *TypePolicy) GetType() string {
@@ -5039,7 +5143,7 @@ type SetTypePoliciesRequest struct {
 
 func (x *SetTypePoliciesRequest) Reset() {
 	*x = SetTypePoliciesRequest{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[67]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5051,7 +5155,7 @@ func (x *SetTypePoliciesRequest) String() string {
 func (*SetTypePoliciesRequest) ProtoMessage() {}
 
 func (x *SetTypePoliciesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[67]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5064,7 +5168,7 @@ func (x *SetTypePoliciesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetTypePoliciesRequest.ProtoReflect.Descriptor instead.
 func (*SetTypePoliciesRequest) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{67}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *SetTypePoliciesRequest) GetPolicies() []*TypePolicy {
@@ -5083,7 +5187,7 @@ type SetTypePoliciesResponse struct {
 
 func (x *SetTypePoliciesResponse) Reset() {
 	*x = SetTypePoliciesResponse{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[68]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5095,7 +5199,7 @@ func (x *SetTypePoliciesResponse) String() string {
 func (*SetTypePoliciesResponse) ProtoMessage() {}
 
 func (x *SetTypePoliciesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[68]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5108,7 +5212,7 @@ func (x *SetTypePoliciesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetTypePoliciesResponse.ProtoReflect.Descriptor instead.
 func (*SetTypePoliciesResponse) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{68}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *SetTypePoliciesResponse) GetPolicies() []*TypePolicy {
@@ -5131,7 +5235,7 @@ type TypeFlow struct {
 
 func (x *TypeFlow) Reset() {
 	*x = TypeFlow{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[69]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5143,7 +5247,7 @@ func (x *TypeFlow) String() string {
 func (*TypeFlow) ProtoMessage() {}
 
 func (x *TypeFlow) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[69]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5156,7 +5260,7 @@ func (x *TypeFlow) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TypeFlow.ProtoReflect.Descriptor instead.
 func (*TypeFlow) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{69}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *TypeFlow) GetType() string {
@@ -5196,7 +5300,7 @@ type SetTypeFlowsRequest struct {
 
 func (x *SetTypeFlowsRequest) Reset() {
 	*x = SetTypeFlowsRequest{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[70]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5208,7 +5312,7 @@ func (x *SetTypeFlowsRequest) String() string {
 func (*SetTypeFlowsRequest) ProtoMessage() {}
 
 func (x *SetTypeFlowsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[70]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5221,7 +5325,7 @@ func (x *SetTypeFlowsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetTypeFlowsRequest.ProtoReflect.Descriptor instead.
 func (*SetTypeFlowsRequest) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{70}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *SetTypeFlowsRequest) GetFlows() []*TypeFlow {
@@ -5240,7 +5344,7 @@ type SetTypeFlowsResponse struct {
 
 func (x *SetTypeFlowsResponse) Reset() {
 	*x = SetTypeFlowsResponse{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[71]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5252,7 +5356,7 @@ func (x *SetTypeFlowsResponse) String() string {
 func (*SetTypeFlowsResponse) ProtoMessage() {}
 
 func (x *SetTypeFlowsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[71]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5265,7 +5369,7 @@ func (x *SetTypeFlowsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetTypeFlowsResponse.ProtoReflect.Descriptor instead.
 func (*SetTypeFlowsResponse) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{71}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *SetTypeFlowsResponse) GetTypes() []*TypeInfo {
@@ -5284,7 +5388,7 @@ type ListTypesRequest struct {
 
 func (x *ListTypesRequest) Reset() {
 	*x = ListTypesRequest{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[72]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5296,7 +5400,7 @@ func (x *ListTypesRequest) String() string {
 func (*ListTypesRequest) ProtoMessage() {}
 
 func (x *ListTypesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[72]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5309,7 +5413,7 @@ func (x *ListTypesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTypesRequest.ProtoReflect.Descriptor instead.
 func (*ListTypesRequest) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{72}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *ListTypesRequest) GetType() string {
@@ -5328,7 +5432,7 @@ type ListTypesResponse struct {
 
 func (x *ListTypesResponse) Reset() {
 	*x = ListTypesResponse{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[73]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5340,7 +5444,7 @@ func (x *ListTypesResponse) String() string {
 func (*ListTypesResponse) ProtoMessage() {}
 
 func (x *ListTypesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[73]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5353,7 +5457,7 @@ func (x *ListTypesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTypesResponse.ProtoReflect.Descriptor instead.
 func (*ListTypesResponse) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{73}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *ListTypesResponse) GetTypes() []*TypeInfo {
@@ -5380,7 +5484,7 @@ type TypeInfo struct {
 
 func (x *TypeInfo) Reset() {
 	*x = TypeInfo{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[74]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5392,7 +5496,7 @@ func (x *TypeInfo) String() string {
 func (*TypeInfo) ProtoMessage() {}
 
 func (x *TypeInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[74]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5405,7 +5509,7 @@ func (x *TypeInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TypeInfo.ProtoReflect.Descriptor instead.
 func (*TypeInfo) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{74}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *TypeInfo) GetType() string {
@@ -5475,7 +5579,7 @@ type WaitFinishedRequest struct {
 
 func (x *WaitFinishedRequest) Reset() {
 	*x = WaitFinishedRequest{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[75]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5487,7 +5591,7 @@ func (x *WaitFinishedRequest) String() string {
 func (*WaitFinishedRequest) ProtoMessage() {}
 
 func (x *WaitFinishedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[75]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5500,7 +5604,7 @@ func (x *WaitFinishedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitFinishedRequest.ProtoReflect.Descriptor instead.
 func (*WaitFinishedRequest) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{75}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *WaitFinishedRequest) GetFromNode() string {
@@ -5533,7 +5637,7 @@ type WaitFinishedResponse struct {
 
 func (x *WaitFinishedResponse) Reset() {
 	*x = WaitFinishedResponse{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[76]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5545,7 +5649,7 @@ func (x *WaitFinishedResponse) String() string {
 func (*WaitFinishedResponse) ProtoMessage() {}
 
 func (x *WaitFinishedResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[76]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5558,7 +5662,7 @@ func (x *WaitFinishedResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitFinishedResponse.ProtoReflect.Descriptor instead.
 func (*WaitFinishedResponse) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{76}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *WaitFinishedResponse) GetJobIds() []string {
@@ -5582,7 +5686,7 @@ type LandedEntry struct {
 
 func (x *LandedEntry) Reset() {
 	*x = LandedEntry{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[77]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5594,7 +5698,7 @@ func (x *LandedEntry) String() string {
 func (*LandedEntry) ProtoMessage() {}
 
 func (x *LandedEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[77]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5607,7 +5711,7 @@ func (x *LandedEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LandedEntry.ProtoReflect.Descriptor instead.
 func (*LandedEntry) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{77}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *LandedEntry) GetShard() int32 {
@@ -5655,7 +5759,7 @@ type LandRequest struct {
 
 func (x *LandRequest) Reset() {
 	*x = LandRequest{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[78]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5667,7 +5771,7 @@ func (x *LandRequest) String() string {
 func (*LandRequest) ProtoMessage() {}
 
 func (x *LandRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[78]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5680,7 +5784,7 @@ func (x *LandRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LandRequest.ProtoReflect.Descriptor instead.
 func (*LandRequest) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{78}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *LandRequest) GetFromNode() string {
@@ -5707,7 +5811,7 @@ type LandResponse struct {
 
 func (x *LandResponse) Reset() {
 	*x = LandResponse{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[79]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5719,7 +5823,7 @@ func (x *LandResponse) String() string {
 func (*LandResponse) ProtoMessage() {}
 
 func (x *LandResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[79]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5732,7 +5836,7 @@ func (x *LandResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LandResponse.ProtoReflect.Descriptor instead.
 func (*LandResponse) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{79}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *LandResponse) GetTaken() int32 {
@@ -5942,7 +6046,7 @@ const file_timeshard_v1_timeshard_proto_rawDesc = "" +
 	"\bmax_jobs\x18\x03 \x01(\x05R\amaxJobs\x12-\n" +
 	"\x04wait\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x04wait\x12/\n" +
 	"\x05lease\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x05lease\x12&\n" +
-	"\x0fmax_reply_bytes\x18\x06 \x01(\x05R\rmaxReplyBytes\"\xde\x01\n" +
+	"\x0fmax_reply_bytes\x18\x06 \x01(\x05R\rmaxReplyBytes\"\x96\x02\n" +
 	"\n" +
 	"ClaimedJob\x12#\n" +
 	"\x03job\x18\x01 \x01(\v2\x11.timeshard.v1.JobR\x03job\x12\x14\n" +
@@ -5950,7 +6054,8 @@ const file_timeshard_v1_timeshard_proto_rawDesc = "" +
 	"\vlease_until\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"leaseUntil\x12'\n" +
 	"\x0fidempotency_key\x18\x04 \x01(\tR\x0eidempotencyKey\x12/\n" +
-	"\x05lease\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x05lease\"=\n" +
+	"\x05lease\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x05lease\x126\n" +
+	"\tstarts_in\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\bstartsIn\"=\n" +
 	"\rClaimResponse\x12,\n" +
 	"\x04jobs\x18\x01 \x03(\v2\x18.timeshard.v1.ClaimedJobR\x04jobs\"\xc5\x01\n" +
 	"\x10HeartbeatRequest\x12\x15\n" +
@@ -5998,15 +6103,21 @@ const file_timeshard_v1_timeshard_proto_rawDesc = "" +
 	"\amessage\x18\x03 \x01(\tR\amessage\x12,\n" +
 	"\x05state\x18\x04 \x01(\x0e2\x16.timeshard.v1.JobStateR\x05state\"F\n" +
 	"\x0eFinishResponse\x124\n" +
-	"\aresults\x18\x01 \x03(\v2\x1a.timeshard.v1.FinishResultR\aresults\"\x81\x01\n" +
+	"\aresults\x18\x01 \x03(\v2\x1a.timeshard.v1.FinishResultR\aresults\"\xad\x01\n" +
 	"\tWorkHello\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12/\n" +
 	"\x05lease\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x05lease\x12&\n" +
-	"\x0fmax_reply_bytes\x18\x03 \x01(\x05R\rmaxReplyBytes\":\n" +
+	"\x0fmax_reply_bytes\x18\x03 \x01(\x05R\rmaxReplyBytes\x12*\n" +
+	"\x11accepts_starts_in\x18\x04 \x01(\bR\x0facceptsStartsIn\":\n" +
 	"\n" +
 	"WorkCredit\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12\x18\n" +
-	"\acredits\x18\x02 \x01(\x05R\acredits\"\xc4\x02\n" +
+	"\acredits\x18\x02 \x01(\x05R\acredits\"S\n" +
+	"\n" +
+	"WorkRevoke\x12\x15\n" +
+	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x14\n" +
+	"\x05fence\x18\x02 \x01(\x03R\x05fence\x12\x18\n" +
+	"\astarted\x18\x03 \x01(\bR\astarted\"\xf8\x02\n" +
 	"\vWorkRequest\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12-\n" +
 	"\x05hello\x18\x02 \x01(\v2\x17.timeshard.v1.WorkHelloR\x05hello\x122\n" +
@@ -6016,12 +6127,13 @@ const file_timeshard_v1_timeshard_proto_rawDesc = "" +
 	"heartbeats\x122\n" +
 	"\aresults\x18\x05 \x03(\v2\x18.timeshard.v1.FinishItemR\aresults\x12\x12\n" +
 	"\x04stop\x18\x06 \x01(\bR\x04stop\x128\n" +
-	"\astarted\x18\a \x03(\v2\x1e.timeshard.v1.HeartbeatRequestR\astarted\"\x8d\x01\n" +
+	"\astarted\x18\a \x03(\v2\x1e.timeshard.v1.HeartbeatRequestR\astarted\x122\n" +
+	"\arevoked\x18\b \x03(\v2\x18.timeshard.v1.WorkRevokeR\arevoked\"\x8d\x01\n" +
 	"\x0fHeartbeatResult\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x12\n" +
 	"\x04code\x18\x02 \x01(\x05R\x04code\x12\x18\n" +
 	"\amessage\x18\x03 \x01(\tR\amessage\x125\n" +
-	"\x05lease\x18\x04 \x01(\v2\x1f.timeshard.v1.HeartbeatResponseR\x05lease\"\xa9\x02\n" +
+	"\x05lease\x18\x04 \x01(\v2\x1f.timeshard.v1.HeartbeatResponseR\x05lease\"\xdd\x02\n" +
 	"\fWorkResponse\x12,\n" +
 	"\x04jobs\x18\x01 \x03(\v2\x18.timeshard.v1.ClaimedJobR\x04jobs\x12\x1b\n" +
 	"\tafter_seq\x18\x02 \x01(\x04R\bafterSeq\x12\x10\n" +
@@ -6031,7 +6143,8 @@ const file_timeshard_v1_timeshard_proto_rawDesc = "" +
 	"heartbeats\x124\n" +
 	"\aresults\x18\x05 \x03(\v2\x1a.timeshard.v1.FinishResultR\aresults\x12\x18\n" +
 	"\astopped\x18\x06 \x01(\bR\astopped\x12-\n" +
-	"\x04held\x18\a \x01(\v2\x19.google.protobuf.DurationR\x04held\"9\n" +
+	"\x04held\x18\a \x01(\v2\x19.google.protobuf.DurationR\x04held\x122\n" +
+	"\arevokes\x18\b \x03(\v2\x18.timeshard.v1.WorkRevokeR\arevokes\"9\n" +
 	"\x04Node\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\"\x14\n" +
@@ -6261,7 +6374,7 @@ func file_timeshard_v1_timeshard_proto_rawDescGZIP() []byte {
 }
 
 var file_timeshard_v1_timeshard_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_timeshard_v1_timeshard_proto_msgTypes = make([]protoimpl.MessageInfo, 80)
+var file_timeshard_v1_timeshard_proto_msgTypes = make([]protoimpl.MessageInfo, 81)
 var file_timeshard_v1_timeshard_proto_goTypes = []any{
 	(JobState)(0),                     // 0: timeshard.v1.JobState
 	(IfExists)(0),                     // 1: timeshard.v1.IfExists
@@ -6311,59 +6424,60 @@ var file_timeshard_v1_timeshard_proto_goTypes = []any{
 	(*FinishResponse)(nil),            // 45: timeshard.v1.FinishResponse
 	(*WorkHello)(nil),                 // 46: timeshard.v1.WorkHello
 	(*WorkCredit)(nil),                // 47: timeshard.v1.WorkCredit
-	(*WorkRequest)(nil),               // 48: timeshard.v1.WorkRequest
-	(*HeartbeatResult)(nil),           // 49: timeshard.v1.HeartbeatResult
-	(*WorkResponse)(nil),              // 50: timeshard.v1.WorkResponse
-	(*Node)(nil),                      // 51: timeshard.v1.Node
-	(*ClusterInfoRequest)(nil),        // 52: timeshard.v1.ClusterInfoRequest
-	(*ClusterInfoResponse)(nil),       // 53: timeshard.v1.ClusterInfoResponse
-	(*ShardInfo)(nil),                 // 54: timeshard.v1.ShardInfo
-	(*ShardOwnersRequest)(nil),        // 55: timeshard.v1.ShardOwnersRequest
-	(*ShardOwnersResponse)(nil),       // 56: timeshard.v1.ShardOwnersResponse
-	(*MoveShardRequest)(nil),          // 57: timeshard.v1.MoveShardRequest
-	(*MoveShardResponse)(nil),         // 58: timeshard.v1.MoveShardResponse
-	(*DrainNodeRequest)(nil),          // 59: timeshard.v1.DrainNodeRequest
-	(*DrainNodeResponse)(nil),         // 60: timeshard.v1.DrainNodeResponse
-	(*NodeStatusRequest)(nil),         // 61: timeshard.v1.NodeStatusRequest
-	(*ShardStatus)(nil),               // 62: timeshard.v1.ShardStatus
-	(*LatenessBucket)(nil),            // 63: timeshard.v1.LatenessBucket
-	(*TypeCounts)(nil),                // 64: timeshard.v1.TypeCounts
-	(*TypeStartDelay)(nil),            // 65: timeshard.v1.TypeStartDelay
-	(*TypeWaiting)(nil),               // 66: timeshard.v1.TypeWaiting
-	(*JobEvent)(nil),                  // 67: timeshard.v1.JobEvent
-	(*NodeStatusResponse)(nil),        // 68: timeshard.v1.NodeStatusResponse
-	(*TypePolicy)(nil),                // 69: timeshard.v1.TypePolicy
-	(*SetTypePoliciesRequest)(nil),    // 70: timeshard.v1.SetTypePoliciesRequest
-	(*SetTypePoliciesResponse)(nil),   // 71: timeshard.v1.SetTypePoliciesResponse
-	(*TypeFlow)(nil),                  // 72: timeshard.v1.TypeFlow
-	(*SetTypeFlowsRequest)(nil),       // 73: timeshard.v1.SetTypeFlowsRequest
-	(*SetTypeFlowsResponse)(nil),      // 74: timeshard.v1.SetTypeFlowsResponse
-	(*ListTypesRequest)(nil),          // 75: timeshard.v1.ListTypesRequest
-	(*ListTypesResponse)(nil),         // 76: timeshard.v1.ListTypesResponse
-	(*TypeInfo)(nil),                  // 77: timeshard.v1.TypeInfo
-	(*WaitFinishedRequest)(nil),       // 78: timeshard.v1.WaitFinishedRequest
-	(*WaitFinishedResponse)(nil),      // 79: timeshard.v1.WaitFinishedResponse
-	(*LandedEntry)(nil),               // 80: timeshard.v1.LandedEntry
-	(*LandRequest)(nil),               // 81: timeshard.v1.LandRequest
-	(*LandResponse)(nil),              // 82: timeshard.v1.LandResponse
-	(*timestamppb.Timestamp)(nil),     // 83: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),       // 84: google.protobuf.Duration
+	(*WorkRevoke)(nil),                // 48: timeshard.v1.WorkRevoke
+	(*WorkRequest)(nil),               // 49: timeshard.v1.WorkRequest
+	(*HeartbeatResult)(nil),           // 50: timeshard.v1.HeartbeatResult
+	(*WorkResponse)(nil),              // 51: timeshard.v1.WorkResponse
+	(*Node)(nil),                      // 52: timeshard.v1.Node
+	(*ClusterInfoRequest)(nil),        // 53: timeshard.v1.ClusterInfoRequest
+	(*ClusterInfoResponse)(nil),       // 54: timeshard.v1.ClusterInfoResponse
+	(*ShardInfo)(nil),                 // 55: timeshard.v1.ShardInfo
+	(*ShardOwnersRequest)(nil),        // 56: timeshard.v1.ShardOwnersRequest
+	(*ShardOwnersResponse)(nil),       // 57: timeshard.v1.ShardOwnersResponse
+	(*MoveShardRequest)(nil),          // 58: timeshard.v1.MoveShardRequest
+	(*MoveShardResponse)(nil),         // 59: timeshard.v1.MoveShardResponse
+	(*DrainNodeRequest)(nil),          // 60: timeshard.v1.DrainNodeRequest
+	(*DrainNodeResponse)(nil),         // 61: timeshard.v1.DrainNodeResponse
+	(*NodeStatusRequest)(nil),         // 62: timeshard.v1.NodeStatusRequest
+	(*ShardStatus)(nil),               // 63: timeshard.v1.ShardStatus
+	(*LatenessBucket)(nil),            // 64: timeshard.v1.LatenessBucket
+	(*TypeCounts)(nil),                // 65: timeshard.v1.TypeCounts
+	(*TypeStartDelay)(nil),            // 66: timeshard.v1.TypeStartDelay
+	(*TypeWaiting)(nil),               // 67: timeshard.v1.TypeWaiting
+	(*JobEvent)(nil),                  // 68: timeshard.v1.JobEvent
+	(*NodeStatusResponse)(nil),        // 69: timeshard.v1.NodeStatusResponse
+	(*TypePolicy)(nil),                // 70: timeshard.v1.TypePolicy
+	(*SetTypePoliciesRequest)(nil),    // 71: timeshard.v1.SetTypePoliciesRequest
+	(*SetTypePoliciesResponse)(nil),   // 72: timeshard.v1.SetTypePoliciesResponse
+	(*TypeFlow)(nil),                  // 73: timeshard.v1.TypeFlow
+	(*SetTypeFlowsRequest)(nil),       // 74: timeshard.v1.SetTypeFlowsRequest
+	(*SetTypeFlowsResponse)(nil),      // 75: timeshard.v1.SetTypeFlowsResponse
+	(*ListTypesRequest)(nil),          // 76: timeshard.v1.ListTypesRequest
+	(*ListTypesResponse)(nil),         // 77: timeshard.v1.ListTypesResponse
+	(*TypeInfo)(nil),                  // 78: timeshard.v1.TypeInfo
+	(*WaitFinishedRequest)(nil),       // 79: timeshard.v1.WaitFinishedRequest
+	(*WaitFinishedResponse)(nil),      // 80: timeshard.v1.WaitFinishedResponse
+	(*LandedEntry)(nil),               // 81: timeshard.v1.LandedEntry
+	(*LandRequest)(nil),               // 82: timeshard.v1.LandRequest
+	(*LandResponse)(nil),              // 83: timeshard.v1.LandResponse
+	(*timestamppb.Timestamp)(nil),     // 84: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),       // 85: google.protobuf.Duration
 }
 var file_timeshard_v1_timeshard_proto_depIdxs = []int32{
-	83,  // 0: timeshard.v1.Attempt.started_at:type_name -> google.protobuf.Timestamp
-	83,  // 1: timeshard.v1.Attempt.finished_at:type_name -> google.protobuf.Timestamp
+	84,  // 0: timeshard.v1.Attempt.started_at:type_name -> google.protobuf.Timestamp
+	84,  // 1: timeshard.v1.Attempt.finished_at:type_name -> google.protobuf.Timestamp
 	0,   // 2: timeshard.v1.Job.state:type_name -> timeshard.v1.JobState
-	83,  // 3: timeshard.v1.Job.run_at:type_name -> google.protobuf.Timestamp
-	83,  // 4: timeshard.v1.Job.created_at:type_name -> google.protobuf.Timestamp
-	83,  // 5: timeshard.v1.Job.lease_until:type_name -> google.protobuf.Timestamp
-	83,  // 6: timeshard.v1.Job.started_at:type_name -> google.protobuf.Timestamp
-	83,  // 7: timeshard.v1.Job.finished_at:type_name -> google.protobuf.Timestamp
+	84,  // 3: timeshard.v1.Job.run_at:type_name -> google.protobuf.Timestamp
+	84,  // 4: timeshard.v1.Job.created_at:type_name -> google.protobuf.Timestamp
+	84,  // 5: timeshard.v1.Job.lease_until:type_name -> google.protobuf.Timestamp
+	84,  // 6: timeshard.v1.Job.started_at:type_name -> google.protobuf.Timestamp
+	84,  // 7: timeshard.v1.Job.finished_at:type_name -> google.protobuf.Timestamp
 	3,   // 8: timeshard.v1.Job.history:type_name -> timeshard.v1.Attempt
-	83,  // 9: timeshard.v1.Job.deadline:type_name -> google.protobuf.Timestamp
-	84,  // 10: timeshard.v1.ScheduleJobRequest.delay:type_name -> google.protobuf.Duration
-	83,  // 11: timeshard.v1.ScheduleJobRequest.run_at:type_name -> google.protobuf.Timestamp
-	83,  // 12: timeshard.v1.ScheduleJobRequest.deadline:type_name -> google.protobuf.Timestamp
-	84,  // 13: timeshard.v1.ScheduleJobRequest.deadline_in:type_name -> google.protobuf.Duration
+	84,  // 9: timeshard.v1.Job.deadline:type_name -> google.protobuf.Timestamp
+	85,  // 10: timeshard.v1.ScheduleJobRequest.delay:type_name -> google.protobuf.Duration
+	84,  // 11: timeshard.v1.ScheduleJobRequest.run_at:type_name -> google.protobuf.Timestamp
+	84,  // 12: timeshard.v1.ScheduleJobRequest.deadline:type_name -> google.protobuf.Timestamp
+	85,  // 13: timeshard.v1.ScheduleJobRequest.deadline_in:type_name -> google.protobuf.Duration
 	1,   // 14: timeshard.v1.ScheduleJobRequest.if_exists:type_name -> timeshard.v1.IfExists
 	4,   // 15: timeshard.v1.ScheduleJobResponse.job:type_name -> timeshard.v1.Job
 	6,   // 16: timeshard.v1.ScheduleJobResponse.warnings:type_name -> timeshard.v1.ScheduleWarning
@@ -6372,157 +6486,160 @@ var file_timeshard_v1_timeshard_proto_depIdxs = []int32{
 	6,   // 19: timeshard.v1.ScheduleJobsResponse.warnings:type_name -> timeshard.v1.ScheduleWarning
 	0,   // 20: timeshard.v1.ListJobsRequest.state:type_name -> timeshard.v1.JobState
 	0,   // 21: timeshard.v1.ListJobsRequest.states:type_name -> timeshard.v1.JobState
-	83,  // 22: timeshard.v1.ListJobsRequest.run_at_from:type_name -> google.protobuf.Timestamp
-	83,  // 23: timeshard.v1.ListJobsRequest.run_at_to:type_name -> google.protobuf.Timestamp
+	84,  // 22: timeshard.v1.ListJobsRequest.run_at_from:type_name -> google.protobuf.Timestamp
+	84,  // 23: timeshard.v1.ListJobsRequest.run_at_to:type_name -> google.protobuf.Timestamp
 	2,   // 24: timeshard.v1.ListJobsRequest.order:type_name -> timeshard.v1.JobOrder
 	4,   // 25: timeshard.v1.ListJobsResponse.jobs:type_name -> timeshard.v1.Job
-	84,  // 26: timeshard.v1.RescheduleJobRequest.delay:type_name -> google.protobuf.Duration
-	83,  // 27: timeshard.v1.RescheduleJobRequest.run_at:type_name -> google.protobuf.Timestamp
-	84,  // 28: timeshard.v1.Schedule.misfire_grace:type_name -> google.protobuf.Duration
-	84,  // 29: timeshard.v1.Schedule.jitter:type_name -> google.protobuf.Duration
-	83,  // 30: timeshard.v1.Schedule.next_fire:type_name -> google.protobuf.Timestamp
-	83,  // 31: timeshard.v1.Schedule.last_skip_at:type_name -> google.protobuf.Timestamp
-	83,  // 32: timeshard.v1.Schedule.last_fire_at:type_name -> google.protobuf.Timestamp
-	83,  // 33: timeshard.v1.Schedule.queued_at:type_name -> google.protobuf.Timestamp
-	84,  // 34: timeshard.v1.Schedule.spread:type_name -> google.protobuf.Duration
+	85,  // 26: timeshard.v1.RescheduleJobRequest.delay:type_name -> google.protobuf.Duration
+	84,  // 27: timeshard.v1.RescheduleJobRequest.run_at:type_name -> google.protobuf.Timestamp
+	85,  // 28: timeshard.v1.Schedule.misfire_grace:type_name -> google.protobuf.Duration
+	85,  // 29: timeshard.v1.Schedule.jitter:type_name -> google.protobuf.Duration
+	84,  // 30: timeshard.v1.Schedule.next_fire:type_name -> google.protobuf.Timestamp
+	84,  // 31: timeshard.v1.Schedule.last_skip_at:type_name -> google.protobuf.Timestamp
+	84,  // 32: timeshard.v1.Schedule.last_fire_at:type_name -> google.protobuf.Timestamp
+	84,  // 33: timeshard.v1.Schedule.queued_at:type_name -> google.protobuf.Timestamp
+	85,  // 34: timeshard.v1.Schedule.spread:type_name -> google.protobuf.Duration
 	15,  // 35: timeshard.v1.CreateScheduleRequest.schedule:type_name -> timeshard.v1.Schedule
 	15,  // 36: timeshard.v1.ListSchedulesResponse.schedules:type_name -> timeshard.v1.Schedule
 	15,  // 37: timeshard.v1.UpdateScheduleRequest.schedule:type_name -> timeshard.v1.Schedule
-	83,  // 38: timeshard.v1.PreviewRequest.from:type_name -> google.protobuf.Timestamp
-	84,  // 39: timeshard.v1.PreviewRequest.spread:type_name -> google.protobuf.Duration
-	83,  // 40: timeshard.v1.FireTime.utc:type_name -> google.protobuf.Timestamp
-	83,  // 41: timeshard.v1.FireTime.runs_at:type_name -> google.protobuf.Timestamp
+	84,  // 38: timeshard.v1.PreviewRequest.from:type_name -> google.protobuf.Timestamp
+	85,  // 39: timeshard.v1.PreviewRequest.spread:type_name -> google.protobuf.Duration
+	84,  // 40: timeshard.v1.FireTime.utc:type_name -> google.protobuf.Timestamp
+	84,  // 41: timeshard.v1.FireTime.runs_at:type_name -> google.protobuf.Timestamp
 	24,  // 42: timeshard.v1.PreviewResponse.times:type_name -> timeshard.v1.FireTime
-	83,  // 43: timeshard.v1.ListDeadLettersRequest.since:type_name -> google.protobuf.Timestamp
+	84,  // 43: timeshard.v1.ListDeadLettersRequest.since:type_name -> google.protobuf.Timestamp
 	4,   // 44: timeshard.v1.ListDeadLettersResponse.jobs:type_name -> timeshard.v1.Job
 	4,   // 45: timeshard.v1.ReplayDeadLettersResponse.jobs:type_name -> timeshard.v1.Job
-	84,  // 46: timeshard.v1.WaitJobsRequest.timeout:type_name -> google.protobuf.Duration
+	85,  // 46: timeshard.v1.WaitJobsRequest.timeout:type_name -> google.protobuf.Duration
 	4,   // 47: timeshard.v1.WaitJobsResponse.job:type_name -> timeshard.v1.Job
-	84,  // 48: timeshard.v1.ClaimRequest.wait:type_name -> google.protobuf.Duration
-	84,  // 49: timeshard.v1.ClaimRequest.lease:type_name -> google.protobuf.Duration
+	85,  // 48: timeshard.v1.ClaimRequest.wait:type_name -> google.protobuf.Duration
+	85,  // 49: timeshard.v1.ClaimRequest.lease:type_name -> google.protobuf.Duration
 	4,   // 50: timeshard.v1.ClaimedJob.job:type_name -> timeshard.v1.Job
-	83,  // 51: timeshard.v1.ClaimedJob.lease_until:type_name -> google.protobuf.Timestamp
-	84,  // 52: timeshard.v1.ClaimedJob.lease:type_name -> google.protobuf.Duration
-	34,  // 53: timeshard.v1.ClaimResponse.jobs:type_name -> timeshard.v1.ClaimedJob
-	84,  // 54: timeshard.v1.HeartbeatRequest.lease:type_name -> google.protobuf.Duration
-	83,  // 55: timeshard.v1.HeartbeatRequest.started_at:type_name -> google.protobuf.Timestamp
-	83,  // 56: timeshard.v1.HeartbeatResponse.lease_until:type_name -> google.protobuf.Timestamp
-	84,  // 57: timeshard.v1.HeartbeatResponse.lease:type_name -> google.protobuf.Duration
-	0,   // 58: timeshard.v1.FailResponse.state:type_name -> timeshard.v1.JobState
-	83,  // 59: timeshard.v1.FailResponse.retry_at:type_name -> google.protobuf.Timestamp
-	42,  // 60: timeshard.v1.FinishRequest.items:type_name -> timeshard.v1.FinishItem
-	0,   // 61: timeshard.v1.FinishResult.state:type_name -> timeshard.v1.JobState
-	44,  // 62: timeshard.v1.FinishResponse.results:type_name -> timeshard.v1.FinishResult
-	84,  // 63: timeshard.v1.WorkHello.lease:type_name -> google.protobuf.Duration
-	46,  // 64: timeshard.v1.WorkRequest.hello:type_name -> timeshard.v1.WorkHello
-	47,  // 65: timeshard.v1.WorkRequest.credits:type_name -> timeshard.v1.WorkCredit
-	36,  // 66: timeshard.v1.WorkRequest.heartbeats:type_name -> timeshard.v1.HeartbeatRequest
-	42,  // 67: timeshard.v1.WorkRequest.results:type_name -> timeshard.v1.FinishItem
-	36,  // 68: timeshard.v1.WorkRequest.started:type_name -> timeshard.v1.HeartbeatRequest
-	37,  // 69: timeshard.v1.HeartbeatResult.lease:type_name -> timeshard.v1.HeartbeatResponse
-	34,  // 70: timeshard.v1.WorkResponse.jobs:type_name -> timeshard.v1.ClaimedJob
-	49,  // 71: timeshard.v1.WorkResponse.heartbeats:type_name -> timeshard.v1.HeartbeatResult
-	44,  // 72: timeshard.v1.WorkResponse.results:type_name -> timeshard.v1.FinishResult
-	84,  // 73: timeshard.v1.WorkResponse.held:type_name -> google.protobuf.Duration
-	51,  // 74: timeshard.v1.ClusterInfoResponse.nodes:type_name -> timeshard.v1.Node
-	83,  // 75: timeshard.v1.ShardInfo.cursor:type_name -> google.protobuf.Timestamp
-	54,  // 76: timeshard.v1.ShardOwnersResponse.shards:type_name -> timeshard.v1.ShardInfo
-	84,  // 77: timeshard.v1.NodeStatusRequest.window:type_name -> google.protobuf.Duration
-	63,  // 78: timeshard.v1.TypeStartDelay.buckets:type_name -> timeshard.v1.LatenessBucket
-	83,  // 79: timeshard.v1.JobEvent.at:type_name -> google.protobuf.Timestamp
-	62,  // 80: timeshard.v1.NodeStatusResponse.shards:type_name -> timeshard.v1.ShardStatus
-	84,  // 81: timeshard.v1.NodeStatusResponse.window:type_name -> google.protobuf.Duration
-	63,  // 82: timeshard.v1.NodeStatusResponse.lateness:type_name -> timeshard.v1.LatenessBucket
-	64,  // 83: timeshard.v1.NodeStatusResponse.jobs:type_name -> timeshard.v1.TypeCounts
-	83,  // 84: timeshard.v1.NodeStatusResponse.dead_letters_at:type_name -> google.protobuf.Timestamp
-	67,  // 85: timeshard.v1.NodeStatusResponse.recent_failures:type_name -> timeshard.v1.JobEvent
-	67,  // 86: timeshard.v1.NodeStatusResponse.recent_dead_letters:type_name -> timeshard.v1.JobEvent
-	66,  // 87: timeshard.v1.NodeStatusResponse.unclaimed:type_name -> timeshard.v1.TypeWaiting
-	65,  // 88: timeshard.v1.NodeStatusResponse.start_delay:type_name -> timeshard.v1.TypeStartDelay
-	84,  // 89: timeshard.v1.TypePolicy.retry_base:type_name -> google.protobuf.Duration
-	84,  // 90: timeshard.v1.TypePolicy.retry_max:type_name -> google.protobuf.Duration
-	69,  // 91: timeshard.v1.SetTypePoliciesRequest.policies:type_name -> timeshard.v1.TypePolicy
-	69,  // 92: timeshard.v1.SetTypePoliciesResponse.policies:type_name -> timeshard.v1.TypePolicy
-	72,  // 93: timeshard.v1.SetTypeFlowsRequest.flows:type_name -> timeshard.v1.TypeFlow
-	77,  // 94: timeshard.v1.SetTypeFlowsResponse.types:type_name -> timeshard.v1.TypeInfo
-	77,  // 95: timeshard.v1.ListTypesResponse.types:type_name -> timeshard.v1.TypeInfo
-	69,  // 96: timeshard.v1.TypeInfo.policy:type_name -> timeshard.v1.TypePolicy
-	84,  // 97: timeshard.v1.WaitFinishedRequest.timeout:type_name -> google.protobuf.Duration
-	83,  // 98: timeshard.v1.LandedEntry.due_at:type_name -> google.protobuf.Timestamp
-	80,  // 99: timeshard.v1.LandRequest.entries:type_name -> timeshard.v1.LandedEntry
-	5,   // 100: timeshard.v1.JobService.ScheduleJob:input_type -> timeshard.v1.ScheduleJobRequest
-	8,   // 101: timeshard.v1.JobService.ScheduleJobs:input_type -> timeshard.v1.ScheduleJobsRequest
-	10,  // 102: timeshard.v1.JobService.GetJob:input_type -> timeshard.v1.GetJobRequest
-	11,  // 103: timeshard.v1.JobService.ListJobs:input_type -> timeshard.v1.ListJobsRequest
-	13,  // 104: timeshard.v1.JobService.CancelJob:input_type -> timeshard.v1.CancelJobRequest
-	14,  // 105: timeshard.v1.JobService.RescheduleJob:input_type -> timeshard.v1.RescheduleJobRequest
-	16,  // 106: timeshard.v1.JobService.CreateSchedule:input_type -> timeshard.v1.CreateScheduleRequest
-	17,  // 107: timeshard.v1.JobService.GetSchedule:input_type -> timeshard.v1.GetScheduleRequest
-	18,  // 108: timeshard.v1.JobService.ListSchedules:input_type -> timeshard.v1.ListSchedulesRequest
-	20,  // 109: timeshard.v1.JobService.UpdateSchedule:input_type -> timeshard.v1.UpdateScheduleRequest
-	21,  // 110: timeshard.v1.JobService.PauseSchedule:input_type -> timeshard.v1.ScheduleIdRequest
-	21,  // 111: timeshard.v1.JobService.ResumeSchedule:input_type -> timeshard.v1.ScheduleIdRequest
-	21,  // 112: timeshard.v1.JobService.DeleteSchedule:input_type -> timeshard.v1.ScheduleIdRequest
-	23,  // 113: timeshard.v1.JobService.PreviewSchedule:input_type -> timeshard.v1.PreviewRequest
-	26,  // 114: timeshard.v1.JobService.ListDeadLetters:input_type -> timeshard.v1.ListDeadLettersRequest
-	28,  // 115: timeshard.v1.JobService.ReplayDeadLetters:input_type -> timeshard.v1.ReplayDeadLettersRequest
-	28,  // 116: timeshard.v1.JobService.PurgeDeadLetters:input_type -> timeshard.v1.ReplayDeadLettersRequest
-	31,  // 117: timeshard.v1.JobService.WaitJobs:input_type -> timeshard.v1.WaitJobsRequest
-	33,  // 118: timeshard.v1.WorkerService.Claim:input_type -> timeshard.v1.ClaimRequest
-	36,  // 119: timeshard.v1.WorkerService.Heartbeat:input_type -> timeshard.v1.HeartbeatRequest
-	38,  // 120: timeshard.v1.WorkerService.Complete:input_type -> timeshard.v1.CompleteRequest
-	40,  // 121: timeshard.v1.WorkerService.Fail:input_type -> timeshard.v1.FailRequest
-	43,  // 122: timeshard.v1.WorkerService.Finish:input_type -> timeshard.v1.FinishRequest
-	48,  // 123: timeshard.v1.WorkerService.Work:input_type -> timeshard.v1.WorkRequest
-	52,  // 124: timeshard.v1.AdminService.ClusterInfo:input_type -> timeshard.v1.ClusterInfoRequest
-	55,  // 125: timeshard.v1.AdminService.ShardOwners:input_type -> timeshard.v1.ShardOwnersRequest
-	57,  // 126: timeshard.v1.AdminService.MoveShard:input_type -> timeshard.v1.MoveShardRequest
-	59,  // 127: timeshard.v1.AdminService.DrainNode:input_type -> timeshard.v1.DrainNodeRequest
-	61,  // 128: timeshard.v1.AdminService.NodeStatus:input_type -> timeshard.v1.NodeStatusRequest
-	70,  // 129: timeshard.v1.AdminService.SetTypePolicies:input_type -> timeshard.v1.SetTypePoliciesRequest
-	73,  // 130: timeshard.v1.AdminService.SetTypeFlows:input_type -> timeshard.v1.SetTypeFlowsRequest
-	75,  // 131: timeshard.v1.AdminService.ListTypes:input_type -> timeshard.v1.ListTypesRequest
-	81,  // 132: timeshard.v1.PeerService.Land:input_type -> timeshard.v1.LandRequest
-	78,  // 133: timeshard.v1.PeerService.WaitFinished:input_type -> timeshard.v1.WaitFinishedRequest
-	7,   // 134: timeshard.v1.JobService.ScheduleJob:output_type -> timeshard.v1.ScheduleJobResponse
-	9,   // 135: timeshard.v1.JobService.ScheduleJobs:output_type -> timeshard.v1.ScheduleJobsResponse
-	4,   // 136: timeshard.v1.JobService.GetJob:output_type -> timeshard.v1.Job
-	12,  // 137: timeshard.v1.JobService.ListJobs:output_type -> timeshard.v1.ListJobsResponse
-	4,   // 138: timeshard.v1.JobService.CancelJob:output_type -> timeshard.v1.Job
-	4,   // 139: timeshard.v1.JobService.RescheduleJob:output_type -> timeshard.v1.Job
-	15,  // 140: timeshard.v1.JobService.CreateSchedule:output_type -> timeshard.v1.Schedule
-	15,  // 141: timeshard.v1.JobService.GetSchedule:output_type -> timeshard.v1.Schedule
-	19,  // 142: timeshard.v1.JobService.ListSchedules:output_type -> timeshard.v1.ListSchedulesResponse
-	15,  // 143: timeshard.v1.JobService.UpdateSchedule:output_type -> timeshard.v1.Schedule
-	15,  // 144: timeshard.v1.JobService.PauseSchedule:output_type -> timeshard.v1.Schedule
-	15,  // 145: timeshard.v1.JobService.ResumeSchedule:output_type -> timeshard.v1.Schedule
-	22,  // 146: timeshard.v1.JobService.DeleteSchedule:output_type -> timeshard.v1.DeleteScheduleResponse
-	25,  // 147: timeshard.v1.JobService.PreviewSchedule:output_type -> timeshard.v1.PreviewResponse
-	27,  // 148: timeshard.v1.JobService.ListDeadLetters:output_type -> timeshard.v1.ListDeadLettersResponse
-	29,  // 149: timeshard.v1.JobService.ReplayDeadLetters:output_type -> timeshard.v1.ReplayDeadLettersResponse
-	30,  // 150: timeshard.v1.JobService.PurgeDeadLetters:output_type -> timeshard.v1.PurgeDeadLettersResponse
-	32,  // 151: timeshard.v1.JobService.WaitJobs:output_type -> timeshard.v1.WaitJobsResponse
-	35,  // 152: timeshard.v1.WorkerService.Claim:output_type -> timeshard.v1.ClaimResponse
-	37,  // 153: timeshard.v1.WorkerService.Heartbeat:output_type -> timeshard.v1.HeartbeatResponse
-	39,  // 154: timeshard.v1.WorkerService.Complete:output_type -> timeshard.v1.CompleteResponse
-	41,  // 155: timeshard.v1.WorkerService.Fail:output_type -> timeshard.v1.FailResponse
-	45,  // 156: timeshard.v1.WorkerService.Finish:output_type -> timeshard.v1.FinishResponse
-	50,  // 157: timeshard.v1.WorkerService.Work:output_type -> timeshard.v1.WorkResponse
-	53,  // 158: timeshard.v1.AdminService.ClusterInfo:output_type -> timeshard.v1.ClusterInfoResponse
-	56,  // 159: timeshard.v1.AdminService.ShardOwners:output_type -> timeshard.v1.ShardOwnersResponse
-	58,  // 160: timeshard.v1.AdminService.MoveShard:output_type -> timeshard.v1.MoveShardResponse
-	60,  // 161: timeshard.v1.AdminService.DrainNode:output_type -> timeshard.v1.DrainNodeResponse
-	68,  // 162: timeshard.v1.AdminService.NodeStatus:output_type -> timeshard.v1.NodeStatusResponse
-	71,  // 163: timeshard.v1.AdminService.SetTypePolicies:output_type -> timeshard.v1.SetTypePoliciesResponse
-	74,  // 164: timeshard.v1.AdminService.SetTypeFlows:output_type -> timeshard.v1.SetTypeFlowsResponse
-	76,  // 165: timeshard.v1.AdminService.ListTypes:output_type -> timeshard.v1.ListTypesResponse
-	82,  // 166: timeshard.v1.PeerService.Land:output_type -> timeshard.v1.LandResponse
-	79,  // 167: timeshard.v1.PeerService.WaitFinished:output_type -> timeshard.v1.WaitFinishedResponse
-	134, // [134:168] is the sub-list for method output_type
-	100, // [100:134] is the sub-list for method input_type
-	100, // [100:100] is the sub-list for extension type_name
-	100, // [100:100] is the sub-list for extension extendee
-	0,   // [0:100] is the sub-list for field type_name
+	84,  // 51: timeshard.v1.ClaimedJob.lease_until:type_name -> google.protobuf.Timestamp
+	85,  // 52: timeshard.v1.ClaimedJob.lease:type_name -> google.protobuf.Duration
+	85,  // 53: timeshard.v1.ClaimedJob.starts_in:type_name -> google.protobuf.Duration
+	34,  // 54: timeshard.v1.ClaimResponse.jobs:type_name -> timeshard.v1.ClaimedJob
+	85,  // 55: timeshard.v1.HeartbeatRequest.lease:type_name -> google.protobuf.Duration
+	84,  // 56: timeshard.v1.HeartbeatRequest.started_at:type_name -> google.protobuf.Timestamp
+	84,  // 57: timeshard.v1.HeartbeatResponse.lease_until:type_name -> google.protobuf.Timestamp
+	85,  // 58: timeshard.v1.HeartbeatResponse.lease:type_name -> google.protobuf.Duration
+	0,   // 59: timeshard.v1.FailResponse.state:type_name -> timeshard.v1.JobState
+	84,  // 60: timeshard.v1.FailResponse.retry_at:type_name -> google.protobuf.Timestamp
+	42,  // 61: timeshard.v1.FinishRequest.items:type_name -> timeshard.v1.FinishItem
+	0,   // 62: timeshard.v1.FinishResult.state:type_name -> timeshard.v1.JobState
+	44,  // 63: timeshard.v1.FinishResponse.results:type_name -> timeshard.v1.FinishResult
+	85,  // 64: timeshard.v1.WorkHello.lease:type_name -> google.protobuf.Duration
+	46,  // 65: timeshard.v1.WorkRequest.hello:type_name -> timeshard.v1.WorkHello
+	47,  // 66: timeshard.v1.WorkRequest.credits:type_name -> timeshard.v1.WorkCredit
+	36,  // 67: timeshard.v1.WorkRequest.heartbeats:type_name -> timeshard.v1.HeartbeatRequest
+	42,  // 68: timeshard.v1.WorkRequest.results:type_name -> timeshard.v1.FinishItem
+	36,  // 69: timeshard.v1.WorkRequest.started:type_name -> timeshard.v1.HeartbeatRequest
+	48,  // 70: timeshard.v1.WorkRequest.revoked:type_name -> timeshard.v1.WorkRevoke
+	37,  // 71: timeshard.v1.HeartbeatResult.lease:type_name -> timeshard.v1.HeartbeatResponse
+	34,  // 72: timeshard.v1.WorkResponse.jobs:type_name -> timeshard.v1.ClaimedJob
+	50,  // 73: timeshard.v1.WorkResponse.heartbeats:type_name -> timeshard.v1.HeartbeatResult
+	44,  // 74: timeshard.v1.WorkResponse.results:type_name -> timeshard.v1.FinishResult
+	85,  // 75: timeshard.v1.WorkResponse.held:type_name -> google.protobuf.Duration
+	48,  // 76: timeshard.v1.WorkResponse.revokes:type_name -> timeshard.v1.WorkRevoke
+	52,  // 77: timeshard.v1.ClusterInfoResponse.nodes:type_name -> timeshard.v1.Node
+	84,  // 78: timeshard.v1.ShardInfo.cursor:type_name -> google.protobuf.Timestamp
+	55,  // 79: timeshard.v1.ShardOwnersResponse.shards:type_name -> timeshard.v1.ShardInfo
+	85,  // 80: timeshard.v1.NodeStatusRequest.window:type_name -> google.protobuf.Duration
+	64,  // 81: timeshard.v1.TypeStartDelay.buckets:type_name -> timeshard.v1.LatenessBucket
+	84,  // 82: timeshard.v1.JobEvent.at:type_name -> google.protobuf.Timestamp
+	63,  // 83: timeshard.v1.NodeStatusResponse.shards:type_name -> timeshard.v1.ShardStatus
+	85,  // 84: timeshard.v1.NodeStatusResponse.window:type_name -> google.protobuf.Duration
+	64,  // 85: timeshard.v1.NodeStatusResponse.lateness:type_name -> timeshard.v1.LatenessBucket
+	65,  // 86: timeshard.v1.NodeStatusResponse.jobs:type_name -> timeshard.v1.TypeCounts
+	84,  // 87: timeshard.v1.NodeStatusResponse.dead_letters_at:type_name -> google.protobuf.Timestamp
+	68,  // 88: timeshard.v1.NodeStatusResponse.recent_failures:type_name -> timeshard.v1.JobEvent
+	68,  // 89: timeshard.v1.NodeStatusResponse.recent_dead_letters:type_name -> timeshard.v1.JobEvent
+	67,  // 90: timeshard.v1.NodeStatusResponse.unclaimed:type_name -> timeshard.v1.TypeWaiting
+	66,  // 91: timeshard.v1.NodeStatusResponse.start_delay:type_name -> timeshard.v1.TypeStartDelay
+	85,  // 92: timeshard.v1.TypePolicy.retry_base:type_name -> google.protobuf.Duration
+	85,  // 93: timeshard.v1.TypePolicy.retry_max:type_name -> google.protobuf.Duration
+	70,  // 94: timeshard.v1.SetTypePoliciesRequest.policies:type_name -> timeshard.v1.TypePolicy
+	70,  // 95: timeshard.v1.SetTypePoliciesResponse.policies:type_name -> timeshard.v1.TypePolicy
+	73,  // 96: timeshard.v1.SetTypeFlowsRequest.flows:type_name -> timeshard.v1.TypeFlow
+	78,  // 97: timeshard.v1.SetTypeFlowsResponse.types:type_name -> timeshard.v1.TypeInfo
+	78,  // 98: timeshard.v1.ListTypesResponse.types:type_name -> timeshard.v1.TypeInfo
+	70,  // 99: timeshard.v1.TypeInfo.policy:type_name -> timeshard.v1.TypePolicy
+	85,  // 100: timeshard.v1.WaitFinishedRequest.timeout:type_name -> google.protobuf.Duration
+	84,  // 101: timeshard.v1.LandedEntry.due_at:type_name -> google.protobuf.Timestamp
+	81,  // 102: timeshard.v1.LandRequest.entries:type_name -> timeshard.v1.LandedEntry
+	5,   // 103: timeshard.v1.JobService.ScheduleJob:input_type -> timeshard.v1.ScheduleJobRequest
+	8,   // 104: timeshard.v1.JobService.ScheduleJobs:input_type -> timeshard.v1.ScheduleJobsRequest
+	10,  // 105: timeshard.v1.JobService.GetJob:input_type -> timeshard.v1.GetJobRequest
+	11,  // 106: timeshard.v1.JobService.ListJobs:input_type -> timeshard.v1.ListJobsRequest
+	13,  // 107: timeshard.v1.JobService.CancelJob:input_type -> timeshard.v1.CancelJobRequest
+	14,  // 108: timeshard.v1.JobService.RescheduleJob:input_type -> timeshard.v1.RescheduleJobRequest
+	16,  // 109: timeshard.v1.JobService.CreateSchedule:input_type -> timeshard.v1.CreateScheduleRequest
+	17,  // 110: timeshard.v1.JobService.GetSchedule:input_type -> timeshard.v1.GetScheduleRequest
+	18,  // 111: timeshard.v1.JobService.ListSchedules:input_type -> timeshard.v1.ListSchedulesRequest
+	20,  // 112: timeshard.v1.JobService.UpdateSchedule:input_type -> timeshard.v1.UpdateScheduleRequest
+	21,  // 113: timeshard.v1.JobService.PauseSchedule:input_type -> timeshard.v1.ScheduleIdRequest
+	21,  // 114: timeshard.v1.JobService.ResumeSchedule:input_type -> timeshard.v1.ScheduleIdRequest
+	21,  // 115: timeshard.v1.JobService.DeleteSchedule:input_type -> timeshard.v1.ScheduleIdRequest
+	23,  // 116: timeshard.v1.JobService.PreviewSchedule:input_type -> timeshard.v1.PreviewRequest
+	26,  // 117: timeshard.v1.JobService.ListDeadLetters:input_type -> timeshard.v1.ListDeadLettersRequest
+	28,  // 118: timeshard.v1.JobService.ReplayDeadLetters:input_type -> timeshard.v1.ReplayDeadLettersRequest
+	28,  // 119: timeshard.v1.JobService.PurgeDeadLetters:input_type -> timeshard.v1.ReplayDeadLettersRequest
+	31,  // 120: timeshard.v1.JobService.WaitJobs:input_type -> timeshard.v1.WaitJobsRequest
+	33,  // 121: timeshard.v1.WorkerService.Claim:input_type -> timeshard.v1.ClaimRequest
+	36,  // 122: timeshard.v1.WorkerService.Heartbeat:input_type -> timeshard.v1.HeartbeatRequest
+	38,  // 123: timeshard.v1.WorkerService.Complete:input_type -> timeshard.v1.CompleteRequest
+	40,  // 124: timeshard.v1.WorkerService.Fail:input_type -> timeshard.v1.FailRequest
+	43,  // 125: timeshard.v1.WorkerService.Finish:input_type -> timeshard.v1.FinishRequest
+	49,  // 126: timeshard.v1.WorkerService.Work:input_type -> timeshard.v1.WorkRequest
+	53,  // 127: timeshard.v1.AdminService.ClusterInfo:input_type -> timeshard.v1.ClusterInfoRequest
+	56,  // 128: timeshard.v1.AdminService.ShardOwners:input_type -> timeshard.v1.ShardOwnersRequest
+	58,  // 129: timeshard.v1.AdminService.MoveShard:input_type -> timeshard.v1.MoveShardRequest
+	60,  // 130: timeshard.v1.AdminService.DrainNode:input_type -> timeshard.v1.DrainNodeRequest
+	62,  // 131: timeshard.v1.AdminService.NodeStatus:input_type -> timeshard.v1.NodeStatusRequest
+	71,  // 132: timeshard.v1.AdminService.SetTypePolicies:input_type -> timeshard.v1.SetTypePoliciesRequest
+	74,  // 133: timeshard.v1.AdminService.SetTypeFlows:input_type -> timeshard.v1.SetTypeFlowsRequest
+	76,  // 134: timeshard.v1.AdminService.ListTypes:input_type -> timeshard.v1.ListTypesRequest
+	82,  // 135: timeshard.v1.PeerService.Land:input_type -> timeshard.v1.LandRequest
+	79,  // 136: timeshard.v1.PeerService.WaitFinished:input_type -> timeshard.v1.WaitFinishedRequest
+	7,   // 137: timeshard.v1.JobService.ScheduleJob:output_type -> timeshard.v1.ScheduleJobResponse
+	9,   // 138: timeshard.v1.JobService.ScheduleJobs:output_type -> timeshard.v1.ScheduleJobsResponse
+	4,   // 139: timeshard.v1.JobService.GetJob:output_type -> timeshard.v1.Job
+	12,  // 140: timeshard.v1.JobService.ListJobs:output_type -> timeshard.v1.ListJobsResponse
+	4,   // 141: timeshard.v1.JobService.CancelJob:output_type -> timeshard.v1.Job
+	4,   // 142: timeshard.v1.JobService.RescheduleJob:output_type -> timeshard.v1.Job
+	15,  // 143: timeshard.v1.JobService.CreateSchedule:output_type -> timeshard.v1.Schedule
+	15,  // 144: timeshard.v1.JobService.GetSchedule:output_type -> timeshard.v1.Schedule
+	19,  // 145: timeshard.v1.JobService.ListSchedules:output_type -> timeshard.v1.ListSchedulesResponse
+	15,  // 146: timeshard.v1.JobService.UpdateSchedule:output_type -> timeshard.v1.Schedule
+	15,  // 147: timeshard.v1.JobService.PauseSchedule:output_type -> timeshard.v1.Schedule
+	15,  // 148: timeshard.v1.JobService.ResumeSchedule:output_type -> timeshard.v1.Schedule
+	22,  // 149: timeshard.v1.JobService.DeleteSchedule:output_type -> timeshard.v1.DeleteScheduleResponse
+	25,  // 150: timeshard.v1.JobService.PreviewSchedule:output_type -> timeshard.v1.PreviewResponse
+	27,  // 151: timeshard.v1.JobService.ListDeadLetters:output_type -> timeshard.v1.ListDeadLettersResponse
+	29,  // 152: timeshard.v1.JobService.ReplayDeadLetters:output_type -> timeshard.v1.ReplayDeadLettersResponse
+	30,  // 153: timeshard.v1.JobService.PurgeDeadLetters:output_type -> timeshard.v1.PurgeDeadLettersResponse
+	32,  // 154: timeshard.v1.JobService.WaitJobs:output_type -> timeshard.v1.WaitJobsResponse
+	35,  // 155: timeshard.v1.WorkerService.Claim:output_type -> timeshard.v1.ClaimResponse
+	37,  // 156: timeshard.v1.WorkerService.Heartbeat:output_type -> timeshard.v1.HeartbeatResponse
+	39,  // 157: timeshard.v1.WorkerService.Complete:output_type -> timeshard.v1.CompleteResponse
+	41,  // 158: timeshard.v1.WorkerService.Fail:output_type -> timeshard.v1.FailResponse
+	45,  // 159: timeshard.v1.WorkerService.Finish:output_type -> timeshard.v1.FinishResponse
+	51,  // 160: timeshard.v1.WorkerService.Work:output_type -> timeshard.v1.WorkResponse
+	54,  // 161: timeshard.v1.AdminService.ClusterInfo:output_type -> timeshard.v1.ClusterInfoResponse
+	57,  // 162: timeshard.v1.AdminService.ShardOwners:output_type -> timeshard.v1.ShardOwnersResponse
+	59,  // 163: timeshard.v1.AdminService.MoveShard:output_type -> timeshard.v1.MoveShardResponse
+	61,  // 164: timeshard.v1.AdminService.DrainNode:output_type -> timeshard.v1.DrainNodeResponse
+	69,  // 165: timeshard.v1.AdminService.NodeStatus:output_type -> timeshard.v1.NodeStatusResponse
+	72,  // 166: timeshard.v1.AdminService.SetTypePolicies:output_type -> timeshard.v1.SetTypePoliciesResponse
+	75,  // 167: timeshard.v1.AdminService.SetTypeFlows:output_type -> timeshard.v1.SetTypeFlowsResponse
+	77,  // 168: timeshard.v1.AdminService.ListTypes:output_type -> timeshard.v1.ListTypesResponse
+	83,  // 169: timeshard.v1.PeerService.Land:output_type -> timeshard.v1.LandResponse
+	80,  // 170: timeshard.v1.PeerService.WaitFinished:output_type -> timeshard.v1.WaitFinishedResponse
+	137, // [137:171] is the sub-list for method output_type
+	103, // [103:137] is the sub-list for method input_type
+	103, // [103:103] is the sub-list for extension type_name
+	103, // [103:103] is the sub-list for extension extendee
+	0,   // [0:103] is the sub-list for field type_name
 }
 
 func init() { file_timeshard_v1_timeshard_proto_init() }
@@ -6540,14 +6657,14 @@ func file_timeshard_v1_timeshard_proto_init() {
 		(*RescheduleJobRequest_Delay)(nil),
 		(*RescheduleJobRequest_RunAt)(nil),
 	}
-	file_timeshard_v1_timeshard_proto_msgTypes[69].OneofWrappers = []any{}
+	file_timeshard_v1_timeshard_proto_msgTypes[70].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_timeshard_v1_timeshard_proto_rawDesc), len(file_timeshard_v1_timeshard_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   80,
+			NumMessages:   81,
 			NumExtensions: 0,
 			NumServices:   4,
 		},

@@ -592,7 +592,17 @@ export interface ClaimedJob {
    * The lease granted, measured from when the claim was taken; a worker whose heartbeats are
    * not granted must stop its handler before (time it sent the claim) + lease - safety margin.
    */
-  lease: Duration | undefined;
+  lease:
+    | Duration
+    | undefined;
+  /**
+   * Worker stream only, to a worker whose hello set accepts_starts_in (always set there, 0 for
+   * a job already due): start the handler no earlier than (local monotonic time the push was
+   * received) + starts_in, and no later than (the push's base: time request after_seq was
+   * sent + held) + starts_in + 2 s; a job that can not start in that span, or within its
+   * lease, is given back not started. Unset: start at once (the unary Claim, older nodes).
+   */
+  startsIn: Duration | undefined;
 }
 
 export interface ClaimResponse {
@@ -708,12 +718,27 @@ export interface WorkHello {
    * push holds no more jobs than fit in it.
    */
   maxReplyBytes: number;
+  /**
+   * The worker honours ClaimedJob.starts_in and answers WorkResponse.revokes: the node may
+   * push jobs claimed ahead before they are due. Unset: jobs are pushed at their due time.
+   */
+  acceptsStartsIn: boolean;
 }
 
 /** Credits: the node may push `credits` more jobs of `type` (added to what it still holds). */
 export interface WorkCredit {
   type: string;
   credits: number;
+}
+
+/**
+ * A revoke of a pushed job (node to worker: do not start it), or its answer (worker to node:
+ * `started` false means it was not started and never will be on this push).
+ */
+export interface WorkRevoke {
+  jobId: string;
+  fence: number;
+  started: boolean;
 }
 
 export interface WorkRequest {
@@ -736,6 +761,8 @@ export interface WorkRequest {
    * is given (a notice for a fence no longer current is ignored).
    */
   started: HeartbeatRequest[];
+  /** Answers to WorkResponse.revokes, one per revoke, sent at once. */
+  revoked: WorkRevoke[];
 }
 
 export interface HeartbeatResult {
@@ -761,7 +788,14 @@ export interface WorkResponse {
   results: FinishResult[];
   /** The answer to `stop`: nothing more is pushed on this stream. */
   stopped: boolean;
-  held: Duration | undefined;
+  held:
+    | Duration
+    | undefined;
+  /**
+   * Jobs pushed on this stream that were cancelled: the worker must not start them if it has
+   * not, and answers each in WorkRequest.revoked (accepts_starts_in streams only).
+   */
+  revokes: WorkRevoke[];
 }
 
 export interface Node {
@@ -5169,7 +5203,7 @@ export const ClaimRequest: MessageFns<ClaimRequest> = {
 };
 
 function createBaseClaimedJob(): ClaimedJob {
-  return { job: undefined, fence: 0, leaseUntil: undefined, idempotencyKey: "", lease: undefined };
+  return { job: undefined, fence: 0, leaseUntil: undefined, idempotencyKey: "", lease: undefined, startsIn: undefined };
 }
 
 export const ClaimedJob: MessageFns<ClaimedJob> = {
@@ -5188,6 +5222,9 @@ export const ClaimedJob: MessageFns<ClaimedJob> = {
     }
     if (message.lease !== undefined) {
       Duration.encode(message.lease, writer.uint32(42).fork()).join();
+    }
+    if (message.startsIn !== undefined) {
+      Duration.encode(message.startsIn, writer.uint32(50).fork()).join();
     }
     return writer;
   },
@@ -5245,6 +5282,14 @@ export const ClaimedJob: MessageFns<ClaimedJob> = {
             message.lease = Duration.decode(reader, reader.uint32());
             continue;
           }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.startsIn = Duration.decode(reader, reader.uint32());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -5272,6 +5317,11 @@ export const ClaimedJob: MessageFns<ClaimedJob> = {
         ? globalThis.String(object.idempotency_key)
         : "",
       lease: isSet(object.lease) ? Duration.fromJSON(object.lease) : undefined,
+      startsIn: isSet(object.startsIn)
+        ? Duration.fromJSON(object.startsIn)
+        : isSet(object.starts_in)
+        ? Duration.fromJSON(object.starts_in)
+        : undefined,
     };
   },
 
@@ -5292,6 +5342,9 @@ export const ClaimedJob: MessageFns<ClaimedJob> = {
     if (message.lease !== undefined) {
       obj.lease = Duration.toJSON(message.lease);
     }
+    if (message.startsIn !== undefined) {
+      obj.startsIn = Duration.toJSON(message.startsIn);
+    }
     return obj;
   },
 
@@ -5306,6 +5359,9 @@ export const ClaimedJob: MessageFns<ClaimedJob> = {
     message.idempotencyKey = object.idempotencyKey ?? "";
     message.lease = (object.lease !== undefined && object.lease !== null)
       ? Duration.fromPartial(object.lease)
+      : undefined;
+    message.startsIn = (object.startsIn !== undefined && object.startsIn !== null)
+      ? Duration.fromPartial(object.startsIn)
       : undefined;
     return message;
   },
@@ -6465,7 +6521,7 @@ export const FinishResponse: MessageFns<FinishResponse> = {
 };
 
 function createBaseWorkHello(): WorkHello {
-  return { workerId: "", lease: undefined, maxReplyBytes: 0 };
+  return { workerId: "", lease: undefined, maxReplyBytes: 0, acceptsStartsIn: false };
 }
 
 export const WorkHello: MessageFns<WorkHello> = {
@@ -6478,6 +6534,9 @@ export const WorkHello: MessageFns<WorkHello> = {
     }
     if (message.maxReplyBytes !== 0) {
       writer.uint32(24).int32(message.maxReplyBytes);
+    }
+    if (message.acceptsStartsIn !== false) {
+      writer.uint32(32).bool(message.acceptsStartsIn);
     }
     return writer;
   },
@@ -6519,6 +6578,14 @@ export const WorkHello: MessageFns<WorkHello> = {
             message.maxReplyBytes = reader.int32();
             continue;
           }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.acceptsStartsIn = reader.bool();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -6544,6 +6611,11 @@ export const WorkHello: MessageFns<WorkHello> = {
         : isSet(object.max_reply_bytes)
         ? globalThis.Number(object.max_reply_bytes)
         : 0,
+      acceptsStartsIn: isSet(object.acceptsStartsIn)
+        ? globalThis.Boolean(object.acceptsStartsIn)
+        : isSet(object.accepts_starts_in)
+        ? globalThis.Boolean(object.accepts_starts_in)
+        : false,
     };
   },
 
@@ -6558,6 +6630,9 @@ export const WorkHello: MessageFns<WorkHello> = {
     if (message.maxReplyBytes !== 0) {
       obj.maxReplyBytes = Math.round(message.maxReplyBytes);
     }
+    if (message.acceptsStartsIn !== false) {
+      obj.acceptsStartsIn = message.acceptsStartsIn;
+    }
     return obj;
   },
 
@@ -6571,6 +6646,7 @@ export const WorkHello: MessageFns<WorkHello> = {
       ? Duration.fromPartial(object.lease)
       : undefined;
     message.maxReplyBytes = object.maxReplyBytes ?? 0;
+    message.acceptsStartsIn = object.acceptsStartsIn ?? false;
     return message;
   },
 };
@@ -6660,8 +6736,113 @@ export const WorkCredit: MessageFns<WorkCredit> = {
   },
 };
 
+function createBaseWorkRevoke(): WorkRevoke {
+  return { jobId: "", fence: 0, started: false };
+}
+
+export const WorkRevoke: MessageFns<WorkRevoke> = {
+  encode(message: WorkRevoke, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.jobId !== "") {
+      writer.uint32(10).string(message.jobId);
+    }
+    if (message.fence !== 0) {
+      writer.uint32(16).int64(message.fence);
+    }
+    if (message.started !== false) {
+      writer.uint32(24).bool(message.started);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): WorkRevoke {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseWorkRevoke();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.jobId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.fence = longToNumber(reader.int64());
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.started = reader.bool();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): WorkRevoke {
+    return {
+      jobId: isSet(object.jobId)
+        ? globalThis.String(object.jobId)
+        : isSet(object.job_id)
+        ? globalThis.String(object.job_id)
+        : "",
+      fence: isSet(object.fence) ? globalThis.Number(object.fence) : 0,
+      started: isSet(object.started) ? globalThis.Boolean(object.started) : false,
+    };
+  },
+
+  toJSON(message: WorkRevoke): unknown {
+    const obj: any = {};
+    if (message.jobId !== "") {
+      obj.jobId = message.jobId;
+    }
+    if (message.fence !== 0) {
+      obj.fence = Math.round(message.fence);
+    }
+    if (message.started !== false) {
+      obj.started = message.started;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<WorkRevoke>, I>>(base?: I): WorkRevoke {
+    return WorkRevoke.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<WorkRevoke>, I>>(object: I): WorkRevoke {
+    const message = createBaseWorkRevoke();
+    message.jobId = object.jobId ?? "";
+    message.fence = object.fence ?? 0;
+    message.started = object.started ?? false;
+    return message;
+  },
+};
+
 function createBaseWorkRequest(): WorkRequest {
-  return { seq: 0, hello: undefined, credits: [], heartbeats: [], results: [], stop: false, started: [] };
+  return { seq: 0, hello: undefined, credits: [], heartbeats: [], results: [], stop: false, started: [], revoked: [] };
 }
 
 export const WorkRequest: MessageFns<WorkRequest> = {
@@ -6686,6 +6867,9 @@ export const WorkRequest: MessageFns<WorkRequest> = {
     }
     for (const v of message.started) {
       HeartbeatRequest.encode(v!, writer.uint32(58).fork()).join();
+    }
+    for (const v of message.revoked) {
+      WorkRevoke.encode(v!, writer.uint32(66).fork()).join();
     }
     return writer;
   },
@@ -6759,6 +6943,14 @@ export const WorkRequest: MessageFns<WorkRequest> = {
             message.started.push(HeartbeatRequest.decode(reader, reader.uint32()));
             continue;
           }
+          case 8: {
+            if (tag !== 66) {
+              break;
+            }
+
+            message.revoked.push(WorkRevoke.decode(reader, reader.uint32()));
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -6784,6 +6976,7 @@ export const WorkRequest: MessageFns<WorkRequest> = {
       started: globalThis.Array.isArray(object?.started)
         ? object.started.map((e: any) => HeartbeatRequest.fromJSON(e))
         : [],
+      revoked: globalThis.Array.isArray(object?.revoked) ? object.revoked.map((e: any) => WorkRevoke.fromJSON(e)) : [],
     };
   },
 
@@ -6810,6 +7003,9 @@ export const WorkRequest: MessageFns<WorkRequest> = {
     if (message.started?.length) {
       obj.started = message.started.map((e) => HeartbeatRequest.toJSON(e));
     }
+    if (message.revoked?.length) {
+      obj.revoked = message.revoked.map((e) => WorkRevoke.toJSON(e));
+    }
     return obj;
   },
 
@@ -6827,6 +7023,7 @@ export const WorkRequest: MessageFns<WorkRequest> = {
     message.results = object.results?.map((e) => FinishItem.fromPartial(e)) || [];
     message.stop = object.stop ?? false;
     message.started = object.started?.map((e) => HeartbeatRequest.fromPartial(e)) || [];
+    message.revoked = object.revoked?.map((e) => WorkRevoke.fromPartial(e)) || [];
     return message;
   },
 };
@@ -6955,7 +7152,7 @@ export const HeartbeatResult: MessageFns<HeartbeatResult> = {
 };
 
 function createBaseWorkResponse(): WorkResponse {
-  return { jobs: [], afterSeq: 0, seq: 0, heartbeats: [], results: [], stopped: false, held: undefined };
+  return { jobs: [], afterSeq: 0, seq: 0, heartbeats: [], results: [], stopped: false, held: undefined, revokes: [] };
 }
 
 export const WorkResponse: MessageFns<WorkResponse> = {
@@ -6980,6 +7177,9 @@ export const WorkResponse: MessageFns<WorkResponse> = {
     }
     if (message.held !== undefined) {
       Duration.encode(message.held, writer.uint32(58).fork()).join();
+    }
+    for (const v of message.revokes) {
+      WorkRevoke.encode(v!, writer.uint32(66).fork()).join();
     }
     return writer;
   },
@@ -7053,6 +7253,14 @@ export const WorkResponse: MessageFns<WorkResponse> = {
             message.held = Duration.decode(reader, reader.uint32());
             continue;
           }
+          case 8: {
+            if (tag !== 66) {
+              break;
+            }
+
+            message.revokes.push(WorkRevoke.decode(reader, reader.uint32()));
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -7082,6 +7290,7 @@ export const WorkResponse: MessageFns<WorkResponse> = {
         : [],
       stopped: isSet(object.stopped) ? globalThis.Boolean(object.stopped) : false,
       held: isSet(object.held) ? Duration.fromJSON(object.held) : undefined,
+      revokes: globalThis.Array.isArray(object?.revokes) ? object.revokes.map((e: any) => WorkRevoke.fromJSON(e)) : [],
     };
   },
 
@@ -7108,6 +7317,9 @@ export const WorkResponse: MessageFns<WorkResponse> = {
     if (message.held !== undefined) {
       obj.held = Duration.toJSON(message.held);
     }
+    if (message.revokes?.length) {
+      obj.revokes = message.revokes.map((e) => WorkRevoke.toJSON(e));
+    }
     return obj;
   },
 
@@ -7123,6 +7335,7 @@ export const WorkResponse: MessageFns<WorkResponse> = {
     message.results = object.results?.map((e) => FinishResult.fromPartial(e)) || [];
     message.stopped = object.stopped ?? false;
     message.held = (object.held !== undefined && object.held !== null) ? Duration.fromPartial(object.held) : undefined;
+    message.revokes = object.revokes?.map((e) => WorkRevoke.fromPartial(e)) || [];
     return message;
   },
 };
