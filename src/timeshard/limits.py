@@ -94,6 +94,11 @@ MAX_PAGE_SIZE = 1000
 DEFAULT_PAGE_SIZE = 100
 MAX_PREVIEW_COUNT = 1000
 """Fire times one schedule preview returns."""
+REVISIONS_KEPT = 100
+"""Revisions of one schedule kept (the newest): each change writes one and drops the one this
+many before it, in the same write."""
+MAX_REASON_BYTES = 1000
+"""The reason a person gives for a change to a schedule (UTF-8)."""
 
 # -- numbers ---------------------------------------------------------------------------------
 
