@@ -39,6 +39,7 @@ from timeshard.node.schedules import ScheduleFirer, ScheduleOps
 from timeshard.node.starts import StartNotices
 from timeshard.node.timer import DueTimer
 from timeshard.node.waits import JobWaits
+from timeshard.node.why import Explainer
 from timeshard.observe.events import NodeMetrics
 from timeshard.sharding import minute_of, shard_of
 from timeshard.store.base import Store, entry_at
@@ -121,6 +122,7 @@ class Node:
         self._shard_lock = asyncio.Lock()
         self._background: set[asyncio.Task[None]] = set()
         self.schedules = ScheduleOps(store, clock, land=self._land)
+        self.explain = Explainer(store, clock)  # why an occurrence ran or not (``node.why``)
         self.flow = FlowControl(clock, self.config.flows)
         """Per type: the rate's token bucket and the pause; claims ask it (``Claims.held``)."""
         self.claims = self._new_claims()
@@ -141,13 +143,7 @@ class Node:
         )
         self.clock_offset_ms: float | None = None
         """The store's clock minus ours, as last measured (None: not measured)."""
-        self._firer = ScheduleFirer(
-            store,
-            clock,
-            self.config.default_max_attempts,
-            land=self._land,
-            counted=self.metrics.scheduled,
-        )
+        self._firer = self._new_firer()
         self.peers = self._new_peers(peer_send)
         """Entries written here for another node's shards, hinted to it (``node.peers``)."""
         self._refresher = BucketRefresher(
@@ -156,6 +152,17 @@ class Node:
             dispatchers=self.dispatchers,
             refresh_s=lambda: self.config.dispatch.refresh_s,
             page_size=self.config.dispatch.page_size,
+        )
+
+    def _new_firer(self) -> ScheduleFirer:
+        return ScheduleFirer(
+            self.store,
+            self.clock,
+            self.config.default_max_attempts,
+            land=self._land,
+            counted=self.metrics.scheduled,
+            node_id=self.node_id,
+            decided=self.metrics.decided,
         )
 
     def _new_peers(self, send: Send | None) -> PeerHints:

@@ -46,8 +46,10 @@ class EntryDecider:
         on_released: Callable[[Job], None] | None,
         on_finished: Callable[[Job], None] | None,
         firer: ScheduleFirer | None,
+        epoch: int = 0,
     ) -> None:
         self.shard = shard
+        self.epoch = epoch  # the shard's, under which its schedules' decisions are made
         self._store = store
         self._ready = ready
         self._cfg = config
@@ -97,7 +99,7 @@ class EntryDecider:
             if self._firer is None:
                 self._held.handled([e])
                 continue
-            fired = await self._firer.fire(schedule_id, e.due_at)
+            fired = await self._firer.fire(schedule_id, e.due_at, epoch=self.epoch)
             if fired is FireResult.HANDLED:
                 self._held.handled([e])
             elif fired is FireResult.CONFLICT:

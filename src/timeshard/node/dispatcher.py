@@ -119,6 +119,7 @@ class ShardDispatcher:
             on_released=on_released,
             on_finished=on_finished,
             firer=firer,
+            epoch=epoch,
         )
         self._deadlines: list[tuple[int, str]] = []  # (deadline, job id) of jobs made ready
         self._waker: asyncio.Future[None] | None = None  # set while the loop waits
