@@ -101,6 +101,7 @@ ALLOWED_BY_RPC: dict[str, set[grpc.StatusCode]] = {
     "ReplayDeadLetters": _CHANGE,
     "PurgeDeadLetters": _CHANGE,
     "WaitJobs": {C.INVALID_ARGUMENT, C.NOT_FOUND, C.DEADLINE_EXCEEDED},
+    "ExplainOccurrence": _LOOKUP,
     "Claim": _FAIL,
     "Heartbeat": _CHANGE,
     "Complete": _CHANGE,

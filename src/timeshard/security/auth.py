@@ -98,6 +98,7 @@ METHOD_ROLES: dict[str, Role] = {
             "PreviewSchedule",
             "ListDeadLetters",
             "WaitJobs",
+            "ExplainOccurrence",
         )
     },
     _JOBS + "ReplayDeadLetters": Role.ADMIN,

@@ -54,6 +54,8 @@ class JobServiceStub:
     ReplayDeadLetters: _grpc.UnaryUnaryMultiCallable[_timeshard_pb2.ReplayDeadLettersRequest, _timeshard_pb2.ReplayDeadLettersResponse]
     PurgeDeadLetters: _grpc.UnaryUnaryMultiCallable[_timeshard_pb2.ReplayDeadLettersRequest, _timeshard_pb2.PurgeDeadLettersResponse]
     WaitJobs: _grpc.UnaryStreamMultiCallable[_timeshard_pb2.WaitJobsRequest, _timeshard_pb2.WaitJobsResponse]
+    ExplainOccurrence: _grpc.UnaryUnaryMultiCallable[_timeshard_pb2.ExplainOccurrenceRequest, _timeshard_pb2.ExplainOccurrenceResponse]
+    """Why an occurrence ran or did not: `timeshard why`."""
 
 @_typing.type_check_only
 class JobServiceAsyncStub(JobServiceStub):
@@ -81,6 +83,8 @@ class JobServiceAsyncStub(JobServiceStub):
     ReplayDeadLetters: _aio.UnaryUnaryMultiCallable[_timeshard_pb2.ReplayDeadLettersRequest, _timeshard_pb2.ReplayDeadLettersResponse]  # type: ignore[assignment]
     PurgeDeadLetters: _aio.UnaryUnaryMultiCallable[_timeshard_pb2.ReplayDeadLettersRequest, _timeshard_pb2.PurgeDeadLettersResponse]  # type: ignore[assignment]
     WaitJobs: _aio.UnaryStreamMultiCallable[_timeshard_pb2.WaitJobsRequest, _timeshard_pb2.WaitJobsResponse]  # type: ignore[assignment]
+    ExplainOccurrence: _aio.UnaryUnaryMultiCallable[_timeshard_pb2.ExplainOccurrenceRequest, _timeshard_pb2.ExplainOccurrenceResponse]  # type: ignore[assignment]
+    """Why an occurrence ran or did not: `timeshard why`."""
 
 class JobServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -213,6 +217,14 @@ class JobServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _timeshard_pb2.WaitJobsRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_abc.Iterator[_timeshard_pb2.WaitJobsResponse], _abc.AsyncIterator[_timeshard_pb2.WaitJobsResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def ExplainOccurrence(
+        self,
+        request: _timeshard_pb2.ExplainOccurrenceRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_timeshard_pb2.ExplainOccurrenceResponse, _abc.Awaitable[_timeshard_pb2.ExplainOccurrenceResponse]]:
+        """Why an occurrence ran or did not: `timeshard why`."""
 
 def add_JobServiceServicer_to_server(servicer: JobServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
 

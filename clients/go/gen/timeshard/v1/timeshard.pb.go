@@ -2444,6 +2444,332 @@ func (x *WaitJobsResponse) GetJob() *Job {
 	return nil
 }
 
+// One decision of the occurrence ledger, written with the schedule's conditional update that
+// made it: for one nominal occurrence, or a run of them decided alike (count > 1, nominal to
+// last). Kept for the ledger retention (`timeshard server --ledger-retention-days`, default 30).
+type LedgerEntry struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	ScheduleId string                 `protobuf:"bytes,1,opt,name=schedule_id,json=scheduleId,proto3" json:"schedule_id,omitempty"`
+	Nominal    *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=nominal,proto3" json:"nominal,omitempty"` // the cron time, before spread and jitter
+	Last       *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=last,proto3" json:"last,omitempty"`       // the last of a run (count > 1); unset for one
+	Count      int64                  `protobuf:"varint,4,opt,name=count,proto3" json:"count,omitempty"`
+	// created, caught_up, queued, skipped_overlap, missed_skipped or paused
+	Reason        string                 `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
+	JobId         string                 `protobuf:"bytes,6,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"` // the occurrence's job (created, caught_up); "" for the others
+	RunAt         *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=run_at,json=runAt,proto3" json:"run_at,omitempty"` // when that job runs (spread offset, jitter)
+	Revision      int64                  `protobuf:"varint,8,opt,name=revision,proto3" json:"revision,omitempty"`       // the revision of the schedule that decided
+	Node          string                 `protobuf:"bytes,9,opt,name=node,proto3" json:"node,omitempty"`                // the node that decided ...
+	Epoch         int64                  `protobuf:"varint,10,opt,name=epoch,proto3" json:"epoch,omitempty"`            // ... under this epoch of the schedule's shard
+	DecidedAt     *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=decided_at,json=decidedAt,proto3" json:"decided_at,omitempty"`
+	Notes         []string               `protobuf:"bytes,12,rep,name=notes,proto3" json:"notes,omitempty"` // why, in words: the DST rule applied, spread, policy numbers
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LedgerEntry) Reset() {
+	*x = LedgerEntry{}
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LedgerEntry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LedgerEntry) ProtoMessage() {}
+
+func (x *LedgerEntry) ProtoReflect() protoreflect.Message {
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LedgerEntry.ProtoReflect.Descriptor instead.
+func (*LedgerEntry) Descriptor() ([]byte, []int) {
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *LedgerEntry) GetScheduleId() string {
+	if x != nil {
+		return x.ScheduleId
+	}
+	return ""
+}
+
+func (x *LedgerEntry) GetNominal() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Nominal
+	}
+	return nil
+}
+
+func (x *LedgerEntry) GetLast() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Last
+	}
+	return nil
+}
+
+func (x *LedgerEntry) GetCount() int64 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+func (x *LedgerEntry) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *LedgerEntry) GetJobId() string {
+	if x != nil {
+		return x.JobId
+	}
+	return ""
+}
+
+func (x *LedgerEntry) GetRunAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.RunAt
+	}
+	return nil
+}
+
+func (x *LedgerEntry) GetRevision() int64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+func (x *LedgerEntry) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *LedgerEntry) GetEpoch() int64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *LedgerEntry) GetDecidedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.DecidedAt
+	}
+	return nil
+}
+
+func (x *LedgerEntry) GetNotes() []string {
+	if x != nil {
+		return x.Notes
+	}
+	return nil
+}
+
+// Either job_id (any job; for a schedule's occurrence, its occurrence's chain) or schedule_id
+// and at (the occurrence of that schedule at that instant), not both (INVALID_ARGUMENT).
+//   - An unknown schedule or job is NOT_FOUND naming it.
+//   - A time that is no occurrence of the schedule: found = false, with the nearest ones.
+//   - recent (0-200): also the schedule's latest ledger entries, newest first: those at or
+//     before `at` (without `at`: now), so that a caller can page back with an earlier `at`.
+type ExplainOccurrenceRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ScheduleId    string                 `protobuf:"bytes,1,opt,name=schedule_id,json=scheduleId,proto3" json:"schedule_id,omitempty"`
+	At            *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=at,proto3" json:"at,omitempty"`
+	JobId         string                 `protobuf:"bytes,3,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	Recent        int32                  `protobuf:"varint,4,opt,name=recent,proto3" json:"recent,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExplainOccurrenceRequest) Reset() {
+	*x = ExplainOccurrenceRequest{}
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExplainOccurrenceRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExplainOccurrenceRequest) ProtoMessage() {}
+
+func (x *ExplainOccurrenceRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExplainOccurrenceRequest.ProtoReflect.Descriptor instead.
+func (*ExplainOccurrenceRequest) Descriptor() ([]byte, []int) {
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *ExplainOccurrenceRequest) GetScheduleId() string {
+	if x != nil {
+		return x.ScheduleId
+	}
+	return ""
+}
+
+func (x *ExplainOccurrenceRequest) GetAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.At
+	}
+	return nil
+}
+
+func (x *ExplainOccurrenceRequest) GetJobId() string {
+	if x != nil {
+		return x.JobId
+	}
+	return ""
+}
+
+func (x *ExplainOccurrenceRequest) GetRecent() int32 {
+	if x != nil {
+		return x.Recent
+	}
+	return 0
+}
+
+type ExplainOccurrenceResponse struct {
+	state         protoimpl.MessageState   `protogen:"open.v1"`
+	ScheduleId    string                   `protobuf:"bytes,1,opt,name=schedule_id,json=scheduleId,proto3" json:"schedule_id,omitempty"` // "" for a job that is no schedule's occurrence
+	Nominal       *timestamppb.Timestamp   `protobuf:"bytes,2,opt,name=nominal,proto3" json:"nominal,omitempty"`
+	NominalLocal  string                   `protobuf:"bytes,3,opt,name=nominal_local,json=nominalLocal,proto3" json:"nominal_local,omitempty"` // in the schedule's time zone, with its offset
+	Timezone      string                   `protobuf:"bytes,4,opt,name=timezone,proto3" json:"timezone,omitempty"`
+	Found         bool                     `protobuf:"varint,5,opt,name=found,proto3" json:"found,omitempty"`    // the time is an occurrence (or has a ledger entry)
+	Entry         *LedgerEntry             `protobuf:"bytes,6,opt,name=entry,proto3" json:"entry,omitempty"`     // the decision covering it; unset if none is recorded
+	Job           *Job                     `protobuf:"bytes,7,opt,name=job,proto3" json:"job,omitempty"`         // the occurrence's job as stored now: its attempts and outcome
+	Steps         []string                 `protobuf:"bytes,8,rep,name=steps,proto3" json:"steps,omitempty"`     // the chain of decisions, in words
+	Nearest       []*timestamppb.Timestamp `protobuf:"bytes,9,rep,name=nearest,proto3" json:"nearest,omitempty"` // occurrences around a time that is none
+	Recent        []*LedgerEntry           `protobuf:"bytes,10,rep,name=recent,proto3" json:"recent,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExplainOccurrenceResponse) Reset() {
+	*x = ExplainOccurrenceResponse{}
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExplainOccurrenceResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExplainOccurrenceResponse) ProtoMessage() {}
+
+func (x *ExplainOccurrenceResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExplainOccurrenceResponse.ProtoReflect.Descriptor instead.
+func (*ExplainOccurrenceResponse) Descriptor() ([]byte, []int) {
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *ExplainOccurrenceResponse) GetScheduleId() string {
+	if x != nil {
+		return x.ScheduleId
+	}
+	return ""
+}
+
+func (x *ExplainOccurrenceResponse) GetNominal() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Nominal
+	}
+	return nil
+}
+
+func (x *ExplainOccurrenceResponse) GetNominalLocal() string {
+	if x != nil {
+		return x.NominalLocal
+	}
+	return ""
+}
+
+func (x *ExplainOccurrenceResponse) GetTimezone() string {
+	if x != nil {
+		return x.Timezone
+	}
+	return ""
+}
+
+func (x *ExplainOccurrenceResponse) GetFound() bool {
+	if x != nil {
+		return x.Found
+	}
+	return false
+}
+
+func (x *ExplainOccurrenceResponse) GetEntry() *LedgerEntry {
+	if x != nil {
+		return x.Entry
+	}
+	return nil
+}
+
+func (x *ExplainOccurrenceResponse) GetJob() *Job {
+	if x != nil {
+		return x.Job
+	}
+	return nil
+}
+
+func (x *ExplainOccurrenceResponse) GetSteps() []string {
+	if x != nil {
+		return x.Steps
+	}
+	return nil
+}
+
+func (x *ExplainOccurrenceResponse) GetNearest() []*timestamppb.Timestamp {
+	if x != nil {
+		return x.Nearest
+	}
+	return nil
+}
+
+func (x *ExplainOccurrenceResponse) GetRecent() []*LedgerEntry {
+	if x != nil {
+		return x.Recent
+	}
+	return nil
+}
+
 type ClaimRequest struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	WorkerId string                 `protobuf:"bytes,1,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
@@ -2465,7 +2791,7 @@ type ClaimRequest struct {
 
 func (x *ClaimRequest) Reset() {
 	*x = ClaimRequest{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[30]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2477,7 +2803,7 @@ func (x *ClaimRequest) String() string {
 func (*ClaimRequest) ProtoMessage() {}
 
 func (x *ClaimRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[30]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2490,7 +2816,7 @@ func (x *ClaimRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimRequest.ProtoReflect.Descriptor instead.
 func (*ClaimRequest) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{30}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ClaimRequest) GetWorkerId() string {
@@ -2551,7 +2877,7 @@ type ClaimedJob struct {
 
 func (x *ClaimedJob) Reset() {
 	*x = ClaimedJob{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[31]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2563,7 +2889,7 @@ func (x *ClaimedJob) String() string {
 func (*ClaimedJob) ProtoMessage() {}
 
 func (x *ClaimedJob) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[31]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2576,7 +2902,7 @@ func (x *ClaimedJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimedJob.ProtoReflect.Descriptor instead.
 func (*ClaimedJob) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{31}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ClaimedJob) GetJob() *Job {
@@ -2623,7 +2949,7 @@ type ClaimResponse struct {
 
 func (x *ClaimResponse) Reset() {
 	*x = ClaimResponse{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[32]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2635,7 +2961,7 @@ func (x *ClaimResponse) String() string {
 func (*ClaimResponse) ProtoMessage() {}
 
 func (x *ClaimResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[32]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2648,7 +2974,7 @@ func (x *ClaimResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimResponse.ProtoReflect.Descriptor instead.
 func (*ClaimResponse) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{32}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ClaimResponse) GetJobs() []*ClaimedJob {
@@ -2675,7 +3001,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[33]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2687,7 +3013,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[33]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2700,7 +3026,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{33}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *HeartbeatRequest) GetJobId() string {
@@ -2748,7 +3074,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[34]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2760,7 +3086,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[34]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2773,7 +3099,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{34}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *HeartbeatResponse) GetLeaseUntil() *timestamppb.Timestamp {
@@ -2800,7 +3126,7 @@ type CompleteRequest struct {
 
 func (x *CompleteRequest) Reset() {
 	*x = CompleteRequest{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[35]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2812,7 +3138,7 @@ func (x *CompleteRequest) String() string {
 func (*CompleteRequest) ProtoMessage() {}
 
 func (x *CompleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[35]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2825,7 +3151,7 @@ func (x *CompleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteRequest.ProtoReflect.Descriptor instead.
 func (*CompleteRequest) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{35}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *CompleteRequest) GetJobId() string {
@@ -2850,7 +3176,7 @@ type CompleteResponse struct {
 
 func (x *CompleteResponse) Reset() {
 	*x = CompleteResponse{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[36]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2862,7 +3188,7 @@ func (x *CompleteResponse) String() string {
 func (*CompleteResponse) ProtoMessage() {}
 
 func (x *CompleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[36]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2875,7 +3201,7 @@ func (x *CompleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteResponse.ProtoReflect.Descriptor instead.
 func (*CompleteResponse) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{36}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{39}
 }
 
 type FailRequest struct {
@@ -2891,7 +3217,7 @@ type FailRequest struct {
 
 func (x *FailRequest) Reset() {
 	*x = FailRequest{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[37]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2903,7 +3229,7 @@ func (x *FailRequest) String() string {
 func (*FailRequest) ProtoMessage() {}
 
 func (x *FailRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[37]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2916,7 +3242,7 @@ func (x *FailRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailRequest.ProtoReflect.Descriptor instead.
 func (*FailRequest) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{37}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *FailRequest) GetJobId() string {
@@ -2957,7 +3283,7 @@ type FailResponse struct {
 
 func (x *FailResponse) Reset() {
 	*x = FailResponse{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[38]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2969,7 +3295,7 @@ func (x *FailResponse) String() string {
 func (*FailResponse) ProtoMessage() {}
 
 func (x *FailResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[38]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2982,7 +3308,7 @@ func (x *FailResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailResponse.ProtoReflect.Descriptor instead.
 func (*FailResponse) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{38}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *FailResponse) GetState() JobState {
@@ -3034,7 +3360,7 @@ type FinishItem struct {
 
 func (x *FinishItem) Reset() {
 	*x = FinishItem{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[39]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3046,7 +3372,7 @@ func (x *FinishItem) String() string {
 func (*FinishItem) ProtoMessage() {}
 
 func (x *FinishItem) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[39]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3059,7 +3385,7 @@ func (x *FinishItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinishItem.ProtoReflect.Descriptor instead.
 func (*FinishItem) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{39}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *FinishItem) GetJobId() string {
@@ -3141,7 +3467,7 @@ type FinishRequest struct {
 
 func (x *FinishRequest) Reset() {
 	*x = FinishRequest{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[40]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3153,7 +3479,7 @@ func (x *FinishRequest) String() string {
 func (*FinishRequest) ProtoMessage() {}
 
 func (x *FinishRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[40]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3166,7 +3492,7 @@ func (x *FinishRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinishRequest.ProtoReflect.Descriptor instead.
 func (*FinishRequest) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{40}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *FinishRequest) GetItems() []*FinishItem {
@@ -3188,7 +3514,7 @@ type FinishResult struct {
 
 func (x *FinishResult) Reset() {
 	*x = FinishResult{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[41]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3200,7 +3526,7 @@ func (x *FinishResult) String() string {
 func (*FinishResult) ProtoMessage() {}
 
 func (x *FinishResult) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[41]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3213,7 +3539,7 @@ func (x *FinishResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinishResult.ProtoReflect.Descriptor instead.
 func (*FinishResult) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{41}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *FinishResult) GetJobId() string {
@@ -3253,7 +3579,7 @@ type FinishResponse struct {
 
 func (x *FinishResponse) Reset() {
 	*x = FinishResponse{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[42]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3265,7 +3591,7 @@ func (x *FinishResponse) String() string {
 func (*FinishResponse) ProtoMessage() {}
 
 func (x *FinishResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[42]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3278,7 +3604,7 @@ func (x *FinishResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinishResponse.ProtoReflect.Descriptor instead.
 func (*FinishResponse) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{42}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *FinishResponse) GetResults() []*FinishResult {
@@ -3302,7 +3628,7 @@ type WorkHello struct {
 
 func (x *WorkHello) Reset() {
 	*x = WorkHello{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[43]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3314,7 +3640,7 @@ func (x *WorkHello) String() string {
 func (*WorkHello) ProtoMessage() {}
 
 func (x *WorkHello) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[43]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3327,7 +3653,7 @@ func (x *WorkHello) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkHello.ProtoReflect.Descriptor instead.
 func (*WorkHello) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{43}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *WorkHello) GetWorkerId() string {
@@ -3362,7 +3688,7 @@ type WorkCredit struct {
 
 func (x *WorkCredit) Reset() {
 	*x = WorkCredit{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[44]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3374,7 +3700,7 @@ func (x *WorkCredit) String() string {
 func (*WorkCredit) ProtoMessage() {}
 
 func (x *WorkCredit) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[44]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3387,7 +3713,7 @@ func (x *WorkCredit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkCredit.ProtoReflect.Descriptor instead.
 func (*WorkCredit) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{44}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *WorkCredit) GetType() string {
@@ -3426,7 +3752,7 @@ type WorkRequest struct {
 
 func (x *WorkRequest) Reset() {
 	*x = WorkRequest{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[45]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3438,7 +3764,7 @@ func (x *WorkRequest) String() string {
 func (*WorkRequest) ProtoMessage() {}
 
 func (x *WorkRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[45]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3451,7 +3777,7 @@ func (x *WorkRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkRequest.ProtoReflect.Descriptor instead.
 func (*WorkRequest) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{45}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *WorkRequest) GetSeq() uint64 {
@@ -3515,7 +3841,7 @@ type HeartbeatResult struct {
 
 func (x *HeartbeatResult) Reset() {
 	*x = HeartbeatResult{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[46]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3527,7 +3853,7 @@ func (x *HeartbeatResult) String() string {
 func (*HeartbeatResult) ProtoMessage() {}
 
 func (x *HeartbeatResult) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[46]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3540,7 +3866,7 @@ func (x *HeartbeatResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResult.ProtoReflect.Descriptor instead.
 func (*HeartbeatResult) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{46}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *HeartbeatResult) GetJobId() string {
@@ -3591,7 +3917,7 @@ type WorkResponse struct {
 
 func (x *WorkResponse) Reset() {
 	*x = WorkResponse{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[47]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3603,7 +3929,7 @@ func (x *WorkResponse) String() string {
 func (*WorkResponse) ProtoMessage() {}
 
 func (x *WorkResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[47]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3616,7 +3942,7 @@ func (x *WorkResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkResponse.ProtoReflect.Descriptor instead.
 func (*WorkResponse) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{47}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *WorkResponse) GetJobs() []*ClaimedJob {
@@ -3678,7 +4004,7 @@ type Node struct {
 
 func (x *Node) Reset() {
 	*x = Node{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[48]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3690,7 +4016,7 @@ func (x *Node) String() string {
 func (*Node) ProtoMessage() {}
 
 func (x *Node) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[48]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3703,7 +4029,7 @@ func (x *Node) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Node.ProtoReflect.Descriptor instead.
 func (*Node) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{48}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *Node) GetNodeId() string {
@@ -3728,7 +4054,7 @@ type ClusterInfoRequest struct {
 
 func (x *ClusterInfoRequest) Reset() {
 	*x = ClusterInfoRequest{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[49]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3740,7 +4066,7 @@ func (x *ClusterInfoRequest) String() string {
 func (*ClusterInfoRequest) ProtoMessage() {}
 
 func (x *ClusterInfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[49]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3753,7 +4079,7 @@ func (x *ClusterInfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterInfoRequest.ProtoReflect.Descriptor instead.
 func (*ClusterInfoRequest) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{49}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{52}
 }
 
 type ClusterInfoResponse struct {
@@ -3766,7 +4092,7 @@ type ClusterInfoResponse struct {
 
 func (x *ClusterInfoResponse) Reset() {
 	*x = ClusterInfoResponse{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[50]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3778,7 +4104,7 @@ func (x *ClusterInfoResponse) String() string {
 func (*ClusterInfoResponse) ProtoMessage() {}
 
 func (x *ClusterInfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[50]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3791,7 +4117,7 @@ func (x *ClusterInfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterInfoResponse.ProtoReflect.Descriptor instead.
 func (*ClusterInfoResponse) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{50}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *ClusterInfoResponse) GetNodes() []*Node {
@@ -3827,7 +4153,7 @@ type ShardInfo struct {
 
 func (x *ShardInfo) Reset() {
 	*x = ShardInfo{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[51]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3839,7 +4165,7 @@ func (x *ShardInfo) String() string {
 func (*ShardInfo) ProtoMessage() {}
 
 func (x *ShardInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[51]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3852,7 +4178,7 @@ func (x *ShardInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardInfo.ProtoReflect.Descriptor instead.
 func (*ShardInfo) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{51}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *ShardInfo) GetShard() int32 {
@@ -3926,7 +4252,7 @@ type ShardOwnersRequest struct {
 
 func (x *ShardOwnersRequest) Reset() {
 	*x = ShardOwnersRequest{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[52]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3938,7 +4264,7 @@ func (x *ShardOwnersRequest) String() string {
 func (*ShardOwnersRequest) ProtoMessage() {}
 
 func (x *ShardOwnersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[52]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3951,7 +4277,7 @@ func (x *ShardOwnersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardOwnersRequest.ProtoReflect.Descriptor instead.
 func (*ShardOwnersRequest) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{52}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{55}
 }
 
 type ShardOwnersResponse struct {
@@ -3963,7 +4289,7 @@ type ShardOwnersResponse struct {
 
 func (x *ShardOwnersResponse) Reset() {
 	*x = ShardOwnersResponse{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[53]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3975,7 +4301,7 @@ func (x *ShardOwnersResponse) String() string {
 func (*ShardOwnersResponse) ProtoMessage() {}
 
 func (x *ShardOwnersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[53]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3988,7 +4314,7 @@ func (x *ShardOwnersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardOwnersResponse.ProtoReflect.Descriptor instead.
 func (*ShardOwnersResponse) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{53}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *ShardOwnersResponse) GetShards() []*ShardInfo {
@@ -4008,7 +4334,7 @@ type MoveShardRequest struct {
 
 func (x *MoveShardRequest) Reset() {
 	*x = MoveShardRequest{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[54]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4020,7 +4346,7 @@ func (x *MoveShardRequest) String() string {
 func (*MoveShardRequest) ProtoMessage() {}
 
 func (x *MoveShardRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[54]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4033,7 +4359,7 @@ func (x *MoveShardRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveShardRequest.ProtoReflect.Descriptor instead.
 func (*MoveShardRequest) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{54}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *MoveShardRequest) GetShard() int32 {
@@ -4058,7 +4384,7 @@ type MoveShardResponse struct {
 
 func (x *MoveShardResponse) Reset() {
 	*x = MoveShardResponse{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[55]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4070,7 +4396,7 @@ func (x *MoveShardResponse) String() string {
 func (*MoveShardResponse) ProtoMessage() {}
 
 func (x *MoveShardResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[55]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4083,7 +4409,7 @@ func (x *MoveShardResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveShardResponse.ProtoReflect.Descriptor instead.
 func (*MoveShardResponse) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{55}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{58}
 }
 
 type DrainNodeRequest struct {
@@ -4095,7 +4421,7 @@ type DrainNodeRequest struct {
 
 func (x *DrainNodeRequest) Reset() {
 	*x = DrainNodeRequest{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[56]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4107,7 +4433,7 @@ func (x *DrainNodeRequest) String() string {
 func (*DrainNodeRequest) ProtoMessage() {}
 
 func (x *DrainNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[56]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4120,7 +4446,7 @@ func (x *DrainNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainNodeRequest.ProtoReflect.Descriptor instead.
 func (*DrainNodeRequest) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{56}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *DrainNodeRequest) GetNodeId() string {
@@ -4139,7 +4465,7 @@ type DrainNodeResponse struct {
 
 func (x *DrainNodeResponse) Reset() {
 	*x = DrainNodeResponse{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[57]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4151,7 +4477,7 @@ func (x *DrainNodeResponse) String() string {
 func (*DrainNodeResponse) ProtoMessage() {}
 
 func (x *DrainNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[57]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4164,7 +4490,7 @@ func (x *DrainNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainNodeResponse.ProtoReflect.Descriptor instead.
 func (*DrainNodeResponse) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{57}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *DrainNodeResponse) GetMoved() []int32 {
@@ -4184,7 +4510,7 @@ type NodeStatusRequest struct {
 
 func (x *NodeStatusRequest) Reset() {
 	*x = NodeStatusRequest{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[58]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4196,7 +4522,7 @@ func (x *NodeStatusRequest) String() string {
 func (*NodeStatusRequest) ProtoMessage() {}
 
 func (x *NodeStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[58]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4209,7 +4535,7 @@ func (x *NodeStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatusRequest.ProtoReflect.Descriptor instead.
 func (*NodeStatusRequest) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{58}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *NodeStatusRequest) GetWindow() *durationpb.Duration {
@@ -4233,7 +4559,7 @@ type ShardStatus struct {
 
 func (x *ShardStatus) Reset() {
 	*x = ShardStatus{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[59]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4245,7 +4571,7 @@ func (x *ShardStatus) String() string {
 func (*ShardStatus) ProtoMessage() {}
 
 func (x *ShardStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[59]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4258,7 +4584,7 @@ func (x *ShardStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardStatus.ProtoReflect.Descriptor instead.
 func (*ShardStatus) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{59}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *ShardStatus) GetShard() int32 {
@@ -4315,7 +4641,7 @@ type LatenessBucket struct {
 
 func (x *LatenessBucket) Reset() {
 	*x = LatenessBucket{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[60]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4327,7 +4653,7 @@ func (x *LatenessBucket) String() string {
 func (*LatenessBucket) ProtoMessage() {}
 
 func (x *LatenessBucket) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[60]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4340,7 +4666,7 @@ func (x *LatenessBucket) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LatenessBucket.ProtoReflect.Descriptor instead.
 func (*LatenessBucket) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{60}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *LatenessBucket) GetLeMs() float64 {
@@ -4378,7 +4704,7 @@ type TypeCounts struct {
 
 func (x *TypeCounts) Reset() {
 	*x = TypeCounts{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[61]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4390,7 +4716,7 @@ func (x *TypeCounts) String() string {
 func (*TypeCounts) ProtoMessage() {}
 
 func (x *TypeCounts) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[61]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4403,7 +4729,7 @@ func (x *TypeCounts) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TypeCounts.ProtoReflect.Descriptor instead.
 func (*TypeCounts) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{61}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *TypeCounts) GetType() string {
@@ -4511,7 +4837,7 @@ type TypeStartDelay struct {
 
 func (x *TypeStartDelay) Reset() {
 	*x = TypeStartDelay{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[62]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4523,7 +4849,7 @@ func (x *TypeStartDelay) String() string {
 func (*TypeStartDelay) ProtoMessage() {}
 
 func (x *TypeStartDelay) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[62]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4536,7 +4862,7 @@ func (x *TypeStartDelay) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TypeStartDelay.ProtoReflect.Descriptor instead.
 func (*TypeStartDelay) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{62}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *TypeStartDelay) GetType() string {
@@ -4581,7 +4907,7 @@ type TypeWaiting struct {
 
 func (x *TypeWaiting) Reset() {
 	*x = TypeWaiting{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[63]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4593,7 +4919,7 @@ func (x *TypeWaiting) String() string {
 func (*TypeWaiting) ProtoMessage() {}
 
 func (x *TypeWaiting) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[63]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4606,7 +4932,7 @@ func (x *TypeWaiting) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TypeWaiting.ProtoReflect.Descriptor instead.
 func (*TypeWaiting) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{63}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *TypeWaiting) GetType() string {
@@ -4653,7 +4979,7 @@ type JobEvent struct {
 
 func (x *JobEvent) Reset() {
 	*x = JobEvent{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[64]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4665,7 +4991,7 @@ func (x *JobEvent) String() string {
 func (*JobEvent) ProtoMessage() {}
 
 func (x *JobEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[64]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4678,7 +5004,7 @@ func (x *JobEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobEvent.ProtoReflect.Descriptor instead.
 func (*JobEvent) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{64}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *JobEvent) GetAt() *timestamppb.Timestamp {
@@ -4768,7 +5094,7 @@ type NodeStatusResponse struct {
 
 func (x *NodeStatusResponse) Reset() {
 	*x = NodeStatusResponse{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[65]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4780,7 +5106,7 @@ func (x *NodeStatusResponse) String() string {
 func (*NodeStatusResponse) ProtoMessage() {}
 
 func (x *NodeStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[65]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4793,7 +5119,7 @@ func (x *NodeStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatusResponse.ProtoReflect.Descriptor instead.
 func (*NodeStatusResponse) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{65}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *NodeStatusResponse) GetNodeId() string {
@@ -4960,7 +5286,7 @@ type TypePolicy struct {
 
 func (x *TypePolicy) Reset() {
 	*x = TypePolicy{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[66]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4972,7 +5298,7 @@ func (x *TypePolicy) String() string {
 func (*TypePolicy) ProtoMessage() {}
 
 func (x *TypePolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[66]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4985,7 +5311,7 @@ func (x *TypePolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TypePolicy.ProtoReflect.Descriptor instead.
 func (*TypePolicy) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{66}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *TypePolicy) GetType() string {
@@ -5039,7 +5365,7 @@ type SetTypePoliciesRequest struct {
 
 func (x *SetTypePoliciesRequest) Reset() {
 	*x = SetTypePoliciesRequest{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[67]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5051,7 +5377,7 @@ func (x *SetTypePoliciesRequest) String() string {
 func (*SetTypePoliciesRequest) ProtoMessage() {}
 
 func (x *SetTypePoliciesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[67]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5064,7 +5390,7 @@ func (x *SetTypePoliciesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetTypePoliciesRequest.ProtoReflect.Descriptor instead.
 func (*SetTypePoliciesRequest) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{67}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *SetTypePoliciesRequest) GetPolicies() []*TypePolicy {
@@ -5083,7 +5409,7 @@ type SetTypePoliciesResponse struct {
 
 func (x *SetTypePoliciesResponse) Reset() {
 	*x = SetTypePoliciesResponse{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[68]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5095,7 +5421,7 @@ func (x *SetTypePoliciesResponse) String() string {
 func (*SetTypePoliciesResponse) ProtoMessage() {}
 
 func (x *SetTypePoliciesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[68]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5108,7 +5434,7 @@ func (x *SetTypePoliciesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetTypePoliciesResponse.ProtoReflect.Descriptor instead.
 func (*SetTypePoliciesResponse) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{68}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *SetTypePoliciesResponse) GetPolicies() []*TypePolicy {
@@ -5131,7 +5457,7 @@ type TypeFlow struct {
 
 func (x *TypeFlow) Reset() {
 	*x = TypeFlow{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[69]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5143,7 +5469,7 @@ func (x *TypeFlow) String() string {
 func (*TypeFlow) ProtoMessage() {}
 
 func (x *TypeFlow) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[69]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5156,7 +5482,7 @@ func (x *TypeFlow) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TypeFlow.ProtoReflect.Descriptor instead.
 func (*TypeFlow) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{69}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *TypeFlow) GetType() string {
@@ -5196,7 +5522,7 @@ type SetTypeFlowsRequest struct {
 
 func (x *SetTypeFlowsRequest) Reset() {
 	*x = SetTypeFlowsRequest{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[70]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5208,7 +5534,7 @@ func (x *SetTypeFlowsRequest) String() string {
 func (*SetTypeFlowsRequest) ProtoMessage() {}
 
 func (x *SetTypeFlowsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[70]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5221,7 +5547,7 @@ func (x *SetTypeFlowsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetTypeFlowsRequest.ProtoReflect.Descriptor instead.
 func (*SetTypeFlowsRequest) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{70}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *SetTypeFlowsRequest) GetFlows() []*TypeFlow {
@@ -5240,7 +5566,7 @@ type SetTypeFlowsResponse struct {
 
 func (x *SetTypeFlowsResponse) Reset() {
 	*x = SetTypeFlowsResponse{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[71]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5252,7 +5578,7 @@ func (x *SetTypeFlowsResponse) String() string {
 func (*SetTypeFlowsResponse) ProtoMessage() {}
 
 func (x *SetTypeFlowsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[71]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5265,7 +5591,7 @@ func (x *SetTypeFlowsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetTypeFlowsResponse.ProtoReflect.Descriptor instead.
 func (*SetTypeFlowsResponse) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{71}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *SetTypeFlowsResponse) GetTypes() []*TypeInfo {
@@ -5284,7 +5610,7 @@ type ListTypesRequest struct {
 
 func (x *ListTypesRequest) Reset() {
 	*x = ListTypesRequest{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[72]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5296,7 +5622,7 @@ func (x *ListTypesRequest) String() string {
 func (*ListTypesRequest) ProtoMessage() {}
 
 func (x *ListTypesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[72]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5309,7 +5635,7 @@ func (x *ListTypesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTypesRequest.ProtoReflect.Descriptor instead.
 func (*ListTypesRequest) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{72}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *ListTypesRequest) GetType() string {
@@ -5328,7 +5654,7 @@ type ListTypesResponse struct {
 
 func (x *ListTypesResponse) Reset() {
 	*x = ListTypesResponse{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[73]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5340,7 +5666,7 @@ func (x *ListTypesResponse) String() string {
 func (*ListTypesResponse) ProtoMessage() {}
 
 func (x *ListTypesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[73]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5353,7 +5679,7 @@ func (x *ListTypesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTypesResponse.ProtoReflect.Descriptor instead.
 func (*ListTypesResponse) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{73}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *ListTypesResponse) GetTypes() []*TypeInfo {
@@ -5380,7 +5706,7 @@ type TypeInfo struct {
 
 func (x *TypeInfo) Reset() {
 	*x = TypeInfo{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[74]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5392,7 +5718,7 @@ func (x *TypeInfo) String() string {
 func (*TypeInfo) ProtoMessage() {}
 
 func (x *TypeInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[74]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5405,7 +5731,7 @@ func (x *TypeInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TypeInfo.ProtoReflect.Descriptor instead.
 func (*TypeInfo) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{74}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *TypeInfo) GetType() string {
@@ -5475,7 +5801,7 @@ type WaitFinishedRequest struct {
 
 func (x *WaitFinishedRequest) Reset() {
 	*x = WaitFinishedRequest{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[75]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5487,7 +5813,7 @@ func (x *WaitFinishedRequest) String() string {
 func (*WaitFinishedRequest) ProtoMessage() {}
 
 func (x *WaitFinishedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[75]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5500,7 +5826,7 @@ func (x *WaitFinishedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitFinishedRequest.ProtoReflect.Descriptor instead.
 func (*WaitFinishedRequest) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{75}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *WaitFinishedRequest) GetFromNode() string {
@@ -5533,7 +5859,7 @@ type WaitFinishedResponse struct {
 
 func (x *WaitFinishedResponse) Reset() {
 	*x = WaitFinishedResponse{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[76]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5545,7 +5871,7 @@ func (x *WaitFinishedResponse) String() string {
 func (*WaitFinishedResponse) ProtoMessage() {}
 
 func (x *WaitFinishedResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[76]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5558,7 +5884,7 @@ func (x *WaitFinishedResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitFinishedResponse.ProtoReflect.Descriptor instead.
 func (*WaitFinishedResponse) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{76}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *WaitFinishedResponse) GetJobIds() []string {
@@ -5582,7 +5908,7 @@ type LandedEntry struct {
 
 func (x *LandedEntry) Reset() {
 	*x = LandedEntry{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[77]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5594,7 +5920,7 @@ func (x *LandedEntry) String() string {
 func (*LandedEntry) ProtoMessage() {}
 
 func (x *LandedEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[77]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5607,7 +5933,7 @@ func (x *LandedEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LandedEntry.ProtoReflect.Descriptor instead.
 func (*LandedEntry) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{77}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *LandedEntry) GetShard() int32 {
@@ -5655,7 +5981,7 @@ type LandRequest struct {
 
 func (x *LandRequest) Reset() {
 	*x = LandRequest{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[78]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5667,7 +5993,7 @@ func (x *LandRequest) String() string {
 func (*LandRequest) ProtoMessage() {}
 
 func (x *LandRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[78]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5680,7 +6006,7 @@ func (x *LandRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LandRequest.ProtoReflect.Descriptor instead.
 func (*LandRequest) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{78}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *LandRequest) GetFromNode() string {
@@ -5707,7 +6033,7 @@ type LandResponse struct {
 
 func (x *LandResponse) Reset() {
 	*x = LandResponse{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[79]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5719,7 +6045,7 @@ func (x *LandResponse) String() string {
 func (*LandResponse) ProtoMessage() {}
 
 func (x *LandResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[79]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5732,7 +6058,7 @@ func (x *LandResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LandResponse.ProtoReflect.Descriptor instead.
 func (*LandResponse) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{79}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *LandResponse) GetTaken() int32 {
@@ -5935,7 +6261,42 @@ const file_timeshard_v1_timeshard_proto_rawDesc = "" +
 	"\ajob_ids\x18\x01 \x03(\tR\x06jobIds\x123\n" +
 	"\atimeout\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\atimeout\"7\n" +
 	"\x10WaitJobsResponse\x12#\n" +
-	"\x03job\x18\x01 \x01(\v2\x11.timeshard.v1.JobR\x03job\"\xe4\x01\n" +
+	"\x03job\x18\x01 \x01(\v2\x11.timeshard.v1.JobR\x03job\"\xa3\x03\n" +
+	"\vLedgerEntry\x12\x1f\n" +
+	"\vschedule_id\x18\x01 \x01(\tR\n" +
+	"scheduleId\x124\n" +
+	"\anominal\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\anominal\x12.\n" +
+	"\x04last\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x04last\x12\x14\n" +
+	"\x05count\x18\x04 \x01(\x03R\x05count\x12\x16\n" +
+	"\x06reason\x18\x05 \x01(\tR\x06reason\x12\x15\n" +
+	"\x06job_id\x18\x06 \x01(\tR\x05jobId\x121\n" +
+	"\x06run_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\x05runAt\x12\x1a\n" +
+	"\brevision\x18\b \x01(\x03R\brevision\x12\x12\n" +
+	"\x04node\x18\t \x01(\tR\x04node\x12\x14\n" +
+	"\x05epoch\x18\n" +
+	" \x01(\x03R\x05epoch\x129\n" +
+	"\n" +
+	"decided_at\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\tdecidedAt\x12\x14\n" +
+	"\x05notes\x18\f \x03(\tR\x05notes\"\x96\x01\n" +
+	"\x18ExplainOccurrenceRequest\x12\x1f\n" +
+	"\vschedule_id\x18\x01 \x01(\tR\n" +
+	"scheduleId\x12*\n" +
+	"\x02at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12\x15\n" +
+	"\x06job_id\x18\x03 \x01(\tR\x05jobId\x12\x16\n" +
+	"\x06recent\x18\x04 \x01(\x05R\x06recent\"\x9e\x03\n" +
+	"\x19ExplainOccurrenceResponse\x12\x1f\n" +
+	"\vschedule_id\x18\x01 \x01(\tR\n" +
+	"scheduleId\x124\n" +
+	"\anominal\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\anominal\x12#\n" +
+	"\rnominal_local\x18\x03 \x01(\tR\fnominalLocal\x12\x1a\n" +
+	"\btimezone\x18\x04 \x01(\tR\btimezone\x12\x14\n" +
+	"\x05found\x18\x05 \x01(\bR\x05found\x12/\n" +
+	"\x05entry\x18\x06 \x01(\v2\x19.timeshard.v1.LedgerEntryR\x05entry\x12#\n" +
+	"\x03job\x18\a \x01(\v2\x11.timeshard.v1.JobR\x03job\x12\x14\n" +
+	"\x05steps\x18\b \x03(\tR\x05steps\x124\n" +
+	"\anearest\x18\t \x03(\v2\x1a.google.protobuf.TimestampR\anearest\x121\n" +
+	"\x06recent\x18\n" +
+	" \x03(\v2\x19.timeshard.v1.LedgerEntryR\x06recent\"\xe4\x01\n" +
 	"\fClaimRequest\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12\x14\n" +
 	"\x05types\x18\x02 \x03(\tR\x05types\x12\x19\n" +
@@ -6206,7 +6567,7 @@ const file_timeshard_v1_timeshard_proto_rawDesc = "" +
 	"\x15JOB_ORDER_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rJOB_ORDER_DUE\x10\x01\x12\x15\n" +
 	"\x11JOB_ORDER_CREATED\x10\x02\x12\x10\n" +
-	"\fJOB_ORDER_ID\x10\x032\xba\v\n" +
+	"\fJOB_ORDER_ID\x10\x032\xa0\f\n" +
 	"\n" +
 	"JobService\x12R\n" +
 	"\vScheduleJob\x12 .timeshard.v1.ScheduleJobRequest\x1a!.timeshard.v1.ScheduleJobResponse\x12U\n" +
@@ -6226,7 +6587,8 @@ const file_timeshard_v1_timeshard_proto_rawDesc = "" +
 	"\x0fListDeadLetters\x12$.timeshard.v1.ListDeadLettersRequest\x1a%.timeshard.v1.ListDeadLettersResponse\x12d\n" +
 	"\x11ReplayDeadLetters\x12&.timeshard.v1.ReplayDeadLettersRequest\x1a'.timeshard.v1.ReplayDeadLettersResponse\x12b\n" +
 	"\x10PurgeDeadLetters\x12&.timeshard.v1.ReplayDeadLettersRequest\x1a&.timeshard.v1.PurgeDeadLettersResponse\x12K\n" +
-	"\bWaitJobs\x12\x1d.timeshard.v1.WaitJobsRequest\x1a\x1e.timeshard.v1.WaitJobsResponse0\x012\xb1\x03\n" +
+	"\bWaitJobs\x12\x1d.timeshard.v1.WaitJobsRequest\x1a\x1e.timeshard.v1.WaitJobsResponse0\x01\x12d\n" +
+	"\x11ExplainOccurrence\x12&.timeshard.v1.ExplainOccurrenceRequest\x1a'.timeshard.v1.ExplainOccurrenceResponse2\xb1\x03\n" +
 	"\rWorkerService\x12@\n" +
 	"\x05Claim\x12\x1a.timeshard.v1.ClaimRequest\x1a\x1b.timeshard.v1.ClaimResponse\x12L\n" +
 	"\tHeartbeat\x12\x1e.timeshard.v1.HeartbeatRequest\x1a\x1f.timeshard.v1.HeartbeatResponse\x12I\n" +
@@ -6261,7 +6623,7 @@ func file_timeshard_v1_timeshard_proto_rawDescGZIP() []byte {
 }
 
 var file_timeshard_v1_timeshard_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_timeshard_v1_timeshard_proto_msgTypes = make([]protoimpl.MessageInfo, 80)
+var file_timeshard_v1_timeshard_proto_msgTypes = make([]protoimpl.MessageInfo, 83)
 var file_timeshard_v1_timeshard_proto_goTypes = []any{
 	(JobState)(0),                     // 0: timeshard.v1.JobState
 	(IfExists)(0),                     // 1: timeshard.v1.IfExists
@@ -6296,74 +6658,77 @@ var file_timeshard_v1_timeshard_proto_goTypes = []any{
 	(*PurgeDeadLettersResponse)(nil),  // 30: timeshard.v1.PurgeDeadLettersResponse
 	(*WaitJobsRequest)(nil),           // 31: timeshard.v1.WaitJobsRequest
 	(*WaitJobsResponse)(nil),          // 32: timeshard.v1.WaitJobsResponse
-	(*ClaimRequest)(nil),              // 33: timeshard.v1.ClaimRequest
-	(*ClaimedJob)(nil),                // 34: timeshard.v1.ClaimedJob
-	(*ClaimResponse)(nil),             // 35: timeshard.v1.ClaimResponse
-	(*HeartbeatRequest)(nil),          // 36: timeshard.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),         // 37: timeshard.v1.HeartbeatResponse
-	(*CompleteRequest)(nil),           // 38: timeshard.v1.CompleteRequest
-	(*CompleteResponse)(nil),          // 39: timeshard.v1.CompleteResponse
-	(*FailRequest)(nil),               // 40: timeshard.v1.FailRequest
-	(*FailResponse)(nil),              // 41: timeshard.v1.FailResponse
-	(*FinishItem)(nil),                // 42: timeshard.v1.FinishItem
-	(*FinishRequest)(nil),             // 43: timeshard.v1.FinishRequest
-	(*FinishResult)(nil),              // 44: timeshard.v1.FinishResult
-	(*FinishResponse)(nil),            // 45: timeshard.v1.FinishResponse
-	(*WorkHello)(nil),                 // 46: timeshard.v1.WorkHello
-	(*WorkCredit)(nil),                // 47: timeshard.v1.WorkCredit
-	(*WorkRequest)(nil),               // 48: timeshard.v1.WorkRequest
-	(*HeartbeatResult)(nil),           // 49: timeshard.v1.HeartbeatResult
-	(*WorkResponse)(nil),              // 50: timeshard.v1.WorkResponse
-	(*Node)(nil),                      // 51: timeshard.v1.Node
-	(*ClusterInfoRequest)(nil),        // 52: timeshard.v1.ClusterInfoRequest
-	(*ClusterInfoResponse)(nil),       // 53: timeshard.v1.ClusterInfoResponse
-	(*ShardInfo)(nil),                 // 54: timeshard.v1.ShardInfo
-	(*ShardOwnersRequest)(nil),        // 55: timeshard.v1.ShardOwnersRequest
-	(*ShardOwnersResponse)(nil),       // 56: timeshard.v1.ShardOwnersResponse
-	(*MoveShardRequest)(nil),          // 57: timeshard.v1.MoveShardRequest
-	(*MoveShardResponse)(nil),         // 58: timeshard.v1.MoveShardResponse
-	(*DrainNodeRequest)(nil),          // 59: timeshard.v1.DrainNodeRequest
-	(*DrainNodeResponse)(nil),         // 60: timeshard.v1.DrainNodeResponse
-	(*NodeStatusRequest)(nil),         // 61: timeshard.v1.NodeStatusRequest
-	(*ShardStatus)(nil),               // 62: timeshard.v1.ShardStatus
-	(*LatenessBucket)(nil),            // 63: timeshard.v1.LatenessBucket
-	(*TypeCounts)(nil),                // 64: timeshard.v1.TypeCounts
-	(*TypeStartDelay)(nil),            // 65: timeshard.v1.TypeStartDelay
-	(*TypeWaiting)(nil),               // 66: timeshard.v1.TypeWaiting
-	(*JobEvent)(nil),                  // 67: timeshard.v1.JobEvent
-	(*NodeStatusResponse)(nil),        // 68: timeshard.v1.NodeStatusResponse
-	(*TypePolicy)(nil),                // 69: timeshard.v1.TypePolicy
-	(*SetTypePoliciesRequest)(nil),    // 70: timeshard.v1.SetTypePoliciesRequest
-	(*SetTypePoliciesResponse)(nil),   // 71: timeshard.v1.SetTypePoliciesResponse
-	(*TypeFlow)(nil),                  // 72: timeshard.v1.TypeFlow
-	(*SetTypeFlowsRequest)(nil),       // 73: timeshard.v1.SetTypeFlowsRequest
-	(*SetTypeFlowsResponse)(nil),      // 74: timeshard.v1.SetTypeFlowsResponse
-	(*ListTypesRequest)(nil),          // 75: timeshard.v1.ListTypesRequest
-	(*ListTypesResponse)(nil),         // 76: timeshard.v1.ListTypesResponse
-	(*TypeInfo)(nil),                  // 77: timeshard.v1.TypeInfo
-	(*WaitFinishedRequest)(nil),       // 78: timeshard.v1.WaitFinishedRequest
-	(*WaitFinishedResponse)(nil),      // 79: timeshard.v1.WaitFinishedResponse
-	(*LandedEntry)(nil),               // 80: timeshard.v1.LandedEntry
-	(*LandRequest)(nil),               // 81: timeshard.v1.LandRequest
-	(*LandResponse)(nil),              // 82: timeshard.v1.LandResponse
-	(*timestamppb.Timestamp)(nil),     // 83: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),       // 84: google.protobuf.Duration
+	(*LedgerEntry)(nil),               // 33: timeshard.v1.LedgerEntry
+	(*ExplainOccurrenceRequest)(nil),  // 34: timeshard.v1.ExplainOccurrenceRequest
+	(*ExplainOccurrenceResponse)(nil), // 35: timeshard.v1.ExplainOccurrenceResponse
+	(*ClaimRequest)(nil),              // 36: timeshard.v1.ClaimRequest
+	(*ClaimedJob)(nil),                // 37: timeshard.v1.ClaimedJob
+	(*ClaimResponse)(nil),             // 38: timeshard.v1.ClaimResponse
+	(*HeartbeatRequest)(nil),          // 39: timeshard.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),         // 40: timeshard.v1.HeartbeatResponse
+	(*CompleteRequest)(nil),           // 41: timeshard.v1.CompleteRequest
+	(*CompleteResponse)(nil),          // 42: timeshard.v1.CompleteResponse
+	(*FailRequest)(nil),               // 43: timeshard.v1.FailRequest
+	(*FailResponse)(nil),              // 44: timeshard.v1.FailResponse
+	(*FinishItem)(nil),                // 45: timeshard.v1.FinishItem
+	(*FinishRequest)(nil),             // 46: timeshard.v1.FinishRequest
+	(*FinishResult)(nil),              // 47: timeshard.v1.FinishResult
+	(*FinishResponse)(nil),            // 48: timeshard.v1.FinishResponse
+	(*WorkHello)(nil),                 // 49: timeshard.v1.WorkHello
+	(*WorkCredit)(nil),                // 50: timeshard.v1.WorkCredit
+	(*WorkRequest)(nil),               // 51: timeshard.v1.WorkRequest
+	(*HeartbeatResult)(nil),           // 52: timeshard.v1.HeartbeatResult
+	(*WorkResponse)(nil),              // 53: timeshard.v1.WorkResponse
+	(*Node)(nil),                      // 54: timeshard.v1.Node
+	(*ClusterInfoRequest)(nil),        // 55: timeshard.v1.ClusterInfoRequest
+	(*ClusterInfoResponse)(nil),       // 56: timeshard.v1.ClusterInfoResponse
+	(*ShardInfo)(nil),                 // 57: timeshard.v1.ShardInfo
+	(*ShardOwnersRequest)(nil),        // 58: timeshard.v1.ShardOwnersRequest
+	(*ShardOwnersResponse)(nil),       // 59: timeshard.v1.ShardOwnersResponse
+	(*MoveShardRequest)(nil),          // 60: timeshard.v1.MoveShardRequest
+	(*MoveShardResponse)(nil),         // 61: timeshard.v1.MoveShardResponse
+	(*DrainNodeRequest)(nil),          // 62: timeshard.v1.DrainNodeRequest
+	(*DrainNodeResponse)(nil),         // 63: timeshard.v1.DrainNodeResponse
+	(*NodeStatusRequest)(nil),         // 64: timeshard.v1.NodeStatusRequest
+	(*ShardStatus)(nil),               // 65: timeshard.v1.ShardStatus
+	(*LatenessBucket)(nil),            // 66: timeshard.v1.LatenessBucket
+	(*TypeCounts)(nil),                // 67: timeshard.v1.TypeCounts
+	(*TypeStartDelay)(nil),            // 68: timeshard.v1.TypeStartDelay
+	(*TypeWaiting)(nil),               // 69: timeshard.v1.TypeWaiting
+	(*JobEvent)(nil),                  // 70: timeshard.v1.JobEvent
+	(*NodeStatusResponse)(nil),        // 71: timeshard.v1.NodeStatusResponse
+	(*TypePolicy)(nil),                // 72: timeshard.v1.TypePolicy
+	(*SetTypePoliciesRequest)(nil),    // 73: timeshard.v1.SetTypePoliciesRequest
+	(*SetTypePoliciesResponse)(nil),   // 74: timeshard.v1.SetTypePoliciesResponse
+	(*TypeFlow)(nil),                  // 75: timeshard.v1.TypeFlow
+	(*SetTypeFlowsRequest)(nil),       // 76: timeshard.v1.SetTypeFlowsRequest
+	(*SetTypeFlowsResponse)(nil),      // 77: timeshard.v1.SetTypeFlowsResponse
+	(*ListTypesRequest)(nil),          // 78: timeshard.v1.ListTypesRequest
+	(*ListTypesResponse)(nil),         // 79: timeshard.v1.ListTypesResponse
+	(*TypeInfo)(nil),                  // 80: timeshard.v1.TypeInfo
+	(*WaitFinishedRequest)(nil),       // 81: timeshard.v1.WaitFinishedRequest
+	(*WaitFinishedResponse)(nil),      // 82: timeshard.v1.WaitFinishedResponse
+	(*LandedEntry)(nil),               // 83: timeshard.v1.LandedEntry
+	(*LandRequest)(nil),               // 84: timeshard.v1.LandRequest
+	(*LandResponse)(nil),              // 85: timeshard.v1.LandResponse
+	(*timestamppb.Timestamp)(nil),     // 86: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),       // 87: google.protobuf.Duration
 }
 var file_timeshard_v1_timeshard_proto_depIdxs = []int32{
-	83,  // 0: timeshard.v1.Attempt.started_at:type_name -> google.protobuf.Timestamp
-	83,  // 1: timeshard.v1.Attempt.finished_at:type_name -> google.protobuf.Timestamp
+	86,  // 0: timeshard.v1.Attempt.started_at:type_name -> google.protobuf.Timestamp
+	86,  // 1: timeshard.v1.Attempt.finished_at:type_name -> google.protobuf.Timestamp
 	0,   // 2: timeshard.v1.Job.state:type_name -> timeshard.v1.JobState
-	83,  // 3: timeshard.v1.Job.run_at:type_name -> google.protobuf.Timestamp
-	83,  // 4: timeshard.v1.Job.created_at:type_name -> google.protobuf.Timestamp
-	83,  // 5: timeshard.v1.Job.lease_until:type_name -> google.protobuf.Timestamp
-	83,  // 6: timeshard.v1.Job.started_at:type_name -> google.protobuf.Timestamp
-	83,  // 7: timeshard.v1.Job.finished_at:type_name -> google.protobuf.Timestamp
+	86,  // 3: timeshard.v1.Job.run_at:type_name -> google.protobuf.Timestamp
+	86,  // 4: timeshard.v1.Job.created_at:type_name -> google.protobuf.Timestamp
+	86,  // 5: timeshard.v1.Job.lease_until:type_name -> google.protobuf.Timestamp
+	86,  // 6: timeshard.v1.Job.started_at:type_name -> google.protobuf.Timestamp
+	86,  // 7: timeshard.v1.Job.finished_at:type_name -> google.protobuf.Timestamp
 	3,   // 8: timeshard.v1.Job.history:type_name -> timeshard.v1.Attempt
-	83,  // 9: timeshard.v1.Job.deadline:type_name -> google.protobuf.Timestamp
-	84,  // 10: timeshard.v1.ScheduleJobRequest.delay:type_name -> google.protobuf.Duration
-	83,  // 11: timeshard.v1.ScheduleJobRequest.run_at:type_name -> google.protobuf.Timestamp
-	83,  // 12: timeshard.v1.ScheduleJobRequest.deadline:type_name -> google.protobuf.Timestamp
-	84,  // 13: timeshard.v1.ScheduleJobRequest.deadline_in:type_name -> google.protobuf.Duration
+	86,  // 9: timeshard.v1.Job.deadline:type_name -> google.protobuf.Timestamp
+	87,  // 10: timeshard.v1.ScheduleJobRequest.delay:type_name -> google.protobuf.Duration
+	86,  // 11: timeshard.v1.ScheduleJobRequest.run_at:type_name -> google.protobuf.Timestamp
+	86,  // 12: timeshard.v1.ScheduleJobRequest.deadline:type_name -> google.protobuf.Timestamp
+	87,  // 13: timeshard.v1.ScheduleJobRequest.deadline_in:type_name -> google.protobuf.Duration
 	1,   // 14: timeshard.v1.ScheduleJobRequest.if_exists:type_name -> timeshard.v1.IfExists
 	4,   // 15: timeshard.v1.ScheduleJobResponse.job:type_name -> timeshard.v1.Job
 	6,   // 16: timeshard.v1.ScheduleJobResponse.warnings:type_name -> timeshard.v1.ScheduleWarning
@@ -6372,157 +6737,169 @@ var file_timeshard_v1_timeshard_proto_depIdxs = []int32{
 	6,   // 19: timeshard.v1.ScheduleJobsResponse.warnings:type_name -> timeshard.v1.ScheduleWarning
 	0,   // 20: timeshard.v1.ListJobsRequest.state:type_name -> timeshard.v1.JobState
 	0,   // 21: timeshard.v1.ListJobsRequest.states:type_name -> timeshard.v1.JobState
-	83,  // 22: timeshard.v1.ListJobsRequest.run_at_from:type_name -> google.protobuf.Timestamp
-	83,  // 23: timeshard.v1.ListJobsRequest.run_at_to:type_name -> google.protobuf.Timestamp
+	86,  // 22: timeshard.v1.ListJobsRequest.run_at_from:type_name -> google.protobuf.Timestamp
+	86,  // 23: timeshard.v1.ListJobsRequest.run_at_to:type_name -> google.protobuf.Timestamp
 	2,   // 24: timeshard.v1.ListJobsRequest.order:type_name -> timeshard.v1.JobOrder
 	4,   // 25: timeshard.v1.ListJobsResponse.jobs:type_name -> timeshard.v1.Job
-	84,  // 26: timeshard.v1.RescheduleJobRequest.delay:type_name -> google.protobuf.Duration
-	83,  // 27: timeshard.v1.RescheduleJobRequest.run_at:type_name -> google.protobuf.Timestamp
-	84,  // 28: timeshard.v1.Schedule.misfire_grace:type_name -> google.protobuf.Duration
-	84,  // 29: timeshard.v1.Schedule.jitter:type_name -> google.protobuf.Duration
-	83,  // 30: timeshard.v1.Schedule.next_fire:type_name -> google.protobuf.Timestamp
-	83,  // 31: timeshard.v1.Schedule.last_skip_at:type_name -> google.protobuf.Timestamp
-	83,  // 32: timeshard.v1.Schedule.last_fire_at:type_name -> google.protobuf.Timestamp
-	83,  // 33: timeshard.v1.Schedule.queued_at:type_name -> google.protobuf.Timestamp
-	84,  // 34: timeshard.v1.Schedule.spread:type_name -> google.protobuf.Duration
+	87,  // 26: timeshard.v1.RescheduleJobRequest.delay:type_name -> google.protobuf.Duration
+	86,  // 27: timeshard.v1.RescheduleJobRequest.run_at:type_name -> google.protobuf.Timestamp
+	87,  // 28: timeshard.v1.Schedule.misfire_grace:type_name -> google.protobuf.Duration
+	87,  // 29: timeshard.v1.Schedule.jitter:type_name -> google.protobuf.Duration
+	86,  // 30: timeshard.v1.Schedule.next_fire:type_name -> google.protobuf.Timestamp
+	86,  // 31: timeshard.v1.Schedule.last_skip_at:type_name -> google.protobuf.Timestamp
+	86,  // 32: timeshard.v1.Schedule.last_fire_at:type_name -> google.protobuf.Timestamp
+	86,  // 33: timeshard.v1.Schedule.queued_at:type_name -> google.protobuf.Timestamp
+	87,  // 34: timeshard.v1.Schedule.spread:type_name -> google.protobuf.Duration
 	15,  // 35: timeshard.v1.CreateScheduleRequest.schedule:type_name -> timeshard.v1.Schedule
 	15,  // 36: timeshard.v1.ListSchedulesResponse.schedules:type_name -> timeshard.v1.Schedule
 	15,  // 37: timeshard.v1.UpdateScheduleRequest.schedule:type_name -> timeshard.v1.Schedule
-	83,  // 38: timeshard.v1.PreviewRequest.from:type_name -> google.protobuf.Timestamp
-	84,  // 39: timeshard.v1.PreviewRequest.spread:type_name -> google.protobuf.Duration
-	83,  // 40: timeshard.v1.FireTime.utc:type_name -> google.protobuf.Timestamp
-	83,  // 41: timeshard.v1.FireTime.runs_at:type_name -> google.protobuf.Timestamp
+	86,  // 38: timeshard.v1.PreviewRequest.from:type_name -> google.protobuf.Timestamp
+	87,  // 39: timeshard.v1.PreviewRequest.spread:type_name -> google.protobuf.Duration
+	86,  // 40: timeshard.v1.FireTime.utc:type_name -> google.protobuf.Timestamp
+	86,  // 41: timeshard.v1.FireTime.runs_at:type_name -> google.protobuf.Timestamp
 	24,  // 42: timeshard.v1.PreviewResponse.times:type_name -> timeshard.v1.FireTime
-	83,  // 43: timeshard.v1.ListDeadLettersRequest.since:type_name -> google.protobuf.Timestamp
+	86,  // 43: timeshard.v1.ListDeadLettersRequest.since:type_name -> google.protobuf.Timestamp
 	4,   // 44: timeshard.v1.ListDeadLettersResponse.jobs:type_name -> timeshard.v1.Job
 	4,   // 45: timeshard.v1.ReplayDeadLettersResponse.jobs:type_name -> timeshard.v1.Job
-	84,  // 46: timeshard.v1.WaitJobsRequest.timeout:type_name -> google.protobuf.Duration
+	87,  // 46: timeshard.v1.WaitJobsRequest.timeout:type_name -> google.protobuf.Duration
 	4,   // 47: timeshard.v1.WaitJobsResponse.job:type_name -> timeshard.v1.Job
-	84,  // 48: timeshard.v1.ClaimRequest.wait:type_name -> google.protobuf.Duration
-	84,  // 49: timeshard.v1.ClaimRequest.lease:type_name -> google.protobuf.Duration
-	4,   // 50: timeshard.v1.ClaimedJob.job:type_name -> timeshard.v1.Job
-	83,  // 51: timeshard.v1.ClaimedJob.lease_until:type_name -> google.protobuf.Timestamp
-	84,  // 52: timeshard.v1.ClaimedJob.lease:type_name -> google.protobuf.Duration
-	34,  // 53: timeshard.v1.ClaimResponse.jobs:type_name -> timeshard.v1.ClaimedJob
-	84,  // 54: timeshard.v1.HeartbeatRequest.lease:type_name -> google.protobuf.Duration
-	83,  // 55: timeshard.v1.HeartbeatRequest.started_at:type_name -> google.protobuf.Timestamp
-	83,  // 56: timeshard.v1.HeartbeatResponse.lease_until:type_name -> google.protobuf.Timestamp
-	84,  // 57: timeshard.v1.HeartbeatResponse.lease:type_name -> google.protobuf.Duration
-	0,   // 58: timeshard.v1.FailResponse.state:type_name -> timeshard.v1.JobState
-	83,  // 59: timeshard.v1.FailResponse.retry_at:type_name -> google.protobuf.Timestamp
-	42,  // 60: timeshard.v1.FinishRequest.items:type_name -> timeshard.v1.FinishItem
-	0,   // 61: timeshard.v1.FinishResult.state:type_name -> timeshard.v1.JobState
-	44,  // 62: timeshard.v1.FinishResponse.results:type_name -> timeshard.v1.FinishResult
-	84,  // 63: timeshard.v1.WorkHello.lease:type_name -> google.protobuf.Duration
-	46,  // 64: timeshard.v1.WorkRequest.hello:type_name -> timeshard.v1.WorkHello
-	47,  // 65: timeshard.v1.WorkRequest.credits:type_name -> timeshard.v1.WorkCredit
-	36,  // 66: timeshard.v1.WorkRequest.heartbeats:type_name -> timeshard.v1.HeartbeatRequest
-	42,  // 67: timeshard.v1.WorkRequest.results:type_name -> timeshard.v1.FinishItem
-	36,  // 68: timeshard.v1.WorkRequest.started:type_name -> timeshard.v1.HeartbeatRequest
-	37,  // 69: timeshard.v1.HeartbeatResult.lease:type_name -> timeshard.v1.HeartbeatResponse
-	34,  // 70: timeshard.v1.WorkResponse.jobs:type_name -> timeshard.v1.ClaimedJob
-	49,  // 71: timeshard.v1.WorkResponse.heartbeats:type_name -> timeshard.v1.HeartbeatResult
-	44,  // 72: timeshard.v1.WorkResponse.results:type_name -> timeshard.v1.FinishResult
-	84,  // 73: timeshard.v1.WorkResponse.held:type_name -> google.protobuf.Duration
-	51,  // 74: timeshard.v1.ClusterInfoResponse.nodes:type_name -> timeshard.v1.Node
-	83,  // 75: timeshard.v1.ShardInfo.cursor:type_name -> google.protobuf.Timestamp
-	54,  // 76: timeshard.v1.ShardOwnersResponse.shards:type_name -> timeshard.v1.ShardInfo
-	84,  // 77: timeshard.v1.NodeStatusRequest.window:type_name -> google.protobuf.Duration
-	63,  // 78: timeshard.v1.TypeStartDelay.buckets:type_name -> timeshard.v1.LatenessBucket
-	83,  // 79: timeshard.v1.JobEvent.at:type_name -> google.protobuf.Timestamp
-	62,  // 80: timeshard.v1.NodeStatusResponse.shards:type_name -> timeshard.v1.ShardStatus
-	84,  // 81: timeshard.v1.NodeStatusResponse.window:type_name -> google.protobuf.Duration
-	63,  // 82: timeshard.v1.NodeStatusResponse.lateness:type_name -> timeshard.v1.LatenessBucket
-	64,  // 83: timeshard.v1.NodeStatusResponse.jobs:type_name -> timeshard.v1.TypeCounts
-	83,  // 84: timeshard.v1.NodeStatusResponse.dead_letters_at:type_name -> google.protobuf.Timestamp
-	67,  // 85: timeshard.v1.NodeStatusResponse.recent_failures:type_name -> timeshard.v1.JobEvent
-	67,  // 86: timeshard.v1.NodeStatusResponse.recent_dead_letters:type_name -> timeshard.v1.JobEvent
-	66,  // 87: timeshard.v1.NodeStatusResponse.unclaimed:type_name -> timeshard.v1.TypeWaiting
-	65,  // 88: timeshard.v1.NodeStatusResponse.start_delay:type_name -> timeshard.v1.TypeStartDelay
-	84,  // 89: timeshard.v1.TypePolicy.retry_base:type_name -> google.protobuf.Duration
-	84,  // 90: timeshard.v1.TypePolicy.retry_max:type_name -> google.protobuf.Duration
-	69,  // 91: timeshard.v1.SetTypePoliciesRequest.policies:type_name -> timeshard.v1.TypePolicy
-	69,  // 92: timeshard.v1.SetTypePoliciesResponse.policies:type_name -> timeshard.v1.TypePolicy
-	72,  // 93: timeshard.v1.SetTypeFlowsRequest.flows:type_name -> timeshard.v1.TypeFlow
-	77,  // 94: timeshard.v1.SetTypeFlowsResponse.types:type_name -> timeshard.v1.TypeInfo
-	77,  // 95: timeshard.v1.ListTypesResponse.types:type_name -> timeshard.v1.TypeInfo
-	69,  // 96: timeshard.v1.TypeInfo.policy:type_name -> timeshard.v1.TypePolicy
-	84,  // 97: timeshard.v1.WaitFinishedRequest.timeout:type_name -> google.protobuf.Duration
-	83,  // 98: timeshard.v1.LandedEntry.due_at:type_name -> google.protobuf.Timestamp
-	80,  // 99: timeshard.v1.LandRequest.entries:type_name -> timeshard.v1.LandedEntry
-	5,   // 100: timeshard.v1.JobService.ScheduleJob:input_type -> timeshard.v1.ScheduleJobRequest
-	8,   // 101: timeshard.v1.JobService.ScheduleJobs:input_type -> timeshard.v1.ScheduleJobsRequest
-	10,  // 102: timeshard.v1.JobService.GetJob:input_type -> timeshard.v1.GetJobRequest
-	11,  // 103: timeshard.v1.JobService.ListJobs:input_type -> timeshard.v1.ListJobsRequest
-	13,  // 104: timeshard.v1.JobService.CancelJob:input_type -> timeshard.v1.CancelJobRequest
-	14,  // 105: timeshard.v1.JobService.RescheduleJob:input_type -> timeshard.v1.RescheduleJobRequest
-	16,  // 106: timeshard.v1.JobService.CreateSchedule:input_type -> timeshard.v1.CreateScheduleRequest
-	17,  // 107: timeshard.v1.JobService.GetSchedule:input_type -> timeshard.v1.GetScheduleRequest
-	18,  // 108: timeshard.v1.JobService.ListSchedules:input_type -> timeshard.v1.ListSchedulesRequest
-	20,  // 109: timeshard.v1.JobService.UpdateSchedule:input_type -> timeshard.v1.UpdateScheduleRequest
-	21,  // 110: timeshard.v1.JobService.PauseSchedule:input_type -> timeshard.v1.ScheduleIdRequest
-	21,  // 111: timeshard.v1.JobService.ResumeSchedule:input_type -> timeshard.v1.ScheduleIdRequest
-	21,  // 112: timeshard.v1.JobService.DeleteSchedule:input_type -> timeshard.v1.ScheduleIdRequest
-	23,  // 113: timeshard.v1.JobService.PreviewSchedule:input_type -> timeshard.v1.PreviewRequest
-	26,  // 114: timeshard.v1.JobService.ListDeadLetters:input_type -> timeshard.v1.ListDeadLettersRequest
-	28,  // 115: timeshard.v1.JobService.ReplayDeadLetters:input_type -> timeshard.v1.ReplayDeadLettersRequest
-	28,  // 116: timeshard.v1.JobService.PurgeDeadLetters:input_type -> timeshard.v1.ReplayDeadLettersRequest
-	31,  // 117: timeshard.v1.JobService.WaitJobs:input_type -> timeshard.v1.WaitJobsRequest
-	33,  // 118: timeshard.v1.WorkerService.Claim:input_type -> timeshard.v1.ClaimRequest
-	36,  // 119: timeshard.v1.WorkerService.Heartbeat:input_type -> timeshard.v1.HeartbeatRequest
-	38,  // 120: timeshard.v1.WorkerService.Complete:input_type -> timeshard.v1.CompleteRequest
-	40,  // 121: timeshard.v1.WorkerService.Fail:input_type -> timeshard.v1.FailRequest
-	43,  // 122: timeshard.v1.WorkerService.Finish:input_type -> timeshard.v1.FinishRequest
-	48,  // 123: timeshard.v1.WorkerService.Work:input_type -> timeshard.v1.WorkRequest
-	52,  // 124: timeshard.v1.AdminService.ClusterInfo:input_type -> timeshard.v1.ClusterInfoRequest
-	55,  // 125: timeshard.v1.AdminService.ShardOwners:input_type -> timeshard.v1.ShardOwnersRequest
-	57,  // 126: timeshard.v1.AdminService.MoveShard:input_type -> timeshard.v1.MoveShardRequest
-	59,  // 127: timeshard.v1.AdminService.DrainNode:input_type -> timeshard.v1.DrainNodeRequest
-	61,  // 128: timeshard.v1.AdminService.NodeStatus:input_type -> timeshard.v1.NodeStatusRequest
-	70,  // 129: timeshard.v1.AdminService.SetTypePolicies:input_type -> timeshard.v1.SetTypePoliciesRequest
-	73,  // 130: timeshard.v1.AdminService.SetTypeFlows:input_type -> timeshard.v1.SetTypeFlowsRequest
-	75,  // 131: timeshard.v1.AdminService.ListTypes:input_type -> timeshard.v1.ListTypesRequest
-	81,  // 132: timeshard.v1.PeerService.Land:input_type -> timeshard.v1.LandRequest
-	78,  // 133: timeshard.v1.PeerService.WaitFinished:input_type -> timeshard.v1.WaitFinishedRequest
-	7,   // 134: timeshard.v1.JobService.ScheduleJob:output_type -> timeshard.v1.ScheduleJobResponse
-	9,   // 135: timeshard.v1.JobService.ScheduleJobs:output_type -> timeshard.v1.ScheduleJobsResponse
-	4,   // 136: timeshard.v1.JobService.GetJob:output_type -> timeshard.v1.Job
-	12,  // 137: timeshard.v1.JobService.ListJobs:output_type -> timeshard.v1.ListJobsResponse
-	4,   // 138: timeshard.v1.JobService.CancelJob:output_type -> timeshard.v1.Job
-	4,   // 139: timeshard.v1.JobService.RescheduleJob:output_type -> timeshard.v1.Job
-	15,  // 140: timeshard.v1.JobService.CreateSchedule:output_type -> timeshard.v1.Schedule
-	15,  // 141: timeshard.v1.JobService.GetSchedule:output_type -> timeshard.v1.Schedule
-	19,  // 142: timeshard.v1.JobService.ListSchedules:output_type -> timeshard.v1.ListSchedulesResponse
-	15,  // 143: timeshard.v1.JobService.UpdateSchedule:output_type -> timeshard.v1.Schedule
-	15,  // 144: timeshard.v1.JobService.PauseSchedule:output_type -> timeshard.v1.Schedule
-	15,  // 145: timeshard.v1.JobService.ResumeSchedule:output_type -> timeshard.v1.Schedule
-	22,  // 146: timeshard.v1.JobService.DeleteSchedule:output_type -> timeshard.v1.DeleteScheduleResponse
-	25,  // 147: timeshard.v1.JobService.PreviewSchedule:output_type -> timeshard.v1.PreviewResponse
-	27,  // 148: timeshard.v1.JobService.ListDeadLetters:output_type -> timeshard.v1.ListDeadLettersResponse
-	29,  // 149: timeshard.v1.JobService.ReplayDeadLetters:output_type -> timeshard.v1.ReplayDeadLettersResponse
-	30,  // 150: timeshard.v1.JobService.PurgeDeadLetters:output_type -> timeshard.v1.PurgeDeadLettersResponse
-	32,  // 151: timeshard.v1.JobService.WaitJobs:output_type -> timeshard.v1.WaitJobsResponse
-	35,  // 152: timeshard.v1.WorkerService.Claim:output_type -> timeshard.v1.ClaimResponse
-	37,  // 153: timeshard.v1.WorkerService.Heartbeat:output_type -> timeshard.v1.HeartbeatResponse
-	39,  // 154: timeshard.v1.WorkerService.Complete:output_type -> timeshard.v1.CompleteResponse
-	41,  // 155: timeshard.v1.WorkerService.Fail:output_type -> timeshard.v1.FailResponse
-	45,  // 156: timeshard.v1.WorkerService.Finish:output_type -> timeshard.v1.FinishResponse
-	50,  // 157: timeshard.v1.WorkerService.Work:output_type -> timeshard.v1.WorkResponse
-	53,  // 158: timeshard.v1.AdminService.ClusterInfo:output_type -> timeshard.v1.ClusterInfoResponse
-	56,  // 159: timeshard.v1.AdminService.ShardOwners:output_type -> timeshard.v1.ShardOwnersResponse
-	58,  // 160: timeshard.v1.AdminService.MoveShard:output_type -> timeshard.v1.MoveShardResponse
-	60,  // 161: timeshard.v1.AdminService.DrainNode:output_type -> timeshard.v1.DrainNodeResponse
-	68,  // 162: timeshard.v1.AdminService.NodeStatus:output_type -> timeshard.v1.NodeStatusResponse
-	71,  // 163: timeshard.v1.AdminService.SetTypePolicies:output_type -> timeshard.v1.SetTypePoliciesResponse
-	74,  // 164: timeshard.v1.AdminService.SetTypeFlows:output_type -> timeshard.v1.SetTypeFlowsResponse
-	76,  // 165: timeshard.v1.AdminService.ListTypes:output_type -> timeshard.v1.ListTypesResponse
-	82,  // 166: timeshard.v1.PeerService.Land:output_type -> timeshard.v1.LandResponse
-	79,  // 167: timeshard.v1.PeerService.WaitFinished:output_type -> timeshard.v1.WaitFinishedResponse
-	134, // [134:168] is the sub-list for method output_type
-	100, // [100:134] is the sub-list for method input_type
-	100, // [100:100] is the sub-list for extension type_name
-	100, // [100:100] is the sub-list for extension extendee
-	0,   // [0:100] is the sub-list for field type_name
+	86,  // 48: timeshard.v1.LedgerEntry.nominal:type_name -> google.protobuf.Timestamp
+	86,  // 49: timeshard.v1.LedgerEntry.last:type_name -> google.protobuf.Timestamp
+	86,  // 50: timeshard.v1.LedgerEntry.run_at:type_name -> google.protobuf.Timestamp
+	86,  // 51: timeshard.v1.LedgerEntry.decided_at:type_name -> google.protobuf.Timestamp
+	86,  // 52: timeshard.v1.ExplainOccurrenceRequest.at:type_name -> google.protobuf.Timestamp
+	86,  // 53: timeshard.v1.ExplainOccurrenceResponse.nominal:type_name -> google.protobuf.Timestamp
+	33,  // 54: timeshard.v1.ExplainOccurrenceResponse.entry:type_name -> timeshard.v1.LedgerEntry
+	4,   // 55: timeshard.v1.ExplainOccurrenceResponse.job:type_name -> timeshard.v1.Job
+	86,  // 56: timeshard.v1.ExplainOccurrenceResponse.nearest:type_name -> google.protobuf.Timestamp
+	33,  // 57: timeshard.v1.ExplainOccurrenceResponse.recent:type_name -> timeshard.v1.LedgerEntry
+	87,  // 58: timeshard.v1.ClaimRequest.wait:type_name -> google.protobuf.Duration
+	87,  // 59: timeshard.v1.ClaimRequest.lease:type_name -> google.protobuf.Duration
+	4,   // 60: timeshard.v1.ClaimedJob.job:type_name -> timeshard.v1.Job
+	86,  // 61: timeshard.v1.ClaimedJob.lease_until:type_name -> google.protobuf.Timestamp
+	87,  // 62: timeshard.v1.ClaimedJob.lease:type_name -> google.protobuf.Duration
+	37,  // 63: timeshard.v1.ClaimResponse.jobs:type_name -> timeshard.v1.ClaimedJob
+	87,  // 64: timeshard.v1.HeartbeatRequest.lease:type_name -> google.protobuf.Duration
+	86,  // 65: timeshard.v1.HeartbeatRequest.started_at:type_name -> google.protobuf.Timestamp
+	86,  // 66: timeshard.v1.HeartbeatResponse.lease_until:type_name -> google.protobuf.Timestamp
+	87,  // 67: timeshard.v1.HeartbeatResponse.lease:type_name -> google.protobuf.Duration
+	0,   // 68: timeshard.v1.FailResponse.state:type_name -> timeshard.v1.JobState
+	86,  // 69: timeshard.v1.FailResponse.retry_at:type_name -> google.protobuf.Timestamp
+	45,  // 70: timeshard.v1.FinishRequest.items:type_name -> timeshard.v1.FinishItem
+	0,   // 71: timeshard.v1.FinishResult.state:type_name -> timeshard.v1.JobState
+	47,  // 72: timeshard.v1.FinishResponse.results:type_name -> timeshard.v1.FinishResult
+	87,  // 73: timeshard.v1.WorkHello.lease:type_name -> google.protobuf.Duration
+	49,  // 74: timeshard.v1.WorkRequest.hello:type_name -> timeshard.v1.WorkHello
+	50,  // 75: timeshard.v1.WorkRequest.credits:type_name -> timeshard.v1.WorkCredit
+	39,  // 76: timeshard.v1.WorkRequest.heartbeats:type_name -> timeshard.v1.HeartbeatRequest
+	45,  // 77: timeshard.v1.WorkRequest.results:type_name -> timeshard.v1.FinishItem
+	39,  // 78: timeshard.v1.WorkRequest.started:type_name -> timeshard.v1.HeartbeatRequest
+	40,  // 79: timeshard.v1.HeartbeatResult.lease:type_name -> timeshard.v1.HeartbeatResponse
+	37,  // 80: timeshard.v1.WorkResponse.jobs:type_name -> timeshard.v1.ClaimedJob
+	52,  // 81: timeshard.v1.WorkResponse.heartbeats:type_name -> timeshard.v1.HeartbeatResult
+	47,  // 82: timeshard.v1.WorkResponse.results:type_name -> timeshard.v1.FinishResult
+	87,  // 83: timeshard.v1.WorkResponse.held:type_name -> google.protobuf.Duration
+	54,  // 84: timeshard.v1.ClusterInfoResponse.nodes:type_name -> timeshard.v1.Node
+	86,  // 85: timeshard.v1.ShardInfo.cursor:type_name -> google.protobuf.Timestamp
+	57,  // 86: timeshard.v1.ShardOwnersResponse.shards:type_name -> timeshard.v1.ShardInfo
+	87,  // 87: timeshard.v1.NodeStatusRequest.window:type_name -> google.protobuf.Duration
+	66,  // 88: timeshard.v1.TypeStartDelay.buckets:type_name -> timeshard.v1.LatenessBucket
+	86,  // 89: timeshard.v1.JobEvent.at:type_name -> google.protobuf.Timestamp
+	65,  // 90: timeshard.v1.NodeStatusResponse.shards:type_name -> timeshard.v1.ShardStatus
+	87,  // 91: timeshard.v1.NodeStatusResponse.window:type_name -> google.protobuf.Duration
+	66,  // 92: timeshard.v1.NodeStatusResponse.lateness:type_name -> timeshard.v1.LatenessBucket
+	67,  // 93: timeshard.v1.NodeStatusResponse.jobs:type_name -> timeshard.v1.TypeCounts
+	86,  // 94: timeshard.v1.NodeStatusResponse.dead_letters_at:type_name -> google.protobuf.Timestamp
+	70,  // 95: timeshard.v1.NodeStatusResponse.recent_failures:type_name -> timeshard.v1.JobEvent
+	70,  // 96: timeshard.v1.NodeStatusResponse.recent_dead_letters:type_name -> timeshard.v1.JobEvent
+	69,  // 97: timeshard.v1.NodeStatusResponse.unclaimed:type_name -> timeshard.v1.TypeWaiting
+	68,  // 98: timeshard.v1.NodeStatusResponse.start_delay:type_name -> timeshard.v1.TypeStartDelay
+	87,  // 99: timeshard.v1.TypePolicy.retry_base:type_name -> google.protobuf.Duration
+	87,  // 100: timeshard.v1.TypePolicy.retry_max:type_name -> google.protobuf.Duration
+	72,  // 101: timeshard.v1.SetTypePoliciesRequest.policies:type_name -> timeshard.v1.TypePolicy
+	72,  // 102: timeshard.v1.SetTypePoliciesResponse.policies:type_name -> timeshard.v1.TypePolicy
+	75,  // 103: timeshard.v1.SetTypeFlowsRequest.flows:type_name -> timeshard.v1.TypeFlow
+	80,  // 104: timeshard.v1.SetTypeFlowsResponse.types:type_name -> timeshard.v1.TypeInfo
+	80,  // 105: timeshard.v1.ListTypesResponse.types:type_name -> timeshard.v1.TypeInfo
+	72,  // 106: timeshard.v1.TypeInfo.policy:type_name -> timeshard.v1.TypePolicy
+	87,  // 107: timeshard.v1.WaitFinishedRequest.timeout:type_name -> google.protobuf.Duration
+	86,  // 108: timeshard.v1.LandedEntry.due_at:type_name -> google.protobuf.Timestamp
+	83,  // 109: timeshard.v1.LandRequest.entries:type_name -> timeshard.v1.LandedEntry
+	5,   // 110: timeshard.v1.JobService.ScheduleJob:input_type -> timeshard.v1.ScheduleJobRequest
+	8,   // 111: timeshard.v1.JobService.ScheduleJobs:input_type -> timeshard.v1.ScheduleJobsRequest
+	10,  // 112: timeshard.v1.JobService.GetJob:input_type -> timeshard.v1.GetJobRequest
+	11,  // 113: timeshard.v1.JobService.ListJobs:input_type -> timeshard.v1.ListJobsRequest
+	13,  // 114: timeshard.v1.JobService.CancelJob:input_type -> timeshard.v1.CancelJobRequest
+	14,  // 115: timeshard.v1.JobService.RescheduleJob:input_type -> timeshard.v1.RescheduleJobRequest
+	16,  // 116: timeshard.v1.JobService.CreateSchedule:input_type -> timeshard.v1.CreateScheduleRequest
+	17,  // 117: timeshard.v1.JobService.GetSchedule:input_type -> timeshard.v1.GetScheduleRequest
+	18,  // 118: timeshard.v1.JobService.ListSchedules:input_type -> timeshard.v1.ListSchedulesRequest
+	20,  // 119: timeshard.v1.JobService.UpdateSchedule:input_type -> timeshard.v1.UpdateScheduleRequest
+	21,  // 120: timeshard.v1.JobService.PauseSchedule:input_type -> timeshard.v1.ScheduleIdRequest
+	21,  // 121: timeshard.v1.JobService.ResumeSchedule:input_type -> timeshard.v1.ScheduleIdRequest
+	21,  // 122: timeshard.v1.JobService.DeleteSchedule:input_type -> timeshard.v1.ScheduleIdRequest
+	23,  // 123: timeshard.v1.JobService.PreviewSchedule:input_type -> timeshard.v1.PreviewRequest
+	26,  // 124: timeshard.v1.JobService.ListDeadLetters:input_type -> timeshard.v1.ListDeadLettersRequest
+	28,  // 125: timeshard.v1.JobService.ReplayDeadLetters:input_type -> timeshard.v1.ReplayDeadLettersRequest
+	28,  // 126: timeshard.v1.JobService.PurgeDeadLetters:input_type -> timeshard.v1.ReplayDeadLettersRequest
+	31,  // 127: timeshard.v1.JobService.WaitJobs:input_type -> timeshard.v1.WaitJobsRequest
+	34,  // 128: timeshard.v1.JobService.ExplainOccurrence:input_type -> timeshard.v1.ExplainOccurrenceRequest
+	36,  // 129: timeshard.v1.WorkerService.Claim:input_type -> timeshard.v1.ClaimRequest
+	39,  // 130: timeshard.v1.WorkerService.Heartbeat:input_type -> timeshard.v1.HeartbeatRequest
+	41,  // 131: timeshard.v1.WorkerService.Complete:input_type -> timeshard.v1.CompleteRequest
+	43,  // 132: timeshard.v1.WorkerService.Fail:input_type -> timeshard.v1.FailRequest
+	46,  // 133: timeshard.v1.WorkerService.Finish:input_type -> timeshard.v1.FinishRequest
+	51,  // 134: timeshard.v1.WorkerService.Work:input_type -> timeshard.v1.WorkRequest
+	55,  // 135: timeshard.v1.AdminService.ClusterInfo:input_type -> timeshard.v1.ClusterInfoRequest
+	58,  // 136: timeshard.v1.AdminService.ShardOwners:input_type -> timeshard.v1.ShardOwnersRequest
+	60,  // 137: timeshard.v1.AdminService.MoveShard:input_type -> timeshard.v1.MoveShardRequest
+	62,  // 138: timeshard.v1.AdminService.DrainNode:input_type -> timeshard.v1.DrainNodeRequest
+	64,  // 139: timeshard.v1.AdminService.NodeStatus:input_type -> timeshard.v1.NodeStatusRequest
+	73,  // 140: timeshard.v1.AdminService.SetTypePolicies:input_type -> timeshard.v1.SetTypePoliciesRequest
+	76,  // 141: timeshard.v1.AdminService.SetTypeFlows:input_type -> timeshard.v1.SetTypeFlowsRequest
+	78,  // 142: timeshard.v1.AdminService.ListTypes:input_type -> timeshard.v1.ListTypesRequest
+	84,  // 143: timeshard.v1.PeerService.Land:input_type -> timeshard.v1.LandRequest
+	81,  // 144: timeshard.v1.PeerService.WaitFinished:input_type -> timeshard.v1.WaitFinishedRequest
+	7,   // 145: timeshard.v1.JobService.ScheduleJob:output_type -> timeshard.v1.ScheduleJobResponse
+	9,   // 146: timeshard.v1.JobService.ScheduleJobs:output_type -> timeshard.v1.ScheduleJobsResponse
+	4,   // 147: timeshard.v1.JobService.GetJob:output_type -> timeshard.v1.Job
+	12,  // 148: timeshard.v1.JobService.ListJobs:output_type -> timeshard.v1.ListJobsResponse
+	4,   // 149: timeshard.v1.JobService.CancelJob:output_type -> timeshard.v1.Job
+	4,   // 150: timeshard.v1.JobService.RescheduleJob:output_type -> timeshard.v1.Job
+	15,  // 151: timeshard.v1.JobService.CreateSchedule:output_type -> timeshard.v1.Schedule
+	15,  // 152: timeshard.v1.JobService.GetSchedule:output_type -> timeshard.v1.Schedule
+	19,  // 153: timeshard.v1.JobService.ListSchedules:output_type -> timeshard.v1.ListSchedulesResponse
+	15,  // 154: timeshard.v1.JobService.UpdateSchedule:output_type -> timeshard.v1.Schedule
+	15,  // 155: timeshard.v1.JobService.PauseSchedule:output_type -> timeshard.v1.Schedule
+	15,  // 156: timeshard.v1.JobService.ResumeSchedule:output_type -> timeshard.v1.Schedule
+	22,  // 157: timeshard.v1.JobService.DeleteSchedule:output_type -> timeshard.v1.DeleteScheduleResponse
+	25,  // 158: timeshard.v1.JobService.PreviewSchedule:output_type -> timeshard.v1.PreviewResponse
+	27,  // 159: timeshard.v1.JobService.ListDeadLetters:output_type -> timeshard.v1.ListDeadLettersResponse
+	29,  // 160: timeshard.v1.JobService.ReplayDeadLetters:output_type -> timeshard.v1.ReplayDeadLettersResponse
+	30,  // 161: timeshard.v1.JobService.PurgeDeadLetters:output_type -> timeshard.v1.PurgeDeadLettersResponse
+	32,  // 162: timeshard.v1.JobService.WaitJobs:output_type -> timeshard.v1.WaitJobsResponse
+	35,  // 163: timeshard.v1.JobService.ExplainOccurrence:output_type -> timeshard.v1.ExplainOccurrenceResponse
+	38,  // 164: timeshard.v1.WorkerService.Claim:output_type -> timeshard.v1.ClaimResponse
+	40,  // 165: timeshard.v1.WorkerService.Heartbeat:output_type -> timeshard.v1.HeartbeatResponse
+	42,  // 166: timeshard.v1.WorkerService.Complete:output_type -> timeshard.v1.CompleteResponse
+	44,  // 167: timeshard.v1.WorkerService.Fail:output_type -> timeshard.v1.FailResponse
+	48,  // 168: timeshard.v1.WorkerService.Finish:output_type -> timeshard.v1.FinishResponse
+	53,  // 169: timeshard.v1.WorkerService.Work:output_type -> timeshard.v1.WorkResponse
+	56,  // 170: timeshard.v1.AdminService.ClusterInfo:output_type -> timeshard.v1.ClusterInfoResponse
+	59,  // 171: timeshard.v1.AdminService.ShardOwners:output_type -> timeshard.v1.ShardOwnersResponse
+	61,  // 172: timeshard.v1.AdminService.MoveShard:output_type -> timeshard.v1.MoveShardResponse
+	63,  // 173: timeshard.v1.AdminService.DrainNode:output_type -> timeshard.v1.DrainNodeResponse
+	71,  // 174: timeshard.v1.AdminService.NodeStatus:output_type -> timeshard.v1.NodeStatusResponse
+	74,  // 175: timeshard.v1.AdminService.SetTypePolicies:output_type -> timeshard.v1.SetTypePoliciesResponse
+	77,  // 176: timeshard.v1.AdminService.SetTypeFlows:output_type -> timeshard.v1.SetTypeFlowsResponse
+	79,  // 177: timeshard.v1.AdminService.ListTypes:output_type -> timeshard.v1.ListTypesResponse
+	85,  // 178: timeshard.v1.PeerService.Land:output_type -> timeshard.v1.LandResponse
+	82,  // 179: timeshard.v1.PeerService.WaitFinished:output_type -> timeshard.v1.WaitFinishedResponse
+	145, // [145:180] is the sub-list for method output_type
+	110, // [110:145] is the sub-list for method input_type
+	110, // [110:110] is the sub-list for extension type_name
+	110, // [110:110] is the sub-list for extension extendee
+	0,   // [0:110] is the sub-list for field type_name
 }
 
 func init() { file_timeshard_v1_timeshard_proto_init() }
@@ -6540,14 +6917,14 @@ func file_timeshard_v1_timeshard_proto_init() {
 		(*RescheduleJobRequest_Delay)(nil),
 		(*RescheduleJobRequest_RunAt)(nil),
 	}
-	file_timeshard_v1_timeshard_proto_msgTypes[69].OneofWrappers = []any{}
+	file_timeshard_v1_timeshard_proto_msgTypes[72].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_timeshard_v1_timeshard_proto_rawDesc), len(file_timeshard_v1_timeshard_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   80,
+			NumMessages:   83,
 			NumExtensions: 0,
 			NumServices:   4,
 		},

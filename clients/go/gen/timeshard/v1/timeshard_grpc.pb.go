@@ -39,6 +39,7 @@ const (
 	JobService_ReplayDeadLetters_FullMethodName = "/timeshard.v1.JobService/ReplayDeadLetters"
 	JobService_PurgeDeadLetters_FullMethodName  = "/timeshard.v1.JobService/PurgeDeadLetters"
 	JobService_WaitJobs_FullMethodName          = "/timeshard.v1.JobService/WaitJobs"
+	JobService_ExplainOccurrence_FullMethodName = "/timeshard.v1.JobService/ExplainOccurrence"
 )
 
 // JobServiceClient is the client API for JobService service.
@@ -67,6 +68,8 @@ type JobServiceClient interface {
 	ReplayDeadLetters(ctx context.Context, in *ReplayDeadLettersRequest, opts ...grpc.CallOption) (*ReplayDeadLettersResponse, error)
 	PurgeDeadLetters(ctx context.Context, in *ReplayDeadLettersRequest, opts ...grpc.CallOption) (*PurgeDeadLettersResponse, error)
 	WaitJobs(ctx context.Context, in *WaitJobsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WaitJobsResponse], error)
+	// Why an occurrence ran or did not: `timeshard why`.
+	ExplainOccurrence(ctx context.Context, in *ExplainOccurrenceRequest, opts ...grpc.CallOption) (*ExplainOccurrenceResponse, error)
 }
 
 type jobServiceClient struct {
@@ -266,6 +269,16 @@ func (c *jobServiceClient) WaitJobs(ctx context.Context, in *WaitJobsRequest, op
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type JobService_WaitJobsClient = grpc.ServerStreamingClient[WaitJobsResponse]
 
+func (c *jobServiceClient) ExplainOccurrence(ctx context.Context, in *ExplainOccurrenceRequest, opts ...grpc.CallOption) (*ExplainOccurrenceResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ExplainOccurrenceResponse)
+	err := c.cc.Invoke(ctx, JobService_ExplainOccurrence_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // JobServiceServer is the server API for JobService service.
 // All implementations must embed UnimplementedJobServiceServer
 // for forward compatibility.
@@ -292,6 +305,8 @@ type JobServiceServer interface {
 	ReplayDeadLetters(context.Context, *ReplayDeadLettersRequest) (*ReplayDeadLettersResponse, error)
 	PurgeDeadLetters(context.Context, *ReplayDeadLettersRequest) (*PurgeDeadLettersResponse, error)
 	WaitJobs(*WaitJobsRequest, grpc.ServerStreamingServer[WaitJobsResponse]) error
+	// Why an occurrence ran or did not: `timeshard why`.
+	ExplainOccurrence(context.Context, *ExplainOccurrenceRequest) (*ExplainOccurrenceResponse, error)
 	mustEmbedUnimplementedJobServiceServer()
 }
 
@@ -355,6 +370,9 @@ func (UnimplementedJobServiceServer) PurgeDeadLetters(context.Context, *ReplayDe
 }
 func (UnimplementedJobServiceServer) WaitJobs(*WaitJobsRequest, grpc.ServerStreamingServer[WaitJobsResponse]) error {
 	return status.Error(codes.Unimplemented, "method WaitJobs not implemented")
+}
+func (UnimplementedJobServiceServer) ExplainOccurrence(context.Context, *ExplainOccurrenceRequest) (*ExplainOccurrenceResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ExplainOccurrence not implemented")
 }
 func (UnimplementedJobServiceServer) mustEmbedUnimplementedJobServiceServer() {}
 func (UnimplementedJobServiceServer) testEmbeddedByValue()                    {}
@@ -694,6 +712,24 @@ func _JobService_WaitJobs_Handler(srv interface{}, stream grpc.ServerStream) err
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type JobService_WaitJobsServer = grpc.ServerStreamingServer[WaitJobsResponse]
 
+func _JobService_ExplainOccurrence_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ExplainOccurrenceRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(JobServiceServer).ExplainOccurrence(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: JobService_ExplainOccurrence_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(JobServiceServer).ExplainOccurrence(ctx, req.(*ExplainOccurrenceRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // JobService_ServiceDesc is the grpc.ServiceDesc for JobService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -768,6 +804,10 @@ var JobService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "PurgeDeadLetters",
 			Handler:    _JobService_PurgeDeadLetters_Handler,
+		},
+		{
+			MethodName: "ExplainOccurrence",
+			Handler:    _JobService_ExplainOccurrence_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
