@@ -229,3 +229,24 @@ async def test_sqlite_sweeps_ledger_rows_past_their_retention(tmp_path: Path) ->
         assert await store.read_ledger("s1", at_or_before=at(5), limit=5) == []
     finally:
         await store.close()
+
+
+async def test_a_repeated_hour_says_which_run_of_two_and_the_rule() -> None:
+    fall = 1_824_940_800_000  # 2027-10-31T00:00:00Z; Berlin repeats 02:00-03:00 local
+    async with running(clock=FakeClock(fall)) as (node, clock):
+        await node.schedules.create(
+            sched(
+                cron="30 2 * * *",
+                timezone="Europe/Berlin",
+                dst_fold="both",
+                overlap=OverlapPolicy.ALLOW,
+                max_concurrent=2,
+            )
+        )
+        await advance(node, clock, 2 * 3600, step=60)
+        rows = await ledger(node)
+        assert [r.nominal for r in rows] == [fall + 1_800_000, fall + 5_400_000]  # 00:30, 01:30Z
+        assert "first of two runs" in rows[0].notes[0] and "dst_fold=both" in rows[0].notes[0]
+        assert "second of two runs" in rows[1].notes[0]
+        plain = await node.explain.occurrence("s1", fall + 1_800_000 + 86_400_000 * 2)
+        assert not any("clocks" in step for step in plain.steps)  # no clock change near

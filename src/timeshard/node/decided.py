@@ -10,6 +10,7 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 from timeshard.cron import CronSpec, preview
+from timeshard.cron.zones import local_time
 from timeshard.ledger import LedgerRow, Reason
 from timeshard.model import Schedule
 
@@ -104,8 +105,18 @@ def decide(
     return tuple(out)
 
 
+NO_CLOCK_CHANGE_MS = 86_400_000
+"""A time whose zone keeps one UTC offset this long before and after it was left alone by
+daylight saving: ``dst_note`` is then None without working out the fire time's note (which
+was most of the ledger's CPU per fire)."""
+
+
 def dst_note(spec: CronSpec, nominal: int) -> str | None:
     """What daylight saving did to the occurrence at ``nominal``, with the rule applied."""
+    zone = spec.zone
+    offsets = {local_time(zone, nominal + d).utcoffset() for d in (-NO_CLOCK_CHANGE_MS, 0)}
+    if len(offsets | {local_time(zone, nominal + NO_CLOCK_CHANGE_MS).utcoffset()}) == 1:
+        return None
     found = preview(spec, nominal - 1, 1)
     note = found[0].note if found and found[0].at_ms == nominal else None
     if note is None:
