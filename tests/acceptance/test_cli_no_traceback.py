@@ -45,6 +45,7 @@ VALID = {
     "dir": "{tmp}/certs",
     "job_ids": "49ce16a7b1a74aa9831aa49795345972",
     "types": "demo.echo",
+    "time": "2026-12-14T01:00:00Z",
 }
 NUMBERS = ["x", "-1", "nan"]
 # The global options, taken by every command; those that never dial a node may ignore them.
