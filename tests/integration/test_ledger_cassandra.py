@@ -33,7 +33,7 @@ async def test_a_copy_cut_off_is_made_by_the_next_read_of_the_row(
     s = make_schedule("nightly")
     await crashed.create_schedule(s, schedule_entry(s, s.next_fire, NOW))
 
-    async def cut_off(self: LedgerTable, rows: Any) -> None:
+    async def cut_off(self: LedgerTable, rows: Any, texts: Any = ()) -> None:
         raise StoreUnavailable("the node died after the conditional write applied")
 
     with monkeypatch.context() as m:

@@ -31,6 +31,10 @@ SETTLED_KEPT = 100_000
 """Schedules whose latest outbox this process knows it copied (forgotten in bulk beyond)."""
 
 
+def _text(r: LedgerRow) -> str:
+    return json.dumps(row_fields(r), separators=(",", ":"))
+
+
 def _digest(text: str) -> bytes:
     return hashlib.blake2b(text.encode(), digest_size=16).digest()
 
@@ -41,32 +45,37 @@ class LedgerTable:
         self._ttl = ledger_s
         self._copied: dict[str, bytes] = {}  # schedule id -> digest of the outbox copied
 
-    async def copy(self, rows: Sequence[LedgerRow]) -> None:
-        """Write ``rows`` to ``schedule_ledger``: one unlogged batch per partition (each a
-        copy of the decision's outbox, so idempotent)."""
+    async def copy(self, rows: Sequence[LedgerRow], texts: Sequence[str] = ()) -> None:
+        """Write ``rows`` (``texts``: each as JSON, if known) to ``schedule_ledger``: one
+        unlogged batch per partition (each a copy of the decision's outbox: idempotent)."""
+        texts = texts or [_text(r) for r in rows]
         parts: dict[tuple[str, int], list[tuple[str, list[Any]]]] = {}
-        for r in rows:
-            text = json.dumps(row_fields(r), separators=(",", ":"))
+        for r, text in zip(rows, texts, strict=True):
             for day in r.days():
                 parts.setdefault((r.schedule_id, day), []).append(
                     ("put_ledger", [r.schedule_id, day, r.nominal, text, self._ttl])
                 )
         await asyncio.gather(*(self._conn.batch(s, conditional=False) for s in parts.values()))
 
-    def outbox(self, rows: Sequence[LedgerRow]) -> str | None:
-        return json.dumps([row_fields(r) for r in rows], separators=(",", ":")) if rows else None
+    @staticmethod
+    def encode(rows: Sequence[LedgerRow]) -> tuple[list[str], str | None]:
+        """Each row as JSON, and the outbox (their array; None for no rows)."""
+        texts = [_text(r) for r in rows]
+        return texts, f"[{','.join(texts)}]" if texts else None
 
-    async def written(self, schedule_id: str, rows: Sequence[LedgerRow]) -> None:
-        """An update applied with ``rows`` in its outbox: copy them. A copy that fails is left
-        to the next read of the row (``settle``): the decision applied all the same."""
+    async def written(
+        self, schedule_id: str, rows: Sequence[LedgerRow], texts: list[str], outbox: str | None
+    ) -> None:
+        """An update applied with ``rows`` in its ``outbox``: copy them. A copy that fails is
+        left to the next read of the row (``settle``): the decision applied all the same."""
         if not rows:
             return
         try:
-            await self.copy(rows)
+            await self.copy(rows, texts)
         except StoreUnavailable as exc:
             log.warning("schedule %s: ledger copy left to the next read: %s", schedule_id, exc)
             return
-        self._remember(schedule_id, self.outbox(rows))
+        self._remember(schedule_id, outbox)
 
     async def settle(self, row: Mapping[str, Any]) -> None:
         """A schedule row just read: copy its outbox unless this process did already."""

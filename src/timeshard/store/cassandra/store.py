@@ -370,11 +370,12 @@ class CassandraStore(Store):
         if entry is not None:
             await self._jobs.put_entries([entry])
         after = schedule.with_(version=expect_version + 1)
+        texts, outbox = self._ledger.encode(ledger)
         params = {
             **schedule_columns(schedule),
             "version": expect_version,
             "new_version": expect_version + 1,
-            "ledger_outbox": self._ledger.outbox(ledger),
+            "ledger_outbox": outbox,
         }
         for _ in range(CAS_ROUNDS):
             try:
@@ -385,7 +386,7 @@ class CassandraStore(Store):
                     continue  # not written, still ours to write
                 return stored == after, stored  # (if ours, the read copied its rows)
             if row["[applied]"]:
-                await self._ledger.written(schedule.schedule_id, ledger)
+                await self._ledger.written(schedule.schedule_id, ledger, texts, outbox)
                 return True, after
             if row.get("version") is None:
                 return False, None
