@@ -48,6 +48,7 @@ VALID = {
     "revision": "1",
     "a": "1",
     "b": "2",
+    "time": "2026-12-14T01:00:00Z",
 }
 NUMBERS = ["x", "-1", "nan"]
 # The global options, taken by every command; those that never dial a node may ignore them.

@@ -51,3 +51,5 @@ def test_a_short_seeded_chaos_run_keeps_every_guarantee(
     assert counts["jobs"] > 300 and counts["cron_occurrences"] >= 90, report.text()
     assert counts["drained"], report.text()
     assert {k: counts[k] for k in MUST_BE_ZERO} == dict.fromkeys(MUST_BE_ZERO, 0), report.text()
+    # Every nominal cron occurrence has an occurrence ledger entry that agrees with its job.
+    assert counts["ledger_coverage"] == 1.0, report.text()

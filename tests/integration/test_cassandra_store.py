@@ -73,6 +73,7 @@ async def test_migrations_are_recorded_once(
         (6, True),
         (7, True),
         (8, True),
+        (9, True),
     ]
     table = cassandra_admin.execute(
         "SELECT compaction, default_time_to_live FROM system_schema.tables "
@@ -96,9 +97,10 @@ async def test_a_store_at_an_older_version_gets_the_newer_migrations(
     # Back to version 1: as a keyspace made before schedules existed.
     cassandra_admin.execute(f"DROP TABLE {keyspace}.schedules")
     cassandra_admin.execute(f"DELETE FROM {keyspace}.schema_migrations WHERE version = 2")
-    # (and before migrations 5 and 8, which add columns to it)
+    # (and before migrations 5, 8 and 9, which add columns to it)
     cassandra_admin.execute(f"DELETE FROM {keyspace}.schema_migrations WHERE version = 5")
     cassandra_admin.execute(f"DELETE FROM {keyspace}.schema_migrations WHERE version = 8")
+    cassandra_admin.execute(f"DELETE FROM {keyspace}.schema_migrations WHERE version = 9")
     store = CassandraStore.from_url(url(cassandra_address, keyspace))
     await store.open()
     try:
@@ -115,6 +117,7 @@ async def test_a_store_at_an_older_version_gets_the_newer_migrations(
         (6, True),
         (7, True),
         (8, True),
+        (9, True),
     ]
 
 

@@ -179,14 +179,30 @@ class RunDir:
         self.journal.write(
             {"ev": "schedule", "id": sid, "period_ms": period, "first_fire": int(wall(first))}
         )
-        self.store["schedules"][sid] = {"next_fire": int(wall(next_fire))}
+        self.store["schedules"][sid] = {"next_fire": int(wall(next_fire)), "ledger": []}
 
-    def occurrence(self, sid: str, at: float, *, run_from: float | None = None) -> str:
+    def occurrence(
+        self, sid: str, at: float, *, run_from: float | None = None, decided: float | None = None
+    ) -> str:
+        """A job for the occurrence at ``at``, and its ledger entry (created, decided at
+        ``decided``, default ``at``) unless ``decided`` is negative."""
         job = f"{sid}@{int(wall(at))}"
         self.store_job(job, "succeeded")
         start = at + 0.01 if run_from is None else run_from
         self.run(job, start=start, end=start + 0.05, due=at, key=job)
+        if decided is None or decided >= 0:
+            self.decided(sid, at, "created", job=job, decided=at if decided is None else decided)
         return job
+
+    def decided(
+        self, sid: str, at: float, reason: str, *, job: str = "", decided: float, last: float = 0
+    ) -> None:
+        """An occurrence ledger entry, as the run reads them back after the drain."""
+        self.store["schedules"][sid]["ledger"].append(
+            {"nominal": int(wall(at)), "last": int(wall(last)) if last else 0,
+             "count": 1, "reason": reason, "job_id": job, "node": "a", "epoch": 2,
+             "decided_at": int(wall(decided)), "notes": [f"{reason} for the test"]}
+        )  # fmt: skip
 
     def done(self) -> Path:
         (self.path / STORE).write_text(json.dumps(self.store))

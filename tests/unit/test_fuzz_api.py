@@ -104,6 +104,7 @@ ALLOWED_BY_RPC: dict[str, set[grpc.StatusCode]] = {
     "ListScheduleRevisions": _LOOKUP,
     "GetScheduleRevision": _LOOKUP,
     "RollbackSchedule": _CHANGE,
+    "ExplainOccurrence": _LOOKUP,
     "Claim": _FAIL,
     "Heartbeat": _CHANGE,
     "Complete": _CHANGE,

@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 
 import grpc
 
+from timeshard.api.explain import explain
 from timeshard.api.queries import job_query_from_pb
 from timeshard.api.replies import fit_page, fit_written
 from timeshard.api.scheduling import job_spec, warnings_pb
@@ -358,6 +359,12 @@ class JobService(pb_grpc.JobServiceServicer):
             timeout_s = min(dur_s(request.timeout), MAX_WAIT_S)
         async for job in self.node.wait(job_ids, timeout_s):
             yield pb.WaitJobsResponse(job=job_to_pb(job))
+
+    @rpc
+    async def ExplainOccurrence(
+        self, request: pb.ExplainOccurrenceRequest, context: Ctx
+    ) -> pb.ExplainOccurrenceResponse:
+        return await explain(self.node.explain, request)
 
 
 def wait_ids(given: Sequence[str]) -> list[str]:

@@ -22,6 +22,7 @@ from timeshard.cli import (
     shards,
     status,
     tokens,
+    why,
 )
 from timeshard.cli.exits import run_command
 from timeshard.console import use_help_formatter
@@ -43,6 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.register(sub)
     jobs.register(sub)
     schedules.register(sub)
+    why.register(sub)
     shards.register(sub)
     status.register(sub)
     jobtypes.register(sub)

@@ -45,6 +45,12 @@ def node_options(p: argparse.ArgumentParser, *, shards: int, http_port: int = 0)
         help="keep dead letters this long unless replayed or purged (30 days)",
     )
     p.add_argument(
+        "--ledger-retention-days",
+        type=number(above=0, hi=MAX_RETENTION_HOURS / 24, note="days; Cassandra's TTL limit"),
+        default=30,
+        help="keep the occurrence ledger (`timeshard why`) this long (30 days)",
+    )
+    p.add_argument(
         "--retry-base",
         type=number(above=0, hi=RetryPolicy().max_backoff_s, note="seconds, up to the max backoff"),
         default=1.0,

@@ -486,4 +486,5 @@ def _retention(args: argparse.Namespace) -> Retention:
     return Retention(
         finished_s=round(args.retention_hours * 3600),
         dead_s=round(args.dead_retention_hours * 3600),
+        ledger_s=round(args.ledger_retention_days * 86400),
     )

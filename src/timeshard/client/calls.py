@@ -25,6 +25,7 @@ from timeshard.client.options import (
 )
 from timeshard.client.records import (
     DeadLetter,
+    Explanation,
     FireTime,
     Job,
     Schedule,
@@ -187,6 +188,19 @@ class Methods:
             except NotFound:
                 continue  # deleted meanwhile: create it again
         raise AlreadyExists(f"schedule {spec.schedule_id!r} kept changing; try again")
+
+    @staticmethod
+    def explain(
+        schedule_id: str = "", at: datetime | None = None, job_id: str = "", recent: int = 0
+    ) -> Call[Explanation]:
+        """Why an occurrence ran or did not: the job ``job_id``'s, or ``schedule_id``'s at
+        ``at`` (a time zone given: a naive datetime is ``InvalidArgument``)."""
+        req = pb.ExplainOccurrenceRequest(schedule_id=schedule_id, job_id=job_id, recent=recent)
+        if at is not None:
+            if at.tzinfo is None:
+                raise InvalidArgument("at", "give a time zone (e.g. datetime(..., tzinfo=UTC))")
+            req.at.CopyFrom(ts(round(at.timestamp() * 1000)))
+        return Call("ExplainOccurrence", req, Explanation.from_pb)
 
     @staticmethod
     def get_schedule(schedule_id: str) -> Call[Schedule]:

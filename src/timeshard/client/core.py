@@ -33,6 +33,7 @@ from timeshard.client.options import (
 )
 from timeshard.client.records import (
     DeadLetter,
+    Explanation,
     FireTime,
     Job,
     Schedule,
@@ -210,6 +211,19 @@ class Client(SyncTransport):
 
     def get_schedule(self, schedule_id: str) -> Schedule:
         return self._run(Methods.get_schedule(schedule_id))
+
+    def explain(
+        self,
+        schedule_id: str = "",
+        at: datetime | None = None,
+        *,
+        job_id: str = "",
+        recent: int = 0,
+    ) -> Explanation:
+        """Why the occurrence of ``schedule_id`` at ``at`` (an aware datetime), or the job
+        ``job_id``, ran or did not (``timeshard why``); ``recent``: also the schedule's latest
+        ledger entries. ``NotFound`` for an unknown schedule or job."""
+        return self._run(Methods.explain(schedule_id, at, job_id, recent))
 
     def list_schedules(self, *, page_size: int = 100) -> Iterator[Schedule]:
         return self._pages(Methods.list_schedules(page_size))
@@ -437,6 +451,17 @@ class AsyncClient(AsyncTransport):
 
     async def get_schedule(self, schedule_id: str) -> Schedule:
         return await self._run(Methods.get_schedule(schedule_id))
+
+    async def explain(
+        self,
+        schedule_id: str = "",
+        at: datetime | None = None,
+        *,
+        job_id: str = "",
+        recent: int = 0,
+    ) -> Explanation:
+        """``Client.explain``."""
+        return await self._run(Methods.explain(schedule_id, at, job_id, recent))
 
     def list_schedules(self, *, page_size: int = 100) -> AsyncIterator[Schedule]:
         return self._pages(Methods.list_schedules(page_size))

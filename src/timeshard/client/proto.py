@@ -144,6 +144,18 @@ class ProtoClient(SyncTransport):
     def get(self, job_id: str) -> pb.Job:
         return self._send(Methods.get(job_id), pb.Job)
 
+    def explain(
+        self,
+        schedule_id: str = "",
+        at: datetime | None = None,
+        *,
+        job_id: str = "",
+        recent: int = 0,
+    ) -> pb.ExplainOccurrenceResponse:
+        """``Client.explain``, as the server sent it."""
+        call = Methods.explain(schedule_id, at, job_id, recent)
+        return self._send(call, pb.ExplainOccurrenceResponse)
+
     def list_jobs(
         self, *, state: JobState | None = None, job_type: str = "", page_size: int = 100
     ) -> Iterator[pb.Job]:

@@ -396,3 +396,74 @@ class TypeInfo:
             held=msg.held,
             oldest_due_for=timedelta(milliseconds=msg.oldest_age_ms),
         )
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class LedgerEntry:
+    """One decision of the occurrence ledger: for the occurrence at ``nominal`` (or, with
+    ``count`` > 1, every occurrence from ``nominal`` to ``last``), what was decided
+    (``reason``: created, caught_up, queued, skipped_overlap, missed_skipped, paused), its job
+    if one was made, who decided it and why in words (``notes``)."""
+
+    schedule_id: str
+    nominal: datetime
+    last: datetime | None
+    count: int
+    reason: str
+    job_id: str
+    run_at: datetime | None
+    revision: int
+    node: str
+    epoch: int
+    decided_at: datetime
+    notes: tuple[str, ...]
+
+    @classmethod
+    def from_pb(cls, msg: pb.LedgerEntry) -> LedgerEntry:
+        return cls(
+            schedule_id=msg.schedule_id,
+            nominal=_required_time(msg, "nominal"),
+            last=_time(msg, "last"),
+            count=msg.count,
+            reason=msg.reason,
+            job_id=msg.job_id,
+            run_at=_time(msg, "run_at"),
+            revision=msg.revision,
+            node=msg.node,
+            epoch=msg.epoch,
+            decided_at=_required_time(msg, "decided_at"),
+            notes=tuple(msg.notes),
+        )
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Explanation:
+    """Why an occurrence ran or did not (``Client.explain``): ``steps`` says it in words;
+    ``entry`` is the ledger's decision (None if none is recorded), ``job`` the occurrence's job
+    as stored now; for a time that is no occurrence (``found`` False), ``nearest`` ones."""
+
+    schedule_id: str
+    nominal: datetime | None
+    nominal_local: str
+    timezone: str
+    found: bool
+    entry: LedgerEntry | None
+    job: Job | None
+    steps: tuple[str, ...]
+    nearest: tuple[datetime, ...]
+    recent: tuple[LedgerEntry, ...]
+
+    @classmethod
+    def from_pb(cls, msg: pb.ExplainOccurrenceResponse) -> Explanation:
+        return cls(
+            schedule_id=msg.schedule_id,
+            nominal=_time(msg, "nominal"),
+            nominal_local=msg.nominal_local,
+            timezone=msg.timezone,
+            found=msg.found,
+            entry=LedgerEntry.from_pb(msg.entry) if msg.HasField("entry") else None,
+            job=Job.from_pb(msg.job) if msg.HasField("job") else None,
+            steps=tuple(msg.steps),
+            nearest=tuple(to_datetime(ts_ms(t)) for t in msg.nearest),
+            recent=tuple(LedgerEntry.from_pb(e) for e in msg.recent),
+        )

@@ -40,6 +40,7 @@ from timeshard.node.schedules import ScheduleFirer, ScheduleOps
 from timeshard.node.starts import StartNotices
 from timeshard.node.timer import DueTimer
 from timeshard.node.waits import JobWaits
+from timeshard.node.why import Explainer
 from timeshard.observe.events import NodeMetrics
 from timeshard.sharding import minute_of, shard_of
 from timeshard.store.base import Store, entry_at
@@ -122,6 +123,7 @@ class Node:
         self._shard_lock = asyncio.Lock()
         self._background: set[asyncio.Task[None]] = set()
         self.schedules = ScheduleOps(store, clock, land=self._land)
+        self.explain = Explainer(store, clock)  # why an occurrence ran or not (``node.why``)
         self.flow = FlowControl(clock, self.config.flows)
         """Per type: the rate's token bucket and the pause; claims ask it (``Claims.held``)."""
         self.claims = self._new_claims()
@@ -163,6 +165,8 @@ class Node:
             self.config.default_max_attempts,
             land=self._land,
             counted=self.metrics.scheduled,
+            node_id=self.node_id,
+            decided=self.metrics.decided,
         )
         return DispatchParts(
             store=self.store,

@@ -36,10 +36,12 @@ class EntryDecider:
         held: HeldEntries,
         notify: Callable[[Iterable[BucketEntry]], object],
         remember_deadline: Callable[[Job], None],
+        epoch: int = 0,
     ) -> None:
         """``parts``: the node's, as its dispatcher got them; ``held``, ``notify`` and
         ``remember_deadline``: the dispatcher's."""
         self.shard = shard
+        self.epoch = epoch  # the shard's, under which its schedules' decisions are made
         self._store = parts.store
         self._ready = parts.ready
         self._cfg = parts.config
@@ -89,7 +91,7 @@ class EntryDecider:
             if self._firer is None:
                 self._held.handled([e])
                 continue
-            fired = await self._firer.fire(schedule_id, e.due_at)
+            fired = await self._firer.fire(schedule_id, e.due_at, epoch=self.epoch)
             if fired is FireResult.HANDLED:
                 self._held.handled([e])
             elif fired is FireResult.CONFLICT:

@@ -90,6 +90,7 @@ class ShardDispatcher:
             held=self._held,
             notify=self.notify,
             remember_deadline=self._remember_deadline,
+            epoch=epoch,
         )
         self._deadlines: list[tuple[int, str]] = []  # (deadline, job id) of jobs made ready
         self._waker: asyncio.Future[None] | None = None  # set while the loop waits

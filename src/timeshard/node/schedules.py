@@ -16,7 +16,7 @@ import logging
 import uuid
 import zlib
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from timeshard.clock import Clock
@@ -37,6 +37,7 @@ from timeshard.errors import (
     NotFound,
     RevisionNotFound,
 )
+from timeshard.ledger import LedgerRow, Reason
 from timeshard.limits import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, MAX_PREVIEW_COUNT, check_range
 from timeshard.model import (
     ANONYMOUS,
@@ -50,6 +51,7 @@ from timeshard.model import (
     ScheduleRevision,
     validate_schedule_id,
 )
+from timeshard.node.decided import Decided, Made, decide, ledger_rows, span_of
 from timeshard.sharding import shard_of
 from timeshard.store.base import Store, entry_for, repeats_due, schedule_entry
 
@@ -94,6 +96,8 @@ class FirePlan:
     skipped: int  # occurrences dropped (misfire skip, overlap skip, queue overflow)
     queued_at: int  # a time waiting for the previous run (overlap=queue), or 0
     next_fire: int
+    decided: tuple[Decided, ...] = field(default=(), compare=False)
+    """What became of each due occurrence (runs of alike ones as one): the ledger's rows."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -145,8 +149,10 @@ def _due(s: Schedule, spec: CronSpec, now: int) -> tuple[_Times, _Times]:
     return missed, _Times(head=(), spec=spec, after=cutoff, until=now)
 
 
-async def plan_fire(s: Schedule, now: int, still_active: int) -> FirePlan:
-    """What to do when ``s`` comes due at ``now`` with ``still_active`` unfinished runs.
+async def plan_fire(s: Schedule, now: int, still_active: int, *, paused: bool = False) -> FirePlan:
+    """What to do when ``s`` comes due at ``now`` with ``still_active`` unfinished runs, and
+    the decision for each due occurrence (``decided``: ``node.decided``); ``paused``: the
+    missed ones were due while the schedule was paused.
 
     The work is bounded whatever the outage: the missed runs kept (one, or ``max_catchup``) are
     found from the newest backwards, and dropped ones are only counted, up to ``COUNT_LIMIT``,
@@ -167,24 +173,41 @@ async def plan_fire(s: Schedule, now: int, still_active: int) -> FirePlan:
         latest = on_time.newest(n)
         return [*keep[len(keep) - (n - len(latest)) :], *latest] if len(latest) < n else latest
 
+    def at(i: int) -> int:  # the i-th candidate
+        return keep[i] if i < len(keep) else on_time.oldest(i - len(keep) + 1)[-1]
+
     capacity = max(0, (s.max_concurrent if s.overlap is OverlapPolicy.ALLOW else 1) - still_active)
     if s.queued_at:  # the one that waited goes first, then the oldest
         run = [s.queued_at, *oldest(capacity - 1)] if capacity else []
         rest = total + 1 - len(run)
         first_rest = s.queued_at if not run else (oldest(capacity)[-1] if rest else 0)
+        rest_from = max(len(run) - 1, 0)  # the candidates not run: [rest_from, total)
     else:  # more due than may run: the newest win
         run = newest(capacity) if capacity else []
         rest = total - len(run)
         first_rest = oldest(1)[0] if rest else 0
+        rest_from = 0
     queued_at = 0
     if s.overlap is OverlapPolicy.QUEUE and rest:
         queued_at = first_rest  # the oldest waiting keeps its place; later ones are skipped
         rest -= 1
-    return FirePlan(
+    n_drop = n_missed - len(keep)
+    skip_from = rest_from + (1 if queued_at and queued_at != s.queued_at else 0)
+    unqueued = s.queued_at if s.queued_at and not run and not queued_at else 0
+    decided = decide(
+        s,
         run=run,
-        skipped=n_missed - len(keep) + rest,
-        queued_at=queued_at,
-        next_fire=next_fire(spec, now),
+        kept=set(keep),
+        queued=queued_at if queued_at != s.queued_at else 0,
+        dropped=(missed.oldest(1)[0], missed.newest(len(keep) + 1)[0], n_drop) if n_drop else None,
+        overlapped=span_of(at, skip_from, skip_from + rest - (1 if unqueued else 0)),
+        unqueued=unqueued,
+        still_active=still_active,
+        paused=paused,
+    )
+    nxt = next_fire(spec, now)
+    return FirePlan(
+        run=run, skipped=n_drop + rest, queued_at=queued_at, next_fire=nxt, decided=decided
     )
 
 
@@ -245,6 +268,14 @@ def _not_counted(jobs: list[Job], started_ms: int) -> None:
     pass
 
 
+Decisions = Callable[[Schedule, list[LedgerRow]], None]
+"""``NodeMetrics.decided``: the ledger rows a fire of the schedule just wrote."""
+
+
+def _not_told(s: Schedule, rows: list[LedgerRow]) -> None:
+    pass
+
+
 class ScheduleFirer:
     """Fires schedules whose entries come due; used by the shard dispatcher.
 
@@ -260,15 +291,19 @@ class ScheduleFirer:
         land: Land,
         *,
         counted: Counted = _not_counted,
+        node_id: str = "",
+        decided: Decisions = _not_told,
     ) -> None:
         self._store = store
         self._clock = clock
         self._default_max_attempts = default_max_attempts
         self._land = land
         self._counted = counted
+        self._node_id = node_id
+        self._decided = decided
 
-    async def fire(self, schedule_id: str, due_at: int) -> FireResult:
-        """Look at a schedule whose entry at ``due_at`` came due.
+    async def fire(self, schedule_id: str, due_at: int, *, epoch: int = 0) -> FireResult:
+        """Look at a schedule whose entry at ``due_at`` came due, on the shard ``epoch``.
 
         A stored schedule that no longer checks is logged and let go (HANDLED) rather than
         raised: raising would put the entry back and hold up every other entry due on the
@@ -283,39 +318,68 @@ class ScheduleFirer:
         if s is None:
             return FireResult.MISSING  # deleted, or its row not written yet
         try:
-            spec_of(s)
+            spec = spec_of(s)
         except InvalidArgument as exc:  # its spec no longer checks (see stored_spec)
             log.error("schedule %s cannot fire: %s; update or delete it", schedule_id, exc)
             return FireResult.HANDLED
         if s.paused:
-            return FireResult.HANDLED  # resume writes a new entry
+            return await self._paused(s, now, epoch)  # resume writes a new entry
         wake = min(s.next_fire, s.queued_at or s.next_fire)
         if wake > now:
             return FireResult.HANDLED  # moved later by an update; that writer wrote its entry
         active = await self._store.get_jobs(list(s.active)) if s.active else {}
         still = [j for j in active.values() if not j.state.terminal]
-        plan = await plan_fire(s, now, len(still))
-        created = await self._create_occurrences(s, plan.run, now)
+        plan = await plan_fire(s, now, len(still), paused=await self._was_paused(s, now))
+        made = await self._create_occurrences(s, plan.run, now)
         attention = (
             min(plan.next_fire, now + QUEUE_RECHECK_MS) if plan.queued_at else plan.next_fire
         )
         updated = s.with_(
             next_fire=plan.next_fire,
             queued_at=plan.queued_at,
-            active=tuple(j.job_id for j in still) + tuple(created),
+            active=tuple(j.job_id for j in still) + tuple(m.job_id for m in made.values()),
             skipped=s.skipped + plan.skipped,
             last_skip_at=now if plan.skipped else s.last_skip_at,
-            last_fire_at=now if created else s.last_fire_at,
+            last_fire_at=now if made else s.last_fire_at,
         )
         entry = schedule_entry(s, attention, now)
-        applied, _ = await self._store.update_schedule(updated, s.version, entry)
+        rows = ledger_rows(s, spec, plan.decided, made, node=self._node_id, epoch=epoch, now=now)
+        applied, _ = await self._store.update_schedule(updated, s.version, entry, ledger=rows)
         if applied:
+            self._decided(s, rows)
             await self._land([entry])
         if plan.skipped:
             log.info("schedule %s: skipped %d occurrence(s)", schedule_id, plan.skipped)
         return FireResult.HANDLED if applied else FireResult.CONFLICT
 
-    async def _create_occurrences(self, s: Schedule, times: list[int], now: int) -> list[str]:
+    async def _paused(self, s: Schedule, now: int, epoch: int) -> FireResult:
+        """The entry of ``s.next_fire`` came due while paused: the ledger says so (the row is
+        left as it is otherwise: resume decides the runs due meanwhile by the misfire policy,
+        and ``_was_paused`` finds this row then)."""
+        if s.next_fire > now:
+            return FireResult.HANDLED
+        row = LedgerRow(
+            schedule_id=s.schedule_id,
+            nominal=s.next_fire,
+            reason=Reason.PAUSED,
+            revision=s.revision,
+            node=self._node_id,
+            epoch=epoch,
+            decided_at=now,
+            notes=("due while the schedule was paused; resume decides it by the misfire policy",),
+        )
+        applied, _ = await self._store.update_schedule(s, s.version, None, ledger=[row])
+        return FireResult.HANDLED if applied else FireResult.CONFLICT  # (counted on resume)
+
+    async def _was_paused(self, s: Schedule, now: int) -> bool:
+        """Whether the missed runs of ``s`` (if any) were due while it was paused: the ledger
+        row of its next fire says so (``_paused``). Read only when runs were missed."""
+        if s.next_fire >= now - s.misfire_grace_ms:
+            return False
+        found = await self._store.read_ledger(s.schedule_id, at_or_before=s.next_fire, limit=1)
+        return bool(found) and found[0].nominal == s.next_fire and found[0].reason is Reason.PAUSED
+
+    async def _create_occurrences(self, s: Schedule, times: list[int], now: int) -> dict[int, Made]:
         jobs = []
         for t in times:
             job_id = s.occurrence_id(t)
@@ -330,14 +394,17 @@ class ScheduleFirer:
             )
             jobs.append((job, entry_for(job, job.run_at, now)))
         if not jobs:
-            return []
+            return {}
         results = await self._store.create_jobs(jobs)
         self._counted([r.job for r in results if r.created], now)
         # Made already (a fire cut off before it advanced the schedule): its entry may be
         # unread, so one is written again, due now, before the schedule moves on.
         landing = [e for (_, e), r in zip(jobs, results, strict=True) if r.created]
         await self._land(landing, again=repeats_due(results, now))
-        return [r.job.job_id for r in results]
+        return {
+            t: Made(job_id=r.job.job_id, run_at=r.job.run_at, deduped=not r.created)
+            for t, r in zip(times, results, strict=True)
+        }
 
 
 class ScheduleOps:

@@ -27,6 +27,7 @@ from prometheus_client.registry import CollectorRegistry
 
 from timeshard.clock import Clock
 from timeshard.model import GIVEN_BACK, LEASE_EXPIRED, NOT_STARTED, Job, JobState
+from timeshard.observe.occurrences import OccurrenceMetrics
 from timeshard.observe.tracing import Tracing
 from timeshard.observe.window import LatenessWindow
 
@@ -165,6 +166,9 @@ class NodeMetrics:
         self._lease_counters(self.registry)
         self._messages(self.registry)
         self._lateness(self.registry)
+        self.occurrences = OccurrenceMetrics(self.registry)
+        self.decided = self.occurrences.decided
+        """A schedule's fire wrote these ledger rows (``observe.occurrences``)."""
 
     def _job_counters(self, r: CollectorRegistry) -> None:
         """The ``timeshard_jobs_*`` counters, by type."""

@@ -102,6 +102,7 @@ METHOD_ROLES: dict[str, Role] = {
             "ListScheduleRevisions",
             "GetScheduleRevision",
             "RollbackSchedule",
+            "ExplainOccurrence",
         )
     },
     _JOBS + "ReplayDeadLetters": Role.ADMIN,

@@ -20,6 +20,7 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
 from timeshard.errors import InvalidArgument
+from timeshard.ledger import DEFAULT_LEDGER_RETENTION_S, LedgerRow
 from timeshard.limits import DEFAULT_MAX_UNSTARTED
 from timeshard.model import (
     BucketEntry,
@@ -131,8 +132,11 @@ class Retention:
     """Cassandra: the id index outlives a finished row by this much, so a get can say it
     expired rather than that it never existed."""
 
+    ledger_s: int = DEFAULT_LEDGER_RETENTION_S
+    """Occurrence ledger rows live this long after their decision."""
+
     def __post_init__(self) -> None:
-        for name in ("finished_s", "dead_s", "index_s"):
+        for name in ("finished_s", "dead_s", "index_s", "ledger_s"):
             if getattr(self, name) < 1:
                 raise InvalidArgument("retention", f"{name} must be at least 1 second")
 
@@ -512,6 +516,7 @@ class Store(abc.ABC):
         expect_version: int,
         entry: BucketEntry | None,
         change: Change | None = None,
+        ledger: Sequence[LedgerRow] = (),
     ) -> tuple[bool, Schedule | None]:
         """Applied iff the stored version is ``expect_version``: the row becomes ``schedule``
         with ``version = expect_version + 1``. ``entry`` (if any) is written *before* the row,
@@ -522,7 +527,22 @@ class Store(abc.ABC):
         Without ``change`` (a fire) the stored revision is left as it is. With it (a person's
         change), the row's revision becomes ``schedule.revision`` and that revision is written
         in the same conditional write, dropping the one ``REVISIONS_KEPT`` before it: the
-        revision exists exactly when the change took effect."""
+        revision exists exactly when the change took effect.
+
+        ``ledger``: the occurrence ledger rows of the decision this update records, part of
+        the same write: applied, they are readable (``read_ledger``) for the ledger
+        retention, replacing any row of the same schedule and nominal time; not applied,
+        none is. SQLite writes them in the row's transaction; Cassandra in the row's
+        conditional write (its ``ledger_outbox`` column), copied to the ledger table at once
+        and, should that copy be cut off, by the next read of the row (``get_schedule``)
+        before anything can overwrite it."""
+
+    @abc.abstractmethod
+    async def read_ledger(
+        self, schedule_id: str, *, at_or_before: int, limit: int
+    ) -> list[LedgerRow]:
+        """The schedule's ledger rows with ``nominal <= at_or_before``, newest first, at most
+        ``limit``, each once; rows past the retention may be gone."""
 
     @abc.abstractmethod
     async def delete_schedule(

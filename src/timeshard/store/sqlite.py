@@ -17,6 +17,7 @@ from typing import Any
 
 from timeshard.clock import Clock, SystemClock
 from timeshard.errors import InvalidArgument, StoreUnavailable
+from timeshard.ledger import LedgerRow, row_fields, rows_of_text
 from timeshard.limits import DEFAULT_MAX_UNSTARTED, REVISIONS_KEPT
 from timeshard.model import (
     BucketEntry,
@@ -198,7 +199,8 @@ class SqliteStore(Store):
 
     async def sweep(self, limit: int = SWEEP_ROWS) -> int:
         """Delete the finished jobs past their retention among the next ``limit`` rows (and
-        their idempotency keys); returns how many. Bounded work per call, wrapping around."""
+        their idempotency keys), and up to ``limit`` ledger rows past theirs; returns how
+        many. Bounded work per call, wrapping around."""
         now = self._clock.now_ms()
 
         def run(db: sqlite3.Connection) -> int:
@@ -217,7 +219,8 @@ class SqliteStore(Store):
                     if key:
                         db.execute(Q["sweep_key"], (key, job_id))
                     gone += 1
-            return gone
+            expired = db.execute(Q["sweep_ledger"], (now, limit)).rowcount
+            return gone + max(expired, 0)
 
         return await self._db.call(run)
 
@@ -504,7 +507,14 @@ class SqliteStore(Store):
         expect_version: int,
         entry: BucketEntry | None,
         change: Change | None = None,
+        ledger: Sequence[LedgerRow] = (),
     ) -> tuple[bool, Schedule | None]:
+        keep_ms = self.retention.ledger_s * 1000
+        rows = [
+            (r.schedule_id, r.nominal, r.decided_at + keep_ms, json.dumps(row_fields(r)))
+            for r in ledger
+        ]
+
         def run(db: sqlite3.Connection) -> tuple[bool, Schedule | None]:
             if entry is not None:
                 _put_entry(db, entry)
@@ -513,7 +523,18 @@ class SqliteStore(Store):
             else:
                 params = {**schedule_columns(schedule), "version": expect_version}
                 applied = db.execute(Q["update_schedule"], params).rowcount == 1
+            if applied and rows:  # (in the row's transaction: both or neither)
+                db.executemany(Q["put_ledger"], rows)
             return applied, _select_schedule(db, schedule.schedule_id)
+
+        return await self._db.call(run)
+
+    async def read_ledger(
+        self, schedule_id: str, *, at_or_before: int, limit: int
+    ) -> list[LedgerRow]:
+        def run(db: sqlite3.Connection) -> list[LedgerRow]:
+            found = db.execute(Q["read_ledger"], (schedule_id, at_or_before, limit)).fetchall()
+            return [r for (text,) in found for r in rows_of_text(f"[{text}]")]
 
         return await self._db.call(run)
 

@@ -425,6 +425,70 @@ class WaitJobsResponse(_message.Message):
     job: Job
     def __init__(self, job: _Optional[_Union[Job, _Mapping]] = ...) -> None: ...
 
+class LedgerEntry(_message.Message):
+    __slots__ = ("schedule_id", "nominal", "last", "count", "reason", "job_id", "run_at", "revision", "node", "epoch", "decided_at", "notes")
+    SCHEDULE_ID_FIELD_NUMBER: _ClassVar[int]
+    NOMINAL_FIELD_NUMBER: _ClassVar[int]
+    LAST_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    RUN_AT_FIELD_NUMBER: _ClassVar[int]
+    REVISION_FIELD_NUMBER: _ClassVar[int]
+    NODE_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    DECIDED_AT_FIELD_NUMBER: _ClassVar[int]
+    NOTES_FIELD_NUMBER: _ClassVar[int]
+    schedule_id: str
+    nominal: _timestamp_pb2.Timestamp
+    last: _timestamp_pb2.Timestamp
+    count: int
+    reason: str
+    job_id: str
+    run_at: _timestamp_pb2.Timestamp
+    revision: int
+    node: str
+    epoch: int
+    decided_at: _timestamp_pb2.Timestamp
+    notes: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, schedule_id: _Optional[str] = ..., nominal: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., count: _Optional[int] = ..., reason: _Optional[str] = ..., job_id: _Optional[str] = ..., run_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., revision: _Optional[int] = ..., node: _Optional[str] = ..., epoch: _Optional[int] = ..., decided_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., notes: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class ExplainOccurrenceRequest(_message.Message):
+    __slots__ = ("schedule_id", "at", "job_id", "recent")
+    SCHEDULE_ID_FIELD_NUMBER: _ClassVar[int]
+    AT_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    RECENT_FIELD_NUMBER: _ClassVar[int]
+    schedule_id: str
+    at: _timestamp_pb2.Timestamp
+    job_id: str
+    recent: int
+    def __init__(self, schedule_id: _Optional[str] = ..., at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., job_id: _Optional[str] = ..., recent: _Optional[int] = ...) -> None: ...
+
+class ExplainOccurrenceResponse(_message.Message):
+    __slots__ = ("schedule_id", "nominal", "nominal_local", "timezone", "found", "entry", "job", "steps", "nearest", "recent")
+    SCHEDULE_ID_FIELD_NUMBER: _ClassVar[int]
+    NOMINAL_FIELD_NUMBER: _ClassVar[int]
+    NOMINAL_LOCAL_FIELD_NUMBER: _ClassVar[int]
+    TIMEZONE_FIELD_NUMBER: _ClassVar[int]
+    FOUND_FIELD_NUMBER: _ClassVar[int]
+    ENTRY_FIELD_NUMBER: _ClassVar[int]
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    STEPS_FIELD_NUMBER: _ClassVar[int]
+    NEAREST_FIELD_NUMBER: _ClassVar[int]
+    RECENT_FIELD_NUMBER: _ClassVar[int]
+    schedule_id: str
+    nominal: _timestamp_pb2.Timestamp
+    nominal_local: str
+    timezone: str
+    found: bool
+    entry: LedgerEntry
+    job: Job
+    steps: _containers.RepeatedScalarFieldContainer[str]
+    nearest: _containers.RepeatedCompositeFieldContainer[_timestamp_pb2.Timestamp]
+    recent: _containers.RepeatedCompositeFieldContainer[LedgerEntry]
+    def __init__(self, schedule_id: _Optional[str] = ..., nominal: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., nominal_local: _Optional[str] = ..., timezone: _Optional[str] = ..., found: _Optional[bool] = ..., entry: _Optional[_Union[LedgerEntry, _Mapping]] = ..., job: _Optional[_Union[Job, _Mapping]] = ..., steps: _Optional[_Iterable[str]] = ..., nearest: _Optional[_Iterable[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]]] = ..., recent: _Optional[_Iterable[_Union[LedgerEntry, _Mapping]]] = ...) -> None: ...
+
 class ScheduleRevision(_message.Message):
     __slots__ = ("schedule_id", "revision", "change", "actor", "at", "reason", "rolled_back_to", "schedule")
     SCHEDULE_ID_FIELD_NUMBER: _ClassVar[int]

@@ -139,6 +139,11 @@ class JobServiceStub:
                 request_serializer=timeshard_dot_v1_dot_timeshard__pb2.RollbackScheduleRequest.SerializeToString,
                 response_deserializer=timeshard_dot_v1_dot_timeshard__pb2.Schedule.FromString,
                 _registered_method=True)
+        self.ExplainOccurrence = channel.unary_unary(
+                '/timeshard.v1.JobService/ExplainOccurrence',
+                request_serializer=timeshard_dot_v1_dot_timeshard__pb2.ExplainOccurrenceRequest.SerializeToString,
+                response_deserializer=timeshard_dot_v1_dot_timeshard__pb2.ExplainOccurrenceResponse.FromString,
+                _registered_method=True)
 
 
 class JobServiceServicer:
@@ -280,6 +285,13 @@ class JobServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ExplainOccurrence(self, request, context):
+        """Why an occurrence ran or did not: `timeshard why`.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_JobServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -387,6 +399,11 @@ def add_JobServiceServicer_to_server(servicer, server):
                     servicer.RollbackSchedule,
                     request_deserializer=timeshard_dot_v1_dot_timeshard__pb2.RollbackScheduleRequest.FromString,
                     response_serializer=timeshard_dot_v1_dot_timeshard__pb2.Schedule.SerializeToString,
+            ),
+            'ExplainOccurrence': grpc.unary_unary_rpc_method_handler(
+                    servicer.ExplainOccurrence,
+                    request_deserializer=timeshard_dot_v1_dot_timeshard__pb2.ExplainOccurrenceRequest.FromString,
+                    response_serializer=timeshard_dot_v1_dot_timeshard__pb2.ExplainOccurrenceResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -956,6 +973,33 @@ class JobService:
             '/timeshard.v1.JobService/RollbackSchedule',
             timeshard_dot_v1_dot_timeshard__pb2.RollbackScheduleRequest.SerializeToString,
             timeshard_dot_v1_dot_timeshard__pb2.Schedule.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ExplainOccurrence(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/timeshard.v1.JobService/ExplainOccurrence',
+            timeshard_dot_v1_dot_timeshard__pb2.ExplainOccurrenceRequest.SerializeToString,
+            timeshard_dot_v1_dot_timeshard__pb2.ExplainOccurrenceResponse.FromString,
             options,
             channel_credentials,
             insecure,

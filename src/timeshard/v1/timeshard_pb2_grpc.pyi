@@ -65,6 +65,8 @@ class JobServiceStub:
     (its revision field is the new revision). A deleted schedule: FAILED_PRECONDITION, nothing
     changed (create it again; its revisions go on).
     """
+    ExplainOccurrence: _grpc.UnaryUnaryMultiCallable[_timeshard_pb2.ExplainOccurrenceRequest, _timeshard_pb2.ExplainOccurrenceResponse]
+    """Why an occurrence ran or did not: `timeshard why`."""
 
 @_typing.type_check_only
 class JobServiceAsyncStub(JobServiceStub):
@@ -103,6 +105,8 @@ class JobServiceAsyncStub(JobServiceStub):
     (its revision field is the new revision). A deleted schedule: FAILED_PRECONDITION, nothing
     changed (create it again; its revisions go on).
     """
+    ExplainOccurrence: _aio.UnaryUnaryMultiCallable[_timeshard_pb2.ExplainOccurrenceRequest, _timeshard_pb2.ExplainOccurrenceResponse]  # type: ignore[assignment]
+    """Why an occurrence ran or did not: `timeshard why`."""
 
 class JobServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -264,6 +268,14 @@ class JobServiceServicer(metaclass=_abc_1.ABCMeta):
         (its revision field is the new revision). A deleted schedule: FAILED_PRECONDITION, nothing
         changed (create it again; its revisions go on).
         """
+
+    @_abc_1.abstractmethod
+    def ExplainOccurrence(
+        self,
+        request: _timeshard_pb2.ExplainOccurrenceRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_timeshard_pb2.ExplainOccurrenceResponse, _abc.Awaitable[_timeshard_pb2.ExplainOccurrenceResponse]]:
+        """Why an occurrence ran or did not: `timeshard why`."""
 
 def add_JobServiceServicer_to_server(servicer: JobServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
 

@@ -11,6 +11,7 @@ from dataclasses import replace
 
 from timeshard.clock import Clock, SystemClock
 from timeshard.errors import InvalidArgument, StoreUnavailable
+from timeshard.ledger import DAY_MS, LedgerRow
 from timeshard.limits import DEFAULT_MAX_UNSTARTED, REVISIONS_KEPT
 from timeshard.model import (
     BucketEntry,
@@ -38,6 +39,7 @@ from timeshard.store.base import (
 from timeshard.store.cassandra import listing
 from timeshard.store.cassandra.driver import Ambiguous, ClusterConfig, Connection, parse_url
 from timeshard.store.cassandra.jobrows import JobRows
+from timeshard.store.cassandra.ledger import LedgerTable
 from timeshard.store.cassandra.parts import CAS_ROUNDS
 from timeshard.store.cassandra.parts import gather as _gather
 from timeshard.store.cassandra.rows import to_shard_state
@@ -74,7 +76,9 @@ class CassandraStore(Store):
         self._conn = Connection(config, now_ms=self._clock.now_ms, max_in_flight=max_in_flight)
         self.stats = self._conn.stats
         self.num_shards = validate_num_shards(num_shards)
-        self._jobs = JobRows(self._conn, self._clock, self.num_shards, retention or Retention())
+        self.retention = retention or Retention()
+        self._jobs = JobRows(self._conn, self._clock, self.num_shards, self.retention)
+        self._ledger = LedgerTable(self._conn, self.retention.ledger_s)
 
     @classmethod
     def from_url(
@@ -357,9 +361,14 @@ class CassandraStore(Store):
     async def _read_schedule(
         self, schedule_id: str, *, serial: bool
     ) -> tuple[Schedule | None, bool]:
-        """The row (also a deleted one's) and whether it was deleted."""
+        """The row (also a deleted one's) and whether it was deleted; the ledger rows of its
+        latest decision are copied first if this process has not seen them copied
+        (``store.cassandra.ledger``)."""
         rows = await self._conn.rows("select_schedule", (schedule_id,), serial=serial)
-        return (to_schedule(rows[0]), bool(rows[0]["deleted"])) if rows else (None, False)
+        if not rows:
+            return None, False
+        await self._ledger.settle(rows[0])
+        return to_schedule(rows[0]), bool(rows[0]["deleted"])
 
     async def get_schedule(self, schedule_id: str, *, serial: bool = False) -> Schedule | None:
         found, deleted = await self._read_schedule(schedule_id, serial=serial)
@@ -388,16 +397,21 @@ class CassandraStore(Store):
         expect_version: int,
         entry: BucketEntry | None,
         change: Change | None = None,
+        ledger: Sequence[LedgerRow] = (),
     ) -> tuple[bool, Schedule | None]:
+        """The ledger rows go in the row's ``ledger_outbox`` (one Paxos round with the
+        decision), then to the ledger table (``LedgerTable``)."""
         if entry is not None:
             await self._jobs.put_entries([entry])
         if change is not None:
             return await self._revise(schedule, expect_version, change, deleted=False)
         after = schedule.with_(version=expect_version + 1)
+        texts, outbox = self._ledger.encode(ledger)
         params = {
             **schedule_columns(schedule),
             "version": expect_version,
             "new_version": expect_version + 1,
+            "ledger_outbox": outbox,
         }
         for _ in range(CAS_ROUNDS):
             try:
@@ -406,13 +420,27 @@ class CassandraStore(Store):
                 stored = await self.get_schedule(schedule.schedule_id, serial=True)
                 if stored is not None and stored.version == expect_version:
                     continue  # not written, still ours to write
-                return stored == after, stored
+                return stored == after, stored  # (if ours, the read copied its rows)
             if row["[applied]"]:
+                await self._ledger.written(schedule.schedule_id, ledger, texts, outbox)
                 return True, after
             if row.get("version") is None:
                 return False, None
             return False, await self.get_schedule(schedule.schedule_id, serial=True)
         raise StoreUnavailable(f"schedule {schedule.schedule_id!r}: update kept timing out")
+
+    async def read_ledger(
+        self, schedule_id: str, *, at_or_before: int, limit: int
+    ) -> list[LedgerRow]:
+        """Day partitions from ``at_or_before``'s back over the ledger retention (older rows
+        are gone), ``DAYS_AT_ONCE`` at a time until ``limit`` rows are found."""
+        return await self._ledger.read(
+            schedule_id,
+            at_or_before=at_or_before,
+            limit=limit,
+            newest=at_or_before,
+            oldest=at_or_before - self.retention.ledger_s * 1000 - DAY_MS,
+        )
 
     async def delete_schedule(
         self, schedule: Schedule, expect_version: int, change: Change

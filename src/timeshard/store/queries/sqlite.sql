@@ -87,6 +87,14 @@ CREATE TABLE IF NOT EXISTS meta (
     key TEXT PRIMARY KEY,
     value TEXT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS schedule_ledger (
+    schedule_id TEXT NOT NULL,
+    nominal INTEGER NOT NULL,
+    expires_at INTEGER NOT NULL,
+    row TEXT NOT NULL,
+    PRIMARY KEY (schedule_id, nominal)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS schedule_ledger_expiry ON schedule_ledger (expires_at);
 
 -- name: job_columns
 -- What an existing database's jobs table has (a migration adds what is missing).
@@ -292,6 +300,19 @@ WHERE schedule_id = :schedule_id AND version = :version;
 
 -- name: list_schedules
 SELECT * FROM schedules WHERE schedule_id > ? AND deleted = 0 ORDER BY schedule_id LIMIT ?;
+
+-- name: put_ledger
+-- The occurrence ledger (timeshard.ledger): a row per decided occurrence, or run of them,
+-- as JSON text; a later decision for the same nominal time replaces it.
+INSERT OR REPLACE INTO schedule_ledger (schedule_id, nominal, expires_at, row) VALUES (?, ?, ?, ?);
+
+-- name: read_ledger
+SELECT row FROM schedule_ledger WHERE schedule_id = ? AND nominal <= ?
+ORDER BY nominal DESC LIMIT ?;
+
+-- name: sweep_ledger
+DELETE FROM schedule_ledger WHERE (schedule_id, nominal) IN (
+    SELECT schedule_id, nominal FROM schedule_ledger WHERE expires_at <= ? LIMIT ?);
 
 -- name: sweep_scan
 -- Retention: the next rows in table order, a bounded slice per sweep (no index needed; a

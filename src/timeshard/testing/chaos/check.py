@@ -70,6 +70,7 @@ from timeshard.testing.attempts import (
 )
 from timeshard.testing.chaos.flows import ran_while_paused, rate_held
 from timeshard.testing.chaos.ledger import Ledger, RunRecord, read_run
+from timeshard.testing.chaos.occurrences import LedgerCheck, check_ledger, cron_slots
 from timeshard.testing.chaos.report import MUST_BE_ZERO, Finding, Report
 from timeshard.testing.chaos.times import Times, reruns
 from timeshard.testing.chaos.view import JobPlan, RunView, schedules
@@ -224,38 +225,6 @@ def _effects(
     return found, deduplicated, by_job_keys
 
 
-def _cron(
-    ledger: Ledger, occurrences: dict[str, tuple[str, int]]
-) -> tuple[list[Finding], list[Finding]]:
-    store_schedules: dict[str, dict[str, Any]] = ledger.store.get("schedules", {})
-    by_schedule: dict[str, dict[int, list[str]]] = defaultdict(lambda: defaultdict(list))
-    for job, (sid, ms) in occurrences.items():
-        by_schedule[sid][ms].append(job)
-    missing: list[Finding] = []
-    doubled: list[Finding] = []
-    for sid, s in sorted(schedules(ledger).items()):
-        period, first = int(s["period_ms"]), int(s["first_fire"])
-        slots: dict[int, list[str]] = defaultdict(list)
-        for ms, jobs in by_schedule[sid].items():
-            if ms >= first:
-                slots[first + (ms - first) // period * period] += jobs
-        final = store_schedules.get(sid, {}).get("next_fire")
-        if final is None:
-            final = max(slots, default=first - period) + period
-            missing.append(Finding(kind="cron_missing", job=sid, detail="final next_fire unknown"))
-        skipped = store_schedules.get(sid, {}).get("skipped", 0)
-        why = f"no job (the schedule counts {skipped} skipped by its policies)"
-        for slot in range(first, int(final), period):
-            if not slots.get(slot):
-                missing.append(Finding(kind="cron_missing", job=f"{sid}@{slot}", detail=why))
-        for slot, jobs in sorted(slots.items()):
-            if len(jobs) > 1:
-                doubled.append(
-                    Finding(kind="cron_doubled", job=f"{sid}@{slot}", detail=f"jobs {sorted(jobs)}")
-                )
-    return missing, doubled
-
-
 def _ran_after_cancel(
     plans: dict[str, JobPlan], by_job: dict[str, list[RunRecord]]
 ) -> list[Finding]:
@@ -407,12 +376,13 @@ class _Found:
     rated_runs: int
     most_10s: int
     excused: int
+    ledger: LedgerCheck
 
     @classmethod
     def of(cls, run: RunView) -> _Found:
         plans, store, by_job, times = run.plans, run.store, run.by_job, run.times
         effects, deduplicated, effects_by_job = _effects(run.ledger, by_job)
-        missing, doubled = _cron(run.ledger, run.occurrences)
+        missing, doubled = cron_slots(run.ledger, run.occurrences)
         overlapping = _overlapping(by_job, times)
         overlapping += [
             Finding(kind="overlapping", job=job, detail=f"fence {fence} started twice")
@@ -459,6 +429,12 @@ class _Found:
             rated_runs=rated,
             most_10s=most_10s,
             excused=excused,
+            ledger=check_ledger(
+                schedules(run.ledger),
+                run.ledger.store.get("schedules", {}),
+                run.occurrences,
+                run.ledger.faults(),
+            ),
         )
 
     def findings(self) -> list[Finding]:
@@ -480,6 +456,9 @@ class _Found:
             *self.differ,
             *self.unknown,
             *self.stray,
+            *self.ledger.missing,
+            *self.ledger.disagrees,
+            *self.ledger.late,
         ]
 
 
@@ -531,6 +510,11 @@ def _counts(run: RunView, found: _Found) -> dict[str, Any]:
             int(s.get("skipped", 0)) for s in ledger.store.get("schedules", {}).values()
         ),
         "started_after_lease": len(found.after_lease),
+        "ledger_missing": len(found.ledger.missing),
+        "ledger_disagrees": len(found.ledger.disagrees),
+        "ledger_coverage": round(found.ledger.coverage, 4),
+        "cron_skipped_explained": found.ledger.skipped_explained,
+        "cron_late": len(found.ledger.late),
         "crashes": [
             f"{r['name']} (pid {r['pid']}, code {r['code']})" for r in ledger.records("crash")
         ],

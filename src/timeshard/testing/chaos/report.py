@@ -20,6 +20,8 @@ MUST_BE_ZERO = (
     "ran_while_paused",
     "ran_after_deadline",
     "dead_without_start",
+    "ledger_missing",
+    "ledger_disagrees",
 )
 SHOWN = 10
 """Findings of one kind listed in the text report (all are in the JSON)."""
@@ -63,6 +65,11 @@ class Report:
         for cause, n in sorted(c["rerun_causes"].items(), key=lambda kv: -kv[1]):
             lines.append(f"  re-run because {cause}: {n}")
         lines.append(f"cron occurrences skipped by the schedules' own count: {c['cron_skipped']}")
+        lines.append(
+            f"occurrence ledger: {c['ledger_coverage']:.2%} of nominal occurrences have an "
+            f"entry; skips it explains {c['cron_skipped_explained']}; late occurrences (each "
+            f"listed with its entry) {c['cron_late']}"
+        )
         if c["crashes"]:
             lines.append(f"processes that exited by themselves (restarted): {c['crashes']}")
         lines.append(

@@ -40,16 +40,19 @@ from timeshard.testing.chaos.ledger import (
     read_lines,
 )
 from timeshard.testing.chaos.load import Api, GaveUp, LoadShape, Workload
+from timeshard.testing.chaos.occurrences import ledger_entry
 from timeshard.testing.chaos.plan import FaultKind, PlanShape, fault_plan
 from timeshard.testing.fleet import Fleet
 from timeshard.testing.services import create_keyspace, drop_keyspace
 from timeshard.v1 import timeshard_pb2 as pb
-from timeshard.wire import dur, ts_ms
+from timeshard.wire import dur, ts, ts_ms
 
 NODES = ("a", "b", "c")
 WORKER_TARGET = "timeshard.testing.chaos.worker:worker"
 CRONS = (("sec", "* * * * * *", 1000), ("min", "* * * * *", 60_000))
 RATED_RATE = 1.5
+LEDGER_PAGE = 200
+"""Ledger entries read back a call (``ExplainOccurrence``'s most)."""
 """Jobs of ``RATED_TYPE`` started per second across the cluster: above what the load offers of
 it on average (so the backlog of its pause drains), below its bursts."""
 PAUSED_SPAN = (1 / 3, 2 / 3)
@@ -470,10 +473,26 @@ class ChaosRun:
                 "skipped": s.skipped,
                 "paused": s.paused,
                 "last_fire_at": ts_ms(s.last_fire_at),
+                "ledger": self._ledger_of(sid),
             }
         snapshot = {"jobs": jobs, "schedules": schedules, "taken": now_wall_ms()}
         (self.run_dir / STORE).write_text(json.dumps(snapshot))
         self.progress(f"store: {len(jobs)} jobs read back")
+
+    def _ledger_of(self, schedule_id: str) -> list[dict[str, Any]]:
+        """Every occurrence ledger entry of the schedule, read back through the API a page
+        (``LEDGER_PAGE``, newest first) at a time."""
+        rows: list[dict[str, Any]] = []
+        at = round(now_wall_ms()) + 86_400_000
+        while True:
+            request = pb.ExplainOccurrenceRequest(
+                schedule_id=schedule_id, at=ts(at), recent=LEDGER_PAGE
+            )
+            reply = self.api.call("ExplainOccurrence", request, give_up_s=120)
+            rows += [ledger_entry(e) for e in reply.recent]
+            if len(reply.recent) < LEDGER_PAGE:
+                return rows
+            at = ts_ms(reply.recent[-1].nominal) - 1
 
 
 def _journal_records(run_dir: Path, ev: str) -> Iterable[dict[str, Any]]:

@@ -362,6 +362,7 @@ class Handlers(PageBase):
                 page_token="",
             )
             occurrences = sorted(recent.jobs, key=lambda j: -j.run_at)[:RECENT_OCCURRENCES]
+            ledger = await node.explain.recent(s.schedule_id, RECENT_OCCURRENCES)
             return self._page(
                 request,
                 "schedule.html",
@@ -371,6 +372,7 @@ class Handlers(PageBase):
                 runs=runs,
                 occurrences=occurrences,
                 occurrence_total=recent.total,
+                ledger=ledger,
                 done=done or request.query_params.get("done", ""),
             )
 

@@ -2490,6 +2490,332 @@ func (x *WaitJobsResponse) GetJob() *Job {
 	return nil
 }
 
+// One decision of the occurrence ledger, written with the schedule's conditional update that
+// made it: for one nominal occurrence, or a run of them decided alike (count > 1, nominal to
+// last). Kept for the ledger retention (`timeshard server --ledger-retention-days`, default 30).
+type LedgerEntry struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	ScheduleId string                 `protobuf:"bytes,1,opt,name=schedule_id,json=scheduleId,proto3" json:"schedule_id,omitempty"`
+	Nominal    *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=nominal,proto3" json:"nominal,omitempty"` // the cron time, before spread and jitter
+	Last       *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=last,proto3" json:"last,omitempty"`       // the last of a run (count > 1); unset for one
+	Count      int64                  `protobuf:"varint,4,opt,name=count,proto3" json:"count,omitempty"`
+	// created, caught_up, queued, skipped_overlap, missed_skipped or paused
+	Reason        string                 `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
+	JobId         string                 `protobuf:"bytes,6,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"` // the occurrence's job (created, caught_up); "" for the others
+	RunAt         *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=run_at,json=runAt,proto3" json:"run_at,omitempty"` // when that job runs (spread offset, jitter)
+	Revision      int64                  `protobuf:"varint,8,opt,name=revision,proto3" json:"revision,omitempty"`       // the revision of the schedule that decided
+	Node          string                 `protobuf:"bytes,9,opt,name=node,proto3" json:"node,omitempty"`                // the node that decided ...
+	Epoch         int64                  `protobuf:"varint,10,opt,name=epoch,proto3" json:"epoch,omitempty"`            // ... under this epoch of the schedule's shard
+	DecidedAt     *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=decided_at,json=decidedAt,proto3" json:"decided_at,omitempty"`
+	Notes         []string               `protobuf:"bytes,12,rep,name=notes,proto3" json:"notes,omitempty"` // why, in words: the DST rule applied, spread, policy numbers
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LedgerEntry) Reset() {
+	*x = LedgerEntry{}
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LedgerEntry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LedgerEntry) ProtoMessage() {}
+
+func (x *LedgerEntry) ProtoReflect() protoreflect.Message {
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LedgerEntry.ProtoReflect.Descriptor instead.
+func (*LedgerEntry) Descriptor() ([]byte, []int) {
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *LedgerEntry) GetScheduleId() string {
+	if x != nil {
+		return x.ScheduleId
+	}
+	return ""
+}
+
+func (x *LedgerEntry) GetNominal() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Nominal
+	}
+	return nil
+}
+
+func (x *LedgerEntry) GetLast() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Last
+	}
+	return nil
+}
+
+func (x *LedgerEntry) GetCount() int64 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+func (x *LedgerEntry) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *LedgerEntry) GetJobId() string {
+	if x != nil {
+		return x.JobId
+	}
+	return ""
+}
+
+func (x *LedgerEntry) GetRunAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.RunAt
+	}
+	return nil
+}
+
+func (x *LedgerEntry) GetRevision() int64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+func (x *LedgerEntry) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *LedgerEntry) GetEpoch() int64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *LedgerEntry) GetDecidedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.DecidedAt
+	}
+	return nil
+}
+
+func (x *LedgerEntry) GetNotes() []string {
+	if x != nil {
+		return x.Notes
+	}
+	return nil
+}
+
+// Either job_id (any job; for a schedule's occurrence, its occurrence's chain) or schedule_id
+// and at (the occurrence of that schedule at that instant), not both (INVALID_ARGUMENT).
+//   - An unknown schedule or job is NOT_FOUND naming it.
+//   - A time that is no occurrence of the schedule: found = false, with the nearest ones.
+//   - recent (0-200): also the schedule's latest ledger entries, newest first: those at or
+//     before `at` (without `at`: now), so that a caller can page back with an earlier `at`.
+type ExplainOccurrenceRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ScheduleId    string                 `protobuf:"bytes,1,opt,name=schedule_id,json=scheduleId,proto3" json:"schedule_id,omitempty"`
+	At            *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=at,proto3" json:"at,omitempty"`
+	JobId         string                 `protobuf:"bytes,3,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	Recent        int32                  `protobuf:"varint,4,opt,name=recent,proto3" json:"recent,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExplainOccurrenceRequest) Reset() {
+	*x = ExplainOccurrenceRequest{}
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExplainOccurrenceRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExplainOccurrenceRequest) ProtoMessage() {}
+
+func (x *ExplainOccurrenceRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExplainOccurrenceRequest.ProtoReflect.Descriptor instead.
+func (*ExplainOccurrenceRequest) Descriptor() ([]byte, []int) {
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *ExplainOccurrenceRequest) GetScheduleId() string {
+	if x != nil {
+		return x.ScheduleId
+	}
+	return ""
+}
+
+func (x *ExplainOccurrenceRequest) GetAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.At
+	}
+	return nil
+}
+
+func (x *ExplainOccurrenceRequest) GetJobId() string {
+	if x != nil {
+		return x.JobId
+	}
+	return ""
+}
+
+func (x *ExplainOccurrenceRequest) GetRecent() int32 {
+	if x != nil {
+		return x.Recent
+	}
+	return 0
+}
+
+type ExplainOccurrenceResponse struct {
+	state         protoimpl.MessageState   `protogen:"open.v1"`
+	ScheduleId    string                   `protobuf:"bytes,1,opt,name=schedule_id,json=scheduleId,proto3" json:"schedule_id,omitempty"` // "" for a job that is no schedule's occurrence
+	Nominal       *timestamppb.Timestamp   `protobuf:"bytes,2,opt,name=nominal,proto3" json:"nominal,omitempty"`
+	NominalLocal  string                   `protobuf:"bytes,3,opt,name=nominal_local,json=nominalLocal,proto3" json:"nominal_local,omitempty"` // in the schedule's time zone, with its offset
+	Timezone      string                   `protobuf:"bytes,4,opt,name=timezone,proto3" json:"timezone,omitempty"`
+	Found         bool                     `protobuf:"varint,5,opt,name=found,proto3" json:"found,omitempty"`    // the time is an occurrence (or has a ledger entry)
+	Entry         *LedgerEntry             `protobuf:"bytes,6,opt,name=entry,proto3" json:"entry,omitempty"`     // the decision covering it; unset if none is recorded
+	Job           *Job                     `protobuf:"bytes,7,opt,name=job,proto3" json:"job,omitempty"`         // the occurrence's job as stored now: its attempts and outcome
+	Steps         []string                 `protobuf:"bytes,8,rep,name=steps,proto3" json:"steps,omitempty"`     // the chain of decisions, in words
+	Nearest       []*timestamppb.Timestamp `protobuf:"bytes,9,rep,name=nearest,proto3" json:"nearest,omitempty"` // occurrences around a time that is none
+	Recent        []*LedgerEntry           `protobuf:"bytes,10,rep,name=recent,proto3" json:"recent,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExplainOccurrenceResponse) Reset() {
+	*x = ExplainOccurrenceResponse{}
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExplainOccurrenceResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExplainOccurrenceResponse) ProtoMessage() {}
+
+func (x *ExplainOccurrenceResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExplainOccurrenceResponse.ProtoReflect.Descriptor instead.
+func (*ExplainOccurrenceResponse) Descriptor() ([]byte, []int) {
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *ExplainOccurrenceResponse) GetScheduleId() string {
+	if x != nil {
+		return x.ScheduleId
+	}
+	return ""
+}
+
+func (x *ExplainOccurrenceResponse) GetNominal() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Nominal
+	}
+	return nil
+}
+
+func (x *ExplainOccurrenceResponse) GetNominalLocal() string {
+	if x != nil {
+		return x.NominalLocal
+	}
+	return ""
+}
+
+func (x *ExplainOccurrenceResponse) GetTimezone() string {
+	if x != nil {
+		return x.Timezone
+	}
+	return ""
+}
+
+func (x *ExplainOccurrenceResponse) GetFound() bool {
+	if x != nil {
+		return x.Found
+	}
+	return false
+}
+
+func (x *ExplainOccurrenceResponse) GetEntry() *LedgerEntry {
+	if x != nil {
+		return x.Entry
+	}
+	return nil
+}
+
+func (x *ExplainOccurrenceResponse) GetJob() *Job {
+	if x != nil {
+		return x.Job
+	}
+	return nil
+}
+
+func (x *ExplainOccurrenceResponse) GetSteps() []string {
+	if x != nil {
+		return x.Steps
+	}
+	return nil
+}
+
+func (x *ExplainOccurrenceResponse) GetNearest() []*timestamppb.Timestamp {
+	if x != nil {
+		return x.Nearest
+	}
+	return nil
+}
+
+func (x *ExplainOccurrenceResponse) GetRecent() []*LedgerEntry {
+	if x != nil {
+		return x.Recent
+	}
+	return nil
+}
+
 // One revision of a schedule: what a person did, and the schedule as it was right after (for
 // a delete, as it was when deleted). A schedule keeps its newest 100 revisions, also once
 // deleted.
@@ -2511,7 +2837,7 @@ type ScheduleRevision struct {
 
 func (x *ScheduleRevision) Reset() {
 	*x = ScheduleRevision{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[30]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2523,7 +2849,7 @@ func (x *ScheduleRevision) String() string {
 func (*ScheduleRevision) ProtoMessage() {}
 
 func (x *ScheduleRevision) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[30]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2536,7 +2862,7 @@ func (x *ScheduleRevision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleRevision.ProtoReflect.Descriptor instead.
 func (*ScheduleRevision) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{30}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ScheduleRevision) GetScheduleId() string {
@@ -2608,7 +2934,7 @@ type ListScheduleRevisionsRequest struct {
 
 func (x *ListScheduleRevisionsRequest) Reset() {
 	*x = ListScheduleRevisionsRequest{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[31]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2620,7 +2946,7 @@ func (x *ListScheduleRevisionsRequest) String() string {
 func (*ListScheduleRevisionsRequest) ProtoMessage() {}
 
 func (x *ListScheduleRevisionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[31]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2633,7 +2959,7 @@ func (x *ListScheduleRevisionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListScheduleRevisionsRequest.ProtoReflect.Descriptor instead.
 func (*ListScheduleRevisionsRequest) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{31}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ListScheduleRevisionsRequest) GetScheduleId() string {
@@ -2667,7 +2993,7 @@ type ListScheduleRevisionsResponse struct {
 
 func (x *ListScheduleRevisionsResponse) Reset() {
 	*x = ListScheduleRevisionsResponse{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[32]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2679,7 +3005,7 @@ func (x *ListScheduleRevisionsResponse) String() string {
 func (*ListScheduleRevisionsResponse) ProtoMessage() {}
 
 func (x *ListScheduleRevisionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[32]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2692,7 +3018,7 @@ func (x *ListScheduleRevisionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListScheduleRevisionsResponse.ProtoReflect.Descriptor instead.
 func (*ListScheduleRevisionsResponse) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{32}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ListScheduleRevisionsResponse) GetRevisions() []*ScheduleRevision {
@@ -2719,7 +3045,7 @@ type GetScheduleRevisionRequest struct {
 
 func (x *GetScheduleRevisionRequest) Reset() {
 	*x = GetScheduleRevisionRequest{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[33]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2731,7 +3057,7 @@ func (x *GetScheduleRevisionRequest) String() string {
 func (*GetScheduleRevisionRequest) ProtoMessage() {}
 
 func (x *GetScheduleRevisionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[33]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2744,7 +3070,7 @@ func (x *GetScheduleRevisionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetScheduleRevisionRequest.ProtoReflect.Descriptor instead.
 func (*GetScheduleRevisionRequest) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{33}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *GetScheduleRevisionRequest) GetScheduleId() string {
@@ -2772,7 +3098,7 @@ type RollbackScheduleRequest struct {
 
 func (x *RollbackScheduleRequest) Reset() {
 	*x = RollbackScheduleRequest{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[34]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2784,7 +3110,7 @@ func (x *RollbackScheduleRequest) String() string {
 func (*RollbackScheduleRequest) ProtoMessage() {}
 
 func (x *RollbackScheduleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[34]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2797,7 +3123,7 @@ func (x *RollbackScheduleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RollbackScheduleRequest.ProtoReflect.Descriptor instead.
 func (*RollbackScheduleRequest) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{34}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *RollbackScheduleRequest) GetScheduleId() string {
@@ -2842,7 +3168,7 @@ type ClaimRequest struct {
 
 func (x *ClaimRequest) Reset() {
 	*x = ClaimRequest{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[35]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2854,7 +3180,7 @@ func (x *ClaimRequest) String() string {
 func (*ClaimRequest) ProtoMessage() {}
 
 func (x *ClaimRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[35]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2867,7 +3193,7 @@ func (x *ClaimRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimRequest.ProtoReflect.Descriptor instead.
 func (*ClaimRequest) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{35}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ClaimRequest) GetWorkerId() string {
@@ -2934,7 +3260,7 @@ type ClaimedJob struct {
 
 func (x *ClaimedJob) Reset() {
 	*x = ClaimedJob{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[36]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2946,7 +3272,7 @@ func (x *ClaimedJob) String() string {
 func (*ClaimedJob) ProtoMessage() {}
 
 func (x *ClaimedJob) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[36]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2959,7 +3285,7 @@ func (x *ClaimedJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimedJob.ProtoReflect.Descriptor instead.
 func (*ClaimedJob) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{36}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ClaimedJob) GetJob() *Job {
@@ -3013,7 +3339,7 @@ type ClaimResponse struct {
 
 func (x *ClaimResponse) Reset() {
 	*x = ClaimResponse{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[37]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3025,7 +3351,7 @@ func (x *ClaimResponse) String() string {
 func (*ClaimResponse) ProtoMessage() {}
 
 func (x *ClaimResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[37]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3038,7 +3364,7 @@ func (x *ClaimResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimResponse.ProtoReflect.Descriptor instead.
 func (*ClaimResponse) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{37}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ClaimResponse) GetJobs() []*ClaimedJob {
@@ -3065,7 +3391,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[38]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3077,7 +3403,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[38]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3090,7 +3416,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{38}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *HeartbeatRequest) GetJobId() string {
@@ -3138,7 +3464,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[39]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3150,7 +3476,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[39]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3163,7 +3489,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{39}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *HeartbeatResponse) GetLeaseUntil() *timestamppb.Timestamp {
@@ -3190,7 +3516,7 @@ type CompleteRequest struct {
 
 func (x *CompleteRequest) Reset() {
 	*x = CompleteRequest{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[40]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3202,7 +3528,7 @@ func (x *CompleteRequest) String() string {
 func (*CompleteRequest) ProtoMessage() {}
 
 func (x *CompleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[40]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3215,7 +3541,7 @@ func (x *CompleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteRequest.ProtoReflect.Descriptor instead.
 func (*CompleteRequest) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{40}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *CompleteRequest) GetJobId() string {
@@ -3240,7 +3566,7 @@ type CompleteResponse struct {
 
 func (x *CompleteResponse) Reset() {
 	*x = CompleteResponse{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[41]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3252,7 +3578,7 @@ func (x *CompleteResponse) String() string {
 func (*CompleteResponse) ProtoMessage() {}
 
 func (x *CompleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[41]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3265,7 +3591,7 @@ func (x *CompleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteResponse.ProtoReflect.Descriptor instead.
 func (*CompleteResponse) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{41}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{44}
 }
 
 type FailRequest struct {
@@ -3281,7 +3607,7 @@ type FailRequest struct {
 
 func (x *FailRequest) Reset() {
 	*x = FailRequest{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[42]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3293,7 +3619,7 @@ func (x *FailRequest) String() string {
 func (*FailRequest) ProtoMessage() {}
 
 func (x *FailRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[42]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3306,7 +3632,7 @@ func (x *FailRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailRequest.ProtoReflect.Descriptor instead.
 func (*FailRequest) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{42}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *FailRequest) GetJobId() string {
@@ -3347,7 +3673,7 @@ type FailResponse struct {
 
 func (x *FailResponse) Reset() {
 	*x = FailResponse{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[43]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3359,7 +3685,7 @@ func (x *FailResponse) String() string {
 func (*FailResponse) ProtoMessage() {}
 
 func (x *FailResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[43]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3372,7 +3698,7 @@ func (x *FailResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailResponse.ProtoReflect.Descriptor instead.
 func (*FailResponse) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{43}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *FailResponse) GetState() JobState {
@@ -3424,7 +3750,7 @@ type FinishItem struct {
 
 func (x *FinishItem) Reset() {
 	*x = FinishItem{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[44]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3436,7 +3762,7 @@ func (x *FinishItem) String() string {
 func (*FinishItem) ProtoMessage() {}
 
 func (x *FinishItem) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[44]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3449,7 +3775,7 @@ func (x *FinishItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinishItem.ProtoReflect.Descriptor instead.
 func (*FinishItem) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{44}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *FinishItem) GetJobId() string {
@@ -3531,7 +3857,7 @@ type FinishRequest struct {
 
 func (x *FinishRequest) Reset() {
 	*x = FinishRequest{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[45]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3543,7 +3869,7 @@ func (x *FinishRequest) String() string {
 func (*FinishRequest) ProtoMessage() {}
 
 func (x *FinishRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[45]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3556,7 +3882,7 @@ func (x *FinishRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinishRequest.ProtoReflect.Descriptor instead.
 func (*FinishRequest) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{45}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *FinishRequest) GetItems() []*FinishItem {
@@ -3578,7 +3904,7 @@ type FinishResult struct {
 
 func (x *FinishResult) Reset() {
 	*x = FinishResult{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[46]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3590,7 +3916,7 @@ func (x *FinishResult) String() string {
 func (*FinishResult) ProtoMessage() {}
 
 func (x *FinishResult) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[46]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3603,7 +3929,7 @@ func (x *FinishResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinishResult.ProtoReflect.Descriptor instead.
 func (*FinishResult) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{46}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *FinishResult) GetJobId() string {
@@ -3643,7 +3969,7 @@ type FinishResponse struct {
 
 func (x *FinishResponse) Reset() {
 	*x = FinishResponse{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[47]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3655,7 +3981,7 @@ func (x *FinishResponse) String() string {
 func (*FinishResponse) ProtoMessage() {}
 
 func (x *FinishResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[47]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3668,7 +3994,7 @@ func (x *FinishResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinishResponse.ProtoReflect.Descriptor instead.
 func (*FinishResponse) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{47}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *FinishResponse) GetResults() []*FinishResult {
@@ -3695,7 +4021,7 @@ type WorkHello struct {
 
 func (x *WorkHello) Reset() {
 	*x = WorkHello{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[48]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3707,7 +4033,7 @@ func (x *WorkHello) String() string {
 func (*WorkHello) ProtoMessage() {}
 
 func (x *WorkHello) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[48]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3720,7 +4046,7 @@ func (x *WorkHello) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkHello.ProtoReflect.Descriptor instead.
 func (*WorkHello) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{48}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *WorkHello) GetWorkerId() string {
@@ -3762,7 +4088,7 @@ type WorkCredit struct {
 
 func (x *WorkCredit) Reset() {
 	*x = WorkCredit{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[49]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3774,7 +4100,7 @@ func (x *WorkCredit) String() string {
 func (*WorkCredit) ProtoMessage() {}
 
 func (x *WorkCredit) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[49]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3787,7 +4113,7 @@ func (x *WorkCredit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkCredit.ProtoReflect.Descriptor instead.
 func (*WorkCredit) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{49}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *WorkCredit) GetType() string {
@@ -3817,7 +4143,7 @@ type WorkRevoke struct {
 
 func (x *WorkRevoke) Reset() {
 	*x = WorkRevoke{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[50]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3829,7 +4155,7 @@ func (x *WorkRevoke) String() string {
 func (*WorkRevoke) ProtoMessage() {}
 
 func (x *WorkRevoke) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[50]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3842,7 +4168,7 @@ func (x *WorkRevoke) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkRevoke.ProtoReflect.Descriptor instead.
 func (*WorkRevoke) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{50}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *WorkRevoke) GetJobId() string {
@@ -3890,7 +4216,7 @@ type WorkRequest struct {
 
 func (x *WorkRequest) Reset() {
 	*x = WorkRequest{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[51]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3902,7 +4228,7 @@ func (x *WorkRequest) String() string {
 func (*WorkRequest) ProtoMessage() {}
 
 func (x *WorkRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[51]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3915,7 +4241,7 @@ func (x *WorkRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkRequest.ProtoReflect.Descriptor instead.
 func (*WorkRequest) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{51}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *WorkRequest) GetSeq() uint64 {
@@ -3986,7 +4312,7 @@ type HeartbeatResult struct {
 
 func (x *HeartbeatResult) Reset() {
 	*x = HeartbeatResult{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[52]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3998,7 +4324,7 @@ func (x *HeartbeatResult) String() string {
 func (*HeartbeatResult) ProtoMessage() {}
 
 func (x *HeartbeatResult) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[52]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4011,7 +4337,7 @@ func (x *HeartbeatResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResult.ProtoReflect.Descriptor instead.
 func (*HeartbeatResult) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{52}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *HeartbeatResult) GetJobId() string {
@@ -4065,7 +4391,7 @@ type WorkResponse struct {
 
 func (x *WorkResponse) Reset() {
 	*x = WorkResponse{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[53]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4077,7 +4403,7 @@ func (x *WorkResponse) String() string {
 func (*WorkResponse) ProtoMessage() {}
 
 func (x *WorkResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[53]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4090,7 +4416,7 @@ func (x *WorkResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkResponse.ProtoReflect.Descriptor instead.
 func (*WorkResponse) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{53}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *WorkResponse) GetJobs() []*ClaimedJob {
@@ -4159,7 +4485,7 @@ type Node struct {
 
 func (x *Node) Reset() {
 	*x = Node{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[54]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4171,7 +4497,7 @@ func (x *Node) String() string {
 func (*Node) ProtoMessage() {}
 
 func (x *Node) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[54]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4184,7 +4510,7 @@ func (x *Node) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Node.ProtoReflect.Descriptor instead.
 func (*Node) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{54}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *Node) GetNodeId() string {
@@ -4209,7 +4535,7 @@ type ClusterInfoRequest struct {
 
 func (x *ClusterInfoRequest) Reset() {
 	*x = ClusterInfoRequest{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[55]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4221,7 +4547,7 @@ func (x *ClusterInfoRequest) String() string {
 func (*ClusterInfoRequest) ProtoMessage() {}
 
 func (x *ClusterInfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[55]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4234,7 +4560,7 @@ func (x *ClusterInfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterInfoRequest.ProtoReflect.Descriptor instead.
 func (*ClusterInfoRequest) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{55}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{58}
 }
 
 type ClusterInfoResponse struct {
@@ -4247,7 +4573,7 @@ type ClusterInfoResponse struct {
 
 func (x *ClusterInfoResponse) Reset() {
 	*x = ClusterInfoResponse{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[56]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4259,7 +4585,7 @@ func (x *ClusterInfoResponse) String() string {
 func (*ClusterInfoResponse) ProtoMessage() {}
 
 func (x *ClusterInfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[56]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4272,7 +4598,7 @@ func (x *ClusterInfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterInfoResponse.ProtoReflect.Descriptor instead.
 func (*ClusterInfoResponse) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{56}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *ClusterInfoResponse) GetNodes() []*Node {
@@ -4308,7 +4634,7 @@ type ShardInfo struct {
 
 func (x *ShardInfo) Reset() {
 	*x = ShardInfo{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[57]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4320,7 +4646,7 @@ func (x *ShardInfo) String() string {
 func (*ShardInfo) ProtoMessage() {}
 
 func (x *ShardInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[57]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4333,7 +4659,7 @@ func (x *ShardInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardInfo.ProtoReflect.Descriptor instead.
 func (*ShardInfo) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{57}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *ShardInfo) GetShard() int32 {
@@ -4407,7 +4733,7 @@ type ShardOwnersRequest struct {
 
 func (x *ShardOwnersRequest) Reset() {
 	*x = ShardOwnersRequest{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[58]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4419,7 +4745,7 @@ func (x *ShardOwnersRequest) String() string {
 func (*ShardOwnersRequest) ProtoMessage() {}
 
 func (x *ShardOwnersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[58]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4432,7 +4758,7 @@ func (x *ShardOwnersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardOwnersRequest.ProtoReflect.Descriptor instead.
 func (*ShardOwnersRequest) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{58}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{61}
 }
 
 type ShardOwnersResponse struct {
@@ -4444,7 +4770,7 @@ type ShardOwnersResponse struct {
 
 func (x *ShardOwnersResponse) Reset() {
 	*x = ShardOwnersResponse{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[59]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4456,7 +4782,7 @@ func (x *ShardOwnersResponse) String() string {
 func (*ShardOwnersResponse) ProtoMessage() {}
 
 func (x *ShardOwnersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[59]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4469,7 +4795,7 @@ func (x *ShardOwnersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardOwnersResponse.ProtoReflect.Descriptor instead.
 func (*ShardOwnersResponse) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{59}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *ShardOwnersResponse) GetShards() []*ShardInfo {
@@ -4489,7 +4815,7 @@ type MoveShardRequest struct {
 
 func (x *MoveShardRequest) Reset() {
 	*x = MoveShardRequest{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[60]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4501,7 +4827,7 @@ func (x *MoveShardRequest) String() string {
 func (*MoveShardRequest) ProtoMessage() {}
 
 func (x *MoveShardRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[60]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4514,7 +4840,7 @@ func (x *MoveShardRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveShardRequest.ProtoReflect.Descriptor instead.
 func (*MoveShardRequest) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{60}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *MoveShardRequest) GetShard() int32 {
@@ -4539,7 +4865,7 @@ type MoveShardResponse struct {
 
 func (x *MoveShardResponse) Reset() {
 	*x = MoveShardResponse{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[61]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4551,7 +4877,7 @@ func (x *MoveShardResponse) String() string {
 func (*MoveShardResponse) ProtoMessage() {}
 
 func (x *MoveShardResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[61]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4564,7 +4890,7 @@ func (x *MoveShardResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveShardResponse.ProtoReflect.Descriptor instead.
 func (*MoveShardResponse) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{61}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{64}
 }
 
 type DrainNodeRequest struct {
@@ -4576,7 +4902,7 @@ type DrainNodeRequest struct {
 
 func (x *DrainNodeRequest) Reset() {
 	*x = DrainNodeRequest{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[62]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4588,7 +4914,7 @@ func (x *DrainNodeRequest) String() string {
 func (*DrainNodeRequest) ProtoMessage() {}
 
 func (x *DrainNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[62]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4601,7 +4927,7 @@ func (x *DrainNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainNodeRequest.ProtoReflect.Descriptor instead.
 func (*DrainNodeRequest) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{62}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *DrainNodeRequest) GetNodeId() string {
@@ -4620,7 +4946,7 @@ type DrainNodeResponse struct {
 
 func (x *DrainNodeResponse) Reset() {
 	*x = DrainNodeResponse{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[63]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4632,7 +4958,7 @@ func (x *DrainNodeResponse) String() string {
 func (*DrainNodeResponse) ProtoMessage() {}
 
 func (x *DrainNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[63]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4645,7 +4971,7 @@ func (x *DrainNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainNodeResponse.ProtoReflect.Descriptor instead.
 func (*DrainNodeResponse) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{63}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *DrainNodeResponse) GetMoved() []int32 {
@@ -4665,7 +4991,7 @@ type NodeStatusRequest struct {
 
 func (x *NodeStatusRequest) Reset() {
 	*x = NodeStatusRequest{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[64]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4677,7 +5003,7 @@ func (x *NodeStatusRequest) String() string {
 func (*NodeStatusRequest) ProtoMessage() {}
 
 func (x *NodeStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[64]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4690,7 +5016,7 @@ func (x *NodeStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatusRequest.ProtoReflect.Descriptor instead.
 func (*NodeStatusRequest) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{64}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *NodeStatusRequest) GetWindow() *durationpb.Duration {
@@ -4714,7 +5040,7 @@ type ShardStatus struct {
 
 func (x *ShardStatus) Reset() {
 	*x = ShardStatus{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[65]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4726,7 +5052,7 @@ func (x *ShardStatus) String() string {
 func (*ShardStatus) ProtoMessage() {}
 
 func (x *ShardStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[65]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4739,7 +5065,7 @@ func (x *ShardStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardStatus.ProtoReflect.Descriptor instead.
 func (*ShardStatus) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{65}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *ShardStatus) GetShard() int32 {
@@ -4796,7 +5122,7 @@ type LatenessBucket struct {
 
 func (x *LatenessBucket) Reset() {
 	*x = LatenessBucket{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[66]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4808,7 +5134,7 @@ func (x *LatenessBucket) String() string {
 func (*LatenessBucket) ProtoMessage() {}
 
 func (x *LatenessBucket) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[66]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4821,7 +5147,7 @@ func (x *LatenessBucket) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LatenessBucket.ProtoReflect.Descriptor instead.
 func (*LatenessBucket) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{66}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *LatenessBucket) GetLeMs() float64 {
@@ -4859,7 +5185,7 @@ type TypeCounts struct {
 
 func (x *TypeCounts) Reset() {
 	*x = TypeCounts{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[67]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4871,7 +5197,7 @@ func (x *TypeCounts) String() string {
 func (*TypeCounts) ProtoMessage() {}
 
 func (x *TypeCounts) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[67]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4884,7 +5210,7 @@ func (x *TypeCounts) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TypeCounts.ProtoReflect.Descriptor instead.
 func (*TypeCounts) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{67}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *TypeCounts) GetType() string {
@@ -4992,7 +5318,7 @@ type TypeStartDelay struct {
 
 func (x *TypeStartDelay) Reset() {
 	*x = TypeStartDelay{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[68]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5004,7 +5330,7 @@ func (x *TypeStartDelay) String() string {
 func (*TypeStartDelay) ProtoMessage() {}
 
 func (x *TypeStartDelay) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[68]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5017,7 +5343,7 @@ func (x *TypeStartDelay) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TypeStartDelay.ProtoReflect.Descriptor instead.
 func (*TypeStartDelay) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{68}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *TypeStartDelay) GetType() string {
@@ -5062,7 +5388,7 @@ type TypeWaiting struct {
 
 func (x *TypeWaiting) Reset() {
 	*x = TypeWaiting{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[69]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5074,7 +5400,7 @@ func (x *TypeWaiting) String() string {
 func (*TypeWaiting) ProtoMessage() {}
 
 func (x *TypeWaiting) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[69]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5087,7 +5413,7 @@ func (x *TypeWaiting) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TypeWaiting.ProtoReflect.Descriptor instead.
 func (*TypeWaiting) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{69}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *TypeWaiting) GetType() string {
@@ -5134,7 +5460,7 @@ type JobEvent struct {
 
 func (x *JobEvent) Reset() {
 	*x = JobEvent{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[70]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5146,7 +5472,7 @@ func (x *JobEvent) String() string {
 func (*JobEvent) ProtoMessage() {}
 
 func (x *JobEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[70]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5159,7 +5485,7 @@ func (x *JobEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobEvent.ProtoReflect.Descriptor instead.
 func (*JobEvent) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{70}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *JobEvent) GetAt() *timestamppb.Timestamp {
@@ -5249,7 +5575,7 @@ type NodeStatusResponse struct {
 
 func (x *NodeStatusResponse) Reset() {
 	*x = NodeStatusResponse{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[71]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5261,7 +5587,7 @@ func (x *NodeStatusResponse) String() string {
 func (*NodeStatusResponse) ProtoMessage() {}
 
 func (x *NodeStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[71]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5274,7 +5600,7 @@ func (x *NodeStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatusResponse.ProtoReflect.Descriptor instead.
 func (*NodeStatusResponse) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{71}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *NodeStatusResponse) GetNodeId() string {
@@ -5441,7 +5767,7 @@ type TypePolicy struct {
 
 func (x *TypePolicy) Reset() {
 	*x = TypePolicy{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[72]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5453,7 +5779,7 @@ func (x *TypePolicy) String() string {
 func (*TypePolicy) ProtoMessage() {}
 
 func (x *TypePolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[72]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5466,7 +5792,7 @@ func (x *TypePolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TypePolicy.ProtoReflect.Descriptor instead.
 func (*TypePolicy) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{72}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *TypePolicy) GetType() string {
@@ -5520,7 +5846,7 @@ type SetTypePoliciesRequest struct {
 
 func (x *SetTypePoliciesRequest) Reset() {
 	*x = SetTypePoliciesRequest{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[73]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5532,7 +5858,7 @@ func (x *SetTypePoliciesRequest) String() string {
 func (*SetTypePoliciesRequest) ProtoMessage() {}
 
 func (x *SetTypePoliciesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[73]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5545,7 +5871,7 @@ func (x *SetTypePoliciesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetTypePoliciesRequest.ProtoReflect.Descriptor instead.
 func (*SetTypePoliciesRequest) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{73}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *SetTypePoliciesRequest) GetPolicies() []*TypePolicy {
@@ -5564,7 +5890,7 @@ type SetTypePoliciesResponse struct {
 
 func (x *SetTypePoliciesResponse) Reset() {
 	*x = SetTypePoliciesResponse{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[74]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5576,7 +5902,7 @@ func (x *SetTypePoliciesResponse) String() string {
 func (*SetTypePoliciesResponse) ProtoMessage() {}
 
 func (x *SetTypePoliciesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[74]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5589,7 +5915,7 @@ func (x *SetTypePoliciesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetTypePoliciesResponse.ProtoReflect.Descriptor instead.
 func (*SetTypePoliciesResponse) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{74}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *SetTypePoliciesResponse) GetPolicies() []*TypePolicy {
@@ -5612,7 +5938,7 @@ type TypeFlow struct {
 
 func (x *TypeFlow) Reset() {
 	*x = TypeFlow{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[75]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5624,7 +5950,7 @@ func (x *TypeFlow) String() string {
 func (*TypeFlow) ProtoMessage() {}
 
 func (x *TypeFlow) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[75]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5637,7 +5963,7 @@ func (x *TypeFlow) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TypeFlow.ProtoReflect.Descriptor instead.
 func (*TypeFlow) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{75}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *TypeFlow) GetType() string {
@@ -5677,7 +6003,7 @@ type SetTypeFlowsRequest struct {
 
 func (x *SetTypeFlowsRequest) Reset() {
 	*x = SetTypeFlowsRequest{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[76]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5689,7 +6015,7 @@ func (x *SetTypeFlowsRequest) String() string {
 func (*SetTypeFlowsRequest) ProtoMessage() {}
 
 func (x *SetTypeFlowsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[76]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5702,7 +6028,7 @@ func (x *SetTypeFlowsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetTypeFlowsRequest.ProtoReflect.Descriptor instead.
 func (*SetTypeFlowsRequest) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{76}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *SetTypeFlowsRequest) GetFlows() []*TypeFlow {
@@ -5721,7 +6047,7 @@ type SetTypeFlowsResponse struct {
 
 func (x *SetTypeFlowsResponse) Reset() {
 	*x = SetTypeFlowsResponse{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[77]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5733,7 +6059,7 @@ func (x *SetTypeFlowsResponse) String() string {
 func (*SetTypeFlowsResponse) ProtoMessage() {}
 
 func (x *SetTypeFlowsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[77]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5746,7 +6072,7 @@ func (x *SetTypeFlowsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetTypeFlowsResponse.ProtoReflect.Descriptor instead.
 func (*SetTypeFlowsResponse) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{77}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *SetTypeFlowsResponse) GetTypes() []*TypeInfo {
@@ -5765,7 +6091,7 @@ type ListTypesRequest struct {
 
 func (x *ListTypesRequest) Reset() {
 	*x = ListTypesRequest{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[78]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5777,7 +6103,7 @@ func (x *ListTypesRequest) String() string {
 func (*ListTypesRequest) ProtoMessage() {}
 
 func (x *ListTypesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[78]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5790,7 +6116,7 @@ func (x *ListTypesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTypesRequest.ProtoReflect.Descriptor instead.
 func (*ListTypesRequest) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{78}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *ListTypesRequest) GetType() string {
@@ -5809,7 +6135,7 @@ type ListTypesResponse struct {
 
 func (x *ListTypesResponse) Reset() {
 	*x = ListTypesResponse{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[79]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5821,7 +6147,7 @@ func (x *ListTypesResponse) String() string {
 func (*ListTypesResponse) ProtoMessage() {}
 
 func (x *ListTypesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[79]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5834,7 +6160,7 @@ func (x *ListTypesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTypesResponse.ProtoReflect.Descriptor instead.
 func (*ListTypesResponse) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{79}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *ListTypesResponse) GetTypes() []*TypeInfo {
@@ -5861,7 +6187,7 @@ type TypeInfo struct {
 
 func (x *TypeInfo) Reset() {
 	*x = TypeInfo{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[80]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5873,7 +6199,7 @@ func (x *TypeInfo) String() string {
 func (*TypeInfo) ProtoMessage() {}
 
 func (x *TypeInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[80]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5886,7 +6212,7 @@ func (x *TypeInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TypeInfo.ProtoReflect.Descriptor instead.
 func (*TypeInfo) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{80}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *TypeInfo) GetType() string {
@@ -5956,7 +6282,7 @@ type WaitFinishedRequest struct {
 
 func (x *WaitFinishedRequest) Reset() {
 	*x = WaitFinishedRequest{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[81]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5968,7 +6294,7 @@ func (x *WaitFinishedRequest) String() string {
 func (*WaitFinishedRequest) ProtoMessage() {}
 
 func (x *WaitFinishedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[81]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5981,7 +6307,7 @@ func (x *WaitFinishedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitFinishedRequest.ProtoReflect.Descriptor instead.
 func (*WaitFinishedRequest) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{81}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *WaitFinishedRequest) GetFromNode() string {
@@ -6014,7 +6340,7 @@ type WaitFinishedResponse struct {
 
 func (x *WaitFinishedResponse) Reset() {
 	*x = WaitFinishedResponse{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[82]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6026,7 +6352,7 @@ func (x *WaitFinishedResponse) String() string {
 func (*WaitFinishedResponse) ProtoMessage() {}
 
 func (x *WaitFinishedResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[82]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6039,7 +6365,7 @@ func (x *WaitFinishedResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitFinishedResponse.ProtoReflect.Descriptor instead.
 func (*WaitFinishedResponse) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{82}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *WaitFinishedResponse) GetJobIds() []string {
@@ -6063,7 +6389,7 @@ type LandedEntry struct {
 
 func (x *LandedEntry) Reset() {
 	*x = LandedEntry{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[83]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6075,7 +6401,7 @@ func (x *LandedEntry) String() string {
 func (*LandedEntry) ProtoMessage() {}
 
 func (x *LandedEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[83]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6088,7 +6414,7 @@ func (x *LandedEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LandedEntry.ProtoReflect.Descriptor instead.
 func (*LandedEntry) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{83}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{86}
 }
 
 func (x *LandedEntry) GetShard() int32 {
@@ -6136,7 +6462,7 @@ type LandRequest struct {
 
 func (x *LandRequest) Reset() {
 	*x = LandRequest{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[84]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6148,7 +6474,7 @@ func (x *LandRequest) String() string {
 func (*LandRequest) ProtoMessage() {}
 
 func (x *LandRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[84]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6161,7 +6487,7 @@ func (x *LandRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LandRequest.ProtoReflect.Descriptor instead.
 func (*LandRequest) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{84}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{87}
 }
 
 func (x *LandRequest) GetFromNode() string {
@@ -6188,7 +6514,7 @@ type LandResponse struct {
 
 func (x *LandResponse) Reset() {
 	*x = LandResponse{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[85]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6200,7 +6526,7 @@ func (x *LandResponse) String() string {
 func (*LandResponse) ProtoMessage() {}
 
 func (x *LandResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[85]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6213,7 +6539,7 @@ func (x *LandResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LandResponse.ProtoReflect.Descriptor instead.
 func (*LandResponse) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{85}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{88}
 }
 
 func (x *LandResponse) GetTaken() int32 {
@@ -6421,7 +6747,42 @@ const file_timeshard_v1_timeshard_proto_rawDesc = "" +
 	"\ajob_ids\x18\x01 \x03(\tR\x06jobIds\x123\n" +
 	"\atimeout\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\atimeout\"7\n" +
 	"\x10WaitJobsResponse\x12#\n" +
-	"\x03job\x18\x01 \x01(\v2\x11.timeshard.v1.JobR\x03job\"\x9b\x02\n" +
+	"\x03job\x18\x01 \x01(\v2\x11.timeshard.v1.JobR\x03job\"\xa3\x03\n" +
+	"\vLedgerEntry\x12\x1f\n" +
+	"\vschedule_id\x18\x01 \x01(\tR\n" +
+	"scheduleId\x124\n" +
+	"\anominal\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\anominal\x12.\n" +
+	"\x04last\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x04last\x12\x14\n" +
+	"\x05count\x18\x04 \x01(\x03R\x05count\x12\x16\n" +
+	"\x06reason\x18\x05 \x01(\tR\x06reason\x12\x15\n" +
+	"\x06job_id\x18\x06 \x01(\tR\x05jobId\x121\n" +
+	"\x06run_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\x05runAt\x12\x1a\n" +
+	"\brevision\x18\b \x01(\x03R\brevision\x12\x12\n" +
+	"\x04node\x18\t \x01(\tR\x04node\x12\x14\n" +
+	"\x05epoch\x18\n" +
+	" \x01(\x03R\x05epoch\x129\n" +
+	"\n" +
+	"decided_at\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\tdecidedAt\x12\x14\n" +
+	"\x05notes\x18\f \x03(\tR\x05notes\"\x96\x01\n" +
+	"\x18ExplainOccurrenceRequest\x12\x1f\n" +
+	"\vschedule_id\x18\x01 \x01(\tR\n" +
+	"scheduleId\x12*\n" +
+	"\x02at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12\x15\n" +
+	"\x06job_id\x18\x03 \x01(\tR\x05jobId\x12\x16\n" +
+	"\x06recent\x18\x04 \x01(\x05R\x06recent\"\x9e\x03\n" +
+	"\x19ExplainOccurrenceResponse\x12\x1f\n" +
+	"\vschedule_id\x18\x01 \x01(\tR\n" +
+	"scheduleId\x124\n" +
+	"\anominal\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\anominal\x12#\n" +
+	"\rnominal_local\x18\x03 \x01(\tR\fnominalLocal\x12\x1a\n" +
+	"\btimezone\x18\x04 \x01(\tR\btimezone\x12\x14\n" +
+	"\x05found\x18\x05 \x01(\bR\x05found\x12/\n" +
+	"\x05entry\x18\x06 \x01(\v2\x19.timeshard.v1.LedgerEntryR\x05entry\x12#\n" +
+	"\x03job\x18\a \x01(\v2\x11.timeshard.v1.JobR\x03job\x12\x14\n" +
+	"\x05steps\x18\b \x03(\tR\x05steps\x124\n" +
+	"\anearest\x18\t \x03(\v2\x1a.google.protobuf.TimestampR\anearest\x121\n" +
+	"\x06recent\x18\n" +
+	" \x03(\v2\x19.timeshard.v1.LedgerEntryR\x06recent\"\x9b\x02\n" +
 	"\x10ScheduleRevision\x12\x1f\n" +
 	"\vschedule_id\x18\x01 \x01(\tR\n" +
 	"scheduleId\x12\x1a\n" +
@@ -6729,7 +7090,7 @@ const file_timeshard_v1_timeshard_proto_rawDesc = "" +
 	"\x15JOB_ORDER_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rJOB_ORDER_DUE\x10\x01\x12\x15\n" +
 	"\x11JOB_ORDER_CREATED\x10\x02\x12\x10\n" +
-	"\fJOB_ORDER_ID\x10\x032\xe0\r\n" +
+	"\fJOB_ORDER_ID\x10\x032\xc6\x0e\n" +
 	"\n" +
 	"JobService\x12R\n" +
 	"\vScheduleJob\x12 .timeshard.v1.ScheduleJobRequest\x1a!.timeshard.v1.ScheduleJobResponse\x12U\n" +
@@ -6752,7 +7113,8 @@ const file_timeshard_v1_timeshard_proto_rawDesc = "" +
 	"\bWaitJobs\x12\x1d.timeshard.v1.WaitJobsRequest\x1a\x1e.timeshard.v1.WaitJobsResponse0\x01\x12p\n" +
 	"\x15ListScheduleRevisions\x12*.timeshard.v1.ListScheduleRevisionsRequest\x1a+.timeshard.v1.ListScheduleRevisionsResponse\x12_\n" +
 	"\x13GetScheduleRevision\x12(.timeshard.v1.GetScheduleRevisionRequest\x1a\x1e.timeshard.v1.ScheduleRevision\x12Q\n" +
-	"\x10RollbackSchedule\x12%.timeshard.v1.RollbackScheduleRequest\x1a\x16.timeshard.v1.Schedule2\xb1\x03\n" +
+	"\x10RollbackSchedule\x12%.timeshard.v1.RollbackScheduleRequest\x1a\x16.timeshard.v1.Schedule\x12d\n" +
+	"\x11ExplainOccurrence\x12&.timeshard.v1.ExplainOccurrenceRequest\x1a'.timeshard.v1.ExplainOccurrenceResponse2\xb1\x03\n" +
 	"\rWorkerService\x12@\n" +
 	"\x05Claim\x12\x1a.timeshard.v1.ClaimRequest\x1a\x1b.timeshard.v1.ClaimResponse\x12L\n" +
 	"\tHeartbeat\x12\x1e.timeshard.v1.HeartbeatRequest\x1a\x1f.timeshard.v1.HeartbeatResponse\x12I\n" +
@@ -6787,7 +7149,7 @@ func file_timeshard_v1_timeshard_proto_rawDescGZIP() []byte {
 }
 
 var file_timeshard_v1_timeshard_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_timeshard_v1_timeshard_proto_msgTypes = make([]protoimpl.MessageInfo, 86)
+var file_timeshard_v1_timeshard_proto_msgTypes = make([]protoimpl.MessageInfo, 89)
 var file_timeshard_v1_timeshard_proto_goTypes = []any{
 	(JobState)(0),                         // 0: timeshard.v1.JobState
 	(IfExists)(0),                         // 1: timeshard.v1.IfExists
@@ -6822,80 +7184,83 @@ var file_timeshard_v1_timeshard_proto_goTypes = []any{
 	(*PurgeDeadLettersResponse)(nil),      // 30: timeshard.v1.PurgeDeadLettersResponse
 	(*WaitJobsRequest)(nil),               // 31: timeshard.v1.WaitJobsRequest
 	(*WaitJobsResponse)(nil),              // 32: timeshard.v1.WaitJobsResponse
-	(*ScheduleRevision)(nil),              // 33: timeshard.v1.ScheduleRevision
-	(*ListScheduleRevisionsRequest)(nil),  // 34: timeshard.v1.ListScheduleRevisionsRequest
-	(*ListScheduleRevisionsResponse)(nil), // 35: timeshard.v1.ListScheduleRevisionsResponse
-	(*GetScheduleRevisionRequest)(nil),    // 36: timeshard.v1.GetScheduleRevisionRequest
-	(*RollbackScheduleRequest)(nil),       // 37: timeshard.v1.RollbackScheduleRequest
-	(*ClaimRequest)(nil),                  // 38: timeshard.v1.ClaimRequest
-	(*ClaimedJob)(nil),                    // 39: timeshard.v1.ClaimedJob
-	(*ClaimResponse)(nil),                 // 40: timeshard.v1.ClaimResponse
-	(*HeartbeatRequest)(nil),              // 41: timeshard.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),             // 42: timeshard.v1.HeartbeatResponse
-	(*CompleteRequest)(nil),               // 43: timeshard.v1.CompleteRequest
-	(*CompleteResponse)(nil),              // 44: timeshard.v1.CompleteResponse
-	(*FailRequest)(nil),                   // 45: timeshard.v1.FailRequest
-	(*FailResponse)(nil),                  // 46: timeshard.v1.FailResponse
-	(*FinishItem)(nil),                    // 47: timeshard.v1.FinishItem
-	(*FinishRequest)(nil),                 // 48: timeshard.v1.FinishRequest
-	(*FinishResult)(nil),                  // 49: timeshard.v1.FinishResult
-	(*FinishResponse)(nil),                // 50: timeshard.v1.FinishResponse
-	(*WorkHello)(nil),                     // 51: timeshard.v1.WorkHello
-	(*WorkCredit)(nil),                    // 52: timeshard.v1.WorkCredit
-	(*WorkRevoke)(nil),                    // 53: timeshard.v1.WorkRevoke
-	(*WorkRequest)(nil),                   // 54: timeshard.v1.WorkRequest
-	(*HeartbeatResult)(nil),               // 55: timeshard.v1.HeartbeatResult
-	(*WorkResponse)(nil),                  // 56: timeshard.v1.WorkResponse
-	(*Node)(nil),                          // 57: timeshard.v1.Node
-	(*ClusterInfoRequest)(nil),            // 58: timeshard.v1.ClusterInfoRequest
-	(*ClusterInfoResponse)(nil),           // 59: timeshard.v1.ClusterInfoResponse
-	(*ShardInfo)(nil),                     // 60: timeshard.v1.ShardInfo
-	(*ShardOwnersRequest)(nil),            // 61: timeshard.v1.ShardOwnersRequest
-	(*ShardOwnersResponse)(nil),           // 62: timeshard.v1.ShardOwnersResponse
-	(*MoveShardRequest)(nil),              // 63: timeshard.v1.MoveShardRequest
-	(*MoveShardResponse)(nil),             // 64: timeshard.v1.MoveShardResponse
-	(*DrainNodeRequest)(nil),              // 65: timeshard.v1.DrainNodeRequest
-	(*DrainNodeResponse)(nil),             // 66: timeshard.v1.DrainNodeResponse
-	(*NodeStatusRequest)(nil),             // 67: timeshard.v1.NodeStatusRequest
-	(*ShardStatus)(nil),                   // 68: timeshard.v1.ShardStatus
-	(*LatenessBucket)(nil),                // 69: timeshard.v1.LatenessBucket
-	(*TypeCounts)(nil),                    // 70: timeshard.v1.TypeCounts
-	(*TypeStartDelay)(nil),                // 71: timeshard.v1.TypeStartDelay
-	(*TypeWaiting)(nil),                   // 72: timeshard.v1.TypeWaiting
-	(*JobEvent)(nil),                      // 73: timeshard.v1.JobEvent
-	(*NodeStatusResponse)(nil),            // 74: timeshard.v1.NodeStatusResponse
-	(*TypePolicy)(nil),                    // 75: timeshard.v1.TypePolicy
-	(*SetTypePoliciesRequest)(nil),        // 76: timeshard.v1.SetTypePoliciesRequest
-	(*SetTypePoliciesResponse)(nil),       // 77: timeshard.v1.SetTypePoliciesResponse
-	(*TypeFlow)(nil),                      // 78: timeshard.v1.TypeFlow
-	(*SetTypeFlowsRequest)(nil),           // 79: timeshard.v1.SetTypeFlowsRequest
-	(*SetTypeFlowsResponse)(nil),          // 80: timeshard.v1.SetTypeFlowsResponse
-	(*ListTypesRequest)(nil),              // 81: timeshard.v1.ListTypesRequest
-	(*ListTypesResponse)(nil),             // 82: timeshard.v1.ListTypesResponse
-	(*TypeInfo)(nil),                      // 83: timeshard.v1.TypeInfo
-	(*WaitFinishedRequest)(nil),           // 84: timeshard.v1.WaitFinishedRequest
-	(*WaitFinishedResponse)(nil),          // 85: timeshard.v1.WaitFinishedResponse
-	(*LandedEntry)(nil),                   // 86: timeshard.v1.LandedEntry
-	(*LandRequest)(nil),                   // 87: timeshard.v1.LandRequest
-	(*LandResponse)(nil),                  // 88: timeshard.v1.LandResponse
-	(*timestamppb.Timestamp)(nil),         // 89: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),           // 90: google.protobuf.Duration
+	(*LedgerEntry)(nil),                   // 33: timeshard.v1.LedgerEntry
+	(*ExplainOccurrenceRequest)(nil),      // 34: timeshard.v1.ExplainOccurrenceRequest
+	(*ExplainOccurrenceResponse)(nil),     // 35: timeshard.v1.ExplainOccurrenceResponse
+	(*ScheduleRevision)(nil),              // 36: timeshard.v1.ScheduleRevision
+	(*ListScheduleRevisionsRequest)(nil),  // 37: timeshard.v1.ListScheduleRevisionsRequest
+	(*ListScheduleRevisionsResponse)(nil), // 38: timeshard.v1.ListScheduleRevisionsResponse
+	(*GetScheduleRevisionRequest)(nil),    // 39: timeshard.v1.GetScheduleRevisionRequest
+	(*RollbackScheduleRequest)(nil),       // 40: timeshard.v1.RollbackScheduleRequest
+	(*ClaimRequest)(nil),                  // 41: timeshard.v1.ClaimRequest
+	(*ClaimedJob)(nil),                    // 42: timeshard.v1.ClaimedJob
+	(*ClaimResponse)(nil),                 // 43: timeshard.v1.ClaimResponse
+	(*HeartbeatRequest)(nil),              // 44: timeshard.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),             // 45: timeshard.v1.HeartbeatResponse
+	(*CompleteRequest)(nil),               // 46: timeshard.v1.CompleteRequest
+	(*CompleteResponse)(nil),              // 47: timeshard.v1.CompleteResponse
+	(*FailRequest)(nil),                   // 48: timeshard.v1.FailRequest
+	(*FailResponse)(nil),                  // 49: timeshard.v1.FailResponse
+	(*FinishItem)(nil),                    // 50: timeshard.v1.FinishItem
+	(*FinishRequest)(nil),                 // 51: timeshard.v1.FinishRequest
+	(*FinishResult)(nil),                  // 52: timeshard.v1.FinishResult
+	(*FinishResponse)(nil),                // 53: timeshard.v1.FinishResponse
+	(*WorkHello)(nil),                     // 54: timeshard.v1.WorkHello
+	(*WorkCredit)(nil),                    // 55: timeshard.v1.WorkCredit
+	(*WorkRevoke)(nil),                    // 56: timeshard.v1.WorkRevoke
+	(*WorkRequest)(nil),                   // 57: timeshard.v1.WorkRequest
+	(*HeartbeatResult)(nil),               // 58: timeshard.v1.HeartbeatResult
+	(*WorkResponse)(nil),                  // 59: timeshard.v1.WorkResponse
+	(*Node)(nil),                          // 60: timeshard.v1.Node
+	(*ClusterInfoRequest)(nil),            // 61: timeshard.v1.ClusterInfoRequest
+	(*ClusterInfoResponse)(nil),           // 62: timeshard.v1.ClusterInfoResponse
+	(*ShardInfo)(nil),                     // 63: timeshard.v1.ShardInfo
+	(*ShardOwnersRequest)(nil),            // 64: timeshard.v1.ShardOwnersRequest
+	(*ShardOwnersResponse)(nil),           // 65: timeshard.v1.ShardOwnersResponse
+	(*MoveShardRequest)(nil),              // 66: timeshard.v1.MoveShardRequest
+	(*MoveShardResponse)(nil),             // 67: timeshard.v1.MoveShardResponse
+	(*DrainNodeRequest)(nil),              // 68: timeshard.v1.DrainNodeRequest
+	(*DrainNodeResponse)(nil),             // 69: timeshard.v1.DrainNodeResponse
+	(*NodeStatusRequest)(nil),             // 70: timeshard.v1.NodeStatusRequest
+	(*ShardStatus)(nil),                   // 71: timeshard.v1.ShardStatus
+	(*LatenessBucket)(nil),                // 72: timeshard.v1.LatenessBucket
+	(*TypeCounts)(nil),                    // 73: timeshard.v1.TypeCounts
+	(*TypeStartDelay)(nil),                // 74: timeshard.v1.TypeStartDelay
+	(*TypeWaiting)(nil),                   // 75: timeshard.v1.TypeWaiting
+	(*JobEvent)(nil),                      // 76: timeshard.v1.JobEvent
+	(*NodeStatusResponse)(nil),            // 77: timeshard.v1.NodeStatusResponse
+	(*TypePolicy)(nil),                    // 78: timeshard.v1.TypePolicy
+	(*SetTypePoliciesRequest)(nil),        // 79: timeshard.v1.SetTypePoliciesRequest
+	(*SetTypePoliciesResponse)(nil),       // 80: timeshard.v1.SetTypePoliciesResponse
+	(*TypeFlow)(nil),                      // 81: timeshard.v1.TypeFlow
+	(*SetTypeFlowsRequest)(nil),           // 82: timeshard.v1.SetTypeFlowsRequest
+	(*SetTypeFlowsResponse)(nil),          // 83: timeshard.v1.SetTypeFlowsResponse
+	(*ListTypesRequest)(nil),              // 84: timeshard.v1.ListTypesRequest
+	(*ListTypesResponse)(nil),             // 85: timeshard.v1.ListTypesResponse
+	(*TypeInfo)(nil),                      // 86: timeshard.v1.TypeInfo
+	(*WaitFinishedRequest)(nil),           // 87: timeshard.v1.WaitFinishedRequest
+	(*WaitFinishedResponse)(nil),          // 88: timeshard.v1.WaitFinishedResponse
+	(*LandedEntry)(nil),                   // 89: timeshard.v1.LandedEntry
+	(*LandRequest)(nil),                   // 90: timeshard.v1.LandRequest
+	(*LandResponse)(nil),                  // 91: timeshard.v1.LandResponse
+	(*timestamppb.Timestamp)(nil),         // 92: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),           // 93: google.protobuf.Duration
 }
 var file_timeshard_v1_timeshard_proto_depIdxs = []int32{
-	89,  // 0: timeshard.v1.Attempt.started_at:type_name -> google.protobuf.Timestamp
-	89,  // 1: timeshard.v1.Attempt.finished_at:type_name -> google.protobuf.Timestamp
+	92,  // 0: timeshard.v1.Attempt.started_at:type_name -> google.protobuf.Timestamp
+	92,  // 1: timeshard.v1.Attempt.finished_at:type_name -> google.protobuf.Timestamp
 	0,   // 2: timeshard.v1.Job.state:type_name -> timeshard.v1.JobState
-	89,  // 3: timeshard.v1.Job.run_at:type_name -> google.protobuf.Timestamp
-	89,  // 4: timeshard.v1.Job.created_at:type_name -> google.protobuf.Timestamp
-	89,  // 5: timeshard.v1.Job.lease_until:type_name -> google.protobuf.Timestamp
-	89,  // 6: timeshard.v1.Job.started_at:type_name -> google.protobuf.Timestamp
-	89,  // 7: timeshard.v1.Job.finished_at:type_name -> google.protobuf.Timestamp
+	92,  // 3: timeshard.v1.Job.run_at:type_name -> google.protobuf.Timestamp
+	92,  // 4: timeshard.v1.Job.created_at:type_name -> google.protobuf.Timestamp
+	92,  // 5: timeshard.v1.Job.lease_until:type_name -> google.protobuf.Timestamp
+	92,  // 6: timeshard.v1.Job.started_at:type_name -> google.protobuf.Timestamp
+	92,  // 7: timeshard.v1.Job.finished_at:type_name -> google.protobuf.Timestamp
 	3,   // 8: timeshard.v1.Job.history:type_name -> timeshard.v1.Attempt
-	89,  // 9: timeshard.v1.Job.deadline:type_name -> google.protobuf.Timestamp
-	90,  // 10: timeshard.v1.ScheduleJobRequest.delay:type_name -> google.protobuf.Duration
-	89,  // 11: timeshard.v1.ScheduleJobRequest.run_at:type_name -> google.protobuf.Timestamp
-	89,  // 12: timeshard.v1.ScheduleJobRequest.deadline:type_name -> google.protobuf.Timestamp
-	90,  // 13: timeshard.v1.ScheduleJobRequest.deadline_in:type_name -> google.protobuf.Duration
+	92,  // 9: timeshard.v1.Job.deadline:type_name -> google.protobuf.Timestamp
+	93,  // 10: timeshard.v1.ScheduleJobRequest.delay:type_name -> google.protobuf.Duration
+	92,  // 11: timeshard.v1.ScheduleJobRequest.run_at:type_name -> google.protobuf.Timestamp
+	92,  // 12: timeshard.v1.ScheduleJobRequest.deadline:type_name -> google.protobuf.Timestamp
+	93,  // 13: timeshard.v1.ScheduleJobRequest.deadline_in:type_name -> google.protobuf.Duration
 	1,   // 14: timeshard.v1.ScheduleJobRequest.if_exists:type_name -> timeshard.v1.IfExists
 	4,   // 15: timeshard.v1.ScheduleJobResponse.job:type_name -> timeshard.v1.Job
 	6,   // 16: timeshard.v1.ScheduleJobResponse.warnings:type_name -> timeshard.v1.ScheduleWarning
@@ -6904,169 +7269,181 @@ var file_timeshard_v1_timeshard_proto_depIdxs = []int32{
 	6,   // 19: timeshard.v1.ScheduleJobsResponse.warnings:type_name -> timeshard.v1.ScheduleWarning
 	0,   // 20: timeshard.v1.ListJobsRequest.state:type_name -> timeshard.v1.JobState
 	0,   // 21: timeshard.v1.ListJobsRequest.states:type_name -> timeshard.v1.JobState
-	89,  // 22: timeshard.v1.ListJobsRequest.run_at_from:type_name -> google.protobuf.Timestamp
-	89,  // 23: timeshard.v1.ListJobsRequest.run_at_to:type_name -> google.protobuf.Timestamp
+	92,  // 22: timeshard.v1.ListJobsRequest.run_at_from:type_name -> google.protobuf.Timestamp
+	92,  // 23: timeshard.v1.ListJobsRequest.run_at_to:type_name -> google.protobuf.Timestamp
 	2,   // 24: timeshard.v1.ListJobsRequest.order:type_name -> timeshard.v1.JobOrder
 	4,   // 25: timeshard.v1.ListJobsResponse.jobs:type_name -> timeshard.v1.Job
-	90,  // 26: timeshard.v1.RescheduleJobRequest.delay:type_name -> google.protobuf.Duration
-	89,  // 27: timeshard.v1.RescheduleJobRequest.run_at:type_name -> google.protobuf.Timestamp
-	90,  // 28: timeshard.v1.Schedule.misfire_grace:type_name -> google.protobuf.Duration
-	90,  // 29: timeshard.v1.Schedule.jitter:type_name -> google.protobuf.Duration
-	89,  // 30: timeshard.v1.Schedule.next_fire:type_name -> google.protobuf.Timestamp
-	89,  // 31: timeshard.v1.Schedule.last_skip_at:type_name -> google.protobuf.Timestamp
-	89,  // 32: timeshard.v1.Schedule.last_fire_at:type_name -> google.protobuf.Timestamp
-	89,  // 33: timeshard.v1.Schedule.queued_at:type_name -> google.protobuf.Timestamp
-	90,  // 34: timeshard.v1.Schedule.spread:type_name -> google.protobuf.Duration
+	93,  // 26: timeshard.v1.RescheduleJobRequest.delay:type_name -> google.protobuf.Duration
+	92,  // 27: timeshard.v1.RescheduleJobRequest.run_at:type_name -> google.protobuf.Timestamp
+	93,  // 28: timeshard.v1.Schedule.misfire_grace:type_name -> google.protobuf.Duration
+	93,  // 29: timeshard.v1.Schedule.jitter:type_name -> google.protobuf.Duration
+	92,  // 30: timeshard.v1.Schedule.next_fire:type_name -> google.protobuf.Timestamp
+	92,  // 31: timeshard.v1.Schedule.last_skip_at:type_name -> google.protobuf.Timestamp
+	92,  // 32: timeshard.v1.Schedule.last_fire_at:type_name -> google.protobuf.Timestamp
+	92,  // 33: timeshard.v1.Schedule.queued_at:type_name -> google.protobuf.Timestamp
+	93,  // 34: timeshard.v1.Schedule.spread:type_name -> google.protobuf.Duration
 	15,  // 35: timeshard.v1.CreateScheduleRequest.schedule:type_name -> timeshard.v1.Schedule
 	15,  // 36: timeshard.v1.ListSchedulesResponse.schedules:type_name -> timeshard.v1.Schedule
 	15,  // 37: timeshard.v1.UpdateScheduleRequest.schedule:type_name -> timeshard.v1.Schedule
-	89,  // 38: timeshard.v1.PreviewRequest.from:type_name -> google.protobuf.Timestamp
-	90,  // 39: timeshard.v1.PreviewRequest.spread:type_name -> google.protobuf.Duration
-	89,  // 40: timeshard.v1.FireTime.utc:type_name -> google.protobuf.Timestamp
-	89,  // 41: timeshard.v1.FireTime.runs_at:type_name -> google.protobuf.Timestamp
+	92,  // 38: timeshard.v1.PreviewRequest.from:type_name -> google.protobuf.Timestamp
+	93,  // 39: timeshard.v1.PreviewRequest.spread:type_name -> google.protobuf.Duration
+	92,  // 40: timeshard.v1.FireTime.utc:type_name -> google.protobuf.Timestamp
+	92,  // 41: timeshard.v1.FireTime.runs_at:type_name -> google.protobuf.Timestamp
 	24,  // 42: timeshard.v1.PreviewResponse.times:type_name -> timeshard.v1.FireTime
-	89,  // 43: timeshard.v1.ListDeadLettersRequest.since:type_name -> google.protobuf.Timestamp
+	92,  // 43: timeshard.v1.ListDeadLettersRequest.since:type_name -> google.protobuf.Timestamp
 	4,   // 44: timeshard.v1.ListDeadLettersResponse.jobs:type_name -> timeshard.v1.Job
 	4,   // 45: timeshard.v1.ReplayDeadLettersResponse.jobs:type_name -> timeshard.v1.Job
-	90,  // 46: timeshard.v1.WaitJobsRequest.timeout:type_name -> google.protobuf.Duration
+	93,  // 46: timeshard.v1.WaitJobsRequest.timeout:type_name -> google.protobuf.Duration
 	4,   // 47: timeshard.v1.WaitJobsResponse.job:type_name -> timeshard.v1.Job
-	89,  // 48: timeshard.v1.ScheduleRevision.at:type_name -> google.protobuf.Timestamp
-	15,  // 49: timeshard.v1.ScheduleRevision.schedule:type_name -> timeshard.v1.Schedule
-	33,  // 50: timeshard.v1.ListScheduleRevisionsResponse.revisions:type_name -> timeshard.v1.ScheduleRevision
-	90,  // 51: timeshard.v1.ClaimRequest.wait:type_name -> google.protobuf.Duration
-	90,  // 52: timeshard.v1.ClaimRequest.lease:type_name -> google.protobuf.Duration
-	4,   // 53: timeshard.v1.ClaimedJob.job:type_name -> timeshard.v1.Job
-	89,  // 54: timeshard.v1.ClaimedJob.lease_until:type_name -> google.protobuf.Timestamp
-	90,  // 55: timeshard.v1.ClaimedJob.lease:type_name -> google.protobuf.Duration
-	90,  // 56: timeshard.v1.ClaimedJob.starts_in:type_name -> google.protobuf.Duration
-	39,  // 57: timeshard.v1.ClaimResponse.jobs:type_name -> timeshard.v1.ClaimedJob
-	90,  // 58: timeshard.v1.HeartbeatRequest.lease:type_name -> google.protobuf.Duration
-	89,  // 59: timeshard.v1.HeartbeatRequest.started_at:type_name -> google.protobuf.Timestamp
-	89,  // 60: timeshard.v1.HeartbeatResponse.lease_until:type_name -> google.protobuf.Timestamp
-	90,  // 61: timeshard.v1.HeartbeatResponse.lease:type_name -> google.protobuf.Duration
-	0,   // 62: timeshard.v1.FailResponse.state:type_name -> timeshard.v1.JobState
-	89,  // 63: timeshard.v1.FailResponse.retry_at:type_name -> google.protobuf.Timestamp
-	47,  // 64: timeshard.v1.FinishRequest.items:type_name -> timeshard.v1.FinishItem
-	0,   // 65: timeshard.v1.FinishResult.state:type_name -> timeshard.v1.JobState
-	49,  // 66: timeshard.v1.FinishResponse.results:type_name -> timeshard.v1.FinishResult
-	90,  // 67: timeshard.v1.WorkHello.lease:type_name -> google.protobuf.Duration
-	51,  // 68: timeshard.v1.WorkRequest.hello:type_name -> timeshard.v1.WorkHello
-	52,  // 69: timeshard.v1.WorkRequest.credits:type_name -> timeshard.v1.WorkCredit
-	41,  // 70: timeshard.v1.WorkRequest.heartbeats:type_name -> timeshard.v1.HeartbeatRequest
-	47,  // 71: timeshard.v1.WorkRequest.results:type_name -> timeshard.v1.FinishItem
-	41,  // 72: timeshard.v1.WorkRequest.started:type_name -> timeshard.v1.HeartbeatRequest
-	53,  // 73: timeshard.v1.WorkRequest.revoked:type_name -> timeshard.v1.WorkRevoke
-	42,  // 74: timeshard.v1.HeartbeatResult.lease:type_name -> timeshard.v1.HeartbeatResponse
-	39,  // 75: timeshard.v1.WorkResponse.jobs:type_name -> timeshard.v1.ClaimedJob
-	55,  // 76: timeshard.v1.WorkResponse.heartbeats:type_name -> timeshard.v1.HeartbeatResult
-	49,  // 77: timeshard.v1.WorkResponse.results:type_name -> timeshard.v1.FinishResult
-	90,  // 78: timeshard.v1.WorkResponse.held:type_name -> google.protobuf.Duration
-	53,  // 79: timeshard.v1.WorkResponse.revokes:type_name -> timeshard.v1.WorkRevoke
-	57,  // 80: timeshard.v1.ClusterInfoResponse.nodes:type_name -> timeshard.v1.Node
-	89,  // 81: timeshard.v1.ShardInfo.cursor:type_name -> google.protobuf.Timestamp
-	60,  // 82: timeshard.v1.ShardOwnersResponse.shards:type_name -> timeshard.v1.ShardInfo
-	90,  // 83: timeshard.v1.NodeStatusRequest.window:type_name -> google.protobuf.Duration
-	69,  // 84: timeshard.v1.TypeStartDelay.buckets:type_name -> timeshard.v1.LatenessBucket
-	89,  // 85: timeshard.v1.JobEvent.at:type_name -> google.protobuf.Timestamp
-	68,  // 86: timeshard.v1.NodeStatusResponse.shards:type_name -> timeshard.v1.ShardStatus
-	90,  // 87: timeshard.v1.NodeStatusResponse.window:type_name -> google.protobuf.Duration
-	69,  // 88: timeshard.v1.NodeStatusResponse.lateness:type_name -> timeshard.v1.LatenessBucket
-	70,  // 89: timeshard.v1.NodeStatusResponse.jobs:type_name -> timeshard.v1.TypeCounts
-	89,  // 90: timeshard.v1.NodeStatusResponse.dead_letters_at:type_name -> google.protobuf.Timestamp
-	73,  // 91: timeshard.v1.NodeStatusResponse.recent_failures:type_name -> timeshard.v1.JobEvent
-	73,  // 92: timeshard.v1.NodeStatusResponse.recent_dead_letters:type_name -> timeshard.v1.JobEvent
-	72,  // 93: timeshard.v1.NodeStatusResponse.unclaimed:type_name -> timeshard.v1.TypeWaiting
-	71,  // 94: timeshard.v1.NodeStatusResponse.start_delay:type_name -> timeshard.v1.TypeStartDelay
-	90,  // 95: timeshard.v1.TypePolicy.retry_base:type_name -> google.protobuf.Duration
-	90,  // 96: timeshard.v1.TypePolicy.retry_max:type_name -> google.protobuf.Duration
-	75,  // 97: timeshard.v1.SetTypePoliciesRequest.policies:type_name -> timeshard.v1.TypePolicy
-	75,  // 98: timeshard.v1.SetTypePoliciesResponse.policies:type_name -> timeshard.v1.TypePolicy
-	78,  // 99: timeshard.v1.SetTypeFlowsRequest.flows:type_name -> timeshard.v1.TypeFlow
-	83,  // 100: timeshard.v1.SetTypeFlowsResponse.types:type_name -> timeshard.v1.TypeInfo
-	83,  // 101: timeshard.v1.ListTypesResponse.types:type_name -> timeshard.v1.TypeInfo
-	75,  // 102: timeshard.v1.TypeInfo.policy:type_name -> timeshard.v1.TypePolicy
-	90,  // 103: timeshard.v1.WaitFinishedRequest.timeout:type_name -> google.protobuf.Duration
-	89,  // 104: timeshard.v1.LandedEntry.due_at:type_name -> google.protobuf.Timestamp
-	86,  // 105: timeshard.v1.LandRequest.entries:type_name -> timeshard.v1.LandedEntry
-	5,   // 106: timeshard.v1.JobService.ScheduleJob:input_type -> timeshard.v1.ScheduleJobRequest
-	8,   // 107: timeshard.v1.JobService.ScheduleJobs:input_type -> timeshard.v1.ScheduleJobsRequest
-	10,  // 108: timeshard.v1.JobService.GetJob:input_type -> timeshard.v1.GetJobRequest
-	11,  // 109: timeshard.v1.JobService.ListJobs:input_type -> timeshard.v1.ListJobsRequest
-	13,  // 110: timeshard.v1.JobService.CancelJob:input_type -> timeshard.v1.CancelJobRequest
-	14,  // 111: timeshard.v1.JobService.RescheduleJob:input_type -> timeshard.v1.RescheduleJobRequest
-	16,  // 112: timeshard.v1.JobService.CreateSchedule:input_type -> timeshard.v1.CreateScheduleRequest
-	17,  // 113: timeshard.v1.JobService.GetSchedule:input_type -> timeshard.v1.GetScheduleRequest
-	18,  // 114: timeshard.v1.JobService.ListSchedules:input_type -> timeshard.v1.ListSchedulesRequest
-	20,  // 115: timeshard.v1.JobService.UpdateSchedule:input_type -> timeshard.v1.UpdateScheduleRequest
-	21,  // 116: timeshard.v1.JobService.PauseSchedule:input_type -> timeshard.v1.ScheduleIdRequest
-	21,  // 117: timeshard.v1.JobService.ResumeSchedule:input_type -> timeshard.v1.ScheduleIdRequest
-	21,  // 118: timeshard.v1.JobService.DeleteSchedule:input_type -> timeshard.v1.ScheduleIdRequest
-	23,  // 119: timeshard.v1.JobService.PreviewSchedule:input_type -> timeshard.v1.PreviewRequest
-	26,  // 120: timeshard.v1.JobService.ListDeadLetters:input_type -> timeshard.v1.ListDeadLettersRequest
-	28,  // 121: timeshard.v1.JobService.ReplayDeadLetters:input_type -> timeshard.v1.ReplayDeadLettersRequest
-	28,  // 122: timeshard.v1.JobService.PurgeDeadLetters:input_type -> timeshard.v1.ReplayDeadLettersRequest
-	31,  // 123: timeshard.v1.JobService.WaitJobs:input_type -> timeshard.v1.WaitJobsRequest
-	34,  // 124: timeshard.v1.JobService.ListScheduleRevisions:input_type -> timeshard.v1.ListScheduleRevisionsRequest
-	36,  // 125: timeshard.v1.JobService.GetScheduleRevision:input_type -> timeshard.v1.GetScheduleRevisionRequest
-	37,  // 126: timeshard.v1.JobService.RollbackSchedule:input_type -> timeshard.v1.RollbackScheduleRequest
-	38,  // 127: timeshard.v1.WorkerService.Claim:input_type -> timeshard.v1.ClaimRequest
-	41,  // 128: timeshard.v1.WorkerService.Heartbeat:input_type -> timeshard.v1.HeartbeatRequest
-	43,  // 129: timeshard.v1.WorkerService.Complete:input_type -> timeshard.v1.CompleteRequest
-	45,  // 130: timeshard.v1.WorkerService.Fail:input_type -> timeshard.v1.FailRequest
-	48,  // 131: timeshard.v1.WorkerService.Finish:input_type -> timeshard.v1.FinishRequest
-	54,  // 132: timeshard.v1.WorkerService.Work:input_type -> timeshard.v1.WorkRequest
-	58,  // 133: timeshard.v1.AdminService.ClusterInfo:input_type -> timeshard.v1.ClusterInfoRequest
-	61,  // 134: timeshard.v1.AdminService.ShardOwners:input_type -> timeshard.v1.ShardOwnersRequest
-	63,  // 135: timeshard.v1.AdminService.MoveShard:input_type -> timeshard.v1.MoveShardRequest
-	65,  // 136: timeshard.v1.AdminService.DrainNode:input_type -> timeshard.v1.DrainNodeRequest
-	67,  // 137: timeshard.v1.AdminService.NodeStatus:input_type -> timeshard.v1.NodeStatusRequest
-	76,  // 138: timeshard.v1.AdminService.SetTypePolicies:input_type -> timeshard.v1.SetTypePoliciesRequest
-	79,  // 139: timeshard.v1.AdminService.SetTypeFlows:input_type -> timeshard.v1.SetTypeFlowsRequest
-	81,  // 140: timeshard.v1.AdminService.ListTypes:input_type -> timeshard.v1.ListTypesRequest
-	87,  // 141: timeshard.v1.PeerService.Land:input_type -> timeshard.v1.LandRequest
-	84,  // 142: timeshard.v1.PeerService.WaitFinished:input_type -> timeshard.v1.WaitFinishedRequest
-	7,   // 143: timeshard.v1.JobService.ScheduleJob:output_type -> timeshard.v1.ScheduleJobResponse
-	9,   // 144: timeshard.v1.JobService.ScheduleJobs:output_type -> timeshard.v1.ScheduleJobsResponse
-	4,   // 145: timeshard.v1.JobService.GetJob:output_type -> timeshard.v1.Job
-	12,  // 146: timeshard.v1.JobService.ListJobs:output_type -> timeshard.v1.ListJobsResponse
-	4,   // 147: timeshard.v1.JobService.CancelJob:output_type -> timeshard.v1.Job
-	4,   // 148: timeshard.v1.JobService.RescheduleJob:output_type -> timeshard.v1.Job
-	15,  // 149: timeshard.v1.JobService.CreateSchedule:output_type -> timeshard.v1.Schedule
-	15,  // 150: timeshard.v1.JobService.GetSchedule:output_type -> timeshard.v1.Schedule
-	19,  // 151: timeshard.v1.JobService.ListSchedules:output_type -> timeshard.v1.ListSchedulesResponse
-	15,  // 152: timeshard.v1.JobService.UpdateSchedule:output_type -> timeshard.v1.Schedule
-	15,  // 153: timeshard.v1.JobService.PauseSchedule:output_type -> timeshard.v1.Schedule
-	15,  // 154: timeshard.v1.JobService.ResumeSchedule:output_type -> timeshard.v1.Schedule
-	22,  // 155: timeshard.v1.JobService.DeleteSchedule:output_type -> timeshard.v1.DeleteScheduleResponse
-	25,  // 156: timeshard.v1.JobService.PreviewSchedule:output_type -> timeshard.v1.PreviewResponse
-	27,  // 157: timeshard.v1.JobService.ListDeadLetters:output_type -> timeshard.v1.ListDeadLettersResponse
-	29,  // 158: timeshard.v1.JobService.ReplayDeadLetters:output_type -> timeshard.v1.ReplayDeadLettersResponse
-	30,  // 159: timeshard.v1.JobService.PurgeDeadLetters:output_type -> timeshard.v1.PurgeDeadLettersResponse
-	32,  // 160: timeshard.v1.JobService.WaitJobs:output_type -> timeshard.v1.WaitJobsResponse
-	35,  // 161: timeshard.v1.JobService.ListScheduleRevisions:output_type -> timeshard.v1.ListScheduleRevisionsResponse
-	33,  // 162: timeshard.v1.JobService.GetScheduleRevision:output_type -> timeshard.v1.ScheduleRevision
-	15,  // 163: timeshard.v1.JobService.RollbackSchedule:output_type -> timeshard.v1.Schedule
-	40,  // 164: timeshard.v1.WorkerService.Claim:output_type -> timeshard.v1.ClaimResponse
-	42,  // 165: timeshard.v1.WorkerService.Heartbeat:output_type -> timeshard.v1.HeartbeatResponse
-	44,  // 166: timeshard.v1.WorkerService.Complete:output_type -> timeshard.v1.CompleteResponse
-	46,  // 167: timeshard.v1.WorkerService.Fail:output_type -> timeshard.v1.FailResponse
-	50,  // 168: timeshard.v1.WorkerService.Finish:output_type -> timeshard.v1.FinishResponse
-	56,  // 169: timeshard.v1.WorkerService.Work:output_type -> timeshard.v1.WorkResponse
-	59,  // 170: timeshard.v1.AdminService.ClusterInfo:output_type -> timeshard.v1.ClusterInfoResponse
-	62,  // 171: timeshard.v1.AdminService.ShardOwners:output_type -> timeshard.v1.ShardOwnersResponse
-	64,  // 172: timeshard.v1.AdminService.MoveShard:output_type -> timeshard.v1.MoveShardResponse
-	66,  // 173: timeshard.v1.AdminService.DrainNode:output_type -> timeshard.v1.DrainNodeResponse
-	74,  // 174: timeshard.v1.AdminService.NodeStatus:output_type -> timeshard.v1.NodeStatusResponse
-	77,  // 175: timeshard.v1.AdminService.SetTypePolicies:output_type -> timeshard.v1.SetTypePoliciesResponse
-	80,  // 176: timeshard.v1.AdminService.SetTypeFlows:output_type -> timeshard.v1.SetTypeFlowsResponse
-	82,  // 177: timeshard.v1.AdminService.ListTypes:output_type -> timeshard.v1.ListTypesResponse
-	88,  // 178: timeshard.v1.PeerService.Land:output_type -> timeshard.v1.LandResponse
-	85,  // 179: timeshard.v1.PeerService.WaitFinished:output_type -> timeshard.v1.WaitFinishedResponse
-	143, // [143:180] is the sub-list for method output_type
-	106, // [106:143] is the sub-list for method input_type
-	106, // [106:106] is the sub-list for extension type_name
-	106, // [106:106] is the sub-list for extension extendee
-	0,   // [0:106] is the sub-list for field type_name
+	92,  // 48: timeshard.v1.LedgerEntry.nominal:type_name -> google.protobuf.Timestamp
+	92,  // 49: timeshard.v1.LedgerEntry.last:type_name -> google.protobuf.Timestamp
+	92,  // 50: timeshard.v1.LedgerEntry.run_at:type_name -> google.protobuf.Timestamp
+	92,  // 51: timeshard.v1.LedgerEntry.decided_at:type_name -> google.protobuf.Timestamp
+	92,  // 52: timeshard.v1.ExplainOccurrenceRequest.at:type_name -> google.protobuf.Timestamp
+	92,  // 53: timeshard.v1.ExplainOccurrenceResponse.nominal:type_name -> google.protobuf.Timestamp
+	33,  // 54: timeshard.v1.ExplainOccurrenceResponse.entry:type_name -> timeshard.v1.LedgerEntry
+	4,   // 55: timeshard.v1.ExplainOccurrenceResponse.job:type_name -> timeshard.v1.Job
+	92,  // 56: timeshard.v1.ExplainOccurrenceResponse.nearest:type_name -> google.protobuf.Timestamp
+	33,  // 57: timeshard.v1.ExplainOccurrenceResponse.recent:type_name -> timeshard.v1.LedgerEntry
+	92,  // 58: timeshard.v1.ScheduleRevision.at:type_name -> google.protobuf.Timestamp
+	15,  // 59: timeshard.v1.ScheduleRevision.schedule:type_name -> timeshard.v1.Schedule
+	36,  // 60: timeshard.v1.ListScheduleRevisionsResponse.revisions:type_name -> timeshard.v1.ScheduleRevision
+	93,  // 61: timeshard.v1.ClaimRequest.wait:type_name -> google.protobuf.Duration
+	93,  // 62: timeshard.v1.ClaimRequest.lease:type_name -> google.protobuf.Duration
+	4,   // 63: timeshard.v1.ClaimedJob.job:type_name -> timeshard.v1.Job
+	92,  // 64: timeshard.v1.ClaimedJob.lease_until:type_name -> google.protobuf.Timestamp
+	93,  // 65: timeshard.v1.ClaimedJob.lease:type_name -> google.protobuf.Duration
+	93,  // 66: timeshard.v1.ClaimedJob.starts_in:type_name -> google.protobuf.Duration
+	42,  // 67: timeshard.v1.ClaimResponse.jobs:type_name -> timeshard.v1.ClaimedJob
+	93,  // 68: timeshard.v1.HeartbeatRequest.lease:type_name -> google.protobuf.Duration
+	92,  // 69: timeshard.v1.HeartbeatRequest.started_at:type_name -> google.protobuf.Timestamp
+	92,  // 70: timeshard.v1.HeartbeatResponse.lease_until:type_name -> google.protobuf.Timestamp
+	93,  // 71: timeshard.v1.HeartbeatResponse.lease:type_name -> google.protobuf.Duration
+	0,   // 72: timeshard.v1.FailResponse.state:type_name -> timeshard.v1.JobState
+	92,  // 73: timeshard.v1.FailResponse.retry_at:type_name -> google.protobuf.Timestamp
+	50,  // 74: timeshard.v1.FinishRequest.items:type_name -> timeshard.v1.FinishItem
+	0,   // 75: timeshard.v1.FinishResult.state:type_name -> timeshard.v1.JobState
+	52,  // 76: timeshard.v1.FinishResponse.results:type_name -> timeshard.v1.FinishResult
+	93,  // 77: timeshard.v1.WorkHello.lease:type_name -> google.protobuf.Duration
+	54,  // 78: timeshard.v1.WorkRequest.hello:type_name -> timeshard.v1.WorkHello
+	55,  // 79: timeshard.v1.WorkRequest.credits:type_name -> timeshard.v1.WorkCredit
+	44,  // 80: timeshard.v1.WorkRequest.heartbeats:type_name -> timeshard.v1.HeartbeatRequest
+	50,  // 81: timeshard.v1.WorkRequest.results:type_name -> timeshard.v1.FinishItem
+	44,  // 82: timeshard.v1.WorkRequest.started:type_name -> timeshard.v1.HeartbeatRequest
+	56,  // 83: timeshard.v1.WorkRequest.revoked:type_name -> timeshard.v1.WorkRevoke
+	45,  // 84: timeshard.v1.HeartbeatResult.lease:type_name -> timeshard.v1.HeartbeatResponse
+	42,  // 85: timeshard.v1.WorkResponse.jobs:type_name -> timeshard.v1.ClaimedJob
+	58,  // 86: timeshard.v1.WorkResponse.heartbeats:type_name -> timeshard.v1.HeartbeatResult
+	52,  // 87: timeshard.v1.WorkResponse.results:type_name -> timeshard.v1.FinishResult
+	93,  // 88: timeshard.v1.WorkResponse.held:type_name -> google.protobuf.Duration
+	56,  // 89: timeshard.v1.WorkResponse.revokes:type_name -> timeshard.v1.WorkRevoke
+	60,  // 90: timeshard.v1.ClusterInfoResponse.nodes:type_name -> timeshard.v1.Node
+	92,  // 91: timeshard.v1.ShardInfo.cursor:type_name -> google.protobuf.Timestamp
+	63,  // 92: timeshard.v1.ShardOwnersResponse.shards:type_name -> timeshard.v1.ShardInfo
+	93,  // 93: timeshard.v1.NodeStatusRequest.window:type_name -> google.protobuf.Duration
+	72,  // 94: timeshard.v1.TypeStartDelay.buckets:type_name -> timeshard.v1.LatenessBucket
+	92,  // 95: timeshard.v1.JobEvent.at:type_name -> google.protobuf.Timestamp
+	71,  // 96: timeshard.v1.NodeStatusResponse.shards:type_name -> timeshard.v1.ShardStatus
+	93,  // 97: timeshard.v1.NodeStatusResponse.window:type_name -> google.protobuf.Duration
+	72,  // 98: timeshard.v1.NodeStatusResponse.lateness:type_name -> timeshard.v1.LatenessBucket
+	73,  // 99: timeshard.v1.NodeStatusResponse.jobs:type_name -> timeshard.v1.TypeCounts
+	92,  // 100: timeshard.v1.NodeStatusResponse.dead_letters_at:type_name -> google.protobuf.Timestamp
+	76,  // 101: timeshard.v1.NodeStatusResponse.recent_failures:type_name -> timeshard.v1.JobEvent
+	76,  // 102: timeshard.v1.NodeStatusResponse.recent_dead_letters:type_name -> timeshard.v1.JobEvent
+	75,  // 103: timeshard.v1.NodeStatusResponse.unclaimed:type_name -> timeshard.v1.TypeWaiting
+	74,  // 104: timeshard.v1.NodeStatusResponse.start_delay:type_name -> timeshard.v1.TypeStartDelay
+	93,  // 105: timeshard.v1.TypePolicy.retry_base:type_name -> google.protobuf.Duration
+	93,  // 106: timeshard.v1.TypePolicy.retry_max:type_name -> google.protobuf.Duration
+	78,  // 107: timeshard.v1.SetTypePoliciesRequest.policies:type_name -> timeshard.v1.TypePolicy
+	78,  // 108: timeshard.v1.SetTypePoliciesResponse.policies:type_name -> timeshard.v1.TypePolicy
+	81,  // 109: timeshard.v1.SetTypeFlowsRequest.flows:type_name -> timeshard.v1.TypeFlow
+	86,  // 110: timeshard.v1.SetTypeFlowsResponse.types:type_name -> timeshard.v1.TypeInfo
+	86,  // 111: timeshard.v1.ListTypesResponse.types:type_name -> timeshard.v1.TypeInfo
+	78,  // 112: timeshard.v1.TypeInfo.policy:type_name -> timeshard.v1.TypePolicy
+	93,  // 113: timeshard.v1.WaitFinishedRequest.timeout:type_name -> google.protobuf.Duration
+	92,  // 114: timeshard.v1.LandedEntry.due_at:type_name -> google.protobuf.Timestamp
+	89,  // 115: timeshard.v1.LandRequest.entries:type_name -> timeshard.v1.LandedEntry
+	5,   // 116: timeshard.v1.JobService.ScheduleJob:input_type -> timeshard.v1.ScheduleJobRequest
+	8,   // 117: timeshard.v1.JobService.ScheduleJobs:input_type -> timeshard.v1.ScheduleJobsRequest
+	10,  // 118: timeshard.v1.JobService.GetJob:input_type -> timeshard.v1.GetJobRequest
+	11,  // 119: timeshard.v1.JobService.ListJobs:input_type -> timeshard.v1.ListJobsRequest
+	13,  // 120: timeshard.v1.JobService.CancelJob:input_type -> timeshard.v1.CancelJobRequest
+	14,  // 121: timeshard.v1.JobService.RescheduleJob:input_type -> timeshard.v1.RescheduleJobRequest
+	16,  // 122: timeshard.v1.JobService.CreateSchedule:input_type -> timeshard.v1.CreateScheduleRequest
+	17,  // 123: timeshard.v1.JobService.GetSchedule:input_type -> timeshard.v1.GetScheduleRequest
+	18,  // 124: timeshard.v1.JobService.ListSchedules:input_type -> timeshard.v1.ListSchedulesRequest
+	20,  // 125: timeshard.v1.JobService.UpdateSchedule:input_type -> timeshard.v1.UpdateScheduleRequest
+	21,  // 126: timeshard.v1.JobService.PauseSchedule:input_type -> timeshard.v1.ScheduleIdRequest
+	21,  // 127: timeshard.v1.JobService.ResumeSchedule:input_type -> timeshard.v1.ScheduleIdRequest
+	21,  // 128: timeshard.v1.JobService.DeleteSchedule:input_type -> timeshard.v1.ScheduleIdRequest
+	23,  // 129: timeshard.v1.JobService.PreviewSchedule:input_type -> timeshard.v1.PreviewRequest
+	26,  // 130: timeshard.v1.JobService.ListDeadLetters:input_type -> timeshard.v1.ListDeadLettersRequest
+	28,  // 131: timeshard.v1.JobService.ReplayDeadLetters:input_type -> timeshard.v1.ReplayDeadLettersRequest
+	28,  // 132: timeshard.v1.JobService.PurgeDeadLetters:input_type -> timeshard.v1.ReplayDeadLettersRequest
+	31,  // 133: timeshard.v1.JobService.WaitJobs:input_type -> timeshard.v1.WaitJobsRequest
+	37,  // 134: timeshard.v1.JobService.ListScheduleRevisions:input_type -> timeshard.v1.ListScheduleRevisionsRequest
+	39,  // 135: timeshard.v1.JobService.GetScheduleRevision:input_type -> timeshard.v1.GetScheduleRevisionRequest
+	40,  // 136: timeshard.v1.JobService.RollbackSchedule:input_type -> timeshard.v1.RollbackScheduleRequest
+	34,  // 137: timeshard.v1.JobService.ExplainOccurrence:input_type -> timeshard.v1.ExplainOccurrenceRequest
+	41,  // 138: timeshard.v1.WorkerService.Claim:input_type -> timeshard.v1.ClaimRequest
+	44,  // 139: timeshard.v1.WorkerService.Heartbeat:input_type -> timeshard.v1.HeartbeatRequest
+	46,  // 140: timeshard.v1.WorkerService.Complete:input_type -> timeshard.v1.CompleteRequest
+	48,  // 141: timeshard.v1.WorkerService.Fail:input_type -> timeshard.v1.FailRequest
+	51,  // 142: timeshard.v1.WorkerService.Finish:input_type -> timeshard.v1.FinishRequest
+	57,  // 143: timeshard.v1.WorkerService.Work:input_type -> timeshard.v1.WorkRequest
+	61,  // 144: timeshard.v1.AdminService.ClusterInfo:input_type -> timeshard.v1.ClusterInfoRequest
+	64,  // 145: timeshard.v1.AdminService.ShardOwners:input_type -> timeshard.v1.ShardOwnersRequest
+	66,  // 146: timeshard.v1.AdminService.MoveShard:input_type -> timeshard.v1.MoveShardRequest
+	68,  // 147: timeshard.v1.AdminService.DrainNode:input_type -> timeshard.v1.DrainNodeRequest
+	70,  // 148: timeshard.v1.AdminService.NodeStatus:input_type -> timeshard.v1.NodeStatusRequest
+	79,  // 149: timeshard.v1.AdminService.SetTypePolicies:input_type -> timeshard.v1.SetTypePoliciesRequest
+	82,  // 150: timeshard.v1.AdminService.SetTypeFlows:input_type -> timeshard.v1.SetTypeFlowsRequest
+	84,  // 151: timeshard.v1.AdminService.ListTypes:input_type -> timeshard.v1.ListTypesRequest
+	90,  // 152: timeshard.v1.PeerService.Land:input_type -> timeshard.v1.LandRequest
+	87,  // 153: timeshard.v1.PeerService.WaitFinished:input_type -> timeshard.v1.WaitFinishedRequest
+	7,   // 154: timeshard.v1.JobService.ScheduleJob:output_type -> timeshard.v1.ScheduleJobResponse
+	9,   // 155: timeshard.v1.JobService.ScheduleJobs:output_type -> timeshard.v1.ScheduleJobsResponse
+	4,   // 156: timeshard.v1.JobService.GetJob:output_type -> timeshard.v1.Job
+	12,  // 157: timeshard.v1.JobService.ListJobs:output_type -> timeshard.v1.ListJobsResponse
+	4,   // 158: timeshard.v1.JobService.CancelJob:output_type -> timeshard.v1.Job
+	4,   // 159: timeshard.v1.JobService.RescheduleJob:output_type -> timeshard.v1.Job
+	15,  // 160: timeshard.v1.JobService.CreateSchedule:output_type -> timeshard.v1.Schedule
+	15,  // 161: timeshard.v1.JobService.GetSchedule:output_type -> timeshard.v1.Schedule
+	19,  // 162: timeshard.v1.JobService.ListSchedules:output_type -> timeshard.v1.ListSchedulesResponse
+	15,  // 163: timeshard.v1.JobService.UpdateSchedule:output_type -> timeshard.v1.Schedule
+	15,  // 164: timeshard.v1.JobService.PauseSchedule:output_type -> timeshard.v1.Schedule
+	15,  // 165: timeshard.v1.JobService.ResumeSchedule:output_type -> timeshard.v1.Schedule
+	22,  // 166: timeshard.v1.JobService.DeleteSchedule:output_type -> timeshard.v1.DeleteScheduleResponse
+	25,  // 167: timeshard.v1.JobService.PreviewSchedule:output_type -> timeshard.v1.PreviewResponse
+	27,  // 168: timeshard.v1.JobService.ListDeadLetters:output_type -> timeshard.v1.ListDeadLettersResponse
+	29,  // 169: timeshard.v1.JobService.ReplayDeadLetters:output_type -> timeshard.v1.ReplayDeadLettersResponse
+	30,  // 170: timeshard.v1.JobService.PurgeDeadLetters:output_type -> timeshard.v1.PurgeDeadLettersResponse
+	32,  // 171: timeshard.v1.JobService.WaitJobs:output_type -> timeshard.v1.WaitJobsResponse
+	38,  // 172: timeshard.v1.JobService.ListScheduleRevisions:output_type -> timeshard.v1.ListScheduleRevisionsResponse
+	36,  // 173: timeshard.v1.JobService.GetScheduleRevision:output_type -> timeshard.v1.ScheduleRevision
+	15,  // 174: timeshard.v1.JobService.RollbackSchedule:output_type -> timeshard.v1.Schedule
+	35,  // 175: timeshard.v1.JobService.ExplainOccurrence:output_type -> timeshard.v1.ExplainOccurrenceResponse
+	43,  // 176: timeshard.v1.WorkerService.Claim:output_type -> timeshard.v1.ClaimResponse
+	45,  // 177: timeshard.v1.WorkerService.Heartbeat:output_type -> timeshard.v1.HeartbeatResponse
+	47,  // 178: timeshard.v1.WorkerService.Complete:output_type -> timeshard.v1.CompleteResponse
+	49,  // 179: timeshard.v1.WorkerService.Fail:output_type -> timeshard.v1.FailResponse
+	53,  // 180: timeshard.v1.WorkerService.Finish:output_type -> timeshard.v1.FinishResponse
+	59,  // 181: timeshard.v1.WorkerService.Work:output_type -> timeshard.v1.WorkResponse
+	62,  // 182: timeshard.v1.AdminService.ClusterInfo:output_type -> timeshard.v1.ClusterInfoResponse
+	65,  // 183: timeshard.v1.AdminService.ShardOwners:output_type -> timeshard.v1.ShardOwnersResponse
+	67,  // 184: timeshard.v1.AdminService.MoveShard:output_type -> timeshard.v1.MoveShardResponse
+	69,  // 185: timeshard.v1.AdminService.DrainNode:output_type -> timeshard.v1.DrainNodeResponse
+	77,  // 186: timeshard.v1.AdminService.NodeStatus:output_type -> timeshard.v1.NodeStatusResponse
+	80,  // 187: timeshard.v1.AdminService.SetTypePolicies:output_type -> timeshard.v1.SetTypePoliciesResponse
+	83,  // 188: timeshard.v1.AdminService.SetTypeFlows:output_type -> timeshard.v1.SetTypeFlowsResponse
+	85,  // 189: timeshard.v1.AdminService.ListTypes:output_type -> timeshard.v1.ListTypesResponse
+	91,  // 190: timeshard.v1.PeerService.Land:output_type -> timeshard.v1.LandResponse
+	88,  // 191: timeshard.v1.PeerService.WaitFinished:output_type -> timeshard.v1.WaitFinishedResponse
+	154, // [154:192] is the sub-list for method output_type
+	116, // [116:154] is the sub-list for method input_type
+	116, // [116:116] is the sub-list for extension type_name
+	116, // [116:116] is the sub-list for extension extendee
+	0,   // [0:116] is the sub-list for field type_name
 }
 
 func init() { file_timeshard_v1_timeshard_proto_init() }
@@ -7084,14 +7461,14 @@ func file_timeshard_v1_timeshard_proto_init() {
 		(*RescheduleJobRequest_Delay)(nil),
 		(*RescheduleJobRequest_RunAt)(nil),
 	}
-	file_timeshard_v1_timeshard_proto_msgTypes[75].OneofWrappers = []any{}
+	file_timeshard_v1_timeshard_proto_msgTypes[78].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_timeshard_v1_timeshard_proto_rawDesc), len(file_timeshard_v1_timeshard_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   86,
+			NumMessages:   89,
 			NumExtensions: 0,
 			NumServices:   4,
 		},

@@ -42,6 +42,7 @@ const (
 	JobService_ListScheduleRevisions_FullMethodName = "/timeshard.v1.JobService/ListScheduleRevisions"
 	JobService_GetScheduleRevision_FullMethodName   = "/timeshard.v1.JobService/GetScheduleRevision"
 	JobService_RollbackSchedule_FullMethodName      = "/timeshard.v1.JobService/RollbackSchedule"
+	JobService_ExplainOccurrence_FullMethodName     = "/timeshard.v1.JobService/ExplainOccurrence"
 )
 
 // JobServiceClient is the client API for JobService service.
@@ -79,6 +80,8 @@ type JobServiceClient interface {
 	// (its revision field is the new revision). A deleted schedule: FAILED_PRECONDITION, nothing
 	// changed (create it again; its revisions go on).
 	RollbackSchedule(ctx context.Context, in *RollbackScheduleRequest, opts ...grpc.CallOption) (*Schedule, error)
+	// Why an occurrence ran or did not: `timeshard why`.
+	ExplainOccurrence(ctx context.Context, in *ExplainOccurrenceRequest, opts ...grpc.CallOption) (*ExplainOccurrenceResponse, error)
 }
 
 type jobServiceClient struct {
@@ -308,6 +311,16 @@ func (c *jobServiceClient) RollbackSchedule(ctx context.Context, in *RollbackSch
 	return out, nil
 }
 
+func (c *jobServiceClient) ExplainOccurrence(ctx context.Context, in *ExplainOccurrenceRequest, opts ...grpc.CallOption) (*ExplainOccurrenceResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ExplainOccurrenceResponse)
+	err := c.cc.Invoke(ctx, JobService_ExplainOccurrence_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // JobServiceServer is the server API for JobService service.
 // All implementations must embed UnimplementedJobServiceServer
 // for forward compatibility.
@@ -343,6 +356,8 @@ type JobServiceServer interface {
 	// (its revision field is the new revision). A deleted schedule: FAILED_PRECONDITION, nothing
 	// changed (create it again; its revisions go on).
 	RollbackSchedule(context.Context, *RollbackScheduleRequest) (*Schedule, error)
+	// Why an occurrence ran or did not: `timeshard why`.
+	ExplainOccurrence(context.Context, *ExplainOccurrenceRequest) (*ExplainOccurrenceResponse, error)
 	mustEmbedUnimplementedJobServiceServer()
 }
 
@@ -415,6 +430,9 @@ func (UnimplementedJobServiceServer) GetScheduleRevision(context.Context, *GetSc
 }
 func (UnimplementedJobServiceServer) RollbackSchedule(context.Context, *RollbackScheduleRequest) (*Schedule, error) {
 	return nil, status.Error(codes.Unimplemented, "method RollbackSchedule not implemented")
+}
+func (UnimplementedJobServiceServer) ExplainOccurrence(context.Context, *ExplainOccurrenceRequest) (*ExplainOccurrenceResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ExplainOccurrence not implemented")
 }
 func (UnimplementedJobServiceServer) mustEmbedUnimplementedJobServiceServer() {}
 func (UnimplementedJobServiceServer) testEmbeddedByValue()                    {}
@@ -808,6 +826,24 @@ func _JobService_RollbackSchedule_Handler(srv interface{}, ctx context.Context, 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _JobService_ExplainOccurrence_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ExplainOccurrenceRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(JobServiceServer).ExplainOccurrence(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: JobService_ExplainOccurrence_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(JobServiceServer).ExplainOccurrence(ctx, req.(*ExplainOccurrenceRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // JobService_ServiceDesc is the grpc.ServiceDesc for JobService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -894,6 +930,10 @@ var JobService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "RollbackSchedule",
 			Handler:    _JobService_RollbackSchedule_Handler,
+		},
+		{
+			MethodName: "ExplainOccurrence",
+			Handler:    _JobService_ExplainOccurrence_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

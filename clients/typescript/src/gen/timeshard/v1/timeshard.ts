@@ -573,6 +573,82 @@ export interface WaitJobsResponse {
 }
 
 /**
+ * One decision of the occurrence ledger, written with the schedule's conditional update that
+ * made it: for one nominal occurrence, or a run of them decided alike (count > 1, nominal to
+ * last). Kept for the ledger retention (`timeshard server --ledger-retention-days`, default 30).
+ */
+export interface LedgerEntry {
+  scheduleId: string;
+  /** the cron time, before spread and jitter */
+  nominal:
+    | Date
+    | undefined;
+  /** the last of a run (count > 1); unset for one */
+  last: Date | undefined;
+  count: number;
+  /** created, caught_up, queued, skipped_overlap, missed_skipped or paused */
+  reason: string;
+  /** the occurrence's job (created, caught_up); "" for the others */
+  jobId: string;
+  /** when that job runs (spread offset, jitter) */
+  runAt:
+    | Date
+    | undefined;
+  /** the revision of the schedule that decided */
+  revision: number;
+  /** the node that decided ... */
+  node: string;
+  /** ... under this epoch of the schedule's shard */
+  epoch: number;
+  decidedAt:
+    | Date
+    | undefined;
+  /** why, in words: the DST rule applied, spread, policy numbers */
+  notes: string[];
+}
+
+/**
+ * Either job_id (any job; for a schedule's occurrence, its occurrence's chain) or schedule_id
+ * and at (the occurrence of that schedule at that instant), not both (INVALID_ARGUMENT).
+ * - An unknown schedule or job is NOT_FOUND naming it.
+ * - A time that is no occurrence of the schedule: found = false, with the nearest ones.
+ * - recent (0-200): also the schedule's latest ledger entries, newest first: those at or
+ *   before `at` (without `at`: now), so that a caller can page back with an earlier `at`.
+ */
+export interface ExplainOccurrenceRequest {
+  scheduleId: string;
+  at: Date | undefined;
+  jobId: string;
+  recent: number;
+}
+
+export interface ExplainOccurrenceResponse {
+  /** "" for a job that is no schedule's occurrence */
+  scheduleId: string;
+  nominal:
+    | Date
+    | undefined;
+  /** in the schedule's time zone, with its offset */
+  nominalLocal: string;
+  timezone: string;
+  /** the time is an occurrence (or has a ledger entry) */
+  found: boolean;
+  /** the decision covering it; unset if none is recorded */
+  entry:
+    | LedgerEntry
+    | undefined;
+  /** the occurrence's job as stored now: its attempts and outcome */
+  job:
+    | Job
+    | undefined;
+  /** the chain of decisions, in words */
+  steps: string[];
+  /** occurrences around a time that is none */
+  nearest: Date[];
+  recent: LedgerEntry[];
+}
+
+/**
  * One revision of a schedule: what a person did, and the schedule as it was right after (for
  * a delete, as it was when deleted). A schedule keeps its newest 100 revisions, also once
  * deleted.
@@ -5181,6 +5257,641 @@ export const WaitJobsResponse: MessageFns<WaitJobsResponse> = {
   fromPartial<I extends Exact<DeepPartial<WaitJobsResponse>, I>>(object: I): WaitJobsResponse {
     const message = createBaseWaitJobsResponse();
     message.job = (object.job !== undefined && object.job !== null) ? Job.fromPartial(object.job) : undefined;
+    return message;
+  },
+};
+
+function createBaseLedgerEntry(): LedgerEntry {
+  return {
+    scheduleId: "",
+    nominal: undefined,
+    last: undefined,
+    count: 0,
+    reason: "",
+    jobId: "",
+    runAt: undefined,
+    revision: 0,
+    node: "",
+    epoch: 0,
+    decidedAt: undefined,
+    notes: [],
+  };
+}
+
+export const LedgerEntry: MessageFns<LedgerEntry> = {
+  encode(message: LedgerEntry, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.scheduleId !== "") {
+      writer.uint32(10).string(message.scheduleId);
+    }
+    if (message.nominal !== undefined) {
+      Timestamp.encode(toTimestamp(message.nominal), writer.uint32(18).fork()).join();
+    }
+    if (message.last !== undefined) {
+      Timestamp.encode(toTimestamp(message.last), writer.uint32(26).fork()).join();
+    }
+    if (message.count !== 0) {
+      writer.uint32(32).int64(message.count);
+    }
+    if (message.reason !== "") {
+      writer.uint32(42).string(message.reason);
+    }
+    if (message.jobId !== "") {
+      writer.uint32(50).string(message.jobId);
+    }
+    if (message.runAt !== undefined) {
+      Timestamp.encode(toTimestamp(message.runAt), writer.uint32(58).fork()).join();
+    }
+    if (message.revision !== 0) {
+      writer.uint32(64).int64(message.revision);
+    }
+    if (message.node !== "") {
+      writer.uint32(74).string(message.node);
+    }
+    if (message.epoch !== 0) {
+      writer.uint32(80).int64(message.epoch);
+    }
+    if (message.decidedAt !== undefined) {
+      Timestamp.encode(toTimestamp(message.decidedAt), writer.uint32(90).fork()).join();
+    }
+    for (const v of message.notes) {
+      writer.uint32(98).string(v!);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): LedgerEntry {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseLedgerEntry();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.scheduleId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.nominal = fromTimestamp(Timestamp.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.last = fromTimestamp(Timestamp.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.count = longToNumber(reader.int64());
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.reason = reader.string();
+            continue;
+          }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.jobId = reader.string();
+            continue;
+          }
+          case 7: {
+            if (tag !== 58) {
+              break;
+            }
+
+            message.runAt = fromTimestamp(Timestamp.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 8: {
+            if (tag !== 64) {
+              break;
+            }
+
+            message.revision = longToNumber(reader.int64());
+            continue;
+          }
+          case 9: {
+            if (tag !== 74) {
+              break;
+            }
+
+            message.node = reader.string();
+            continue;
+          }
+          case 10: {
+            if (tag !== 80) {
+              break;
+            }
+
+            message.epoch = longToNumber(reader.int64());
+            continue;
+          }
+          case 11: {
+            if (tag !== 90) {
+              break;
+            }
+
+            message.decidedAt = fromTimestamp(Timestamp.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 12: {
+            if (tag !== 98) {
+              break;
+            }
+
+            message.notes.push(reader.string());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): LedgerEntry {
+    return {
+      scheduleId: isSet(object.scheduleId)
+        ? globalThis.String(object.scheduleId)
+        : isSet(object.schedule_id)
+        ? globalThis.String(object.schedule_id)
+        : "",
+      nominal: isSet(object.nominal) ? fromJsonTimestamp(object.nominal) : undefined,
+      last: isSet(object.last) ? fromJsonTimestamp(object.last) : undefined,
+      count: isSet(object.count) ? globalThis.Number(object.count) : 0,
+      reason: isSet(object.reason) ? globalThis.String(object.reason) : "",
+      jobId: isSet(object.jobId)
+        ? globalThis.String(object.jobId)
+        : isSet(object.job_id)
+        ? globalThis.String(object.job_id)
+        : "",
+      runAt: isSet(object.runAt)
+        ? fromJsonTimestamp(object.runAt)
+        : isSet(object.run_at)
+        ? fromJsonTimestamp(object.run_at)
+        : undefined,
+      revision: isSet(object.revision) ? globalThis.Number(object.revision) : 0,
+      node: isSet(object.node) ? globalThis.String(object.node) : "",
+      epoch: isSet(object.epoch) ? globalThis.Number(object.epoch) : 0,
+      decidedAt: isSet(object.decidedAt)
+        ? fromJsonTimestamp(object.decidedAt)
+        : isSet(object.decided_at)
+        ? fromJsonTimestamp(object.decided_at)
+        : undefined,
+      notes: globalThis.Array.isArray(object?.notes)
+        ? object.notes.map((e: any) => globalThis.String(e))
+        : [],
+    };
+  },
+
+  toJSON(message: LedgerEntry): unknown {
+    const obj: any = {};
+    if (message.scheduleId !== "") {
+      obj.scheduleId = message.scheduleId;
+    }
+    if (message.nominal !== undefined) {
+      obj.nominal = message.nominal.toISOString();
+    }
+    if (message.last !== undefined) {
+      obj.last = message.last.toISOString();
+    }
+    if (message.count !== 0) {
+      obj.count = Math.round(message.count);
+    }
+    if (message.reason !== "") {
+      obj.reason = message.reason;
+    }
+    if (message.jobId !== "") {
+      obj.jobId = message.jobId;
+    }
+    if (message.runAt !== undefined) {
+      obj.runAt = message.runAt.toISOString();
+    }
+    if (message.revision !== 0) {
+      obj.revision = Math.round(message.revision);
+    }
+    if (message.node !== "") {
+      obj.node = message.node;
+    }
+    if (message.epoch !== 0) {
+      obj.epoch = Math.round(message.epoch);
+    }
+    if (message.decidedAt !== undefined) {
+      obj.decidedAt = message.decidedAt.toISOString();
+    }
+    if (message.notes?.length) {
+      obj.notes = message.notes;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<LedgerEntry>, I>>(base?: I): LedgerEntry {
+    return LedgerEntry.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<LedgerEntry>, I>>(object: I): LedgerEntry {
+    const message = createBaseLedgerEntry();
+    message.scheduleId = object.scheduleId ?? "";
+    message.nominal = object.nominal ?? undefined;
+    message.last = object.last ?? undefined;
+    message.count = object.count ?? 0;
+    message.reason = object.reason ?? "";
+    message.jobId = object.jobId ?? "";
+    message.runAt = object.runAt ?? undefined;
+    message.revision = object.revision ?? 0;
+    message.node = object.node ?? "";
+    message.epoch = object.epoch ?? 0;
+    message.decidedAt = object.decidedAt ?? undefined;
+    message.notes = object.notes?.map((e) => e) || [];
+    return message;
+  },
+};
+
+function createBaseExplainOccurrenceRequest(): ExplainOccurrenceRequest {
+  return { scheduleId: "", at: undefined, jobId: "", recent: 0 };
+}
+
+export const ExplainOccurrenceRequest: MessageFns<ExplainOccurrenceRequest> = {
+  encode(message: ExplainOccurrenceRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.scheduleId !== "") {
+      writer.uint32(10).string(message.scheduleId);
+    }
+    if (message.at !== undefined) {
+      Timestamp.encode(toTimestamp(message.at), writer.uint32(18).fork()).join();
+    }
+    if (message.jobId !== "") {
+      writer.uint32(26).string(message.jobId);
+    }
+    if (message.recent !== 0) {
+      writer.uint32(32).int32(message.recent);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ExplainOccurrenceRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseExplainOccurrenceRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.scheduleId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.at = fromTimestamp(Timestamp.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.jobId = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.recent = reader.int32();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ExplainOccurrenceRequest {
+    return {
+      scheduleId: isSet(object.scheduleId)
+        ? globalThis.String(object.scheduleId)
+        : isSet(object.schedule_id)
+        ? globalThis.String(object.schedule_id)
+        : "",
+      at: isSet(object.at) ? fromJsonTimestamp(object.at) : undefined,
+      jobId: isSet(object.jobId)
+        ? globalThis.String(object.jobId)
+        : isSet(object.job_id)
+        ? globalThis.String(object.job_id)
+        : "",
+      recent: isSet(object.recent) ? globalThis.Number(object.recent) : 0,
+    };
+  },
+
+  toJSON(message: ExplainOccurrenceRequest): unknown {
+    const obj: any = {};
+    if (message.scheduleId !== "") {
+      obj.scheduleId = message.scheduleId;
+    }
+    if (message.at !== undefined) {
+      obj.at = message.at.toISOString();
+    }
+    if (message.jobId !== "") {
+      obj.jobId = message.jobId;
+    }
+    if (message.recent !== 0) {
+      obj.recent = Math.round(message.recent);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<ExplainOccurrenceRequest>, I>>(base?: I): ExplainOccurrenceRequest {
+    return ExplainOccurrenceRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ExplainOccurrenceRequest>, I>>(object: I): ExplainOccurrenceRequest {
+    const message = createBaseExplainOccurrenceRequest();
+    message.scheduleId = object.scheduleId ?? "";
+    message.at = object.at ?? undefined;
+    message.jobId = object.jobId ?? "";
+    message.recent = object.recent ?? 0;
+    return message;
+  },
+};
+
+function createBaseExplainOccurrenceResponse(): ExplainOccurrenceResponse {
+  return {
+    scheduleId: "",
+    nominal: undefined,
+    nominalLocal: "",
+    timezone: "",
+    found: false,
+    entry: undefined,
+    job: undefined,
+    steps: [],
+    nearest: [],
+    recent: [],
+  };
+}
+
+export const ExplainOccurrenceResponse: MessageFns<ExplainOccurrenceResponse> = {
+  encode(message: ExplainOccurrenceResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.scheduleId !== "") {
+      writer.uint32(10).string(message.scheduleId);
+    }
+    if (message.nominal !== undefined) {
+      Timestamp.encode(toTimestamp(message.nominal), writer.uint32(18).fork()).join();
+    }
+    if (message.nominalLocal !== "") {
+      writer.uint32(26).string(message.nominalLocal);
+    }
+    if (message.timezone !== "") {
+      writer.uint32(34).string(message.timezone);
+    }
+    if (message.found !== false) {
+      writer.uint32(40).bool(message.found);
+    }
+    if (message.entry !== undefined) {
+      LedgerEntry.encode(message.entry, writer.uint32(50).fork()).join();
+    }
+    if (message.job !== undefined) {
+      Job.encode(message.job, writer.uint32(58).fork()).join();
+    }
+    for (const v of message.steps) {
+      writer.uint32(66).string(v!);
+    }
+    for (const v of message.nearest) {
+      Timestamp.encode(toTimestamp(v!), writer.uint32(74).fork()).join();
+    }
+    for (const v of message.recent) {
+      LedgerEntry.encode(v!, writer.uint32(82).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ExplainOccurrenceResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseExplainOccurrenceResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.scheduleId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.nominal = fromTimestamp(Timestamp.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.nominalLocal = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.timezone = reader.string();
+            continue;
+          }
+          case 5: {
+            if (tag !== 40) {
+              break;
+            }
+
+            message.found = reader.bool();
+            continue;
+          }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.entry = LedgerEntry.decode(reader, reader.uint32());
+            continue;
+          }
+          case 7: {
+            if (tag !== 58) {
+              break;
+            }
+
+            message.job = Job.decode(reader, reader.uint32());
+            continue;
+          }
+          case 8: {
+            if (tag !== 66) {
+              break;
+            }
+
+            message.steps.push(reader.string());
+            continue;
+          }
+          case 9: {
+            if (tag !== 74) {
+              break;
+            }
+
+            message.nearest.push(fromTimestamp(Timestamp.decode(reader, reader.uint32())));
+            continue;
+          }
+          case 10: {
+            if (tag !== 82) {
+              break;
+            }
+
+            message.recent.push(LedgerEntry.decode(reader, reader.uint32()));
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ExplainOccurrenceResponse {
+    return {
+      scheduleId: isSet(object.scheduleId)
+        ? globalThis.String(object.scheduleId)
+        : isSet(object.schedule_id)
+        ? globalThis.String(object.schedule_id)
+        : "",
+      nominal: isSet(object.nominal) ? fromJsonTimestamp(object.nominal) : undefined,
+      nominalLocal: isSet(object.nominalLocal)
+        ? globalThis.String(object.nominalLocal)
+        : isSet(object.nominal_local)
+        ? globalThis.String(object.nominal_local)
+        : "",
+      timezone: isSet(object.timezone) ? globalThis.String(object.timezone) : "",
+      found: isSet(object.found) ? globalThis.Boolean(object.found) : false,
+      entry: isSet(object.entry) ? LedgerEntry.fromJSON(object.entry) : undefined,
+      job: isSet(object.job) ? Job.fromJSON(object.job) : undefined,
+      steps: globalThis.Array.isArray(object?.steps) ? object.steps.map((e: any) => globalThis.String(e)) : [],
+      nearest: globalThis.Array.isArray(object?.nearest) ? object.nearest.map((e: any) => fromJsonTimestamp(e)) : [],
+      recent: globalThis.Array.isArray(object?.recent) ? object.recent.map((e: any) => LedgerEntry.fromJSON(e)) : [],
+    };
+  },
+
+  toJSON(message: ExplainOccurrenceResponse): unknown {
+    const obj: any = {};
+    if (message.scheduleId !== "") {
+      obj.scheduleId = message.scheduleId;
+    }
+    if (message.nominal !== undefined) {
+      obj.nominal = message.nominal.toISOString();
+    }
+    if (message.nominalLocal !== "") {
+      obj.nominalLocal = message.nominalLocal;
+    }
+    if (message.timezone !== "") {
+      obj.timezone = message.timezone;
+    }
+    if (message.found !== false) {
+      obj.found = message.found;
+    }
+    if (message.entry !== undefined) {
+      obj.entry = LedgerEntry.toJSON(message.entry);
+    }
+    if (message.job !== undefined) {
+      obj.job = Job.toJSON(message.job);
+    }
+    if (message.steps?.length) {
+      obj.steps = message.steps;
+    }
+    if (message.nearest?.length) {
+      obj.nearest = message.nearest.map((e) => e.toISOString());
+    }
+    if (message.recent?.length) {
+      obj.recent = message.recent.map((e) => LedgerEntry.toJSON(e));
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<ExplainOccurrenceResponse>, I>>(base?: I): ExplainOccurrenceResponse {
+    return ExplainOccurrenceResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ExplainOccurrenceResponse>, I>>(object: I): ExplainOccurrenceResponse {
+    const message = createBaseExplainOccurrenceResponse();
+    message.scheduleId = object.scheduleId ?? "";
+    message.nominal = object.nominal ?? undefined;
+    message.nominalLocal = object.nominalLocal ?? "";
+    message.timezone = object.timezone ?? "";
+    message.found = object.found ?? false;
+    message.entry = (object.entry !== undefined && object.entry !== null)
+      ? LedgerEntry.fromPartial(object.entry)
+      : undefined;
+    message.job = (object.job !== undefined && object.job !== null) ? Job.fromPartial(object.job) : undefined;
+    message.steps = object.steps?.map((e) => e) || [];
+    message.nearest = object.nearest?.map((e) => e) || [];
+    message.recent = object.recent?.map((e) => LedgerEntry.fromPartial(e)) || [];
     return message;
   },
 };
@@ -12071,6 +12782,18 @@ export const JobServiceService = {
     responseSerialize: (value: Schedule): Buffer => Buffer.from(Schedule.encode(value).finish()),
     responseDeserialize: (value: Buffer): Schedule => Schedule.decode(value),
   },
+  /** Why an occurrence ran or did not: `timeshard why`. */
+  explainOccurrence: {
+    path: "/timeshard.v1.JobService/ExplainOccurrence" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: ExplainOccurrenceRequest): Buffer =>
+      Buffer.from(ExplainOccurrenceRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): ExplainOccurrenceRequest => ExplainOccurrenceRequest.decode(value),
+    responseSerialize: (value: ExplainOccurrenceResponse): Buffer =>
+      Buffer.from(ExplainOccurrenceResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): ExplainOccurrenceResponse => ExplainOccurrenceResponse.decode(value),
+  },
 } as const;
 
 export interface JobServiceServer extends UntypedServiceImplementation {
@@ -12111,6 +12834,8 @@ export interface JobServiceServer extends UntypedServiceImplementation {
    * changed (create it again; its revisions go on).
    */
   rollbackSchedule: handleUnaryCall<RollbackScheduleRequest, Schedule>;
+  /** Why an occurrence ran or did not: `timeshard why`. */
+  explainOccurrence: handleUnaryCall<ExplainOccurrenceRequest, ExplainOccurrenceResponse>;
 }
 
 export interface JobServiceClient extends Client {
@@ -12429,6 +13154,22 @@ export interface JobServiceClient extends Client {
     metadata: Metadata,
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: Schedule) => void,
+  ): ClientUnaryCall;
+  /** Why an occurrence ran or did not: `timeshard why`. */
+  explainOccurrence(
+    request: ExplainOccurrenceRequest,
+    callback: (error: ServiceError | null, response: ExplainOccurrenceResponse) => void,
+  ): ClientUnaryCall;
+  explainOccurrence(
+    request: ExplainOccurrenceRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: ExplainOccurrenceResponse) => void,
+  ): ClientUnaryCall;
+  explainOccurrence(
+    request: ExplainOccurrenceRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: ExplainOccurrenceResponse) => void,
   ): ClientUnaryCall;
 }
 

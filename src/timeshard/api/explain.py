@@ -1,0 +1,78 @@
+"""``JobService.ExplainOccurrence``: the request checked, the node's ``Explainer`` asked, its
+answer as the reply (``timeshard why``)."""
+
+from __future__ import annotations
+
+from timeshard.errors import InvalidArgument
+from timeshard.ledger import LedgerRow
+from timeshard.limits import MAX_RUN_AT_MS
+from timeshard.model import validate_job_id
+from timeshard.node.why import RECENT_LIMIT, Explainer, Explanation
+from timeshard.v1 import timeshard_pb2 as pb
+from timeshard.wire import job_to_pb, ts, ts_ms
+
+
+def ledger_to_pb(r: LedgerRow) -> pb.LedgerEntry:
+    msg = pb.LedgerEntry(
+        schedule_id=r.schedule_id,
+        nominal=ts(r.nominal),
+        count=r.count,
+        reason=r.reason.value,
+        job_id=r.job_id,
+        revision=r.revision,
+        node=r.node,
+        epoch=r.epoch,
+        decided_at=ts(r.decided_at),
+        notes=list(r.notes),
+    )
+    if r.last:
+        msg.last.CopyFrom(ts(r.last))
+    if r.run_at:
+        msg.run_at.CopyFrom(ts(r.run_at))
+    return msg
+
+
+def explanation_to_pb(e: Explanation, recent: list[LedgerRow]) -> pb.ExplainOccurrenceResponse:
+    msg = pb.ExplainOccurrenceResponse(
+        schedule_id=e.schedule_id,
+        nominal_local=e.nominal_local,
+        timezone=e.timezone,
+        found=e.found,
+        steps=list(e.steps),
+        nearest=[ts(t) for t in e.nearest],
+        recent=[ledger_to_pb(r) for r in recent],
+    )
+    if e.nominal:
+        msg.nominal.CopyFrom(ts(e.nominal))
+    if e.row is not None:
+        msg.entry.CopyFrom(ledger_to_pb(e.row))
+    if e.job is not None:
+        msg.job.CopyFrom(job_to_pb(e.job))
+    return msg
+
+
+async def explain(
+    explainer: Explainer, request: pb.ExplainOccurrenceRequest
+) -> pb.ExplainOccurrenceResponse:
+    if not 0 <= request.recent <= RECENT_LIMIT:
+        raise InvalidArgument("recent", f"must be 0-{RECENT_LIMIT}, got {request.recent}")
+    at = ts_ms(request.at) if request.HasField("at") else None
+    if at is not None and not 0 <= at <= MAX_RUN_AT_MS:
+        raise InvalidArgument("at", "must be between 1970 and 9999")
+    if request.job_id:
+        if request.schedule_id or at is not None:
+            raise InvalidArgument("job_id", "give a job id, or a schedule id and a time: not both")
+        e = await explainer.job(validate_job_id(request.job_id))
+    elif request.schedule_id:
+        if at is None:
+            raise InvalidArgument("at", "give the time of the occurrence to explain")
+        e = await explainer.occurrence(request.schedule_id, at)
+    else:
+        raise InvalidArgument("schedule_id", "give a job id, or a schedule id and a time")
+    until = at
+    recent = (
+        await explainer.recent(e.schedule_id, request.recent, until)
+        if request.recent and e.schedule_id
+        else []
+    )
+    return explanation_to_pb(e, recent)
