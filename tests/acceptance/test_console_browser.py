@@ -192,6 +192,12 @@ def test_search_open_a_traceback_replay_and_live(
     )
     assert audit[0]["action"] == "replay" and audit[0]["target"] == failing
 
+    # Workers: the dev node's own worker, connected by its stream, with its types.
+    page.goto(f"{dev.http}/console/workers")
+    row = page.inner_text("#connected tbody tr:first-child")
+    assert "demo.fail" in row and "stream since" in row
+    shoot(browser, page.url, shots, f"workers-{kind}", ctx.cookies())
+
     # Live: the overview's numbers are pushed (server-sent events) about every second.
     page.goto(f"{dev.http}/console/")
     first = page.inner_text("#live-body .fact.muted")

@@ -277,7 +277,7 @@ async def test_a_schedule_page_shows_dst_notes_and_pause_and_run_now_work(tmp_pa
 def test_the_console_stays_off_beyond_loopback_without_insecure(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    server = SimpleNamespace(security=SimpleNamespace(auth=None))
+    server = SimpleNamespace(security=SimpleNamespace(auth=None), live_asker=lambda: None)
 
     def args(host: str, insecure: bool = False) -> argparse.Namespace:
         return argparse.Namespace(metrics_host=host, insecure=insecure, audit_log="", data="d")

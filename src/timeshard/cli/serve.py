@@ -316,7 +316,11 @@ def _console(server: Server, args: argparse.Namespace) -> ConsoleSettings | None
     path = args.audit_log or (
         str(Path(args.data) / "audit.jsonl") if getattr(args, "data", "") else ""
     )
-    return ConsoleSettings(auth=server.security.auth, audit_path=Path(path) if path else None)
+    return ConsoleSettings(
+        auth=server.security.auth,
+        audit_path=Path(path) if path else None,
+        peers=server.live_asker,
+    )
 
 
 async def _http(

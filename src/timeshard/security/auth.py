@@ -117,6 +117,7 @@ METHOD_ROLES: dict[str, Role] = {
     # Between nodes: a hint that changes nothing stored (``timeshard.api.peers``).
     _PEERS + "Land": Role.WORKER,
     _PEERS + "WaitFinished": Role.WORKER,
+    _PEERS + "Live": Role.WORKER,
 }
 """Each RPC of ``timeshard.v1`` and the role it needs (``admin`` passes every check)."""
 

@@ -418,6 +418,11 @@ class PeerServiceStub:
     workers report there) rather than re-reading the store each second; a wait asked here is
     a hint too: the asker still re-reads, so a lost answer costs that wait.
     """
+    Live: _grpc.UnaryUnaryMultiCallable[_timeshard_pb2.LiveRequest, _timeshard_pb2.LiveResponse]
+    """What the node keeps in memory for the operator console: its counters, schedule-to-start,
+    jobs waiting, the workers connected to it. No store read: a node with a console open asks
+    each of its peers about once a second, to show the whole cluster's live numbers.
+    """
 
 @_typing.type_check_only
 class PeerServiceAsyncStub(PeerServiceStub):
@@ -436,6 +441,11 @@ class PeerServiceAsyncStub(PeerServiceStub):
     after `timeout`. A node serving WaitJobs for jobs another node dispatches asks that node (whose
     workers report there) rather than re-reading the store each second; a wait asked here is
     a hint too: the asker still re-reads, so a lost answer costs that wait.
+    """
+    Live: _aio.UnaryUnaryMultiCallable[_timeshard_pb2.LiveRequest, _timeshard_pb2.LiveResponse]  # type: ignore[assignment]
+    """What the node keeps in memory for the operator console: its counters, schedule-to-start,
+    jobs waiting, the workers connected to it. No store read: a node with a console open asks
+    each of its peers about once a second, to show the whole cluster's live numbers.
     """
 
 class PeerServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -464,6 +474,17 @@ class PeerServiceServicer(metaclass=_abc_1.ABCMeta):
         after `timeout`. A node serving WaitJobs for jobs another node dispatches asks that node (whose
         workers report there) rather than re-reading the store each second; a wait asked here is
         a hint too: the asker still re-reads, so a lost answer costs that wait.
+        """
+
+    @_abc_1.abstractmethod
+    def Live(
+        self,
+        request: _timeshard_pb2.LiveRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_timeshard_pb2.LiveResponse, _abc.Awaitable[_timeshard_pb2.LiveResponse]]:
+        """What the node keeps in memory for the operator console: its counters, schedule-to-start,
+        jobs waiting, the workers connected to it. No store read: a node with a console open asks
+        each of its peers about once a second, to show the whole cluster's live numbers.
         """
 
 def add_PeerServiceServicer_to_server(servicer: PeerServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

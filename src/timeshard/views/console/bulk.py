@@ -32,7 +32,9 @@ async def cancel(node: Node, job: Job) -> object:
 
 
 async def run_now(node: Node, job: Job) -> object:
-    return await node.jobs.reschedule(job.job_id, node.clock.now_ms())
+    done = await node.jobs.reschedule(job.job_id, node.clock.now_ms())
+    node.metrics.retry_waits.left(job.job_id)  # due now: no longer backing off
+    return done
 
 
 async def replay(node: Node, job: Job) -> object:

@@ -421,12 +421,18 @@ class Handlers(PageBase):
             by_worker: dict[str, list[Job]] = {}
             for job in running.jobs:
                 by_worker.setdefault(job.lease_owner or "?", []).append(job)
+            sample = await self.c.sampler.refresh()
+            lives = sorted(self.c.sampler.lives.values(), key=lambda live: live.node_id)
             return self._page(
                 request,
                 "workers.html",
                 who=who,
                 section="workers",
+                connected=[(live.node_id, w) for live in lives for w in live.workers],
+                nodes=sample.nodes,
+                note=sample.note,
                 by_worker=sorted(by_worker.items()),
+                running=by_worker,
                 running_total=running.total,
                 polled=node.polled.seen(),
                 now_s=node.clock.monotonic(),
