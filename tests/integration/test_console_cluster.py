@@ -2,7 +2,7 @@
 nodes and their shards, sums both nodes' live numbers (asked over gRPC, ``PeerService.Live``),
 lists the workers connected to the other node, finds a job scheduled through the other node, a
 type paused and rate-limited through it holds on the other node within 2 s (its refresh of the
-stored settings)."""
+stored settings), and the action is in the audit the other node reads from the store."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from timeshard.node import JobSpec, Node
 from timeshard.server import Server
 from timeshard.store.cassandra import CassandraStore
 from timeshard.views.console.app import ConsoleSettings, build
+from timeshard.views.console.audit import AuditLog
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -120,6 +121,12 @@ async def test_one_nodes_console_sees_and_steers_the_cluster(
 
             took = await wait_for(b_rate, 5, "b to take the rate")
             assert took <= 2.5, f"the rate reached the other node after {took:.1f} s"
+
+            audit = await AuditLog(b.store, b.clock).read()  # the other node, from the store
+            assert [(e.action, e.target, e.node) for e in audit[:2]] == [
+                ("type-limits", TYPE, "node-a"),
+                ("type-pause", TYPE, "node-a"),
+            ]
     finally:
         parts.stop()
         await server_b.stop(0)

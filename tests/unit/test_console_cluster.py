@@ -1,6 +1,6 @@
 """The console shows the whole cluster whichever node it is opened on: live numbers summed over
-the nodes' own (``PeerService.Live``, no store read), the workers connected to every node, and
-the jobs backing off for a retry."""
+the nodes' own (``PeerService.Live``, no store read), the workers connected to every node, the
+jobs backing off for a retry, and the audit of every node's actions from the store."""
 
 from __future__ import annotations
 
@@ -32,6 +32,7 @@ from timeshard.testing.waits import wait_until
 from timeshard.v1 import timeshard_pb2 as pb
 from timeshard.v1 import timeshard_pb2_grpc as pb_grpc
 from timeshard.views.console.app import ConsoleSettings, build
+from timeshard.views.console.audit import AuditEntry, AuditLog
 from timeshard.views.console.live import Sampler
 from timeshard.views.nodelive import AskLive, NodeLive, node_live
 from timeshard.wire import dur
@@ -257,3 +258,27 @@ async def test_workers_connect_by_stream_and_claim_and_peers_ask_for_them_over_g
                 lambda: all(not w.stream for w in node.workers.rows()), what="stream gone"
             )
     assert required_role("/timeshard.v1.PeerService/Live") is Role.WORKER
+    assert required_role("/timeshard.v1.AdminService/ListAudit") is Role.ADMIN
+
+
+async def test_the_audit_is_the_clusters_from_the_store(tmp_path: Path) -> None:
+    async with two_nodes(tmp_path) as (a, b, clock):
+        on_a = AuditLog(a.store, a.clock, tmp_path / "a.jsonl")
+        on_b = AuditLog(b.store, b.clock)
+        for log, node, n in ((on_a, "a", 1), (on_b, "b", 2)):
+            await log.append(
+                AuditEntry(
+                    at_ms=clock.now_ms() + n,
+                    who="ann",
+                    role="operator",
+                    action="cancel",
+                    target=f"job-{node}",
+                    count=1,
+                    node=node,
+                )
+            )
+        assert [e.node for e in await on_a.read()] == ["b", "a"]  # newest first, both nodes
+        assert [e.node for e in await on_b.read(1)] == ["b"]
+        assert (tmp_path / "a.jsonl").read_text().count('"node":"a"') == 1  # the extra sink
+        later = FakeClock(clock.now_ms() + 91 * 86_400_000)  # past the 90 days kept
+        assert await AuditLog(a.store, later).read() == []

@@ -95,8 +95,9 @@ def node_options(p: argparse.ArgumentParser, *, shards: int, http_port: int = 0)
         "--audit-log",
         default="",
         metavar="FILE",
-        help="append the console's operator actions to this JSON Lines file (timeshard audit "
-        "FILE prints it; default for dev: audit.jsonl in --data, for server: in memory only)",
+        help="also append the console's operator actions to this JSON Lines file (they are "
+        "written to the store in any case; timeshard audit FILE prints it; default for dev: "
+        "audit.jsonl in --data)",
     )
     p.add_argument(
         "--http-port",

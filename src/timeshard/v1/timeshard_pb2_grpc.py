@@ -1168,6 +1168,11 @@ class AdminServiceStub:
                 request_serializer=timeshard_dot_v1_dot_timeshard__pb2.ListTypesRequest.SerializeToString,
                 response_deserializer=timeshard_dot_v1_dot_timeshard__pb2.ListTypesResponse.FromString,
                 _registered_method=True)
+        self.ListAudit = channel.unary_unary(
+                '/timeshard.v1.AdminService/ListAudit',
+                request_serializer=timeshard_dot_v1_dot_timeshard__pb2.ListAuditRequest.SerializeToString,
+                response_deserializer=timeshard_dot_v1_dot_timeshard__pb2.ListAuditResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServiceServicer:
@@ -1228,6 +1233,13 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListAudit(self, request, context):
+        """The operator actions taken in the console of any node (kept in the store), newest first.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -1270,6 +1282,11 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.ListTypes,
                     request_deserializer=timeshard_dot_v1_dot_timeshard__pb2.ListTypesRequest.FromString,
                     response_serializer=timeshard_dot_v1_dot_timeshard__pb2.ListTypesResponse.SerializeToString,
+            ),
+            'ListAudit': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListAudit,
+                    request_deserializer=timeshard_dot_v1_dot_timeshard__pb2.ListAuditRequest.FromString,
+                    response_serializer=timeshard_dot_v1_dot_timeshard__pb2.ListAuditResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1488,6 +1505,33 @@ class AdminService:
             '/timeshard.v1.AdminService/ListTypes',
             timeshard_dot_v1_dot_timeshard__pb2.ListTypesRequest.SerializeToString,
             timeshard_dot_v1_dot_timeshard__pb2.ListTypesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListAudit(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/timeshard.v1.AdminService/ListAudit',
+            timeshard_dot_v1_dot_timeshard__pb2.ListAuditRequest.SerializeToString,
+            timeshard_dot_v1_dot_timeshard__pb2.ListAuditResponse.FromString,
             options,
             channel_credentials,
             insecure,

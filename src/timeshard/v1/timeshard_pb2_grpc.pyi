@@ -306,6 +306,8 @@ class AdminServiceStub:
     """Every job type with a policy or a flow (stored, or the node's own --types), as the node
     called applies them after reading the store, and its jobs held there.
     """
+    ListAudit: _grpc.UnaryUnaryMultiCallable[_timeshard_pb2.ListAuditRequest, _timeshard_pb2.ListAuditResponse]
+    """The operator actions taken in the console of any node (kept in the store), newest first."""
 
 @_typing.type_check_only
 class AdminServiceAsyncStub(AdminServiceStub):
@@ -328,6 +330,8 @@ class AdminServiceAsyncStub(AdminServiceStub):
     """Every job type with a policy or a flow (stored, or the node's own --types), as the node
     called applies them after reading the store, and its jobs held there.
     """
+    ListAudit: _aio.UnaryUnaryMultiCallable[_timeshard_pb2.ListAuditRequest, _timeshard_pb2.ListAuditResponse]  # type: ignore[assignment]
+    """The operator actions taken in the console of any node (kept in the store), newest first."""
 
 class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -395,6 +399,14 @@ class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
         """Every job type with a policy or a flow (stored, or the node's own --types), as the node
         called applies them after reading the store, and its jobs held there.
         """
+
+    @_abc_1.abstractmethod
+    def ListAudit(
+        self,
+        request: _timeshard_pb2.ListAuditRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_timeshard_pb2.ListAuditResponse, _abc.Awaitable[_timeshard_pb2.ListAuditResponse]]:
+        """The operator actions taken in the console of any node (kept in the store), newest first."""
 
 def add_AdminServiceServicer_to_server(servicer: AdminServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
 

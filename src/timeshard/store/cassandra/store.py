@@ -48,6 +48,8 @@ from timeshard.store.meta import (
 )
 
 READ_BUCKETS_AT_ONCE = 64
+DAY_MS = 86_400_000
+"""The audit's partitions: a UTC day each."""
 """Bucket partitions one ``read_buckets`` request names (``shard IN (...)``)."""
 
 
@@ -401,6 +403,26 @@ class CassandraStore(Store):
     async def type_settings(self, setting: str) -> dict[str, str]:
         rows = await self._conn.rows("select_all_meta", ())
         return type_settings_of(setting, ((r["key"], r["value"]) for r in rows))
+
+    # -- the operator audit ----------------------------------------------------------------
+
+    async def add_audit(self, at_ms: int, entry_id: str, entry: str) -> None:
+        day = at_ms // DAY_MS
+        await self._conn.rows(
+            "insert_audit", (day, at_ms, entry_id, entry, self._jobs.retention.audit_s)
+        )
+
+    async def audit(self, *, now_ms: int, limit: int) -> list[str]:
+        """A day's partition at a time, today's first, back to the oldest kept: an empty
+        audit costs one read per day of its retention (90 by default), a page load's worth."""
+        found: list[str] = []
+        since = now_ms - self._jobs.retention.audit_s * 1000
+        day, oldest = now_ms // DAY_MS, since // DAY_MS
+        while day >= oldest and len(found) < limit:
+            rows = await self._conn.rows("select_audit", (day, since, limit - len(found)))
+            found += [r["entry"] for r in rows]
+            day -= 1
+        return found
 
     # -- shards ---------------------------------------------------------------------------
 

@@ -43,7 +43,7 @@ class ConsoleSettings:
     auth: Authenticator | None = None
     """The node's tokens (None: the console is open, as the gRPC port is)."""
     audit_path: Path | None = None
-    """Where operator actions are appended (None: kept in memory only)."""
+    """A file operator actions are appended to as well as the store (None: the store only)."""
     secret: str = ""
     """Signs session cookies (default: random per process; sessions end with it)."""
     peers: Callable[[], AskLive | None] = no_peers
@@ -65,7 +65,7 @@ def _templates() -> Jinja2Templates:
 
 def build(node: Node, settings: ConsoleSettings) -> tuple[Mount, Console]:
     """The console's routes mounted at ``PREFIX``, and the console (to stop it)."""
-    audit = AuditLog(settings.audit_path)
+    audit = AuditLog(node.store, node.clock, settings.audit_path)
     console = Console(
         node=node,
         access=Access(settings.auth),

@@ -472,7 +472,6 @@ class Handlers(PageBase):
                 who=who,
                 section="audit",
                 entries=entries,
-                durable=self.c.audit.durable,
                 path=str(self.c.audit.path or ""),
             )
 
