@@ -1,6 +1,7 @@
 """The console shows the whole cluster whichever node it is opened on: live numbers summed over
 the nodes' own (``PeerService.Live``, no store read), the workers connected to every node, the
-jobs backing off for a retry, and the audit of every node's actions from the store."""
+jobs backing off for a retry, the audit of every node's actions from the store, and "run now"
+on a schedule counted by its overlap policy."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import random
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import grpc
 import httpx
@@ -15,14 +17,16 @@ import pytest
 from starlette.applications import Starlette
 
 from tests.unit.helpers import START_MS, FixedCoordinator, embedded_server
-from tests.unit.test_console import NoStore
+from tests.unit.test_console import NoStore, csrf_of
 from timeshard.api.live import live_from_pb, live_to_pb
 from timeshard.api.peers import PeerChannels
 from timeshard.clock import FakeClock
 from timeshard.coordinator.base import Member
-from timeshard.model import Job, JobState
+from timeshard.errors import FailedPrecondition
+from timeshard.model import Job, JobState, OverlapPolicy, Schedule
 from timeshard.node import JobSpec, Node, NodeConfig
 from timeshard.node.dispatcher import DispatchConfig
+from timeshard.node.trigger import run_now
 from timeshard.observe.retrying import RetryWaits
 from timeshard.security.auth import Role, required_role
 from timeshard.security.channel import ClientSecurity
@@ -282,3 +286,77 @@ async def test_the_audit_is_the_clusters_from_the_store(tmp_path: Path) -> None:
         assert (tmp_path / "a.jsonl").read_text().count('"node":"a"') == 1  # the extra sink
         later = FakeClock(clock.now_ms() + 91 * 86_400_000)  # past the 90 days kept
         assert await AuditLog(a.store, later).read() == []
+
+
+def occurrence_schedule(overlap: OverlapPolicy, max_concurrent: int = 1) -> Schedule:
+    return Schedule(
+        schedule_id="nightly",
+        shard=0,
+        cron="0 3 * * *",
+        timezone="UTC",
+        job_type="report",
+        overlap=overlap,
+        max_concurrent=max_concurrent,
+        next_fire=0,
+        created_at=0,
+    )
+
+
+async def trigger(node: Node) -> Any:
+    return await run_now(node.store, node.clock, node.schedules, node.jobs, "nightly")
+
+
+@pytest.mark.parametrize(
+    ("overlap", "max_concurrent", "second"),
+    [
+        (OverlapPolicy.SKIP, 1, "overlap policy is skip"),
+        (OverlapPolicy.ALLOW, 2, None),
+        (OverlapPolicy.QUEUE, 1, "queued"),
+    ],
+)
+async def test_run_now_is_counted_by_the_schedules_overlap_policy(
+    tmp_path: Path, overlap: OverlapPolicy, max_concurrent: int, second: str | None
+) -> None:
+    async with two_nodes(tmp_path) as (a, _b, clock):
+        await a.schedules.create(occurrence_schedule(overlap, max_concurrent))
+        first = await trigger(a)
+        stored = await a.schedules.get("nightly")
+        assert first.job_id in stored.active  # a fire now counts it as a run
+        assert (await a.jobs.get(first.job_id)).state is JobState.SCHEDULED
+        clock.advance(0.001)
+        if second is None:  # allow=2: a second run, then no third
+            again = await trigger(a)
+            assert (await a.schedules.get("nightly")).active == (first.job_id, again.job_id)
+            clock.advance(0.001)
+            with pytest.raises(FailedPrecondition, match="max_concurrent \\(2\\)"):
+                await trigger(a)
+        elif second == "queued":
+            queued = await trigger(a)
+            assert queued.queued and (await a.schedules.get("nightly")).queued_at > 0
+            with pytest.raises(FailedPrecondition, match="one run waits already"):
+                await trigger(a)
+        else:
+            with pytest.raises(FailedPrecondition, match=second):
+                await trigger(a)
+        await a.jobs.cancel(first.job_id)  # the first run over: room for another
+        clock.advance(0.001)
+        if second != "queued":
+            assert (await trigger(a)).job_id
+
+
+async def test_the_consoles_run_now_says_why_it_is_refused(tmp_path: Path) -> None:
+    async with two_nodes(tmp_path) as (a, _b, _clock):
+        await a.schedules.create(occurrence_schedule(OverlapPolicy.SKIP))
+        mount, parts = build(a, ConsoleSettings())
+        transport = httpx.ASGITransport(app=Starlette(routes=[mount]))
+        async with httpx.AsyncClient(transport=transport, base_url="http://c") as client:
+            page = await client.get("/console/schedules/nightly")
+            url = "/console/schedules/nightly/trigger"
+            ok = await client.post(url, data={"csrf": csrf_of(page.text)})
+            refused = await client.post(url, data={"csrf": csrf_of(page.text)})
+            audit = [e.action for e in await parts.audit.read()]
+        parts.stop()
+        assert ok.status_code == 303
+        assert refused.status_code == 409
+        assert "its overlap policy is skip: run now would overlap it" in refused.text
+        assert audit == ["schedule-trigger"]  # the refused one changed nothing
