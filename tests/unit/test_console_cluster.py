@@ -5,6 +5,7 @@ on a schedule counted by its overlap policy."""
 
 from __future__ import annotations
 
+import argparse
 import random
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -20,21 +21,23 @@ from tests.unit.helpers import START_MS, FixedCoordinator, embedded_server
 from tests.unit.test_console import NoStore, csrf_of
 from timeshard.api.live import live_from_pb, live_to_pb
 from timeshard.api.peers import PeerChannels
+from timeshard.cli.nodeoptions import secret_file
 from timeshard.clock import FakeClock
 from timeshard.coordinator.base import Member
-from timeshard.errors import FailedPrecondition
+from timeshard.errors import FailedPrecondition, InvalidArgument
 from timeshard.model import Job, JobState, OverlapPolicy, Schedule
 from timeshard.node import JobSpec, Node, NodeConfig
 from timeshard.node.dispatcher import DispatchConfig
 from timeshard.node.trigger import run_now
 from timeshard.observe.retrying import RetryWaits
-from timeshard.security.auth import Role, required_role
+from timeshard.security.auth import Authenticator, Role, required_role
 from timeshard.security.channel import ClientSecurity
 from timeshard.store.base import JobClaim
 from timeshard.store.sqlite import SqliteStore
 from timeshard.testing.waits import wait_until
 from timeshard.v1 import timeshard_pb2 as pb
 from timeshard.v1 import timeshard_pb2_grpc as pb_grpc
+from timeshard.views.console.access import session_secret
 from timeshard.views.console.app import ConsoleSettings, build
 from timeshard.views.console.audit import AuditEntry, AuditLog
 from timeshard.views.console.live import Sampler
@@ -360,3 +363,45 @@ async def test_the_consoles_run_now_says_why_it_is_refused(tmp_path: Path) -> No
         assert refused.status_code == 409
         assert "its overlap policy is skip: run now would overlap it" in refused.text
         assert audit == ["schedule-trigger"]  # the refused one changed nothing
+
+
+async def test_a_session_survives_a_restart_with_the_secret_file(tmp_path: Path) -> None:
+    key_file = tmp_path / "data" / "console-secret"
+    secret = session_secret(key_file, create=True)
+    assert key_file.stat().st_mode & 0o077 == 0  # readable by its owner only
+    assert session_secret(key_file, create=True) == secret  # the same key at each start
+    auth = Authenticator()
+    token = auth.add_ephemeral("ann", [Role.VIEWER])
+    async with two_nodes(tmp_path) as (a, _b, _clock):
+
+        async def signed_in(cookies: httpx.Cookies | None, key: str) -> httpx.Response:
+            mount, parts = build(a, ConsoleSettings(auth=auth, secret=key))
+            transport = httpx.ASGITransport(app=Starlette(routes=[mount]))
+            async with httpx.AsyncClient(
+                transport=transport, base_url="http://c", cookies=cookies
+            ) as client:
+                if cookies is None:
+                    form = await client.get("/console/login")
+                    await client.post(
+                        "/console/login",
+                        data={"token": token, "csrf": csrf_of(form.text), "next": "/console/"},
+                    )
+                page = await client.get("/console/types")
+                page.extensions["cookies"] = client.cookies
+            parts.stop()
+            return page
+
+        first = await signed_in(None, secret)
+        assert first.status_code == 200
+        again = await signed_in(first.extensions["cookies"], secret)  # "restarted": same key
+        assert again.status_code == 200 and "ann · viewer" in again.text
+        other = await signed_in(first.extensions["cookies"], "x" * 40)  # a new key per start
+        assert other.status_code == 303 and "/console/login" in other.headers["location"]
+    short = tmp_path / "short"
+    short.write_text("abc\n")
+    with pytest.raises(InvalidArgument, match="holds 3 characters: give at least 32"):
+        session_secret(short, create=False)
+    assert secret_file("") == ""  # no flag: argparse passes its default through the type too
+    assert secret_file(str(key_file)) == secret
+    with pytest.raises(argparse.ArgumentTypeError, match="holds 3 characters"):
+        secret_file(str(short))
