@@ -1,12 +1,14 @@
 """What the operator console costs: the store reads of an open console, and its search time.
 
-    python tools/console_cost.py reads [--seconds 60] [--consoles 3]
+    python tools/console_cost.py reads [--seconds 60] [--consoles 3] [--nodes 3]
     python tools/console_cost.py search [--jobs 1000000] [--cassandra HOST:PORT] [--runs 20]
 
-``reads``: a node on the embedded store with the console on its HTTP port, every store
-operation counted; the operations of ``--seconds`` with no console open, then of as long with
-``--consoles`` overview pages open and following their live stream (server-sent events). The
-difference, per console and per minute, is what an open console costs the store.
+``reads``: ``--nodes`` nodes (each with its gRPC server) on one embedded store file, the console
+on the first one's HTTP port, every store operation of every node counted; the operations of
+``--seconds`` with no console open, then of as long with ``--consoles`` overview pages open and
+following their live stream (server-sent events), which sums every node's live numbers (one
+``PeerService.Live`` call per other node a second, counted too). The difference, per console
+and per minute, is what an open console costs the store.
 
 ``search``: ``--jobs`` jobs stored (ten types, due over a day, half with an idempotency key)
 in a fresh keyspace of ``--cassandra`` (dropped at the end; without it, the embedded store),
@@ -33,9 +35,11 @@ from typing import Any
 import httpx
 
 from timeshard.clock import SystemClock
+from timeshard.coordinator.base import Coordinator, Member, ShardsChanged
 from timeshard.coordinator.local import LocalCoordinator
 from timeshard.model import Job
 from timeshard.node import Node
+from timeshard.server import Server
 from timeshard.sharding import shard_of
 from timeshard.store.base import Store, entry_for
 from timeshard.store.sqlite import SqliteStore
@@ -71,18 +75,80 @@ async def _node(store: Any) -> Node:
     return node
 
 
+class StaticCluster(Coordinator):
+    """``nodes`` nodes in one process: node i owns the shards s with s % nodes == i, every
+    node is a member (with its gRPC address), so each console asks the others (``Live``)."""
+
+    def __init__(self, index: int, members: list[Member]) -> None:
+        self._index, self._members = index, members
+        self._owned: frozenset[int] = frozenset()
+
+    async def start(self, me: Member, num_shards: int, on_change: ShardsChanged) -> None:
+        n = len(self._members)
+        self._owned = frozenset(s for s in range(num_shards) if s % n == self._index)
+        await on_change(self._owned, frozenset())
+
+    async def stop(self) -> None:
+        pass
+
+    def owned(self) -> frozenset[int]:
+        return self._owned
+
+    async def members(self) -> list[Member]:
+        return list(self._members)
+
+    async def owners(self) -> dict[int, str]:
+        n = len(self._members)
+        return {s: self._members[s % n].node_id for s in range(NUM_SHARDS)}
+
+
+async def _cluster(db: Path, n: int) -> tuple[list[Server], list[Counted]]:
+    """``n`` nodes on one embedded store file, each with its gRPC server (for ``Live``)."""
+    members: list[Member] = []
+    servers, stores = [], []
+    for i in range(n):
+        store: Any = Counted(SqliteStore(db, num_shards=NUM_SHARDS))
+        coordinator = StaticCluster(i, members) if n > 1 else LocalCoordinator()
+        node = Node(store=store, coordinator=coordinator, clock=SystemClock(), node_id=f"n{i}")
+        server = Server(node, port=0)
+        members.append(Member(node_id=node.node_id, address=server.address))
+        servers.append(server)
+        stores.append(store)
+    for server in servers:
+        await server.start()
+    return servers, stores
+
+
 async def reads(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
-        store = Counted(SqliteStore(Path(tmp) / "c.db", num_shards=NUM_SHARDS))
-        node = await _node(store)
-        http = await serve_node(node, host="127.0.0.1", port=0, console=ConsoleSettings())
+        servers, stores = await _cluster(Path(tmp) / "c.db", args.nodes)
+        asked = Counter[str]()
+
+        def peers() -> Any:
+            ask = servers[0].live_asker()
+            if ask is None:
+                return None
+
+            async def counted(member: Member) -> Any:
+                asked[member.node_id] += 1
+                return await ask(member)
+
+            return counted
+
+        node = servers[0].node
+        http = await serve_node(
+            node, host="127.0.0.1", port=0, console=ConsoleSettings(peers=peers)
+        )
+
+        def total() -> Counter[str]:
+            return sum((s.calls for s in stores), Counter[str]())
+
         try:
-            await asyncio.sleep(5)  # the node's start-up reads are not counted
-            before = sum(store.calls.values())
-            start_counts = Counter(store.calls)
+            await asyncio.sleep(5)  # the nodes' start-up reads are not counted
+            start_counts = total()
             await asyncio.sleep(args.seconds)
-            idle = sum(store.calls.values()) - before
-            counted = Counter(store.calls)
+            counted = total()
+            idle = sum((counted - start_counts).values())
             async with httpx.AsyncClient(base_url=http.url(""), timeout=None) as client:
                 events = [0] * args.consoles
 
@@ -93,25 +159,27 @@ async def reads(args: argparse.Namespace) -> dict[str, Any]:
                             if line.startswith("event: live"):
                                 events[i] += 1
 
-                before = sum(store.calls.values())
                 tasks = [asyncio.create_task(follow(i)) for i in range(args.consoles)]
                 await asyncio.sleep(args.seconds)
-                opened = sum(store.calls.values()) - before
+                by_console = total() - counted
+                opened = sum(by_console.values())
                 for t in tasks:
                     t.cancel()
                 await asyncio.gather(*tasks, return_exceptions=True)
-            by_console = store.calls - counted
         finally:
             await http.stop()
-            await node.stop()
+            for server in servers:
+                await server.stop(0)
     per_min = 60 / args.seconds
     return {
         "seconds": args.seconds,
+        "nodes": args.nodes,
         "consoles": args.consoles,
         "store_ops_per_min_no_console": round(idle * per_min, 1),
         "store_ops_per_min_consoles_open": round(opened * per_min, 1),
         "extra_store_ops_per_min_per_console": round((opened - idle) * per_min / args.consoles, 1),
         "live_events_per_console_per_min": round(sum(events) / args.consoles * per_min, 1),
+        "peer_live_calls_per_min": round(sum(asked.values()) * per_min, 1),
         "ops_no_console": dict(counted - start_counts),
         "ops_consoles_open": dict(by_console),
     }
@@ -199,6 +267,7 @@ def main() -> int:
     r = sub.add_parser("reads", help="store operations of an open console, per minute")
     r.add_argument("--seconds", type=float, default=60.0)
     r.add_argument("--consoles", type=int, default=3)
+    r.add_argument("--nodes", type=int, default=1, help="nodes in the cluster (gRPC each)")
     s = sub.add_parser("search", help="the jobs page's p50/p95 with many jobs stored")
     s.add_argument("--jobs", type=int, default=1_000_000)
     s.add_argument("--cassandra", default="", help="host:port of a running Cassandra")

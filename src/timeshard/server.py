@@ -22,6 +22,7 @@ from timeshard.security.policy import ServerSecurity
 from timeshard.v1 import timeshard_pb2 as pb
 from timeshard.v1 import timeshard_pb2_grpc as pb_grpc
 from timeshard.views.health import HealthConfig, HealthWatcher
+from timeshard.views.nodelive import AskLive
 
 log = logging.getLogger(__name__)
 
@@ -102,6 +103,11 @@ class Server:
             self.address,
             self.security.describe(),
         )
+
+    def live_asker(self) -> AskLive | None:
+        """How the console asks the other nodes for their live numbers (after ``start``);
+        None when this node may not call them (``api.peers.peer_security``) or has none."""
+        return self._peers.live_asker() if self._peers is not None else None
 
     async def _set_serving(self, serving: bool) -> None:
         status = (

@@ -191,6 +191,14 @@ def test_search_open_a_traceback_replay_and_live(
         cli(dev.grpc, "audit", str(tmp_path / "data" / "audit.jsonl"), "--json").stdout
     )
     assert audit[0]["action"] == "replay" and audit[0]["target"] == failing
+    kept = json.loads(cli(dev.grpc, "audit", "--json").stdout)  # the store's, via the node
+    assert kept[0]["action"] == "replay" and kept[0]["target"] == failing
+
+    # Workers: the dev node's own worker, connected by its stream, with its types.
+    page.goto(f"{dev.http}/console/workers")
+    row = page.inner_text("#connected tbody tr:first-child")
+    assert "demo.fail" in row and "stream since" in row
+    shoot(browser, page.url, shots, f"workers-{kind}", ctx.cookies())
 
     # Live: the overview's numbers are pushed (server-sent events) about every second.
     page.goto(f"{dev.http}/console/")

@@ -74,6 +74,7 @@ async def test_migrations_are_recorded_once(
         (7, True),
         (8, True),
         (9, True),
+        (10, True),
     ]
     table = cassandra_admin.execute(
         "SELECT compaction, default_time_to_live FROM system_schema.tables "
@@ -118,6 +119,7 @@ async def test_a_store_at_an_older_version_gets_the_newer_migrations(
         (7, True),
         (8, True),
         (9, True),
+        (10, True),
     ]
 
 

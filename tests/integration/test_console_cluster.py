@@ -1,7 +1,8 @@
 """The console of one node of a two-node cluster on real Cassandra and ZooKeeper: it lists both
-nodes and their shards, finds a job scheduled through the other node, and a type paused and
-rate-limited through it holds on the other node within 2 s (its refresh of the stored
-settings)."""
+nodes and their shards, sums both nodes' live numbers (asked over gRPC, ``PeerService.Live``),
+lists the workers connected to the other node, finds a job scheduled through the other node, a
+type paused and rate-limited through it holds on the other node within 2 s (its refresh of the
+stored settings), and the action is in the audit the other node reads from the store."""
 
 from __future__ import annotations
 
@@ -17,8 +18,10 @@ from starlette.applications import Starlette
 from timeshard.clock import SystemClock
 from timeshard.coordinator.zookeeper import ZooKeeperCoordinator
 from timeshard.node import JobSpec, Node
+from timeshard.server import Server
 from timeshard.store.cassandra import CassandraStore
 from timeshard.views.console.app import ConsoleSettings, build
+from timeshard.views.console.audit import AuditLog
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -51,11 +54,12 @@ async def test_one_nodes_console_sees_and_steers_the_cluster(
         )
         for name in ("node-a", "node-b")
     )
-    mount, parts = build(a, ConsoleSettings())
+    server_a, server_b = Server(a, port=0), Server(b, port=0)
+    mount, parts = build(a, ConsoleSettings(peers=server_a.live_asker))
     transport = httpx.ASGITransport(app=Starlette(routes=[mount]))
     try:
-        await a.start()
-        await b.start()
+        await server_a.start()
+        await server_b.start()
         await wait_for(
             lambda: (
                 len(a.dispatching) + len(b.dispatching) == SHARDS
@@ -80,6 +84,20 @@ async def test_one_nodes_console_sees_and_steers_the_cluster(
             found = await client.get(f"/console/jobs?type={TYPE}")
             assert "<b>1</b> job match" in found.text and job.job_id[:12] in found.text
 
+            # Live: b's counters on a's console (b scheduled the job), b's worker listed.
+            b.workers.claimed("w-it", [TYPE], 2)
+            workers = (await client.get("/console/workers")).text
+            row = workers.split('data-worker="w-it"')[1].split("</tr>")[0]
+            assert "<td>node-b</td>" in row and f"{TYPE} (2)" in row, row
+            sample = await parts.sampler.refresh()
+            assert [(n.node_id, n.error) for n in sample.nodes] == [
+                ("node-a", ""),
+                ("node-b", ""),
+            ]
+            assert sum(n.owned for n in sample.nodes) == SHARDS
+            (it,) = [t for t in sample.types if t.job_type == TYPE]
+            assert it.totals["scheduled"] == 1
+
             types_page = (await client.get("/console/types")).text
             csrf = re.search(r'name="csrf" value="([^"]+)"', types_page)
             assert csrf
@@ -103,7 +121,13 @@ async def test_one_nodes_console_sees_and_steers_the_cluster(
 
             took = await wait_for(b_rate, 5, "b to take the rate")
             assert took <= 2.5, f"the rate reached the other node after {took:.1f} s"
+
+            audit = await AuditLog(b.store, b.clock).read()  # the other node, from the store
+            assert [(e.action, e.target, e.node) for e in audit[:2]] == [
+                ("type-limits", TYPE, "node-a"),
+                ("type-pause", TYPE, "node-a"),
+            ]
     finally:
         parts.stop()
-        await b.stop()
-        await a.stop()
+        await server_b.stop(0)
+        await server_a.stop(0)

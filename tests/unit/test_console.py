@@ -275,17 +275,20 @@ async def test_a_schedule_page_shows_dst_notes_and_pause_and_run_now_work(tmp_pa
 
 
 def test_the_console_stays_off_beyond_loopback_without_insecure(
-    capsys: pytest.CaptureFixture[str],
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    server = SimpleNamespace(security=SimpleNamespace(auth=None))
+    server = SimpleNamespace(security=SimpleNamespace(auth=None), live_asker=lambda: None)
+    data = tmp_path / "d"
 
     def args(host: str, insecure: bool = False) -> argparse.Namespace:
-        return argparse.Namespace(metrics_host=host, insecure=insecure, audit_log="", data="d")
+        return argparse.Namespace(
+            metrics_host=host, insecure=insecure, audit_log="", data=str(data)
+        )
 
     assert serve._console(server, args("0.0.0.0")) is None  # type: ignore[arg-type]
     assert "the console is off: --metrics-host 0.0.0.0 is not loopback" in capsys.readouterr().err
     on = serve._console(server, args("127.0.0.1"))  # type: ignore[arg-type]
-    assert on is not None and on.audit_path == Path("d") / "audit.jsonl"
+    assert on is not None and on.audit_path == data / "audit.jsonl"
     assert serve._console(server, args("0.0.0.0", insecure=True)) is not None  # type: ignore[arg-type]
 
 

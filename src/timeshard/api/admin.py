@@ -1,12 +1,14 @@
 """``AdminService``: the cluster's members and shard owners, a node's status, moving and
-draining shards, and the per-type policies and flows (set and listed)."""
+draining shards, the per-type policies and flows (set and listed), and the console's audit."""
 
 from __future__ import annotations
+
+import json
 
 from timeshard.api.servicers import Ctx, rpc, type_filter
 from timeshard.api.status import node_status_to_pb
 from timeshard.errors import InvalidArgument
-from timeshard.limits import MAX_NODE_ID_BYTES, check_bytes
+from timeshard.limits import MAX_NODE_ID_BYTES, check_bytes, check_range
 from timeshard.model import validate_job_type
 from timeshard.node import Node, TypePolicy
 from timeshard.node.flow import FlowChange
@@ -16,6 +18,7 @@ from timeshard.observe.window import DEFAULT_WINDOW_S
 from timeshard.sharding import minute_start
 from timeshard.v1 import timeshard_pb2 as pb
 from timeshard.v1 import timeshard_pb2_grpc as pb_grpc
+from timeshard.views.console.audit import MAX_READ, AuditEntry, AuditLog
 from timeshard.views.status import TypeRow, node_status, shard_rows, type_rows
 from timeshard.wire import dur_s, ts, type_policy_to_pb
 
@@ -107,12 +110,43 @@ class AdminService(pb_grpc.AdminServiceServicer):
         )
 
     @rpc
+    async def ListAudit(self, request: pb.ListAuditRequest, context: Ctx) -> pb.ListAuditResponse:
+        limit = request.limit or 50
+        check_range("limit", limit, 1, MAX_READ)
+        check_bytes("who", request.who, MAX_NODE_ID_BYTES)
+        check_bytes("action", request.action, MAX_NODE_ID_BYTES)
+        narrowed = bool(request.who or request.action)
+        found = await AuditLog(self.node.store, self.node.clock).read(
+            MAX_READ if narrowed else limit
+        )
+        picked = [
+            e
+            for e in found
+            if (not request.who or e.who == request.who)
+            and (not request.action or e.action == request.action)
+        ][:limit]
+        return pb.ListAuditResponse(entries=[_audit_to_pb(e) for e in picked])
+
+    @rpc
     async def ListTypes(self, request: pb.ListTypesRequest, context: Ctx) -> pb.ListTypesResponse:
         job_type = type_filter(request.type) or ""
         await self.node.type_policies.load()  # what another node was told just now
         return pb.ListTypesResponse(
             types=[_type_row_to_pb(r) for r in type_rows(self.node, job_type)]
         )
+
+
+def _audit_to_pb(e: AuditEntry) -> pb.AuditEntry:
+    return pb.AuditEntry(
+        at=ts(e.at_ms),
+        who=e.who,
+        role=e.role,
+        action=e.action,
+        target=e.target,
+        count=e.count,
+        node=e.node,
+        detail_json=json.dumps(e.detail, sort_keys=True),
+    )
 
 
 def _type_policy(n: int, p: pb.TypePolicy, default_retry: RetryPolicy) -> TypePolicy:

@@ -1,5 +1,6 @@
-"""``PeerService``: the hints nodes send each other (``timeshard.node.peers``) and the waits
-they ask of each other (``timeshard.node.waits``), both ends.
+"""``PeerService``: the hints nodes send each other (``timeshard.node.peers``), the waits
+they ask of each other (``timeshard.node.waits``) and what a console asks of each node
+(``Live``: ``timeshard.views.nodelive``), both ends.
 
 The receiving end checks each entry and hands it to the node (``Node.landed``), or waits for
 the jobs named (``JobWaits.finished_of``); the sending end keeps one channel per peer address.
@@ -18,6 +19,7 @@ from typing import TYPE_CHECKING
 
 import grpc
 
+from timeshard.api.live import live_from_pb, live_to_pb
 from timeshard.api.servicers import Ctx, rpc, wait_ids
 from timeshard.coordinator.base import Member
 from timeshard.errors import InvalidArgument
@@ -30,6 +32,7 @@ from timeshard.security.policy import ServerSecurity
 from timeshard.security.tls import ClientTls
 from timeshard.v1 import timeshard_pb2 as pb
 from timeshard.v1 import timeshard_pb2_grpc as pb_grpc
+from timeshard.views.nodelive import AskLive, NodeLive, node_live
 from timeshard.wire import dur, dur_s, ts, ts_ms
 
 if TYPE_CHECKING:
@@ -44,6 +47,8 @@ MAX_PEER_WAIT_S = 60.0
 """The longest ``WaitFinished`` a node serves (the asker asks again after it)."""
 WAIT_MARGIN_S = 5.0
 """Beyond the wait asked, how long the asker lets a ``WaitFinished`` call take."""
+LIVE_TIMEOUT_S = 0.8
+"""A peer's ``Live`` answer after this long is left for the next sample (one a second)."""
 
 
 def entries_to_pb(node_id: str, entries: Sequence[BucketEntry]) -> pb.LandRequest:
@@ -112,6 +117,10 @@ class PeerService(pb_grpc.PeerServiceServicer):
             job_ids=await self.node.waits.finished_of(job_ids, timeout_s)
         )
 
+    @rpc
+    async def Live(self, request: pb.LiveRequest, context: Ctx) -> pb.LiveResponse:
+        return live_to_pb(node_live(self.node))
+
 
 def peer_security(server: ServerSecurity) -> ClientSecurity | None:
     """How this node calls its peers (module docstring); None: it may not."""
@@ -168,6 +177,14 @@ class PeerChannels:
                 timeout=timeout_s + WAIT_MARGIN_S,
             )
             return list(reply.job_ids)
+
+        return ask
+
+    def live_asker(self) -> AskLive:
+        async def ask(peer: Member) -> NodeLive:
+            stub = self._stub(peer.address)
+            reply = await stub.Live(pb.LiveRequest(from_node=self._node_id), timeout=LIVE_TIMEOUT_S)
+            return live_from_pb(reply)
 
         return ask
 

@@ -37,7 +37,7 @@ def node_status_to_pb(s: NodeStatus) -> pb.NodeStatusResponse:
         window=dur(round(s.window_s * 1000)),
         lateness=[pb.LatenessBucket(le_ms=le, count=n) for le, n in s.lateness_buckets.items()],
         lateness_max_ms=s.lateness.max_ms,
-        jobs=[_counts_to_pb(t, c) for t, c in sorted(s.totals.items())],
+        jobs=[counts_to_pb(t, c) for t, c in sorted(s.totals.items())],
         dead_letters_counted=counted,
         dead_letters=s.dead_letters or 0,
         dead_letters_at=ts(s.dead_letters_at_ms) if counted else None,
@@ -47,7 +47,7 @@ def node_status_to_pb(s: NodeStatus) -> pb.NodeStatusResponse:
             pb.TypeWaiting(type=w.job_type, jobs=w.jobs, oldest_age_ms=w.oldest_age_ms, held=w.held)
             for w in s.unclaimed
         ],
-        start_delay=[_start_delay_to_pb(t, b, top) for t, (b, top) in s.start_delay.items()],
+        start_delay=[start_delay_to_pb(t, b, top) for t, (b, top) in s.start_delay.items()],
         streams_behind=s.streams_behind,
         ready_due=s.ready_due,
     )
@@ -64,7 +64,7 @@ def _shard_to_pb(r: ShardRow) -> pb.ShardStatus:
     )
 
 
-def _counts_to_pb(job_type: str, c: Mapping[str, int]) -> pb.TypeCounts:
+def counts_to_pb(job_type: str, c: Mapping[str, int]) -> pb.TypeCounts:
     return pb.TypeCounts(
         type=job_type,
         scheduled=c["scheduled"],
@@ -82,9 +82,7 @@ def _counts_to_pb(job_type: str, c: Mapping[str, int]) -> pb.TypeCounts:
     )
 
 
-def _start_delay_to_pb(
-    job_type: str, buckets: Mapping[float, int], top: float
-) -> pb.TypeStartDelay:
+def start_delay_to_pb(job_type: str, buckets: Mapping[float, int], top: float) -> pb.TypeStartDelay:
     return pb.TypeStartDelay(
         type=job_type,
         buckets=[pb.LatenessBucket(le_ms=le, count=n) for le, n in sorted(buckets.items())],

@@ -180,6 +180,7 @@ class WorkStream:
         except ValueError as exc:  # a value object refused its input
             await self._context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         finally:
+            self._node.workers.stream_closed(self)
             for t in tasks:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
@@ -230,6 +231,7 @@ class WorkStream:
         self._read_at = self._node.clock.monotonic()
         self._grant(request.credits)
         self._node.polled.asked(self._credits)  # (those it is busy with too)
+        self._node.workers.stream_heard(self, self._worker, self._credits)
         now_ms = self._node.clock.now_ms()
         if request.started:
             check_count("started", len(request.started), MAX_BATCH)

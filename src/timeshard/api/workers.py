@@ -38,6 +38,7 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
         if request.wait.seconds < 0 or request.wait.nanos < 0:
             raise InvalidArgument("wait", "must not be negative (0s answers at once)")
         self.node.polled.asked(request.types)
+        self.node.workers.claimed(request.worker_id, list(request.types), request.max_jobs or 1)
         claimed = await self.node.claims.claim(
             worker=request.worker_id,
             types=list(request.types),

@@ -5,6 +5,7 @@ that can be made before the node starts (a bad one is refused naming its flag)."
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from timeshard.cli.common import number, port, shard_count, whole
 from timeshard.errors import InvalidArgument
@@ -16,6 +17,7 @@ from timeshard.limits import (
 )
 from timeshard.node.dispatcher import READ_MARGIN_S, DispatchConfig
 from timeshard.node.retry import RetryPolicy
+from timeshard.views.console.access import session_secret
 
 
 def node_options(p: argparse.ArgumentParser, *, shards: int, http_port: int = 0) -> None:
@@ -101,8 +103,19 @@ def node_options(p: argparse.ArgumentParser, *, shards: int, http_port: int = 0)
         "--audit-log",
         default="",
         metavar="FILE",
-        help="append the console's operator actions to this JSON Lines file (timeshard audit "
-        "FILE prints it; default for dev: audit.jsonl in --data, for server: in memory only)",
+        help="also append the console's operator actions to this JSON Lines file (they are "
+        "written to the store in any case; timeshard audit FILE prints it; default for dev: "
+        "audit.jsonl in --data)",
+    )
+    p.add_argument(
+        "--console-secret-file",
+        dest="console_secret",
+        type=secret_file,
+        default="",
+        metavar="FILE",
+        help="the key that signs console sessions, so they survive a restart (give every node "
+        "the same file: a session then works on each; default for dev: console-secret in "
+        "--data, made on first start; for server: a new key at each start)",
     )
     p.add_argument(
         "--http-port",
@@ -117,6 +130,17 @@ def node_options(p: argparse.ArgumentParser, *, shards: int, http_port: int = 0)
             else "(default: only on --metrics-port)"
         ),
     )
+
+
+def secret_file(path: str) -> str:
+    """The console's session key, read from the file ``--console-secret-file`` names ("" for
+    none: argparse passes the default through here too)."""
+    if not path:
+        return ""
+    try:
+        return session_secret(Path(path), create=False)
+    except InvalidArgument as exc:
+        raise argparse.ArgumentTypeError(exc.problem) from None
 
 
 def check_claim_ahead(ahead_ms: int, lookahead_s: float, lease_s: float) -> None:

@@ -39,6 +39,7 @@ from timeshard.security.policy import is_loopback
 from timeshard.server import Server
 from timeshard.sharding import DEFAULT_NUM_SHARDS
 from timeshard.store.base import Retention
+from timeshard.views.console.access import session_secret
 from timeshard.views.console.app import ConsoleSettings
 from timeshard.views.http import HttpServer, serve_node, serve_registry
 from timeshard.views.metrics import Forward, drop_created_series, registry_of
@@ -316,7 +317,23 @@ def _console(server: Server, args: argparse.Namespace) -> ConsoleSettings | None
     path = args.audit_log or (
         str(Path(args.data) / "audit.jsonl") if getattr(args, "data", "") else ""
     )
-    return ConsoleSettings(auth=server.security.auth, audit_path=Path(path) if path else None)
+    return ConsoleSettings(
+        auth=server.security.auth,
+        audit_path=Path(path) if path else None,
+        secret=console_secret(args),
+        peers=server.live_asker,
+    )
+
+
+def console_secret(args: argparse.Namespace) -> str:
+    """``--console-secret-file`` (read when the arguments were parsed); for dev,
+    ``console-secret`` in ``--data`` (made on first start); "" (a new key per start)
+    otherwise."""
+    given = getattr(args, "console_secret", "")
+    if given:
+        return str(given)
+    data = getattr(args, "data", "")
+    return session_secret(Path(data) / "console-secret", create=True) if data else ""
 
 
 async def _http(

@@ -25,6 +25,7 @@ from timeshard.node import clockcheck
 from timeshard.node.ahead import HELD, AheadClaims
 from timeshard.node.attempts import Attempts
 from timeshard.node.claims import Claims, TypePolicy
+from timeshard.node.connected import ConnectedWorkers
 from timeshard.node.deadletters import DeadLetters
 from timeshard.node.dispatcher import DispatchConfig, ShardDispatcher
 from timeshard.node.dispatchparts import DispatchParts
@@ -139,6 +140,8 @@ class Node:
         self.dead_letters = DeadLetters(store, clock, self._land, self.jobs.list_jobs)
         self.polled = PolledTypes(clock)
         """The job types workers ask this node for (``node.polled``)."""
+        self.workers = ConnectedWorkers(clock)
+        """The workers connected to this node now (``node.connected``)."""
         self.type_policies = TypePolicies(
             store, clock, self.config.types, self.config.flows, on_flow_change=self.ready.wake
         )

@@ -28,6 +28,7 @@ from prometheus_client.registry import CollectorRegistry
 from timeshard.clock import Clock
 from timeshard.model import GIVEN_BACK, LEASE_EXPIRED, NOT_STARTED, Job, JobState
 from timeshard.observe.occurrences import OccurrenceMetrics
+from timeshard.observe.retrying import RetryWaits
 from timeshard.observe.tracing import Tracing
 from timeshard.observe.window import LatenessWindow
 
@@ -161,6 +162,8 @@ class NodeMetrics:
         self.dead: deque[JobEvent] = deque(maxlen=RECENT)
         self.health = Health()
         self.tracing = Tracing(tracer_provider)
+        self.retry_waits = RetryWaits(clock)
+        """Failed attempts recorded here whose retry is not due yet (the console's count)."""
         self._job_counters(self.registry)
         self._start_and_flow(self.registry)
         self._lease_counters(self.registry)
@@ -474,6 +477,7 @@ class NodeMetrics:
         self.lease_expiries_total.labels(label).inc()
         if job.state is not JobState.DEAD:
             self.retries_total.labels(label).inc()
+            self.retry_waits.retrying(job.job_id, job.job_type, job.run_at)
             self.failures.appendleft(self._event(job, LEASE_EXPIRED, LEASE_EXPIRED))
             return
         self.dead_lettered_total.labels(label).inc()
@@ -504,6 +508,7 @@ class NodeMetrics:
             return
         if job.state is JobState.CANCELLED:
             self.cancelled_total.labels(label).inc()
+            self.retry_waits.left(job.job_id)
             return
         if (
             job.history
@@ -528,6 +533,7 @@ class NodeMetrics:
         elif job.state is JobState.SCHEDULED:
             self.failed_total.labels(label).inc()
             self.retries_total.labels(label).inc()
+            self.retry_waits.retrying(job.job_id, job.job_type, job.run_at)
             self.failures.appendleft(self._event(job, "retry", job.last_error))
             log.info(
                 "job %s (%s) failed attempt %d/%d; retry at %d",

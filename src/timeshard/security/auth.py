@@ -119,9 +119,11 @@ METHOD_ROLES: dict[str, Role] = {
     _ADMIN + "NodeStatus": Role.ADMIN,
     _ADMIN + "SetTypeFlows": Role.ADMIN,
     _ADMIN + "ListTypes": Role.ADMIN,
+    _ADMIN + "ListAudit": Role.ADMIN,
     # Between nodes: a hint that changes nothing stored (``timeshard.api.peers``).
     _PEERS + "Land": Role.WORKER,
     _PEERS + "WaitFinished": Role.WORKER,
+    _PEERS + "Live": Role.WORKER,
 }
 """Each RPC of ``timeshard.v1`` and the role it needs (``admin`` passes every check)."""
 

@@ -131,12 +131,14 @@ class Retention:
     index_s: int = 30 * 24 * 3600
     """Cassandra: the id index outlives a finished row by this much, so a get can say it
     expired rather than that it never existed."""
+    audit_s: int = 90 * 24 * 3600
+    """The operator console's audit entries live this long."""
 
     ledger_s: int = DEFAULT_LEDGER_RETENTION_S
     """Occurrence ledger rows live this long after their decision."""
 
     def __post_init__(self) -> None:
-        for name in ("finished_s", "dead_s", "index_s", "ledger_s"):
+        for name in ("finished_s", "dead_s", "index_s", "ledger_s", "audit_s"):
             if getattr(self, name) < 1:
                 raise InvalidArgument("retention", f"{name} must be at least 1 second")
 
@@ -587,6 +589,18 @@ class Store(abc.ABC):
     @abc.abstractmethod
     async def type_settings(self, setting: str) -> dict[str, str]:
         """Every stored value of ``setting``, by job type."""
+
+    # -- the operator audit ----------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def add_audit(self, at_ms: int, entry_id: str, entry: str) -> None:
+        """Store one operator action at ``at_ms`` (``entry``: its text, as the console encodes
+        it) under ``entry_id``, unique (the same id again replaces it). It is kept for
+        ``Retention.audit_s`` after ``at_ms``. Durable when it returns."""
+
+    @abc.abstractmethod
+    async def audit(self, *, now_ms: int, limit: int) -> list[str]:
+        """The newest ``limit`` actions still kept at ``now_ms``, newest first."""
 
     # -- shards (invariant 7) -------------------------------------------------------------
 

@@ -579,6 +579,21 @@ class SqliteStore(Store):
 
         return await self._db.call(run)
 
+    # -- the operator audit ----------------------------------------------------------------
+
+    async def add_audit(self, at_ms: int, entry_id: str, entry: str) -> None:
+        def run(db: sqlite3.Connection) -> None:
+            db.execute(Q["expire_audit"], (at_ms - self.retention.audit_s * 1000,))
+            db.execute(Q["insert_audit"], (at_ms, entry_id, entry))
+
+        await self._db.call(run)
+
+    async def audit(self, *, now_ms: int, limit: int) -> list[str]:
+        since = now_ms - self.retention.audit_s * 1000
+        return await self._db.call(
+            lambda db: [r[0] for r in db.execute(Q["select_audit"], (since, limit))]
+        )
+
     # -- shards ---------------------------------------------------------------------------
 
     async def get_shard(self, shard: int) -> ShardState:

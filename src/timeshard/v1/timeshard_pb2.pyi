@@ -993,6 +993,42 @@ class NodeStatusResponse(_message.Message):
     ready_due: int
     def __init__(self, node_id: _Optional[str] = ..., address: _Optional[str] = ..., serving: _Optional[bool] = ..., store_reachable: _Optional[bool] = ..., store_error: _Optional[str] = ..., coordinator_connected: _Optional[bool] = ..., num_shards: _Optional[int] = ..., shards: _Optional[_Iterable[_Union[ShardStatus, _Mapping]]] = ..., window: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., lateness: _Optional[_Iterable[_Union[LatenessBucket, _Mapping]]] = ..., lateness_max_ms: _Optional[float] = ..., jobs: _Optional[_Iterable[_Union[TypeCounts, _Mapping]]] = ..., dead_letters_counted: _Optional[bool] = ..., dead_letters: _Optional[int] = ..., dead_letters_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., recent_failures: _Optional[_Iterable[_Union[JobEvent, _Mapping]]] = ..., recent_dead_letters: _Optional[_Iterable[_Union[JobEvent, _Mapping]]] = ..., unclaimed: _Optional[_Iterable[_Union[TypeWaiting, _Mapping]]] = ..., start_delay: _Optional[_Iterable[_Union[TypeStartDelay, _Mapping]]] = ..., streams_behind: _Optional[int] = ..., ready_due: _Optional[int] = ...) -> None: ...
 
+class ListAuditRequest(_message.Message):
+    __slots__ = ("limit", "who", "action")
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    WHO_FIELD_NUMBER: _ClassVar[int]
+    ACTION_FIELD_NUMBER: _ClassVar[int]
+    limit: int
+    who: str
+    action: str
+    def __init__(self, limit: _Optional[int] = ..., who: _Optional[str] = ..., action: _Optional[str] = ...) -> None: ...
+
+class AuditEntry(_message.Message):
+    __slots__ = ("at", "who", "role", "action", "target", "count", "node", "detail_json")
+    AT_FIELD_NUMBER: _ClassVar[int]
+    WHO_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    ACTION_FIELD_NUMBER: _ClassVar[int]
+    TARGET_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    NODE_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_JSON_FIELD_NUMBER: _ClassVar[int]
+    at: _timestamp_pb2.Timestamp
+    who: str
+    role: str
+    action: str
+    target: str
+    count: int
+    node: str
+    detail_json: str
+    def __init__(self, at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., who: _Optional[str] = ..., role: _Optional[str] = ..., action: _Optional[str] = ..., target: _Optional[str] = ..., count: _Optional[int] = ..., node: _Optional[str] = ..., detail_json: _Optional[str] = ...) -> None: ...
+
+class ListAuditResponse(_message.Message):
+    __slots__ = ("entries",)
+    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    entries: _containers.RepeatedCompositeFieldContainer[AuditEntry]
+    def __init__(self, entries: _Optional[_Iterable[_Union[AuditEntry, _Mapping]]] = ...) -> None: ...
+
 class TypePolicy(_message.Message):
     __slots__ = ("type", "max_attempts", "retry_base", "retry_max", "concurrency", "max_unstarted")
     TYPE_FIELD_NUMBER: _ClassVar[int]
@@ -1076,6 +1112,62 @@ class TypeInfo(_message.Message):
     held: str
     oldest_age_ms: int
     def __init__(self, type: _Optional[str] = ..., policy: _Optional[_Union[TypePolicy, _Mapping]] = ..., rate: _Optional[float] = ..., burst: _Optional[int] = ..., paused: _Optional[bool] = ..., ready: _Optional[int] = ..., held: _Optional[str] = ..., oldest_age_ms: _Optional[int] = ...) -> None: ...
+
+class LiveRequest(_message.Message):
+    __slots__ = ("from_node",)
+    FROM_NODE_FIELD_NUMBER: _ClassVar[int]
+    from_node: str
+    def __init__(self, from_node: _Optional[str] = ...) -> None: ...
+
+class ConnectedWorker(_message.Message):
+    __slots__ = ("worker_id", "credits", "last_seen", "stream", "since")
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    CREDITS_FIELD_NUMBER: _ClassVar[int]
+    LAST_SEEN_FIELD_NUMBER: _ClassVar[int]
+    STREAM_FIELD_NUMBER: _ClassVar[int]
+    SINCE_FIELD_NUMBER: _ClassVar[int]
+    worker_id: str
+    credits: _containers.RepeatedCompositeFieldContainer[WorkCredit]
+    last_seen: _timestamp_pb2.Timestamp
+    stream: bool
+    since: _timestamp_pb2.Timestamp
+    def __init__(self, worker_id: _Optional[str] = ..., credits: _Optional[_Iterable[_Union[WorkCredit, _Mapping]]] = ..., last_seen: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., stream: _Optional[bool] = ..., since: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class TypeRetrying(_message.Message):
+    __slots__ = ("type", "jobs")
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    JOBS_FIELD_NUMBER: _ClassVar[int]
+    type: str
+    jobs: int
+    def __init__(self, type: _Optional[str] = ..., jobs: _Optional[int] = ...) -> None: ...
+
+class LiveResponse(_message.Message):
+    __slots__ = ("node_id", "at", "serving", "owned", "ready_due", "jobs", "waiting", "start_delay", "workers", "dead_letters_counted", "dead_letters", "retrying")
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    AT_FIELD_NUMBER: _ClassVar[int]
+    SERVING_FIELD_NUMBER: _ClassVar[int]
+    OWNED_FIELD_NUMBER: _ClassVar[int]
+    READY_DUE_FIELD_NUMBER: _ClassVar[int]
+    JOBS_FIELD_NUMBER: _ClassVar[int]
+    WAITING_FIELD_NUMBER: _ClassVar[int]
+    START_DELAY_FIELD_NUMBER: _ClassVar[int]
+    WORKERS_FIELD_NUMBER: _ClassVar[int]
+    DEAD_LETTERS_COUNTED_FIELD_NUMBER: _ClassVar[int]
+    DEAD_LETTERS_FIELD_NUMBER: _ClassVar[int]
+    RETRYING_FIELD_NUMBER: _ClassVar[int]
+    node_id: str
+    at: _timestamp_pb2.Timestamp
+    serving: bool
+    owned: int
+    ready_due: int
+    jobs: _containers.RepeatedCompositeFieldContainer[TypeCounts]
+    waiting: _containers.RepeatedCompositeFieldContainer[TypeWaiting]
+    start_delay: _containers.RepeatedCompositeFieldContainer[TypeStartDelay]
+    workers: _containers.RepeatedCompositeFieldContainer[ConnectedWorker]
+    dead_letters_counted: bool
+    dead_letters: int
+    retrying: _containers.RepeatedCompositeFieldContainer[TypeRetrying]
+    def __init__(self, node_id: _Optional[str] = ..., at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., serving: _Optional[bool] = ..., owned: _Optional[int] = ..., ready_due: _Optional[int] = ..., jobs: _Optional[_Iterable[_Union[TypeCounts, _Mapping]]] = ..., waiting: _Optional[_Iterable[_Union[TypeWaiting, _Mapping]]] = ..., start_delay: _Optional[_Iterable[_Union[TypeStartDelay, _Mapping]]] = ..., workers: _Optional[_Iterable[_Union[ConnectedWorker, _Mapping]]] = ..., dead_letters_counted: _Optional[bool] = ..., dead_letters: _Optional[int] = ..., retrying: _Optional[_Iterable[_Union[TypeRetrying, _Mapping]]] = ...) -> None: ...
 
 class WaitFinishedRequest(_message.Message):
     __slots__ = ("from_node", "job_ids", "timeout")

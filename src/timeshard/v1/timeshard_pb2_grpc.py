@@ -1347,6 +1347,11 @@ class AdminServiceStub:
                 request_serializer=timeshard_dot_v1_dot_timeshard__pb2.ListTypesRequest.SerializeToString,
                 response_deserializer=timeshard_dot_v1_dot_timeshard__pb2.ListTypesResponse.FromString,
                 _registered_method=True)
+        self.ListAudit = channel.unary_unary(
+                '/timeshard.v1.AdminService/ListAudit',
+                request_serializer=timeshard_dot_v1_dot_timeshard__pb2.ListAuditRequest.SerializeToString,
+                response_deserializer=timeshard_dot_v1_dot_timeshard__pb2.ListAuditResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServiceServicer:
@@ -1407,6 +1412,13 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListAudit(self, request, context):
+        """The operator actions taken in the console of any node (kept in the store), newest first.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -1449,6 +1461,11 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.ListTypes,
                     request_deserializer=timeshard_dot_v1_dot_timeshard__pb2.ListTypesRequest.FromString,
                     response_serializer=timeshard_dot_v1_dot_timeshard__pb2.ListTypesResponse.SerializeToString,
+            ),
+            'ListAudit': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListAudit,
+                    request_deserializer=timeshard_dot_v1_dot_timeshard__pb2.ListAuditRequest.FromString,
+                    response_serializer=timeshard_dot_v1_dot_timeshard__pb2.ListAuditResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1677,6 +1694,33 @@ class AdminService:
             metadata,
             _registered_method=True)
 
+    @staticmethod
+    def ListAudit(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/timeshard.v1.AdminService/ListAudit',
+            timeshard_dot_v1_dot_timeshard__pb2.ListAuditRequest.SerializeToString,
+            timeshard_dot_v1_dot_timeshard__pb2.ListAuditResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
 
 class PeerServiceStub:
     """Between the nodes of one cluster, not for clients. A node that wrote jobs for a shard another
@@ -1701,6 +1745,11 @@ class PeerServiceStub:
                 '/timeshard.v1.PeerService/WaitFinished',
                 request_serializer=timeshard_dot_v1_dot_timeshard__pb2.WaitFinishedRequest.SerializeToString,
                 response_deserializer=timeshard_dot_v1_dot_timeshard__pb2.WaitFinishedResponse.FromString,
+                _registered_method=True)
+        self.Live = channel.unary_unary(
+                '/timeshard.v1.PeerService/Live',
+                request_serializer=timeshard_dot_v1_dot_timeshard__pb2.LiveRequest.SerializeToString,
+                response_deserializer=timeshard_dot_v1_dot_timeshard__pb2.LiveResponse.FromString,
                 _registered_method=True)
 
 
@@ -1729,6 +1778,15 @@ class PeerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Live(self, request, context):
+        """What the node keeps in memory for the operator console: its counters, schedule-to-start,
+        jobs waiting, the workers connected to it. No store read: a node with a console open asks
+        each of its peers about once a second, to show the whole cluster's live numbers.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_PeerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -1741,6 +1799,11 @@ def add_PeerServiceServicer_to_server(servicer, server):
                     servicer.WaitFinished,
                     request_deserializer=timeshard_dot_v1_dot_timeshard__pb2.WaitFinishedRequest.FromString,
                     response_serializer=timeshard_dot_v1_dot_timeshard__pb2.WaitFinishedResponse.SerializeToString,
+            ),
+            'Live': grpc.unary_unary_rpc_method_handler(
+                    servicer.Live,
+                    request_deserializer=timeshard_dot_v1_dot_timeshard__pb2.LiveRequest.FromString,
+                    response_serializer=timeshard_dot_v1_dot_timeshard__pb2.LiveResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1802,6 +1865,33 @@ class PeerService:
             '/timeshard.v1.PeerService/WaitFinished',
             timeshard_dot_v1_dot_timeshard__pb2.WaitFinishedRequest.SerializeToString,
             timeshard_dot_v1_dot_timeshard__pb2.WaitFinishedResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Live(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/timeshard.v1.PeerService/Live',
+            timeshard_dot_v1_dot_timeshard__pb2.LiveRequest.SerializeToString,
+            timeshard_dot_v1_dot_timeshard__pb2.LiveResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -369,6 +369,8 @@ class AdminServiceStub:
     """Every job type with a policy or a flow (stored, or the node's own --types), as the node
     called applies them after reading the store, and its jobs held there.
     """
+    ListAudit: _grpc.UnaryUnaryMultiCallable[_timeshard_pb2.ListAuditRequest, _timeshard_pb2.ListAuditResponse]
+    """The operator actions taken in the console of any node (kept in the store), newest first."""
 
 @_typing.type_check_only
 class AdminServiceAsyncStub(AdminServiceStub):
@@ -391,6 +393,8 @@ class AdminServiceAsyncStub(AdminServiceStub):
     """Every job type with a policy or a flow (stored, or the node's own --types), as the node
     called applies them after reading the store, and its jobs held there.
     """
+    ListAudit: _aio.UnaryUnaryMultiCallable[_timeshard_pb2.ListAuditRequest, _timeshard_pb2.ListAuditResponse]  # type: ignore[assignment]
+    """The operator actions taken in the console of any node (kept in the store), newest first."""
 
 class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -459,6 +463,14 @@ class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
         called applies them after reading the store, and its jobs held there.
         """
 
+    @_abc_1.abstractmethod
+    def ListAudit(
+        self,
+        request: _timeshard_pb2.ListAuditRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_timeshard_pb2.ListAuditResponse, _abc.Awaitable[_timeshard_pb2.ListAuditResponse]]:
+        """The operator actions taken in the console of any node (kept in the store), newest first."""
+
 def add_AdminServiceServicer_to_server(servicer: AdminServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
 
 class PeerServiceStub:
@@ -481,6 +493,11 @@ class PeerServiceStub:
     workers report there) rather than re-reading the store each second; a wait asked here is
     a hint too: the asker still re-reads, so a lost answer costs that wait.
     """
+    Live: _grpc.UnaryUnaryMultiCallable[_timeshard_pb2.LiveRequest, _timeshard_pb2.LiveResponse]
+    """What the node keeps in memory for the operator console: its counters, schedule-to-start,
+    jobs waiting, the workers connected to it. No store read: a node with a console open asks
+    each of its peers about once a second, to show the whole cluster's live numbers.
+    """
 
 @_typing.type_check_only
 class PeerServiceAsyncStub(PeerServiceStub):
@@ -499,6 +516,11 @@ class PeerServiceAsyncStub(PeerServiceStub):
     after `timeout`. A node serving WaitJobs for jobs another node dispatches asks that node (whose
     workers report there) rather than re-reading the store each second; a wait asked here is
     a hint too: the asker still re-reads, so a lost answer costs that wait.
+    """
+    Live: _aio.UnaryUnaryMultiCallable[_timeshard_pb2.LiveRequest, _timeshard_pb2.LiveResponse]  # type: ignore[assignment]
+    """What the node keeps in memory for the operator console: its counters, schedule-to-start,
+    jobs waiting, the workers connected to it. No store read: a node with a console open asks
+    each of its peers about once a second, to show the whole cluster's live numbers.
     """
 
 class PeerServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -527,6 +549,17 @@ class PeerServiceServicer(metaclass=_abc_1.ABCMeta):
         after `timeout`. A node serving WaitJobs for jobs another node dispatches asks that node (whose
         workers report there) rather than re-reading the store each second; a wait asked here is
         a hint too: the asker still re-reads, so a lost answer costs that wait.
+        """
+
+    @_abc_1.abstractmethod
+    def Live(
+        self,
+        request: _timeshard_pb2.LiveRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_timeshard_pb2.LiveResponse, _abc.Awaitable[_timeshard_pb2.LiveResponse]]:
+        """What the node keeps in memory for the operator console: its counters, schedule-to-start,
+        jobs waiting, the workers connected to it. No store read: a node with a console open asks
+        each of its peers about once a second, to show the whole cluster's live numbers.
         """
 
 def add_PeerServiceServicer_to_server(servicer: PeerServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -510,6 +510,26 @@ class CassandraStore(Store):
         rows = await self._conn.rows("select_all_meta", ())
         return type_settings_of(setting, ((r["key"], r["value"]) for r in rows))
 
+    # -- the operator audit ----------------------------------------------------------------
+
+    async def add_audit(self, at_ms: int, entry_id: str, entry: str) -> None:
+        day = at_ms // DAY_MS
+        await self._conn.rows(
+            "insert_audit", (day, at_ms, entry_id, entry, self._jobs.retention.audit_s)
+        )
+
+    async def audit(self, *, now_ms: int, limit: int) -> list[str]:
+        """A day's partition at a time, today's first, back to the oldest kept: an empty
+        audit costs one read per day of its retention (90 by default), a page load's worth."""
+        found: list[str] = []
+        since = now_ms - self._jobs.retention.audit_s * 1000
+        day, oldest = now_ms // DAY_MS, since // DAY_MS
+        while day >= oldest and len(found) < limit:
+            rows = await self._conn.rows("select_audit", (day, since, limit - len(found)))
+            found += [r["entry"] for r in rows]
+            day -= 1
+        return found
+
     # -- shards ---------------------------------------------------------------------------
 
     async def get_shard(self, shard: int, *, serial: bool = False) -> ShardState:

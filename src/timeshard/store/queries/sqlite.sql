@@ -95,6 +95,12 @@ CREATE TABLE IF NOT EXISTS schedule_ledger (
     PRIMARY KEY (schedule_id, nominal)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS schedule_ledger_expiry ON schedule_ledger (expires_at);
+CREATE TABLE IF NOT EXISTS audit (
+    at INTEGER NOT NULL,
+    id TEXT NOT NULL,
+    entry TEXT NOT NULL,
+    PRIMARY KEY (at, id)
+);
 
 -- name: job_columns
 -- What an existing database's jobs table has (a migration adds what is missing).
@@ -246,6 +252,16 @@ INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?);
 
 -- name: select_all_meta
 SELECT key, value FROM meta;
+
+-- name: insert_audit
+INSERT OR REPLACE INTO audit (at, id, entry) VALUES (?, ?, ?);
+
+-- name: expire_audit
+-- The actions past their retention go as a new one is written (a few a day: no sweep needed).
+DELETE FROM audit WHERE at < ?;
+
+-- name: select_audit
+SELECT entry FROM audit WHERE at >= ? ORDER BY at DESC, id LIMIT ?;
 
 -- name: delete_job
 DELETE FROM jobs WHERE job_id = ?;

@@ -19,9 +19,12 @@ from __future__ import annotations
 
 import enum
 import hmac
+import os
 import secrets
 from dataclasses import dataclass
+from pathlib import Path
 
+from timeshard.errors import InvalidArgument
 from timeshard.security.auth import Authenticator, Role, TokenEntry, hash_token
 
 
@@ -90,6 +93,31 @@ class Access:
                 "it needs viewer, operator or admin"
             )
         return Operator(entry.name, level), ""
+
+
+MIN_SECRET_CHARS = 32
+
+
+def session_secret(path: Path, *, create: bool) -> str:
+    """The key that signs console sessions, from ``path`` (``create``: made there, readable by
+    its owner only, when it does not exist yet). A key that is too short to resist guessing is
+    refused, naming the file."""
+    try:
+        if create and not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write(secrets.token_urlsafe(48) + "\n")
+        secret = path.read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InvalidArgument("--console-secret-file", f"can not read {path}: {exc}") from None
+    if len(secret) < MIN_SECRET_CHARS:
+        raise InvalidArgument(
+            "--console-secret-file",
+            f"{path} holds {len(secret)} characters: give at least {MIN_SECRET_CHARS} random "
+            "ones (e.g. python3 -c 'import secrets; print(secrets.token_urlsafe(48))')",
+        )
+    return secret
 
 
 def token_hash(token: str) -> str:

@@ -3,13 +3,15 @@ port (``timeshard.views.http``). Pages are Jinja2 templates (autoescaped) with h
 live parts; everything, scripts included, is served by the node (``static/``).
 
 It calls the node in-process — its jobs, dead letters, schedules and type policies — so what
-it shows of jobs, schedules and types is the whole cluster's (they live in the store), and
-what it shows of live flow (rates, schedule-to-start, waiting jobs) is the node's own.
+it shows of jobs, schedules and types is the whole cluster's (they live in the store); what it
+shows of live flow (rates, schedule-to-start, waiting jobs, retries) and of connected workers
+is every node's, each asked for what it holds in memory (``live``, ``PeerService.Live``).
 """
 
 from __future__ import annotations
 
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib.resources import files
 from pathlib import Path
@@ -29,8 +31,9 @@ from timeshard.views.console import handling, pages, plots
 from timeshard.views.console.access import Access
 from timeshard.views.console.audit import AuditLog
 from timeshard.views.console.bulk import BulkRuns
-from timeshard.views.console.live import Sampler
+from timeshard.views.console.live import Sampler, no_peers
 from timeshard.views.console.parts import Console
+from timeshard.views.nodelive import AskLive
 
 PREFIX = "/console"
 
@@ -40,9 +43,11 @@ class ConsoleSettings:
     auth: Authenticator | None = None
     """The node's tokens (None: the console is open, as the gRPC port is)."""
     audit_path: Path | None = None
-    """Where operator actions are appended (None: kept in memory only)."""
+    """A file operator actions are appended to as well as the store (None: the store only)."""
     secret: str = ""
     """Signs session cookies (default: random per process; sessions end with it)."""
+    peers: Callable[[], AskLive | None] = no_peers
+    """How to ask the other nodes for their live numbers (the server's, once it started)."""
 
 
 def _templates() -> Jinja2Templates:
@@ -60,12 +65,12 @@ def _templates() -> Jinja2Templates:
 
 def build(node: Node, settings: ConsoleSettings) -> tuple[Mount, Console]:
     """The console's routes mounted at ``PREFIX``, and the console (to stop it)."""
-    audit = AuditLog(settings.audit_path)
+    audit = AuditLog(node.store, node.clock, settings.audit_path)
     console = Console(
         node=node,
         access=Access(settings.auth),
         audit=audit,
-        sampler=Sampler(node),
+        sampler=Sampler(node, settings.peers),
         bulk=BulkRuns(node, audit),
         templates=_templates(),
     )

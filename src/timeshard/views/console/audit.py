@@ -1,8 +1,9 @@
 """The audit log of operator actions taken in the console: who (the token's name), when, what,
-on which jobs or filter, and how many it changed. Appended to a JSON Lines file of the node
-that served the action (flushed and fsynced before the action's answer), and logged as a
-``console.action`` event, so a log pipeline collects every node's actions in one place.
-``timeshard audit FILE`` and the console's Audit page read it back, newest first."""
+on which jobs or filter, and how many it changed. Written to the store (``Store.add_audit``,
+kept ``Retention.audit_s``, 90 days by default) before the action's answer, so the console of
+any node and ``timeshard audit`` show the whole cluster's; also logged as a ``console.action``
+event, and appended to a JSON Lines file when the node has one (``--audit-log FILE``: flushed
+and fsynced, an extra copy that ``timeshard audit FILE`` reads back)."""
 
 from __future__ import annotations
 
@@ -10,11 +11,14 @@ import asyncio
 import json
 import logging
 import os
+import secrets
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from timeshard.clock import Clock
 from timeshard.errors import InvalidArgument
+from timeshard.store.base import Store
 
 log = logging.getLogger(__name__)
 
@@ -42,17 +46,14 @@ class AuditEntry:
 
 
 class AuditLog:
-    """Appends to and reads ``path``; ``None`` keeps the entries in memory only (tests and a
-    dev node without a data directory), and says so on the page."""
+    """Writes each entry to ``store`` (and appends it to ``path`` when given); reads the
+    newest back from the store."""
 
-    def __init__(self, path: Path | None) -> None:
+    def __init__(self, store: Store, clock: Clock, path: Path | None = None) -> None:
+        self.store = store
+        self.clock = clock
         self.path = path
-        self._memory: list[AuditEntry] = []
         self._lock = asyncio.Lock()
-
-    @property
-    def durable(self) -> bool:
-        return self.path is not None
 
     async def append(self, entry: AuditEntry) -> None:
         log.info(
@@ -64,17 +65,24 @@ class AuditLog:
             entry.who,
             extra={"event": "console.action"},
         )
-        async with self._lock:
-            if self.path is None:
-                self._memory.append(entry)
-                return
-            await asyncio.to_thread(_append, self.path, entry.as_json())
+        entry_id = f"{entry.node}-{secrets.token_hex(8)}"
+        await self.store.add_audit(entry.at_ms, entry_id, entry.as_json())
+        if self.path is not None:
+            async with self._lock:
+                await asyncio.to_thread(_append, self.path, entry.as_json())
 
     async def read(self, limit: int = 200) -> list[AuditEntry]:
-        """The newest ``limit`` entries, newest first."""
-        if self.path is None:
-            return list(reversed(self._memory))[:limit]
-        return await asyncio.to_thread(read_file, self.path, limit)
+        """The newest ``limit`` entries of the whole cluster, newest first (one the store
+        holds that this version can not read is shown as what it is, not dropped)."""
+        texts = await self.store.audit(now_ms=self.clock.now_ms(), limit=limit)
+        return [_stored(text) for text in texts]
+
+
+def _stored(text: str) -> AuditEntry:
+    try:
+        return _entry(text)
+    except (ValueError, TypeError):
+        return AuditEntry(at_ms=0, who="?", role="?", action="unreadable", target=text[:200])
 
 
 def _append(path: Path, line: str) -> None:

@@ -32,7 +32,9 @@ async def cancel(node: Node, job: Job) -> object:
 
 
 async def run_now(node: Node, job: Job) -> object:
-    return await node.jobs.reschedule(job.job_id, node.clock.now_ms())
+    done = await node.jobs.reschedule(job.job_id, node.clock.now_ms())
+    node.metrics.retry_waits.left(job.job_id)  # due now: no longer backing off
+    return done
 
 
 async def replay(node: Node, job: Job) -> object:
@@ -132,7 +134,15 @@ class BulkRuns:
             log.exception("console: bulk %s failed", run.action.name)
             run.error = f"internal error ({type(exc).__name__}); see the node's log"
         finally:
-            run.finished = True
+            try:
+                await self._record(run)
+            finally:
+                run.finished = True  # once audited: its page and audit agree
+
+    async def _record(self, run: BulkRun) -> None:
+        """Audit the run as it ended (a store away then is logged: the task has no caller)."""
+        node = self._node
+        try:
             await self._audit.append(
                 AuditEntry(
                     at_ms=node.clock.now_ms(),
@@ -149,6 +159,8 @@ class BulkRuns:
                     },
                 )
             )
+        except TimeshardError as exc:
+            log.error("console: bulk %s not audited: %s", run.action.name, exc)
 
     async def stop(self) -> None:
         tasks = [r.task for r in self.runs.values() if r.task is not None and not r.finished]

@@ -17,9 +17,9 @@ from timeshard.errors import (
     NotFound,
 )
 from timeshard.model import Job, JobState
-from timeshard.node import JobSpec
 from timeshard.node.flow import FlowChange
 from timeshard.node.schedules import ScheduleOps, spec_of
+from timeshard.node.trigger import run_now
 from timeshard.policy import TypePolicy
 from timeshard.store.listing import JobOrder, JobQuery
 from timeshard.views.console import access
@@ -384,27 +384,20 @@ class Handlers(PageBase):
             await self._form(request)
             node = self.c.node
             schedule_id, name = request.path_params["schedule_id"], request.path_params["action"]
+            done, detail = name, dict[str, object]()
             if name == "pause":
                 await node.schedules.pause(schedule_id, actor=who.name)
             elif name == "resume":
                 await node.schedules.resume(schedule_id, actor=who.name)
             elif name == "trigger":
-                s = await node.schedules.get(schedule_id)
-                now = node.clock.now_ms()
-                await node.jobs.schedule(
-                    JobSpec(
-                        job_type=s.job_type,
-                        payload=s.payload,
-                        run_at=now,
-                        job_id=s.occurrence_id(now),
-                        max_attempts=s.max_attempts,
-                    )
-                )
+                run = await run_now(node.store, node.clock, node.schedules, node.jobs, schedule_id)
+                done = "queued+behind+the+run+in+progress" if run.queued else "run+now"
+                detail = {"queued": True} if run.queued else {"job_id": run.job_id}
             else:
                 raise NotFound("schedule action", name)
-            await self._audit(who, f"schedule-{name}", schedule_id, 1)
+            await self._audit(who, f"schedule-{name}", schedule_id, 1, **detail)
             return RedirectResponse(
-                f"/console/schedules/{schedule_id}?done={name}", status_code=303
+                f"/console/schedules/{schedule_id}?done={done}", status_code=303
             )
 
         return await self._run(request, build)
@@ -423,12 +416,18 @@ class Handlers(PageBase):
             by_worker: dict[str, list[Job]] = {}
             for job in running.jobs:
                 by_worker.setdefault(job.lease_owner or "?", []).append(job)
+            sample = await self.c.sampler.refresh()
+            lives = sorted(self.c.sampler.lives.values(), key=lambda live: live.node_id)
             return self._page(
                 request,
                 "workers.html",
                 who=who,
                 section="workers",
+                connected=[(live.node_id, w) for live in lives for w in live.workers],
+                nodes=sample.nodes,
+                note=sample.note,
                 by_worker=sorted(by_worker.items()),
+                running=by_worker,
                 running_total=running.total,
                 polled=node.polled.seen(),
                 now_s=node.clock.monotonic(),
@@ -468,7 +467,6 @@ class Handlers(PageBase):
                 who=who,
                 section="audit",
                 entries=entries,
-                durable=self.c.audit.durable,
                 path=str(self.c.audit.path or ""),
             )
 

@@ -5750,6 +5750,212 @@ func (x *NodeStatusResponse) GetReadyDue() int64 {
 	return 0
 }
 
+type ListAuditRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Limit         int32                  `protobuf:"varint,1,opt,name=limit,proto3" json:"limit,omitempty"`  // newest N, 1-10000; 0 means 50
+	Who           string                 `protobuf:"bytes,2,opt,name=who,proto3" json:"who,omitempty"`       // only this token name's actions
+	Action        string                 `protobuf:"bytes,3,opt,name=action,proto3" json:"action,omitempty"` // only this action, e.g. bulk-cancel
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListAuditRequest) Reset() {
+	*x = ListAuditRequest{}
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[75]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListAuditRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListAuditRequest) ProtoMessage() {}
+
+func (x *ListAuditRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[75]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListAuditRequest.ProtoReflect.Descriptor instead.
+func (*ListAuditRequest) Descriptor() ([]byte, []int) {
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{75}
+}
+
+func (x *ListAuditRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *ListAuditRequest) GetWho() string {
+	if x != nil {
+		return x.Who
+	}
+	return ""
+}
+
+func (x *ListAuditRequest) GetAction() string {
+	if x != nil {
+		return x.Action
+	}
+	return ""
+}
+
+// One operator action: who (the token's name) with their role, when, what, on which job,
+// type, schedule or filter, how many it changed, and the node that served it.
+type AuditEntry struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	At            *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=at,proto3" json:"at,omitempty"`
+	Who           string                 `protobuf:"bytes,2,opt,name=who,proto3" json:"who,omitempty"`
+	Role          string                 `protobuf:"bytes,3,opt,name=role,proto3" json:"role,omitempty"`
+	Action        string                 `protobuf:"bytes,4,opt,name=action,proto3" json:"action,omitempty"`
+	Target        string                 `protobuf:"bytes,5,opt,name=target,proto3" json:"target,omitempty"`
+	Count         int64                  `protobuf:"varint,6,opt,name=count,proto3" json:"count,omitempty"`
+	Node          string                 `protobuf:"bytes,7,opt,name=node,proto3" json:"node,omitempty"`
+	DetailJson    string                 `protobuf:"bytes,8,opt,name=detail_json,json=detailJson,proto3" json:"detail_json,omitempty"` // the action's details, a JSON object
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AuditEntry) Reset() {
+	*x = AuditEntry{}
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[76]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AuditEntry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AuditEntry) ProtoMessage() {}
+
+func (x *AuditEntry) ProtoReflect() protoreflect.Message {
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[76]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AuditEntry.ProtoReflect.Descriptor instead.
+func (*AuditEntry) Descriptor() ([]byte, []int) {
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{76}
+}
+
+func (x *AuditEntry) GetAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.At
+	}
+	return nil
+}
+
+func (x *AuditEntry) GetWho() string {
+	if x != nil {
+		return x.Who
+	}
+	return ""
+}
+
+func (x *AuditEntry) GetRole() string {
+	if x != nil {
+		return x.Role
+	}
+	return ""
+}
+
+func (x *AuditEntry) GetAction() string {
+	if x != nil {
+		return x.Action
+	}
+	return ""
+}
+
+func (x *AuditEntry) GetTarget() string {
+	if x != nil {
+		return x.Target
+	}
+	return ""
+}
+
+func (x *AuditEntry) GetCount() int64 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+func (x *AuditEntry) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *AuditEntry) GetDetailJson() string {
+	if x != nil {
+		return x.DetailJson
+	}
+	return ""
+}
+
+type ListAuditResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Entries       []*AuditEntry          `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListAuditResponse) Reset() {
+	*x = ListAuditResponse{}
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[77]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListAuditResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListAuditResponse) ProtoMessage() {}
+
+func (x *ListAuditResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[77]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListAuditResponse.ProtoReflect.Descriptor instead.
+func (*ListAuditResponse) Descriptor() ([]byte, []int) {
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{77}
+}
+
+func (x *ListAuditResponse) GetEntries() []*AuditEntry {
+	if x != nil {
+		return x.Entries
+	}
+	return nil
+}
+
 // One job type's policy. A field left 0 (or unset) keeps the node's default for it.
 type TypePolicy struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
@@ -5767,7 +5973,7 @@ type TypePolicy struct {
 
 func (x *TypePolicy) Reset() {
 	*x = TypePolicy{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[75]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5779,7 +5985,7 @@ func (x *TypePolicy) String() string {
 func (*TypePolicy) ProtoMessage() {}
 
 func (x *TypePolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[75]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5792,7 +5998,7 @@ func (x *TypePolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TypePolicy.ProtoReflect.Descriptor instead.
 func (*TypePolicy) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{75}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *TypePolicy) GetType() string {
@@ -5846,7 +6052,7 @@ type SetTypePoliciesRequest struct {
 
 func (x *SetTypePoliciesRequest) Reset() {
 	*x = SetTypePoliciesRequest{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[76]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5858,7 +6064,7 @@ func (x *SetTypePoliciesRequest) String() string {
 func (*SetTypePoliciesRequest) ProtoMessage() {}
 
 func (x *SetTypePoliciesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[76]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5871,7 +6077,7 @@ func (x *SetTypePoliciesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetTypePoliciesRequest.ProtoReflect.Descriptor instead.
 func (*SetTypePoliciesRequest) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{76}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *SetTypePoliciesRequest) GetPolicies() []*TypePolicy {
@@ -5890,7 +6096,7 @@ type SetTypePoliciesResponse struct {
 
 func (x *SetTypePoliciesResponse) Reset() {
 	*x = SetTypePoliciesResponse{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[77]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5902,7 +6108,7 @@ func (x *SetTypePoliciesResponse) String() string {
 func (*SetTypePoliciesResponse) ProtoMessage() {}
 
 func (x *SetTypePoliciesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[77]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5915,7 +6121,7 @@ func (x *SetTypePoliciesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetTypePoliciesResponse.ProtoReflect.Descriptor instead.
 func (*SetTypePoliciesResponse) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{77}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *SetTypePoliciesResponse) GetPolicies() []*TypePolicy {
@@ -5938,7 +6144,7 @@ type TypeFlow struct {
 
 func (x *TypeFlow) Reset() {
 	*x = TypeFlow{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[78]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5950,7 +6156,7 @@ func (x *TypeFlow) String() string {
 func (*TypeFlow) ProtoMessage() {}
 
 func (x *TypeFlow) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[78]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5963,7 +6169,7 @@ func (x *TypeFlow) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TypeFlow.ProtoReflect.Descriptor instead.
 func (*TypeFlow) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{78}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *TypeFlow) GetType() string {
@@ -6003,7 +6209,7 @@ type SetTypeFlowsRequest struct {
 
 func (x *SetTypeFlowsRequest) Reset() {
 	*x = SetTypeFlowsRequest{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[79]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6015,7 +6221,7 @@ func (x *SetTypeFlowsRequest) String() string {
 func (*SetTypeFlowsRequest) ProtoMessage() {}
 
 func (x *SetTypeFlowsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[79]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6028,7 +6234,7 @@ func (x *SetTypeFlowsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetTypeFlowsRequest.ProtoReflect.Descriptor instead.
 func (*SetTypeFlowsRequest) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{79}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *SetTypeFlowsRequest) GetFlows() []*TypeFlow {
@@ -6047,7 +6253,7 @@ type SetTypeFlowsResponse struct {
 
 func (x *SetTypeFlowsResponse) Reset() {
 	*x = SetTypeFlowsResponse{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[80]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6059,7 +6265,7 @@ func (x *SetTypeFlowsResponse) String() string {
 func (*SetTypeFlowsResponse) ProtoMessage() {}
 
 func (x *SetTypeFlowsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[80]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6072,7 +6278,7 @@ func (x *SetTypeFlowsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetTypeFlowsResponse.ProtoReflect.Descriptor instead.
 func (*SetTypeFlowsResponse) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{80}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *SetTypeFlowsResponse) GetTypes() []*TypeInfo {
@@ -6091,7 +6297,7 @@ type ListTypesRequest struct {
 
 func (x *ListTypesRequest) Reset() {
 	*x = ListTypesRequest{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[81]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6103,7 +6309,7 @@ func (x *ListTypesRequest) String() string {
 func (*ListTypesRequest) ProtoMessage() {}
 
 func (x *ListTypesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[81]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6116,7 +6322,7 @@ func (x *ListTypesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTypesRequest.ProtoReflect.Descriptor instead.
 func (*ListTypesRequest) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{81}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *ListTypesRequest) GetType() string {
@@ -6135,7 +6341,7 @@ type ListTypesResponse struct {
 
 func (x *ListTypesResponse) Reset() {
 	*x = ListTypesResponse{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[82]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6147,7 +6353,7 @@ func (x *ListTypesResponse) String() string {
 func (*ListTypesResponse) ProtoMessage() {}
 
 func (x *ListTypesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[82]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6160,7 +6366,7 @@ func (x *ListTypesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTypesResponse.ProtoReflect.Descriptor instead.
 func (*ListTypesResponse) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{82}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *ListTypesResponse) GetTypes() []*TypeInfo {
@@ -6187,7 +6393,7 @@ type TypeInfo struct {
 
 func (x *TypeInfo) Reset() {
 	*x = TypeInfo{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[83]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6199,7 +6405,7 @@ func (x *TypeInfo) String() string {
 func (*TypeInfo) ProtoMessage() {}
 
 func (x *TypeInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[83]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6212,7 +6418,7 @@ func (x *TypeInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TypeInfo.ProtoReflect.Descriptor instead.
 func (*TypeInfo) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{83}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{86}
 }
 
 func (x *TypeInfo) GetType() string {
@@ -6271,6 +6477,313 @@ func (x *TypeInfo) GetOldestAgeMs() int64 {
 	return 0
 }
 
+type LiveRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	FromNode      string                 `protobuf:"bytes,1,opt,name=from_node,json=fromNode,proto3" json:"from_node,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LiveRequest) Reset() {
+	*x = LiveRequest{}
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[87]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LiveRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LiveRequest) ProtoMessage() {}
+
+func (x *LiveRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[87]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LiveRequest.ProtoReflect.Descriptor instead.
+func (*LiveRequest) Descriptor() ([]byte, []int) {
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{87}
+}
+
+func (x *LiveRequest) GetFromNode() string {
+	if x != nil {
+		return x.FromNode
+	}
+	return ""
+}
+
+// A worker connected to a node: by its stream, or seen by its unary Claim calls lately.
+type ConnectedWorker struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	WorkerId      string                 `protobuf:"bytes,1,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	Credits       []*WorkCredit          `protobuf:"bytes,2,rep,name=credits,proto3" json:"credits,omitempty"`                   // per type asked for: the free slots it granted this node
+	LastSeen      *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=last_seen,json=lastSeen,proto3" json:"last_seen,omitempty"` // its last request to this node
+	Stream        bool                   `protobuf:"varint,4,opt,name=stream,proto3" json:"stream,omitempty"`                    // connected by a Work stream (else: unary Claim calls)
+	Since         *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=since,proto3" json:"since,omitempty"`                       // when its stream opened (or its first claim was seen)
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ConnectedWorker) Reset() {
+	*x = ConnectedWorker{}
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[88]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConnectedWorker) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConnectedWorker) ProtoMessage() {}
+
+func (x *ConnectedWorker) ProtoReflect() protoreflect.Message {
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[88]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConnectedWorker.ProtoReflect.Descriptor instead.
+func (*ConnectedWorker) Descriptor() ([]byte, []int) {
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{88}
+}
+
+func (x *ConnectedWorker) GetWorkerId() string {
+	if x != nil {
+		return x.WorkerId
+	}
+	return ""
+}
+
+func (x *ConnectedWorker) GetCredits() []*WorkCredit {
+	if x != nil {
+		return x.Credits
+	}
+	return nil
+}
+
+func (x *ConnectedWorker) GetLastSeen() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LastSeen
+	}
+	return nil
+}
+
+func (x *ConnectedWorker) GetStream() bool {
+	if x != nil {
+		return x.Stream
+	}
+	return false
+}
+
+func (x *ConnectedWorker) GetSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Since
+	}
+	return nil
+}
+
+// Jobs of one type waiting for a retry (scheduled again after a failed attempt), as counted by
+// the owners of their shards.
+type TypeRetrying struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Type          string                 `protobuf:"bytes,1,opt,name=type,proto3" json:"type,omitempty"`
+	Jobs          int64                  `protobuf:"varint,2,opt,name=jobs,proto3" json:"jobs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TypeRetrying) Reset() {
+	*x = TypeRetrying{}
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[89]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TypeRetrying) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TypeRetrying) ProtoMessage() {}
+
+func (x *TypeRetrying) ProtoReflect() protoreflect.Message {
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[89]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TypeRetrying.ProtoReflect.Descriptor instead.
+func (*TypeRetrying) Descriptor() ([]byte, []int) {
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{89}
+}
+
+func (x *TypeRetrying) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+func (x *TypeRetrying) GetJobs() int64 {
+	if x != nil {
+		return x.Jobs
+	}
+	return 0
+}
+
+type LiveResponse struct {
+	state              protoimpl.MessageState `protogen:"open.v1"`
+	NodeId             string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	At                 *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=at,proto3" json:"at,omitempty"`
+	Serving            bool                   `protobuf:"varint,3,opt,name=serving,proto3" json:"serving,omitempty"`
+	Owned              int32                  `protobuf:"varint,4,opt,name=owned,proto3" json:"owned,omitempty"`                       // shards this node dispatches
+	ReadyDue           int64                  `protobuf:"varint,5,opt,name=ready_due,json=readyDue,proto3" json:"ready_due,omitempty"` // due jobs ready here and not started
+	Jobs               []*TypeCounts          `protobuf:"bytes,6,rep,name=jobs,proto3" json:"jobs,omitempty"`                          // since this node started
+	Waiting            []*TypeWaiting         `protobuf:"bytes,7,rep,name=waiting,proto3" json:"waiting,omitempty"`
+	StartDelay         []*TypeStartDelay      `protobuf:"bytes,8,rep,name=start_delay,json=startDelay,proto3" json:"start_delay,omitempty"` // over the last 10 s
+	Workers            []*ConnectedWorker     `protobuf:"bytes,9,rep,name=workers,proto3" json:"workers,omitempty"`
+	DeadLettersCounted bool                   `protobuf:"varint,10,opt,name=dead_letters_counted,json=deadLettersCounted,proto3" json:"dead_letters_counted,omitempty"` // this node counts the dead-letter queue (it owns shard 0)
+	DeadLetters        int64                  `protobuf:"varint,11,opt,name=dead_letters,json=deadLetters,proto3" json:"dead_letters,omitempty"`
+	Retrying           []*TypeRetrying        `protobuf:"bytes,12,rep,name=retrying,proto3" json:"retrying,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
+}
+
+func (x *LiveResponse) Reset() {
+	*x = LiveResponse{}
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[90]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LiveResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LiveResponse) ProtoMessage() {}
+
+func (x *LiveResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[90]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LiveResponse.ProtoReflect.Descriptor instead.
+func (*LiveResponse) Descriptor() ([]byte, []int) {
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{90}
+}
+
+func (x *LiveResponse) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *LiveResponse) GetAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.At
+	}
+	return nil
+}
+
+func (x *LiveResponse) GetServing() bool {
+	if x != nil {
+		return x.Serving
+	}
+	return false
+}
+
+func (x *LiveResponse) GetOwned() int32 {
+	if x != nil {
+		return x.Owned
+	}
+	return 0
+}
+
+func (x *LiveResponse) GetReadyDue() int64 {
+	if x != nil {
+		return x.ReadyDue
+	}
+	return 0
+}
+
+func (x *LiveResponse) GetJobs() []*TypeCounts {
+	if x != nil {
+		return x.Jobs
+	}
+	return nil
+}
+
+func (x *LiveResponse) GetWaiting() []*TypeWaiting {
+	if x != nil {
+		return x.Waiting
+	}
+	return nil
+}
+
+func (x *LiveResponse) GetStartDelay() []*TypeStartDelay {
+	if x != nil {
+		return x.StartDelay
+	}
+	return nil
+}
+
+func (x *LiveResponse) GetWorkers() []*ConnectedWorker {
+	if x != nil {
+		return x.Workers
+	}
+	return nil
+}
+
+func (x *LiveResponse) GetDeadLettersCounted() bool {
+	if x != nil {
+		return x.DeadLettersCounted
+	}
+	return false
+}
+
+func (x *LiveResponse) GetDeadLetters() int64 {
+	if x != nil {
+		return x.DeadLetters
+	}
+	return 0
+}
+
+func (x *LiveResponse) GetRetrying() []*TypeRetrying {
+	if x != nil {
+		return x.Retrying
+	}
+	return nil
+}
+
 type WaitFinishedRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	FromNode      string                 `protobuf:"bytes,1,opt,name=from_node,json=fromNode,proto3" json:"from_node,omitempty"`
@@ -6282,7 +6795,7 @@ type WaitFinishedRequest struct {
 
 func (x *WaitFinishedRequest) Reset() {
 	*x = WaitFinishedRequest{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[84]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[91]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6294,7 +6807,7 @@ func (x *WaitFinishedRequest) String() string {
 func (*WaitFinishedRequest) ProtoMessage() {}
 
 func (x *WaitFinishedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[84]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[91]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6307,7 +6820,7 @@ func (x *WaitFinishedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitFinishedRequest.ProtoReflect.Descriptor instead.
 func (*WaitFinishedRequest) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{84}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{91}
 }
 
 func (x *WaitFinishedRequest) GetFromNode() string {
@@ -6340,7 +6853,7 @@ type WaitFinishedResponse struct {
 
 func (x *WaitFinishedResponse) Reset() {
 	*x = WaitFinishedResponse{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[85]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[92]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6352,7 +6865,7 @@ func (x *WaitFinishedResponse) String() string {
 func (*WaitFinishedResponse) ProtoMessage() {}
 
 func (x *WaitFinishedResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[85]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[92]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6365,7 +6878,7 @@ func (x *WaitFinishedResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitFinishedResponse.ProtoReflect.Descriptor instead.
 func (*WaitFinishedResponse) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{85}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{92}
 }
 
 func (x *WaitFinishedResponse) GetJobIds() []string {
@@ -6389,7 +6902,7 @@ type LandedEntry struct {
 
 func (x *LandedEntry) Reset() {
 	*x = LandedEntry{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[86]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[93]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6401,7 +6914,7 @@ func (x *LandedEntry) String() string {
 func (*LandedEntry) ProtoMessage() {}
 
 func (x *LandedEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[86]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[93]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6414,7 +6927,7 @@ func (x *LandedEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LandedEntry.ProtoReflect.Descriptor instead.
 func (*LandedEntry) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{86}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{93}
 }
 
 func (x *LandedEntry) GetShard() int32 {
@@ -6462,7 +6975,7 @@ type LandRequest struct {
 
 func (x *LandRequest) Reset() {
 	*x = LandRequest{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[87]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[94]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6474,7 +6987,7 @@ func (x *LandRequest) String() string {
 func (*LandRequest) ProtoMessage() {}
 
 func (x *LandRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[87]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[94]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6487,7 +7000,7 @@ func (x *LandRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LandRequest.ProtoReflect.Descriptor instead.
 func (*LandRequest) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{87}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{94}
 }
 
 func (x *LandRequest) GetFromNode() string {
@@ -6514,7 +7027,7 @@ type LandResponse struct {
 
 func (x *LandResponse) Reset() {
 	*x = LandResponse{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[88]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[95]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6526,7 +7039,7 @@ func (x *LandResponse) String() string {
 func (*LandResponse) ProtoMessage() {}
 
 func (x *LandResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[88]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[95]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6539,7 +7052,7 @@ func (x *LandResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LandResponse.ProtoReflect.Descriptor instead.
 func (*LandResponse) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{88}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{95}
 }
 
 func (x *LandResponse) GetTaken() int32 {
@@ -7018,7 +7531,24 @@ const file_timeshard_v1_timeshard_proto_rawDesc = "" +
 	"\vstart_delay\x18\x13 \x03(\v2\x1c.timeshard.v1.TypeStartDelayR\n" +
 	"startDelay\x12%\n" +
 	"\x0estreams_behind\x18\x14 \x01(\x05R\rstreamsBehind\x12\x1b\n" +
-	"\tready_due\x18\x15 \x01(\x03R\breadyDue\"\xfc\x01\n" +
+	"\tready_due\x18\x15 \x01(\x03R\breadyDue\"R\n" +
+	"\x10ListAuditRequest\x12\x14\n" +
+	"\x05limit\x18\x01 \x01(\x05R\x05limit\x12\x10\n" +
+	"\x03who\x18\x02 \x01(\tR\x03who\x12\x16\n" +
+	"\x06action\x18\x03 \x01(\tR\x06action\"\xd9\x01\n" +
+	"\n" +
+	"AuditEntry\x12*\n" +
+	"\x02at\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12\x10\n" +
+	"\x03who\x18\x02 \x01(\tR\x03who\x12\x12\n" +
+	"\x04role\x18\x03 \x01(\tR\x04role\x12\x16\n" +
+	"\x06action\x18\x04 \x01(\tR\x06action\x12\x16\n" +
+	"\x06target\x18\x05 \x01(\tR\x06target\x12\x14\n" +
+	"\x05count\x18\x06 \x01(\x03R\x05count\x12\x12\n" +
+	"\x04node\x18\a \x01(\tR\x04node\x12\x1f\n" +
+	"\vdetail_json\x18\b \x01(\tR\n" +
+	"detailJson\"G\n" +
+	"\x11ListAuditResponse\x122\n" +
+	"\aentries\x18\x01 \x03(\v2\x18.timeshard.v1.AuditEntryR\aentries\"\xfc\x01\n" +
 	"\n" +
 	"TypePolicy\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12!\n" +
@@ -7055,7 +7585,33 @@ const file_timeshard_v1_timeshard_proto_rawDesc = "" +
 	"\x06paused\x18\x05 \x01(\bR\x06paused\x12\x14\n" +
 	"\x05ready\x18\x06 \x01(\x05R\x05ready\x12\x12\n" +
 	"\x04held\x18\a \x01(\tR\x04held\x12\"\n" +
-	"\roldest_age_ms\x18\b \x01(\x03R\voldestAgeMs\"\x80\x01\n" +
+	"\roldest_age_ms\x18\b \x01(\x03R\voldestAgeMs\"*\n" +
+	"\vLiveRequest\x12\x1b\n" +
+	"\tfrom_node\x18\x01 \x01(\tR\bfromNode\"\xe5\x01\n" +
+	"\x0fConnectedWorker\x12\x1b\n" +
+	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x122\n" +
+	"\acredits\x18\x02 \x03(\v2\x18.timeshard.v1.WorkCreditR\acredits\x127\n" +
+	"\tlast_seen\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\blastSeen\x12\x16\n" +
+	"\x06stream\x18\x04 \x01(\bR\x06stream\x120\n" +
+	"\x05since\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\"6\n" +
+	"\fTypeRetrying\x12\x12\n" +
+	"\x04type\x18\x01 \x01(\tR\x04type\x12\x12\n" +
+	"\x04jobs\x18\x02 \x01(\x03R\x04jobs\"\x88\x04\n" +
+	"\fLiveResponse\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12*\n" +
+	"\x02at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12\x18\n" +
+	"\aserving\x18\x03 \x01(\bR\aserving\x12\x14\n" +
+	"\x05owned\x18\x04 \x01(\x05R\x05owned\x12\x1b\n" +
+	"\tready_due\x18\x05 \x01(\x03R\breadyDue\x12,\n" +
+	"\x04jobs\x18\x06 \x03(\v2\x18.timeshard.v1.TypeCountsR\x04jobs\x123\n" +
+	"\awaiting\x18\a \x03(\v2\x19.timeshard.v1.TypeWaitingR\awaiting\x12=\n" +
+	"\vstart_delay\x18\b \x03(\v2\x1c.timeshard.v1.TypeStartDelayR\n" +
+	"startDelay\x127\n" +
+	"\aworkers\x18\t \x03(\v2\x1d.timeshard.v1.ConnectedWorkerR\aworkers\x120\n" +
+	"\x14dead_letters_counted\x18\n" +
+	" \x01(\bR\x12deadLettersCounted\x12!\n" +
+	"\fdead_letters\x18\v \x01(\x03R\vdeadLetters\x126\n" +
+	"\bretrying\x18\f \x03(\v2\x1a.timeshard.v1.TypeRetryingR\bretrying\"\x80\x01\n" +
 	"\x13WaitFinishedRequest\x12\x1b\n" +
 	"\tfrom_node\x18\x01 \x01(\tR\bfromNode\x12\x17\n" +
 	"\ajob_ids\x18\x02 \x03(\tR\x06jobIds\x123\n" +
@@ -7121,7 +7677,7 @@ const file_timeshard_v1_timeshard_proto_rawDesc = "" +
 	"\bComplete\x12\x1d.timeshard.v1.CompleteRequest\x1a\x1e.timeshard.v1.CompleteResponse\x12=\n" +
 	"\x04Fail\x12\x19.timeshard.v1.FailRequest\x1a\x1a.timeshard.v1.FailResponse\x12C\n" +
 	"\x06Finish\x12\x1b.timeshard.v1.FinishRequest\x1a\x1c.timeshard.v1.FinishResponse\x12A\n" +
-	"\x04Work\x12\x19.timeshard.v1.WorkRequest\x1a\x1a.timeshard.v1.WorkResponse(\x010\x012\xa8\x05\n" +
+	"\x04Work\x12\x19.timeshard.v1.WorkRequest\x1a\x1a.timeshard.v1.WorkResponse(\x010\x012\xf6\x05\n" +
 	"\fAdminService\x12R\n" +
 	"\vClusterInfo\x12 .timeshard.v1.ClusterInfoRequest\x1a!.timeshard.v1.ClusterInfoResponse\x12R\n" +
 	"\vShardOwners\x12 .timeshard.v1.ShardOwnersRequest\x1a!.timeshard.v1.ShardOwnersResponse\x12L\n" +
@@ -7131,10 +7687,12 @@ const file_timeshard_v1_timeshard_proto_rawDesc = "" +
 	"NodeStatus\x12\x1f.timeshard.v1.NodeStatusRequest\x1a .timeshard.v1.NodeStatusResponse\x12^\n" +
 	"\x0fSetTypePolicies\x12$.timeshard.v1.SetTypePoliciesRequest\x1a%.timeshard.v1.SetTypePoliciesResponse\x12U\n" +
 	"\fSetTypeFlows\x12!.timeshard.v1.SetTypeFlowsRequest\x1a\".timeshard.v1.SetTypeFlowsResponse\x12L\n" +
-	"\tListTypes\x12\x1e.timeshard.v1.ListTypesRequest\x1a\x1f.timeshard.v1.ListTypesResponse2\xa3\x01\n" +
+	"\tListTypes\x12\x1e.timeshard.v1.ListTypesRequest\x1a\x1f.timeshard.v1.ListTypesResponse\x12L\n" +
+	"\tListAudit\x12\x1e.timeshard.v1.ListAuditRequest\x1a\x1f.timeshard.v1.ListAuditResponse2\xe2\x01\n" +
 	"\vPeerService\x12=\n" +
 	"\x04Land\x12\x19.timeshard.v1.LandRequest\x1a\x1a.timeshard.v1.LandResponse\x12U\n" +
-	"\fWaitFinished\x12!.timeshard.v1.WaitFinishedRequest\x1a\".timeshard.v1.WaitFinishedResponseB@Z>github.com/timeshard/timeshard/gen/go/timeshard/v1;timeshardv1b\x06proto3"
+	"\fWaitFinished\x12!.timeshard.v1.WaitFinishedRequest\x1a\".timeshard.v1.WaitFinishedResponse\x12=\n" +
+	"\x04Live\x12\x19.timeshard.v1.LiveRequest\x1a\x1a.timeshard.v1.LiveResponseB@Z>github.com/timeshard/timeshard/gen/go/timeshard/v1;timeshardv1b\x06proto3"
 
 var (
 	file_timeshard_v1_timeshard_proto_rawDescOnce sync.Once
@@ -7149,7 +7707,7 @@ func file_timeshard_v1_timeshard_proto_rawDescGZIP() []byte {
 }
 
 var file_timeshard_v1_timeshard_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_timeshard_v1_timeshard_proto_msgTypes = make([]protoimpl.MessageInfo, 89)
+var file_timeshard_v1_timeshard_proto_msgTypes = make([]protoimpl.MessageInfo, 96)
 var file_timeshard_v1_timeshard_proto_goTypes = []any{
 	(JobState)(0),                         // 0: timeshard.v1.JobState
 	(IfExists)(0),                         // 1: timeshard.v1.IfExists
@@ -7229,38 +7787,45 @@ var file_timeshard_v1_timeshard_proto_goTypes = []any{
 	(*TypeWaiting)(nil),                   // 75: timeshard.v1.TypeWaiting
 	(*JobEvent)(nil),                      // 76: timeshard.v1.JobEvent
 	(*NodeStatusResponse)(nil),            // 77: timeshard.v1.NodeStatusResponse
-	(*TypePolicy)(nil),                    // 78: timeshard.v1.TypePolicy
-	(*SetTypePoliciesRequest)(nil),        // 79: timeshard.v1.SetTypePoliciesRequest
-	(*SetTypePoliciesResponse)(nil),       // 80: timeshard.v1.SetTypePoliciesResponse
-	(*TypeFlow)(nil),                      // 81: timeshard.v1.TypeFlow
-	(*SetTypeFlowsRequest)(nil),           // 82: timeshard.v1.SetTypeFlowsRequest
-	(*SetTypeFlowsResponse)(nil),          // 83: timeshard.v1.SetTypeFlowsResponse
-	(*ListTypesRequest)(nil),              // 84: timeshard.v1.ListTypesRequest
-	(*ListTypesResponse)(nil),             // 85: timeshard.v1.ListTypesResponse
-	(*TypeInfo)(nil),                      // 86: timeshard.v1.TypeInfo
-	(*WaitFinishedRequest)(nil),           // 87: timeshard.v1.WaitFinishedRequest
-	(*WaitFinishedResponse)(nil),          // 88: timeshard.v1.WaitFinishedResponse
-	(*LandedEntry)(nil),                   // 89: timeshard.v1.LandedEntry
-	(*LandRequest)(nil),                   // 90: timeshard.v1.LandRequest
-	(*LandResponse)(nil),                  // 91: timeshard.v1.LandResponse
-	(*timestamppb.Timestamp)(nil),         // 92: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),           // 93: google.protobuf.Duration
+	(*ListAuditRequest)(nil),              // 78: timeshard.v1.ListAuditRequest
+	(*AuditEntry)(nil),                    // 79: timeshard.v1.AuditEntry
+	(*ListAuditResponse)(nil),             // 80: timeshard.v1.ListAuditResponse
+	(*TypePolicy)(nil),                    // 81: timeshard.v1.TypePolicy
+	(*SetTypePoliciesRequest)(nil),        // 82: timeshard.v1.SetTypePoliciesRequest
+	(*SetTypePoliciesResponse)(nil),       // 83: timeshard.v1.SetTypePoliciesResponse
+	(*TypeFlow)(nil),                      // 84: timeshard.v1.TypeFlow
+	(*SetTypeFlowsRequest)(nil),           // 85: timeshard.v1.SetTypeFlowsRequest
+	(*SetTypeFlowsResponse)(nil),          // 86: timeshard.v1.SetTypeFlowsResponse
+	(*ListTypesRequest)(nil),              // 87: timeshard.v1.ListTypesRequest
+	(*ListTypesResponse)(nil),             // 88: timeshard.v1.ListTypesResponse
+	(*TypeInfo)(nil),                      // 89: timeshard.v1.TypeInfo
+	(*LiveRequest)(nil),                   // 90: timeshard.v1.LiveRequest
+	(*ConnectedWorker)(nil),               // 91: timeshard.v1.ConnectedWorker
+	(*TypeRetrying)(nil),                  // 92: timeshard.v1.TypeRetrying
+	(*LiveResponse)(nil),                  // 93: timeshard.v1.LiveResponse
+	(*WaitFinishedRequest)(nil),           // 94: timeshard.v1.WaitFinishedRequest
+	(*WaitFinishedResponse)(nil),          // 95: timeshard.v1.WaitFinishedResponse
+	(*LandedEntry)(nil),                   // 96: timeshard.v1.LandedEntry
+	(*LandRequest)(nil),                   // 97: timeshard.v1.LandRequest
+	(*LandResponse)(nil),                  // 98: timeshard.v1.LandResponse
+	(*timestamppb.Timestamp)(nil),         // 99: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),           // 100: google.protobuf.Duration
 }
 var file_timeshard_v1_timeshard_proto_depIdxs = []int32{
-	92,  // 0: timeshard.v1.Attempt.started_at:type_name -> google.protobuf.Timestamp
-	92,  // 1: timeshard.v1.Attempt.finished_at:type_name -> google.protobuf.Timestamp
+	99,  // 0: timeshard.v1.Attempt.started_at:type_name -> google.protobuf.Timestamp
+	99,  // 1: timeshard.v1.Attempt.finished_at:type_name -> google.protobuf.Timestamp
 	0,   // 2: timeshard.v1.Job.state:type_name -> timeshard.v1.JobState
-	92,  // 3: timeshard.v1.Job.run_at:type_name -> google.protobuf.Timestamp
-	92,  // 4: timeshard.v1.Job.created_at:type_name -> google.protobuf.Timestamp
-	92,  // 5: timeshard.v1.Job.lease_until:type_name -> google.protobuf.Timestamp
-	92,  // 6: timeshard.v1.Job.started_at:type_name -> google.protobuf.Timestamp
-	92,  // 7: timeshard.v1.Job.finished_at:type_name -> google.protobuf.Timestamp
+	99,  // 3: timeshard.v1.Job.run_at:type_name -> google.protobuf.Timestamp
+	99,  // 4: timeshard.v1.Job.created_at:type_name -> google.protobuf.Timestamp
+	99,  // 5: timeshard.v1.Job.lease_until:type_name -> google.protobuf.Timestamp
+	99,  // 6: timeshard.v1.Job.started_at:type_name -> google.protobuf.Timestamp
+	99,  // 7: timeshard.v1.Job.finished_at:type_name -> google.protobuf.Timestamp
 	3,   // 8: timeshard.v1.Job.history:type_name -> timeshard.v1.Attempt
-	92,  // 9: timeshard.v1.Job.deadline:type_name -> google.protobuf.Timestamp
-	93,  // 10: timeshard.v1.ScheduleJobRequest.delay:type_name -> google.protobuf.Duration
-	92,  // 11: timeshard.v1.ScheduleJobRequest.run_at:type_name -> google.protobuf.Timestamp
-	92,  // 12: timeshard.v1.ScheduleJobRequest.deadline:type_name -> google.protobuf.Timestamp
-	93,  // 13: timeshard.v1.ScheduleJobRequest.deadline_in:type_name -> google.protobuf.Duration
+	99,  // 9: timeshard.v1.Job.deadline:type_name -> google.protobuf.Timestamp
+	100, // 10: timeshard.v1.ScheduleJobRequest.delay:type_name -> google.protobuf.Duration
+	99,  // 11: timeshard.v1.ScheduleJobRequest.run_at:type_name -> google.protobuf.Timestamp
+	99,  // 12: timeshard.v1.ScheduleJobRequest.deadline:type_name -> google.protobuf.Timestamp
+	100, // 13: timeshard.v1.ScheduleJobRequest.deadline_in:type_name -> google.protobuf.Duration
 	1,   // 14: timeshard.v1.ScheduleJobRequest.if_exists:type_name -> timeshard.v1.IfExists
 	4,   // 15: timeshard.v1.ScheduleJobResponse.job:type_name -> timeshard.v1.Job
 	6,   // 16: timeshard.v1.ScheduleJobResponse.warnings:type_name -> timeshard.v1.ScheduleWarning
@@ -7269,62 +7834,62 @@ var file_timeshard_v1_timeshard_proto_depIdxs = []int32{
 	6,   // 19: timeshard.v1.ScheduleJobsResponse.warnings:type_name -> timeshard.v1.ScheduleWarning
 	0,   // 20: timeshard.v1.ListJobsRequest.state:type_name -> timeshard.v1.JobState
 	0,   // 21: timeshard.v1.ListJobsRequest.states:type_name -> timeshard.v1.JobState
-	92,  // 22: timeshard.v1.ListJobsRequest.run_at_from:type_name -> google.protobuf.Timestamp
-	92,  // 23: timeshard.v1.ListJobsRequest.run_at_to:type_name -> google.protobuf.Timestamp
+	99,  // 22: timeshard.v1.ListJobsRequest.run_at_from:type_name -> google.protobuf.Timestamp
+	99,  // 23: timeshard.v1.ListJobsRequest.run_at_to:type_name -> google.protobuf.Timestamp
 	2,   // 24: timeshard.v1.ListJobsRequest.order:type_name -> timeshard.v1.JobOrder
 	4,   // 25: timeshard.v1.ListJobsResponse.jobs:type_name -> timeshard.v1.Job
-	93,  // 26: timeshard.v1.RescheduleJobRequest.delay:type_name -> google.protobuf.Duration
-	92,  // 27: timeshard.v1.RescheduleJobRequest.run_at:type_name -> google.protobuf.Timestamp
-	93,  // 28: timeshard.v1.Schedule.misfire_grace:type_name -> google.protobuf.Duration
-	93,  // 29: timeshard.v1.Schedule.jitter:type_name -> google.protobuf.Duration
-	92,  // 30: timeshard.v1.Schedule.next_fire:type_name -> google.protobuf.Timestamp
-	92,  // 31: timeshard.v1.Schedule.last_skip_at:type_name -> google.protobuf.Timestamp
-	92,  // 32: timeshard.v1.Schedule.last_fire_at:type_name -> google.protobuf.Timestamp
-	92,  // 33: timeshard.v1.Schedule.queued_at:type_name -> google.protobuf.Timestamp
-	93,  // 34: timeshard.v1.Schedule.spread:type_name -> google.protobuf.Duration
+	100, // 26: timeshard.v1.RescheduleJobRequest.delay:type_name -> google.protobuf.Duration
+	99,  // 27: timeshard.v1.RescheduleJobRequest.run_at:type_name -> google.protobuf.Timestamp
+	100, // 28: timeshard.v1.Schedule.misfire_grace:type_name -> google.protobuf.Duration
+	100, // 29: timeshard.v1.Schedule.jitter:type_name -> google.protobuf.Duration
+	99,  // 30: timeshard.v1.Schedule.next_fire:type_name -> google.protobuf.Timestamp
+	99,  // 31: timeshard.v1.Schedule.last_skip_at:type_name -> google.protobuf.Timestamp
+	99,  // 32: timeshard.v1.Schedule.last_fire_at:type_name -> google.protobuf.Timestamp
+	99,  // 33: timeshard.v1.Schedule.queued_at:type_name -> google.protobuf.Timestamp
+	100, // 34: timeshard.v1.Schedule.spread:type_name -> google.protobuf.Duration
 	15,  // 35: timeshard.v1.CreateScheduleRequest.schedule:type_name -> timeshard.v1.Schedule
 	15,  // 36: timeshard.v1.ListSchedulesResponse.schedules:type_name -> timeshard.v1.Schedule
 	15,  // 37: timeshard.v1.UpdateScheduleRequest.schedule:type_name -> timeshard.v1.Schedule
-	92,  // 38: timeshard.v1.PreviewRequest.from:type_name -> google.protobuf.Timestamp
-	93,  // 39: timeshard.v1.PreviewRequest.spread:type_name -> google.protobuf.Duration
-	92,  // 40: timeshard.v1.FireTime.utc:type_name -> google.protobuf.Timestamp
-	92,  // 41: timeshard.v1.FireTime.runs_at:type_name -> google.protobuf.Timestamp
+	99,  // 38: timeshard.v1.PreviewRequest.from:type_name -> google.protobuf.Timestamp
+	100, // 39: timeshard.v1.PreviewRequest.spread:type_name -> google.protobuf.Duration
+	99,  // 40: timeshard.v1.FireTime.utc:type_name -> google.protobuf.Timestamp
+	99,  // 41: timeshard.v1.FireTime.runs_at:type_name -> google.protobuf.Timestamp
 	24,  // 42: timeshard.v1.PreviewResponse.times:type_name -> timeshard.v1.FireTime
-	92,  // 43: timeshard.v1.ListDeadLettersRequest.since:type_name -> google.protobuf.Timestamp
+	99,  // 43: timeshard.v1.ListDeadLettersRequest.since:type_name -> google.protobuf.Timestamp
 	4,   // 44: timeshard.v1.ListDeadLettersResponse.jobs:type_name -> timeshard.v1.Job
 	4,   // 45: timeshard.v1.ReplayDeadLettersResponse.jobs:type_name -> timeshard.v1.Job
-	93,  // 46: timeshard.v1.WaitJobsRequest.timeout:type_name -> google.protobuf.Duration
+	100, // 46: timeshard.v1.WaitJobsRequest.timeout:type_name -> google.protobuf.Duration
 	4,   // 47: timeshard.v1.WaitJobsResponse.job:type_name -> timeshard.v1.Job
-	92,  // 48: timeshard.v1.LedgerEntry.nominal:type_name -> google.protobuf.Timestamp
-	92,  // 49: timeshard.v1.LedgerEntry.last:type_name -> google.protobuf.Timestamp
-	92,  // 50: timeshard.v1.LedgerEntry.run_at:type_name -> google.protobuf.Timestamp
-	92,  // 51: timeshard.v1.LedgerEntry.decided_at:type_name -> google.protobuf.Timestamp
-	92,  // 52: timeshard.v1.ExplainOccurrenceRequest.at:type_name -> google.protobuf.Timestamp
-	92,  // 53: timeshard.v1.ExplainOccurrenceResponse.nominal:type_name -> google.protobuf.Timestamp
+	99,  // 48: timeshard.v1.LedgerEntry.nominal:type_name -> google.protobuf.Timestamp
+	99,  // 49: timeshard.v1.LedgerEntry.last:type_name -> google.protobuf.Timestamp
+	99,  // 50: timeshard.v1.LedgerEntry.run_at:type_name -> google.protobuf.Timestamp
+	99,  // 51: timeshard.v1.LedgerEntry.decided_at:type_name -> google.protobuf.Timestamp
+	99,  // 52: timeshard.v1.ExplainOccurrenceRequest.at:type_name -> google.protobuf.Timestamp
+	99,  // 53: timeshard.v1.ExplainOccurrenceResponse.nominal:type_name -> google.protobuf.Timestamp
 	33,  // 54: timeshard.v1.ExplainOccurrenceResponse.entry:type_name -> timeshard.v1.LedgerEntry
 	4,   // 55: timeshard.v1.ExplainOccurrenceResponse.job:type_name -> timeshard.v1.Job
-	92,  // 56: timeshard.v1.ExplainOccurrenceResponse.nearest:type_name -> google.protobuf.Timestamp
+	99,  // 56: timeshard.v1.ExplainOccurrenceResponse.nearest:type_name -> google.protobuf.Timestamp
 	33,  // 57: timeshard.v1.ExplainOccurrenceResponse.recent:type_name -> timeshard.v1.LedgerEntry
-	92,  // 58: timeshard.v1.ScheduleRevision.at:type_name -> google.protobuf.Timestamp
+	99,  // 58: timeshard.v1.ScheduleRevision.at:type_name -> google.protobuf.Timestamp
 	15,  // 59: timeshard.v1.ScheduleRevision.schedule:type_name -> timeshard.v1.Schedule
 	36,  // 60: timeshard.v1.ListScheduleRevisionsResponse.revisions:type_name -> timeshard.v1.ScheduleRevision
-	93,  // 61: timeshard.v1.ClaimRequest.wait:type_name -> google.protobuf.Duration
-	93,  // 62: timeshard.v1.ClaimRequest.lease:type_name -> google.protobuf.Duration
+	100, // 61: timeshard.v1.ClaimRequest.wait:type_name -> google.protobuf.Duration
+	100, // 62: timeshard.v1.ClaimRequest.lease:type_name -> google.protobuf.Duration
 	4,   // 63: timeshard.v1.ClaimedJob.job:type_name -> timeshard.v1.Job
-	92,  // 64: timeshard.v1.ClaimedJob.lease_until:type_name -> google.protobuf.Timestamp
-	93,  // 65: timeshard.v1.ClaimedJob.lease:type_name -> google.protobuf.Duration
-	93,  // 66: timeshard.v1.ClaimedJob.starts_in:type_name -> google.protobuf.Duration
+	99,  // 64: timeshard.v1.ClaimedJob.lease_until:type_name -> google.protobuf.Timestamp
+	100, // 65: timeshard.v1.ClaimedJob.lease:type_name -> google.protobuf.Duration
+	100, // 66: timeshard.v1.ClaimedJob.starts_in:type_name -> google.protobuf.Duration
 	42,  // 67: timeshard.v1.ClaimResponse.jobs:type_name -> timeshard.v1.ClaimedJob
-	93,  // 68: timeshard.v1.HeartbeatRequest.lease:type_name -> google.protobuf.Duration
-	92,  // 69: timeshard.v1.HeartbeatRequest.started_at:type_name -> google.protobuf.Timestamp
-	92,  // 70: timeshard.v1.HeartbeatResponse.lease_until:type_name -> google.protobuf.Timestamp
-	93,  // 71: timeshard.v1.HeartbeatResponse.lease:type_name -> google.protobuf.Duration
+	100, // 68: timeshard.v1.HeartbeatRequest.lease:type_name -> google.protobuf.Duration
+	99,  // 69: timeshard.v1.HeartbeatRequest.started_at:type_name -> google.protobuf.Timestamp
+	99,  // 70: timeshard.v1.HeartbeatResponse.lease_until:type_name -> google.protobuf.Timestamp
+	100, // 71: timeshard.v1.HeartbeatResponse.lease:type_name -> google.protobuf.Duration
 	0,   // 72: timeshard.v1.FailResponse.state:type_name -> timeshard.v1.JobState
-	92,  // 73: timeshard.v1.FailResponse.retry_at:type_name -> google.protobuf.Timestamp
+	99,  // 73: timeshard.v1.FailResponse.retry_at:type_name -> google.protobuf.Timestamp
 	50,  // 74: timeshard.v1.FinishRequest.items:type_name -> timeshard.v1.FinishItem
 	0,   // 75: timeshard.v1.FinishResult.state:type_name -> timeshard.v1.JobState
 	52,  // 76: timeshard.v1.FinishResponse.results:type_name -> timeshard.v1.FinishResult
-	93,  // 77: timeshard.v1.WorkHello.lease:type_name -> google.protobuf.Duration
+	100, // 77: timeshard.v1.WorkHello.lease:type_name -> google.protobuf.Duration
 	54,  // 78: timeshard.v1.WorkRequest.hello:type_name -> timeshard.v1.WorkHello
 	55,  // 79: timeshard.v1.WorkRequest.credits:type_name -> timeshard.v1.WorkCredit
 	44,  // 80: timeshard.v1.WorkRequest.heartbeats:type_name -> timeshard.v1.HeartbeatRequest
@@ -7335,115 +7900,130 @@ var file_timeshard_v1_timeshard_proto_depIdxs = []int32{
 	42,  // 85: timeshard.v1.WorkResponse.jobs:type_name -> timeshard.v1.ClaimedJob
 	58,  // 86: timeshard.v1.WorkResponse.heartbeats:type_name -> timeshard.v1.HeartbeatResult
 	52,  // 87: timeshard.v1.WorkResponse.results:type_name -> timeshard.v1.FinishResult
-	93,  // 88: timeshard.v1.WorkResponse.held:type_name -> google.protobuf.Duration
+	100, // 88: timeshard.v1.WorkResponse.held:type_name -> google.protobuf.Duration
 	56,  // 89: timeshard.v1.WorkResponse.revokes:type_name -> timeshard.v1.WorkRevoke
 	60,  // 90: timeshard.v1.ClusterInfoResponse.nodes:type_name -> timeshard.v1.Node
-	92,  // 91: timeshard.v1.ShardInfo.cursor:type_name -> google.protobuf.Timestamp
+	99,  // 91: timeshard.v1.ShardInfo.cursor:type_name -> google.protobuf.Timestamp
 	63,  // 92: timeshard.v1.ShardOwnersResponse.shards:type_name -> timeshard.v1.ShardInfo
-	93,  // 93: timeshard.v1.NodeStatusRequest.window:type_name -> google.protobuf.Duration
+	100, // 93: timeshard.v1.NodeStatusRequest.window:type_name -> google.protobuf.Duration
 	72,  // 94: timeshard.v1.TypeStartDelay.buckets:type_name -> timeshard.v1.LatenessBucket
-	92,  // 95: timeshard.v1.JobEvent.at:type_name -> google.protobuf.Timestamp
+	99,  // 95: timeshard.v1.JobEvent.at:type_name -> google.protobuf.Timestamp
 	71,  // 96: timeshard.v1.NodeStatusResponse.shards:type_name -> timeshard.v1.ShardStatus
-	93,  // 97: timeshard.v1.NodeStatusResponse.window:type_name -> google.protobuf.Duration
+	100, // 97: timeshard.v1.NodeStatusResponse.window:type_name -> google.protobuf.Duration
 	72,  // 98: timeshard.v1.NodeStatusResponse.lateness:type_name -> timeshard.v1.LatenessBucket
 	73,  // 99: timeshard.v1.NodeStatusResponse.jobs:type_name -> timeshard.v1.TypeCounts
-	92,  // 100: timeshard.v1.NodeStatusResponse.dead_letters_at:type_name -> google.protobuf.Timestamp
+	99,  // 100: timeshard.v1.NodeStatusResponse.dead_letters_at:type_name -> google.protobuf.Timestamp
 	76,  // 101: timeshard.v1.NodeStatusResponse.recent_failures:type_name -> timeshard.v1.JobEvent
 	76,  // 102: timeshard.v1.NodeStatusResponse.recent_dead_letters:type_name -> timeshard.v1.JobEvent
 	75,  // 103: timeshard.v1.NodeStatusResponse.unclaimed:type_name -> timeshard.v1.TypeWaiting
 	74,  // 104: timeshard.v1.NodeStatusResponse.start_delay:type_name -> timeshard.v1.TypeStartDelay
-	93,  // 105: timeshard.v1.TypePolicy.retry_base:type_name -> google.protobuf.Duration
-	93,  // 106: timeshard.v1.TypePolicy.retry_max:type_name -> google.protobuf.Duration
-	78,  // 107: timeshard.v1.SetTypePoliciesRequest.policies:type_name -> timeshard.v1.TypePolicy
-	78,  // 108: timeshard.v1.SetTypePoliciesResponse.policies:type_name -> timeshard.v1.TypePolicy
-	81,  // 109: timeshard.v1.SetTypeFlowsRequest.flows:type_name -> timeshard.v1.TypeFlow
-	86,  // 110: timeshard.v1.SetTypeFlowsResponse.types:type_name -> timeshard.v1.TypeInfo
-	86,  // 111: timeshard.v1.ListTypesResponse.types:type_name -> timeshard.v1.TypeInfo
-	78,  // 112: timeshard.v1.TypeInfo.policy:type_name -> timeshard.v1.TypePolicy
-	93,  // 113: timeshard.v1.WaitFinishedRequest.timeout:type_name -> google.protobuf.Duration
-	92,  // 114: timeshard.v1.LandedEntry.due_at:type_name -> google.protobuf.Timestamp
-	89,  // 115: timeshard.v1.LandRequest.entries:type_name -> timeshard.v1.LandedEntry
-	5,   // 116: timeshard.v1.JobService.ScheduleJob:input_type -> timeshard.v1.ScheduleJobRequest
-	8,   // 117: timeshard.v1.JobService.ScheduleJobs:input_type -> timeshard.v1.ScheduleJobsRequest
-	10,  // 118: timeshard.v1.JobService.GetJob:input_type -> timeshard.v1.GetJobRequest
-	11,  // 119: timeshard.v1.JobService.ListJobs:input_type -> timeshard.v1.ListJobsRequest
-	13,  // 120: timeshard.v1.JobService.CancelJob:input_type -> timeshard.v1.CancelJobRequest
-	14,  // 121: timeshard.v1.JobService.RescheduleJob:input_type -> timeshard.v1.RescheduleJobRequest
-	16,  // 122: timeshard.v1.JobService.CreateSchedule:input_type -> timeshard.v1.CreateScheduleRequest
-	17,  // 123: timeshard.v1.JobService.GetSchedule:input_type -> timeshard.v1.GetScheduleRequest
-	18,  // 124: timeshard.v1.JobService.ListSchedules:input_type -> timeshard.v1.ListSchedulesRequest
-	20,  // 125: timeshard.v1.JobService.UpdateSchedule:input_type -> timeshard.v1.UpdateScheduleRequest
-	21,  // 126: timeshard.v1.JobService.PauseSchedule:input_type -> timeshard.v1.ScheduleIdRequest
-	21,  // 127: timeshard.v1.JobService.ResumeSchedule:input_type -> timeshard.v1.ScheduleIdRequest
-	21,  // 128: timeshard.v1.JobService.DeleteSchedule:input_type -> timeshard.v1.ScheduleIdRequest
-	23,  // 129: timeshard.v1.JobService.PreviewSchedule:input_type -> timeshard.v1.PreviewRequest
-	26,  // 130: timeshard.v1.JobService.ListDeadLetters:input_type -> timeshard.v1.ListDeadLettersRequest
-	28,  // 131: timeshard.v1.JobService.ReplayDeadLetters:input_type -> timeshard.v1.ReplayDeadLettersRequest
-	28,  // 132: timeshard.v1.JobService.PurgeDeadLetters:input_type -> timeshard.v1.ReplayDeadLettersRequest
-	31,  // 133: timeshard.v1.JobService.WaitJobs:input_type -> timeshard.v1.WaitJobsRequest
-	37,  // 134: timeshard.v1.JobService.ListScheduleRevisions:input_type -> timeshard.v1.ListScheduleRevisionsRequest
-	39,  // 135: timeshard.v1.JobService.GetScheduleRevision:input_type -> timeshard.v1.GetScheduleRevisionRequest
-	40,  // 136: timeshard.v1.JobService.RollbackSchedule:input_type -> timeshard.v1.RollbackScheduleRequest
-	34,  // 137: timeshard.v1.JobService.ExplainOccurrence:input_type -> timeshard.v1.ExplainOccurrenceRequest
-	41,  // 138: timeshard.v1.WorkerService.Claim:input_type -> timeshard.v1.ClaimRequest
-	44,  // 139: timeshard.v1.WorkerService.Heartbeat:input_type -> timeshard.v1.HeartbeatRequest
-	46,  // 140: timeshard.v1.WorkerService.Complete:input_type -> timeshard.v1.CompleteRequest
-	48,  // 141: timeshard.v1.WorkerService.Fail:input_type -> timeshard.v1.FailRequest
-	51,  // 142: timeshard.v1.WorkerService.Finish:input_type -> timeshard.v1.FinishRequest
-	57,  // 143: timeshard.v1.WorkerService.Work:input_type -> timeshard.v1.WorkRequest
-	61,  // 144: timeshard.v1.AdminService.ClusterInfo:input_type -> timeshard.v1.ClusterInfoRequest
-	64,  // 145: timeshard.v1.AdminService.ShardOwners:input_type -> timeshard.v1.ShardOwnersRequest
-	66,  // 146: timeshard.v1.AdminService.MoveShard:input_type -> timeshard.v1.MoveShardRequest
-	68,  // 147: timeshard.v1.AdminService.DrainNode:input_type -> timeshard.v1.DrainNodeRequest
-	70,  // 148: timeshard.v1.AdminService.NodeStatus:input_type -> timeshard.v1.NodeStatusRequest
-	79,  // 149: timeshard.v1.AdminService.SetTypePolicies:input_type -> timeshard.v1.SetTypePoliciesRequest
-	82,  // 150: timeshard.v1.AdminService.SetTypeFlows:input_type -> timeshard.v1.SetTypeFlowsRequest
-	84,  // 151: timeshard.v1.AdminService.ListTypes:input_type -> timeshard.v1.ListTypesRequest
-	90,  // 152: timeshard.v1.PeerService.Land:input_type -> timeshard.v1.LandRequest
-	87,  // 153: timeshard.v1.PeerService.WaitFinished:input_type -> timeshard.v1.WaitFinishedRequest
-	7,   // 154: timeshard.v1.JobService.ScheduleJob:output_type -> timeshard.v1.ScheduleJobResponse
-	9,   // 155: timeshard.v1.JobService.ScheduleJobs:output_type -> timeshard.v1.ScheduleJobsResponse
-	4,   // 156: timeshard.v1.JobService.GetJob:output_type -> timeshard.v1.Job
-	12,  // 157: timeshard.v1.JobService.ListJobs:output_type -> timeshard.v1.ListJobsResponse
-	4,   // 158: timeshard.v1.JobService.CancelJob:output_type -> timeshard.v1.Job
-	4,   // 159: timeshard.v1.JobService.RescheduleJob:output_type -> timeshard.v1.Job
-	15,  // 160: timeshard.v1.JobService.CreateSchedule:output_type -> timeshard.v1.Schedule
-	15,  // 161: timeshard.v1.JobService.GetSchedule:output_type -> timeshard.v1.Schedule
-	19,  // 162: timeshard.v1.JobService.ListSchedules:output_type -> timeshard.v1.ListSchedulesResponse
-	15,  // 163: timeshard.v1.JobService.UpdateSchedule:output_type -> timeshard.v1.Schedule
-	15,  // 164: timeshard.v1.JobService.PauseSchedule:output_type -> timeshard.v1.Schedule
-	15,  // 165: timeshard.v1.JobService.ResumeSchedule:output_type -> timeshard.v1.Schedule
-	22,  // 166: timeshard.v1.JobService.DeleteSchedule:output_type -> timeshard.v1.DeleteScheduleResponse
-	25,  // 167: timeshard.v1.JobService.PreviewSchedule:output_type -> timeshard.v1.PreviewResponse
-	27,  // 168: timeshard.v1.JobService.ListDeadLetters:output_type -> timeshard.v1.ListDeadLettersResponse
-	29,  // 169: timeshard.v1.JobService.ReplayDeadLetters:output_type -> timeshard.v1.ReplayDeadLettersResponse
-	30,  // 170: timeshard.v1.JobService.PurgeDeadLetters:output_type -> timeshard.v1.PurgeDeadLettersResponse
-	32,  // 171: timeshard.v1.JobService.WaitJobs:output_type -> timeshard.v1.WaitJobsResponse
-	38,  // 172: timeshard.v1.JobService.ListScheduleRevisions:output_type -> timeshard.v1.ListScheduleRevisionsResponse
-	36,  // 173: timeshard.v1.JobService.GetScheduleRevision:output_type -> timeshard.v1.ScheduleRevision
-	15,  // 174: timeshard.v1.JobService.RollbackSchedule:output_type -> timeshard.v1.Schedule
-	35,  // 175: timeshard.v1.JobService.ExplainOccurrence:output_type -> timeshard.v1.ExplainOccurrenceResponse
-	43,  // 176: timeshard.v1.WorkerService.Claim:output_type -> timeshard.v1.ClaimResponse
-	45,  // 177: timeshard.v1.WorkerService.Heartbeat:output_type -> timeshard.v1.HeartbeatResponse
-	47,  // 178: timeshard.v1.WorkerService.Complete:output_type -> timeshard.v1.CompleteResponse
-	49,  // 179: timeshard.v1.WorkerService.Fail:output_type -> timeshard.v1.FailResponse
-	53,  // 180: timeshard.v1.WorkerService.Finish:output_type -> timeshard.v1.FinishResponse
-	59,  // 181: timeshard.v1.WorkerService.Work:output_type -> timeshard.v1.WorkResponse
-	62,  // 182: timeshard.v1.AdminService.ClusterInfo:output_type -> timeshard.v1.ClusterInfoResponse
-	65,  // 183: timeshard.v1.AdminService.ShardOwners:output_type -> timeshard.v1.ShardOwnersResponse
-	67,  // 184: timeshard.v1.AdminService.MoveShard:output_type -> timeshard.v1.MoveShardResponse
-	69,  // 185: timeshard.v1.AdminService.DrainNode:output_type -> timeshard.v1.DrainNodeResponse
-	77,  // 186: timeshard.v1.AdminService.NodeStatus:output_type -> timeshard.v1.NodeStatusResponse
-	80,  // 187: timeshard.v1.AdminService.SetTypePolicies:output_type -> timeshard.v1.SetTypePoliciesResponse
-	83,  // 188: timeshard.v1.AdminService.SetTypeFlows:output_type -> timeshard.v1.SetTypeFlowsResponse
-	85,  // 189: timeshard.v1.AdminService.ListTypes:output_type -> timeshard.v1.ListTypesResponse
-	91,  // 190: timeshard.v1.PeerService.Land:output_type -> timeshard.v1.LandResponse
-	88,  // 191: timeshard.v1.PeerService.WaitFinished:output_type -> timeshard.v1.WaitFinishedResponse
-	154, // [154:192] is the sub-list for method output_type
-	116, // [116:154] is the sub-list for method input_type
-	116, // [116:116] is the sub-list for extension type_name
-	116, // [116:116] is the sub-list for extension extendee
-	0,   // [0:116] is the sub-list for field type_name
+	99,  // 105: timeshard.v1.AuditEntry.at:type_name -> google.protobuf.Timestamp
+	79,  // 106: timeshard.v1.ListAuditResponse.entries:type_name -> timeshard.v1.AuditEntry
+	100, // 107: timeshard.v1.TypePolicy.retry_base:type_name -> google.protobuf.Duration
+	100, // 108: timeshard.v1.TypePolicy.retry_max:type_name -> google.protobuf.Duration
+	81,  // 109: timeshard.v1.SetTypePoliciesRequest.policies:type_name -> timeshard.v1.TypePolicy
+	81,  // 110: timeshard.v1.SetTypePoliciesResponse.policies:type_name -> timeshard.v1.TypePolicy
+	84,  // 111: timeshard.v1.SetTypeFlowsRequest.flows:type_name -> timeshard.v1.TypeFlow
+	89,  // 112: timeshard.v1.SetTypeFlowsResponse.types:type_name -> timeshard.v1.TypeInfo
+	89,  // 113: timeshard.v1.ListTypesResponse.types:type_name -> timeshard.v1.TypeInfo
+	81,  // 114: timeshard.v1.TypeInfo.policy:type_name -> timeshard.v1.TypePolicy
+	55,  // 115: timeshard.v1.ConnectedWorker.credits:type_name -> timeshard.v1.WorkCredit
+	99,  // 116: timeshard.v1.ConnectedWorker.last_seen:type_name -> google.protobuf.Timestamp
+	99,  // 117: timeshard.v1.ConnectedWorker.since:type_name -> google.protobuf.Timestamp
+	99,  // 118: timeshard.v1.LiveResponse.at:type_name -> google.protobuf.Timestamp
+	73,  // 119: timeshard.v1.LiveResponse.jobs:type_name -> timeshard.v1.TypeCounts
+	75,  // 120: timeshard.v1.LiveResponse.waiting:type_name -> timeshard.v1.TypeWaiting
+	74,  // 121: timeshard.v1.LiveResponse.start_delay:type_name -> timeshard.v1.TypeStartDelay
+	91,  // 122: timeshard.v1.LiveResponse.workers:type_name -> timeshard.v1.ConnectedWorker
+	92,  // 123: timeshard.v1.LiveResponse.retrying:type_name -> timeshard.v1.TypeRetrying
+	100, // 124: timeshard.v1.WaitFinishedRequest.timeout:type_name -> google.protobuf.Duration
+	99,  // 125: timeshard.v1.LandedEntry.due_at:type_name -> google.protobuf.Timestamp
+	96,  // 126: timeshard.v1.LandRequest.entries:type_name -> timeshard.v1.LandedEntry
+	5,   // 127: timeshard.v1.JobService.ScheduleJob:input_type -> timeshard.v1.ScheduleJobRequest
+	8,   // 128: timeshard.v1.JobService.ScheduleJobs:input_type -> timeshard.v1.ScheduleJobsRequest
+	10,  // 129: timeshard.v1.JobService.GetJob:input_type -> timeshard.v1.GetJobRequest
+	11,  // 130: timeshard.v1.JobService.ListJobs:input_type -> timeshard.v1.ListJobsRequest
+	13,  // 131: timeshard.v1.JobService.CancelJob:input_type -> timeshard.v1.CancelJobRequest
+	14,  // 132: timeshard.v1.JobService.RescheduleJob:input_type -> timeshard.v1.RescheduleJobRequest
+	16,  // 133: timeshard.v1.JobService.CreateSchedule:input_type -> timeshard.v1.CreateScheduleRequest
+	17,  // 134: timeshard.v1.JobService.GetSchedule:input_type -> timeshard.v1.GetScheduleRequest
+	18,  // 135: timeshard.v1.JobService.ListSchedules:input_type -> timeshard.v1.ListSchedulesRequest
+	20,  // 136: timeshard.v1.JobService.UpdateSchedule:input_type -> timeshard.v1.UpdateScheduleRequest
+	21,  // 137: timeshard.v1.JobService.PauseSchedule:input_type -> timeshard.v1.ScheduleIdRequest
+	21,  // 138: timeshard.v1.JobService.ResumeSchedule:input_type -> timeshard.v1.ScheduleIdRequest
+	21,  // 139: timeshard.v1.JobService.DeleteSchedule:input_type -> timeshard.v1.ScheduleIdRequest
+	23,  // 140: timeshard.v1.JobService.PreviewSchedule:input_type -> timeshard.v1.PreviewRequest
+	26,  // 141: timeshard.v1.JobService.ListDeadLetters:input_type -> timeshard.v1.ListDeadLettersRequest
+	28,  // 142: timeshard.v1.JobService.ReplayDeadLetters:input_type -> timeshard.v1.ReplayDeadLettersRequest
+	28,  // 143: timeshard.v1.JobService.PurgeDeadLetters:input_type -> timeshard.v1.ReplayDeadLettersRequest
+	31,  // 144: timeshard.v1.JobService.WaitJobs:input_type -> timeshard.v1.WaitJobsRequest
+	37,  // 145: timeshard.v1.JobService.ListScheduleRevisions:input_type -> timeshard.v1.ListScheduleRevisionsRequest
+	39,  // 146: timeshard.v1.JobService.GetScheduleRevision:input_type -> timeshard.v1.GetScheduleRevisionRequest
+	40,  // 147: timeshard.v1.JobService.RollbackSchedule:input_type -> timeshard.v1.RollbackScheduleRequest
+	34,  // 148: timeshard.v1.JobService.ExplainOccurrence:input_type -> timeshard.v1.ExplainOccurrenceRequest
+	41,  // 149: timeshard.v1.WorkerService.Claim:input_type -> timeshard.v1.ClaimRequest
+	44,  // 150: timeshard.v1.WorkerService.Heartbeat:input_type -> timeshard.v1.HeartbeatRequest
+	46,  // 151: timeshard.v1.WorkerService.Complete:input_type -> timeshard.v1.CompleteRequest
+	48,  // 152: timeshard.v1.WorkerService.Fail:input_type -> timeshard.v1.FailRequest
+	51,  // 153: timeshard.v1.WorkerService.Finish:input_type -> timeshard.v1.FinishRequest
+	57,  // 154: timeshard.v1.WorkerService.Work:input_type -> timeshard.v1.WorkRequest
+	61,  // 155: timeshard.v1.AdminService.ClusterInfo:input_type -> timeshard.v1.ClusterInfoRequest
+	64,  // 156: timeshard.v1.AdminService.ShardOwners:input_type -> timeshard.v1.ShardOwnersRequest
+	66,  // 157: timeshard.v1.AdminService.MoveShard:input_type -> timeshard.v1.MoveShardRequest
+	68,  // 158: timeshard.v1.AdminService.DrainNode:input_type -> timeshard.v1.DrainNodeRequest
+	70,  // 159: timeshard.v1.AdminService.NodeStatus:input_type -> timeshard.v1.NodeStatusRequest
+	82,  // 160: timeshard.v1.AdminService.SetTypePolicies:input_type -> timeshard.v1.SetTypePoliciesRequest
+	85,  // 161: timeshard.v1.AdminService.SetTypeFlows:input_type -> timeshard.v1.SetTypeFlowsRequest
+	87,  // 162: timeshard.v1.AdminService.ListTypes:input_type -> timeshard.v1.ListTypesRequest
+	78,  // 163: timeshard.v1.AdminService.ListAudit:input_type -> timeshard.v1.ListAuditRequest
+	97,  // 164: timeshard.v1.PeerService.Land:input_type -> timeshard.v1.LandRequest
+	94,  // 165: timeshard.v1.PeerService.WaitFinished:input_type -> timeshard.v1.WaitFinishedRequest
+	90,  // 166: timeshard.v1.PeerService.Live:input_type -> timeshard.v1.LiveRequest
+	7,   // 167: timeshard.v1.JobService.ScheduleJob:output_type -> timeshard.v1.ScheduleJobResponse
+	9,   // 168: timeshard.v1.JobService.ScheduleJobs:output_type -> timeshard.v1.ScheduleJobsResponse
+	4,   // 169: timeshard.v1.JobService.GetJob:output_type -> timeshard.v1.Job
+	12,  // 170: timeshard.v1.JobService.ListJobs:output_type -> timeshard.v1.ListJobsResponse
+	4,   // 171: timeshard.v1.JobService.CancelJob:output_type -> timeshard.v1.Job
+	4,   // 172: timeshard.v1.JobService.RescheduleJob:output_type -> timeshard.v1.Job
+	15,  // 173: timeshard.v1.JobService.CreateSchedule:output_type -> timeshard.v1.Schedule
+	15,  // 174: timeshard.v1.JobService.GetSchedule:output_type -> timeshard.v1.Schedule
+	19,  // 175: timeshard.v1.JobService.ListSchedules:output_type -> timeshard.v1.ListSchedulesResponse
+	15,  // 176: timeshard.v1.JobService.UpdateSchedule:output_type -> timeshard.v1.Schedule
+	15,  // 177: timeshard.v1.JobService.PauseSchedule:output_type -> timeshard.v1.Schedule
+	15,  // 178: timeshard.v1.JobService.ResumeSchedule:output_type -> timeshard.v1.Schedule
+	22,  // 179: timeshard.v1.JobService.DeleteSchedule:output_type -> timeshard.v1.DeleteScheduleResponse
+	25,  // 180: timeshard.v1.JobService.PreviewSchedule:output_type -> timeshard.v1.PreviewResponse
+	27,  // 181: timeshard.v1.JobService.ListDeadLetters:output_type -> timeshard.v1.ListDeadLettersResponse
+	29,  // 182: timeshard.v1.JobService.ReplayDeadLetters:output_type -> timeshard.v1.ReplayDeadLettersResponse
+	30,  // 183: timeshard.v1.JobService.PurgeDeadLetters:output_type -> timeshard.v1.PurgeDeadLettersResponse
+	32,  // 184: timeshard.v1.JobService.WaitJobs:output_type -> timeshard.v1.WaitJobsResponse
+	38,  // 185: timeshard.v1.JobService.ListScheduleRevisions:output_type -> timeshard.v1.ListScheduleRevisionsResponse
+	36,  // 186: timeshard.v1.JobService.GetScheduleRevision:output_type -> timeshard.v1.ScheduleRevision
+	15,  // 187: timeshard.v1.JobService.RollbackSchedule:output_type -> timeshard.v1.Schedule
+	35,  // 188: timeshard.v1.JobService.ExplainOccurrence:output_type -> timeshard.v1.ExplainOccurrenceResponse
+	43,  // 189: timeshard.v1.WorkerService.Claim:output_type -> timeshard.v1.ClaimResponse
+	45,  // 190: timeshard.v1.WorkerService.Heartbeat:output_type -> timeshard.v1.HeartbeatResponse
+	47,  // 191: timeshard.v1.WorkerService.Complete:output_type -> timeshard.v1.CompleteResponse
+	49,  // 192: timeshard.v1.WorkerService.Fail:output_type -> timeshard.v1.FailResponse
+	53,  // 193: timeshard.v1.WorkerService.Finish:output_type -> timeshard.v1.FinishResponse
+	59,  // 194: timeshard.v1.WorkerService.Work:output_type -> timeshard.v1.WorkResponse
+	62,  // 195: timeshard.v1.AdminService.ClusterInfo:output_type -> timeshard.v1.ClusterInfoResponse
+	65,  // 196: timeshard.v1.AdminService.ShardOwners:output_type -> timeshard.v1.ShardOwnersResponse
+	67,  // 197: timeshard.v1.AdminService.MoveShard:output_type -> timeshard.v1.MoveShardResponse
+	69,  // 198: timeshard.v1.AdminService.DrainNode:output_type -> timeshard.v1.DrainNodeResponse
+	77,  // 199: timeshard.v1.AdminService.NodeStatus:output_type -> timeshard.v1.NodeStatusResponse
+	83,  // 200: timeshard.v1.AdminService.SetTypePolicies:output_type -> timeshard.v1.SetTypePoliciesResponse
+	86,  // 201: timeshard.v1.AdminService.SetTypeFlows:output_type -> timeshard.v1.SetTypeFlowsResponse
+	88,  // 202: timeshard.v1.AdminService.ListTypes:output_type -> timeshard.v1.ListTypesResponse
+	80,  // 203: timeshard.v1.AdminService.ListAudit:output_type -> timeshard.v1.ListAuditResponse
+	98,  // 204: timeshard.v1.PeerService.Land:output_type -> timeshard.v1.LandResponse
+	95,  // 205: timeshard.v1.PeerService.WaitFinished:output_type -> timeshard.v1.WaitFinishedResponse
+	93,  // 206: timeshard.v1.PeerService.Live:output_type -> timeshard.v1.LiveResponse
+	167, // [167:207] is the sub-list for method output_type
+	127, // [127:167] is the sub-list for method input_type
+	127, // [127:127] is the sub-list for extension type_name
+	127, // [127:127] is the sub-list for extension extendee
+	0,   // [0:127] is the sub-list for field type_name
 }
 
 func init() { file_timeshard_v1_timeshard_proto_init() }
@@ -7461,14 +8041,14 @@ func file_timeshard_v1_timeshard_proto_init() {
 		(*RescheduleJobRequest_Delay)(nil),
 		(*RescheduleJobRequest_RunAt)(nil),
 	}
-	file_timeshard_v1_timeshard_proto_msgTypes[78].OneofWrappers = []any{}
+	file_timeshard_v1_timeshard_proto_msgTypes[81].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_timeshard_v1_timeshard_proto_rawDesc), len(file_timeshard_v1_timeshard_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   89,
+			NumMessages:   96,
 			NumExtensions: 0,
 			NumServices:   4,
 		},

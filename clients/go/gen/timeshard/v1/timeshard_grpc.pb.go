@@ -1242,6 +1242,7 @@ const (
 	AdminService_SetTypePolicies_FullMethodName = "/timeshard.v1.AdminService/SetTypePolicies"
 	AdminService_SetTypeFlows_FullMethodName    = "/timeshard.v1.AdminService/SetTypeFlows"
 	AdminService_ListTypes_FullMethodName       = "/timeshard.v1.AdminService/ListTypes"
+	AdminService_ListAudit_FullMethodName       = "/timeshard.v1.AdminService/ListAudit"
 )
 
 // AdminServiceClient is the client API for AdminService service.
@@ -1263,6 +1264,8 @@ type AdminServiceClient interface {
 	// Every job type with a policy or a flow (stored, or the node's own --types), as the node
 	// called applies them after reading the store, and its jobs held there.
 	ListTypes(ctx context.Context, in *ListTypesRequest, opts ...grpc.CallOption) (*ListTypesResponse, error)
+	// The operator actions taken in the console of any node (kept in the store), newest first.
+	ListAudit(ctx context.Context, in *ListAuditRequest, opts ...grpc.CallOption) (*ListAuditResponse, error)
 }
 
 type adminServiceClient struct {
@@ -1353,6 +1356,16 @@ func (c *adminServiceClient) ListTypes(ctx context.Context, in *ListTypesRequest
 	return out, nil
 }
 
+func (c *adminServiceClient) ListAudit(ctx context.Context, in *ListAuditRequest, opts ...grpc.CallOption) (*ListAuditResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListAuditResponse)
+	err := c.cc.Invoke(ctx, AdminService_ListAudit_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServiceServer is the server API for AdminService service.
 // All implementations must embed UnimplementedAdminServiceServer
 // for forward compatibility.
@@ -1372,6 +1385,8 @@ type AdminServiceServer interface {
 	// Every job type with a policy or a flow (stored, or the node's own --types), as the node
 	// called applies them after reading the store, and its jobs held there.
 	ListTypes(context.Context, *ListTypesRequest) (*ListTypesResponse, error)
+	// The operator actions taken in the console of any node (kept in the store), newest first.
+	ListAudit(context.Context, *ListAuditRequest) (*ListAuditResponse, error)
 	mustEmbedUnimplementedAdminServiceServer()
 }
 
@@ -1405,6 +1420,9 @@ func (UnimplementedAdminServiceServer) SetTypeFlows(context.Context, *SetTypeFlo
 }
 func (UnimplementedAdminServiceServer) ListTypes(context.Context, *ListTypesRequest) (*ListTypesResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListTypes not implemented")
+}
+func (UnimplementedAdminServiceServer) ListAudit(context.Context, *ListAuditRequest) (*ListAuditResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListAudit not implemented")
 }
 func (UnimplementedAdminServiceServer) mustEmbedUnimplementedAdminServiceServer() {}
 func (UnimplementedAdminServiceServer) testEmbeddedByValue()                      {}
@@ -1571,6 +1589,24 @@ func _AdminService_ListTypes_Handler(srv interface{}, ctx context.Context, dec f
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AdminService_ListAudit_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListAuditRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).ListAudit(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_ListAudit_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).ListAudit(ctx, req.(*ListAuditRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // AdminService_ServiceDesc is the grpc.ServiceDesc for AdminService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1610,6 +1646,10 @@ var AdminService_ServiceDesc = grpc.ServiceDesc{
 			MethodName: "ListTypes",
 			Handler:    _AdminService_ListTypes_Handler,
 		},
+		{
+			MethodName: "ListAudit",
+			Handler:    _AdminService_ListAudit_Handler,
+		},
 	},
 	Streams:  []grpc.StreamDesc{},
 	Metadata: "timeshard/v1/timeshard.proto",
@@ -1618,6 +1658,7 @@ var AdminService_ServiceDesc = grpc.ServiceDesc{
 const (
 	PeerService_Land_FullMethodName         = "/timeshard.v1.PeerService/Land"
 	PeerService_WaitFinished_FullMethodName = "/timeshard.v1.PeerService/WaitFinished"
+	PeerService_Live_FullMethodName         = "/timeshard.v1.PeerService/Live"
 )
 
 // PeerServiceClient is the client API for PeerService service.
@@ -1637,6 +1678,10 @@ type PeerServiceClient interface {
 	// workers report there) rather than re-reading the store each second; a wait asked here is
 	// a hint too: the asker still re-reads, so a lost answer costs that wait.
 	WaitFinished(ctx context.Context, in *WaitFinishedRequest, opts ...grpc.CallOption) (*WaitFinishedResponse, error)
+	// What the node keeps in memory for the operator console: its counters, schedule-to-start,
+	// jobs waiting, the workers connected to it. No store read: a node with a console open asks
+	// each of its peers about once a second, to show the whole cluster's live numbers.
+	Live(ctx context.Context, in *LiveRequest, opts ...grpc.CallOption) (*LiveResponse, error)
 }
 
 type peerServiceClient struct {
@@ -1667,6 +1712,16 @@ func (c *peerServiceClient) WaitFinished(ctx context.Context, in *WaitFinishedRe
 	return out, nil
 }
 
+func (c *peerServiceClient) Live(ctx context.Context, in *LiveRequest, opts ...grpc.CallOption) (*LiveResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(LiveResponse)
+	err := c.cc.Invoke(ctx, PeerService_Live_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // PeerServiceServer is the server API for PeerService service.
 // All implementations must embed UnimplementedPeerServiceServer
 // for forward compatibility.
@@ -1684,6 +1739,10 @@ type PeerServiceServer interface {
 	// workers report there) rather than re-reading the store each second; a wait asked here is
 	// a hint too: the asker still re-reads, so a lost answer costs that wait.
 	WaitFinished(context.Context, *WaitFinishedRequest) (*WaitFinishedResponse, error)
+	// What the node keeps in memory for the operator console: its counters, schedule-to-start,
+	// jobs waiting, the workers connected to it. No store read: a node with a console open asks
+	// each of its peers about once a second, to show the whole cluster's live numbers.
+	Live(context.Context, *LiveRequest) (*LiveResponse, error)
 	mustEmbedUnimplementedPeerServiceServer()
 }
 
@@ -1699,6 +1758,9 @@ func (UnimplementedPeerServiceServer) Land(context.Context, *LandRequest) (*Land
 }
 func (UnimplementedPeerServiceServer) WaitFinished(context.Context, *WaitFinishedRequest) (*WaitFinishedResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method WaitFinished not implemented")
+}
+func (UnimplementedPeerServiceServer) Live(context.Context, *LiveRequest) (*LiveResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Live not implemented")
 }
 func (UnimplementedPeerServiceServer) mustEmbedUnimplementedPeerServiceServer() {}
 func (UnimplementedPeerServiceServer) testEmbeddedByValue()                     {}
@@ -1757,6 +1819,24 @@ func _PeerService_WaitFinished_Handler(srv interface{}, ctx context.Context, dec
 	return interceptor(ctx, in, info, handler)
 }
 
+func _PeerService_Live_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(LiveRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PeerServiceServer).Live(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: PeerService_Live_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PeerServiceServer).Live(ctx, req.(*LiveRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // PeerService_ServiceDesc is the grpc.ServiceDesc for PeerService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1771,6 +1851,10 @@ var PeerService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "WaitFinished",
 			Handler:    _PeerService_WaitFinished_Handler,
+		},
+		{
+			MethodName: "Live",
+			Handler:    _PeerService_Live_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

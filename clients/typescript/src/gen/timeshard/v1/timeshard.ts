@@ -1105,6 +1105,35 @@ export interface NodeStatusResponse {
   readyDue: number;
 }
 
+export interface ListAuditRequest {
+  /** newest N, 1-10000; 0 means 50 */
+  limit: number;
+  /** only this token name's actions */
+  who: string;
+  /** only this action, e.g. bulk-cancel */
+  action: string;
+}
+
+/**
+ * One operator action: who (the token's name) with their role, when, what, on which job,
+ * type, schedule or filter, how many it changed, and the node that served it.
+ */
+export interface AuditEntry {
+  at: Date | undefined;
+  who: string;
+  role: string;
+  action: string;
+  target: string;
+  count: number;
+  node: string;
+  /** the action's details, a JSON object */
+  detailJson: string;
+}
+
+export interface ListAuditResponse {
+  entries: AuditEntry[];
+}
+
 /** One job type's policy. A field left 0 (or unset) keeps the node's default for it. */
 export interface TypePolicy {
   type: string;
@@ -1182,6 +1211,54 @@ export interface TypeInfo {
   held: string;
   /** how long the oldest of them has been due */
   oldestAgeMs: number;
+}
+
+export interface LiveRequest {
+  fromNode: string;
+}
+
+/** A worker connected to a node: by its stream, or seen by its unary Claim calls lately. */
+export interface ConnectedWorker {
+  workerId: string;
+  /** per type asked for: the free slots it granted this node */
+  credits: WorkCredit[];
+  /** its last request to this node */
+  lastSeen:
+    | Date
+    | undefined;
+  /** connected by a Work stream (else: unary Claim calls) */
+  stream: boolean;
+  /** when its stream opened (or its first claim was seen) */
+  since: Date | undefined;
+}
+
+/**
+ * Jobs of one type waiting for a retry (scheduled again after a failed attempt), as counted by
+ * the owners of their shards.
+ */
+export interface TypeRetrying {
+  type: string;
+  jobs: number;
+}
+
+export interface LiveResponse {
+  nodeId: string;
+  at: Date | undefined;
+  serving: boolean;
+  /** shards this node dispatches */
+  owned: number;
+  /** due jobs ready here and not started */
+  readyDue: number;
+  /** since this node started */
+  jobs: TypeCounts[];
+  waiting: TypeWaiting[];
+  /** over the last 10 s */
+  startDelay: TypeStartDelay[];
+  workers: ConnectedWorker[];
+  /** this node counts the dead-letter queue (it owns shard 0) */
+  deadLettersCounted: boolean;
+  deadLetters: number;
+  retrying: TypeRetrying[];
 }
 
 export interface WaitFinishedRequest {
@@ -11174,6 +11251,361 @@ export const NodeStatusResponse: MessageFns<NodeStatusResponse> = {
   },
 };
 
+function createBaseListAuditRequest(): ListAuditRequest {
+  return { limit: 0, who: "", action: "" };
+}
+
+export const ListAuditRequest: MessageFns<ListAuditRequest> = {
+  encode(message: ListAuditRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.limit !== 0) {
+      writer.uint32(8).int32(message.limit);
+    }
+    if (message.who !== "") {
+      writer.uint32(18).string(message.who);
+    }
+    if (message.action !== "") {
+      writer.uint32(26).string(message.action);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ListAuditRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseListAuditRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.limit = reader.int32();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.who = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.action = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ListAuditRequest {
+    return {
+      limit: isSet(object.limit) ? globalThis.Number(object.limit) : 0,
+      who: isSet(object.who) ? globalThis.String(object.who) : "",
+      action: isSet(object.action) ? globalThis.String(object.action) : "",
+    };
+  },
+
+  toJSON(message: ListAuditRequest): unknown {
+    const obj: any = {};
+    if (message.limit !== 0) {
+      obj.limit = Math.round(message.limit);
+    }
+    if (message.who !== "") {
+      obj.who = message.who;
+    }
+    if (message.action !== "") {
+      obj.action = message.action;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<ListAuditRequest>, I>>(base?: I): ListAuditRequest {
+    return ListAuditRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ListAuditRequest>, I>>(object: I): ListAuditRequest {
+    const message = createBaseListAuditRequest();
+    message.limit = object.limit ?? 0;
+    message.who = object.who ?? "";
+    message.action = object.action ?? "";
+    return message;
+  },
+};
+
+function createBaseAuditEntry(): AuditEntry {
+  return { at: undefined, who: "", role: "", action: "", target: "", count: 0, node: "", detailJson: "" };
+}
+
+export const AuditEntry: MessageFns<AuditEntry> = {
+  encode(message: AuditEntry, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.at !== undefined) {
+      Timestamp.encode(toTimestamp(message.at), writer.uint32(10).fork()).join();
+    }
+    if (message.who !== "") {
+      writer.uint32(18).string(message.who);
+    }
+    if (message.role !== "") {
+      writer.uint32(26).string(message.role);
+    }
+    if (message.action !== "") {
+      writer.uint32(34).string(message.action);
+    }
+    if (message.target !== "") {
+      writer.uint32(42).string(message.target);
+    }
+    if (message.count !== 0) {
+      writer.uint32(48).int64(message.count);
+    }
+    if (message.node !== "") {
+      writer.uint32(58).string(message.node);
+    }
+    if (message.detailJson !== "") {
+      writer.uint32(66).string(message.detailJson);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): AuditEntry {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseAuditEntry();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.at = fromTimestamp(Timestamp.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.who = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.role = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.action = reader.string();
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.target = reader.string();
+            continue;
+          }
+          case 6: {
+            if (tag !== 48) {
+              break;
+            }
+
+            message.count = longToNumber(reader.int64());
+            continue;
+          }
+          case 7: {
+            if (tag !== 58) {
+              break;
+            }
+
+            message.node = reader.string();
+            continue;
+          }
+          case 8: {
+            if (tag !== 66) {
+              break;
+            }
+
+            message.detailJson = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): AuditEntry {
+    return {
+      at: isSet(object.at) ? fromJsonTimestamp(object.at) : undefined,
+      who: isSet(object.who) ? globalThis.String(object.who) : "",
+      role: isSet(object.role) ? globalThis.String(object.role) : "",
+      action: isSet(object.action) ? globalThis.String(object.action) : "",
+      target: isSet(object.target) ? globalThis.String(object.target) : "",
+      count: isSet(object.count) ? globalThis.Number(object.count) : 0,
+      node: isSet(object.node) ? globalThis.String(object.node) : "",
+      detailJson: isSet(object.detailJson)
+        ? globalThis.String(object.detailJson)
+        : isSet(object.detail_json)
+        ? globalThis.String(object.detail_json)
+        : "",
+    };
+  },
+
+  toJSON(message: AuditEntry): unknown {
+    const obj: any = {};
+    if (message.at !== undefined) {
+      obj.at = message.at.toISOString();
+    }
+    if (message.who !== "") {
+      obj.who = message.who;
+    }
+    if (message.role !== "") {
+      obj.role = message.role;
+    }
+    if (message.action !== "") {
+      obj.action = message.action;
+    }
+    if (message.target !== "") {
+      obj.target = message.target;
+    }
+    if (message.count !== 0) {
+      obj.count = Math.round(message.count);
+    }
+    if (message.node !== "") {
+      obj.node = message.node;
+    }
+    if (message.detailJson !== "") {
+      obj.detailJson = message.detailJson;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<AuditEntry>, I>>(base?: I): AuditEntry {
+    return AuditEntry.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<AuditEntry>, I>>(object: I): AuditEntry {
+    const message = createBaseAuditEntry();
+    message.at = object.at ?? undefined;
+    message.who = object.who ?? "";
+    message.role = object.role ?? "";
+    message.action = object.action ?? "";
+    message.target = object.target ?? "";
+    message.count = object.count ?? 0;
+    message.node = object.node ?? "";
+    message.detailJson = object.detailJson ?? "";
+    return message;
+  },
+};
+
+function createBaseListAuditResponse(): ListAuditResponse {
+  return { entries: [] };
+}
+
+export const ListAuditResponse: MessageFns<ListAuditResponse> = {
+  encode(message: ListAuditResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    for (const v of message.entries) {
+      AuditEntry.encode(v!, writer.uint32(10).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ListAuditResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseListAuditResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.entries.push(AuditEntry.decode(reader, reader.uint32()));
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ListAuditResponse {
+    return {
+      entries: globalThis.Array.isArray(object?.entries) ? object.entries.map((e: any) => AuditEntry.fromJSON(e)) : [],
+    };
+  },
+
+  toJSON(message: ListAuditResponse): unknown {
+    const obj: any = {};
+    if (message.entries?.length) {
+      obj.entries = message.entries.map((e) => AuditEntry.toJSON(e));
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<ListAuditResponse>, I>>(base?: I): ListAuditResponse {
+    return ListAuditResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ListAuditResponse>, I>>(object: I): ListAuditResponse {
+    const message = createBaseListAuditResponse();
+    message.entries = object.entries?.map((e) => AuditEntry.fromPartial(e)) || [];
+    return message;
+  },
+};
+
 function createBaseTypePolicy(): TypePolicy {
   return { type: "", maxAttempts: 0, retryBase: undefined, retryMax: undefined, concurrency: 0, maxUnstarted: 0 };
 }
@@ -12053,6 +12485,587 @@ export const TypeInfo: MessageFns<TypeInfo> = {
     message.ready = object.ready ?? 0;
     message.held = object.held ?? "";
     message.oldestAgeMs = object.oldestAgeMs ?? 0;
+    return message;
+  },
+};
+
+function createBaseLiveRequest(): LiveRequest {
+  return { fromNode: "" };
+}
+
+export const LiveRequest: MessageFns<LiveRequest> = {
+  encode(message: LiveRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.fromNode !== "") {
+      writer.uint32(10).string(message.fromNode);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): LiveRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseLiveRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.fromNode = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): LiveRequest {
+    return {
+      fromNode: isSet(object.fromNode)
+        ? globalThis.String(object.fromNode)
+        : isSet(object.from_node)
+        ? globalThis.String(object.from_node)
+        : "",
+    };
+  },
+
+  toJSON(message: LiveRequest): unknown {
+    const obj: any = {};
+    if (message.fromNode !== "") {
+      obj.fromNode = message.fromNode;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<LiveRequest>, I>>(base?: I): LiveRequest {
+    return LiveRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<LiveRequest>, I>>(object: I): LiveRequest {
+    const message = createBaseLiveRequest();
+    message.fromNode = object.fromNode ?? "";
+    return message;
+  },
+};
+
+function createBaseConnectedWorker(): ConnectedWorker {
+  return { workerId: "", credits: [], lastSeen: undefined, stream: false, since: undefined };
+}
+
+export const ConnectedWorker: MessageFns<ConnectedWorker> = {
+  encode(message: ConnectedWorker, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.workerId !== "") {
+      writer.uint32(10).string(message.workerId);
+    }
+    for (const v of message.credits) {
+      WorkCredit.encode(v!, writer.uint32(18).fork()).join();
+    }
+    if (message.lastSeen !== undefined) {
+      Timestamp.encode(toTimestamp(message.lastSeen), writer.uint32(26).fork()).join();
+    }
+    if (message.stream !== false) {
+      writer.uint32(32).bool(message.stream);
+    }
+    if (message.since !== undefined) {
+      Timestamp.encode(toTimestamp(message.since), writer.uint32(42).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ConnectedWorker {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseConnectedWorker();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.workerId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.credits.push(WorkCredit.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.lastSeen = fromTimestamp(Timestamp.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.stream = reader.bool();
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.since = fromTimestamp(Timestamp.decode(reader, reader.uint32()));
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ConnectedWorker {
+    return {
+      workerId: isSet(object.workerId)
+        ? globalThis.String(object.workerId)
+        : isSet(object.worker_id)
+        ? globalThis.String(object.worker_id)
+        : "",
+      credits: globalThis.Array.isArray(object?.credits) ? object.credits.map((e: any) => WorkCredit.fromJSON(e)) : [],
+      lastSeen: isSet(object.lastSeen)
+        ? fromJsonTimestamp(object.lastSeen)
+        : isSet(object.last_seen)
+        ? fromJsonTimestamp(object.last_seen)
+        : undefined,
+      stream: isSet(object.stream) ? globalThis.Boolean(object.stream) : false,
+      since: isSet(object.since) ? fromJsonTimestamp(object.since) : undefined,
+    };
+  },
+
+  toJSON(message: ConnectedWorker): unknown {
+    const obj: any = {};
+    if (message.workerId !== "") {
+      obj.workerId = message.workerId;
+    }
+    if (message.credits?.length) {
+      obj.credits = message.credits.map((e) => WorkCredit.toJSON(e));
+    }
+    if (message.lastSeen !== undefined) {
+      obj.lastSeen = message.lastSeen.toISOString();
+    }
+    if (message.stream !== false) {
+      obj.stream = message.stream;
+    }
+    if (message.since !== undefined) {
+      obj.since = message.since.toISOString();
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<ConnectedWorker>, I>>(base?: I): ConnectedWorker {
+    return ConnectedWorker.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ConnectedWorker>, I>>(object: I): ConnectedWorker {
+    const message = createBaseConnectedWorker();
+    message.workerId = object.workerId ?? "";
+    message.credits = object.credits?.map((e) => WorkCredit.fromPartial(e)) || [];
+    message.lastSeen = object.lastSeen ?? undefined;
+    message.stream = object.stream ?? false;
+    message.since = object.since ?? undefined;
+    return message;
+  },
+};
+
+function createBaseTypeRetrying(): TypeRetrying {
+  return { type: "", jobs: 0 };
+}
+
+export const TypeRetrying: MessageFns<TypeRetrying> = {
+  encode(message: TypeRetrying, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.type !== "") {
+      writer.uint32(10).string(message.type);
+    }
+    if (message.jobs !== 0) {
+      writer.uint32(16).int64(message.jobs);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): TypeRetrying {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseTypeRetrying();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.type = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.jobs = longToNumber(reader.int64());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): TypeRetrying {
+    return {
+      type: isSet(object.type) ? globalThis.String(object.type) : "",
+      jobs: isSet(object.jobs) ? globalThis.Number(object.jobs) : 0,
+    };
+  },
+
+  toJSON(message: TypeRetrying): unknown {
+    const obj: any = {};
+    if (message.type !== "") {
+      obj.type = message.type;
+    }
+    if (message.jobs !== 0) {
+      obj.jobs = Math.round(message.jobs);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<TypeRetrying>, I>>(base?: I): TypeRetrying {
+    return TypeRetrying.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<TypeRetrying>, I>>(object: I): TypeRetrying {
+    const message = createBaseTypeRetrying();
+    message.type = object.type ?? "";
+    message.jobs = object.jobs ?? 0;
+    return message;
+  },
+};
+
+function createBaseLiveResponse(): LiveResponse {
+  return {
+    nodeId: "",
+    at: undefined,
+    serving: false,
+    owned: 0,
+    readyDue: 0,
+    jobs: [],
+    waiting: [],
+    startDelay: [],
+    workers: [],
+    deadLettersCounted: false,
+    deadLetters: 0,
+    retrying: [],
+  };
+}
+
+export const LiveResponse: MessageFns<LiveResponse> = {
+  encode(message: LiveResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.nodeId !== "") {
+      writer.uint32(10).string(message.nodeId);
+    }
+    if (message.at !== undefined) {
+      Timestamp.encode(toTimestamp(message.at), writer.uint32(18).fork()).join();
+    }
+    if (message.serving !== false) {
+      writer.uint32(24).bool(message.serving);
+    }
+    if (message.owned !== 0) {
+      writer.uint32(32).int32(message.owned);
+    }
+    if (message.readyDue !== 0) {
+      writer.uint32(40).int64(message.readyDue);
+    }
+    for (const v of message.jobs) {
+      TypeCounts.encode(v!, writer.uint32(50).fork()).join();
+    }
+    for (const v of message.waiting) {
+      TypeWaiting.encode(v!, writer.uint32(58).fork()).join();
+    }
+    for (const v of message.startDelay) {
+      TypeStartDelay.encode(v!, writer.uint32(66).fork()).join();
+    }
+    for (const v of message.workers) {
+      ConnectedWorker.encode(v!, writer.uint32(74).fork()).join();
+    }
+    if (message.deadLettersCounted !== false) {
+      writer.uint32(80).bool(message.deadLettersCounted);
+    }
+    if (message.deadLetters !== 0) {
+      writer.uint32(88).int64(message.deadLetters);
+    }
+    for (const v of message.retrying) {
+      TypeRetrying.encode(v!, writer.uint32(98).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): LiveResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseLiveResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.nodeId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.at = fromTimestamp(Timestamp.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.serving = reader.bool();
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.owned = reader.int32();
+            continue;
+          }
+          case 5: {
+            if (tag !== 40) {
+              break;
+            }
+
+            message.readyDue = longToNumber(reader.int64());
+            continue;
+          }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.jobs.push(TypeCounts.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 7: {
+            if (tag !== 58) {
+              break;
+            }
+
+            message.waiting.push(TypeWaiting.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 8: {
+            if (tag !== 66) {
+              break;
+            }
+
+            message.startDelay.push(TypeStartDelay.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 9: {
+            if (tag !== 74) {
+              break;
+            }
+
+            message.workers.push(ConnectedWorker.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 10: {
+            if (tag !== 80) {
+              break;
+            }
+
+            message.deadLettersCounted = reader.bool();
+            continue;
+          }
+          case 11: {
+            if (tag !== 88) {
+              break;
+            }
+
+            message.deadLetters = longToNumber(reader.int64());
+            continue;
+          }
+          case 12: {
+            if (tag !== 98) {
+              break;
+            }
+
+            message.retrying.push(TypeRetrying.decode(reader, reader.uint32()));
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): LiveResponse {
+    return {
+      nodeId: isSet(object.nodeId)
+        ? globalThis.String(object.nodeId)
+        : isSet(object.node_id)
+        ? globalThis.String(object.node_id)
+        : "",
+      at: isSet(object.at) ? fromJsonTimestamp(object.at) : undefined,
+      serving: isSet(object.serving) ? globalThis.Boolean(object.serving) : false,
+      owned: isSet(object.owned) ? globalThis.Number(object.owned) : 0,
+      readyDue: isSet(object.readyDue)
+        ? globalThis.Number(object.readyDue)
+        : isSet(object.ready_due)
+        ? globalThis.Number(object.ready_due)
+        : 0,
+      jobs: globalThis.Array.isArray(object?.jobs) ? object.jobs.map((e: any) => TypeCounts.fromJSON(e)) : [],
+      waiting: globalThis.Array.isArray(object?.waiting) ? object.waiting.map((e: any) => TypeWaiting.fromJSON(e)) : [],
+      startDelay: globalThis.Array.isArray(object?.startDelay)
+        ? object.startDelay.map((e: any) => TypeStartDelay.fromJSON(e))
+        : globalThis.Array.isArray(object?.start_delay)
+        ? object.start_delay.map((e: any) => TypeStartDelay.fromJSON(e))
+        : [],
+      workers: globalThis.Array.isArray(object?.workers)
+        ? object.workers.map((e: any) => ConnectedWorker.fromJSON(e))
+        : [],
+      deadLettersCounted: isSet(object.deadLettersCounted)
+        ? globalThis.Boolean(object.deadLettersCounted)
+        : isSet(object.dead_letters_counted)
+        ? globalThis.Boolean(object.dead_letters_counted)
+        : false,
+      deadLetters: isSet(object.deadLetters)
+        ? globalThis.Number(object.deadLetters)
+        : isSet(object.dead_letters)
+        ? globalThis.Number(object.dead_letters)
+        : 0,
+      retrying: globalThis.Array.isArray(object?.retrying)
+        ? object.retrying.map((e: any) => TypeRetrying.fromJSON(e))
+        : [],
+    };
+  },
+
+  toJSON(message: LiveResponse): unknown {
+    const obj: any = {};
+    if (message.nodeId !== "") {
+      obj.nodeId = message.nodeId;
+    }
+    if (message.at !== undefined) {
+      obj.at = message.at.toISOString();
+    }
+    if (message.serving !== false) {
+      obj.serving = message.serving;
+    }
+    if (message.owned !== 0) {
+      obj.owned = Math.round(message.owned);
+    }
+    if (message.readyDue !== 0) {
+      obj.readyDue = Math.round(message.readyDue);
+    }
+    if (message.jobs?.length) {
+      obj.jobs = message.jobs.map((e) => TypeCounts.toJSON(e));
+    }
+    if (message.waiting?.length) {
+      obj.waiting = message.waiting.map((e) => TypeWaiting.toJSON(e));
+    }
+    if (message.startDelay?.length) {
+      obj.startDelay = message.startDelay.map((e) => TypeStartDelay.toJSON(e));
+    }
+    if (message.workers?.length) {
+      obj.workers = message.workers.map((e) => ConnectedWorker.toJSON(e));
+    }
+    if (message.deadLettersCounted !== false) {
+      obj.deadLettersCounted = message.deadLettersCounted;
+    }
+    if (message.deadLetters !== 0) {
+      obj.deadLetters = Math.round(message.deadLetters);
+    }
+    if (message.retrying?.length) {
+      obj.retrying = message.retrying.map((e) => TypeRetrying.toJSON(e));
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<LiveResponse>, I>>(base?: I): LiveResponse {
+    return LiveResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<LiveResponse>, I>>(object: I): LiveResponse {
+    const message = createBaseLiveResponse();
+    message.nodeId = object.nodeId ?? "";
+    message.at = object.at ?? undefined;
+    message.serving = object.serving ?? false;
+    message.owned = object.owned ?? 0;
+    message.readyDue = object.readyDue ?? 0;
+    message.jobs = object.jobs?.map((e) => TypeCounts.fromPartial(e)) || [];
+    message.waiting = object.waiting?.map((e) => TypeWaiting.fromPartial(e)) || [];
+    message.startDelay = object.startDelay?.map((e) => TypeStartDelay.fromPartial(e)) || [];
+    message.workers = object.workers?.map((e) => ConnectedWorker.fromPartial(e)) || [];
+    message.deadLettersCounted = object.deadLettersCounted ?? false;
+    message.deadLetters = object.deadLetters ?? 0;
+    message.retrying = object.retrying?.map((e) => TypeRetrying.fromPartial(e)) || [];
     return message;
   },
 };
@@ -13426,6 +14439,16 @@ export const AdminServiceService = {
     responseSerialize: (value: ListTypesResponse): Buffer => Buffer.from(ListTypesResponse.encode(value).finish()),
     responseDeserialize: (value: Buffer): ListTypesResponse => ListTypesResponse.decode(value),
   },
+  /** The operator actions taken in the console of any node (kept in the store), newest first. */
+  listAudit: {
+    path: "/timeshard.v1.AdminService/ListAudit" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: ListAuditRequest): Buffer => Buffer.from(ListAuditRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): ListAuditRequest => ListAuditRequest.decode(value),
+    responseSerialize: (value: ListAuditResponse): Buffer => Buffer.from(ListAuditResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): ListAuditResponse => ListAuditResponse.decode(value),
+  },
 } as const;
 
 export interface AdminServiceServer extends UntypedServiceImplementation {
@@ -13450,6 +14473,8 @@ export interface AdminServiceServer extends UntypedServiceImplementation {
    * called applies them after reading the store, and its jobs held there.
    */
   listTypes: handleUnaryCall<ListTypesRequest, ListTypesResponse>;
+  /** The operator actions taken in the console of any node (kept in the store), newest first. */
+  listAudit: handleUnaryCall<ListAuditRequest, ListAuditResponse>;
 }
 
 export interface AdminServiceClient extends Client {
@@ -13586,6 +14611,22 @@ export interface AdminServiceClient extends Client {
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: ListTypesResponse) => void,
   ): ClientUnaryCall;
+  /** The operator actions taken in the console of any node (kept in the store), newest first. */
+  listAudit(
+    request: ListAuditRequest,
+    callback: (error: ServiceError | null, response: ListAuditResponse) => void,
+  ): ClientUnaryCall;
+  listAudit(
+    request: ListAuditRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: ListAuditResponse) => void,
+  ): ClientUnaryCall;
+  listAudit(
+    request: ListAuditRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: ListAuditResponse) => void,
+  ): ClientUnaryCall;
 }
 
 export const AdminServiceClient = makeGenericClientConstructor(
@@ -13632,6 +14673,20 @@ export const PeerServiceService = {
       Buffer.from(WaitFinishedResponse.encode(value).finish()),
     responseDeserialize: (value: Buffer): WaitFinishedResponse => WaitFinishedResponse.decode(value),
   },
+  /**
+   * What the node keeps in memory for the operator console: its counters, schedule-to-start,
+   * jobs waiting, the workers connected to it. No store read: a node with a console open asks
+   * each of its peers about once a second, to show the whole cluster's live numbers.
+   */
+  live: {
+    path: "/timeshard.v1.PeerService/Live" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: LiveRequest): Buffer => Buffer.from(LiveRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): LiveRequest => LiveRequest.decode(value),
+    responseSerialize: (value: LiveResponse): Buffer => Buffer.from(LiveResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): LiveResponse => LiveResponse.decode(value),
+  },
 } as const;
 
 export interface PeerServiceServer extends UntypedServiceImplementation {
@@ -13644,6 +14699,12 @@ export interface PeerServiceServer extends UntypedServiceImplementation {
    * a hint too: the asker still re-reads, so a lost answer costs that wait.
    */
   waitFinished: handleUnaryCall<WaitFinishedRequest, WaitFinishedResponse>;
+  /**
+   * What the node keeps in memory for the operator console: its counters, schedule-to-start,
+   * jobs waiting, the workers connected to it. No store read: a node with a console open asks
+   * each of its peers about once a second, to show the whole cluster's live numbers.
+   */
+  live: handleUnaryCall<LiveRequest, LiveResponse>;
 }
 
 export interface PeerServiceClient extends Client {
@@ -13680,6 +14741,23 @@ export interface PeerServiceClient extends Client {
     metadata: Metadata,
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: WaitFinishedResponse) => void,
+  ): ClientUnaryCall;
+  /**
+   * What the node keeps in memory for the operator console: its counters, schedule-to-start,
+   * jobs waiting, the workers connected to it. No store read: a node with a console open asks
+   * each of its peers about once a second, to show the whole cluster's live numbers.
+   */
+  live(request: LiveRequest, callback: (error: ServiceError | null, response: LiveResponse) => void): ClientUnaryCall;
+  live(
+    request: LiveRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: LiveResponse) => void,
+  ): ClientUnaryCall;
+  live(
+    request: LiveRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: LiveResponse) => void,
   ): ClientUnaryCall;
 }
 
