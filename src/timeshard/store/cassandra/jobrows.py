@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,8 +28,7 @@ from timeshard.errors import NotOwner, StoreUnavailable
 from timeshard.model import BucketEntry, Job, WriteResult
 from timeshard.sharding import shard_of
 from timeshard.store import transitions as T
-from timeshard.store.base import CreateResult, Retention, entry_for
-from timeshard.store.cassandra.creates import Creator
+from timeshard.store.base import Retention, entry_for
 from timeshard.store.cassandra.driver import Ambiguous, Connection
 from timeshard.store.cassandra.follows import Follows
 from timeshard.store.cassandra.parts import (
@@ -103,7 +102,6 @@ class JobRows:
         self.homes = Lru()  # job id -> home minute (never changes)
         self._images = Lru()  # job id -> Found, for jobs this store wrote last
         self._expired = Lru()
-        self._creator = Creator(conn, clock, num_shards, self)
         self._batcher: GroupCommit[Key, _Op] = GroupCommit(
             self._run, max_items=ROWS_PER_BATCH, fail=_fail, name="jobrows"
         )
@@ -112,22 +110,16 @@ class JobRows:
         self._lingering: dict[Key, tuple[list[_Op], asyncio.TimerHandle]] = {}
         """Completions waiting for another write of their partition (``RESULT_LINGER_S``)."""
 
-    async def create(
-        self, jobs: Sequence[tuple[Job, BucketEntry]], fresh: Collection[str]
-    ) -> list[CreateResult]:
-        return await self._creator.create(jobs, fresh)
-
     async def close(self) -> None:
         for ops, timer in self._lingering.values():
             timer.cancel()  # not written: the worker reports them again, elsewhere
             for op in ops:
                 _fail(op, StoreUnavailable("the store is closing"))
         self._lingering.clear()
-        await self._creator.close()
         await self._batcher.close()
         await self.follows.close()
 
-    # -- creating (creates.py) --------------------------------------------------------------
+    # -- what creating needs (``creates.Rows``) ----------------------------------------------
 
     async def put_entries(self, entries: Sequence[BucketEntry]) -> None:
         """One unlogged batch per bucket partition (atomic, one write per partition)."""

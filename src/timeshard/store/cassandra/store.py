@@ -33,6 +33,7 @@ from timeshard.store.base import (
     Store,
 )
 from timeshard.store.cassandra import listing
+from timeshard.store.cassandra.creates import Creator
 from timeshard.store.cassandra.driver import Ambiguous, ClusterConfig, Connection, parse_url
 from timeshard.store.cassandra.jobrows import JobRows
 from timeshard.store.cassandra.parts import CAS_ROUNDS
@@ -67,6 +68,7 @@ class CassandraStore(Store):
         self.stats = self._conn.stats
         self.num_shards = validate_num_shards(num_shards)
         self._jobs = JobRows(self._conn, self._clock, self.num_shards, retention or Retention())
+        self._creator = Creator(self._conn, self._clock, self.num_shards, self._jobs)
 
     @classmethod
     def from_url(
@@ -92,6 +94,7 @@ class CassandraStore(Store):
             raise
 
     async def close(self) -> None:
+        await self._creator.close()
         await self._jobs.close()
         await self._conn.close()
 
@@ -109,7 +112,7 @@ class CassandraStore(Store):
     async def create_jobs(
         self, jobs: Sequence[tuple[Job, BucketEntry]], *, fresh: Collection[str] = frozenset()
     ) -> list[CreateResult]:
-        return await self._jobs.create(jobs, fresh)
+        return await self._creator.create(jobs, fresh)
 
     async def key_owners(self, keys: Sequence[str]) -> dict[str, str]:
         rows = await _gather(self._conn.rows("select_key", (k,)) for k in dict.fromkeys(keys))
