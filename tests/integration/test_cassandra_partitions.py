@@ -276,6 +276,7 @@ async def test_a_completion_goes_out_with_the_next_write_of_its_partition(
         assert b_out.applied and a_out.applied and a_out.job is not None
         assert a_out.job.state is JobState.SUCCEEDED
         assert store.stats.paxos_rounds - before == 1, "the claim and the result: one round"
+        assert store.stats.rounds_by_kind["claim+complete"] == 1, store.stats.rounds_by_kind
         assert (await store.get_job(a.job_id)).state is JobState.SUCCEEDED
 
         b = b_out.job
@@ -286,4 +287,5 @@ async def test_a_completion_goes_out_with_the_next_write_of_its_partition(
         )
         assert alone.applied  # no other write came: it went out when the linger ended
         assert store.stats.paxos_rounds - before == 1
+        assert store.stats.rounds_by_kind["complete"] == 1, store.stats.rounds_by_kind
         assert (await store.get_job(b.job_id)).state is JobState.SUCCEEDED

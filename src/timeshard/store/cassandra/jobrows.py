@@ -391,7 +391,7 @@ class JobRows:
             statements.append(("raise_epoch", {"shard": key[0], "minute": key[1], "epoch": epoch}))
         statements += [self._statement(key, op) for op in ops]
         try:
-            rows = await self._conn.batch(statements, conditional=True)
+            rows = await self._conn.batch(statements, conditional=True, kind=_kinds(ops))
         except Ambiguous:
             await self._settle(key, ops)
             return
@@ -512,6 +512,11 @@ _STATE_COLUMNS = (
     "unstarted",
     "start_noticed",
 )
+
+
+def _kinds(ops: Iterable[_Op]) -> str:
+    """What a batch carries, as its round is counted: ``claim``, ``claim+complete``..."""
+    return "+".join(sorted({op.transition.kind or "other" for op in ops}))
 
 
 def _entries(ops: Iterable[_Op]) -> list[BucketEntry]:
