@@ -63,12 +63,6 @@ from timeshard.store.codec import job_columns
 
 log = logging.getLogger(__name__)
 
-RESULT_LINGER_S = 0.05
-"""A completion waits this long at most for another write of its partition to go out with (a
-claim, most often): one Paxos round for both, rather than a round of its own that the next
-claim of the partition would queue behind. No job waits for it (the worker's slot is free
-once its handler ended); the result is acknowledged once written, as ever."""
-
 
 @dataclass(slots=True, eq=False)
 class _Op:
@@ -108,7 +102,8 @@ class JobRows:
         self.follows = Follows(conn, retention, self.plain_writes)
         """The index, key and dead-letter rows that follow jobs that finish (``_after``)."""
         self._lingering: dict[Key, tuple[list[_Op], asyncio.TimerHandle]] = {}
-        """Completions waiting for another write of their partition (``RESULT_LINGER_S``)."""
+        """Completions waiting for another write of their partition (``apply_all``'s
+        ``linger_s``), and the timer that sends them when none came."""
 
     async def close(self) -> None:
         for ops, timer in self._lingering.values():
@@ -236,13 +231,16 @@ class JobRows:
         items: Sequence[tuple[str, T.Transition, Job | None]],
         *,
         owner_only: bool = False,
-        linger: bool = False,
+        linger_s: float = 0.0,
     ) -> list[WriteResult]:
         """``apply`` for many ``(job_id, transition, known)`` at once, in their order: one
         future per job and no task per job (a claim of 100 jobs made 100 tasks); the homes
         not remembered are looked up together first. Like ``gather``, it waits for every one
-        and then raises the first error. ``linger``: each waits up to ``RESULT_LINGER_S`` for
-        another write of its partition to go out with (completions)."""
+        and then raises the first error. ``linger_s`` (completions): each waits up to that
+        long for another write of its partition to go out with (a claim, most often): one
+        Paxos round for both, rather than a round of its own that the next claim of the
+        partition would queue behind. The results of a partition that come meanwhile wait
+        together; each is acknowledged once written, as ever."""
         homes = [self.homes.get(job_id) for job_id, _, _ in items]
         missing = [i for i, home in enumerate(homes) if home is None]
         if missing:
@@ -257,7 +255,7 @@ class JobRows:
                 fut.set_result(WriteResult(applied=False, job=None))
             else:
                 fut = self._submit(
-                    job_id, int(home), transition, known, owner_only, False, linger=linger
+                    job_id, int(home), transition, known, owner_only, False, linger_s=linger_s
                 )
             futs.append(fut)
         return await _gather(futs)
@@ -271,7 +269,7 @@ class JobRows:
         owner_only: bool,
         delete: bool,
         *,
-        linger: bool = False,
+        linger_s: float = 0.0,
     ) -> asyncio.Future[WriteResult]:
         shard = shard_of(job_id, self._num_shards)
         found = Found.of(known) if known is not None else self._images.get(job_id)
@@ -287,20 +285,28 @@ class JobRows:
             reread=found is None,
         )
         key = (shard, home)
-        if linger and not self._batcher.waiting(key):
-            self._linger(key, op)
+        if linger_s > 0 and not self._batcher.waiting(key):
+            self._linger(key, op, linger_s)
         else:
             self._release(key)
             self._batcher.submit(key, op)
         return fut
 
-    def _linger(self, key: Key, op: _Op) -> None:
+    def _linger(self, key: Key, op: _Op, linger_s: float) -> None:
+        """Hold ``op`` for ``key``'s next write, ``linger_s`` at most: the first op held starts
+        the partition's timer and those that come meanwhile join it (one held with a shorter
+        linger brings the timer forward)."""
+        loop = asyncio.get_running_loop()
         held = self._lingering.get(key)
-        if held is not None:
-            held[0].append(op)
+        if held is None:
+            timer = loop.call_later(linger_s, self._release, key)
+            self._lingering[key] = ([op], timer)
             return
-        timer = asyncio.get_running_loop().call_later(RESULT_LINGER_S, self._release, key)
-        self._lingering[key] = ([op], timer)
+        ops, timer = held
+        ops.append(op)
+        if loop.time() + linger_s < timer.when():
+            timer.cancel()
+            self._lingering[key] = (ops, loop.call_later(linger_s, self._release, key))
 
     def _release(self, key: Key) -> None:
         """The completions lingering for ``key`` join its next batch (with the write that

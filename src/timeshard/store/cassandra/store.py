@@ -248,13 +248,13 @@ class CassandraStore(Store):
         return await self._jobs.apply(job_id, T.complete(fence, now, result, result_encoding))
 
     async def complete_jobs(
-        self, items: Sequence[Completion], now: int, *, linger: bool = False
+        self, items: Sequence[Completion], now: int, *, linger_s: float = 0.0
     ) -> list[WriteResult]:
         for c in items:
             validate_result(c.result, c.encoding)  # refused before any joins a batch
         return await self._jobs.apply_all(
             [(c.job_id, T.complete(c.fence, now, c.result, c.encoding), None) for c in items],
-            linger=linger,
+            linger_s=linger_s,
         )
 
     async def fail_job(
