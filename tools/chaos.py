@@ -70,6 +70,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shards", type=int, default=32)
     parser.add_argument("--session-timeout", type=float, default=4.0, help="ZooKeeper seconds")
     parser.add_argument("--lease", type=float, default=4.0, help="worker lease seconds")
+    parser.add_argument(
+        "--claim-ahead-ms",
+        type=int,
+        default=0,
+        help="the nodes' --claim-ahead-ms (0: off): jobs pushed ahead start on the workers' clocks",
+    )
     parser.add_argument("--drain", type=float, default=300.0, help="most seconds to drain")
     parser.add_argument("--no-faults", action="store_true", help="the load alone")
     parser.add_argument(
@@ -94,6 +100,7 @@ def main(argv: list[str] | None = None) -> int:
         seed=args.seed,
         shards=args.shards,
         lease_s=args.lease,
+        claim_ahead_ms=args.claim_ahead_ms,
         session_s=args.session_timeout,
         drain_s=args.drain,
         faults=not args.no_faults,

@@ -86,12 +86,18 @@ async def sleep_or_wake(clock: Clock, delay: float, waker: asyncio.Future[None])
         finally:
             timer.cancel()
         return
-    sleeper = asyncio.ensure_future(clock.sleep(delay))
+    # The end is fixed now, not when the sleeper task first runs: a fake clock moved in
+    # between would otherwise push it back by as much (a dispatcher woke a step late).
+    sleeper = asyncio.ensure_future(_sleep_until(clock, clock.monotonic() + delay))
     try:
         await asyncio.wait({waker, sleeper}, return_when=asyncio.FIRST_COMPLETED)
     finally:
         waker.cancel()
         sleeper.cancel()
+
+
+async def _sleep_until(clock: Clock, until: float) -> None:
+    await clock.sleep(until - clock.monotonic())
 
 
 def to_datetime(ms: int) -> datetime:

@@ -42,6 +42,22 @@ class NotFound(TimeshardError):
         self.ident = ident
 
 
+class RevisionNotFound(NotFound):
+    """A schedule that exists (or existed) without the revision asked for."""
+
+    def __init__(self, schedule_id: str, revision: int, kept: tuple[int, int] | None) -> None:
+        if kept is None:
+            have = "it has none kept (created before revisions were kept)"
+        else:
+            span = f"revision {kept[0]}" if kept[0] == kept[1] else f"revisions {kept[0]}-{kept[1]}"
+            have = f"it keeps {span} (`timeshard schedules history {schedule_id}` lists them)"
+        TimeshardError.__init__(
+            self, f"schedule {schedule_id!r} has no revision {revision}: {have}"
+        )
+        self.kind = "revision"
+        self.ident = f"{schedule_id}@{revision}"
+
+
 class AlreadyExists(TimeshardError):
     code = grpc.StatusCode.ALREADY_EXISTS
 

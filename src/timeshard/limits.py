@@ -94,6 +94,11 @@ MAX_PAGE_SIZE = 1000
 DEFAULT_PAGE_SIZE = 100
 MAX_PREVIEW_COUNT = 1000
 """Fire times one schedule preview returns."""
+REVISIONS_KEPT = 100
+"""Revisions of one schedule kept (the newest): each change writes one and drops the one this
+many before it, in the same write."""
+MAX_REASON_BYTES = 1000
+"""The reason a person gives for a change to a schedule (UTF-8)."""
 
 # -- numbers ---------------------------------------------------------------------------------
 
@@ -103,6 +108,10 @@ says otherwise: generous, since waiting never spends an attempt (invariant 9), y
 job that can never be delivered, or one that kills its worker before the start notice leaves,
 ends in the dead letters rather than looping."""
 MAX_UNSTARTED = 1000
+START_GRACE_MS = 2000
+"""A job pushed on a worker stream with ``starts_in`` starts no later than this after its push's
+base plus ``starts_in`` (the worker gives it back unstarted otherwise), so a cancel through its
+owner waits for the worker's answer no longer than the window plus this and a margin."""
 
 MAX_ATTEMPTS = 1000
 """The most attempts a job (or each occurrence of a schedule) may ask for; 0 asks for the

@@ -17,6 +17,7 @@ from timeshard.limits import (
     MAX_JOB_TYPE_CHARS,
     MAX_PAYLOAD_BYTES,
     MAX_PRIORITY,
+    MAX_REASON_BYTES,
     MAX_RESULT_BYTES,
     MAX_SCHEDULE_ID_CHARS,
     MAX_SPREAD_MS,
@@ -445,3 +446,66 @@ class Schedule:
 
     def with_(self, **changes: object) -> Schedule:
         return replace(self, **changes)  # type: ignore[arg-type]
+
+
+class ChangeKind(enum.StrEnum):
+    """What a person did to a schedule: each makes a revision."""
+
+    CREATE = "create"
+    UPDATE = "update"
+    PAUSE = "pause"
+    RESUME = "resume"
+    DELETE = "delete"
+    ROLLBACK = "rollback"
+
+
+ANONYMOUS = "anonymous"
+"""The actor of a change made without a token (a node without an auth file)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Change:
+    """Who changed a schedule, when, how and why: written with the change, as one revision."""
+
+    kind: ChangeKind
+    actor: str = ANONYMOUS
+    at_ms: int
+    reason: str = ""
+    rolled_back_to: int = 0
+    """For a rollback: the revision whose definition it restored."""
+
+    def __post_init__(self) -> None:
+        check_bytes("reason", self.reason, MAX_REASON_BYTES)
+        if not self.actor:
+            raise InvalidArgument("actor", "a change needs its actor (anonymous without a token)")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ScheduleRevision:
+    """Revision ``revision`` of a schedule: the change that made it, and the schedule as it was
+    right after (for a delete: as it was when deleted)."""
+
+    revision: int
+    change: Change
+    schedule: Schedule
+
+
+DEFINITION_FIELDS = (
+    "cron",
+    "timezone",
+    "dst_gap",
+    "dst_fold",
+    "job_type",
+    "payload",
+    "max_attempts",
+    "misfire",
+    "misfire_grace_ms",
+    "max_catchup",
+    "overlap",
+    "max_concurrent",
+    "jitter_ms",
+    "spread_ms",
+)
+"""What a person defines about a schedule (an update sets them, a rollback restores them): the
+spec, zone, DST rules, job template and policies. Not ``paused`` (pause and resume set it) nor
+the bookkeeping of its runs."""

@@ -62,7 +62,7 @@ class Server:
                 ("grpc.so_reuseport", 0),
             ],
         )
-        pb_grpc.add_JobServiceServicer_to_server(JobService(node), self._grpc)
+        pb_grpc.add_JobServiceServicer_to_server(JobService(node, self.security.auth), self._grpc)
         pb_grpc.add_WorkerServiceServicer_to_server(WorkerService(node), self._grpc)
         pb_grpc.add_AdminServiceServicer_to_server(AdminService(node), self._grpc)
         pb_grpc.add_PeerServiceServicer_to_server(PeerService(node), self._grpc)

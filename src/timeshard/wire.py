@@ -20,7 +20,14 @@ from timeshard.errors import (
     TimeshardError,
 )
 from timeshard.limits import MAX_RUN_AT_MS, PAST_RUN_AT_GRACE_MS, check_attempts, shown
-from timeshard.model import Job, JobState, MisfirePolicy, OverlapPolicy, Schedule
+from timeshard.model import (
+    Job,
+    JobState,
+    MisfirePolicy,
+    OverlapPolicy,
+    Schedule,
+    ScheduleRevision,
+)
 from timeshard.policy import TypePolicy
 from timeshard.v1 import timeshard_pb2 as pb
 
@@ -300,6 +307,20 @@ def schedule_to_pb(s: Schedule) -> pb.Schedule:
         active_jobs=list(s.active),
         queued_at=ts(s.queued_at) if s.queued_at else None,
         spread=dur(s.spread_ms) if s.spread_ms else None,
+        revision=s.revision,
+    )
+
+
+def revision_to_pb(r: ScheduleRevision) -> pb.ScheduleRevision:
+    return pb.ScheduleRevision(
+        schedule_id=r.schedule.schedule_id,
+        revision=r.revision,
+        change=r.change.kind.value,
+        actor=r.change.actor,
+        at=ts(r.change.at_ms),
+        reason=r.change.reason,
+        rolled_back_to=r.change.rolled_back_to,
+        schedule=schedule_to_pb(r.schedule),
     )
 
 

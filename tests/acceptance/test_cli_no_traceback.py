@@ -45,6 +45,9 @@ VALID = {
     "dir": "{tmp}/certs",
     "job_ids": "49ce16a7b1a74aa9831aa49795345972",
     "types": "demo.echo",
+    "revision": "1",
+    "a": "1",
+    "b": "2",
 }
 NUMBERS = ["x", "-1", "nan"]
 # The global options, taken by every command; those that never dial a node may ignore them.

@@ -1,5 +1,5 @@
 """Cron schedule rows: created once, updated conditionally on their version, listed, deleted;
-each with the bucket entry of its next fire."""
+each with the bucket entry of its next fire; a person's change written with its revision."""
 
 from __future__ import annotations
 
@@ -8,9 +8,12 @@ import pytest
 from tests.contract.conftest import OpenStore
 from tests.contract.helpers import NOW, NUM_SHARDS
 from timeshard.errors import InvalidArgument
-from timeshard.model import MisfirePolicy, OverlapPolicy, Schedule
+from timeshard.limits import REVISIONS_KEPT
+from timeshard.model import Change, ChangeKind, MisfirePolicy, OverlapPolicy, Schedule
 from timeshard.sharding import minute_of, shard_of
 from timeshard.store.base import Store, schedule_entry
+
+CREATE, PAUSE, DELETE = ChangeKind.CREATE, ChangeKind.PAUSE, ChangeKind.DELETE
 
 
 def make_schedule(schedule_id: str, *, next_fire: int = NOW + 3_600_000) -> Schedule:
@@ -109,12 +112,91 @@ async def test_a_schedule_page_token_the_store_never_gave_out_is_refused(
         assert len(page) == 2
 
 
-async def test_delete_removes_the_row(open_store: OpenStore) -> None:
+def said(kind: ChangeKind, at: int = NOW, **kw: str) -> Change:
+    return Change(kind=kind, at_ms=at, **kw)
+
+
+async def revisions_of(store: Store, sid: str) -> list[tuple[int, ChangeKind]]:
+    return [(r.revision, r.change.kind) for r in await store.schedule_revisions(sid)]
+
+
+async def test_delete_hides_the_row_and_keeps_its_revisions(open_store: OpenStore) -> None:
     async with open_store() as store:
-        s = make_schedule("gone")
-        await store.create_schedule(s, schedule_entry(s, s.next_fire, NOW))
-        assert await store.delete_schedule("gone")
+        s = make_schedule("gone").with_(revision=1)
+        await store.create_schedule(s, schedule_entry(s, s.next_fire, NOW), said(CREATE))
+        stale, found = await store.delete_schedule(s.with_(revision=2), 5, said(DELETE))
+        assert not stale and found == s
+        ok, none = await store.delete_schedule(s.with_(revision=2), 0, said(DELETE, actor="ann"))
+        assert ok and none is None
         assert await store.get_schedule("gone") is None
-        assert not await store.delete_schedule("gone")
+        again, none = await store.delete_schedule(s.with_(revision=3), 1, said(DELETE))
+        assert not again and none is None
         page, token = await store.list_schedules(limit=10, page_token="")
         assert page == [] and token == ""
+        kept = await store.schedule_revisions("gone")
+        assert [(r.revision, r.change.kind, r.change.actor) for r in kept] == [
+            (2, DELETE, "ann"),
+            (1, CREATE, "anonymous"),
+        ]
+        assert kept[0].schedule == s.with_(revision=2, active=(), version=0)
+
+
+async def test_a_create_on_a_deleted_id_goes_on_from_its_revisions(open_store: OpenStore) -> None:
+    async with open_store() as store:
+        s = make_schedule("again").with_(revision=1)
+        await store.create_schedule(s, schedule_entry(s, s.next_fire, NOW), said(CREATE))
+        await store.delete_schedule(s.with_(revision=2), 0, said(DELETE))
+        new = s.with_(cron="*/5 * * * *")  # (revision 1 asked: the store knows better)
+        created, stored = await store.create_schedule(
+            new, schedule_entry(new, new.next_fire, NOW), said(CREATE, reason="back")
+        )
+        assert created and stored == new.with_(revision=3, version=2)
+        assert await store.get_schedule("again") == stored
+        assert [s.schedule_id for s in (await store.list_schedules(limit=5, page_token=""))[0]] == [
+            "again"
+        ]
+        assert await revisions_of(store, "again") == [(3, CREATE), (2, DELETE), (1, CREATE)]
+        dup, found = await store.create_schedule(new, schedule_entry(new, NOW, NOW), said(CREATE))
+        assert not dup and found == stored
+        assert len(await store.schedule_revisions("again")) == 3
+
+
+async def test_a_change_and_its_revision_are_one_conditional_write(open_store: OpenStore) -> None:
+    async with open_store() as store:
+        s = make_schedule("revised").with_(revision=1)
+        await store.create_schedule(s, schedule_entry(s, s.next_fire, NOW), said(CREATE))
+        first = await store.schedule_revision("revised", 1)
+        assert first is not None and first.schedule == s.with_(active=(), version=0)
+        assert first.change == said(CREATE)
+        paused = s.with_(paused=True, revision=2)
+        stale, _ = await store.update_schedule(paused, 7, None, said(PAUSE))
+        assert not stale and await revisions_of(store, "revised") == [(1, CREATE)]
+        why = "maintenance window"
+        ok, after = await store.update_schedule(paused, 0, None, said(PAUSE, reason=why))
+        assert ok and after == paused.with_(version=1)
+        two = await store.schedule_revision("revised", 2)
+        assert two is not None and two.change.reason == why and two.schedule.paused
+        # A fire (no change) moves the version and leaves the revision as it is.
+        fired = after.with_(last_fire_at=NOW, revision=1)
+        ok, after = await store.update_schedule(fired, 1, None)
+        assert (
+            ok
+            and after is not None
+            and (await store.get_schedule("revised")) == fired.with_(version=2, revision=2)
+        )
+        assert await revisions_of(store, "revised") == [(2, PAUSE), (1, CREATE)]
+        assert await store.schedule_revision("revised", 3) is None
+        assert await store.schedule_revisions("never-made") == []
+
+
+async def test_the_newest_revisions_are_kept(open_store: OpenStore) -> None:
+    async with open_store() as store:
+        s = make_schedule("busy").with_(revision=1)
+        await store.create_schedule(s, schedule_entry(s, s.next_fire, NOW), said(CREATE))
+        for n in range(2, REVISIONS_KEPT + 4):
+            ok, _ = await store.update_schedule(
+                s.with_(paused=n % 2 == 0, revision=n), n - 2, None, said(PAUSE)
+            )
+            assert ok
+        kept = [r for r, _ in await revisions_of(store, "busy")]
+        assert kept == list(range(REVISIONS_KEPT + 3, 3, -1))

@@ -72,6 +72,7 @@ async def test_migrations_are_recorded_once(
         (5, True),
         (6, True),
         (7, True),
+        (8, True),
     ]
     table = cassandra_admin.execute(
         "SELECT compaction, default_time_to_live FROM system_schema.tables "
@@ -95,8 +96,9 @@ async def test_a_store_at_an_older_version_gets_the_newer_migrations(
     # Back to version 1: as a keyspace made before schedules existed.
     cassandra_admin.execute(f"DROP TABLE {keyspace}.schedules")
     cassandra_admin.execute(f"DELETE FROM {keyspace}.schema_migrations WHERE version = 2")
-    # (and before migration 5, which adds a column to it)
+    # (and before migrations 5 and 8, which add columns to it)
     cassandra_admin.execute(f"DELETE FROM {keyspace}.schema_migrations WHERE version = 5")
+    cassandra_admin.execute(f"DELETE FROM {keyspace}.schema_migrations WHERE version = 8")
     store = CassandraStore.from_url(url(cassandra_address, keyspace))
     await store.open()
     try:
@@ -112,6 +114,7 @@ async def test_a_store_at_an_older_version_gets_the_newer_migrations(
         (5, True),
         (6, True),
         (7, True),
+        (8, True),
     ]
 
 

@@ -350,12 +350,33 @@ def test_a_run_after_the_cancel_was_acknowledged_fails_it(run: RunDir) -> None:
     assert got["ran_after_cancel"] == 1 and got["failed"] == {"ran_after_cancel": 1}, got["text"]
 
 
-def test_a_run_claimed_before_the_cancel_is_not_after_it(run: RunDir) -> None:
-    """Claimed just before the cancel landed, started just after it was acknowledged."""
+def test_a_handler_started_after_the_cancel_fails_it_though_claimed_before(run: RunDir) -> None:
+    """Claimed (or pushed ahead) just before the cancel landed, started just after it was
+    acknowledged: "never after an acknowledged cancel" is about the handler's start."""
     run.job("raced", due=1.0, state="cancelled")
     run.cancel("raced", acked=2.0)
     run.run("raced", start=2.1, end=2.2, claimed=1.99, outcome="cancelled", sdk=("lost",))
-    assert result(run)["ok"]
+    got = result(run)
+    assert got["ran_after_cancel"] == 1 and got["failed"] == {"ran_after_cancel": 1}, got["text"]
+
+
+def test_a_handler_started_before_the_cancel_was_acknowledged_passes(run: RunDir) -> None:
+    """Its start came before the answer (which says it started): stopped, not after it."""
+    run.job("stopped", due=1.0, state="cancelled")
+    run.cancel("stopped", acked=2.0)
+    run.run("stopped", start=1.95, end=2.2, claimed=1.9, outcome="cancelled", sdk=("lost",))
+    assert result(run)["ok"], result(run)["text"]
+
+
+def test_a_job_claimed_ahead_started_on_time_is_not_early(run: RunDir) -> None:
+    """Claimed ahead (its claim time is its due time), handed over before it was due, its
+    handler started at its due time: on time. One that started before it is early."""
+    run.job("ahead", due=5.0)
+    run.run("ahead", start=5.001, end=5.1, claimed=5.0, due=5.0)
+    run.job("ahead-early", due=5.0)
+    run.run("ahead-early", start=4.8, end=4.9, claimed=5.0, due=5.0)
+    got = result(run)
+    assert got["early"] == 1 and got["failed"] == {"early": 1}, got["text"]
 
 
 def test_a_job_that_ended_otherwise_than_planned_fails_it(run: RunDir) -> None:

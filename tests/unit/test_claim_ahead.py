@@ -11,8 +11,10 @@ from collections.abc import Sequence
 import pytest
 
 from tests.unit.helpers import START_MS, advance, running, settle
-from timeshard.model import JobState, WriteResult
+from timeshard.limits import START_GRACE_MS
+from timeshard.model import Job, JobState, WriteResult
 from timeshard.node import JobSpec, TypePolicy
+from timeshard.node.ahead import HELD
 from timeshard.node.dispatcher import DispatchConfig
 from timeshard.store.base import JobClaim
 from timeshard.testing.waits import wait_until
@@ -57,8 +59,17 @@ async def test_jobs_are_claimed_ahead_and_handed_over_at_due_time_without_a_stor
         claim = waiting_claim(node)
         await advance(node, clock, 1.9, step=0.1)  # 100 ms before due: inside half the window
         await settle(node)
-        rows = [await node.jobs.get(i) for i in ids]
-        assert all(r.state is JobState.RUNNING for r in rows)
+
+        async def rows_now() -> list[Job]:
+            return [await node.jobs.get(i) for i in ids]
+
+        # (the fake clock stands still meanwhile: a loaded machine's store thread is slower)
+        rows = await wait_until(
+            rows_now,
+            10,
+            "the claims ahead",
+            until=lambda rs: all(r.state is JobState.RUNNING for r in rs),
+        )
         assert all(r.lease_owner == node.ahead.holder for r in rows)
         assert all(r.started_at == DUE for r in rows)  # the attempt is claimed at due time
         assert calls and all(at < DUE for at, _ in calls)
@@ -136,3 +147,49 @@ async def test_a_held_job_no_worker_takes_is_released_not_started_at_its_lease_e
 def test_a_bad_window_is_refused(ahead_ms: int, problem: str) -> None:
     with pytest.raises(ValueError, match=problem):
         DispatchConfig(claim_ahead_ms=ahead_ms)
+
+
+async def test_a_cancel_through_a_node_that_did_not_push_it_waits_until_its_latest_start() -> None:
+    """A job another node claimed ahead may sit with a worker that starts it on its own clock:
+    a cancel answered elsewhere waits until that worker can no longer start it (its due time
+    plus the start's grace), so no handler starts after the cancel is acknowledged."""
+    async with running() as (node, clock):
+        (job_id,) = await schedule(node, 1)
+        job = await node.jobs.get(job_id)
+        claim = JobClaim(
+            job_id=job_id,
+            expect_fence=job.fence,
+            worker=f"other{HELD}",
+            now=clock.now_ms(),
+            lease_until=DUE + 30_000,
+            ahead_ms=5000,
+            known=job,
+        )
+        (out,) = await node.store.claim_jobs([claim])
+        assert out.applied
+        cancel = asyncio.create_task(node.jobs.cancel(job_id, wait_s=30))
+        await advance(node, clock, (DUE + START_GRACE_MS - clock.now_ms()) / 1000 - 0.1, 0.1)
+        await settle(node)
+        assert not cancel.done(), "answered while a worker could still start it"
+        await advance(node, clock, 1.0, step=0.1)
+        await wait_until(cancel.done, 5, "the cancel's answer")
+        assert cancel.result().state is JobState.CANCELLED
+
+
+async def test_a_held_job_cancelled_after_a_claim_took_it_is_not_handed_out() -> None:
+    """A claim that took a held job (lingering, say) and a cancel through the owner before it
+    hands the job out: the owner drops it (``forget``), and the claim gives nothing."""
+    async with running(claim_ahead_ms=300) as (node, clock):
+        (job_id,) = await schedule(node, 1)
+        claim = waiting_claim(node)
+        await advance(node, clock, 1.9, step=0.1)
+        await settle(node)
+        job = await wait_until(
+            lambda: node.jobs.get(job_id), 10, "held", until=lambda j: j.state is JobState.RUNNING
+        )
+        claim.cancel()
+        d = node.dispatchers[job.shard]
+        item = d._holding.items[job_id]
+        assert d.forget(job_id) is True  # still held: no worker got it
+        assert item.dropped
+        assert node.claims._hand_out([item], 30_000, clock.now_ms()) == []

@@ -276,7 +276,7 @@ async def test_json_of_the_commands_that_change_things(
         upd = (await cli("schedules", "update", "s1", "--cron", "30 3 * * *", "--json")).json()
         assert isinstance(upd, dict) and upd["cron"] == "30 3 * * *"
         deleted = (await cli("schedules", "delete", "s1", "--json")).json()
-        assert deleted == {"deleted": "s1"}
+        assert deleted == {"deleted": "s1", "revision": 3}
 
         dead = await _dead_job(node, "t.dead1")
         dead2 = await _dead_job(node, "t.dead2")

@@ -51,6 +51,15 @@ def test_wait_many_and_a_failure_with_its_traceback() -> None:
         assert "KeyError" in dead.history[-1].traceback
 
 
+def test_wait_many_takes_any_iterable_of_ids_once() -> None:
+    """A generator of ids is read once: the answer has every job, in the order given."""
+    with local(_worker()) as client:
+        ids = [client.schedule("sum", {"values": [i]}).job_id for i in range(3)]
+        jobs = client.wait_many((job_id for job_id in ids), timeout=30)
+        assert list(jobs) == ids
+        assert [jobs[i].result for i in ids] == [{"total": i} for i in range(3)]
+
+
 def test_waiting_on_an_unknown_job_or_past_the_timeout_is_a_clear_error() -> None:
     with local() as client:
         with pytest.raises(NotFound):

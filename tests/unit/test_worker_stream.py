@@ -33,7 +33,7 @@ from timeshard.testing.waits import wait_until
 from timeshard.v1 import timeshard_pb2 as pb
 from timeshard.v1 import timeshard_pb2_grpc as pb_grpc
 from timeshard.wire import dur, ts_ms
-from timeshard.worker import JobContext, results, stream
+from timeshard.worker import JobContext, results, startat, stream
 
 OK, STALE, INVALID = 0, grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.INVALID_ARGUMENT
 
@@ -587,6 +587,9 @@ async def test_a_pushed_jobs_deadline_counts_from_the_request_the_node_had_read(
     deadline runs from when it sent that request plus ``held``, never from when the push
     arrived (invariant 6); an idle stream's old request does not make the job look late."""
     monkeypatch.setattr(stream, "TICK_S", 3600.0)  # no idle request in between
+    # Its start's grace (``worker.startat``) wide open: the worker's clock jumps 25 s here,
+    # which would otherwise give the job back as a push that came too late to start.
+    monkeypatch.setattr(startat, "START_GRACE_MS", 60_000)
     srv = make_server()
     clock = FakeClock(1_000)
     w = worker(lease_s=40.0, safety_margin_s=4.0, clock=clock)

@@ -94,6 +94,8 @@ export interface ScheduleSpec {
   dstFold?: "" | "first" | "both";
   paused?: boolean;
   maxAttempts?: number;
+  /** Why: kept with the schedule's first revision. */
+  reason?: string;
 }
 
 export interface PreviewOptions {
@@ -373,8 +375,9 @@ export class Client {
       paused: spec.paused ?? false,
       maxAttempts: spec.maxAttempts ?? 0,
     });
+    const reason = spec.reason ?? "";
     return this.call(true, (n) =>
-      unary(n.jobs.createSchedule.bind(n.jobs), { schedule }, this.metadata, this.settings),
+      unary(n.jobs.createSchedule.bind(n.jobs), { schedule, reason }, this.metadata, this.settings),
     );
   }
 
@@ -392,22 +395,29 @@ export class Client {
     return { items: res.schedules, nextPageToken: res.nextPageToken };
   }
 
-  async pauseSchedule(scheduleId: string): Promise<Schedule> {
+  /** `reason` is kept with the revision the change makes. */
+  async pauseSchedule(scheduleId: string, opts: { reason?: string } = {}): Promise<Schedule> {
+    const request = { scheduleId, reason: opts.reason ?? "" };
     return this.call(true, (n) =>
-      unary(n.jobs.pauseSchedule.bind(n.jobs), { scheduleId }, this.metadata, this.settings),
+      unary(n.jobs.pauseSchedule.bind(n.jobs), request, this.metadata, this.settings),
     );
   }
 
-  async resumeSchedule(scheduleId: string): Promise<Schedule> {
+  /** `reason` is kept with the revision the change makes. */
+  async resumeSchedule(scheduleId: string, opts: { reason?: string } = {}): Promise<Schedule> {
+    const request = { scheduleId, reason: opts.reason ?? "" };
     return this.call(true, (n) =>
-      unary(n.jobs.resumeSchedule.bind(n.jobs), { scheduleId }, this.metadata, this.settings),
+      unary(n.jobs.resumeSchedule.bind(n.jobs), request, this.metadata, this.settings),
     );
   }
 
-  async deleteSchedule(scheduleId: string): Promise<void> {
-    await this.call(true, (n) =>
-      unary(n.jobs.deleteSchedule.bind(n.jobs), { scheduleId }, this.metadata, this.settings),
+  /** Returns the revision the delete made (the schedule's history is kept). */
+  async deleteSchedule(scheduleId: string, opts: { reason?: string } = {}): Promise<number> {
+    const request = { scheduleId, reason: opts.reason ?? "" };
+    const res = await this.call(true, (n) =>
+      unary(n.jobs.deleteSchedule.bind(n.jobs), request, this.metadata, this.settings),
     );
+    return res.revision;
   }
 
   /** The next fire times of a cron expression, without creating anything. */

@@ -30,15 +30,34 @@ from timeshard.limits import (
     MAX_IDEMPOTENCY_KEY_BYTES,
     MAX_PAGE_TOKEN_BYTES,
     MAX_WAIT_S,
+    REVISIONS_KEPT,
     check_bytes,
     check_count,
+    check_range,
 )
-from timeshard.model import Job, Schedule, validate_job_id, validate_job_type
+from timeshard.model import (
+    ANONYMOUS,
+    Job,
+    Schedule,
+    ScheduleRevision,
+    validate_job_id,
+    validate_job_type,
+)
 from timeshard.node import Node
 from timeshard.node.schedules import new_schedule_id
+from timeshard.security.auth import Authenticator, bearer_token
 from timeshard.v1 import timeshard_pb2 as pb
 from timeshard.v1 import timeshard_pb2_grpc as pb_grpc
-from timeshard.wire import dur_s, job_to_pb, run_at_of, schedule_from_pb, schedule_to_pb, ts, ts_ms
+from timeshard.wire import (
+    dur_s,
+    job_to_pb,
+    revision_to_pb,
+    run_at_of,
+    schedule_from_pb,
+    schedule_to_pb,
+    ts,
+    ts_ms,
+)
 
 log = logging.getLogger(__name__)
 Req = TypeVar("Req")
@@ -84,9 +103,22 @@ def stream_rpc(fn: StreamHandler[Req, Resp]) -> StreamHandler[Req, Resp]:
     return wrapper
 
 
+DEFAULT_REVISIONS_PAGE = 20
+
+
 class JobService(pb_grpc.JobServiceServicer):
-    def __init__(self, node: Node) -> None:
+    def __init__(self, node: Node, auth: Authenticator | None = None) -> None:
         self.node = node
+        self.auth = auth
+
+    def _actor(self, context: Ctx) -> str:
+        """Who makes a change to a schedule: the name of the caller's token (checked by the
+        auth interceptor before the call got here), or "anonymous" on a node without tokens."""
+        if self.auth is None:
+            return ANONYMOUS
+        token, _ = bearer_token(list(context.invocation_metadata() or ()))
+        entry = self.auth.table.find(token) if token else None
+        return entry.name if entry is not None else ANONYMOUS
 
     @rpc
     async def ScheduleJob(
@@ -153,7 +185,11 @@ class JobService(pb_grpc.JobServiceServicer):
     @rpc
     async def CreateSchedule(self, request: pb.CreateScheduleRequest, context: Ctx) -> pb.Schedule:
         sid = request.schedule.schedule_id or new_schedule_id()
-        created = await self.node.schedules.create(schedule_from_pb(request.schedule, sid))
+        created = await self.node.schedules.create(
+            schedule_from_pb(request.schedule, sid),
+            actor=self._actor(context),
+            reason=request.reason,
+        )
         return schedule_to_pb(created)
 
     @rpc
@@ -178,23 +214,35 @@ class JobService(pb_grpc.JobServiceServicer):
         if not sid:
             raise InvalidArgument("schedule_id", "name the schedule to update")
         await self.node.schedules.get(sid)
-        updated = await self.node.schedules.update(schedule_from_pb(request.schedule, sid))
+        updated = await self.node.schedules.update(
+            schedule_from_pb(request.schedule, sid),
+            actor=self._actor(context),
+            reason=request.reason,
+        )
         return schedule_to_pb(updated)
 
     @rpc
     async def PauseSchedule(self, request: pb.ScheduleIdRequest, context: Ctx) -> pb.Schedule:
-        return schedule_to_pb(await self.node.schedules.pause(request.schedule_id))
+        paused = await self.node.schedules.pause(
+            request.schedule_id, actor=self._actor(context), reason=request.reason
+        )
+        return schedule_to_pb(paused)
 
     @rpc
     async def ResumeSchedule(self, request: pb.ScheduleIdRequest, context: Ctx) -> pb.Schedule:
-        return schedule_to_pb(await self.node.schedules.resume(request.schedule_id))
+        resumed = await self.node.schedules.resume(
+            request.schedule_id, actor=self._actor(context), reason=request.reason
+        )
+        return schedule_to_pb(resumed)
 
     @rpc
     async def DeleteSchedule(
         self, request: pb.ScheduleIdRequest, context: Ctx
     ) -> pb.DeleteScheduleResponse:
-        await self.node.schedules.delete(request.schedule_id)
-        return pb.DeleteScheduleResponse()
+        gone = await self.node.schedules.delete(
+            request.schedule_id, actor=self._actor(context), reason=request.reason
+        )
+        return pb.DeleteScheduleResponse(revision=gone.revision)
 
     @rpc
     async def PreviewSchedule(self, request: pb.PreviewRequest, context: Ctx) -> pb.PreviewResponse:
@@ -260,6 +308,44 @@ class JobService(pb_grpc.JobServiceServicer):
         jobs = await self.node.dead_letters.purge(job_ids, job_type)
         return pb.PurgeDeadLettersResponse(job_ids=[j.job_id for j in jobs])
 
+    @rpc
+    async def ListScheduleRevisions(
+        self, request: pb.ListScheduleRevisionsRequest, context: Ctx
+    ) -> pb.ListScheduleRevisionsResponse:
+        below = _revision_token(request.page_token)
+        check_range("page_size", request.page_size, 0, REVISIONS_KEPT)
+        found = await self.node.schedules.history(request.schedule_id)
+
+        async def read(limit: int) -> tuple[list[ScheduleRevision], str]:
+            newer = [r for r in found if below is None or r.revision < below]
+            page = newer[:limit]
+            more = len(newer) > len(page) and bool(page)
+            return page, str(page[-1].revision) if more else ""
+
+        revisions, token = await fit_page(
+            read, request.page_size or DEFAULT_REVISIONS_PAGE, revision_to_pb
+        )
+        return pb.ListScheduleRevisionsResponse(revisions=revisions, next_page_token=token)
+
+    @rpc
+    async def GetScheduleRevision(
+        self, request: pb.GetScheduleRevisionRequest, context: Ctx
+    ) -> pb.ScheduleRevision:
+        found = await self.node.schedules.revision(request.schedule_id, request.revision)
+        return revision_to_pb(found)
+
+    @rpc
+    async def RollbackSchedule(
+        self, request: pb.RollbackScheduleRequest, context: Ctx
+    ) -> pb.Schedule:
+        rolled = await self.node.schedules.rollback(
+            request.schedule_id,
+            request.revision,
+            actor=self._actor(context),
+            reason=request.reason,
+        )
+        return schedule_to_pb(rolled)
+
     @stream_rpc
     async def WaitJobs(
         self, request: pb.WaitJobsRequest, context: Ctx
@@ -289,6 +375,17 @@ def wait_ids(given: Sequence[str]) -> list[str]:
 
 def _check_key(key: str) -> str:
     return check_bytes("idempotency_key", key, MAX_IDEMPOTENCY_KEY_BYTES)
+
+
+def _revision_token(token: str) -> int | None:
+    """The revision a page of revisions goes on below (None: from the newest)."""
+    if not token:
+        return None
+    if not token.isdigit() or len(token) > 19:
+        raise InvalidArgument(
+            "page_token", f"{token[:40]!r} is not a token ListScheduleRevisions gave out"
+        )
+    return int(token)
 
 
 def _check_token(token: str) -> str:

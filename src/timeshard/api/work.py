@@ -29,7 +29,13 @@ import grpc
 from timeshard.api.replies import claim_cap
 from timeshard.api.workhub import StreamRequest, WorkHub
 from timeshard.errors import InvalidArgument, TimeshardError, status_of
-from timeshard.limits import MAX_BATCH, MAX_CLAIM_JOBS, MAX_CLAIM_TYPES, check_count
+from timeshard.limits import (
+    MAX_BATCH,
+    MAX_CLAIM_JOBS,
+    MAX_CLAIM_TYPES,
+    START_GRACE_MS,
+    check_count,
+)
 from timeshard.model import NOT_STARTED, validate_job_id, validate_job_type, validate_worker_id
 from timeshard.node import Beat
 from timeshard.node.claims import Claimed
@@ -79,6 +85,8 @@ class WorkStream:
         self._worker = ""
         self._lease_s = 0.0
         self._push_cap = 1
+        self._starts_in = False
+        """The worker starts a pushed job on its own clock: pushes ahead with ``starts_in``."""
         self._seq = 0
         """The last request read."""
         self._read_at = 0.0
@@ -207,6 +215,7 @@ class WorkStream:
         if hello.max_reply_bytes < 0:
             raise InvalidArgument("hello.max_reply_bytes", "must not be negative (0: 4 MiB)")
         self._push_cap = min(MAX_CLAIM_JOBS, claim_cap(hello.max_reply_bytes))
+        self._starts_in = hello.accepts_starts_in
 
     def _take(self, request: pb.WorkRequest) -> None:
         """Apply one request: its credits now; its heartbeats and results to the group commit."""
@@ -225,6 +234,9 @@ class WorkStream:
         if request.started:
             check_count("started", len(request.started), MAX_BATCH)
             self._node.attempts.notice_starts(_notices(request.started, now_ms))
+        check_count("revoked", len(request.revoked), MAX_BATCH)
+        for r in request.revoked:
+            self._node.starts.answered(r.job_id, r.fence, r.started)
         if any(r.give_back and r.not_started for r in request.results):
             self._fell_behind()  # the worker got a push too late to start it
         check_count("heartbeats", len(request.heartbeats), MAX_BATCH)
@@ -366,6 +378,7 @@ class WorkStream:
                 caps=caps,
                 give_up=self._give_up,
                 before_write=before_write,
+                early=self._starts_in,
             )
             failed = False
         except TimeshardError as exc:  # the store is away: the claim is tried again
@@ -386,6 +399,8 @@ class WorkStream:
         self._wake_if_uncovered()
         if not claimed:
             return
+        if self._starts_in:  # revocable at once: a revoke is written after the push
+            self._start_in_by(claimed)
         self._hub.node.metrics.claim_message()  # a push: the stream's message of claimed jobs
         held_ms = max(0, int((took_at - read_at) * 1000)) if after_seq else 0
         self.send(
@@ -468,7 +483,16 @@ class WorkStream:
         lease_ms = push.claimed[0].lease_ms
         spent_ms = (self._node.clock.monotonic() - push.took_at) * 1000
         if spent_ms <= lease_ms / 2:
-            push.response.jobs.extend(claimed_to_pb(c.job, c.lease_ms) for c in push.claimed)
+            # To a worker that bounds its start from the push's base: the base moves to now
+            # (``held`` grows by the time spent here), each lease shrinks by as much, so the
+            # worker's deadline stays where it was and its start's grace counts from now.
+            lag = int(spent_ms) if self._starts_in and push.response.after_seq else 0
+            if lag:
+                push.response.held.CopyFrom(dur(round(dur_s(push.response.held) * 1000) + lag))
+            jobs = (claimed_to_pb(c.job, c.lease_ms - lag) for c in push.claimed)
+            push.response.jobs.extend(jobs)
+            if self._starts_in:
+                self._start_in(push.response.jobs)
             return push.response
         reason = (
             f"{NOT_STARTED}: the node's push to worker {self._worker} was behind "
@@ -485,6 +509,31 @@ class WorkStream:
         task.add_done_callback(self._giving_back.discard)
         self._fell_behind()
         return None
+
+    def _start_in(self, jobs: Sequence[pb.ClaimedJob]) -> None:
+        """Each job's ``starts_in``, from this node's clock as the push is written (transit only
+        makes the start later), and the latest its worker may start it (for a cancel)."""
+        now = self._node.clock.now_ms()
+        for c in jobs:
+            starts_in = max(0, ts_ms(c.job.run_at) - now)
+            c.starts_in.CopyFrom(dur(starts_in))
+            c.starts_in.SetInParent()  # (present even when 0: due now)
+            self._node.starts.pushed(
+                c.job.job_id, c.fence, now + starts_in + START_GRACE_MS, self._revoke
+            )
+
+    def _start_in_by(self, claimed: Sequence[Claimed]) -> None:
+        """The latest the jobs could start until their push is written (``_start_in``): within
+        half a lease of the claim, or given back unstarted."""
+        now = self._node.clock.now_ms()
+        for c in claimed:
+            written_by = now + c.lease_ms // 2
+            start_by = max(written_by, c.job.run_at) + START_GRACE_MS
+            self._node.starts.pushed(c.job.job_id, c.job.fence, start_by, self._revoke)
+
+    def _revoke(self, job_id: str, fence: int) -> None:
+        """Ask the worker not to start a job pushed to it (it answers in ``revoked``)."""
+        self.send(pb.WorkResponse(revokes=[pb.WorkRevoke(job_id=job_id, fence=fence)]))
 
     async def _give_back(self, claimed: Sequence[Claimed], reason: str) -> None:
         """Jobs this node claimed and did not push, back to ``scheduled`` at once (a job whose

@@ -7,6 +7,7 @@ from typing import Any
 
 from google.protobuf.duration_pb2 import Duration
 
+from timeshard.cli import revisions
 from timeshard.cli.common import MAX_INT32, add_json_option, parse_duration, parse_time, whole
 from timeshard.cli.jobtext import job_json, job_line, job_lines
 from timeshard.client.proto import ProtoClient as Client
@@ -28,6 +29,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     c.add_argument("type", help="job type of each occurrence")
     _spec_args(c, required=True)
     c.add_argument("--id", default="", help="schedule id (default: generated)")
+    revisions.add_reason_option(c)
     add_json_option(c, "SCHEDULE")
     c.set_defaults(func=cmd_create)
 
@@ -39,6 +41,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     u.add_argument("schedule_id", help="the schedule's id")
     u.add_argument("type", nargs="?", help="job type of each occurrence (default: keep)")
     _spec_args(u, required=False, keep=True)
+    revisions.add_reason_option(u)
     add_json_option(u, "SCHEDULE, as updated")
     u.set_defaults(func=cmd_update)
 
@@ -55,13 +58,16 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
             "delete",
             cmd_delete,
             "delete (runs already created still run)",
-            '{"deleted": SCHEDULE_ID}',
+            '{"deleted": SCHEDULE_ID, "revision": N}',
         ),
     ):
         p = ssub.add_parser(name, help=text)
         p.add_argument("schedule_id", help="the schedule's id")
+        if name != "get":
+            revisions.add_reason_option(p)
         add_json_option(p, shape)
         p.set_defaults(func=fn)
+    revisions.register(ssub)
 
     ls = ssub.add_parser("list", help="list schedules")
     add_json_option(ls, "an array of SCHEDULE")
@@ -248,6 +254,7 @@ def schedule_json(s: pb.Schedule) -> dict[str, Any]:
         "last_skip_at": t(s.last_skip_at, s.HasField("last_skip_at")),
         "active_jobs": list(s.active_jobs),
         "spread_s": dur_s(s.spread),
+        "revision": s.revision,
     }
 
 
@@ -256,12 +263,15 @@ def _show(s: pb.Schedule, as_json: bool) -> None:
         print_json(schedule_json(s))
         return
     state = "paused" if s.paused else f"next {when_local(ts_ms(s.next_fire))}"
-    print(f"{s.schedule_id}  {s.cron!r} {s.timezone}  {s.type}  {state}  skipped {s.skipped}")
+    print(
+        f"{s.schedule_id}  {s.cron!r} {s.timezone}  {s.type}  {state}  skipped {s.skipped}"
+        f"  revision {s.revision}"
+    )
 
 
 def cmd_create(args: argparse.Namespace) -> int:
     with Client(args.server) as c:
-        s = c.create_schedule(_schedule_msg(args, args.id))
+        s = c.create_schedule(_schedule_msg(args, args.id), args.reason)
     if args.json:
         print_json(schedule_json(s))
     else:
@@ -274,7 +284,7 @@ def cmd_update(args: argparse.Namespace) -> int:
     back. (Two updates of one schedule at once: the later write wins whole.)"""
     with Client(args.server) as c:
         current = c.get_schedule(args.schedule_id)
-        _show(c.update_schedule(_changed(current, args)), args.json)
+        _show(c.update_schedule(_changed(current, args), args.reason), args.json)
     return 0
 
 
@@ -316,23 +326,23 @@ def cmd_get(args: argparse.Namespace) -> int:
 
 def cmd_pause(args: argparse.Namespace) -> int:
     with Client(args.server) as c:
-        _show(c.pause_schedule(args.schedule_id), args.json)
+        _show(c.pause_schedule(args.schedule_id, args.reason), args.json)
     return 0
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
     with Client(args.server) as c:
-        _show(c.resume_schedule(args.schedule_id), args.json)
+        _show(c.resume_schedule(args.schedule_id, args.reason), args.json)
     return 0
 
 
 def cmd_delete(args: argparse.Namespace) -> int:
     with Client(args.server) as c:
-        c.delete_schedule(args.schedule_id)
+        gone = c.delete_schedule(args.schedule_id, args.reason)
     if args.json:
-        print_json({"deleted": args.schedule_id})
+        print_json({"deleted": args.schedule_id, "revision": gone.revision})
     else:
-        print(f"deleted schedule {args.schedule_id}")
+        print(f"deleted schedule {args.schedule_id} (revision {gone.revision}; history kept)")
     return 0
 
 

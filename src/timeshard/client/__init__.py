@@ -40,6 +40,7 @@ from timeshard.client.records import (
     Job,
     Schedule,
     Scheduled,
+    ScheduleRevision,
     TypeInfo,
     TypePolicy,
 )
@@ -62,6 +63,7 @@ __all__ = [
     "OverlapPolicy",
     "Retry",
     "Schedule",
+    "ScheduleRevision",
     "ScheduleSpec",
     "Scheduled",
     "TypeInfo",

@@ -29,6 +29,7 @@ from timeshard.client.records import (
     Job,
     Schedule,
     Scheduled,
+    ScheduleRevision,
     TypeInfo,
     TypePolicy,
 )
@@ -145,16 +146,16 @@ class Methods:
         return Call("RescheduleJob", req, Job.from_pb)
 
     @staticmethod
-    def create_schedule(schedule: pb.Schedule) -> Call[Schedule]:
-        req = pb.CreateScheduleRequest(schedule=schedule)
+    def create_schedule(schedule: pb.Schedule, reason: str = "") -> Call[Schedule]:
+        req = pb.CreateScheduleRequest(schedule=schedule, reason=reason)
         # A repeat of a create that named its id answers ALREADY_EXISTS, never a second one.
         return Call("CreateSchedule", req, Schedule.from_pb, idempotent=bool(schedule.schedule_id))
 
     @staticmethod
-    def update_schedule(schedule: pb.Schedule) -> Call[Schedule]:
+    def update_schedule(schedule: pb.Schedule, reason: str = "") -> Call[Schedule]:
         if not schedule.schedule_id:
             raise InvalidArgument("schedule_id", "name the schedule to update")
-        req = pb.UpdateScheduleRequest(schedule=schedule)
+        req = pb.UpdateScheduleRequest(schedule=schedule, reason=reason)
         return Call("UpdateSchedule", req, Schedule.from_pb)
 
     @staticmethod
@@ -202,13 +203,36 @@ class Methods:
         return page
 
     @staticmethod
-    def schedule_id_call(method: str, schedule_id: str) -> Call[Schedule]:
-        return Call(method, pb.ScheduleIdRequest(schedule_id=schedule_id), Schedule.from_pb)
+    def schedule_id_call(method: str, schedule_id: str, reason: str = "") -> Call[Schedule]:
+        req = pb.ScheduleIdRequest(schedule_id=schedule_id, reason=reason)
+        return Call(method, req, Schedule.from_pb)
 
     @staticmethod
-    def delete_schedule(schedule_id: str) -> Call[None]:
-        req = pb.ScheduleIdRequest(schedule_id=schedule_id)
-        return Call("DeleteSchedule", req, lambda _: None)
+    def delete_schedule(schedule_id: str, reason: str = "") -> Call[int]:
+        """Answers the revision the delete made."""
+        req = pb.ScheduleIdRequest(schedule_id=schedule_id, reason=reason)
+        return Call("DeleteSchedule", req, lambda r: int(r.revision))
+
+    @staticmethod
+    def schedule_history(
+        schedule_id: str, page_size: int
+    ) -> Callable[[str], Call[tuple[Sequence[ScheduleRevision], str]]]:
+        def page(token: str) -> Call[tuple[Sequence[ScheduleRevision], str]]:
+            req = pb.ListScheduleRevisionsRequest(schedule_id=schedule_id, page_size=page_size)
+            read = lambda r: [ScheduleRevision.from_pb(v) for v in r.revisions]  # noqa: E731
+            return page_call("ListScheduleRevisions", req, read, token)
+
+        return page
+
+    @staticmethod
+    def schedule_revision(schedule_id: str, revision: int) -> Call[ScheduleRevision]:
+        req = pb.GetScheduleRevisionRequest(schedule_id=schedule_id, revision=revision)
+        return Call("GetScheduleRevision", req, ScheduleRevision.from_pb)
+
+    @staticmethod
+    def rollback_schedule(schedule_id: str, revision: int, reason: str) -> Call[Schedule]:
+        req = pb.RollbackScheduleRequest(schedule_id=schedule_id, revision=revision, reason=reason)
+        return Call("RollbackSchedule", req, Schedule.from_pb)
 
     @staticmethod
     def preview(

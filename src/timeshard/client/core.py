@@ -37,6 +37,7 @@ from timeshard.client.records import (
     Job,
     Schedule,
     Scheduled,
+    ScheduleRevision,
     TypeInfo,
     TypePolicy,
 )
@@ -177,13 +178,15 @@ class Client(SyncTransport):
         tz: str = "UTC",
         schedule_id: str = "",
         payload: Any = None,
+        reason: str = "",
         **options: Any,
     ) -> Schedule:
         """Create a cron schedule whose runs are ``job_type`` jobs with ``payload``. Options
         are those of ``ScheduleSpec`` (misfire, overlap, max_concurrent, jitter, ...). An
-        ``schedule_id`` already taken is ``AlreadyExists``; without one the server picks it."""
+        ``schedule_id`` already taken is ``AlreadyExists``; without one the server picks it.
+        ``reason`` (as on every change) is kept with the revision the change makes."""
         spec = schedule_spec(job_type, cron, tz, schedule_id, payload, options)
-        return self._run(Methods.create_schedule(spec.message()))
+        return self._run(Methods.create_schedule(spec.message(), reason))
 
     def update_schedule(
         self,
@@ -193,11 +196,12 @@ class Client(SyncTransport):
         cron: str,
         tz: str = "UTC",
         payload: Any = None,
+        reason: str = "",
         **options: Any,
     ) -> Schedule:
         """Replace a schedule's spec, job and policies; it keeps its place (and its pause)."""
         spec = schedule_spec(job_type, cron, tz, schedule_id, payload, options)
-        return self._run(Methods.update_schedule(spec.message()))
+        return self._run(Methods.update_schedule(spec.message(), reason))
 
     def put_schedule(self, spec: ScheduleSpec) -> tuple[Schedule, str]:
         """Create or update by id, so that the schedule is as declared ("created", "updated"
@@ -210,14 +214,27 @@ class Client(SyncTransport):
     def list_schedules(self, *, page_size: int = 100) -> Iterator[Schedule]:
         return self._pages(Methods.list_schedules(page_size))
 
-    def pause_schedule(self, schedule_id: str) -> Schedule:
-        return self._run(Methods.schedule_id_call("PauseSchedule", schedule_id))
+    def pause_schedule(self, schedule_id: str, *, reason: str = "") -> Schedule:
+        return self._run(Methods.schedule_id_call("PauseSchedule", schedule_id, reason))
 
-    def resume_schedule(self, schedule_id: str) -> Schedule:
-        return self._run(Methods.schedule_id_call("ResumeSchedule", schedule_id))
+    def resume_schedule(self, schedule_id: str, *, reason: str = "") -> Schedule:
+        return self._run(Methods.schedule_id_call("ResumeSchedule", schedule_id, reason))
 
-    def delete_schedule(self, schedule_id: str) -> None:
-        self._run(Methods.delete_schedule(schedule_id))
+    def delete_schedule(self, schedule_id: str, *, reason: str = "") -> int:
+        """Returns the revision the delete made (the history stays)."""
+        return self._run(Methods.delete_schedule(schedule_id, reason))
+
+    def schedule_history(self, schedule_id: str) -> Iterator[ScheduleRevision]:
+        """The schedule's kept revisions, newest first."""
+        return self._pages(Methods.schedule_history(schedule_id, 100))
+
+    def schedule_revision(self, schedule_id: str, revision: int) -> ScheduleRevision:
+        return self._run(Methods.schedule_revision(schedule_id, revision))
+
+    def rollback_schedule(self, schedule_id: str, revision: int, *, reason: str = "") -> Schedule:
+        """Make a new revision with revision ``revision``'s definition; returns the schedule
+        (``.revision`` is the new one)."""
+        return self._run(Methods.rollback_schedule(schedule_id, revision, reason))
 
     def preview(
         self,
@@ -295,8 +312,9 @@ class Client(SyncTransport):
 
     def wait_many(self, job_ids: Iterable[str], timeout: float | None = None) -> dict[str, Job]:
         """Every job once it is finished, by id in the order given (see ``as_finished``)."""
-        done = {job.job_id: job for job in self.as_finished(job_ids, timeout=timeout)}
-        return {job_id: done[job_id] for job_id in dict.fromkeys(job_ids)}
+        ids = list(dict.fromkeys(job_ids))
+        done = {job.job_id: job for job in self.as_finished(ids, timeout=timeout)}
+        return {job_id: done[job_id] for job_id in ids}
 
     def as_finished(self, job_ids: Iterable[str], timeout: float | None = None) -> Iterator[Job]:
         """Each job as soon as it is finished, in the order they finish. The server streams
@@ -394,10 +412,11 @@ class AsyncClient(AsyncTransport):
         tz: str = "UTC",
         schedule_id: str = "",
         payload: Any = None,
+        reason: str = "",
         **options: Any,
     ) -> Schedule:
         spec = schedule_spec(job_type, cron, tz, schedule_id, payload, options)
-        return await self._run(Methods.create_schedule(spec.message()))
+        return await self._run(Methods.create_schedule(spec.message(), reason))
 
     async def update_schedule(
         self,
@@ -407,10 +426,11 @@ class AsyncClient(AsyncTransport):
         cron: str,
         tz: str = "UTC",
         payload: Any = None,
+        reason: str = "",
         **options: Any,
     ) -> Schedule:
         spec = schedule_spec(job_type, cron, tz, schedule_id, payload, options)
-        return await self._run(Methods.update_schedule(spec.message()))
+        return await self._run(Methods.update_schedule(spec.message(), reason))
 
     async def put_schedule(self, spec: ScheduleSpec) -> tuple[Schedule, str]:
         return await self._steps(Methods.put_schedule(spec))
@@ -421,14 +441,25 @@ class AsyncClient(AsyncTransport):
     def list_schedules(self, *, page_size: int = 100) -> AsyncIterator[Schedule]:
         return self._pages(Methods.list_schedules(page_size))
 
-    async def pause_schedule(self, schedule_id: str) -> Schedule:
-        return await self._run(Methods.schedule_id_call("PauseSchedule", schedule_id))
+    async def pause_schedule(self, schedule_id: str, *, reason: str = "") -> Schedule:
+        return await self._run(Methods.schedule_id_call("PauseSchedule", schedule_id, reason))
 
-    async def resume_schedule(self, schedule_id: str) -> Schedule:
-        return await self._run(Methods.schedule_id_call("ResumeSchedule", schedule_id))
+    async def resume_schedule(self, schedule_id: str, *, reason: str = "") -> Schedule:
+        return await self._run(Methods.schedule_id_call("ResumeSchedule", schedule_id, reason))
 
-    async def delete_schedule(self, schedule_id: str) -> None:
-        await self._run(Methods.delete_schedule(schedule_id))
+    async def delete_schedule(self, schedule_id: str, *, reason: str = "") -> int:
+        return await self._run(Methods.delete_schedule(schedule_id, reason))
+
+    def schedule_history(self, schedule_id: str) -> AsyncIterator[ScheduleRevision]:
+        return self._pages(Methods.schedule_history(schedule_id, 100))
+
+    async def schedule_revision(self, schedule_id: str, revision: int) -> ScheduleRevision:
+        return await self._run(Methods.schedule_revision(schedule_id, revision))
+
+    async def rollback_schedule(
+        self, schedule_id: str, revision: int, *, reason: str = ""
+    ) -> Schedule:
+        return await self._run(Methods.rollback_schedule(schedule_id, revision, reason))
 
     async def preview(
         self,

@@ -164,8 +164,8 @@ class ProtoClient(SyncTransport):
 
     # -- schedules ------------------------------------------------------------------------
 
-    def create_schedule(self, schedule: pb.Schedule) -> pb.Schedule:
-        return self._send(Methods.create_schedule(schedule), pb.Schedule)
+    def create_schedule(self, schedule: pb.Schedule, reason: str = "") -> pb.Schedule:
+        return self._send(Methods.create_schedule(schedule, reason), pb.Schedule)
 
     def get_schedule(self, schedule_id: str) -> pb.Schedule:
         return self._send(Methods.get_schedule(schedule_id), pb.Schedule)
@@ -173,19 +173,31 @@ class ProtoClient(SyncTransport):
     def list_schedules(self, page_size: int = 100) -> Iterator[pb.Schedule]:
         return self._messages(Methods.list_schedules(page_size), "schedules")
 
-    def update_schedule(self, schedule: pb.Schedule) -> pb.Schedule:
-        return self._send(Methods.update_schedule(schedule), pb.Schedule)
+    def update_schedule(self, schedule: pb.Schedule, reason: str = "") -> pb.Schedule:
+        return self._send(Methods.update_schedule(schedule, reason), pb.Schedule)
 
-    def pause_schedule(self, schedule_id: str) -> pb.Schedule:
-        call = Methods.schedule_id_call("PauseSchedule", schedule_id)
+    def pause_schedule(self, schedule_id: str, reason: str = "") -> pb.Schedule:
+        call = Methods.schedule_id_call("PauseSchedule", schedule_id, reason)
         return self._send(call, pb.Schedule)
 
-    def resume_schedule(self, schedule_id: str) -> pb.Schedule:
-        call = Methods.schedule_id_call("ResumeSchedule", schedule_id)
+    def resume_schedule(self, schedule_id: str, reason: str = "") -> pb.Schedule:
+        call = Methods.schedule_id_call("ResumeSchedule", schedule_id, reason)
         return self._send(call, pb.Schedule)
 
-    def delete_schedule(self, schedule_id: str) -> None:
-        self._send(Methods.delete_schedule(schedule_id), pb.DeleteScheduleResponse)
+    def delete_schedule(self, schedule_id: str, reason: str = "") -> pb.DeleteScheduleResponse:
+        call = Methods.delete_schedule(schedule_id, reason)
+        return self._send(call, pb.DeleteScheduleResponse)
+
+    def schedule_history(self, schedule_id: str) -> Iterator[pb.ScheduleRevision]:
+        return self._messages(Methods.schedule_history(schedule_id, 100), "revisions")
+
+    def schedule_revision(self, schedule_id: str, revision: int) -> pb.ScheduleRevision:
+        call = Methods.schedule_revision(schedule_id, revision)
+        return self._send(call, pb.ScheduleRevision)
+
+    def rollback_schedule(self, schedule_id: str, revision: int, reason: str = "") -> pb.Schedule:
+        call = Methods.rollback_schedule(schedule_id, revision, reason)
+        return self._send(call, pb.Schedule)
 
     def preview(
         self,

@@ -256,6 +256,8 @@ class Schedule:
     queued_at: datetime | None
     spread: timedelta = timedelta(0)
     """Each occurrence runs a stable offset in ``[0, spread)`` after its nominal time."""
+    revision: int = 0
+    """1 at create, one more with each update, pause, resume, delete and rollback."""
 
     @property
     def payload(self) -> Any:
@@ -286,6 +288,36 @@ class Schedule:
             active_jobs=tuple(msg.active_jobs),
             queued_at=_time(msg, "queued_at"),
             spread=_delta(msg.spread),
+            revision=msg.revision,
+        )
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ScheduleRevision:
+    """One revision of a schedule: who changed it (``actor``, a token's name or "anonymous"),
+    when, how (``change``: create, update, pause, resume, delete, rollback) and why, and the
+    schedule as it was right after."""
+
+    schedule_id: str
+    revision: int
+    change: str
+    actor: str
+    at: datetime | None
+    reason: str
+    rolled_back_to: int
+    schedule: Schedule
+
+    @classmethod
+    def from_pb(cls, msg: pb.ScheduleRevision) -> ScheduleRevision:
+        return cls(
+            schedule_id=msg.schedule_id,
+            revision=msg.revision,
+            change=msg.change,
+            actor=msg.actor,
+            at=_time(msg, "at"),
+            reason=msg.reason,
+            rolled_back_to=msg.rolled_back_to,
+            schedule=Schedule.from_pb(msg.schedule),
         )
 
 

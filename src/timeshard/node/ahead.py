@@ -18,10 +18,14 @@ lease's end is released as not started (invariant 9), and is due again at once. 
 - no job of a type with a concurrency limit, a rate or a pause (decided at the claim), and
   no job with a deadline (it is expired at its due time if it is late).
 
-A cancel through the owner drops a held job (``ShardDispatcher.forget``); one answered by
-another node is the cancel of a claimed job whose push may be on its way: the answer says
-whether the handler started, and the handler is stopped at its first heartbeat
-(docs/architecture.md, "A cancel of a running job").
+A held job goes to the early lane of the ready queues (``ReadyQueues.push_early``) a window
+before it is due: a worker stream that accepts ``starts_in`` takes it from there, and its
+worker starts it on its own monotonic clock, never before the due time (``api.work``). At its
+due time a job still in the lane goes to the ready queue, for any claim.
+
+A cancel through the owner drops a held job (``ShardDispatcher.forget``), and revokes one
+handed over (``StartNotices.started_by``); one answered by another node is the cancel of a
+claimed job whose push may be on its way (docs/architecture.md, "Claims ahead").
 """
 
 from __future__ import annotations
@@ -35,18 +39,34 @@ from timeshard.model import SCHEDULE_ENTRY_PREFIX, BucketEntry, Job, JobState
 from timeshard.node.ready import ReadyItem
 from timeshard.store.base import JobClaim, Store
 
+HELD = " (held until due)"
+"""Ends the lease owner a job claimed ahead shows (its owner node's id before it) until a
+worker's heartbeat: a node that did not push it can tell it may wait on a worker's clock."""
 MAX_AHEAD = 2000
 """Jobs one dispatcher claims ahead in one step at most (the rest at their due time)."""
 
 
 class Holding:
-    """A dispatcher's jobs claimed ahead: held until due (by job id; their due times in a
-    heap), and its claims ahead in flight."""
+    """A dispatcher's jobs claimed ahead: held until due (by job id), when each goes to the
+    early lane (``at``: a window before it is due) and when it is due (``due``), those of them
+    in the early lane now, and its claims ahead in flight."""
 
     def __init__(self) -> None:
         self.items: dict[str, ReadyItem] = {}
-        self.at: list[tuple[int, str]] = []  # (due, job id)
+        self.at: list[tuple[int, str]] = []  # (hand-over time, job id)
+        self.due: list[tuple[int, str]] = []  # (due, job id)
+        self.early: set[str] = set()
         self.tasks: set[asyncio.Task[None]] = set()
+
+    def clear(self) -> None:
+        self.items.clear()
+        self.at.clear()
+        self.due.clear()
+        self.early.clear()
+
+    def next_time(self) -> int | None:
+        """When the next job goes to the early lane or comes due (None: none held)."""
+        return min((h[0][0] for h in (self.at, self.due) if h), default=None)
 
 
 class Holder(Protocol):

@@ -80,13 +80,15 @@ class Claims:
         caps: Mapping[str, int] | None = None,
         give_up: Callable[[], bool] | None = None,
         before_write: Callable[[Sequence[ReadyItem]], None] | None = None,
+        early: bool = False,
     ) -> list[Claimed]:
         """Long-poll: wait up to ``wait_s`` for due jobs of ``types`` and claim up to ``limit``
         with a conditional write each (invariant 5); at most ``caps[t]`` of a type ``t`` named
         there (a worker stream's credits). The wait ends early, with none, once ``give_up()``
         holds when the ready queues wake (``ReadyQueues.wake``). ``before_write(items)`` is
         called with the jobs taken just before each claim's write takes its time (their leases
-        start after it)."""
+        start after it). ``early``: the worker starts a job on its own clock (``starts_in``),
+        so jobs claimed ahead are taken before they are due too (the early lane)."""
         if not worker:
             raise InvalidArgument("worker_id", "a worker id is required")
         if not types:
@@ -100,13 +102,15 @@ class Claims:
             limited = self._type_room(types)
             room = _capped(limited, caps)
             items = self._ready.take(types, limit, room)
+            if early and len(items) < limit:
+                items += self._ready.take_early(types, limit - len(items), _less(room, items))
             if items:
                 if len(items) < limit and not limited and type(self._clock) is SystemClock:
                     items += await self._linger(items, types, limit - len(items), room)
                 self._ready.pass_on(types)  # jobs left over: the next waiting claim
                 if before_write is not None:
                     before_write(items)
-                claimed = await self._claim_spending(items, worker, lease)
+                claimed = await self._claim_spending(items, worker, lease, early)
                 if claimed:
                     return claimed
                 continue
@@ -114,7 +118,7 @@ class Claims:
             if remaining <= 0 or (give_up is not None and give_up()):
                 self._ready.pass_on(types)
                 return []
-            await self._wait_ready(types, room, remaining)
+            await self._wait_ready(types, room, remaining, early)
             if give_up is not None and give_up():
                 self._ready.pass_on(types)  # a wake this claim had goes to another
                 return []
@@ -191,12 +195,12 @@ class Claims:
         return room
 
     async def _claim_spending(
-        self, items: list[ReadyItem], worker: str, lease: int
+        self, items: list[ReadyItem], worker: str, lease: int, ahead: bool = False
     ) -> list[Claimed]:
         """``_claim_items``, with a rate token spent per job taken and given back for each
         claim that did not apply (or all of them, if the write failed)."""
         if not self._flow.any(i.job_type for i in items):
-            return await self._claim_items(items, worker, lease)
+            return await self._claim_items(items, worker, lease, ahead)
         spent = self._flow.take(Counter(i.job_type for i in items))
         try:
             claimed = await self._claim_items(items, worker, lease)
@@ -227,13 +231,13 @@ class Claims:
         return False
 
     async def _wait_ready(
-        self, types: Sequence[str], room: Mapping[str, int], timeout: float
+        self, types: Sequence[str], room: Mapping[str, int], timeout: float, early: bool = False
     ) -> None:
         """Wait for a job of a type this claim has room for (registered before anything is
         awaited, so no push is missed: a missed one left claims asleep for a whole long poll),
         for room (``ReadyQueues.wake``; with room for no type, any push), or, when jobs wait
         only for room under a concurrency limit, at most a second."""
-        changed = self._ready.waiter(_with_room(types, room) or None)
+        changed = self._ready.waiter(_with_room(types, room) or None, early=early)
         if self._ready.has_any(types):
             timeout = min(timeout, 1.0)
             token = (
@@ -277,13 +281,16 @@ class Claims:
         return oldest is None or self._clock.now_ms() - oldest < AHEAD_BACKLOG_MS
 
     def _hand_out(self, held: list[ReadyItem], lease: int, now: int) -> list[Claimed]:
-        """Jobs claimed ahead by their owner, due now: given as claimed, no store call. One
-        whose lease has less than half left (no worker took it for that long) is not given:
-        its lease's end releases it, not started."""
+        """Jobs claimed ahead by their owner, due now (or, to a worker that starts them on its
+        own clock, within the window): given as claimed, no store call. One whose lease has
+        less than half left (no worker took it for that long) is not given: its lease's end
+        releases it, not started."""
         out: list[Claimed] = []
         for item in held:
             job = item.job
             assert job is not None
+            if item.dropped:  # cancelled through this node since the claim took it
+                continue
             left = job.lease_until - now
             if 2 * left < min(lease, job.lease_until - job.started_at):
                 continue
@@ -293,11 +300,13 @@ class Claims:
                 self._delivered(job)
         return out
 
-    async def _claim_items(self, items: list[ReadyItem], worker: str, lease: int) -> list[Claimed]:
+    async def _claim_items(
+        self, items: list[ReadyItem], worker: str, lease: int, ahead: bool = False
+    ) -> list[Claimed]:
         now = self._clock.now_ms()
-        held = [i for i in items if i.claimed and i.run_at <= now]
+        held = [i for i in items if i.claimed and (ahead or i.run_at <= now)]
         if held:
-            items = [i for i in items if not (i.claimed and i.run_at <= now)]
+            items = [i for i in items if not (i.claimed and (ahead or i.run_at <= now))]
             given = self._hand_out(held, lease, now)
             if items:
                 given += await self._claim_items(items, worker, lease)

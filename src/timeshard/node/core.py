@@ -22,7 +22,7 @@ from timeshard.errors import InvalidArgument, StoreUnavailable, TimeshardError
 from timeshard.limits import DEFAULT_MAX_UNSTARTED, DEFAULT_PRIORITY_AGING_MS
 from timeshard.model import BucketEntry, Job, JobState
 from timeshard.node import clockcheck
-from timeshard.node.ahead import AheadClaims
+from timeshard.node.ahead import HELD, AheadClaims
 from timeshard.node.attempts import Attempts, result_linger_s
 from timeshard.node.claims import Claims, TypePolicy
 from timeshard.node.deadletters import DeadLetters
@@ -208,7 +208,7 @@ class Node:
     def _new_ahead(self) -> AheadClaims:
         return AheadClaims(
             store=self.store,
-            holder=f"{self.node_id} (held until due)",
+            holder=f"{self.node_id}{HELD}",
             lease_ms=self.config.lease_ms(0),
             ahead_ms=self.config.dispatch.claim_ahead_ms,
             eligible=self.claims.may_claim_ahead,
@@ -506,13 +506,13 @@ class Node:
         async for job in self.waits.wait(job_ids, timeout_s):
             yield job
 
-    def _left_ready(self, job: Job) -> None:
+    def _left_ready(self, job: Job) -> bool:
         """``job`` was cancelled or moved by this node: if its owner is this node and holds it
         ready, it leaves the ready queue (and the counts) now. Through another node, the owner
-        finds out when it next looks at the job (``ShardDispatcher._park_waiting``)."""
+        finds out when it next looks at the job (``ShardDispatcher._park_waiting``). True if
+        this node claimed it ahead and still held it: no worker got it."""
         d = self.dispatchers.get(job.shard)
-        if d is not None:
-            d.forget(job.job_id)
+        return d is not None and d.forget(job.job_id)
 
     # -- workers --------------------------------------------------------------------------
 

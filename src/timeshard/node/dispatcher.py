@@ -114,7 +114,7 @@ class ShardDispatcher:
             task.cancel()
         await asyncio.gather(*self._holding.tasks, return_exceptions=True)
         self._ready.drop_shard(self.shard)
-        self._holding.items.clear()
+        self._holding.clear()
         self._timer.note_due(self.shard, None)
 
     @property
@@ -232,13 +232,18 @@ class ShardDispatcher:
         """A claim did not apply: look at these jobs again now."""
         self._held.recheck(entries)
 
-    def forget(self, job_id: str) -> None:
+    def forget(self, job_id: str) -> bool:
         """A write of this node moved ``job_id`` out of the state its ready item stands for
         (cancelled, rescheduled): out of the ready queue now, and its entries looked at again
-        (found handled, or the job made ready again as it now is)."""
-        item = self._ready.remove(job_id) or self._holding.items.pop(job_id, None)
+        (found handled, or the job made ready again as it now is). True if it was a job
+        claimed ahead and still held here: no worker got it."""
+        held = self._holding.items.pop(job_id, None)
+        self._holding.early.discard(job_id)
+        item = self._ready.remove(job_id) or held
         if item is not None:
+            item.dropped = True  # (a claim that took it already hands it out no more)
             self.recheck(item.entries)
+        return item is not None and item.claimed
 
     # -- the loop -------------------------------------------------------------------------
 
@@ -297,7 +302,7 @@ class ShardDispatcher:
             *([self._held.heap[0].due_at] if self._held.heap else []),
             *([self._held.later[0][0]] if self._held.later else []),
             *([self._deadlines[0][0] + 1] if self._deadlines else []),
-            *([self._holding.at[0][0]] if self._holding.at else []),
+            *([held] if (held := self._holding.next_time()) is not None else []),
         ]
         if self._ahead is not None and self._held.heap:  # the next claim ahead
             times.append(self._held.heap[0].due_at - self._cfg.claim_ahead_ms // 2)
@@ -379,7 +384,8 @@ class ShardDispatcher:
         for e in item.entries:
             self._held.rows.pop(e, None)  # (the image of the row before the claim)
         self._holding.items[item.job_id] = item
-        heapq.heappush(self._holding.at, (item.run_at, item.job_id))
+        heapq.heappush(self._holding.at, (item.run_at - self._cfg.claim_ahead_ms, item.job_id))
+        heapq.heappush(self._holding.due, (item.run_at, item.job_id))
         self.claimed(item.entries, item.job)
 
     def rows_for(self, entries: Iterable[BucketEntry]) -> dict[str, Job]:
@@ -388,13 +394,29 @@ class ShardDispatcher:
         return {e.job_id: job for e in entries if (job := rows.get(e)) is not None}
 
     def _hand_over_held(self, now: int) -> None:
-        """Jobs held that are due now go to the ready queue: a waiting claim takes them."""
-        while self._holding.at and self._holding.at[0][0] <= now:
-            _, job_id = heapq.heappop(self._holding.at)
-            item = self._holding.items.pop(job_id, None)
-            if item is not None and item.job is not None:
+        """Jobs held due within the window go to the early lane, where a claim whose worker
+        starts them on its own clock takes them (``starts_in``); those due now and not taken
+        go to the ready queue, for any claim."""
+        h = self._holding
+        while h.at and h.at[0][0] <= now:
+            _, job_id = heapq.heappop(h.at)
+            item = h.items.get(job_id)
+            if item is not None and item.job is not None and item.run_at > now:
                 self._decider.dispatched(item.job, now)
-                self._ready.push(item)
+                h.early.add(job_id)
+                self._ready.push_early(item)
+        while h.due and h.due[0][0] <= now:
+            _, job_id = heapq.heappop(h.due)
+            item = h.items.pop(job_id, None)
+            if item is None or item.job is None:
+                continue
+            if job_id in h.early:
+                h.early.discard(job_id)
+                if self._ready.due_early(job_id, item.job_type) is None:
+                    continue  # handed over early
+            else:
+                self._decider.dispatched(item.job, now)
+            self._ready.push(item)
 
     # -- reading buckets (``BucketReader``) -----------------------------------------------
 

@@ -25,6 +25,7 @@ from timeshard.limits import (
     DEFAULT_PAGE_SIZE,
     MAX_IDEMPOTENCY_KEY_BYTES,
     MAX_PAGE_SIZE,
+    START_GRACE_MS,
     check_attempts,
     check_bytes,
     check_range,
@@ -39,7 +40,7 @@ from timeshard.model import (
 )
 from timeshard.node.ready import ReadyQueues
 from timeshard.node.repeats import AskedTime, IfExists, conflict
-from timeshard.node.starts import StartNotices
+from timeshard.node.starts import REVOKE_MARGIN_S, StartNotices
 from timeshard.node.waits import JobWaits
 from timeshard.observe.events import NodeMetrics
 from timeshard.sharding import shard_of
@@ -100,7 +101,7 @@ class Jobs:
         starts: StartNotices,
         waits: JobWaits,
         land: Land,
-        left_ready: Callable[[Job], None],
+        left_ready: Callable[[Job], bool],
         ran: Callable[[Job], None],
         max_attempts: Callable[[str], int],
         max_ready: int,
@@ -270,28 +271,43 @@ class Jobs:
             if out.applied and out.job is not None:
                 self._metrics.written(out.job)
                 self._waits.finished(out.job)
-                self._left_ready(out.job)
+                mine = self._left_ready(job)
                 self._ran(out.job)
                 if job.state is JobState.RUNNING:
-                    started = await self._started_before_cancel(job, wait_s)
+                    started = await self._started_before_cancel(job, wait_s, mine)
                     return out.job.with_(start_noticed=started)
                 return out.job
         raise FailedPrecondition(f"job {job_id!r} kept changing; try again")
 
-    async def _started_before_cancel(self, job: Job, wait_s: float) -> bool:
+    async def _started_before_cancel(self, job: Job, wait_s: float, mine: bool = False) -> bool:
         """Whether the handler of ``job``'s lease (cancelled just now) started: its start
         notice came, or comes while its push may still be on its way (``IN_FLIGHT_S``, at
         most until the lease ends). Known here for the leases this node delivered; for others,
         from the row (a heartbeat wrote it). Not started by then: a worker that was stalled
         with the push could still start it before the lease's end; its first heartbeat then
-        stops it (the answer's ``lease_until`` says until when)."""
+        stops it (the answer's ``lease_until`` says until when).
+
+        A lease pushed by this node with ``starts_in`` is revoked: the answer waits for the
+        worker's notice or revoke, or for the time past which it can not start it. A lease
+        this node did not deliver (``mine`` False: not one it claimed ahead and still held) may
+        sit with a worker that starts it on its own clock: the answer waits until that worker
+        can no longer start it, ``START_GRACE_MS`` after its claim time (its due time when
+        claimed ahead)."""
         if job.start_noticed:
             return True
-        wait_s = min(wait_s, (job.lease_until - self._clock.now_ms()) / 1000)
+        now = self._clock.now_ms()
+        wait_s = min(wait_s, (job.lease_until - now) / 1000)
         started = await self._starts.started_by(job.job_id, job.fence, wait_s)
         if started is not None:
             self._starts.ended(job.with_(state=JobState.CANCELLED))
             return started
+        if not mine:
+            # Claimed by another node (or ahead of time), which pushes it at once (or at its due
+            # time at the latest, when claimed ahead) to a worker that starts it on its own
+            # clock: no later than this.
+            latest = max(job.run_at, job.started_at) + START_GRACE_MS - now
+            if latest > 0:  # (however short ``wait_s``: no answer rather than a wrong one)
+                await self._clock.sleep(latest / 1000 + REVOKE_MARGIN_S)
         return False
 
     async def reschedule(self, job_id: str, run_at: int) -> Job:

@@ -7,6 +7,11 @@ priority ``p`` goes before every job of priority ``q`` that came due more than
 passed only by those due at most ``MAX_PRIORITY * aging_ms`` after it, and never waits more than
 that longer than they do. Jobs of one priority go oldest first.
 
+Beside them, per type, the *early lane*: jobs claimed ahead by their owner and handed over before
+they are due, only to claims whose worker starts them on its own clock (``starts_in``: a worker
+stream whose hello accepts it). At its due time a job still there moves to its type's queue,
+where any claim takes it (``ShardDispatcher``).
+
 A job in a ready queue is not yet handled (invariant 3): its bucket entries stay pending in
 their shard dispatcher until a claim of it applies. Every job held here, whatever holds it
 back (no worker, a concurrency limit, or any other hold on its type), is expired by its
@@ -17,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import heapq
+import itertools
 from collections import Counter, deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -42,6 +48,8 @@ class ReadyItem:
     claimed: bool = False
     """Claimed ahead by its owner (``ShardDispatcher``): ``job`` is the claimed row, handed to
     a worker with no store call."""
+    dropped: bool = False
+    """Cancelled or moved by its owner while a claim had taken it: not handed out."""
     rank: tuple[int, int, str] | None = None
     """Its place in its type's queue, set when first queued (``_TypeQueue.put``)."""
 
@@ -202,6 +210,10 @@ class ReadyQueues:
         self._by_type_waiters: dict[str, deque[asyncio.Future[None]]] = {}
         """Waiters for jobs of a type, oldest first (one waiting for several types is in each
         of their queues; done futures are skipped as they come up)."""
+        self._early: dict[str, dict[str, ReadyItem]] = {}
+        """The early lane: per type, jobs claimed ahead and not due yet, in hand-over order."""
+        self._early_waiters: dict[str, deque[asyncio.Future[None]]] = {}
+        """Waiters that may take from the early lane, per type (they are in the others too)."""
 
     def _queue(self, job_type: str) -> _TypeQueue:
         q = self._by_type.get(job_type)
@@ -244,6 +256,33 @@ class ReadyQueues:
                 break
         return out
 
+    def push_early(self, item: ReadyItem) -> None:
+        """A job claimed ahead, not due yet: only a claim that takes early jobs gets it."""
+        self._early.setdefault(item.job_type, {})[item.job_id] = item
+        self._wake_one(self._early_waiters.get(item.job_type))
+
+    def take_early(
+        self, types: Iterable[str], limit: int, per_type: dict[str, int] | None = None
+    ) -> list[ReadyItem]:
+        """Up to ``limit`` jobs of the early lane (``push_early``), types in the order given,
+        at most ``per_type[t]`` of type ``t`` when given."""
+        out: list[ReadyItem] = []
+        for t in types:
+            lane = self._early.get(t)
+            if not lane:
+                continue
+            cap = min((per_type or {}).get(t, limit), limit - len(out))
+            for job_id in list(itertools.islice(lane, max(0, cap))):
+                out.append(lane.pop(job_id))
+            if len(out) >= limit:
+                break
+        return out
+
+    def due_early(self, job_id: str, job_type: str) -> ReadyItem | None:
+        """``job_id`` is due: out of the early lane (None: it was taken, or never there)."""
+        lane = self._early.get(job_type)
+        return lane.pop(job_id, None) if lane else None
+
     def replace_entry(self, old: BucketEntry, new: BucketEntry) -> None:
         """The item holding ``old`` now holds ``new`` instead (its entry was moved on)."""
         for q in self._by_type.values():
@@ -266,6 +305,10 @@ class ReadyQueues:
             item = q.get(job_id)
             if item is not None:
                 q.remove(job_id)
+                return item
+        for lane in self._early.values():
+            item = lane.pop(job_id, None)
+            if item is not None:
                 return item
         return None
 
@@ -313,22 +356,26 @@ class ReadyQueues:
     def drop_shard(self, shard: int) -> None:
         for q in self._by_type.values():
             q.drop_shard(shard)
+        for t, lane in self._early.items():
+            self._early[t] = {i: item for i, item in lane.items() if item.shard != shard}
 
-    def waiter(self, types: Iterable[str] | None = None) -> asyncio.Future[None]:
+    def waiter(
+        self, types: Iterable[str] | None = None, *, early: bool = False
+    ) -> asyncio.Future[None]:
         """A future done at the next change that concerns it: with ``types``, a job of one of
         them queued, one waiter per job (the oldest first), or a ``wake``; without, any push.
         Registered at once, so a caller that checks the queues and then waits can not miss a
         push in between. A waiter woken for a job it then does not take passes the wake on
-        (``pass_on``), so a queued job never waits while a waiter that would take it sleeps."""
+        (``pass_on``), so a queued job never waits while a waiter that would take it sleeps.
+        ``early``: it takes from the early lane too, and a job put there wakes it."""
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         if types is None:
             self._waiters.append(fut)
-        else:
-            for t in types:
-                waiting = self._by_type_waiters.setdefault(t, deque())
-                if len(waiting) > 64 and waiting[0].done():  # drop those given up meanwhile
-                    self._by_type_waiters[t] = waiting = deque(w for w in waiting if not w.done())
-                waiting.append(fut)
+            return fut
+        for t in types:
+            _enlist(self._by_type_waiters, t, fut)
+            if early:
+                _enlist(self._early_waiters, t, fut)
         return fut
 
     def _wake_for(self, job_type: str, n: int) -> None:
@@ -345,6 +392,14 @@ class ReadyQueues:
                 fut.set_result(None)
                 n -= 1
 
+    @staticmethod
+    def _wake_one(waiting: deque[asyncio.Future[None]] | None) -> None:
+        while waiting:
+            fut = waiting.popleft()
+            if not fut.done():
+                fut.set_result(None)
+                return
+
     def pass_on(self, types: Iterable[str]) -> None:
         """A claim woke or looked for ``types`` and is done taking: for each of them with jobs
         still queued, wake one more waiter (the wake it may have had for a job it did not
@@ -352,13 +407,15 @@ class ReadyQueues:
         for t in types:
             if self._by_type.get(t):
                 self._wake_for(t, 1)
+            if self._early.get(t):
+                self._wake_one(self._early_waiters.get(t))
 
     def wake(self) -> None:
         """Wake every waiter (something changed for all: room was freed, a stream's credits or
         stop)."""
         self._wake_all(self._waiters)
         self._waiters = []
-        for waiting in self._by_type_waiters.values():
+        for waiting in [*self._by_type_waiters.values(), *self._early_waiters.values()]:
             self._wake_all(waiting)
             waiting.clear()
 
@@ -367,3 +424,12 @@ class ReadyQueues:
         for fut in waiters:
             if not fut.done():
                 fut.set_result(None)
+
+
+def _enlist(
+    waiters: dict[str, deque[asyncio.Future[None]]], t: str, fut: asyncio.Future[None]
+) -> None:
+    waiting = waiters.setdefault(t, deque())
+    if len(waiting) > 64 and waiting[0].done():  # drop those given up meanwhile
+        waiters[t] = waiting = deque(w for w in waiting if not w.done())
+    waiting.append(fut)

@@ -30,14 +30,24 @@ from timeshard.cron import (
     preview,
 )
 from timeshard.cron.zones import local_time
-from timeshard.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
+from timeshard.errors import (
+    AlreadyExists,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    RevisionNotFound,
+)
 from timeshard.limits import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, MAX_PREVIEW_COUNT, check_range
 from timeshard.model import (
+    ANONYMOUS,
     BucketEntry,
+    Change,
+    ChangeKind,
     Job,
     MisfirePolicy,
     OverlapPolicy,
     Schedule,
+    ScheduleRevision,
     validate_schedule_id,
 )
 from timeshard.sharding import shard_of
@@ -353,10 +363,19 @@ class ScheduleOps:
             version=0,
         )
 
-    async def create(self, s: Schedule) -> Schedule:
-        s = self.build(s)
+    def _said(self, kind: ChangeKind, actor: str, reason: str, rolled_back_to: int = 0) -> Change:
+        """The change a person asks for (checked before anything is written)."""
+        now = self._clock.now_ms()
+        return Change(
+            kind=kind, actor=actor, at_ms=now, reason=reason, rolled_back_to=rolled_back_to
+        )
+
+    async def create(self, s: Schedule, *, actor: str = ANONYMOUS, reason: str = "") -> Schedule:
+        """Revision 1 (or, on the id of a deleted schedule, the one after its last)."""
+        said = self._said(ChangeKind.CREATE, actor, reason)
+        s = self.build(s).with_(revision=1)
         entry = schedule_entry(s, s.next_fire, self._clock.now_ms())
-        created, stored = await self._store.create_schedule(s, entry)
+        created, stored = await self._store.create_schedule(s, entry, said)
         if created:
             await self._land([entry])
         else:
@@ -376,20 +395,32 @@ class ScheduleOps:
         return await self._store.list_schedules(limit=limit or DEFAULT_PAGE_SIZE, page_token=token)
 
     async def _change(
-        self, schedule_id: str, change: Callable[[Schedule], tuple[Schedule, int | None]]
+        self,
+        schedule_id: str,
+        change: Callable[[Schedule], tuple[Schedule, int | None]],
+        said: Change,
     ) -> Schedule:
+        """Apply ``change`` to the stored schedule as the next revision, with ``said``."""
         for _ in range(20):
             current = await self.get(schedule_id)
             new, attention = change(current)
+            new = new.with_(revision=current.revision + 1)
             entry = schedule_entry(new, attention, self._clock.now_ms()) if attention else None
-            applied, stored = await self._store.update_schedule(new, current.version, entry)
+            applied, stored = await self._store.update_schedule(new, current.version, entry, said)
             if applied and stored is not None:
                 if entry is not None:
                     await self._land([entry])
                 return stored
         raise FailedPrecondition(f"schedule {schedule_id!r} kept changing; try again")
 
-    async def update(self, s: Schedule) -> Schedule:
+    async def update(
+        self,
+        s: Schedule,
+        *,
+        actor: str = ANONYMOUS,
+        reason: str = "",
+        rolled_back_to: int = 0,
+    ) -> Schedule:
         """Replace a schedule's spec, job template and policies; it keeps its place.
 
         Its place is its next fire time: every run before it has been handled. With the same
@@ -400,10 +431,14 @@ class ScheduleOps:
         running schedule that is the new spec from now on; for a paused one whose next run is
         past, the new spec's times since that run are the missed runs of resume (the old
         spec's are not run). The runs of the new spec between the pause and the old next run
-        are not counted: the schedule does not record when it was paused."""
+        are not counted: the schedule does not record when it was paused.
+
+        ``rolled_back_to``: the update is a rollback to that revision's definition."""
         spec = spec_of(s)  # validate before touching the stored row
         now = self._clock.now_ms()
         check_spread(s, spec, now)
+        kind = ChangeKind.ROLLBACK if rolled_back_to else ChangeKind.UPDATE
+        said = self._said(kind, actor, reason, rolled_back_to)
 
         def change(cur: Schedule) -> tuple[Schedule, int | None]:
             if spec == stored_spec(cur):  # None (a stored spec that no longer checks) differs
@@ -424,19 +459,71 @@ class ScheduleOps:
             )
             return new, None if cur.paused else nxt
 
-        return await self._change(s.schedule_id, change)
+        return await self._change(s.schedule_id, change, said)
 
-    async def pause(self, schedule_id: str) -> Schedule:
-        return await self._change(schedule_id, lambda cur: (cur.with_(paused=True), None))
+    async def pause(
+        self, schedule_id: str, *, actor: str = ANONYMOUS, reason: str = ""
+    ) -> Schedule:
+        said = self._said(ChangeKind.PAUSE, actor, reason)
+        return await self._change(schedule_id, lambda cur: (cur.with_(paused=True), None), said)
 
-    async def resume(self, schedule_id: str) -> Schedule:
+    async def resume(
+        self, schedule_id: str, *, actor: str = ANONYMOUS, reason: str = ""
+    ) -> Schedule:
         """Unpause; the schedule keeps its place, so runs missed while paused go through the
         misfire policy at once."""
-        return await self._change(schedule_id, lambda cur: (cur.with_(paused=False), cur.next_fire))
+        said = self._said(ChangeKind.RESUME, actor, reason)
+        return await self._change(
+            schedule_id, lambda cur: (cur.with_(paused=False), cur.next_fire), said
+        )
 
-    async def delete(self, schedule_id: str) -> None:
-        if not await self._store.delete_schedule(validate_schedule_id(schedule_id)):
-            raise NotFound("schedule", schedule_id)
+    async def delete(
+        self, schedule_id: str, *, actor: str = ANONYMOUS, reason: str = ""
+    ) -> Schedule:
+        """Delete; the revision it makes keeps the schedule as it was (returned)."""
+        said = self._said(ChangeKind.DELETE, actor, reason)
+        for _ in range(20):
+            current = await self.get(schedule_id)
+            gone = current.with_(revision=current.revision + 1)
+            applied, _ = await self._store.delete_schedule(gone, current.version, said)
+            if applied:
+                return gone
+        raise FailedPrecondition(f"schedule {schedule_id!r} kept changing; try again")
+
+    async def history(self, schedule_id: str) -> list[ScheduleRevision]:
+        """The kept revisions, newest first (also a deleted schedule's)."""
+        found = await self._store.schedule_revisions(validate_schedule_id(schedule_id))
+        if not found:
+            await self.get(schedule_id)  # NotFound for an id that never had a schedule
+        return found
+
+    async def revision(self, schedule_id: str, revision: int) -> ScheduleRevision:
+        found = await self.history(schedule_id)
+        match = next((r for r in found if r.revision == revision), None)
+        if match is None:
+            kept = (found[-1].revision, found[0].revision) if found else None
+            raise RevisionNotFound(schedule_id, revision, kept)
+        return match
+
+    async def rollback(
+        self, schedule_id: str, revision: int, *, actor: str = ANONYMOUS, reason: str = ""
+    ) -> Schedule:
+        """A new revision whose definition (spec, zone, DST rules, template, policies) is
+        revision ``revision``'s; the schedule stays paused or running as it is now, and keeps
+        its place as an update does. A deleted schedule is not brought back (FAILED_PRECONDITION):
+        create it again, and its revisions go on."""
+        target = await self.revision(schedule_id, revision)
+        if await self._store.get_schedule(schedule_id) is None:
+            last = (await self.history(schedule_id))[0].revision
+            raise FailedPrecondition(
+                f"schedule {schedule_id!r} was deleted (revision {last}): a rollback changes a "
+                "live schedule, so nothing was changed; create it again (`timeshard schedules "
+                f"create ... --id {schedule_id}`), and its revisions go on from {last + 1}"
+            )
+        # (update takes the definition from it and the rest from the stored schedule)
+        return await self.update(
+            target.schedule, actor=actor, reason=reason, rolled_back_to=revision
+        )
 
     @staticmethod
     def preview(

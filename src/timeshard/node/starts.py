@@ -12,6 +12,9 @@ from dataclasses import dataclass
 from timeshard.clock import Clock, sleep_or_wake
 from timeshard.model import NOT_STARTED, Job, JobState
 
+REVOKE_MARGIN_S = 0.5
+"""Past the latest start of a job pushed with ``starts_in``, how long a cancel still waits for
+its worker's answer (the answer's own way back)."""
 IN_FLIGHT_S = 2.0
 """How long a cancel waits (real time) for the start notice of a job whose push may be on its
 way: a push in flight reaches a running worker, and its notice comes back, well within it."""
@@ -27,6 +30,13 @@ class _Delivery:
     run_at: int
     started_at: int = 0
     """When its handler started, by the worker's notice (0: no notice yet)."""
+    start_by: int = 0
+    """Pushed with ``starts_in``: the latest its worker may start it (this node's clock, epoch
+    ms; 0: not pushed so)."""
+    revoke: Callable[[str, int], None] | None = None
+    """Asks the worker it was pushed to not to start it (its stream's)."""
+    revoked: bool = False
+    """The worker answered a revoke: not started, and never will be."""
 
 
 class StartNotices:
@@ -51,6 +61,28 @@ class StartNotices:
             del self._deliveries[next(iter(self._deliveries))]
         due = self._first_due.pop(job.job_id, job.run_at)
         self._deliveries[job.job_id] = _Delivery(job.fence, job.job_type, min(due, job.run_at))
+
+    def pushed(
+        self, job_id: str, fence: int, start_by: int, revoke: Callable[[str, int], None]
+    ) -> None:
+        """The lease ``(job_id, fence)`` was pushed to a worker that starts it on its own clock,
+        no later than ``start_by`` (this node's clock), and can be asked not to (``revoke``)."""
+        d = self._deliveries.get(job_id)
+        if d is not None and d.fence == fence:
+            d.start_by, d.revoke = start_by, revoke
+
+    def answered(self, job_id: str, fence: int, started: bool) -> None:
+        """The worker answered a revoke of ``(job_id, fence)``: ``started`` or never will be."""
+        d = self._deliveries.get(job_id)
+        if d is None or d.fence != fence:
+            return
+        if started:
+            self.notice(job_id, fence, d.started_at or self._clock.now_ms())
+            return
+        d.revoked = True
+        waiter = self._waiters.pop((job_id, fence), None)
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
 
     def notice(self, job_id: str, fence: int, started_at: int) -> bool:
         """A worker started ``job_id``'s handler under ``fence``: True if this node delivered
@@ -79,11 +111,29 @@ class StartNotices:
         waiter = self._waiters.setdefault(
             (job_id, fence), asyncio.get_running_loop().create_future()
         )
+        if d.revoke is not None and not d.revoked:
+            return await self._revoked(d, job_id, fence, waiter)
         try:
             async with asyncio.timeout(max(0.0, min(timeout_s, IN_FLIGHT_S))):
                 await sleep_or_wake(self._clock, max(0.0, timeout_s), waiter)
         except TimeoutError:
             pass
+        finally:
+            self._waiters.pop((job_id, fence), None)
+        return self.started(job_id, fence)
+
+    async def _revoked(
+        self, d: _Delivery, job_id: str, fence: int, waiter: asyncio.Future[None]
+    ) -> bool:
+        """A lease pushed with ``starts_in``: its worker is asked not to start it, and the
+        answer is its notice or its revoke, or, with neither, the time past which it can not
+        start it (``start_by``), however short ``timeout_s``: a caller that can not wait that
+        long gets no answer rather than a wrong one."""
+        assert d.revoke is not None
+        d.revoke(job_id, fence)
+        left = (d.start_by - self._clock.now_ms()) / 1000 + REVOKE_MARGIN_S
+        try:  # (not cut short by the caller's time: no answer is one that could be wrong)
+            await sleep_or_wake(self._clock, max(0.0, left), waiter)
         finally:
             self._waiters.pop((job_id, fence), None)
         return self.started(job_id, fence)

@@ -18,7 +18,8 @@ Roles (``admin`` may call everything, including RPCs a later version adds before
 names them):
 
 - ``client``: JobService: jobs (schedule, get, list, cancel, reschedule), schedules (create,
-  get, list, update, pause, resume, delete, preview) and listing dead letters;
+  get, list, update, pause, resume, delete, preview; their revisions: list, get, rollback)
+  and listing dead letters;
 - ``worker``: WorkerService (the worker stream, claim, heartbeat, complete, fail, finish),
   AdminService.ClusterInfo (workers discover the nodes) and AdminService.SetTypePolicies (a
   worker declares its tasks' retry and concurrency);
@@ -98,6 +99,9 @@ METHOD_ROLES: dict[str, Role] = {
             "PreviewSchedule",
             "ListDeadLetters",
             "WaitJobs",
+            "ListScheduleRevisions",
+            "GetScheduleRevision",
+            "RollbackSchedule",
         )
     },
     _JOBS + "ReplayDeadLetters": Role.ADMIN,

@@ -21,7 +21,16 @@ from dataclasses import dataclass
 
 from timeshard.errors import InvalidArgument
 from timeshard.limits import DEFAULT_MAX_UNSTARTED
-from timeshard.model import BucketEntry, Job, JobState, Schedule, ShardState, WriteResult
+from timeshard.model import (
+    BucketEntry,
+    Change,
+    Job,
+    JobState,
+    Schedule,
+    ScheduleRevision,
+    ShardState,
+    WriteResult,
+)
 from timeshard.sharding import minute_of
 from timeshard.store import pages
 from timeshard.store.listing import JobOrder, JobQuery, JobSlice
@@ -463,13 +472,20 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     async def create_schedule(
-        self, schedule: Schedule, entry: BucketEntry
+        self, schedule: Schedule, entry: BucketEntry, change: Change | None = None
     ) -> tuple[bool, Schedule]:
         """Create the schedule row if its id is new (a conditional insert), and its bucket
-        entry. Returns (created, the stored schedule)."""
+        entry. Returns (created, the stored schedule).
+
+        With ``change``, revision ``schedule.revision`` (``change`` and the schedule) is
+        written in the same conditional write. An id whose schedule was deleted is free: the
+        new schedule takes it, continuing its revisions (its revision is the deleted one's
+        plus one, whatever ``schedule.revision`` says; its version moves on from the deleted
+        row's), and the revisions before stay."""
 
     @abc.abstractmethod
-    async def get_schedule(self, schedule_id: str) -> Schedule | None: ...
+    async def get_schedule(self, schedule_id: str) -> Schedule | None:
+        """The schedule, or None if there is none (never created, or deleted)."""
 
     async def list_schedules(self, *, limit: int, page_token: str) -> tuple[list[Schedule], str]:
         """Schedules in the store's order of their ids (``select_schedules``); the token is
@@ -491,18 +507,43 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     async def update_schedule(
-        self, schedule: Schedule, expect_version: int, entry: BucketEntry | None
+        self,
+        schedule: Schedule,
+        expect_version: int,
+        entry: BucketEntry | None,
+        change: Change | None = None,
     ) -> tuple[bool, Schedule | None]:
         """Applied iff the stored version is ``expect_version``: the row becomes ``schedule``
         with ``version = expect_version + 1``. ``entry`` (if any) is written *before* the row,
         so a crash in between leaves an extra entry (harmless: it finds the row and moves on),
         never a row whose next fire has no entry (invariant 2). Returns (applied, the row
-        after, or as found)."""
+        after, or as found).
+
+        Without ``change`` (a fire) the stored revision is left as it is. With it (a person's
+        change), the row's revision becomes ``schedule.revision`` and that revision is written
+        in the same conditional write, dropping the one ``REVISIONS_KEPT`` before it: the
+        revision exists exactly when the change took effect."""
 
     @abc.abstractmethod
-    async def delete_schedule(self, schedule_id: str) -> bool:
-        """Delete the row; its remaining entries find nothing. False if it did not exist.
-        Occurrence jobs already created are left to run."""
+    async def delete_schedule(
+        self, schedule: Schedule, expect_version: int, change: Change
+    ) -> tuple[bool, Schedule | None]:
+        """Applied iff the stored schedule is there at ``expect_version``: from then on it reads
+        as gone (get, list, its remaining entries find nothing), and revision
+        ``schedule.revision`` (``change``, the schedule as it was) is written in the same
+        conditional write. Its revisions stay (see ``create_schedule``). Occurrence jobs
+        already created are left to run. Returns (applied, the row as found when not; None if
+        there is none)."""
+
+    @abc.abstractmethod
+    async def schedule_revisions(self, schedule_id: str) -> list[ScheduleRevision]:
+        """The kept revisions of the schedule (at most ``REVISIONS_KEPT``), newest first; also
+        those of a deleted schedule. Empty if it has none."""
+
+    async def schedule_revision(self, schedule_id: str, revision: int) -> ScheduleRevision | None:
+        """Revision ``revision`` of the schedule, or None if it is not kept."""
+        found = await self.schedule_revisions(schedule_id)
+        return next((r for r in found if r.revision == revision), None)
 
     # -- per-type policies ----------------------------------------------------------------
 

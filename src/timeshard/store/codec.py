@@ -4,6 +4,7 @@ are JSON text). A row is any mapping of column to value (a driver ``dict``, a ``
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Mapping, Sequence
 from json.encoder import encode_basestring_ascii
@@ -12,11 +13,14 @@ from typing import Any
 from timeshard.limits import MIN_MISFIRE_GRACE_MS
 from timeshard.model import (
     Attempt,
+    Change,
+    ChangeKind,
     Job,
     JobState,
     MisfirePolicy,
     OverlapPolicy,
     Schedule,
+    ScheduleRevision,
     restore_job,
 )
 from timeshard.store.history import MAX_HISTORY, history_from_json
@@ -182,6 +186,7 @@ def to_schedule(row: Mapping[str, Any]) -> Schedule:
         last_skip_at=row["last_skip_at"],
         last_fire_at=row["last_fire_at"],
         spread_ms=row["spread_ms"] or 0,  # (null: a Cassandra row from before the column)
+        revision=row["revision"] or 0,  # (null: a row from before revisions were kept)
     )
 
 
@@ -212,4 +217,77 @@ def schedule_columns(s: Schedule) -> Row:
         "last_skip_at": s.last_skip_at,
         "last_fire_at": s.last_fire_at,
         "spread_ms": s.spread_ms,
+        "revision": s.revision,
     }
+
+
+def revision_record(s: Schedule, change: Change) -> str:
+    """Revision ``s.revision`` as the text both stores keep: the change, and the schedule as
+    it is after it (its definition, pause state and place; not the bookkeeping of its runs)."""
+    return json.dumps(
+        {
+            "revision": s.revision,
+            "kind": change.kind.value,
+            "actor": change.actor,
+            "at": change.at_ms,
+            "reason": change.reason,
+            "rolled_back_to": change.rolled_back_to,
+            "schedule": {
+                "schedule_id": s.schedule_id,
+                "shard": s.shard,
+                "cron": s.cron,
+                "timezone": s.timezone,
+                "dst_gap": s.dst_gap,
+                "dst_fold": s.dst_fold,
+                "type": s.job_type,
+                "payload": base64.b64encode(s.payload).decode("ascii"),
+                "max_attempts": s.max_attempts,
+                "misfire": s.misfire.value,
+                "misfire_grace_ms": s.misfire_grace_ms,
+                "max_catchup": s.max_catchup,
+                "overlap": s.overlap.value,
+                "max_concurrent": s.max_concurrent,
+                "jitter_ms": s.jitter_ms,
+                "spread_ms": s.spread_ms,
+                "paused": s.paused,
+                "next_fire": s.next_fire,
+                "created_at": s.created_at,
+            },
+        },
+        separators=(",", ":"),
+    )
+
+
+def revision_from_record(text: str) -> ScheduleRevision:
+    r = json.loads(text)
+    s = r["schedule"]
+    schedule = Schedule(
+        schedule_id=s["schedule_id"],
+        shard=s["shard"],
+        cron=s["cron"],
+        timezone=s["timezone"],
+        dst_gap=s["dst_gap"],
+        dst_fold=s["dst_fold"],
+        job_type=s["type"],
+        payload=base64.b64decode(s["payload"]),
+        max_attempts=s["max_attempts"],
+        misfire=MisfirePolicy(s["misfire"]),
+        misfire_grace_ms=max(s["misfire_grace_ms"], MIN_MISFIRE_GRACE_MS),
+        max_catchup=s["max_catchup"],
+        overlap=OverlapPolicy(s["overlap"]),
+        max_concurrent=s["max_concurrent"],
+        jitter_ms=s["jitter_ms"],
+        spread_ms=s["spread_ms"],
+        paused=s["paused"],
+        next_fire=s["next_fire"],
+        created_at=s["created_at"],
+        revision=r["revision"],
+    )
+    change = Change(
+        kind=ChangeKind(r["kind"]),
+        actor=r["actor"],
+        at_ms=r["at"],
+        reason=r["reason"],
+        rolled_back_to=r["rolled_back_to"],
+    )
+    return ScheduleRevision(revision=r["revision"], change=change, schedule=schedule)

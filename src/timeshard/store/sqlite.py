@@ -17,12 +17,15 @@ from typing import Any
 
 from timeshard.clock import Clock, SystemClock
 from timeshard.errors import InvalidArgument, StoreUnavailable
-from timeshard.limits import DEFAULT_MAX_UNSTARTED
+from timeshard.limits import DEFAULT_MAX_UNSTARTED, REVISIONS_KEPT
 from timeshard.model import (
     BucketEntry,
+    Change,
+    ChangeKind,
     Job,
     JobState,
     Schedule,
+    ScheduleRevision,
     ShardState,
     WriteResult,
     validate_result,
@@ -39,7 +42,14 @@ from timeshard.store.base import (
     Store,
     entry_for,
 )
-from timeshard.store.codec import job_columns, job_from_row, schedule_columns, to_schedule
+from timeshard.store.codec import (
+    job_columns,
+    job_from_row,
+    revision_from_record,
+    revision_record,
+    schedule_columns,
+    to_schedule,
+)
 from timeshard.store.listing import JobQuery, JobSlice
 from timeshard.store.meta import (
     TYPE_POLICY_PREFIX,
@@ -66,7 +76,31 @@ _FINISHED = (JobState.SUCCEEDED.value, JobState.CANCELLED.value, JobState.EXPIRE
 
 def _select_schedule(db: sqlite3.Connection, schedule_id: str) -> Schedule | None:
     row = db.execute(Q["select_schedule"], (schedule_id,)).fetchone()
-    return to_schedule(row) if row is not None else None
+    return to_schedule(row) if row is not None and not row["deleted"] else None
+
+
+def _revise(
+    db: sqlite3.Connection,
+    s: Schedule,
+    expect_version: int,
+    change: Change,
+    *,
+    deleted: bool,
+    was_deleted: bool = False,
+) -> bool:
+    """A person's change: the row (all of it) and revision ``s.revision``, in one transaction,
+    if the row is at ``expect_version`` and deleted or not as ``was_deleted`` says."""
+    params = {
+        **schedule_columns(s),
+        "version": expect_version,
+        "deleted": deleted,
+        "was_deleted": was_deleted,
+    }
+    if db.execute(Q["revise_schedule"], params).rowcount != 1:
+        return False
+    db.execute(Q["insert_revision"], (s.schedule_id, s.revision, revision_record(s, change)))
+    db.execute(Q["trim_revisions"], (s.schedule_id, s.revision - REVISIONS_KEPT))
+    return True
 
 
 def _select(db: sqlite3.Connection, job_id: str) -> Job | None:
@@ -429,15 +463,25 @@ class SqliteStore(Store):
     # -- schedules ------------------------------------------------------------------------
 
     async def create_schedule(
-        self, schedule: Schedule, entry: BucketEntry
+        self, schedule: Schedule, entry: BucketEntry, change: Change | None = None
     ) -> tuple[bool, Schedule]:
+        done = change or Change(kind=ChangeKind.CREATE, at_ms=schedule.created_at)
+
         def run(db: sqlite3.Connection) -> tuple[bool, Schedule]:
+            sid = schedule.schedule_id
             created = db.execute(Q["insert_schedule"], schedule_columns(schedule)).rowcount == 1
             if created:
+                record = revision_record(schedule, done)
+                db.execute(Q["insert_revision"], (sid, schedule.revision, record))
+            row = db.execute(Q["select_schedule"], (sid,)).fetchone()
+            if not created and row["deleted"]:  # the id of a deleted schedule: free again
+                found = to_schedule(row)
+                new = schedule.with_(version=found.version + 1, revision=found.revision + 1)
+                created = _revise(db, new, found.version, done, deleted=False, was_deleted=True)
+                row = db.execute(Q["select_schedule"], (sid,)).fetchone()
+            if created:
                 _put_entry(db, entry)
-            stored = _select_schedule(db, schedule.schedule_id)
-            assert stored is not None
-            return created, stored
+            return created, to_schedule(row)
 
         return await self._db.call(run)
 
@@ -455,21 +499,40 @@ class SqliteStore(Store):
         return found[:limit], len(found) > limit
 
     async def update_schedule(
-        self, schedule: Schedule, expect_version: int, entry: BucketEntry | None
+        self,
+        schedule: Schedule,
+        expect_version: int,
+        entry: BucketEntry | None,
+        change: Change | None = None,
     ) -> tuple[bool, Schedule | None]:
         def run(db: sqlite3.Connection) -> tuple[bool, Schedule | None]:
             if entry is not None:
                 _put_entry(db, entry)
-            params = {**schedule_columns(schedule), "version": expect_version}
-            applied = db.execute(Q["update_schedule"], params).rowcount == 1
+            if change is not None:
+                applied = _revise(db, schedule, expect_version, change, deleted=False)
+            else:
+                params = {**schedule_columns(schedule), "version": expect_version}
+                applied = db.execute(Q["update_schedule"], params).rowcount == 1
             return applied, _select_schedule(db, schedule.schedule_id)
 
         return await self._db.call(run)
 
-    async def delete_schedule(self, schedule_id: str) -> bool:
-        return await self._db.call(
-            lambda db: db.execute(Q["delete_schedule"], (schedule_id,)).rowcount == 1
-        )
+    async def delete_schedule(
+        self, schedule: Schedule, expect_version: int, change: Change
+    ) -> tuple[bool, Schedule | None]:
+        def run(db: sqlite3.Connection) -> tuple[bool, Schedule | None]:
+            found = _select_schedule(db, schedule.schedule_id)
+            if found is None or found.version != expect_version:
+                return False, found
+            return _revise(db, schedule, expect_version, change, deleted=True), None
+
+        return await self._db.call(run)
+
+    async def schedule_revisions(self, schedule_id: str) -> list[ScheduleRevision]:
+        def run(db: sqlite3.Connection) -> list[str]:
+            return [r[0] for r in db.execute(Q["select_revisions"], (schedule_id,))]
+
+        return [revision_from_record(text) for text in await self._db.call(run)]
 
     # -- per-type policies ----------------------------------------------------------------
 

@@ -75,6 +75,12 @@ _ADDED_COLUMNS = {
     "start_noticed": "add_start_noticed",
 }
 """Columns added to ``jobs`` after its first version, and the statement that adds each."""
+_ADDED_SCHEDULE_COLUMNS = {
+    "spread_ms": "add_spread",
+    "revision": "add_schedule_revision",
+    "deleted": "add_schedule_deleted",
+}
+"""The same for ``schedules``."""
 
 
 def _add_missing_columns(db: sqlite3.Connection) -> None:
@@ -84,8 +90,10 @@ def _add_missing_columns(db: sqlite3.Connection) -> None:
     for column, statement in _ADDED_COLUMNS.items():
         if column not in have:
             db.execute(Q[statement])
-    if "spread_ms" not in {row[0] for row in db.execute(Q["schedule_columns"])}:
-        db.execute(Q["add_spread"])
+    have = {row[0] for row in db.execute(Q["schedule_columns"])}
+    for column, statement in _ADDED_SCHEDULE_COLUMNS.items():
+        if column not in have:
+            db.execute(Q[statement])
 
 
 def _settle(results: list[_Result]) -> None:

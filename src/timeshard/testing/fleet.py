@@ -81,8 +81,11 @@ class Fleet:
         lookahead_s: float = 2.0,
         lease_s: float = 4.0,
         progress: Callable[[str], None] | None = None,
+        server_flags: Sequence[str] = (),
     ) -> None:
         self.run_dir = run_dir
+        self.server_flags = tuple(server_flags)
+        """More flags for every ``timeshard server`` of the fleet (restarts too)."""
         self.zookeeper = zookeeper
         self.store = store
         self.shards = shards
@@ -126,6 +129,7 @@ class Fleet:
             str(self.shards),
             "--lookahead",
             str(self.lookahead_s),
+            *self.server_flags,
             *extra,
         ]
         proc = Proc(name=name, argv=argv, log=self.run_dir / f"{name}.log", env={})

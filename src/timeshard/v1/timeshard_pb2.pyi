@@ -231,7 +231,7 @@ class RescheduleJobRequest(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., delay: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., run_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class Schedule(_message.Message):
-    __slots__ = ("schedule_id", "cron", "timezone", "type", "payload", "misfire", "misfire_grace", "max_catchup", "overlap", "max_concurrent", "jitter", "dst_gap", "dst_fold", "paused", "next_fire", "max_attempts", "skipped", "last_skip_at", "last_fire_at", "active_jobs", "queued_at", "spread")
+    __slots__ = ("schedule_id", "cron", "timezone", "type", "payload", "misfire", "misfire_grace", "max_catchup", "overlap", "max_concurrent", "jitter", "dst_gap", "dst_fold", "paused", "next_fire", "max_attempts", "skipped", "last_skip_at", "last_fire_at", "active_jobs", "queued_at", "spread", "revision")
     SCHEDULE_ID_FIELD_NUMBER: _ClassVar[int]
     CRON_FIELD_NUMBER: _ClassVar[int]
     TIMEZONE_FIELD_NUMBER: _ClassVar[int]
@@ -254,6 +254,7 @@ class Schedule(_message.Message):
     ACTIVE_JOBS_FIELD_NUMBER: _ClassVar[int]
     QUEUED_AT_FIELD_NUMBER: _ClassVar[int]
     SPREAD_FIELD_NUMBER: _ClassVar[int]
+    REVISION_FIELD_NUMBER: _ClassVar[int]
     schedule_id: str
     cron: str
     timezone: str
@@ -276,13 +277,16 @@ class Schedule(_message.Message):
     active_jobs: _containers.RepeatedScalarFieldContainer[str]
     queued_at: _timestamp_pb2.Timestamp
     spread: _duration_pb2.Duration
-    def __init__(self, schedule_id: _Optional[str] = ..., cron: _Optional[str] = ..., timezone: _Optional[str] = ..., type: _Optional[str] = ..., payload: _Optional[bytes] = ..., misfire: _Optional[str] = ..., misfire_grace: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., max_catchup: _Optional[int] = ..., overlap: _Optional[str] = ..., max_concurrent: _Optional[int] = ..., jitter: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., dst_gap: _Optional[str] = ..., dst_fold: _Optional[str] = ..., paused: _Optional[bool] = ..., next_fire: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., max_attempts: _Optional[int] = ..., skipped: _Optional[int] = ..., last_skip_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_fire_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., active_jobs: _Optional[_Iterable[str]] = ..., queued_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., spread: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+    revision: int
+    def __init__(self, schedule_id: _Optional[str] = ..., cron: _Optional[str] = ..., timezone: _Optional[str] = ..., type: _Optional[str] = ..., payload: _Optional[bytes] = ..., misfire: _Optional[str] = ..., misfire_grace: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., max_catchup: _Optional[int] = ..., overlap: _Optional[str] = ..., max_concurrent: _Optional[int] = ..., jitter: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., dst_gap: _Optional[str] = ..., dst_fold: _Optional[str] = ..., paused: _Optional[bool] = ..., next_fire: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., max_attempts: _Optional[int] = ..., skipped: _Optional[int] = ..., last_skip_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_fire_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., active_jobs: _Optional[_Iterable[str]] = ..., queued_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., spread: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., revision: _Optional[int] = ...) -> None: ...
 
 class CreateScheduleRequest(_message.Message):
-    __slots__ = ("schedule",)
+    __slots__ = ("schedule", "reason")
     SCHEDULE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
     schedule: Schedule
-    def __init__(self, schedule: _Optional[_Union[Schedule, _Mapping]] = ...) -> None: ...
+    reason: str
+    def __init__(self, schedule: _Optional[_Union[Schedule, _Mapping]] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class GetScheduleRequest(_message.Message):
     __slots__ = ("schedule_id",)
@@ -307,20 +311,26 @@ class ListSchedulesResponse(_message.Message):
     def __init__(self, schedules: _Optional[_Iterable[_Union[Schedule, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class UpdateScheduleRequest(_message.Message):
-    __slots__ = ("schedule",)
+    __slots__ = ("schedule", "reason")
     SCHEDULE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
     schedule: Schedule
-    def __init__(self, schedule: _Optional[_Union[Schedule, _Mapping]] = ...) -> None: ...
+    reason: str
+    def __init__(self, schedule: _Optional[_Union[Schedule, _Mapping]] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class ScheduleIdRequest(_message.Message):
-    __slots__ = ("schedule_id",)
+    __slots__ = ("schedule_id", "reason")
     SCHEDULE_ID_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
     schedule_id: str
-    def __init__(self, schedule_id: _Optional[str] = ...) -> None: ...
+    reason: str
+    def __init__(self, schedule_id: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class DeleteScheduleResponse(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
+    __slots__ = ("revision",)
+    REVISION_FIELD_NUMBER: _ClassVar[int]
+    revision: int
+    def __init__(self, revision: _Optional[int] = ...) -> None: ...
 
 class PreviewRequest(_message.Message):
     __slots__ = ("cron", "timezone", "count", "dst_gap", "dst_fold", "spread", "schedule_id")
@@ -415,6 +425,62 @@ class WaitJobsResponse(_message.Message):
     job: Job
     def __init__(self, job: _Optional[_Union[Job, _Mapping]] = ...) -> None: ...
 
+class ScheduleRevision(_message.Message):
+    __slots__ = ("schedule_id", "revision", "change", "actor", "at", "reason", "rolled_back_to", "schedule")
+    SCHEDULE_ID_FIELD_NUMBER: _ClassVar[int]
+    REVISION_FIELD_NUMBER: _ClassVar[int]
+    CHANGE_FIELD_NUMBER: _ClassVar[int]
+    ACTOR_FIELD_NUMBER: _ClassVar[int]
+    AT_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    ROLLED_BACK_TO_FIELD_NUMBER: _ClassVar[int]
+    SCHEDULE_FIELD_NUMBER: _ClassVar[int]
+    schedule_id: str
+    revision: int
+    change: str
+    actor: str
+    at: _timestamp_pb2.Timestamp
+    reason: str
+    rolled_back_to: int
+    schedule: Schedule
+    def __init__(self, schedule_id: _Optional[str] = ..., revision: _Optional[int] = ..., change: _Optional[str] = ..., actor: _Optional[str] = ..., at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., reason: _Optional[str] = ..., rolled_back_to: _Optional[int] = ..., schedule: _Optional[_Union[Schedule, _Mapping]] = ...) -> None: ...
+
+class ListScheduleRevisionsRequest(_message.Message):
+    __slots__ = ("schedule_id", "page_size", "page_token")
+    SCHEDULE_ID_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    schedule_id: str
+    page_size: int
+    page_token: str
+    def __init__(self, schedule_id: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class ListScheduleRevisionsResponse(_message.Message):
+    __slots__ = ("revisions", "next_page_token")
+    REVISIONS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    revisions: _containers.RepeatedCompositeFieldContainer[ScheduleRevision]
+    next_page_token: str
+    def __init__(self, revisions: _Optional[_Iterable[_Union[ScheduleRevision, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class GetScheduleRevisionRequest(_message.Message):
+    __slots__ = ("schedule_id", "revision")
+    SCHEDULE_ID_FIELD_NUMBER: _ClassVar[int]
+    REVISION_FIELD_NUMBER: _ClassVar[int]
+    schedule_id: str
+    revision: int
+    def __init__(self, schedule_id: _Optional[str] = ..., revision: _Optional[int] = ...) -> None: ...
+
+class RollbackScheduleRequest(_message.Message):
+    __slots__ = ("schedule_id", "revision", "reason")
+    SCHEDULE_ID_FIELD_NUMBER: _ClassVar[int]
+    REVISION_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    schedule_id: str
+    revision: int
+    reason: str
+    def __init__(self, schedule_id: _Optional[str] = ..., revision: _Optional[int] = ..., reason: _Optional[str] = ...) -> None: ...
+
 class ClaimRequest(_message.Message):
     __slots__ = ("worker_id", "types", "max_jobs", "wait", "lease", "max_reply_bytes")
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
@@ -432,18 +498,20 @@ class ClaimRequest(_message.Message):
     def __init__(self, worker_id: _Optional[str] = ..., types: _Optional[_Iterable[str]] = ..., max_jobs: _Optional[int] = ..., wait: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., lease: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., max_reply_bytes: _Optional[int] = ...) -> None: ...
 
 class ClaimedJob(_message.Message):
-    __slots__ = ("job", "fence", "lease_until", "idempotency_key", "lease")
+    __slots__ = ("job", "fence", "lease_until", "idempotency_key", "lease", "starts_in")
     JOB_FIELD_NUMBER: _ClassVar[int]
     FENCE_FIELD_NUMBER: _ClassVar[int]
     LEASE_UNTIL_FIELD_NUMBER: _ClassVar[int]
     IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
     LEASE_FIELD_NUMBER: _ClassVar[int]
+    STARTS_IN_FIELD_NUMBER: _ClassVar[int]
     job: Job
     fence: int
     lease_until: _timestamp_pb2.Timestamp
     idempotency_key: str
     lease: _duration_pb2.Duration
-    def __init__(self, job: _Optional[_Union[Job, _Mapping]] = ..., fence: _Optional[int] = ..., lease_until: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., idempotency_key: _Optional[str] = ..., lease: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+    starts_in: _duration_pb2.Duration
+    def __init__(self, job: _Optional[_Union[Job, _Mapping]] = ..., fence: _Optional[int] = ..., lease_until: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., idempotency_key: _Optional[str] = ..., lease: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., starts_in: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class ClaimResponse(_message.Message):
     __slots__ = ("jobs",)
@@ -554,14 +622,16 @@ class FinishResponse(_message.Message):
     def __init__(self, results: _Optional[_Iterable[_Union[FinishResult, _Mapping]]] = ...) -> None: ...
 
 class WorkHello(_message.Message):
-    __slots__ = ("worker_id", "lease", "max_reply_bytes")
+    __slots__ = ("worker_id", "lease", "max_reply_bytes", "accepts_starts_in")
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     LEASE_FIELD_NUMBER: _ClassVar[int]
     MAX_REPLY_BYTES_FIELD_NUMBER: _ClassVar[int]
+    ACCEPTS_STARTS_IN_FIELD_NUMBER: _ClassVar[int]
     worker_id: str
     lease: _duration_pb2.Duration
     max_reply_bytes: int
-    def __init__(self, worker_id: _Optional[str] = ..., lease: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., max_reply_bytes: _Optional[int] = ...) -> None: ...
+    accepts_starts_in: bool
+    def __init__(self, worker_id: _Optional[str] = ..., lease: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., max_reply_bytes: _Optional[int] = ..., accepts_starts_in: _Optional[bool] = ...) -> None: ...
 
 class WorkCredit(_message.Message):
     __slots__ = ("type", "credits")
@@ -571,8 +641,18 @@ class WorkCredit(_message.Message):
     credits: int
     def __init__(self, type: _Optional[str] = ..., credits: _Optional[int] = ...) -> None: ...
 
+class WorkRevoke(_message.Message):
+    __slots__ = ("job_id", "fence", "started")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    FENCE_FIELD_NUMBER: _ClassVar[int]
+    STARTED_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    fence: int
+    started: bool
+    def __init__(self, job_id: _Optional[str] = ..., fence: _Optional[int] = ..., started: _Optional[bool] = ...) -> None: ...
+
 class WorkRequest(_message.Message):
-    __slots__ = ("seq", "hello", "credits", "heartbeats", "results", "stop", "started")
+    __slots__ = ("seq", "hello", "credits", "heartbeats", "results", "stop", "started", "revoked")
     SEQ_FIELD_NUMBER: _ClassVar[int]
     HELLO_FIELD_NUMBER: _ClassVar[int]
     CREDITS_FIELD_NUMBER: _ClassVar[int]
@@ -580,6 +660,7 @@ class WorkRequest(_message.Message):
     RESULTS_FIELD_NUMBER: _ClassVar[int]
     STOP_FIELD_NUMBER: _ClassVar[int]
     STARTED_FIELD_NUMBER: _ClassVar[int]
+    REVOKED_FIELD_NUMBER: _ClassVar[int]
     seq: int
     hello: WorkHello
     credits: _containers.RepeatedCompositeFieldContainer[WorkCredit]
@@ -587,7 +668,8 @@ class WorkRequest(_message.Message):
     results: _containers.RepeatedCompositeFieldContainer[FinishItem]
     stop: bool
     started: _containers.RepeatedCompositeFieldContainer[HeartbeatRequest]
-    def __init__(self, seq: _Optional[int] = ..., hello: _Optional[_Union[WorkHello, _Mapping]] = ..., credits: _Optional[_Iterable[_Union[WorkCredit, _Mapping]]] = ..., heartbeats: _Optional[_Iterable[_Union[HeartbeatRequest, _Mapping]]] = ..., results: _Optional[_Iterable[_Union[FinishItem, _Mapping]]] = ..., stop: _Optional[bool] = ..., started: _Optional[_Iterable[_Union[HeartbeatRequest, _Mapping]]] = ...) -> None: ...
+    revoked: _containers.RepeatedCompositeFieldContainer[WorkRevoke]
+    def __init__(self, seq: _Optional[int] = ..., hello: _Optional[_Union[WorkHello, _Mapping]] = ..., credits: _Optional[_Iterable[_Union[WorkCredit, _Mapping]]] = ..., heartbeats: _Optional[_Iterable[_Union[HeartbeatRequest, _Mapping]]] = ..., results: _Optional[_Iterable[_Union[FinishItem, _Mapping]]] = ..., stop: _Optional[bool] = ..., started: _Optional[_Iterable[_Union[HeartbeatRequest, _Mapping]]] = ..., revoked: _Optional[_Iterable[_Union[WorkRevoke, _Mapping]]] = ...) -> None: ...
 
 class HeartbeatResult(_message.Message):
     __slots__ = ("job_id", "code", "message", "lease")
@@ -602,7 +684,7 @@ class HeartbeatResult(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., code: _Optional[int] = ..., message: _Optional[str] = ..., lease: _Optional[_Union[HeartbeatResponse, _Mapping]] = ...) -> None: ...
 
 class WorkResponse(_message.Message):
-    __slots__ = ("jobs", "after_seq", "seq", "heartbeats", "results", "stopped", "held")
+    __slots__ = ("jobs", "after_seq", "seq", "heartbeats", "results", "stopped", "held", "revokes")
     JOBS_FIELD_NUMBER: _ClassVar[int]
     AFTER_SEQ_FIELD_NUMBER: _ClassVar[int]
     SEQ_FIELD_NUMBER: _ClassVar[int]
@@ -610,6 +692,7 @@ class WorkResponse(_message.Message):
     RESULTS_FIELD_NUMBER: _ClassVar[int]
     STOPPED_FIELD_NUMBER: _ClassVar[int]
     HELD_FIELD_NUMBER: _ClassVar[int]
+    REVOKES_FIELD_NUMBER: _ClassVar[int]
     jobs: _containers.RepeatedCompositeFieldContainer[ClaimedJob]
     after_seq: int
     seq: int
@@ -617,7 +700,8 @@ class WorkResponse(_message.Message):
     results: _containers.RepeatedCompositeFieldContainer[FinishResult]
     stopped: bool
     held: _duration_pb2.Duration
-    def __init__(self, jobs: _Optional[_Iterable[_Union[ClaimedJob, _Mapping]]] = ..., after_seq: _Optional[int] = ..., seq: _Optional[int] = ..., heartbeats: _Optional[_Iterable[_Union[HeartbeatResult, _Mapping]]] = ..., results: _Optional[_Iterable[_Union[FinishResult, _Mapping]]] = ..., stopped: _Optional[bool] = ..., held: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+    revokes: _containers.RepeatedCompositeFieldContainer[WorkRevoke]
+    def __init__(self, jobs: _Optional[_Iterable[_Union[ClaimedJob, _Mapping]]] = ..., after_seq: _Optional[int] = ..., seq: _Optional[int] = ..., heartbeats: _Optional[_Iterable[_Union[HeartbeatResult, _Mapping]]] = ..., results: _Optional[_Iterable[_Union[FinishResult, _Mapping]]] = ..., stopped: _Optional[bool] = ..., held: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., revokes: _Optional[_Iterable[_Union[WorkRevoke, _Mapping]]] = ...) -> None: ...
 
 class Node(_message.Message):
     __slots__ = ("node_id", "address")

@@ -124,6 +124,21 @@ class JobServiceStub:
                 request_serializer=timeshard_dot_v1_dot_timeshard__pb2.WaitJobsRequest.SerializeToString,
                 response_deserializer=timeshard_dot_v1_dot_timeshard__pb2.WaitJobsResponse.FromString,
                 _registered_method=True)
+        self.ListScheduleRevisions = channel.unary_unary(
+                '/timeshard.v1.JobService/ListScheduleRevisions',
+                request_serializer=timeshard_dot_v1_dot_timeshard__pb2.ListScheduleRevisionsRequest.SerializeToString,
+                response_deserializer=timeshard_dot_v1_dot_timeshard__pb2.ListScheduleRevisionsResponse.FromString,
+                _registered_method=True)
+        self.GetScheduleRevision = channel.unary_unary(
+                '/timeshard.v1.JobService/GetScheduleRevision',
+                request_serializer=timeshard_dot_v1_dot_timeshard__pb2.GetScheduleRevisionRequest.SerializeToString,
+                response_deserializer=timeshard_dot_v1_dot_timeshard__pb2.ScheduleRevision.FromString,
+                _registered_method=True)
+        self.RollbackSchedule = channel.unary_unary(
+                '/timeshard.v1.JobService/RollbackSchedule',
+                request_serializer=timeshard_dot_v1_dot_timeshard__pb2.RollbackScheduleRequest.SerializeToString,
+                response_deserializer=timeshard_dot_v1_dot_timeshard__pb2.Schedule.FromString,
+                _registered_method=True)
 
 
 class JobServiceServicer:
@@ -241,6 +256,30 @@ class JobServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListScheduleRevisions(self, request, context):
+        """Schedule revisions (messages just below). Unknown schedule: NOT_FOUND naming it; a
+        revision not kept: NOT_FOUND naming the schedule and the revision, nothing changed.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetScheduleRevision(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RollbackSchedule(self, request, context):
+        """A new revision whose definition (cron, time zone, DST rules, job template, policies) is
+        that of the revision named; paused or not as the schedule is now. Returns the schedule
+        (its revision field is the new revision). A deleted schedule: FAILED_PRECONDITION, nothing
+        changed (create it again; its revisions go on).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_JobServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -333,6 +372,21 @@ def add_JobServiceServicer_to_server(servicer, server):
                     servicer.WaitJobs,
                     request_deserializer=timeshard_dot_v1_dot_timeshard__pb2.WaitJobsRequest.FromString,
                     response_serializer=timeshard_dot_v1_dot_timeshard__pb2.WaitJobsResponse.SerializeToString,
+            ),
+            'ListScheduleRevisions': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListScheduleRevisions,
+                    request_deserializer=timeshard_dot_v1_dot_timeshard__pb2.ListScheduleRevisionsRequest.FromString,
+                    response_serializer=timeshard_dot_v1_dot_timeshard__pb2.ListScheduleRevisionsResponse.SerializeToString,
+            ),
+            'GetScheduleRevision': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetScheduleRevision,
+                    request_deserializer=timeshard_dot_v1_dot_timeshard__pb2.GetScheduleRevisionRequest.FromString,
+                    response_serializer=timeshard_dot_v1_dot_timeshard__pb2.ScheduleRevision.SerializeToString,
+            ),
+            'RollbackSchedule': grpc.unary_unary_rpc_method_handler(
+                    servicer.RollbackSchedule,
+                    request_deserializer=timeshard_dot_v1_dot_timeshard__pb2.RollbackScheduleRequest.FromString,
+                    response_serializer=timeshard_dot_v1_dot_timeshard__pb2.Schedule.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -821,6 +875,87 @@ class JobService:
             '/timeshard.v1.JobService/WaitJobs',
             timeshard_dot_v1_dot_timeshard__pb2.WaitJobsRequest.SerializeToString,
             timeshard_dot_v1_dot_timeshard__pb2.WaitJobsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListScheduleRevisions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/timeshard.v1.JobService/ListScheduleRevisions',
+            timeshard_dot_v1_dot_timeshard__pb2.ListScheduleRevisionsRequest.SerializeToString,
+            timeshard_dot_v1_dot_timeshard__pb2.ListScheduleRevisionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetScheduleRevision(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/timeshard.v1.JobService/GetScheduleRevision',
+            timeshard_dot_v1_dot_timeshard__pb2.GetScheduleRevisionRequest.SerializeToString,
+            timeshard_dot_v1_dot_timeshard__pb2.ScheduleRevision.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RollbackSchedule(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/timeshard.v1.JobService/RollbackSchedule',
+            timeshard_dot_v1_dot_timeshard__pb2.RollbackScheduleRequest.SerializeToString,
+            timeshard_dot_v1_dot_timeshard__pb2.Schedule.FromString,
             options,
             channel_credentials,
             insecure,

@@ -54,6 +54,17 @@ class JobServiceStub:
     ReplayDeadLetters: _grpc.UnaryUnaryMultiCallable[_timeshard_pb2.ReplayDeadLettersRequest, _timeshard_pb2.ReplayDeadLettersResponse]
     PurgeDeadLetters: _grpc.UnaryUnaryMultiCallable[_timeshard_pb2.ReplayDeadLettersRequest, _timeshard_pb2.PurgeDeadLettersResponse]
     WaitJobs: _grpc.UnaryStreamMultiCallable[_timeshard_pb2.WaitJobsRequest, _timeshard_pb2.WaitJobsResponse]
+    ListScheduleRevisions: _grpc.UnaryUnaryMultiCallable[_timeshard_pb2.ListScheduleRevisionsRequest, _timeshard_pb2.ListScheduleRevisionsResponse]
+    """Schedule revisions (messages just below). Unknown schedule: NOT_FOUND naming it; a
+    revision not kept: NOT_FOUND naming the schedule and the revision, nothing changed.
+    """
+    GetScheduleRevision: _grpc.UnaryUnaryMultiCallable[_timeshard_pb2.GetScheduleRevisionRequest, _timeshard_pb2.ScheduleRevision]
+    RollbackSchedule: _grpc.UnaryUnaryMultiCallable[_timeshard_pb2.RollbackScheduleRequest, _timeshard_pb2.Schedule]
+    """A new revision whose definition (cron, time zone, DST rules, job template, policies) is
+    that of the revision named; paused or not as the schedule is now. Returns the schedule
+    (its revision field is the new revision). A deleted schedule: FAILED_PRECONDITION, nothing
+    changed (create it again; its revisions go on).
+    """
 
 @_typing.type_check_only
 class JobServiceAsyncStub(JobServiceStub):
@@ -81,6 +92,17 @@ class JobServiceAsyncStub(JobServiceStub):
     ReplayDeadLetters: _aio.UnaryUnaryMultiCallable[_timeshard_pb2.ReplayDeadLettersRequest, _timeshard_pb2.ReplayDeadLettersResponse]  # type: ignore[assignment]
     PurgeDeadLetters: _aio.UnaryUnaryMultiCallable[_timeshard_pb2.ReplayDeadLettersRequest, _timeshard_pb2.PurgeDeadLettersResponse]  # type: ignore[assignment]
     WaitJobs: _aio.UnaryStreamMultiCallable[_timeshard_pb2.WaitJobsRequest, _timeshard_pb2.WaitJobsResponse]  # type: ignore[assignment]
+    ListScheduleRevisions: _aio.UnaryUnaryMultiCallable[_timeshard_pb2.ListScheduleRevisionsRequest, _timeshard_pb2.ListScheduleRevisionsResponse]  # type: ignore[assignment]
+    """Schedule revisions (messages just below). Unknown schedule: NOT_FOUND naming it; a
+    revision not kept: NOT_FOUND naming the schedule and the revision, nothing changed.
+    """
+    GetScheduleRevision: _aio.UnaryUnaryMultiCallable[_timeshard_pb2.GetScheduleRevisionRequest, _timeshard_pb2.ScheduleRevision]  # type: ignore[assignment]
+    RollbackSchedule: _aio.UnaryUnaryMultiCallable[_timeshard_pb2.RollbackScheduleRequest, _timeshard_pb2.Schedule]  # type: ignore[assignment]
+    """A new revision whose definition (cron, time zone, DST rules, job template, policies) is
+    that of the revision named; paused or not as the schedule is now. Returns the schedule
+    (its revision field is the new revision). A deleted schedule: FAILED_PRECONDITION, nothing
+    changed (create it again; its revisions go on).
+    """
 
 class JobServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -213,6 +235,35 @@ class JobServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _timeshard_pb2.WaitJobsRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_abc.Iterator[_timeshard_pb2.WaitJobsResponse], _abc.AsyncIterator[_timeshard_pb2.WaitJobsResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def ListScheduleRevisions(
+        self,
+        request: _timeshard_pb2.ListScheduleRevisionsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_timeshard_pb2.ListScheduleRevisionsResponse, _abc.Awaitable[_timeshard_pb2.ListScheduleRevisionsResponse]]:
+        """Schedule revisions (messages just below). Unknown schedule: NOT_FOUND naming it; a
+        revision not kept: NOT_FOUND naming the schedule and the revision, nothing changed.
+        """
+
+    @_abc_1.abstractmethod
+    def GetScheduleRevision(
+        self,
+        request: _timeshard_pb2.GetScheduleRevisionRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_timeshard_pb2.ScheduleRevision, _abc.Awaitable[_timeshard_pb2.ScheduleRevision]]: ...
+
+    @_abc_1.abstractmethod
+    def RollbackSchedule(
+        self,
+        request: _timeshard_pb2.RollbackScheduleRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_timeshard_pb2.Schedule, _abc.Awaitable[_timeshard_pb2.Schedule]]:
+        """A new revision whose definition (cron, time zone, DST rules, job template, policies) is
+        that of the revision named; paused or not as the schedule is now. Returns the schedule
+        (its revision field is the new revision). A deleted schedule: FAILED_PRECONDITION, nothing
+        changed (create it again; its revisions go on).
+        """
 
 def add_JobServiceServicer_to_server(servicer: JobServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
 

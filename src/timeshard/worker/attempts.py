@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 import grpc
 
 from timeshard.clock import Clock
-from timeshard.limits import truncate_error
+from timeshard.limits import START_GRACE_MS, truncate_error
 from timeshard.model import NOT_STARTED
 from timeshard.v1 import timeshard_pb2 as pb
 from timeshard.wire import dur, dur_s, ts, ts_ms
@@ -32,6 +32,7 @@ from timeshard.worker.lease import LeaseLost
 from timeshard.worker.results import Results
 from timeshard.worker.returns import ResultError, encode_result, traceback_of
 from timeshard.worker.slots import Run, Slots
+from timeshard.worker.startat import StartAt
 
 if TYPE_CHECKING:
     from timeshard.v1.timeshard_pb2_grpc import WorkerServiceAsyncStub as WorkerStub
@@ -73,6 +74,8 @@ class InFlight:
     started: bool = False
     """Its handler started (its start notice went out): a give-back at the drain then says
     it was stopped, not that it never started."""
+    at: StartAt | None = None
+    """Pushed with ``starts_in``: when it may start (``startat``)."""
 
 
 class HandlerThreads(ThreadPoolExecutor):
@@ -158,6 +161,14 @@ class Attempts:
                 f"{dur_s(claimed.lease):g}s lease, {margin:g}s safety margin)",
             )
             return
+        at = None
+        if claimed.HasField("starts_in"):  # (a push to a worker that starts it on its clock)
+            at = StartAt.of(sent, self._clock.monotonic(), dur_s(claimed.starts_in))
+            why = at.too_late(sent + dur_s(claimed.lease) - margin)
+            if why:
+                log.warning("job %s: %s; not started, given back", job.job_id, why)
+                self._give_back_unstarted(stub, job.job_id, claimed.fence, f"{NOT_STARTED}: {why}")
+                return
         run = self._slots.claimed(job.job_id, job.type)
         ctx = JobContext(
             job_id=job.job_id,
@@ -180,12 +191,26 @@ class Attempts:
         waited = received - sent > margin / 2
         deadline = sent + dur_s(claimed.lease) - margin
         task = asyncio.create_task(
-            self.execute(stub, ctx, deadline, heartbeat_now=waited, run=run),
+            self.execute(stub, ctx, deadline, heartbeat_now=waited, run=run, at=at),
             name=f"job-{job.job_id}",
         )
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
-        self._track(ctx, stub, task)
+        self._track(ctx, stub, task, at)
+
+    def revoke(self, job_id: str, fence: int) -> bool:
+        """The node revoked the push of ``(job_id, fence)`` (its cancel): a handler not started
+        never will be. Returns whether it had started (a job not here was never started from
+        this push: its notice would have gone before this answer)."""
+        f = self.inflight.get(job_id)
+        if f is None or f.ctx.fence != fence:
+            return False
+        if f.started:
+            return True
+        f.ctx._lease.lose("revoked by the node (cancelled) before its handler started")
+        if f.at is not None:
+            f.at.revoke()
+        return False
 
     def _give_back_unstarted(self, stub: WorkerStub, job_id: str, fence: int, why: str) -> None:
         """Hand a job whose handler never started back to its node, in the background (a
@@ -238,13 +263,16 @@ class Attempts:
         deadline: float,
         heartbeat_now: bool = False,
         run: Run | None = None,
+        at: StartAt | None = None,
     ) -> None:
         """Run one claimed job: wait for its slot, call its handler, report how it ended. Its
         slot is given back when the handler really ended (``Slots.release``), not before."""
         run = run or self._slots.claimed(ctx.job_id, ctx.job_type)
         spec = self._worker.handlers[ctx.job_type]
         ctx._lease.begin(self._clock, deadline)
-        handler = asyncio.create_task(self._invoke(spec, ctx, run), name=f"handler-{ctx.job_id}")
+        handler = asyncio.create_task(
+            self._invoke(spec, ctx, run, at), name=f"handler-{ctx.job_id}"
+        )
         handler.add_done_callback(lambda _: self._slots.release(run))
         self._track_handler(ctx, handler)  # for the drain (``stop``)
         started_at = 0
@@ -266,6 +294,10 @@ class Attempts:
                 # step (the lease ran out or it was stopped while the notice left): it never
                 # started, so it is given back unstarted, not left to count (invariant 9).
                 why = f"{NOT_STARTED}: {ctx._lease.why()} before its handler's first step"
+                log.warning("job %s: %s; given back", ctx.job_id, why)
+                self._give_back_unstarted(stub, ctx.job_id, ctx.fence, why)
+            elif at is not None and not run.started and not at.revoked and at.late(self._clock):
+                why = f"{NOT_STARTED}: {ctx._lease.why()}"
                 log.warning("job %s: %s; given back", ctx.job_id, why)
                 self._give_back_unstarted(stub, ctx.job_id, ctx.fence, why)
             elif outcome is not None:
@@ -316,12 +348,21 @@ class Attempts:
         except Exception as exc:
             return _failed("retry", exc)
 
-    async def _invoke(self, spec: HandlerSpec, ctx: JobContext, run: Run) -> Any:
+    async def _invoke(
+        self, spec: HandlerSpec, ctx: JobContext, run: Run, at: StartAt | None = None
+    ) -> Any:
         """Wait for the job's slot, then call its handler. What the handler raises that would
         end the event loop or be taken for the worker cancelling it — ``SystemExit``,
         ``KeyboardInterrupt``, its own ``CancelledError`` — comes out as ``_Raised``, an
         ordinary exception that fails the attempt."""
+        if at is not None:
+            await at.wait(self._clock)  # never before its time on this worker's clock
         await self._slots.acquire(run)
+        if at is not None and not at.revoked and at.late(self._clock):
+            ctx._lease.lose(
+                f"its start came more than {START_GRACE_MS / 1000:g}s past its time (the "
+                "worker was stopped or overloaded)"
+            )
         if not ctx._lease.held():  # over while it waited: no start notice, no step
             raise LeaseLost(f"job {ctx.job_id}: {ctx._lease.why()}")
         sent = run.start()
@@ -416,9 +457,17 @@ class Attempts:
             _log_problem(ctx, "result refused", result.message)
             self._emit("rejected", ctx, result.message)
 
-    def _track(self, ctx: JobContext, stub: WorkerStub, task: asyncio.Task[None]) -> None:
+    def _track(
+        self,
+        ctx: JobContext,
+        stub: WorkerStub,
+        task: asyncio.Task[None],
+        at: StartAt | None = None,
+    ) -> None:
         spec = self._worker.handlers[ctx.job_type]
-        self.inflight[ctx.job_id] = InFlight(ctx=ctx, stub=stub, task=task, is_async=spec.is_async)
+        self.inflight[ctx.job_id] = InFlight(
+            ctx=ctx, stub=stub, task=task, is_async=spec.is_async, at=at
+        )
         task.add_done_callback(lambda _: self.inflight.pop(ctx.job_id, None))
 
     def _track_handler(self, ctx: JobContext, handler: asyncio.Task[Any]) -> None:

@@ -358,6 +358,7 @@ class Worker:
             start=self._attempts.start,
             claim_loop=self._claim_loop,
             claim_polls=self.claim_polls,
+            revoke=self._attempts.revoke,
         )
 
         def link(stub: WorkerStub, address: str) -> NodeLink:

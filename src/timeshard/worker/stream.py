@@ -80,6 +80,8 @@ class Host:
     """The unary long polls of one type: ``claim_loop(link, stop, job_type, poll)``."""
     claim_polls: int = 1
     """How many ``claim_loop`` run per type and node (``poll`` 0, 1, ...)."""
+    revoke: Callable[[str, int], bool] = lambda job_id, fence: False
+    """The node revoked a pushed job: not started from now on; True if it had started."""
 
 
 class NodeLink:
@@ -112,6 +114,7 @@ class NodeLink:
         self._out_beats: list[pb.HeartbeatRequest] = []
         self._out_results: list[pb.FinishItem] = []
         self._out_started: list[pb.HeartbeatRequest] = []
+        self._out_revoked: list[pb.WorkRevoke] = []
         self._out_sent: asyncio.Future[None] | None = None
         """Done once the next request (with its start notices) was written."""
         self._out_stop = False
@@ -235,6 +238,7 @@ class NodeLink:
             worker_id=self._host.worker_id,
             lease=dur(round(self._host.lease_s * 1000)),
             max_reply_bytes=MAX_REPLY_BYTES,
+            accepts_starts_in=True,
         )
         self._seq = 0
         self._sent.clear()  # (numbers start again on each stream)
@@ -271,6 +275,10 @@ class NodeLink:
                 self._host.start(self, claimed, sent)
             for t in types:  # (a job not started, its lease over on arrival, freed no slot)
                 self._freed(t)
+        for r in message.revokes:  # (answered at once: a cancel waits for it)
+            started = self._host.revoke(r.job_id, r.fence)
+            self._out_revoked.append(pb.WorkRevoke(job_id=r.job_id, fence=r.fence, started=started))
+            self._has_out.set()
         if message.seq:
             answer = self._pending.pop(message.seq, None)
             if answer is not None and not answer.done():
@@ -305,11 +313,12 @@ class NodeLink:
                 results=self._out_results,
                 started=self._out_started,
                 stop=self._out_stop,
+                revoked=self._out_revoked,
             )
             answer, self._out_answer = self._out_answer, None
             sent, self._out_sent = self._out_sent, None
             self._out_credits, self._out_beats, self._out_results = {}, [], []
-            self._out_started = []
+            self._out_started, self._out_revoked = [], []
             self._out_stop = False
             if answer is not None:
                 self._pending[self._seq + 1] = answer
@@ -378,6 +387,7 @@ class NodeLink:
         self._out_answer = None
         self._out_credits, self._out_beats, self._out_results = {}, [], []
         self._out_started = []  # (their heartbeats carry them again)
+        self._out_revoked = []  # (the node's cancel waits no longer than the start's bound)
         if self._out_sent is not None and not self._out_sent.done():
             self._out_sent.set_result(None)
         self._out_sent = None

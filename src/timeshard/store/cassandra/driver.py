@@ -103,7 +103,7 @@ _CONDITIONAL = frozenset(
         "save_cursor",
         "insert_schedule",
         "update_schedule",
-        "delete_schedule",
+        "revise_schedule",
     }
 )
 """The named queries that are lightweight transactions (their timeouts are ``Ambiguous``)."""

@@ -11,12 +11,15 @@ from dataclasses import replace
 
 from timeshard.clock import Clock, SystemClock
 from timeshard.errors import InvalidArgument, StoreUnavailable
-from timeshard.limits import DEFAULT_MAX_UNSTARTED
+from timeshard.limits import DEFAULT_MAX_UNSTARTED, REVISIONS_KEPT
 from timeshard.model import (
     BucketEntry,
+    Change,
+    ChangeKind,
     Job,
     JobState,
     Schedule,
+    ScheduleRevision,
     ShardState,
     WriteResult,
     validate_result,
@@ -39,7 +42,12 @@ from timeshard.store.cassandra.jobrows import JobRows
 from timeshard.store.cassandra.parts import CAS_ROUNDS
 from timeshard.store.cassandra.parts import gather as _gather
 from timeshard.store.cassandra.rows import to_shard_state
-from timeshard.store.codec import schedule_columns, to_schedule
+from timeshard.store.codec import (
+    revision_from_record,
+    revision_record,
+    schedule_columns,
+    to_schedule,
+)
 from timeshard.store.listing import JobQuery, JobSlice
 from timeshard.store.meta import (
     TYPE_POLICY_PREFIX,
@@ -317,46 +325,77 @@ class CassandraStore(Store):
     # -- schedules ------------------------------------------------------------------------
 
     async def create_schedule(
-        self, schedule: Schedule, entry: BucketEntry
+        self, schedule: Schedule, entry: BucketEntry, change: Change | None = None
     ) -> tuple[bool, Schedule]:
         """The entry is written first: if the row then exists already, the extra entry finds
         it and moves on; a crash in between never leaves a schedule without its entry."""
         await self._jobs.put_entries([entry])
+        change = change or Change(kind=ChangeKind.CREATE, at_ms=schedule.created_at)
+        record = revision_record(schedule, change)
+        params = {**schedule_columns(schedule), "revisions": {schedule.revision: record}}
         for _ in range(CAS_ROUNDS):
             try:
-                row = await self._conn.one("insert_schedule", schedule_columns(schedule))
+                row = await self._conn.one("insert_schedule", params)
             except Ambiguous:
                 stored = await self.get_schedule(schedule.schedule_id, serial=True)
                 if stored is None:
-                    continue  # not written: try again
+                    continue  # not written (or a deleted one's row): try again
                 return stored == schedule, stored
             if row["[applied]"]:
                 return True, schedule
-            return False, to_schedule(row)
+            found = to_schedule(row)
+            if not row.get("deleted"):
+                return False, found
+            # The id of a deleted schedule is free again; its revisions go on.
+            new = schedule.with_(version=found.version + 1, revision=found.revision + 1)
+            applied, stored = await self._revise(
+                new, found.version, change, deleted=False, was_deleted=True
+            )
+            if applied:
+                return True, new
+            if stored is not None:
+                return False, stored
         raise StoreUnavailable(f"creating schedule {schedule.schedule_id!r} kept timing out")
 
-    async def get_schedule(self, schedule_id: str, *, serial: bool = False) -> Schedule | None:
+    async def _read_schedule(
+        self, schedule_id: str, *, serial: bool
+    ) -> tuple[Schedule | None, bool]:
+        """The row (also a deleted one's) and whether it was deleted."""
         rows = await self._conn.rows("select_schedule", (schedule_id,), serial=serial)
-        return to_schedule(rows[0]) if rows else None
+        return (to_schedule(rows[0]), bool(rows[0]["deleted"])) if rows else (None, False)
+
+    async def get_schedule(self, schedule_id: str, *, serial: bool = False) -> Schedule | None:
+        found, deleted = await self._read_schedule(schedule_id, serial=serial)
+        return None if deleted else found
 
     async def select_schedules(
         self, *, limit: int, after: str | None
     ) -> tuple[list[Schedule], bool]:
         """In token order of the schedule id (stable, not alphabetical: the rows are spread
-        over the cluster by the hash of their id)."""
-        rows = await (
-            self._conn.rows("list_schedules", (after, limit + 1))
-            if after is not None
-            else self._conn.rows("list_schedules_first", (limit + 1,))
-        )
-        found = [to_schedule(r) for r in rows]
-        return found[:limit], len(found) > limit
+        over the cluster by the hash of their id). Deleted ones are read and passed over."""
+        found: list[Schedule] = []
+        while True:
+            rows = await (
+                self._conn.rows("list_schedules", (after, limit + 1))
+                if after is not None
+                else self._conn.rows("list_schedules_first", (limit + 1,))
+            )
+            found += [to_schedule(r) for r in rows if not r["deleted"]]
+            if len(found) > limit or len(rows) <= limit:
+                return found[:limit], len(found) > limit
+            after = rows[-1]["schedule_id"]
 
     async def update_schedule(
-        self, schedule: Schedule, expect_version: int, entry: BucketEntry | None
+        self,
+        schedule: Schedule,
+        expect_version: int,
+        entry: BucketEntry | None,
+        change: Change | None = None,
     ) -> tuple[bool, Schedule | None]:
         if entry is not None:
             await self._jobs.put_entries([entry])
+        if change is not None:
+            return await self._revise(schedule, expect_version, change, deleted=False)
         after = schedule.with_(version=expect_version + 1)
         params = {
             **schedule_columns(schedule),
@@ -378,16 +417,57 @@ class CassandraStore(Store):
             return False, await self.get_schedule(schedule.schedule_id, serial=True)
         raise StoreUnavailable(f"schedule {schedule.schedule_id!r}: update kept timing out")
 
-    async def delete_schedule(self, schedule_id: str) -> bool:
+    async def delete_schedule(
+        self, schedule: Schedule, expect_version: int, change: Change
+    ) -> tuple[bool, Schedule | None]:
+        return await self._revise(schedule, expect_version, change, deleted=True)
+
+    async def _revise(
+        self,
+        s: Schedule,
+        expect_version: int,
+        change: Change,
+        *,
+        deleted: bool,
+        was_deleted: bool = False,
+    ) -> tuple[bool, Schedule | None]:
+        """A person's change: the whole row and revision ``s.revision`` in one conditional
+        write (with the drop of the revision ``REVISIONS_KEPT`` before it, one batch of the
+        row's partition), if the row is at ``expect_version`` and deleted or not as
+        ``was_deleted`` says. Returns (applied, the schedule after (None once deleted), or as
+        found)."""
+        sid = s.schedule_id
+        params = {
+            **schedule_columns(s),
+            "version": expect_version,
+            "new_version": expect_version + 1,
+            "deleted": deleted,
+            "was": [True] if was_deleted else [None, False],
+            "record": revision_record(s, change),
+        }
+        statements: list[tuple[str, dict[str, object]]] = [("revise_schedule", params)]
+        if s.revision > REVISIONS_KEPT:
+            dropped = {"schedule_id": sid, "dropped": s.revision - REVISIONS_KEPT}
+            statements.append(("trim_revisions", dropped))
+        after = s.with_(version=expect_version + 1)
         for _ in range(CAS_ROUNDS):
             try:
-                row = await self._conn.one("delete_schedule", (schedule_id,))
+                rows = await self._conn.batch(statements, conditional=True)
             except Ambiguous:
-                if await self.get_schedule(schedule_id, serial=True) is None:
-                    return True
-                continue
-            return bool(row["[applied]"])
-        raise StoreUnavailable(f"schedule {schedule_id!r}: delete kept timing out")
+                found, was_deleted = await self._read_schedule(sid, serial=True)
+                if found is not None and found.version == expect_version:
+                    continue  # not written, still ours to write
+                mine = found == after and was_deleted == deleted
+                return mine, None if was_deleted else found
+            if rows and rows[0].get("[applied]"):
+                return True, None if deleted else after
+            return False, await self.get_schedule(sid, serial=True)
+        raise StoreUnavailable(f"schedule {sid!r}: change kept timing out")
+
+    async def schedule_revisions(self, schedule_id: str) -> list[ScheduleRevision]:
+        rows = await self._conn.rows("select_revisions", (schedule_id,))
+        kept: dict[int, str] = (rows[0]["revisions"] or {}) if rows else {}
+        return [revision_from_record(kept[n]) for n in sorted(kept, reverse=True)]
 
     # -- per-type policies ----------------------------------------------------------------
 

@@ -71,8 +71,18 @@ CREATE TABLE IF NOT EXISTS schedules (
     skipped INTEGER NOT NULL,
     last_skip_at INTEGER NOT NULL,
     last_fire_at INTEGER NOT NULL,
-    spread_ms INTEGER NOT NULL DEFAULT 0
+    spread_ms INTEGER NOT NULL DEFAULT 0,
+    revision INTEGER NOT NULL DEFAULT 0,
+    deleted INTEGER NOT NULL DEFAULT 0
 );
+-- A schedule's revisions (store/codec.py revision_record), the newest REVISIONS_KEPT of each;
+-- written in the transaction of the change that made each, kept when the schedule is deleted.
+CREATE TABLE IF NOT EXISTS schedule_revisions (
+    schedule_id TEXT NOT NULL,
+    revision INTEGER NOT NULL,
+    record TEXT NOT NULL,
+    PRIMARY KEY (schedule_id, revision)
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS meta (
     key TEXT PRIMARY KEY,
     value TEXT NOT NULL
@@ -109,6 +119,14 @@ SELECT name FROM pragma_table_info('schedules');
 -- name: add_spread
 -- Migration: a schedule's spread window (0: none).
 ALTER TABLE schedules ADD COLUMN spread_ms INTEGER NOT NULL DEFAULT 0;
+
+-- name: add_schedule_revision
+-- Migration: a schedule's revision (0: written before revisions were kept) and whether it was
+-- deleted (its row stays while its revisions are kept).
+ALTER TABLE schedules ADD COLUMN revision INTEGER NOT NULL DEFAULT 0;
+
+-- name: add_schedule_deleted
+ALTER TABLE schedules ADD COLUMN deleted INTEGER NOT NULL DEFAULT 0;
 
 -- name: select_job
 -- The columns in the order of Job's fields (codec.JOB_COLUMNS): rows decode by position.
@@ -225,17 +243,42 @@ SELECT key, value FROM meta;
 DELETE FROM jobs WHERE job_id = ?;
 
 -- name: select_schedule
+-- Also a deleted one (``deleted``): the store reads it as none.
 SELECT * FROM schedules WHERE schedule_id = ?;
 
 -- name: insert_schedule
 INSERT OR IGNORE INTO schedules (schedule_id, shard, cron, timezone, dst_gap, dst_fold, type,
     payload, max_attempts, misfire, misfire_grace_ms, max_catchup, overlap, max_concurrent,
     jitter_ms, paused, next_fire, created_at, version, active, queued_at, skipped, last_skip_at,
-    last_fire_at, spread_ms)
+    last_fire_at, spread_ms, revision)
 VALUES (:schedule_id, :shard, :cron, :timezone, :dst_gap, :dst_fold, :type, :payload,
     :max_attempts, :misfire, :misfire_grace_ms, :max_catchup, :overlap, :max_concurrent,
     :jitter_ms, :paused, :next_fire, :created_at, :version, :active, :queued_at, :skipped,
-    :last_skip_at, :last_fire_at, :spread_ms);
+    :last_skip_at, :last_fire_at, :spread_ms, :revision);
+
+-- name: revise_schedule
+-- A person's change (or a create on a deleted schedule's id): every column, the revision, and
+-- whether it is deleted; conditional on the version, as update_schedule, and on being live
+-- (or deleted, for a create on its id).
+UPDATE schedules SET shard = :shard, cron = :cron, timezone = :timezone, dst_gap = :dst_gap,
+    dst_fold = :dst_fold, type = :type, payload = :payload, max_attempts = :max_attempts,
+    misfire = :misfire, misfire_grace_ms = :misfire_grace_ms, max_catchup = :max_catchup,
+    overlap = :overlap, max_concurrent = :max_concurrent, jitter_ms = :jitter_ms,
+    paused = :paused, next_fire = :next_fire, created_at = :created_at, version = :version + 1,
+    active = :active, queued_at = :queued_at, skipped = :skipped, last_skip_at = :last_skip_at,
+    last_fire_at = :last_fire_at, spread_ms = :spread_ms, revision = :revision,
+    deleted = :deleted
+WHERE schedule_id = :schedule_id AND version = :version AND deleted = :was_deleted;
+
+-- name: insert_revision
+INSERT OR REPLACE INTO schedule_revisions (schedule_id, revision, record) VALUES (?, ?, ?);
+
+-- name: trim_revisions
+-- The revisions of a schedule older than the newest REVISIONS_KEPT.
+DELETE FROM schedule_revisions WHERE schedule_id = ? AND revision <= ?;
+
+-- name: select_revisions
+SELECT record FROM schedule_revisions WHERE schedule_id = ? ORDER BY revision DESC;
 
 -- name: update_schedule
 UPDATE schedules SET cron = :cron, timezone = :timezone, dst_gap = :dst_gap,
@@ -248,10 +291,7 @@ UPDATE schedules SET cron = :cron, timezone = :timezone, dst_gap = :dst_gap,
 WHERE schedule_id = :schedule_id AND version = :version;
 
 -- name: list_schedules
-SELECT * FROM schedules WHERE schedule_id > ? ORDER BY schedule_id LIMIT ?;
-
--- name: delete_schedule
-DELETE FROM schedules WHERE schedule_id = ?;
+SELECT * FROM schedules WHERE schedule_id > ? AND deleted = 0 ORDER BY schedule_id LIMIT ?;
 
 -- name: sweep_scan
 -- Retention: the next rows in table order, a bounded slice per sweep (no index needed; a

@@ -14,9 +14,12 @@ Must be zero (``MUST_BE_ZERO``):
   past its lease: the idempotency key alone stopped it);
 - ``cron_missing`` / ``cron_doubled``: cron slots from the first fire to the schedule's final
   ``next_fire`` with no occurrence job, or with more than one;
-- ``ran_after_cancel``: runs claimed after their job's cancel was acknowledged;
-- ``early``: runs claimed (or started) before their due time, including the due time a
-  reschedule acknowledged before the claim set;
+- ``ran_after_cancel``: handlers started after their job's cancel was acknowledged (the run's
+  start in the workers' ledger: a job claimed ahead and pushed before it was due starts on its
+  worker's clock, after its claim);
+- ``early``: handlers started before their due time (the run's start in the workers' ledger;
+  also a claim before it), including the due time a reschedule acknowledged before the start
+  set;
 - ``wrong_state``: jobs that ended otherwise than planned (a planned success dead, a permanent
   failure succeeded, an acknowledged cancel not cancelled, a success with no effect applied;
   a job with a deadline may also end expired);
@@ -262,13 +265,14 @@ def _ran_after_cancel(
         if acked is None:
             continue
         for run in by_job.get(job, []):
-            if run.started_at > acked:
+            if run.wall > acked:
                 out.append(
                     Finding(
                         kind="ran_after_cancel",
                         job=job,
-                        detail=f"claimed at {run.started_at}, {run.started_at - acked:.0f} ms "
-                        f"after the cancel was acknowledged (fence {run.fence} on {run.worker})",
+                        detail=f"handler started at {run.wall:.0f} (claimed at "
+                        f"{run.started_at}), {run.wall - acked:.0f} ms after the cancel was "
+                        f"acknowledged (fence {run.fence} on {run.worker})",
                     )
                 )
     return out
@@ -285,7 +289,7 @@ def _early(plans: dict[str, JobPlan], by_job: dict[str, list[RunRecord]]) -> lis
                 due, why = max(due, plan.run_at), "its scheduled time"
             if plan is not None:
                 for r in plan.reschedules:
-                    if r.get("result") == "applied" and run.started_at > r["acked"]:
+                    if r.get("result") == "applied" and run.wall > r["acked"]:
                         due, why = max(due, r["run_at"]), "the time a reschedule set"
             if run.started_at < due or run.wall < due:
                 out.append(

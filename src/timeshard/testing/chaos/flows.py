@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import math
 
-from timeshard.testing.chaos.ledger import Ledger, RunRecord
+from timeshard.testing.chaos.ledger import RATED_TYPE, Ledger, RunRecord
 from timeshard.testing.chaos.report import Finding
 from timeshard.testing.chaos.times import Times
 
-RATED_TYPE = "chaos.rated"
 NODES = 3
 PAUSE_REACH_MS = 6_000
 """A pause reaches every node within its refresh of the stored settings (5 s), plus a second."""

@@ -35,6 +35,11 @@ EFFECTS_DIR = "effects"
 JOURNAL = "journal.jsonl"
 STORE = "store.json"
 
+JOB_TYPE = "chaos.job"
+RATED_TYPE = "chaos.rated"
+"""The same work as ``chaos.job``, of a type the run gives a cluster-wide rate and pauses for a
+while (``run.py``): the checker holds it to both."""
+
 
 def now_mono() -> float:
     return time.monotonic()

@@ -23,8 +23,7 @@ from typing import Any
 
 import grpc
 
-from timeshard.testing.chaos.ledger import JsonLines, now_wall_ms
-from timeshard.testing.chaos.worker import JOB_TYPE, RATED_TYPE
+from timeshard.testing.chaos.ledger import JOB_TYPE, RATED_TYPE, JsonLines, now_wall_ms
 from timeshard.v1 import timeshard_pb2 as pb
 from timeshard.v1 import timeshard_pb2_grpc as pb_grpc
 from timeshard.wire import ts

@@ -30,8 +30,10 @@ from timeshard.testing.attempts import STATE_NAMES, TERMINAL, job_summary
 from timeshard.testing.chaos.check import Report, check_dir
 from timeshard.testing.chaos.faults import Injector
 from timeshard.testing.chaos.ledger import (
+    JOB_TYPE,
     JOURNAL,
     LEDGER_DIR,
+    RATED_TYPE,
     STORE,
     JsonLines,
     now_wall_ms,
@@ -39,7 +41,6 @@ from timeshard.testing.chaos.ledger import (
 )
 from timeshard.testing.chaos.load import Api, GaveUp, LoadShape, Workload
 from timeshard.testing.chaos.plan import FaultKind, PlanShape, fault_plan
-from timeshard.testing.chaos.worker import JOB_TYPE, RATED_TYPE
 from timeshard.testing.fleet import Fleet
 from timeshard.testing.services import create_keyspace, drop_keyspace
 from timeshard.v1 import timeshard_pb2 as pb
@@ -71,6 +72,9 @@ class ChaosConfig:
     lease_s: float = 4.0
     session_s: float = 4.0
     lookahead_s: float = 2.0
+    claim_ahead_ms: int = 0
+    """The nodes' ``--claim-ahead-ms`` (0: off): jobs claimed ahead and pushed before they are
+    due start on their workers' clocks."""
     drain_s: float = 300.0
     """How long the drain may take before what is not terminal counts as lost."""
     fault_gap_s: tuple[float, float] = (6.0, 16.0)
@@ -180,6 +184,7 @@ class ChaosRun:
             lookahead_s=config.lookahead_s,
             lease_s=config.lease_s,
             progress=progress,
+            server_flags=["--claim-ahead-ms", str(config.claim_ahead_ms)],
         )
         self.api = Api(lambda: [p.address for p in self.fleet.servers.values()])
         self.facts: dict[str, Any] = {}

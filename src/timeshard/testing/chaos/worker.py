@@ -18,7 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from timeshard.testing.chaos.ledger import (
+    JOB_TYPE,
     LEDGER_DIR,
+    RATED_TYPE,
     Effects,
     JsonLines,
     now_mono,
@@ -27,10 +29,6 @@ from timeshard.testing.chaos.ledger import (
 from timeshard.worker import JobContext, PermanentError, Worker
 from timeshard.worker.lease import LeaseLost
 
-JOB_TYPE = "chaos.job"
-RATED_TYPE = "chaos.rated"
-"""The same work as ``chaos.job``, of a type the run gives a cluster-wide rate and pauses for a
-while (``run.py``): the checker holds it to both."""
 LEASE_S = 4.0
 
 

@@ -383,9 +383,9 @@ class Handlers(PageBase):
             node = self.c.node
             schedule_id, name = request.path_params["schedule_id"], request.path_params["action"]
             if name == "pause":
-                await node.schedules.pause(schedule_id)
+                await node.schedules.pause(schedule_id, actor=who.name)
             elif name == "resume":
-                await node.schedules.resume(schedule_id)
+                await node.schedules.resume(schedule_id, actor=who.name)
             elif name == "trigger":
                 s = await node.schedules.get(schedule_id)
                 now = node.clock.now_ms()

@@ -1344,7 +1344,11 @@ type Schedule struct {
 	// the schedule id, the same for every occurrence, never earlier than the nominal time. The
 	// occurrence id and misfire/backfill stay on the nominal time. At most 24h, and shorter than
 	// the time between two fire times (INVALID_ARGUMENT). Unset or 0: no spread.
-	Spread        *durationpb.Duration `protobuf:"bytes,22,opt,name=spread,proto3" json:"spread,omitempty"`
+	Spread *durationpb.Duration `protobuf:"bytes,22,opt,name=spread,proto3" json:"spread,omitempty"`
+	// Read-only: the schedule's revision, 1 at create and one more with each update, pause,
+	// resume, delete and rollback (not with its fires); 0 for one created before revisions were
+	// kept. ScheduleRevision keeps each.
+	Revision      int64 `protobuf:"varint,23,opt,name=revision,proto3" json:"revision,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1533,9 +1537,18 @@ func (x *Schedule) GetSpread() *durationpb.Duration {
 	return nil
 }
 
+func (x *Schedule) GetRevision() int64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+// reason (optional, at most 1000 bytes): why, kept with the revision the change makes.
 type CreateScheduleRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Schedule      *Schedule              `protobuf:"bytes,1,opt,name=schedule,proto3" json:"schedule,omitempty"`
+	Reason        string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1575,6 +1588,13 @@ func (x *CreateScheduleRequest) GetSchedule() *Schedule {
 		return x.Schedule
 	}
 	return nil
+}
+
+func (x *CreateScheduleRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
 }
 
 type GetScheduleRequest struct {
@@ -1728,6 +1748,7 @@ func (x *ListSchedulesResponse) GetNextPageToken() string {
 type UpdateScheduleRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Schedule      *Schedule              `protobuf:"bytes,1,opt,name=schedule,proto3" json:"schedule,omitempty"`
+	Reason        string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1769,9 +1790,18 @@ func (x *UpdateScheduleRequest) GetSchedule() *Schedule {
 	return nil
 }
 
+func (x *UpdateScheduleRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+// Pause, resume, delete; reason as on CreateScheduleRequest.
 type ScheduleIdRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	ScheduleId    string                 `protobuf:"bytes,1,opt,name=schedule_id,json=scheduleId,proto3" json:"schedule_id,omitempty"`
+	Reason        string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1813,8 +1843,17 @@ func (x *ScheduleIdRequest) GetScheduleId() string {
 	return ""
 }
 
+func (x *ScheduleIdRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+// revision: the revision the delete made (its history is kept: ListScheduleRevisions).
 type DeleteScheduleResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
+	Revision      int64                  `protobuf:"varint,1,opt,name=revision,proto3" json:"revision,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1847,6 +1886,13 @@ func (x *DeleteScheduleResponse) ProtoReflect() protoreflect.Message {
 // Deprecated: Use DeleteScheduleResponse.ProtoReflect.Descriptor instead.
 func (*DeleteScheduleResponse) Descriptor() ([]byte, []int) {
 	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *DeleteScheduleResponse) GetRevision() int64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
 }
 
 type PreviewRequest struct {
@@ -2444,6 +2490,337 @@ func (x *WaitJobsResponse) GetJob() *Job {
 	return nil
 }
 
+// One revision of a schedule: what a person did, and the schedule as it was right after (for
+// a delete, as it was when deleted). A schedule keeps its newest 100 revisions, also once
+// deleted.
+type ScheduleRevision struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	ScheduleId string                 `protobuf:"bytes,1,opt,name=schedule_id,json=scheduleId,proto3" json:"schedule_id,omitempty"`
+	Revision   int64                  `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
+	Change     string                 `protobuf:"bytes,3,opt,name=change,proto3" json:"change,omitempty"` // create | update | pause | resume | delete | rollback
+	// The name of the caller's token; "anonymous" on a node without tokens.
+	Actor        string                 `protobuf:"bytes,4,opt,name=actor,proto3" json:"actor,omitempty"`
+	At           *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=at,proto3" json:"at,omitempty"`
+	Reason       string                 `protobuf:"bytes,6,opt,name=reason,proto3" json:"reason,omitempty"`
+	RolledBackTo int64                  `protobuf:"varint,7,opt,name=rolled_back_to,json=rolledBackTo,proto3" json:"rolled_back_to,omitempty"` // a rollback: the revision whose definition it restored
+	// Its definition, paused, next_fire and revision as they were (no run bookkeeping).
+	Schedule      *Schedule `protobuf:"bytes,8,opt,name=schedule,proto3" json:"schedule,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ScheduleRevision) Reset() {
+	*x = ScheduleRevision{}
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ScheduleRevision) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ScheduleRevision) ProtoMessage() {}
+
+func (x *ScheduleRevision) ProtoReflect() protoreflect.Message {
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ScheduleRevision.ProtoReflect.Descriptor instead.
+func (*ScheduleRevision) Descriptor() ([]byte, []int) {
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *ScheduleRevision) GetScheduleId() string {
+	if x != nil {
+		return x.ScheduleId
+	}
+	return ""
+}
+
+func (x *ScheduleRevision) GetRevision() int64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+func (x *ScheduleRevision) GetChange() string {
+	if x != nil {
+		return x.Change
+	}
+	return ""
+}
+
+func (x *ScheduleRevision) GetActor() string {
+	if x != nil {
+		return x.Actor
+	}
+	return ""
+}
+
+func (x *ScheduleRevision) GetAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.At
+	}
+	return nil
+}
+
+func (x *ScheduleRevision) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *ScheduleRevision) GetRolledBackTo() int64 {
+	if x != nil {
+		return x.RolledBackTo
+	}
+	return 0
+}
+
+func (x *ScheduleRevision) GetSchedule() *Schedule {
+	if x != nil {
+		return x.Schedule
+	}
+	return nil
+}
+
+// Newest first, a page at a time: page_size 0 means 20, at most 100; the token is the one
+// the previous page gave (empty: from the newest).
+type ListScheduleRevisionsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ScheduleId    string                 `protobuf:"bytes,1,opt,name=schedule_id,json=scheduleId,proto3" json:"schedule_id,omitempty"`
+	PageSize      int32                  `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	PageToken     string                 `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListScheduleRevisionsRequest) Reset() {
+	*x = ListScheduleRevisionsRequest{}
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListScheduleRevisionsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListScheduleRevisionsRequest) ProtoMessage() {}
+
+func (x *ListScheduleRevisionsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListScheduleRevisionsRequest.ProtoReflect.Descriptor instead.
+func (*ListScheduleRevisionsRequest) Descriptor() ([]byte, []int) {
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *ListScheduleRevisionsRequest) GetScheduleId() string {
+	if x != nil {
+		return x.ScheduleId
+	}
+	return ""
+}
+
+func (x *ListScheduleRevisionsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListScheduleRevisionsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+type ListScheduleRevisionsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Revisions     []*ScheduleRevision    `protobuf:"bytes,1,rep,name=revisions,proto3" json:"revisions,omitempty"`
+	NextPageToken string                 `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListScheduleRevisionsResponse) Reset() {
+	*x = ListScheduleRevisionsResponse{}
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListScheduleRevisionsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListScheduleRevisionsResponse) ProtoMessage() {}
+
+func (x *ListScheduleRevisionsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListScheduleRevisionsResponse.ProtoReflect.Descriptor instead.
+func (*ListScheduleRevisionsResponse) Descriptor() ([]byte, []int) {
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *ListScheduleRevisionsResponse) GetRevisions() []*ScheduleRevision {
+	if x != nil {
+		return x.Revisions
+	}
+	return nil
+}
+
+func (x *ListScheduleRevisionsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+type GetScheduleRevisionRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ScheduleId    string                 `protobuf:"bytes,1,opt,name=schedule_id,json=scheduleId,proto3" json:"schedule_id,omitempty"`
+	Revision      int64                  `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetScheduleRevisionRequest) Reset() {
+	*x = GetScheduleRevisionRequest{}
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetScheduleRevisionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetScheduleRevisionRequest) ProtoMessage() {}
+
+func (x *GetScheduleRevisionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetScheduleRevisionRequest.ProtoReflect.Descriptor instead.
+func (*GetScheduleRevisionRequest) Descriptor() ([]byte, []int) {
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *GetScheduleRevisionRequest) GetScheduleId() string {
+	if x != nil {
+		return x.ScheduleId
+	}
+	return ""
+}
+
+func (x *GetScheduleRevisionRequest) GetRevision() int64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+type RollbackScheduleRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ScheduleId    string                 `protobuf:"bytes,1,opt,name=schedule_id,json=scheduleId,proto3" json:"schedule_id,omitempty"`
+	Revision      int64                  `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"` // the revision whose definition to restore
+	Reason        string                 `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RollbackScheduleRequest) Reset() {
+	*x = RollbackScheduleRequest{}
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RollbackScheduleRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RollbackScheduleRequest) ProtoMessage() {}
+
+func (x *RollbackScheduleRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RollbackScheduleRequest.ProtoReflect.Descriptor instead.
+func (*RollbackScheduleRequest) Descriptor() ([]byte, []int) {
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *RollbackScheduleRequest) GetScheduleId() string {
+	if x != nil {
+		return x.ScheduleId
+	}
+	return ""
+}
+
+func (x *RollbackScheduleRequest) GetRevision() int64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+func (x *RollbackScheduleRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
 type ClaimRequest struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	WorkerId string                 `protobuf:"bytes,1,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
@@ -2465,7 +2842,7 @@ type ClaimRequest struct {
 
 func (x *ClaimRequest) Reset() {
 	*x = ClaimRequest{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[30]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2477,7 +2854,7 @@ func (x *ClaimRequest) String() string {
 func (*ClaimRequest) ProtoMessage() {}
 
 func (x *ClaimRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[30]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2490,7 +2867,7 @@ func (x *ClaimRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimRequest.ProtoReflect.Descriptor instead.
 func (*ClaimRequest) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{30}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ClaimRequest) GetWorkerId() string {
@@ -2544,14 +2921,20 @@ type ClaimedJob struct {
 	IdempotencyKey string                 `protobuf:"bytes,4,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
 	// The lease granted, measured from when the claim was taken; a worker whose heartbeats are
 	// not granted must stop its handler before (time it sent the claim) + lease - safety margin.
-	Lease         *durationpb.Duration `protobuf:"bytes,5,opt,name=lease,proto3" json:"lease,omitempty"`
+	Lease *durationpb.Duration `protobuf:"bytes,5,opt,name=lease,proto3" json:"lease,omitempty"`
+	// Worker stream only, to a worker whose hello set accepts_starts_in (always set there, 0 for
+	// a job already due): start the handler no earlier than (local monotonic time the push was
+	// received) + starts_in, and no later than (the push's base: time request after_seq was
+	// sent + held) + starts_in + 2 s; a job that can not start in that span, or within its
+	// lease, is given back not started. Unset: start at once (the unary Claim, older nodes).
+	StartsIn      *durationpb.Duration `protobuf:"bytes,6,opt,name=starts_in,json=startsIn,proto3" json:"starts_in,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ClaimedJob) Reset() {
 	*x = ClaimedJob{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[31]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2563,7 +2946,7 @@ func (x *ClaimedJob) String() string {
 func (*ClaimedJob) ProtoMessage() {}
 
 func (x *ClaimedJob) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[31]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2576,7 +2959,7 @@ func (x *ClaimedJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimedJob.ProtoReflect.Descriptor instead.
 func (*ClaimedJob) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{31}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ClaimedJob) GetJob() *Job {
@@ -2614,6 +2997,13 @@ func (x *ClaimedJob) GetLease() *durationpb.Duration {
 	return nil
 }
 
+func (x *ClaimedJob) GetStartsIn() *durationpb.Duration {
+	if x != nil {
+		return x.StartsIn
+	}
+	return nil
+}
+
 type ClaimResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Jobs          []*ClaimedJob          `protobuf:"bytes,1,rep,name=jobs,proto3" json:"jobs,omitempty"`
@@ -2623,7 +3013,7 @@ type ClaimResponse struct {
 
 func (x *ClaimResponse) Reset() {
 	*x = ClaimResponse{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[32]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2635,7 +3025,7 @@ func (x *ClaimResponse) String() string {
 func (*ClaimResponse) ProtoMessage() {}
 
 func (x *ClaimResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[32]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2648,7 +3038,7 @@ func (x *ClaimResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimResponse.ProtoReflect.Descriptor instead.
 func (*ClaimResponse) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{32}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ClaimResponse) GetJobs() []*ClaimedJob {
@@ -2675,7 +3065,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[33]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2687,7 +3077,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[33]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2700,7 +3090,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{33}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *HeartbeatRequest) GetJobId() string {
@@ -2748,7 +3138,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[34]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2760,7 +3150,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[34]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2773,7 +3163,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{34}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *HeartbeatResponse) GetLeaseUntil() *timestamppb.Timestamp {
@@ -2800,7 +3190,7 @@ type CompleteRequest struct {
 
 func (x *CompleteRequest) Reset() {
 	*x = CompleteRequest{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[35]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2812,7 +3202,7 @@ func (x *CompleteRequest) String() string {
 func (*CompleteRequest) ProtoMessage() {}
 
 func (x *CompleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[35]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2825,7 +3215,7 @@ func (x *CompleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteRequest.ProtoReflect.Descriptor instead.
 func (*CompleteRequest) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{35}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *CompleteRequest) GetJobId() string {
@@ -2850,7 +3240,7 @@ type CompleteResponse struct {
 
 func (x *CompleteResponse) Reset() {
 	*x = CompleteResponse{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[36]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2862,7 +3252,7 @@ func (x *CompleteResponse) String() string {
 func (*CompleteResponse) ProtoMessage() {}
 
 func (x *CompleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[36]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2875,7 +3265,7 @@ func (x *CompleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteResponse.ProtoReflect.Descriptor instead.
 func (*CompleteResponse) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{36}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{41}
 }
 
 type FailRequest struct {
@@ -2891,7 +3281,7 @@ type FailRequest struct {
 
 func (x *FailRequest) Reset() {
 	*x = FailRequest{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[37]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2903,7 +3293,7 @@ func (x *FailRequest) String() string {
 func (*FailRequest) ProtoMessage() {}
 
 func (x *FailRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[37]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2916,7 +3306,7 @@ func (x *FailRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailRequest.ProtoReflect.Descriptor instead.
 func (*FailRequest) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{37}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *FailRequest) GetJobId() string {
@@ -2957,7 +3347,7 @@ type FailResponse struct {
 
 func (x *FailResponse) Reset() {
 	*x = FailResponse{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[38]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2969,7 +3359,7 @@ func (x *FailResponse) String() string {
 func (*FailResponse) ProtoMessage() {}
 
 func (x *FailResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[38]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2982,7 +3372,7 @@ func (x *FailResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailResponse.ProtoReflect.Descriptor instead.
 func (*FailResponse) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{38}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *FailResponse) GetState() JobState {
@@ -3034,7 +3424,7 @@ type FinishItem struct {
 
 func (x *FinishItem) Reset() {
 	*x = FinishItem{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[39]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3046,7 +3436,7 @@ func (x *FinishItem) String() string {
 func (*FinishItem) ProtoMessage() {}
 
 func (x *FinishItem) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[39]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3059,7 +3449,7 @@ func (x *FinishItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinishItem.ProtoReflect.Descriptor instead.
 func (*FinishItem) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{39}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *FinishItem) GetJobId() string {
@@ -3141,7 +3531,7 @@ type FinishRequest struct {
 
 func (x *FinishRequest) Reset() {
 	*x = FinishRequest{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[40]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3153,7 +3543,7 @@ func (x *FinishRequest) String() string {
 func (*FinishRequest) ProtoMessage() {}
 
 func (x *FinishRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[40]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3166,7 +3556,7 @@ func (x *FinishRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinishRequest.ProtoReflect.Descriptor instead.
 func (*FinishRequest) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{40}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *FinishRequest) GetItems() []*FinishItem {
@@ -3188,7 +3578,7 @@ type FinishResult struct {
 
 func (x *FinishResult) Reset() {
 	*x = FinishResult{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[41]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3200,7 +3590,7 @@ func (x *FinishResult) String() string {
 func (*FinishResult) ProtoMessage() {}
 
 func (x *FinishResult) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[41]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3213,7 +3603,7 @@ func (x *FinishResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinishResult.ProtoReflect.Descriptor instead.
 func (*FinishResult) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{41}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *FinishResult) GetJobId() string {
@@ -3253,7 +3643,7 @@ type FinishResponse struct {
 
 func (x *FinishResponse) Reset() {
 	*x = FinishResponse{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[42]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3265,7 +3655,7 @@ func (x *FinishResponse) String() string {
 func (*FinishResponse) ProtoMessage() {}
 
 func (x *FinishResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[42]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3278,7 +3668,7 @@ func (x *FinishResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinishResponse.ProtoReflect.Descriptor instead.
 func (*FinishResponse) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{42}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *FinishResponse) GetResults() []*FinishResult {
@@ -3296,13 +3686,16 @@ type WorkHello struct {
 	// The largest message this worker accepts, in bytes (as ClaimRequest.max_reply_bytes): a
 	// push holds no more jobs than fit in it.
 	MaxReplyBytes int32 `protobuf:"varint,3,opt,name=max_reply_bytes,json=maxReplyBytes,proto3" json:"max_reply_bytes,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// The worker honours ClaimedJob.starts_in and answers WorkResponse.revokes: the node may
+	// push jobs claimed ahead before they are due. Unset: jobs are pushed at their due time.
+	AcceptsStartsIn bool `protobuf:"varint,4,opt,name=accepts_starts_in,json=acceptsStartsIn,proto3" json:"accepts_starts_in,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *WorkHello) Reset() {
 	*x = WorkHello{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[43]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3314,7 +3707,7 @@ func (x *WorkHello) String() string {
 func (*WorkHello) ProtoMessage() {}
 
 func (x *WorkHello) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[43]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3327,7 +3720,7 @@ func (x *WorkHello) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkHello.ProtoReflect.Descriptor instead.
 func (*WorkHello) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{43}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *WorkHello) GetWorkerId() string {
@@ -3351,6 +3744,13 @@ func (x *WorkHello) GetMaxReplyBytes() int32 {
 	return 0
 }
 
+func (x *WorkHello) GetAcceptsStartsIn() bool {
+	if x != nil {
+		return x.AcceptsStartsIn
+	}
+	return false
+}
+
 // Credits: the node may push `credits` more jobs of `type` (added to what it still holds).
 type WorkCredit struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -3362,7 +3762,7 @@ type WorkCredit struct {
 
 func (x *WorkCredit) Reset() {
 	*x = WorkCredit{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[44]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3374,7 +3774,7 @@ func (x *WorkCredit) String() string {
 func (*WorkCredit) ProtoMessage() {}
 
 func (x *WorkCredit) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[44]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3387,7 +3787,7 @@ func (x *WorkCredit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkCredit.ProtoReflect.Descriptor instead.
 func (*WorkCredit) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{44}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *WorkCredit) GetType() string {
@@ -3402,6 +3802,68 @@ func (x *WorkCredit) GetCredits() int32 {
 		return x.Credits
 	}
 	return 0
+}
+
+// A revoke of a pushed job (node to worker: do not start it), or its answer (worker to node:
+// `started` false means it was not started and never will be on this push).
+type WorkRevoke struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	JobId         string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	Fence         int64                  `protobuf:"varint,2,opt,name=fence,proto3" json:"fence,omitempty"`
+	Started       bool                   `protobuf:"varint,3,opt,name=started,proto3" json:"started,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WorkRevoke) Reset() {
+	*x = WorkRevoke{}
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[50]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WorkRevoke) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WorkRevoke) ProtoMessage() {}
+
+func (x *WorkRevoke) ProtoReflect() protoreflect.Message {
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[50]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WorkRevoke.ProtoReflect.Descriptor instead.
+func (*WorkRevoke) Descriptor() ([]byte, []int) {
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{50}
+}
+
+func (x *WorkRevoke) GetJobId() string {
+	if x != nil {
+		return x.JobId
+	}
+	return ""
+}
+
+func (x *WorkRevoke) GetFence() int64 {
+	if x != nil {
+		return x.Fence
+	}
+	return 0
+}
+
+func (x *WorkRevoke) GetStarted() bool {
+	if x != nil {
+		return x.Started
+	}
+	return false
 }
 
 type WorkRequest struct {
@@ -3419,14 +3881,16 @@ type WorkRequest struct {
 	// Start notices (only job_id, fence, started and started_at are read): handlers started
 	// since the last request. Sent as each handler starts; no lease is extended and no answer
 	// is given (a notice for a fence no longer current is ignored).
-	Started       []*HeartbeatRequest `protobuf:"bytes,7,rep,name=started,proto3" json:"started,omitempty"`
+	Started []*HeartbeatRequest `protobuf:"bytes,7,rep,name=started,proto3" json:"started,omitempty"`
+	// Answers to WorkResponse.revokes, one per revoke, sent at once.
+	Revoked       []*WorkRevoke `protobuf:"bytes,8,rep,name=revoked,proto3" json:"revoked,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *WorkRequest) Reset() {
 	*x = WorkRequest{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[45]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3438,7 +3902,7 @@ func (x *WorkRequest) String() string {
 func (*WorkRequest) ProtoMessage() {}
 
 func (x *WorkRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[45]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3451,7 +3915,7 @@ func (x *WorkRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkRequest.ProtoReflect.Descriptor instead.
 func (*WorkRequest) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{45}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *WorkRequest) GetSeq() uint64 {
@@ -3503,6 +3967,13 @@ func (x *WorkRequest) GetStarted() []*HeartbeatRequest {
 	return nil
 }
 
+func (x *WorkRequest) GetRevoked() []*WorkRevoke {
+	if x != nil {
+		return x.Revoked
+	}
+	return nil
+}
+
 type HeartbeatResult struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	JobId         string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
@@ -3515,7 +3986,7 @@ type HeartbeatResult struct {
 
 func (x *HeartbeatResult) Reset() {
 	*x = HeartbeatResult{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[46]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3527,7 +3998,7 @@ func (x *HeartbeatResult) String() string {
 func (*HeartbeatResult) ProtoMessage() {}
 
 func (x *HeartbeatResult) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[46]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3540,7 +4011,7 @@ func (x *HeartbeatResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResult.ProtoReflect.Descriptor instead.
 func (*HeartbeatResult) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{46}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *HeartbeatResult) GetJobId() string {
@@ -3583,15 +4054,18 @@ type WorkResponse struct {
 	Heartbeats []*HeartbeatResult `protobuf:"bytes,4,rep,name=heartbeats,proto3" json:"heartbeats,omitempty"`
 	Results    []*FinishResult    `protobuf:"bytes,5,rep,name=results,proto3" json:"results,omitempty"`
 	// The answer to `stop`: nothing more is pushed on this stream.
-	Stopped       bool                 `protobuf:"varint,6,opt,name=stopped,proto3" json:"stopped,omitempty"`
-	Held          *durationpb.Duration `protobuf:"bytes,7,opt,name=held,proto3" json:"held,omitempty"`
+	Stopped bool                 `protobuf:"varint,6,opt,name=stopped,proto3" json:"stopped,omitempty"`
+	Held    *durationpb.Duration `protobuf:"bytes,7,opt,name=held,proto3" json:"held,omitempty"`
+	// Jobs pushed on this stream that were cancelled: the worker must not start them if it has
+	// not, and answers each in WorkRequest.revoked (accepts_starts_in streams only).
+	Revokes       []*WorkRevoke `protobuf:"bytes,8,rep,name=revokes,proto3" json:"revokes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *WorkResponse) Reset() {
 	*x = WorkResponse{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[47]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3603,7 +4077,7 @@ func (x *WorkResponse) String() string {
 func (*WorkResponse) ProtoMessage() {}
 
 func (x *WorkResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[47]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3616,7 +4090,7 @@ func (x *WorkResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkResponse.ProtoReflect.Descriptor instead.
 func (*WorkResponse) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{47}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *WorkResponse) GetJobs() []*ClaimedJob {
@@ -3668,6 +4142,13 @@ func (x *WorkResponse) GetHeld() *durationpb.Duration {
 	return nil
 }
 
+func (x *WorkResponse) GetRevokes() []*WorkRevoke {
+	if x != nil {
+		return x.Revokes
+	}
+	return nil
+}
+
 type Node struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
@@ -3678,7 +4159,7 @@ type Node struct {
 
 func (x *Node) Reset() {
 	*x = Node{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[48]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3690,7 +4171,7 @@ func (x *Node) String() string {
 func (*Node) ProtoMessage() {}
 
 func (x *Node) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[48]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3703,7 +4184,7 @@ func (x *Node) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Node.ProtoReflect.Descriptor instead.
 func (*Node) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{48}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *Node) GetNodeId() string {
@@ -3728,7 +4209,7 @@ type ClusterInfoRequest struct {
 
 func (x *ClusterInfoRequest) Reset() {
 	*x = ClusterInfoRequest{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[49]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3740,7 +4221,7 @@ func (x *ClusterInfoRequest) String() string {
 func (*ClusterInfoRequest) ProtoMessage() {}
 
 func (x *ClusterInfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[49]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3753,7 +4234,7 @@ func (x *ClusterInfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterInfoRequest.ProtoReflect.Descriptor instead.
 func (*ClusterInfoRequest) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{49}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{55}
 }
 
 type ClusterInfoResponse struct {
@@ -3766,7 +4247,7 @@ type ClusterInfoResponse struct {
 
 func (x *ClusterInfoResponse) Reset() {
 	*x = ClusterInfoResponse{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[50]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3778,7 +4259,7 @@ func (x *ClusterInfoResponse) String() string {
 func (*ClusterInfoResponse) ProtoMessage() {}
 
 func (x *ClusterInfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[50]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3791,7 +4272,7 @@ func (x *ClusterInfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterInfoResponse.ProtoReflect.Descriptor instead.
 func (*ClusterInfoResponse) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{50}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *ClusterInfoResponse) GetNodes() []*Node {
@@ -3827,7 +4308,7 @@ type ShardInfo struct {
 
 func (x *ShardInfo) Reset() {
 	*x = ShardInfo{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[51]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3839,7 +4320,7 @@ func (x *ShardInfo) String() string {
 func (*ShardInfo) ProtoMessage() {}
 
 func (x *ShardInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[51]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3852,7 +4333,7 @@ func (x *ShardInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardInfo.ProtoReflect.Descriptor instead.
 func (*ShardInfo) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{51}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *ShardInfo) GetShard() int32 {
@@ -3926,7 +4407,7 @@ type ShardOwnersRequest struct {
 
 func (x *ShardOwnersRequest) Reset() {
 	*x = ShardOwnersRequest{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[52]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3938,7 +4419,7 @@ func (x *ShardOwnersRequest) String() string {
 func (*ShardOwnersRequest) ProtoMessage() {}
 
 func (x *ShardOwnersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[52]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3951,7 +4432,7 @@ func (x *ShardOwnersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardOwnersRequest.ProtoReflect.Descriptor instead.
 func (*ShardOwnersRequest) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{52}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{58}
 }
 
 type ShardOwnersResponse struct {
@@ -3963,7 +4444,7 @@ type ShardOwnersResponse struct {
 
 func (x *ShardOwnersResponse) Reset() {
 	*x = ShardOwnersResponse{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[53]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3975,7 +4456,7 @@ func (x *ShardOwnersResponse) String() string {
 func (*ShardOwnersResponse) ProtoMessage() {}
 
 func (x *ShardOwnersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[53]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3988,7 +4469,7 @@ func (x *ShardOwnersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardOwnersResponse.ProtoReflect.Descriptor instead.
 func (*ShardOwnersResponse) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{53}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *ShardOwnersResponse) GetShards() []*ShardInfo {
@@ -4008,7 +4489,7 @@ type MoveShardRequest struct {
 
 func (x *MoveShardRequest) Reset() {
 	*x = MoveShardRequest{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[54]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4020,7 +4501,7 @@ func (x *MoveShardRequest) String() string {
 func (*MoveShardRequest) ProtoMessage() {}
 
 func (x *MoveShardRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[54]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4033,7 +4514,7 @@ func (x *MoveShardRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveShardRequest.ProtoReflect.Descriptor instead.
 func (*MoveShardRequest) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{54}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *MoveShardRequest) GetShard() int32 {
@@ -4058,7 +4539,7 @@ type MoveShardResponse struct {
 
 func (x *MoveShardResponse) Reset() {
 	*x = MoveShardResponse{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[55]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4070,7 +4551,7 @@ func (x *MoveShardResponse) String() string {
 func (*MoveShardResponse) ProtoMessage() {}
 
 func (x *MoveShardResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[55]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4083,7 +4564,7 @@ func (x *MoveShardResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveShardResponse.ProtoReflect.Descriptor instead.
 func (*MoveShardResponse) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{55}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{61}
 }
 
 type DrainNodeRequest struct {
@@ -4095,7 +4576,7 @@ type DrainNodeRequest struct {
 
 func (x *DrainNodeRequest) Reset() {
 	*x = DrainNodeRequest{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[56]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4107,7 +4588,7 @@ func (x *DrainNodeRequest) String() string {
 func (*DrainNodeRequest) ProtoMessage() {}
 
 func (x *DrainNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[56]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4120,7 +4601,7 @@ func (x *DrainNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainNodeRequest.ProtoReflect.Descriptor instead.
 func (*DrainNodeRequest) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{56}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *DrainNodeRequest) GetNodeId() string {
@@ -4139,7 +4620,7 @@ type DrainNodeResponse struct {
 
 func (x *DrainNodeResponse) Reset() {
 	*x = DrainNodeResponse{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[57]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4151,7 +4632,7 @@ func (x *DrainNodeResponse) String() string {
 func (*DrainNodeResponse) ProtoMessage() {}
 
 func (x *DrainNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[57]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4164,7 +4645,7 @@ func (x *DrainNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainNodeResponse.ProtoReflect.Descriptor instead.
 func (*DrainNodeResponse) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{57}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *DrainNodeResponse) GetMoved() []int32 {
@@ -4184,7 +4665,7 @@ type NodeStatusRequest struct {
 
 func (x *NodeStatusRequest) Reset() {
 	*x = NodeStatusRequest{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[58]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4196,7 +4677,7 @@ func (x *NodeStatusRequest) String() string {
 func (*NodeStatusRequest) ProtoMessage() {}
 
 func (x *NodeStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[58]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4209,7 +4690,7 @@ func (x *NodeStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatusRequest.ProtoReflect.Descriptor instead.
 func (*NodeStatusRequest) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{58}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *NodeStatusRequest) GetWindow() *durationpb.Duration {
@@ -4233,7 +4714,7 @@ type ShardStatus struct {
 
 func (x *ShardStatus) Reset() {
 	*x = ShardStatus{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[59]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4245,7 +4726,7 @@ func (x *ShardStatus) String() string {
 func (*ShardStatus) ProtoMessage() {}
 
 func (x *ShardStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[59]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4258,7 +4739,7 @@ func (x *ShardStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardStatus.ProtoReflect.Descriptor instead.
 func (*ShardStatus) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{59}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *ShardStatus) GetShard() int32 {
@@ -4315,7 +4796,7 @@ type LatenessBucket struct {
 
 func (x *LatenessBucket) Reset() {
 	*x = LatenessBucket{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[60]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4327,7 +4808,7 @@ func (x *LatenessBucket) String() string {
 func (*LatenessBucket) ProtoMessage() {}
 
 func (x *LatenessBucket) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[60]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4340,7 +4821,7 @@ func (x *LatenessBucket) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LatenessBucket.ProtoReflect.Descriptor instead.
 func (*LatenessBucket) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{60}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *LatenessBucket) GetLeMs() float64 {
@@ -4378,7 +4859,7 @@ type TypeCounts struct {
 
 func (x *TypeCounts) Reset() {
 	*x = TypeCounts{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[61]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4390,7 +4871,7 @@ func (x *TypeCounts) String() string {
 func (*TypeCounts) ProtoMessage() {}
 
 func (x *TypeCounts) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[61]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4403,7 +4884,7 @@ func (x *TypeCounts) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TypeCounts.ProtoReflect.Descriptor instead.
 func (*TypeCounts) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{61}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *TypeCounts) GetType() string {
@@ -4511,7 +4992,7 @@ type TypeStartDelay struct {
 
 func (x *TypeStartDelay) Reset() {
 	*x = TypeStartDelay{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[62]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4523,7 +5004,7 @@ func (x *TypeStartDelay) String() string {
 func (*TypeStartDelay) ProtoMessage() {}
 
 func (x *TypeStartDelay) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[62]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4536,7 +5017,7 @@ func (x *TypeStartDelay) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TypeStartDelay.ProtoReflect.Descriptor instead.
 func (*TypeStartDelay) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{62}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *TypeStartDelay) GetType() string {
@@ -4581,7 +5062,7 @@ type TypeWaiting struct {
 
 func (x *TypeWaiting) Reset() {
 	*x = TypeWaiting{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[63]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4593,7 +5074,7 @@ func (x *TypeWaiting) String() string {
 func (*TypeWaiting) ProtoMessage() {}
 
 func (x *TypeWaiting) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[63]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4606,7 +5087,7 @@ func (x *TypeWaiting) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TypeWaiting.ProtoReflect.Descriptor instead.
 func (*TypeWaiting) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{63}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *TypeWaiting) GetType() string {
@@ -4653,7 +5134,7 @@ type JobEvent struct {
 
 func (x *JobEvent) Reset() {
 	*x = JobEvent{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[64]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4665,7 +5146,7 @@ func (x *JobEvent) String() string {
 func (*JobEvent) ProtoMessage() {}
 
 func (x *JobEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[64]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4678,7 +5159,7 @@ func (x *JobEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobEvent.ProtoReflect.Descriptor instead.
 func (*JobEvent) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{64}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *JobEvent) GetAt() *timestamppb.Timestamp {
@@ -4768,7 +5249,7 @@ type NodeStatusResponse struct {
 
 func (x *NodeStatusResponse) Reset() {
 	*x = NodeStatusResponse{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[65]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4780,7 +5261,7 @@ func (x *NodeStatusResponse) String() string {
 func (*NodeStatusResponse) ProtoMessage() {}
 
 func (x *NodeStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[65]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4793,7 +5274,7 @@ func (x *NodeStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatusResponse.ProtoReflect.Descriptor instead.
 func (*NodeStatusResponse) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{65}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *NodeStatusResponse) GetNodeId() string {
@@ -4960,7 +5441,7 @@ type TypePolicy struct {
 
 func (x *TypePolicy) Reset() {
 	*x = TypePolicy{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[66]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4972,7 +5453,7 @@ func (x *TypePolicy) String() string {
 func (*TypePolicy) ProtoMessage() {}
 
 func (x *TypePolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[66]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4985,7 +5466,7 @@ func (x *TypePolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TypePolicy.ProtoReflect.Descriptor instead.
 func (*TypePolicy) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{66}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *TypePolicy) GetType() string {
@@ -5039,7 +5520,7 @@ type SetTypePoliciesRequest struct {
 
 func (x *SetTypePoliciesRequest) Reset() {
 	*x = SetTypePoliciesRequest{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[67]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5051,7 +5532,7 @@ func (x *SetTypePoliciesRequest) String() string {
 func (*SetTypePoliciesRequest) ProtoMessage() {}
 
 func (x *SetTypePoliciesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[67]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5064,7 +5545,7 @@ func (x *SetTypePoliciesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetTypePoliciesRequest.ProtoReflect.Descriptor instead.
 func (*SetTypePoliciesRequest) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{67}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *SetTypePoliciesRequest) GetPolicies() []*TypePolicy {
@@ -5083,7 +5564,7 @@ type SetTypePoliciesResponse struct {
 
 func (x *SetTypePoliciesResponse) Reset() {
 	*x = SetTypePoliciesResponse{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[68]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5095,7 +5576,7 @@ func (x *SetTypePoliciesResponse) String() string {
 func (*SetTypePoliciesResponse) ProtoMessage() {}
 
 func (x *SetTypePoliciesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[68]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5108,7 +5589,7 @@ func (x *SetTypePoliciesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetTypePoliciesResponse.ProtoReflect.Descriptor instead.
 func (*SetTypePoliciesResponse) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{68}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *SetTypePoliciesResponse) GetPolicies() []*TypePolicy {
@@ -5131,7 +5612,7 @@ type TypeFlow struct {
 
 func (x *TypeFlow) Reset() {
 	*x = TypeFlow{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[69]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5143,7 +5624,7 @@ func (x *TypeFlow) String() string {
 func (*TypeFlow) ProtoMessage() {}
 
 func (x *TypeFlow) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[69]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5156,7 +5637,7 @@ func (x *TypeFlow) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TypeFlow.ProtoReflect.Descriptor instead.
 func (*TypeFlow) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{69}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *TypeFlow) GetType() string {
@@ -5196,7 +5677,7 @@ type SetTypeFlowsRequest struct {
 
 func (x *SetTypeFlowsRequest) Reset() {
 	*x = SetTypeFlowsRequest{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[70]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5208,7 +5689,7 @@ func (x *SetTypeFlowsRequest) String() string {
 func (*SetTypeFlowsRequest) ProtoMessage() {}
 
 func (x *SetTypeFlowsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[70]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5221,7 +5702,7 @@ func (x *SetTypeFlowsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetTypeFlowsRequest.ProtoReflect.Descriptor instead.
 func (*SetTypeFlowsRequest) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{70}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *SetTypeFlowsRequest) GetFlows() []*TypeFlow {
@@ -5240,7 +5721,7 @@ type SetTypeFlowsResponse struct {
 
 func (x *SetTypeFlowsResponse) Reset() {
 	*x = SetTypeFlowsResponse{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[71]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5252,7 +5733,7 @@ func (x *SetTypeFlowsResponse) String() string {
 func (*SetTypeFlowsResponse) ProtoMessage() {}
 
 func (x *SetTypeFlowsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[71]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5265,7 +5746,7 @@ func (x *SetTypeFlowsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetTypeFlowsResponse.ProtoReflect.Descriptor instead.
 func (*SetTypeFlowsResponse) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{71}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *SetTypeFlowsResponse) GetTypes() []*TypeInfo {
@@ -5284,7 +5765,7 @@ type ListTypesRequest struct {
 
 func (x *ListTypesRequest) Reset() {
 	*x = ListTypesRequest{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[72]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5296,7 +5777,7 @@ func (x *ListTypesRequest) String() string {
 func (*ListTypesRequest) ProtoMessage() {}
 
 func (x *ListTypesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[72]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5309,7 +5790,7 @@ func (x *ListTypesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTypesRequest.ProtoReflect.Descriptor instead.
 func (*ListTypesRequest) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{72}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *ListTypesRequest) GetType() string {
@@ -5328,7 +5809,7 @@ type ListTypesResponse struct {
 
 func (x *ListTypesResponse) Reset() {
 	*x = ListTypesResponse{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[73]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5340,7 +5821,7 @@ func (x *ListTypesResponse) String() string {
 func (*ListTypesResponse) ProtoMessage() {}
 
 func (x *ListTypesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[73]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5353,7 +5834,7 @@ func (x *ListTypesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTypesResponse.ProtoReflect.Descriptor instead.
 func (*ListTypesResponse) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{73}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *ListTypesResponse) GetTypes() []*TypeInfo {
@@ -5380,7 +5861,7 @@ type TypeInfo struct {
 
 func (x *TypeInfo) Reset() {
 	*x = TypeInfo{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[74]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5392,7 +5873,7 @@ func (x *TypeInfo) String() string {
 func (*TypeInfo) ProtoMessage() {}
 
 func (x *TypeInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[74]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5405,7 +5886,7 @@ func (x *TypeInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TypeInfo.ProtoReflect.Descriptor instead.
 func (*TypeInfo) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{74}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *TypeInfo) GetType() string {
@@ -5475,7 +5956,7 @@ type WaitFinishedRequest struct {
 
 func (x *WaitFinishedRequest) Reset() {
 	*x = WaitFinishedRequest{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[75]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5487,7 +5968,7 @@ func (x *WaitFinishedRequest) String() string {
 func (*WaitFinishedRequest) ProtoMessage() {}
 
 func (x *WaitFinishedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[75]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5500,7 +5981,7 @@ func (x *WaitFinishedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitFinishedRequest.ProtoReflect.Descriptor instead.
 func (*WaitFinishedRequest) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{75}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *WaitFinishedRequest) GetFromNode() string {
@@ -5533,7 +6014,7 @@ type WaitFinishedResponse struct {
 
 func (x *WaitFinishedResponse) Reset() {
 	*x = WaitFinishedResponse{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[76]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5545,7 +6026,7 @@ func (x *WaitFinishedResponse) String() string {
 func (*WaitFinishedResponse) ProtoMessage() {}
 
 func (x *WaitFinishedResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[76]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5558,7 +6039,7 @@ func (x *WaitFinishedResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitFinishedResponse.ProtoReflect.Descriptor instead.
 func (*WaitFinishedResponse) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{76}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *WaitFinishedResponse) GetJobIds() []string {
@@ -5582,7 +6063,7 @@ type LandedEntry struct {
 
 func (x *LandedEntry) Reset() {
 	*x = LandedEntry{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[77]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5594,7 +6075,7 @@ func (x *LandedEntry) String() string {
 func (*LandedEntry) ProtoMessage() {}
 
 func (x *LandedEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[77]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5607,7 +6088,7 @@ func (x *LandedEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LandedEntry.ProtoReflect.Descriptor instead.
 func (*LandedEntry) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{77}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *LandedEntry) GetShard() int32 {
@@ -5655,7 +6136,7 @@ type LandRequest struct {
 
 func (x *LandRequest) Reset() {
 	*x = LandRequest{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[78]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5667,7 +6148,7 @@ func (x *LandRequest) String() string {
 func (*LandRequest) ProtoMessage() {}
 
 func (x *LandRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[78]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5680,7 +6161,7 @@ func (x *LandRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LandRequest.ProtoReflect.Descriptor instead.
 func (*LandRequest) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{78}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *LandRequest) GetFromNode() string {
@@ -5707,7 +6188,7 @@ type LandResponse struct {
 
 func (x *LandResponse) Reset() {
 	*x = LandResponse{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[79]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5719,7 +6200,7 @@ func (x *LandResponse) String() string {
 func (*LandResponse) ProtoMessage() {}
 
 func (x *LandResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[79]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5732,7 +6213,7 @@ func (x *LandResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LandResponse.ProtoReflect.Descriptor instead.
 func (*LandResponse) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{79}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *LandResponse) GetTaken() int32 {
@@ -5849,7 +6330,7 @@ const file_timeshard_v1_timeshard_proto_rawDesc = "" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x121\n" +
 	"\x05delay\x18\x02 \x01(\v2\x19.google.protobuf.DurationH\x00R\x05delay\x123\n" +
 	"\x06run_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampH\x00R\x05runAtB\x06\n" +
-	"\x04when\"\xc3\x06\n" +
+	"\x04when\"\xdf\x06\n" +
 	"\bSchedule\x12\x1f\n" +
 	"\vschedule_id\x18\x01 \x01(\tR\n" +
 	"scheduleId\x12\x12\n" +
@@ -5878,9 +6359,11 @@ const file_timeshard_v1_timeshard_proto_rawDesc = "" +
 	"\vactive_jobs\x18\x14 \x03(\tR\n" +
 	"activeJobs\x127\n" +
 	"\tqueued_at\x18\x15 \x01(\v2\x1a.google.protobuf.TimestampR\bqueuedAt\x121\n" +
-	"\x06spread\x18\x16 \x01(\v2\x19.google.protobuf.DurationR\x06spread\"K\n" +
+	"\x06spread\x18\x16 \x01(\v2\x19.google.protobuf.DurationR\x06spread\x12\x1a\n" +
+	"\brevision\x18\x17 \x01(\x03R\brevision\"c\n" +
 	"\x15CreateScheduleRequest\x122\n" +
-	"\bschedule\x18\x01 \x01(\v2\x16.timeshard.v1.ScheduleR\bschedule\"5\n" +
+	"\bschedule\x18\x01 \x01(\v2\x16.timeshard.v1.ScheduleR\bschedule\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"5\n" +
 	"\x12GetScheduleRequest\x12\x1f\n" +
 	"\vschedule_id\x18\x01 \x01(\tR\n" +
 	"scheduleId\"R\n" +
@@ -5890,13 +6373,16 @@ const file_timeshard_v1_timeshard_proto_rawDesc = "" +
 	"page_token\x18\x02 \x01(\tR\tpageToken\"u\n" +
 	"\x15ListSchedulesResponse\x124\n" +
 	"\tschedules\x18\x01 \x03(\v2\x16.timeshard.v1.ScheduleR\tschedules\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"K\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"c\n" +
 	"\x15UpdateScheduleRequest\x122\n" +
-	"\bschedule\x18\x01 \x01(\v2\x16.timeshard.v1.ScheduleR\bschedule\"4\n" +
+	"\bschedule\x18\x01 \x01(\v2\x16.timeshard.v1.ScheduleR\bschedule\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"L\n" +
 	"\x11ScheduleIdRequest\x12\x1f\n" +
 	"\vschedule_id\x18\x01 \x01(\tR\n" +
-	"scheduleId\"\x18\n" +
-	"\x16DeleteScheduleResponse\"\x8e\x02\n" +
+	"scheduleId\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"4\n" +
+	"\x16DeleteScheduleResponse\x12\x1a\n" +
+	"\brevision\x18\x01 \x01(\x03R\brevision\"\x8e\x02\n" +
 	"\x0ePreviewRequest\x12\x12\n" +
 	"\x04cron\x18\x01 \x01(\tR\x04cron\x12\x1a\n" +
 	"\btimezone\x18\x02 \x01(\tR\btimezone\x12.\n" +
@@ -5935,14 +6421,42 @@ const file_timeshard_v1_timeshard_proto_rawDesc = "" +
 	"\ajob_ids\x18\x01 \x03(\tR\x06jobIds\x123\n" +
 	"\atimeout\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\atimeout\"7\n" +
 	"\x10WaitJobsResponse\x12#\n" +
-	"\x03job\x18\x01 \x01(\v2\x11.timeshard.v1.JobR\x03job\"\xe4\x01\n" +
+	"\x03job\x18\x01 \x01(\v2\x11.timeshard.v1.JobR\x03job\"\x9b\x02\n" +
+	"\x10ScheduleRevision\x12\x1f\n" +
+	"\vschedule_id\x18\x01 \x01(\tR\n" +
+	"scheduleId\x12\x1a\n" +
+	"\brevision\x18\x02 \x01(\x03R\brevision\x12\x16\n" +
+	"\x06change\x18\x03 \x01(\tR\x06change\x12\x14\n" +
+	"\x05actor\x18\x04 \x01(\tR\x05actor\x12*\n" +
+	"\x02at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12\x16\n" +
+	"\x06reason\x18\x06 \x01(\tR\x06reason\x12$\n" +
+	"\x0erolled_back_to\x18\a \x01(\x03R\frolledBackTo\x122\n" +
+	"\bschedule\x18\b \x01(\v2\x16.timeshard.v1.ScheduleR\bschedule\"{\n" +
+	"\x1cListScheduleRevisionsRequest\x12\x1f\n" +
+	"\vschedule_id\x18\x01 \x01(\tR\n" +
+	"scheduleId\x12\x1b\n" +
+	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\"\x85\x01\n" +
+	"\x1dListScheduleRevisionsResponse\x12<\n" +
+	"\trevisions\x18\x01 \x03(\v2\x1e.timeshard.v1.ScheduleRevisionR\trevisions\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"Y\n" +
+	"\x1aGetScheduleRevisionRequest\x12\x1f\n" +
+	"\vschedule_id\x18\x01 \x01(\tR\n" +
+	"scheduleId\x12\x1a\n" +
+	"\brevision\x18\x02 \x01(\x03R\brevision\"n\n" +
+	"\x17RollbackScheduleRequest\x12\x1f\n" +
+	"\vschedule_id\x18\x01 \x01(\tR\n" +
+	"scheduleId\x12\x1a\n" +
+	"\brevision\x18\x02 \x01(\x03R\brevision\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\"\xe4\x01\n" +
 	"\fClaimRequest\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12\x14\n" +
 	"\x05types\x18\x02 \x03(\tR\x05types\x12\x19\n" +
 	"\bmax_jobs\x18\x03 \x01(\x05R\amaxJobs\x12-\n" +
 	"\x04wait\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x04wait\x12/\n" +
 	"\x05lease\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x05lease\x12&\n" +
-	"\x0fmax_reply_bytes\x18\x06 \x01(\x05R\rmaxReplyBytes\"\xde\x01\n" +
+	"\x0fmax_reply_bytes\x18\x06 \x01(\x05R\rmaxReplyBytes\"\x96\x02\n" +
 	"\n" +
 	"ClaimedJob\x12#\n" +
 	"\x03job\x18\x01 \x01(\v2\x11.timeshard.v1.JobR\x03job\x12\x14\n" +
@@ -5950,7 +6464,8 @@ const file_timeshard_v1_timeshard_proto_rawDesc = "" +
 	"\vlease_until\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"leaseUntil\x12'\n" +
 	"\x0fidempotency_key\x18\x04 \x01(\tR\x0eidempotencyKey\x12/\n" +
-	"\x05lease\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x05lease\"=\n" +
+	"\x05lease\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x05lease\x126\n" +
+	"\tstarts_in\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\bstartsIn\"=\n" +
 	"\rClaimResponse\x12,\n" +
 	"\x04jobs\x18\x01 \x03(\v2\x18.timeshard.v1.ClaimedJobR\x04jobs\"\xc5\x01\n" +
 	"\x10HeartbeatRequest\x12\x15\n" +
@@ -5998,15 +6513,21 @@ const file_timeshard_v1_timeshard_proto_rawDesc = "" +
 	"\amessage\x18\x03 \x01(\tR\amessage\x12,\n" +
 	"\x05state\x18\x04 \x01(\x0e2\x16.timeshard.v1.JobStateR\x05state\"F\n" +
 	"\x0eFinishResponse\x124\n" +
-	"\aresults\x18\x01 \x03(\v2\x1a.timeshard.v1.FinishResultR\aresults\"\x81\x01\n" +
+	"\aresults\x18\x01 \x03(\v2\x1a.timeshard.v1.FinishResultR\aresults\"\xad\x01\n" +
 	"\tWorkHello\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12/\n" +
 	"\x05lease\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x05lease\x12&\n" +
-	"\x0fmax_reply_bytes\x18\x03 \x01(\x05R\rmaxReplyBytes\":\n" +
+	"\x0fmax_reply_bytes\x18\x03 \x01(\x05R\rmaxReplyBytes\x12*\n" +
+	"\x11accepts_starts_in\x18\x04 \x01(\bR\x0facceptsStartsIn\":\n" +
 	"\n" +
 	"WorkCredit\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12\x18\n" +
-	"\acredits\x18\x02 \x01(\x05R\acredits\"\xc4\x02\n" +
+	"\acredits\x18\x02 \x01(\x05R\acredits\"S\n" +
+	"\n" +
+	"WorkRevoke\x12\x15\n" +
+	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x14\n" +
+	"\x05fence\x18\x02 \x01(\x03R\x05fence\x12\x18\n" +
+	"\astarted\x18\x03 \x01(\bR\astarted\"\xf8\x02\n" +
 	"\vWorkRequest\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12-\n" +
 	"\x05hello\x18\x02 \x01(\v2\x17.timeshard.v1.WorkHelloR\x05hello\x122\n" +
@@ -6016,12 +6537,13 @@ const file_timeshard_v1_timeshard_proto_rawDesc = "" +
 	"heartbeats\x122\n" +
 	"\aresults\x18\x05 \x03(\v2\x18.timeshard.v1.FinishItemR\aresults\x12\x12\n" +
 	"\x04stop\x18\x06 \x01(\bR\x04stop\x128\n" +
-	"\astarted\x18\a \x03(\v2\x1e.timeshard.v1.HeartbeatRequestR\astarted\"\x8d\x01\n" +
+	"\astarted\x18\a \x03(\v2\x1e.timeshard.v1.HeartbeatRequestR\astarted\x122\n" +
+	"\arevoked\x18\b \x03(\v2\x18.timeshard.v1.WorkRevokeR\arevoked\"\x8d\x01\n" +
 	"\x0fHeartbeatResult\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x12\n" +
 	"\x04code\x18\x02 \x01(\x05R\x04code\x12\x18\n" +
 	"\amessage\x18\x03 \x01(\tR\amessage\x125\n" +
-	"\x05lease\x18\x04 \x01(\v2\x1f.timeshard.v1.HeartbeatResponseR\x05lease\"\xa9\x02\n" +
+	"\x05lease\x18\x04 \x01(\v2\x1f.timeshard.v1.HeartbeatResponseR\x05lease\"\xdd\x02\n" +
 	"\fWorkResponse\x12,\n" +
 	"\x04jobs\x18\x01 \x03(\v2\x18.timeshard.v1.ClaimedJobR\x04jobs\x12\x1b\n" +
 	"\tafter_seq\x18\x02 \x01(\x04R\bafterSeq\x12\x10\n" +
@@ -6031,7 +6553,8 @@ const file_timeshard_v1_timeshard_proto_rawDesc = "" +
 	"heartbeats\x124\n" +
 	"\aresults\x18\x05 \x03(\v2\x1a.timeshard.v1.FinishResultR\aresults\x12\x18\n" +
 	"\astopped\x18\x06 \x01(\bR\astopped\x12-\n" +
-	"\x04held\x18\a \x01(\v2\x19.google.protobuf.DurationR\x04held\"9\n" +
+	"\x04held\x18\a \x01(\v2\x19.google.protobuf.DurationR\x04held\x122\n" +
+	"\arevokes\x18\b \x03(\v2\x18.timeshard.v1.WorkRevokeR\arevokes\"9\n" +
 	"\x04Node\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\"\x14\n" +
@@ -6206,7 +6729,7 @@ const file_timeshard_v1_timeshard_proto_rawDesc = "" +
 	"\x15JOB_ORDER_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rJOB_ORDER_DUE\x10\x01\x12\x15\n" +
 	"\x11JOB_ORDER_CREATED\x10\x02\x12\x10\n" +
-	"\fJOB_ORDER_ID\x10\x032\xba\v\n" +
+	"\fJOB_ORDER_ID\x10\x032\xe0\r\n" +
 	"\n" +
 	"JobService\x12R\n" +
 	"\vScheduleJob\x12 .timeshard.v1.ScheduleJobRequest\x1a!.timeshard.v1.ScheduleJobResponse\x12U\n" +
@@ -6226,7 +6749,10 @@ const file_timeshard_v1_timeshard_proto_rawDesc = "" +
 	"\x0fListDeadLetters\x12$.timeshard.v1.ListDeadLettersRequest\x1a%.timeshard.v1.ListDeadLettersResponse\x12d\n" +
 	"\x11ReplayDeadLetters\x12&.timeshard.v1.ReplayDeadLettersRequest\x1a'.timeshard.v1.ReplayDeadLettersResponse\x12b\n" +
 	"\x10PurgeDeadLetters\x12&.timeshard.v1.ReplayDeadLettersRequest\x1a&.timeshard.v1.PurgeDeadLettersResponse\x12K\n" +
-	"\bWaitJobs\x12\x1d.timeshard.v1.WaitJobsRequest\x1a\x1e.timeshard.v1.WaitJobsResponse0\x012\xb1\x03\n" +
+	"\bWaitJobs\x12\x1d.timeshard.v1.WaitJobsRequest\x1a\x1e.timeshard.v1.WaitJobsResponse0\x01\x12p\n" +
+	"\x15ListScheduleRevisions\x12*.timeshard.v1.ListScheduleRevisionsRequest\x1a+.timeshard.v1.ListScheduleRevisionsResponse\x12_\n" +
+	"\x13GetScheduleRevision\x12(.timeshard.v1.GetScheduleRevisionRequest\x1a\x1e.timeshard.v1.ScheduleRevision\x12Q\n" +
+	"\x10RollbackSchedule\x12%.timeshard.v1.RollbackScheduleRequest\x1a\x16.timeshard.v1.Schedule2\xb1\x03\n" +
 	"\rWorkerService\x12@\n" +
 	"\x05Claim\x12\x1a.timeshard.v1.ClaimRequest\x1a\x1b.timeshard.v1.ClaimResponse\x12L\n" +
 	"\tHeartbeat\x12\x1e.timeshard.v1.HeartbeatRequest\x1a\x1f.timeshard.v1.HeartbeatResponse\x12I\n" +
@@ -6261,109 +6787,115 @@ func file_timeshard_v1_timeshard_proto_rawDescGZIP() []byte {
 }
 
 var file_timeshard_v1_timeshard_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_timeshard_v1_timeshard_proto_msgTypes = make([]protoimpl.MessageInfo, 80)
+var file_timeshard_v1_timeshard_proto_msgTypes = make([]protoimpl.MessageInfo, 86)
 var file_timeshard_v1_timeshard_proto_goTypes = []any{
-	(JobState)(0),                     // 0: timeshard.v1.JobState
-	(IfExists)(0),                     // 1: timeshard.v1.IfExists
-	(JobOrder)(0),                     // 2: timeshard.v1.JobOrder
-	(*Attempt)(nil),                   // 3: timeshard.v1.Attempt
-	(*Job)(nil),                       // 4: timeshard.v1.Job
-	(*ScheduleJobRequest)(nil),        // 5: timeshard.v1.ScheduleJobRequest
-	(*ScheduleWarning)(nil),           // 6: timeshard.v1.ScheduleWarning
-	(*ScheduleJobResponse)(nil),       // 7: timeshard.v1.ScheduleJobResponse
-	(*ScheduleJobsRequest)(nil),       // 8: timeshard.v1.ScheduleJobsRequest
-	(*ScheduleJobsResponse)(nil),      // 9: timeshard.v1.ScheduleJobsResponse
-	(*GetJobRequest)(nil),             // 10: timeshard.v1.GetJobRequest
-	(*ListJobsRequest)(nil),           // 11: timeshard.v1.ListJobsRequest
-	(*ListJobsResponse)(nil),          // 12: timeshard.v1.ListJobsResponse
-	(*CancelJobRequest)(nil),          // 13: timeshard.v1.CancelJobRequest
-	(*RescheduleJobRequest)(nil),      // 14: timeshard.v1.RescheduleJobRequest
-	(*Schedule)(nil),                  // 15: timeshard.v1.Schedule
-	(*CreateScheduleRequest)(nil),     // 16: timeshard.v1.CreateScheduleRequest
-	(*GetScheduleRequest)(nil),        // 17: timeshard.v1.GetScheduleRequest
-	(*ListSchedulesRequest)(nil),      // 18: timeshard.v1.ListSchedulesRequest
-	(*ListSchedulesResponse)(nil),     // 19: timeshard.v1.ListSchedulesResponse
-	(*UpdateScheduleRequest)(nil),     // 20: timeshard.v1.UpdateScheduleRequest
-	(*ScheduleIdRequest)(nil),         // 21: timeshard.v1.ScheduleIdRequest
-	(*DeleteScheduleResponse)(nil),    // 22: timeshard.v1.DeleteScheduleResponse
-	(*PreviewRequest)(nil),            // 23: timeshard.v1.PreviewRequest
-	(*FireTime)(nil),                  // 24: timeshard.v1.FireTime
-	(*PreviewResponse)(nil),           // 25: timeshard.v1.PreviewResponse
-	(*ListDeadLettersRequest)(nil),    // 26: timeshard.v1.ListDeadLettersRequest
-	(*ListDeadLettersResponse)(nil),   // 27: timeshard.v1.ListDeadLettersResponse
-	(*ReplayDeadLettersRequest)(nil),  // 28: timeshard.v1.ReplayDeadLettersRequest
-	(*ReplayDeadLettersResponse)(nil), // 29: timeshard.v1.ReplayDeadLettersResponse
-	(*PurgeDeadLettersResponse)(nil),  // 30: timeshard.v1.PurgeDeadLettersResponse
-	(*WaitJobsRequest)(nil),           // 31: timeshard.v1.WaitJobsRequest
-	(*WaitJobsResponse)(nil),          // 32: timeshard.v1.WaitJobsResponse
-	(*ClaimRequest)(nil),              // 33: timeshard.v1.ClaimRequest
-	(*ClaimedJob)(nil),                // 34: timeshard.v1.ClaimedJob
-	(*ClaimResponse)(nil),             // 35: timeshard.v1.ClaimResponse
-	(*HeartbeatRequest)(nil),          // 36: timeshard.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),         // 37: timeshard.v1.HeartbeatResponse
-	(*CompleteRequest)(nil),           // 38: timeshard.v1.CompleteRequest
-	(*CompleteResponse)(nil),          // 39: timeshard.v1.CompleteResponse
-	(*FailRequest)(nil),               // 40: timeshard.v1.FailRequest
-	(*FailResponse)(nil),              // 41: timeshard.v1.FailResponse
-	(*FinishItem)(nil),                // 42: timeshard.v1.FinishItem
-	(*FinishRequest)(nil),             // 43: timeshard.v1.FinishRequest
-	(*FinishResult)(nil),              // 44: timeshard.v1.FinishResult
-	(*FinishResponse)(nil),            // 45: timeshard.v1.FinishResponse
-	(*WorkHello)(nil),                 // 46: timeshard.v1.WorkHello
-	(*WorkCredit)(nil),                // 47: timeshard.v1.WorkCredit
-	(*WorkRequest)(nil),               // 48: timeshard.v1.WorkRequest
-	(*HeartbeatResult)(nil),           // 49: timeshard.v1.HeartbeatResult
-	(*WorkResponse)(nil),              // 50: timeshard.v1.WorkResponse
-	(*Node)(nil),                      // 51: timeshard.v1.Node
-	(*ClusterInfoRequest)(nil),        // 52: timeshard.v1.ClusterInfoRequest
-	(*ClusterInfoResponse)(nil),       // 53: timeshard.v1.ClusterInfoResponse
-	(*ShardInfo)(nil),                 // 54: timeshard.v1.ShardInfo
-	(*ShardOwnersRequest)(nil),        // 55: timeshard.v1.ShardOwnersRequest
-	(*ShardOwnersResponse)(nil),       // 56: timeshard.v1.ShardOwnersResponse
-	(*MoveShardRequest)(nil),          // 57: timeshard.v1.MoveShardRequest
-	(*MoveShardResponse)(nil),         // 58: timeshard.v1.MoveShardResponse
-	(*DrainNodeRequest)(nil),          // 59: timeshard.v1.DrainNodeRequest
-	(*DrainNodeResponse)(nil),         // 60: timeshard.v1.DrainNodeResponse
-	(*NodeStatusRequest)(nil),         // 61: timeshard.v1.NodeStatusRequest
-	(*ShardStatus)(nil),               // 62: timeshard.v1.ShardStatus
-	(*LatenessBucket)(nil),            // 63: timeshard.v1.LatenessBucket
-	(*TypeCounts)(nil),                // 64: timeshard.v1.TypeCounts
-	(*TypeStartDelay)(nil),            // 65: timeshard.v1.TypeStartDelay
-	(*TypeWaiting)(nil),               // 66: timeshard.v1.TypeWaiting
-	(*JobEvent)(nil),                  // 67: timeshard.v1.JobEvent
-	(*NodeStatusResponse)(nil),        // 68: timeshard.v1.NodeStatusResponse
-	(*TypePolicy)(nil),                // 69: timeshard.v1.TypePolicy
-	(*SetTypePoliciesRequest)(nil),    // 70: timeshard.v1.SetTypePoliciesRequest
-	(*SetTypePoliciesResponse)(nil),   // 71: timeshard.v1.SetTypePoliciesResponse
-	(*TypeFlow)(nil),                  // 72: timeshard.v1.TypeFlow
-	(*SetTypeFlowsRequest)(nil),       // 73: timeshard.v1.SetTypeFlowsRequest
-	(*SetTypeFlowsResponse)(nil),      // 74: timeshard.v1.SetTypeFlowsResponse
-	(*ListTypesRequest)(nil),          // 75: timeshard.v1.ListTypesRequest
-	(*ListTypesResponse)(nil),         // 76: timeshard.v1.ListTypesResponse
-	(*TypeInfo)(nil),                  // 77: timeshard.v1.TypeInfo
-	(*WaitFinishedRequest)(nil),       // 78: timeshard.v1.WaitFinishedRequest
-	(*WaitFinishedResponse)(nil),      // 79: timeshard.v1.WaitFinishedResponse
-	(*LandedEntry)(nil),               // 80: timeshard.v1.LandedEntry
-	(*LandRequest)(nil),               // 81: timeshard.v1.LandRequest
-	(*LandResponse)(nil),              // 82: timeshard.v1.LandResponse
-	(*timestamppb.Timestamp)(nil),     // 83: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),       // 84: google.protobuf.Duration
+	(JobState)(0),                         // 0: timeshard.v1.JobState
+	(IfExists)(0),                         // 1: timeshard.v1.IfExists
+	(JobOrder)(0),                         // 2: timeshard.v1.JobOrder
+	(*Attempt)(nil),                       // 3: timeshard.v1.Attempt
+	(*Job)(nil),                           // 4: timeshard.v1.Job
+	(*ScheduleJobRequest)(nil),            // 5: timeshard.v1.ScheduleJobRequest
+	(*ScheduleWarning)(nil),               // 6: timeshard.v1.ScheduleWarning
+	(*ScheduleJobResponse)(nil),           // 7: timeshard.v1.ScheduleJobResponse
+	(*ScheduleJobsRequest)(nil),           // 8: timeshard.v1.ScheduleJobsRequest
+	(*ScheduleJobsResponse)(nil),          // 9: timeshard.v1.ScheduleJobsResponse
+	(*GetJobRequest)(nil),                 // 10: timeshard.v1.GetJobRequest
+	(*ListJobsRequest)(nil),               // 11: timeshard.v1.ListJobsRequest
+	(*ListJobsResponse)(nil),              // 12: timeshard.v1.ListJobsResponse
+	(*CancelJobRequest)(nil),              // 13: timeshard.v1.CancelJobRequest
+	(*RescheduleJobRequest)(nil),          // 14: timeshard.v1.RescheduleJobRequest
+	(*Schedule)(nil),                      // 15: timeshard.v1.Schedule
+	(*CreateScheduleRequest)(nil),         // 16: timeshard.v1.CreateScheduleRequest
+	(*GetScheduleRequest)(nil),            // 17: timeshard.v1.GetScheduleRequest
+	(*ListSchedulesRequest)(nil),          // 18: timeshard.v1.ListSchedulesRequest
+	(*ListSchedulesResponse)(nil),         // 19: timeshard.v1.ListSchedulesResponse
+	(*UpdateScheduleRequest)(nil),         // 20: timeshard.v1.UpdateScheduleRequest
+	(*ScheduleIdRequest)(nil),             // 21: timeshard.v1.ScheduleIdRequest
+	(*DeleteScheduleResponse)(nil),        // 22: timeshard.v1.DeleteScheduleResponse
+	(*PreviewRequest)(nil),                // 23: timeshard.v1.PreviewRequest
+	(*FireTime)(nil),                      // 24: timeshard.v1.FireTime
+	(*PreviewResponse)(nil),               // 25: timeshard.v1.PreviewResponse
+	(*ListDeadLettersRequest)(nil),        // 26: timeshard.v1.ListDeadLettersRequest
+	(*ListDeadLettersResponse)(nil),       // 27: timeshard.v1.ListDeadLettersResponse
+	(*ReplayDeadLettersRequest)(nil),      // 28: timeshard.v1.ReplayDeadLettersRequest
+	(*ReplayDeadLettersResponse)(nil),     // 29: timeshard.v1.ReplayDeadLettersResponse
+	(*PurgeDeadLettersResponse)(nil),      // 30: timeshard.v1.PurgeDeadLettersResponse
+	(*WaitJobsRequest)(nil),               // 31: timeshard.v1.WaitJobsRequest
+	(*WaitJobsResponse)(nil),              // 32: timeshard.v1.WaitJobsResponse
+	(*ScheduleRevision)(nil),              // 33: timeshard.v1.ScheduleRevision
+	(*ListScheduleRevisionsRequest)(nil),  // 34: timeshard.v1.ListScheduleRevisionsRequest
+	(*ListScheduleRevisionsResponse)(nil), // 35: timeshard.v1.ListScheduleRevisionsResponse
+	(*GetScheduleRevisionRequest)(nil),    // 36: timeshard.v1.GetScheduleRevisionRequest
+	(*RollbackScheduleRequest)(nil),       // 37: timeshard.v1.RollbackScheduleRequest
+	(*ClaimRequest)(nil),                  // 38: timeshard.v1.ClaimRequest
+	(*ClaimedJob)(nil),                    // 39: timeshard.v1.ClaimedJob
+	(*ClaimResponse)(nil),                 // 40: timeshard.v1.ClaimResponse
+	(*HeartbeatRequest)(nil),              // 41: timeshard.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),             // 42: timeshard.v1.HeartbeatResponse
+	(*CompleteRequest)(nil),               // 43: timeshard.v1.CompleteRequest
+	(*CompleteResponse)(nil),              // 44: timeshard.v1.CompleteResponse
+	(*FailRequest)(nil),                   // 45: timeshard.v1.FailRequest
+	(*FailResponse)(nil),                  // 46: timeshard.v1.FailResponse
+	(*FinishItem)(nil),                    // 47: timeshard.v1.FinishItem
+	(*FinishRequest)(nil),                 // 48: timeshard.v1.FinishRequest
+	(*FinishResult)(nil),                  // 49: timeshard.v1.FinishResult
+	(*FinishResponse)(nil),                // 50: timeshard.v1.FinishResponse
+	(*WorkHello)(nil),                     // 51: timeshard.v1.WorkHello
+	(*WorkCredit)(nil),                    // 52: timeshard.v1.WorkCredit
+	(*WorkRevoke)(nil),                    // 53: timeshard.v1.WorkRevoke
+	(*WorkRequest)(nil),                   // 54: timeshard.v1.WorkRequest
+	(*HeartbeatResult)(nil),               // 55: timeshard.v1.HeartbeatResult
+	(*WorkResponse)(nil),                  // 56: timeshard.v1.WorkResponse
+	(*Node)(nil),                          // 57: timeshard.v1.Node
+	(*ClusterInfoRequest)(nil),            // 58: timeshard.v1.ClusterInfoRequest
+	(*ClusterInfoResponse)(nil),           // 59: timeshard.v1.ClusterInfoResponse
+	(*ShardInfo)(nil),                     // 60: timeshard.v1.ShardInfo
+	(*ShardOwnersRequest)(nil),            // 61: timeshard.v1.ShardOwnersRequest
+	(*ShardOwnersResponse)(nil),           // 62: timeshard.v1.ShardOwnersResponse
+	(*MoveShardRequest)(nil),              // 63: timeshard.v1.MoveShardRequest
+	(*MoveShardResponse)(nil),             // 64: timeshard.v1.MoveShardResponse
+	(*DrainNodeRequest)(nil),              // 65: timeshard.v1.DrainNodeRequest
+	(*DrainNodeResponse)(nil),             // 66: timeshard.v1.DrainNodeResponse
+	(*NodeStatusRequest)(nil),             // 67: timeshard.v1.NodeStatusRequest
+	(*ShardStatus)(nil),                   // 68: timeshard.v1.ShardStatus
+	(*LatenessBucket)(nil),                // 69: timeshard.v1.LatenessBucket
+	(*TypeCounts)(nil),                    // 70: timeshard.v1.TypeCounts
+	(*TypeStartDelay)(nil),                // 71: timeshard.v1.TypeStartDelay
+	(*TypeWaiting)(nil),                   // 72: timeshard.v1.TypeWaiting
+	(*JobEvent)(nil),                      // 73: timeshard.v1.JobEvent
+	(*NodeStatusResponse)(nil),            // 74: timeshard.v1.NodeStatusResponse
+	(*TypePolicy)(nil),                    // 75: timeshard.v1.TypePolicy
+	(*SetTypePoliciesRequest)(nil),        // 76: timeshard.v1.SetTypePoliciesRequest
+	(*SetTypePoliciesResponse)(nil),       // 77: timeshard.v1.SetTypePoliciesResponse
+	(*TypeFlow)(nil),                      // 78: timeshard.v1.TypeFlow
+	(*SetTypeFlowsRequest)(nil),           // 79: timeshard.v1.SetTypeFlowsRequest
+	(*SetTypeFlowsResponse)(nil),          // 80: timeshard.v1.SetTypeFlowsResponse
+	(*ListTypesRequest)(nil),              // 81: timeshard.v1.ListTypesRequest
+	(*ListTypesResponse)(nil),             // 82: timeshard.v1.ListTypesResponse
+	(*TypeInfo)(nil),                      // 83: timeshard.v1.TypeInfo
+	(*WaitFinishedRequest)(nil),           // 84: timeshard.v1.WaitFinishedRequest
+	(*WaitFinishedResponse)(nil),          // 85: timeshard.v1.WaitFinishedResponse
+	(*LandedEntry)(nil),                   // 86: timeshard.v1.LandedEntry
+	(*LandRequest)(nil),                   // 87: timeshard.v1.LandRequest
+	(*LandResponse)(nil),                  // 88: timeshard.v1.LandResponse
+	(*timestamppb.Timestamp)(nil),         // 89: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),           // 90: google.protobuf.Duration
 }
 var file_timeshard_v1_timeshard_proto_depIdxs = []int32{
-	83,  // 0: timeshard.v1.Attempt.started_at:type_name -> google.protobuf.Timestamp
-	83,  // 1: timeshard.v1.Attempt.finished_at:type_name -> google.protobuf.Timestamp
+	89,  // 0: timeshard.v1.Attempt.started_at:type_name -> google.protobuf.Timestamp
+	89,  // 1: timeshard.v1.Attempt.finished_at:type_name -> google.protobuf.Timestamp
 	0,   // 2: timeshard.v1.Job.state:type_name -> timeshard.v1.JobState
-	83,  // 3: timeshard.v1.Job.run_at:type_name -> google.protobuf.Timestamp
-	83,  // 4: timeshard.v1.Job.created_at:type_name -> google.protobuf.Timestamp
-	83,  // 5: timeshard.v1.Job.lease_until:type_name -> google.protobuf.Timestamp
-	83,  // 6: timeshard.v1.Job.started_at:type_name -> google.protobuf.Timestamp
-	83,  // 7: timeshard.v1.Job.finished_at:type_name -> google.protobuf.Timestamp
+	89,  // 3: timeshard.v1.Job.run_at:type_name -> google.protobuf.Timestamp
+	89,  // 4: timeshard.v1.Job.created_at:type_name -> google.protobuf.Timestamp
+	89,  // 5: timeshard.v1.Job.lease_until:type_name -> google.protobuf.Timestamp
+	89,  // 6: timeshard.v1.Job.started_at:type_name -> google.protobuf.Timestamp
+	89,  // 7: timeshard.v1.Job.finished_at:type_name -> google.protobuf.Timestamp
 	3,   // 8: timeshard.v1.Job.history:type_name -> timeshard.v1.Attempt
-	83,  // 9: timeshard.v1.Job.deadline:type_name -> google.protobuf.Timestamp
-	84,  // 10: timeshard.v1.ScheduleJobRequest.delay:type_name -> google.protobuf.Duration
-	83,  // 11: timeshard.v1.ScheduleJobRequest.run_at:type_name -> google.protobuf.Timestamp
-	83,  // 12: timeshard.v1.ScheduleJobRequest.deadline:type_name -> google.protobuf.Timestamp
-	84,  // 13: timeshard.v1.ScheduleJobRequest.deadline_in:type_name -> google.protobuf.Duration
+	89,  // 9: timeshard.v1.Job.deadline:type_name -> google.protobuf.Timestamp
+	90,  // 10: timeshard.v1.ScheduleJobRequest.delay:type_name -> google.protobuf.Duration
+	89,  // 11: timeshard.v1.ScheduleJobRequest.run_at:type_name -> google.protobuf.Timestamp
+	89,  // 12: timeshard.v1.ScheduleJobRequest.deadline:type_name -> google.protobuf.Timestamp
+	90,  // 13: timeshard.v1.ScheduleJobRequest.deadline_in:type_name -> google.protobuf.Duration
 	1,   // 14: timeshard.v1.ScheduleJobRequest.if_exists:type_name -> timeshard.v1.IfExists
 	4,   // 15: timeshard.v1.ScheduleJobResponse.job:type_name -> timeshard.v1.Job
 	6,   // 16: timeshard.v1.ScheduleJobResponse.warnings:type_name -> timeshard.v1.ScheduleWarning
@@ -6372,157 +6904,169 @@ var file_timeshard_v1_timeshard_proto_depIdxs = []int32{
 	6,   // 19: timeshard.v1.ScheduleJobsResponse.warnings:type_name -> timeshard.v1.ScheduleWarning
 	0,   // 20: timeshard.v1.ListJobsRequest.state:type_name -> timeshard.v1.JobState
 	0,   // 21: timeshard.v1.ListJobsRequest.states:type_name -> timeshard.v1.JobState
-	83,  // 22: timeshard.v1.ListJobsRequest.run_at_from:type_name -> google.protobuf.Timestamp
-	83,  // 23: timeshard.v1.ListJobsRequest.run_at_to:type_name -> google.protobuf.Timestamp
+	89,  // 22: timeshard.v1.ListJobsRequest.run_at_from:type_name -> google.protobuf.Timestamp
+	89,  // 23: timeshard.v1.ListJobsRequest.run_at_to:type_name -> google.protobuf.Timestamp
 	2,   // 24: timeshard.v1.ListJobsRequest.order:type_name -> timeshard.v1.JobOrder
 	4,   // 25: timeshard.v1.ListJobsResponse.jobs:type_name -> timeshard.v1.Job
-	84,  // 26: timeshard.v1.RescheduleJobRequest.delay:type_name -> google.protobuf.Duration
-	83,  // 27: timeshard.v1.RescheduleJobRequest.run_at:type_name -> google.protobuf.Timestamp
-	84,  // 28: timeshard.v1.Schedule.misfire_grace:type_name -> google.protobuf.Duration
-	84,  // 29: timeshard.v1.Schedule.jitter:type_name -> google.protobuf.Duration
-	83,  // 30: timeshard.v1.Schedule.next_fire:type_name -> google.protobuf.Timestamp
-	83,  // 31: timeshard.v1.Schedule.last_skip_at:type_name -> google.protobuf.Timestamp
-	83,  // 32: timeshard.v1.Schedule.last_fire_at:type_name -> google.protobuf.Timestamp
-	83,  // 33: timeshard.v1.Schedule.queued_at:type_name -> google.protobuf.Timestamp
-	84,  // 34: timeshard.v1.Schedule.spread:type_name -> google.protobuf.Duration
+	90,  // 26: timeshard.v1.RescheduleJobRequest.delay:type_name -> google.protobuf.Duration
+	89,  // 27: timeshard.v1.RescheduleJobRequest.run_at:type_name -> google.protobuf.Timestamp
+	90,  // 28: timeshard.v1.Schedule.misfire_grace:type_name -> google.protobuf.Duration
+	90,  // 29: timeshard.v1.Schedule.jitter:type_name -> google.protobuf.Duration
+	89,  // 30: timeshard.v1.Schedule.next_fire:type_name -> google.protobuf.Timestamp
+	89,  // 31: timeshard.v1.Schedule.last_skip_at:type_name -> google.protobuf.Timestamp
+	89,  // 32: timeshard.v1.Schedule.last_fire_at:type_name -> google.protobuf.Timestamp
+	89,  // 33: timeshard.v1.Schedule.queued_at:type_name -> google.protobuf.Timestamp
+	90,  // 34: timeshard.v1.Schedule.spread:type_name -> google.protobuf.Duration
 	15,  // 35: timeshard.v1.CreateScheduleRequest.schedule:type_name -> timeshard.v1.Schedule
 	15,  // 36: timeshard.v1.ListSchedulesResponse.schedules:type_name -> timeshard.v1.Schedule
 	15,  // 37: timeshard.v1.UpdateScheduleRequest.schedule:type_name -> timeshard.v1.Schedule
-	83,  // 38: timeshard.v1.PreviewRequest.from:type_name -> google.protobuf.Timestamp
-	84,  // 39: timeshard.v1.PreviewRequest.spread:type_name -> google.protobuf.Duration
-	83,  // 40: timeshard.v1.FireTime.utc:type_name -> google.protobuf.Timestamp
-	83,  // 41: timeshard.v1.FireTime.runs_at:type_name -> google.protobuf.Timestamp
+	89,  // 38: timeshard.v1.PreviewRequest.from:type_name -> google.protobuf.Timestamp
+	90,  // 39: timeshard.v1.PreviewRequest.spread:type_name -> google.protobuf.Duration
+	89,  // 40: timeshard.v1.FireTime.utc:type_name -> google.protobuf.Timestamp
+	89,  // 41: timeshard.v1.FireTime.runs_at:type_name -> google.protobuf.Timestamp
 	24,  // 42: timeshard.v1.PreviewResponse.times:type_name -> timeshard.v1.FireTime
-	83,  // 43: timeshard.v1.ListDeadLettersRequest.since:type_name -> google.protobuf.Timestamp
+	89,  // 43: timeshard.v1.ListDeadLettersRequest.since:type_name -> google.protobuf.Timestamp
 	4,   // 44: timeshard.v1.ListDeadLettersResponse.jobs:type_name -> timeshard.v1.Job
 	4,   // 45: timeshard.v1.ReplayDeadLettersResponse.jobs:type_name -> timeshard.v1.Job
-	84,  // 46: timeshard.v1.WaitJobsRequest.timeout:type_name -> google.protobuf.Duration
+	90,  // 46: timeshard.v1.WaitJobsRequest.timeout:type_name -> google.protobuf.Duration
 	4,   // 47: timeshard.v1.WaitJobsResponse.job:type_name -> timeshard.v1.Job
-	84,  // 48: timeshard.v1.ClaimRequest.wait:type_name -> google.protobuf.Duration
-	84,  // 49: timeshard.v1.ClaimRequest.lease:type_name -> google.protobuf.Duration
-	4,   // 50: timeshard.v1.ClaimedJob.job:type_name -> timeshard.v1.Job
-	83,  // 51: timeshard.v1.ClaimedJob.lease_until:type_name -> google.protobuf.Timestamp
-	84,  // 52: timeshard.v1.ClaimedJob.lease:type_name -> google.protobuf.Duration
-	34,  // 53: timeshard.v1.ClaimResponse.jobs:type_name -> timeshard.v1.ClaimedJob
-	84,  // 54: timeshard.v1.HeartbeatRequest.lease:type_name -> google.protobuf.Duration
-	83,  // 55: timeshard.v1.HeartbeatRequest.started_at:type_name -> google.protobuf.Timestamp
-	83,  // 56: timeshard.v1.HeartbeatResponse.lease_until:type_name -> google.protobuf.Timestamp
-	84,  // 57: timeshard.v1.HeartbeatResponse.lease:type_name -> google.protobuf.Duration
-	0,   // 58: timeshard.v1.FailResponse.state:type_name -> timeshard.v1.JobState
-	83,  // 59: timeshard.v1.FailResponse.retry_at:type_name -> google.protobuf.Timestamp
-	42,  // 60: timeshard.v1.FinishRequest.items:type_name -> timeshard.v1.FinishItem
-	0,   // 61: timeshard.v1.FinishResult.state:type_name -> timeshard.v1.JobState
-	44,  // 62: timeshard.v1.FinishResponse.results:type_name -> timeshard.v1.FinishResult
-	84,  // 63: timeshard.v1.WorkHello.lease:type_name -> google.protobuf.Duration
-	46,  // 64: timeshard.v1.WorkRequest.hello:type_name -> timeshard.v1.WorkHello
-	47,  // 65: timeshard.v1.WorkRequest.credits:type_name -> timeshard.v1.WorkCredit
-	36,  // 66: timeshard.v1.WorkRequest.heartbeats:type_name -> timeshard.v1.HeartbeatRequest
-	42,  // 67: timeshard.v1.WorkRequest.results:type_name -> timeshard.v1.FinishItem
-	36,  // 68: timeshard.v1.WorkRequest.started:type_name -> timeshard.v1.HeartbeatRequest
-	37,  // 69: timeshard.v1.HeartbeatResult.lease:type_name -> timeshard.v1.HeartbeatResponse
-	34,  // 70: timeshard.v1.WorkResponse.jobs:type_name -> timeshard.v1.ClaimedJob
-	49,  // 71: timeshard.v1.WorkResponse.heartbeats:type_name -> timeshard.v1.HeartbeatResult
-	44,  // 72: timeshard.v1.WorkResponse.results:type_name -> timeshard.v1.FinishResult
-	84,  // 73: timeshard.v1.WorkResponse.held:type_name -> google.protobuf.Duration
-	51,  // 74: timeshard.v1.ClusterInfoResponse.nodes:type_name -> timeshard.v1.Node
-	83,  // 75: timeshard.v1.ShardInfo.cursor:type_name -> google.protobuf.Timestamp
-	54,  // 76: timeshard.v1.ShardOwnersResponse.shards:type_name -> timeshard.v1.ShardInfo
-	84,  // 77: timeshard.v1.NodeStatusRequest.window:type_name -> google.protobuf.Duration
-	63,  // 78: timeshard.v1.TypeStartDelay.buckets:type_name -> timeshard.v1.LatenessBucket
-	83,  // 79: timeshard.v1.JobEvent.at:type_name -> google.protobuf.Timestamp
-	62,  // 80: timeshard.v1.NodeStatusResponse.shards:type_name -> timeshard.v1.ShardStatus
-	84,  // 81: timeshard.v1.NodeStatusResponse.window:type_name -> google.protobuf.Duration
-	63,  // 82: timeshard.v1.NodeStatusResponse.lateness:type_name -> timeshard.v1.LatenessBucket
-	64,  // 83: timeshard.v1.NodeStatusResponse.jobs:type_name -> timeshard.v1.TypeCounts
-	83,  // 84: timeshard.v1.NodeStatusResponse.dead_letters_at:type_name -> google.protobuf.Timestamp
-	67,  // 85: timeshard.v1.NodeStatusResponse.recent_failures:type_name -> timeshard.v1.JobEvent
-	67,  // 86: timeshard.v1.NodeStatusResponse.recent_dead_letters:type_name -> timeshard.v1.JobEvent
-	66,  // 87: timeshard.v1.NodeStatusResponse.unclaimed:type_name -> timeshard.v1.TypeWaiting
-	65,  // 88: timeshard.v1.NodeStatusResponse.start_delay:type_name -> timeshard.v1.TypeStartDelay
-	84,  // 89: timeshard.v1.TypePolicy.retry_base:type_name -> google.protobuf.Duration
-	84,  // 90: timeshard.v1.TypePolicy.retry_max:type_name -> google.protobuf.Duration
-	69,  // 91: timeshard.v1.SetTypePoliciesRequest.policies:type_name -> timeshard.v1.TypePolicy
-	69,  // 92: timeshard.v1.SetTypePoliciesResponse.policies:type_name -> timeshard.v1.TypePolicy
-	72,  // 93: timeshard.v1.SetTypeFlowsRequest.flows:type_name -> timeshard.v1.TypeFlow
-	77,  // 94: timeshard.v1.SetTypeFlowsResponse.types:type_name -> timeshard.v1.TypeInfo
-	77,  // 95: timeshard.v1.ListTypesResponse.types:type_name -> timeshard.v1.TypeInfo
-	69,  // 96: timeshard.v1.TypeInfo.policy:type_name -> timeshard.v1.TypePolicy
-	84,  // 97: timeshard.v1.WaitFinishedRequest.timeout:type_name -> google.protobuf.Duration
-	83,  // 98: timeshard.v1.LandedEntry.due_at:type_name -> google.protobuf.Timestamp
-	80,  // 99: timeshard.v1.LandRequest.entries:type_name -> timeshard.v1.LandedEntry
-	5,   // 100: timeshard.v1.JobService.ScheduleJob:input_type -> timeshard.v1.ScheduleJobRequest
-	8,   // 101: timeshard.v1.JobService.ScheduleJobs:input_type -> timeshard.v1.ScheduleJobsRequest
-	10,  // 102: timeshard.v1.JobService.GetJob:input_type -> timeshard.v1.GetJobRequest
-	11,  // 103: timeshard.v1.JobService.ListJobs:input_type -> timeshard.v1.ListJobsRequest
-	13,  // 104: timeshard.v1.JobService.CancelJob:input_type -> timeshard.v1.CancelJobRequest
-	14,  // 105: timeshard.v1.JobService.RescheduleJob:input_type -> timeshard.v1.RescheduleJobRequest
-	16,  // 106: timeshard.v1.JobService.CreateSchedule:input_type -> timeshard.v1.CreateScheduleRequest
-	17,  // 107: timeshard.v1.JobService.GetSchedule:input_type -> timeshard.v1.GetScheduleRequest
-	18,  // 108: timeshard.v1.JobService.ListSchedules:input_type -> timeshard.v1.ListSchedulesRequest
-	20,  // 109: timeshard.v1.JobService.UpdateSchedule:input_type -> timeshard.v1.UpdateScheduleRequest
-	21,  // 110: timeshard.v1.JobService.PauseSchedule:input_type -> timeshard.v1.ScheduleIdRequest
-	21,  // 111: timeshard.v1.JobService.ResumeSchedule:input_type -> timeshard.v1.ScheduleIdRequest
-	21,  // 112: timeshard.v1.JobService.DeleteSchedule:input_type -> timeshard.v1.ScheduleIdRequest
-	23,  // 113: timeshard.v1.JobService.PreviewSchedule:input_type -> timeshard.v1.PreviewRequest
-	26,  // 114: timeshard.v1.JobService.ListDeadLetters:input_type -> timeshard.v1.ListDeadLettersRequest
-	28,  // 115: timeshard.v1.JobService.ReplayDeadLetters:input_type -> timeshard.v1.ReplayDeadLettersRequest
-	28,  // 116: timeshard.v1.JobService.PurgeDeadLetters:input_type -> timeshard.v1.ReplayDeadLettersRequest
-	31,  // 117: timeshard.v1.JobService.WaitJobs:input_type -> timeshard.v1.WaitJobsRequest
-	33,  // 118: timeshard.v1.WorkerService.Claim:input_type -> timeshard.v1.ClaimRequest
-	36,  // 119: timeshard.v1.WorkerService.Heartbeat:input_type -> timeshard.v1.HeartbeatRequest
-	38,  // 120: timeshard.v1.WorkerService.Complete:input_type -> timeshard.v1.CompleteRequest
-	40,  // 121: timeshard.v1.WorkerService.Fail:input_type -> timeshard.v1.FailRequest
-	43,  // 122: timeshard.v1.WorkerService.Finish:input_type -> timeshard.v1.FinishRequest
-	48,  // 123: timeshard.v1.WorkerService.Work:input_type -> timeshard.v1.WorkRequest
-	52,  // 124: timeshard.v1.AdminService.ClusterInfo:input_type -> timeshard.v1.ClusterInfoRequest
-	55,  // 125: timeshard.v1.AdminService.ShardOwners:input_type -> timeshard.v1.ShardOwnersRequest
-	57,  // 126: timeshard.v1.AdminService.MoveShard:input_type -> timeshard.v1.MoveShardRequest
-	59,  // 127: timeshard.v1.AdminService.DrainNode:input_type -> timeshard.v1.DrainNodeRequest
-	61,  // 128: timeshard.v1.AdminService.NodeStatus:input_type -> timeshard.v1.NodeStatusRequest
-	70,  // 129: timeshard.v1.AdminService.SetTypePolicies:input_type -> timeshard.v1.SetTypePoliciesRequest
-	73,  // 130: timeshard.v1.AdminService.SetTypeFlows:input_type -> timeshard.v1.SetTypeFlowsRequest
-	75,  // 131: timeshard.v1.AdminService.ListTypes:input_type -> timeshard.v1.ListTypesRequest
-	81,  // 132: timeshard.v1.PeerService.Land:input_type -> timeshard.v1.LandRequest
-	78,  // 133: timeshard.v1.PeerService.WaitFinished:input_type -> timeshard.v1.WaitFinishedRequest
-	7,   // 134: timeshard.v1.JobService.ScheduleJob:output_type -> timeshard.v1.ScheduleJobResponse
-	9,   // 135: timeshard.v1.JobService.ScheduleJobs:output_type -> timeshard.v1.ScheduleJobsResponse
-	4,   // 136: timeshard.v1.JobService.GetJob:output_type -> timeshard.v1.Job
-	12,  // 137: timeshard.v1.JobService.ListJobs:output_type -> timeshard.v1.ListJobsResponse
-	4,   // 138: timeshard.v1.JobService.CancelJob:output_type -> timeshard.v1.Job
-	4,   // 139: timeshard.v1.JobService.RescheduleJob:output_type -> timeshard.v1.Job
-	15,  // 140: timeshard.v1.JobService.CreateSchedule:output_type -> timeshard.v1.Schedule
-	15,  // 141: timeshard.v1.JobService.GetSchedule:output_type -> timeshard.v1.Schedule
-	19,  // 142: timeshard.v1.JobService.ListSchedules:output_type -> timeshard.v1.ListSchedulesResponse
-	15,  // 143: timeshard.v1.JobService.UpdateSchedule:output_type -> timeshard.v1.Schedule
-	15,  // 144: timeshard.v1.JobService.PauseSchedule:output_type -> timeshard.v1.Schedule
-	15,  // 145: timeshard.v1.JobService.ResumeSchedule:output_type -> timeshard.v1.Schedule
-	22,  // 146: timeshard.v1.JobService.DeleteSchedule:output_type -> timeshard.v1.DeleteScheduleResponse
-	25,  // 147: timeshard.v1.JobService.PreviewSchedule:output_type -> timeshard.v1.PreviewResponse
-	27,  // 148: timeshard.v1.JobService.ListDeadLetters:output_type -> timeshard.v1.ListDeadLettersResponse
-	29,  // 149: timeshard.v1.JobService.ReplayDeadLetters:output_type -> timeshard.v1.ReplayDeadLettersResponse
-	30,  // 150: timeshard.v1.JobService.PurgeDeadLetters:output_type -> timeshard.v1.PurgeDeadLettersResponse
-	32,  // 151: timeshard.v1.JobService.WaitJobs:output_type -> timeshard.v1.WaitJobsResponse
-	35,  // 152: timeshard.v1.WorkerService.Claim:output_type -> timeshard.v1.ClaimResponse
-	37,  // 153: timeshard.v1.WorkerService.Heartbeat:output_type -> timeshard.v1.HeartbeatResponse
-	39,  // 154: timeshard.v1.WorkerService.Complete:output_type -> timeshard.v1.CompleteResponse
-	41,  // 155: timeshard.v1.WorkerService.Fail:output_type -> timeshard.v1.FailResponse
-	45,  // 156: timeshard.v1.WorkerService.Finish:output_type -> timeshard.v1.FinishResponse
-	50,  // 157: timeshard.v1.WorkerService.Work:output_type -> timeshard.v1.WorkResponse
-	53,  // 158: timeshard.v1.AdminService.ClusterInfo:output_type -> timeshard.v1.ClusterInfoResponse
-	56,  // 159: timeshard.v1.AdminService.ShardOwners:output_type -> timeshard.v1.ShardOwnersResponse
-	58,  // 160: timeshard.v1.AdminService.MoveShard:output_type -> timeshard.v1.MoveShardResponse
-	60,  // 161: timeshard.v1.AdminService.DrainNode:output_type -> timeshard.v1.DrainNodeResponse
-	68,  // 162: timeshard.v1.AdminService.NodeStatus:output_type -> timeshard.v1.NodeStatusResponse
-	71,  // 163: timeshard.v1.AdminService.SetTypePolicies:output_type -> timeshard.v1.SetTypePoliciesResponse
-	74,  // 164: timeshard.v1.AdminService.SetTypeFlows:output_type -> timeshard.v1.SetTypeFlowsResponse
-	76,  // 165: timeshard.v1.AdminService.ListTypes:output_type -> timeshard.v1.ListTypesResponse
-	82,  // 166: timeshard.v1.PeerService.Land:output_type -> timeshard.v1.LandResponse
-	79,  // 167: timeshard.v1.PeerService.WaitFinished:output_type -> timeshard.v1.WaitFinishedResponse
-	134, // [134:168] is the sub-list for method output_type
-	100, // [100:134] is the sub-list for method input_type
-	100, // [100:100] is the sub-list for extension type_name
-	100, // [100:100] is the sub-list for extension extendee
-	0,   // [0:100] is the sub-list for field type_name
+	89,  // 48: timeshard.v1.ScheduleRevision.at:type_name -> google.protobuf.Timestamp
+	15,  // 49: timeshard.v1.ScheduleRevision.schedule:type_name -> timeshard.v1.Schedule
+	33,  // 50: timeshard.v1.ListScheduleRevisionsResponse.revisions:type_name -> timeshard.v1.ScheduleRevision
+	90,  // 51: timeshard.v1.ClaimRequest.wait:type_name -> google.protobuf.Duration
+	90,  // 52: timeshard.v1.ClaimRequest.lease:type_name -> google.protobuf.Duration
+	4,   // 53: timeshard.v1.ClaimedJob.job:type_name -> timeshard.v1.Job
+	89,  // 54: timeshard.v1.ClaimedJob.lease_until:type_name -> google.protobuf.Timestamp
+	90,  // 55: timeshard.v1.ClaimedJob.lease:type_name -> google.protobuf.Duration
+	90,  // 56: timeshard.v1.ClaimedJob.starts_in:type_name -> google.protobuf.Duration
+	39,  // 57: timeshard.v1.ClaimResponse.jobs:type_name -> timeshard.v1.ClaimedJob
+	90,  // 58: timeshard.v1.HeartbeatRequest.lease:type_name -> google.protobuf.Duration
+	89,  // 59: timeshard.v1.HeartbeatRequest.started_at:type_name -> google.protobuf.Timestamp
+	89,  // 60: timeshard.v1.HeartbeatResponse.lease_until:type_name -> google.protobuf.Timestamp
+	90,  // 61: timeshard.v1.HeartbeatResponse.lease:type_name -> google.protobuf.Duration
+	0,   // 62: timeshard.v1.FailResponse.state:type_name -> timeshard.v1.JobState
+	89,  // 63: timeshard.v1.FailResponse.retry_at:type_name -> google.protobuf.Timestamp
+	47,  // 64: timeshard.v1.FinishRequest.items:type_name -> timeshard.v1.FinishItem
+	0,   // 65: timeshard.v1.FinishResult.state:type_name -> timeshard.v1.JobState
+	49,  // 66: timeshard.v1.FinishResponse.results:type_name -> timeshard.v1.FinishResult
+	90,  // 67: timeshard.v1.WorkHello.lease:type_name -> google.protobuf.Duration
+	51,  // 68: timeshard.v1.WorkRequest.hello:type_name -> timeshard.v1.WorkHello
+	52,  // 69: timeshard.v1.WorkRequest.credits:type_name -> timeshard.v1.WorkCredit
+	41,  // 70: timeshard.v1.WorkRequest.heartbeats:type_name -> timeshard.v1.HeartbeatRequest
+	47,  // 71: timeshard.v1.WorkRequest.results:type_name -> timeshard.v1.FinishItem
+	41,  // 72: timeshard.v1.WorkRequest.started:type_name -> timeshard.v1.HeartbeatRequest
+	53,  // 73: timeshard.v1.WorkRequest.revoked:type_name -> timeshard.v1.WorkRevoke
+	42,  // 74: timeshard.v1.HeartbeatResult.lease:type_name -> timeshard.v1.HeartbeatResponse
+	39,  // 75: timeshard.v1.WorkResponse.jobs:type_name -> timeshard.v1.ClaimedJob
+	55,  // 76: timeshard.v1.WorkResponse.heartbeats:type_name -> timeshard.v1.HeartbeatResult
+	49,  // 77: timeshard.v1.WorkResponse.results:type_name -> timeshard.v1.FinishResult
+	90,  // 78: timeshard.v1.WorkResponse.held:type_name -> google.protobuf.Duration
+	53,  // 79: timeshard.v1.WorkResponse.revokes:type_name -> timeshard.v1.WorkRevoke
+	57,  // 80: timeshard.v1.ClusterInfoResponse.nodes:type_name -> timeshard.v1.Node
+	89,  // 81: timeshard.v1.ShardInfo.cursor:type_name -> google.protobuf.Timestamp
+	60,  // 82: timeshard.v1.ShardOwnersResponse.shards:type_name -> timeshard.v1.ShardInfo
+	90,  // 83: timeshard.v1.NodeStatusRequest.window:type_name -> google.protobuf.Duration
+	69,  // 84: timeshard.v1.TypeStartDelay.buckets:type_name -> timeshard.v1.LatenessBucket
+	89,  // 85: timeshard.v1.JobEvent.at:type_name -> google.protobuf.Timestamp
+	68,  // 86: timeshard.v1.NodeStatusResponse.shards:type_name -> timeshard.v1.ShardStatus
+	90,  // 87: timeshard.v1.NodeStatusResponse.window:type_name -> google.protobuf.Duration
+	69,  // 88: timeshard.v1.NodeStatusResponse.lateness:type_name -> timeshard.v1.LatenessBucket
+	70,  // 89: timeshard.v1.NodeStatusResponse.jobs:type_name -> timeshard.v1.TypeCounts
+	89,  // 90: timeshard.v1.NodeStatusResponse.dead_letters_at:type_name -> google.protobuf.Timestamp
+	73,  // 91: timeshard.v1.NodeStatusResponse.recent_failures:type_name -> timeshard.v1.JobEvent
+	73,  // 92: timeshard.v1.NodeStatusResponse.recent_dead_letters:type_name -> timeshard.v1.JobEvent
+	72,  // 93: timeshard.v1.NodeStatusResponse.unclaimed:type_name -> timeshard.v1.TypeWaiting
+	71,  // 94: timeshard.v1.NodeStatusResponse.start_delay:type_name -> timeshard.v1.TypeStartDelay
+	90,  // 95: timeshard.v1.TypePolicy.retry_base:type_name -> google.protobuf.Duration
+	90,  // 96: timeshard.v1.TypePolicy.retry_max:type_name -> google.protobuf.Duration
+	75,  // 97: timeshard.v1.SetTypePoliciesRequest.policies:type_name -> timeshard.v1.TypePolicy
+	75,  // 98: timeshard.v1.SetTypePoliciesResponse.policies:type_name -> timeshard.v1.TypePolicy
+	78,  // 99: timeshard.v1.SetTypeFlowsRequest.flows:type_name -> timeshard.v1.TypeFlow
+	83,  // 100: timeshard.v1.SetTypeFlowsResponse.types:type_name -> timeshard.v1.TypeInfo
+	83,  // 101: timeshard.v1.ListTypesResponse.types:type_name -> timeshard.v1.TypeInfo
+	75,  // 102: timeshard.v1.TypeInfo.policy:type_name -> timeshard.v1.TypePolicy
+	90,  // 103: timeshard.v1.WaitFinishedRequest.timeout:type_name -> google.protobuf.Duration
+	89,  // 104: timeshard.v1.LandedEntry.due_at:type_name -> google.protobuf.Timestamp
+	86,  // 105: timeshard.v1.LandRequest.entries:type_name -> timeshard.v1.LandedEntry
+	5,   // 106: timeshard.v1.JobService.ScheduleJob:input_type -> timeshard.v1.ScheduleJobRequest
+	8,   // 107: timeshard.v1.JobService.ScheduleJobs:input_type -> timeshard.v1.ScheduleJobsRequest
+	10,  // 108: timeshard.v1.JobService.GetJob:input_type -> timeshard.v1.GetJobRequest
+	11,  // 109: timeshard.v1.JobService.ListJobs:input_type -> timeshard.v1.ListJobsRequest
+	13,  // 110: timeshard.v1.JobService.CancelJob:input_type -> timeshard.v1.CancelJobRequest
+	14,  // 111: timeshard.v1.JobService.RescheduleJob:input_type -> timeshard.v1.RescheduleJobRequest
+	16,  // 112: timeshard.v1.JobService.CreateSchedule:input_type -> timeshard.v1.CreateScheduleRequest
+	17,  // 113: timeshard.v1.JobService.GetSchedule:input_type -> timeshard.v1.GetScheduleRequest
+	18,  // 114: timeshard.v1.JobService.ListSchedules:input_type -> timeshard.v1.ListSchedulesRequest
+	20,  // 115: timeshard.v1.JobService.UpdateSchedule:input_type -> timeshard.v1.UpdateScheduleRequest
+	21,  // 116: timeshard.v1.JobService.PauseSchedule:input_type -> timeshard.v1.ScheduleIdRequest
+	21,  // 117: timeshard.v1.JobService.ResumeSchedule:input_type -> timeshard.v1.ScheduleIdRequest
+	21,  // 118: timeshard.v1.JobService.DeleteSchedule:input_type -> timeshard.v1.ScheduleIdRequest
+	23,  // 119: timeshard.v1.JobService.PreviewSchedule:input_type -> timeshard.v1.PreviewRequest
+	26,  // 120: timeshard.v1.JobService.ListDeadLetters:input_type -> timeshard.v1.ListDeadLettersRequest
+	28,  // 121: timeshard.v1.JobService.ReplayDeadLetters:input_type -> timeshard.v1.ReplayDeadLettersRequest
+	28,  // 122: timeshard.v1.JobService.PurgeDeadLetters:input_type -> timeshard.v1.ReplayDeadLettersRequest
+	31,  // 123: timeshard.v1.JobService.WaitJobs:input_type -> timeshard.v1.WaitJobsRequest
+	34,  // 124: timeshard.v1.JobService.ListScheduleRevisions:input_type -> timeshard.v1.ListScheduleRevisionsRequest
+	36,  // 125: timeshard.v1.JobService.GetScheduleRevision:input_type -> timeshard.v1.GetScheduleRevisionRequest
+	37,  // 126: timeshard.v1.JobService.RollbackSchedule:input_type -> timeshard.v1.RollbackScheduleRequest
+	38,  // 127: timeshard.v1.WorkerService.Claim:input_type -> timeshard.v1.ClaimRequest
+	41,  // 128: timeshard.v1.WorkerService.Heartbeat:input_type -> timeshard.v1.HeartbeatRequest
+	43,  // 129: timeshard.v1.WorkerService.Complete:input_type -> timeshard.v1.CompleteRequest
+	45,  // 130: timeshard.v1.WorkerService.Fail:input_type -> timeshard.v1.FailRequest
+	48,  // 131: timeshard.v1.WorkerService.Finish:input_type -> timeshard.v1.FinishRequest
+	54,  // 132: timeshard.v1.WorkerService.Work:input_type -> timeshard.v1.WorkRequest
+	58,  // 133: timeshard.v1.AdminService.ClusterInfo:input_type -> timeshard.v1.ClusterInfoRequest
+	61,  // 134: timeshard.v1.AdminService.ShardOwners:input_type -> timeshard.v1.ShardOwnersRequest
+	63,  // 135: timeshard.v1.AdminService.MoveShard:input_type -> timeshard.v1.MoveShardRequest
+	65,  // 136: timeshard.v1.AdminService.DrainNode:input_type -> timeshard.v1.DrainNodeRequest
+	67,  // 137: timeshard.v1.AdminService.NodeStatus:input_type -> timeshard.v1.NodeStatusRequest
+	76,  // 138: timeshard.v1.AdminService.SetTypePolicies:input_type -> timeshard.v1.SetTypePoliciesRequest
+	79,  // 139: timeshard.v1.AdminService.SetTypeFlows:input_type -> timeshard.v1.SetTypeFlowsRequest
+	81,  // 140: timeshard.v1.AdminService.ListTypes:input_type -> timeshard.v1.ListTypesRequest
+	87,  // 141: timeshard.v1.PeerService.Land:input_type -> timeshard.v1.LandRequest
+	84,  // 142: timeshard.v1.PeerService.WaitFinished:input_type -> timeshard.v1.WaitFinishedRequest
+	7,   // 143: timeshard.v1.JobService.ScheduleJob:output_type -> timeshard.v1.ScheduleJobResponse
+	9,   // 144: timeshard.v1.JobService.ScheduleJobs:output_type -> timeshard.v1.ScheduleJobsResponse
+	4,   // 145: timeshard.v1.JobService.GetJob:output_type -> timeshard.v1.Job
+	12,  // 146: timeshard.v1.JobService.ListJobs:output_type -> timeshard.v1.ListJobsResponse
+	4,   // 147: timeshard.v1.JobService.CancelJob:output_type -> timeshard.v1.Job
+	4,   // 148: timeshard.v1.JobService.RescheduleJob:output_type -> timeshard.v1.Job
+	15,  // 149: timeshard.v1.JobService.CreateSchedule:output_type -> timeshard.v1.Schedule
+	15,  // 150: timeshard.v1.JobService.GetSchedule:output_type -> timeshard.v1.Schedule
+	19,  // 151: timeshard.v1.JobService.ListSchedules:output_type -> timeshard.v1.ListSchedulesResponse
+	15,  // 152: timeshard.v1.JobService.UpdateSchedule:output_type -> timeshard.v1.Schedule
+	15,  // 153: timeshard.v1.JobService.PauseSchedule:output_type -> timeshard.v1.Schedule
+	15,  // 154: timeshard.v1.JobService.ResumeSchedule:output_type -> timeshard.v1.Schedule
+	22,  // 155: timeshard.v1.JobService.DeleteSchedule:output_type -> timeshard.v1.DeleteScheduleResponse
+	25,  // 156: timeshard.v1.JobService.PreviewSchedule:output_type -> timeshard.v1.PreviewResponse
+	27,  // 157: timeshard.v1.JobService.ListDeadLetters:output_type -> timeshard.v1.ListDeadLettersResponse
+	29,  // 158: timeshard.v1.JobService.ReplayDeadLetters:output_type -> timeshard.v1.ReplayDeadLettersResponse
+	30,  // 159: timeshard.v1.JobService.PurgeDeadLetters:output_type -> timeshard.v1.PurgeDeadLettersResponse
+	32,  // 160: timeshard.v1.JobService.WaitJobs:output_type -> timeshard.v1.WaitJobsResponse
+	35,  // 161: timeshard.v1.JobService.ListScheduleRevisions:output_type -> timeshard.v1.ListScheduleRevisionsResponse
+	33,  // 162: timeshard.v1.JobService.GetScheduleRevision:output_type -> timeshard.v1.ScheduleRevision
+	15,  // 163: timeshard.v1.JobService.RollbackSchedule:output_type -> timeshard.v1.Schedule
+	40,  // 164: timeshard.v1.WorkerService.Claim:output_type -> timeshard.v1.ClaimResponse
+	42,  // 165: timeshard.v1.WorkerService.Heartbeat:output_type -> timeshard.v1.HeartbeatResponse
+	44,  // 166: timeshard.v1.WorkerService.Complete:output_type -> timeshard.v1.CompleteResponse
+	46,  // 167: timeshard.v1.WorkerService.Fail:output_type -> timeshard.v1.FailResponse
+	50,  // 168: timeshard.v1.WorkerService.Finish:output_type -> timeshard.v1.FinishResponse
+	56,  // 169: timeshard.v1.WorkerService.Work:output_type -> timeshard.v1.WorkResponse
+	59,  // 170: timeshard.v1.AdminService.ClusterInfo:output_type -> timeshard.v1.ClusterInfoResponse
+	62,  // 171: timeshard.v1.AdminService.ShardOwners:output_type -> timeshard.v1.ShardOwnersResponse
+	64,  // 172: timeshard.v1.AdminService.MoveShard:output_type -> timeshard.v1.MoveShardResponse
+	66,  // 173: timeshard.v1.AdminService.DrainNode:output_type -> timeshard.v1.DrainNodeResponse
+	74,  // 174: timeshard.v1.AdminService.NodeStatus:output_type -> timeshard.v1.NodeStatusResponse
+	77,  // 175: timeshard.v1.AdminService.SetTypePolicies:output_type -> timeshard.v1.SetTypePoliciesResponse
+	80,  // 176: timeshard.v1.AdminService.SetTypeFlows:output_type -> timeshard.v1.SetTypeFlowsResponse
+	82,  // 177: timeshard.v1.AdminService.ListTypes:output_type -> timeshard.v1.ListTypesResponse
+	88,  // 178: timeshard.v1.PeerService.Land:output_type -> timeshard.v1.LandResponse
+	85,  // 179: timeshard.v1.PeerService.WaitFinished:output_type -> timeshard.v1.WaitFinishedResponse
+	143, // [143:180] is the sub-list for method output_type
+	106, // [106:143] is the sub-list for method input_type
+	106, // [106:106] is the sub-list for extension type_name
+	106, // [106:106] is the sub-list for extension extendee
+	0,   // [0:106] is the sub-list for field type_name
 }
 
 func init() { file_timeshard_v1_timeshard_proto_init() }
@@ -6540,14 +7084,14 @@ func file_timeshard_v1_timeshard_proto_init() {
 		(*RescheduleJobRequest_Delay)(nil),
 		(*RescheduleJobRequest_RunAt)(nil),
 	}
-	file_timeshard_v1_timeshard_proto_msgTypes[69].OneofWrappers = []any{}
+	file_timeshard_v1_timeshard_proto_msgTypes[75].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_timeshard_v1_timeshard_proto_rawDesc), len(file_timeshard_v1_timeshard_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   80,
+			NumMessages:   86,
 			NumExtensions: 0,
 			NumServices:   4,
 		},

@@ -21,24 +21,27 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	JobService_ScheduleJob_FullMethodName       = "/timeshard.v1.JobService/ScheduleJob"
-	JobService_ScheduleJobs_FullMethodName      = "/timeshard.v1.JobService/ScheduleJobs"
-	JobService_GetJob_FullMethodName            = "/timeshard.v1.JobService/GetJob"
-	JobService_ListJobs_FullMethodName          = "/timeshard.v1.JobService/ListJobs"
-	JobService_CancelJob_FullMethodName         = "/timeshard.v1.JobService/CancelJob"
-	JobService_RescheduleJob_FullMethodName     = "/timeshard.v1.JobService/RescheduleJob"
-	JobService_CreateSchedule_FullMethodName    = "/timeshard.v1.JobService/CreateSchedule"
-	JobService_GetSchedule_FullMethodName       = "/timeshard.v1.JobService/GetSchedule"
-	JobService_ListSchedules_FullMethodName     = "/timeshard.v1.JobService/ListSchedules"
-	JobService_UpdateSchedule_FullMethodName    = "/timeshard.v1.JobService/UpdateSchedule"
-	JobService_PauseSchedule_FullMethodName     = "/timeshard.v1.JobService/PauseSchedule"
-	JobService_ResumeSchedule_FullMethodName    = "/timeshard.v1.JobService/ResumeSchedule"
-	JobService_DeleteSchedule_FullMethodName    = "/timeshard.v1.JobService/DeleteSchedule"
-	JobService_PreviewSchedule_FullMethodName   = "/timeshard.v1.JobService/PreviewSchedule"
-	JobService_ListDeadLetters_FullMethodName   = "/timeshard.v1.JobService/ListDeadLetters"
-	JobService_ReplayDeadLetters_FullMethodName = "/timeshard.v1.JobService/ReplayDeadLetters"
-	JobService_PurgeDeadLetters_FullMethodName  = "/timeshard.v1.JobService/PurgeDeadLetters"
-	JobService_WaitJobs_FullMethodName          = "/timeshard.v1.JobService/WaitJobs"
+	JobService_ScheduleJob_FullMethodName           = "/timeshard.v1.JobService/ScheduleJob"
+	JobService_ScheduleJobs_FullMethodName          = "/timeshard.v1.JobService/ScheduleJobs"
+	JobService_GetJob_FullMethodName                = "/timeshard.v1.JobService/GetJob"
+	JobService_ListJobs_FullMethodName              = "/timeshard.v1.JobService/ListJobs"
+	JobService_CancelJob_FullMethodName             = "/timeshard.v1.JobService/CancelJob"
+	JobService_RescheduleJob_FullMethodName         = "/timeshard.v1.JobService/RescheduleJob"
+	JobService_CreateSchedule_FullMethodName        = "/timeshard.v1.JobService/CreateSchedule"
+	JobService_GetSchedule_FullMethodName           = "/timeshard.v1.JobService/GetSchedule"
+	JobService_ListSchedules_FullMethodName         = "/timeshard.v1.JobService/ListSchedules"
+	JobService_UpdateSchedule_FullMethodName        = "/timeshard.v1.JobService/UpdateSchedule"
+	JobService_PauseSchedule_FullMethodName         = "/timeshard.v1.JobService/PauseSchedule"
+	JobService_ResumeSchedule_FullMethodName        = "/timeshard.v1.JobService/ResumeSchedule"
+	JobService_DeleteSchedule_FullMethodName        = "/timeshard.v1.JobService/DeleteSchedule"
+	JobService_PreviewSchedule_FullMethodName       = "/timeshard.v1.JobService/PreviewSchedule"
+	JobService_ListDeadLetters_FullMethodName       = "/timeshard.v1.JobService/ListDeadLetters"
+	JobService_ReplayDeadLetters_FullMethodName     = "/timeshard.v1.JobService/ReplayDeadLetters"
+	JobService_PurgeDeadLetters_FullMethodName      = "/timeshard.v1.JobService/PurgeDeadLetters"
+	JobService_WaitJobs_FullMethodName              = "/timeshard.v1.JobService/WaitJobs"
+	JobService_ListScheduleRevisions_FullMethodName = "/timeshard.v1.JobService/ListScheduleRevisions"
+	JobService_GetScheduleRevision_FullMethodName   = "/timeshard.v1.JobService/GetScheduleRevision"
+	JobService_RollbackSchedule_FullMethodName      = "/timeshard.v1.JobService/RollbackSchedule"
 )
 
 // JobServiceClient is the client API for JobService service.
@@ -67,6 +70,15 @@ type JobServiceClient interface {
 	ReplayDeadLetters(ctx context.Context, in *ReplayDeadLettersRequest, opts ...grpc.CallOption) (*ReplayDeadLettersResponse, error)
 	PurgeDeadLetters(ctx context.Context, in *ReplayDeadLettersRequest, opts ...grpc.CallOption) (*PurgeDeadLettersResponse, error)
 	WaitJobs(ctx context.Context, in *WaitJobsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WaitJobsResponse], error)
+	// Schedule revisions (messages just below). Unknown schedule: NOT_FOUND naming it; a
+	// revision not kept: NOT_FOUND naming the schedule and the revision, nothing changed.
+	ListScheduleRevisions(ctx context.Context, in *ListScheduleRevisionsRequest, opts ...grpc.CallOption) (*ListScheduleRevisionsResponse, error)
+	GetScheduleRevision(ctx context.Context, in *GetScheduleRevisionRequest, opts ...grpc.CallOption) (*ScheduleRevision, error)
+	// A new revision whose definition (cron, time zone, DST rules, job template, policies) is
+	// that of the revision named; paused or not as the schedule is now. Returns the schedule
+	// (its revision field is the new revision). A deleted schedule: FAILED_PRECONDITION, nothing
+	// changed (create it again; its revisions go on).
+	RollbackSchedule(ctx context.Context, in *RollbackScheduleRequest, opts ...grpc.CallOption) (*Schedule, error)
 }
 
 type jobServiceClient struct {
@@ -266,6 +278,36 @@ func (c *jobServiceClient) WaitJobs(ctx context.Context, in *WaitJobsRequest, op
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type JobService_WaitJobsClient = grpc.ServerStreamingClient[WaitJobsResponse]
 
+func (c *jobServiceClient) ListScheduleRevisions(ctx context.Context, in *ListScheduleRevisionsRequest, opts ...grpc.CallOption) (*ListScheduleRevisionsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListScheduleRevisionsResponse)
+	err := c.cc.Invoke(ctx, JobService_ListScheduleRevisions_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *jobServiceClient) GetScheduleRevision(ctx context.Context, in *GetScheduleRevisionRequest, opts ...grpc.CallOption) (*ScheduleRevision, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ScheduleRevision)
+	err := c.cc.Invoke(ctx, JobService_GetScheduleRevision_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *jobServiceClient) RollbackSchedule(ctx context.Context, in *RollbackScheduleRequest, opts ...grpc.CallOption) (*Schedule, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Schedule)
+	err := c.cc.Invoke(ctx, JobService_RollbackSchedule_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // JobServiceServer is the server API for JobService service.
 // All implementations must embed UnimplementedJobServiceServer
 // for forward compatibility.
@@ -292,6 +334,15 @@ type JobServiceServer interface {
 	ReplayDeadLetters(context.Context, *ReplayDeadLettersRequest) (*ReplayDeadLettersResponse, error)
 	PurgeDeadLetters(context.Context, *ReplayDeadLettersRequest) (*PurgeDeadLettersResponse, error)
 	WaitJobs(*WaitJobsRequest, grpc.ServerStreamingServer[WaitJobsResponse]) error
+	// Schedule revisions (messages just below). Unknown schedule: NOT_FOUND naming it; a
+	// revision not kept: NOT_FOUND naming the schedule and the revision, nothing changed.
+	ListScheduleRevisions(context.Context, *ListScheduleRevisionsRequest) (*ListScheduleRevisionsResponse, error)
+	GetScheduleRevision(context.Context, *GetScheduleRevisionRequest) (*ScheduleRevision, error)
+	// A new revision whose definition (cron, time zone, DST rules, job template, policies) is
+	// that of the revision named; paused or not as the schedule is now. Returns the schedule
+	// (its revision field is the new revision). A deleted schedule: FAILED_PRECONDITION, nothing
+	// changed (create it again; its revisions go on).
+	RollbackSchedule(context.Context, *RollbackScheduleRequest) (*Schedule, error)
 	mustEmbedUnimplementedJobServiceServer()
 }
 
@@ -355,6 +406,15 @@ func (UnimplementedJobServiceServer) PurgeDeadLetters(context.Context, *ReplayDe
 }
 func (UnimplementedJobServiceServer) WaitJobs(*WaitJobsRequest, grpc.ServerStreamingServer[WaitJobsResponse]) error {
 	return status.Error(codes.Unimplemented, "method WaitJobs not implemented")
+}
+func (UnimplementedJobServiceServer) ListScheduleRevisions(context.Context, *ListScheduleRevisionsRequest) (*ListScheduleRevisionsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListScheduleRevisions not implemented")
+}
+func (UnimplementedJobServiceServer) GetScheduleRevision(context.Context, *GetScheduleRevisionRequest) (*ScheduleRevision, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetScheduleRevision not implemented")
+}
+func (UnimplementedJobServiceServer) RollbackSchedule(context.Context, *RollbackScheduleRequest) (*Schedule, error) {
+	return nil, status.Error(codes.Unimplemented, "method RollbackSchedule not implemented")
 }
 func (UnimplementedJobServiceServer) mustEmbedUnimplementedJobServiceServer() {}
 func (UnimplementedJobServiceServer) testEmbeddedByValue()                    {}
@@ -694,6 +754,60 @@ func _JobService_WaitJobs_Handler(srv interface{}, stream grpc.ServerStream) err
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type JobService_WaitJobsServer = grpc.ServerStreamingServer[WaitJobsResponse]
 
+func _JobService_ListScheduleRevisions_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListScheduleRevisionsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(JobServiceServer).ListScheduleRevisions(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: JobService_ListScheduleRevisions_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(JobServiceServer).ListScheduleRevisions(ctx, req.(*ListScheduleRevisionsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _JobService_GetScheduleRevision_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetScheduleRevisionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(JobServiceServer).GetScheduleRevision(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: JobService_GetScheduleRevision_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(JobServiceServer).GetScheduleRevision(ctx, req.(*GetScheduleRevisionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _JobService_RollbackSchedule_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RollbackScheduleRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(JobServiceServer).RollbackSchedule(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: JobService_RollbackSchedule_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(JobServiceServer).RollbackSchedule(ctx, req.(*RollbackScheduleRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // JobService_ServiceDesc is the grpc.ServiceDesc for JobService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -768,6 +882,18 @@ var JobService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "PurgeDeadLetters",
 			Handler:    _JobService_PurgeDeadLetters_Handler,
+		},
+		{
+			MethodName: "ListScheduleRevisions",
+			Handler:    _JobService_ListScheduleRevisions_Handler,
+		},
+		{
+			MethodName: "GetScheduleRevision",
+			Handler:    _JobService_GetScheduleRevision_Handler,
+		},
+		{
+			MethodName: "RollbackSchedule",
+			Handler:    _JobService_RollbackSchedule_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -436,11 +436,21 @@ export interface Schedule {
    * occurrence id and misfire/backfill stay on the nominal time. At most 24h, and shorter than
    * the time between two fire times (INVALID_ARGUMENT). Unset or 0: no spread.
    */
-  spread: Duration | undefined;
+  spread:
+    | Duration
+    | undefined;
+  /**
+   * Read-only: the schedule's revision, 1 at create and one more with each update, pause,
+   * resume, delete and rollback (not with its fires); 0 for one created before revisions were
+   * kept. ScheduleRevision keeps each.
+   */
+  revision: number;
 }
 
+/** reason (optional, at most 1000 bytes): why, kept with the revision the change makes. */
 export interface CreateScheduleRequest {
   schedule: Schedule | undefined;
+  reason: string;
 }
 
 export interface GetScheduleRequest {
@@ -459,13 +469,18 @@ export interface ListSchedulesResponse {
 
 export interface UpdateScheduleRequest {
   schedule: Schedule | undefined;
+  reason: string;
 }
 
+/** Pause, resume, delete; reason as on CreateScheduleRequest. */
 export interface ScheduleIdRequest {
   scheduleId: string;
+  reason: string;
 }
 
+/** revision: the revision the delete made (its history is kept: ListScheduleRevisions). */
 export interface DeleteScheduleResponse {
+  revision: number;
 }
 
 export interface PreviewRequest {
@@ -557,6 +572,53 @@ export interface WaitJobsResponse {
   job: Job | undefined;
 }
 
+/**
+ * One revision of a schedule: what a person did, and the schedule as it was right after (for
+ * a delete, as it was when deleted). A schedule keeps its newest 100 revisions, also once
+ * deleted.
+ */
+export interface ScheduleRevision {
+  scheduleId: string;
+  revision: number;
+  /** create | update | pause | resume | delete | rollback */
+  change: string;
+  /** The name of the caller's token; "anonymous" on a node without tokens. */
+  actor: string;
+  at: Date | undefined;
+  reason: string;
+  /** a rollback: the revision whose definition it restored */
+  rolledBackTo: number;
+  /** Its definition, paused, next_fire and revision as they were (no run bookkeeping). */
+  schedule: Schedule | undefined;
+}
+
+/**
+ * Newest first, a page at a time: page_size 0 means 20, at most 100; the token is the one
+ * the previous page gave (empty: from the newest).
+ */
+export interface ListScheduleRevisionsRequest {
+  scheduleId: string;
+  pageSize: number;
+  pageToken: string;
+}
+
+export interface ListScheduleRevisionsResponse {
+  revisions: ScheduleRevision[];
+  nextPageToken: string;
+}
+
+export interface GetScheduleRevisionRequest {
+  scheduleId: string;
+  revision: number;
+}
+
+export interface RollbackScheduleRequest {
+  scheduleId: string;
+  /** the revision whose definition to restore */
+  revision: number;
+  reason: string;
+}
+
 export interface ClaimRequest {
   workerId: string;
   types: string[];
@@ -592,7 +654,17 @@ export interface ClaimedJob {
    * The lease granted, measured from when the claim was taken; a worker whose heartbeats are
    * not granted must stop its handler before (time it sent the claim) + lease - safety margin.
    */
-  lease: Duration | undefined;
+  lease:
+    | Duration
+    | undefined;
+  /**
+   * Worker stream only, to a worker whose hello set accepts_starts_in (always set there, 0 for
+   * a job already due): start the handler no earlier than (local monotonic time the push was
+   * received) + starts_in, and no later than (the push's base: time request after_seq was
+   * sent + held) + starts_in + 2 s; a job that can not start in that span, or within its
+   * lease, is given back not started. Unset: start at once (the unary Claim, older nodes).
+   */
+  startsIn: Duration | undefined;
 }
 
 export interface ClaimResponse {
@@ -708,12 +780,27 @@ export interface WorkHello {
    * push holds no more jobs than fit in it.
    */
   maxReplyBytes: number;
+  /**
+   * The worker honours ClaimedJob.starts_in and answers WorkResponse.revokes: the node may
+   * push jobs claimed ahead before they are due. Unset: jobs are pushed at their due time.
+   */
+  acceptsStartsIn: boolean;
 }
 
 /** Credits: the node may push `credits` more jobs of `type` (added to what it still holds). */
 export interface WorkCredit {
   type: string;
   credits: number;
+}
+
+/**
+ * A revoke of a pushed job (node to worker: do not start it), or its answer (worker to node:
+ * `started` false means it was not started and never will be on this push).
+ */
+export interface WorkRevoke {
+  jobId: string;
+  fence: number;
+  started: boolean;
 }
 
 export interface WorkRequest {
@@ -736,6 +823,8 @@ export interface WorkRequest {
    * is given (a notice for a fence no longer current is ignored).
    */
   started: HeartbeatRequest[];
+  /** Answers to WorkResponse.revokes, one per revoke, sent at once. */
+  revoked: WorkRevoke[];
 }
 
 export interface HeartbeatResult {
@@ -761,7 +850,14 @@ export interface WorkResponse {
   results: FinishResult[];
   /** The answer to `stop`: nothing more is pushed on this stream. */
   stopped: boolean;
-  held: Duration | undefined;
+  held:
+    | Duration
+    | undefined;
+  /**
+   * Jobs pushed on this stream that were cancelled: the worker must not start them if it has
+   * not, and answers each in WorkRequest.revoked (accepts_starts_in streams only).
+   */
+  revokes: WorkRevoke[];
 }
 
 export interface Node {
@@ -3014,6 +3110,7 @@ function createBaseSchedule(): Schedule {
     activeJobs: [],
     queuedAt: undefined,
     spread: undefined,
+    revision: 0,
   };
 }
 
@@ -3084,6 +3181,9 @@ export const Schedule: MessageFns<Schedule> = {
     }
     if (message.spread !== undefined) {
       Duration.encode(message.spread, writer.uint32(178).fork()).join();
+    }
+    if (message.revision !== 0) {
+      writer.uint32(184).int64(message.revision);
     }
     return writer;
   },
@@ -3277,6 +3377,14 @@ export const Schedule: MessageFns<Schedule> = {
             message.spread = Duration.decode(reader, reader.uint32());
             continue;
           }
+          case 23: {
+            if (tag !== 184) {
+              break;
+            }
+
+            message.revision = longToNumber(reader.int64());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -3361,6 +3469,7 @@ export const Schedule: MessageFns<Schedule> = {
         ? fromJsonTimestamp(object.queued_at)
         : undefined,
       spread: isSet(object.spread) ? Duration.fromJSON(object.spread) : undefined,
+      revision: isSet(object.revision) ? globalThis.Number(object.revision) : 0,
     };
   },
 
@@ -3432,6 +3541,9 @@ export const Schedule: MessageFns<Schedule> = {
     if (message.spread !== undefined) {
       obj.spread = Duration.toJSON(message.spread);
     }
+    if (message.revision !== 0) {
+      obj.revision = Math.round(message.revision);
+    }
     return obj;
   },
 
@@ -3468,18 +3580,22 @@ export const Schedule: MessageFns<Schedule> = {
     message.spread = (object.spread !== undefined && object.spread !== null)
       ? Duration.fromPartial(object.spread)
       : undefined;
+    message.revision = object.revision ?? 0;
     return message;
   },
 };
 
 function createBaseCreateScheduleRequest(): CreateScheduleRequest {
-  return { schedule: undefined };
+  return { schedule: undefined, reason: "" };
 }
 
 export const CreateScheduleRequest: MessageFns<CreateScheduleRequest> = {
   encode(message: CreateScheduleRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
     if (message.schedule !== undefined) {
       Schedule.encode(message.schedule, writer.uint32(10).fork()).join();
+    }
+    if (message.reason !== "") {
+      writer.uint32(18).string(message.reason);
     }
     return writer;
   },
@@ -3505,6 +3621,14 @@ export const CreateScheduleRequest: MessageFns<CreateScheduleRequest> = {
             message.schedule = Schedule.decode(reader, reader.uint32());
             continue;
           }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.reason = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -3518,13 +3642,19 @@ export const CreateScheduleRequest: MessageFns<CreateScheduleRequest> = {
   },
 
   fromJSON(object: any): CreateScheduleRequest {
-    return { schedule: isSet(object.schedule) ? Schedule.fromJSON(object.schedule) : undefined };
+    return {
+      schedule: isSet(object.schedule) ? Schedule.fromJSON(object.schedule) : undefined,
+      reason: isSet(object.reason) ? globalThis.String(object.reason) : "",
+    };
   },
 
   toJSON(message: CreateScheduleRequest): unknown {
     const obj: any = {};
     if (message.schedule !== undefined) {
       obj.schedule = Schedule.toJSON(message.schedule);
+    }
+    if (message.reason !== "") {
+      obj.reason = message.reason;
     }
     return obj;
   },
@@ -3537,6 +3667,7 @@ export const CreateScheduleRequest: MessageFns<CreateScheduleRequest> = {
     message.schedule = (object.schedule !== undefined && object.schedule !== null)
       ? Schedule.fromPartial(object.schedule)
       : undefined;
+    message.reason = object.reason ?? "";
     return message;
   },
 };
@@ -3799,13 +3930,16 @@ export const ListSchedulesResponse: MessageFns<ListSchedulesResponse> = {
 };
 
 function createBaseUpdateScheduleRequest(): UpdateScheduleRequest {
-  return { schedule: undefined };
+  return { schedule: undefined, reason: "" };
 }
 
 export const UpdateScheduleRequest: MessageFns<UpdateScheduleRequest> = {
   encode(message: UpdateScheduleRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
     if (message.schedule !== undefined) {
       Schedule.encode(message.schedule, writer.uint32(10).fork()).join();
+    }
+    if (message.reason !== "") {
+      writer.uint32(18).string(message.reason);
     }
     return writer;
   },
@@ -3831,6 +3965,14 @@ export const UpdateScheduleRequest: MessageFns<UpdateScheduleRequest> = {
             message.schedule = Schedule.decode(reader, reader.uint32());
             continue;
           }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.reason = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -3844,13 +3986,19 @@ export const UpdateScheduleRequest: MessageFns<UpdateScheduleRequest> = {
   },
 
   fromJSON(object: any): UpdateScheduleRequest {
-    return { schedule: isSet(object.schedule) ? Schedule.fromJSON(object.schedule) : undefined };
+    return {
+      schedule: isSet(object.schedule) ? Schedule.fromJSON(object.schedule) : undefined,
+      reason: isSet(object.reason) ? globalThis.String(object.reason) : "",
+    };
   },
 
   toJSON(message: UpdateScheduleRequest): unknown {
     const obj: any = {};
     if (message.schedule !== undefined) {
       obj.schedule = Schedule.toJSON(message.schedule);
+    }
+    if (message.reason !== "") {
+      obj.reason = message.reason;
     }
     return obj;
   },
@@ -3863,18 +4011,22 @@ export const UpdateScheduleRequest: MessageFns<UpdateScheduleRequest> = {
     message.schedule = (object.schedule !== undefined && object.schedule !== null)
       ? Schedule.fromPartial(object.schedule)
       : undefined;
+    message.reason = object.reason ?? "";
     return message;
   },
 };
 
 function createBaseScheduleIdRequest(): ScheduleIdRequest {
-  return { scheduleId: "" };
+  return { scheduleId: "", reason: "" };
 }
 
 export const ScheduleIdRequest: MessageFns<ScheduleIdRequest> = {
   encode(message: ScheduleIdRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
     if (message.scheduleId !== "") {
       writer.uint32(10).string(message.scheduleId);
+    }
+    if (message.reason !== "") {
+      writer.uint32(18).string(message.reason);
     }
     return writer;
   },
@@ -3900,6 +4052,14 @@ export const ScheduleIdRequest: MessageFns<ScheduleIdRequest> = {
             message.scheduleId = reader.string();
             continue;
           }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.reason = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -3919,6 +4079,7 @@ export const ScheduleIdRequest: MessageFns<ScheduleIdRequest> = {
         : isSet(object.schedule_id)
         ? globalThis.String(object.schedule_id)
         : "",
+      reason: isSet(object.reason) ? globalThis.String(object.reason) : "",
     };
   },
 
@@ -3926,6 +4087,9 @@ export const ScheduleIdRequest: MessageFns<ScheduleIdRequest> = {
     const obj: any = {};
     if (message.scheduleId !== "") {
       obj.scheduleId = message.scheduleId;
+    }
+    if (message.reason !== "") {
+      obj.reason = message.reason;
     }
     return obj;
   },
@@ -3936,16 +4100,20 @@ export const ScheduleIdRequest: MessageFns<ScheduleIdRequest> = {
   fromPartial<I extends Exact<DeepPartial<ScheduleIdRequest>, I>>(object: I): ScheduleIdRequest {
     const message = createBaseScheduleIdRequest();
     message.scheduleId = object.scheduleId ?? "";
+    message.reason = object.reason ?? "";
     return message;
   },
 };
 
 function createBaseDeleteScheduleResponse(): DeleteScheduleResponse {
-  return {};
+  return { revision: 0 };
 }
 
 export const DeleteScheduleResponse: MessageFns<DeleteScheduleResponse> = {
-  encode(_: DeleteScheduleResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+  encode(message: DeleteScheduleResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.revision !== 0) {
+      writer.uint32(8).int64(message.revision);
+    }
     return writer;
   },
 
@@ -3962,6 +4130,14 @@ export const DeleteScheduleResponse: MessageFns<DeleteScheduleResponse> = {
       while (reader.pos < end) {
         const tag = reader.uint32();
         switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.revision = longToNumber(reader.int64());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -3974,20 +4150,24 @@ export const DeleteScheduleResponse: MessageFns<DeleteScheduleResponse> = {
     }
   },
 
-  fromJSON(_: any): DeleteScheduleResponse {
-    return {};
+  fromJSON(object: any): DeleteScheduleResponse {
+    return { revision: isSet(object.revision) ? globalThis.Number(object.revision) : 0 };
   },
 
-  toJSON(_: DeleteScheduleResponse): unknown {
+  toJSON(message: DeleteScheduleResponse): unknown {
     const obj: any = {};
+    if (message.revision !== 0) {
+      obj.revision = Math.round(message.revision);
+    }
     return obj;
   },
 
   create<I extends Exact<DeepPartial<DeleteScheduleResponse>, I>>(base?: I): DeleteScheduleResponse {
     return DeleteScheduleResponse.fromPartial(base ?? ({} as any));
   },
-  fromPartial<I extends Exact<DeepPartial<DeleteScheduleResponse>, I>>(_: I): DeleteScheduleResponse {
+  fromPartial<I extends Exact<DeepPartial<DeleteScheduleResponse>, I>>(object: I): DeleteScheduleResponse {
     const message = createBaseDeleteScheduleResponse();
+    message.revision = object.revision ?? 0;
     return message;
   },
 };
@@ -5005,6 +5185,606 @@ export const WaitJobsResponse: MessageFns<WaitJobsResponse> = {
   },
 };
 
+function createBaseScheduleRevision(): ScheduleRevision {
+  return {
+    scheduleId: "",
+    revision: 0,
+    change: "",
+    actor: "",
+    at: undefined,
+    reason: "",
+    rolledBackTo: 0,
+    schedule: undefined,
+  };
+}
+
+export const ScheduleRevision: MessageFns<ScheduleRevision> = {
+  encode(message: ScheduleRevision, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.scheduleId !== "") {
+      writer.uint32(10).string(message.scheduleId);
+    }
+    if (message.revision !== 0) {
+      writer.uint32(16).int64(message.revision);
+    }
+    if (message.change !== "") {
+      writer.uint32(26).string(message.change);
+    }
+    if (message.actor !== "") {
+      writer.uint32(34).string(message.actor);
+    }
+    if (message.at !== undefined) {
+      Timestamp.encode(toTimestamp(message.at), writer.uint32(42).fork()).join();
+    }
+    if (message.reason !== "") {
+      writer.uint32(50).string(message.reason);
+    }
+    if (message.rolledBackTo !== 0) {
+      writer.uint32(56).int64(message.rolledBackTo);
+    }
+    if (message.schedule !== undefined) {
+      Schedule.encode(message.schedule, writer.uint32(66).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ScheduleRevision {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseScheduleRevision();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.scheduleId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.revision = longToNumber(reader.int64());
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.change = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.actor = reader.string();
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.at = fromTimestamp(Timestamp.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.reason = reader.string();
+            continue;
+          }
+          case 7: {
+            if (tag !== 56) {
+              break;
+            }
+
+            message.rolledBackTo = longToNumber(reader.int64());
+            continue;
+          }
+          case 8: {
+            if (tag !== 66) {
+              break;
+            }
+
+            message.schedule = Schedule.decode(reader, reader.uint32());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ScheduleRevision {
+    return {
+      scheduleId: isSet(object.scheduleId)
+        ? globalThis.String(object.scheduleId)
+        : isSet(object.schedule_id)
+        ? globalThis.String(object.schedule_id)
+        : "",
+      revision: isSet(object.revision) ? globalThis.Number(object.revision) : 0,
+      change: isSet(object.change) ? globalThis.String(object.change) : "",
+      actor: isSet(object.actor) ? globalThis.String(object.actor) : "",
+      at: isSet(object.at) ? fromJsonTimestamp(object.at) : undefined,
+      reason: isSet(object.reason) ? globalThis.String(object.reason) : "",
+      rolledBackTo: isSet(object.rolledBackTo)
+        ? globalThis.Number(object.rolledBackTo)
+        : isSet(object.rolled_back_to)
+        ? globalThis.Number(object.rolled_back_to)
+        : 0,
+      schedule: isSet(object.schedule) ? Schedule.fromJSON(object.schedule) : undefined,
+    };
+  },
+
+  toJSON(message: ScheduleRevision): unknown {
+    const obj: any = {};
+    if (message.scheduleId !== "") {
+      obj.scheduleId = message.scheduleId;
+    }
+    if (message.revision !== 0) {
+      obj.revision = Math.round(message.revision);
+    }
+    if (message.change !== "") {
+      obj.change = message.change;
+    }
+    if (message.actor !== "") {
+      obj.actor = message.actor;
+    }
+    if (message.at !== undefined) {
+      obj.at = message.at.toISOString();
+    }
+    if (message.reason !== "") {
+      obj.reason = message.reason;
+    }
+    if (message.rolledBackTo !== 0) {
+      obj.rolledBackTo = Math.round(message.rolledBackTo);
+    }
+    if (message.schedule !== undefined) {
+      obj.schedule = Schedule.toJSON(message.schedule);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<ScheduleRevision>, I>>(base?: I): ScheduleRevision {
+    return ScheduleRevision.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ScheduleRevision>, I>>(object: I): ScheduleRevision {
+    const message = createBaseScheduleRevision();
+    message.scheduleId = object.scheduleId ?? "";
+    message.revision = object.revision ?? 0;
+    message.change = object.change ?? "";
+    message.actor = object.actor ?? "";
+    message.at = object.at ?? undefined;
+    message.reason = object.reason ?? "";
+    message.rolledBackTo = object.rolledBackTo ?? 0;
+    message.schedule = (object.schedule !== undefined && object.schedule !== null)
+      ? Schedule.fromPartial(object.schedule)
+      : undefined;
+    return message;
+  },
+};
+
+function createBaseListScheduleRevisionsRequest(): ListScheduleRevisionsRequest {
+  return { scheduleId: "", pageSize: 0, pageToken: "" };
+}
+
+export const ListScheduleRevisionsRequest: MessageFns<ListScheduleRevisionsRequest> = {
+  encode(message: ListScheduleRevisionsRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.scheduleId !== "") {
+      writer.uint32(10).string(message.scheduleId);
+    }
+    if (message.pageSize !== 0) {
+      writer.uint32(16).int32(message.pageSize);
+    }
+    if (message.pageToken !== "") {
+      writer.uint32(26).string(message.pageToken);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ListScheduleRevisionsRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseListScheduleRevisionsRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.scheduleId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.pageSize = reader.int32();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.pageToken = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ListScheduleRevisionsRequest {
+    return {
+      scheduleId: isSet(object.scheduleId)
+        ? globalThis.String(object.scheduleId)
+        : isSet(object.schedule_id)
+        ? globalThis.String(object.schedule_id)
+        : "",
+      pageSize: isSet(object.pageSize)
+        ? globalThis.Number(object.pageSize)
+        : isSet(object.page_size)
+        ? globalThis.Number(object.page_size)
+        : 0,
+      pageToken: isSet(object.pageToken)
+        ? globalThis.String(object.pageToken)
+        : isSet(object.page_token)
+        ? globalThis.String(object.page_token)
+        : "",
+    };
+  },
+
+  toJSON(message: ListScheduleRevisionsRequest): unknown {
+    const obj: any = {};
+    if (message.scheduleId !== "") {
+      obj.scheduleId = message.scheduleId;
+    }
+    if (message.pageSize !== 0) {
+      obj.pageSize = Math.round(message.pageSize);
+    }
+    if (message.pageToken !== "") {
+      obj.pageToken = message.pageToken;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<ListScheduleRevisionsRequest>, I>>(base?: I): ListScheduleRevisionsRequest {
+    return ListScheduleRevisionsRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ListScheduleRevisionsRequest>, I>>(object: I): ListScheduleRevisionsRequest {
+    const message = createBaseListScheduleRevisionsRequest();
+    message.scheduleId = object.scheduleId ?? "";
+    message.pageSize = object.pageSize ?? 0;
+    message.pageToken = object.pageToken ?? "";
+    return message;
+  },
+};
+
+function createBaseListScheduleRevisionsResponse(): ListScheduleRevisionsResponse {
+  return { revisions: [], nextPageToken: "" };
+}
+
+export const ListScheduleRevisionsResponse: MessageFns<ListScheduleRevisionsResponse> = {
+  encode(message: ListScheduleRevisionsResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    for (const v of message.revisions) {
+      ScheduleRevision.encode(v!, writer.uint32(10).fork()).join();
+    }
+    if (message.nextPageToken !== "") {
+      writer.uint32(18).string(message.nextPageToken);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ListScheduleRevisionsResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseListScheduleRevisionsResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.revisions.push(ScheduleRevision.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.nextPageToken = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ListScheduleRevisionsResponse {
+    return {
+      revisions: globalThis.Array.isArray(object?.revisions)
+        ? object.revisions.map((e: any) => ScheduleRevision.fromJSON(e))
+        : [],
+      nextPageToken: isSet(object.nextPageToken)
+        ? globalThis.String(object.nextPageToken)
+        : isSet(object.next_page_token)
+        ? globalThis.String(object.next_page_token)
+        : "",
+    };
+  },
+
+  toJSON(message: ListScheduleRevisionsResponse): unknown {
+    const obj: any = {};
+    if (message.revisions?.length) {
+      obj.revisions = message.revisions.map((e) => ScheduleRevision.toJSON(e));
+    }
+    if (message.nextPageToken !== "") {
+      obj.nextPageToken = message.nextPageToken;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<ListScheduleRevisionsResponse>, I>>(base?: I): ListScheduleRevisionsResponse {
+    return ListScheduleRevisionsResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ListScheduleRevisionsResponse>, I>>(
+    object: I,
+  ): ListScheduleRevisionsResponse {
+    const message = createBaseListScheduleRevisionsResponse();
+    message.revisions = object.revisions?.map((e) => ScheduleRevision.fromPartial(e)) || [];
+    message.nextPageToken = object.nextPageToken ?? "";
+    return message;
+  },
+};
+
+function createBaseGetScheduleRevisionRequest(): GetScheduleRevisionRequest {
+  return { scheduleId: "", revision: 0 };
+}
+
+export const GetScheduleRevisionRequest: MessageFns<GetScheduleRevisionRequest> = {
+  encode(message: GetScheduleRevisionRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.scheduleId !== "") {
+      writer.uint32(10).string(message.scheduleId);
+    }
+    if (message.revision !== 0) {
+      writer.uint32(16).int64(message.revision);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): GetScheduleRevisionRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseGetScheduleRevisionRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.scheduleId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.revision = longToNumber(reader.int64());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): GetScheduleRevisionRequest {
+    return {
+      scheduleId: isSet(object.scheduleId)
+        ? globalThis.String(object.scheduleId)
+        : isSet(object.schedule_id)
+        ? globalThis.String(object.schedule_id)
+        : "",
+      revision: isSet(object.revision) ? globalThis.Number(object.revision) : 0,
+    };
+  },
+
+  toJSON(message: GetScheduleRevisionRequest): unknown {
+    const obj: any = {};
+    if (message.scheduleId !== "") {
+      obj.scheduleId = message.scheduleId;
+    }
+    if (message.revision !== 0) {
+      obj.revision = Math.round(message.revision);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<GetScheduleRevisionRequest>, I>>(base?: I): GetScheduleRevisionRequest {
+    return GetScheduleRevisionRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<GetScheduleRevisionRequest>, I>>(object: I): GetScheduleRevisionRequest {
+    const message = createBaseGetScheduleRevisionRequest();
+    message.scheduleId = object.scheduleId ?? "";
+    message.revision = object.revision ?? 0;
+    return message;
+  },
+};
+
+function createBaseRollbackScheduleRequest(): RollbackScheduleRequest {
+  return { scheduleId: "", revision: 0, reason: "" };
+}
+
+export const RollbackScheduleRequest: MessageFns<RollbackScheduleRequest> = {
+  encode(message: RollbackScheduleRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.scheduleId !== "") {
+      writer.uint32(10).string(message.scheduleId);
+    }
+    if (message.revision !== 0) {
+      writer.uint32(16).int64(message.revision);
+    }
+    if (message.reason !== "") {
+      writer.uint32(26).string(message.reason);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): RollbackScheduleRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseRollbackScheduleRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.scheduleId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.revision = longToNumber(reader.int64());
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.reason = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): RollbackScheduleRequest {
+    return {
+      scheduleId: isSet(object.scheduleId)
+        ? globalThis.String(object.scheduleId)
+        : isSet(object.schedule_id)
+        ? globalThis.String(object.schedule_id)
+        : "",
+      revision: isSet(object.revision) ? globalThis.Number(object.revision) : 0,
+      reason: isSet(object.reason) ? globalThis.String(object.reason) : "",
+    };
+  },
+
+  toJSON(message: RollbackScheduleRequest): unknown {
+    const obj: any = {};
+    if (message.scheduleId !== "") {
+      obj.scheduleId = message.scheduleId;
+    }
+    if (message.revision !== 0) {
+      obj.revision = Math.round(message.revision);
+    }
+    if (message.reason !== "") {
+      obj.reason = message.reason;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<RollbackScheduleRequest>, I>>(base?: I): RollbackScheduleRequest {
+    return RollbackScheduleRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<RollbackScheduleRequest>, I>>(object: I): RollbackScheduleRequest {
+    const message = createBaseRollbackScheduleRequest();
+    message.scheduleId = object.scheduleId ?? "";
+    message.revision = object.revision ?? 0;
+    message.reason = object.reason ?? "";
+    return message;
+  },
+};
+
 function createBaseClaimRequest(): ClaimRequest {
   return { workerId: "", types: [], maxJobs: 0, wait: undefined, lease: undefined, maxReplyBytes: 0 };
 }
@@ -5169,7 +5949,7 @@ export const ClaimRequest: MessageFns<ClaimRequest> = {
 };
 
 function createBaseClaimedJob(): ClaimedJob {
-  return { job: undefined, fence: 0, leaseUntil: undefined, idempotencyKey: "", lease: undefined };
+  return { job: undefined, fence: 0, leaseUntil: undefined, idempotencyKey: "", lease: undefined, startsIn: undefined };
 }
 
 export const ClaimedJob: MessageFns<ClaimedJob> = {
@@ -5188,6 +5968,9 @@ export const ClaimedJob: MessageFns<ClaimedJob> = {
     }
     if (message.lease !== undefined) {
       Duration.encode(message.lease, writer.uint32(42).fork()).join();
+    }
+    if (message.startsIn !== undefined) {
+      Duration.encode(message.startsIn, writer.uint32(50).fork()).join();
     }
     return writer;
   },
@@ -5245,6 +6028,14 @@ export const ClaimedJob: MessageFns<ClaimedJob> = {
             message.lease = Duration.decode(reader, reader.uint32());
             continue;
           }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.startsIn = Duration.decode(reader, reader.uint32());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -5272,6 +6063,11 @@ export const ClaimedJob: MessageFns<ClaimedJob> = {
         ? globalThis.String(object.idempotency_key)
         : "",
       lease: isSet(object.lease) ? Duration.fromJSON(object.lease) : undefined,
+      startsIn: isSet(object.startsIn)
+        ? Duration.fromJSON(object.startsIn)
+        : isSet(object.starts_in)
+        ? Duration.fromJSON(object.starts_in)
+        : undefined,
     };
   },
 
@@ -5292,6 +6088,9 @@ export const ClaimedJob: MessageFns<ClaimedJob> = {
     if (message.lease !== undefined) {
       obj.lease = Duration.toJSON(message.lease);
     }
+    if (message.startsIn !== undefined) {
+      obj.startsIn = Duration.toJSON(message.startsIn);
+    }
     return obj;
   },
 
@@ -5306,6 +6105,9 @@ export const ClaimedJob: MessageFns<ClaimedJob> = {
     message.idempotencyKey = object.idempotencyKey ?? "";
     message.lease = (object.lease !== undefined && object.lease !== null)
       ? Duration.fromPartial(object.lease)
+      : undefined;
+    message.startsIn = (object.startsIn !== undefined && object.startsIn !== null)
+      ? Duration.fromPartial(object.startsIn)
       : undefined;
     return message;
   },
@@ -6465,7 +7267,7 @@ export const FinishResponse: MessageFns<FinishResponse> = {
 };
 
 function createBaseWorkHello(): WorkHello {
-  return { workerId: "", lease: undefined, maxReplyBytes: 0 };
+  return { workerId: "", lease: undefined, maxReplyBytes: 0, acceptsStartsIn: false };
 }
 
 export const WorkHello: MessageFns<WorkHello> = {
@@ -6478,6 +7280,9 @@ export const WorkHello: MessageFns<WorkHello> = {
     }
     if (message.maxReplyBytes !== 0) {
       writer.uint32(24).int32(message.maxReplyBytes);
+    }
+    if (message.acceptsStartsIn !== false) {
+      writer.uint32(32).bool(message.acceptsStartsIn);
     }
     return writer;
   },
@@ -6519,6 +7324,14 @@ export const WorkHello: MessageFns<WorkHello> = {
             message.maxReplyBytes = reader.int32();
             continue;
           }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.acceptsStartsIn = reader.bool();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -6544,6 +7357,11 @@ export const WorkHello: MessageFns<WorkHello> = {
         : isSet(object.max_reply_bytes)
         ? globalThis.Number(object.max_reply_bytes)
         : 0,
+      acceptsStartsIn: isSet(object.acceptsStartsIn)
+        ? globalThis.Boolean(object.acceptsStartsIn)
+        : isSet(object.accepts_starts_in)
+        ? globalThis.Boolean(object.accepts_starts_in)
+        : false,
     };
   },
 
@@ -6558,6 +7376,9 @@ export const WorkHello: MessageFns<WorkHello> = {
     if (message.maxReplyBytes !== 0) {
       obj.maxReplyBytes = Math.round(message.maxReplyBytes);
     }
+    if (message.acceptsStartsIn !== false) {
+      obj.acceptsStartsIn = message.acceptsStartsIn;
+    }
     return obj;
   },
 
@@ -6571,6 +7392,7 @@ export const WorkHello: MessageFns<WorkHello> = {
       ? Duration.fromPartial(object.lease)
       : undefined;
     message.maxReplyBytes = object.maxReplyBytes ?? 0;
+    message.acceptsStartsIn = object.acceptsStartsIn ?? false;
     return message;
   },
 };
@@ -6660,8 +7482,113 @@ export const WorkCredit: MessageFns<WorkCredit> = {
   },
 };
 
+function createBaseWorkRevoke(): WorkRevoke {
+  return { jobId: "", fence: 0, started: false };
+}
+
+export const WorkRevoke: MessageFns<WorkRevoke> = {
+  encode(message: WorkRevoke, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.jobId !== "") {
+      writer.uint32(10).string(message.jobId);
+    }
+    if (message.fence !== 0) {
+      writer.uint32(16).int64(message.fence);
+    }
+    if (message.started !== false) {
+      writer.uint32(24).bool(message.started);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): WorkRevoke {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseWorkRevoke();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.jobId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.fence = longToNumber(reader.int64());
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.started = reader.bool();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): WorkRevoke {
+    return {
+      jobId: isSet(object.jobId)
+        ? globalThis.String(object.jobId)
+        : isSet(object.job_id)
+        ? globalThis.String(object.job_id)
+        : "",
+      fence: isSet(object.fence) ? globalThis.Number(object.fence) : 0,
+      started: isSet(object.started) ? globalThis.Boolean(object.started) : false,
+    };
+  },
+
+  toJSON(message: WorkRevoke): unknown {
+    const obj: any = {};
+    if (message.jobId !== "") {
+      obj.jobId = message.jobId;
+    }
+    if (message.fence !== 0) {
+      obj.fence = Math.round(message.fence);
+    }
+    if (message.started !== false) {
+      obj.started = message.started;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<WorkRevoke>, I>>(base?: I): WorkRevoke {
+    return WorkRevoke.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<WorkRevoke>, I>>(object: I): WorkRevoke {
+    const message = createBaseWorkRevoke();
+    message.jobId = object.jobId ?? "";
+    message.fence = object.fence ?? 0;
+    message.started = object.started ?? false;
+    return message;
+  },
+};
+
 function createBaseWorkRequest(): WorkRequest {
-  return { seq: 0, hello: undefined, credits: [], heartbeats: [], results: [], stop: false, started: [] };
+  return { seq: 0, hello: undefined, credits: [], heartbeats: [], results: [], stop: false, started: [], revoked: [] };
 }
 
 export const WorkRequest: MessageFns<WorkRequest> = {
@@ -6686,6 +7613,9 @@ export const WorkRequest: MessageFns<WorkRequest> = {
     }
     for (const v of message.started) {
       HeartbeatRequest.encode(v!, writer.uint32(58).fork()).join();
+    }
+    for (const v of message.revoked) {
+      WorkRevoke.encode(v!, writer.uint32(66).fork()).join();
     }
     return writer;
   },
@@ -6759,6 +7689,14 @@ export const WorkRequest: MessageFns<WorkRequest> = {
             message.started.push(HeartbeatRequest.decode(reader, reader.uint32()));
             continue;
           }
+          case 8: {
+            if (tag !== 66) {
+              break;
+            }
+
+            message.revoked.push(WorkRevoke.decode(reader, reader.uint32()));
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -6784,6 +7722,7 @@ export const WorkRequest: MessageFns<WorkRequest> = {
       started: globalThis.Array.isArray(object?.started)
         ? object.started.map((e: any) => HeartbeatRequest.fromJSON(e))
         : [],
+      revoked: globalThis.Array.isArray(object?.revoked) ? object.revoked.map((e: any) => WorkRevoke.fromJSON(e)) : [],
     };
   },
 
@@ -6810,6 +7749,9 @@ export const WorkRequest: MessageFns<WorkRequest> = {
     if (message.started?.length) {
       obj.started = message.started.map((e) => HeartbeatRequest.toJSON(e));
     }
+    if (message.revoked?.length) {
+      obj.revoked = message.revoked.map((e) => WorkRevoke.toJSON(e));
+    }
     return obj;
   },
 
@@ -6827,6 +7769,7 @@ export const WorkRequest: MessageFns<WorkRequest> = {
     message.results = object.results?.map((e) => FinishItem.fromPartial(e)) || [];
     message.stop = object.stop ?? false;
     message.started = object.started?.map((e) => HeartbeatRequest.fromPartial(e)) || [];
+    message.revoked = object.revoked?.map((e) => WorkRevoke.fromPartial(e)) || [];
     return message;
   },
 };
@@ -6955,7 +7898,7 @@ export const HeartbeatResult: MessageFns<HeartbeatResult> = {
 };
 
 function createBaseWorkResponse(): WorkResponse {
-  return { jobs: [], afterSeq: 0, seq: 0, heartbeats: [], results: [], stopped: false, held: undefined };
+  return { jobs: [], afterSeq: 0, seq: 0, heartbeats: [], results: [], stopped: false, held: undefined, revokes: [] };
 }
 
 export const WorkResponse: MessageFns<WorkResponse> = {
@@ -6980,6 +7923,9 @@ export const WorkResponse: MessageFns<WorkResponse> = {
     }
     if (message.held !== undefined) {
       Duration.encode(message.held, writer.uint32(58).fork()).join();
+    }
+    for (const v of message.revokes) {
+      WorkRevoke.encode(v!, writer.uint32(66).fork()).join();
     }
     return writer;
   },
@@ -7053,6 +7999,14 @@ export const WorkResponse: MessageFns<WorkResponse> = {
             message.held = Duration.decode(reader, reader.uint32());
             continue;
           }
+          case 8: {
+            if (tag !== 66) {
+              break;
+            }
+
+            message.revokes.push(WorkRevoke.decode(reader, reader.uint32()));
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -7082,6 +8036,7 @@ export const WorkResponse: MessageFns<WorkResponse> = {
         : [],
       stopped: isSet(object.stopped) ? globalThis.Boolean(object.stopped) : false,
       held: isSet(object.held) ? Duration.fromJSON(object.held) : undefined,
+      revokes: globalThis.Array.isArray(object?.revokes) ? object.revokes.map((e: any) => WorkRevoke.fromJSON(e)) : [],
     };
   },
 
@@ -7108,6 +8063,9 @@ export const WorkResponse: MessageFns<WorkResponse> = {
     if (message.held !== undefined) {
       obj.held = Duration.toJSON(message.held);
     }
+    if (message.revokes?.length) {
+      obj.revokes = message.revokes.map((e) => WorkRevoke.toJSON(e));
+    }
     return obj;
   },
 
@@ -7123,6 +8081,7 @@ export const WorkResponse: MessageFns<WorkResponse> = {
     message.results = object.results?.map((e) => FinishResult.fromPartial(e)) || [];
     message.stopped = object.stopped ?? false;
     message.held = (object.held !== undefined && object.held !== null) ? Duration.fromPartial(object.held) : undefined;
+    message.revokes = object.revokes?.map((e) => WorkRevoke.fromPartial(e)) || [];
     return message;
   },
 };
@@ -11071,6 +12030,47 @@ export const JobServiceService = {
     responseSerialize: (value: WaitJobsResponse): Buffer => Buffer.from(WaitJobsResponse.encode(value).finish()),
     responseDeserialize: (value: Buffer): WaitJobsResponse => WaitJobsResponse.decode(value),
   },
+  /**
+   * Schedule revisions (messages just below). Unknown schedule: NOT_FOUND naming it; a
+   * revision not kept: NOT_FOUND naming the schedule and the revision, nothing changed.
+   */
+  listScheduleRevisions: {
+    path: "/timeshard.v1.JobService/ListScheduleRevisions" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: ListScheduleRevisionsRequest): Buffer =>
+      Buffer.from(ListScheduleRevisionsRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): ListScheduleRevisionsRequest => ListScheduleRevisionsRequest.decode(value),
+    responseSerialize: (value: ListScheduleRevisionsResponse): Buffer =>
+      Buffer.from(ListScheduleRevisionsResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): ListScheduleRevisionsResponse => ListScheduleRevisionsResponse.decode(value),
+  },
+  getScheduleRevision: {
+    path: "/timeshard.v1.JobService/GetScheduleRevision" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: GetScheduleRevisionRequest): Buffer =>
+      Buffer.from(GetScheduleRevisionRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): GetScheduleRevisionRequest => GetScheduleRevisionRequest.decode(value),
+    responseSerialize: (value: ScheduleRevision): Buffer => Buffer.from(ScheduleRevision.encode(value).finish()),
+    responseDeserialize: (value: Buffer): ScheduleRevision => ScheduleRevision.decode(value),
+  },
+  /**
+   * A new revision whose definition (cron, time zone, DST rules, job template, policies) is
+   * that of the revision named; paused or not as the schedule is now. Returns the schedule
+   * (its revision field is the new revision). A deleted schedule: FAILED_PRECONDITION, nothing
+   * changed (create it again; its revisions go on).
+   */
+  rollbackSchedule: {
+    path: "/timeshard.v1.JobService/RollbackSchedule" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: RollbackScheduleRequest): Buffer =>
+      Buffer.from(RollbackScheduleRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): RollbackScheduleRequest => RollbackScheduleRequest.decode(value),
+    responseSerialize: (value: Schedule): Buffer => Buffer.from(Schedule.encode(value).finish()),
+    responseDeserialize: (value: Buffer): Schedule => Schedule.decode(value),
+  },
 } as const;
 
 export interface JobServiceServer extends UntypedServiceImplementation {
@@ -11098,6 +12098,19 @@ export interface JobServiceServer extends UntypedServiceImplementation {
   replayDeadLetters: handleUnaryCall<ReplayDeadLettersRequest, ReplayDeadLettersResponse>;
   purgeDeadLetters: handleUnaryCall<ReplayDeadLettersRequest, PurgeDeadLettersResponse>;
   waitJobs: handleServerStreamingCall<WaitJobsRequest, WaitJobsResponse>;
+  /**
+   * Schedule revisions (messages just below). Unknown schedule: NOT_FOUND naming it; a
+   * revision not kept: NOT_FOUND naming the schedule and the revision, nothing changed.
+   */
+  listScheduleRevisions: handleUnaryCall<ListScheduleRevisionsRequest, ListScheduleRevisionsResponse>;
+  getScheduleRevision: handleUnaryCall<GetScheduleRevisionRequest, ScheduleRevision>;
+  /**
+   * A new revision whose definition (cron, time zone, DST rules, job template, policies) is
+   * that of the revision named; paused or not as the schedule is now. Returns the schedule
+   * (its revision field is the new revision). A deleted schedule: FAILED_PRECONDITION, nothing
+   * changed (create it again; its revisions go on).
+   */
+  rollbackSchedule: handleUnaryCall<RollbackScheduleRequest, Schedule>;
 }
 
 export interface JobServiceClient extends Client {
@@ -11362,6 +12375,61 @@ export interface JobServiceClient extends Client {
     metadata?: Metadata,
     options?: Partial<CallOptions>,
   ): ClientReadableStream<WaitJobsResponse>;
+  /**
+   * Schedule revisions (messages just below). Unknown schedule: NOT_FOUND naming it; a
+   * revision not kept: NOT_FOUND naming the schedule and the revision, nothing changed.
+   */
+  listScheduleRevisions(
+    request: ListScheduleRevisionsRequest,
+    callback: (error: ServiceError | null, response: ListScheduleRevisionsResponse) => void,
+  ): ClientUnaryCall;
+  listScheduleRevisions(
+    request: ListScheduleRevisionsRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: ListScheduleRevisionsResponse) => void,
+  ): ClientUnaryCall;
+  listScheduleRevisions(
+    request: ListScheduleRevisionsRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: ListScheduleRevisionsResponse) => void,
+  ): ClientUnaryCall;
+  getScheduleRevision(
+    request: GetScheduleRevisionRequest,
+    callback: (error: ServiceError | null, response: ScheduleRevision) => void,
+  ): ClientUnaryCall;
+  getScheduleRevision(
+    request: GetScheduleRevisionRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: ScheduleRevision) => void,
+  ): ClientUnaryCall;
+  getScheduleRevision(
+    request: GetScheduleRevisionRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: ScheduleRevision) => void,
+  ): ClientUnaryCall;
+  /**
+   * A new revision whose definition (cron, time zone, DST rules, job template, policies) is
+   * that of the revision named; paused or not as the schedule is now. Returns the schedule
+   * (its revision field is the new revision). A deleted schedule: FAILED_PRECONDITION, nothing
+   * changed (create it again; its revisions go on).
+   */
+  rollbackSchedule(
+    request: RollbackScheduleRequest,
+    callback: (error: ServiceError | null, response: Schedule) => void,
+  ): ClientUnaryCall;
+  rollbackSchedule(
+    request: RollbackScheduleRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: Schedule) => void,
+  ): ClientUnaryCall;
+  rollbackSchedule(
+    request: RollbackScheduleRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: Schedule) => void,
+  ): ClientUnaryCall;
 }
 
 export const JobServiceClient = makeGenericClientConstructor(
