@@ -44,6 +44,17 @@ messages and its requests with results as result messages); a steady run on Cass
 ``cassandra_side``, Cassandra's own coordinator latency per table and its thread pools with
 tasks waiting, to tell a slow Cassandra from a queue on the node's side of the driver.
 
+A steady run reports ingest and fire apart. Creating and firing overlap in it (a job is
+created ``--lead`` before it is due), so it first measures ``--idle-s`` seconds with nothing
+offered (``idle``: the server's and Cassandra's CPU per second), then ``--ingest-s`` seconds
+of creates only at the same rate, due an hour later so none fires (``per_created_job``: CPU
+per created job less the idle use, Paxos rounds per created job); ``per_fired_job`` then
+adds ``server_cpu_ms_fire_only`` and ``cassandra_cpu_ms_fire_only`` (the run's CPU less the
+idle use and the jobs it created at that price, per fired job) and, on Cassandra,
+``paxos_rounds_by_kind`` (the rounds per fired job by what each carried: ``claim``,
+``complete``, ``claim+complete``, ``save_cursor``..., from the server's
+``timeshard_store_paxos_rounds_by_kind_total``).
+
     python tools/loadtest.py schedule --clients 1,8 [--store URL] [--seconds 8]
 
 measures one ScheduleJob call: calls/s and the server's CPU per call for C synchronous clients
@@ -90,6 +101,7 @@ import grpc
 from bench import overload, rated, report, scale, scenarios
 from bench.calls import schedule_cost
 from bench.plot import plot, require
+from bench.steady import steady as run_steady
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -198,6 +210,19 @@ def parser() -> argparse.ArgumentParser:
     steady = sub.add_parser("steady", help="jobs streamed at an offered rate below capacity")
     steady.add_argument("--rate", type=float, required=True, help="jobs per second offered")
     steady.add_argument("--duration", type=float, default=30.0, help="seconds of offered load")
+    steady.add_argument(
+        "--idle-s",
+        type=float,
+        default=3.0,
+        help="seconds measured with nothing offered first: the idle CPU each phase pays (3)",
+    )
+    steady.add_argument(
+        "--ingest-s",
+        type=float,
+        default=5.0,
+        help="seconds of create-only load at --rate before the run, due in an hour: the CPU "
+        "per created job, taken off the run's for the fire-only figures (5; 0: none)",
+    )
     _common(steady)
     _worker_command(steady)
 
@@ -292,6 +317,8 @@ def main(argv: list[str] | None = None) -> int:
             result, series = rated.rated(args)
         elif args.command == "overload":
             result, series = overload.overload(args)
+        elif args.command == "steady":
+            result, series = run_steady(args)
         else:
             result, series = getattr(scenarios, args.command)(args)
     except grpc.RpcError as exc:

@@ -15,7 +15,7 @@ from timeshard.errors import NotOwner
 from timeshard.model import BucketEntry, JobState
 from timeshard.sharding import minute_of, shard_of
 from timeshard.store.base import Completion, JobClaim
-from timeshard.store.cassandra import CassandraStore, jobrows
+from timeshard.store.cassandra import CassandraStore
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -253,12 +253,11 @@ async def test_a_node_that_missed_later_writes_does_not_refuse_or_stall_on_its_o
 
 
 async def test_a_completion_goes_out_with_the_next_write_of_its_partition(
-    cassandra_address: str, keyspace: str, monkeypatch: pytest.MonkeyPatch
+    cassandra_address: str, keyspace: str
 ) -> None:
-    """A result waits (``RESULT_LINGER_S``, long here so a loaded machine can not miss it) for
+    """A result waits (``linger_s``, long here so a loaded machine can not miss it) for
     another write of its partition and shares its Paxos round; alone, it goes out when the
     linger ends, and is acknowledged only once written either way."""
-    monkeypatch.setattr(jobrows, "RESULT_LINGER_S", 1.0)
     async with stores(cassandra_address, keyspace, 1) as (store,):
         shard = 6
         a, b, c = (make_job(i) for i in ids_in_shard(shard, 3, "linger"))
@@ -267,7 +266,7 @@ async def test_a_completion_goes_out_with_the_next_write_of_its_partition(
         a = await claimed(store, a)
         before = store.stats.paxos_rounds
         completing = asyncio.ensure_future(
-            store.complete_jobs([Completion(job_id=a.job_id, fence=a.fence)], NOW + 5, linger=True)
+            store.complete_jobs([Completion(job_id=a.job_id, fence=a.fence)], NOW + 5, linger_s=1.0)
         )
         await asyncio.sleep(0.05)
         assert not completing.done()  # lingering: nothing written yet
@@ -276,14 +275,49 @@ async def test_a_completion_goes_out_with_the_next_write_of_its_partition(
         assert b_out.applied and a_out.applied and a_out.job is not None
         assert a_out.job.state is JobState.SUCCEEDED
         assert store.stats.paxos_rounds - before == 1, "the claim and the result: one round"
+        assert store.stats.rounds_by_kind["claim+complete"] == 1, store.stats.rounds_by_kind
         assert (await store.get_job(a.job_id)).state is JobState.SUCCEEDED
 
         b = b_out.job
         assert b is not None
         before = store.stats.paxos_rounds
         [alone] = await store.complete_jobs(
-            [Completion(job_id=b.job_id, fence=b.fence)], NOW + 6, linger=True
+            [Completion(job_id=b.job_id, fence=b.fence)], NOW + 6, linger_s=1.0
         )
         assert alone.applied  # no other write came: it went out when the linger ended
         assert store.stats.paxos_rounds - before == 1
+        assert store.stats.rounds_by_kind["complete"] == 1, store.stats.rounds_by_kind
         assert (await store.get_job(b.job_id)).state is JobState.SUCCEEDED
+
+
+async def test_results_lingering_together_keep_their_own_fences(
+    cassandra_address: str, keyspace: str
+) -> None:
+    """Results held for their partition's next write are each still conditional on their own
+    fence: a stale one (its lease was taken again) fails and changes nothing, the others
+    apply. And a result held with a short linger does not wait for a longer one held before
+    it: the partition's timer comes forward (here, from a minute to 50 ms)."""
+    async with stores(cassandra_address, keyspace, 1) as (store,):
+        shard = 7
+        a, b, c = (make_job(i) for i in ids_in_shard(shard, 3, "held"))
+        await create(store, a, b, c)
+        await store.acquire_shard(shard, "me", 0, minute_of(NOW))
+        a, b, c = [await claimed(store, j) for j in (a, b, c)]
+        held = [
+            asyncio.ensure_future(
+                store.complete_jobs([Completion(job_id=j.job_id, fence=f)], NOW + 5, linger_s=60)
+            )
+            for j, f in ((a, a.fence), (b, b.fence - 1))  # b's: a lease before its last
+        ]
+        await asyncio.sleep(0.05)
+        assert not any(h.done() for h in held)  # lingering: nothing written yet
+        short = store.complete_jobs(
+            [Completion(job_id=c.job_id, fence=c.fence)], NOW + 6, linger_s=0.05
+        )
+        [a_out], [b_out], [c_out] = await asyncio.wait_for(asyncio.gather(*held, short), 30)
+        assert a_out.applied and c_out.applied
+        assert not b_out.applied and b_out.job is not None and b_out.job.fence == b.fence
+        stored = {j.job_id: await store.get_job(j.job_id) for j in (a, b, c)}
+        assert stored[a.job_id].state is JobState.SUCCEEDED
+        assert stored[c.job_id].state is JobState.SUCCEEDED
+        assert stored[b.job_id].state is JobState.RUNNING and stored[b.job_id].fence == b.fence

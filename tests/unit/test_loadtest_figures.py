@@ -24,6 +24,7 @@ from tools.bench.scenarios import (
     node_figures,
     time_breakdown,
 )
+from tools.bench.steady import created_costs, fire_only, rounds_by_kind
 
 from timeshard.testing.waits import eventually
 
@@ -59,6 +60,58 @@ def test_per_fired_job_figures_and_paxos_only_on_cassandra() -> None:
 def test_no_counters_scraped_gives_no_ratios() -> None:
     out = fired_costs("sqlite", CPU, {}, {}, 100)
     assert out["claims_per_claim_message"] is None and out["results_per_result_message"] is None
+
+
+def test_ingest_and_fire_apart_take_the_idle_use_and_the_creates_off() -> None:
+    """A steady run's CPU pays for idling, creating and firing at once: the create-only phase
+    prices a created job (less the idle use over its span), and the fire-only figure is the
+    run's CPU less the idle use over its span and the jobs created in it at that price."""
+    idle = {"seconds": 3.0, "server_cpu_ms_per_s": 10.0, "cassandra_cpu_ms_per_s": 50.0}
+    # 500 created in 5 s: 1.5 s of server CPU (0.05 s of it idle), 3.25 s of Cassandra's.
+    cpu: dict[str, float | None] = {"server": 1.5, "cassandra": 3.25, "workers": 0.0}
+    before = {"timeshard_store_paxos_rounds_total": 7.0}
+    after = {"timeshard_store_paxos_rounds_total": 7.0}
+    created = created_costs("cassandra", cpu, idle, before, after, 500, 5.0)
+    assert created == {
+        "jobs": 500,
+        "seconds": 5.0,
+        "server_cpu_ms": 2.9,  # (1500 - 10 * 5) / 500
+        "cassandra_cpu_ms": 6.0,  # (3250 - 50 * 5) / 500
+        "paxos_rounds": 0.0,  # fresh ids: plain writes
+    }
+    assert "cassandra_cpu_ms" not in created_costs("sqlite", {"server": 1.5}, idle, {}, {}, 5, 5)
+    # The run: 1,000 created and 1,000 fired in 10 s, 5 ms of server CPU per fired job.
+    fired = {"server_cpu_ms": 5.0, "cassandra_cpu_ms": 10.0, "worker_cpu_ms": 1.0}
+    out = fire_only(fired, idle, created, 1000, 1000, 10.0)
+    assert out == {
+        "server_cpu_ms_fire_only": 2.0,  # 5 - 10 * 10 / 1000 - 2.9
+        "cassandra_cpu_ms_fire_only": 3.5,  # 10 - 50 * 10 / 1000 - 6
+    }
+    assert fire_only(fired, {}, created, 1000, 1000, 10.0) == {}  # no idle figure: none
+
+
+def test_paxos_rounds_per_fired_job_by_what_they_carried() -> None:
+    key = "timeshard_store_paxos_rounds_by_kind_total{kind=%s}"
+    before = {key % "claim": 10.0, key % "complete": 5.0}
+    after = {
+        key % "claim": 30.0,
+        key % "complete": 85.0,
+        key % "claim+complete": 10.0,  # (no sample before: none then)
+        key % "save_cursor": 5.0,
+        "timeshard_store_paxos_rounds_total": 130.0,
+    }
+    assert rounds_by_kind(before, after, 100) == {
+        "complete": 0.8,
+        "claim": 0.2,
+        "claim+complete": 0.1,
+        "save_cursor": 0.05,
+    }
+    assert list(rounds_by_kind(before, after, 100)) == [
+        "complete",
+        "claim",
+        "claim+complete",
+        "save_cursor",
+    ]
 
 
 def test_an_external_worker_is_charged_for_its_whole_process_tree() -> None:

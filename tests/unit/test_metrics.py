@@ -51,7 +51,7 @@ async def test_store_counters_are_read_live_at_each_scrape() -> None:
         assert headers["content-type"].startswith("text/plain")
         assert samples(body)[("timeshard_store_paxos_rounds_total", ())] == 0
 
-        stats.round(rows=50)
+        stats.round(rows=50, kind="claim+complete")
         stats.round()
         stats.operations["claim_jobs"] += 3
         stats.errors["claim_jobs"] += 1
@@ -59,6 +59,9 @@ async def test_store_counters_are_read_live_at_each_scrape() -> None:
         got = samples((await scrape(server.port))[2])
         assert got[("timeshard_store_paxos_rounds_total", ())] == 2
         assert got[("timeshard_store_conditional_rows_total", ())] == 51
+        by_kind = "timeshard_store_paxos_rounds_by_kind_total"
+        assert got[(by_kind, (("kind", "claim+complete"),))] == 1
+        assert got[(by_kind, (("kind", "other"),))] == 1
         assert got[("timeshard_store_operations_total", (("op", "claim_jobs"),))] == 3
         assert got[("timeshard_store_errors_total", (("op", "claim_jobs"),))] == 1
         assert got[("timeshard_store_operation_seconds_total", (("op", "claim_jobs"),))] == 0.25

@@ -46,10 +46,10 @@ class FlakyStore(SqliteStore):
         return await super().complete_job(job_id, fence, now, **result)
 
     async def complete_jobs(
-        self, items: Sequence[Completion], now: int, *, linger: bool = False
+        self, items: Sequence[Completion], now: int, *, linger_s: float = 0.0
     ) -> list[WriteResult]:
         self._check(self.results_down_until)
-        return await super().complete_jobs(items, now, linger=linger)
+        return await super().complete_jobs(items, now, linger_s=linger_s)
 
     async def fail_job(
         self, job_id: str, fence: int, now: int, error: str, retry_at: RetryAt, **more: Any

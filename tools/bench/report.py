@@ -21,7 +21,7 @@ from typing import Any
 
 import grpc
 
-from . import scale, scenarios
+from . import scale, scenarios, steady
 from .calls import schedule_cost
 from .progress import note
 
@@ -36,7 +36,7 @@ def _peers(args: argparse.Namespace) -> tuple[dict[str, Any], list[Any]]:
     return compare(args)
 
 
-RUNNERS: dict[str, Runner] = {"peers": _peers, "schedule": schedule_cost}
+RUNNERS: dict[str, Runner] = {"peers": _peers, "schedule": schedule_cost, "steady": steady.steady}
 
 # (name, command line; {half} is half the burst's fire rate, the steady run's offered load)
 RUNS: list[tuple[str, str]] = [
@@ -149,10 +149,13 @@ def fire_rows(result: dict[str, Any]) -> list[tuple[str, Any]]:
         ("results per result message", each.get("results_per_result_message")),
         ("Paxos rounds per fired job (Cassandra)", each.get("paxos_rounds")),
     ]
-    if "server" in cpu:  # steady: ingest and firing overlap, one figure per job
+    if "server" in cpu:  # steady: ingest and firing overlap; apart from the create-only phase
+        created = result.get("per_created_job", {})
         return [
             *rows,
             ("server CPU s per 1,000 jobs (ingest and fire)", cpu.get("server")),
+            ("server CPU ms per created job (create only)", created.get("server_cpu_ms")),
+            ("server CPU ms per fired job (fire only)", each.get("server_cpu_ms_fire_only")),
             ("workers CPU s per 1,000 jobs", cpu.get("workers")),
             *per_message,
         ]

@@ -19,8 +19,8 @@ from .scenarios import (
     bucket_requests,
     machine,
     running,
-    steady_phase,
 )
+from .steady import steady_phase
 
 OWNED = "timeshard_node_shards_owned"
 LEASE_S = 60.0  # the load workers' lease (``Timeshard``)

@@ -10,10 +10,9 @@ import os
 import platform
 import shutil
 import tempfile
-import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,7 +24,7 @@ from .procs import LOADWORKER, Timeshard, cpu_delta, listening_pid
 from .profiling import sampled
 from .progress import Progress, note
 from .records import RunRecords, figures, timeline
-from .submit import now_ms, schedule, stream, warmup_rate
+from .submit import now_ms, schedule, warmup_rate
 
 DAY_MS = 86_400_000
 
@@ -473,91 +472,6 @@ def lwt_ceiling(args: argparse.Namespace, store: Store, fire_per_s: float | None
         "single_row_lwt_per_s": lwt,
         "fire_over_single_row_lwt": round(fire_per_s / lwt, 2) if fire_per_s and lwt else None,
     }
-
-
-def steady(args: argparse.Namespace) -> tuple[dict[str, Any], list[Any]]:
-    with running(args) as (ts, store, records):
-        out, rows = steady_phase(ts, store, records, args)
-    return {**out, "machine": machine()}, [("timeshard " + store.kind, rows)]
-
-
-def steady_phase(
-    ts: Timeshard,
-    store: Store,
-    records: RunRecords,
-    args: argparse.Namespace,
-    during: Callable[[], None] | None = None,
-) -> tuple[dict[str, Any], list[tuple[float, float, float]]]:
-    """Offer ``args.rate`` jobs/s for ``args.duration`` s (each sent ``--lead`` before it is
-    due, 2 s by default) and follow them until they ran; ``during()`` is called every 0.1 s
-    meanwhile (the failover run kills a node from there)."""
-    count = round(args.rate * args.duration)
-    lead = args.lead if args.lead is not None else 2.0
-    run_ats: list[int] = []
-    ids: list[str] = []
-    cpu0, ctr0 = ts.cpu(), ts.counters()
-    offer_s: list[float] = []
-
-    def offer() -> None:
-        t0 = time.monotonic()
-        stream(ts.address, args.rate, count, lead, args.mode, run_ats, ids)
-        offer_s.append(time.monotonic() - t0)
-
-    sender = threading.Thread(target=offer, name="loadtest-offer", daemon=True)
-    sender.start()
-    progress = Progress("fire", count)
-    last_change = time.monotonic()
-    with sampled("steady", ts.pids()):
-        while True:
-            if records.poll():
-                last_change = time.monotonic()
-            progress.update(len(records.first), extra=f"offered {len(ids):,}")
-            # Done once every job offered and acknowledged ran: not once as many runs as jobs
-            # offered were seen, as a job written but not acknowledged (a node killed during
-            # its call: ``submit._schedule_on_one``) runs too.
-            if len(records.first) >= count and not sender.is_alive() and ran_all(records, ids):
-                break
-            if not sender.is_alive() and time.monotonic() - last_change > args.drain:
-                break
-            if during is not None:
-                during()
-            ts.check_alive()
-            time.sleep(0.1)
-        progress.close()
-        sender.join()
-    cpu1, ctr1 = ts.cpu(), ts.counters()
-    result = figures(records, ids, run_ats[0])
-    used = cpu_delta(cpu0, cpu1)
-    fired = result["fired"]
-    out = {
-        "scenario": "steady",
-        "store": store.kind,
-        "nodes": len(ts.names),
-        "shards": args.shards,
-        "workers": args.workers,
-        "mode": args.mode,
-        "offered_per_s": args.rate,
-        "duration_s": args.duration,
-        "jobs": count,
-        "lead_s": lead,
-        "ingest_per_s": round(len(ids) / offer_s[0], 1) if offer_s else None,
-        **result,
-        "cpu_s_per_1k": {
-            "server": per_1k(used["server"], fired),
-            "workers": per_1k(used["workers"], fired),
-            "client": per_1k(used["client"], fired),
-        },
-        "per_fired_job": fired_costs(store.kind, used, ctr0, ctr1, fired),
-        "per_node": node_figures(ts, used, ctr0, ctr1, fired),
-        "server_time": time_breakdown(ctr0, ctr1),
-    }
-    out["server_time"]["cassandra_side"] = cassandra_side(store)
-    return out, timeline(records, ids)
-
-
-def ran_all(records: RunRecords, ids: Sequence[str]) -> bool:
-    first = records.first
-    return all(i in first for i in ids)
 
 
 def disk_figures(store: Store, jobs: int) -> dict[str, Any]:

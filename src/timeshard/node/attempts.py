@@ -26,6 +26,21 @@ from timeshard.store.base import Completion, Store, entry_for
 
 log = logging.getLogger(__name__)
 
+RESULT_LINGER_S = 0.05
+"""A result waits this long at most at the store for another write of its partition to share
+a Paxos round with (a claim, most often), rather than take a round of its own."""
+RESULT_LINGER_MAX_S = 0.25
+"""The longest a result lingers: the heartbeats that reach a node with it (one group of a
+worker stream's requests) are answered with it."""
+
+
+def result_linger_s(claim_ahead_ms: int) -> float:
+    """How long a result may linger (``Store.complete_jobs``): ``RESULT_LINGER_S``; with claims
+    ahead, half their window (a shard's claims ahead go out about that often, so a result
+    lingering that long most often rides the next one's round), at most
+    ``RESULT_LINGER_MAX_S``."""
+    return min(RESULT_LINGER_MAX_S, max(RESULT_LINGER_S, claim_ahead_ms / 2000))
+
 
 @dataclass(frozen=True, slots=True)
 class Beat:
@@ -65,7 +80,8 @@ class Attempts:
     limited types; ``land`` hands the node entries it just wrote (``Node._land``); ``ran``
     tells the dispatcher of a job's shard, when it is this node's, that the job's run ended
     (``Node._ran``); ``spawn`` starts a background task the node stops with it. ``lease_ms``,
-    ``retry_policy`` and ``max_unstarted`` are the node's configuration (``NodeConfig``)."""
+    ``retry_policy`` and ``max_unstarted`` are the node's configuration (``NodeConfig``);
+    ``result_linger_s`` how long a result may wait at the store (``result_linger_s``)."""
 
     def __init__(
         self,
@@ -83,6 +99,7 @@ class Attempts:
         retry_policy: Callable[[str], RetryPolicy],
         max_unstarted: Callable[[Job], int],
         rng: random.Random,
+        result_linger_s: float = RESULT_LINGER_S,
     ) -> None:
         self._store = store
         self._clock = clock
@@ -97,6 +114,7 @@ class Attempts:
         self._retry_policy = retry_policy
         self._max_unstarted = max_unstarted
         self._rng = rng
+        self._result_linger_s = result_linger_s
 
     async def heartbeats(self, items: Sequence[Beat]) -> list[tuple[Job, int] | TimeshardError]:
         """Extend many leases at once, each conditional on its own fence; the store groups
@@ -190,7 +208,7 @@ class Attempts:
                 written = await self._store.complete_jobs(
                     [c for _, c in completions],
                     self._clock.now_ms(),
-                    linger=not any(self._claims.frees_room(c.job_id) for _, c in completions),
+                    linger_s=self._linger_s([c for _, c in completions]),
                 )
             except TimeshardError as exc:  # (the store is down: each item says so)
                 for n, _ in completions:
@@ -220,6 +238,13 @@ class Attempts:
         done = [o for o in out if o is not None]
         assert len(done) == len(items)  # every item was answered above
         return done
+
+    def _linger_s(self, completions: Sequence[Completion]) -> float:
+        """How long these results may wait to share a round: not at all when one of them
+        lets the next job of a type under a concurrency limit start."""
+        if any(self._claims.frees_room(c.job_id) for c in completions):
+            return 0.0
+        return self._result_linger_s
 
     async def fail(
         self, job_id: str, fence: int, error: str, permanent: bool, traceback: str = ""

@@ -23,7 +23,7 @@ from timeshard.limits import DEFAULT_MAX_UNSTARTED, DEFAULT_PRIORITY_AGING_MS
 from timeshard.model import BucketEntry, Job, JobState
 from timeshard.node import clockcheck
 from timeshard.node.ahead import HELD, AheadClaims
-from timeshard.node.attempts import Attempts
+from timeshard.node.attempts import Attempts, result_linger_s
 from timeshard.node.claims import Claims, TypePolicy
 from timeshard.node.connected import ConnectedWorkers
 from timeshard.node.deadletters import DeadLetters
@@ -251,6 +251,7 @@ class Node:
             retry_policy=self.config.retry_policy,
             max_unstarted=self.config.max_unstarted,
             rng=rng,
+            result_linger_s=result_linger_s(self.config.dispatch.claim_ahead_ms),
         )
 
     @property

@@ -373,14 +373,14 @@ class Store(abc.ABC):
         the job is (its retention)."""
 
     async def complete_jobs(
-        self, items: Sequence[Completion], now: int, *, linger: bool = False
+        self, items: Sequence[Completion], now: int, *, linger_s: float = 0.0
     ) -> list[WriteResult]:
         """``complete_job`` for many jobs, a result each in their order; each is conditional on
         its own fence, and one that does not apply leaves the others as they are. A store
         writes them together (one transaction, or a batch per partition); this default writes
-        them one by one. ``linger``: a store may hold them a few tens of milliseconds to share
-        a write with others (Cassandra: ``jobrows.RESULT_LINGER_S``); the caller says False
-        when someone waits for them (a job under a concurrency limit)."""
+        them one by one. ``linger_s``: a store may hold each up to that long to share a write
+        with others of its partition (Cassandra: one Paxos round for them and the next claim);
+        the caller gives 0 when someone waits for them (a job under a concurrency limit)."""
         return list(
             await asyncio.gather(
                 *(

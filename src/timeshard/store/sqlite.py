@@ -387,7 +387,7 @@ class SqliteStore(Store):
         return await self._db.call(lambda db: _apply(db, job_id, transition))
 
     async def complete_jobs(
-        self, items: Sequence[Completion], now: int, *, linger: bool = False
+        self, items: Sequence[Completion], now: int, *, linger_s: float = 0.0
     ) -> list[WriteResult]:
         for c in items:
             validate_result(c.result, c.encoding)  # refused before anything is written

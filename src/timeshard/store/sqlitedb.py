@@ -208,7 +208,7 @@ class Database:
                         self._ops.put(None)
                         break
                     batch.append(nxt)
-                self.stats.round(len(batch))  # one transaction: the embedded "round"
+                self.stats.round(len(batch), "transaction")  # the embedded "round"
                 self._run_batch(db, batch)
         finally:
             db.close()

@@ -17,6 +17,9 @@ class StoreStats:
     """Conditional statements or conditional batches sent (one Paxos round each)."""
     conditional_rows: int = 0
     """Rows those rounds carried (a batch of 50 counts 50)."""
+    rounds_by_kind: Counter[str] = field(default_factory=Counter)
+    """The rounds by what they carried: a job-row batch by the kinds of its transitions
+    (``claim``, ``complete``, ``claim+complete``...), any other by its statement's name."""
     bucket_partitions_read: int = 0
     """Bucket partitions read (a page of one partition counts one; a multi-partition read
     counts each partition it names)."""
@@ -27,6 +30,7 @@ class StoreStats:
     seconds: defaultdict[str, float] = field(default_factory=lambda: defaultdict(float))
     """Total time spent in each named operation, for latency averages."""
 
-    def round(self, rows: int = 1) -> None:
+    def round(self, rows: int = 1, kind: str = "") -> None:
         self.paxos_rounds += 1
         self.conditional_rows += rows
+        self.rounds_by_kind[kind or "other"] += 1

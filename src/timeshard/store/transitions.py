@@ -28,6 +28,8 @@ class Transition:
     entry_at: Callable[[Job], int | None] = _no_entry
     """When the changed job needs the dispatcher's attention, or None."""
     now: int = 0
+    kind: str = ""
+    """What it is (``claim``, ``complete``...): the store counts its rounds by kind."""
 
 
 def _running_with(fence: int) -> Callable[[Job], bool]:
@@ -61,6 +63,7 @@ def claim(c: JobClaim) -> Transition:
             history=(*j.history, new_attempt(j, c.worker, max(c.now, j.run_at))),
         ),
         now=c.now,
+        kind="claim",
     )
 
 
@@ -73,6 +76,7 @@ def heartbeat(fence: int, lease_until: int, started: bool = False) -> Transition
             lease_until=max(j.lease_until, lease_until),
             start_noticed=j.start_noticed or started,
         ),
+        kind="heartbeat",
     )
 
 
@@ -90,6 +94,7 @@ def complete(fence: int, now: int, result: bytes = b"", result_encoding: str = "
             result=result,
             result_encoding=result_encoding,
         ),
+        kind="complete",
     )
 
 
@@ -126,7 +131,11 @@ def _retry_entry(j: Job) -> int | None:
 
 def fail(fence: int, now: int, error: str, retry: RetryAt, traceback: str = "") -> Transition:
     return Transition(
-        _running_with(fence), _failed(now, error, retry, traceback=traceback), _retry_entry, now
+        _running_with(fence),
+        _failed(now, error, retry, traceback=traceback),
+        _retry_entry,
+        now,
+        kind="fail",
     )
 
 
@@ -153,7 +162,11 @@ def release(
         return failed(j) if started or j.start_noticed else back(j)
 
     return Transition(
-        lambda j: _running_with(fence)(j) and j.lease_until <= now, change, _retry_entry, now
+        lambda j: _running_with(fence)(j) and j.lease_until <= now,
+        change,
+        _retry_entry,
+        now,
+        kind="release",
     )
 
 
@@ -212,7 +225,7 @@ def give_back(
     ``max_unstarted``)."""
     if not_started:
         back = _unstarted(now, lambda _: reason, max_unstarted)
-        return Transition(_running_with(fence), back, _retry_entry, now)
+        return Transition(_running_with(fence), back, _retry_entry, now, kind="give_back")
     return Transition(
         _running_with(fence),
         lambda j: j.with_(
@@ -225,6 +238,7 @@ def give_back(
         ),
         _retry_entry,
         now,
+        kind="give_back",
     )
 
 
@@ -237,6 +251,7 @@ def expire(fence: int, now: int, reason: str) -> Transition:
         lambda j: j.with_(
             state=JobState.EXPIRED, finished_at=now, lease_owner="", last_error=reason
         ),
+        kind="expire",
     )
 
 
@@ -252,6 +267,7 @@ def cancel(expect_state: JobState, fence: int, now: int) -> Transition:
             if j.state is JobState.RUNNING
             else j.history,
         ),
+        kind="cancel",
     )
 
 
@@ -261,6 +277,7 @@ def reschedule(fence: int, run_at: int, now: int) -> Transition:
         lambda j: j.with_(run_at=run_at),
         lambda j: j.run_at,
         now,
+        kind="reschedule",
     )
 
 
@@ -272,10 +289,13 @@ def replay(fence: int, run_at: int, now: int) -> Transition:
         ),
         lambda j: j.run_at,
         now,
+        kind="replay",
     )
 
 
 def purge(fence: int) -> Transition:
     """Only a dead job, at the fence its caller saw, is purged; the store deletes its row (and
     nothing else: its key and index keep the time to live they got when it died)."""
-    return Transition(lambda j: j.state is JobState.DEAD and j.fence == fence, lambda j: j)
+    return Transition(
+        lambda j: j.state is JobState.DEAD and j.fence == fence, lambda j: j, kind="purge"
+    )

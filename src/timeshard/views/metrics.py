@@ -14,6 +14,7 @@ numbers between two steps of the loop, never while another thread changes them.
 Read at scrape time (names after the Prometheus conventions: ``_total`` counters, base units):
 
 - ``timeshard_store_paxos_rounds_total``, ``timeshard_store_conditional_rows_total``,
+  ``timeshard_store_paxos_rounds_by_kind_total{kind}`` (what each round carried),
   ``timeshard_store_bucket_partitions_read_total``;
   ``timeshard_store_operations_total{op}``, ``timeshard_store_errors_total{op}``,
   ``timeshard_store_operation_seconds_total{op}``: store calls by named operation;
@@ -79,6 +80,14 @@ class StoreCollector:
             "Rows carried by the store's conditional rounds (a batch of 50 counts 50).",
             value=stats.conditional_rows,
         )
+        by_kind = CounterMetricFamily(
+            "timeshard_store_paxos_rounds_by_kind",
+            "The store's Paxos rounds by what they carried: a job-row batch by its "
+            "transitions (claim, complete, claim+complete...), any other by its statement.",
+            labels=["kind"],
+        )
+        for kind, value in sorted(stats.rounds_by_kind.items()):
+            by_kind.add_metric([kind], value)
         partitions = CounterMetricFamily(
             "timeshard_store_bucket_partitions_read",
             "Bucket partitions read by the dispatchers (a multi-partition read counts each).",
@@ -87,6 +96,7 @@ class StoreCollector:
         return [
             rounds,
             rows,
+            by_kind,
             partitions,
             _by_op("timeshard_store_operations", "Store calls by operation.", stats.operations),
             _by_op("timeshard_store_errors", "Failed store calls by operation.", stats.errors),

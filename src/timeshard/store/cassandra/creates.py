@@ -1,4 +1,5 @@
-"""Creating jobs in their partitions, for ``JobRows`` (through the ``Rows`` seam).
+"""Creating jobs in their partitions: ``CassandraStore.create_jobs`` calls ``Creator.create``,
+which writes through the store's ``JobRows`` (the ``Rows`` seam).
 
 A job with a fresh id (random, generated for this call) is a plain write: its row and its entry
 share a partition key (one mutation, applied atomically), and go in one unlogged batch with its
@@ -47,8 +48,8 @@ from timeshard.store.cassandra.rows import Found, Row, bounded_history, bucket_t
 
 class Rows(Protocol):
     """What creating needs of the job rows it creates in (``JobRows`` is one): the home cache,
-    reads, and the plain writes of entries and index rows. A seam, so that ``Creator`` does not
-    import the ``JobRows`` that owns it."""
+    reads, and the plain writes of entries and index rows. A seam, so that ``Creator`` and
+    ``JobRows`` do not import each other (the store holds both)."""
 
     homes: Lru
 

@@ -387,14 +387,21 @@ class Connection:
         return int(self._cluster.timestamp_generator())
 
     async def rows(
-        self, name: str, params: Sequence[Any] | Mapping[str, Any], *, serial: bool = False
+        self,
+        name: str,
+        params: Sequence[Any] | Mapping[str, Any],
+        *,
+        serial: bool = False,
+        kind: str = "",
     ) -> list[Row]:
         """Every row of the named operation (``serial``: read at the serial consistency, so
-        every Paxos decision is seen). A timeout of a conditional write raises ``Ambiguous``."""
+        every Paxos decision is seen). A timeout of a conditional write raises ``Ambiguous``.
+        ``kind``: what a conditional one carries, as its round is counted (default: its
+        name)."""
         if self._session is None:
             raise StoreUnavailable("the store is not open")
         if name in _CONDITIONAL:
-            self.stats.round()
+            self.stats.round(kind=kind or name)
         return await self._run(name, name in _CONDITIONAL, serial, self._prepared[name], params)
 
     async def batch(
@@ -402,20 +409,23 @@ class Connection:
         statements: Sequence[tuple[str, Sequence[Any] | Mapping[str, Any]]],
         *,
         conditional: bool,
+        kind: str = "",
     ) -> list[Row]:
         """The named statements as one unlogged batch: all of one partition (then applied
         atomically and in isolation; with conditions, one Paxos round for all of them), or
-        of several partitions without conditions (one round trip, no atomicity)."""
+        of several partitions without conditions (one round trip, no atomicity). ``kind``:
+        what a conditional one carries, as its round is counted (default: the last
+        statement's name)."""
         if self._session is None:
             raise StoreUnavailable("the store is not open")
         if len(statements) == 1:
             name, params = statements[0]
-            return await self.rows(name, params)
+            return await self.rows(name, params, kind=kind)
         batch = BatchStatement(batch_type=BatchType.UNLOGGED)
         for name, params in statements:
             batch.add(_bound(self._prepared[name], params))
         if conditional:
-            self.stats.round(len(statements))
+            self.stats.round(len(statements), kind or statements[-1][0])
         label = f"batch:{statements[-1][0]}"
         return await self._run(label, conditional, False, batch, None)
 

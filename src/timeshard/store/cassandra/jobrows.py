@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,8 +28,7 @@ from timeshard.errors import NotOwner, StoreUnavailable
 from timeshard.model import BucketEntry, Job, WriteResult
 from timeshard.sharding import shard_of
 from timeshard.store import transitions as T
-from timeshard.store.base import CreateResult, Retention, entry_for
-from timeshard.store.cassandra.creates import Creator
+from timeshard.store.base import Retention, entry_for
 from timeshard.store.cassandra.driver import Ambiguous, Connection
 from timeshard.store.cassandra.follows import Follows
 from timeshard.store.cassandra.parts import (
@@ -64,12 +63,6 @@ from timeshard.store.codec import job_columns
 
 log = logging.getLogger(__name__)
 
-RESULT_LINGER_S = 0.05
-"""A completion waits this long at most for another write of its partition to go out with (a
-claim, most often): one Paxos round for both, rather than a round of its own that the next
-claim of the partition would queue behind. No job waits for it (the worker's slot is free
-once its handler ended); the result is acknowledged once written, as ever."""
-
 
 @dataclass(slots=True, eq=False)
 class _Op:
@@ -103,19 +96,14 @@ class JobRows:
         self.homes = Lru()  # job id -> home minute (never changes)
         self._images = Lru()  # job id -> Found, for jobs this store wrote last
         self._expired = Lru()
-        self._creator = Creator(conn, clock, num_shards, self)
         self._batcher: GroupCommit[Key, _Op] = GroupCommit(
             self._run, max_items=ROWS_PER_BATCH, fail=_fail, name="jobrows"
         )
         self.follows = Follows(conn, retention, self.plain_writes)
         """The index, key and dead-letter rows that follow jobs that finish (``_after``)."""
         self._lingering: dict[Key, tuple[list[_Op], asyncio.TimerHandle]] = {}
-        """Completions waiting for another write of their partition (``RESULT_LINGER_S``)."""
-
-    async def create(
-        self, jobs: Sequence[tuple[Job, BucketEntry]], fresh: Collection[str]
-    ) -> list[CreateResult]:
-        return await self._creator.create(jobs, fresh)
+        """Completions waiting for another write of their partition (``apply_all``'s
+        ``linger_s``), and the timer that sends them when none came."""
 
     async def close(self) -> None:
         for ops, timer in self._lingering.values():
@@ -123,11 +111,10 @@ class JobRows:
             for op in ops:
                 _fail(op, StoreUnavailable("the store is closing"))
         self._lingering.clear()
-        await self._creator.close()
         await self._batcher.close()
         await self.follows.close()
 
-    # -- creating (creates.py) --------------------------------------------------------------
+    # -- what creating needs (``creates.Rows``) ----------------------------------------------
 
     async def put_entries(self, entries: Sequence[BucketEntry]) -> None:
         """One unlogged batch per bucket partition (atomic, one write per partition)."""
@@ -244,13 +231,16 @@ class JobRows:
         items: Sequence[tuple[str, T.Transition, Job | None]],
         *,
         owner_only: bool = False,
-        linger: bool = False,
+        linger_s: float = 0.0,
     ) -> list[WriteResult]:
         """``apply`` for many ``(job_id, transition, known)`` at once, in their order: one
         future per job and no task per job (a claim of 100 jobs made 100 tasks); the homes
         not remembered are looked up together first. Like ``gather``, it waits for every one
-        and then raises the first error. ``linger``: each waits up to ``RESULT_LINGER_S`` for
-        another write of its partition to go out with (completions)."""
+        and then raises the first error. ``linger_s`` (completions): each waits up to that
+        long for another write of its partition to go out with (a claim, most often): one
+        Paxos round for both, rather than a round of its own that the next claim of the
+        partition would queue behind. The results of a partition that come meanwhile wait
+        together; each is acknowledged once written, as ever."""
         homes = [self.homes.get(job_id) for job_id, _, _ in items]
         missing = [i for i, home in enumerate(homes) if home is None]
         if missing:
@@ -265,7 +255,7 @@ class JobRows:
                 fut.set_result(WriteResult(applied=False, job=None))
             else:
                 fut = self._submit(
-                    job_id, int(home), transition, known, owner_only, False, linger=linger
+                    job_id, int(home), transition, known, owner_only, False, linger_s=linger_s
                 )
             futs.append(fut)
         return await _gather(futs)
@@ -279,7 +269,7 @@ class JobRows:
         owner_only: bool,
         delete: bool,
         *,
-        linger: bool = False,
+        linger_s: float = 0.0,
     ) -> asyncio.Future[WriteResult]:
         shard = shard_of(job_id, self._num_shards)
         found = Found.of(known) if known is not None else self._images.get(job_id)
@@ -295,20 +285,28 @@ class JobRows:
             reread=found is None,
         )
         key = (shard, home)
-        if linger and not self._batcher.waiting(key):
-            self._linger(key, op)
+        if linger_s > 0 and not self._batcher.waiting(key):
+            self._linger(key, op, linger_s)
         else:
             self._release(key)
             self._batcher.submit(key, op)
         return fut
 
-    def _linger(self, key: Key, op: _Op) -> None:
+    def _linger(self, key: Key, op: _Op, linger_s: float) -> None:
+        """Hold ``op`` for ``key``'s next write, ``linger_s`` at most: the first op held starts
+        the partition's timer and those that come meanwhile join it (one held with a shorter
+        linger brings the timer forward)."""
+        loop = asyncio.get_running_loop()
         held = self._lingering.get(key)
-        if held is not None:
-            held[0].append(op)
+        if held is None:
+            timer = loop.call_later(linger_s, self._release, key)
+            self._lingering[key] = ([op], timer)
             return
-        timer = asyncio.get_running_loop().call_later(RESULT_LINGER_S, self._release, key)
-        self._lingering[key] = ([op], timer)
+        ops, timer = held
+        ops.append(op)
+        if loop.time() + linger_s < timer.when():
+            timer.cancel()
+            self._lingering[key] = (ops, loop.call_later(linger_s, self._release, key))
 
     def _release(self, key: Key) -> None:
         """The completions lingering for ``key`` join its next batch (with the write that
@@ -399,7 +397,7 @@ class JobRows:
             statements.append(("raise_epoch", {"shard": key[0], "minute": key[1], "epoch": epoch}))
         statements += [self._statement(key, op) for op in ops]
         try:
-            rows = await self._conn.batch(statements, conditional=True)
+            rows = await self._conn.batch(statements, conditional=True, kind=_kinds(ops))
         except Ambiguous:
             await self._settle(key, ops)
             return
@@ -520,6 +518,11 @@ _STATE_COLUMNS = (
     "unstarted",
     "start_noticed",
 )
+
+
+def _kinds(ops: Iterable[_Op]) -> str:
+    """What a batch carries, as its round is counted: ``claim``, ``claim+complete``..."""
+    return "+".join(sorted({op.transition.kind or "other" for op in ops}))
 
 
 def _entries(ops: Iterable[_Op]) -> list[BucketEntry]:

@@ -37,6 +37,7 @@ from timeshard.store.base import (
     Store,
 )
 from timeshard.store.cassandra import listing
+from timeshard.store.cassandra.creates import Creator
 from timeshard.store.cassandra.driver import Ambiguous, ClusterConfig, Connection, parse_url
 from timeshard.store.cassandra.jobrows import JobRows
 from timeshard.store.cassandra.ledger import LedgerTable
@@ -79,6 +80,7 @@ class CassandraStore(Store):
         self.retention = retention or Retention()
         self._jobs = JobRows(self._conn, self._clock, self.num_shards, self.retention)
         self._ledger = LedgerTable(self._conn, self.retention.ledger_s)
+        self._creator = Creator(self._conn, self._clock, self.num_shards, self._jobs)
 
     @classmethod
     def from_url(
@@ -104,6 +106,7 @@ class CassandraStore(Store):
             raise
 
     async def close(self) -> None:
+        await self._creator.close()
         await self._jobs.close()
         await self._conn.close()
 
@@ -121,7 +124,7 @@ class CassandraStore(Store):
     async def create_jobs(
         self, jobs: Sequence[tuple[Job, BucketEntry]], *, fresh: Collection[str] = frozenset()
     ) -> list[CreateResult]:
-        return await self._jobs.create(jobs, fresh)
+        return await self._creator.create(jobs, fresh)
 
     async def key_owners(self, keys: Sequence[str]) -> dict[str, str]:
         rows = await _gather(self._conn.rows("select_key", (k,)) for k in dict.fromkeys(keys))
@@ -257,13 +260,13 @@ class CassandraStore(Store):
         return await self._jobs.apply(job_id, T.complete(fence, now, result, result_encoding))
 
     async def complete_jobs(
-        self, items: Sequence[Completion], now: int, *, linger: bool = False
+        self, items: Sequence[Completion], now: int, *, linger_s: float = 0.0
     ) -> list[WriteResult]:
         for c in items:
             validate_result(c.result, c.encoding)  # refused before any joins a batch
         return await self._jobs.apply_all(
             [(c.job_id, T.complete(c.fence, now, c.result, c.encoding), None) for c in items],
-            linger=linger,
+            linger_s=linger_s,
         )
 
     async def fail_job(
