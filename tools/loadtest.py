@@ -94,6 +94,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 from typing import Any
 
@@ -296,6 +297,10 @@ def show(result: dict[str, Any], indent: str = "") -> None:
             print(f"{indent}{key:>{32 - len(indent)}}: {value}")
 
 
+def _interrupted(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     if getattr(args, "plot", None):
@@ -304,6 +309,9 @@ def main(argv: list[str] | None = None) -> int:
         report.report(args, parser().parse_args)
         return 0
     load_before = report.loadavg()
+    # A SIGTERM unwinds as Ctrl-C does, so the scenario's cleanup stops the server, workers
+    # and busy processes it started instead of leaving them running.
+    signal.signal(signal.SIGTERM, _interrupted)
     try:
         if args.command == "peers":
             from bench.peers import compare
@@ -324,6 +332,9 @@ def main(argv: list[str] | None = None) -> int:
     except grpc.RpcError as exc:
         code, details = exc.code().name, exc.details()  # type: ignore[attr-defined]
         raise SystemExit(f"loadtest: the server answered {code}: {details}") from None
+    except KeyboardInterrupt:
+        print("loadtest: interrupted; what it started is stopped", file=sys.stderr)
+        return 130
     during = result.get("load_average", {})
     result["load_average"] = {"before": load_before, **during, "after": report.loadavg()}
     given = sys.argv[1:] if argv is None else argv
