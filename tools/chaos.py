@@ -85,13 +85,19 @@ def main(argv: list[str] | None = None) -> int:
         metavar="KIND,...",
         help=f"only these fault kinds ({', '.join(FaultKind)}; default: all the run can inject)",
     )
-    parser.add_argument("--dir", type=Path, help="run directory (default: a new one in /tmp)")
+    parser.add_argument(
+        "--dir", type=Path, help="run directory, new or empty (default: a new one in /tmp)"
+    )
     args = parser.parse_args(argv)
     try:  # before any service starts: the kinds asked for must be ones this run can inject
         chosen_kinds(_injectable(args), args.faults)
     except ValueError as exc:
         parser.error(str(exc))
 
+    if args.dir is not None and args.dir.exists() and any(args.dir.iterdir()):
+        # A run appends to its journal: a second run in one directory would be checked
+        # against both runs' jobs.
+        parser.error(f"--dir {args.dir}: not empty (a run directory holds one run)")
     run_dir = args.dir or Path(tempfile.mkdtemp(prefix=f"timeshard-chaos-{args.seed}-"))
     run_dir.mkdir(parents=True, exist_ok=True)
     config = ChaosConfig(
