@@ -125,10 +125,16 @@ class ScheduleOps:
         change: Callable[[Schedule], tuple[Schedule, int | None]],
         said: Change,
     ) -> Schedule:
-        """Apply ``change`` to the stored schedule as the next revision, with ``said``."""
+        """Apply ``change`` to the stored schedule as the next revision, with ``said``.
+
+        A change that changes nothing (a client's retry of an update, pause, resume or
+        rollback that took effect) writes nothing and makes no revision: the schedule is
+        returned as it is, its revision the current one."""
         for _ in range(20):
             current = await self.get(schedule_id)
             new, attention = change(current)
+            if new.with_(revision=current.revision) == current:
+                return current
             new = new.with_(revision=current.revision + 1)
             entry = schedule_entry(new, attention, self._clock.now_ms()) if attention else None
             applied, stored = await self._store.update_schedule(new, current.version, entry, said)
