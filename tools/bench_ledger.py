@@ -34,7 +34,8 @@ from typing import Any
 
 from timeshard.clock import FakeClock
 from timeshard.model import BucketEntry, Schedule
-from timeshard.node.schedules import ScheduleFirer, ScheduleOps
+from timeshard.node.scheduleops import ScheduleOps
+from timeshard.node.schedules import ScheduleFirer
 from timeshard.store.base import Store
 
 NUM_SHARDS = 16

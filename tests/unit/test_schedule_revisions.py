@@ -159,3 +159,37 @@ async def test_only_the_newest_revisions_are_kept() -> None:
         with pytest.raises(RevisionNotFound) as info:
             await node.schedules.rollback("s1", 1)
         assert f"keeps revisions 6-{newest}" in info.value.message
+
+
+async def test_a_change_that_changes_nothing_makes_no_revision() -> None:
+    """A client's retry after an ambiguous failure: the schedule comes back as it is, with its
+    current revision, and nothing is written (not even the version moves)."""
+    async with running() as (node, _):
+        await node.schedules.create(sched(payload=b'{"v": 1}'))
+        await node.schedules.update(sched(payload=b'{"v": 2}'))
+        stored = await node.schedules.get("s1")
+        again = await node.schedules.update(sched(payload=b'{"v": 2}'), reason="retry")
+        assert again == stored and again.revision == 2
+        resumed = await node.schedules.resume("s1")  # it runs already
+        assert resumed == stored
+        paused = await node.schedules.pause("s1")
+        assert paused.revision == 3
+        assert await node.schedules.pause("s1") == paused == await node.schedules.get("s1")
+        rolled = await node.schedules.rollback("s1", 2)  # the definition it has
+        assert rolled == paused and rolled.revision == 3
+        assert await kinds(node) == [
+            (3, ChangeKind.PAUSE),
+            (2, ChangeKind.UPDATE),
+            (1, ChangeKind.CREATE),
+        ]
+
+
+async def test_a_change_to_any_part_of_the_definition_still_makes_a_revision() -> None:
+    async with running() as (node, _):
+        await node.schedules.create(sched())
+        await node.schedules.update(sched(jitter_ms=1000))
+        await node.schedules.update(sched(jitter_ms=1000, max_attempts=5))
+        await node.schedules.update(sched(jitter_ms=1000, max_attempts=5, payload=b"{}"))
+        await node.schedules.rollback("s1", 1)  # back to no jitter, attempts and payload
+        assert [r for r, _ in await kinds(node)] == [5, 4, 3, 2, 1]
+        assert (await node.schedules.get("s1")).revision == 5

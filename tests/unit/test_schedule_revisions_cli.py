@@ -8,6 +8,7 @@ import asyncio
 import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 import pytest
 
@@ -104,8 +105,20 @@ async def _history_diff_and_rollback(server: Server, capsys: pytest.CaptureFixtu
         1,
         "3:30 is too late",
     )
+    await no_revision_for_a_change_that_changes_nothing(ok)
     gone = json.loads(await ok("schedules", "delete", "nightly", "--json"))
     assert gone == {"deleted": "nightly", "revision": 5}
+
+
+async def no_revision_for_a_change_that_changes_nothing(ok: Any) -> None:
+    """Retries (schedule ``nightly`` paused at revision 4, revision 1's definition): each
+    answers with the schedule as it is, and no revision is made."""
+    again = await ok("schedules", "rollback", "nightly", "1")
+    assert "has revision 1's definition already: no revision made, revision 4 is current" in (again)
+    for argv in (("pause", "nightly"), ("update", "nightly", "--cron", "0 2 * * *")):
+        assert json.loads(await ok("schedules", *argv, "--json"))["revision"] == 4
+    history = json.loads(await ok("schedules", "history", "nightly", "--json"))
+    assert [h["revision"] for h in history] == [4, 3, 2, 1]
 
 
 async def test_what_does_not_exist_exits_3_naming_it_and_changes_nothing(

@@ -16,7 +16,7 @@ from timeshard.cli.main import main
 from timeshard.cron import CronSpec
 from timeshard.errors import InvalidArgument
 from timeshard.model import MisfirePolicy, OverlapPolicy, Schedule, spread_offset_of
-from timeshard.node.schedules import ScheduleOps
+from timeshard.node.scheduleops import ScheduleOps
 from timeshard.sharding import MINUTE_MS
 
 HOURLY = "0 * * * *"

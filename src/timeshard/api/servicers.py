@@ -45,7 +45,7 @@ from timeshard.model import (
     validate_job_type,
 )
 from timeshard.node import Node
-from timeshard.node.schedules import new_schedule_id
+from timeshard.node.scheduleops import new_schedule_id
 from timeshard.security.auth import Authenticator, bearer_token
 from timeshard.v1 import timeshard_pb2 as pb
 from timeshard.v1 import timeshard_pb2_grpc as pb_grpc

@@ -9,6 +9,7 @@ from typing import Any
 from timeshard.cli.common import add_json_option, whole
 from timeshard.client.proto import ProtoClient as Client
 from timeshard.console import print_json, when
+from timeshard.errors import NotFound
 from timeshard.v1 import timeshard_pb2 as pb
 from timeshard.wire import dur_s, ts_ms
 
@@ -150,8 +151,18 @@ def cmd_diff(args: argparse.Namespace) -> int:
     return 0
 
 
+def _current_revision(c: Client, schedule_id: str) -> int:
+    """The schedule's revision before a rollback (0 if it is gone: the rollback then says why
+    it is refused)."""
+    try:
+        return c.get_schedule(schedule_id).revision
+    except NotFound:
+        return 0
+
+
 def cmd_rollback(args: argparse.Namespace) -> int:
     with Client(args.server) as c:
+        before = _current_revision(c, args.schedule_id)
         s = c.rollback_schedule(args.schedule_id, args.revision, args.reason)
     if args.json:
         print_json(
@@ -164,9 +175,15 @@ def cmd_rollback(args: argparse.Namespace) -> int:
             }
         )
         return 0
+    state = f"(cron {s.cron!r} {s.timezone}" + (", paused)" if s.paused else ")")
+    if s.revision == before:  # the definition was revision N's already: nothing written
+        print(
+            f"schedule {s.schedule_id} has revision {args.revision}'s definition already: "
+            f"no revision made, revision {s.revision} is current {state}"
+        )
+        return 0
     print(
         f"rolled schedule {s.schedule_id} back to revision {args.revision}'s definition: "
-        f"made revision {s.revision} (cron {s.cron!r} {s.timezone}"
-        + (", paused)" if s.paused else ")")
+        f"made revision {s.revision} {state}"
     )
     return 0

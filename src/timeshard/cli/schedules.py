@@ -16,7 +16,7 @@ from timeshard.console import print_json, when, when_local
 from timeshard.cron import CronSpec, preview
 from timeshard.errors import InvalidArgument
 from timeshard.model import MisfirePolicy, OverlapPolicy, parse_json_payload
-from timeshard.node.schedules import ScheduleOps
+from timeshard.node.scheduleops import ScheduleOps
 from timeshard.v1 import timeshard_pb2 as pb
 from timeshard.wire import dur, dur_s, ts_ms
 

@@ -37,7 +37,8 @@ from timeshard.node.polled import PolledTypes
 from timeshard.node.ready import ReadyQueues
 from timeshard.node.refresh import BucketRefresher
 from timeshard.node.retry import RetryPolicy
-from timeshard.node.schedules import ScheduleFirer, ScheduleOps
+from timeshard.node.scheduleops import ScheduleOps
+from timeshard.node.schedules import ScheduleFirer
 from timeshard.node.starts import StartNotices
 from timeshard.node.timer import DueTimer
 from timeshard.node.waits import JobWaits

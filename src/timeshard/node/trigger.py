@@ -22,7 +22,7 @@ from timeshard.clock import Clock
 from timeshard.errors import FailedPrecondition
 from timeshard.model import OverlapPolicy, Schedule
 from timeshard.node.jobs import Jobs, JobSpec
-from timeshard.node.schedules import ScheduleOps
+from timeshard.node.scheduleops import ScheduleOps
 from timeshard.store.base import Store, schedule_entry
 
 TRIES = 20

@@ -18,7 +18,8 @@ from timeshard.errors import (
 )
 from timeshard.model import Job, JobState
 from timeshard.node.flow import FlowChange
-from timeshard.node.schedules import ScheduleOps, spec_of
+from timeshard.node.scheduleops import ScheduleOps
+from timeshard.node.schedules import spec_of
 from timeshard.node.trigger import run_now
 from timeshard.policy import TypePolicy
 from timeshard.store.listing import JobOrder, JobQuery
