@@ -26,6 +26,7 @@ from typing import Any
 
 import grpc
 
+from timeshard.api.claimfailures import ClaimFailures
 from timeshard.api.replies import claim_cap
 from timeshard.api.workhub import StreamRequest, WorkHub
 from timeshard.errors import InvalidArgument, TimeshardError, status_of
@@ -54,12 +55,6 @@ MAX_UNSENT = 256
 that sends but does not read is slowed down, not buffered without bound)."""
 WAIT_S = 60.0
 """How long one claim of the pushing task waits before it looks again."""
-CLAIM_RETRY_S = 0.1
-"""The wait after a stream's claim failed (the store away); doubled for each failure in a
-row, up to ``CLAIM_RETRY_MAX_S``, and back to this after a claim that did not fail."""
-CLAIM_RETRY_MAX_S = 1.0
-CLAIM_FAILURE_LOG_S = 30.0
-"""A stream's failing claims are logged once per this many seconds, not each one."""
 PIPELINE = 4
 """Claims in flight for one stream at once: one waiting for due jobs, the others writing."""
 
@@ -113,44 +108,7 @@ class WorkStream:
         """The credits per type the claim waiting for due jobs (``_waiting``) may use."""
         self._answers_due = 0
         """Requests with heartbeats or results not answered yet."""
-        self._claim_failures = 0
-        """Claims that failed in a row (the store away), and when the first of them did."""
-        self._failing_since = 0.0
-        self._failure_logged = float("-inf")
-
-    def _claim_failed(self, why: str) -> float:
-        """Count a claim that failed because the store is away, log it (once per
-        ``CLAIM_FAILURE_LOG_S`` while they keep failing: four claims a stream, each tried again
-        in a tenth of a second, were a hundred lines a second in an outage), and return how long
-        to wait before the next try."""
-        now = self._node.clock.monotonic()
-        if self._claim_failures == 0:
-            self._failing_since = now
-        self._claim_failures += 1
-        if now - self._failure_logged >= CLAIM_FAILURE_LOG_S:
-            self._failure_logged = now
-            log.warning(
-                "worker stream of %s: claim failed (%d in a row over %.0f s; tried again at "
-                "most every %g s): %s",
-                self._worker,
-                self._claim_failures,
-                now - self._failing_since,
-                CLAIM_RETRY_MAX_S,
-                why,
-            )
-        return min(CLAIM_RETRY_MAX_S, CLAIM_RETRY_S * (1 << min(self._claim_failures - 1, 16)))
-
-    def _claims_succeed(self) -> None:
-        """A claim ended without failing after failed ones: say so; the next failure waits
-        the shortest again."""
-        log.info(
-            "worker stream of %s: claims succeed again after %d failed over %.0f s",
-            self._worker,
-            self._claim_failures,
-            self._node.clock.monotonic() - self._failing_since,
-        )
-        self._claim_failures = 0
-        self._failure_logged = float("-inf")
+        self._claim_failures = ClaimFailures(self._node.clock, log)
 
     # -- reading (the RPC's coroutine) --------------------------------------------------------
 
@@ -384,14 +342,14 @@ class WorkStream:
             )
             failed = False
         except TimeshardError as exc:  # the store is away: the claim is tried again
-            await asyncio.sleep(self._claim_failed(exc.message))
+            await asyncio.sleep(self._claim_failures.failed(self._worker, exc.message))
         except Exception:  # not ours to end the stream for: tried again, loudly
             log.exception("worker stream of %s: claim failed", self._worker)
             await asyncio.sleep(1.0)
         finally:
             after_seq, read_at = self._claim_over(me, caps, claimed)
-        if not failed and self._claim_failures:
-            self._claims_succeed()
+        if not failed and self._claim_failures.count:
+            self._claim_failures.succeeded(self._worker)
         for c in claimed:
             t = c.job.job_type
             if t in self._credits:  # (not after a stop, which dropped them all)

@@ -17,8 +17,8 @@ from typing import Any
 
 from timeshard.clock import Clock, SystemClock
 from timeshard.errors import InvalidArgument, StoreUnavailable
-from timeshard.ledger import LedgerRow, row_fields, rows_of_text
-from timeshard.limits import DEFAULT_MAX_UNSTARTED, REVISIONS_KEPT
+from timeshard.ledger import LedgerRow
+from timeshard.limits import DEFAULT_MAX_UNSTARTED
 from timeshard.model import (
     BucketEntry,
     Change,
@@ -32,6 +32,7 @@ from timeshard.model import (
     validate_result,
 )
 from timeshard.sharding import DEFAULT_NUM_SHARDS, shard_of, validate_num_shards
+from timeshard.store import sqliteschedules as S
 from timeshard.store import transitions as T
 from timeshard.store.base import (
     Completion,
@@ -43,14 +44,7 @@ from timeshard.store.base import (
     Store,
     entry_for,
 )
-from timeshard.store.codec import (
-    job_columns,
-    job_from_row,
-    revision_from_record,
-    revision_record,
-    schedule_columns,
-    to_schedule,
-)
+from timeshard.store.codec import job_columns, job_from_row
 from timeshard.store.listing import JobQuery, JobSlice
 from timeshard.store.meta import (
     TYPE_POLICY_PREFIX,
@@ -73,35 +67,6 @@ INLINE_READ_MAX = 64
 
 _FINISHED = (JobState.SUCCEEDED.value, JobState.CANCELLED.value, JobState.EXPIRED.value)
 """Finished states kept for ``Retention.finished_s`` (dead letters have their own)."""
-
-
-def _select_schedule(db: sqlite3.Connection, schedule_id: str) -> Schedule | None:
-    row = db.execute(Q["select_schedule"], (schedule_id,)).fetchone()
-    return to_schedule(row) if row is not None and not row["deleted"] else None
-
-
-def _revise(
-    db: sqlite3.Connection,
-    s: Schedule,
-    expect_version: int,
-    change: Change,
-    *,
-    deleted: bool,
-    was_deleted: bool = False,
-) -> bool:
-    """A person's change: the row (all of it) and revision ``s.revision``, in one transaction,
-    if the row is at ``expect_version`` and deleted or not as ``was_deleted`` says."""
-    params = {
-        **schedule_columns(s),
-        "version": expect_version,
-        "deleted": deleted,
-        "was_deleted": was_deleted,
-    }
-    if db.execute(Q["revise_schedule"], params).rowcount != 1:
-        return False
-    db.execute(Q["insert_revision"], (s.schedule_id, s.revision, revision_record(s, change)))
-    db.execute(Q["trim_revisions"], (s.schedule_id, s.revision - REVISIONS_KEPT))
-    return True
 
 
 def _select(db: sqlite3.Connection, job_id: str) -> Job | None:
@@ -463,7 +428,7 @@ class SqliteStore(Store):
 
         return await self._db.call(run)
 
-    # -- schedules ------------------------------------------------------------------------
+    # -- schedules (the SQL: store.sqliteschedules) ------------------------------------------
 
     async def create_schedule(
         self, schedule: Schedule, entry: BucketEntry, change: Change | None = None
@@ -471,34 +436,20 @@ class SqliteStore(Store):
         done = change or Change(kind=ChangeKind.CREATE, at_ms=schedule.created_at)
 
         def run(db: sqlite3.Connection) -> tuple[bool, Schedule]:
-            sid = schedule.schedule_id
-            created = db.execute(Q["insert_schedule"], schedule_columns(schedule)).rowcount == 1
-            if created:
-                record = revision_record(schedule, done)
-                db.execute(Q["insert_revision"], (sid, schedule.revision, record))
-            row = db.execute(Q["select_schedule"], (sid,)).fetchone()
-            if not created and row["deleted"]:  # the id of a deleted schedule: free again
-                found = to_schedule(row)
-                new = schedule.with_(version=found.version + 1, revision=found.revision + 1)
-                created = _revise(db, new, found.version, done, deleted=False, was_deleted=True)
-                row = db.execute(Q["select_schedule"], (sid,)).fetchone()
+            created, stored = S.insert_schedule(db, schedule, done)
             if created:
                 _put_entry(db, entry)
-            return created, to_schedule(row)
+            return created, stored
 
         return await self._db.call(run)
 
     async def get_schedule(self, schedule_id: str) -> Schedule | None:
-        return await self._db.call(lambda db: _select_schedule(db, schedule_id))
+        return await self._db.call(lambda db: S.select_schedule(db, schedule_id))
 
     async def select_schedules(
         self, *, limit: int, after: str | None
     ) -> tuple[list[Schedule], bool]:
-        def run(db: sqlite3.Connection) -> list[Schedule]:
-            rows = db.execute(Q["list_schedules"], (after or "", limit + 1))
-            return [to_schedule(r) for r in rows]
-
-        found = await self._db.call(run)
+        found = await self._db.call(lambda db: S.list_schedules(db, limit + 1, after))
         return found[:limit], len(found) > limit
 
     async def update_schedule(
@@ -509,51 +460,30 @@ class SqliteStore(Store):
         change: Change | None = None,
         ledger: Sequence[LedgerRow] = (),
     ) -> tuple[bool, Schedule | None]:
-        keep_ms = self.retention.ledger_s * 1000
-        rows = [
-            (r.schedule_id, r.nominal, r.decided_at + keep_ms, json.dumps(row_fields(r)))
-            for r in ledger
-        ]
+        rows = S.ledger_params(ledger, self.retention.ledger_s * 1000)
 
         def run(db: sqlite3.Connection) -> tuple[bool, Schedule | None]:
-            if entry is not None:
+            if entry is not None:  # before the row (invariant 2)
                 _put_entry(db, entry)
-            if change is not None:
-                applied = _revise(db, schedule, expect_version, change, deleted=False)
-            else:
-                params = {**schedule_columns(schedule), "version": expect_version}
-                applied = db.execute(Q["update_schedule"], params).rowcount == 1
-            if applied and rows:  # (in the row's transaction: both or neither)
-                db.executemany(Q["put_ledger"], rows)
-            return applied, _select_schedule(db, schedule.schedule_id)
+            return S.write_schedule(db, schedule, expect_version, change, rows)
 
         return await self._db.call(run)
 
     async def read_ledger(
         self, schedule_id: str, *, at_or_before: int, limit: int
     ) -> list[LedgerRow]:
-        def run(db: sqlite3.Connection) -> list[LedgerRow]:
-            found = db.execute(Q["read_ledger"], (schedule_id, at_or_before, limit)).fetchall()
-            return [r for (text,) in found for r in rows_of_text(f"[{text}]")]
-
-        return await self._db.call(run)
+        return await self._db.call(lambda db: S.select_ledger(db, schedule_id, at_or_before, limit))
 
     async def delete_schedule(
         self, schedule: Schedule, expect_version: int, change: Change
     ) -> tuple[bool, Schedule | None]:
-        def run(db: sqlite3.Connection) -> tuple[bool, Schedule | None]:
-            found = _select_schedule(db, schedule.schedule_id)
-            if found is None or found.version != expect_version:
-                return False, found
-            return _revise(db, schedule, expect_version, change, deleted=True), None
-
-        return await self._db.call(run)
+        return await self._db.call(
+            lambda db: S.remove_schedule(db, schedule, expect_version, change)
+        )
 
     async def schedule_revisions(self, schedule_id: str) -> list[ScheduleRevision]:
-        def run(db: sqlite3.Connection) -> list[str]:
-            return [r[0] for r in db.execute(Q["select_revisions"], (schedule_id,))]
-
-        return [revision_from_record(text) for text in await self._db.call(run)]
+        records = await self._db.call(lambda db: S.select_revision_records(db, schedule_id))
+        return [S.revision_of(text) for text in records]
 
     # -- per-type policies ----------------------------------------------------------------
 
