@@ -58,6 +58,7 @@ export function claimedJob(jobId: string, type: string, fence: number, leaseMs: 
     leaseUntil: new Date(Date.now() + leaseMs),
     lease: durationOf(leaseMs),
     idempotencyKey: `${jobId}:${fence}`,
+    startsIn: undefined, // at due time: this fake never hands a job over ahead
   };
 }
 
