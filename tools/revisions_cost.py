@@ -111,9 +111,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         finally:
             await sqlite.close()
     if args.cassandra:
-        from cassandra.cluster import Cluster
-
         from timeshard.store.cassandra import CassandraStore
+        from timeshard.testing.services import drop_keyspace
 
         keyspace = f"bench_rev_{uuid.uuid4().hex[:12]}"
         store = CassandraStore.from_url(
@@ -124,10 +123,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             figures["cassandra"] = await measure(store, args.changes)
         finally:
             await store.close()
-            host, port = args.cassandra.split(",")[0].rsplit(":", 1)
-            cluster = Cluster([host], port=int(port), protocol_version=5)
-            cluster.connect().execute(f"DROP KEYSPACE IF EXISTS {keyspace}")
-            cluster.shutdown()
+            drop_keyspace(args.cassandra, keyspace)
     return figures
 
 
