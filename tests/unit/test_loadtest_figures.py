@@ -341,3 +341,32 @@ def test_overload_runs_are_read_from_start_and_end_lines() -> None:
         ("b", 2, 1, 1200.0, None, ""),
         ("a", 3, 2, 2000.0, 2100.0, "cancelled"),
     ]
+
+
+class _Starved:
+    """A node whose metrics answer, then do not for longer than the idle bound, then do."""
+
+    def __init__(self, answers: list[dict[str, float]]) -> None:
+        self.answers = answers
+
+    def counters(self) -> dict[str, float]:
+        return self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
+
+    def check_alive(self) -> None:
+        pass
+
+
+def test_an_unanswered_scrape_is_neither_progress_nor_a_stall_of_the_drain(
+    monkeypatch: Any,
+) -> None:
+    from tools.bench import overload
+
+    now = [0.0]
+    monkeypatch.setattr(overload.time, "monotonic", lambda: now[0])
+    monkeypatch.setattr(overload.time, "sleep", lambda s: now.__setitem__(0, now[0] + s))
+    done = "timeshard_jobs_succeeded_total"
+    answers = [{done: 5.0}] + [{}] * 100 + [{done: 10.0}]
+    figures = overload.drain(_Starved(answers), 10, idle_s=60.0, limit_s=1000.0)  # type: ignore[arg-type]
+    assert figures["drained"] is True  # 100 s unanswered did not end it as "none finished"
+    stalled = overload.drain(_Starved([{done: 5.0}]), 10, idle_s=60.0, limit_s=1000.0)  # type: ignore[arg-type]
+    assert stalled["drained"] is False and stalled["drain_s"] <= 62

@@ -205,8 +205,12 @@ def spinning(count: int) -> Iterator[None]:
             proc.wait(10)
 
 
-def finished_count(ts: Timeshard) -> int:
+def finished_count(ts: Timeshard) -> int | None:
+    """The jobs the node counts finished, or None when its metrics did not answer (a starved
+    node may not, for a while: that is neither progress nor a stall of the drain)."""
     counters = ts.counters()
+    if not counters:
+        return None
     return int(sum(counters.get(name, 0.0) for name in FINISHED))
 
 
@@ -262,7 +266,7 @@ def drain(ts: Timeshard, jobs: int, idle_s: float, limit_s: float) -> dict[str, 
     ``limit_s`` passed."""
     t0 = last_change = time.monotonic()
     progress = Progress("drain", jobs)
-    done = finished_count(ts)
+    done = finished_count(ts) or 0
     while done < jobs:
         now = time.monotonic()
         if now - last_change > idle_s or now - t0 > limit_s:
@@ -271,7 +275,9 @@ def drain(ts: Timeshard, jobs: int, idle_s: float, limit_s: float) -> dict[str, 
             break
         time.sleep(1.0)
         now_done = finished_count(ts)
-        if now_done != done:
+        if now_done is None:
+            last_change = time.monotonic()  # unanswered: not a stall; the limit still holds
+        elif now_done != done:
             done, last_change = now_done, time.monotonic()
         progress.update(done)
         ts.check_alive()
