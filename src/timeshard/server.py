@@ -90,6 +90,7 @@ class Server:
                 self._peers = PeerChannels(self.node.node_id, security)
                 self.node.peers.use(self._peers.sender())
                 self.node.waits.use_peers(self.node.peer_of_job, self._peers.asker())
+                self.node.revokes.use(self._peers.revoker())
         await self.node.start()
         await self._grpc.start()
         await self.health_watcher.check()  # the first answer is the truth, not a default

@@ -50,10 +50,13 @@ async def claim_all(node: Node, ids: list[str], within_s: float = 20) -> set[str
 
 @asynccontextmanager
 async def two_nodes(
-    cassandra_address: str, keyspace: str, zookeeper_hosts: str
+    cassandra_address: str,
+    keyspace: str,
+    zookeeper_hosts: str,
+    config: NodeConfig | None = None,
 ) -> AsyncIterator[tuple[Node, Node]]:
     """Nodes ``a`` and ``b`` serving on ZooKeeper and Cassandra, two shards each, each knowing
-    the other's address; their bucket reads two minutes apart."""
+    the other's address; by default (``config``) their bucket reads two minutes apart."""
     url = f"cassandra://{cassandra_address}/{keyspace}"
     zk = f"zookeeper://{zookeeper_hosts}/timeshard-hints/{uuid.uuid4().hex[:8]}?session_timeout=4"
     servers = [
@@ -62,7 +65,7 @@ async def two_nodes(
                 store=CassandraStore.from_url(url, num_shards=SHARDS),
                 coordinator=ZooKeeperCoordinator.from_url(zk),
                 clock=SystemClock(),
-                config=NodeConfig(dispatch=SLOW_REFRESH),
+                config=config or NodeConfig(dispatch=SLOW_REFRESH),
                 node_id=name,
             ),
             port=0,

@@ -1,6 +1,7 @@
 """``PeerService``: the hints nodes send each other (``timeshard.node.peers``), the waits
-they ask of each other (``timeshard.node.waits``) and what a console asks of each node
-(``Live``: ``timeshard.views.nodelive``), both ends.
+they ask of each other (``timeshard.node.waits``), the revokes of leases one cancelled and
+another delivered (``timeshard.node.revokes``) and what a console asks of each node (``Live``:
+``timeshard.views.nodelive``), both ends.
 
 The receiving end checks each entry and hands it to the node (``Node.landed``), or waits for
 the jobs named (``JobWaits.finished_of``); the sending end keeps one channel per peer address.
@@ -8,7 +9,8 @@ A node calls its peers with the security of its own port: plaintext when it has 
 tokens; otherwise with ``TIMESHARD_PEER_TOKEN`` (a token with the ``worker`` role, or
 ``admin``) and, when its port has TLS, the client files in ``TIMESHARD_PEER_TLS_DIR`` (as
 ``TIMESHARD_TLS_DIR`` for a client). Without what its port requires the node sends no hints
-and asks no waits, says so once, and its peers find the jobs it writes at their next read."""
+and asks no waits, says so once, and its peers find the jobs it writes at their next read (and
+its cancels of jobs another node delivered wait out their latest start, unrevoked)."""
 
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ from timeshard.errors import InvalidArgument
 from timeshard.model import BucketEntry, validate_job_id
 from timeshard.node import Node
 from timeshard.node.peers import MAX_LAND, Send
+from timeshard.node.revokes import AskRevoke
 from timeshard.node.waits import AskPeer
 from timeshard.security.channel import ClientSecurity
 from timeshard.security.policy import ServerSecurity
@@ -44,11 +47,18 @@ ENV_PEER_TOKEN = "TIMESHARD_PEER_TOKEN"
 ENV_PEER_TLS_DIR = "TIMESHARD_PEER_TLS_DIR"
 LAND_TIMEOUT_S = 2.0
 MAX_PEER_WAIT_S = 60.0
-"""The longest ``WaitFinished`` a node serves (the asker asks again after it)."""
+"""The longest ``WaitFinished`` a node serves (the asker asks again after it), and the
+longest wait for a start notice a ``Revoke`` asks for."""
 WAIT_MARGIN_S = 5.0
 """Beyond the wait asked, how long the asker lets a ``WaitFinished`` call take."""
 LIVE_TIMEOUT_S = 0.8
 """A peer's ``Live`` answer after this long is left for the next sample (one a second)."""
+_ANSWERS = {
+    None: pb.REVOKE_ANSWER_UNKNOWN,
+    False: pb.REVOKE_ANSWER_NOT_STARTED,
+    True: pb.REVOKE_ANSWER_STARTED,
+}
+_STARTED: dict[int, bool | None] = {int(v): k for k, v in _ANSWERS.items()}
 
 
 def entries_to_pb(node_id: str, entries: Sequence[BucketEntry]) -> pb.LandRequest:
@@ -121,6 +131,19 @@ class PeerService(pb_grpc.PeerServiceServicer):
     async def Live(self, request: pb.LiveRequest, context: Ctx) -> pb.LiveResponse:
         return live_to_pb(node_live(self.node))
 
+    @rpc
+    async def Revoke(self, request: pb.RevokeRequest, context: Ctx) -> pb.RevokeResponse:
+        job_id = validate_job_id(request.job_id)
+        if request.fence < 1:
+            raise InvalidArgument(
+                "fence", f"must be 1 or more (a running job's), got {request.fence}"
+            )
+        if request.wait.seconds < 0 or request.wait.nanos < 0:
+            raise InvalidArgument("wait", "must not be negative")
+        wait_s = min(dur_s(request.wait), MAX_PEER_WAIT_S)
+        started = await self.node.revokes.answer(job_id, request.fence, wait_s)
+        return pb.RevokeResponse(answer=_ANSWERS[started])
+
 
 def peer_security(server: ServerSecurity) -> ClientSecurity | None:
     """How this node calls its peers (module docstring); None: it may not."""
@@ -185,6 +208,19 @@ class PeerChannels:
             stub = self._stub(peer.address)
             reply = await stub.Live(pb.LiveRequest(from_node=self._node_id), timeout=LIVE_TIMEOUT_S)
             return live_from_pb(reply)
+
+        return ask
+
+    def revoker(self) -> AskRevoke:
+        async def ask(
+            peer: Member, job_id: str, fence: int, wait_s: float, timeout_s: float
+        ) -> bool | None:
+            stub = self._stub(peer.address)
+            request = pb.RevokeRequest(
+                from_node=self._node_id, job_id=job_id, fence=fence, wait=dur(round(wait_s * 1000))
+            )
+            reply = await stub.Revoke(request, timeout=timeout_s)
+            return _STARTED.get(int(reply.answer))
 
         return ask
 

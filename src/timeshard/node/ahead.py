@@ -24,8 +24,9 @@ worker starts it on its own monotonic clock, never before the due time (``api.wo
 due time a job still in the lane goes to the ready queue, for any claim.
 
 A cancel through the owner drops a held job (``ShardDispatcher.forget``), and revokes one
-handed over (``StartNotices.started_by``); one answered by another node is the cancel of a
-claimed job whose push may be on its way (docs/architecture.md, "Claims ahead").
+handed over (``StartNotices.started_by``); a cancel through another node is written there and
+then revoked through the owner the same way (``node.revokes``; docs/architecture.md, "Claims
+ahead").
 """
 
 from __future__ import annotations

@@ -37,6 +37,7 @@ from timeshard.node.polled import PolledTypes
 from timeshard.node.ready import ReadyQueues
 from timeshard.node.refresh import BucketRefresher
 from timeshard.node.retry import RetryPolicy
+from timeshard.node.revokes import Revokes
 from timeshard.node.scheduleops import ScheduleOps
 from timeshard.node.schedules import ScheduleFirer
 from timeshard.node.starts import StartNotices
@@ -134,6 +135,7 @@ class Node:
         """Start notices of the jobs this node delivered (invariant 9, ``node.starts``)."""
         self.waits = JobWaits(store, clock)
         """Clients waiting for jobs to finish (``WaitJobs``)."""
+        self.revokes = self._new_revokes()
         self.jobs = self._new_jobs()
         """Scheduling, reading, cancelling and rescheduling jobs (``node.jobs``)."""
         self.attempts = self._new_attempts(rng or random.Random())
@@ -222,6 +224,17 @@ class Node:
             eligible=self.claims.may_claim_ahead,
         )
 
+    def _new_revokes(self) -> Revokes:
+        """Leases cancelled here and delivered by another node, revoked there, and the other
+        nodes' asks of this one (``node.revokes``)."""
+        return Revokes(
+            store=self.store,
+            clock=self.clock,
+            coordinator=self.coordinator,
+            starts=self.starts,
+            dispatchers=self.dispatchers,
+        )
+
     def _new_jobs(self) -> Jobs:
         return Jobs(
             store=self.store,
@@ -235,6 +248,7 @@ class Node:
             ran=self._ran,
             max_attempts=self.config.max_attempts,
             max_ready=self.config.max_ready,
+            through_owner=self.revokes.through_owner,
         )
 
     def _new_attempts(self, rng: random.Random) -> Attempts:

@@ -233,11 +233,16 @@ class ShardDispatcher:
         """A claim did not apply: look at these jobs again now."""
         self._held.recheck(entries)
 
-    def forget(self, job_id: str) -> bool:
+    def forget(self, job_id: str, fence: int | None = None) -> bool:
         """A write of this node moved ``job_id`` out of the state its ready item stands for
         (cancelled, rescheduled): out of the ready queue now, and its entries looked at again
         (found handled, or the job made ready again as it now is). True if it was a job
-        claimed ahead and still held here: no worker got it."""
+        claimed ahead and still held here: no worker got it. ``fence``: another node's cancel
+        ended that lease (``node.revokes``): only a job claimed ahead under it is forgotten."""
+        if fence is not None:
+            found = self._holding.items.get(job_id) or self._ready.find(job_id)
+            if found is None or not found.claimed or found.fence != fence:
+                return False
         held = self._holding.items.pop(job_id, None)
         self._holding.early.discard(job_id)
         item = self._ready.remove(job_id) or held

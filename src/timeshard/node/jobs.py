@@ -88,8 +88,9 @@ class Jobs:
     """The jobs of a node's API. ``land`` hands the node entries it just wrote
     (``Node._land``); ``left_ready`` and ``ran`` tell the dispatcher of a job's shard, when it
     is this node's, that the job left the ready queue or ended its run (``Node._left_ready``,
-    ``Node._ran``); ``max_attempts`` is a type's default attempts and ``max_ready`` the bound
-    on due jobs held ready (``NodeConfig``)."""
+    ``Node._ran``); ``through_owner`` asks the owner of a job's shard whether the handler of a
+    lease this node cancelled started (``Revokes.through_owner``); ``max_attempts`` is a type's
+    default attempts and ``max_ready`` the bound on due jobs held ready (``NodeConfig``)."""
 
     def __init__(
         self,
@@ -105,6 +106,7 @@ class Jobs:
         ran: Callable[[Job], None],
         max_attempts: Callable[[str], int],
         max_ready: int,
+        through_owner: Callable[[Job, float], Awaitable[bool | None]] | None = None,
     ) -> None:
         self._store = store
         self._clock = clock
@@ -117,6 +119,7 @@ class Jobs:
         self._ran = ran
         self._max_attempts = max_attempts
         self._max_ready = max_ready
+        self._through_owner = through_owner
 
     async def schedule(self, spec: JobSpec) -> tuple[Job, bool]:
         """Create a job; durable before it returns (invariant 1). Returns (job, created). (The
@@ -289,10 +292,12 @@ class Jobs:
 
         A lease pushed by this node with ``starts_in`` is revoked: the answer waits for the
         worker's notice or revoke, or for the time past which it can not start it. A lease
-        this node did not deliver (``mine`` False: not one it claimed ahead and still held) may
-        sit with a worker that starts it on its own clock: the answer waits until that worker
-        can no longer start it, ``START_GRACE_MS`` after its claim time (its due time when
-        claimed ahead)."""
+        this node did not deliver (``mine`` False: not one it claimed ahead and still held) is
+        revoked through the owner of its shard, which answers as it would answer the cancel
+        (``node.revokes``). With no answer from there (no other owner, unreachable, a failover
+        since the claim), it may sit with a worker that starts it on its own clock: the answer
+        waits until that worker can no longer start it, ``START_GRACE_MS`` after its claim
+        time (its due time when claimed ahead), if the push was made then."""
         if job.start_noticed:
             return True
         now = self._clock.now_ms()
@@ -301,6 +306,10 @@ class Jobs:
         if started is not None:
             self._starts.ended(job.with_(state=JobState.CANCELLED))
             return started
+        if not mine and self._through_owner is not None:
+            owners = await self._through_owner(job, wait_s)
+            if owners is not None:
+                return owners
         if not mine:
             # Claimed by another node (or ahead of time), which pushes it at once (or at its due
             # time at the latest, when claimed ahead) to a worker that starts it on its own

@@ -70,6 +70,9 @@ class StartNotices:
         d = self._deliveries.get(job_id)
         if d is not None and d.fence == fence:
             d.start_by, d.revoke = start_by, revoke
+            waiter = self._waiters.pop((job_id, fence), None)
+            if waiter is not None and not waiter.done():
+                waiter.set_result(None)  # a cancel waiting for its notice revokes it now
 
     def answered(self, job_id: str, fence: int, started: bool) -> None:
         """The worker answered a revoke of ``(job_id, fence)``: ``started`` or never will be."""
@@ -102,34 +105,38 @@ class StartNotices:
     async def started_by(self, job_id: str, fence: int, timeout_s: float) -> bool | None:
         """Whether the handler of the lease ``(job_id, fence)``, delivered by this node, starts
         within ``timeout_s`` (at once if its notice came already); None if this node did not
-        deliver it (it can not know)."""
+        deliver it (it can not know). A lease pushed with ``starts_in``, before or while the
+        notice is waited for (a claim writes its push after it handed the job out), is
+        revoked (``_revoked``)."""
         d = self._deliveries.get(job_id)
         if d is None or d.fence != fence:
             return None
         if d.started_at:
             return True
-        waiter = self._waiters.setdefault(
-            (job_id, fence), asyncio.get_running_loop().create_future()
-        )
-        if d.revoke is not None and not d.revoked:
-            return await self._revoked(d, job_id, fence, waiter)
-        try:
-            async with asyncio.timeout(max(0.0, min(timeout_s, IN_FLIGHT_S))):
-                await sleep_or_wake(self._clock, max(0.0, timeout_s), waiter)
-        except TimeoutError:
-            pass
-        finally:
-            self._waiters.pop((job_id, fence), None)
+        if d.revoke is None:
+            waiter = self._waiter(job_id, fence)
+            try:
+                async with asyncio.timeout(max(0.0, min(timeout_s, IN_FLIGHT_S))):
+                    await sleep_or_wake(self._clock, max(0.0, timeout_s), waiter)
+            except TimeoutError:
+                pass
+            finally:
+                self._waiters.pop((job_id, fence), None)
+        if d.revoke is not None and not d.revoked and not d.started_at:
+            return await self._revoked(d, job_id, fence)
         return self.started(job_id, fence)
 
-    async def _revoked(
-        self, d: _Delivery, job_id: str, fence: int, waiter: asyncio.Future[None]
-    ) -> bool:
+    def _waiter(self, job_id: str, fence: int) -> asyncio.Future[None]:
+        """Set by the lease's start notice, the worker's answer to a revoke, or its push."""
+        return self._waiters.setdefault((job_id, fence), asyncio.get_running_loop().create_future())
+
+    async def _revoked(self, d: _Delivery, job_id: str, fence: int) -> bool:
         """A lease pushed with ``starts_in``: its worker is asked not to start it, and the
         answer is its notice or its revoke, or, with neither, the time past which it can not
         start it (``start_by``), however short ``timeout_s``: a caller that can not wait that
         long gets no answer rather than a wrong one."""
         assert d.revoke is not None
+        waiter = self._waiter(job_id, fence)
         d.revoke(job_id, fence)
         left = (d.start_by - self._clock.now_ms()) / 1000 + REVOKE_MARGIN_S
         try:  # (not cut short by the caller's time: no answer is one that could be wrong)
@@ -137,6 +144,13 @@ class StartNotices:
         finally:
             self._waiters.pop((job_id, fence), None)
         return self.started(job_id, fence)
+
+    def over(self, job_id: str, fence: int) -> None:
+        """The lease ``(job_id, fence)`` ended by another node's write (its cancel): the
+        delivery is forgotten."""
+        d = self._deliveries.get(job_id)
+        if d is not None and d.fence == fence:
+            del self._deliveries[job_id]
 
     def observe_written(self, job: Job, started_at: int) -> None:
         """A notice written into the row by this node for a job it did not deliver: its

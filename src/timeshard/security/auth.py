@@ -124,6 +124,8 @@ METHOD_ROLES: dict[str, Role] = {
     _PEERS + "Land": Role.WORKER,
     _PEERS + "WaitFinished": Role.WORKER,
     _PEERS + "Live": Role.WORKER,
+    # Acts only on a lease the store shows cancelled (``timeshard.node.revokes``).
+    _PEERS + "Revoke": Role.WORKER,
 }
 """Each RPC of ``timeshard.v1`` and the role it needs (``admin`` passes every check)."""
 

@@ -33,6 +33,12 @@ class JobOrder(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     JOB_ORDER_DUE: _ClassVar[JobOrder]
     JOB_ORDER_CREATED: _ClassVar[JobOrder]
     JOB_ORDER_ID: _ClassVar[JobOrder]
+
+class RevokeAnswer(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    REVOKE_ANSWER_UNKNOWN: _ClassVar[RevokeAnswer]
+    REVOKE_ANSWER_NOT_STARTED: _ClassVar[RevokeAnswer]
+    REVOKE_ANSWER_STARTED: _ClassVar[RevokeAnswer]
 JOB_STATE_UNSPECIFIED: JobState
 JOB_STATE_SCHEDULED: JobState
 JOB_STATE_RUNNING: JobState
@@ -47,6 +53,9 @@ JOB_ORDER_UNSPECIFIED: JobOrder
 JOB_ORDER_DUE: JobOrder
 JOB_ORDER_CREATED: JobOrder
 JOB_ORDER_ID: JobOrder
+REVOKE_ANSWER_UNKNOWN: RevokeAnswer
+REVOKE_ANSWER_NOT_STARTED: RevokeAnswer
+REVOKE_ANSWER_STARTED: RevokeAnswer
 
 class Attempt(_message.Message):
     __slots__ = ("attempt", "worker", "started_at", "finished_at", "outcome", "error", "traceback")
@@ -1112,6 +1121,24 @@ class TypeInfo(_message.Message):
     held: str
     oldest_age_ms: int
     def __init__(self, type: _Optional[str] = ..., policy: _Optional[_Union[TypePolicy, _Mapping]] = ..., rate: _Optional[float] = ..., burst: _Optional[int] = ..., paused: _Optional[bool] = ..., ready: _Optional[int] = ..., held: _Optional[str] = ..., oldest_age_ms: _Optional[int] = ...) -> None: ...
+
+class RevokeRequest(_message.Message):
+    __slots__ = ("from_node", "job_id", "fence", "wait")
+    FROM_NODE_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    FENCE_FIELD_NUMBER: _ClassVar[int]
+    WAIT_FIELD_NUMBER: _ClassVar[int]
+    from_node: str
+    job_id: str
+    fence: int
+    wait: _duration_pb2.Duration
+    def __init__(self, from_node: _Optional[str] = ..., job_id: _Optional[str] = ..., fence: _Optional[int] = ..., wait: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+
+class RevokeResponse(_message.Message):
+    __slots__ = ("answer",)
+    ANSWER_FIELD_NUMBER: _ClassVar[int]
+    answer: RevokeAnswer
+    def __init__(self, answer: _Optional[_Union[RevokeAnswer, str]] = ...) -> None: ...
 
 class LiveRequest(_message.Message):
     __slots__ = ("from_node",)

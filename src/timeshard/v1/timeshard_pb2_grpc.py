@@ -1751,6 +1751,11 @@ class PeerServiceStub:
                 request_serializer=timeshard_dot_v1_dot_timeshard__pb2.LiveRequest.SerializeToString,
                 response_deserializer=timeshard_dot_v1_dot_timeshard__pb2.LiveResponse.FromString,
                 _registered_method=True)
+        self.Revoke = channel.unary_unary(
+                '/timeshard.v1.PeerService/Revoke',
+                request_serializer=timeshard_dot_v1_dot_timeshard__pb2.RevokeRequest.SerializeToString,
+                response_deserializer=timeshard_dot_v1_dot_timeshard__pb2.RevokeResponse.FromString,
+                _registered_method=True)
 
 
 class PeerServiceServicer:
@@ -1787,6 +1792,18 @@ class PeerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Revoke(self, request, context):
+        """Asked by a node that cancelled a running job whose shard the receiver dispatches: the
+        cancel, written by the sender (fenced, as any cancel), ended the lease `fence` of `job_id`.
+        If the store shows that lease ended and the receiver claimed it, the receiver drops it if
+        it still holds it, or revokes it from the worker stream it pushed it to (WorkResponse.
+        revokes), and answers once it knows whether its handler started, as it would answer a
+        cancel sent to it; the sender's cancel answers with that. Changes nothing stored.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_PeerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -1804,6 +1821,11 @@ def add_PeerServiceServicer_to_server(servicer, server):
                     servicer.Live,
                     request_deserializer=timeshard_dot_v1_dot_timeshard__pb2.LiveRequest.FromString,
                     response_serializer=timeshard_dot_v1_dot_timeshard__pb2.LiveResponse.SerializeToString,
+            ),
+            'Revoke': grpc.unary_unary_rpc_method_handler(
+                    servicer.Revoke,
+                    request_deserializer=timeshard_dot_v1_dot_timeshard__pb2.RevokeRequest.FromString,
+                    response_serializer=timeshard_dot_v1_dot_timeshard__pb2.RevokeResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1892,6 +1914,33 @@ class PeerService:
             '/timeshard.v1.PeerService/Live',
             timeshard_dot_v1_dot_timeshard__pb2.LiveRequest.SerializeToString,
             timeshard_dot_v1_dot_timeshard__pb2.LiveResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Revoke(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/timeshard.v1.PeerService/Revoke',
+            timeshard_dot_v1_dot_timeshard__pb2.RevokeRequest.SerializeToString,
+            timeshard_dot_v1_dot_timeshard__pb2.RevokeResponse.FromString,
             options,
             channel_credentials,
             insecure,

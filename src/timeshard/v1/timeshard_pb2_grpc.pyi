@@ -498,6 +498,14 @@ class PeerServiceStub:
     jobs waiting, the workers connected to it. No store read: a node with a console open asks
     each of its peers about once a second, to show the whole cluster's live numbers.
     """
+    Revoke: _grpc.UnaryUnaryMultiCallable[_timeshard_pb2.RevokeRequest, _timeshard_pb2.RevokeResponse]
+    """Asked by a node that cancelled a running job whose shard the receiver dispatches: the
+    cancel, written by the sender (fenced, as any cancel), ended the lease `fence` of `job_id`.
+    If the store shows that lease ended and the receiver claimed it, the receiver drops it if
+    it still holds it, or revokes it from the worker stream it pushed it to (WorkResponse.
+    revokes), and answers once it knows whether its handler started, as it would answer a
+    cancel sent to it; the sender's cancel answers with that. Changes nothing stored.
+    """
 
 @_typing.type_check_only
 class PeerServiceAsyncStub(PeerServiceStub):
@@ -521,6 +529,14 @@ class PeerServiceAsyncStub(PeerServiceStub):
     """What the node keeps in memory for the operator console: its counters, schedule-to-start,
     jobs waiting, the workers connected to it. No store read: a node with a console open asks
     each of its peers about once a second, to show the whole cluster's live numbers.
+    """
+    Revoke: _aio.UnaryUnaryMultiCallable[_timeshard_pb2.RevokeRequest, _timeshard_pb2.RevokeResponse]  # type: ignore[assignment]
+    """Asked by a node that cancelled a running job whose shard the receiver dispatches: the
+    cancel, written by the sender (fenced, as any cancel), ended the lease `fence` of `job_id`.
+    If the store shows that lease ended and the receiver claimed it, the receiver drops it if
+    it still holds it, or revokes it from the worker stream it pushed it to (WorkResponse.
+    revokes), and answers once it knows whether its handler started, as it would answer a
+    cancel sent to it; the sender's cancel answers with that. Changes nothing stored.
     """
 
 class PeerServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -560,6 +576,20 @@ class PeerServiceServicer(metaclass=_abc_1.ABCMeta):
         """What the node keeps in memory for the operator console: its counters, schedule-to-start,
         jobs waiting, the workers connected to it. No store read: a node with a console open asks
         each of its peers about once a second, to show the whole cluster's live numbers.
+        """
+
+    @_abc_1.abstractmethod
+    def Revoke(
+        self,
+        request: _timeshard_pb2.RevokeRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_timeshard_pb2.RevokeResponse, _abc.Awaitable[_timeshard_pb2.RevokeResponse]]:
+        """Asked by a node that cancelled a running job whose shard the receiver dispatches: the
+        cancel, written by the sender (fenced, as any cancel), ended the lease `fence` of `job_id`.
+        If the store shows that lease ended and the receiver claimed it, the receiver drops it if
+        it still holds it, or revokes it from the worker stream it pushed it to (WorkResponse.
+        revokes), and answers once it knows whether its handler started, as it would answer a
+        cancel sent to it; the sender's cancel answers with that. Changes nothing stored.
         """
 
 def add_PeerServiceServicer_to_server(servicer: PeerServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

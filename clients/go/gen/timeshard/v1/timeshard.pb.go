@@ -195,6 +195,59 @@ func (JobOrder) EnumDescriptor() ([]byte, []int) {
 	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{2}
 }
 
+type RevokeAnswer int32
+
+const (
+	// The receiver can not say: it did not claim that lease, or the store does not show it ended.
+	RevokeAnswer_REVOKE_ANSWER_UNKNOWN RevokeAnswer = 0
+	// Its handler did not start: held and dropped, or its worker confirmed the revoke or can no
+	// longer start it; for a job not pushed with starts_in, no start notice came within `wait`.
+	RevokeAnswer_REVOKE_ANSWER_NOT_STARTED RevokeAnswer = 1
+	// Its handler had started.
+	RevokeAnswer_REVOKE_ANSWER_STARTED RevokeAnswer = 2
+)
+
+// Enum value maps for RevokeAnswer.
+var (
+	RevokeAnswer_name = map[int32]string{
+		0: "REVOKE_ANSWER_UNKNOWN",
+		1: "REVOKE_ANSWER_NOT_STARTED",
+		2: "REVOKE_ANSWER_STARTED",
+	}
+	RevokeAnswer_value = map[string]int32{
+		"REVOKE_ANSWER_UNKNOWN":     0,
+		"REVOKE_ANSWER_NOT_STARTED": 1,
+		"REVOKE_ANSWER_STARTED":     2,
+	}
+)
+
+func (x RevokeAnswer) Enum() *RevokeAnswer {
+	p := new(RevokeAnswer)
+	*p = x
+	return p
+}
+
+func (x RevokeAnswer) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (RevokeAnswer) Descriptor() protoreflect.EnumDescriptor {
+	return file_timeshard_v1_timeshard_proto_enumTypes[3].Descriptor()
+}
+
+func (RevokeAnswer) Type() protoreflect.EnumType {
+	return &file_timeshard_v1_timeshard_proto_enumTypes[3]
+}
+
+func (x RevokeAnswer) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use RevokeAnswer.Descriptor instead.
+func (RevokeAnswer) EnumDescriptor() ([]byte, []int) {
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{3}
+}
+
 type Attempt struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
 	Attempt    int32                  `protobuf:"varint,1,opt,name=attempt,proto3" json:"attempt,omitempty"`
@@ -6477,6 +6530,121 @@ func (x *TypeInfo) GetOldestAgeMs() int64 {
 	return 0
 }
 
+type RevokeRequest struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	FromNode string                 `protobuf:"bytes,1,opt,name=from_node,json=fromNode,proto3" json:"from_node,omitempty"`
+	JobId    string                 `protobuf:"bytes,2,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	Fence    int64                  `protobuf:"varint,3,opt,name=fence,proto3" json:"fence,omitempty"` // the lease the sender's cancel ended: the job's fence before it
+	// For a job not pushed with starts_in: how long to wait for its start notice while its push
+	// may be on its way (at most 60 s). A job pushed with starts_in is answered when its worker
+	// answers the revoke, or once it can no longer start it, however long this is.
+	Wait          *durationpb.Duration `protobuf:"bytes,4,opt,name=wait,proto3" json:"wait,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevokeRequest) Reset() {
+	*x = RevokeRequest{}
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[87]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevokeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevokeRequest) ProtoMessage() {}
+
+func (x *RevokeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[87]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevokeRequest.ProtoReflect.Descriptor instead.
+func (*RevokeRequest) Descriptor() ([]byte, []int) {
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{87}
+}
+
+func (x *RevokeRequest) GetFromNode() string {
+	if x != nil {
+		return x.FromNode
+	}
+	return ""
+}
+
+func (x *RevokeRequest) GetJobId() string {
+	if x != nil {
+		return x.JobId
+	}
+	return ""
+}
+
+func (x *RevokeRequest) GetFence() int64 {
+	if x != nil {
+		return x.Fence
+	}
+	return 0
+}
+
+func (x *RevokeRequest) GetWait() *durationpb.Duration {
+	if x != nil {
+		return x.Wait
+	}
+	return nil
+}
+
+type RevokeResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Answer        RevokeAnswer           `protobuf:"varint,1,opt,name=answer,proto3,enum=timeshard.v1.RevokeAnswer" json:"answer,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevokeResponse) Reset() {
+	*x = RevokeResponse{}
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[88]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevokeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevokeResponse) ProtoMessage() {}
+
+func (x *RevokeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[88]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevokeResponse.ProtoReflect.Descriptor instead.
+func (*RevokeResponse) Descriptor() ([]byte, []int) {
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{88}
+}
+
+func (x *RevokeResponse) GetAnswer() RevokeAnswer {
+	if x != nil {
+		return x.Answer
+	}
+	return RevokeAnswer_REVOKE_ANSWER_UNKNOWN
+}
+
 type LiveRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	FromNode      string                 `protobuf:"bytes,1,opt,name=from_node,json=fromNode,proto3" json:"from_node,omitempty"`
@@ -6486,7 +6654,7 @@ type LiveRequest struct {
 
 func (x *LiveRequest) Reset() {
 	*x = LiveRequest{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[87]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[89]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6498,7 +6666,7 @@ func (x *LiveRequest) String() string {
 func (*LiveRequest) ProtoMessage() {}
 
 func (x *LiveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[87]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[89]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6511,7 +6679,7 @@ func (x *LiveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LiveRequest.ProtoReflect.Descriptor instead.
 func (*LiveRequest) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{87}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{89}
 }
 
 func (x *LiveRequest) GetFromNode() string {
@@ -6535,7 +6703,7 @@ type ConnectedWorker struct {
 
 func (x *ConnectedWorker) Reset() {
 	*x = ConnectedWorker{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[88]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[90]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6547,7 +6715,7 @@ func (x *ConnectedWorker) String() string {
 func (*ConnectedWorker) ProtoMessage() {}
 
 func (x *ConnectedWorker) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[88]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[90]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6560,7 +6728,7 @@ func (x *ConnectedWorker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConnectedWorker.ProtoReflect.Descriptor instead.
 func (*ConnectedWorker) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{88}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{90}
 }
 
 func (x *ConnectedWorker) GetWorkerId() string {
@@ -6610,7 +6778,7 @@ type TypeRetrying struct {
 
 func (x *TypeRetrying) Reset() {
 	*x = TypeRetrying{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[89]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[91]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6622,7 +6790,7 @@ func (x *TypeRetrying) String() string {
 func (*TypeRetrying) ProtoMessage() {}
 
 func (x *TypeRetrying) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[89]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[91]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6635,7 +6803,7 @@ func (x *TypeRetrying) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TypeRetrying.ProtoReflect.Descriptor instead.
 func (*TypeRetrying) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{89}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{91}
 }
 
 func (x *TypeRetrying) GetType() string {
@@ -6672,7 +6840,7 @@ type LiveResponse struct {
 
 func (x *LiveResponse) Reset() {
 	*x = LiveResponse{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[90]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[92]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6684,7 +6852,7 @@ func (x *LiveResponse) String() string {
 func (*LiveResponse) ProtoMessage() {}
 
 func (x *LiveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[90]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[92]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6697,7 +6865,7 @@ func (x *LiveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LiveResponse.ProtoReflect.Descriptor instead.
 func (*LiveResponse) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{90}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{92}
 }
 
 func (x *LiveResponse) GetNodeId() string {
@@ -6795,7 +6963,7 @@ type WaitFinishedRequest struct {
 
 func (x *WaitFinishedRequest) Reset() {
 	*x = WaitFinishedRequest{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[91]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[93]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6807,7 +6975,7 @@ func (x *WaitFinishedRequest) String() string {
 func (*WaitFinishedRequest) ProtoMessage() {}
 
 func (x *WaitFinishedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[91]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[93]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6820,7 +6988,7 @@ func (x *WaitFinishedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitFinishedRequest.ProtoReflect.Descriptor instead.
 func (*WaitFinishedRequest) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{91}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{93}
 }
 
 func (x *WaitFinishedRequest) GetFromNode() string {
@@ -6853,7 +7021,7 @@ type WaitFinishedResponse struct {
 
 func (x *WaitFinishedResponse) Reset() {
 	*x = WaitFinishedResponse{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[92]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[94]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6865,7 +7033,7 @@ func (x *WaitFinishedResponse) String() string {
 func (*WaitFinishedResponse) ProtoMessage() {}
 
 func (x *WaitFinishedResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[92]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[94]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6878,7 +7046,7 @@ func (x *WaitFinishedResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitFinishedResponse.ProtoReflect.Descriptor instead.
 func (*WaitFinishedResponse) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{92}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{94}
 }
 
 func (x *WaitFinishedResponse) GetJobIds() []string {
@@ -6902,7 +7070,7 @@ type LandedEntry struct {
 
 func (x *LandedEntry) Reset() {
 	*x = LandedEntry{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[93]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[95]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6914,7 +7082,7 @@ func (x *LandedEntry) String() string {
 func (*LandedEntry) ProtoMessage() {}
 
 func (x *LandedEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[93]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[95]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6927,7 +7095,7 @@ func (x *LandedEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LandedEntry.ProtoReflect.Descriptor instead.
 func (*LandedEntry) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{93}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{95}
 }
 
 func (x *LandedEntry) GetShard() int32 {
@@ -6975,7 +7143,7 @@ type LandRequest struct {
 
 func (x *LandRequest) Reset() {
 	*x = LandRequest{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[94]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[96]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6987,7 +7155,7 @@ func (x *LandRequest) String() string {
 func (*LandRequest) ProtoMessage() {}
 
 func (x *LandRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[94]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[96]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7000,7 +7168,7 @@ func (x *LandRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LandRequest.ProtoReflect.Descriptor instead.
 func (*LandRequest) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{94}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{96}
 }
 
 func (x *LandRequest) GetFromNode() string {
@@ -7027,7 +7195,7 @@ type LandResponse struct {
 
 func (x *LandResponse) Reset() {
 	*x = LandResponse{}
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[95]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[97]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7039,7 +7207,7 @@ func (x *LandResponse) String() string {
 func (*LandResponse) ProtoMessage() {}
 
 func (x *LandResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_timeshard_v1_timeshard_proto_msgTypes[95]
+	mi := &file_timeshard_v1_timeshard_proto_msgTypes[97]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7052,7 +7220,7 @@ func (x *LandResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LandResponse.ProtoReflect.Descriptor instead.
 func (*LandResponse) Descriptor() ([]byte, []int) {
-	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{95}
+	return file_timeshard_v1_timeshard_proto_rawDescGZIP(), []int{97}
 }
 
 func (x *LandResponse) GetTaken() int32 {
@@ -7585,7 +7753,14 @@ const file_timeshard_v1_timeshard_proto_rawDesc = "" +
 	"\x06paused\x18\x05 \x01(\bR\x06paused\x12\x14\n" +
 	"\x05ready\x18\x06 \x01(\x05R\x05ready\x12\x12\n" +
 	"\x04held\x18\a \x01(\tR\x04held\x12\"\n" +
-	"\roldest_age_ms\x18\b \x01(\x03R\voldestAgeMs\"*\n" +
+	"\roldest_age_ms\x18\b \x01(\x03R\voldestAgeMs\"\x88\x01\n" +
+	"\rRevokeRequest\x12\x1b\n" +
+	"\tfrom_node\x18\x01 \x01(\tR\bfromNode\x12\x15\n" +
+	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12\x14\n" +
+	"\x05fence\x18\x03 \x01(\x03R\x05fence\x12-\n" +
+	"\x04wait\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x04wait\"D\n" +
+	"\x0eRevokeResponse\x122\n" +
+	"\x06answer\x18\x01 \x01(\x0e2\x1a.timeshard.v1.RevokeAnswerR\x06answer\"*\n" +
 	"\vLiveRequest\x12\x1b\n" +
 	"\tfrom_node\x18\x01 \x01(\tR\bfromNode\"\xe5\x01\n" +
 	"\x0fConnectedWorker\x12\x1b\n" +
@@ -7646,7 +7821,11 @@ const file_timeshard_v1_timeshard_proto_rawDesc = "" +
 	"\x15JOB_ORDER_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rJOB_ORDER_DUE\x10\x01\x12\x15\n" +
 	"\x11JOB_ORDER_CREATED\x10\x02\x12\x10\n" +
-	"\fJOB_ORDER_ID\x10\x032\xc6\x0e\n" +
+	"\fJOB_ORDER_ID\x10\x03*c\n" +
+	"\fRevokeAnswer\x12\x19\n" +
+	"\x15REVOKE_ANSWER_UNKNOWN\x10\x00\x12\x1d\n" +
+	"\x19REVOKE_ANSWER_NOT_STARTED\x10\x01\x12\x19\n" +
+	"\x15REVOKE_ANSWER_STARTED\x10\x022\xc6\x0e\n" +
 	"\n" +
 	"JobService\x12R\n" +
 	"\vScheduleJob\x12 .timeshard.v1.ScheduleJobRequest\x1a!.timeshard.v1.ScheduleJobResponse\x12U\n" +
@@ -7688,11 +7867,12 @@ const file_timeshard_v1_timeshard_proto_rawDesc = "" +
 	"\x0fSetTypePolicies\x12$.timeshard.v1.SetTypePoliciesRequest\x1a%.timeshard.v1.SetTypePoliciesResponse\x12U\n" +
 	"\fSetTypeFlows\x12!.timeshard.v1.SetTypeFlowsRequest\x1a\".timeshard.v1.SetTypeFlowsResponse\x12L\n" +
 	"\tListTypes\x12\x1e.timeshard.v1.ListTypesRequest\x1a\x1f.timeshard.v1.ListTypesResponse\x12L\n" +
-	"\tListAudit\x12\x1e.timeshard.v1.ListAuditRequest\x1a\x1f.timeshard.v1.ListAuditResponse2\xe2\x01\n" +
+	"\tListAudit\x12\x1e.timeshard.v1.ListAuditRequest\x1a\x1f.timeshard.v1.ListAuditResponse2\xa7\x02\n" +
 	"\vPeerService\x12=\n" +
 	"\x04Land\x12\x19.timeshard.v1.LandRequest\x1a\x1a.timeshard.v1.LandResponse\x12U\n" +
 	"\fWaitFinished\x12!.timeshard.v1.WaitFinishedRequest\x1a\".timeshard.v1.WaitFinishedResponse\x12=\n" +
-	"\x04Live\x12\x19.timeshard.v1.LiveRequest\x1a\x1a.timeshard.v1.LiveResponseB@Z>github.com/timeshard/timeshard/gen/go/timeshard/v1;timeshardv1b\x06proto3"
+	"\x04Live\x12\x19.timeshard.v1.LiveRequest\x1a\x1a.timeshard.v1.LiveResponse\x12C\n" +
+	"\x06Revoke\x12\x1b.timeshard.v1.RevokeRequest\x1a\x1c.timeshard.v1.RevokeResponseB@Z>github.com/timeshard/timeshard/gen/go/timeshard/v1;timeshardv1b\x06proto3"
 
 var (
 	file_timeshard_v1_timeshard_proto_rawDescOnce sync.Once
@@ -7706,324 +7886,331 @@ func file_timeshard_v1_timeshard_proto_rawDescGZIP() []byte {
 	return file_timeshard_v1_timeshard_proto_rawDescData
 }
 
-var file_timeshard_v1_timeshard_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_timeshard_v1_timeshard_proto_msgTypes = make([]protoimpl.MessageInfo, 96)
+var file_timeshard_v1_timeshard_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
+var file_timeshard_v1_timeshard_proto_msgTypes = make([]protoimpl.MessageInfo, 98)
 var file_timeshard_v1_timeshard_proto_goTypes = []any{
 	(JobState)(0),                         // 0: timeshard.v1.JobState
 	(IfExists)(0),                         // 1: timeshard.v1.IfExists
 	(JobOrder)(0),                         // 2: timeshard.v1.JobOrder
-	(*Attempt)(nil),                       // 3: timeshard.v1.Attempt
-	(*Job)(nil),                           // 4: timeshard.v1.Job
-	(*ScheduleJobRequest)(nil),            // 5: timeshard.v1.ScheduleJobRequest
-	(*ScheduleWarning)(nil),               // 6: timeshard.v1.ScheduleWarning
-	(*ScheduleJobResponse)(nil),           // 7: timeshard.v1.ScheduleJobResponse
-	(*ScheduleJobsRequest)(nil),           // 8: timeshard.v1.ScheduleJobsRequest
-	(*ScheduleJobsResponse)(nil),          // 9: timeshard.v1.ScheduleJobsResponse
-	(*GetJobRequest)(nil),                 // 10: timeshard.v1.GetJobRequest
-	(*ListJobsRequest)(nil),               // 11: timeshard.v1.ListJobsRequest
-	(*ListJobsResponse)(nil),              // 12: timeshard.v1.ListJobsResponse
-	(*CancelJobRequest)(nil),              // 13: timeshard.v1.CancelJobRequest
-	(*RescheduleJobRequest)(nil),          // 14: timeshard.v1.RescheduleJobRequest
-	(*Schedule)(nil),                      // 15: timeshard.v1.Schedule
-	(*CreateScheduleRequest)(nil),         // 16: timeshard.v1.CreateScheduleRequest
-	(*GetScheduleRequest)(nil),            // 17: timeshard.v1.GetScheduleRequest
-	(*ListSchedulesRequest)(nil),          // 18: timeshard.v1.ListSchedulesRequest
-	(*ListSchedulesResponse)(nil),         // 19: timeshard.v1.ListSchedulesResponse
-	(*UpdateScheduleRequest)(nil),         // 20: timeshard.v1.UpdateScheduleRequest
-	(*ScheduleIdRequest)(nil),             // 21: timeshard.v1.ScheduleIdRequest
-	(*DeleteScheduleResponse)(nil),        // 22: timeshard.v1.DeleteScheduleResponse
-	(*PreviewRequest)(nil),                // 23: timeshard.v1.PreviewRequest
-	(*FireTime)(nil),                      // 24: timeshard.v1.FireTime
-	(*PreviewResponse)(nil),               // 25: timeshard.v1.PreviewResponse
-	(*ListDeadLettersRequest)(nil),        // 26: timeshard.v1.ListDeadLettersRequest
-	(*ListDeadLettersResponse)(nil),       // 27: timeshard.v1.ListDeadLettersResponse
-	(*ReplayDeadLettersRequest)(nil),      // 28: timeshard.v1.ReplayDeadLettersRequest
-	(*ReplayDeadLettersResponse)(nil),     // 29: timeshard.v1.ReplayDeadLettersResponse
-	(*PurgeDeadLettersResponse)(nil),      // 30: timeshard.v1.PurgeDeadLettersResponse
-	(*WaitJobsRequest)(nil),               // 31: timeshard.v1.WaitJobsRequest
-	(*WaitJobsResponse)(nil),              // 32: timeshard.v1.WaitJobsResponse
-	(*LedgerEntry)(nil),                   // 33: timeshard.v1.LedgerEntry
-	(*ExplainOccurrenceRequest)(nil),      // 34: timeshard.v1.ExplainOccurrenceRequest
-	(*ExplainOccurrenceResponse)(nil),     // 35: timeshard.v1.ExplainOccurrenceResponse
-	(*ScheduleRevision)(nil),              // 36: timeshard.v1.ScheduleRevision
-	(*ListScheduleRevisionsRequest)(nil),  // 37: timeshard.v1.ListScheduleRevisionsRequest
-	(*ListScheduleRevisionsResponse)(nil), // 38: timeshard.v1.ListScheduleRevisionsResponse
-	(*GetScheduleRevisionRequest)(nil),    // 39: timeshard.v1.GetScheduleRevisionRequest
-	(*RollbackScheduleRequest)(nil),       // 40: timeshard.v1.RollbackScheduleRequest
-	(*ClaimRequest)(nil),                  // 41: timeshard.v1.ClaimRequest
-	(*ClaimedJob)(nil),                    // 42: timeshard.v1.ClaimedJob
-	(*ClaimResponse)(nil),                 // 43: timeshard.v1.ClaimResponse
-	(*HeartbeatRequest)(nil),              // 44: timeshard.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),             // 45: timeshard.v1.HeartbeatResponse
-	(*CompleteRequest)(nil),               // 46: timeshard.v1.CompleteRequest
-	(*CompleteResponse)(nil),              // 47: timeshard.v1.CompleteResponse
-	(*FailRequest)(nil),                   // 48: timeshard.v1.FailRequest
-	(*FailResponse)(nil),                  // 49: timeshard.v1.FailResponse
-	(*FinishItem)(nil),                    // 50: timeshard.v1.FinishItem
-	(*FinishRequest)(nil),                 // 51: timeshard.v1.FinishRequest
-	(*FinishResult)(nil),                  // 52: timeshard.v1.FinishResult
-	(*FinishResponse)(nil),                // 53: timeshard.v1.FinishResponse
-	(*WorkHello)(nil),                     // 54: timeshard.v1.WorkHello
-	(*WorkCredit)(nil),                    // 55: timeshard.v1.WorkCredit
-	(*WorkRevoke)(nil),                    // 56: timeshard.v1.WorkRevoke
-	(*WorkRequest)(nil),                   // 57: timeshard.v1.WorkRequest
-	(*HeartbeatResult)(nil),               // 58: timeshard.v1.HeartbeatResult
-	(*WorkResponse)(nil),                  // 59: timeshard.v1.WorkResponse
-	(*Node)(nil),                          // 60: timeshard.v1.Node
-	(*ClusterInfoRequest)(nil),            // 61: timeshard.v1.ClusterInfoRequest
-	(*ClusterInfoResponse)(nil),           // 62: timeshard.v1.ClusterInfoResponse
-	(*ShardInfo)(nil),                     // 63: timeshard.v1.ShardInfo
-	(*ShardOwnersRequest)(nil),            // 64: timeshard.v1.ShardOwnersRequest
-	(*ShardOwnersResponse)(nil),           // 65: timeshard.v1.ShardOwnersResponse
-	(*MoveShardRequest)(nil),              // 66: timeshard.v1.MoveShardRequest
-	(*MoveShardResponse)(nil),             // 67: timeshard.v1.MoveShardResponse
-	(*DrainNodeRequest)(nil),              // 68: timeshard.v1.DrainNodeRequest
-	(*DrainNodeResponse)(nil),             // 69: timeshard.v1.DrainNodeResponse
-	(*NodeStatusRequest)(nil),             // 70: timeshard.v1.NodeStatusRequest
-	(*ShardStatus)(nil),                   // 71: timeshard.v1.ShardStatus
-	(*LatenessBucket)(nil),                // 72: timeshard.v1.LatenessBucket
-	(*TypeCounts)(nil),                    // 73: timeshard.v1.TypeCounts
-	(*TypeStartDelay)(nil),                // 74: timeshard.v1.TypeStartDelay
-	(*TypeWaiting)(nil),                   // 75: timeshard.v1.TypeWaiting
-	(*JobEvent)(nil),                      // 76: timeshard.v1.JobEvent
-	(*NodeStatusResponse)(nil),            // 77: timeshard.v1.NodeStatusResponse
-	(*ListAuditRequest)(nil),              // 78: timeshard.v1.ListAuditRequest
-	(*AuditEntry)(nil),                    // 79: timeshard.v1.AuditEntry
-	(*ListAuditResponse)(nil),             // 80: timeshard.v1.ListAuditResponse
-	(*TypePolicy)(nil),                    // 81: timeshard.v1.TypePolicy
-	(*SetTypePoliciesRequest)(nil),        // 82: timeshard.v1.SetTypePoliciesRequest
-	(*SetTypePoliciesResponse)(nil),       // 83: timeshard.v1.SetTypePoliciesResponse
-	(*TypeFlow)(nil),                      // 84: timeshard.v1.TypeFlow
-	(*SetTypeFlowsRequest)(nil),           // 85: timeshard.v1.SetTypeFlowsRequest
-	(*SetTypeFlowsResponse)(nil),          // 86: timeshard.v1.SetTypeFlowsResponse
-	(*ListTypesRequest)(nil),              // 87: timeshard.v1.ListTypesRequest
-	(*ListTypesResponse)(nil),             // 88: timeshard.v1.ListTypesResponse
-	(*TypeInfo)(nil),                      // 89: timeshard.v1.TypeInfo
-	(*LiveRequest)(nil),                   // 90: timeshard.v1.LiveRequest
-	(*ConnectedWorker)(nil),               // 91: timeshard.v1.ConnectedWorker
-	(*TypeRetrying)(nil),                  // 92: timeshard.v1.TypeRetrying
-	(*LiveResponse)(nil),                  // 93: timeshard.v1.LiveResponse
-	(*WaitFinishedRequest)(nil),           // 94: timeshard.v1.WaitFinishedRequest
-	(*WaitFinishedResponse)(nil),          // 95: timeshard.v1.WaitFinishedResponse
-	(*LandedEntry)(nil),                   // 96: timeshard.v1.LandedEntry
-	(*LandRequest)(nil),                   // 97: timeshard.v1.LandRequest
-	(*LandResponse)(nil),                  // 98: timeshard.v1.LandResponse
-	(*timestamppb.Timestamp)(nil),         // 99: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),           // 100: google.protobuf.Duration
+	(RevokeAnswer)(0),                     // 3: timeshard.v1.RevokeAnswer
+	(*Attempt)(nil),                       // 4: timeshard.v1.Attempt
+	(*Job)(nil),                           // 5: timeshard.v1.Job
+	(*ScheduleJobRequest)(nil),            // 6: timeshard.v1.ScheduleJobRequest
+	(*ScheduleWarning)(nil),               // 7: timeshard.v1.ScheduleWarning
+	(*ScheduleJobResponse)(nil),           // 8: timeshard.v1.ScheduleJobResponse
+	(*ScheduleJobsRequest)(nil),           // 9: timeshard.v1.ScheduleJobsRequest
+	(*ScheduleJobsResponse)(nil),          // 10: timeshard.v1.ScheduleJobsResponse
+	(*GetJobRequest)(nil),                 // 11: timeshard.v1.GetJobRequest
+	(*ListJobsRequest)(nil),               // 12: timeshard.v1.ListJobsRequest
+	(*ListJobsResponse)(nil),              // 13: timeshard.v1.ListJobsResponse
+	(*CancelJobRequest)(nil),              // 14: timeshard.v1.CancelJobRequest
+	(*RescheduleJobRequest)(nil),          // 15: timeshard.v1.RescheduleJobRequest
+	(*Schedule)(nil),                      // 16: timeshard.v1.Schedule
+	(*CreateScheduleRequest)(nil),         // 17: timeshard.v1.CreateScheduleRequest
+	(*GetScheduleRequest)(nil),            // 18: timeshard.v1.GetScheduleRequest
+	(*ListSchedulesRequest)(nil),          // 19: timeshard.v1.ListSchedulesRequest
+	(*ListSchedulesResponse)(nil),         // 20: timeshard.v1.ListSchedulesResponse
+	(*UpdateScheduleRequest)(nil),         // 21: timeshard.v1.UpdateScheduleRequest
+	(*ScheduleIdRequest)(nil),             // 22: timeshard.v1.ScheduleIdRequest
+	(*DeleteScheduleResponse)(nil),        // 23: timeshard.v1.DeleteScheduleResponse
+	(*PreviewRequest)(nil),                // 24: timeshard.v1.PreviewRequest
+	(*FireTime)(nil),                      // 25: timeshard.v1.FireTime
+	(*PreviewResponse)(nil),               // 26: timeshard.v1.PreviewResponse
+	(*ListDeadLettersRequest)(nil),        // 27: timeshard.v1.ListDeadLettersRequest
+	(*ListDeadLettersResponse)(nil),       // 28: timeshard.v1.ListDeadLettersResponse
+	(*ReplayDeadLettersRequest)(nil),      // 29: timeshard.v1.ReplayDeadLettersRequest
+	(*ReplayDeadLettersResponse)(nil),     // 30: timeshard.v1.ReplayDeadLettersResponse
+	(*PurgeDeadLettersResponse)(nil),      // 31: timeshard.v1.PurgeDeadLettersResponse
+	(*WaitJobsRequest)(nil),               // 32: timeshard.v1.WaitJobsRequest
+	(*WaitJobsResponse)(nil),              // 33: timeshard.v1.WaitJobsResponse
+	(*LedgerEntry)(nil),                   // 34: timeshard.v1.LedgerEntry
+	(*ExplainOccurrenceRequest)(nil),      // 35: timeshard.v1.ExplainOccurrenceRequest
+	(*ExplainOccurrenceResponse)(nil),     // 36: timeshard.v1.ExplainOccurrenceResponse
+	(*ScheduleRevision)(nil),              // 37: timeshard.v1.ScheduleRevision
+	(*ListScheduleRevisionsRequest)(nil),  // 38: timeshard.v1.ListScheduleRevisionsRequest
+	(*ListScheduleRevisionsResponse)(nil), // 39: timeshard.v1.ListScheduleRevisionsResponse
+	(*GetScheduleRevisionRequest)(nil),    // 40: timeshard.v1.GetScheduleRevisionRequest
+	(*RollbackScheduleRequest)(nil),       // 41: timeshard.v1.RollbackScheduleRequest
+	(*ClaimRequest)(nil),                  // 42: timeshard.v1.ClaimRequest
+	(*ClaimedJob)(nil),                    // 43: timeshard.v1.ClaimedJob
+	(*ClaimResponse)(nil),                 // 44: timeshard.v1.ClaimResponse
+	(*HeartbeatRequest)(nil),              // 45: timeshard.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),             // 46: timeshard.v1.HeartbeatResponse
+	(*CompleteRequest)(nil),               // 47: timeshard.v1.CompleteRequest
+	(*CompleteResponse)(nil),              // 48: timeshard.v1.CompleteResponse
+	(*FailRequest)(nil),                   // 49: timeshard.v1.FailRequest
+	(*FailResponse)(nil),                  // 50: timeshard.v1.FailResponse
+	(*FinishItem)(nil),                    // 51: timeshard.v1.FinishItem
+	(*FinishRequest)(nil),                 // 52: timeshard.v1.FinishRequest
+	(*FinishResult)(nil),                  // 53: timeshard.v1.FinishResult
+	(*FinishResponse)(nil),                // 54: timeshard.v1.FinishResponse
+	(*WorkHello)(nil),                     // 55: timeshard.v1.WorkHello
+	(*WorkCredit)(nil),                    // 56: timeshard.v1.WorkCredit
+	(*WorkRevoke)(nil),                    // 57: timeshard.v1.WorkRevoke
+	(*WorkRequest)(nil),                   // 58: timeshard.v1.WorkRequest
+	(*HeartbeatResult)(nil),               // 59: timeshard.v1.HeartbeatResult
+	(*WorkResponse)(nil),                  // 60: timeshard.v1.WorkResponse
+	(*Node)(nil),                          // 61: timeshard.v1.Node
+	(*ClusterInfoRequest)(nil),            // 62: timeshard.v1.ClusterInfoRequest
+	(*ClusterInfoResponse)(nil),           // 63: timeshard.v1.ClusterInfoResponse
+	(*ShardInfo)(nil),                     // 64: timeshard.v1.ShardInfo
+	(*ShardOwnersRequest)(nil),            // 65: timeshard.v1.ShardOwnersRequest
+	(*ShardOwnersResponse)(nil),           // 66: timeshard.v1.ShardOwnersResponse
+	(*MoveShardRequest)(nil),              // 67: timeshard.v1.MoveShardRequest
+	(*MoveShardResponse)(nil),             // 68: timeshard.v1.MoveShardResponse
+	(*DrainNodeRequest)(nil),              // 69: timeshard.v1.DrainNodeRequest
+	(*DrainNodeResponse)(nil),             // 70: timeshard.v1.DrainNodeResponse
+	(*NodeStatusRequest)(nil),             // 71: timeshard.v1.NodeStatusRequest
+	(*ShardStatus)(nil),                   // 72: timeshard.v1.ShardStatus
+	(*LatenessBucket)(nil),                // 73: timeshard.v1.LatenessBucket
+	(*TypeCounts)(nil),                    // 74: timeshard.v1.TypeCounts
+	(*TypeStartDelay)(nil),                // 75: timeshard.v1.TypeStartDelay
+	(*TypeWaiting)(nil),                   // 76: timeshard.v1.TypeWaiting
+	(*JobEvent)(nil),                      // 77: timeshard.v1.JobEvent
+	(*NodeStatusResponse)(nil),            // 78: timeshard.v1.NodeStatusResponse
+	(*ListAuditRequest)(nil),              // 79: timeshard.v1.ListAuditRequest
+	(*AuditEntry)(nil),                    // 80: timeshard.v1.AuditEntry
+	(*ListAuditResponse)(nil),             // 81: timeshard.v1.ListAuditResponse
+	(*TypePolicy)(nil),                    // 82: timeshard.v1.TypePolicy
+	(*SetTypePoliciesRequest)(nil),        // 83: timeshard.v1.SetTypePoliciesRequest
+	(*SetTypePoliciesResponse)(nil),       // 84: timeshard.v1.SetTypePoliciesResponse
+	(*TypeFlow)(nil),                      // 85: timeshard.v1.TypeFlow
+	(*SetTypeFlowsRequest)(nil),           // 86: timeshard.v1.SetTypeFlowsRequest
+	(*SetTypeFlowsResponse)(nil),          // 87: timeshard.v1.SetTypeFlowsResponse
+	(*ListTypesRequest)(nil),              // 88: timeshard.v1.ListTypesRequest
+	(*ListTypesResponse)(nil),             // 89: timeshard.v1.ListTypesResponse
+	(*TypeInfo)(nil),                      // 90: timeshard.v1.TypeInfo
+	(*RevokeRequest)(nil),                 // 91: timeshard.v1.RevokeRequest
+	(*RevokeResponse)(nil),                // 92: timeshard.v1.RevokeResponse
+	(*LiveRequest)(nil),                   // 93: timeshard.v1.LiveRequest
+	(*ConnectedWorker)(nil),               // 94: timeshard.v1.ConnectedWorker
+	(*TypeRetrying)(nil),                  // 95: timeshard.v1.TypeRetrying
+	(*LiveResponse)(nil),                  // 96: timeshard.v1.LiveResponse
+	(*WaitFinishedRequest)(nil),           // 97: timeshard.v1.WaitFinishedRequest
+	(*WaitFinishedResponse)(nil),          // 98: timeshard.v1.WaitFinishedResponse
+	(*LandedEntry)(nil),                   // 99: timeshard.v1.LandedEntry
+	(*LandRequest)(nil),                   // 100: timeshard.v1.LandRequest
+	(*LandResponse)(nil),                  // 101: timeshard.v1.LandResponse
+	(*timestamppb.Timestamp)(nil),         // 102: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),           // 103: google.protobuf.Duration
 }
 var file_timeshard_v1_timeshard_proto_depIdxs = []int32{
-	99,  // 0: timeshard.v1.Attempt.started_at:type_name -> google.protobuf.Timestamp
-	99,  // 1: timeshard.v1.Attempt.finished_at:type_name -> google.protobuf.Timestamp
+	102, // 0: timeshard.v1.Attempt.started_at:type_name -> google.protobuf.Timestamp
+	102, // 1: timeshard.v1.Attempt.finished_at:type_name -> google.protobuf.Timestamp
 	0,   // 2: timeshard.v1.Job.state:type_name -> timeshard.v1.JobState
-	99,  // 3: timeshard.v1.Job.run_at:type_name -> google.protobuf.Timestamp
-	99,  // 4: timeshard.v1.Job.created_at:type_name -> google.protobuf.Timestamp
-	99,  // 5: timeshard.v1.Job.lease_until:type_name -> google.protobuf.Timestamp
-	99,  // 6: timeshard.v1.Job.started_at:type_name -> google.protobuf.Timestamp
-	99,  // 7: timeshard.v1.Job.finished_at:type_name -> google.protobuf.Timestamp
-	3,   // 8: timeshard.v1.Job.history:type_name -> timeshard.v1.Attempt
-	99,  // 9: timeshard.v1.Job.deadline:type_name -> google.protobuf.Timestamp
-	100, // 10: timeshard.v1.ScheduleJobRequest.delay:type_name -> google.protobuf.Duration
-	99,  // 11: timeshard.v1.ScheduleJobRequest.run_at:type_name -> google.protobuf.Timestamp
-	99,  // 12: timeshard.v1.ScheduleJobRequest.deadline:type_name -> google.protobuf.Timestamp
-	100, // 13: timeshard.v1.ScheduleJobRequest.deadline_in:type_name -> google.protobuf.Duration
+	102, // 3: timeshard.v1.Job.run_at:type_name -> google.protobuf.Timestamp
+	102, // 4: timeshard.v1.Job.created_at:type_name -> google.protobuf.Timestamp
+	102, // 5: timeshard.v1.Job.lease_until:type_name -> google.protobuf.Timestamp
+	102, // 6: timeshard.v1.Job.started_at:type_name -> google.protobuf.Timestamp
+	102, // 7: timeshard.v1.Job.finished_at:type_name -> google.protobuf.Timestamp
+	4,   // 8: timeshard.v1.Job.history:type_name -> timeshard.v1.Attempt
+	102, // 9: timeshard.v1.Job.deadline:type_name -> google.protobuf.Timestamp
+	103, // 10: timeshard.v1.ScheduleJobRequest.delay:type_name -> google.protobuf.Duration
+	102, // 11: timeshard.v1.ScheduleJobRequest.run_at:type_name -> google.protobuf.Timestamp
+	102, // 12: timeshard.v1.ScheduleJobRequest.deadline:type_name -> google.protobuf.Timestamp
+	103, // 13: timeshard.v1.ScheduleJobRequest.deadline_in:type_name -> google.protobuf.Duration
 	1,   // 14: timeshard.v1.ScheduleJobRequest.if_exists:type_name -> timeshard.v1.IfExists
-	4,   // 15: timeshard.v1.ScheduleJobResponse.job:type_name -> timeshard.v1.Job
-	6,   // 16: timeshard.v1.ScheduleJobResponse.warnings:type_name -> timeshard.v1.ScheduleWarning
-	5,   // 17: timeshard.v1.ScheduleJobsRequest.jobs:type_name -> timeshard.v1.ScheduleJobRequest
-	7,   // 18: timeshard.v1.ScheduleJobsResponse.results:type_name -> timeshard.v1.ScheduleJobResponse
-	6,   // 19: timeshard.v1.ScheduleJobsResponse.warnings:type_name -> timeshard.v1.ScheduleWarning
+	5,   // 15: timeshard.v1.ScheduleJobResponse.job:type_name -> timeshard.v1.Job
+	7,   // 16: timeshard.v1.ScheduleJobResponse.warnings:type_name -> timeshard.v1.ScheduleWarning
+	6,   // 17: timeshard.v1.ScheduleJobsRequest.jobs:type_name -> timeshard.v1.ScheduleJobRequest
+	8,   // 18: timeshard.v1.ScheduleJobsResponse.results:type_name -> timeshard.v1.ScheduleJobResponse
+	7,   // 19: timeshard.v1.ScheduleJobsResponse.warnings:type_name -> timeshard.v1.ScheduleWarning
 	0,   // 20: timeshard.v1.ListJobsRequest.state:type_name -> timeshard.v1.JobState
 	0,   // 21: timeshard.v1.ListJobsRequest.states:type_name -> timeshard.v1.JobState
-	99,  // 22: timeshard.v1.ListJobsRequest.run_at_from:type_name -> google.protobuf.Timestamp
-	99,  // 23: timeshard.v1.ListJobsRequest.run_at_to:type_name -> google.protobuf.Timestamp
+	102, // 22: timeshard.v1.ListJobsRequest.run_at_from:type_name -> google.protobuf.Timestamp
+	102, // 23: timeshard.v1.ListJobsRequest.run_at_to:type_name -> google.protobuf.Timestamp
 	2,   // 24: timeshard.v1.ListJobsRequest.order:type_name -> timeshard.v1.JobOrder
-	4,   // 25: timeshard.v1.ListJobsResponse.jobs:type_name -> timeshard.v1.Job
-	100, // 26: timeshard.v1.RescheduleJobRequest.delay:type_name -> google.protobuf.Duration
-	99,  // 27: timeshard.v1.RescheduleJobRequest.run_at:type_name -> google.protobuf.Timestamp
-	100, // 28: timeshard.v1.Schedule.misfire_grace:type_name -> google.protobuf.Duration
-	100, // 29: timeshard.v1.Schedule.jitter:type_name -> google.protobuf.Duration
-	99,  // 30: timeshard.v1.Schedule.next_fire:type_name -> google.protobuf.Timestamp
-	99,  // 31: timeshard.v1.Schedule.last_skip_at:type_name -> google.protobuf.Timestamp
-	99,  // 32: timeshard.v1.Schedule.last_fire_at:type_name -> google.protobuf.Timestamp
-	99,  // 33: timeshard.v1.Schedule.queued_at:type_name -> google.protobuf.Timestamp
-	100, // 34: timeshard.v1.Schedule.spread:type_name -> google.protobuf.Duration
-	15,  // 35: timeshard.v1.CreateScheduleRequest.schedule:type_name -> timeshard.v1.Schedule
-	15,  // 36: timeshard.v1.ListSchedulesResponse.schedules:type_name -> timeshard.v1.Schedule
-	15,  // 37: timeshard.v1.UpdateScheduleRequest.schedule:type_name -> timeshard.v1.Schedule
-	99,  // 38: timeshard.v1.PreviewRequest.from:type_name -> google.protobuf.Timestamp
-	100, // 39: timeshard.v1.PreviewRequest.spread:type_name -> google.protobuf.Duration
-	99,  // 40: timeshard.v1.FireTime.utc:type_name -> google.protobuf.Timestamp
-	99,  // 41: timeshard.v1.FireTime.runs_at:type_name -> google.protobuf.Timestamp
-	24,  // 42: timeshard.v1.PreviewResponse.times:type_name -> timeshard.v1.FireTime
-	99,  // 43: timeshard.v1.ListDeadLettersRequest.since:type_name -> google.protobuf.Timestamp
-	4,   // 44: timeshard.v1.ListDeadLettersResponse.jobs:type_name -> timeshard.v1.Job
-	4,   // 45: timeshard.v1.ReplayDeadLettersResponse.jobs:type_name -> timeshard.v1.Job
-	100, // 46: timeshard.v1.WaitJobsRequest.timeout:type_name -> google.protobuf.Duration
-	4,   // 47: timeshard.v1.WaitJobsResponse.job:type_name -> timeshard.v1.Job
-	99,  // 48: timeshard.v1.LedgerEntry.nominal:type_name -> google.protobuf.Timestamp
-	99,  // 49: timeshard.v1.LedgerEntry.last:type_name -> google.protobuf.Timestamp
-	99,  // 50: timeshard.v1.LedgerEntry.run_at:type_name -> google.protobuf.Timestamp
-	99,  // 51: timeshard.v1.LedgerEntry.decided_at:type_name -> google.protobuf.Timestamp
-	99,  // 52: timeshard.v1.ExplainOccurrenceRequest.at:type_name -> google.protobuf.Timestamp
-	99,  // 53: timeshard.v1.ExplainOccurrenceResponse.nominal:type_name -> google.protobuf.Timestamp
-	33,  // 54: timeshard.v1.ExplainOccurrenceResponse.entry:type_name -> timeshard.v1.LedgerEntry
-	4,   // 55: timeshard.v1.ExplainOccurrenceResponse.job:type_name -> timeshard.v1.Job
-	99,  // 56: timeshard.v1.ExplainOccurrenceResponse.nearest:type_name -> google.protobuf.Timestamp
-	33,  // 57: timeshard.v1.ExplainOccurrenceResponse.recent:type_name -> timeshard.v1.LedgerEntry
-	99,  // 58: timeshard.v1.ScheduleRevision.at:type_name -> google.protobuf.Timestamp
-	15,  // 59: timeshard.v1.ScheduleRevision.schedule:type_name -> timeshard.v1.Schedule
-	36,  // 60: timeshard.v1.ListScheduleRevisionsResponse.revisions:type_name -> timeshard.v1.ScheduleRevision
-	100, // 61: timeshard.v1.ClaimRequest.wait:type_name -> google.protobuf.Duration
-	100, // 62: timeshard.v1.ClaimRequest.lease:type_name -> google.protobuf.Duration
-	4,   // 63: timeshard.v1.ClaimedJob.job:type_name -> timeshard.v1.Job
-	99,  // 64: timeshard.v1.ClaimedJob.lease_until:type_name -> google.protobuf.Timestamp
-	100, // 65: timeshard.v1.ClaimedJob.lease:type_name -> google.protobuf.Duration
-	100, // 66: timeshard.v1.ClaimedJob.starts_in:type_name -> google.protobuf.Duration
-	42,  // 67: timeshard.v1.ClaimResponse.jobs:type_name -> timeshard.v1.ClaimedJob
-	100, // 68: timeshard.v1.HeartbeatRequest.lease:type_name -> google.protobuf.Duration
-	99,  // 69: timeshard.v1.HeartbeatRequest.started_at:type_name -> google.protobuf.Timestamp
-	99,  // 70: timeshard.v1.HeartbeatResponse.lease_until:type_name -> google.protobuf.Timestamp
-	100, // 71: timeshard.v1.HeartbeatResponse.lease:type_name -> google.protobuf.Duration
+	5,   // 25: timeshard.v1.ListJobsResponse.jobs:type_name -> timeshard.v1.Job
+	103, // 26: timeshard.v1.RescheduleJobRequest.delay:type_name -> google.protobuf.Duration
+	102, // 27: timeshard.v1.RescheduleJobRequest.run_at:type_name -> google.protobuf.Timestamp
+	103, // 28: timeshard.v1.Schedule.misfire_grace:type_name -> google.protobuf.Duration
+	103, // 29: timeshard.v1.Schedule.jitter:type_name -> google.protobuf.Duration
+	102, // 30: timeshard.v1.Schedule.next_fire:type_name -> google.protobuf.Timestamp
+	102, // 31: timeshard.v1.Schedule.last_skip_at:type_name -> google.protobuf.Timestamp
+	102, // 32: timeshard.v1.Schedule.last_fire_at:type_name -> google.protobuf.Timestamp
+	102, // 33: timeshard.v1.Schedule.queued_at:type_name -> google.protobuf.Timestamp
+	103, // 34: timeshard.v1.Schedule.spread:type_name -> google.protobuf.Duration
+	16,  // 35: timeshard.v1.CreateScheduleRequest.schedule:type_name -> timeshard.v1.Schedule
+	16,  // 36: timeshard.v1.ListSchedulesResponse.schedules:type_name -> timeshard.v1.Schedule
+	16,  // 37: timeshard.v1.UpdateScheduleRequest.schedule:type_name -> timeshard.v1.Schedule
+	102, // 38: timeshard.v1.PreviewRequest.from:type_name -> google.protobuf.Timestamp
+	103, // 39: timeshard.v1.PreviewRequest.spread:type_name -> google.protobuf.Duration
+	102, // 40: timeshard.v1.FireTime.utc:type_name -> google.protobuf.Timestamp
+	102, // 41: timeshard.v1.FireTime.runs_at:type_name -> google.protobuf.Timestamp
+	25,  // 42: timeshard.v1.PreviewResponse.times:type_name -> timeshard.v1.FireTime
+	102, // 43: timeshard.v1.ListDeadLettersRequest.since:type_name -> google.protobuf.Timestamp
+	5,   // 44: timeshard.v1.ListDeadLettersResponse.jobs:type_name -> timeshard.v1.Job
+	5,   // 45: timeshard.v1.ReplayDeadLettersResponse.jobs:type_name -> timeshard.v1.Job
+	103, // 46: timeshard.v1.WaitJobsRequest.timeout:type_name -> google.protobuf.Duration
+	5,   // 47: timeshard.v1.WaitJobsResponse.job:type_name -> timeshard.v1.Job
+	102, // 48: timeshard.v1.LedgerEntry.nominal:type_name -> google.protobuf.Timestamp
+	102, // 49: timeshard.v1.LedgerEntry.last:type_name -> google.protobuf.Timestamp
+	102, // 50: timeshard.v1.LedgerEntry.run_at:type_name -> google.protobuf.Timestamp
+	102, // 51: timeshard.v1.LedgerEntry.decided_at:type_name -> google.protobuf.Timestamp
+	102, // 52: timeshard.v1.ExplainOccurrenceRequest.at:type_name -> google.protobuf.Timestamp
+	102, // 53: timeshard.v1.ExplainOccurrenceResponse.nominal:type_name -> google.protobuf.Timestamp
+	34,  // 54: timeshard.v1.ExplainOccurrenceResponse.entry:type_name -> timeshard.v1.LedgerEntry
+	5,   // 55: timeshard.v1.ExplainOccurrenceResponse.job:type_name -> timeshard.v1.Job
+	102, // 56: timeshard.v1.ExplainOccurrenceResponse.nearest:type_name -> google.protobuf.Timestamp
+	34,  // 57: timeshard.v1.ExplainOccurrenceResponse.recent:type_name -> timeshard.v1.LedgerEntry
+	102, // 58: timeshard.v1.ScheduleRevision.at:type_name -> google.protobuf.Timestamp
+	16,  // 59: timeshard.v1.ScheduleRevision.schedule:type_name -> timeshard.v1.Schedule
+	37,  // 60: timeshard.v1.ListScheduleRevisionsResponse.revisions:type_name -> timeshard.v1.ScheduleRevision
+	103, // 61: timeshard.v1.ClaimRequest.wait:type_name -> google.protobuf.Duration
+	103, // 62: timeshard.v1.ClaimRequest.lease:type_name -> google.protobuf.Duration
+	5,   // 63: timeshard.v1.ClaimedJob.job:type_name -> timeshard.v1.Job
+	102, // 64: timeshard.v1.ClaimedJob.lease_until:type_name -> google.protobuf.Timestamp
+	103, // 65: timeshard.v1.ClaimedJob.lease:type_name -> google.protobuf.Duration
+	103, // 66: timeshard.v1.ClaimedJob.starts_in:type_name -> google.protobuf.Duration
+	43,  // 67: timeshard.v1.ClaimResponse.jobs:type_name -> timeshard.v1.ClaimedJob
+	103, // 68: timeshard.v1.HeartbeatRequest.lease:type_name -> google.protobuf.Duration
+	102, // 69: timeshard.v1.HeartbeatRequest.started_at:type_name -> google.protobuf.Timestamp
+	102, // 70: timeshard.v1.HeartbeatResponse.lease_until:type_name -> google.protobuf.Timestamp
+	103, // 71: timeshard.v1.HeartbeatResponse.lease:type_name -> google.protobuf.Duration
 	0,   // 72: timeshard.v1.FailResponse.state:type_name -> timeshard.v1.JobState
-	99,  // 73: timeshard.v1.FailResponse.retry_at:type_name -> google.protobuf.Timestamp
-	50,  // 74: timeshard.v1.FinishRequest.items:type_name -> timeshard.v1.FinishItem
+	102, // 73: timeshard.v1.FailResponse.retry_at:type_name -> google.protobuf.Timestamp
+	51,  // 74: timeshard.v1.FinishRequest.items:type_name -> timeshard.v1.FinishItem
 	0,   // 75: timeshard.v1.FinishResult.state:type_name -> timeshard.v1.JobState
-	52,  // 76: timeshard.v1.FinishResponse.results:type_name -> timeshard.v1.FinishResult
-	100, // 77: timeshard.v1.WorkHello.lease:type_name -> google.protobuf.Duration
-	54,  // 78: timeshard.v1.WorkRequest.hello:type_name -> timeshard.v1.WorkHello
-	55,  // 79: timeshard.v1.WorkRequest.credits:type_name -> timeshard.v1.WorkCredit
-	44,  // 80: timeshard.v1.WorkRequest.heartbeats:type_name -> timeshard.v1.HeartbeatRequest
-	50,  // 81: timeshard.v1.WorkRequest.results:type_name -> timeshard.v1.FinishItem
-	44,  // 82: timeshard.v1.WorkRequest.started:type_name -> timeshard.v1.HeartbeatRequest
-	56,  // 83: timeshard.v1.WorkRequest.revoked:type_name -> timeshard.v1.WorkRevoke
-	45,  // 84: timeshard.v1.HeartbeatResult.lease:type_name -> timeshard.v1.HeartbeatResponse
-	42,  // 85: timeshard.v1.WorkResponse.jobs:type_name -> timeshard.v1.ClaimedJob
-	58,  // 86: timeshard.v1.WorkResponse.heartbeats:type_name -> timeshard.v1.HeartbeatResult
-	52,  // 87: timeshard.v1.WorkResponse.results:type_name -> timeshard.v1.FinishResult
-	100, // 88: timeshard.v1.WorkResponse.held:type_name -> google.protobuf.Duration
-	56,  // 89: timeshard.v1.WorkResponse.revokes:type_name -> timeshard.v1.WorkRevoke
-	60,  // 90: timeshard.v1.ClusterInfoResponse.nodes:type_name -> timeshard.v1.Node
-	99,  // 91: timeshard.v1.ShardInfo.cursor:type_name -> google.protobuf.Timestamp
-	63,  // 92: timeshard.v1.ShardOwnersResponse.shards:type_name -> timeshard.v1.ShardInfo
-	100, // 93: timeshard.v1.NodeStatusRequest.window:type_name -> google.protobuf.Duration
-	72,  // 94: timeshard.v1.TypeStartDelay.buckets:type_name -> timeshard.v1.LatenessBucket
-	99,  // 95: timeshard.v1.JobEvent.at:type_name -> google.protobuf.Timestamp
-	71,  // 96: timeshard.v1.NodeStatusResponse.shards:type_name -> timeshard.v1.ShardStatus
-	100, // 97: timeshard.v1.NodeStatusResponse.window:type_name -> google.protobuf.Duration
-	72,  // 98: timeshard.v1.NodeStatusResponse.lateness:type_name -> timeshard.v1.LatenessBucket
-	73,  // 99: timeshard.v1.NodeStatusResponse.jobs:type_name -> timeshard.v1.TypeCounts
-	99,  // 100: timeshard.v1.NodeStatusResponse.dead_letters_at:type_name -> google.protobuf.Timestamp
-	76,  // 101: timeshard.v1.NodeStatusResponse.recent_failures:type_name -> timeshard.v1.JobEvent
-	76,  // 102: timeshard.v1.NodeStatusResponse.recent_dead_letters:type_name -> timeshard.v1.JobEvent
-	75,  // 103: timeshard.v1.NodeStatusResponse.unclaimed:type_name -> timeshard.v1.TypeWaiting
-	74,  // 104: timeshard.v1.NodeStatusResponse.start_delay:type_name -> timeshard.v1.TypeStartDelay
-	99,  // 105: timeshard.v1.AuditEntry.at:type_name -> google.protobuf.Timestamp
-	79,  // 106: timeshard.v1.ListAuditResponse.entries:type_name -> timeshard.v1.AuditEntry
-	100, // 107: timeshard.v1.TypePolicy.retry_base:type_name -> google.protobuf.Duration
-	100, // 108: timeshard.v1.TypePolicy.retry_max:type_name -> google.protobuf.Duration
-	81,  // 109: timeshard.v1.SetTypePoliciesRequest.policies:type_name -> timeshard.v1.TypePolicy
-	81,  // 110: timeshard.v1.SetTypePoliciesResponse.policies:type_name -> timeshard.v1.TypePolicy
-	84,  // 111: timeshard.v1.SetTypeFlowsRequest.flows:type_name -> timeshard.v1.TypeFlow
-	89,  // 112: timeshard.v1.SetTypeFlowsResponse.types:type_name -> timeshard.v1.TypeInfo
-	89,  // 113: timeshard.v1.ListTypesResponse.types:type_name -> timeshard.v1.TypeInfo
-	81,  // 114: timeshard.v1.TypeInfo.policy:type_name -> timeshard.v1.TypePolicy
-	55,  // 115: timeshard.v1.ConnectedWorker.credits:type_name -> timeshard.v1.WorkCredit
-	99,  // 116: timeshard.v1.ConnectedWorker.last_seen:type_name -> google.protobuf.Timestamp
-	99,  // 117: timeshard.v1.ConnectedWorker.since:type_name -> google.protobuf.Timestamp
-	99,  // 118: timeshard.v1.LiveResponse.at:type_name -> google.protobuf.Timestamp
-	73,  // 119: timeshard.v1.LiveResponse.jobs:type_name -> timeshard.v1.TypeCounts
-	75,  // 120: timeshard.v1.LiveResponse.waiting:type_name -> timeshard.v1.TypeWaiting
-	74,  // 121: timeshard.v1.LiveResponse.start_delay:type_name -> timeshard.v1.TypeStartDelay
-	91,  // 122: timeshard.v1.LiveResponse.workers:type_name -> timeshard.v1.ConnectedWorker
-	92,  // 123: timeshard.v1.LiveResponse.retrying:type_name -> timeshard.v1.TypeRetrying
-	100, // 124: timeshard.v1.WaitFinishedRequest.timeout:type_name -> google.protobuf.Duration
-	99,  // 125: timeshard.v1.LandedEntry.due_at:type_name -> google.protobuf.Timestamp
-	96,  // 126: timeshard.v1.LandRequest.entries:type_name -> timeshard.v1.LandedEntry
-	5,   // 127: timeshard.v1.JobService.ScheduleJob:input_type -> timeshard.v1.ScheduleJobRequest
-	8,   // 128: timeshard.v1.JobService.ScheduleJobs:input_type -> timeshard.v1.ScheduleJobsRequest
-	10,  // 129: timeshard.v1.JobService.GetJob:input_type -> timeshard.v1.GetJobRequest
-	11,  // 130: timeshard.v1.JobService.ListJobs:input_type -> timeshard.v1.ListJobsRequest
-	13,  // 131: timeshard.v1.JobService.CancelJob:input_type -> timeshard.v1.CancelJobRequest
-	14,  // 132: timeshard.v1.JobService.RescheduleJob:input_type -> timeshard.v1.RescheduleJobRequest
-	16,  // 133: timeshard.v1.JobService.CreateSchedule:input_type -> timeshard.v1.CreateScheduleRequest
-	17,  // 134: timeshard.v1.JobService.GetSchedule:input_type -> timeshard.v1.GetScheduleRequest
-	18,  // 135: timeshard.v1.JobService.ListSchedules:input_type -> timeshard.v1.ListSchedulesRequest
-	20,  // 136: timeshard.v1.JobService.UpdateSchedule:input_type -> timeshard.v1.UpdateScheduleRequest
-	21,  // 137: timeshard.v1.JobService.PauseSchedule:input_type -> timeshard.v1.ScheduleIdRequest
-	21,  // 138: timeshard.v1.JobService.ResumeSchedule:input_type -> timeshard.v1.ScheduleIdRequest
-	21,  // 139: timeshard.v1.JobService.DeleteSchedule:input_type -> timeshard.v1.ScheduleIdRequest
-	23,  // 140: timeshard.v1.JobService.PreviewSchedule:input_type -> timeshard.v1.PreviewRequest
-	26,  // 141: timeshard.v1.JobService.ListDeadLetters:input_type -> timeshard.v1.ListDeadLettersRequest
-	28,  // 142: timeshard.v1.JobService.ReplayDeadLetters:input_type -> timeshard.v1.ReplayDeadLettersRequest
-	28,  // 143: timeshard.v1.JobService.PurgeDeadLetters:input_type -> timeshard.v1.ReplayDeadLettersRequest
-	31,  // 144: timeshard.v1.JobService.WaitJobs:input_type -> timeshard.v1.WaitJobsRequest
-	37,  // 145: timeshard.v1.JobService.ListScheduleRevisions:input_type -> timeshard.v1.ListScheduleRevisionsRequest
-	39,  // 146: timeshard.v1.JobService.GetScheduleRevision:input_type -> timeshard.v1.GetScheduleRevisionRequest
-	40,  // 147: timeshard.v1.JobService.RollbackSchedule:input_type -> timeshard.v1.RollbackScheduleRequest
-	34,  // 148: timeshard.v1.JobService.ExplainOccurrence:input_type -> timeshard.v1.ExplainOccurrenceRequest
-	41,  // 149: timeshard.v1.WorkerService.Claim:input_type -> timeshard.v1.ClaimRequest
-	44,  // 150: timeshard.v1.WorkerService.Heartbeat:input_type -> timeshard.v1.HeartbeatRequest
-	46,  // 151: timeshard.v1.WorkerService.Complete:input_type -> timeshard.v1.CompleteRequest
-	48,  // 152: timeshard.v1.WorkerService.Fail:input_type -> timeshard.v1.FailRequest
-	51,  // 153: timeshard.v1.WorkerService.Finish:input_type -> timeshard.v1.FinishRequest
-	57,  // 154: timeshard.v1.WorkerService.Work:input_type -> timeshard.v1.WorkRequest
-	61,  // 155: timeshard.v1.AdminService.ClusterInfo:input_type -> timeshard.v1.ClusterInfoRequest
-	64,  // 156: timeshard.v1.AdminService.ShardOwners:input_type -> timeshard.v1.ShardOwnersRequest
-	66,  // 157: timeshard.v1.AdminService.MoveShard:input_type -> timeshard.v1.MoveShardRequest
-	68,  // 158: timeshard.v1.AdminService.DrainNode:input_type -> timeshard.v1.DrainNodeRequest
-	70,  // 159: timeshard.v1.AdminService.NodeStatus:input_type -> timeshard.v1.NodeStatusRequest
-	82,  // 160: timeshard.v1.AdminService.SetTypePolicies:input_type -> timeshard.v1.SetTypePoliciesRequest
-	85,  // 161: timeshard.v1.AdminService.SetTypeFlows:input_type -> timeshard.v1.SetTypeFlowsRequest
-	87,  // 162: timeshard.v1.AdminService.ListTypes:input_type -> timeshard.v1.ListTypesRequest
-	78,  // 163: timeshard.v1.AdminService.ListAudit:input_type -> timeshard.v1.ListAuditRequest
-	97,  // 164: timeshard.v1.PeerService.Land:input_type -> timeshard.v1.LandRequest
-	94,  // 165: timeshard.v1.PeerService.WaitFinished:input_type -> timeshard.v1.WaitFinishedRequest
-	90,  // 166: timeshard.v1.PeerService.Live:input_type -> timeshard.v1.LiveRequest
-	7,   // 167: timeshard.v1.JobService.ScheduleJob:output_type -> timeshard.v1.ScheduleJobResponse
-	9,   // 168: timeshard.v1.JobService.ScheduleJobs:output_type -> timeshard.v1.ScheduleJobsResponse
-	4,   // 169: timeshard.v1.JobService.GetJob:output_type -> timeshard.v1.Job
-	12,  // 170: timeshard.v1.JobService.ListJobs:output_type -> timeshard.v1.ListJobsResponse
-	4,   // 171: timeshard.v1.JobService.CancelJob:output_type -> timeshard.v1.Job
-	4,   // 172: timeshard.v1.JobService.RescheduleJob:output_type -> timeshard.v1.Job
-	15,  // 173: timeshard.v1.JobService.CreateSchedule:output_type -> timeshard.v1.Schedule
-	15,  // 174: timeshard.v1.JobService.GetSchedule:output_type -> timeshard.v1.Schedule
-	19,  // 175: timeshard.v1.JobService.ListSchedules:output_type -> timeshard.v1.ListSchedulesResponse
-	15,  // 176: timeshard.v1.JobService.UpdateSchedule:output_type -> timeshard.v1.Schedule
-	15,  // 177: timeshard.v1.JobService.PauseSchedule:output_type -> timeshard.v1.Schedule
-	15,  // 178: timeshard.v1.JobService.ResumeSchedule:output_type -> timeshard.v1.Schedule
-	22,  // 179: timeshard.v1.JobService.DeleteSchedule:output_type -> timeshard.v1.DeleteScheduleResponse
-	25,  // 180: timeshard.v1.JobService.PreviewSchedule:output_type -> timeshard.v1.PreviewResponse
-	27,  // 181: timeshard.v1.JobService.ListDeadLetters:output_type -> timeshard.v1.ListDeadLettersResponse
-	29,  // 182: timeshard.v1.JobService.ReplayDeadLetters:output_type -> timeshard.v1.ReplayDeadLettersResponse
-	30,  // 183: timeshard.v1.JobService.PurgeDeadLetters:output_type -> timeshard.v1.PurgeDeadLettersResponse
-	32,  // 184: timeshard.v1.JobService.WaitJobs:output_type -> timeshard.v1.WaitJobsResponse
-	38,  // 185: timeshard.v1.JobService.ListScheduleRevisions:output_type -> timeshard.v1.ListScheduleRevisionsResponse
-	36,  // 186: timeshard.v1.JobService.GetScheduleRevision:output_type -> timeshard.v1.ScheduleRevision
-	15,  // 187: timeshard.v1.JobService.RollbackSchedule:output_type -> timeshard.v1.Schedule
-	35,  // 188: timeshard.v1.JobService.ExplainOccurrence:output_type -> timeshard.v1.ExplainOccurrenceResponse
-	43,  // 189: timeshard.v1.WorkerService.Claim:output_type -> timeshard.v1.ClaimResponse
-	45,  // 190: timeshard.v1.WorkerService.Heartbeat:output_type -> timeshard.v1.HeartbeatResponse
-	47,  // 191: timeshard.v1.WorkerService.Complete:output_type -> timeshard.v1.CompleteResponse
-	49,  // 192: timeshard.v1.WorkerService.Fail:output_type -> timeshard.v1.FailResponse
-	53,  // 193: timeshard.v1.WorkerService.Finish:output_type -> timeshard.v1.FinishResponse
-	59,  // 194: timeshard.v1.WorkerService.Work:output_type -> timeshard.v1.WorkResponse
-	62,  // 195: timeshard.v1.AdminService.ClusterInfo:output_type -> timeshard.v1.ClusterInfoResponse
-	65,  // 196: timeshard.v1.AdminService.ShardOwners:output_type -> timeshard.v1.ShardOwnersResponse
-	67,  // 197: timeshard.v1.AdminService.MoveShard:output_type -> timeshard.v1.MoveShardResponse
-	69,  // 198: timeshard.v1.AdminService.DrainNode:output_type -> timeshard.v1.DrainNodeResponse
-	77,  // 199: timeshard.v1.AdminService.NodeStatus:output_type -> timeshard.v1.NodeStatusResponse
-	83,  // 200: timeshard.v1.AdminService.SetTypePolicies:output_type -> timeshard.v1.SetTypePoliciesResponse
-	86,  // 201: timeshard.v1.AdminService.SetTypeFlows:output_type -> timeshard.v1.SetTypeFlowsResponse
-	88,  // 202: timeshard.v1.AdminService.ListTypes:output_type -> timeshard.v1.ListTypesResponse
-	80,  // 203: timeshard.v1.AdminService.ListAudit:output_type -> timeshard.v1.ListAuditResponse
-	98,  // 204: timeshard.v1.PeerService.Land:output_type -> timeshard.v1.LandResponse
-	95,  // 205: timeshard.v1.PeerService.WaitFinished:output_type -> timeshard.v1.WaitFinishedResponse
-	93,  // 206: timeshard.v1.PeerService.Live:output_type -> timeshard.v1.LiveResponse
-	167, // [167:207] is the sub-list for method output_type
-	127, // [127:167] is the sub-list for method input_type
-	127, // [127:127] is the sub-list for extension type_name
-	127, // [127:127] is the sub-list for extension extendee
-	0,   // [0:127] is the sub-list for field type_name
+	53,  // 76: timeshard.v1.FinishResponse.results:type_name -> timeshard.v1.FinishResult
+	103, // 77: timeshard.v1.WorkHello.lease:type_name -> google.protobuf.Duration
+	55,  // 78: timeshard.v1.WorkRequest.hello:type_name -> timeshard.v1.WorkHello
+	56,  // 79: timeshard.v1.WorkRequest.credits:type_name -> timeshard.v1.WorkCredit
+	45,  // 80: timeshard.v1.WorkRequest.heartbeats:type_name -> timeshard.v1.HeartbeatRequest
+	51,  // 81: timeshard.v1.WorkRequest.results:type_name -> timeshard.v1.FinishItem
+	45,  // 82: timeshard.v1.WorkRequest.started:type_name -> timeshard.v1.HeartbeatRequest
+	57,  // 83: timeshard.v1.WorkRequest.revoked:type_name -> timeshard.v1.WorkRevoke
+	46,  // 84: timeshard.v1.HeartbeatResult.lease:type_name -> timeshard.v1.HeartbeatResponse
+	43,  // 85: timeshard.v1.WorkResponse.jobs:type_name -> timeshard.v1.ClaimedJob
+	59,  // 86: timeshard.v1.WorkResponse.heartbeats:type_name -> timeshard.v1.HeartbeatResult
+	53,  // 87: timeshard.v1.WorkResponse.results:type_name -> timeshard.v1.FinishResult
+	103, // 88: timeshard.v1.WorkResponse.held:type_name -> google.protobuf.Duration
+	57,  // 89: timeshard.v1.WorkResponse.revokes:type_name -> timeshard.v1.WorkRevoke
+	61,  // 90: timeshard.v1.ClusterInfoResponse.nodes:type_name -> timeshard.v1.Node
+	102, // 91: timeshard.v1.ShardInfo.cursor:type_name -> google.protobuf.Timestamp
+	64,  // 92: timeshard.v1.ShardOwnersResponse.shards:type_name -> timeshard.v1.ShardInfo
+	103, // 93: timeshard.v1.NodeStatusRequest.window:type_name -> google.protobuf.Duration
+	73,  // 94: timeshard.v1.TypeStartDelay.buckets:type_name -> timeshard.v1.LatenessBucket
+	102, // 95: timeshard.v1.JobEvent.at:type_name -> google.protobuf.Timestamp
+	72,  // 96: timeshard.v1.NodeStatusResponse.shards:type_name -> timeshard.v1.ShardStatus
+	103, // 97: timeshard.v1.NodeStatusResponse.window:type_name -> google.protobuf.Duration
+	73,  // 98: timeshard.v1.NodeStatusResponse.lateness:type_name -> timeshard.v1.LatenessBucket
+	74,  // 99: timeshard.v1.NodeStatusResponse.jobs:type_name -> timeshard.v1.TypeCounts
+	102, // 100: timeshard.v1.NodeStatusResponse.dead_letters_at:type_name -> google.protobuf.Timestamp
+	77,  // 101: timeshard.v1.NodeStatusResponse.recent_failures:type_name -> timeshard.v1.JobEvent
+	77,  // 102: timeshard.v1.NodeStatusResponse.recent_dead_letters:type_name -> timeshard.v1.JobEvent
+	76,  // 103: timeshard.v1.NodeStatusResponse.unclaimed:type_name -> timeshard.v1.TypeWaiting
+	75,  // 104: timeshard.v1.NodeStatusResponse.start_delay:type_name -> timeshard.v1.TypeStartDelay
+	102, // 105: timeshard.v1.AuditEntry.at:type_name -> google.protobuf.Timestamp
+	80,  // 106: timeshard.v1.ListAuditResponse.entries:type_name -> timeshard.v1.AuditEntry
+	103, // 107: timeshard.v1.TypePolicy.retry_base:type_name -> google.protobuf.Duration
+	103, // 108: timeshard.v1.TypePolicy.retry_max:type_name -> google.protobuf.Duration
+	82,  // 109: timeshard.v1.SetTypePoliciesRequest.policies:type_name -> timeshard.v1.TypePolicy
+	82,  // 110: timeshard.v1.SetTypePoliciesResponse.policies:type_name -> timeshard.v1.TypePolicy
+	85,  // 111: timeshard.v1.SetTypeFlowsRequest.flows:type_name -> timeshard.v1.TypeFlow
+	90,  // 112: timeshard.v1.SetTypeFlowsResponse.types:type_name -> timeshard.v1.TypeInfo
+	90,  // 113: timeshard.v1.ListTypesResponse.types:type_name -> timeshard.v1.TypeInfo
+	82,  // 114: timeshard.v1.TypeInfo.policy:type_name -> timeshard.v1.TypePolicy
+	103, // 115: timeshard.v1.RevokeRequest.wait:type_name -> google.protobuf.Duration
+	3,   // 116: timeshard.v1.RevokeResponse.answer:type_name -> timeshard.v1.RevokeAnswer
+	56,  // 117: timeshard.v1.ConnectedWorker.credits:type_name -> timeshard.v1.WorkCredit
+	102, // 118: timeshard.v1.ConnectedWorker.last_seen:type_name -> google.protobuf.Timestamp
+	102, // 119: timeshard.v1.ConnectedWorker.since:type_name -> google.protobuf.Timestamp
+	102, // 120: timeshard.v1.LiveResponse.at:type_name -> google.protobuf.Timestamp
+	74,  // 121: timeshard.v1.LiveResponse.jobs:type_name -> timeshard.v1.TypeCounts
+	76,  // 122: timeshard.v1.LiveResponse.waiting:type_name -> timeshard.v1.TypeWaiting
+	75,  // 123: timeshard.v1.LiveResponse.start_delay:type_name -> timeshard.v1.TypeStartDelay
+	94,  // 124: timeshard.v1.LiveResponse.workers:type_name -> timeshard.v1.ConnectedWorker
+	95,  // 125: timeshard.v1.LiveResponse.retrying:type_name -> timeshard.v1.TypeRetrying
+	103, // 126: timeshard.v1.WaitFinishedRequest.timeout:type_name -> google.protobuf.Duration
+	102, // 127: timeshard.v1.LandedEntry.due_at:type_name -> google.protobuf.Timestamp
+	99,  // 128: timeshard.v1.LandRequest.entries:type_name -> timeshard.v1.LandedEntry
+	6,   // 129: timeshard.v1.JobService.ScheduleJob:input_type -> timeshard.v1.ScheduleJobRequest
+	9,   // 130: timeshard.v1.JobService.ScheduleJobs:input_type -> timeshard.v1.ScheduleJobsRequest
+	11,  // 131: timeshard.v1.JobService.GetJob:input_type -> timeshard.v1.GetJobRequest
+	12,  // 132: timeshard.v1.JobService.ListJobs:input_type -> timeshard.v1.ListJobsRequest
+	14,  // 133: timeshard.v1.JobService.CancelJob:input_type -> timeshard.v1.CancelJobRequest
+	15,  // 134: timeshard.v1.JobService.RescheduleJob:input_type -> timeshard.v1.RescheduleJobRequest
+	17,  // 135: timeshard.v1.JobService.CreateSchedule:input_type -> timeshard.v1.CreateScheduleRequest
+	18,  // 136: timeshard.v1.JobService.GetSchedule:input_type -> timeshard.v1.GetScheduleRequest
+	19,  // 137: timeshard.v1.JobService.ListSchedules:input_type -> timeshard.v1.ListSchedulesRequest
+	21,  // 138: timeshard.v1.JobService.UpdateSchedule:input_type -> timeshard.v1.UpdateScheduleRequest
+	22,  // 139: timeshard.v1.JobService.PauseSchedule:input_type -> timeshard.v1.ScheduleIdRequest
+	22,  // 140: timeshard.v1.JobService.ResumeSchedule:input_type -> timeshard.v1.ScheduleIdRequest
+	22,  // 141: timeshard.v1.JobService.DeleteSchedule:input_type -> timeshard.v1.ScheduleIdRequest
+	24,  // 142: timeshard.v1.JobService.PreviewSchedule:input_type -> timeshard.v1.PreviewRequest
+	27,  // 143: timeshard.v1.JobService.ListDeadLetters:input_type -> timeshard.v1.ListDeadLettersRequest
+	29,  // 144: timeshard.v1.JobService.ReplayDeadLetters:input_type -> timeshard.v1.ReplayDeadLettersRequest
+	29,  // 145: timeshard.v1.JobService.PurgeDeadLetters:input_type -> timeshard.v1.ReplayDeadLettersRequest
+	32,  // 146: timeshard.v1.JobService.WaitJobs:input_type -> timeshard.v1.WaitJobsRequest
+	38,  // 147: timeshard.v1.JobService.ListScheduleRevisions:input_type -> timeshard.v1.ListScheduleRevisionsRequest
+	40,  // 148: timeshard.v1.JobService.GetScheduleRevision:input_type -> timeshard.v1.GetScheduleRevisionRequest
+	41,  // 149: timeshard.v1.JobService.RollbackSchedule:input_type -> timeshard.v1.RollbackScheduleRequest
+	35,  // 150: timeshard.v1.JobService.ExplainOccurrence:input_type -> timeshard.v1.ExplainOccurrenceRequest
+	42,  // 151: timeshard.v1.WorkerService.Claim:input_type -> timeshard.v1.ClaimRequest
+	45,  // 152: timeshard.v1.WorkerService.Heartbeat:input_type -> timeshard.v1.HeartbeatRequest
+	47,  // 153: timeshard.v1.WorkerService.Complete:input_type -> timeshard.v1.CompleteRequest
+	49,  // 154: timeshard.v1.WorkerService.Fail:input_type -> timeshard.v1.FailRequest
+	52,  // 155: timeshard.v1.WorkerService.Finish:input_type -> timeshard.v1.FinishRequest
+	58,  // 156: timeshard.v1.WorkerService.Work:input_type -> timeshard.v1.WorkRequest
+	62,  // 157: timeshard.v1.AdminService.ClusterInfo:input_type -> timeshard.v1.ClusterInfoRequest
+	65,  // 158: timeshard.v1.AdminService.ShardOwners:input_type -> timeshard.v1.ShardOwnersRequest
+	67,  // 159: timeshard.v1.AdminService.MoveShard:input_type -> timeshard.v1.MoveShardRequest
+	69,  // 160: timeshard.v1.AdminService.DrainNode:input_type -> timeshard.v1.DrainNodeRequest
+	71,  // 161: timeshard.v1.AdminService.NodeStatus:input_type -> timeshard.v1.NodeStatusRequest
+	83,  // 162: timeshard.v1.AdminService.SetTypePolicies:input_type -> timeshard.v1.SetTypePoliciesRequest
+	86,  // 163: timeshard.v1.AdminService.SetTypeFlows:input_type -> timeshard.v1.SetTypeFlowsRequest
+	88,  // 164: timeshard.v1.AdminService.ListTypes:input_type -> timeshard.v1.ListTypesRequest
+	79,  // 165: timeshard.v1.AdminService.ListAudit:input_type -> timeshard.v1.ListAuditRequest
+	100, // 166: timeshard.v1.PeerService.Land:input_type -> timeshard.v1.LandRequest
+	97,  // 167: timeshard.v1.PeerService.WaitFinished:input_type -> timeshard.v1.WaitFinishedRequest
+	93,  // 168: timeshard.v1.PeerService.Live:input_type -> timeshard.v1.LiveRequest
+	91,  // 169: timeshard.v1.PeerService.Revoke:input_type -> timeshard.v1.RevokeRequest
+	8,   // 170: timeshard.v1.JobService.ScheduleJob:output_type -> timeshard.v1.ScheduleJobResponse
+	10,  // 171: timeshard.v1.JobService.ScheduleJobs:output_type -> timeshard.v1.ScheduleJobsResponse
+	5,   // 172: timeshard.v1.JobService.GetJob:output_type -> timeshard.v1.Job
+	13,  // 173: timeshard.v1.JobService.ListJobs:output_type -> timeshard.v1.ListJobsResponse
+	5,   // 174: timeshard.v1.JobService.CancelJob:output_type -> timeshard.v1.Job
+	5,   // 175: timeshard.v1.JobService.RescheduleJob:output_type -> timeshard.v1.Job
+	16,  // 176: timeshard.v1.JobService.CreateSchedule:output_type -> timeshard.v1.Schedule
+	16,  // 177: timeshard.v1.JobService.GetSchedule:output_type -> timeshard.v1.Schedule
+	20,  // 178: timeshard.v1.JobService.ListSchedules:output_type -> timeshard.v1.ListSchedulesResponse
+	16,  // 179: timeshard.v1.JobService.UpdateSchedule:output_type -> timeshard.v1.Schedule
+	16,  // 180: timeshard.v1.JobService.PauseSchedule:output_type -> timeshard.v1.Schedule
+	16,  // 181: timeshard.v1.JobService.ResumeSchedule:output_type -> timeshard.v1.Schedule
+	23,  // 182: timeshard.v1.JobService.DeleteSchedule:output_type -> timeshard.v1.DeleteScheduleResponse
+	26,  // 183: timeshard.v1.JobService.PreviewSchedule:output_type -> timeshard.v1.PreviewResponse
+	28,  // 184: timeshard.v1.JobService.ListDeadLetters:output_type -> timeshard.v1.ListDeadLettersResponse
+	30,  // 185: timeshard.v1.JobService.ReplayDeadLetters:output_type -> timeshard.v1.ReplayDeadLettersResponse
+	31,  // 186: timeshard.v1.JobService.PurgeDeadLetters:output_type -> timeshard.v1.PurgeDeadLettersResponse
+	33,  // 187: timeshard.v1.JobService.WaitJobs:output_type -> timeshard.v1.WaitJobsResponse
+	39,  // 188: timeshard.v1.JobService.ListScheduleRevisions:output_type -> timeshard.v1.ListScheduleRevisionsResponse
+	37,  // 189: timeshard.v1.JobService.GetScheduleRevision:output_type -> timeshard.v1.ScheduleRevision
+	16,  // 190: timeshard.v1.JobService.RollbackSchedule:output_type -> timeshard.v1.Schedule
+	36,  // 191: timeshard.v1.JobService.ExplainOccurrence:output_type -> timeshard.v1.ExplainOccurrenceResponse
+	44,  // 192: timeshard.v1.WorkerService.Claim:output_type -> timeshard.v1.ClaimResponse
+	46,  // 193: timeshard.v1.WorkerService.Heartbeat:output_type -> timeshard.v1.HeartbeatResponse
+	48,  // 194: timeshard.v1.WorkerService.Complete:output_type -> timeshard.v1.CompleteResponse
+	50,  // 195: timeshard.v1.WorkerService.Fail:output_type -> timeshard.v1.FailResponse
+	54,  // 196: timeshard.v1.WorkerService.Finish:output_type -> timeshard.v1.FinishResponse
+	60,  // 197: timeshard.v1.WorkerService.Work:output_type -> timeshard.v1.WorkResponse
+	63,  // 198: timeshard.v1.AdminService.ClusterInfo:output_type -> timeshard.v1.ClusterInfoResponse
+	66,  // 199: timeshard.v1.AdminService.ShardOwners:output_type -> timeshard.v1.ShardOwnersResponse
+	68,  // 200: timeshard.v1.AdminService.MoveShard:output_type -> timeshard.v1.MoveShardResponse
+	70,  // 201: timeshard.v1.AdminService.DrainNode:output_type -> timeshard.v1.DrainNodeResponse
+	78,  // 202: timeshard.v1.AdminService.NodeStatus:output_type -> timeshard.v1.NodeStatusResponse
+	84,  // 203: timeshard.v1.AdminService.SetTypePolicies:output_type -> timeshard.v1.SetTypePoliciesResponse
+	87,  // 204: timeshard.v1.AdminService.SetTypeFlows:output_type -> timeshard.v1.SetTypeFlowsResponse
+	89,  // 205: timeshard.v1.AdminService.ListTypes:output_type -> timeshard.v1.ListTypesResponse
+	81,  // 206: timeshard.v1.AdminService.ListAudit:output_type -> timeshard.v1.ListAuditResponse
+	101, // 207: timeshard.v1.PeerService.Land:output_type -> timeshard.v1.LandResponse
+	98,  // 208: timeshard.v1.PeerService.WaitFinished:output_type -> timeshard.v1.WaitFinishedResponse
+	96,  // 209: timeshard.v1.PeerService.Live:output_type -> timeshard.v1.LiveResponse
+	92,  // 210: timeshard.v1.PeerService.Revoke:output_type -> timeshard.v1.RevokeResponse
+	170, // [170:211] is the sub-list for method output_type
+	129, // [129:170] is the sub-list for method input_type
+	129, // [129:129] is the sub-list for extension type_name
+	129, // [129:129] is the sub-list for extension extendee
+	0,   // [0:129] is the sub-list for field type_name
 }
 
 func init() { file_timeshard_v1_timeshard_proto_init() }
@@ -8047,8 +8234,8 @@ func file_timeshard_v1_timeshard_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_timeshard_v1_timeshard_proto_rawDesc), len(file_timeshard_v1_timeshard_proto_rawDesc)),
-			NumEnums:      3,
-			NumMessages:   96,
+			NumEnums:      4,
+			NumMessages:   98,
 			NumExtensions: 0,
 			NumServices:   4,
 		},

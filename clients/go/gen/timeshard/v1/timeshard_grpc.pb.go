@@ -1659,6 +1659,7 @@ const (
 	PeerService_Land_FullMethodName         = "/timeshard.v1.PeerService/Land"
 	PeerService_WaitFinished_FullMethodName = "/timeshard.v1.PeerService/WaitFinished"
 	PeerService_Live_FullMethodName         = "/timeshard.v1.PeerService/Live"
+	PeerService_Revoke_FullMethodName       = "/timeshard.v1.PeerService/Revoke"
 )
 
 // PeerServiceClient is the client API for PeerService service.
@@ -1682,6 +1683,13 @@ type PeerServiceClient interface {
 	// jobs waiting, the workers connected to it. No store read: a node with a console open asks
 	// each of its peers about once a second, to show the whole cluster's live numbers.
 	Live(ctx context.Context, in *LiveRequest, opts ...grpc.CallOption) (*LiveResponse, error)
+	// Asked by a node that cancelled a running job whose shard the receiver dispatches: the
+	// cancel, written by the sender (fenced, as any cancel), ended the lease `fence` of `job_id`.
+	// If the store shows that lease ended and the receiver claimed it, the receiver drops it if
+	// it still holds it, or revokes it from the worker stream it pushed it to (WorkResponse.
+	// revokes), and answers once it knows whether its handler started, as it would answer a
+	// cancel sent to it; the sender's cancel answers with that. Changes nothing stored.
+	Revoke(ctx context.Context, in *RevokeRequest, opts ...grpc.CallOption) (*RevokeResponse, error)
 }
 
 type peerServiceClient struct {
@@ -1722,6 +1730,16 @@ func (c *peerServiceClient) Live(ctx context.Context, in *LiveRequest, opts ...g
 	return out, nil
 }
 
+func (c *peerServiceClient) Revoke(ctx context.Context, in *RevokeRequest, opts ...grpc.CallOption) (*RevokeResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RevokeResponse)
+	err := c.cc.Invoke(ctx, PeerService_Revoke_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // PeerServiceServer is the server API for PeerService service.
 // All implementations must embed UnimplementedPeerServiceServer
 // for forward compatibility.
@@ -1743,6 +1761,13 @@ type PeerServiceServer interface {
 	// jobs waiting, the workers connected to it. No store read: a node with a console open asks
 	// each of its peers about once a second, to show the whole cluster's live numbers.
 	Live(context.Context, *LiveRequest) (*LiveResponse, error)
+	// Asked by a node that cancelled a running job whose shard the receiver dispatches: the
+	// cancel, written by the sender (fenced, as any cancel), ended the lease `fence` of `job_id`.
+	// If the store shows that lease ended and the receiver claimed it, the receiver drops it if
+	// it still holds it, or revokes it from the worker stream it pushed it to (WorkResponse.
+	// revokes), and answers once it knows whether its handler started, as it would answer a
+	// cancel sent to it; the sender's cancel answers with that. Changes nothing stored.
+	Revoke(context.Context, *RevokeRequest) (*RevokeResponse, error)
 	mustEmbedUnimplementedPeerServiceServer()
 }
 
@@ -1761,6 +1786,9 @@ func (UnimplementedPeerServiceServer) WaitFinished(context.Context, *WaitFinishe
 }
 func (UnimplementedPeerServiceServer) Live(context.Context, *LiveRequest) (*LiveResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Live not implemented")
+}
+func (UnimplementedPeerServiceServer) Revoke(context.Context, *RevokeRequest) (*RevokeResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Revoke not implemented")
 }
 func (UnimplementedPeerServiceServer) mustEmbedUnimplementedPeerServiceServer() {}
 func (UnimplementedPeerServiceServer) testEmbeddedByValue()                     {}
@@ -1837,6 +1865,24 @@ func _PeerService_Live_Handler(srv interface{}, ctx context.Context, dec func(in
 	return interceptor(ctx, in, info, handler)
 }
 
+func _PeerService_Revoke_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RevokeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PeerServiceServer).Revoke(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: PeerService_Revoke_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PeerServiceServer).Revoke(ctx, req.(*RevokeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // PeerService_ServiceDesc is the grpc.ServiceDesc for PeerService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1855,6 +1901,10 @@ var PeerService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Live",
 			Handler:    _PeerService_Live_Handler,
+		},
+		{
+			MethodName: "Revoke",
+			Handler:    _PeerService_Revoke_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -188,6 +188,51 @@ export function jobOrderToJSON(object: JobOrder): string {
   }
 }
 
+export enum RevokeAnswer {
+  /** REVOKE_ANSWER_UNKNOWN - The receiver can not say: it did not claim that lease, or the store does not show it ended. */
+  REVOKE_ANSWER_UNKNOWN = 0,
+  /**
+   * REVOKE_ANSWER_NOT_STARTED - Its handler did not start: held and dropped, or its worker confirmed the revoke or can no
+   * longer start it; for a job not pushed with starts_in, no start notice came within `wait`.
+   */
+  REVOKE_ANSWER_NOT_STARTED = 1,
+  /** REVOKE_ANSWER_STARTED - Its handler had started. */
+  REVOKE_ANSWER_STARTED = 2,
+  UNRECOGNIZED = -1,
+}
+
+export function revokeAnswerFromJSON(object: any): RevokeAnswer {
+  switch (object) {
+    case 0:
+    case "REVOKE_ANSWER_UNKNOWN":
+      return RevokeAnswer.REVOKE_ANSWER_UNKNOWN;
+    case 1:
+    case "REVOKE_ANSWER_NOT_STARTED":
+      return RevokeAnswer.REVOKE_ANSWER_NOT_STARTED;
+    case 2:
+    case "REVOKE_ANSWER_STARTED":
+      return RevokeAnswer.REVOKE_ANSWER_STARTED;
+    case -1:
+    case "UNRECOGNIZED":
+    default:
+      return RevokeAnswer.UNRECOGNIZED;
+  }
+}
+
+export function revokeAnswerToJSON(object: RevokeAnswer): string {
+  switch (object) {
+    case RevokeAnswer.REVOKE_ANSWER_UNKNOWN:
+      return "REVOKE_ANSWER_UNKNOWN";
+    case RevokeAnswer.REVOKE_ANSWER_NOT_STARTED:
+      return "REVOKE_ANSWER_NOT_STARTED";
+    case RevokeAnswer.REVOKE_ANSWER_STARTED:
+      return "REVOKE_ANSWER_STARTED";
+    case RevokeAnswer.UNRECOGNIZED:
+    default:
+      return "UNRECOGNIZED";
+  }
+}
+
 export interface Attempt {
   attempt: number;
   worker: string;
@@ -1211,6 +1256,23 @@ export interface TypeInfo {
   held: string;
   /** how long the oldest of them has been due */
   oldestAgeMs: number;
+}
+
+export interface RevokeRequest {
+  fromNode: string;
+  jobId: string;
+  /** the lease the sender's cancel ended: the job's fence before it */
+  fence: number;
+  /**
+   * For a job not pushed with starts_in: how long to wait for its start notice while its push
+   * may be on its way (at most 60 s). A job pushed with starts_in is answered when its worker
+   * answers the revoke, or once it can no longer start it, however long this is.
+   */
+  wait: Duration | undefined;
+}
+
+export interface RevokeResponse {
+  answer: RevokeAnswer;
 }
 
 export interface LiveRequest {
@@ -12489,6 +12551,198 @@ export const TypeInfo: MessageFns<TypeInfo> = {
   },
 };
 
+function createBaseRevokeRequest(): RevokeRequest {
+  return { fromNode: "", jobId: "", fence: 0, wait: undefined };
+}
+
+export const RevokeRequest: MessageFns<RevokeRequest> = {
+  encode(message: RevokeRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.fromNode !== "") {
+      writer.uint32(10).string(message.fromNode);
+    }
+    if (message.jobId !== "") {
+      writer.uint32(18).string(message.jobId);
+    }
+    if (message.fence !== 0) {
+      writer.uint32(24).int64(message.fence);
+    }
+    if (message.wait !== undefined) {
+      Duration.encode(message.wait, writer.uint32(34).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): RevokeRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseRevokeRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.fromNode = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.jobId = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.fence = longToNumber(reader.int64());
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.wait = Duration.decode(reader, reader.uint32());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): RevokeRequest {
+    return {
+      fromNode: isSet(object.fromNode)
+        ? globalThis.String(object.fromNode)
+        : isSet(object.from_node)
+        ? globalThis.String(object.from_node)
+        : "",
+      jobId: isSet(object.jobId)
+        ? globalThis.String(object.jobId)
+        : isSet(object.job_id)
+        ? globalThis.String(object.job_id)
+        : "",
+      fence: isSet(object.fence) ? globalThis.Number(object.fence) : 0,
+      wait: isSet(object.wait) ? Duration.fromJSON(object.wait) : undefined,
+    };
+  },
+
+  toJSON(message: RevokeRequest): unknown {
+    const obj: any = {};
+    if (message.fromNode !== "") {
+      obj.fromNode = message.fromNode;
+    }
+    if (message.jobId !== "") {
+      obj.jobId = message.jobId;
+    }
+    if (message.fence !== 0) {
+      obj.fence = Math.round(message.fence);
+    }
+    if (message.wait !== undefined) {
+      obj.wait = Duration.toJSON(message.wait);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<RevokeRequest>, I>>(base?: I): RevokeRequest {
+    return RevokeRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<RevokeRequest>, I>>(object: I): RevokeRequest {
+    const message = createBaseRevokeRequest();
+    message.fromNode = object.fromNode ?? "";
+    message.jobId = object.jobId ?? "";
+    message.fence = object.fence ?? 0;
+    message.wait = (object.wait !== undefined && object.wait !== null) ? Duration.fromPartial(object.wait) : undefined;
+    return message;
+  },
+};
+
+function createBaseRevokeResponse(): RevokeResponse {
+  return { answer: 0 };
+}
+
+export const RevokeResponse: MessageFns<RevokeResponse> = {
+  encode(message: RevokeResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.answer !== 0) {
+      writer.uint32(8).int32(message.answer);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): RevokeResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseRevokeResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.answer = reader.int32() as any;
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): RevokeResponse {
+    return { answer: isSet(object.answer) ? revokeAnswerFromJSON(object.answer) : 0 };
+  },
+
+  toJSON(message: RevokeResponse): unknown {
+    const obj: any = {};
+    if (message.answer !== 0) {
+      obj.answer = revokeAnswerToJSON(message.answer);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<RevokeResponse>, I>>(base?: I): RevokeResponse {
+    return RevokeResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<RevokeResponse>, I>>(object: I): RevokeResponse {
+    const message = createBaseRevokeResponse();
+    message.answer = object.answer ?? 0;
+    return message;
+  },
+};
+
 function createBaseLiveRequest(): LiveRequest {
   return { fromNode: "" };
 }
@@ -14687,6 +14941,23 @@ export const PeerServiceService = {
     responseSerialize: (value: LiveResponse): Buffer => Buffer.from(LiveResponse.encode(value).finish()),
     responseDeserialize: (value: Buffer): LiveResponse => LiveResponse.decode(value),
   },
+  /**
+   * Asked by a node that cancelled a running job whose shard the receiver dispatches: the
+   * cancel, written by the sender (fenced, as any cancel), ended the lease `fence` of `job_id`.
+   * If the store shows that lease ended and the receiver claimed it, the receiver drops it if
+   * it still holds it, or revokes it from the worker stream it pushed it to (WorkResponse.
+   * revokes), and answers once it knows whether its handler started, as it would answer a
+   * cancel sent to it; the sender's cancel answers with that. Changes nothing stored.
+   */
+  revoke: {
+    path: "/timeshard.v1.PeerService/Revoke" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: RevokeRequest): Buffer => Buffer.from(RevokeRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): RevokeRequest => RevokeRequest.decode(value),
+    responseSerialize: (value: RevokeResponse): Buffer => Buffer.from(RevokeResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): RevokeResponse => RevokeResponse.decode(value),
+  },
 } as const;
 
 export interface PeerServiceServer extends UntypedServiceImplementation {
@@ -14705,6 +14976,15 @@ export interface PeerServiceServer extends UntypedServiceImplementation {
    * each of its peers about once a second, to show the whole cluster's live numbers.
    */
   live: handleUnaryCall<LiveRequest, LiveResponse>;
+  /**
+   * Asked by a node that cancelled a running job whose shard the receiver dispatches: the
+   * cancel, written by the sender (fenced, as any cancel), ended the lease `fence` of `job_id`.
+   * If the store shows that lease ended and the receiver claimed it, the receiver drops it if
+   * it still holds it, or revokes it from the worker stream it pushed it to (WorkResponse.
+   * revokes), and answers once it knows whether its handler started, as it would answer a
+   * cancel sent to it; the sender's cancel answers with that. Changes nothing stored.
+   */
+  revoke: handleUnaryCall<RevokeRequest, RevokeResponse>;
 }
 
 export interface PeerServiceClient extends Client {
@@ -14758,6 +15038,29 @@ export interface PeerServiceClient extends Client {
     metadata: Metadata,
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: LiveResponse) => void,
+  ): ClientUnaryCall;
+  /**
+   * Asked by a node that cancelled a running job whose shard the receiver dispatches: the
+   * cancel, written by the sender (fenced, as any cancel), ended the lease `fence` of `job_id`.
+   * If the store shows that lease ended and the receiver claimed it, the receiver drops it if
+   * it still holds it, or revokes it from the worker stream it pushed it to (WorkResponse.
+   * revokes), and answers once it knows whether its handler started, as it would answer a
+   * cancel sent to it; the sender's cancel answers with that. Changes nothing stored.
+   */
+  revoke(
+    request: RevokeRequest,
+    callback: (error: ServiceError | null, response: RevokeResponse) => void,
+  ): ClientUnaryCall;
+  revoke(
+    request: RevokeRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: RevokeResponse) => void,
+  ): ClientUnaryCall;
+  revoke(
+    request: RevokeRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: RevokeResponse) => void,
   ): ClientUnaryCall;
 }
 
