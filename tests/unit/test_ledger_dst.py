@@ -214,6 +214,7 @@ async def test_at_local_is_checked_over_grpc() -> None:
             (req(schedule_id="s", at=ts(1), at_local=wall), "not both"),
             (req(job_id="j", at_local=wall), "not both"),
             (req(schedule_id="s", at_local="x" * 65), "over the limit"),
+            (req(schedule_id="s", at_local="1970-01-01T00:00"), "1971-9998"),
         ):
             code, msg = await status_of(jobs.ExplainOccurrence(request))
             assert code is grpc.StatusCode.INVALID_ARGUMENT and said in msg, (request, msg)

@@ -68,8 +68,8 @@ def local_time_of(text: str) -> datetime:
         raise InvalidArgument(
             "at_local", f"{shown(text)} has an offset: give it as `at`, or leave the offset out"
         )
-    if not 1970 <= wall.year < 9999:
-        raise InvalidArgument("at_local", "must be between 1970 and 9999")
+    if not 1971 <= wall.year <= 9998:  # (a day's offset either way stays in 1970-9999)
+        raise InvalidArgument("at_local", f"{shown(text)} is not in the years 1971-9998")
     return wall
 
 
