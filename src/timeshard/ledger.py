@@ -43,9 +43,17 @@ class Reason(enum.Enum):
     """Missed, and dropped by the misfire policy (skip, or beyond once/all's catch-up)."""
     PAUSED = "paused"
     """Due while the schedule was paused, and dropped by the misfire policy on resume."""
+    SKIPPED_DST_GAP = "skipped_dst_gap"
+    """Local times a DST gap skipped, and the rule ``dst_gap=skip`` gave no run (one row per
+    gap, keyed 1 ms before the transition: ``cron.dstskips``)."""
+    SKIPPED_DST_FOLD = "skipped_dst_fold"
+    """The second pass through local times a DST fold repeated, which ``dst_fold=first`` gave
+    no run (one row per fold, from the first such instant to the last)."""
 
     @property
     def skipped(self) -> bool:
+        """A run that should have happened did not (counted by schedule, alerted on). A DST
+        skip is not one: no run was ever due, by the schedule's own rule."""
         return self in (Reason.SKIPPED_OVERLAP, Reason.MISSED_SKIPPED, Reason.PAUSED)
 
     @property
@@ -60,6 +68,9 @@ _WORDS = {
     Reason.SKIPPED_OVERLAP: "skipped: the previous run was still going (overlap policy)",
     Reason.MISSED_SKIPPED: "missed and skipped (misfire policy)",
     Reason.PAUSED: "skipped: the schedule was paused (misfire policy on resume)",
+    Reason.SKIPPED_DST_GAP: "no run: the local time did not exist (DST gap, dst_gap=skip)",
+    Reason.SKIPPED_DST_FOLD: "no run at the second pass of a repeated local time "
+    "(DST fold, dst_fold=first)",
 }
 
 

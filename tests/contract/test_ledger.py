@@ -95,3 +95,24 @@ async def test_the_latest_decision_survives_a_reopen(open_store: OpenStore) -> N
         await store.update_schedule(s, 0, None, ledger=[row(NOW)])
     async with open_store() as again:
         assert await again.read_ledger("nightly", at_or_before=NOW, limit=5) == [row(NOW)]
+
+
+async def test_a_dst_skip_row_keeps_its_millisecond_key_inside_a_run_of_misses(
+    open_store: OpenStore,
+) -> None:
+    """The rows of a gap the DST rule skipped are keyed 1 ms before the transition (never a
+    fire time): a store keeps that millisecond, sorts the row between the runs around it, and
+    a run of missed occurrences decided with it is still found from inside it."""
+    async with open_store() as store:
+        s = make_schedule("nightly")
+        await store.create_schedule(s, schedule_entry(s, s.next_fire, NOW))
+        transition = NOW + 60 * MIN
+        missed = row(NOW, Reason.MISSED_SKIPPED, last=transition + 30 * MIN, count=5)
+        gap = row(transition - 1, Reason.SKIPPED_DST_GAP, last=transition - 1, count=4)
+        fold = row(NOW + DAY_MS, Reason.SKIPPED_DST_FOLD, last=NOW + DAY_MS + 45 * MIN, count=4)
+        await store.update_schedule(s, 0, None, ledger=[missed, gap, fold])
+        assert await store.read_ledger("nightly", at_or_before=transition - 1, limit=1) == [gap]
+        around = await store.read_ledger("nightly", at_or_before=transition, limit=3)
+        assert around == [gap, missed] and missed.covers(transition)
+        inside = await store.read_ledger("nightly", at_or_before=NOW + DAY_MS + MIN, limit=1)
+        assert inside == [fold] and fold.covers(NOW + DAY_MS + 15 * MIN)

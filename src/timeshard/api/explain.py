@@ -3,13 +3,17 @@ answer as the reply (``timeshard why``)."""
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from timeshard.errors import InvalidArgument
 from timeshard.ledger import LedgerRow
-from timeshard.limits import MAX_RUN_AT_MS
+from timeshard.limits import MAX_RUN_AT_MS, check_chars, shown
 from timeshard.model import validate_job_id
 from timeshard.node.why import RECENT_LIMIT, Explainer, Explanation
 from timeshard.v1 import timeshard_pb2 as pb
 from timeshard.wire import job_to_pb, ts, ts_ms
+
+MAX_LOCAL_TIME_CHARS = 64
 
 
 def ledger_to_pb(r: LedgerRow) -> pb.LedgerEntry:
@@ -51,6 +55,24 @@ def explanation_to_pb(e: Explanation, recent: list[LedgerRow]) -> pb.ExplainOccu
     return msg
 
 
+def local_time_of(text: str) -> datetime:
+    """``at_local`` as a naive wall-clock time, or ``InvalidArgument`` naming it."""
+    check_chars("at_local", text, MAX_LOCAL_TIME_CHARS)
+    try:
+        wall = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise InvalidArgument(
+            "at_local", f"{shown(text)} is not a local time such as 2027-03-28T02:30"
+        ) from None
+    if wall.tzinfo is not None:
+        raise InvalidArgument(
+            "at_local", f"{shown(text)} has an offset: give it as `at`, or leave the offset out"
+        )
+    if not 1971 <= wall.year <= 9998:  # (a day's offset either way stays in 1970-9999)
+        raise InvalidArgument("at_local", f"{shown(text)} is not in the years 1971-9998")
+    return wall
+
+
 async def explain(
     explainer: Explainer, request: pb.ExplainOccurrenceRequest
 ) -> pb.ExplainOccurrenceResponse:
@@ -59,17 +81,22 @@ async def explain(
     at = ts_ms(request.at) if request.HasField("at") else None
     if at is not None and not 0 <= at <= MAX_RUN_AT_MS:
         raise InvalidArgument("at", "must be between 1970 and 9999")
+    if at is not None and request.at_local:
+        raise InvalidArgument("at_local", "give `at` or `at_local`, not both")
     if request.job_id:
-        if request.schedule_id or at is not None:
+        if request.schedule_id or at is not None or request.at_local:
             raise InvalidArgument("job_id", "give a job id, or a schedule id and a time: not both")
         e = await explainer.job(validate_job_id(request.job_id))
     elif request.schedule_id:
-        if at is None:
+        if request.at_local:
+            e = await explainer.local(request.schedule_id, local_time_of(request.at_local))
+        elif at is None:
             raise InvalidArgument("at", "give the time of the occurrence to explain")
-        e = await explainer.occurrence(request.schedule_id, at)
+        else:
+            e = await explainer.occurrence(request.schedule_id, at)
     else:
         raise InvalidArgument("schedule_id", "give a job id, or a schedule id and a time")
-    until = at
+    until = e.nominal if request.at_local else at  # (a job: None, up to now)
     recent = (
         await explainer.recent(e.schedule_id, request.recent, until)
         if request.recent and e.schedule_id

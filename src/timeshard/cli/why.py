@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 from datetime import datetime
 from typing import Any
-from zoneinfo import ZoneInfo
 
 from timeshard.cli.common import add_json_option
 from timeshard.cli.jobtext import job_json
@@ -37,7 +36,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "time",
         nargs="?",
         help="the occurrence: RFC 3339 (2026-12-14T01:00:00Z), or a local time without an "
-        "offset (2026-12-14T02:00), read in the schedule's time zone",
+        "offset (2026-12-14T02:00), read in the schedule's time zone; a local time that a DST "
+        "gap skipped or a fold repeated is answered with the schedule's rule",
     )
     w.add_argument(
         "--recent",
@@ -56,8 +56,9 @@ def _recent(text: str) -> int:
     return int(text)
 
 
-def _at(c: Client, schedule_id: str, text: str) -> datetime:
-    """TIME as an aware datetime: with its offset, or in the schedule's zone without one."""
+def _at(text: str) -> tuple[datetime | None, datetime | None]:
+    """TIME as (an aware instant, None) with an offset, or (None, a naive local time) without
+    one: the server reads that in the schedule's time zone, DST gaps and folds included."""
     raw = text.strip().replace("Z", "+00:00").replace("z", "+00:00")
     try:
         at = datetime.fromisoformat(raw)
@@ -65,9 +66,7 @@ def _at(c: Client, schedule_id: str, text: str) -> datetime:
         raise InvalidArgument(
             "TIME", f"{text!r} is not a time (e.g. 2026-12-14T01:00:00Z or 2026-12-14T02:00)"
         ) from None
-    if at.tzinfo is None:
-        at = at.replace(tzinfo=ZoneInfo(c.get_schedule(schedule_id).timezone))
-    return at
+    return (at, None) if at.tzinfo is not None else (None, at)
 
 
 def cmd_why(args: argparse.Namespace) -> int:
@@ -75,8 +74,8 @@ def cmd_why(args: argparse.Namespace) -> int:
         if args.time is None:
             reply = c.explain(job_id=args.target, recent=args.recent)
         else:
-            at = _at(c, args.target, args.time)
-            reply = c.explain(args.target, at, recent=args.recent)
+            at, local = _at(args.time)
+            reply = c.explain(args.target, at, local=local, recent=args.recent)
     if args.json:
         print_json(why_json(reply))
     else:

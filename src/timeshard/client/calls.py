@@ -191,15 +191,25 @@ class Methods:
 
     @staticmethod
     def explain(
-        schedule_id: str = "", at: datetime | None = None, job_id: str = "", recent: int = 0
+        schedule_id: str = "",
+        at: datetime | None = None,
+        job_id: str = "",
+        recent: int = 0,
+        local: datetime | None = None,
     ) -> Call[Explanation]:
         """Why an occurrence ran or did not: the job ``job_id``'s, or ``schedule_id``'s at
-        ``at`` (a time zone given: a naive datetime is ``InvalidArgument``)."""
+        ``at`` (a time zone given: a naive datetime is ``InvalidArgument``) or at the local
+        time ``local`` (naive, read in the schedule's zone: one in a DST gap or fold is
+        answered with the rule applied)."""
         req = pb.ExplainOccurrenceRequest(schedule_id=schedule_id, job_id=job_id, recent=recent)
         if at is not None:
             if at.tzinfo is None:
                 raise InvalidArgument("at", "give a time zone (e.g. datetime(..., tzinfo=UTC))")
             req.at.CopyFrom(ts(round(at.timestamp() * 1000)))
+        if local is not None:
+            if local.tzinfo is not None:
+                raise InvalidArgument("local", "a local time has no time zone: give it as `at`")
+            req.at_local = local.isoformat()
         return Call("ExplainOccurrence", req, Explanation.from_pb)
 
     @staticmethod

@@ -219,11 +219,14 @@ class Client(SyncTransport):
         *,
         job_id: str = "",
         recent: int = 0,
+        local: datetime | None = None,
     ) -> Explanation:
         """Why the occurrence of ``schedule_id`` at ``at`` (an aware datetime), or the job
-        ``job_id``, ran or did not (``timeshard why``); ``recent``: also the schedule's latest
-        ledger entries. ``NotFound`` for an unknown schedule or job."""
-        return self._run(Methods.explain(schedule_id, at, job_id, recent))
+        ``job_id``, ran or did not (``timeshard why``); or at ``local``, a naive local time
+        in the schedule's zone (one a DST gap skipped or a fold repeated is answered with the
+        rule applied); ``recent``: also the schedule's latest ledger entries. ``NotFound`` for
+        an unknown schedule or job."""
+        return self._run(Methods.explain(schedule_id, at, job_id, recent, local))
 
     def list_schedules(self, *, page_size: int = 100) -> Iterator[Schedule]:
         return self._pages(Methods.list_schedules(page_size))
@@ -459,9 +462,10 @@ class AsyncClient(AsyncTransport):
         *,
         job_id: str = "",
         recent: int = 0,
+        local: datetime | None = None,
     ) -> Explanation:
         """``Client.explain``."""
-        return await self._run(Methods.explain(schedule_id, at, job_id, recent))
+        return await self._run(Methods.explain(schedule_id, at, job_id, recent, local))
 
     def list_schedules(self, *, page_size: int = 100) -> AsyncIterator[Schedule]:
         return self._pages(Methods.list_schedules(page_size))

@@ -151,9 +151,10 @@ class ProtoClient(SyncTransport):
         *,
         job_id: str = "",
         recent: int = 0,
+        local: datetime | None = None,
     ) -> pb.ExplainOccurrenceResponse:
         """``Client.explain``, as the server sent it."""
-        call = Methods.explain(schedule_id, at, job_id, recent)
+        call = Methods.explain(schedule_id, at, job_id, recent, local)
         return self._send(call, pb.ExplainOccurrenceResponse)
 
     def list_jobs(

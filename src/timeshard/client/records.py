@@ -402,7 +402,8 @@ class TypeInfo:
 class LedgerEntry:
     """One decision of the occurrence ledger: for the occurrence at ``nominal`` (or, with
     ``count`` > 1, every occurrence from ``nominal`` to ``last``), what was decided
-    (``reason``: created, caught_up, queued, skipped_overlap, missed_skipped, paused), its job
+    (``reason``: created, caught_up, queued, skipped_overlap, missed_skipped, paused,
+    skipped_dst_gap, skipped_dst_fold), its job
     if one was made, who decided it and why in words (``notes``)."""
 
     schedule_id: str

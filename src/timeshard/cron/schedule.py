@@ -109,7 +109,7 @@ def _check_window(after_ms: int, count: int) -> None:
         raise InvalidArgument("count", f"must be a non-negative integer, got {count!r}")
 
 
-def _walls_from(spec: CronSpec, start: datetime) -> Any:
+def matching_walls_from(spec: CronSpec, start: datetime) -> Any:
     """croniter over the local wall times that match, from ``start`` (inclusive, to the
     second) on. croniter itself returns only times strictly after its start time."""
     first = start.replace(microsecond=0) - timedelta(seconds=1)
@@ -122,7 +122,7 @@ def _next_fires(
     """The first ``count`` fires after ``after_ms`` (and at or before ``until_ms``)."""
     _check_window(after_ms, count)
     zone = spec.zone
-    walls = _walls_from(spec, naive_wall(earliest_wall_after(zone, after_ms)))
+    walls = matching_walls_from(spec, naive_wall(earliest_wall_after(zone, after_ms)))
     final: list[_Fire] = []
     pending: dict[int, _Fire] = {}
     queue: list[int] = []  # the instants in ``pending``, as a heap
@@ -148,7 +148,7 @@ def _next_fires(
         if placed.gap_end is not None:
             # The rest of the gap maps to the same instant (or to nothing): skip past it
             # rather than visit every matching second of it.
-            walls = _walls_from(spec, placed.gap_end)
+            walls = matching_walls_from(spec, placed.gap_end)
     while queue and len(final) < count:
         final.append(pending.pop(heapq.heappop(queue)))
     if until_ms is not None:

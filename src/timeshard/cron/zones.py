@@ -176,3 +176,61 @@ def _setbacks_from_hour(zone: zoneinfo.ZoneInfo, hour: int) -> tuple[tuple[int, 
             setbacks.append((setback, setback + _offset_ms(zone, setback)))
         previous_at, previous = at, offset
     return tuple(setbacks)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Transition:
+    """An instant at which a zone's UTC offset changes: daylight saving starting (a gap: the
+    clocks skip from ``wall_from`` to ``wall_to``) or ending (a fold: they go back, and the
+    wall times from ``wall_to`` up to ``wall_from`` happen twice)."""
+
+    at_ms: int
+    offset_before_ms: int
+    offset_after_ms: int
+
+    @property
+    def gap(self) -> bool:
+        return self.offset_after_ms > self.offset_before_ms
+
+    @property
+    def wall_from(self) -> datetime:
+        """The wall clock's reading as the change comes (02:00 in spring in Europe/Berlin)."""
+        return naive_wall(self.at_ms + self.offset_before_ms)
+
+    @property
+    def wall_to(self) -> datetime:
+        """The reading it jumps to (03:00 in spring in Europe/Berlin, 02:00 in autumn)."""
+        return naive_wall(self.at_ms + self.offset_after_ms)
+
+
+_YEAR_MS = 365 * 24 * _HOUR_MS
+_SAMPLE_MS = 2 * _HOUR_MS
+"""Transitions are found by sampling the offset this often: no zone changes its offset twice
+within two hours (that would be missed)."""
+
+
+def transitions_between(zone: zoneinfo.ZoneInfo, after_ms: int, until_ms: int) -> list[Transition]:
+    """The zone's transitions in ``(after_ms, until_ms]``, ascending (a cached scan per year,
+    so asking again about the same years costs a lookup)."""
+    out: list[Transition] = []
+    for year in range(after_ms // _YEAR_MS, until_ms // _YEAR_MS + 1):
+        out += [t for t in _transitions_of_year(zone, year) if after_ms < t.at_ms <= until_ms]
+    return out
+
+
+@functools.lru_cache(maxsize=1024)
+def _transitions_of_year(zone: zoneinfo.ZoneInfo, year: int) -> tuple[Transition, ...]:
+    """The transitions in ``(year * _YEAR_MS, (year + 1) * _YEAR_MS]`` (365-day "years" from
+    the epoch: only a way to cut time into cached pieces)."""
+    found = []
+    previous_at = year * _YEAR_MS
+    previous = _offset_ms(zone, previous_at)
+    for at in range(previous_at + _SAMPLE_MS, previous_at + _YEAR_MS + 1, _SAMPLE_MS):
+        offset = _offset_ms(zone, at)
+        if offset != previous:
+            change = _transition_between(zone, previous_at, at)
+            found.append(
+                Transition(at_ms=change, offset_before_ms=previous, offset_after_ms=offset)
+            )
+        previous_at, previous = at, offset
+    return tuple(found)

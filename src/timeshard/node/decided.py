@@ -10,6 +10,7 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 from timeshard.cron import CronSpec, preview
+from timeshard.cron.dstskips import decided_with
 from timeshard.cron.zones import local_time
 from timeshard.ledger import LedgerRow, Reason
 from timeshard.model import Schedule
@@ -103,6 +104,24 @@ def decide(
             reason = Reason.SKIPPED_OVERLAP
             out.append(Decided(first=first, last=last, count=count, reason=reason, note=overlap))
     return tuple(out)
+
+
+def dst_decided(spec: CronSpec, first_due: int, now: int) -> tuple[Decided, ...]:
+    """The matching local times the DST rule gave no run (a gap under ``dst_gap=skip``, a
+    fold's second pass under ``dst_fold=first``) decided with the fire times in
+    ``[first_due, now]``: each gap or fold once, with the first fire time after it
+    (``cron.dstskips``)."""
+    reasons = {"gap": Reason.SKIPPED_DST_GAP, "fold": Reason.SKIPPED_DST_FOLD}
+    return tuple(
+        Decided(
+            first=k.key_ms,
+            last=k.last_ms,
+            count=k.count,
+            reason=reasons[k.kind],
+            note=k.words(),
+        )
+        for k in decided_with(spec, first_due, now)
+    )
 
 
 NO_CLOCK_CHANGE_MS = 86_400_000

@@ -35,7 +35,7 @@ from timeshard.model import (
     OverlapPolicy,
     Schedule,
 )
-from timeshard.node.decided import Decided, Made, decide, ledger_rows, span_of
+from timeshard.node.decided import Decided, Made, decide, dst_decided, ledger_rows, span_of
 from timeshard.sharding import shard_of
 from timeshard.store.base import Store, entry_for, repeats_due, schedule_entry
 
@@ -298,7 +298,8 @@ class ScheduleFirer:
             last_fire_at=now if made else s.last_fire_at,
         )
         entry = schedule_entry(s, attention, now)
-        rows = ledger_rows(s, spec, plan.decided, made, node=self._node_id, epoch=epoch, now=now)
+        decided = dst_decided(spec, s.next_fire, now) + plan.decided  # (+ the DST rule's)
+        rows = ledger_rows(s, spec, decided, made, node=self._node_id, epoch=epoch, now=now)
         applied, _ = await self._store.update_schedule(updated, s.version, entry, ledger=rows)
         if applied:
             self._decided(s, rows)

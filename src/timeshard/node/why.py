@@ -9,11 +9,20 @@ retention, after which the answer says its outcome is no longer stored.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from datetime import datetime
 
 from timeshard.clock import Clock, format_rfc3339
-from timeshard.cron import fire_times_between, newest_fire_times, next_fire_times
-from timeshard.cron.zones import local_time
+from timeshard.cron import CronSpec, fire_times_between, newest_fire_times, next_fire_times
+from timeshard.cron.dstskips import (
+    DstSkip,
+    clock,
+    skip_at,
+    transition_of_wall,
+    wall_matches,
+    wall_words,
+)
+from timeshard.cron.zones import Transition, local_time, resolve
 from timeshard.errors import InvalidArgument, NotFound
 from timeshard.ledger import LedgerRow
 from timeshard.model import Job, JobState, Schedule, validate_schedule_id
@@ -26,6 +35,9 @@ NEAREST = 2
 LOOK_BACK_MS = 400 * 86_400_000
 """How far back the occurrence before a time is looked for (a yearly schedule has one)."""
 RECENT_LIMIT = 200
+COVER_LOOK = 3
+"""Rows read back for the one covering a time: a run of missed occurrences may start before
+the DST skips decided with it (their rows sort between its start and the time asked)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -97,51 +109,103 @@ def job_words(job: Job, finished_keep_s: int | None = None) -> list[str]:
     return out
 
 
+def no_occurrence(s: Schedule, spec: CronSpec, at: int, asked: str) -> Explanation:
+    """The answer for a time that is no occurrence of ``s``: said so, with the nearest ones
+    (``asked``: the time in words, as asked)."""
+    near = (
+        *newest_fire_times(spec, at - LOOK_BACK_MS, at, NEAREST),
+        *next_fire_times(spec, at, NEAREST),
+    )
+    listed = ", ".join(_when(t) for t in near) or "none"
+    return Explanation(
+        schedule_id=s.schedule_id,
+        nominal=at,
+        nominal_local=local_time(spec.zone, at).isoformat(timespec="seconds"),
+        timezone=s.timezone,
+        found=False,
+        row=None,
+        job=None,
+        steps=(schedule_words(s), f"{asked} is no occurrence of it; nearest: {listed}"),
+        nearest=near,
+    )
+
+
 class Explainer:
     def __init__(self, store: Store, clock: Clock) -> None:
         self._store = store
         self._clock = clock
 
-    async def occurrence(self, schedule_id: str, at: int) -> Explanation:
-        """Why the occurrence of ``schedule_id`` at ``at`` (epoch ms) ran or did not;
-        ``NotFound`` for an unknown schedule."""
+    async def _schedule(self, schedule_id: str) -> Schedule:
         s = await self._store.get_schedule(validate_schedule_id(schedule_id))
         if s is None:
             raise NotFound("schedule", schedule_id)
+        return s
+
+    async def occurrence(self, schedule_id: str, at: int) -> Explanation:
+        """Why the occurrence of ``schedule_id`` at ``at`` (epoch ms) ran or did not;
+        ``NotFound`` for an unknown schedule."""
+        s = await self._schedule(schedule_id)
+        return await self._at(s, spec_of(s), at)
+
+    async def local(self, schedule_id: str, wall: datetime) -> Explanation:
+        """The same for a local time (naive, in the schedule's zone): one that a DST gap
+        skipped or a fold repeated is said so, with the schedule's rule and what it made of
+        it (``cron.dstskips``)."""
+        s = await self._schedule(schedule_id)
         spec = spec_of(s)
-        found = await self._store.read_ledger(s.schedule_id, at_or_before=at, limit=1)
-        row = found[0] if found and found[0].covers(at) else None
+        t = transition_of_wall(spec, wall)
+        if t is None:
+            return await self._at(s, spec, resolve(spec.zone, wall).first_ms)
+        return await self._dst_wall(s, spec, wall, t)
+
+    async def _dst_wall(
+        self, s: Schedule, spec: CronSpec, wall: datetime, t: Transition
+    ) -> Explanation:
+        """A local time in a gap or a fold: what the clocks did to it, the rule, and the
+        chain of each instant the rule made of it (a fold: both of its instants)."""
+        head = schedule_words(s)
+        if not wall_matches(spec, wall):
+            went = f"clocks went {clock(t.wall_from)} -> {clock(t.wall_to)}"
+            asked = f"{wall.isoformat()} local (in a DST {'gap' if t.gap else 'fold'}: {went})"
+            return no_occurrence(s, spec, resolve(spec.zone, wall).first_ms, asked)
+        words = wall_words(spec, wall, t)
+        if t.gap:
+            at = t.at_ms - 1 if spec.gap_policy == "skip" else t.at_ms
+            e = await self._at(s, spec, at)
+            rest = [w for w in e.steps[1:] if w != words]
+            return replace(e, nominal_local=wall.isoformat(), steps=(head, words, *rest))
+        placed = resolve(spec.zone, wall)
+        first = await self._at(s, spec, placed.first_ms)
+        second = await self._at(s, spec, placed.second_ms)
+        steps = [head, words]
+        for which, e in (("first", first), ("second", second)):
+            steps.append(f"the {which}, at {_when(e.nominal)} ({e.nominal_local}):")
+            steps += e.steps[2:] if e.found else ["no run"]
+        return replace(first, found=True, steps=tuple(steps))
+
+    async def _at(self, s: Schedule, spec: CronSpec, at: int) -> Explanation:
+        found = await self._store.read_ledger(s.schedule_id, at_or_before=at, limit=COVER_LOOK)
+        row = next((r for r in found if r.covers(at)), None)
         is_fire = fire_times_between(spec, at - 1, at, 1) == [at]
-        if row is not None and row.nominal != at and not is_fire:
+        skip = None if is_fire else skip_at(spec, at)
+        if row is not None and row.nominal != at and not is_fire and skip is None:
             row = None  # inside a run of skipped ones, but not one of them
+        if row is not None and skip is not None and row.nominal != skip.key_ms:
+            row = None  # a run of missed ones around a DST skip: not its decision
         local = local_time(spec.zone, at).isoformat(timespec="seconds")
         steps = [schedule_words(s)]
-        if row is None and not is_fire:
-            near = (
-                *newest_fire_times(spec, at - LOOK_BACK_MS, at, NEAREST),
-                *next_fire_times(spec, at, NEAREST),
-            )
-            listed = ", ".join(_when(t) for t in near) or "none"
-            steps.append(f"{_when(at)} ({local}) is no occurrence of it; nearest: {listed}")
-            return Explanation(
-                schedule_id=s.schedule_id,
-                nominal=at,
-                nominal_local=local,
-                timezone=s.timezone,
-                found=False,
-                row=None,
-                job=None,
-                steps=tuple(steps),
-                nearest=near,
-            )
+        if row is None and not is_fire and skip is None:
+            return no_occurrence(s, spec, at, f"{_when(at)} ({local})")
         steps.append(f"occurrence at {_when(at)} ({local} {s.timezone})")
-        if (row is None or row.count > 1) and (dst := dst_note(spec, at)) is not None:
+        if skip is not None:
+            steps[-1] = skip.words()
+        elif (row is None or row.count > 1) and (dst := dst_note(spec, at)) is not None:
             steps.append(dst)
         job = None
         if row is None:
-            steps.append(self._undecided(s, at))
+            steps.append(self._skip_undecided(s, spec, skip) if skip else self._undecided(s, at))
         else:
-            steps += row_words(row)
+            steps += [w for w in row_words(row) if w not in steps]  # (a skip's words once)
             if row.job_id and row.count == 1:
                 job = await self._store.get_job(row.job_id)
                 steps += job_words(job) if job else [self._gone(row.job_id)]
@@ -155,6 +219,14 @@ class Explainer:
             job=job,
             steps=tuple(steps),
         )
+
+    def _skip_undecided(self, s: Schedule, spec: CronSpec, skip: DstSkip) -> str:
+        """A DST skip with no ledger row: it is recorded with the first run after it."""
+        after = next_fire_times(spec, skip.key_ms, 1)
+        if not after or after[0] >= s.next_fire:
+            then = f" ({_when(after[0])})" if after else ""
+            return f"not in the ledger yet: recorded with the schedule's first run after it{then}"
+        return self._undecided(s, skip.key_ms)
 
     def _undecided(self, s: Schedule, at: int) -> str:
         now = self._clock.now_ms()

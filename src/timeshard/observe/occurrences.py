@@ -27,14 +27,16 @@ class OccurrenceMetrics:
         self.decided_total = Counter(
             "timeshard_schedule_occurrences",
             "Nominal occurrences of cron schedules decided, by the ledger's reason: created, "
-            "caught_up, queued, skipped_overlap, missed_skipped, paused.",
+            "caught_up, queued, skipped_overlap, missed_skipped, paused, skipped_dst_gap, "
+            "skipped_dst_fold (local times the schedule's DST rule gives no run).",
             ["reason"],
             registry=registry,
         )
         self.skipped_total = Counter(
             "timeshard_schedule_occurrences_skipped",
             "Occurrences not run, by schedule and reason (skipped_overlap, missed_skipped, "
-            "paused); `timeshard why SCHEDULE TIME` says why each.",
+            "paused; not the DST rule's, which were never due); `timeshard why SCHEDULE TIME` "
+            "says why each.",
             ["schedule", "reason"],
             registry=registry,
         )

@@ -463,16 +463,18 @@ class LedgerEntry(_message.Message):
     def __init__(self, schedule_id: _Optional[str] = ..., nominal: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., count: _Optional[int] = ..., reason: _Optional[str] = ..., job_id: _Optional[str] = ..., run_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., revision: _Optional[int] = ..., node: _Optional[str] = ..., epoch: _Optional[int] = ..., decided_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., notes: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ExplainOccurrenceRequest(_message.Message):
-    __slots__ = ("schedule_id", "at", "job_id", "recent")
+    __slots__ = ("schedule_id", "at", "job_id", "recent", "at_local")
     SCHEDULE_ID_FIELD_NUMBER: _ClassVar[int]
     AT_FIELD_NUMBER: _ClassVar[int]
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     RECENT_FIELD_NUMBER: _ClassVar[int]
+    AT_LOCAL_FIELD_NUMBER: _ClassVar[int]
     schedule_id: str
     at: _timestamp_pb2.Timestamp
     job_id: str
     recent: int
-    def __init__(self, schedule_id: _Optional[str] = ..., at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., job_id: _Optional[str] = ..., recent: _Optional[int] = ...) -> None: ...
+    at_local: str
+    def __init__(self, schedule_id: _Optional[str] = ..., at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., job_id: _Optional[str] = ..., recent: _Optional[int] = ..., at_local: _Optional[str] = ...) -> None: ...
 
 class ExplainOccurrenceResponse(_message.Message):
     __slots__ = ("schedule_id", "nominal", "nominal_local", "timezone", "found", "entry", "job", "steps", "nearest", "recent")

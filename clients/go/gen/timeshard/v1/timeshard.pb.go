@@ -2552,7 +2552,8 @@ type LedgerEntry struct {
 	Nominal    *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=nominal,proto3" json:"nominal,omitempty"` // the cron time, before spread and jitter
 	Last       *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=last,proto3" json:"last,omitempty"`       // the last of a run (count > 1); unset for one
 	Count      int64                  `protobuf:"varint,4,opt,name=count,proto3" json:"count,omitempty"`
-	// created, caught_up, queued, skipped_overlap, missed_skipped or paused
+	// created, caught_up, queued, skipped_overlap, missed_skipped, paused, skipped_dst_gap or
+	// skipped_dst_fold
 	Reason        string                 `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
 	JobId         string                 `protobuf:"bytes,6,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"` // the occurrence's job (created, caught_up); "" for the others
 	RunAt         *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=run_at,json=runAt,proto3" json:"run_at,omitempty"` // when that job runs (spread offset, jitter)
@@ -2680,17 +2681,22 @@ func (x *LedgerEntry) GetNotes() []string {
 }
 
 // Either job_id (any job; for a schedule's occurrence, its occurrence's chain) or schedule_id
-// and at (the occurrence of that schedule at that instant), not both (INVALID_ARGUMENT).
+// and at or at_local (the occurrence of that schedule at that instant or local time), not
+// both (INVALID_ARGUMENT).
 //   - An unknown schedule or job is NOT_FOUND naming it.
 //   - A time that is no occurrence of the schedule: found = false, with the nearest ones.
 //   - recent (0-200): also the schedule's latest ledger entries, newest first: those at or
 //     before `at` (without `at`: now), so that a caller can page back with an earlier `at`.
 type ExplainOccurrenceRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	ScheduleId    string                 `protobuf:"bytes,1,opt,name=schedule_id,json=scheduleId,proto3" json:"schedule_id,omitempty"`
-	At            *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=at,proto3" json:"at,omitempty"`
-	JobId         string                 `protobuf:"bytes,3,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
-	Recent        int32                  `protobuf:"varint,4,opt,name=recent,proto3" json:"recent,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	ScheduleId string                 `protobuf:"bytes,1,opt,name=schedule_id,json=scheduleId,proto3" json:"schedule_id,omitempty"`
+	At         *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=at,proto3" json:"at,omitempty"`
+	JobId      string                 `protobuf:"bytes,3,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	Recent     int32                  `protobuf:"varint,4,opt,name=recent,proto3" json:"recent,omitempty"`
+	// Instead of `at`: a local wall-clock time without an offset ("2027-03-28T02:30"), read in
+	// the schedule's time zone. One that a DST gap skips or a fold repeats is answered as such:
+	// the rule applied (dst_gap, dst_fold) and what became of it (a fold: both instants).
+	AtLocal       string `protobuf:"bytes,5,opt,name=at_local,json=atLocal,proto3" json:"at_local,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2753,11 +2759,21 @@ func (x *ExplainOccurrenceRequest) GetRecent() int32 {
 	return 0
 }
 
+func (x *ExplainOccurrenceRequest) GetAtLocal() string {
+	if x != nil {
+		return x.AtLocal
+	}
+	return ""
+}
+
 type ExplainOccurrenceResponse struct {
-	state         protoimpl.MessageState   `protogen:"open.v1"`
-	ScheduleId    string                   `protobuf:"bytes,1,opt,name=schedule_id,json=scheduleId,proto3" json:"schedule_id,omitempty"` // "" for a job that is no schedule's occurrence
-	Nominal       *timestamppb.Timestamp   `protobuf:"bytes,2,opt,name=nominal,proto3" json:"nominal,omitempty"`
-	NominalLocal  string                   `protobuf:"bytes,3,opt,name=nominal_local,json=nominalLocal,proto3" json:"nominal_local,omitempty"` // in the schedule's time zone, with its offset
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	ScheduleId string                 `protobuf:"bytes,1,opt,name=schedule_id,json=scheduleId,proto3" json:"schedule_id,omitempty"` // "" for a job that is no schedule's occurrence
+	// The occurrence's time; for a local time a DST gap skipped under dst_gap=skip, its ledger
+	// key (1 ms before the clocks changed); for one a fold repeated, the first of its instants.
+	Nominal *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=nominal,proto3" json:"nominal,omitempty"`
+	// In the schedule's time zone, with its offset (a time a gap skipped: as asked, none)
+	NominalLocal  string                   `protobuf:"bytes,3,opt,name=nominal_local,json=nominalLocal,proto3" json:"nominal_local,omitempty"`
 	Timezone      string                   `protobuf:"bytes,4,opt,name=timezone,proto3" json:"timezone,omitempty"`
 	Found         bool                     `protobuf:"varint,5,opt,name=found,proto3" json:"found,omitempty"`    // the time is an occurrence (or has a ledger entry)
 	Entry         *LedgerEntry             `protobuf:"bytes,6,opt,name=entry,proto3" json:"entry,omitempty"`     // the decision covering it; unset if none is recorded
@@ -7444,13 +7460,14 @@ const file_timeshard_v1_timeshard_proto_rawDesc = "" +
 	" \x01(\x03R\x05epoch\x129\n" +
 	"\n" +
 	"decided_at\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\tdecidedAt\x12\x14\n" +
-	"\x05notes\x18\f \x03(\tR\x05notes\"\x96\x01\n" +
+	"\x05notes\x18\f \x03(\tR\x05notes\"\xb1\x01\n" +
 	"\x18ExplainOccurrenceRequest\x12\x1f\n" +
 	"\vschedule_id\x18\x01 \x01(\tR\n" +
 	"scheduleId\x12*\n" +
 	"\x02at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12\x15\n" +
 	"\x06job_id\x18\x03 \x01(\tR\x05jobId\x12\x16\n" +
-	"\x06recent\x18\x04 \x01(\x05R\x06recent\"\x9e\x03\n" +
+	"\x06recent\x18\x04 \x01(\x05R\x06recent\x12\x19\n" +
+	"\bat_local\x18\x05 \x01(\tR\aatLocal\"\x9e\x03\n" +
 	"\x19ExplainOccurrenceResponse\x12\x1f\n" +
 	"\vschedule_id\x18\x01 \x01(\tR\n" +
 	"scheduleId\x124\n" +

@@ -631,7 +631,10 @@ export interface LedgerEntry {
   /** the last of a run (count > 1); unset for one */
   last: Date | undefined;
   count: number;
-  /** created, caught_up, queued, skipped_overlap, missed_skipped or paused */
+  /**
+   * created, caught_up, queued, skipped_overlap, missed_skipped, paused, skipped_dst_gap or
+   * skipped_dst_fold
+   */
   reason: string;
   /** the occurrence's job (created, caught_up); "" for the others */
   jobId: string;
@@ -654,7 +657,8 @@ export interface LedgerEntry {
 
 /**
  * Either job_id (any job; for a schedule's occurrence, its occurrence's chain) or schedule_id
- * and at (the occurrence of that schedule at that instant), not both (INVALID_ARGUMENT).
+ * and at or at_local (the occurrence of that schedule at that instant or local time), not
+ * both (INVALID_ARGUMENT).
  * - An unknown schedule or job is NOT_FOUND naming it.
  * - A time that is no occurrence of the schedule: found = false, with the nearest ones.
  * - recent (0-200): also the schedule's latest ledger entries, newest first: those at or
@@ -665,15 +669,25 @@ export interface ExplainOccurrenceRequest {
   at: Date | undefined;
   jobId: string;
   recent: number;
+  /**
+   * Instead of `at`: a local wall-clock time without an offset ("2027-03-28T02:30"), read in
+   * the schedule's time zone. One that a DST gap skips or a fold repeats is answered as such:
+   * the rule applied (dst_gap, dst_fold) and what became of it (a fold: both instants).
+   */
+  atLocal: string;
 }
 
 export interface ExplainOccurrenceResponse {
   /** "" for a job that is no schedule's occurrence */
   scheduleId: string;
+  /**
+   * The occurrence's time; for a local time a DST gap skipped under dst_gap=skip, its ledger
+   * key (1 ms before the clocks changed); for one a fold repeated, the first of its instants.
+   */
   nominal:
     | Date
     | undefined;
-  /** in the schedule's time zone, with its offset */
+  /** In the schedule's time zone, with its offset (a time a gap skipped: as asked, none) */
   nominalLocal: string;
   timezone: string;
   /** the time is an occurrence (or has a ledger entry) */
@@ -5677,7 +5691,7 @@ export const LedgerEntry: MessageFns<LedgerEntry> = {
 };
 
 function createBaseExplainOccurrenceRequest(): ExplainOccurrenceRequest {
-  return { scheduleId: "", at: undefined, jobId: "", recent: 0 };
+  return { scheduleId: "", at: undefined, jobId: "", recent: 0, atLocal: "" };
 }
 
 export const ExplainOccurrenceRequest: MessageFns<ExplainOccurrenceRequest> = {
@@ -5693,6 +5707,9 @@ export const ExplainOccurrenceRequest: MessageFns<ExplainOccurrenceRequest> = {
     }
     if (message.recent !== 0) {
       writer.uint32(32).int32(message.recent);
+    }
+    if (message.atLocal !== "") {
+      writer.uint32(42).string(message.atLocal);
     }
     return writer;
   },
@@ -5742,6 +5759,14 @@ export const ExplainOccurrenceRequest: MessageFns<ExplainOccurrenceRequest> = {
             message.recent = reader.int32();
             continue;
           }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.atLocal = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -5768,6 +5793,11 @@ export const ExplainOccurrenceRequest: MessageFns<ExplainOccurrenceRequest> = {
         ? globalThis.String(object.job_id)
         : "",
       recent: isSet(object.recent) ? globalThis.Number(object.recent) : 0,
+      atLocal: isSet(object.atLocal)
+        ? globalThis.String(object.atLocal)
+        : isSet(object.at_local)
+        ? globalThis.String(object.at_local)
+        : "",
     };
   },
 
@@ -5785,6 +5815,9 @@ export const ExplainOccurrenceRequest: MessageFns<ExplainOccurrenceRequest> = {
     if (message.recent !== 0) {
       obj.recent = Math.round(message.recent);
     }
+    if (message.atLocal !== "") {
+      obj.atLocal = message.atLocal;
+    }
     return obj;
   },
 
@@ -5797,6 +5830,7 @@ export const ExplainOccurrenceRequest: MessageFns<ExplainOccurrenceRequest> = {
     message.at = object.at ?? undefined;
     message.jobId = object.jobId ?? "";
     message.recent = object.recent ?? 0;
+    message.atLocal = object.atLocal ?? "";
     return message;
   },
 };
