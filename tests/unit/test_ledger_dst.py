@@ -24,6 +24,7 @@ from timeshard.errors import NotFound
 from timeshard.ledger import Reason
 from timeshard.model import MisfirePolicy, OverlapPolicy
 from timeshard.node import Node
+from timeshard.testing.waits import wait_until
 from timeshard.v1 import timeshard_pb2 as pb
 from timeshard.v1 import timeshard_pb2_grpc as pb_grpc
 from timeshard.wire import ts
@@ -102,7 +103,10 @@ async def test_an_outage_across_a_gap_has_its_misses_and_the_rules_skip_apart(
     clock.advance(94 * 60)  # down until 01:50Z, across the gap
     async with running(path, clock=clock) as (node, clock):
         await advance(node, clock, 2, step=1)
-        rows = await ledger(node)
+        # the restart's catch-up is the node's own work: a loaded machine may take a while
+        rows = await wait_until(
+            lambda: ledger(node), 30, "the catch-up", until=lambda r: len(r) >= 4
+        )
         assert [(r.nominal, r.end, r.count, r.reason) for r in rows] == [
             (ms(2027, 3, 28, 0, 15), ms(2027, 3, 28, 0, 15), 1, Reason.CREATED),
             (ms(2027, 3, 28, 0, 30), ms(2027, 3, 28, 1, 30), 5, Reason.MISSED_SKIPPED),
