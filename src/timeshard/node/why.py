@@ -16,7 +16,7 @@ from timeshard.cron import fire_times_between, newest_fire_times, next_fire_time
 from timeshard.cron.zones import local_time
 from timeshard.errors import InvalidArgument, NotFound
 from timeshard.ledger import LedgerRow
-from timeshard.model import Job, JobState, Schedule, validate_schedule_id
+from timeshard.model import ChangeKind, Job, JobState, Schedule, validate_schedule_id
 from timeshard.node.decided import dst_note
 from timeshard.node.schedules import spec_of
 from timeshard.store.base import Store
@@ -105,9 +105,7 @@ class Explainer:
     async def occurrence(self, schedule_id: str, at: int) -> Explanation:
         """Why the occurrence of ``schedule_id`` at ``at`` (epoch ms) ran or did not;
         ``NotFound`` for an unknown schedule."""
-        s = await self._store.get_schedule(validate_schedule_id(schedule_id))
-        if s is None:
-            raise NotFound("schedule", schedule_id)
+        s, deleted = await self._schedule(schedule_id)
         spec = spec_of(s)
         found = await self._store.read_ledger(s.schedule_id, at_or_before=at, limit=1)
         row = found[0] if found and found[0].covers(at) else None
@@ -115,7 +113,7 @@ class Explainer:
         if row is not None and row.nominal != at and not is_fire:
             row = None  # inside a run of skipped ones, but not one of them
         local = local_time(spec.zone, at).isoformat(timespec="seconds")
-        steps = [schedule_words(s)]
+        steps = [schedule_words(s), *([deleted] if deleted else [])]
         if row is None and not is_fire:
             near = (
                 *newest_fire_times(spec, at - LOOK_BACK_MS, at, NEAREST),
@@ -138,7 +136,9 @@ class Explainer:
         if (row is None or row.count > 1) and (dst := dst_note(spec, at)) is not None:
             steps.append(dst)
         job = None
-        if row is None:
+        if row is None and deleted and at >= s.next_fire:
+            steps.append("not decided: the schedule was deleted before it was due")
+        elif row is None:
             steps.append(self._undecided(s, at))
         else:
             steps += row_words(row)
@@ -154,6 +154,22 @@ class Explainer:
             row=row,
             job=job,
             steps=tuple(steps),
+        )
+
+    async def _schedule(self, schedule_id: str) -> tuple[Schedule, str]:
+        """The schedule, or a deleted one as it was when deleted, with a step saying so (its
+        history is kept for the ledger retention, then purged); ``NotFound`` for neither."""
+        sid = validate_schedule_id(schedule_id)
+        s = await self._store.get_schedule(sid)
+        if s is not None:
+            return s, ""
+        newest = await self._store.schedule_revisions(sid, limit=1)
+        if not newest or newest[0].change.kind is not ChangeKind.DELETE:
+            raise NotFound("schedule", schedule_id)
+        gone = newest[0]
+        return gone.schedule, (
+            f"deleted at {_when(gone.change.at_ms)} by {gone.change.actor} (revision "
+            f"{gone.revision}); as it was then"
         )
 
     def _undecided(self, s: Schedule, at: int) -> str:
