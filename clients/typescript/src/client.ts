@@ -412,7 +412,8 @@ export class Client {
     );
   }
 
-  /** Returns the revision the delete made (the schedule's history is kept). */
+  /** Returns the revision the delete made (its history is kept for the ledger retention, then
+   * purged). */
   async deleteSchedule(scheduleId: string, opts: { reason?: string } = {}): Promise<number> {
     const request = { scheduleId, reason: opts.reason ?? "" };
     const res = await this.call(true, (n) =>
