@@ -9,8 +9,10 @@ On a fresh embedded store and, with ``--cassandra``, a fresh keyspace (dropped a
 revision, in the same batch on Cassandra), as many fire-path updates, and 200 reads (as a fire
 reads) of each of two schedules with a 256 KiB payload: one created once (1 revision), one
 changed 110 times (100 revisions kept, about 34 MiB of revisions as JSON); then 20 reads of
-that one's whole history (what ListScheduleRevisions reads). Median and p99 milliseconds on
-stdout; ``--json`` prints them as the last line.
+that one's whole history, of the first and of the last page of it (5 revisions, as many of that
+payload as fit a 4 MiB reply, and one more: what a ListScheduleRevisions page reads), and of one
+revision (what GetScheduleRevision reads). Median and p99 milliseconds on stdout; ``--json``
+prints them as the last line.
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ from timeshard.store.sqlite import SqliteStore
 NUM_SHARDS = 128
 NOW = 1_800_000_000_000
 READS = 200
+PAGE = 5
+"""Revisions of a page of history measured: as many of a 256 KiB payload as fit a 4 MiB reply."""
 
 
 def schedule(sid: str, payload: bytes) -> Schedule:
@@ -98,6 +102,16 @@ async def measure(store: Store, changes: int) -> dict[str, dict[str, float]]:
     out["fire_read_1_revision"] = await timed(READS, lambda _: store.get_schedule("big-once"))
     out["fire_read_100_revisions"] = await timed(READS, lambda _: store.get_schedule("big"))
     out["history_read_100_revisions"] = await timed(20, lambda _: store.schedule_revisions("big"))
+    newest = REVISIONS_KEPT + 11
+    page = PAGE + 1  # (ListScheduleRevisions reads one more, to know whether more follow)
+    out["history_first_page"] = await timed(
+        20, lambda _: store.schedule_revisions("big", limit=page)
+    )
+    out["history_last_page"] = await timed(
+        20,
+        lambda _: store.schedule_revisions("big", below=newest - REVISIONS_KEPT + PAGE, limit=page),
+    )
+    out["one_revision"] = await timed(20, lambda _: store.schedule_revision("big", newest - 50))
     return out
 
 

@@ -327,7 +327,8 @@ func (c *Client) ResumeSchedule(ctx context.Context, scheduleID string) (*Schedu
 	})
 }
 
-// DeleteSchedule deletes a schedule (its occurrences already created stay).
+// DeleteSchedule deletes a schedule (its occurrences already created stay; its history is kept
+// for the ledger retention, then purged).
 func (c *Client) DeleteSchedule(ctx context.Context, scheduleID string) error {
 	_, err := call(ctx, c, false, func(ctx context.Context, i int) (*pb.DeleteScheduleResponse, error) {
 		return c.jobs[i].DeleteSchedule(ctx, &pb.ScheduleIdRequest{ScheduleId: scheduleID})

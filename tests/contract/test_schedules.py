@@ -200,3 +200,66 @@ async def test_the_newest_revisions_are_kept(open_store: OpenStore) -> None:
             assert ok
         kept = [r for r, _ in await revisions_of(store, "busy")]
         assert kept == list(range(REVISIONS_KEPT + 3, 3, -1))
+
+
+async def test_a_page_of_revisions_is_the_kept_ones_below_a_number(open_store: OpenStore) -> None:
+    async with open_store() as store:
+        s = make_schedule("paged").with_(revision=1)
+        await store.create_schedule(s, schedule_entry(s, s.next_fire, NOW), said(CREATE))
+        newest = REVISIONS_KEPT + 3
+        for n in range(2, newest + 1):
+            ok, _ = await store.update_schedule(
+                s.with_(paused=n % 2 == 0, revision=n), n - 2, None, said(PAUSE)
+            )
+            assert ok
+
+        async def page(below: int | None, limit: int) -> list[int]:
+            found = await store.schedule_revisions("paged", below=below, limit=limit)
+            return [r.revision for r in found]
+
+        assert await page(None, 3) == [newest, newest - 1, newest - 2]
+        assert await page(newest - 2, 2) == [newest - 3, newest - 4]
+        assert await page(6, 5) == [5, 4]  # the oldest kept is 4
+        assert await page(4, 5) == [] and await page(1, 5) == []
+        assert await page(None, 1) == [newest]
+        one = await store.schedule_revision("paged", 50)
+        assert one is not None and one.revision == 50 and one.schedule.paused
+        assert await store.schedule_revision("paged", 3) is None  # dropped
+        assert await store.schedule_revision("paged", newest + 1) is None
+        assert await store.schedule_revisions("never-made", below=5, limit=2) == []
+        assert await store.schedule_revision("never-made", 1) is None
+
+
+async def test_a_deleted_schedule_is_purged_once_its_delete_is_old_enough(
+    open_store: OpenStore,
+) -> None:
+    async with open_store() as store:
+        s = make_schedule("old").with_(revision=1)
+        await store.create_schedule(s, schedule_entry(s, s.next_fire, NOW), said(CREATE))
+        assert await store.purge_schedule("old", deleted_before=NOW + 10**9) is None  # live
+        assert await store.purge_schedule("never-made", deleted_before=NOW) is None
+        deleted_at = NOW + 5_000
+        await store.delete_schedule(s.with_(revision=2), 0, said(DELETE, at=deleted_at))
+        assert await store.purge_schedule("old", deleted_before=deleted_at - 1) == deleted_at
+        assert await revisions_of(store, "old") == [(2, DELETE), (1, CREATE)]  # unchanged
+        assert await store.purge_schedule("old", deleted_before=deleted_at) == 0
+        assert await store.schedule_revisions("old") == []
+        assert await store.schedule_revision("old", 2) is None
+        assert await store.get_schedule("old") is None
+        assert await store.purge_schedule("old", deleted_before=deleted_at) is None
+        # The id is new again: its history starts over.
+        created, stored = await store.create_schedule(
+            s, schedule_entry(s, s.next_fire, NOW), said(CREATE)
+        )
+        assert created and stored == s and await revisions_of(store, "old") == [(1, CREATE)]
+
+
+async def test_a_deleted_schedule_created_again_is_not_purged(open_store: OpenStore) -> None:
+    async with open_store() as store:
+        s = make_schedule("back").with_(revision=1)
+        await store.create_schedule(s, schedule_entry(s, s.next_fire, NOW), said(CREATE))
+        await store.delete_schedule(s.with_(revision=2), 0, said(DELETE))
+        await store.create_schedule(s, schedule_entry(s, s.next_fire, NOW), said(CREATE))
+        assert await store.purge_schedule("back", deleted_before=NOW + 10**9) is None
+        assert await revisions_of(store, "back") == [(3, CREATE), (2, DELETE), (1, CREATE)]
+        assert await store.get_schedule("back") is not None

@@ -8,6 +8,7 @@ import {
   ListJobsRequest,
   Schedule,
   type ScheduleJobRequest,
+  type ScheduleRevision,
   type TypeFlow,
   type TypeInfo,
 } from "./gen/timeshard/v1/timeshard.js";
@@ -26,7 +27,7 @@ import type { Metadata } from "@grpc/grpc-js";
 import { status } from "@grpc/grpc-js";
 
 export { JobState };
-export type { Job, FireTime, ClusterInfoResponse, TypeInfo };
+export type { Job, FireTime, ClusterInfoResponse, TypeInfo, ScheduleRevision };
 export { Schedule };
 
 /** A job's payload: bytes, or a string sent as UTF-8. */
@@ -411,13 +412,49 @@ export class Client {
     );
   }
 
-  /** Returns the revision the delete made (the schedule's history is kept). */
+  /** Returns the revision the delete made (its history is kept for the ledger retention, then
+   * purged). */
   async deleteSchedule(scheduleId: string, opts: { reason?: string } = {}): Promise<number> {
     const request = { scheduleId, reason: opts.reason ?? "" };
     const res = await this.call(true, (n) =>
       unary(n.jobs.deleteSchedule.bind(n.jobs), request, this.metadata, this.settings),
     );
     return res.revision;
+  }
+
+  /** A page of the schedule's revisions, newest first (also a deleted schedule's): who changed
+   * it (`actor`, the caller's token name), when (`at`), how (`change`), why (`reason`), and the
+   * schedule as it was right after. `pageSize` 0 or unset: 20, at most 100; the token of the
+   * next page is "" on the last. An unknown schedule: NotFoundError. */
+  async scheduleHistory(
+    scheduleId: string,
+    opts: { pageSize?: number; pageToken?: string } = {},
+  ): Promise<Page<ScheduleRevision>> {
+    const request = { scheduleId, pageSize: opts.pageSize ?? 0, pageToken: opts.pageToken ?? "" };
+    const res = await this.call(true, (n) =>
+      unary(n.jobs.listScheduleRevisions.bind(n.jobs), request, this.metadata, this.settings),
+    );
+    return { items: res.revisions, nextPageToken: res.nextPageToken };
+  }
+
+  /** Revision `revision` of the schedule; one not kept (never made, or older than the newest
+   * 100): NotFoundError naming the revisions kept. */
+  async getScheduleRevision(scheduleId: string, revision: number): Promise<ScheduleRevision> {
+    return this.call(true, (n) =>
+      unary(n.jobs.getScheduleRevision.bind(n.jobs), { scheduleId, revision }, this.metadata, this.settings),
+    );
+  }
+
+  /** A new revision whose definition (cron, time zone, DST rules, job template, policies) is
+   * revision `revision`'s; the schedule stays paused or running as it is. Returns the schedule
+   * (`revision`: the one made, or the current one when it has that definition already, so a
+   * retry changes nothing). A revision not kept: NotFoundError; a deleted schedule:
+   * FailedPreconditionError; nothing changed either way. */
+  async rollbackSchedule(scheduleId: string, revision: number, opts: { reason?: string } = {}): Promise<Schedule> {
+    const request = { scheduleId, revision, reason: opts.reason ?? "" };
+    return this.call(true, (n) =>
+      unary(n.jobs.rollbackSchedule.bind(n.jobs), request, this.metadata, this.settings),
+    );
   }
 
   /** The next fire times of a cron expression, without creating anything. */

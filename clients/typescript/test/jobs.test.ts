@@ -227,6 +227,40 @@ describe("C9 client surface", () => {
     await assert.rejects(client.getSchedule("c9-nightly"), NotFoundError);
   });
 
+  it("pages a schedule's revisions, reads one and rolls back to one", async () => {
+    const spec = { scheduleId: "c9-digest", cron: "0 8 * * *", timezone: "UTC", type: "c9.digest" };
+    await client.createSchedule({ ...spec, reason: "weekly digest" });
+    await client.pauseSchedule("c9-digest", { reason: "incident 7" });
+    await client.resumeSchedule("c9-digest");
+    const first = await client.scheduleHistory("c9-digest", { pageSize: 2 });
+    assert.deepEqual(
+      first.items.map((r) => [r.revision, r.change, r.actor, r.reason]),
+      [
+        [3, "resume", "anonymous", ""],
+        [2, "pause", "anonymous", "incident 7"],
+      ],
+    );
+    assert.ok(first.nextPageToken);
+    const rest = await client.scheduleHistory("c9-digest", { pageSize: 2, pageToken: first.nextPageToken });
+    assert.deepEqual(rest.items.map((r) => [r.revision, r.change, r.reason]), [[1, "create", "weekly digest"]]);
+    assert.equal(rest.nextPageToken, "");
+    assert.ok(rest.items[0]!.at instanceof Date);
+    assert.equal((await client.getScheduleRevision("c9-digest", 2)).schedule!.paused, true);
+    const back = await client.rollbackSchedule("c9-digest", 1, { reason: "undo" });
+    assert.equal(back.revision, 3); // revision 1's definition is the schedule's now: no revision
+    await assert.rejects(client.getScheduleRevision("c9-digest", 9), (e: unknown) => {
+      assert.ok(e instanceof NotFoundError);
+      assert.match(e.details, /keeps revisions 1-3/);
+      return true;
+    });
+    await assert.rejects(client.rollbackSchedule("c9-digest", 9), NotFoundError);
+    await assert.rejects(client.scheduleHistory("c9-ghost"), NotFoundError);
+    await assert.rejects(client.scheduleHistory("c9-digest", { pageSize: 101 }), InvalidArgumentError);
+    assert.equal(await client.deleteSchedule("c9-digest"), 4);
+    assert.equal((await client.scheduleHistory("c9-digest")).items[0]!.change, "delete");
+    await assert.rejects(client.rollbackSchedule("c9-digest", 1), FailedPreconditionError);
+  });
+
   it("lists an empty dead-letter queue, and refuses a replay naming ids and a type", async () => {
     assert.deepEqual((await client.listDeadLetters({ type: "c9.none" })).items, []);
     await assert.rejects(

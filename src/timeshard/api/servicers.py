@@ -315,13 +315,14 @@ class JobService(pb_grpc.JobServiceServicer):
     ) -> pb.ListScheduleRevisionsResponse:
         below = _revision_token(request.page_token)
         check_range("page_size", request.page_size, 0, REVISIONS_KEPT)
-        found = await self.node.schedules.history(request.schedule_id)
 
         async def read(limit: int) -> tuple[list[ScheduleRevision], str]:
-            newer = [r for r in found if below is None or r.revision < below]
-            page = newer[:limit]
-            more = len(newer) > len(page) and bool(page)
-            return page, str(page[-1].revision) if more else ""
+            # One more than the page, to know whether another follows; only these are read.
+            found = await self.node.schedules.history(
+                request.schedule_id, below=below, limit=limit + 1
+            )
+            page = found[:limit]
+            return page, str(page[-1].revision) if len(found) > len(page) and page else ""
 
         revisions, token = await fit_page(
             read, request.page_size or DEFAULT_REVISIONS_PAGE, revision_to_pb

@@ -50,7 +50,8 @@ def node_options(p: argparse.ArgumentParser, *, shards: int, http_port: int = 0)
         "--ledger-retention-days",
         type=number(above=0, hi=MAX_RETENTION_HOURS / 24, note="days; Cassandra's TTL limit"),
         default=30,
-        help="keep the occurrence ledger (`timeshard why`) this long (30 days)",
+        help="keep the occurrence ledger (`timeshard why`), and a deleted schedule's history, "
+        "this long (30 days)",
     )
     p.add_argument(
         "--retry-base",

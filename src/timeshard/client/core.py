@@ -238,7 +238,8 @@ class Client(SyncTransport):
         return self._run(Methods.schedule_id_call("ResumeSchedule", schedule_id, reason))
 
     def delete_schedule(self, schedule_id: str, *, reason: str = "") -> int:
-        """Returns the revision the delete made (the history stays)."""
+        """Returns the revision the delete made (its history stays for the ledger retention,
+        then it is purged)."""
         return self._run(Methods.delete_schedule(schedule_id, reason))
 
     def schedule_history(self, schedule_id: str) -> Iterator[ScheduleRevision]:

@@ -22,7 +22,13 @@ from timeshard.errors import (
     NotFound,
     RevisionNotFound,
 )
-from timeshard.limits import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, MAX_PREVIEW_COUNT, check_range
+from timeshard.limits import (
+    DEFAULT_PAGE_SIZE,
+    MAX_PAGE_SIZE,
+    MAX_PREVIEW_COUNT,
+    REVISIONS_KEPT,
+    check_range,
+)
 from timeshard.model import (
     ANONYMOUS,
     BucketEntry,
@@ -32,7 +38,7 @@ from timeshard.model import (
     ScheduleRevision,
     validate_schedule_id,
 )
-from timeshard.node.schedules import spec_of, stored_spec
+from timeshard.node.schedules import purge_time, spec_of, stored_spec
 from timeshard.sharding import shard_of
 from timeshard.store.base import Store, schedule_entry
 
@@ -211,30 +217,42 @@ class ScheduleOps:
     async def delete(
         self, schedule_id: str, *, actor: str = ANONYMOUS, reason: str = ""
     ) -> Schedule:
-        """Delete; the revision it makes keeps the schedule as it was (returned)."""
+        """Delete; the revision it makes keeps the schedule as it was (returned). Its history
+        stays for the ledger retention (so `history` and `why` still answer), then it is
+        purged: the entry written here (before the row, as every entry) comes due then, and
+        ``ScheduleFirer`` purges it (``Store.purge_schedule``)."""
         said = self._said(ChangeKind.DELETE, actor, reason)
         for _ in range(20):
             current = await self.get(schedule_id)
             gone = current.with_(revision=current.revision + 1)
+            purge = schedule_entry(gone, purge_time(self._store, said.at_ms), said.at_ms)
+            await self._store.add_entries([purge])
             applied, _ = await self._store.delete_schedule(gone, current.version, said)
             if applied:
+                await self._land([purge])
                 return gone
         raise FailedPrecondition(f"schedule {schedule_id!r} kept changing; try again")
 
-    async def history(self, schedule_id: str) -> list[ScheduleRevision]:
-        """The kept revisions, newest first (also a deleted schedule's)."""
-        found = await self._store.schedule_revisions(validate_schedule_id(schedule_id))
-        if not found:
-            await self.get(schedule_id)  # NotFound for an id that never had a schedule
+    async def history(
+        self, schedule_id: str, *, below: int | None = None, limit: int = REVISIONS_KEPT
+    ) -> list[ScheduleRevision]:
+        """The kept revisions below ``below`` (None: from the newest), newest first, at most
+        ``limit``; also a deleted schedule's. Reads only those (``schedule_revisions``)."""
+        sid = validate_schedule_id(schedule_id)
+        found = await self._store.schedule_revisions(sid, below=below, limit=limit)
+        if not found and (below is None or not await self._store.schedule_revisions(sid, limit=1)):
+            await self.get(sid)  # NotFound for an id that never had a schedule
         return found
 
     async def revision(self, schedule_id: str, revision: int) -> ScheduleRevision:
-        found = await self.history(schedule_id)
-        match = next((r for r in found if r.revision == revision), None)
-        if match is None:
-            kept = (found[-1].revision, found[0].revision) if found else None
+        found = await self._store.schedule_revision(validate_schedule_id(schedule_id), revision)
+        if found is None:
+            newest = await self.history(schedule_id, limit=1)
+            # (the kept ones have no gaps: the newest REVISIONS_KEPT)
+            top = newest[0].revision if newest else 0
+            kept = (max(1, top - REVISIONS_KEPT + 1), top) if newest else None
             raise RevisionNotFound(schedule_id, revision, kept)
-        return match
+        return found
 
     async def rollback(
         self, schedule_id: str, revision: int, *, actor: str = ANONYMOUS, reason: str = ""
@@ -245,7 +263,7 @@ class ScheduleOps:
         create it again, and its revisions go on."""
         target = await self.revision(schedule_id, revision)
         if await self._store.get_schedule(schedule_id) is None:
-            last = (await self.history(schedule_id))[0].revision
+            last = (await self.history(schedule_id, limit=1))[0].revision
             raise FailedPrecondition(
                 f"schedule {schedule_id!r} was deleted (revision {last}): a rollback changes a "
                 "live schedule, so nothing was changed; create it again (`timeshard schedules "

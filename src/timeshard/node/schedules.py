@@ -27,8 +27,9 @@ from timeshard.cron import (
 from timeshard.errors import (
     InvalidArgument,
 )
-from timeshard.ledger import LedgerRow, Reason
+from timeshard.ledger import DAY_MS, LedgerRow, Reason
 from timeshard.model import (
+    SCHEDULE_ENTRY_PREFIX,
     BucketEntry,
     Job,
     MisfirePolicy,
@@ -37,7 +38,7 @@ from timeshard.model import (
 )
 from timeshard.node.decided import Decided, Made, decide, dst_decided, ledger_rows, span_of
 from timeshard.sharding import shard_of
-from timeshard.store.base import Store, entry_for, repeats_due, schedule_entry
+from timeshard.store.base import Store, entry_at, entry_for, repeats_due, schedule_entry
 
 log = logging.getLogger(__name__)
 
@@ -195,6 +196,12 @@ async def plan_fire(s: Schedule, now: int, still_active: int, *, paused: bool = 
     )
 
 
+def purge_time(store: Store, deleted_at: int) -> int:
+    """When a schedule deleted at ``deleted_at`` is purged: after the ledger retention, so its
+    history and its ledger answer as long as the ledger keeps rows of it."""
+    return deleted_at + store.retention.ledger_s * 1000
+
+
 def run_time(s: Schedule, occurrence_id: str, nominal: int) -> int:
     """When the occurrence of ``nominal`` runs: its spread offset (the same for every
     occurrence of the schedule) and its jitter after the nominal time, never before it."""
@@ -271,7 +278,7 @@ class ScheduleFirer:
             return FireResult.HANDLED
         now = self._clock.now_ms()
         if s is None:
-            return FireResult.MISSING  # deleted, or its row not written yet
+            return await self._gone(schedule_id, now)
         try:
             spec = spec_of(s)
         except InvalidArgument as exc:  # its spec no longer checks (see stored_spec)
@@ -307,6 +314,23 @@ class ScheduleFirer:
         if plan.skipped:
             log.info("schedule %s: skipped %d occurrence(s)", schedule_id, plan.skipped)
         return FireResult.HANDLED if applied else FireResult.CONFLICT
+
+    async def _gone(self, schedule_id: str, now: int) -> FireResult:
+        """No live row: a deleted schedule is purged once past the ledger retention (else its
+        entry is written for then); no row at all is MISSING (not written yet, or purged)."""
+        keep_ms = purge_time(self._store, 0)
+        deleted_at = await self._store.purge_schedule(schedule_id, deleted_before=now - keep_ms)
+        if deleted_at is None:
+            return FireResult.MISSING
+        if deleted_at:  # (an entry of its life before the delete, or the retention grew)
+            shard = shard_of(schedule_id, self._store.num_shards)
+            later = entry_at(shard, SCHEDULE_ENTRY_PREFIX + schedule_id, deleted_at + keep_ms, now)
+            await self._store.add_entries([later])
+            await self._land([later])
+        else:
+            days = keep_ms / DAY_MS
+            log.info("schedule %s: deleted over %g days ago, purged", schedule_id, days)
+        return FireResult.HANDLED
 
     async def _paused(self, s: Schedule, now: int, epoch: int) -> FireResult:
         """The entry of ``s.next_fire`` came due while paused: the ledger says so (the row is

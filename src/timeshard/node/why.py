@@ -25,7 +25,7 @@ from timeshard.cron.dstskips import (
 from timeshard.cron.zones import Transition, local_time, resolve
 from timeshard.errors import InvalidArgument, NotFound
 from timeshard.ledger import LedgerRow
-from timeshard.model import Job, JobState, Schedule, validate_schedule_id
+from timeshard.model import ChangeKind, Job, JobState, Schedule, validate_schedule_id
 from timeshard.node.decided import dst_note
 from timeshard.node.schedules import spec_of
 from timeshard.store.base import Store
@@ -130,36 +130,55 @@ def no_occurrence(s: Schedule, spec: CronSpec, at: int, asked: str) -> Explanati
     )
 
 
+def _with_deleted(e: Explanation, deleted: str) -> Explanation:
+    """``e`` with the step saying its schedule was deleted, after the schedule's words."""
+    if not deleted:
+        return e
+    return replace(e, steps=(e.steps[0], deleted, *e.steps[1:]))
+
+
 class Explainer:
     def __init__(self, store: Store, clock: Clock) -> None:
         self._store = store
         self._clock = clock
 
-    async def _schedule(self, schedule_id: str) -> Schedule:
-        s = await self._store.get_schedule(validate_schedule_id(schedule_id))
-        if s is None:
+    async def _schedule(self, schedule_id: str) -> tuple[Schedule, str]:
+        """The schedule, or a deleted one as it was when deleted, with a step saying so (its
+        history is kept for the ledger retention, then purged); ``NotFound`` for neither."""
+        sid = validate_schedule_id(schedule_id)
+        s = await self._store.get_schedule(sid)
+        if s is not None:
+            return s, ""
+        newest = await self._store.schedule_revisions(sid, limit=1)
+        if not newest or newest[0].change.kind is not ChangeKind.DELETE:
             raise NotFound("schedule", schedule_id)
-        return s
+        gone = newest[0]
+        return gone.schedule, (
+            f"deleted at {_when(gone.change.at_ms)} by {gone.change.actor} (revision "
+            f"{gone.revision}); as it was then"
+        )
 
     async def occurrence(self, schedule_id: str, at: int) -> Explanation:
         """Why the occurrence of ``schedule_id`` at ``at`` (epoch ms) ran or did not;
         ``NotFound`` for an unknown schedule."""
-        s = await self._schedule(schedule_id)
-        return await self._at(s, spec_of(s), at)
+        s, deleted = await self._schedule(schedule_id)
+        return _with_deleted(await self._at(s, spec_of(s), at, bool(deleted)), deleted)
 
     async def local(self, schedule_id: str, wall: datetime) -> Explanation:
         """The same for a local time (naive, in the schedule's zone): one that a DST gap
         skipped or a fold repeated is said so, with the schedule's rule and what it made of
         it (``cron.dstskips``)."""
-        s = await self._schedule(schedule_id)
+        s, deleted = await self._schedule(schedule_id)
         spec = spec_of(s)
         t = transition_of_wall(spec, wall)
         if t is None:
-            return await self._at(s, spec, resolve(spec.zone, wall).first_ms)
-        return await self._dst_wall(s, spec, wall, t)
+            e = await self._at(s, spec, resolve(spec.zone, wall).first_ms, bool(deleted))
+        else:
+            e = await self._dst_wall(s, spec, wall, t, bool(deleted))
+        return _with_deleted(e, deleted)
 
     async def _dst_wall(
-        self, s: Schedule, spec: CronSpec, wall: datetime, t: Transition
+        self, s: Schedule, spec: CronSpec, wall: datetime, t: Transition, deleted: bool
     ) -> Explanation:
         """A local time in a gap or a fold: what the clocks did to it, the rule, and the
         chain of each instant the rule made of it (a fold: both of its instants)."""
@@ -171,19 +190,19 @@ class Explainer:
         words = wall_words(spec, wall, t)
         if t.gap:
             at = t.at_ms - 1 if spec.gap_policy == "skip" else t.at_ms
-            e = await self._at(s, spec, at)
+            e = await self._at(s, spec, at, deleted)
             rest = [w for w in e.steps[1:] if w != words]
             return replace(e, nominal_local=wall.isoformat(), steps=(head, words, *rest))
         placed = resolve(spec.zone, wall)
-        first = await self._at(s, spec, placed.first_ms)
-        second = await self._at(s, spec, placed.second_ms)
+        first = await self._at(s, spec, placed.first_ms, deleted)
+        second = await self._at(s, spec, placed.second_ms, deleted)
         steps = [head, words]
         for which, e in (("first", first), ("second", second)):
             steps.append(f"the {which}, at {_when(e.nominal)} ({e.nominal_local}):")
             steps += e.steps[2:] if e.found else ["no run"]
         return replace(first, found=True, steps=tuple(steps))
 
-    async def _at(self, s: Schedule, spec: CronSpec, at: int) -> Explanation:
+    async def _at(self, s: Schedule, spec: CronSpec, at: int, deleted: bool) -> Explanation:
         found = await self._store.read_ledger(s.schedule_id, at_or_before=at, limit=COVER_LOOK)
         row = next((r for r in found if r.covers(at)), None)
         is_fire = fire_times_between(spec, at - 1, at, 1) == [at]
@@ -202,7 +221,9 @@ class Explainer:
         elif (row is None or row.count > 1) and (dst := dst_note(spec, at)) is not None:
             steps.append(dst)
         job = None
-        if row is None:
+        if row is None and deleted and at >= s.next_fire:
+            steps.append("not decided: the schedule was deleted before it was due")
+        elif row is None:
             steps.append(self._skip_undecided(s, spec, skip) if skip else self._undecided(s, at))
         else:
             steps += [w for w in row_words(row) if w not in steps]  # (a skip's words once)

@@ -162,6 +162,8 @@ class Store(ScheduleStore):
     their ledger are the part it inherits (``store.schedules``)."""
 
     num_shards: int
+    retention: Retention
+    """How long finished jobs, dead letters, ledger rows and a deleted schedule's history live."""
     stats: StoreStats
     """What the store did (Paxos rounds, operations, errors): for metrics and benchmarks."""
 

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 from timeshard.errors import InvalidArgument
 from timeshard.ledger import LedgerRow
+from timeshard.limits import REVISIONS_KEPT
 from timeshard.model import BucketEntry, Change, Schedule, ScheduleRevision
 from timeshard.store import pages
 
@@ -99,11 +100,28 @@ class ScheduleStore(abc.ABC):
         there is none)."""
 
     @abc.abstractmethod
-    async def schedule_revisions(self, schedule_id: str) -> list[ScheduleRevision]:
-        """The kept revisions of the schedule (at most ``REVISIONS_KEPT``), newest first; also
-        those of a deleted schedule. Empty if it has none."""
+    async def purge_schedule(self, schedule_id: str, *, deleted_before: int) -> int | None:
+        """Remove a deleted schedule for good: its row and its revisions, if it was deleted
+        (the time of its newest revision, the delete) at or before ``deleted_before``; a
+        conditional write on the row as read, so a create on its id in between wins and
+        nothing is removed. Its ledger rows go by their own retention.
 
+        Returns None when there is no deleted row (a live schedule, an id never used, one
+        purged before), 0 when this call purged it, else the time (epoch ms) of the delete
+        that is not old enough yet (nothing changed)."""
+
+    @abc.abstractmethod
+    async def schedule_revisions(
+        self, schedule_id: str, *, below: int | None = None, limit: int = REVISIONS_KEPT
+    ) -> list[ScheduleRevision]:
+        """The schedule's kept revisions numbered below ``below`` (None: from the newest),
+        newest first, at most ``limit``; also those of a deleted schedule. Empty if it has
+        none. A page reads only the revisions it returns (a revision keeps the whole schedule,
+        payload included: a hundred of them are tens of MiB), never the rest.
+
+        The kept revisions are the newest ``REVISIONS_KEPT`` with no gaps: from
+        ``max(1, newest - REVISIONS_KEPT + 1)`` to the newest."""
+
+    @abc.abstractmethod
     async def schedule_revision(self, schedule_id: str, revision: int) -> ScheduleRevision | None:
-        """Revision ``revision`` of the schedule, or None if it is not kept."""
-        found = await self.schedule_revisions(schedule_id)
-        return next((r for r in found if r.revision == revision), None)
+        """Revision ``revision`` of the schedule, or None if it is not kept; reads that one."""

@@ -18,7 +18,7 @@ from typing import Any
 from timeshard.clock import Clock, SystemClock
 from timeshard.errors import InvalidArgument, StoreUnavailable
 from timeshard.ledger import LedgerRow
-from timeshard.limits import DEFAULT_MAX_UNSTARTED
+from timeshard.limits import DEFAULT_MAX_UNSTARTED, REVISIONS_KEPT
 from timeshard.model import (
     BucketEntry,
     Change,
@@ -481,9 +481,20 @@ class SqliteStore(Store):
             lambda db: S.remove_schedule(db, schedule, expect_version, change)
         )
 
-    async def schedule_revisions(self, schedule_id: str) -> list[ScheduleRevision]:
-        records = await self._db.call(lambda db: S.select_revision_records(db, schedule_id))
+    async def purge_schedule(self, schedule_id: str, *, deleted_before: int) -> int | None:
+        return await self._db.call(lambda db: S.purge_schedule(db, schedule_id, deleted_before))
+
+    async def schedule_revisions(
+        self, schedule_id: str, *, below: int | None = None, limit: int = REVISIONS_KEPT
+    ) -> list[ScheduleRevision]:
+        records = await self._db.call(
+            lambda db: S.select_revision_records(db, schedule_id, below, limit)
+        )
         return [S.revision_of(text) for text in records]
+
+    async def schedule_revision(self, schedule_id: str, revision: int) -> ScheduleRevision | None:
+        record = await self._db.call(lambda db: S.select_revision_record(db, schedule_id, revision))
+        return None if record is None else S.revision_of(record)
 
     # -- per-type policies ----------------------------------------------------------------
 

@@ -109,6 +109,20 @@ def remove_schedule(
     return revise(db, schedule, expect_version, change, deleted=True), None
 
 
+def purge_schedule(db: sqlite3.Connection, schedule_id: str, deleted_before: int) -> int | None:
+    """``Store.purge_schedule``, in one transaction."""
+    row = db.execute(Q["select_schedule"], (schedule_id,)).fetchone()
+    if row is None or not row["deleted"]:
+        return None
+    record = select_revision_record(db, schedule_id, row["revision"])
+    deleted_at = revision_from_record(record).change.at_ms if record is not None else 0
+    if deleted_at > deleted_before:
+        return deleted_at
+    db.execute(Q["purge_schedule"], (schedule_id, row["version"]))
+    db.execute(Q["purge_revisions"], (schedule_id,))
+    return 0
+
+
 def list_schedules(db: sqlite3.Connection, limit: int, after: str | None) -> list[Schedule]:
     """At most ``limit`` schedules after the id ``after`` (None: from the first)."""
     return [to_schedule(r) for r in db.execute(Q["list_schedules"], (after or "", limit))]
@@ -121,9 +135,18 @@ def select_ledger(
     return [r for (text,) in found for r in rows_of_text(f"[{text}]")]
 
 
-def select_revision_records(db: sqlite3.Connection, schedule_id: str) -> list[str]:
-    """The kept revisions' records, newest first (``revision_of`` reads one)."""
-    return [r[0] for r in db.execute(Q["select_revisions"], (schedule_id,))]
+def select_revision_records(
+    db: sqlite3.Connection, schedule_id: str, below: int | None, limit: int
+) -> list[str]:
+    """The records of the kept revisions below ``below`` (None: all), newest first, at most
+    ``limit`` (``revision_of`` reads one)."""
+    top = below if below is not None else 2**63 - 1
+    return [r[0] for r in db.execute(Q["select_revisions"], (schedule_id, top, limit))]
+
+
+def select_revision_record(db: sqlite3.Connection, schedule_id: str, revision: int) -> str | None:
+    row = db.execute(Q["select_revision"], (schedule_id, revision)).fetchone()
+    return None if row is None else str(row[0])
 
 
 def revision_of(record: str) -> ScheduleRevision:

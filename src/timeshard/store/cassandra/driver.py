@@ -104,6 +104,7 @@ _CONDITIONAL = frozenset(
         "insert_schedule",
         "update_schedule",
         "revise_schedule",
+        "purge_schedule",
     }
 )
 """The named queries that are lightweight transactions (their timeouts are ``Ambiguous``)."""

@@ -43,13 +43,9 @@ from timeshard.store.cassandra.jobrows import JobRows
 from timeshard.store.cassandra.ledger import LedgerTable
 from timeshard.store.cassandra.parts import CAS_ROUNDS
 from timeshard.store.cassandra.parts import gather as _gather
+from timeshard.store.cassandra.revisions import Revisions
 from timeshard.store.cassandra.rows import to_shard_state
-from timeshard.store.codec import (
-    revision_from_record,
-    revision_record,
-    schedule_columns,
-    to_schedule,
-)
+from timeshard.store.codec import revision_record, schedule_columns, to_schedule
 from timeshard.store.listing import JobQuery, JobSlice
 from timeshard.store.meta import (
     TYPE_POLICY_PREFIX,
@@ -80,6 +76,7 @@ class CassandraStore(Store):
         self.retention = retention or Retention()
         self._jobs = JobRows(self._conn, self._clock, self.num_shards, self.retention)
         self._ledger = LedgerTable(self._conn, self.retention.ledger_s)
+        self._revisions = Revisions(self._conn)
         self._creator = Creator(self._conn, self._clock, self.num_shards, self._jobs)
 
     @classmethod
@@ -492,10 +489,16 @@ class CassandraStore(Store):
             return False, await self.get_schedule(sid, serial=True)
         raise StoreUnavailable(f"schedule {sid!r}: change kept timing out")
 
-    async def schedule_revisions(self, schedule_id: str) -> list[ScheduleRevision]:
-        rows = await self._conn.rows("select_revisions", (schedule_id,))
-        kept: dict[int, str] = (rows[0]["revisions"] or {}) if rows else {}
-        return [revision_from_record(kept[n]) for n in sorted(kept, reverse=True)]
+    async def purge_schedule(self, schedule_id: str, *, deleted_before: int) -> int | None:
+        return await self._revisions.purge(schedule_id, deleted_before)
+
+    async def schedule_revisions(
+        self, schedule_id: str, *, below: int | None = None, limit: int = REVISIONS_KEPT
+    ) -> list[ScheduleRevision]:
+        return await self._revisions.page(schedule_id, below, limit)
+
+    async def schedule_revision(self, schedule_id: str, revision: int) -> ScheduleRevision | None:
+        return await self._revisions.one(schedule_id, revision)
 
     # -- per-type policies ----------------------------------------------------------------
 

@@ -302,7 +302,19 @@ INSERT OR REPLACE INTO schedule_revisions (schedule_id, revision, record) VALUES
 DELETE FROM schedule_revisions WHERE schedule_id = ? AND revision <= ?;
 
 -- name: select_revisions
-SELECT record FROM schedule_revisions WHERE schedule_id = ? ORDER BY revision DESC;
+-- A page of a schedule's history: the revisions below a number, newest first.
+SELECT record FROM schedule_revisions WHERE schedule_id = ? AND revision < ?
+ORDER BY revision DESC LIMIT ?;
+
+-- name: purge_schedule
+-- A deleted schedule's row, once past the ledger retention (store.purge_schedule), as read.
+DELETE FROM schedules WHERE schedule_id = ? AND version = ? AND deleted = 1;
+
+-- name: purge_revisions
+DELETE FROM schedule_revisions WHERE schedule_id = ?;
+
+-- name: select_revision
+SELECT record FROM schedule_revisions WHERE schedule_id = ? AND revision = ?;
 
 -- name: update_schedule
 UPDATE schedules SET cron = :cron, timezone = :timezone, dst_gap = :dst_gap,

@@ -41,6 +41,7 @@ from timeshard.views.console.handling import (
     safe_next,
     secure_headers,
 )
+from timeshard.views.console.revisions import diff_of, revision_rows, rollback
 from timeshard.views.console.search import PAGE_SIZES, Search, parse_search
 from timeshard.views.status import type_rows
 
@@ -364,6 +365,7 @@ class Handlers(PageBase):
             )
             occurrences = sorted(recent.jobs, key=lambda j: -j.run_at)[:RECENT_OCCURRENCES]
             ledger = await node.explain.recent(s.schedule_id, RECENT_OCCURRENCES)
+            diff = await diff_of(node, s.schedule_id, request.query_params)
             return self._page(
                 request,
                 "schedule.html",
@@ -374,6 +376,8 @@ class Handlers(PageBase):
                 occurrences=occurrences,
                 occurrence_total=recent.total,
                 ledger=ledger,
+                revisions=await revision_rows(node, s.schedule_id),
+                diff=diff,
                 done=done or request.query_params.get("done", ""),
             )
 
@@ -382,11 +386,13 @@ class Handlers(PageBase):
     async def schedule_action(self, request: Request) -> Response:
         async def build() -> Response:
             who = self._who(request, Level.OPERATOR)
-            await self._form(request)
+            form = await self._form(request)
             node = self.c.node
             schedule_id, name = request.path_params["schedule_id"], request.path_params["action"]
             done, detail = name, dict[str, object]()
-            if name == "pause":
+            if name == "rollback":
+                done, detail = await rollback(node, schedule_id, form, who.name)
+            elif name == "pause":
                 await node.schedules.pause(schedule_id, actor=who.name)
             elif name == "resume":
                 await node.schedules.resume(schedule_id, actor=who.name)
