@@ -26,7 +26,6 @@ from typing import Any
 
 from . import scenarios
 from .progress import note
-from .scenarios import ratio_of
 from .steady import LEAD_S, steady
 
 PEERS_DIR = Path(__file__).resolve().parent.parent / "peers"
@@ -87,7 +86,8 @@ def peer_names(args: argparse.Namespace) -> list[str]:
         return names
     no_steady = [n for n in names if n not in STEADY_PEERS]
     if no_steady:
-        raise SystemExit(f"--steady: {no_steady} have no steady mode; pick from {STEADY_PEERS}")
+        pick = list(STEADY_PEERS)
+        raise SystemExit(f"--steady: {no_steady} have no steady mode; pick from {pick}")
     if args.rate <= 0 or args.duration <= 0:
         raise SystemExit("--steady needs --rate JOBS_PER_S and --duration SECONDS above 0")
     if args.lead is not None and args.lead <= 0:
@@ -191,15 +191,20 @@ def total_cpu(r: dict[str, Any]) -> float | None:
     return round(server + workers, 4) if server is not None and workers is not None else None
 
 
+def _fraction(a: float | None, b: float | None) -> float | None:
+    """a / b to 3 decimals (lateness ratios span orders of magnitude); None without both."""
+    return round(a / b, 3) if a is not None and b else None
+
+
 def steady_ratios(ts: dict[str, Any], r: dict[str, Any]) -> dict[str, Any]:
     """timeshard against one peer on the steady workload, with issue 36's target: timeshard's
     p50 within 2x the peer's, its p99 below the peer's."""
     ts50, ts99 = ts.get("lateness_p50_s"), ts.get("lateness_p99_s")
     p50, p99 = r.get("lateness_p50_s"), r.get("lateness_p99_s")
     return {
-        "p50_timeshard_over_peer": ratio_of(ts50, p50),
-        "p99_timeshard_over_peer": ratio_of(ts99, p99),
-        "cpu_per_fired_job_timeshard_over_peer": ratio_of(total_cpu(ts), total_cpu(r)),
+        "p50_timeshard_over_peer": _fraction(ts50, p50),
+        "p99_timeshard_over_peer": _fraction(ts99, p99),
+        "cpu_per_fired_job_timeshard_over_peer": _fraction(total_cpu(ts), total_cpu(r)),
         "p50_within_2x": None if ts50 is None or p50 is None else ts50 <= 2 * p50,
         "p99_below": None if ts99 is None or p99 is None else ts99 < p99,
     }
@@ -276,8 +281,9 @@ def steady_table(result: dict[str, Any]) -> str:
     for system, rr in result["ratios"].items():
         peer = next(r for r in result["results"] if r["system"] == system)
         lines.append(
-            f"  {system:<24} p50 x{_cell(rr['p50_timeshard_over_peer'])} "
-            f"({_verdict(rr['p50_within_2x'])}), p99 {_ms(ts.get('lateness_p99_s'))} vs "
+            f"  {system:<24} p50 {_ms(ts.get('lateness_p50_s'))} vs "
+            f"{_ms(peer.get('lateness_p50_s'))} ms (x{_cell(rr['p50_timeshard_over_peer'])}, "
+            f"{_verdict(rr['p50_within_2x'])}), p99 {_ms(ts.get('lateness_p99_s'))} vs "
             f"{_ms(peer.get('lateness_p99_s'))} ms ({_verdict(rr['p99_below'])}), "
             f"CPU per fired job x{_cell(rr['cpu_per_fired_job_timeshard_over_peer'])}"
         )
