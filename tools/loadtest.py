@@ -37,8 +37,10 @@ overlapped (a second start within a lease of the first).
 Every firing run reports, per fired job: the server's and the workers' CPU (ms), the jobs
 claimed per claim message and the results per result message a worker sent (from the server's
 ``timeshard_worker_messages_total``, ``timeshard_jobs_claimed_total`` and
-``timeshard_results_received_total``), and on Cassandra the Paxos rounds (the embedded store
-has none); and the lateness p50 / p99 / max. ``server_time`` says where the server's share
+``timeshard_results_received_total``), the worker stream's requests read and messages
+written (``stream_messages_in`` / ``_out``, from ``timeshard_worker_stream_messages_total``),
+and on Cassandra the Paxos rounds (the embedded store has none); and the lateness p50 / p99 /
+max. ``server_time`` says where the server's share
 of the lateness went: the mean from due time to the claim that took a job, of a Claim and a
 Finish call, and each store operation's mean time per call (a stream's pushes count as claim
 messages and its requests with results as result messages); a steady run on Cassandra adds
