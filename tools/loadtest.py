@@ -8,6 +8,7 @@
     python tools/loadtest.py shards --counts 16,256,1024,4096 [--rate 400] [--store URL]
     python tools/loadtest.py failover --nodes 3 --rate 400 --store cassandra://...
     python tools/loadtest.py peers --jobs 20000 --window 10
+    python tools/loadtest.py peers --steady --rate 400 --duration 30 [--peers celery]
     python tools/loadtest.py rated --limit 50 --jobs 1500 [--burst B] [--store URL] [--plot F.png]
     python tools/loadtest.py overload [--duration 300] [--lease 2] [--busy 2] [--work-ms 200]
     python tools/loadtest.py report [--skip backlog,peers]   # the set docs/benchmarks.md shows
@@ -36,8 +37,10 @@ overlapped (a second start within a lease of the first).
 Every firing run reports, per fired job: the server's and the workers' CPU (ms), the jobs
 claimed per claim message and the results per result message a worker sent (from the server's
 ``timeshard_worker_messages_total``, ``timeshard_jobs_claimed_total`` and
-``timeshard_results_received_total``), and on Cassandra the Paxos rounds (the embedded store
-has none); and the lateness p50 / p99 / max. ``server_time`` says where the server's share
+``timeshard_results_received_total``), the worker stream's requests read and messages
+written (``stream_messages_in`` / ``_out``, from ``timeshard_worker_stream_messages_total``),
+and on Cassandra the Paxos rounds (the embedded store has none); and the lateness p50 / p99 /
+max. ``server_time`` says where the server's share
 of the lateness went: the mean from due time to the claim that took a job, of a Claim and a
 Finish call, and each store operation's mean time per call (a stream's pushes count as claim
 messages and its requests with results as result messages); a steady run on Cassandra adds
@@ -102,6 +105,7 @@ import grpc
 from bench import overload, rated, report, scale, scenarios
 from bench.calls import schedule_cost
 from bench.plot import plot, require
+from bench.steady import add_options as add_steady_options
 from bench.steady import steady as run_steady
 
 
@@ -209,21 +213,7 @@ def parser() -> argparse.ArgumentParser:
     _worker_command(fire)
 
     steady = sub.add_parser("steady", help="jobs streamed at an offered rate below capacity")
-    steady.add_argument("--rate", type=float, required=True, help="jobs per second offered")
-    steady.add_argument("--duration", type=float, default=30.0, help="seconds of offered load")
-    steady.add_argument(
-        "--idle-s",
-        type=float,
-        default=3.0,
-        help="seconds measured with nothing offered first: the idle CPU each phase pays (3)",
-    )
-    steady.add_argument(
-        "--ingest-s",
-        type=float,
-        default=5.0,
-        help="seconds of create-only load at --rate before the run, due in an hour: the CPU "
-        "per created job, taken off the run's for the fire-only figures (5; 0: none)",
-    )
+    add_steady_options(steady)
     _common(steady)
     _worker_command(steady)
 
@@ -255,16 +245,30 @@ def parser() -> argparse.ArgumentParser:
     )
     _common(kill)
 
-    peers = sub.add_parser("peers", help="the fire workload on timeshard and on the peers")
+    peers = sub.add_parser(
+        "peers", help="the fire (or --steady) workload on timeshard and on the peers"
+    )
     peers.add_argument("--jobs", type=int, default=20000)
     peers.add_argument("--window", type=float, default=10.0)
-    peers.add_argument("--peers", default="celery,procrastinate,aps-sqlite,aps-postgres")
+    peers.add_argument(
+        "--peers",
+        default=None,
+        help="comma-separated (default: celery,procrastinate,aps-sqlite,aps-postgres; "
+        "with --steady: celery, the one with a steady mode)",
+    )
     peers.add_argument(
         "--peers-python",
         default=None,
         help="the peers' virtualenv Python (default: $TIMESHARD_PEERS_PYTHON, "
         "else /opt/timeshard-peers/bin/python)",
     )
+    peers.add_argument(
+        "--steady",
+        action="store_true",
+        help="the steady workload instead (--rate jobs/s for --duration s, each sent --lead "
+        "before due; 2 s by default): lateness and CPU per fired job side by side",
+    )
+    add_steady_options(peers, rate_required=False)
     _common(peers)
     cost = sub.add_parser("schedule", help="ScheduleJob calls/s and server CPU per call")
     cost.add_argument("--clients", default="1,8", help="synchronous client counts (1,8)")

@@ -41,6 +41,8 @@ AFTER = {
     "timeshard_results_received_total": 110.0,
     "timeshard_store_paxos_rounds_total": 25.0,
     "timeshard_store_conditional_rows_total": 250.0,
+    "timeshard_worker_stream_messages_total{direction=in}": 150.0,
+    "timeshard_worker_stream_messages_total{direction=out}": 30.0,
 }
 CPU = {"server": 0.05, "workers": 0.02}
 
@@ -52,6 +54,8 @@ def test_per_fired_job_figures_and_paxos_only_on_cassandra() -> None:
         "worker_cpu_ms": 0.2,
         "claims_per_claim_message": 4.0,  # 100 jobs in 25 claim messages (no sample before)
         "results_per_result_message": 10.0,
+        "stream_messages_in": 1.5,  # 150 requests read and 30 messages written for 100 jobs
+        "stream_messages_out": 0.3,
     }
     on_cassandra = fired_costs("cassandra", CPU, BEFORE, AFTER, 100)
     assert on_cassandra["paxos_rounds"] == 0.2 and on_cassandra["conditional_rows"] == 2.0

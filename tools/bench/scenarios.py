@@ -194,6 +194,8 @@ CLAIMED = "timeshard_jobs_claimed_total"
 CLAIM_MESSAGES = "timeshard_worker_messages_total{kind=claim}"
 RESULT_MESSAGES = "timeshard_worker_messages_total{kind=result}"
 RESULTS = "timeshard_results_received_total"
+STREAM_IN = "timeshard_worker_stream_messages_total{direction=in}"
+STREAM_OUT = "timeshard_worker_stream_messages_total{direction=out}"
 PARTITIONS_READ = "timeshard_store_bucket_partitions_read_total"
 BUCKET_READS = (
     "timeshard_store_operations_total{op=read_bucket}",
@@ -234,8 +236,8 @@ def fired_costs(
     fired: int,
 ) -> dict[str, Any]:
     """What firing ``fired`` jobs cost, from the CPU used and the server's counters over the
-    same span: CPU per job, jobs per worker message, and on Cassandra Paxos rounds per job
-    (the embedded store has none)."""
+    same span: CPU per job, jobs per worker message, worker stream messages per job read
+    and written, and on Cassandra Paxos rounds per job (the embedded store has none)."""
     out: dict[str, Any] = {
         "server_cpu_ms": ms_per_job(cpu.get("server"), fired),
         "worker_cpu_ms": ms_per_job(cpu.get("workers"), fired),
@@ -245,6 +247,9 @@ def fired_costs(
         "results_per_result_message": ratio_of(
             counter_delta(before, after, RESULTS), counter_delta(before, after, RESULT_MESSAGES)
         ),
+        # each message costs the node about as much as the jobs it carries at a trickle
+        "stream_messages_in": per_job(counter_delta(before, after, STREAM_IN), fired),
+        "stream_messages_out": per_job(counter_delta(before, after, STREAM_OUT), fired),
     }
     if store_kind == "cassandra":
         out["cassandra_cpu_ms"] = ms_per_job(cpu.get("cassandra"), fired)

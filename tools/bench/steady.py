@@ -40,10 +40,33 @@ IDLE_S = 3.0
 """Seconds measured with nothing offered before the create-only phase (``--idle-s``)."""
 INGEST_S = 5.0
 """Seconds of the create-only phase before a steady run (``--ingest-s``)."""
+LEAD_S = 2.0
+"""Seconds each job is sent before it is due, unless ``--lead`` says otherwise."""
 INGEST_DUE_S = 3600.0
 """The create-only phase's jobs are due this long after they are sent: none fires in a run."""
 ROUNDS_BY_KIND = "timeshard_store_paxos_rounds_by_kind_total{kind="
 CPUS = ("server", "cassandra")
+
+
+def add_options(p: argparse.ArgumentParser, *, rate_required: bool = True) -> None:
+    """The steady workload's options (``steady``, and ``peers --steady``)."""
+    p.add_argument(
+        "--rate", type=float, required=rate_required, default=0.0, help="jobs per second offered"
+    )
+    p.add_argument("--duration", type=float, default=30.0, help="seconds of offered load (30)")
+    p.add_argument(
+        "--idle-s",
+        type=float,
+        default=IDLE_S,
+        help="seconds measured with nothing offered first: the idle CPU each phase pays (3)",
+    )
+    p.add_argument(
+        "--ingest-s",
+        type=float,
+        default=INGEST_S,
+        help="seconds of create-only load at --rate before the run, due in an hour: the CPU "
+        "per created job, taken off the run's for the fire-only figures (5; 0: none)",
+    )
 
 
 def steady(args: argparse.Namespace) -> tuple[dict[str, Any], list[Any]]:
@@ -166,7 +189,7 @@ def steady_phase(
     """Offer ``args.rate`` jobs/s for ``args.duration`` s (each sent ``--lead`` before it is
     due, 2 s by default) and follow them until they ran; ``during()`` is called every 0.1 s
     meanwhile (the failover run kills a node from there)."""
-    lead = args.lead if args.lead is not None else 2.0
+    lead = args.lead if args.lead is not None else LEAD_S
     cpu0, ctr0, t0 = ts.cpu(), ts.counters(), time.monotonic()
     run_ats, ids, offer_s = _offer_and_follow(ts, records, args, lead, during)
     cpu1, ctr1, span = ts.cpu(), ts.counters(), time.monotonic() - t0

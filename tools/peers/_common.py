@@ -1,5 +1,6 @@
-"""Helpers shared by the peer benchmark scripts (the workload and figures of
-``tools/loadtest.py fire``: N jobs due uniformly over --window seconds, 0 = all at one instant).
+"""Helpers shared by the peer benchmark scripts (the workloads and figures of
+``tools/loadtest.py fire``: N jobs due uniformly over --window seconds, 0 = all at one instant;
+and of ``steady``: --rate jobs/s for --duration seconds, each sent --lead-s before it is due).
 
 Each job's no-op body writes one line per run into a per-process file under an output folder:
 ``<start ms> <due ms> <job index>`` (wall clock, ms since the epoch); the driver reads them back
@@ -16,7 +17,12 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
+
+# The CPU of a process tree, as ``tools/loadtest.py`` reads it for external workers (stdlib only).
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench.external import tree_cpu_seconds
 
 
 def log(msg: str) -> None:
@@ -93,6 +99,36 @@ def pct(values: list[float], p: float) -> float:
 def due_times(first_due_ms: float, n: int, window_s: float) -> list[float]:
     """Job i is due at ``first_due + i * window / n`` (all at once for a window of 0)."""
     return [first_due_ms + i * window_s * 1000 / n for i in range(n)]
+
+
+def paced(count: int, rate: float) -> Iterator[int]:
+    """0 to ``count`` - 1, each no earlier than ``i / rate`` seconds after the first: a steady
+    offer (``loadtest steady`` sends job i then, due ``lead`` later)."""
+    t0 = time.monotonic()
+    for i in range(count):
+        delay = t0 + i / rate - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+        yield i
+
+
+def cpu_seconds(pids: dict[str, int]) -> dict[str, float | None]:
+    """name -> CPU seconds of that process and its descendants (None without /proc)."""
+    return {name: tree_cpu_seconds([pid]) for name, pid in pids.items()}
+
+
+def cpu_per_job(
+    before: dict[str, float | None], after: dict[str, float | None], fired: int
+) -> dict[str, float | None]:
+    """``<name>_cpu_ms``: each process tree's CPU between two readings, ms per fired job."""
+    out: dict[str, float | None] = {}
+    for name, end in after.items():
+        start = before.get(name)
+        if start is None or end is None or fired <= 0:
+            out[f"{name}_cpu_ms"] = None
+        else:
+            out[f"{name}_cpu_ms"] = round((end - start) * 1000 / fired, 4)
+    return out
 
 
 def figures(
