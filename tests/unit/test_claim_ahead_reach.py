@@ -16,7 +16,7 @@ from tests.unit.helpers import START_MS, advance, running, settle
 from tests.unit.test_claim_ahead import spy_claims, waiting_claim
 from timeshard.model import BucketEntry, JobState
 from timeshard.node import JobSpec
-from timeshard.node.ahead import AHEAD_BATCH, REACH_MAX_MS, reach_ms, take_ahead
+from timeshard.node.ahead import AHEAD_BATCH, REACH_MAX_MS, hand_over_at, reach_ms, take_ahead
 from timeshard.sharding import minute_of, shard_of
 
 NOW = START_MS + 10_000
@@ -156,3 +156,19 @@ async def test_a_trickle_goes_in_one_claim_and_each_job_out_no_earlier_than_the_
             job = await node.jobs.get(i)
             assert job.state is JobState.RUNNING and job.started_at == run_at[i]
             assert job.lease_until == run_at[i] + node.config.lease_ms(0)
+
+
+@pytest.mark.parametrize("window", [400, 300, 100, 8, 1])
+def test_a_held_job_goes_to_the_early_lane_on_the_tick_never_earlier_than_a_window(
+    window: int,
+) -> None:
+    """The hand-over is put off to the node's tick, so the held jobs of every shard going out
+    about then share a push: never earlier than a window before the job is due, never more
+    than a tick (an eighth of the window, at most 50 ms) later."""
+    tick = min(50, window // 8)
+    for run_at in range(NOW, NOW + 200):
+        at = hand_over_at(run_at, window)
+        assert run_at - window <= at < run_at - window + max(tick, 1)
+        if tick > 1:
+            assert at % tick == 0
+    assert hand_over_at(NOW + 1001, 400) == hand_over_at(NOW + 1050, 400) == NOW + 650

@@ -27,9 +27,10 @@ batch within the window), and nothing goes to a worker earlier: the early lane s
 held job a window before it is due, whenever it was claimed.
 
 A held job goes to the early lane of the ready queues (``ReadyQueues.push_early``) a window
-before it is due: a worker stream that accepts ``starts_in`` takes it from there, and its
-worker starts it on its own monotonic clock, never before the due time (``api.work``). At its
-due time a job still in the lane goes to the ready queue, for any claim.
+before it is due (put off to the node's next 50 ms tick, ``hand_over_at``): a worker stream
+that accepts ``starts_in`` takes it from there, and its worker starts it on its own monotonic
+clock, never before the due time (``api.work``). At its due time a job still in the lane goes
+to the ready queue, for any claim.
 
 A cancel through the owner drops a held job (``ShardDispatcher.forget``), and revokes one
 handed over (``StartNotices.started_by``); one answered by another node is the cancel of a
@@ -75,6 +76,21 @@ def reach_ms(window_ms: int, lookahead_s: float, refresh_s: float, lease_ms: int
         lease_ms // 2,
     )
     return max(window_ms, bound)
+
+
+HAND_OVER_TICK_MS = 50
+"""Held jobs go to the early lane on this tick of the clock (``hand_over_at``)."""
+
+
+def hand_over_at(run_at: int, window_ms: int) -> int:
+    """When a held job due at ``run_at`` goes to the early lane: a window before it is due,
+    put off to the next multiple of ``HAND_OVER_TICK_MS`` (of an eighth of the window, if
+    that is shorter) of the clock, so the held jobs of every shard of the node going out
+    about then share a push (at a trickle each went in a push, a stream message, of its own).
+    Never earlier than a window before ``run_at``."""
+    at = run_at - window_ms
+    tick = min(HAND_OVER_TICK_MS, window_ms // 8)
+    return at if tick <= 1 else -(-at // tick) * tick
 
 
 def take_ahead(

@@ -37,7 +37,7 @@ from collections.abc import Iterable, Mapping
 from timeshard.clock import wake
 from timeshard.errors import NotOwner, TimeshardError
 from timeshard.model import BucketEntry, Job, JobState
-from timeshard.node.ahead import Holding, take_ahead
+from timeshard.node.ahead import Holding, hand_over_at, take_ahead
 from timeshard.node.buckets import BucketReader
 from timeshard.node.decisions import EntryDecider
 from timeshard.node.dispatchconfig import READ_MARGIN_S, DispatchConfig
@@ -385,7 +385,8 @@ class ShardDispatcher:
         for e in item.entries:
             self._held.rows.pop(e, None)  # (the image of the row before the claim)
         self._holding.items[item.job_id] = item
-        heapq.heappush(self._holding.at, (item.run_at - self._cfg.claim_ahead_ms, item.job_id))
+        at = hand_over_at(item.run_at, self._cfg.claim_ahead_ms)
+        heapq.heappush(self._holding.at, (at, item.job_id))
         heapq.heappush(self._holding.due, (item.run_at, item.job_id))
         self.claimed(item.entries, item.job)
 
