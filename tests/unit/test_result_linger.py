@@ -12,12 +12,16 @@ from typing import Any
 
 import pytest
 
+from tests.contract.helpers import make_job
 from tests.unit.helpers import START_MS, advance, running
 from tests.unit.test_worker_stream import Stream, serving
 from tests.unit.test_worker_stream import schedule as stream_schedule
-from timeshard.model import WriteResult
+from timeshard.clock import FakeClock
+from timeshard.model import JobState, WriteResult
 from timeshard.node import FinishItem, JobSpec, TypePolicy
-from timeshard.store.base import Completion, Store
+from timeshard.store.base import Completion, Retention, Store
+from timeshard.store.cassandra.jobrows import LINGER_UNKNOWN_S, JobRows
+from timeshard.store.cassandra.rows import Found
 from timeshard.testing.waits import wait_until
 from timeshard.v1 import timeshard_pb2 as pb
 from timeshard.wire import dur
@@ -86,3 +90,24 @@ async def test_results_sent_with_heartbeats_on_a_stream_linger_no_longer_than_25
         seq = await s.send(results=[pb.FinishItem(job_id=b.job.job_id, fence=b.fence)])
         assert (await s.answer(seq)).results[0].code == 0
         assert asked == [True, False]
+
+
+@pytest.mark.parametrize(
+    ("lease_left_ms", "asked_s", "lingers_s"),
+    [
+        (60_000, 1.6, 1.6),  # a long lease: as asked
+        (2_000, 1.6, 0.5),  # a quarter of the lease left
+        (0, 1.6, 0.0),  # over: at once
+        (2_000, 0.0, 0.0),  # not asked to linger
+    ],
+)
+def test_a_completion_lingers_at_most_a_quarter_of_its_lease_left(
+    lease_left_ms: int, asked_s: float, lingers_s: float
+) -> None:
+    """On Cassandra a completion waits for a claim of its partition (``JobRows``), but not so
+    long that the worker's next results, sent once it is answered, find their leases over."""
+    clock = FakeClock(START_MS)
+    rows = JobRows(None, clock, 4, Retention())  # type: ignore[arg-type]  # (no writes here)
+    job = make_job("j1").with_(state=JobState.RUNNING, lease_until=START_MS + lease_left_ms)
+    assert rows._linger_bound(Found.of(job), asked_s) == pytest.approx(lingers_s)
+    assert rows._linger_bound(None, asked_s) == min(asked_s, LINGER_UNKNOWN_S)
