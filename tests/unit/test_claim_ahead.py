@@ -73,7 +73,7 @@ async def test_jobs_are_claimed_ahead_and_handed_over_at_due_time_without_a_stor
         assert all(r.lease_owner == node.ahead.holder for r in rows)
         assert all(r.started_at == DUE for r in rows)  # the attempt is claimed at due time
         assert calls and all(at < DUE for at, _ in calls)
-        assert all(c.ahead_ms == 300 for _, cs in calls for c in cs)
+        assert all(c.ahead_ms == node.ahead.reach_ms == 1200 for _, cs in calls for c in cs)
         assert not claim.done(), "a held job was handed over before its due time"
         made = len(calls)
         await advance(node, clock, 0.15, step=0.05)

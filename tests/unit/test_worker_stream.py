@@ -298,9 +298,9 @@ async def test_results_of_several_streams_are_applied_in_one_group() -> None:
         calls: list[int] = []
         finish = srv.node.attempts.finish
 
-        async def counting(items: Any) -> Any:
+        async def counting(items: Any, **kw: Any) -> Any:
             calls.append(len(items))
-            return await finish(items)
+            return await finish(items, **kw)
 
         srv.node.attempts.finish = counting  # type: ignore[method-assign]
         seqs = [

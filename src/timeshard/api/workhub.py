@@ -58,7 +58,7 @@ class WorkHub:
         items = [i for g in groups for i in g.results if not isinstance(i, TimeshardError)]
         beat_out, finish_out = await asyncio.gather(
             self.node.attempts.heartbeats(beats) if beats else _nothing(),
-            self.node.attempts.finish(items) if items else _nothing(),
+            self.node.attempts.finish(items, beside_beats=bool(beats)) if items else _nothing(),
         )
         beats_done, finish_done = iter(beat_out), iter(finish_out)
         for g in groups:

@@ -29,17 +29,19 @@ log = logging.getLogger(__name__)
 RESULT_LINGER_S = 0.05
 """A result waits this long at most at the store for another write of its partition to share
 a Paxos round with (a claim, most often), rather than take a round of its own."""
-RESULT_LINGER_MAX_S = 0.25
-"""The longest a result lingers: the heartbeats that reach a node with it (one group of a
-worker stream's requests) are answered with it."""
+RESULT_LINGER_MAX_S = 2.0
+"""The longest a result lingers (however long the claims-ahead window)."""
+RESULT_LINGER_BESIDE_BEATS_S = 0.25
+"""The longest a result lingers when heartbeats reach the node with it (in one group of
+worker stream requests): they are answered with it, and a lease must not wait on a result."""
 
 
-def result_linger_s(claim_ahead_ms: int) -> float:
+def result_linger_s(reach_ms: int) -> float:
     """How long a result may linger (``Store.complete_jobs``): ``RESULT_LINGER_S``; with claims
-    ahead, half their window (a shard's claims ahead go out about that often, so a result
-    lingering that long most often rides the next one's round), at most
-    ``RESULT_LINGER_MAX_S``."""
-    return min(RESULT_LINGER_MAX_S, max(RESULT_LINGER_S, claim_ahead_ms / 2000))
+    ahead, their reach (``NodeConfig.ahead_reach_ms``): at a trickle a shard's claims ahead
+    go out about that often, so a result lingering that long rides the next one's round (under
+    load they go out more often, and the results with them)."""
+    return min(RESULT_LINGER_MAX_S, max(RESULT_LINGER_S, reach_ms / 1000))
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,10 +186,13 @@ class Attempts:
         )
         return self._check(job_id, fence, out)
 
-    async def finish(self, items: Sequence[FinishItem]) -> list[Job | TimeshardError]:
+    async def finish(
+        self, items: Sequence[FinishItem], *, beside_beats: bool = False
+    ) -> list[Job | TimeshardError]:
         """Complete or fail many jobs at once, each conditional on its own fence; the store
         groups the writes (the completions as one ``complete_jobs``). Each item gets its job
-        or its error, in their order."""
+        or its error, in their order. ``beside_beats``: heartbeats are answered with these
+        (a group of worker stream requests), so the completions linger less."""
         out: list[Job | TimeshardError | None] = [None] * len(items)
         completions: list[tuple[int, Completion]] = []
         for n, item in enumerate(items):
@@ -208,7 +213,7 @@ class Attempts:
                 written = await self._store.complete_jobs(
                     [c for _, c in completions],
                     self._clock.now_ms(),
-                    linger_s=self._linger_s([c for _, c in completions]),
+                    linger_s=self._linger_s([c for _, c in completions], beside_beats),
                 )
             except TimeshardError as exc:  # (the store is down: each item says so)
                 for n, _ in completions:
@@ -239,11 +244,14 @@ class Attempts:
         assert len(done) == len(items)  # every item was answered above
         return done
 
-    def _linger_s(self, completions: Sequence[Completion]) -> float:
+    def _linger_s(self, completions: Sequence[Completion], beside_beats: bool) -> float:
         """How long these results may wait to share a round: not at all when one of them
-        lets the next job of a type under a concurrency limit start."""
+        lets the next job of a type under a concurrency limit start, and not long when
+        heartbeats wait for their answer with them (``beside_beats``)."""
         if any(self._claims.frees_room(c.job_id) for c in completions):
             return 0.0
+        if beside_beats:
+            return min(self._result_linger_s, RESULT_LINGER_BESIDE_BEATS_S)
         return self._result_linger_s
 
     async def fail(

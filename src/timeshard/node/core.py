@@ -22,7 +22,7 @@ from timeshard.errors import InvalidArgument, StoreUnavailable, TimeshardError
 from timeshard.limits import DEFAULT_MAX_UNSTARTED, DEFAULT_PRIORITY_AGING_MS
 from timeshard.model import BucketEntry, Job, JobState
 from timeshard.node import clockcheck
-from timeshard.node.ahead import HELD, AheadClaims
+from timeshard.node.ahead import HELD, AheadClaims, reach_ms
 from timeshard.node.attempts import Attempts, result_linger_s
 from timeshard.node.claims import Claims, TypePolicy
 from timeshard.node.connected import ConnectedWorkers
@@ -91,6 +91,13 @@ class NodeConfig:
         """Deliveries without a handler start before ``job`` is dead (invariant 9)."""
         p = self.types.get(job.job_type)
         return p.max_unstarted if p and p.max_unstarted else self.default_max_unstarted
+
+    @property
+    def ahead_reach_ms(self) -> int:
+        """How far ahead a claim ahead may take a job at a trickle (``node.ahead.reach_ms``;
+        0: claims ahead are off)."""
+        d = self.dispatch
+        return reach_ms(d.claim_ahead_ms, d.lookahead_s, d.refresh_s, self.lease_ms(0))
 
     def lease_ms(self, lease_s: float) -> int:
         """The lease granted, in ms, for one of ``lease_s`` asked for (0: the default)."""
@@ -220,7 +227,7 @@ class Node:
             store=self.store,
             holder=f"{self.node_id}{HELD}",
             lease_ms=self.config.lease_ms(0),
-            ahead_ms=self.config.dispatch.claim_ahead_ms,
+            reach_ms=self.config.ahead_reach_ms,
             eligible=self.claims.may_claim_ahead,
         )
 
@@ -266,7 +273,7 @@ class Node:
             retry_policy=self.config.retry_policy,
             max_unstarted=self.config.max_unstarted,
             rng=rng,
-            result_linger_s=result_linger_s(self.config.dispatch.claim_ahead_ms),
+            result_linger_s=result_linger_s(self.config.ahead_reach_ms),
         )
 
     @property

@@ -51,8 +51,9 @@ class DispatchConfig:
     again: a safety net, so no path that loses track of an entry can strand its job."""
 
     claim_ahead_ms: int = 0
-    """Claim jobs this long before they are due (0: at their due time), in one conditional
-    batch per bucket partition, and hold them until they are due: at due time a waiting worker
+    """Claim jobs this long before they are due (0: at their due time; at a trickle up to the
+    reach, ``node.ahead.reach_ms``), in one conditional batch per bucket partition, and hold
+    them until they are due: at due time a waiting worker
     gets them with no store call (``ShardDispatcher``). Only jobs of types a claim waits for,
     with no concurrency limit, rate or pause, no deadline and none queued ready before them."""
 

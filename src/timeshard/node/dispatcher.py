@@ -37,7 +37,7 @@ from collections.abc import Iterable, Mapping
 from timeshard.clock import wake
 from timeshard.errors import NotOwner, TimeshardError
 from timeshard.model import BucketEntry, Job, JobState
-from timeshard.node.ahead import Holding
+from timeshard.node.ahead import Holding, hand_over_at, take_ahead
 from timeshard.node.buckets import BucketReader
 from timeshard.node.decisions import EntryDecider
 from timeshard.node.dispatchconfig import READ_MARGIN_S, DispatchConfig
@@ -346,20 +346,20 @@ class ShardDispatcher:
     # -- claims ahead (``DispatchConfig.claim_ahead_ms``) ---------------------------------
 
     def _claim_ahead(self, now: int) -> None:
-        """Entries due within ``claim_ahead_ms``: their jobs claimed now, in one call (the
-        store writes a conditional batch per partition), and held until due. Those not taken
-        (another kind of entry, a job not eligible, a claim that did not apply, the store
-        away) are looked at again at their due time, as without claims ahead."""
+        """Entries due soon (``node.ahead.take_ahead``: within the window, and at a trickle
+        within the reach): their jobs claimed now, in one call (the store writes a conditional
+        batch per partition), and held until due. Those not taken (another kind of entry, a
+        job not eligible, a claim that did not apply, the store away) are looked at again at
+        their due time, as without claims ahead."""
         assert self._ahead is not None
-        window = self._cfg.claim_ahead_ms
-        heap, until = self._held.heap, now + window
-        if not heap or heap[0].due_at > now + window // 2:
-            return  # (the first waits for half the window, so a claim takes half a window's)
-        soon: list[BucketEntry] = []
-        while heap and now < heap[0].due_at <= until:  # (those due now are decided now)
-            e = heapq.heappop(heap)
-            if e in self._held.pending.get(e.minute, ()):
-                soon.append(e)
+        pending = self._held.pending
+        soon = take_ahead(
+            self._held.heap,
+            now,
+            self._cfg.claim_ahead_ms,
+            self._ahead.reach_ms,
+            lambda e: e in pending.get(e.minute, ()),
+        )
         if not soon:
             return
         task = asyncio.create_task(self._claim_soon(soon, now), name=f"ahead-{self.shard}")
@@ -390,7 +390,8 @@ class ShardDispatcher:
         for e in item.entries:
             self._held.rows.pop(e, None)  # (the image of the row before the claim)
         self._holding.items[item.job_id] = item
-        heapq.heappush(self._holding.at, (item.run_at - self._cfg.claim_ahead_ms, item.job_id))
+        at = hand_over_at(item.run_at, self._cfg.claim_ahead_ms)
+        heapq.heappush(self._holding.at, (at, item.job_id))
         heapq.heappush(self._holding.due, (item.run_at, item.job_id))
         self.claimed(item.entries, item.job)
 

@@ -63,6 +63,11 @@ from timeshard.store.codec import job_columns
 
 log = logging.getLogger(__name__)
 
+LINGER_LEASE_SHARE = 0.25
+"""A completion lingers at most this share of what is left of its job's lease."""
+LINGER_UNKNOWN_S = 0.05
+"""A completion of a job whose row this store has no image of lingers at most this long."""
+
 
 @dataclass(slots=True, eq=False)
 class _Op:
@@ -285,12 +290,25 @@ class JobRows:
             reread=found is None,
         )
         key = (shard, home)
+        linger_s = self._linger_bound(found, linger_s)
         if linger_s > 0 and not self._batcher.waiting(key):
             self._linger(key, op, linger_s)
         else:
             self._release(key)
             self._batcher.submit(key, op)
         return fut
+
+    def _linger_bound(self, found: Found | None, linger_s: float) -> float:
+        """How long a completion may linger: ``linger_s``, but at most a quarter of what is
+        left of its job's lease as last seen here (``LINGER_LEASE_SHARE``; with no image of
+        the row, ``LINGER_UNKNOWN_S``): the worker sends its next results once this one is
+        answered, and each of those must still hold its lease when it goes."""
+        if linger_s <= 0:
+            return linger_s
+        if found is None:
+            return min(linger_s, LINGER_UNKNOWN_S)
+        left_s = (found.job.lease_until - self._clock.now_ms()) / 1000
+        return max(0.0, min(linger_s, left_s * LINGER_LEASE_SHARE))
 
     def _linger(self, key: Key, op: _Op, linger_s: float) -> None:
         """Hold ``op`` for ``key``'s next write, ``linger_s`` at most: the first op held starts
