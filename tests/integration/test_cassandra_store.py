@@ -429,6 +429,7 @@ async def test_statements_bound_for_a_batch_carry_what_the_driver_would_bind(
                 "was_fence": 1,
                 "was_run_at": NOW,
                 "was_lease_until": 0,
+                "was_attempt": 0,
             },
             "insert_dead_at": (3, "j-1", NOW, 3600, NOW * 1000),
             "delete_dead_at": (NOW * 1000, 3, "j-1"),

@@ -146,6 +146,8 @@ class Attempts:
             return
         if out.applied and out.job is not None:
             self._starts.observe_written(out.job, n.started_at)
+        else:
+            await self._amend_late(n.fence, out, started=True)
 
     def _check(self, job_id: str, fence: int, out: WriteResult) -> Job:
         if out.job is None:
@@ -159,6 +161,39 @@ class Attempts:
         self._ran(out.job)
         return out.job
 
+    async def _amend_late(
+        self, fence: int, out: WriteResult, *, started: bool, reason: str = ""
+    ) -> None:
+        """A word from the worker of the lease ``fence`` was refused: if that lease already
+        ended and its job was not claimed again, the word amends how the end was counted
+        (``Store.amend_lease_end``, invariant 9): ``started`` (a start notice, or a result,
+        which is still refused: the job runs again) counts an attempt released as not
+        started; a give-back not started (``reason``) uncounts one released as expired. A
+        job claimed again since keeps its count (the one known gap: off by one)."""
+        job = out.job
+        if out.applied or job is None or job.state is not JobState.SCHEDULED:
+            return
+        if job.fence != fence:
+            return
+        try:
+            amended = await self._store.amend_lease_end(
+                job.job_id, fence, self._clock.now_ms(), started=started, reason=reason
+            )
+        except TimeshardError as exc:  # the count stays as the lease's end left it
+            log.info("job %s: late word of fence %d not amended: %s", job.job_id, fence, exc)
+            return
+        if amended.applied and amended.job is not None:
+            log.info(
+                "job %s: the lease of fence %d amended by its worker's late word: %s "
+                "(attempt %d/%d, %d deliveries without a start)",
+                job.job_id,
+                fence,
+                amended.job.history[-1].outcome,
+                amended.job.attempt,
+                amended.job.max_attempts,
+                amended.job.unstarted,
+            )
+
     async def heartbeat(
         self, job_id: str, fence: int, lease_s: float, *, started_at: int = 0
     ) -> tuple[Job, int]:
@@ -171,6 +206,8 @@ class Attempts:
         out = await self._store.heartbeat(
             job_id, fence, self._clock.now_ms() + lease, started=started
         )
+        if started:
+            await self._amend_late(fence, out, started=True)
         job = self._check(job_id, fence, out)
         if started:
             self._starts.observe_written(job, started_at)
@@ -184,6 +221,7 @@ class Attempts:
         out = await self._store.complete_job(
             job_id, fence, self._clock.now_ms(), result=result, result_encoding=result_encoding
         )
+        await self._amend_late(fence, out, started=True)  # (a result: its handler ran)
         return self._check(job_id, fence, out)
 
     async def finish(
@@ -220,6 +258,7 @@ class Attempts:
                     out[n] = exc
                 return
             for (n, c), w in zip(completions, written, strict=True):
+                await self._amend_late(c.fence, w, started=True)
                 try:
                     out[n] = self._check(c.job_id, c.fence, w)
                 except TimeshardError as exc:
@@ -272,6 +311,7 @@ class Attempts:
             retry_at,
             traceback=truncate_traceback(traceback),
         )
+        await self._amend_late(fence, out, started=True)  # (a result: its handler ran)
         failed = self._check(job_id, fence, out)
         if failed.state is JobState.SCHEDULED:
             await self._land([entry_for(failed, failed.run_at, now)])
@@ -287,14 +327,12 @@ class Attempts:
         ``max_unstarted``."""
         now = self._clock.now_ms()
         default = f"{NOT_STARTED}: given back by its worker" if not_started else "given back"
+        why = reason[:4000] or default
         out = await self._store.give_back_job(
-            job_id,
-            fence,
-            now,
-            reason[:4000] or default,
-            not_started=not_started,
-            max_unstarted=self._max_unstarted,
+            job_id, fence, now, why, not_started=not_started, max_unstarted=self._max_unstarted
         )
+        if not_started:
+            await self._amend_late(fence, out, started=False, reason=why)
         job = self._check(job_id, fence, out)
         if job.state is JobState.SCHEDULED:
             await self._land([entry_for(job, job.run_at, now)])

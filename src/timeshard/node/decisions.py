@@ -17,6 +17,7 @@ import logging
 from collections.abc import Callable, Iterable
 
 from timeshard.clock import format_rfc3339
+from timeshard.errors import TimeshardError
 from timeshard.model import NOT_STARTED, SCHEDULE_ENTRY_PREFIX, BucketEntry, Job, JobState
 from timeshard.node.dispatchparts import DispatchParts
 from timeshard.node.held import HeldEntries
@@ -181,18 +182,20 @@ class EntryDecider:
         dead. With none, the handler never started: due again at once, uncounted, bounded by
         the type's ``max_unstarted`` (invariant 9). The store wrote the retry's entry with the
         row; this one is handled."""
+        noticed = self._started(job.job_id, job.fence)
         out = await self._store.release_lease(
             job.job_id,
             job.fence,
             now,
             lambda j: self._retry_at(j, now),
-            started=self._started(job.job_id, job.fence),
+            started=noticed,
             max_unstarted=self._max_unstarted,
         )
         if not out.applied or out.job is None:
             self._held.recheck([e]) if out.job is not None else self._held.handled([e])
             return
         released = out.job
+        late = not noticed and self._started(job.job_id, job.fence)  # came during the write
         if self._on_released is not None:
             self._on_released(released)
         if released.history and released.history[-1].outcome == NOT_STARTED:
@@ -205,6 +208,8 @@ class EntryDecider:
                     job.lease_owner,
                     released.unstarted,
                 )
+                if late:
+                    await self._amend_noticed(job, now)
                 again = entry_for(released, released.run_at, now)
                 if again == e:  # (the store wrote the very entry being looked at: keep it)
                     self._held.recheck([e])
@@ -228,3 +233,21 @@ class EntryDecider:
             )
             self._notify([entry_for(released, released.run_at, now)])
         self._held.handled([e])
+
+    async def _amend_noticed(self, job: Job, now: int) -> None:
+        """The lease's start notice reached this node while its release, decided without one,
+        was being written: the release is amended as the worker's late word would amend it
+        (``Store.amend_lease_end``, invariant 9). ``run_at`` stays, so its entry does too."""
+        try:
+            out = await self._store.amend_lease_end(job.job_id, job.fence, now, started=True)
+        except TimeshardError as exc:  # the count stays as the release left it
+            log.info("job %s: start notice not amended into its release: %s", job.job_id, exc)
+            return
+        if out.applied and out.job is not None:
+            log.info(
+                "job %s: its start notice came as its lease's end was written: counted "
+                "(attempt %d/%d)",
+                job.job_id,
+                out.job.attempt,
+                out.job.max_attempts,
+            )

@@ -448,6 +448,29 @@ class Store(ScheduleStore):
         once that reaches ``max_unstarted``. The fence stays; the next claim moves it."""
 
     @abc.abstractmethod
+    async def amend_lease_end(
+        self, job_id: str, fence: int, now: int, *, started: bool, reason: str = ""
+    ) -> WriteResult:
+        """A late word from the worker of the lease ``fence`` (it came after the lease's end
+        was written) amends how that end was counted (invariant 9), as one conditional write.
+        Applied iff the job is ``scheduled`` at this fence (not claimed again, not finished)
+        and its newest history entry is that lease's end, and:
+
+        - ``started`` (a start notice, a heartbeat carrying it, a result): the lease ran out
+          with no start notice (``not started: lease over with no start notice ...``,
+          ``start_noticed`` false). The attempt counts: ``attempt + 1``, ``unstarted - 1``,
+          ``start_noticed``, the entry's outcome ``lease expired`` with its error (and
+          ``last_error``) saying the notice came after the lease's end.
+        - not ``started`` (the worker gave it back not started, ``reason``): the lease ran out
+          counted, ``lease expired``. The attempt does not count: ``attempt - 1``,
+          ``unstarted + 1``, ``start_noticed`` false, the entry ``not started`` with ``reason``
+          (and ``last_error``).
+
+        Nothing else changes: the state, fence, ``run_at`` and bucket entry stay, and an
+        amend never makes a job dead. A claim (or any write) that raced it wins or loses
+        whole: Cassandra compares the row's image, ``attempt`` included."""
+
+    @abc.abstractmethod
     async def expire_job(self, job_id: str, fence: int, now: int, reason: str) -> WriteResult:
         """Applied iff ``scheduled`` with this fence and its deadline is before ``now`` (a
         claim at ``now`` would be refused): ``expired``, ``finished_at=now``, ``reason`` as

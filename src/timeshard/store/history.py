@@ -55,3 +55,21 @@ def finish_attempt(
 
 MAX_HISTORY = 20
 """Attempts kept on a job (the newest); enough to diagnose, bounded so a row stays small."""
+
+
+def amend_attempt(job: Job, outcome: str, error: str) -> tuple[Attempt, ...]:
+    """The history with its last attempt, already closed, told again: another outcome and
+    error, its times kept (a late word from its worker, ``transitions.amend``)."""
+    if not job.history:
+        return job.history
+    last = job.history[-1]
+    told = Attempt(
+        attempt=last.attempt,
+        worker=last.worker,
+        started_at=last.started_at,
+        finished_at=last.finished_at,
+        error=error,
+        outcome=outcome,
+        traceback=last.traceback,
+    )
+    return (*job.history[:-1], told)

@@ -400,6 +400,12 @@ class SqliteStore(Store):
         )
         return await self._db.call(lambda db: _apply(db, job_id, transition))
 
+    async def amend_lease_end(
+        self, job_id: str, fence: int, now: int, *, started: bool, reason: str = ""
+    ) -> WriteResult:
+        transition = T.amend(fence, now, started=started, reason=reason)
+        return await self._db.call(lambda db: _apply(db, job_id, transition))
+
     async def expire_job(self, job_id: str, fence: int, now: int, reason: str) -> WriteResult:
         transition = T.expire(fence, now, reason)
         return await self._db.call(lambda db: _apply(db, job_id, transition))

@@ -14,7 +14,13 @@ from dataclasses import dataclass
 from timeshard.limits import DEFAULT_MAX_UNSTARTED
 from timeshard.model import GIVEN_BACK, LEASE_EXPIRED, NEVER_STARTED, NOT_STARTED, Job, JobState
 from timeshard.store.base import JobClaim, MaxUnstarted, RetryAt
-from timeshard.store.history import finish_attempt, new_attempt
+from timeshard.store.history import amend_attempt, finish_attempt, new_attempt
+
+NO_START_NOTICE = f"{NOT_STARTED}: lease over with no start notice"
+"""How the history of a lease that ran out with no start notice begins (``release``): the one
+uncounted end a late start notice amends (``amend``)."""
+LATE_START_NOTICE = f"{LEASE_EXPIRED}: its start notice came after the lease's end"
+"""The error of an attempt counted by ``amend``: the owner released it before the notice."""
 
 
 def _no_entry(_: Job) -> int | None:
@@ -154,7 +160,7 @@ def release(
     failed = _failed(now, LEASE_EXPIRED, retry, LEASE_EXPIRED)
     back = _unstarted(
         now,
-        lambda j: f"{NOT_STARTED}: lease over with no start notice from worker {j.lease_owner}",
+        lambda j: f"{NO_START_NOTICE} from worker {j.lease_owner}",
         max_unstarted,
     )
 
@@ -239,6 +245,80 @@ def give_back(
         _retry_entry,
         now,
         kind="give_back",
+    )
+
+
+def _released_from(fence: int, j: Job) -> bool:
+    """The lease ``fence`` ended (released or given back) and the job was not claimed again:
+    ``scheduled`` at that fence (only a claim moves it), its newest history entry that
+    lease's, closed."""
+    return (
+        j.state is JobState.SCHEDULED
+        and j.fence == fence
+        and bool(j.history)
+        and j.history[-1].finished_at is not None
+    )
+
+
+def _ended_unnoticed(j: Job) -> bool:
+    """Released uncounted because no start notice had come (``release``). ``unstarted`` and
+    the attempt numbers tell it from a replay of a job dead with that entry last."""
+    last = j.history[-1]
+    return (
+        last.outcome == NOT_STARTED
+        and last.error.startswith(NO_START_NOTICE)
+        and not j.start_noticed
+        and j.unstarted >= 1
+        and j.attempt == last.attempt - 1
+    )
+
+
+def _ended_counted(j: Job) -> bool:
+    """Released as a failed attempt after a start notice (``release``: ``lease expired``),
+    counted (not a replay, which starts the count again)."""
+    last = j.history[-1]
+    return last.outcome == LEASE_EXPIRED and j.attempt >= 1 and j.attempt == last.attempt
+
+
+def amend(fence: int, now: int, *, started: bool, reason: str = "") -> Transition:
+    """A late word from the worker of the lease ``fence`` amends how that lease's end was
+    counted, while the job was not claimed again (invariant 9: an attempt counts when a
+    handler started). ``started`` (its start notice, a heartbeat carrying it, a result) on a
+    lease released as ``not started`` for want of a notice: the attempt counts (``attempt +
+    1``, ``unstarted - 1``), its history entry becomes ``lease expired`` (``LATE_START_NOTICE``).
+    Not ``started`` (a give-back "not started", ``reason``) on a lease released as a counted
+    ``lease expired``: the attempt does not count (``attempt - 1``, ``unstarted + 1``), its
+    entry becomes ``not started`` with ``reason``.
+
+    Only the counts, the entry, ``last_error`` and ``start_noticed`` change: the job stays
+    ``scheduled`` at its ``run_at`` and its entry (no backoff added, none taken away), and an
+    amend never makes a job dead. A count that reaches ``max_attempts`` (or ``max_unstarted``)
+    so is decided by the next end of an attempt as any other: the next delivery runs, and its
+    failure or expiry makes the job dead."""
+    if started:
+        return Transition(
+            lambda j: _released_from(fence, j) and _ended_unnoticed(j),
+            lambda j: j.with_(
+                attempt=j.attempt + 1,
+                unstarted=j.unstarted - 1,
+                start_noticed=True,
+                last_error=LATE_START_NOTICE,
+                history=amend_attempt(j, LEASE_EXPIRED, LATE_START_NOTICE),
+            ),
+            now=now,
+            kind="amend",
+        )
+    return Transition(
+        lambda j: _released_from(fence, j) and _ended_counted(j),
+        lambda j: j.with_(
+            attempt=j.attempt - 1,
+            unstarted=j.unstarted + 1,
+            start_noticed=False,
+            last_error=reason,
+            history=amend_attempt(j, NOT_STARTED, reason),
+        ),
+        now=now,
+        kind="amend",
     )
 
 

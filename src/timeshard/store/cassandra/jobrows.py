@@ -459,7 +459,7 @@ class JobRows:
         assert op.found is not None and op.new is not None
         was = dict(
             zip(
-                ("was_state", "was_fence", "was_run_at", "was_lease_until"),
+                ("was_state", "was_fence", "was_run_at", "was_lease_until", "was_attempt"),
                 op.found.image,
                 strict=True,
             )

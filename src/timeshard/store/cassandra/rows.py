@@ -16,10 +16,12 @@ BUCKET_RETENTION_S = 7 * 24 * 3600
 """Bucket entries live this long past their due time (then TWCS drops them whole)."""
 MAX_TTL_S = 20 * 365 * 24 * 3600  # Cassandra's limit; entries due later get no TTL at all
 
-IMAGE = ("state", "fence", "run_at", "lease_until")
+IMAGE = ("state", "fence", "run_at", "lease_until", "attempt")
 """The columns every conditional write on a job row compares: each transition's condition reads
-only these, and each transition changes at least one of them, so a row whose image matches is
-the row the new values were computed from."""
+only these (and what changes only with them), and each transition changes at least one of them,
+so a row whose image matches is the row the new values were computed from. ``attempt`` is the
+one an amend of a lease's count changes (``transitions.amend``): a claim or reschedule computed
+from the row before it does not apply over it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,7 +42,7 @@ class Found:
 
 def image_of(job: Job) -> tuple[Any, ...]:
     """The image ``job`` has once written."""
-    return (job.state.value, job.fence, job.run_at, job.lease_until)
+    return (job.state.value, job.fence, job.run_at, job.lease_until, job.attempt)
 
 
 def row_image(row: Row) -> tuple[Any, ...]:

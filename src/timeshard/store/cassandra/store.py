@@ -306,6 +306,11 @@ class CassandraStore(Store):
             T.give_back(fence, now, reason, not_started=not_started, max_unstarted=max_unstarted),
         )
 
+    async def amend_lease_end(
+        self, job_id: str, fence: int, now: int, *, started: bool, reason: str = ""
+    ) -> WriteResult:
+        return await self._jobs.apply(job_id, T.amend(fence, now, started=started, reason=reason))
+
     async def expire_job(self, job_id: str, fence: int, now: int, reason: str) -> WriteResult:
         return await self._jobs.apply(job_id, T.expire(fence, now, reason), owner_only=True)
 
