@@ -675,3 +675,54 @@ async def test_results_ending_close_together_travel_in_one_message(
             assert job.state is JobState.SUCCEEDED
         after = registry.get_sample_value("timeshard_worker_messages_total", {"kind": "result"})
         assert (after or 0) - (before or 0) == 1
+
+
+# -- start notices ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("work_s", [0.0, 0.3], ids=["short", "long"])
+async def test_a_start_notice_rides_with_the_jobs_result_or_goes_alone_before_it(
+    work_s: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A handler starts without waiting for its start notice; the notice waits a few ms for a
+    request to ride with. A short job's notice and result come in one request; a long job's
+    notice comes in an earlier one. Either way the attempt counts once."""
+    from timeshard.api.work import WorkStream
+
+    seen: list[tuple[list[str], list[str]]] = []  # (notices, results) of each request
+    take = WorkStream._take
+
+    def recording(self: WorkStream, request: pb.WorkRequest) -> None:
+        if request.started or request.results:
+            seen.append(([n.job_id for n in request.started], [r.job_id for r in request.results]))
+        take(self, request)
+
+    monkeypatch.setattr(WorkStream, "_take", recording)
+    srv = make_server()
+    await srv.start()
+    w = worker()
+
+    @w.handler("t", timeout=60, concurrency=4)  # (credits left at the node as it ends)
+    async def handle(ctx: JobContext) -> None:
+        await asyncio.sleep(work_s)
+
+    (job_id,) = await schedule(srv, 1)
+    task = asyncio.create_task(w.run([srv.address], discover_every_s=0))
+    try:
+        job = await wait_until(
+            lambda: srv.node.jobs.get(job_id),
+            30,
+            "the job to succeed",
+            until=lambda j: j.state is JobState.SUCCEEDED,
+        )
+        assert job.attempt == 1 and job.unstarted == 0, job
+        noticed = next(n for n, (started, _) in enumerate(seen) if job_id in started)
+        finished = next(n for n, (_, results) in enumerate(seen) if job_id in results)
+        if work_s:
+            assert noticed < finished, seen
+        else:
+            assert noticed == finished, seen  # one message for both
+    finally:
+        w.stop(0)
+        await asyncio.wait_for(task, 30)
+        await srv.stop(0)

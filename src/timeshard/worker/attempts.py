@@ -14,7 +14,7 @@ import contextlib
 import ctypes
 import logging
 import threading
-from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping
+from collections.abc import Callable, Coroutine, Generator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
@@ -55,11 +55,6 @@ def _failed(kind: str, exc: BaseException, error: str | None = None) -> _Ended:
     the exits ``_Raised`` stands for)."""
     raised = exc.__cause__ if isinstance(exc, _Raised) and exc.__cause__ else exc
     return _Ended(kind, error or _describe(exc), traceback_of(raised))
-
-
-NOTICE_WAIT_S = 0.05
-"""How long a handler's first step waits for its start notice to be handed to the transport
-(then it goes on: its heartbeats carry the notice again)."""
 
 
 @dataclass(kw_only=True, slots=True)
@@ -229,16 +224,14 @@ class Attempts:
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
 
-    def _notice_start(
-        self, stub: WorkerStub, ctx: JobContext, started_at_ms: int
-    ) -> Awaitable[None] | None:
-        """Tell the node the handler starts (invariant 9): over the stream, in the next
-        request; otherwise a heartbeat that carries the notice. Returns what to await before
-        the handler's first step (the notice handed to the transport)."""
+    def _notice_start(self, stub: WorkerStub, ctx: JobContext, started_at_ms: int) -> None:
+        """Tell the node the handler starts (invariant 9): over the stream, with its next
+        request (``NodeLink.notice_start``); otherwise a heartbeat that carries the notice. The
+        handler does not wait for it: its heartbeats and its result carry the start again."""
         notice = getattr(stub, "notice_start", None)
         if notice is not None:
-            sent: Awaitable[None] | None = notice(ctx.job_id, ctx.fence, started_at_ms)
-            return sent
+            notice(ctx.job_id, ctx.fence, started_at_ms)
+            return
         request = pb.HeartbeatRequest(
             job_id=ctx.job_id,
             fence=ctx.fence,
@@ -254,7 +247,6 @@ class Attempts:
         task = asyncio.create_task(send(), name=f"start-notice-{ctx.job_id}")
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
-        return task
 
     async def execute(
         self,
@@ -277,13 +269,13 @@ class Attempts:
         self._track_handler(ctx, handler)  # for the drain (``stop``)
         started_at = 0
 
-        def started() -> Awaitable[None] | None:
+        def started() -> None:
             nonlocal started_at
             started_at = self._clock.now_ms()
             tracked = self.inflight.get(ctx.job_id)
             if tracked is not None:
                 tracked.started = True
-            return self._notice_start(stub, ctx, started_at)
+            self._notice_start(stub, ctx, started_at)
 
         run.on_started = started
         heartbeats = self._start_heartbeats(stub, ctx, handler, heartbeat_now, lambda: started_at)
@@ -365,11 +357,9 @@ class Attempts:
             )
         if not ctx._lease.held():  # over while it waited: no start notice, no step
             raise LeaseLost(f"job {ctx.job_id}: {ctx._lease.why()}")
-        sent = run.start()
-        if sent is not None:  # the start notice leaves before the handler's first step
-            with contextlib.suppress(TimeoutError, grpc.RpcError):
-                async with asyncio.timeout(NOTICE_WAIT_S):
-                    await asyncio.shield(sent)
+        run.start()  # (its start notice goes out with the worker's next request)
+        if not ctx._lease.held():  # stalled as it started: no step, given back unstarted
+            raise LeaseLost(f"job {ctx.job_id}: {ctx._lease.why()}")
         self._emit("started", ctx, "")
         try:
             if spec.is_async:

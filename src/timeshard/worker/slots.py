@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 
 
 class Run:
@@ -45,20 +45,19 @@ class Run:
         handed to a thread. A run ``started`` (its start notice out) that never ``stepped``
         did not start after all: it is given back unstarted (invariant 9)."""
         self.on_start: Callable[[], None] | None = None
-        self.on_started: Callable[[], Awaitable[None] | None] | None = None
-        """Called as the handler starts, before ``on_start``: the worker's start notice; what
-        it returns is awaited (bounded) before the handler's first step."""
+        self.on_started: Callable[[], None] | None = None
+        """Called as the handler starts, before ``on_start``: the worker's start notice."""
         self.thread: asyncio.Future[None] | None = None
         """A ``def`` handler's call: done once its thread returned (or never ran it)."""
         self.ended: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         """Done once this attempt and every earlier one in this worker really ended."""
 
-    def start(self) -> Awaitable[None] | None:
+    def start(self) -> None:
         self.started = True
-        sent = self.on_started() if self.on_started is not None else None
+        if self.on_started is not None:
+            self.on_started()
         if self.on_start is not None:
             self.on_start()
-        return sent
 
     def waiting_for(self) -> str:
         if self.previous is not None and not self.previous.done():

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 
-from timeshard.clock import Clock
+from timeshard.clock import Clock, SystemClock
 from timeshard.limits import MAX_REPLY_BYTES
 from timeshard.v1 import timeshard_pb2 as pb
 from timeshard.wire import dur, dur_s, translate, ts
@@ -39,6 +39,13 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("timeshard.worker")
 
+NOTICE_LINGER_S = 0.010
+"""How long a start notice waits for a request to ride with (a short job's result, other
+notices): it is on no job's critical path (a handler starts without waiting for it), and a
+worker that dies inside it leaves that attempt uncounted (bounded by ``max_unstarted``)."""
+CREDIT_LINGER_S = 0.005
+"""How long credits for a freed slot wait for that job's result (``RESULT_LINGER_S`` later) to
+ride with, while the node still holds credits of the type (at once when it holds none)."""
 TICK_S = 5.0
 """An idle stream sends an empty request this often (at most; less with a short lease)."""
 STOP_WAIT_S = 5.0
@@ -115,8 +122,8 @@ class NodeLink:
         self._out_results: list[pb.FinishItem] = []
         self._out_started: list[pb.HeartbeatRequest] = []
         self._out_revoked: list[pb.WorkRevoke] = []
-        self._out_sent: asyncio.Future[None] | None = None
-        """Done once the next request (with its start notices) was written."""
+        self._soon_timer: asyncio.TimerHandle | None = None
+        """Sends what waits for a request to ride with (``_soon``)."""
         self._out_stop = False
         self._out_answer: asyncio.Future[pb.WorkResponse] | None = None
         self._has_out = asyncio.Event()
@@ -153,20 +160,19 @@ class NodeLink:
         response = await self._answer(answer, timeout)
         return pb.FinishResponse(results=response.results[first : first + len(request.items)])
 
-    def notice_start(self, job_id: str, fence: int, started_at_ms: int) -> asyncio.Future[None]:
-        """The handler of ``job_id`` starts (invariant 9): the notice goes out with the next
-        request, at once; with the stream closed, as a heartbeat over the unary call (its
-        failure is no matter: the job's heartbeats carry the notice again). Done once it was
-        handed to the transport (or could not be)."""
+    def notice_start(self, job_id: str, fence: int, started_at_ms: int) -> None:
+        """The handler of ``job_id`` starts (invariant 9). On the open stream the notice rides
+        with the next request, and waits ``NOTICE_LINGER_S`` at most for one (real time: on
+        another clock it goes at once), so a short job's notice and result share a message.
+        With the stream closed it goes as a heartbeat over the unary call (its failure is no
+        matter: the job's heartbeats carry the notice again)."""
         notice = pb.HeartbeatRequest(
             job_id=job_id, fence=fence, started=True, started_at=ts(started_at_ms)
         )
         if self._open:
             self._out_started.append(notice)
-            if self._out_sent is None:
-                self._out_sent = asyncio.get_running_loop().create_future()
-            self._has_out.set()
-            return self._out_sent
+            self._soon(NOTICE_LINGER_S)
+            return
         notice.lease.CopyFrom(dur(round(self._host.lease_s * 1000)))
 
         async def send() -> None:
@@ -176,7 +182,30 @@ class NodeLink:
         task = asyncio.create_task(send(), name=f"start-notice-{job_id}")
         self._notices.add(task)
         task.add_done_callback(self._notices.discard)
-        return task
+
+    def _soon(self, linger_s: float) -> None:
+        """Send the next request within ``linger_s`` (real time: on another clock, at once),
+        with whatever else is queued by then."""
+        if type(self._host.clock) is not SystemClock:
+            self._has_out.set()
+            return
+        loop = asyncio.get_running_loop()
+        due = loop.time() + linger_s
+        if self._soon_timer is not None:
+            if self._soon_timer.when() <= due:
+                return
+            self._soon_timer.cancel()
+        self._soon_timer = loop.call_at(due, self._soon_due)
+
+    def _soon_due(self) -> None:
+        self._soon_timer = None
+        self._has_out.set()
+
+    def _leaving(self) -> None:
+        """What waited for ``_soon`` goes now (with the request being written, or dropped)."""
+        if self._soon_timer is not None:
+            self._soon_timer.cancel()
+            self._soon_timer = None
 
     def _queue_beat(self, request: pb.HeartbeatRequest) -> tuple[asyncio.Future[Any], int]:
         self._out_beats.append(request)
@@ -316,17 +345,13 @@ class NodeLink:
                 revoked=self._out_revoked,
             )
             answer, self._out_answer = self._out_answer, None
-            sent, self._out_sent = self._out_sent, None
+            self._leaving()
             self._out_credits, self._out_beats, self._out_results = {}, [], []
             self._out_started, self._out_revoked = [], []
             self._out_stop = False
             if answer is not None:
                 self._pending[self._seq + 1] = answer
-            try:
-                await self._write(call, request)
-            finally:
-                if sent is not None and not sent.done():
-                    sent.set_result(None)
+            await self._write(call, request)
 
     def _credits_due(self) -> list[pb.WorkCredit]:
         """Credits for every type that has free slots (when the stream opens)."""
@@ -363,9 +388,13 @@ class NodeLink:
             return
         n = self._to_grant(t)
         if n > 0:
+            idle = self._credits.get(t, 0) == 0  # (the node may push it nothing meanwhile)
             self._credited(t, n)
             self._out_credits[t] = self._out_credits.get(t, 0) + n
-            self._has_out.set()
+            if idle:
+                self._has_out.set()
+            else:  # rides with the result of the job that freed the slot
+                self._soon(CREDIT_LINGER_S)
 
     def _closed(self) -> None:
         """The stream is over: its credits are no longer asked for, and what waits for an
@@ -388,9 +417,7 @@ class NodeLink:
         self._out_credits, self._out_beats, self._out_results = {}, [], []
         self._out_started = []  # (their heartbeats carry them again)
         self._out_revoked = []  # (the node's cancel waits no longer than the start's bound)
-        if self._out_sent is not None and not self._out_sent.done():
-            self._out_sent.set_result(None)
-        self._out_sent = None
+        self._leaving()
         for answer in waiting:
             if not answer.done():
                 answer.set_exception(broken)
