@@ -681,12 +681,12 @@ async def test_results_ending_close_together_travel_in_one_message(
 
 
 @pytest.mark.parametrize("work_s", [0.0, 0.3], ids=["short", "long"])
-async def test_a_start_notice_rides_with_the_jobs_result_or_goes_alone_before_it(
+async def test_a_start_notice_comes_no_later_than_the_jobs_result(
     work_s: float, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A handler starts without waiting for its start notice; the notice waits a few ms for a
-    request to ride with. A short job's notice and result come in one request; a long job's
-    notice comes in an earlier one. Either way the attempt counts once."""
+    """A handler starts without waiting for its start notice's write to complete; the notice
+    still comes no later than the job's result (in an earlier request for a job that runs a
+    while), and the attempt counts once."""
     from timeshard.api.work import WorkStream
 
     seen: list[tuple[list[str], list[str]]] = []  # (notices, results) of each request
@@ -721,7 +721,7 @@ async def test_a_start_notice_rides_with_the_jobs_result_or_goes_alone_before_it
         if work_s:
             assert noticed < finished, seen
         else:
-            assert noticed == finished, seen  # one message for both
+            assert noticed <= finished, seen
     finally:
         w.stop(0)
         await asyncio.wait_for(task, 30)

@@ -357,7 +357,10 @@ class Attempts:
             )
         if not ctx._lease.held():  # over while it waited: no start notice, no step
             raise LeaseLost(f"job {ctx.job_id}: {ctx._lease.why()}")
-        run.start()  # (its start notice goes out with the worker's next request)
+        run.start()
+        # One turn of the loop: the stream's writer hands the start notice to the transport
+        # before the handler's first step (a handler that kills its worker still counts).
+        await asyncio.sleep(0)
         if not ctx._lease.held():  # stalled as it started: no step, given back unstarted
             raise LeaseLost(f"job {ctx.job_id}: {ctx._lease.why()}")
         self._emit("started", ctx, "")

@@ -39,10 +39,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("timeshard.worker")
 
-NOTICE_LINGER_S = 0.010
-"""How long a start notice waits for a request to ride with (a short job's result, other
-notices): it is on no job's critical path (a handler starts without waiting for it), and a
-worker that dies inside it leaves that attempt uncounted (bounded by ``max_unstarted``)."""
 CREDIT_LINGER_S = 0.005
 """How long credits for a freed slot wait for that job's result (``RESULT_LINGER_S`` later) to
 ride with, while the node still holds credits of the type (at once when it holds none)."""
@@ -161,17 +157,16 @@ class NodeLink:
         return pb.FinishResponse(results=response.results[first : first + len(request.items)])
 
     def notice_start(self, job_id: str, fence: int, started_at_ms: int) -> None:
-        """The handler of ``job_id`` starts (invariant 9). On the open stream the notice rides
-        with the next request, and waits ``NOTICE_LINGER_S`` at most for one (real time: on
-        another clock it goes at once), so a short job's notice and result share a message.
-        With the stream closed it goes as a heartbeat over the unary call (its failure is no
-        matter: the job's heartbeats carry the notice again)."""
+        """The handler of ``job_id`` starts (invariant 9): on the open stream the notice goes
+        out at once, with whatever else is queued; with the stream closed, as a heartbeat over
+        the unary call (its failure is no matter: the job's heartbeats carry the notice
+        again)."""
         notice = pb.HeartbeatRequest(
             job_id=job_id, fence=fence, started=True, started_at=ts(started_at_ms)
         )
         if self._open:
             self._out_started.append(notice)
-            self._soon(NOTICE_LINGER_S)
+            self._has_out.set()
             return
         notice.lease.CopyFrom(dur(round(self._host.lease_s * 1000)))
 
