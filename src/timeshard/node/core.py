@@ -545,6 +545,12 @@ class Node:
 
     # -- workers --------------------------------------------------------------------------
 
+    def next_hand_over(self) -> int | None:
+        """When the next job held ahead goes to the early lane, and so to a push with
+        ``starts_in``, on any shard of this node (None: none held)."""
+        times = [t for d in self.dispatchers.values() if (t := d.next_hand_over()) is not None]
+        return min(times, default=None)
+
     def wake_claims(self) -> None:
         """Wake every waiting claim to look again (a worker stream's credits changed)."""
         self.ready.wake()

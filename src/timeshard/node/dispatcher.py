@@ -127,6 +127,11 @@ class ShardDispatcher:
         """When the earliest entry this dispatcher holds comes due (None: none held)."""
         return self._held.heap[0].due_at if self._held.heap else None
 
+    def next_hand_over(self) -> int | None:
+        """When the next job held ahead goes to the early lane (None: none held)."""
+        at = self._holding.at
+        return at[0][0] if at else None
+
     @property
     def in_memory(self) -> int:
         return sum(len(s) for s in self._held.pending.values())
