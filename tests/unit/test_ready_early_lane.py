@@ -48,3 +48,16 @@ async def test_an_early_job_leaves_the_lane_when_due_removed_or_its_shard_goes()
     assert removed is not None and removed.job_id == "b"
     q.drop_shard(1)
     assert q.take_early(["t"], 10) == []
+
+
+async def test_the_jobs_of_one_hand_over_wake_one_claim_which_takes_them_all() -> None:
+    """Shards hand their held jobs over on one tick but a little apart: with a gather, the
+    jobs put in the lane meanwhile wake one claim, not one each, so they go in one push."""
+    q = ReadyQueues(gather_early_s=0.05)
+    first, second = q.waiter(["t"], early=True), q.waiter(["t"], early=True)
+    q.push_early(item("a", shard=0))
+    q.push_early(item("b", shard=1))
+    async with asyncio.timeout(10):
+        await first
+    assert not second.done(), "a job of the same hand-over woke a claim of its own"
+    assert [i.job_id for i in q.take_early(["t"], 10)] == ["a", "b"]

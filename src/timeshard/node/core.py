@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from timeshard.clock import Clock
+from timeshard.clock import Clock, SystemClock
 from timeshard.coordinator.base import Coordinator, Member, ShardsNotTaken
 from timeshard.coordinator.local import LocalCoordinator
 from timeshard.errors import InvalidArgument, StoreUnavailable, TimeshardError
@@ -34,7 +34,7 @@ from timeshard.node.jobs import Jobs
 from timeshard.node.peers import HINT_MARGIN_S, PeerHints, Send
 from timeshard.node.policies import TypePolicies
 from timeshard.node.polled import PolledTypes
-from timeshard.node.ready import ReadyQueues
+from timeshard.node.ready import EARLY_GATHER_S, ReadyQueues
 from timeshard.node.refresh import BucketRefresher
 from timeshard.node.retry import RetryPolicy
 from timeshard.node.revokes import Revokes
@@ -126,7 +126,11 @@ class Node:
         self.config = config or NodeConfig()
         self.node_id = node_id or f"node-{uuid.uuid4().hex[:8]}"
         self.address = address
-        self.ready = ReadyQueues(aging_ms=max(1, round(self.config.priority_aging_s * 1000)))
+        self.ready = ReadyQueues(
+            aging_ms=max(1, round(self.config.priority_aging_s * 1000)),
+            # (real time: on another clock, a fake one in tests, a job wakes a claim at once)
+            gather_early_s=EARLY_GATHER_S if type(clock) is SystemClock else 0.0,
+        )
         self.dispatchers: dict[int, ShardDispatcher] = {}
         self.timer = DueTimer(self.clock)  # one timer for every dispatcher's wait
         self.metrics = NodeMetrics(clock)

@@ -30,6 +30,13 @@ from dataclasses import dataclass, field
 from timeshard.limits import DEFAULT_PRIORITY_AGING_MS
 from timeshard.model import LEASE_EXPIRED, BucketEntry, Job
 
+EARLY_GATHER_S = 0.003
+"""A job put in the early lane wakes a claim this much later (``ReadyQueues.push_early``): the
+shards' dispatchers hand their held jobs over on one tick but wake a ms or two apart, and each
+of their jobs woke a claim of its own, so one tick's jobs went out in a push per stream
+waiting (at a trickle a push is most of what a job costs). They are due a window later, so
+none is late for it."""
+
 
 @dataclass(kw_only=True, slots=True)
 class ReadyItem:
@@ -200,7 +207,11 @@ class _TypeQueue:
 
 
 class ReadyQueues:
-    def __init__(self, *, aging_ms: int = DEFAULT_PRIORITY_AGING_MS) -> None:
+    def __init__(
+        self, *, aging_ms: int = DEFAULT_PRIORITY_AGING_MS, gather_early_s: float = 0.0
+    ) -> None:
+        """``gather_early_s``: how long a job put in the early lane waits for the others of
+        its hand-over before it wakes a claim (``EARLY_GATHER_S``; 0: at once)."""
         if aging_ms < 1:
             raise ValueError(f"priority aging must be at least 1 ms, got {aging_ms}")
         self.aging_ms = aging_ms
@@ -214,6 +225,9 @@ class ReadyQueues:
         """The early lane: per type, jobs claimed ahead and not due yet, in hand-over order."""
         self._early_waiters: dict[str, deque[asyncio.Future[None]]] = {}
         """Waiters that may take from the early lane, per type (they are in the others too)."""
+        self._gather_early_s = gather_early_s
+        self._early_wake: asyncio.TimerHandle | None = None
+        """Wakes a claim for the jobs put in the early lane lately (``_wake_early``)."""
 
     def _queue(self, job_type: str) -> _TypeQueue:
         q = self._by_type.get(job_type)
@@ -259,7 +273,19 @@ class ReadyQueues:
     def push_early(self, item: ReadyItem) -> None:
         """A job claimed ahead, not due yet: only a claim that takes early jobs gets it."""
         self._early.setdefault(item.job_type, {})[item.job_id] = item
-        self._wake_one(self._early_waiters.get(item.job_type))
+        if self._gather_early_s <= 0:
+            self._wake_one(self._early_waiters.get(item.job_type))
+        elif self._early_wake is None:
+            loop = asyncio.get_running_loop()
+            self._early_wake = loop.call_later(self._gather_early_s, self._wake_early)
+
+    def _wake_early(self) -> None:
+        """The jobs put in the early lane lately wake one claim per type, which takes them
+        all (as many as it may: ``pass_on`` wakes another for the rest)."""
+        self._early_wake = None
+        for t, lane in self._early.items():
+            if lane:
+                self._wake_one(self._early_waiters.get(t))
 
     def take_early(
         self, types: Iterable[str], limit: int, per_type: dict[str, int] | None = None
