@@ -15,7 +15,7 @@ import pytest
 
 from tests.unit.test_stream_starts_in import ahead_server, due_later
 from tests.unit.test_worker_stream import serving
-from timeshard.api import work
+from timeshard.api import heldanswer
 from timeshard.api.work import WorkStream, _Push
 from timeshard.api.workers import finish_items
 from timeshard.api.workhub import WorkHub
@@ -87,7 +87,7 @@ async def turns(n: int = 20) -> None:
 @pytest.fixture
 def long_hold(monkeypatch: pytest.MonkeyPatch) -> None:
     """A held answer waits a minute past the hand-over: what it rides with decides, not time."""
-    monkeypatch.setattr(work, "HOLD_SLACK_MS", 60_000)
+    monkeypatch.setattr(heldanswer, "HOLD_SLACK_MS", 60_000)
 
 
 async def test_an_answer_to_results_rides_with_the_next_push(long_hold: None) -> None:

@@ -16,7 +16,7 @@ lost ``Claim`` reply: they run again after it.
 At a trickle a message is most of what a job costs the node (about half a millisecond of CPU
 each, docs/benchmarks.md), so the writing task lets an answer to results only wait for the
 stream's next push of jobs held ahead, due on the hand-over tick, and ride with it
-(``_may_hold``).
+(``heldanswer``).
 """
 
 from __future__ import annotations
@@ -32,9 +32,9 @@ from typing import Any
 import grpc
 
 from timeshard.api.claimfailures import ClaimFailures
+from timeshard.api.heldanswer import HeldAnswer
 from timeshard.api.replies import claim_cap
 from timeshard.api.workhub import StreamRequest, WorkHub
-from timeshard.clock import SystemClock
 from timeshard.errors import InvalidArgument, TimeshardError, status_of
 from timeshard.limits import (
     MAX_BATCH,
@@ -45,7 +45,6 @@ from timeshard.limits import (
 )
 from timeshard.model import NOT_STARTED, validate_job_id, validate_job_type, validate_worker_id
 from timeshard.node import Beat
-from timeshard.node.ahead import HAND_OVER_TICK_MS
 from timeshard.node.claims import Claimed
 from timeshard.node.ready import ReadyItem
 from timeshard.v1 import timeshard_pb2 as pb
@@ -64,13 +63,6 @@ WAIT_S = 60.0
 """How long one claim of the pushing task waits before it looks again."""
 PIPELINE = 4
 """Claims in flight for one stream at once: one waiting for due jobs, the others writing."""
-ANSWER_HOLD_MS = HAND_OVER_TICK_MS
-"""An answer to a request that carried results only (no heartbeat) waits for the stream's next
-push to ride with, when jobs held ahead go out within this long (``_may_hold``): at a trickle a
-push goes out every hand-over tick, and a message is most of what a trickling job costs."""
-HOLD_SLACK_MS = 10
-"""How long past the hand-over the held answer waits for its push (the claim that takes the
-jobs from the early lane runs first)."""
 
 
 @dataclass(slots=True)
@@ -115,10 +107,8 @@ class WorkStream:
         self._stopping = False
         self._credit_event = asyncio.Event()
         self._unsent: deque[pb.WorkResponse | _Push] = deque()
-        self._held_answer: pb.WorkResponse | None = None
-        """An answer to results only, written with the next push (``_may_hold``)."""
-        self._hold_until = 0.0
-        """The node's monotonic time when the held answer goes alone if no push came."""
+        self._hold = HeldAnswer(hub.node)
+        """An answer to results only, written with the next push."""
         self._has_unsent = asyncio.Event()
         self._drained = asyncio.Event()
         self._waiting = False
@@ -170,7 +160,7 @@ class WorkStream:
         self._node.wake_claims()
         self._credit_event.set()
         self._has_unsent.set()  # a held answer goes now
-        while self._unsent or self._answers_due or self._held_answer is not None:
+        while self._unsent or self._answers_due or self._hold.answer is not None:
             if writer.done():
                 return
             self._drained.clear()
@@ -439,10 +429,10 @@ class WorkStream:
     async def _write_loop(self) -> None:
         while True:
             if not self._unsent:
-                if self._held_answer is not None:
+                if self._hold.answer is not None:
                     await self._wait_for_push()
                     if not self._unsent:  # none came in time: the answer goes alone
-                        await self._write(self._release_answer())
+                        await self._write(self._hold.release())
                     continue
                 self._drained.set()
                 self._has_unsent.clear()
@@ -454,13 +444,13 @@ class WorkStream:
                 if response is None:
                     continue
                 out = response
-            if self._may_hold(out):
-                if self._held_answer is not None:  # (a message carries one answer)
-                    await self._write(self._release_answer())
-                self._held_answer = out
+            if self._hold.may_hold(out, starts_in=self._starts_in, stopping=self._stopping):
+                if self._hold.answer is not None:  # (a message carries one answer)
+                    await self._write(self._hold.release())
+                self._hold.answer = out
                 continue
-            if self._held_answer is not None and not out.seq:
-                answer = self._release_answer()
+            if self._hold.answer is not None and not out.seq:
+                answer = self._hold.release()
                 out.seq = answer.seq  # (it answers results only: no heartbeats)
                 out.results.extend(answer.results)
             await self._write(out)
@@ -469,35 +459,11 @@ class WorkStream:
         await self._context.write(out)
         self._hub.written.inc()
 
-    def _may_hold(self, out: pb.WorkResponse) -> bool:
-        """Whether answer ``out`` waits for the next push to ride with (``ANSWER_HOLD_MS``):
-        it answers results only (a heartbeat's answer, a lease, never waits), to a worker
-        that takes jobs ahead (pushed on the hand-over tick), and this node hands held jobs
-        over within the hold. What waits is only the word that the results are in: they were
-        applied before it was made. Real time: on another clock it goes at once."""
-        if not out.seq or not out.results or out.heartbeats or out.jobs or out.revokes:
-            return False
-        if out.stopped or self._stopping or not self._starts_in:
-            return False
-        clock = self._node.clock
-        if type(clock) is not SystemClock:
-            return False
-        due, now = self._node.next_hand_over(), clock.now_ms()
-        if due is None or due - now > ANSWER_HOLD_MS:
-            return False
-        self._hold_until = clock.monotonic() + (max(0, due - now) + HOLD_SLACK_MS) / 1000
-        return True
-
-    def _release_answer(self) -> pb.WorkResponse:
-        answer, self._held_answer = self._held_answer, None
-        assert answer is not None
-        return answer
-
     async def _wait_for_push(self) -> None:
         """Until something is queued to write (the push the held answer rides with), the
         hold is over, or the stream stops."""
         self._has_unsent.clear()
-        left = self._hold_until - self._node.clock.monotonic()
+        left = self._hold.left_s()
         if self._unsent or self._stopping or left <= 0:
             return
         with contextlib.suppress(TimeoutError):

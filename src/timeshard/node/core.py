@@ -126,11 +126,7 @@ class Node:
         self.config = config or NodeConfig()
         self.node_id = node_id or f"node-{uuid.uuid4().hex[:8]}"
         self.address = address
-        self.ready = ReadyQueues(
-            aging_ms=max(1, round(self.config.priority_aging_s * 1000)),
-            # (real time: on another clock, a fake one in tests, a job wakes a claim at once)
-            gather_early_s=EARLY_GATHER_S if type(clock) is SystemClock else 0.0,
-        )
+        self.ready = self._new_ready()
         self.dispatchers: dict[int, ShardDispatcher] = {}
         self.timer = DueTimer(self.clock)  # one timer for every dispatcher's wait
         self.metrics = NodeMetrics(clock)
@@ -171,6 +167,13 @@ class Node:
             dispatchers=self.dispatchers,
             refresh_s=lambda: self.config.dispatch.refresh_s,
             page_size=self.config.dispatch.page_size,
+        )
+
+    def _new_ready(self) -> ReadyQueues:
+        return ReadyQueues(
+            aging_ms=max(1, round(self.config.priority_aging_s * 1000)),
+            # (real time: on another clock, a fake one in tests, a job wakes a claim at once)
+            gather_early_s=EARLY_GATHER_S if type(self.clock) is SystemClock else 0.0,
         )
 
     def _new_dispatch_parts(self) -> DispatchParts:
