@@ -322,6 +322,11 @@ NOT_STARTED = "not started"
 its worker, or a lease that ran out with no start notice. Not an attempt; counted in
 ``Job.unstarted`` against the type's ``max_unstarted``."""
 
+RESCHEDULED = "rescheduled"
+"""The outcome of a lease claimed ahead whose job was rescheduled before it was due
+(``Jobs.reschedule``): not an attempt unless its handler had started, and not a delivery
+``max_unstarted`` counts either (the move was the client's, not the worker's)."""
+
 NEVER_STARTED = "never started"
 """How the last error of a job dead after ``max_unstarted`` deliveries without a start begins."""
 

@@ -21,8 +21,8 @@ from tests.contract.helpers import (
     make_job,
 )
 from timeshard.errors import InvalidArgument
-from timeshard.model import Job, JobState
-from timeshard.store.base import Completion
+from timeshard.model import RESCHEDULED, Job, JobState
+from timeshard.store.base import Completion, Store
 
 # -- claim ------------------------------------------------------------------------------------
 
@@ -453,6 +453,97 @@ async def test_reschedule_with_a_stale_fence_or_state_is_rejected(open_store: Op
         busy = await store.reschedule_job("s2", running.fence, later, NOW)
         await assert_unchanged(store, busy, running)
         assert await entries_of(store, job, later) == []
+
+
+async def _claimed_ahead(store: Store, job_id: str) -> Job:
+    """A job due 400 ms after NOW, claimed ahead at NOW (``JobClaim.ahead_ms``)."""
+    from dataclasses import replace
+
+    job = await created(store, job_id, run_at=NOW + 400)
+    ahead = replace(claim(job), now=NOW, lease_until=NOW + 400 + LEASE_MS, ahead_ms=500)
+    [out] = await store.claim_jobs([ahead])
+    got = await assert_stored(store, out)
+    assert (got.state, got.attempt, got.started_at) == (JobState.RUNNING, 1, NOW + 400)
+    return got
+
+
+async def test_reschedule_of_a_job_claimed_ahead_ends_its_lease_uncounted(
+    open_store: OpenStore,
+) -> None:
+    """A job claimed ahead and not yet due can be moved: its lease ends (``fence + 1``: its
+    worker's writes are refused), the attempt does not count and is closed ``rescheduled``,
+    and the job waits at least until that lease's end (a handler nobody has yet said never
+    started must not overlap the next run). Then it moves as any scheduled job."""
+    async with open_store() as store:
+        ahead = await _claimed_ahead(store, "ra1")
+        soon = NOW + 1_000
+        out = await store.reschedule_job(
+            "ra1", ahead.fence, soon, NOW, expect_state=JobState.RUNNING
+        )
+        got = await assert_stored(store, out)
+        assert (got.state, got.fence, got.attempt, got.unstarted, got.start_noticed) == (
+            JobState.SCHEDULED,
+            ahead.fence + 1,
+            0,
+            0,
+            False,
+        )
+        assert got.run_at == ahead.lease_until  # not the time asked: the lease is not over
+        [closed] = got.history
+        assert (closed.outcome, closed.finished_at) == (RESCHEDULED, NOW)
+        assert got.run_at in [e.due_at for e in await entries_of(store, got, got.run_at)]
+        late = await store.complete_job("ra1", ahead.fence, NOW + 500)  # its worker, stale
+        await assert_unchanged(store, late, got)
+        moved = await store.reschedule_job("ra1", got.fence, soon, NOW)
+        assert (await assert_stored(store, moved)).run_at == soon
+        far = await _claimed_ahead(store, "ra2")  # a time after the lease's end is kept
+        out = await store.reschedule_job(
+            "ra2", far.fence, NOW + 3_600_000, NOW, expect_state=JobState.RUNNING
+        )
+        assert (await assert_stored(store, out)).run_at == NOW + 3_600_000
+
+
+async def test_reschedule_of_a_running_job_applies_only_to_one_claimed_ahead_not_yet_due(
+    open_store: OpenStore,
+) -> None:
+    async with open_store() as store:
+        ahead = await _claimed_ahead(store, "ra3")
+        for fence, now in ((ahead.fence - 1, NOW), (ahead.fence, NOW + 400)):  # stale; due
+            out = await store.reschedule_job(
+                "ra3", fence, NOW + 60_000, now, expect_state=JobState.RUNNING
+            )
+            await assert_unchanged(store, out, ahead)
+        noticed = await store.heartbeat("ra3", ahead.fence, ahead.lease_until, started=True)
+        started = await assert_stored(store, noticed)
+        out = await store.reschedule_job(
+            "ra3", ahead.fence, NOW + 60_000, NOW, expect_state=JobState.RUNNING
+        )
+        await assert_unchanged(store, out, started)
+        due = await claimed(store, await created(store, "ra4"))  # claimed at its due time
+        out = await store.reschedule_job(
+            "ra4", due.fence, NOW + 60_000, NOW, expect_state=JobState.RUNNING
+        )
+        await assert_unchanged(store, out, due)
+
+
+async def test_a_handler_started_before_its_reschedule_counts_its_attempt(
+    open_store: OpenStore,
+) -> None:
+    """Its worker said the handler had started (the revoke's answer): the attempt counts, once;
+    the job stays where the reschedule put it, after that lease's end."""
+    async with open_store() as store:
+        ahead = await _claimed_ahead(store, "ra5")
+        out = await store.reschedule_job(
+            "ra5", ahead.fence, NOW + 1_000, NOW, expect_state=JobState.RUNNING
+        )
+        moved = await assert_stored(store, out)
+        counted = await store.amend_lease_end("ra5", moved.fence, NOW + 450, started=True)
+        got = await assert_stored(store, counted)
+        assert (got.attempt, got.unstarted, got.start_noticed) == (1, 0, True)
+        assert (got.state, got.run_at, got.fence) == (JobState.SCHEDULED, moved.run_at, moved.fence)
+        assert got.history[-1].outcome == RESCHEDULED
+        again = await store.amend_lease_end("ra5", moved.fence, NOW + 460, started=True)
+        await assert_unchanged(store, again, got)
 
 
 async def test_claim_with_the_row_the_caller_read_is_right_even_when_that_row_is_stale(

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 import pytest
 
 from tests.unit.helpers import START_MS, advance, running, settle
+from timeshard.errors import FailedPrecondition
 from timeshard.limits import START_GRACE_MS
 from timeshard.model import Job, JobState, WriteResult
 from timeshard.node import JobSpec, TypePolicy
@@ -193,3 +194,79 @@ async def test_a_held_job_cancelled_after_a_claim_took_it_is_not_handed_out() ->
         assert d.forget(job_id) is True  # still held: no worker got it
         assert item.dropped
         assert node.claims._hand_out([item], 30_000, clock.now_ms()) == []
+
+
+async def test_a_held_job_rescheduled_through_the_owner_moves_and_is_not_handed_out() -> None:
+    """A job claimed ahead and held, rescheduled before it is due: answered at once (no
+    worker got it), ``scheduled`` at the time asked with the attempt not counted, and handed
+    out at its new time, not its old one."""
+    async with running(claim_ahead_ms=300) as (node, clock):
+        (job_id,) = await schedule(node, 1)
+        claim = waiting_claim(node)
+        await advance(node, clock, 1.9, step=0.1)
+        held = await wait_until(
+            lambda: node.jobs.get(job_id), 10, "held", until=lambda j: j.state is JobState.RUNNING
+        )
+        later = DUE + 5000
+        moved = await asyncio.wait_for(node.jobs.reschedule(job_id, later), 10)
+        assert (moved.state, moved.run_at, moved.attempt) == (JobState.SCHEDULED, later, 0)
+        assert moved.fence == held.fence + 1 and not moved.start_noticed
+        await advance(node, clock, 1.0, step=0.1)
+        await settle(node)
+        assert not claim.done(), "a rescheduled held job was handed out at its old time"
+        await advance(node, clock, (later - clock.now_ms()) / 1000 + 0.2, step=0.1)
+        await wait_until(claim.done, 10, "the job at its new time")
+        (c,) = claim.result()
+        assert c.job.job_id == job_id and clock.now_ms() >= later
+
+
+@pytest.mark.parametrize("started", [False, True])
+async def test_a_pushed_job_rescheduled_is_answered_with_the_workers_revoke(
+    started: bool,
+) -> None:
+    """Pushed with ``starts_in`` and rescheduled before its due time: the lease ends, the
+    push is revoked, and the answer waits for the worker's word. Not started: the job is at
+    the time asked. Started (the handler began at the due time as the reschedule came): the
+    answer says so, the attempt counts, and the job runs again no earlier than that lease's
+    end, so the two runs can not overlap."""
+    async with running(claim_ahead_ms=300) as (node, clock):
+        (job_id,) = await schedule(node, 1)
+        claim = asyncio.create_task(
+            node.claims.claim(worker="w", types=["t"], limit=1, wait_s=60, lease_s=30, early=True)
+        )
+        await advance(node, clock, 1.9, step=0.1)
+        await wait_until(claim.done, 10, "the held job pushed to a worker that starts it later")
+        (c,) = claim.result()
+        assert clock.now_ms() < DUE
+        revoked: list[tuple[str, int]] = []
+        node.starts.pushed(job_id, c.job.fence, DUE + START_GRACE_MS, lambda *r: revoked.append(r))
+        later = DUE + 5000
+        move = asyncio.create_task(node.jobs.reschedule(job_id, later))
+        await wait_until(lambda: revoked, 10, "the revoke on the worker's stream")
+        assert revoked == [(job_id, c.job.fence)]
+        await settle(node)
+        assert not move.done(), "answered before the worker answered the revoke"
+        node.starts.answered(job_id, c.job.fence, started)
+        out = await asyncio.wait_for(move, 10)
+        assert out.state is JobState.SCHEDULED and out.start_noticed is started
+        assert out.fence == c.job.fence + 1
+        if started:
+            assert out.attempt == 1 and out.run_at == c.job.lease_until
+        else:
+            assert out.attempt == 0 and out.run_at == later
+        assert await node.jobs.get(job_id) == out
+
+
+async def test_a_job_claimed_ahead_that_is_due_can_not_be_rescheduled() -> None:
+    async with running(claim_ahead_ms=300) as (node, clock):
+        (job_id,) = await schedule(node, 1)
+        claim = asyncio.create_task(
+            node.claims.claim(worker="w", types=["t"], limit=1, wait_s=60, lease_s=30, early=True)
+        )
+        await advance(node, clock, 1.9, step=0.1)
+        await wait_until(claim.done, 10, "the held job pushed")
+        await advance(node, clock, 0.2, step=0.1)  # due now: its handler may have started
+        assert clock.now_ms() >= DUE
+        with pytest.raises(FailedPrecondition, match="claimed ahead that is not yet due"):
+            await node.jobs.reschedule(job_id, DUE + 60_000)
+        assert (await node.jobs.get(job_id)).state is JobState.RUNNING

@@ -125,6 +125,27 @@ async def test_a_cancel_through_another_node_drops_the_job_its_owner_holds(
         claim.cancel()
 
 
+async def test_a_reschedule_through_another_node_drops_the_job_its_owner_holds(
+    tmp_path: Path,
+) -> None:
+    """As a cancel: written there, the owner drops the job from its hold, and the job is
+    handed out at its new time, not its old one."""
+    async with owner_and_other(tmp_path) as (a, b, clock, asked):
+        job, claim = await held_job(a, clock)
+        later = DUE + 5000
+        out = await asyncio.wait_for(b.jobs.reschedule(job.job_id, later, wait_s=30), 10)
+        assert (out.state, out.run_at, out.attempt) == (JobState.SCHEDULED, later, 0)
+        assert not out.start_noticed and asked == [(job.job_id, job.fence)]
+        assert b.revokes.counts == {"not_started": 1}
+        await advance(a, clock, 1.0, step=0.1)
+        await settle(a)
+        assert not claim.done(), "the owner handed out at its old time a job moved elsewhere"
+        await advance(a, clock, (later - clock.now_ms()) / 1000 + 1.5, step=0.1)
+        await wait_until(claim.done, 10, "the job at its new time")
+        assert [c.job.job_id for c in claim.result()] == [job.job_id]
+        assert clock.now_ms() >= later
+
+
 @pytest.mark.parametrize("started", [False, True])
 async def test_a_cancel_through_another_node_is_answered_with_the_workers_revoke(
     tmp_path: Path, started: bool

@@ -319,12 +319,19 @@ class Jobs:
                 await self._clock.sleep(latest / 1000 + REVOKE_MARGIN_S)
         return False
 
-    async def reschedule(self, job_id: str, run_at: int) -> Job:
+    async def reschedule(self, job_id: str, run_at: int, *, wait_s: float = 30.0) -> Job:
+        """Move a scheduled job to ``run_at``; or one claimed ahead and not yet due
+        (``_reschedule_ahead``), answered once its worker can no longer start it, as a cancel
+        (``start_noticed`` says if its handler had started: the job then runs again no earlier
+        than that lease's end). A job running otherwise can not be moved."""
         for _ in range(20):
             job = await self.get(job_id)
-            if job.state is not JobState.SCHEDULED:
+            now = self._clock.now_ms()
+            ahead = job.state is JobState.RUNNING and not job.start_noticed and job.run_at > now
+            if job.state is not JobState.SCHEDULED and not ahead:
                 raise FailedPrecondition(
-                    f"job {job_id!r} is {job.state.value}; only a scheduled job can be rescheduled"
+                    f"job {job_id!r} is {job.state.value}; only a scheduled job (or one claimed "
+                    "ahead that is not yet due) can be rescheduled"
                 )
             if job.deadline and run_at > job.deadline:
                 raise InvalidArgument(
@@ -332,13 +339,39 @@ class Jobs:
                     f"{format_rfc3339(run_at)} is after the job's deadline "
                     f"{format_rfc3339(job.deadline)}: it could never start",
                 )
-            now = self._clock.now_ms()
+            if ahead:
+                moved = await self._reschedule_ahead(job, run_at, now, wait_s)
+                if moved is not None and (moved.start_noticed or moved.run_at == run_at):
+                    return moved
+                continue  # (not started: moved to ``run_at`` as a scheduled job next)
             out = await self._store.reschedule_job(job_id, job.fence, run_at, now)
             if out.applied and out.job is not None:
                 await self._land([entry_for(out.job, run_at, now)])
                 self._left_ready(out.job)
                 return out.job
         raise FailedPrecondition(f"job {job_id!r} kept changing; try again")
+
+    async def _reschedule_ahead(self, job: Job, run_at: int, now: int, wait_s: float) -> Job | None:
+        """``job``, claimed ahead and not yet due, rescheduled: its lease ends in the store
+        (``scheduled`` no earlier than the lease's end, ``Store.reschedule_job``), then is
+        dropped from the owner's hold or revoked from the worker it was pushed to, as a cancel
+        is (``_started_before_cancel``). The row as it is then; None if it changed first."""
+        out = await self._store.reschedule_job(
+            job.job_id, job.fence, run_at, now, expect_state=JobState.RUNNING
+        )
+        if not out.applied or out.job is None:
+            return None
+        await self._land([entry_for(out.job, out.job.run_at, now)])
+        mine = self._left_ready(job)
+        self._ran(out.job)
+        if not await self._started_before_cancel(job, wait_s, mine):
+            return out.job
+        counted = await self._store.amend_lease_end(
+            job.job_id, out.job.fence, self._clock.now_ms(), started=True
+        )
+        return (counted.job if counted.applied and counted.job else out.job).with_(
+            start_noticed=True
+        )
 
 
 def _what(spec: JobSpec) -> str:

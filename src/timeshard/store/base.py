@@ -484,9 +484,21 @@ class Store(ScheduleStore):
         ``cancelled``, the lease revoked (``fence+1``, so its worker is stale)."""
 
     @abc.abstractmethod
-    async def reschedule_job(self, job_id: str, fence: int, run_at: int, now: int) -> WriteResult:
+    async def reschedule_job(
+        self,
+        job_id: str,
+        fence: int,
+        run_at: int,
+        now: int,
+        expect_state: JobState = JobState.SCHEDULED,
+    ) -> WriteResult:
         """Applied iff ``scheduled`` with this fence: ``run_at`` moves and its bucket entry is
-        written."""
+        written. ``expect_state`` ``running``: applied iff the job is a lease claimed ahead
+        with this fence, not yet due at ``now`` and with no start notice in the row: the lease
+        ends (``fence + 1``), the attempt is not counted and is closed ``rescheduled``, and the
+        job is ``scheduled`` at ``run_at`` or, if later, the lease's end, with its bucket
+        entry; ``amend_lease_end`` (``started``) counts the attempt if its handler had started
+        after all (``transitions.reschedule_ahead``)."""
 
     @abc.abstractmethod
     async def replay_job(self, job_id: str, fence: int, run_at: int, now: int) -> WriteResult:

@@ -416,8 +416,15 @@ class SqliteStore(Store):
         transition = T.cancel(expect_state, fence, now)
         return await self._db.call(lambda db: _apply(db, job_id, transition))
 
-    async def reschedule_job(self, job_id: str, fence: int, run_at: int, now: int) -> WriteResult:
-        transition = T.reschedule(fence, run_at, now)
+    async def reschedule_job(
+        self,
+        job_id: str,
+        fence: int,
+        run_at: int,
+        now: int,
+        expect_state: JobState = JobState.SCHEDULED,
+    ) -> WriteResult:
+        transition = T.reschedule_as(expect_state, fence, run_at, now)
         return await self._db.call(lambda db: _apply(db, job_id, transition))
 
     async def replay_job(self, job_id: str, fence: int, run_at: int, now: int) -> WriteResult:

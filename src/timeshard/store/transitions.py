@@ -12,7 +12,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from timeshard.limits import DEFAULT_MAX_UNSTARTED
-from timeshard.model import GIVEN_BACK, LEASE_EXPIRED, NEVER_STARTED, NOT_STARTED, Job, JobState
+from timeshard.model import (
+    GIVEN_BACK,
+    LEASE_EXPIRED,
+    NEVER_STARTED,
+    NOT_STARTED,
+    RESCHEDULED,
+    Job,
+    JobState,
+)
 from timeshard.store.base import JobClaim, MaxUnstarted, RetryAt
 from timeshard.store.history import amend_attempt, finish_attempt, new_attempt
 
@@ -20,6 +28,10 @@ NO_START_NOTICE = f"{NOT_STARTED}: lease over with no start notice"
 """How the history of a lease that ran out with no start notice begins (``release``): the one
 uncounted end a late start notice amends (``amend``)."""
 LATE_START_NOTICE = f"{LEASE_EXPIRED}: its start notice came after the lease's end"
+BEFORE_DUE = "rescheduled before it was due; its handler had not started"
+"""The error of a lease claimed ahead and ended by a reschedule (``reschedule_ahead``)."""
+STARTED_BEFORE_MOVE = "its handler had started when the job was rescheduled"
+"""The error of that lease once its worker said the handler had started (``amend``)."""
 """The error of an attempt counted by ``amend``: the owner released it before the notice."""
 
 
@@ -273,6 +285,17 @@ def _ended_unnoticed(j: Job) -> bool:
     )
 
 
+def _moved_unstarted(j: Job) -> bool:
+    """Ended by a reschedule before it was due (``reschedule_ahead``), not counted."""
+    last = j.history[-1]
+    return (
+        last.outcome == RESCHEDULED
+        and last.error == BEFORE_DUE
+        and not j.start_noticed
+        and j.attempt == last.attempt - 1
+    )
+
+
 def _ended_counted(j: Job) -> bool:
     """Released as a failed attempt after a start notice (``release``: ``lease expired``),
     counted (not a replay, which starts the count again)."""
@@ -285,7 +308,9 @@ def amend(fence: int, now: int, *, started: bool, reason: str = "") -> Transitio
     counted, while the job was not claimed again (invariant 9: an attempt counts when a
     handler started). ``started`` (its start notice, a heartbeat carrying it, a result) on a
     lease released as ``not started`` for want of a notice: the attempt counts (``attempt +
-    1``, ``unstarted - 1``), its history entry becomes ``lease expired`` (``LATE_START_NOTICE``).
+    1``, ``unstarted - 1``), its history entry becomes ``lease expired`` (``LATE_START_NOTICE``);
+    on a lease a reschedule ended before it was due (``reschedule_ahead``): the attempt counts
+    (``attempt + 1``), its entry stays ``rescheduled``, with ``STARTED_BEFORE_MOVE``.
     Not ``started`` (a give-back "not started", ``reason``) on a lease released as a counted
     ``lease expired``: the attempt does not count (``attempt - 1``, ``unstarted + 1``), its
     entry becomes ``not started`` with ``reason``.
@@ -296,15 +321,26 @@ def amend(fence: int, now: int, *, started: bool, reason: str = "") -> Transitio
     so is decided by the next end of an attempt as any other: the next delivery runs, and its
     failure or expiry makes the job dead."""
     if started:
-        return Transition(
-            lambda j: _released_from(fence, j) and _ended_unnoticed(j),
-            lambda j: j.with_(
+
+        def counted(j: Job) -> Job:
+            if _moved_unstarted(j):
+                return j.with_(
+                    attempt=j.attempt + 1,
+                    start_noticed=True,
+                    last_error=STARTED_BEFORE_MOVE,
+                    history=amend_attempt(j, RESCHEDULED, STARTED_BEFORE_MOVE),
+                )
+            return j.with_(
                 attempt=j.attempt + 1,
                 unstarted=j.unstarted - 1,
                 start_noticed=True,
                 last_error=LATE_START_NOTICE,
                 history=amend_attempt(j, LEASE_EXPIRED, LATE_START_NOTICE),
-            ),
+            )
+
+        return Transition(
+            lambda j: _released_from(fence, j) and (_ended_unnoticed(j) or _moved_unstarted(j)),
+            counted,
             now=now,
             kind="amend",
         )
@@ -355,6 +391,42 @@ def reschedule(fence: int, run_at: int, now: int) -> Transition:
     return Transition(
         lambda j: j.state is JobState.SCHEDULED and j.fence == fence,
         lambda j: j.with_(run_at=run_at),
+        lambda j: j.run_at,
+        now,
+        kind="reschedule",
+    )
+
+
+def reschedule_as(expect_state: JobState, fence: int, run_at: int, now: int) -> Transition:
+    """``reschedule`` of a job ``scheduled``, ``reschedule_ahead`` of one ``running``."""
+    if expect_state is JobState.RUNNING:
+        return reschedule_ahead(fence, run_at, now)
+    return reschedule(fence, run_at, now)
+
+
+def reschedule_ahead(fence: int, run_at: int, now: int) -> Transition:
+    """A job claimed ahead and not yet due (``running`` at ``fence``, ``run_at`` after
+    ``now``, no start notice in the row) is rescheduled: its lease ends (``fence + 1``, so
+    its worker is stale and the owner revokes the push), the attempt is not counted
+    (``attempt - 1``) and is closed ``rescheduled``, and the job is ``scheduled`` again, no
+    earlier than the lease's end: until its worker has said that it never started the handler,
+    another run must not overlap one it may start. The caller then moves ``run_at`` to the time
+    asked (``reschedule``), or, if the handler had started, counts the attempt (``amend``)."""
+    return Transition(
+        lambda j: (
+            j.state is JobState.RUNNING
+            and j.fence == fence
+            and not j.start_noticed
+            and j.run_at > now
+        ),
+        lambda j: j.with_(
+            state=JobState.SCHEDULED,
+            run_at=max(run_at, j.lease_until),
+            fence=j.fence + 1,
+            attempt=max(0, j.attempt - 1),
+            lease_owner="",
+            history=finish_attempt(j, now, RESCHEDULED, BEFORE_DUE),
+        ),
         lambda j: j.run_at,
         now,
         kind="reschedule",

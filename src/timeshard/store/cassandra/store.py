@@ -319,8 +319,15 @@ class CassandraStore(Store):
     ) -> WriteResult:
         return await self._jobs.apply(job_id, T.cancel(expect_state, fence, now))
 
-    async def reschedule_job(self, job_id: str, fence: int, run_at: int, now: int) -> WriteResult:
-        return await self._jobs.apply(job_id, T.reschedule(fence, run_at, now))
+    async def reschedule_job(
+        self,
+        job_id: str,
+        fence: int,
+        run_at: int,
+        now: int,
+        expect_state: JobState = JobState.SCHEDULED,
+    ) -> WriteResult:
+        return await self._jobs.apply(job_id, T.reschedule_as(expect_state, fence, run_at, now))
 
     async def replay_job(self, job_id: str, fence: int, run_at: int, now: int) -> WriteResult:
         return await self._jobs.apply(job_id, T.replay(fence, run_at, now))
