@@ -14,6 +14,7 @@ import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+from timeshard import loops
 from timeshard.cli.common import MAX_PORT, number, port
 from timeshard.cli.demo import add_demo_handlers
 from timeshard.cli.heap import freeze_startup_objects, tune_collector
@@ -369,7 +370,7 @@ def cmd_dev(args: argparse.Namespace) -> int:
     worker.tls = args.tls_dir or False
     worker.token = security.auth.add_ephemeral("dev-worker", [Role.WORKER]) if security.auth else ""
     print(f"timeshard dev: store {store_url}", flush=True)
-    asyncio.run(
+    loops.run(
         _serve(
             lambda: Server(_node(args, store_url, "local"), port=args.port, security=security),
             worker,
@@ -399,7 +400,7 @@ def dev_hints(address: str, http: list[HttpServer], args: argparse.Namespace) ->
 def cmd_server(args: argparse.Namespace) -> int:
     security = server_security(args)
     _check_node_options(args)
-    asyncio.run(
+    loops.run(
         _serve(
             lambda: Server(
                 _node(args, args.store, args.coordinator),
@@ -482,7 +483,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
                 await http.stop()
 
     print(f"timeshard worker {worker.worker_id}: {sorted(worker.handlers)} from {args.server}")
-    asyncio.run(run())
+    loops.run(run())
     if worker.abandoned:
         # Their threads may never end, and the interpreter would wait for them at exit: the
         # drain is bounded only if the process leaves now. Their jobs are left to their lease.

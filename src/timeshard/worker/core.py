@@ -8,7 +8,7 @@
     async def send(ctx):            # or a plain def: it runs in a thread
         await mailer.send(ctx.json(), idempotency_key=ctx.idempotency_key)
 
-    asyncio.run(worker.run(["127.0.0.1:50051"]))
+    asyncio.run(worker.run(["127.0.0.1:50051"]))  # or timeshard.loops.run(...): timers to the µs
 
 The worker claims over gRPC (long poll), heartbeats each job's lease (``heartbeats``), and
 cancels a handler whose lease it could not extend before ``lease - safety_margin`` on its own
