@@ -84,8 +84,14 @@ def test_job_of_a_killed_worker_runs_again_elsewhere_and_its_stale_fence_is_reje
         )
     out = cli(server, "jobs", "schedule", "demo.sleep", "--in", "1s", "--payload", '{"seconds": 4}')
     job_id = out.stdout.split()[-1]
+    # (a job claimed ahead names its worker from that worker's first heartbeat on: until
+    # then the row names the node that held it)
     running = eventually(
-        lambda: (j := get_job(server, job_id))["state"] == "running" and j,
+        lambda: (
+            (j := get_job(server, job_id))["state"] == "running"
+            and j["lease_owner"] in ("w1", "w2")
+            and j
+        ),
         20,
         "a worker to start it",
     )

@@ -546,6 +546,27 @@ async def test_a_handler_started_before_its_reschedule_counts_its_attempt(
         await assert_unchanged(store, again, got)
 
 
+async def test_the_writes_of_a_lease_claimed_ahead_name_its_worker(open_store: OpenStore) -> None:
+    """Claimed in its owner's name, the lease's heartbeat, result or failure with ``worker``
+    names that worker as the lease's owner and the attempt's worker; without, the name stays."""
+    async with open_store() as store:
+        ahead = await _claimed_ahead(store, "nw1")
+        same = await store.heartbeat("nw1", ahead.fence, ahead.lease_until)
+        assert (await assert_stored(store, same)).lease_owner == "w1"
+        beat = await store.heartbeat("nw1", ahead.fence, ahead.lease_until, worker="w9")
+        got = await assert_stored(store, beat)
+        assert (got.lease_owner, [a.worker for a in got.history]) == ("w9", ["w9"])
+        done = await store.complete_job("nw1", ahead.fence, NOW + 500, worker="w9")
+        assert [a.worker for a in (await assert_stored(store, done)).history] == ["w9"]
+        other = await _claimed_ahead(store, "nw2")
+        [out] = await store.complete_jobs([Completion("nw2", other.fence, worker="w8")], NOW + 500)
+        assert [a.worker for a in (await assert_stored(store, out)).history] == ["w8"]
+        third = await _claimed_ahead(store, "nw3")
+        failed = await store.fail_job("nw3", third.fence, NOW + 500, "boom", None, worker="w7")
+        got = await assert_stored(store, failed)
+        assert got.state is JobState.DEAD and [a.worker for a in got.history] == ["w7"]
+
+
 async def test_claim_with_the_row_the_caller_read_is_right_even_when_that_row_is_stale(
     open_store: OpenStore,
 ) -> None:

@@ -193,7 +193,7 @@ async def test_a_held_job_cancelled_after_a_claim_took_it_is_not_handed_out() ->
         item = d._holding.items[job_id]
         assert d.forget(job_id) is True  # still held: no worker got it
         assert item.dropped
-        assert node.claims._hand_out([item], 30_000, clock.now_ms()) == []
+        assert node.claims._hand_out([item], "w", 30_000, clock.now_ms()) == []
 
 
 async def test_a_held_job_rescheduled_through_the_owner_moves_and_is_not_handed_out() -> None:
@@ -270,3 +270,31 @@ async def test_a_job_claimed_ahead_that_is_due_can_not_be_rescheduled() -> None:
         with pytest.raises(FailedPrecondition, match="claimed ahead that is not yet due"):
             await node.jobs.reschedule(job_id, DUE + 60_000)
         assert (await node.jobs.get(job_id)).state is JobState.RUNNING
+
+
+async def test_the_worker_a_held_job_went_to_is_named_by_its_first_write() -> None:
+    """Claimed ahead in its owner's name, handed to worker ``w`` with no write: the lease's
+    first heartbeat names ``w`` as its owner, and its result names ``w`` as the attempt's
+    worker (a job claimed at its due time is named by its claim)."""
+    async with running(claim_ahead_ms=300) as (node, clock):
+        ids = await schedule(node, 2)
+        got: list = []  # type: ignore[type-arg]
+        await advance(node, clock, 1.8, step=0.1)
+        while len(got) < len(ids):
+            claim = asyncio.create_task(
+                node.claims.claim(
+                    worker="w", types=["t"], limit=10, wait_s=60, lease_s=30, early=True
+                )
+            )
+            await advance(node, clock, 0.1, step=0.05)
+            await wait_until(claim.done, 10, "the held jobs pushed to w")
+            got += claim.result()
+        one, two = got
+        assert one.job.lease_owner == node.ahead.holder  # (as the row says until a write)
+        await advance(node, clock, 0.3, step=0.1)  # due
+        beat, _ = await node.attempts.heartbeat(one.job.job_id, one.job.fence, 30)
+        assert beat.lease_owner == "w" and beat.history[-1].worker == "w"
+        done = await node.attempts.complete(one.job.job_id, one.job.fence)
+        failed = await node.attempts.fail(two.job.job_id, two.job.fence, "boom", permanent=True)
+        for job in (done, failed, await node.jobs.get(two.job.job_id)):
+            assert [a.worker for a in job.history] == ["w"]

@@ -58,10 +58,10 @@ class FlakyStore(SqliteStore):
         return await super().fail_job(job_id, fence, now, error, retry_at, **more)
 
     async def heartbeat(
-        self, job_id: str, fence: int, lease_until: int, *, started: bool = False
+        self, job_id: str, fence: int, lease_until: int, **more: Any
     ) -> WriteResult:
         self._check(self.heartbeats_down_until)
-        return await super().heartbeat(job_id, fence, lease_until, started=started)
+        return await super().heartbeat(job_id, fence, lease_until, **more)
 
     async def claim_jobs(self, claims: Sequence[JobClaim]) -> list[WriteResult]:
         if time.monotonic() < self.claims_down_until:

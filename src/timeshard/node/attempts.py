@@ -204,7 +204,11 @@ class Attempts:
         if started:
             self._starts.notice(job_id, fence, started_at)
         out = await self._store.heartbeat(
-            job_id, fence, self._clock.now_ms() + lease, started=started
+            job_id,
+            fence,
+            self._clock.now_ms() + lease,
+            started=started,
+            worker=self._starts.worker(job_id, fence),
         )
         if started:
             await self._amend_late(fence, out, started=True)
@@ -219,7 +223,12 @@ class Attempts:
         """The job succeeded, with the handler's result (checked first: size and encoding)."""
         validate_result(result, result_encoding)
         out = await self._store.complete_job(
-            job_id, fence, self._clock.now_ms(), result=result, result_encoding=result_encoding
+            job_id,
+            fence,
+            self._clock.now_ms(),
+            result=result,
+            result_encoding=result_encoding,
+            worker=self._starts.worker(job_id, fence),
         )
         await self._amend_late(fence, out, started=True)  # (a result: its handler ran)
         return self._check(job_id, fence, out)
@@ -241,7 +250,10 @@ class Attempts:
             except TimeshardError as exc:
                 out[n] = exc
                 continue
-            completion = Completion(item.job_id, item.fence, item.result, item.result_encoding)
+            worker = self._starts.worker(item.job_id, item.fence)
+            completion = Completion(
+                item.job_id, item.fence, item.result, item.result_encoding, worker
+            )
             completions.append((n, completion))
 
         async def complete_all() -> None:
@@ -310,6 +322,7 @@ class Attempts:
             truncate_error(error),
             retry_at,
             traceback=truncate_traceback(traceback),
+            worker=self._starts.worker(job_id, fence),
         )
         await self._amend_late(fence, out, started=True)  # (a result: its handler ran)
         failed = self._check(job_id, fence, out)

@@ -53,7 +53,7 @@ class Claims:
         policies: Mapping[str, TypePolicy],
         lease_ms: Callable[[float], int],
         flow: FlowControl | None = None,
-        delivered: Callable[[Job], None] | None = None,
+        delivered: Callable[[Job, str], None] | None = None,
         next_due: Callable[[], int | None] | None = None,
     ) -> None:
         self._store = store
@@ -280,7 +280,7 @@ class Claims:
         oldest = self._ready.oldest_due(job_type)
         return oldest is None or self._clock.now_ms() - oldest < AHEAD_BACKLOG_MS
 
-    def _hand_out(self, held: list[ReadyItem], lease: int, now: int) -> list[Claimed]:
+    def _hand_out(self, held: list[ReadyItem], worker: str, lease: int, now: int) -> list[Claimed]:
         """Jobs claimed ahead by their owner, due now (or, to a worker that starts them on its
         own clock, within the window): given as claimed, no store call. One whose lease has
         less than half left (no worker took it for that long) is not given: its lease's end
@@ -297,7 +297,7 @@ class Claims:
             out.append(Claimed(job=job, lease_ms=left))
             self._metrics.claimed(job, now)
             if self._delivered is not None:
-                self._delivered(job)
+                self._delivered(job, worker)
         return out
 
     async def _claim_items(
@@ -307,7 +307,7 @@ class Claims:
         held = [i for i in items if i.claimed and (ahead or i.run_at <= now)]
         if held:
             items = [i for i in items if not (i.claimed and (ahead or i.run_at <= now))]
-            given = self._hand_out(held, lease, now)
+            given = self._hand_out(held, worker, lease, now)
             if items:
                 given += await self._claim_items(items, worker, lease)
             return given
@@ -347,7 +347,7 @@ class Claims:
                 self._metrics.claimed(out.job, now)
                 self.track(out.job)
                 if self._delivered is not None:
-                    self._delivered(out.job)
+                    self._delivered(out.job, "")
                 if d is not None:
                     d.claimed(item.entries, out.job)
             elif d is not None:

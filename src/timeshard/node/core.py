@@ -225,7 +225,7 @@ class Node:
             metrics=self.metrics,
             policies=self.config.types,
             lease_ms=self.config.lease_ms,
-            delivered=lambda job: self.starts.delivered(job),
+            delivered=lambda job, worker: self.starts.delivered(job, worker),
             next_due=self.timer.next_due,
         )
 

@@ -37,6 +37,9 @@ class _Delivery:
     """Asks the worker it was pushed to not to start it (its stream's)."""
     revoked: bool = False
     """The worker answered a revoke: not started, and never will be."""
+    worker: str = ""
+    """The worker a job claimed ahead was handed to (its row names the node that held it,
+    until a write of that worker's names it: ``worker``)."""
 
 
 class StartNotices:
@@ -55,12 +58,21 @@ class StartNotices:
     def __len__(self) -> int:
         return len(self._deliveries)
 
-    def delivered(self, job: Job) -> None:
-        """A claim of this node applied: ``job`` is running under a new fence, not started."""
+    def delivered(self, job: Job, worker: str = "") -> None:
+        """A claim of this node applied: ``job`` is running under a new fence, not started;
+        ``worker``: a job claimed ahead, handed to that worker."""
         if len(self._deliveries) >= MAX_TRACKED:
             del self._deliveries[next(iter(self._deliveries))]
         due = self._first_due.pop(job.job_id, job.run_at)
-        self._deliveries[job.job_id] = _Delivery(job.fence, job.job_type, min(due, job.run_at))
+        self._deliveries[job.job_id] = _Delivery(
+            job.fence, job.job_type, min(due, job.run_at), worker=worker
+        )
+
+    def worker(self, job_id: str, fence: int) -> str:
+        """The worker this node handed the lease ``(job_id, fence)`` to from its hold ("" for
+        any other: its claim named its worker in the row already)."""
+        d = self._deliveries.get(job_id)
+        return d.worker if d is not None and d.fence == fence else ""
 
     def pushed(
         self, job_id: str, fence: int, start_by: int, revoke: Callable[[str, int], None]

@@ -91,6 +91,8 @@ class Completion:
     fence: int
     result: bytes = b""
     encoding: str = ""
+    worker: str = ""
+    """The lease's worker, to name it (``Store.heartbeat``); "" leaves the name as it is."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -359,16 +361,31 @@ class Store(ScheduleStore):
 
     @abc.abstractmethod
     async def heartbeat(
-        self, job_id: str, fence: int, lease_until: int, *, started: bool = False
+        self,
+        job_id: str,
+        fence: int,
+        lease_until: int,
+        *,
+        started: bool = False,
+        worker: str = "",
     ) -> WriteResult:
         """Applied iff ``running`` with this fence: ``lease_until`` moves (never backwards);
         ``started`` (the heartbeat carries the worker's start notice) sets ``start_noticed``.
         No bucket entry is written: the dispatcher chases an extended lease when its old
-        check comes due."""
+        check comes due. ``worker`` (here and in the other writes of a lease's worker): the
+        lease and its attempt are named after that worker, for a job claimed ahead in its
+        owner's name (``transitions.named``); "" leaves the name as it is."""
 
     @abc.abstractmethod
     async def complete_job(
-        self, job_id: str, fence: int, now: int, *, result: bytes = b"", result_encoding: str = ""
+        self,
+        job_id: str,
+        fence: int,
+        now: int,
+        *,
+        result: bytes = b"",
+        result_encoding: str = "",
+        worker: str = "",
     ) -> WriteResult:
         """Applied iff ``running`` with this fence: ``succeeded``, ``finished_at=now``, and the
         handler's ``result`` (with its ``result_encoding``) stored on the job, kept as long as
@@ -387,7 +404,12 @@ class Store(ScheduleStore):
             await asyncio.gather(
                 *(
                     self.complete_job(
-                        c.job_id, c.fence, now, result=c.result, result_encoding=c.encoding
+                        c.job_id,
+                        c.fence,
+                        now,
+                        result=c.result,
+                        result_encoding=c.encoding,
+                        worker=c.worker,
                     )
                     for c in items
                 )
@@ -404,6 +426,7 @@ class Store(ScheduleStore):
         retry_at: RetryAt,
         *,
         traceback: str = "",
+        worker: str = "",
     ) -> WriteResult:
         """Applied iff ``running`` with this fence. With a retry time (given, or computed
         from the stored job): ``scheduled`` at that time plus its bucket entry; without:

@@ -338,17 +338,30 @@ class SqliteStore(Store):
         return await self._db.call(lambda db: [_apply(db, c.job_id, T.claim(c)) for c in claims])
 
     async def heartbeat(
-        self, job_id: str, fence: int, lease_until: int, *, started: bool = False
+        self,
+        job_id: str,
+        fence: int,
+        lease_until: int,
+        *,
+        started: bool = False,
+        worker: str = "",
     ) -> WriteResult:
         return await self._db.call(
-            lambda db: _apply(db, job_id, T.heartbeat(fence, lease_until, started))
+            lambda db: _apply(db, job_id, T.heartbeat(fence, lease_until, started, worker))
         )
 
     async def complete_job(
-        self, job_id: str, fence: int, now: int, *, result: bytes = b"", result_encoding: str = ""
+        self,
+        job_id: str,
+        fence: int,
+        now: int,
+        *,
+        result: bytes = b"",
+        result_encoding: str = "",
+        worker: str = "",
     ) -> WriteResult:
         validate_result(result, result_encoding)  # refused before anything is written
-        transition = T.complete(fence, now, result, result_encoding)
+        transition = T.complete(fence, now, result, result_encoding, worker)
         return await self._db.call(lambda db: _apply(db, job_id, transition))
 
     async def complete_jobs(
@@ -356,7 +369,9 @@ class SqliteStore(Store):
     ) -> list[WriteResult]:
         for c in items:
             validate_result(c.result, c.encoding)  # refused before anything is written
-        changes = [(c.job_id, T.complete(c.fence, now, c.result, c.encoding)) for c in items]
+        changes = [
+            (c.job_id, T.complete(c.fence, now, c.result, c.encoding, c.worker)) for c in items
+        ]
         return await self._db.call(lambda db: [_apply(db, job_id, t) for job_id, t in changes])
 
     async def fail_job(
@@ -368,8 +383,9 @@ class SqliteStore(Store):
         retry_at: RetryAt,
         *,
         traceback: str = "",
+        worker: str = "",
     ) -> WriteResult:
-        transition = T.fail(fence, now, error, retry_at, traceback)
+        transition = T.fail(fence, now, error, retry_at, traceback, worker)
         return await self._db.call(lambda db: _apply(db, job_id, transition))
 
     async def release_lease(

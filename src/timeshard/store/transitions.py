@@ -9,7 +9,7 @@ transaction on the row image it read.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from timeshard.limits import DEFAULT_MAX_UNSTARTED
 from timeshard.model import (
@@ -85,12 +85,23 @@ def claim(c: JobClaim) -> Transition:
     )
 
 
-def heartbeat(fence: int, lease_until: int, started: bool = False) -> Transition:
+def named(j: Job, worker: str) -> Job:
+    """``j`` with its lease and running attempt in ``worker``'s name: a job claimed ahead was
+    claimed in its owner's name, and handed to a worker with no write; the first write of that
+    worker's lease names it ("": as it is)."""
+    if not worker or not j.history or j.history[-1].worker == worker:
+        return j
+    last = replace(j.history[-1], worker=worker)
+    return j.with_(lease_owner=worker, history=(*j.history[:-1], last))
+
+
+def heartbeat(fence: int, lease_until: int, started: bool = False, worker: str = "") -> Transition:
     """The lease extended (never shortened); ``started``: the heartbeat carries the worker's
-    start notice, kept with the row so that any later owner counts the attempt."""
+    start notice, kept with the row so that any later owner counts the attempt. ``worker``:
+    the lease is named after it (``named``)."""
     return Transition(
         _running_with(fence),
-        lambda j: j.with_(
+        lambda j: named(j, worker).with_(
             lease_until=max(j.lease_until, lease_until),
             start_noticed=j.start_noticed or started,
         ),
@@ -98,17 +109,19 @@ def heartbeat(fence: int, lease_until: int, started: bool = False) -> Transition
     )
 
 
-def complete(fence: int, now: int, result: bytes = b"", result_encoding: str = "") -> Transition:
+def complete(
+    fence: int, now: int, result: bytes = b"", result_encoding: str = "", worker: str = ""
+) -> Transition:
     """The handler's result is stored with the succeeded job (checked by ``Job``: size and
-    encoding)."""
+    encoding); ``worker``: the attempt is named after it (``named``)."""
     return Transition(
         _running_with(fence),
-        lambda j: j.with_(
+        lambda j: named(j, worker).with_(
             state=JobState.SUCCEEDED,
             finished_at=now,
             start_noticed=True,  # a result: its handler ran
             lease_owner="",
-            history=finish_attempt(j, now, "succeeded"),
+            history=finish_attempt(named(j, worker), now, "succeeded"),
             result=result,
             result_encoding=result_encoding,
         ),
@@ -147,10 +160,14 @@ def _retry_entry(j: Job) -> int | None:
     return j.run_at if j.state is JobState.SCHEDULED else None
 
 
-def fail(fence: int, now: int, error: str, retry: RetryAt, traceback: str = "") -> Transition:
+def fail(
+    fence: int, now: int, error: str, retry: RetryAt, traceback: str = "", worker: str = ""
+) -> Transition:
+    """``worker``: the attempt is named after it (``named``)."""
+    failed = _failed(now, error, retry, traceback=traceback)
     return Transition(
         _running_with(fence),
-        _failed(now, error, retry, traceback=traceback),
+        lambda j: failed(named(j, worker)),
         _retry_entry,
         now,
         kind="fail",

@@ -246,15 +246,30 @@ class CassandraStore(Store):
         )
 
     async def heartbeat(
-        self, job_id: str, fence: int, lease_until: int, *, started: bool = False
+        self,
+        job_id: str,
+        fence: int,
+        lease_until: int,
+        *,
+        started: bool = False,
+        worker: str = "",
     ) -> WriteResult:
-        return await self._jobs.apply(job_id, T.heartbeat(fence, lease_until, started))
+        return await self._jobs.apply(job_id, T.heartbeat(fence, lease_until, started, worker))
 
     async def complete_job(
-        self, job_id: str, fence: int, now: int, *, result: bytes = b"", result_encoding: str = ""
+        self,
+        job_id: str,
+        fence: int,
+        now: int,
+        *,
+        result: bytes = b"",
+        result_encoding: str = "",
+        worker: str = "",
     ) -> WriteResult:
         validate_result(result, result_encoding)  # refused before it joins a batch
-        return await self._jobs.apply(job_id, T.complete(fence, now, result, result_encoding))
+        return await self._jobs.apply(
+            job_id, T.complete(fence, now, result, result_encoding, worker)
+        )
 
     async def complete_jobs(
         self, items: Sequence[Completion], now: int, *, linger_s: float = 0.0
@@ -262,7 +277,10 @@ class CassandraStore(Store):
         for c in items:
             validate_result(c.result, c.encoding)  # refused before any joins a batch
         return await self._jobs.apply_all(
-            [(c.job_id, T.complete(c.fence, now, c.result, c.encoding), None) for c in items],
+            [
+                (c.job_id, T.complete(c.fence, now, c.result, c.encoding, c.worker), None)
+                for c in items
+            ],
             linger_s=linger_s,
         )
 
@@ -275,8 +293,11 @@ class CassandraStore(Store):
         retry_at: RetryAt,
         *,
         traceback: str = "",
+        worker: str = "",
     ) -> WriteResult:
-        return await self._jobs.apply(job_id, T.fail(fence, now, error, retry_at, traceback))
+        return await self._jobs.apply(
+            job_id, T.fail(fence, now, error, retry_at, traceback, worker)
+        )
 
     async def release_lease(
         self,
