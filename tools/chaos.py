@@ -42,6 +42,7 @@ import time
 from contextlib import ExitStack
 from pathlib import Path
 
+from timeshard.node.dispatchconfig import DEFAULT_CLAIM_AHEAD_MS
 from timeshard.stack import CassandraCluster
 from timeshard.testing.chaos.plan import FaultKind
 from timeshard.testing.chaos.run import (
@@ -73,8 +74,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--claim-ahead-ms",
         type=int,
-        default=0,
-        help="the nodes' --claim-ahead-ms (0: off): jobs pushed ahead start on the workers' clocks",
+        default=DEFAULT_CLAIM_AHEAD_MS,
+        help="the nodes' --claim-ahead-ms (default %(default)s, as the server's; 0: off): jobs "
+        "pushed ahead start on the workers' clocks",
     )
     parser.add_argument("--drain", type=float, default=300.0, help="most seconds to drain")
     parser.add_argument("--no-faults", action="store_true", help="the load alone")

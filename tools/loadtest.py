@@ -108,6 +108,8 @@ from bench.plot import plot, require
 from bench.steady import add_options as add_steady_options
 from bench.steady import steady as run_steady
 
+from timeshard.node.dispatchconfig import DEFAULT_CLAIM_AHEAD_MS
+
 
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument(
@@ -122,9 +124,10 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--claim-ahead-ms",
         type=int,
-        default=0,
+        default=DEFAULT_CLAIM_AHEAD_MS,
         metavar="MS",
-        help="server --claim-ahead-ms: claim jobs MS before due and hold them (0: at due)",
+        help="server --claim-ahead-ms: claim jobs MS before due and hold them (default "
+        "%(default)s, as the server's; 0: at due)",
     )
     p.add_argument(
         "--lead",

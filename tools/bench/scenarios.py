@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from timeshard.node.dispatchconfig import DEFAULT_CLAIM_AHEAD_MS
 from timeshard.testing.services import create_keyspace, drop_keyspace
 
 from . import cassandra as cass
@@ -112,7 +113,10 @@ def running(
         lease_s=lease_s,
         worker_target=worker_target,
         worker_env=worker_env,
-        server_flags=["--claim-ahead-ms", str(getattr(args, "claim_ahead_ms", 0))],
+        server_flags=[
+            "--claim-ahead-ms",
+            str(getattr(args, "claim_ahead_ms", DEFAULT_CLAIM_AHEAD_MS)),
+        ],
     )
     if store.kind == "cassandra" and "," not in store.cassandra:
         host, _, port = store.cassandra.rpartition(":")

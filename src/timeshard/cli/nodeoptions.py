@@ -15,7 +15,7 @@ from timeshard.limits import (
     MAX_PRIORITY,
     MAX_UNSTARTED,
 )
-from timeshard.node.dispatcher import READ_MARGIN_S, DispatchConfig
+from timeshard.node.dispatchconfig import DEFAULT_CLAIM_AHEAD_MS, READ_MARGIN_S, DispatchConfig
 from timeshard.node.retry import RetryPolicy
 from timeshard.views.console.access import session_secret
 
@@ -78,11 +78,12 @@ def node_options(p: argparse.ArgumentParser, *, shards: int, http_port: int = 0)
     p.add_argument(
         "--claim-ahead-ms",
         type=whole(0, 60_000, note="ms"),
-        default=0,
+        default=DEFAULT_CLAIM_AHEAD_MS,
         metavar="MS",
         help="claim jobs up to MS before they are due, a batch per bucket partition, and hold "
-        "them until due: a waiting worker gets them at due time with no store call (default "
-        "0: claim at due time); less than the lookahead and half the default lease",
+        "them until due: a waiting worker gets them at due time with no store call, a Python "
+        "worker ahead, to start on its own clock (default %(default)s; 0: claim at due "
+        "time); less than the lookahead and half the default lease",
     )
     p.add_argument(
         "--max-unstarted",

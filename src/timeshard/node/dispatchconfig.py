@@ -10,6 +10,10 @@ from dataclasses import dataclass
 READ_MARGIN_S = 0.5
 """What a refresh's read may take: ``lookahead_s`` covers one ``refresh_s`` and this."""
 
+DEFAULT_CLAIM_AHEAD_MS = 400
+"""``timeshard server`` and ``dev`` claim ahead by this much unless ``--claim-ahead-ms`` says
+otherwise (``DispatchConfig.claim_ahead_ms``, made in code, is 0 unless set)."""
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class DispatchConfig:

@@ -25,6 +25,7 @@ from typing import Any
 
 import grpc
 
+from timeshard.node.dispatchconfig import DEFAULT_CLAIM_AHEAD_MS
 from timeshard.stack import CassandraCluster, ZooKeeperEnsemble
 from timeshard.testing.attempts import STATE_NAMES, TERMINAL, job_summary
 from timeshard.testing.chaos.check import Report, check_dir
@@ -75,9 +76,9 @@ class ChaosConfig:
     lease_s: float = 4.0
     session_s: float = 4.0
     lookahead_s: float = 2.0
-    claim_ahead_ms: int = 0
-    """The nodes' ``--claim-ahead-ms`` (0: off): jobs claimed ahead and pushed before they are
-    due start on their workers' clocks."""
+    claim_ahead_ms: int = DEFAULT_CLAIM_AHEAD_MS
+    """The nodes' ``--claim-ahead-ms`` (as the server's default; 0: off): jobs claimed ahead
+    and pushed before they are due start on their workers' clocks."""
     drain_s: float = 300.0
     """How long the drain may take before what is not terminal counts as lost."""
     fault_gap_s: tuple[float, float] = (6.0, 16.0)
