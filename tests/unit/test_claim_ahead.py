@@ -298,3 +298,18 @@ async def test_the_worker_a_held_job_went_to_is_named_by_its_first_write() -> No
         failed = await node.attempts.fail(two.job.job_id, two.job.fence, "boom", permanent=True)
         for job in (done, failed, await node.jobs.get(two.job.job_id)):
             assert [a.worker for a in job.history] == ["w"]
+
+
+async def test_a_job_claimed_ahead_takes_the_lease_its_workers_ask_for() -> None:
+    """Not the node's default lease: a worker lost with the job frees it after the lease it
+    asked for, counted from the due time, as a claim at due time would."""
+    async with running(claim_ahead_ms=300) as (node, clock):
+        (job_id,) = await schedule(node, 1)
+        claim = asyncio.create_task(
+            node.claims.claim(worker="w", types=["t"], limit=1, wait_s=60, lease_s=2, early=True)
+        )
+        await advance(node, clock, 1.9, step=0.1)
+        await wait_until(claim.done, 10, "the held job pushed")
+        (c,) = claim.result()
+        assert c.job.lease_until == DUE + 2000 != DUE + node.config.lease_ms(0)
+        assert c.lease_ms == DUE + 2000 - clock.now_ms()

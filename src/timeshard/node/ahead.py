@@ -8,8 +8,9 @@ conditional batch, and at due time the owner hands them to a waiting worker with
 (``Claims``: a held item is given as claimed).
 
 What does not change: the row's fence is taken by the claim (invariant 5), so a second holder
-is impossible; the job's lease starts at its due time (the attempt's claim time), so a lease
-check, a heartbeat and a result work as for any claim; a held job no worker took by its
+is impossible; the job's lease starts at its due time (the attempt's claim time) and is the one
+the latest claim for its type asked (``Claims.asked_lease``), so a lease check, a heartbeat, a
+result and a lost worker's lease work as for a claim at due time; a held job no worker took by its
 lease's end is released as not started (invariant 9), and is due again at once. What is held:
 
 - only a job whose type a claim on this node waits for, with nothing of the type queued ready
@@ -165,6 +166,7 @@ class AheadClaims:
         lease_ms: int,
         reach_ms: int,
         eligible: Callable[[str], bool],
+        lease_for: Callable[[str], int | None] = lambda _: None,
     ) -> None:
         self._store = store
         self.holder = holder
@@ -173,6 +175,8 @@ class AheadClaims:
         self.reach_ms = reach_ms
         """How far ahead a job may be claimed (``reach_ms``)."""
         self._eligible = eligible
+        self._lease_for = lease_for
+        """By job type: the lease its workers ask for (None: ``lease_ms``)."""
 
     async def claim(self, d: Holder, entries: list[BucketEntry], now: int) -> list[BucketEntry]:
         """Claim the jobs of ``entries`` (due within the reach) that may be held, and hand
@@ -201,7 +205,7 @@ class AheadClaims:
                 expect_fence=job.fence,
                 worker=self.holder,
                 now=now,
-                lease_until=job.run_at + self._lease_ms,
+                lease_until=job.run_at + (self._lease_for(job.job_type) or self._lease_ms),
                 ahead_ms=self.reach_ms,
                 known=job,
             )

@@ -65,6 +65,8 @@ class Claims:
         self._policies = policies
         self._lease_ms = lease_ms
         self._delivered = delivered
+        self._asked: dict[str, int] = {}
+        """By job type: the lease the latest claim for it asked (``asked_lease``)."""
         self._next_due = next_due if next_due is not None else self._scan_due
         """When the earliest entry any dispatcher holds comes due (the node's ``DueTimer``)."""
         self._running: dict[str, dict[str, int]] = {}  # type -> job id -> lease_until
@@ -97,6 +99,7 @@ class Claims:
             validate_job_type(t)
         check_range("max_jobs", limit, 1, MAX_CLAIM_JOBS)
         lease = self._lease_ms(lease_s)
+        self._asked.update(dict.fromkeys(types, lease))
         deadline = self._clock.monotonic() + max(0.0, min(wait_s, 60.0))
         while True:
             limited = self._type_room(types)
@@ -266,6 +269,12 @@ class Claims:
             d = self._dispatchers.get(item.shard)
             if d is not None:
                 d.expire_overdue([item])
+
+    def asked_lease(self, job_type: str) -> int | None:
+        """The lease (ms) the latest claim for ``job_type`` asked for, as granted; None if no
+        claim asked yet. A job claimed ahead takes it from its due time, so a worker lost with
+        it frees it after the lease workers ask for, not the node's default."""
+        return self._asked.get(job_type)
 
     def may_claim_ahead(self, job_type: str) -> bool:
         """Whether jobs of ``job_type`` may be claimed ahead and held (``node.ahead``): a claim

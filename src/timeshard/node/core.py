@@ -236,6 +236,7 @@ class Node:
             lease_ms=self.config.lease_ms(0),
             reach_ms=self.config.ahead_reach_ms,
             eligible=self.claims.may_claim_ahead,
+            lease_for=self.claims.asked_lease,
         )
 
     def _new_revokes(self) -> Revokes:
