@@ -4,6 +4,7 @@ the stores keep it as, and how many attempts a job keeps."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 from timeshard.model import Attempt, Job
 
@@ -40,15 +41,8 @@ def finish_attempt(
     """The history with its last attempt closed."""
     if not job.history:
         return job.history
-    last = job.history[-1]
-    closed = Attempt(
-        attempt=last.attempt,
-        worker=last.worker,
-        started_at=last.started_at,
-        finished_at=now,
-        error=error,
-        outcome=outcome,
-        traceback=traceback,
+    closed = replace(
+        job.history[-1], finished_at=now, error=error, outcome=outcome, traceback=traceback
     )
     return (*job.history[:-1], closed)
 
@@ -62,14 +56,5 @@ def amend_attempt(job: Job, outcome: str, error: str) -> tuple[Attempt, ...]:
     error, its times kept (a late word from its worker, ``transitions.amend``)."""
     if not job.history:
         return job.history
-    last = job.history[-1]
-    told = Attempt(
-        attempt=last.attempt,
-        worker=last.worker,
-        started_at=last.started_at,
-        finished_at=last.finished_at,
-        error=error,
-        outcome=outcome,
-        traceback=last.traceback,
-    )
+    told = replace(job.history[-1], error=error, outcome=outcome)
     return (*job.history[:-1], told)
