@@ -17,6 +17,7 @@ from timeshard.clock import Clock
 from timeshard.errors import NotFound, StaleFence, TimeshardError
 from timeshard.limits import truncate_error, truncate_traceback
 from timeshard.model import NOT_STARTED, BucketEntry, Job, JobState, WriteResult, validate_result
+from timeshard.node.amends import amend_lease_end
 from timeshard.node.claims import Claims
 from timeshard.node.retry import RetryPolicy
 from timeshard.node.starts import StartNotices
@@ -175,23 +176,25 @@ class Attempts:
             return
         if job.fence != fence:
             return
-        try:
-            amended = await self._store.amend_lease_end(
-                job.job_id, fence, self._clock.now_ms(), started=started, reason=reason
-            )
-        except TimeshardError as exc:  # the count stays as the lease's end left it
-            log.info("job %s: late word of fence %d not amended: %s", job.job_id, fence, exc)
-            return
-        if amended.applied and amended.job is not None:
+        amended = await amend_lease_end(
+            self._store,
+            job,
+            self._clock.now_ms(),
+            started=started,
+            reason=reason,
+            log=log,
+            not_amended=f"late word of fence {fence} not amended",
+        )
+        if amended is not None:
             log.info(
                 "job %s: the lease of fence %d amended by its worker's late word: %s "
                 "(attempt %d/%d, %d deliveries without a start)",
                 job.job_id,
                 fence,
-                amended.job.history[-1].outcome,
-                amended.job.attempt,
-                amended.job.max_attempts,
-                amended.job.unstarted,
+                amended.history[-1].outcome,
+                amended.attempt,
+                amended.max_attempts,
+                amended.unstarted,
             )
 
     async def heartbeat(

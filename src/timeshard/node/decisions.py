@@ -17,8 +17,8 @@ import logging
 from collections.abc import Callable, Iterable
 
 from timeshard.clock import format_rfc3339
-from timeshard.errors import TimeshardError
 from timeshard.model import NOT_STARTED, SCHEDULE_ENTRY_PREFIX, BucketEntry, Job, JobState
+from timeshard.node.amends import amend_lease_end
 from timeshard.node.dispatchparts import DispatchParts
 from timeshard.node.held import HeldEntries
 from timeshard.node.ready import ReadyItem
@@ -238,16 +238,19 @@ class EntryDecider:
         """The lease's start notice reached this node while its release, decided without one,
         was being written: the release is amended as the worker's late word would amend it
         (``Store.amend_lease_end``, invariant 9). ``run_at`` stays, so its entry does too."""
-        try:
-            out = await self._store.amend_lease_end(job.job_id, job.fence, now, started=True)
-        except TimeshardError as exc:  # the count stays as the release left it
-            log.info("job %s: start notice not amended into its release: %s", job.job_id, exc)
-            return
-        if out.applied and out.job is not None:
+        amended = await amend_lease_end(
+            self._store,
+            job,
+            now,
+            started=True,
+            log=log,
+            not_amended="start notice not amended into its release",
+        )
+        if amended is not None:
             log.info(
                 "job %s: its start notice came as its lease's end was written: counted "
                 "(attempt %d/%d)",
                 job.job_id,
-                out.job.attempt,
-                out.job.max_attempts,
+                amended.attempt,
+                amended.max_attempts,
             )
