@@ -112,6 +112,39 @@ async def running(
         await node.stop()
 
 
+@asynccontextmanager
+async def node_with(
+    store: Store | None = None, **config: object
+) -> AsyncIterator[tuple[Node, FakeClock]]:
+    """A started node on the fake clock (at ``START_MS``) and ``store`` (else a fresh embedded
+    store in memory, 4 shards); ``config`` are ``NodeConfig`` fields (``types``, ``max_ready``),
+    the dispatch config the default (``running`` instead takes ``DispatchConfig`` fields)."""
+    clock = FakeClock(START_MS)
+    node = Node(
+        store=store or SqliteStore(":memory:", num_shards=4),
+        coordinator=LocalCoordinator(),
+        clock=clock,
+        config=NodeConfig(dispatch=DispatchConfig(), **config),  # type: ignore[arg-type]
+        node_id="test-node",
+    )
+    await node.start()
+    try:
+        yield node, clock
+    finally:
+        await node.stop()
+
+
+LEASE_S = 5
+"""The lease ``claim_one`` takes."""
+
+
+async def claim_one(node: Node, clock: FakeClock, worker: str = "w1") -> tuple[str, int]:
+    """Half a second on, ``worker`` claims the one due job of type ``t``: its id and fence."""
+    await advance(node, clock, 0.5)
+    (c,) = await node.claims.claim(worker=worker, types=["t"], limit=1, wait_s=0, lease_s=LEASE_S)
+    return c.job.job_id, c.job.fence
+
+
 async def all_entries(node: Node, job: Job) -> list[BucketEntry]:
     """Every bucket entry of ``job`` in its shard from its cursor on (test-only full scan)."""
     state = await node.store.get_shard(job.shard)

@@ -7,20 +7,17 @@ start, with a time to try again, while it keeps accepting future jobs."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 
 import grpc
 import pytest
 
-from tests.unit.helpers import START_MS, advance
+from tests.unit.helpers import LEASE_S, START_MS, advance, claim_one, node_with
 from timeshard.api.status import node_status_to_pb
-from timeshard.clock import FakeClock, SystemClock
+from timeshard.clock import SystemClock
 from timeshard.coordinator.local import LocalCoordinator
 from timeshard.errors import RETRY_AFTER_KEY, InvalidArgument, ResourceExhausted
 from timeshard.model import JobState
 from timeshard.node import Beat, JobSpec, Node, NodeConfig, TypePolicy
-from timeshard.node.dispatcher import DispatchConfig
 from timeshard.server import Server
 from timeshard.store.sqlite import SqliteStore
 from timeshard.testing.waits import wait_until
@@ -29,31 +26,6 @@ from timeshard.v1 import timeshard_pb2_grpc as pb_grpc
 from timeshard.views.page import render
 from timeshard.views.status import node_status
 from timeshard.wire import dur
-
-LEASE_S = 5
-
-
-@asynccontextmanager
-async def node_with(**config: object) -> AsyncIterator[tuple[Node, FakeClock]]:
-    clock = FakeClock(START_MS)
-    node = Node(
-        store=SqliteStore(":memory:", num_shards=4),
-        coordinator=LocalCoordinator(),
-        clock=clock,
-        config=NodeConfig(dispatch=DispatchConfig(), **config),  # type: ignore[arg-type]
-        node_id="test-node",
-    )
-    await node.start()
-    try:
-        yield node, clock
-    finally:
-        await node.stop()
-
-
-async def claim_one(node: Node, clock: FakeClock) -> tuple[str, int]:
-    await advance(node, clock, 0.5)
-    (c,) = await node.claims.claim(worker="w1", types=["t"], limit=1, wait_s=0, lease_s=LEASE_S)
-    return c.job.job_id, c.job.fence
 
 
 async def test_a_lease_over_with_no_start_notice_spends_no_attempt() -> None:

@@ -7,24 +7,20 @@ starved owner reached the lease's end before it read a message the worker had al
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
-from tests.unit.helpers import START_MS, advance
+from tests.unit.helpers import LEASE_S, START_MS, advance, claim_one, node_with
 from timeshard.clock import FakeClock
-from timeshard.coordinator.local import LocalCoordinator
 from timeshard.errors import StaleFence
 from timeshard.model import Job, JobState, WriteResult
-from timeshard.node import Beat, JobSpec, Node, NodeConfig, TypePolicy
+from timeshard.node import Beat, JobSpec, Node, TypePolicy
 from timeshard.node.attempts import FinishItem
-from timeshard.node.dispatcher import DispatchConfig
 from timeshard.store.sqlite import SqliteStore
 from timeshard.testing.waits import wait_until
 
-LEASE_S = 5
 LATE_NOTICE = "lease expired: its start notice came after the lease's end"
 FIRST_STEP = "not started: lease over before its handler's first step"
 
@@ -38,31 +34,6 @@ class NoticeDuringRelease(SqliteStore):
         if self.during is not None:
             self.during()
         return await super().release_lease(*args, **kw)
-
-
-@asynccontextmanager
-async def node_with(
-    store: SqliteStore | None = None, **config: object
-) -> AsyncIterator[tuple[Node, FakeClock]]:
-    clock = FakeClock(START_MS)
-    node = Node(
-        store=store or SqliteStore(":memory:", num_shards=4),
-        coordinator=LocalCoordinator(),
-        clock=clock,
-        config=NodeConfig(dispatch=DispatchConfig(), **config),  # type: ignore[arg-type]
-        node_id="test-node",
-    )
-    await node.start()
-    try:
-        yield node, clock
-    finally:
-        await node.stop()
-
-
-async def claim_one(node: Node, clock: FakeClock, worker: str = "w1") -> tuple[str, int]:
-    await advance(node, clock, 0.5)
-    (c,) = await node.claims.claim(worker=worker, types=["t"], limit=1, wait_s=0, lease_s=LEASE_S)
-    return c.job.job_id, c.job.fence
 
 
 async def released_unnoticed(node: Node, clock: FakeClock, max_attempts: int = 3) -> Job:
