@@ -244,20 +244,7 @@ class Attempts:
         or its error, in their order. ``beside_beats``: heartbeats are answered with these
         (a group of worker stream requests), so the completions linger less."""
         out: list[Job | TimeshardError | None] = [None] * len(items)
-        completions: list[tuple[int, Completion]] = []
-        for n, item in enumerate(items):
-            if item.give_back or item.failed:
-                continue
-            try:
-                validate_result(item.result, item.result_encoding)
-            except TimeshardError as exc:
-                out[n] = exc
-                continue
-            worker = self._starts.worker(item.job_id, item.fence)
-            completion = Completion(
-                item.job_id, item.fence, item.result, item.result_encoding, worker
-            )
-            completions.append((n, completion))
+        completions = self._completions(items, out)
 
         async def complete_all() -> None:
             if not completions:
@@ -297,6 +284,27 @@ class Attempts:
         done = [o for o in out if o is not None]
         assert len(done) == len(items)  # every item was answered above
         return done
+
+    def _completions(
+        self, items: Sequence[FinishItem], out: list[Job | TimeshardError | None]
+    ) -> list[tuple[int, Completion]]:
+        """The completions among ``items``, by their place; one whose result is refused gets
+        its error in ``out`` instead."""
+        completions: list[tuple[int, Completion]] = []
+        for n, item in enumerate(items):
+            if item.give_back or item.failed:
+                continue
+            try:
+                validate_result(item.result, item.result_encoding)
+            except TimeshardError as exc:
+                out[n] = exc
+                continue
+            worker = self._starts.worker(item.job_id, item.fence)
+            completion = Completion(
+                item.job_id, item.fence, item.result, item.result_encoding, worker
+            )
+            completions.append((n, completion))
+        return completions
 
     def _linger_s(self, completions: Sequence[Completion], beside_beats: bool) -> float:
         """How long these results may wait to share a round: not at all when one of them

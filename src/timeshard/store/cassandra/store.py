@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import heapq
 from collections.abc import Collection, Sequence
-from dataclasses import replace
 
 from timeshard.clock import Clock, SystemClock
 from timeshard.errors import InvalidArgument, StoreUnavailable
@@ -44,7 +43,7 @@ from timeshard.store.cassandra.ledger import LedgerTable
 from timeshard.store.cassandra.parts import CAS_ROUNDS
 from timeshard.store.cassandra.parts import gather as _gather
 from timeshard.store.cassandra.revisions import Revisions
-from timeshard.store.cassandra.rows import to_shard_state
+from timeshard.store.cassandra.shards import ShardRows
 from timeshard.store.codec import revision_record, schedule_columns, to_schedule
 from timeshard.store.listing import JobQuery, JobSlice
 from timeshard.store.meta import (
@@ -78,6 +77,7 @@ class CassandraStore(Store):
         self._ledger = LedgerTable(self._conn, self.retention.ledger_s)
         self._revisions = Revisions(self._conn)
         self._creator = Creator(self._conn, self._clock, self.num_shards, self._jobs)
+        self._shards = ShardRows(self._conn, self._jobs.took_shard)
 
     @classmethod
     def from_url(
@@ -572,56 +572,12 @@ class CassandraStore(Store):
     # -- shards ---------------------------------------------------------------------------
 
     async def get_shard(self, shard: int, *, serial: bool = False) -> ShardState:
-        rows = await self._conn.rows("select_shard", (shard,), serial=serial)
-        return to_shard_state(shard, rows[0]) if rows else ShardState(shard=shard)
+        return await self._shards.get(shard, serial=serial)
 
     async def acquire_shard(
         self, shard: int, owner: str, expect_epoch: int, initial_cursor: int
     ) -> tuple[bool, ShardState]:
-        taken = ShardState(shard=shard, epoch=expect_epoch + 1, owner=owner)
-        if expect_epoch == 0:
-            try:
-                row = await self._conn.one("create_shard", (shard, owner, initial_cursor))
-            except Ambiguous:
-                current = await self.get_shard(shard, serial=True)
-                won = replace(taken, cursor=initial_cursor) == current
-                if won:
-                    self._jobs.took_shard(shard, 1)
-                return won, current
-            if row["[applied]"]:
-                self._jobs.took_shard(shard, 1)
-                return True, replace(taken, cursor=initial_cursor)
-            return False, to_shard_state(shard, row)
-        current = await self.get_shard(shard)
-        for _ in range(CAS_ROUNDS):
-            if current.epoch != expect_epoch:
-                return False, current
-            params = (expect_epoch + 1, owner, shard, current.epoch, current.owner, current.cursor)
-            try:
-                row = await self._conn.one("bump_epoch", params)
-            except Ambiguous:
-                settled = await self.get_shard(shard, serial=True)
-                if settled == replace(taken, cursor=current.cursor):
-                    self._jobs.took_shard(shard, taken.epoch)
-                    return True, settled
-                current = settled
-                continue
-            if row["[applied]"]:
-                self._jobs.took_shard(shard, taken.epoch)
-                return True, replace(taken, cursor=current.cursor)
-            current = to_shard_state(shard, row)
-        raise StoreUnavailable(f"shard {shard} kept changing during {CAS_ROUNDS} attempts")
+        return await self._shards.acquire(shard, owner, expect_epoch, initial_cursor)
 
     async def save_cursor(self, shard: int, epoch: int, cursor: int) -> bool:
-        for _ in range(CAS_ROUNDS):
-            try:
-                row = await self._conn.one("save_cursor", (cursor, shard, epoch))
-            except Ambiguous:
-                settled = await self.get_shard(shard, serial=True)
-                if settled.epoch != epoch:
-                    return False
-                if settled.cursor == cursor:
-                    return True
-                continue  # still ours and not written: write again
-            return bool(row["[applied]"])
-        raise StoreUnavailable(f"shard {shard}: cursor write kept timing out")
+        return await self._shards.save_cursor(shard, epoch, cursor)
