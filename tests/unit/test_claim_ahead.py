@@ -313,3 +313,65 @@ async def test_a_job_claimed_ahead_takes_the_lease_its_workers_ask_for() -> None
         (c,) = claim.result()
         assert c.job.lease_until == DUE + 2000 != DUE + node.config.lease_ms(0)
         assert c.lease_ms == DUE + 2000 - clock.now_ms()
+
+
+def block_due_time_claims(node: object) -> asyncio.Event:
+    """Claims at due time (a worker's) wait in their store write until the event is set, as a
+    Paxos round keeps them on Cassandra; claims ahead (the owner's) go through."""
+    store = node.store  # type: ignore[attr-defined]
+    original = store.claim_jobs
+    release = asyncio.Event()
+
+    async def claim_jobs(claims: Sequence[JobClaim]) -> list[WriteResult]:
+        if any(c.worker != node.ahead.holder for c in claims):  # type: ignore[attr-defined]
+            await release.wait()
+        return await original(claims)
+
+    store.claim_jobs = claim_jobs
+    return release
+
+
+@pytest.mark.parametrize("backlog", [False, True])
+async def test_a_claim_writing_due_jobs_lets_the_next_be_claimed_ahead_unless_a_backlog(
+    backlog: bool,
+) -> None:
+    """A worker's claims may all be writing jobs claimed at their due time when the next jobs
+    come within the window: the worker is there all the same, so those are claimed ahead (had
+    they been claimed at due time too, the claims would keep writing, and the node would not
+    go back to claiming ahead). A job of the type ready for over ``AHEAD_BACKLOG_MS`` (the
+    claim took one of two) still means a backlog: the next are claimed at their due time."""
+    async with running(claim_ahead_ms=300) as (node, clock):
+        release = block_due_time_claims(node)
+        first = await schedule(node, 2 if backlog else 1)  # no claim yet: not held
+        (later,) = await schedule(node, 1, run_at=DUE + 1500)  # beyond the first's reach
+        await advance(node, clock, 2.1, step=0.1)
+        await wait_until(lambda: node.ready.count() == len(first), 5, "the first ready")
+        writing = asyncio.create_task(
+            node.claims.claim(worker="w", types=["t"], limit=1, wait_s=60, lease_s=30)
+        )
+        await wait_until(lambda: node.ready.count() == len(first) - 1, 5, "the claim's take")
+        await advance(node, clock, 1.3, step=0.1)  # the later job is within half the window
+        row = await node.jobs.get(later)
+        if backlog:
+            assert node.claims.may_claim_ahead("t") is False
+            assert row.state is JobState.SCHEDULED
+        else:
+            row = await wait_until(
+                lambda: node.jobs.get(later),
+                10,
+                "the later job claimed ahead while the claim writes",
+                until=lambda j: j.state is JobState.RUNNING,
+            )
+            assert row.lease_owner == node.ahead.holder and row.started_at == DUE + 1500
+        release.set()
+        await wait_until(writing.done, 5, "the claim's write")
+        took = [c.job.job_id for c in writing.result()]
+        assert len(took) == 1 and took[0] in first
+        got: list[str] = []
+        while later not in got:  # (the other first job, under a backlog, goes before it)
+            claim = waiting_claim(node)
+            await advance(node, clock, 0.2, step=0.05)
+            await wait_until(claim.done, 5, "the later job claimed")
+            got += [c.job.job_id for c in claim.result()]
+        assert clock.now_ms() >= DUE + 1500
+        assert sorted(got) == sorted([*(set(first) - set(took)), later])

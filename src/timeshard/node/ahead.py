@@ -13,9 +13,9 @@ the latest claim for its type asked (``Claims.asked_lease``), so a lease check, 
 result and a lost worker's lease work as for a claim at due time; a held job no worker took by its
 lease's end is released as not started (invariant 9), and is due again at once. What is held:
 
-- only a job whose type a claim on this node waits for, with nothing of the type queued ready
-  (so under a backlog jobs are claimed at due time, as before, and a held job does not wait
-  for a worker long);
+- only a job whose type a claim on this node is in flight for (waiting for jobs, or writing
+  those it took), with nothing of the type queued ready (so under a backlog jobs are claimed
+  at due time, as before, and a held job does not wait for a worker long);
 - no job of a type with a concurrency limit, a rate or a pause (decided at the claim), and
   no job with a deadline (it is expired at its due time if it is late).
 

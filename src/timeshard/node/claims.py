@@ -70,6 +70,8 @@ class Claims:
         self._next_due = next_due if next_due is not None else self._scan_due
         """When the earliest entry any dispatcher holds comes due (the node's ``DueTimer``)."""
         self._running: dict[str, dict[str, int]] = {}  # type -> job id -> lease_until
+        self._asking: Counter[str] = Counter()
+        """Claims in flight per type: waiting for its jobs, or writing those they took."""
 
     async def claim(
         self,
@@ -101,6 +103,27 @@ class Claims:
         lease = self._lease_ms(lease_s)
         self._asked.update(dict.fromkeys(types, lease))
         deadline = self._clock.monotonic() + max(0.0, min(wait_s, 60.0))
+        self._asking.update(types)
+        try:
+            return await self._claim_until(
+                deadline, worker, types, limit, lease, caps, give_up, before_write, early
+            )
+        finally:
+            self._asking.subtract(types)
+
+    async def _claim_until(
+        self,
+        deadline: float,
+        worker: str,
+        types: Sequence[str],
+        limit: int,
+        lease: int,
+        caps: Mapping[str, int] | None,
+        give_up: Callable[[], bool] | None,
+        before_write: Callable[[Sequence[ReadyItem]], None] | None,
+        early: bool,
+    ) -> list[Claimed]:
+        """``claim``'s loop, until ``deadline`` (the clock's monotonic seconds)."""
         while True:
             limited = self._type_room(types)
             room = _capped(limited, caps)
@@ -278,13 +301,20 @@ class Claims:
 
     def may_claim_ahead(self, job_type: str) -> bool:
         """Whether jobs of ``job_type`` may be claimed ahead and held (``node.ahead``): a claim
-        here waits for the type, none of it has waited ready longer than ``AHEAD_BACKLOG_MS``
-        (the workers keep up), and nothing decides its start at the claim (a concurrency
-        limit, a rate, a pause)."""
+        here is in flight for the type, none of it has waited ready longer than
+        ``AHEAD_BACKLOG_MS`` (the workers keep up), and nothing decides its start at the
+        claim (a concurrency limit, a rate, a pause).
+
+        A claim in flight counts whether it waits for jobs or writes the ones it took: a
+        worker stream keeps a few claims in flight, and while each writes jobs claimed at
+        their due time (a Paxos round on Cassandra) none may be waiting. Were only waiting
+        claims counted, a moment of due-time claims at a high rate would leave none waiting
+        when the next jobs are looked at, so those too would be claimed at their due time,
+        and the node would not go back to claiming ahead."""
         policy = self._policies.get(job_type)
         if policy is not None and policy.concurrency is not None:
             return False
-        if self._flow.any([job_type]) or not self._ready.has_waiter(job_type):
+        if self._flow.any([job_type]) or self._asking[job_type] <= 0:
             return False
         oldest = self._ready.oldest_due(job_type)
         return oldest is None or self._clock.now_ms() - oldest < AHEAD_BACKLOG_MS
