@@ -304,7 +304,7 @@ async def test_a_job_claimed_ahead_takes_the_lease_its_workers_ask_for() -> None
     """Not the node's default lease: a worker lost with the job frees it after the lease it
     asked for, counted from the due time, as a claim at due time would."""
     async with running(claim_ahead_ms=300) as (node, clock):
-        (job_id,) = await schedule(node, 1)
+        await schedule(node, 1)
         claim = asyncio.create_task(
             node.claims.claim(worker="w", types=["t"], limit=1, wait_s=60, lease_s=2, early=True)
         )
