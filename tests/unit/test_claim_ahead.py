@@ -7,15 +7,18 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from typing import Any
 
 import pytest
 
 from tests.unit.helpers import START_MS, advance, running, settle
+from timeshard.clock import FakeClock
 from timeshard.errors import FailedPrecondition
 from timeshard.limits import START_GRACE_MS
 from timeshard.model import Job, JobState, WriteResult
 from timeshard.node import JobSpec, TypePolicy
 from timeshard.node.ahead import HELD
+from timeshard.node.claims import Claimed
 from timeshard.node.dispatcher import DispatchConfig
 from timeshard.store.base import JobClaim
 from timeshard.testing.waits import wait_until
@@ -51,6 +54,18 @@ async def schedule(node: object, n: int, job_type: str = "t", run_at: int = DUE)
         (await jobs.schedule(JobSpec(job_type=job_type, payload=b"", run_at=run_at)))[0].job_id
         for _ in range(n)
     ]
+
+
+async def pushed(node: Any, clock: FakeClock, lease_s: float = 30) -> Claimed:
+    """The one job scheduled (due at ``DUE``), claimed ahead and pushed 100 ms before it is
+    due to worker ``w``, which starts jobs on its own clock and asked for ``lease_s``."""
+    claim = asyncio.create_task(
+        node.claims.claim(worker="w", types=["t"], limit=1, wait_s=60, lease_s=lease_s, early=True)
+    )
+    await advance(node, clock, 1.9, step=0.1)
+    await wait_until(claim.done, 10, "the held job pushed to a worker that starts it later")
+    (c,) = claim.result()
+    return c
 
 
 async def test_jobs_are_claimed_ahead_and_handed_over_at_due_time_without_a_store_call() -> None:
@@ -231,12 +246,7 @@ async def test_a_pushed_job_rescheduled_is_answered_with_the_workers_revoke(
     end, so the two runs can not overlap."""
     async with running(claim_ahead_ms=300) as (node, clock):
         (job_id,) = await schedule(node, 1)
-        claim = asyncio.create_task(
-            node.claims.claim(worker="w", types=["t"], limit=1, wait_s=60, lease_s=30, early=True)
-        )
-        await advance(node, clock, 1.9, step=0.1)
-        await wait_until(claim.done, 10, "the held job pushed to a worker that starts it later")
-        (c,) = claim.result()
+        c = await pushed(node, clock)
         assert clock.now_ms() < DUE
         revoked: list[tuple[str, int]] = []
         node.starts.pushed(job_id, c.job.fence, DUE + START_GRACE_MS, lambda *r: revoked.append(r))
@@ -260,11 +270,7 @@ async def test_a_pushed_job_rescheduled_is_answered_with_the_workers_revoke(
 async def test_a_job_claimed_ahead_that_is_due_can_not_be_rescheduled() -> None:
     async with running(claim_ahead_ms=300) as (node, clock):
         (job_id,) = await schedule(node, 1)
-        claim = asyncio.create_task(
-            node.claims.claim(worker="w", types=["t"], limit=1, wait_s=60, lease_s=30, early=True)
-        )
-        await advance(node, clock, 1.9, step=0.1)
-        await wait_until(claim.done, 10, "the held job pushed")
+        await pushed(node, clock)
         await advance(node, clock, 0.2, step=0.1)  # due now: its handler may have started
         assert clock.now_ms() >= DUE
         with pytest.raises(FailedPrecondition, match="claimed ahead that is not yet due"):
@@ -305,12 +311,7 @@ async def test_a_job_claimed_ahead_takes_the_lease_its_workers_ask_for() -> None
     asked for, counted from the due time, as a claim at due time would."""
     async with running(claim_ahead_ms=300) as (node, clock):
         await schedule(node, 1)
-        claim = asyncio.create_task(
-            node.claims.claim(worker="w", types=["t"], limit=1, wait_s=60, lease_s=2, early=True)
-        )
-        await advance(node, clock, 1.9, step=0.1)
-        await wait_until(claim.done, 10, "the held job pushed")
-        (c,) = claim.result()
+        c = await pushed(node, clock, lease_s=2)
         assert c.job.lease_until == DUE + 2000 != DUE + node.config.lease_ms(0)
         assert c.lease_ms == DUE + 2000 - clock.now_ms()
 
