@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 import logging
+import math
 from collections.abc import Iterable, Mapping
 
 from timeshard.clock import wake
@@ -94,6 +95,8 @@ class ShardDispatcher:
         )
         self._deadlines: list[tuple[int, str]] = []  # (deadline, job id) of jobs made ready
         self._waker: asyncio.Future[None] | None = None  # set while the loop waits
+        self._wait_until = math.inf
+        """While the loop waits: when it looks again by itself (ms; inf: only when woken)."""
         self._task: asyncio.Task[None] | None = None
         self.deposed = False
         self.refreshed_by_node = parts.config.node_refresh
@@ -180,7 +183,7 @@ class ShardDispatcher:
         not taken, and not read by a later owner either. An entry taken holds the cursor at
         its minute until it is handled; one equal to an entry handled before is pending again
         (``HeldEntries.written``)."""
-        added = False
+        soonest = math.inf
         behind: list[BucketEntry] = []
         held_to = self._reader.read_to
         floor = self._reader.floor
@@ -188,12 +191,13 @@ class ShardDispatcher:
             if e.minute < floor:
                 behind.append(e)
             elif e.due_at < held_to and self._held.written(e):
-                added = True
+                soonest = min(soonest, e.due_at)
                 job = jobs.get(e.job_id) if jobs else None
                 if job is not None and job.state is JobState.SCHEDULED and job.run_at == e.due_at:
                     self._held.rows[e] = job
-        if added:
-            self._wake_up()
+        if soonest < math.inf:
+            self._timer.note_due(self.shard, self.next_due())
+            self._wake_before(self._looks_at(soonest))
         return behind
 
     def deposed_by_store(self) -> None:
@@ -316,10 +320,11 @@ class ShardDispatcher:
             *([held] if (held := self._holding.next_time()) is not None else []),
         ]
         if self._ahead is not None and self._held.heap:  # the next claim ahead
-            times.append(self._held.heap[0].due_at - self._cfg.claim_ahead_ms // 2)
+            times.append(self._looks_at(self._held.heap[0].due_at))
         if self._cursor_check and not self._reader.refreshing:
             return
         self._waker = asyncio.get_running_loop().create_future()
+        self._wait_until = min(times, default=math.inf)
         try:
             if not times:  # nothing due, refreshed by the node: until woken
                 await self._waker
@@ -347,6 +352,19 @@ class ShardDispatcher:
         looks at its heap before it waits again)."""
         if self._waker is not None:
             wake(self._waker)
+
+    def _wake_before(self, at: float) -> None:
+        """Cut the loop's wait short if it would look again only after ``at`` (ms): an entry
+        written with a due time further off than what the loop waits for now (a job created
+        seconds ahead, while jobs come due every few milliseconds) is looked at then, with no
+        step of its own."""
+        if self._waker is not None and at < self._wait_until:
+            wake(self._waker)
+
+    def _looks_at(self, due_at: float) -> float:
+        """When the loop must look at an entry held due at ``due_at``: then, or with claims
+        ahead half a window before (``_claim_ahead``)."""
+        return due_at - self._cfg.claim_ahead_ms // 2 if self._ahead is not None else due_at
 
     # -- claims ahead (``DispatchConfig.claim_ahead_ms``) ---------------------------------
 
