@@ -376,3 +376,21 @@ async def test_a_claim_writing_due_jobs_lets_the_next_be_claimed_ahead_unless_a_
             got += [c.job.job_id for c in claim.result()]
         assert clock.now_ms() >= DUE + 1500
         assert sorted(got) == sorted([*(set(first) - set(took)), later])
+
+
+async def test_a_job_handed_out_early_is_held_no_more() -> None:
+    """A held job that a claim whose worker starts it on its own clock (``early``) took from
+    the early lane is held no more: its due time is not among the times the dispatcher's loop
+    waits for (it would wake it for nothing), and a cancel finds it with its worker."""
+    async with running(claim_ahead_ms=300) as (node, clock):
+        (job_id,) = await schedule(node, 1)
+        claim = asyncio.create_task(
+            node.claims.claim(worker="w", types=["t"], limit=10, wait_s=60, lease_s=30, early=True)
+        )
+        await advance(node, clock, 1.9, step=0.1)  # 100 ms before due: in the early lane
+        await wait_until(claim.done, 10, "the early claim")
+        assert [c.job.job_id for c in claim.result()] == [job_id]
+        d = node.dispatchers[claim.result()[0].job.shard]
+        assert job_id not in d._holding.items
+        assert d._holding.next_time() is None, "its due time still wakes the dispatcher"
+        assert d.forget(job_id) is False  # with its worker, not held here

@@ -143,7 +143,13 @@ class Holding:
         self.early.clear()
 
     def next_time(self) -> int | None:
-        """When the next job goes to the early lane or comes due (None: none held)."""
+        """When the next job held goes to the early lane or comes due (None: none held). The
+        times of jobs no longer held (handed out early, or dropped) are passed over: at a
+        steady rate most go to a worker from the early lane, and their due times would each
+        wake the dispatcher for nothing."""
+        for h in (self.at, self.due):
+            while h and h[0][1] not in self.items:
+                heapq.heappop(h)
         return min((h[0][0] for h in (self.at, self.due) if h), default=None)
 
 

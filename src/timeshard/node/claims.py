@@ -337,6 +337,8 @@ class Claims:
             self._metrics.claimed(job, now)
             if self._delivered is not None:
                 self._delivered(job, worker)
+            if (d := self._dispatchers.get(item.shard)) is not None:
+                d.handed_out(item.job_id)
         return out
 
     async def _claim_items(

@@ -418,6 +418,12 @@ class ShardDispatcher:
         heapq.heappush(self._holding.due, (item.run_at, item.job_id))
         self.claimed(item.entries, item.job)
 
+    def handed_out(self, job_id: str) -> None:
+        """A job claimed ahead went to a worker (``Claims._hand_out``), from the early lane
+        or the ready queue: held no more (its due time has nothing left to do)."""
+        if self._holding.items.pop(job_id, None) is not None:
+            self._holding.early.discard(job_id)
+
     def rows_for(self, entries: Iterable[BucketEntry]) -> dict[str, Job]:
         """The rows this node wrote with ``entries`` (a create), by job id: no read needed."""
         rows = self._held.rows
