@@ -7,19 +7,21 @@ each of a type limited to 1 would start that much later)."""
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import Sequence
 from typing import Any
 
 import pytest
 
-from tests.contract.helpers import make_job
+from tests.contract.helpers import NOW, create, make_job
 from tests.unit.helpers import START_MS, advance, running
 from tests.unit.test_worker_stream import Stream, serving
 from tests.unit.test_worker_stream import schedule as stream_schedule
 from timeshard.clock import FakeClock
 from timeshard.model import JobState, WriteResult
 from timeshard.node import FinishItem, JobSpec, TypePolicy
-from timeshard.store.base import Completion, Retention, Store
+from timeshard.store.base import Completion, JobClaim, Retention, Store
 from timeshard.store.cassandra.jobrows import LINGER_UNKNOWN_S, JobRows
 from timeshard.store.cassandra.rows import Found
 from timeshard.testing.waits import wait_until
@@ -111,3 +113,39 @@ def test_a_completion_lingers_at_most_a_quarter_of_its_lease_left(
     job = make_job("j1").with_(state=JobState.RUNNING, lease_until=START_MS + lease_left_ms)
     assert rows._linger_bound(Found.of(job), asked_s) == pytest.approx(lingers_s)
     assert rows._linger_bound(None, asked_s) == min(asked_s, LINGER_UNKNOWN_S)
+
+
+async def test_the_embedded_store_commits_lingering_results_with_the_next_write(
+    tmp_path: Any,
+) -> None:
+    """SQLite: results that may linger wait for the next write and share its commit (one
+    transaction, one fsync); alone, they are written once the linger is over (at most
+    ``RESULT_LINGER_MAX_S``, however long the caller allows)."""
+    from timeshard.store.sqlite import RESULT_LINGER_MAX_S, SqliteStore
+
+    store = SqliteStore(tmp_path / "t.db", num_shards=4)
+    await store.open()
+    try:
+        await create(store, *(make_job(f"j{n}") for n in range(3)))
+        claims = [
+            JobClaim(job_id=f"j{n}", expect_fence=0, worker="w", now=NOW, lease_until=NOW + 30_000)
+            for n in range(3)
+        ]
+        ran = await store.claim_jobs(claims)
+        assert all(r.applied for r in ran)
+        rounds = store.stats.paxos_rounds
+        lingering = asyncio.create_task(
+            store.complete_jobs([Completion("j0", 1, b"", "")], NOW, linger_s=60.0)
+        )
+        await asyncio.sleep(0.01)
+        assert not lingering.done() and store.stats.paxos_rounds == rounds
+        await store.complete_jobs([Completion("j1", 1, b"", "")], NOW)  # not lingering
+        (done,) = await asyncio.wait_for(lingering, 5)
+        assert done.applied and store.stats.paxos_rounds == rounds + 1  # one commit for both
+        began = time.monotonic()
+        (alone,) = await asyncio.wait_for(
+            store.complete_jobs([Completion("j2", 1, b"", "")], NOW, linger_s=60.0), 5
+        )
+        assert alone.applied and time.monotonic() - began < RESULT_LINGER_MAX_S + 1.0
+    finally:
+        await store.close()

@@ -3,6 +3,8 @@
 One writer thread owns the read-write connection. Calls from the event loop are queued to it,
 and every call waiting when it wakes runs in one transaction (each in its own savepoint)
 committed once: group commit, so a burst of schedules or claims costs one fsync, not one each.
+A call may also linger a little for the next one (``call(linger_s=...)``: a worker's results, to
+ride with the next claim's commit rather than take a commit of their own).
 The results of a transaction go back to the event loop in one hop, not one per call. Reads may
 go around it: a read-only connection on the event loop (``reader``) and one per long read in a
 worker thread (``read_apart``).
@@ -132,6 +134,10 @@ class Database:
         self._ready = threading.Event()
         self._open_error: BaseException | None = None
         self._read_db: sqlite3.Connection | None = None
+        self._lingering: list[_Op] = []
+        """Calls waiting for the next one to share its commit (``call``'s ``linger_s``)."""
+        self._linger_timer: asyncio.TimerHandle | None = None
+        self._linger_loop: asyncio.AbstractEventLoop | None = None
 
     @property
     def is_open(self) -> bool:
@@ -266,13 +272,38 @@ class Database:
             return
         _deliver([(fut, True, value)])
 
-    async def call(self, fn: Callable[[sqlite3.Connection], R]) -> R:
-        """``fn`` on the writer thread, in the next group commit (its own savepoint)."""
+    async def call(self, fn: Callable[[sqlite3.Connection], R], *, linger_s: float = 0.0) -> R:
+        """``fn`` on the writer thread, in the next group commit (its own savepoint).
+        ``linger_s``: it may wait up to that long for another call, and go in that one's
+        commit (one fsync for both, one hop back to the loop)."""
         if self._thread is None:
             raise StoreUnavailable("the store is not open")
-        fut: asyncio.Future[R] = asyncio.get_running_loop().create_future()
-        self._ops.put((fn, fut))
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[R] = loop.create_future()
+        if loop is not self._linger_loop:
+            self._send_lingering()  # (those of another loop do not wait for this one's calls)
+        if linger_s > 0:
+            self._lingering.append((fn, fut))
+            until = loop.time() + linger_s
+            if self._linger_timer is None or until < self._linger_timer.when():
+                if self._linger_timer is not None:
+                    self._linger_timer.cancel()
+                self._linger_timer = loop.call_at(until, self._send_lingering)
+                self._linger_loop = loop
+        else:
+            self._send_lingering()
+            self._ops.put((fn, fut))
         return await fut
+
+    def _send_lingering(self) -> None:
+        """The lingering calls go to the writer thread now (ahead of the call that takes them
+        along, if any: they were made first)."""
+        if self._linger_timer is not None:
+            self._linger_timer.cancel()
+            self._linger_timer = self._linger_loop = None
+        for op in self._lingering:
+            self._ops.put(op)
+        self._lingering.clear()
 
     async def close(self) -> None:
         """Close the reader connection and stop the writer thread once its queue is done."""
@@ -281,6 +312,7 @@ class Database:
             self._read_db = None
         if self._thread is None:
             return
+        self._send_lingering()
         self._ops.put(None)
         await asyncio.get_running_loop().run_in_executor(None, self._thread.join)
         self._thread = None
