@@ -6,10 +6,24 @@ seconds ahead, while others come due every few milliseconds, costs no step of it
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 from tests.unit.helpers import START_MS, advance, make_node, settle
+from timeshard.clock import FakeClock
 from timeshard.node import JobSpec, Node
 from timeshard.testing.waits import wait_until
+
+
+@asynccontextmanager
+async def one_shard() -> AsyncIterator[tuple[Node, FakeClock]]:
+    """A node of one shard: every job goes to the same dispatcher."""
+    node, clock = make_node(shards=1)
+    await node.start()
+    try:
+        yield node, clock
+    finally:
+        await node.stop()
 
 
 def count_steps(node: Node) -> list[int]:
@@ -32,9 +46,7 @@ async def create(node: Node, run_at: int) -> str:
 
 
 async def test_an_entry_due_sooner_than_the_wait_wakes_the_loop_and_fires_on_time() -> None:
-    node, clock = make_node(shards=1)
-    await node.start()
-    try:
+    async with one_shard() as (node, clock):
         await create(node, START_MS + 3000)
         await advance(node, clock, 0.2, step=0.1)
         soon = await create(node, START_MS + 1000)
@@ -44,14 +56,10 @@ async def test_an_entry_due_sooner_than_the_wait_wakes_the_loop_and_fires_on_tim
         await advance(node, clock, 1.0, step=0.1)  # due, and the other one not for 1.8 s
         await wait_until(claim.done, 10, "the claim of the job due sooner")
         assert [c.job.job_id for c in claim.result()] == [soon]
-    finally:
-        await node.stop()
 
 
 async def test_an_entry_due_after_the_wait_does_not_wake_the_loop() -> None:
-    node, clock = make_node(shards=1)
-    await node.start()
-    try:
+    async with one_shard() as (node, clock):
         await create(node, START_MS + 1000)
         await advance(node, clock, 0.2, step=0.1)
         await settle(node)
@@ -62,5 +70,3 @@ async def test_an_entry_due_after_the_wait_does_not_wake_the_loop() -> None:
         assert steps == [], "an entry due after the loop's wait woke it"
         await create(node, START_MS + 500)
         await wait_until(lambda: bool(steps), 10, "a step for the entry due sooner")
-    finally:
-        await node.stop()
