@@ -120,8 +120,9 @@ async def test_the_embedded_store_commits_lingering_results_with_the_next_write(
 ) -> None:
     """SQLite: results that may linger wait for the next write and share its commit (one
     transaction, one fsync); alone, they are written once the linger is over (at most
-    ``RESULT_LINGER_MAX_S``, however long the caller allows)."""
-    from timeshard.store.sqlite import RESULT_LINGER_MAX_S, SqliteStore
+    ``LINGER_MAX_S``, however long the caller allows)."""
+    from timeshard.store.sqlite import SqliteStore
+    from timeshard.store.sqlitedb import LINGER_MAX_S
 
     store = SqliteStore(tmp_path / "t.db", num_shards=4)
     await store.open()
@@ -146,6 +147,6 @@ async def test_the_embedded_store_commits_lingering_results_with_the_next_write(
         (alone,) = await asyncio.wait_for(
             store.complete_jobs([Completion("j2", 1, b"", "")], NOW, linger_s=60.0), 5
         )
-        assert alone.applied and time.monotonic() - began < RESULT_LINGER_MAX_S + 1.0
+        assert alone.applied and time.monotonic() - began < LINGER_MAX_S + 1.0
     finally:
         await store.close()

@@ -63,9 +63,6 @@ SWEEP_ROWS = 5000
 #: queue, where the dispatcher's read of a due job waited behind a commit's fsync. Larger reads
 #: go to the writer thread, so a burst does not hold up the event loop.
 INLINE_READ_MAX = 64
-#: The longest a batch of results lingers for another write to share its commit with: under
-#: load a claim comes within milliseconds; at a trickle a result goes alone soon.
-RESULT_LINGER_MAX_S = 0.05
 
 
 _FINISHED = (JobState.SUCCEEDED.value, JobState.CANCELLED.value, JobState.EXPIRED.value)
@@ -377,7 +374,7 @@ class SqliteStore(Store):
         ]
         return await self._db.call(
             lambda db: [_apply(db, job_id, t) for job_id, t in changes],
-            linger_s=min(linger_s, RESULT_LINGER_MAX_S),
+            linger_s=linger_s,
         )
 
     async def fail_job(

@@ -40,6 +40,9 @@ _Result = tuple["asyncio.Future[Any]", bool, Any]  # (future, ok, value or excep
 BUSY_TIMEOUT_S = 5.0
 #: How long ``open()`` keeps retrying a database another process holds locked before it fails.
 OPEN_TIMEOUT_S = 60.0
+#: The longest a call lingers for the next one (``Database.call``), whatever it asks: under
+#: load the next write comes within milliseconds; at a trickle a lingering call goes soon.
+LINGER_MAX_S = 0.05
 _OPEN_RETRY_FIRST_S = 0.01
 _OPEN_RETRY_MAX_S = 0.5
 
@@ -274,8 +277,8 @@ class Database:
 
     async def call(self, fn: Callable[[sqlite3.Connection], R], *, linger_s: float = 0.0) -> R:
         """``fn`` on the writer thread, in the next group commit (its own savepoint).
-        ``linger_s``: it may wait up to that long for another call, and go in that one's
-        commit (one fsync for both, one hop back to the loop)."""
+        ``linger_s``: it may wait up to that long (at most ``LINGER_MAX_S``) for another
+        call, and go in that one's commit (one fsync for both, one hop back to the loop)."""
         if self._thread is None:
             raise StoreUnavailable("the store is not open")
         loop = asyncio.get_running_loop()
@@ -284,7 +287,7 @@ class Database:
             self._send_lingering()  # (those of another loop do not wait for this one's calls)
         if linger_s > 0:
             self._lingering.append((fn, fut))
-            until = loop.time() + linger_s
+            until = loop.time() + min(linger_s, LINGER_MAX_S)
             if self._linger_timer is None or until < self._linger_timer.when():
                 if self._linger_timer is not None:
                     self._linger_timer.cancel()
