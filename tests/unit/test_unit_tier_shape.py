@@ -20,6 +20,10 @@ REAL_TIME_STEPS = {
     ("test_worker_stream.py", "test_results_ending_close_together_travel_in_one_message"): (
         "the worker's result linger is real time: two results 50 ms apart within it"
     ),
+    ("test_result_linger.py", "test_the_embedded_store_commits_lingering_results_with_the_"
+     "next_write"): (
+        "the SQLite writer queue's linger is a real-time loop timer: a result lingers meanwhile"
+    ),
     ("helpers.py", "settle"): "lets the store's writer thread run between round trips",
     ("test_health.py", "flips_to"): "one fake second per look: the watcher's probe runs between",
     ("test_worker_handler_ends.py", "test_a_sync_handler_past_its_timeout_"
