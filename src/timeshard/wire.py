@@ -150,6 +150,10 @@ def dur(ms: int) -> Duration:
     return Duration(seconds=ms // 1000, nanos=(ms % 1000) * 1_000_000)
 
 
+def dur_us(us: int) -> Duration:
+    return Duration(seconds=us // 1_000_000, nanos=(us % 1_000_000) * 1000)
+
+
 def dur_s(d: Duration) -> float:
     return d.seconds + d.nanos / 1e9
 

@@ -25,7 +25,7 @@ from timeshard.server import Server
 from timeshard.store.sqlite import SqliteStore
 from timeshard.testing.waits import wait_until
 from timeshard.v1 import timeshard_pb2 as pb
-from timeshard.wire import dur, ts_ms
+from timeshard.wire import dur, dur_s, ts_ms
 from timeshard.worker import JobContext, Worker
 
 WINDOW_MS = 1000
@@ -72,12 +72,27 @@ async def test_a_stream_that_accepts_starts_in_gets_a_held_job_before_it_is_due(
         (c,) = await s.until_jobs(1)
         arrived = now_ms()
         assert c.job.job_id == job.job_id and c.HasField("starts_in")
-        starts_in = c.starts_in.seconds * 1000 + c.starts_in.nanos // 1_000_000
+        starts_in = dur_s(c.starts_in) * 1000
         assert starts_in > 0, "pushed at its due time, not ahead"
         assert arrived + starts_in >= job.run_at, "its start on the worker's clock is early"
         assert ts_ms(c.job.started_at) == job.run_at  # the attempt is claimed at due time
         row = await srv.node.jobs.get(job.job_id)
         assert row.state is JobState.RUNNING and row.lease_until > job.run_at
+
+
+async def test_starts_in_is_to_the_microsecond_and_never_short() -> None:
+    """Counted from the node's clock in whole milliseconds, a wait would be half a millisecond
+    too long on average: every push's start would be that much late."""
+    async with serving(ahead_server()) as (srv, channel):
+        s = Stream(channel)
+        await hello(s, accepts=True)
+        jobs = {(await due_later(srv)).job_id: None for _ in range(4)}
+        pushed = await s.until_jobs(4)
+        arrived = now_ms()
+        assert {c.job.job_id for c in pushed} == jobs.keys()
+        for c in pushed:
+            assert arrived + dur_s(c.starts_in) * 1000 >= ts_ms(c.job.run_at), "early"
+        assert any(c.starts_in.nanos % 1_000_000 for c in pushed), "cut to whole milliseconds"
 
 
 async def test_a_stream_that_does_not_accept_it_gets_the_job_at_its_due_time() -> None:

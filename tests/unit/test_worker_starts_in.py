@@ -15,6 +15,7 @@ from timeshard.model import NOT_STARTED
 from timeshard.v1 import timeshard_pb2 as pb
 from timeshard.wire import dur, ts
 from timeshard.worker import JobContext, Worker
+from timeshard.worker.stream import Host, NodeLink
 
 LEASE_S = 30.0
 WALL_OFFSET_MS = 5000
@@ -183,4 +184,47 @@ async def test_a_revoke_after_the_start_answers_started() -> None:
     assert link.notices == [("j1", 4)]
     assert worker._attempts.revoke("j1", 4) is True
     release.set()
+    await drain(worker)
+
+
+class Ticking(FakeClock):
+    """Each read of the monotonic clock moves it on 1 ms: the time spent on each job."""
+
+    def monotonic(self) -> float:
+        self.advance(0.001)
+        return super().monotonic()
+
+
+async def test_the_jobs_of_one_push_count_from_its_receive_time_not_their_turn() -> None:
+    """A push of many jobs: each starts at the push's receive time plus its ``starts_in``,
+    not later by the time the worker spent on the jobs before it in the message."""
+    clock = Ticking()
+    worker, _ = make_worker(clock)
+    stop = asyncio.Event()
+    stop.set()  # (no claim loops: the push is handed to the link directly)
+
+    async def no_claims(*_: Any) -> None:
+        return None
+
+    host = Host(
+        worker_id="w1",
+        lease_s=LEASE_S,
+        safety_margin_s=worker.safety_margin_s,
+        clock=clock,
+        slots=worker._slots,
+        concurrency=lambda t: 10,
+        start=worker._attempts.start,
+        claim_loop=no_claims,
+    )
+    link = NodeLink(host, Link(), "node", ["t"], stop, use_stream=False)  # type: ignore[arg-type]
+    link._sent.append((1, clock.monotonic()))
+    jobs = [pushed(clock, 300, f"j{i}") for i in range(5)]
+    before = clock.monotonic()
+    link._take(pb.WorkResponse(after_seq=1, jobs=jobs))
+    starts = [f.at.not_before for f in worker._attempts.inflight.values() if f.at is not None]
+    assert len(starts) == 5
+    assert len(set(starts)) == 1, f"later jobs of the push start later: {starts}"
+    assert starts[0] >= before + 0.3  # (and never before the receive time + starts_in)
+    for i in range(5):
+        worker._attempts.revoke(f"j{i}", 4)
     await drain(worker)

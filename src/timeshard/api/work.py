@@ -35,6 +35,7 @@ from timeshard.api.claimfailures import ClaimFailures
 from timeshard.api.heldanswer import HeldAnswer
 from timeshard.api.replies import claim_cap
 from timeshard.api.workhub import StreamRequest, WorkHub
+from timeshard.clock import now_us
 from timeshard.errors import InvalidArgument, TimeshardError, status_of
 from timeshard.limits import (
     MAX_BATCH,
@@ -48,7 +49,7 @@ from timeshard.node import Beat
 from timeshard.node.claims import Claimed
 from timeshard.node.ready import ReadyItem
 from timeshard.v1 import timeshard_pb2 as pb
-from timeshard.wire import claimed_to_pb, dur, dur_s, started_at_of, ts_ms
+from timeshard.wire import claimed_to_pb, dur, dur_s, dur_us, started_at_of, ts_ms
 
 log = logging.getLogger(__name__)
 EOF: Any = grpc.aio.EOF  # type: ignore[attr-defined]  # (missing from the stubs)
@@ -509,15 +510,17 @@ class WorkStream:
 
     def _start_in(self, jobs: Sequence[pb.ClaimedJob]) -> None:
         """Each job's ``starts_in``, from this node's clock as the push is written (transit only
-        makes the start later), and the latest its worker may start it (for a cancel)."""
-        now = self._node.clock.now_ms()
+        makes the start later), to the microsecond (a whole millisecond's cut would make the
+        start later by half one on average), and the latest its worker may start it (for a
+        cancel)."""
+        now = now_us(self._node.clock)
         for c in jobs:
-            starts_in = max(0, ts_ms(c.job.run_at) - now)
-            c.starts_in.CopyFrom(dur(starts_in))
+            run_at = ts_ms(c.job.run_at)
+            starts_in = max(0, run_at * 1000 - now)
+            c.starts_in.CopyFrom(dur_us(starts_in))
             c.starts_in.SetInParent()  # (present even when 0: due now)
-            self._node.starts.pushed(
-                c.job.job_id, c.fence, now + starts_in + START_GRACE_MS, self._revoke
-            )
+            start_by = max(run_at, -(-now // 1000)) + START_GRACE_MS
+            self._node.starts.pushed(c.job.job_id, c.fence, start_by, self._revoke)
 
     def _start_in_by(self, claimed: Sequence[Claimed]) -> None:
         """The latest the jobs could start until their push is written (``_start_in``): within

@@ -132,9 +132,13 @@ class Attempts:
         self.threads: ThreadPoolExecutor | None = None
         """The ``def`` handlers' threads (``HandlerThreads``), made when the worker runs."""
 
-    def start(self, stub: WorkerStub, claimed: pb.ClaimedJob, sent: float) -> None:
+    def start(
+        self, stub: WorkerStub, claimed: pb.ClaimedJob, sent: float, received: float | None = None
+    ) -> None:
         """Start a job claimed from ``stub`` by a claim sent at ``sent`` (this worker's
-        monotonic clock), in its own task; or give it back if its lease is already over."""
+        monotonic clock), in its own task; or give it back if its lease is already over.
+        ``received``: when the message that carried it was read (None: now). A push's jobs
+        share it, so the last of many does not start later by the time spent on the others."""
         job, margin = claimed.job, self._worker.safety_margin_s
         left = sent + dur_s(claimed.lease) - margin - self._clock.monotonic()
         if left <= 0:
@@ -158,7 +162,8 @@ class Attempts:
             return
         at = None
         if claimed.HasField("starts_in"):  # (a push to a worker that starts it on its clock)
-            at = StartAt.of(sent, self._clock.monotonic(), dur_s(claimed.starts_in))
+            read = self._clock.monotonic() if received is None else received
+            at = StartAt.of(sent, read, dur_s(claimed.starts_in))
             why = at.too_late(sent + dur_s(claimed.lease) - margin)
             if why:
                 log.warning("job %s: %s; not started, given back", job.job_id, why)

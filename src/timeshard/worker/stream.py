@@ -77,8 +77,8 @@ class Host:
     clock: Clock
     slots: Slots
     concurrency: Callable[[str], int]
-    start: Callable[[Any, pb.ClaimedJob, float], None]
-    """Start a claimed job: ``start(link, claimed, sent)``."""
+    start: Callable[[Any, pb.ClaimedJob, float, float], None]
+    """Start a claimed job: ``start(link, claimed, sent, received)``."""
     claim_loop: Callable[[Any, asyncio.Event, str, int], Coroutine[Any, Any, None]]
     """The unary long polls of one type: ``claim_loop(link, stop, job_type, poll)``."""
     claim_polls: int = 1
@@ -285,6 +285,7 @@ class NodeLink:
     def _take(self, message: pb.WorkResponse) -> None:
         """A message from the node: jobs pushed, an answer, or the end of pushing."""
         if message.jobs:
+            received = self._host.clock.monotonic()  # (before any of them: ``starts_in``)
             # The leases started ``held`` after the node read request ``after_seq``, which
             # was sent before it was read: a deadline never later than the lease's real end.
             sent = self._sent_at(message.after_seq) + dur_s(message.held)
@@ -296,7 +297,7 @@ class NodeLink:
                 if self._credits.get(t, 0) > 0:
                     self._credits[t] -= 1
                     slots.asking(t, -1)
-                self._host.start(self, claimed, sent)
+                self._host.start(self, claimed, sent, received)
             for t in types:  # (a job not started, its lease over on arrival, freed no slot)
                 self._freed(t)
         for r in message.revokes:  # (answered at once: a cancel waits for it)
