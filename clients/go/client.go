@@ -281,10 +281,12 @@ func (c *Client) Reschedule(ctx context.Context, jobID string, delay time.Durati
 	})
 }
 
-// CreateSchedule creates a cron schedule (ScheduleId, Cron, Timezone, Type at least).
-func (c *Client) CreateSchedule(ctx context.Context, s *Schedule) (*Schedule, error) {
+// CreateSchedule creates a cron schedule (ScheduleId, Cron, Timezone, Type at least), as a
+// revision of it (ScheduleHistory). opts: WithReason.
+func (c *Client) CreateSchedule(ctx context.Context, s *Schedule, opts ...ChangeOption) (*Schedule, error) {
+	req := &pb.CreateScheduleRequest{Schedule: s, Reason: changeOf(opts).reason}
 	return call(ctx, c, false, func(ctx context.Context, i int) (*Schedule, error) {
-		return c.jobs[i].CreateSchedule(ctx, &pb.CreateScheduleRequest{Schedule: s})
+		return c.jobs[i].CreateSchedule(ctx, req)
 	})
 }
 
@@ -306,32 +308,39 @@ func (c *Client) ListSchedules(ctx context.Context, pageSize int32, pageToken st
 	return resp.GetSchedules(), resp.GetNextPageToken(), nil
 }
 
-// UpdateSchedule replaces a schedule's definition (found by its ScheduleId).
-func (c *Client) UpdateSchedule(ctx context.Context, s *Schedule) (*Schedule, error) {
+// UpdateSchedule replaces a schedule's definition (found by its ScheduleId) as a new revision
+// (none when the definition is the same). opts: WithReason.
+func (c *Client) UpdateSchedule(ctx context.Context, s *Schedule, opts ...ChangeOption) (*Schedule, error) {
+	req := &pb.UpdateScheduleRequest{Schedule: s, Reason: changeOf(opts).reason}
 	return call(ctx, c, true, func(ctx context.Context, i int) (*Schedule, error) {
-		return c.jobs[i].UpdateSchedule(ctx, &pb.UpdateScheduleRequest{Schedule: s})
+		return c.jobs[i].UpdateSchedule(ctx, req)
 	})
 }
 
-// PauseSchedule stops a schedule firing until it is resumed.
-func (c *Client) PauseSchedule(ctx context.Context, scheduleID string) (*Schedule, error) {
+// PauseSchedule stops a schedule firing until it is resumed, as a new revision (none when it
+// is paused already). opts: WithReason.
+func (c *Client) PauseSchedule(ctx context.Context, scheduleID string, opts ...ChangeOption) (*Schedule, error) {
+	req := &pb.ScheduleIdRequest{ScheduleId: scheduleID, Reason: changeOf(opts).reason}
 	return call(ctx, c, true, func(ctx context.Context, i int) (*Schedule, error) {
-		return c.jobs[i].PauseSchedule(ctx, &pb.ScheduleIdRequest{ScheduleId: scheduleID})
+		return c.jobs[i].PauseSchedule(ctx, req)
 	})
 }
 
-// ResumeSchedule lets a paused schedule fire again.
-func (c *Client) ResumeSchedule(ctx context.Context, scheduleID string) (*Schedule, error) {
+// ResumeSchedule lets a paused schedule fire again, as a new revision (none when it is not
+// paused). opts: WithReason.
+func (c *Client) ResumeSchedule(ctx context.Context, scheduleID string, opts ...ChangeOption) (*Schedule, error) {
+	req := &pb.ScheduleIdRequest{ScheduleId: scheduleID, Reason: changeOf(opts).reason}
 	return call(ctx, c, true, func(ctx context.Context, i int) (*Schedule, error) {
-		return c.jobs[i].ResumeSchedule(ctx, &pb.ScheduleIdRequest{ScheduleId: scheduleID})
+		return c.jobs[i].ResumeSchedule(ctx, req)
 	})
 }
 
-// DeleteSchedule deletes a schedule (its occurrences already created stay; its history is kept
-// for the ledger retention, then purged).
-func (c *Client) DeleteSchedule(ctx context.Context, scheduleID string) error {
+// DeleteSchedule deletes a schedule, as a new revision (its occurrences already created stay;
+// its history is kept for the ledger retention, then purged). opts: WithReason.
+func (c *Client) DeleteSchedule(ctx context.Context, scheduleID string, opts ...ChangeOption) error {
+	req := &pb.ScheduleIdRequest{ScheduleId: scheduleID, Reason: changeOf(opts).reason}
 	_, err := call(ctx, c, false, func(ctx context.Context, i int) (*pb.DeleteScheduleResponse, error) {
-		return c.jobs[i].DeleteSchedule(ctx, &pb.ScheduleIdRequest{ScheduleId: scheduleID})
+		return c.jobs[i].DeleteSchedule(ctx, req)
 	})
 	return err
 }

@@ -13,6 +13,37 @@ import (
 // also once deleted (for the ledger retention, then it is purged).
 type ScheduleRevision = pb.ScheduleRevision
 
+// ChangeOption adds to a change of a schedule: the last argument of CreateSchedule,
+// UpdateSchedule, PauseSchedule, ResumeSchedule and DeleteSchedule. None is needed.
+type ChangeOption func(*change)
+
+// change is what the options of one schedule change say.
+type change struct {
+	reason string
+}
+
+// WithReason says why a schedule is changed; the node keeps it with the revision the change
+// makes (ScheduleRevision.GetReason). At most 1000 bytes of UTF-8: a longer one is
+// ErrInvalidArgument and nothing is changed. A change that changes nothing (a pause of a
+// paused schedule, a retry of one that took effect) makes no revision, so its reason is not
+// kept. Given twice, the last one counts.
+//
+//	c.PauseSchedule(ctx, "nightly", timeshard.WithReason("maintenance"))
+func WithReason(reason string) ChangeOption {
+	return func(ch *change) { ch.reason = reason }
+}
+
+// changeOf applies opts (nil ones skipped).
+func changeOf(opts []ChangeOption) change {
+	var ch change
+	for _, opt := range opts {
+		if opt != nil {
+			opt(&ch)
+		}
+	}
+	return ch
+}
+
 // ScheduleHistory returns one page of a schedule's revisions, newest first, and the token of
 // the next page ("" on the last). pageSize 0 means 20, at most 100; pageToken "" starts from
 // the newest. An unknown schedule is ErrNotFound.
@@ -39,8 +70,9 @@ func (c *Client) GetScheduleRevision(ctx context.Context, scheduleID string, n i
 // template, policies) is revision n's; the schedule stays paused or running as it is. It
 // returns the schedule (GetRevision: the revision made; the current one when the schedule
 // has that definition already, so a retry changes nothing). reason ("" for none) is kept with
-// the revision. A revision not kept is ErrNotFound; a deleted schedule ErrFailedPrecondition
-// (nothing changed either way).
+// the revision, as WithReason's is on the other changes (the same limit of 1000 bytes). A
+// revision not kept is ErrNotFound; a deleted schedule ErrFailedPrecondition (nothing changed
+// either way).
 func (c *Client) RollbackSchedule(ctx context.Context, scheduleID string, n int64, reason string) (*Schedule, error) {
 	return call(ctx, c, true, func(ctx context.Context, i int) (*Schedule, error) {
 		req := &pb.RollbackScheduleRequest{ScheduleId: scheduleID, Revision: n, Reason: reason}

@@ -86,3 +86,75 @@ func TestScheduleRevisions(t *testing.T) {
 		t.Fatalf("rollback of a deleted schedule: %v", err)
 	}
 }
+
+// A reason given with WithReason reaches the node and is kept with the revision each change
+// makes: create, update, pause, resume and delete. Without one the revision's reason is "". A
+// reason over 1000 bytes (counted in UTF-8, not characters) is ErrInvalidArgument and changes
+// nothing.
+func TestScheduleChangeReasons(t *testing.T) {
+	s := startServer(t, "")
+	c := newClient(t, s.config())
+	ctx := context.Background()
+	def := func(cron string) *timeshard.Schedule {
+		return &timeshard.Schedule{ScheduleId: "backup", Cron: cron, Timezone: "UTC", Type: "rev.b"}
+	}
+	newest := func() *timeshard.ScheduleRevision {
+		t.Helper()
+		page, _, err := c.ScheduleHistory(ctx, "backup", 1, "")
+		if err != nil || len(page) != 1 {
+			t.Fatalf("history: %v %v", page, err)
+		}
+		return page[0]
+	}
+
+	if _, err := c.CreateSchedule(ctx, def("0 1 * * *"), timeshard.WithReason("new backups")); err != nil {
+		t.Fatal(err)
+	}
+	if r := newest(); r.GetChange() != "create" || r.GetReason() != "new backups" {
+		t.Fatalf("create: %v", r)
+	}
+	if _, err := c.UpdateSchedule(ctx, def("0 2 * * *"), timeshard.WithReason("after the batch")); err != nil {
+		t.Fatal(err)
+	}
+	if r := newest(); r.GetChange() != "update" || r.GetReason() != "after the batch" {
+		t.Fatalf("update: %v", r)
+	}
+	if p, err := c.PauseSchedule(ctx, "backup", timeshard.WithReason("maintenance")); err != nil || !p.GetPaused() || p.GetRevision() != 3 {
+		t.Fatalf("pause: %v %v", p, err)
+	}
+	if r := newest(); r.GetRevision() != 3 || r.GetChange() != "pause" || r.GetReason() != "maintenance" {
+		t.Fatalf("pause: %v", r)
+	}
+
+	// Refused before anything is written: 1001 bytes, and 501 two-byte characters (1002 bytes).
+	for _, long := range []string{strings.Repeat("x", 1001), strings.Repeat("é", 501)} {
+		_, err := c.ResumeSchedule(ctx, "backup", timeshard.WithReason(long))
+		if !errors.Is(err, timeshard.ErrInvalidArgument) {
+			t.Fatalf("a reason of %d bytes: %v", len(long), err)
+		}
+	}
+	if now, err := c.GetSchedule(ctx, "backup"); err != nil || now.GetRevision() != 3 || !now.GetPaused() {
+		t.Fatalf("a refused reason changed the schedule: %v %v", now, err)
+	}
+
+	full := strings.Repeat("é", 500) // 1000 bytes: the limit itself
+	if r, err := c.ResumeSchedule(ctx, "backup", timeshard.WithReason(full)); err != nil || r.GetPaused() {
+		t.Fatalf("resume with a reason of 1000 bytes: %v %v", r, err)
+	}
+	if r := newest(); r.GetChange() != "resume" || r.GetReason() != full {
+		t.Fatalf("resume: %v", r)
+	}
+	if _, err := c.PauseSchedule(ctx, "backup"); err != nil {
+		t.Fatal(err)
+	}
+	if r := newest(); r.GetChange() != "pause" || r.GetReason() != "" {
+		t.Fatalf("a pause without a reason: %v", r)
+	}
+	// Given twice, the last reason counts.
+	if err := c.DeleteSchedule(ctx, "backup", timeshard.WithReason("old"), timeshard.WithReason("moved to cold storage")); err != nil {
+		t.Fatal(err)
+	}
+	if r := newest(); r.GetRevision() != 6 || r.GetChange() != "delete" || r.GetReason() != "moved to cold storage" {
+		t.Fatalf("delete: %v", r)
+	}
+}
