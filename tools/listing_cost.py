@@ -2,11 +2,13 @@
 
     python tools/listing_cost.py [--jobs 20000] [--cassandra 127.0.0.1:9042] [--json]
 
-Stores ``--jobs`` jobs (four types, due over a day, every other one with an idempotency key)
+Stores ``--jobs`` jobs (four types, due over a day, every other one with an idempotency key,
+one in 500 dead)
 in a fresh embedded store and, with ``--cassandra``, a fresh keyspace (dropped at the end),
 then times through ``Store.find_jobs``, a page of 50 each, counted as ListJobs counts:
-the first page by due time; the first page of one type in one state; by id, uncounted (as the
-node's own listings page: dead letters); one idempotency key (a lookup); and the writer's
+the first page by due time; the first page of one type in one state; the first page of the
+dead letters; by id, uncounted (as the node's own listings page); the dead-letter count the
+status page shows (``Store.dead_letters``); one idempotency key (a lookup); and the writer's
 create of one job while a listing by due time runs beside it (SQLite: the listing's read runs
 on a connection of its own, so the writer is not held up). Figures on stdout; ``--json``
 prints them as the last line.
@@ -35,6 +37,7 @@ NUM_SHARDS = 128
 NOW = 1_800_000_000_000
 PAGE = 50
 TYPES = ("mail", "sms", "report", "audit")
+DEAD_EVERY = 500
 
 
 def make_jobs(n: int) -> list[Job]:
@@ -50,6 +53,7 @@ def make_jobs(n: int) -> list[Job]:
                 run_at=NOW + (i * 7919) % 86_400_000,
                 created_at=NOW,
                 idempotency_key=f"order-{i}" if i % 2 else "",
+                state=JobState.DEAD if i % DEAD_EVERY == DEAD_EVERY - 1 else JobState.SCHEDULED,
             )
         )
     return out
@@ -81,6 +85,7 @@ async def measure(store: Store, n: int) -> dict[str, float]:
             JobQuery(job_type="mail", states=frozenset([JobState.SCHEDULED])),
             True,
         ),
+        "dead_page_ms": (JobQuery(states=frozenset([JobState.DEAD])), True),
         "id_page_uncounted_ms": (JobQuery(order=JobOrder.ID), False),
         "key_lookup_ms": (JobQuery(key="order-1"), True),
     }
@@ -90,6 +95,11 @@ async def measure(store: Store, n: int) -> dict[str, float]:
             await store.find_jobs(query, limit=PAGE, page_token="", count=count)
 
         figures[name] = round(await timed(page), 1)
+
+    async def dead_letters() -> None:
+        await store.dead_letters(limit=100_000, latest=10)  # as the status page asks
+
+    figures["dead_letters_count_ms"] = round(await timed(dead_letters), 1)
     extra = iter(make_jobs(20))
 
     async def create() -> None:

@@ -201,3 +201,103 @@ async def test_a_database_from_before_deadlines_gets_their_columns(tmp_path: Pat
         assert new is not None and (new.deadline, new.priority) == (NOW + 7, 2)
     finally:
         await store.close()
+
+
+async def test_a_database_with_the_old_state_index_gets_the_due_one(tmp_path: Path) -> None:
+    """A file made with ``jobs_by_state (state, type, job_id)``, which no listing used: opening
+    it drops that index and makes ``jobs_by_state_due``, which a listing of dead letters
+    then finds its jobs by (the job in it is listed)."""
+    from tests.contract.helpers import create, make_job
+    from timeshard.model import JobState
+    from timeshard.store.listing import JobQuery
+
+    path = tmp_path / "old.db"
+    store = SqliteStore(path, num_shards=8)
+    await store.open()
+    await create(store, make_job("old-1"))
+    await store.close()
+    with sqlite3.connect(path) as db:  # back to the index as it was
+        db.execute("DROP INDEX jobs_by_state_due")
+        db.execute("CREATE INDEX jobs_by_state ON jobs (state, type, job_id)")
+    store = SqliteStore(path, num_shards=8)
+    await store.open()
+    try:
+        found = await store.select_jobs(
+            JobQuery(states=frozenset({JobState.SCHEDULED})), limit=10, after=None, count=True
+        )
+        assert [j.job_id for j in found.jobs] == ["old-1"] and found.total == 1
+    finally:
+        await store.close()
+    with sqlite3.connect(path) as db:
+        indexes = {row[1] for row in db.execute("PRAGMA index_list(jobs)")}
+    assert "jobs_by_state_due" in indexes and "jobs_by_state" not in indexes
+
+
+@pytest.mark.parametrize("order", ["due", "created", "id"])
+def test_a_listing_by_state_reads_the_state_index_not_every_job(order: str) -> None:
+    """The plan SQLite makes for a listing of some states (and its count) searches
+    ``jobs_by_state_due``; one of every state is the only listing that scans the table
+    (in due or created order) or walks the job ids (in id order)."""
+    db = sqlite3.connect(":memory:")
+    db.executescript(sqlitedb.Q["schema"])
+    params = {
+        "states": '["dead"]',
+        "type": None,
+        "due_from": None,
+        "due_to": None,
+        "key_prefix": None,
+        "occurrences": None,
+        "occurrences_end": None,
+        "after_value": -1,
+        "after_id": "",
+        "limit": 10,
+    }
+
+    def plan(name: str) -> str:
+        rows = db.execute(f"EXPLAIN QUERY PLAN {sqlitedb.Q[name]}", params).fetchall()
+        return " | ".join(row[3] for row in rows)
+
+    for name in (f"find_jobs_by_{order}_in_states", "count_jobs_in_states"):
+        assert "USING INDEX jobs_by_state_due (state=?" in plan(name), plan(name)
+    for states in ('["scheduled"]', None):  # the listings that read every job
+        params["states"] = states
+        for name in (f"find_jobs_by_{order}", "count_jobs"):
+            assert "jobs_by_state_due" not in plan(name), plan(name)
+
+
+async def test_a_listing_reads_the_state_index_only_for_states_that_hold_few_jobs(
+    tmp_path: Path,
+) -> None:
+    """Of 40 jobs, 4 dead: a listing of the dead letters reads them from the index, one of the
+    scheduled jobs (36) reads every job; both list exactly their jobs, in due order, counted."""
+    from dataclasses import replace
+
+    from tests.contract.helpers import NOW, create, make_job
+    from timeshard.model import JobState
+    from timeshard.store.listing import JobQuery
+    from timeshard.store.sqlite import _few_jobs_in
+
+    store = SqliteStore(tmp_path / "x.db", num_shards=8)
+    await store.open()
+    try:
+        jobs = [replace(make_job(f"j{i:02d}"), run_at=NOW + 1000 - i) for i in range(40)]
+        dead = {j.job_id for j in jobs[::10]}
+        await create(
+            store, *(replace(j, state=JobState.DEAD) if j.job_id in dead else j for j in jobs)
+        )
+        by_state = {
+            state: await store.select_jobs(
+                JobQuery(states=frozenset({state})), limit=100, after=None, count=True
+            )
+            for state in (JobState.DEAD, JobState.SCHEDULED)
+        }
+        reader = sqlite3.connect(tmp_path / "x.db")
+        chosen = {s: _few_jobs_in(reader, f'["{s.value}"]') for s in by_state}
+        reader.close()
+    finally:
+        await store.close()
+    assert chosen == {JobState.DEAD: True, JobState.SCHEDULED: False}
+    due_order = [j.job_id for j in sorted(jobs, key=lambda j: (j.run_at, j.job_id))]
+    for state, found in by_state.items():
+        want = [i for i in due_order if (i in dead) == (state is JobState.DEAD)]
+        assert [j.job_id for j in found.jobs] == want and found.total == len(want)

@@ -63,6 +63,9 @@ SWEEP_ROWS = 5000
 #: queue, where the dispatcher's read of a due job waited behind a commit's fsync. Larger reads
 #: go to the writer thread, so a burst does not hold up the event loop.
 INLINE_READ_MAX = 64
+#: A listing of some states reads them through their index when they hold at most this share
+#: of the jobs stored (``_few_jobs_in``), and reads every job otherwise.
+STATE_INDEX_SHARE = 0.25
 
 
 _FINISHED = (JobState.SUCCEEDED.value, JobState.CANCELLED.value, JobState.EXPIRED.value)
@@ -94,6 +97,18 @@ def _apply(db: sqlite3.Connection, job_id: str, t: T.Transition) -> WriteResult:
     if at is not None:
         _put_entry(db, entry_for(new, at, t.now))
     return WriteResult(applied=True, job=new)
+
+
+def _few_jobs_in(db: sqlite3.Connection, states: str | None) -> bool:
+    """Whether a listing of ``states`` (a JSON array) reads them from ``jobs_by_state_due``:
+    when they hold at most ``STATE_INDEX_SHARE`` of the jobs (their index entries counted, as
+    far as that share). Otherwise a read of every job in table order is the faster (each job
+    the index finds is one more step into the table: 1.7x slower than the scan when a state
+    holds all jobs)."""
+    if states is None:
+        return False
+    few = int(STATE_INDEX_SHARE * db.execute(Q["rowid_span"]).fetchone()[0])
+    return bool(db.execute(Q["count_in_states"], (states, few + 1)).fetchone()[0] <= few)
 
 
 class SqliteStore(Store):
@@ -252,8 +267,9 @@ class SqliteStore(Store):
     async def select_jobs(
         self, query: JobQuery, *, limit: int, after: tuple[int, str] | None, count: bool
     ) -> JobSlice:
+        states = json.dumps(sorted(s.value for s in query.states)) if query.states else None
         params = {
-            "states": json.dumps(sorted(s.value for s in query.states)) if query.states else None,
+            "states": states,
             "type": query.job_type or None,
             "due_from": query.due_from,
             "due_to": query.due_to,
@@ -264,11 +280,12 @@ class SqliteStore(Store):
             "after_id": after[1] if after else "",
             "limit": limit + 1,
         }
-        page = Q[f"find_jobs_by_{query.order.value}"]
+        order = query.order.value
 
         def run(db: sqlite3.Connection) -> tuple[list[tuple[Any, ...]], int | None]:
-            rows = db.execute(page, params).fetchall()
-            total = db.execute(Q["count_jobs"], params).fetchone()[0] if count else None
+            some = "_in_states" if _few_jobs_in(db, states) else ""
+            rows = db.execute(Q[f"find_jobs_by_{order}{some}"], params).fetchall()
+            total = db.execute(Q[f"count_jobs{some}"], params).fetchone()[0] if count else None
             return rows, total
 
         rows, total = await self._db.read_apart(run)

@@ -32,7 +32,12 @@ log = logging.getLogger(__name__)
 R = TypeVar("R")
 Q = load_queries("sqlite.sql")
 for _name in ("find_jobs_by_due", "find_jobs_by_created", "find_jobs_by_id", "count_jobs"):
-    Q[_name] = Q[_name].replace("{jobs_matching}", Q["jobs_matching"])
+    # Each listing twice: reading every job (``name``), and reading the jobs of the states
+    # asked for from their index (``name_in_states``); ``SqliteStore.select_jobs`` chooses.
+    _query = Q[_name]
+    for _states, _suffix in (("any_state", ""), ("in_states", "_in_states")):
+        _where = Q["jobs_matching"].replace("{states}", Q[_states])
+        Q[_name + _suffix] = _query.replace("{jobs_matching}", _where)
 _Op = tuple[Callable[[sqlite3.Connection], Any], "asyncio.Future[Any]"]
 _Result = tuple["asyncio.Future[Any]", bool, Any]  # (future, ok, value or exception)
 

@@ -27,7 +27,11 @@ CREATE TABLE IF NOT EXISTS jobs (
     unstarted INTEGER NOT NULL DEFAULT 0,
     start_noticed INTEGER NOT NULL DEFAULT 0
 );
-CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs (state, type, job_id);
+-- A listing by state walks this index (in_states below); keyed by due time, a claim or a result
+-- moves a job's entry among neighbours of jobs due at the same time (few pages written per
+-- commit). It replaces jobs_by_state (state, type, job_id), which no query used.
+DROP INDEX IF EXISTS jobs_by_state;
+CREATE INDEX IF NOT EXISTS jobs_by_state_due ON jobs (state, run_at, job_id);
 CREATE TABLE IF NOT EXISTS buckets (
     shard INTEGER NOT NULL,
     minute INTEGER NOT NULL,
@@ -192,15 +196,33 @@ INSERT OR IGNORE INTO idempotency_keys (key, job_id, digest) VALUES (?, ?, ?);
 
 -- name: jobs_matching
 -- The filters of a listing (store.listing.JobQuery), each given (a null parameter: none):
--- :states is a JSON array; :occurrences is '<schedule>@', and the ids from it up to
+-- {states} is any_state or in_states; :occurrences is '<schedule>@', and the ids from it up to
 -- '<schedule>A' ('A' follows '@') are exactly those that start with it. A WHERE clause that
 -- find_jobs_by_* and count_jobs share, not run alone.
-(:states IS NULL OR state IN (SELECT value FROM json_each(:states)))
+{states}
   AND (:type IS NULL OR type = :type)
   AND (:due_from IS NULL OR run_at >= :due_from)
   AND (:due_to IS NULL OR run_at < :due_to)
   AND (:key_prefix IS NULL OR substr(idempotency_key, 1, length(:key_prefix)) = :key_prefix)
   AND (:occurrences IS NULL OR (job_id >= :occurrences AND job_id < :occurrences_end))
+
+-- name: any_state
+-- The states of a listing that reads every job (:states a JSON array, or null: any state);
+-- '+state' keeps the planner off jobs_by_state_due (SqliteStore.select_jobs chooses).
+(:states IS NULL OR +state IN (SELECT value FROM json_each(:states)))
+
+-- name: in_states
+-- The states of a listing that reads them from jobs_by_state_due: a listing of dead letters
+-- does not read every job.
+state IN (SELECT value FROM json_each(:states))
+
+-- name: count_in_states
+-- How many jobs the states hold, up to a limit, from jobs_by_state_due alone.
+SELECT count(*) FROM (SELECT 1 FROM jobs WHERE state IN (SELECT value FROM json_each(?)) LIMIT ?);
+
+-- name: rowid_span
+-- At least as many as the jobs stored (rows the sweep deleted leave gaps): two index steps.
+SELECT coalesce((SELECT max(rowid) FROM jobs) - (SELECT min(rowid) FROM jobs) + 1, 0);
 
 -- name: find_jobs_by_due
 -- A page of a listing, with each job's place in its order last: the matching jobs after the
