@@ -69,6 +69,7 @@ async def test_a_cancel_sent_to_the_non_owner_inside_the_window_is_revoked_by_th
             assert answer.state == pb.JOB_STATE_CANCELLED
             assert not answer.start_noticed, "the owner's answer: revoked, not started"
             assert a.revokes.counts == {"not_started": 1}, a.revokes.counts
+            assert a.metrics.revokes_asked.labels("not_started")._value.get() == 1  # type: ignore[attr-defined]
             # Past the latest start any push of it could have had: nothing started it.
             await asyncio.sleep(max(0.0, (due + START_GRACE_MS - a.clock.now_ms()) / 1000 + 1))
             assert job_id not in ran, "the handler started; the cancel's answer said it did not"

@@ -248,6 +248,7 @@ class Node:
             coordinator=self.coordinator,
             starts=self.starts,
             dispatchers=self.dispatchers,
+            counted=self.metrics.revoke_asked,
         )
 
     def _new_jobs(self) -> Jobs:

@@ -66,7 +66,7 @@ class Revokes:
     """Both ends (module docstring). ``dispatchers``: this node's, by shard. ``counts``: the
     asks made, by outcome: ``started``, ``not_started`` (the owner's answers), ``unknown``
     (the owner could not say), ``failed`` (the call failed), ``no_owner`` (no other owner
-    known, or no transport)."""
+    known, or no transport); each also goes to ``counted(outcome)`` (the node's metrics)."""
 
     def __init__(
         self,
@@ -76,6 +76,7 @@ class Revokes:
         coordinator: Coordinator,
         starts: StartNotices,
         dispatchers: Mapping[int, Forgets],
+        counted: Callable[[str], None] = lambda outcome: None,
     ) -> None:
         self._store = store
         self._clock = clock
@@ -84,6 +85,7 @@ class Revokes:
         self._dispatchers = dispatchers
         self._ask: AskRevoke | None = None
         self.counts: Counter[str] = Counter()
+        self._counted = counted
         self._quiet = Quieted(log, QUIET_S, " (cancels wait out the latest start instead)")
 
     def use(self, ask: AskRevoke) -> None:
@@ -96,7 +98,7 @@ class Revokes:
         other node owns it, or the owner can not say or be reached."""
         peer = self._coordinator.peer_for(job.shard)
         if self._ask is None or peer is None:
-            self.counts["no_owner"] += 1
+            self._count("no_owner")
             return None
         wait_s = max(0.0, wait_s)
         # The owner's answer comes by the worker's latest start, which is within the lease
@@ -106,15 +108,19 @@ class Revokes:
         try:
             started = await self._ask(peer, job.job_id, job.fence, wait_s, timeout_s)
         except Exception as exc:  # (unreachable, refused, timed out: the bound covers it)
-            self.counts["failed"] += 1
+            self._count("failed")
             self._coordinator.forget_peer(peer.node_id)  # (it may listen elsewhere now)
             self._quiet.info(
                 peer.address, f"revoke of job {job.job_id} through {peer.node_id} failed: {exc}"
             )
             return None
         outcome = "unknown" if started is None else "started" if started else "not_started"
-        self.counts[outcome] += 1
+        self._count(outcome)
         return started
+
+    def _count(self, outcome: str) -> None:
+        self.counts[outcome] += 1
+        self._counted(outcome)
 
     async def answer(self, job_id: str, fence: int, wait_s: float) -> bool | None:
         """The owner's end: another node's cancel ended the lease ``(job_id, fence)``. If the

@@ -284,6 +284,16 @@ class NodeMetrics:
             ["direction"],
             registry=r,
         )
+        self.revokes_asked = Counter(
+            "timeshard_revokes_asked",
+            "Leases cancelled on this node and handed out by another, revoked through their "
+            "shard's owner (PeerService.Revoke), by outcome: started or not_started (the "
+            "owner's answer), unknown (the owner could not say), failed (the call failed), "
+            "no_owner (no other owner known). The last three make the cancel wait out the "
+            "latest start the job could have.",
+            ["outcome"],
+            registry=r,
+        )
         self.peer_hint_entries = Counter(
             "timeshard_peer_hint_entries",
             "Bucket entries written by one node for a shard another node dispatches, hinted to "
@@ -383,6 +393,10 @@ class NodeMetrics:
         failed)."""
         if entries:
             self.peer_hint_entries.labels("sent", outcome).inc(entries)
+
+    def revoke_asked(self, outcome: str) -> None:
+        """A lease cancelled here was revoked through its shard's owner with ``outcome``."""
+        self.revokes_asked.labels(outcome).inc()
 
     def peer_hints_received(self, taken: int, not_owned: int) -> None:
         """Another node hinted entries here: ``taken`` of shards dispatched here."""
