@@ -238,7 +238,14 @@ class JobServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ListDeadLetters(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Dead letters: the jobs whose attempts ran out (state DEAD). Replay makes each one
+        scheduled again, due now, with a fresh attempt count, the same id and idempotency key.
+        Purge deletes each one for good (nothing of it can be read or replayed afterwards) and
+        answers the ids it deleted. Both take the jobs named, each of which must exist (else
+        NOT_FOUND naming the first that does not) and be dead (else FAILED_PRECONDITION naming
+        the first that is not), and then nothing is changed; or every dead job of a type, at
+        most 1000 per call: call again until the answer is empty.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')

@@ -51,6 +51,14 @@ class JobServiceStub:
     DeleteSchedule: _grpc.UnaryUnaryMultiCallable[_timeshard_pb2.ScheduleIdRequest, _timeshard_pb2.DeleteScheduleResponse]
     PreviewSchedule: _grpc.UnaryUnaryMultiCallable[_timeshard_pb2.PreviewRequest, _timeshard_pb2.PreviewResponse]
     ListDeadLetters: _grpc.UnaryUnaryMultiCallable[_timeshard_pb2.ListDeadLettersRequest, _timeshard_pb2.ListDeadLettersResponse]
+    """Dead letters: the jobs whose attempts ran out (state DEAD). Replay makes each one
+    scheduled again, due now, with a fresh attempt count, the same id and idempotency key.
+    Purge deletes each one for good (nothing of it can be read or replayed afterwards) and
+    answers the ids it deleted. Both take the jobs named, each of which must exist (else
+    NOT_FOUND naming the first that does not) and be dead (else FAILED_PRECONDITION naming
+    the first that is not), and then nothing is changed; or every dead job of a type, at
+    most 1000 per call: call again until the answer is empty.
+    """
     ReplayDeadLetters: _grpc.UnaryUnaryMultiCallable[_timeshard_pb2.ReplayDeadLettersRequest, _timeshard_pb2.ReplayDeadLettersResponse]
     PurgeDeadLetters: _grpc.UnaryUnaryMultiCallable[_timeshard_pb2.ReplayDeadLettersRequest, _timeshard_pb2.PurgeDeadLettersResponse]
     WaitJobs: _grpc.UnaryStreamMultiCallable[_timeshard_pb2.WaitJobsRequest, _timeshard_pb2.WaitJobsResponse]
@@ -91,6 +99,14 @@ class JobServiceAsyncStub(JobServiceStub):
     DeleteSchedule: _aio.UnaryUnaryMultiCallable[_timeshard_pb2.ScheduleIdRequest, _timeshard_pb2.DeleteScheduleResponse]  # type: ignore[assignment]
     PreviewSchedule: _aio.UnaryUnaryMultiCallable[_timeshard_pb2.PreviewRequest, _timeshard_pb2.PreviewResponse]  # type: ignore[assignment]
     ListDeadLetters: _aio.UnaryUnaryMultiCallable[_timeshard_pb2.ListDeadLettersRequest, _timeshard_pb2.ListDeadLettersResponse]  # type: ignore[assignment]
+    """Dead letters: the jobs whose attempts ran out (state DEAD). Replay makes each one
+    scheduled again, due now, with a fresh attempt count, the same id and idempotency key.
+    Purge deletes each one for good (nothing of it can be read or replayed afterwards) and
+    answers the ids it deleted. Both take the jobs named, each of which must exist (else
+    NOT_FOUND naming the first that does not) and be dead (else FAILED_PRECONDITION naming
+    the first that is not), and then nothing is changed; or every dead job of a type, at
+    most 1000 per call: call again until the answer is empty.
+    """
     ReplayDeadLetters: _aio.UnaryUnaryMultiCallable[_timeshard_pb2.ReplayDeadLettersRequest, _timeshard_pb2.ReplayDeadLettersResponse]  # type: ignore[assignment]
     PurgeDeadLetters: _aio.UnaryUnaryMultiCallable[_timeshard_pb2.ReplayDeadLettersRequest, _timeshard_pb2.PurgeDeadLettersResponse]  # type: ignore[assignment]
     WaitJobs: _aio.UnaryStreamMultiCallable[_timeshard_pb2.WaitJobsRequest, _timeshard_pb2.WaitJobsResponse]  # type: ignore[assignment]
@@ -217,7 +233,15 @@ class JobServiceServicer(metaclass=_abc_1.ABCMeta):
         self,
         request: _timeshard_pb2.ListDeadLettersRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[_timeshard_pb2.ListDeadLettersResponse, _abc.Awaitable[_timeshard_pb2.ListDeadLettersResponse]]: ...
+    ) -> _typing.Union[_timeshard_pb2.ListDeadLettersResponse, _abc.Awaitable[_timeshard_pb2.ListDeadLettersResponse]]:
+        """Dead letters: the jobs whose attempts ran out (state DEAD). Replay makes each one
+        scheduled again, due now, with a fresh attempt count, the same id and idempotency key.
+        Purge deletes each one for good (nothing of it can be read or replayed afterwards) and
+        answers the ids it deleted. Both take the jobs named, each of which must exist (else
+        NOT_FOUND naming the first that does not) and be dead (else FAILED_PRECONDITION naming
+        the first that is not), and then nothing is changed; or every dead job of a type, at
+        most 1000 per call: call again until the answer is empty.
+        """
 
     @_abc_1.abstractmethod
     def ReplayDeadLetters(

@@ -2391,6 +2391,7 @@ func (x *ReplayDeadLettersResponse) GetJobs() []*Job {
 	return nil
 }
 
+// The ids of the dead jobs deleted (PurgeDeadLetters).
 type PurgeDeadLettersResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	JobIds        []string               `protobuf:"bytes,1,rep,name=job_ids,json=jobIds,proto3" json:"job_ids,omitempty"`

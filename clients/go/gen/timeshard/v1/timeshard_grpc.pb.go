@@ -67,6 +67,13 @@ type JobServiceClient interface {
 	ResumeSchedule(ctx context.Context, in *ScheduleIdRequest, opts ...grpc.CallOption) (*Schedule, error)
 	DeleteSchedule(ctx context.Context, in *ScheduleIdRequest, opts ...grpc.CallOption) (*DeleteScheduleResponse, error)
 	PreviewSchedule(ctx context.Context, in *PreviewRequest, opts ...grpc.CallOption) (*PreviewResponse, error)
+	// Dead letters: the jobs whose attempts ran out (state DEAD). Replay makes each one
+	// scheduled again, due now, with a fresh attempt count, the same id and idempotency key.
+	// Purge deletes each one for good (nothing of it can be read or replayed afterwards) and
+	// answers the ids it deleted. Both take the jobs named, each of which must exist (else
+	// NOT_FOUND naming the first that does not) and be dead (else FAILED_PRECONDITION naming
+	// the first that is not), and then nothing is changed; or every dead job of a type, at
+	// most 1000 per call: call again until the answer is empty.
 	ListDeadLetters(ctx context.Context, in *ListDeadLettersRequest, opts ...grpc.CallOption) (*ListDeadLettersResponse, error)
 	ReplayDeadLetters(ctx context.Context, in *ReplayDeadLettersRequest, opts ...grpc.CallOption) (*ReplayDeadLettersResponse, error)
 	PurgeDeadLetters(ctx context.Context, in *ReplayDeadLettersRequest, opts ...grpc.CallOption) (*PurgeDeadLettersResponse, error)
@@ -343,6 +350,13 @@ type JobServiceServer interface {
 	ResumeSchedule(context.Context, *ScheduleIdRequest) (*Schedule, error)
 	DeleteSchedule(context.Context, *ScheduleIdRequest) (*DeleteScheduleResponse, error)
 	PreviewSchedule(context.Context, *PreviewRequest) (*PreviewResponse, error)
+	// Dead letters: the jobs whose attempts ran out (state DEAD). Replay makes each one
+	// scheduled again, due now, with a fresh attempt count, the same id and idempotency key.
+	// Purge deletes each one for good (nothing of it can be read or replayed afterwards) and
+	// answers the ids it deleted. Both take the jobs named, each of which must exist (else
+	// NOT_FOUND naming the first that does not) and be dead (else FAILED_PRECONDITION naming
+	// the first that is not), and then nothing is changed; or every dead job of a type, at
+	// most 1000 per call: call again until the answer is empty.
 	ListDeadLetters(context.Context, *ListDeadLettersRequest) (*ListDeadLettersResponse, error)
 	ReplayDeadLetters(context.Context, *ReplayDeadLettersRequest) (*ReplayDeadLettersResponse, error)
 	PurgeDeadLetters(context.Context, *ReplayDeadLettersRequest) (*PurgeDeadLettersResponse, error)

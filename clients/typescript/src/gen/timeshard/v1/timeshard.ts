@@ -590,6 +590,7 @@ export interface ReplayDeadLettersResponse {
   jobs: Job[];
 }
 
+/** The ids of the dead jobs deleted (PurgeDeadLetters). */
 export interface PurgeDeadLettersResponse {
   jobIds: string[];
 }
@@ -14000,6 +14001,15 @@ export const JobServiceService = {
     responseSerialize: (value: PreviewResponse): Buffer => Buffer.from(PreviewResponse.encode(value).finish()),
     responseDeserialize: (value: Buffer): PreviewResponse => PreviewResponse.decode(value),
   },
+  /**
+   * Dead letters: the jobs whose attempts ran out (state DEAD). Replay makes each one
+   * scheduled again, due now, with a fresh attempt count, the same id and idempotency key.
+   * Purge deletes each one for good (nothing of it can be read or replayed afterwards) and
+   * answers the ids it deleted. Both take the jobs named, each of which must exist (else
+   * NOT_FOUND naming the first that does not) and be dead (else FAILED_PRECONDITION naming
+   * the first that is not), and then nothing is changed; or every dead job of a type, at
+   * most 1000 per call: call again until the answer is empty.
+   */
   listDeadLetters: {
     path: "/timeshard.v1.JobService/ListDeadLetters" as const,
     requestStream: false as const,
@@ -14118,6 +14128,15 @@ export interface JobServiceServer extends UntypedServiceImplementation {
   resumeSchedule: handleUnaryCall<ScheduleIdRequest, Schedule>;
   deleteSchedule: handleUnaryCall<ScheduleIdRequest, DeleteScheduleResponse>;
   previewSchedule: handleUnaryCall<PreviewRequest, PreviewResponse>;
+  /**
+   * Dead letters: the jobs whose attempts ran out (state DEAD). Replay makes each one
+   * scheduled again, due now, with a fresh attempt count, the same id and idempotency key.
+   * Purge deletes each one for good (nothing of it can be read or replayed afterwards) and
+   * answers the ids it deleted. Both take the jobs named, each of which must exist (else
+   * NOT_FOUND naming the first that does not) and be dead (else FAILED_PRECONDITION naming
+   * the first that is not), and then nothing is changed; or every dead job of a type, at
+   * most 1000 per call: call again until the answer is empty.
+   */
   listDeadLetters: handleUnaryCall<ListDeadLettersRequest, ListDeadLettersResponse>;
   replayDeadLetters: handleUnaryCall<ReplayDeadLettersRequest, ReplayDeadLettersResponse>;
   purgeDeadLetters: handleUnaryCall<ReplayDeadLettersRequest, PurgeDeadLettersResponse>;
@@ -14350,6 +14369,15 @@ export interface JobServiceClient extends Client {
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: PreviewResponse) => void,
   ): ClientUnaryCall;
+  /**
+   * Dead letters: the jobs whose attempts ran out (state DEAD). Replay makes each one
+   * scheduled again, due now, with a fresh attempt count, the same id and idempotency key.
+   * Purge deletes each one for good (nothing of it can be read or replayed afterwards) and
+   * answers the ids it deleted. Both take the jobs named, each of which must exist (else
+   * NOT_FOUND naming the first that does not) and be dead (else FAILED_PRECONDITION naming
+   * the first that is not), and then nothing is changed; or every dead job of a type, at
+   * most 1000 per call: call again until the answer is empty.
+   */
   listDeadLetters(
     request: ListDeadLettersRequest,
     callback: (error: ServiceError | null, response: ListDeadLettersResponse) => void,
