@@ -110,6 +110,13 @@ class LedgerRow:
         """The last nominal time the row covers."""
         return self.last or self.nominal
 
+    @property
+    def spans(self) -> bool:
+        """Whether the row's occurrences lie at more than one instant. The local times a DST
+        gap skipped have no instant of their own: a row of them is recorded at one, the last
+        before the clocks' change, so it is shown as that instant and a count, not a span."""
+        return self.end != self.nominal
+
     def covers(self, at: int) -> bool:
         return self.nominal <= at <= self.end
 

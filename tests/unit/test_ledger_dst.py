@@ -12,21 +12,28 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import grpc
+import httpx
 import pytest
+from starlette.applications import Starlette
 
 from tests.unit.helpers import advance, embedded_server, running
 from tests.unit.test_grpc_api import serving, status_of
 from tests.unit.test_ledger import ledger
 from tests.unit.test_schedules import sched
+from timeshard.api.explain import ledger_to_pb
 from timeshard.cli.main import main
-from timeshard.clock import FakeClock
+from timeshard.cli.why import entry_line
+from timeshard.clock import FakeClock, format_rfc3339
+from timeshard.console import when
 from timeshard.errors import NotFound
 from timeshard.ledger import Reason
 from timeshard.model import MisfirePolicy, OverlapPolicy
 from timeshard.node import Node
+from timeshard.node.why import row_words
 from timeshard.testing.waits import wait_until
 from timeshard.v1 import timeshard_pb2 as pb
 from timeshard.v1 import timeshard_pb2_grpc as pb_grpc
+from timeshard.views.console.app import ConsoleSettings, build
 from timeshard.wire import ts
 
 
@@ -114,6 +121,26 @@ async def test_an_outage_across_a_gap_has_its_misses_and_the_rules_skip_apart(
             (ms(2027, 3, 28, 1, 45), ms(2027, 3, 28, 1, 45), 1, Reason.CAUGHT_UP),
         ]
         assert "02:00 to 02:45 (4 times) local did not exist" in rows[2].notes[0]
+        # Shown as the one instant they are recorded at and a count, a real span as a span.
+        gap_at, missed_from = (
+            format_rfc3339(BERLIN_SPRING - 1),
+            format_rfc3339(ms(2027, 3, 28, 0, 30)),
+        )
+        assert f"one of 4 occurrences at {gap_at}, all no run" in row_words(rows[2])[0]
+        assert f"one of 5 occurrences from {missed_from} to " in row_words(rows[1])[0]
+        assert entry_line(ledger_to_pb(rows[2])).startswith(f"  {when(BERLIN_SPRING - 1)} (4)  ")
+        assert " .. " in entry_line(ledger_to_pb(rows[1]))
+        mount, parts = build(node, ConsoleSettings(audit_path=tmp_path / "audit.jsonl"))
+        transport = httpx.ASGITransport(app=Starlette(routes=[mount]))
+        async with httpx.AsyncClient(transport=transport, base_url="http://c") as client:
+            page = (await client.get("/console/schedules/s1")).text
+        parts.stop()
+        cells = {
+            row.split('"', 1)[0]: row.split("<td", 2)[1]
+            for row in page.split('<tr class="ledger-')[1:]
+        }
+        assert "(4)" in cells["skipped_dst_gap"] and "&ndash;" not in cells["skipped_dst_gap"]
+        assert "(5)" in cells["missed_skipped"] and "&ndash;" in cells["missed_skipped"]
         assert (await node.schedules.get("s1")).skipped == 5  # the rule's are not counted
         e = await node.explain.local("s1", GAP_WALL)  # inside the missed run: the rule's row
         assert e.found and e.row == rows[2]

@@ -132,7 +132,10 @@ def why_lines(r: pb.ExplainOccurrenceResponse) -> list[str]:
 
 def entry_line(e: pb.LedgerEntry) -> str:
     nominal = when(ts_ms(e.nominal))
-    span = f" .. {when(ts_ms(e.last))} ({e.count})" if e.count > 1 else ""
+    span = ""
+    if e.count > 1:  # (a DST gap's skipped times are recorded at one instant: no span)
+        last = ts_ms(e.last)
+        span = f"{f' .. {when(last)}' if last != ts_ms(e.nominal) else ''} ({e.count})"
     job = f" {e.job_id}" if e.job_id else ""
     decided = to_datetime(ts_ms(e.decided_at)).strftime("%H:%M:%S")
     return f"  {nominal}{span}  {e.reason}{job}  (by {e.node} at {decided})"

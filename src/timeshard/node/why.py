@@ -85,7 +85,8 @@ def row_words(r: LedgerRow) -> list[str]:
     """The decision of a ledger row in words, one line and its notes."""
     what = r.reason.words
     if r.count > 1:
-        what = f"one of {r.count} occurrences from {_when(r.nominal)} to {_when(r.end)}, all {what}"
+        at = f"from {_when(r.nominal)} to {_when(r.end)}" if r.spans else f"at {_when(r.nominal)}"
+        what = f"one of {r.count} occurrences {at}, all {what}"
     by = f"node {r.node or '?'}, shard epoch {r.epoch}, schedule revision {r.revision}"
     job = f": job {r.job_id}, runs at {_when(r.run_at)}" if r.job_id else ""
     return [f"decided at {_when(r.decided_at)} by {by}: {what}{job}", *r.notes]
