@@ -219,8 +219,10 @@ class WorkStream:
                 StreamRequest(
                     answer=self.send,
                     seq=request.seq,
-                    heartbeats=[_beat(n, h, now_ms) for n, h in enumerate(request.heartbeats)],
-                    results=self._hub.finish_items(request.results, "results"),
+                    heartbeats=[
+                        _beat(n, h, now_ms, self._worker) for n, h in enumerate(request.heartbeats)
+                    ],
+                    results=self._hub.finish_items(request.results, "results", self._worker),
                     asked=request.results,
                 )
             )
@@ -577,14 +579,14 @@ class WorkStream:
                 await self._credit_event.wait()
 
 
-def _beat(n: int, h: pb.HeartbeatRequest, now_ms: int) -> Beat | TimeshardError:
+def _beat(n: int, h: pb.HeartbeatRequest, now_ms: int, worker: str) -> Beat | TimeshardError:
     try:
         validate_job_id(h.job_id)
         if h.lease.seconds < 0 or h.lease.nanos < 0:
             raise InvalidArgument("lease", "must not be negative")
     except InvalidArgument as exc:
         return InvalidArgument(f"heartbeats[{n}].{exc.field}", exc.problem)
-    return Beat(h.job_id, h.fence, dur_s(h.lease), started_at_of(h, now_ms))
+    return Beat(h.job_id, h.fence, dur_s(h.lease), started_at_of(h, now_ms), worker)
 
 
 def _notices(started: Sequence[pb.HeartbeatRequest], now_ms: int) -> list[Beat]:

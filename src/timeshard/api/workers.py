@@ -102,9 +102,12 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
         await WorkStream(self._hub, context).run()
 
 
-def finish_items(asked: Sequence[pb.FinishItem], where: str) -> list[FinishItem | TimeshardError]:
+def finish_items(
+    asked: Sequence[pb.FinishItem], where: str, worker: str = ""
+) -> list[FinishItem | TimeshardError]:
     """Results as the node takes them, or the error of each one refused on its own (a malformed
-    job id, a second result for one job) named ``where[n]``."""
+    job id, a second result for one job) named ``where[n]``. ``worker``: the stream's worker
+    (``FinishItem.worker``)."""
     items: list[FinishItem | TimeshardError] = []
     first: dict[str, int] = {}
     for n, i in enumerate(asked):
@@ -123,11 +126,11 @@ def finish_items(asked: Sequence[pb.FinishItem], where: str) -> list[FinishItem 
                 )
             )
             continue
-        items.append(_finish_item(f"{where}[{n}]", i))
+        items.append(_finish_item(f"{where}[{n}]", i, worker))
     return items
 
 
-def _finish_item(name: str, i: pb.FinishItem) -> FinishItem:
+def _finish_item(name: str, i: pb.FinishItem, worker: str = "") -> FinishItem:
     """Result ``name`` for the node; a completion whose result can not be stored becomes a
     permanent failure saying why (``FinishItem.refused``)."""
     item = FinishItem(
@@ -141,6 +144,7 @@ def _finish_item(name: str, i: pb.FinishItem) -> FinishItem:
         result=i.result,
         result_encoding=i.result_encoding,
         traceback=i.traceback,
+        worker=worker,
     )
     if i.failed or i.give_back:
         return item
@@ -161,4 +165,5 @@ def _result_refused(item: FinishItem, error: InvalidArgument) -> FinishItem:
         permanent=True,
         error=truncate_error(f"ResultError: the result was not stored: {error.problem}"),
         refused=error.message,
+        worker=item.worker,
     )
