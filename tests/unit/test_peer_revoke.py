@@ -269,32 +269,3 @@ async def test_a_push_written_while_a_cancel_waits_for_its_notice_is_revoked() -
     assert revoked == [("j1", 4)] and not answer.done()
     starts.answered("j1", 4, started=False)
     assert await asyncio.wait_for(answer, 5) is False
-
-
-@pytest.mark.parametrize("outcome", ["completed", "failed", "heartbeat"])
-async def test_a_result_through_another_node_names_the_attempt_after_its_worker(
-    tmp_path: Path, outcome: str
-) -> None:
-    """A job ``a`` claimed ahead runs under ``a``'s holder name until its worker's first
-    write. When that write reaches ``b`` on the worker's stream (``b`` handed nothing out, as
-    after a failover), the attempt is named after the stream's worker, not left in ``a``'s
-    holder name."""
-    from timeshard.api.work import _beat
-    from timeshard.api.workers import finish_items
-    from timeshard.node.attempts import FinishItem
-
-    async with owner_and_other(tmp_path) as (a, b, clock, _):
-        job, claim = await held_job(a, clock)
-        claim.cancel()
-        wire = pb.FinishItem(job_id=job.job_id, fence=job.fence, failed=outcome == "failed")
-        if outcome == "heartbeat":
-            beat = pb.HeartbeatRequest(job_id=job.job_id, fence=job.fence)
-            await b.attempts.heartbeats([_beat(0, beat, clock.now_ms(), "w-9")])  # type: ignore[list-item]
-        else:
-            [item] = finish_items([wire], "results", "w-9")
-            assert isinstance(item, FinishItem) and item.worker == "w-9"
-            [out] = await b.attempts.finish([item])
-            assert not isinstance(out, Exception), out
-        row = await b.jobs.get(job.job_id)
-        assert row.history[-1].worker == "w-9", row.history[-1]
-        assert a.ahead.holder not in (row.lease_owner, row.history[-1].worker)

@@ -219,10 +219,8 @@ class WorkStream:
                 StreamRequest(
                     answer=self.send,
                     seq=request.seq,
-                    heartbeats=[
-                        _beat(n, h, now_ms, self._worker) for n, h in enumerate(request.heartbeats)
-                    ],
-                    results=self._hub.finish_items(request.results, "results", self._worker),
+                    heartbeats=[_beat(n, h, now_ms) for n, h in enumerate(request.heartbeats)],
+                    results=self._hub.finish_items(request.results, "results"),
                     asked=request.results,
                 )
             )
@@ -579,14 +577,14 @@ class WorkStream:
                 await self._credit_event.wait()
 
 
-def _beat(n: int, h: pb.HeartbeatRequest, now_ms: int, worker: str) -> Beat | TimeshardError:
+def _beat(n: int, h: pb.HeartbeatRequest, now_ms: int) -> Beat | TimeshardError:
     try:
         validate_job_id(h.job_id)
         if h.lease.seconds < 0 or h.lease.nanos < 0:
             raise InvalidArgument("lease", "must not be negative")
     except InvalidArgument as exc:
         return InvalidArgument(f"heartbeats[{n}].{exc.field}", exc.problem)
-    return Beat(h.job_id, h.fence, dur_s(h.lease), started_at_of(h, now_ms), worker)
+    return Beat(h.job_id, h.fence, dur_s(h.lease), started_at_of(h, now_ms))
 
 
 def _notices(started: Sequence[pb.HeartbeatRequest], now_ms: int) -> list[Beat]:

@@ -102,12 +102,9 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
         await WorkStream(self._hub, context).run()
 
 
-def finish_items(
-    asked: Sequence[pb.FinishItem], where: str, worker: str = ""
-) -> list[FinishItem | TimeshardError]:
+def finish_items(asked: Sequence[pb.FinishItem], where: str) -> list[FinishItem | TimeshardError]:
     """Results as the node takes them, or the error of each one refused on its own (a malformed
-    job id, a second result for one job) named ``where[n]``. ``worker``: the stream's worker
-    (``FinishItem.worker``)."""
+    job id, a second result for one job) named ``where[n]``."""
     items: list[FinishItem | TimeshardError] = []
     first: dict[str, int] = {}
     for n, i in enumerate(asked):
@@ -126,11 +123,11 @@ def finish_items(
                 )
             )
             continue
-        items.append(_finish_item(f"{where}[{n}]", i, worker))
+        items.append(_finish_item(f"{where}[{n}]", i))
     return items
 
 
-def _finish_item(name: str, i: pb.FinishItem, worker: str = "") -> FinishItem:
+def _finish_item(name: str, i: pb.FinishItem) -> FinishItem:
     """Result ``name`` for the node; a completion whose result can not be stored becomes a
     permanent failure saying why (``FinishItem.refused``)."""
     item = FinishItem(
@@ -144,7 +141,6 @@ def _finish_item(name: str, i: pb.FinishItem, worker: str = "") -> FinishItem:
         result=i.result,
         result_encoding=i.result_encoding,
         traceback=i.traceback,
-        worker=worker,
     )
     if i.failed or i.give_back:
         return item
@@ -165,5 +161,4 @@ def _result_refused(item: FinishItem, error: InvalidArgument) -> FinishItem:
         permanent=True,
         error=truncate_error(f"ResultError: the result was not stored: {error.problem}"),
         refused=error.message,
-        worker=item.worker,
     )

@@ -23,9 +23,8 @@ from timeshard.wire import dur, state_to_pb, ts
 GROUP_REQUESTS = 256
 """Requests (each up to ``MAX_BATCH`` heartbeats and results) applied in one group."""
 
-FinishItems = Callable[[Sequence[pb.FinishItem], str, str], list[FinishItem | TimeshardError]]
-"""The API's conversion of wire results (shared with ``Finish``): the results, the field prefix
-for errors, and the worker that sent them ("" on a call)."""
+FinishItems = Callable[[Sequence[pb.FinishItem], str], list[FinishItem | TimeshardError]]
+"""The API's conversion of wire results (shared with ``Finish``), the field prefix for errors."""
 
 
 @dataclass(slots=True)

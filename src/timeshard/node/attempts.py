@@ -54,8 +54,6 @@ class Beat:
     fence: int
     lease_s: float = 0.0
     started_at: int = 0
-    worker: str = ""
-    """The worker that sent it, on a worker stream (whose hello names it): see ``FinishItem``."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -77,11 +75,6 @@ class FinishItem:
     refused: str = ""
     """Why the API refused this completion's result (the item is then a permanent failure
     saying so, and its answer is INVALID_ARGUMENT)."""
-    worker: str = ""
-    """The worker that sent it, on a worker stream (whose hello names it); "" on a call. The
-    attempt is named after it when this node has no name of its own for the lease: a job
-    another node claimed ahead and handed out, whose result comes here after a failover,
-    would otherwise keep that node's holder name."""
 
 
 class Attempts:
@@ -132,9 +125,7 @@ class Attempts:
 
         async def one(b: Beat) -> tuple[Job, int] | TimeshardError:
             try:
-                return await self.heartbeat(
-                    b.job_id, b.fence, b.lease_s, started_at=b.started_at, worker=b.worker
-                )
+                return await self.heartbeat(b.job_id, b.fence, b.lease_s, started_at=b.started_at)
             except TimeshardError as exc:
                 return exc
 
@@ -207,10 +198,10 @@ class Attempts:
             )
 
     async def heartbeat(
-        self, job_id: str, fence: int, lease_s: float, *, started_at: int = 0, worker: str = ""
+        self, job_id: str, fence: int, lease_s: float, *, started_at: int = 0
     ) -> tuple[Job, int]:
         """Extend the lease; ``started_at`` (not 0): the heartbeat carries the worker's start
-        notice (invariant 9), written into the row. ``worker``: as ``FinishItem.worker``."""
+        notice (invariant 9), written into the row."""
         lease = self._lease_ms(lease_s)
         started = started_at > 0
         if started:
@@ -220,7 +211,7 @@ class Attempts:
             fence,
             self._clock.now_ms() + lease,
             started=started,
-            worker=self._starts.worker(job_id, fence) or worker,
+            worker=self._starts.worker(job_id, fence),
         )
         if started:
             await self._amend_late(fence, out, started=True)
@@ -283,12 +274,7 @@ class Attempts:
                     )
                 else:
                     out[n] = await self.fail(
-                        item.job_id,
-                        item.fence,
-                        item.error,
-                        item.permanent,
-                        item.traceback,
-                        worker=item.worker,
+                        item.job_id, item.fence, item.error, item.permanent, item.traceback
                     )
             except TimeshardError as exc:
                 out[n] = exc
@@ -313,7 +299,7 @@ class Attempts:
             except TimeshardError as exc:
                 out[n] = exc
                 continue
-            worker = self._starts.worker(item.job_id, item.fence) or item.worker
+            worker = self._starts.worker(item.job_id, item.fence)
             completion = Completion(
                 item.job_id, item.fence, item.result, item.result_encoding, worker
             )
@@ -331,18 +317,10 @@ class Attempts:
         return self._result_linger_s
 
     async def fail(
-        self,
-        job_id: str,
-        fence: int,
-        error: str,
-        permanent: bool,
-        traceback: str = "",
-        *,
-        worker: str = "",
+        self, job_id: str, fence: int, error: str, permanent: bool, traceback: str = ""
     ) -> Job:
         """A retryable failure goes back to ``scheduled`` after a backoff, while attempts
-        remain; otherwise the job is dead. Decided from the job as stored, in the write.
-        ``worker``: as ``FinishItem.worker``."""
+        remain; otherwise the job is dead. Decided from the job as stored, in the write."""
         now = self._clock.now_ms()
 
         def retry_at(job: Job) -> int | None:
@@ -355,7 +333,7 @@ class Attempts:
             truncate_error(error),
             retry_at,
             traceback=truncate_traceback(traceback),
-            worker=self._starts.worker(job_id, fence) or worker,
+            worker=self._starts.worker(job_id, fence),
         )
         await self._amend_late(fence, out, started=True)  # (a result: its handler ran)
         failed = self._check(job_id, fence, out)
