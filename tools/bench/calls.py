@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing as mp
+import os
 import subprocess
 import sys
 import time
@@ -21,6 +22,7 @@ from typing import Any
 
 import grpc
 
+from timeshard.cli.grpcruntime import prefer_poller_io
 from timeshard.testing.services import create_keyspace, drop_keyspace, free_port
 from timeshard.v1 import timeshard_pb2 as pb
 from timeshard.v1 import timeshard_pb2_grpc as pb_grpc
@@ -127,11 +129,14 @@ class NullServer:
         self.address = f"127.0.0.1:{self.port}"
         self._log = log.open("ab")
         script = Path(__file__).with_name("nullserver.py")
+        env = dict(os.environ)
+        prefer_poller_io(env)  # on the gRPC I/O path of timeshard's server
         self.popen = subprocess.Popen(
             [sys.executable, str(script), str(self.port)],
             stdout=self._log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
+            env=env,
         )
 
     def wait_serving(self, timeout: float = 30) -> None:

@@ -5,6 +5,9 @@ answer a job built from the request, the same shape of reply. Everything else is
 UNIMPLEMENTED.
 
     python tools/bench/nullserver.py PORT
+
+``schedule`` (``calls.py``) starts it on the gRPC I/O path of timeshard's processes
+(``timeshard.cli.grpcruntime``).
 """
 
 from __future__ import annotations

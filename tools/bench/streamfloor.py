@@ -29,10 +29,14 @@ import sys
 import time
 from typing import Any
 
-import grpc
+from timeshard.cli.grpcruntime import prefer_poller_io
 
-from timeshard.v1 import timeshard_pb2 as pb
-from timeshard.v1 import timeshard_pb2_grpc as pb_grpc
+prefer_poller_io()  # both ends on the gRPC I/O path of timeshard's processes (before grpc loads)
+
+import grpc  # noqa: E402
+
+from timeshard.v1 import timeshard_pb2 as pb  # noqa: E402
+from timeshard.v1 import timeshard_pb2_grpc as pb_grpc  # noqa: E402
 
 EOF: Any = grpc.aio.EOF  # type: ignore[attr-defined]
 TICKS = os.sysconf("SC_CLK_TCK")
