@@ -225,8 +225,14 @@ class Job:
         return None
 
     def with_(self, **changes: object) -> Job:
-        if changes.keys() <= _UNCHECKED_JOB_FIELDS:
+        keys = changes.keys()
+        if keys <= _UNCHECKED_JOB_FIELDS:
             return _copy_job(self, changes)  # nothing __post_init__ checks changes
+        if keys <= _RESULT_CHANGE_FIELDS:  # a result stored: __post_init__'s one check of it
+            result = changes.get("result", self.result)
+            encoding = changes.get("result_encoding", self.result_encoding)
+            validate_result(result, encoding)  # type: ignore[arg-type]
+            return _copy_job(self, changes)
         return replace(self, **changes)  # type: ignore[arg-type]
 
     def body_digest(self) -> str:
@@ -258,6 +264,10 @@ _UNCHECKED_JOB_FIELDS = frozenset(_JOB_FIELDS) - {
     "deadline",
     "priority",
 }
+
+
+_RESULT_CHANGE_FIELDS = _UNCHECKED_JOB_FIELDS | {"result", "result_encoding"}
+"""Changes that ``__post_init__`` checks with ``validate_result`` alone (a job's result)."""
 
 
 def _copy_job(job: Job, changes: dict[str, object]) -> Job:

@@ -17,6 +17,7 @@ from tests.unit.test_worker_handler_ends import make_server, wait_job, worker, w
 from timeshard.cli.main import main
 from timeshard.client.proto import ProtoClient as Client
 from timeshard.client.proto import result_of
+from timeshard.errors import InvalidArgument
 from timeshard.limits import MAX_RESULT_BYTES, MAX_TRACEBACK_BYTES, truncate_traceback
 from timeshard.model import Job, JobState
 from timeshard.node import JobSpec
@@ -116,6 +117,24 @@ def test_encode_result_refuses_nan_and_accepts_the_limit_exactly() -> None:
     assert encode_result(b"x" * MAX_RESULT_BYTES) == (b"x" * MAX_RESULT_BYTES, "bytes")
     with pytest.raises(ResultError, match="over the limit"):
         encode_result(b"x" * (MAX_RESULT_BYTES + 1))
+
+
+def test_a_job_changed_to_carry_a_result_checks_it_as_a_new_job_would() -> None:
+    """``Job.with_`` copies a job with a result without the whole ``__post_init__``: the
+    result's own check still refuses what a new job with it would."""
+    job = Job(job_id="j1", shard=0, job_type="t", run_at=1, created_at=1)
+    done = job.with_(state=JobState.SUCCEEDED, result=b"[1]", result_encoding="json")
+    assert (done.state, done.result, done.result_encoding) == (JobState.SUCCEEDED, b"[1]", "json")
+    assert (done.job_id, done.job_type, done.run_at) == ("j1", "t", 1)
+    assert job.state is JobState.SCHEDULED and job.result == b""  # (a copy: the job is as it was)
+    with pytest.raises(InvalidArgument, match="over the limit"):
+        job.with_(result=b"x" * (MAX_RESULT_BYTES + 1), result_encoding="bytes")
+    with pytest.raises(InvalidArgument, match="needs its encoding"):
+        job.with_(state=JobState.SUCCEEDED, result=b"x")
+    with pytest.raises(InvalidArgument, match="result_encoding"):
+        done.with_(result_encoding="yaml")
+    with pytest.raises(InvalidArgument, match="needs its encoding"):
+        done.with_(result_encoding="")  # (the stored result kept, its encoding dropped)
 
 
 async def test_a_finish_item_with_a_result_over_the_limit_is_refused_and_recorded() -> None:

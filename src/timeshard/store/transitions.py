@@ -114,19 +114,20 @@ def complete(
 ) -> Transition:
     """The handler's result is stored with the succeeded job (checked by ``Job``: size and
     encoding); ``worker``: the attempt is named after it (``named``)."""
-    return Transition(
-        _running_with(fence),
-        lambda j: named(j, worker).with_(
+
+    def change(j: Job) -> Job:
+        j = named(j, worker)
+        return j.with_(
             state=JobState.SUCCEEDED,
             finished_at=now,
             start_noticed=True,  # a result: its handler ran
             lease_owner="",
-            history=finish_attempt(named(j, worker), now, "succeeded"),
+            history=finish_attempt(j, now, "succeeded"),
             result=result,
             result_encoding=result_encoding,
-        ),
-        kind="complete",
-    )
+        )
+
+    return Transition(_running_with(fence), change, kind="complete")
 
 
 def _failed(
