@@ -52,7 +52,7 @@ from timeshard.store.meta import (
     type_setting_key,
     type_settings_of,
 )
-from timeshard.store.sqlitedb import OPEN_TIMEOUT_S, Database, Q
+from timeshard.store.sqlitedb import OPEN_TIMEOUT_S, Database, Q, WriterConnection
 from timeshard.store.stats import StoreStats
 
 log = logging.getLogger(__name__)
@@ -85,14 +85,16 @@ def _put_entry(db: sqlite3.Connection, e: BucketEntry) -> None:
     db.execute(Q["insert_entry"], (e.shard, e.minute, e.due_at, e.job_id))
 
 
-def _apply(db: sqlite3.Connection, job_id: str, t: T.Transition) -> WriteResult:
-    """Read the row, and if the transition's condition holds write the changed row and the
-    entry it needs — atomic because the writer thread is the only one."""
-    found = _select(db, job_id)
+def _apply(db: WriterConnection, job_id: str, t: T.Transition) -> WriteResult:
+    """Read the row (the job as this connection last wrote it, when it keeps it: ``JobRows``),
+    and if the transition's condition holds write the changed row and the entry it needs —
+    atomic because the writer thread is the only one."""
+    found = db.job_rows.get(job_id) or _select(db, job_id)
     if found is None or not t.condition(found):
         return WriteResult(applied=False, job=found)
     new = t.change(found)
     db.execute(Q["update_job"], job_columns(new))
+    db.job_rows.put(new)
     at = t.entry_at(new)
     if at is not None:
         _put_entry(db, entry_for(new, at, t.now))
@@ -183,7 +185,7 @@ class SqliteStore(Store):
         many. Bounded work per call, wrapping around."""
         now = self._clock.now_ms()
 
-        def run(db: sqlite3.Connection) -> int:
+        def run(db: WriterConnection) -> int:
             rows = db.execute(Q["sweep_scan"], (self._sweep_after, limit)).fetchall()
             self._sweep_after = rows[-1][0] if len(rows) == limit else 0
             gone = 0
@@ -196,6 +198,7 @@ class SqliteStore(Store):
                     continue
                 if finished_at + keep_ms <= now:
                     db.execute(Q["sweep_delete"], (rowid, finished_at, state))
+                    db.job_rows.drop(job_id)
                     if key:
                         db.execute(Q["sweep_key"], (key, job_id))
                     gone += 1
@@ -209,13 +212,13 @@ class SqliteStore(Store):
     async def create_jobs(
         self, jobs: Sequence[tuple[Job, BucketEntry]], *, fresh: Collection[str] = frozenset()
     ) -> list[CreateResult]:
-        def run(db: sqlite3.Connection) -> list[CreateResult]:
+        def run(db: WriterConnection) -> list[CreateResult]:
             return [self._create_one(db, job, entry) for job, entry in jobs]
 
         return await self._db.call(run)
 
     @staticmethod
-    def _create_one(db: sqlite3.Connection, job: Job, entry: BucketEntry) -> CreateResult:
+    def _create_one(db: WriterConnection, job: Job, entry: BucketEntry) -> CreateResult:
         if job.idempotency_key:
             db.execute(Q["insert_key"], (job.idempotency_key, job.job_id, job.body_digest()))
             owner_id, digest = db.execute(Q["select_key"], (job.idempotency_key,)).fetchone()
@@ -239,6 +242,7 @@ class SqliteStore(Store):
             return CreateResult(
                 created=False, job=existing, conflict=existing.body_digest() != job.body_digest()
             )
+        db.job_rows.put(job)
         _put_entry(db, entry)
         return CreateResult(created=True, job=job)
 
@@ -468,11 +472,12 @@ class SqliteStore(Store):
         return await self._db.call(lambda db: _apply(db, job_id, transition))
 
     async def purge_job(self, job_id: str, fence: int) -> WriteResult:
-        def run(db: sqlite3.Connection) -> WriteResult:
+        def run(db: WriterConnection) -> WriteResult:
             found = _select(db, job_id)
             if found is None or not T.purge(fence).condition(found):
                 return WriteResult(applied=False, job=found)
             db.execute(Q["delete_job"], (job_id,))
+            db.job_rows.drop(job_id)
             return WriteResult(applied=True, job=found)
 
         return await self._db.call(run)

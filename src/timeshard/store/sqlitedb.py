@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from timeshard.errors import StoreUnavailable
+from timeshard.store.jobrows import JobRows
 from timeshard.store.named import load_queries
 from timeshard.store.stats import StoreStats
 
@@ -38,7 +39,18 @@ for _name in ("find_jobs_by_due", "find_jobs_by_created", "find_jobs_by_id", "co
     for _states, _suffix in (("any_state", ""), ("in_states", "_in_states")):
         _where = Q["jobs_matching"].replace("{states}", Q[_states])
         Q[_name + _suffix] = _query.replace("{jobs_matching}", _where)
-_Op = tuple[Callable[[sqlite3.Connection], Any], "asyncio.Future[Any]"]
+
+
+class WriterConnection(sqlite3.Connection):
+    """The writer thread's connection, with the jobs it wrote last (``JobRows``): its
+    transactions check them at their start and clear them on a rollback."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.job_rows = JobRows()
+
+
+_Op = tuple[Callable[[WriterConnection], Any], "asyncio.Future[Any]"]
 _Result = tuple["asyncio.Future[Any]", bool, Any]  # (future, ok, value or exception)
 
 #: How long one statement waits for another connection's write lock (SQLite's busy handler).
@@ -164,7 +176,7 @@ class Database:
             self._ready.clear()  # open() may be called again
             raise StoreUnavailable(f"can not open {self.path}: {error}")
 
-    def _connect(self) -> sqlite3.Connection:
+    def _connect(self) -> WriterConnection:
         """Connect, switch to WAL and migrate; while another process holds the file locked, wait
         and retry with backoff until ``open_timeout`` has passed.
 
@@ -184,9 +196,13 @@ class Database:
             time.sleep(random.uniform(delay / 2, delay))  # jitter: racers spread out
             delay = min(delay * 2, _OPEN_RETRY_MAX_S)
 
-    def _connect_once(self) -> sqlite3.Connection:
+    def _connect_once(self) -> WriterConnection:
         db = sqlite3.connect(
-            self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
+            self.path,
+            timeout=BUSY_TIMEOUT_S,
+            isolation_level=None,
+            check_same_thread=False,
+            factory=WriterConnection,
         )
         try:
             db.row_factory = sqlite3.Row
@@ -228,7 +244,7 @@ class Database:
             db.close()
 
     @staticmethod
-    def _run_batch(db: sqlite3.Connection, batch: list[_Op]) -> None:
+    def _run_batch(db: WriterConnection, batch: list[_Op]) -> None:
         results: list[_Result] = []
         # A caller that was cancelled while queued does not get its op run. (A cancel that
         # lands after this check is like one after the op ran: the op's effect stands.)
@@ -240,17 +256,20 @@ class Database:
             return
         try:
             db.execute("BEGIN IMMEDIATE")
+            db.job_rows.check(db)
             for fn, fut in batch:
                 db.execute("SAVEPOINT op")
                 try:
                     results.append((fut, True, fn(db)))
                     db.execute("RELEASE op")
                 except Exception as exc:
+                    db.job_rows.clear()
                     db.execute("ROLLBACK TO op")
                     db.execute("RELEASE op")
                     results.append((fut, False, exc))
             db.execute("COMMIT")
         except sqlite3.Error as exc:
+            db.job_rows.clear()
             if db.in_transaction:
                 db.execute("ROLLBACK")
             err = StoreUnavailable(str(exc))
@@ -259,28 +278,29 @@ class Database:
         _deliver(results)
 
     @staticmethod
-    def _run_alone(
-        db: sqlite3.Connection, fn: Callable[[sqlite3.Connection], Any], fut: Any
-    ) -> None:
+    def _run_alone(db: WriterConnection, fn: Callable[[WriterConnection], Any], fut: Any) -> None:
         """One op in its own transaction: no savepoint needed to undo it alone."""
         try:
             db.execute("BEGIN IMMEDIATE")
+            db.job_rows.check(db)
             try:
                 value = fn(db)
             except Exception as exc:
+                db.job_rows.clear()
                 if db.in_transaction:
                     db.execute("ROLLBACK")
                 _deliver([(fut, False, exc)])
                 return
             db.execute("COMMIT")
         except sqlite3.Error as exc:
+            db.job_rows.clear()
             if db.in_transaction:
                 db.execute("ROLLBACK")
             _deliver([(fut, False, StoreUnavailable(str(exc)))])
             return
         _deliver([(fut, True, value)])
 
-    async def call(self, fn: Callable[[sqlite3.Connection], R], *, linger_s: float = 0.0) -> R:
+    async def call(self, fn: Callable[[WriterConnection], R], *, linger_s: float = 0.0) -> R:
         """``fn`` on the writer thread, in the next group commit (its own savepoint).
         ``linger_s``: it may wait up to that long (at most ``LINGER_MAX_S``) for another
         call, and go in that one's commit (one fsync for both, one hop back to the loop)."""
