@@ -51,9 +51,11 @@ A steady run reports ingest and fire apart. Creating and firing overlap in it (a
 created ``--lead`` before it is due), so it first measures ``--idle-s`` seconds with nothing
 offered (``idle``: the server's and Cassandra's CPU per second), then ``--ingest-s`` seconds
 of creates only at the same rate, due an hour later so none fires (``per_created_job``: CPU
-per created job less the idle use, Paxos rounds per created job); ``per_fired_job`` then
-adds ``server_cpu_ms_fire_only`` and ``cassandra_cpu_ms_fire_only`` (the run's CPU less the
-idle use and the jobs it created at that price, per fired job) and, on Cassandra,
+per created job less the idle use, Paxos rounds per created job; and the workers' CPU per
+second meanwhile, when they have no job: ``workers_idle_cpu_ms_per_s``); ``per_fired_job``
+then adds ``server_cpu_ms_fire_only`` and ``cassandra_cpu_ms_fire_only`` (the run's CPU less
+the idle use and the jobs it created at that price, per fired job),
+``worker_cpu_ms_fire_only`` (the workers' CPU less their idle use) and, on Cassandra,
 ``paxos_rounds_by_kind`` (the rounds per fired job by what each carried: ``claim``,
 ``complete``, ``claim+complete``, ``save_cursor``..., from the server's
 ``timeshard_store_paxos_rounds_by_kind_total``).

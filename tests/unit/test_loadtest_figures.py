@@ -92,6 +92,10 @@ def test_ingest_and_fire_apart_take_the_idle_use_and_the_creates_off() -> None:
         "cassandra_cpu_ms_fire_only": 3.5,  # 10 - 50 * 10 / 1000 - 6
     }
     assert fire_only(fired, {}, created, 1000, 1000, 10.0) == {}  # no idle figure: none
+    # The workers create nothing: theirs is their CPU less their idle use (20 ms/s, measured
+    # while jobs were only created).
+    out = fire_only(fired, idle, {**created, "workers_idle_cpu_ms_per_s": 20.0}, 1000, 1000, 10)
+    assert out["worker_cpu_ms_fire_only"] == 0.8  # 1 - 20 * 10 / 1000
 
 
 def test_paxos_rounds_per_fired_job_by_what_they_carried() -> None:

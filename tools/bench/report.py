@@ -157,6 +157,7 @@ def fire_rows(result: dict[str, Any]) -> list[tuple[str, Any]]:
             ("server CPU ms per created job (create only)", created.get("server_cpu_ms")),
             ("server CPU ms per fired job (fire only)", each.get("server_cpu_ms_fire_only")),
             ("workers CPU s per 1,000 jobs", cpu.get("workers")),
+            ("workers CPU ms per fired job (less idle)", each.get("worker_cpu_ms_fire_only")),
             *per_message,
         ]
     return [

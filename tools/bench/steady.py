@@ -108,7 +108,8 @@ def ingest_phase(
     ts: Timeshard, store: Store, args: argparse.Namespace, idle: dict[str, Any]
 ) -> dict[str, Any] | None:
     """Create only, at the steady rate for ``--ingest-s`` seconds: what a created job costs
-    (None when the phase is off)."""
+    (None when the phase is off), and the workers' CPU per second meanwhile, when none of them
+    has a job: their idle use (heartbeats, timers)."""
     count = round(args.rate * getattr(args, "ingest_s", INGEST_S))
     if count <= 0:
         return None
@@ -121,7 +122,11 @@ def ingest_phase(
     )
     span = time.monotonic() - t0
     used = cpu_delta(cpu0, ts.cpu())
-    return created_costs(store.kind, used, idle, ctr0, ts.counters(), len(ids), span)
+    out = created_costs(store.kind, used, idle, ctr0, ts.counters(), len(ids), span)
+    workers = used.get("workers")
+    if workers is not None:  # started just before the idle phase, they are settled by now
+        out["workers_idle_cpu_ms_per_s"] = round(workers * 1000 / span, 3)
+    return out
 
 
 def created_costs(
@@ -157,7 +162,8 @@ def fire_only(
 ) -> dict[str, Any]:
     """The CPU per fired job of firing alone: a steady run's CPU (``fired``'s per fired job,
     over ``span_s``) less the idle use over the span and the ``jobs_created`` jobs created
-    during it at ``created``'s price per job."""
+    during it at ``created``'s price per job. The workers create nothing: theirs is their CPU
+    less their idle use over the span."""
     out: dict[str, Any] = {}
     for name in CPUS:
         total, each = fired.get(f"{name}_cpu_ms"), created.get(f"{name}_cpu_ms")
@@ -166,6 +172,10 @@ def fire_only(
             continue
         rest = total * jobs_fired - per_s * span_s - each * jobs_created
         out[f"{name}_cpu_ms_fire_only"] = round(rest / jobs_fired, 4)
+    total, per_s = fired.get("worker_cpu_ms"), created.get("workers_idle_cpu_ms_per_s")
+    if total is not None and per_s is not None and jobs_fired:
+        rest = total * jobs_fired - per_s * span_s
+        out["worker_cpu_ms_fire_only"] = round(rest / jobs_fired, 4)
     return out
 
 
