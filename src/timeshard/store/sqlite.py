@@ -86,15 +86,15 @@ def _put_entry(db: sqlite3.Connection, e: BucketEntry) -> None:
 
 
 def _apply(db: WriterConnection, job_id: str, t: T.Transition) -> WriteResult:
-    """Read the row (the job as this connection last wrote it, when it keeps it: ``JobRows``),
+    """Read the row (the job as this connection last wrote it, when it keeps it: ``KeptJobs``),
     and if the transition's condition holds write the changed row and the entry it needs —
     atomic because the writer thread is the only one."""
-    found = db.job_rows.get(job_id) or _select(db, job_id)
+    found = db.kept_jobs.get(job_id) or _select(db, job_id)
     if found is None or not t.condition(found):
         return WriteResult(applied=False, job=found)
     new = t.change(found)
     db.execute(Q["update_job"], job_columns(new))
-    db.job_rows.put(new)
+    db.kept_jobs.put(new)
     at = t.entry_at(new)
     if at is not None:
         _put_entry(db, entry_for(new, at, t.now))
@@ -198,7 +198,7 @@ class SqliteStore(Store):
                     continue
                 if finished_at + keep_ms <= now:
                     db.execute(Q["sweep_delete"], (rowid, finished_at, state))
-                    db.job_rows.drop(job_id)
+                    db.kept_jobs.drop(job_id)
                     if key:
                         db.execute(Q["sweep_key"], (key, job_id))
                     gone += 1
@@ -242,7 +242,7 @@ class SqliteStore(Store):
             return CreateResult(
                 created=False, job=existing, conflict=existing.body_digest() != job.body_digest()
             )
-        db.job_rows.put(job)
+        db.kept_jobs.put(job)
         _put_entry(db, entry)
         return CreateResult(created=True, job=job)
 
@@ -477,7 +477,7 @@ class SqliteStore(Store):
             if found is None or not T.purge(fence).condition(found):
                 return WriteResult(applied=False, job=found)
             db.execute(Q["delete_job"], (job_id,))
-            db.job_rows.drop(job_id)
+            db.kept_jobs.drop(job_id)
             return WriteResult(applied=True, job=found)
 
         return await self._db.call(run)

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from timeshard.errors import StoreUnavailable
-from timeshard.store.jobrows import JobRows
+from timeshard.store.keptjobs import KeptJobs
 from timeshard.store.named import load_queries
 from timeshard.store.stats import StoreStats
 
@@ -42,12 +42,12 @@ for _name in ("find_jobs_by_due", "find_jobs_by_created", "find_jobs_by_id", "co
 
 
 class WriterConnection(sqlite3.Connection):
-    """The writer thread's connection, with the jobs it wrote last (``JobRows``): its
+    """The writer thread's connection, with the jobs it wrote last (``KeptJobs``): its
     transactions check them at their start and clear them on a rollback."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.job_rows = JobRows()
+        self.kept_jobs = KeptJobs()
 
 
 _Op = tuple[Callable[[WriterConnection], Any], "asyncio.Future[Any]"]
@@ -256,20 +256,20 @@ class Database:
             return
         try:
             db.execute("BEGIN IMMEDIATE")
-            db.job_rows.check(db)
+            db.kept_jobs.check(db)
             for fn, fut in batch:
                 db.execute("SAVEPOINT op")
                 try:
                     results.append((fut, True, fn(db)))
                     db.execute("RELEASE op")
                 except Exception as exc:
-                    db.job_rows.clear()
+                    db.kept_jobs.clear()
                     db.execute("ROLLBACK TO op")
                     db.execute("RELEASE op")
                     results.append((fut, False, exc))
             db.execute("COMMIT")
         except sqlite3.Error as exc:
-            db.job_rows.clear()
+            db.kept_jobs.clear()
             if db.in_transaction:
                 db.execute("ROLLBACK")
             err = StoreUnavailable(str(exc))
@@ -282,18 +282,18 @@ class Database:
         """One op in its own transaction: no savepoint needed to undo it alone."""
         try:
             db.execute("BEGIN IMMEDIATE")
-            db.job_rows.check(db)
+            db.kept_jobs.check(db)
             try:
                 value = fn(db)
             except Exception as exc:
-                db.job_rows.clear()
+                db.kept_jobs.clear()
                 if db.in_transaction:
                     db.execute("ROLLBACK")
                 _deliver([(fut, False, exc)])
                 return
             db.execute("COMMIT")
         except sqlite3.Error as exc:
-            db.job_rows.clear()
+            db.kept_jobs.clear()
             if db.in_transaction:
                 db.execute("ROLLBACK")
             _deliver([(fut, False, StoreUnavailable(str(exc)))])

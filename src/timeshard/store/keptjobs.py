@@ -4,7 +4,7 @@ A conditional write (a claim, a result, a heartbeat) reads its job's row, checks
 and writes the changed row. The job it reads was, most often, written by the same connection a
 moment before: created a few seconds ahead, claimed, then finished. Reading it back costs a
 query and a parse of the row (16 us of the 50 us such a write takes on the writer thread);
-``JobRows`` keeps the jobs as written instead, so the write reads none.
+``KeptJobs`` keeps the jobs as written instead, so the write reads none.
 
 A kept job is exactly the stored row, or it is not kept:
 - only the writer connection writes through it (``put`` after each write it makes, ``drop``
@@ -33,7 +33,7 @@ ROW_BYTES_MAX = 4096
 """A job whose payload and result together are larger is not kept."""
 
 
-class JobRows:
+class KeptJobs:
     """The jobs the writer connection wrote last (module docstring). Used on the writer thread
     only."""
 

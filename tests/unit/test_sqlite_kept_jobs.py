@@ -1,4 +1,4 @@
-"""The embedded store's writer keeps the jobs it wrote last (``store.jobrows``) and compares a
+"""The embedded store's writer keeps the jobs it wrote last (``store.keptjobs``) and compares a
 conditional write against one instead of reading its row: each kept job must be exactly the
 stored row, through every kind of write, another connection's writes, and rollbacks."""
 
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from timeshard.model import Job, JobState
-from timeshard.store import jobrows
+from timeshard.store import keptjobs
 from timeshard.store.base import Completion, JobClaim, entry_for
 from timeshard.store.history import MAX_HISTORY
 from timeshard.store.sqlite import SqliteStore, _apply, _select
@@ -52,7 +52,7 @@ async def kept_and_stored(store: SqliteStore) -> list[tuple[Job, Job | None]]:
     """Each job the writer keeps, beside its row as read from the file, on the writer thread."""
 
     def read(db: WriterConnection) -> list[tuple[Job, Job | None]]:
-        return [(job, _select(db, job.job_id)) for job in db.job_rows.kept()]
+        return [(job, _select(db, job.job_id)) for job in db.kept_jobs.kept()]
 
     return await store._db.call(read)
 
@@ -131,7 +131,7 @@ async def test_a_job_with_more_attempts_than_a_row_keeps_is_not_kept(tmp_path: P
 
 async def test_a_large_job_is_not_kept(tmp_path: Path) -> None:
     async with opened(tmp_path) as store:
-        await create(store, make_job(1, payload=b"x" * (jobrows.ROW_BYTES_MAX + 1)), make_job(2))
+        await create(store, make_job(1, payload=b"x" * (keptjobs.ROW_BYTES_MAX + 1)), make_job(2))
         kept = {job.job_id for job, _ in await kept_and_stored(store)}
         assert kept == {"job-2"}
 
@@ -205,7 +205,7 @@ async def test_a_rolled_back_write_is_not_kept(tmp_path: Path) -> None:
             ],
         )
         assert [await f for f in again] == [True, True, False]
-        for job in db.job_rows.kept():
+        for job in db.kept_jobs.kept():
             assert job == _select(db, job.job_id)
     finally:
         db.close()
