@@ -199,8 +199,13 @@ def main() -> None:
 
 def _runner(uvloop: bool) -> Any:
     if uvloop:
-        import uvloop as uv
-
+        try:
+            import uvloop as uv
+        except ImportError:
+            sys.exit(
+                "streamfloor: --uvloop needs uvloop, which timeshard does not install: "
+                "pip install uvloop"
+            )
         return uv.run
     return asyncio.run
 
