@@ -43,15 +43,12 @@ class KeptJobs:
         self._rows: dict[str, Job] = {}
         self._version: int | None = None
 
-    def __len__(self) -> int:
-        return len(self._rows)
-
     def get(self, job_id: str) -> Job | None:
         """The job as the writer last wrote it, or None (not kept: read the row)."""
         return self._rows.get(job_id)
 
     def kept(self) -> list[Job]:
-        """The jobs kept, oldest write first."""
+        """The jobs kept, oldest write first (to check them against their rows)."""
         return list(self._rows.values())
 
     def put(self, job: Job) -> None:
