@@ -26,7 +26,7 @@ from timeshard.store.sqlite import SqliteStore
 from timeshard.testing.waits import wait_until
 from timeshard.v1 import timeshard_pb2 as pb
 from timeshard.wire import dur, dur_s, ts_ms
-from timeshard.worker import JobContext, Worker
+from timeshard.worker import JobContext, Worker, stream
 
 WINDOW_MS = 1000
 AHEAD_MS = 2500
@@ -228,3 +228,47 @@ async def test_a_cancel_during_the_window_stops_the_sdk_worker_from_starting_it(
         events = run.events
     assert ran == [], "a job cancelled (and acknowledged) before its start ran"
     assert any(kind == "lost" and "revoked" in detail for kind, detail, _ in events), events
+
+
+@pytest.mark.parametrize("ride_s", [stream.RESULT_RIDE_S, 0.0], ids=["rides", "no-ride"])
+async def test_a_result_rides_with_the_next_start_notice(
+    ride_s: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two jobs pushed ahead, due 20 ms apart: the first's result waits for the second's start
+    notice and goes in the same request (one request per job at a trickle, not two); with no
+    ride allowed it goes alone, before."""
+    from timeshard.api.work import WorkStream
+
+    monkeypatch.setattr(stream, "RESULT_RIDE_S", ride_s)
+    seen: list[tuple[list[str], list[str]]] = []  # (notices, results) of each request
+    take = WorkStream._take
+
+    def recording(self: WorkStream, request: pb.WorkRequest) -> None:
+        if request.started or request.results:
+            seen.append(([n.job_id for n in request.started], [r.job_id for r in request.results]))
+        take(self, request)
+
+    monkeypatch.setattr(WorkStream, "_take", recording)
+    srv = ahead_server()
+    w = Worker(worker_id="w1", lease_s=30.0, claim_wait_s=1.0)
+
+    @w.handler("t", timeout=60, concurrency=4)  # (credits for both: pushed together)
+    async def handler(ctx: JobContext) -> None:
+        pass
+
+    await srv.start()
+    async with working(w, [srv], started=True):
+        await wait_until(lambda: srv.node.ready.has_waiter("t"), 10, "the worker's claim")
+        run_at = srv.node.clock.now_ms() + AHEAD_MS
+        first, second = [
+            (await srv.node.jobs.schedule(JobSpec(job_type="t", payload=b"", run_at=at)))[0]
+            for at in (run_at, run_at + 20)
+        ]
+        for job in (first, second):
+            await wait_job(srv, job, lambda j: j.state is JobState.SUCCEEDED)
+    together = ([second.job_id], [first.job_id])
+    if ride_s:
+        assert together in seen, seen
+        assert sum(1 for _, results in seen if results) == 2, seen
+    else:
+        assert together not in seen, seen

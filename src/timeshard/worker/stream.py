@@ -13,6 +13,9 @@ runs from when the node took it, after it read the request numbered ``after_seq`
 deadline is that request's send time + lease - margin, never later than the lease's end. An
 otherwise idle stream sends an empty request every ``TICK_S`` so that time stays recent.
 
+Requests are few: what is queued in one turn of the event loop goes as one, and a result waits
+for the start notice of a job pushed ahead that is due to start within ``RESULT_RIDE_S``.
+
 The protocol is written down in docs/architecture.md ("The worker stream").
 """
 
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import heapq
 import logging
 from collections import deque
 from collections.abc import Callable, Coroutine
@@ -41,7 +45,16 @@ log = logging.getLogger("timeshard.worker")
 
 CREDIT_LINGER_S = 0.005
 """How long credits for a freed slot wait for that job's result (``RESULT_LINGER_S`` later) to
-ride with, while the node still holds credits of the type (at once when it holds none)."""
+ride with, while the node still holds credits of the type (at once when it holds none); with a
+start notice due within ``RESULT_RIDE_S``, they wait for it as the result does."""
+RESULT_RIDE_S = 0.025
+"""How long a result may wait, on the open stream, for the start notice of a job pushed ahead
+whose start is due by then, to go out in one request with it (at a trickle: one request per job
+instead of two). Never longer than a quarter of the safety margin; a result with no start due
+that soon goes at once."""
+RIDE_SLACK_S = 0.002
+"""How long past that start the result waits for the notice (the handler's start is a timer
+and a turn of the loop after its time)."""
 TICK_S = 5.0
 """An idle stream sends an empty request this often (at most; less with a short lease)."""
 STOP_WAIT_S = 5.0
@@ -120,6 +133,9 @@ class NodeLink:
         self._out_revoked: list[pb.WorkRevoke] = []
         self._soon_timer: asyncio.TimerHandle | None = None
         """Sends what waits for a request to ride with (``_soon``)."""
+        self._starts: list[float] = []
+        """When the jobs pushed ahead on this stream may start (a heap, this worker's
+        monotonic clock): a result waits for the next one's notice (``RESULT_RIDE_S``)."""
         self._out_stop = False
         self._out_answer: asyncio.Future[pb.WorkResponse] | None = None
         self._has_out = asyncio.Event()
@@ -152,7 +168,11 @@ class NodeLink:
             return await self._stub.Finish(request, timeout=timeout)
         first = len(self._out_results)
         self._out_results.extend(request.items)
-        answer = self._answer_future()
+        answer = self._answer_future(send=False)
+        if any(item.give_back for item in request.items):
+            self._has_out.set()  # (a job given back goes at once: another may take it)
+        else:
+            self._ride()
         response = await self._answer(answer, timeout)
         return pb.FinishResponse(results=response.results[first : first + len(request.items)])
 
@@ -177,6 +197,20 @@ class NodeLink:
         task = asyncio.create_task(send(), name=f"start-notice-{job_id}")
         self._notices.add(task)
         task.add_done_callback(self._notices.discard)
+
+    def _ride(self, linger_s: float = 0.0) -> None:
+        """Send what is queued with the next start notice when one is due within
+        ``RESULT_RIDE_S``; otherwise within ``linger_s`` (0: at once)."""
+        starts, now = self._starts, self._host.clock.monotonic()
+        while starts and starts[0] <= now:
+            heapq.heappop(starts)
+        wait = min(RESULT_RIDE_S, self._host.safety_margin_s / 4)
+        if starts and starts[0] - now <= wait:
+            self._soon(starts[0] - now + RIDE_SLACK_S)
+        elif linger_s > 0:
+            self._soon(linger_s)
+        else:
+            self._has_out.set()
 
     def _soon(self, linger_s: float) -> None:
         """Send the next request within ``linger_s`` (real time: on another clock, at once),
@@ -206,11 +240,13 @@ class NodeLink:
         self._out_beats.append(request)
         return self._answer_future(), len(self._out_beats) - 1
 
-    def _answer_future(self) -> asyncio.Future[pb.WorkResponse]:
-        """The answer to the next request (shared by everything queued for it)."""
+    def _answer_future(self, send: bool = True) -> asyncio.Future[pb.WorkResponse]:
+        """The answer to the next request (shared by everything queued for it); ``send``: that
+        request goes at once."""
         if self._out_answer is None:
             self._out_answer = asyncio.get_running_loop().create_future()
-        self._has_out.set()
+        if send:
+            self._has_out.set()
         return self._out_answer
 
     async def _answer(self, answer: asyncio.Future[Any], timeout: float) -> pb.WorkResponse:
@@ -291,9 +327,14 @@ class NodeLink:
             sent = self._sent_at(message.after_seq) + dur_s(message.held)
             slots = self._host.slots
             types = set()
+            starts = self._starts
+            while starts and starts[0] <= received:  # (past: none to wait for)
+                heapq.heappop(starts)
             for claimed in message.jobs:
                 t = claimed.job.type
                 types.add(t)
+                if claimed.HasField("starts_in"):
+                    heapq.heappush(starts, received + dur_s(claimed.starts_in))
                 if self._credits.get(t, 0) > 0:
                     self._credits[t] -= 1
                     slots.asking(t, -1)
@@ -390,7 +431,7 @@ class NodeLink:
             if idle:
                 self._has_out.set()
             else:  # rides with the result of the job that freed the slot
-                self._soon(CREDIT_LINGER_S)
+                self._ride(CREDIT_LINGER_S)
 
     def _closed(self) -> None:
         """The stream is over: its credits are no longer asked for, and what waits for an
@@ -412,6 +453,7 @@ class NodeLink:
         self._out_answer = None
         self._out_credits, self._out_beats, self._out_results = {}, [], []
         self._out_started = []  # (their heartbeats carry them again)
+        self._starts = []
         self._out_revoked = []  # (the node's cancel waits no longer than the start's bound)
         self._leaving()
         for answer in waiting:
