@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from tests.unit.test_worker_handler_ends import wait_job, working
-from tests.unit.test_worker_stream import Stream, serving
+from tests.unit.test_worker_stream import Stream, record_notices_and_results, serving
 from timeshard.clock import SystemClock
 from timeshard.coordinator.local import LocalCoordinator
 from timeshard.limits import START_GRACE_MS
@@ -237,18 +237,8 @@ async def test_a_result_rides_with_the_next_start_notice(
     """Two jobs pushed ahead, due 20 ms apart: the first's result waits for the second's start
     notice and goes in the same request (one request per job at a trickle, not two); with no
     ride allowed it goes alone, before."""
-    from timeshard.api.work import WorkStream
-
     monkeypatch.setattr(stream, "RESULT_RIDE_S", ride_s)
-    seen: list[tuple[list[str], list[str]]] = []  # (notices, results) of each request
-    take = WorkStream._take
-
-    def recording(self: WorkStream, request: pb.WorkRequest) -> None:
-        if request.started or request.results:
-            seen.append(([n.job_id for n in request.started], [r.job_id for r in request.results]))
-        take(self, request)
-
-    monkeypatch.setattr(WorkStream, "_take", recording)
+    seen = record_notices_and_results(monkeypatch)
     srv = ahead_server()
     w = Worker(worker_id="w1", lease_s=30.0, claim_wait_s=1.0)
 

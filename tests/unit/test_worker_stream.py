@@ -680,16 +680,14 @@ async def test_results_ending_close_together_travel_in_one_message(
 # -- start notices ------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("work_s", [0.0, 0.3], ids=["short", "long"])
-async def test_a_start_notice_comes_no_later_than_the_jobs_result(
-    work_s: float, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A handler starts without waiting for its start notice's write to complete; the notice
-    still comes no later than the job's result (in an earlier request for a job that runs a
-    while), and the attempt counts once."""
+def record_notices_and_results(
+    monkeypatch: pytest.MonkeyPatch,
+) -> list[tuple[list[str], list[str]]]:
+    """The job ids of the start notices and of the results of each request the nodes read
+    that carried either, in order (filled as they come)."""
     from timeshard.api.work import WorkStream
 
-    seen: list[tuple[list[str], list[str]]] = []  # (notices, results) of each request
+    seen: list[tuple[list[str], list[str]]] = []
     take = WorkStream._take
 
     def recording(self: WorkStream, request: pb.WorkRequest) -> None:
@@ -698,6 +696,17 @@ async def test_a_start_notice_comes_no_later_than_the_jobs_result(
         take(self, request)
 
     monkeypatch.setattr(WorkStream, "_take", recording)
+    return seen
+
+
+@pytest.mark.parametrize("work_s", [0.0, 0.3], ids=["short", "long"])
+async def test_a_start_notice_comes_no_later_than_the_jobs_result(
+    work_s: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A handler starts without waiting for its start notice's write to complete; the notice
+    still comes no later than the job's result (in an earlier request for a job that runs a
+    while), and the attempt counts once."""
+    seen = record_notices_and_results(monkeypatch)
     srv = make_server()
     await srv.start()
     w = worker()
