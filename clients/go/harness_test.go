@@ -112,6 +112,13 @@ func startServer(t *testing.T, dir string, extra ...string) *server {
 	}
 	s := &server{Dir: dir, cmd: cmd}
 	t.Cleanup(func() {
+		if t.Failed() { // the server's own account of what went wrong, for a failure in CI
+			defer func() {
+				log, _ := os.ReadFile(filepath.Join(dir, "server.log"))
+				lines := strings.Split(strings.TrimRight(string(log), "\n"), "\n")
+				t.Logf("the server's log, last %d lines:\n%s", min(len(lines), 60), strings.Join(lines[max(0, len(lines)-60):], "\n"))
+			}()
+		}
 		_ = cmd.Process.Signal(os.Interrupt)
 		done := make(chan struct{})
 		go func() { _ = cmd.Wait(); close(done) }()
@@ -191,16 +198,21 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool)
 // waitState waits until the job is in state and returns it.
 func waitState(t *testing.T, c *timeshard.Client, jobID string, state timeshard.JobState, timeout time.Duration) *timeshard.Job {
 	t.Helper()
-	var job *timeshard.Job
-	waitFor(t, timeout, fmt.Sprintf("job %s to be %s", jobID, state), func() bool {
-		j, err := c.Get(context.Background(), jobID)
+	deadline := time.Now().Add(timeout)
+	for {
+		job, err := c.Get(context.Background(), jobID)
 		if err != nil {
 			t.Fatalf("get %s: %v", jobID, err)
 		}
-		job = j
-		return j.GetState() == state
-	})
-	return job
+		if job.GetState() == state {
+			return job
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for job %s to be %s; it is %s, history %v",
+				timeout, jobID, state, job.GetState(), job.GetHistory())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // proxy forwards TCP connections to a target until Cut, after which it neither forwards nor

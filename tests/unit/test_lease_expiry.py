@@ -117,3 +117,39 @@ async def test_a_heartbeat_after_the_expiry_is_refused_and_the_retry_stands() ->
         with pytest.raises(StaleFence):
             await node.attempts.heartbeat(job.job_id, c.job.fence, LEASE_S)
         assert await node.jobs.get(job.job_id) == retrying
+
+
+class _NoBackoff(RetryPolicy):
+    """A backoff drawn as 0 ms: full jitter draws it now and then (1 in 201 at a base of
+    0.2 s), and then the retry's entry is the very entry that found the lease over."""
+
+    def delay_ms(self, attempt: int, rng: object) -> int:
+        return 0
+
+
+async def test_a_retry_due_at_the_instant_its_lease_ended_runs() -> None:
+    """The lease ends at ``t`` (a heartbeat moved it there, so a check entry is due at ``t``),
+    the dispatcher finds it over at ``t`` to the millisecond, and the retry's backoff is 0: the
+    retry's entry (due ``t``) is the check entry being handled. It must be looked at again,
+    not dropped with it (the job stayed scheduled until the shard changed hands)."""
+    policy = TypePolicy(retry=_NoBackoff(base_s=0.2, max_backoff_s=0.2))
+    async with running(types={"poison": policy}) as (node, clock):
+        job, _ = await node.jobs.schedule(JobSpec(job_type="poison", payload=b"", run_at=START_MS))
+        await advance(node, clock, 0.5)
+        [c] = await node.claims.claim(
+            worker="w", types=["poison"], limit=1, wait_s=0, lease_s=LEASE_S
+        )
+        node.attempts.notice_starts([Beat(job.job_id, c.job.fence, 0.0, clock.now_ms())])
+        await advance(node, clock, 1.0)
+        beat, _ = await node.attempts.heartbeat(job.job_id, c.job.fence, LEASE_S)
+        lease_end = clock.now_ms() + round(LEASE_S * 1000)
+        assert beat.lease_until == lease_end
+        await advance(node, clock, LEASE_S)  # steps of 0.5 s: one lands on the lease's end
+        retrying = await node.jobs.get(job.job_id)
+        assert retrying.state is JobState.SCHEDULED and retrying.attempt == 1
+        assert retrying.run_at == lease_end == retrying.history[0].finished_at
+        await advance(node, clock, 0.5)
+        again = await node.claims.claim(
+            worker="w2", types=["poison"], limit=1, wait_s=0, lease_s=LEASE_S
+        )
+        assert [a.job.job_id for a in again] == [job.job_id], "the retry was never handed out"

@@ -210,11 +210,9 @@ class EntryDecider:
                 )
                 if late:
                     await self._amend_noticed(job, now)
-                again = entry_for(released, released.run_at, now)
-                if again == e:  # (the store wrote the very entry being looked at: keep it)
-                    self._held.recheck([e])
-                    return
-                self._notify([again])
+                # (An entry equal to ``e``, the store wrote the very entry being looked at,
+                # stays pending: ``HeldEntries.written``.)
+                self._notify([entry_for(released, released.run_at, now)])
             elif self._on_finished is not None:
                 self._on_finished(released)
             self._held.handled([e])

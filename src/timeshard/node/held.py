@@ -21,6 +21,9 @@ class HeldEntries:
         self.pending: dict[int, set[BucketEntry]] = {}
         self.heap: list[BucketEntry] = []
         self.later: list[tuple[int, BucketEntry]] = []  # (when, entry): delayed rechecks
+        self.rewritten: set[BucketEntry] = set()
+        """Pending entries written again before they were handled: handling one (the decision
+        that wrote it, or one made before the write) leaves it pending, looked at once more."""
         self.claimed: dict[str, tuple[int, list[BucketEntry]]] = {}
         """Jobs claimed through this node and running: their lease end, and the entries that
         made them ready, still pending (``running``)."""
@@ -39,21 +42,32 @@ class HeldEntries:
         """An entry just written (by this node, or one it is told of): pending, even if an
         equal one was handled before. An entry is (shard, minute, due time, job), so two
         writes for one job in one millisecond are one entry: a lease check that the job's
-        end handled, and the entry its give-back wrote then, due at once (invariant 3).
+        end handled, and the entry its give-back wrote then, due at once (invariant 3). One
+        written while an equal one is pending, perhaps being decided right now (a lease found
+        over at the millisecond it ended, its retry due then), outlives that one's handling.
         Returns whether it became pending (False: it was already)."""
         if e not in self.known:
             return self.add(e)
         at = self.pending.setdefault(e.minute, set())
         if e in at:
+            self.rewritten.add(e)
             return False
         at.add(e)
         heapq.heappush(self.heap, e)
         return True
 
     def handled(self, entries: Iterable[BucketEntry]) -> None:
+        again = False
         for e in entries:
-            self.pending.get(e.minute, set()).discard(e)
             self.claimed.pop(e.job_id, None)
+            if e in self.rewritten:  # written again since it was taken: looked at once more
+                self.rewritten.discard(e)
+                heapq.heappush(self.heap, e)
+                again = True
+                continue
+            self.pending.get(e.minute, set()).discard(e)
+        if again:
+            self._wake()
 
     def recheck(self, entries: Iterable[BucketEntry]) -> None:
         """A claim did not apply: look at these jobs again now."""
