@@ -24,7 +24,7 @@ from tools.bench.scenarios import (
     node_figures,
     time_breakdown,
 )
-from tools.bench.steady import created_costs, fire_only, rounds_by_kind
+from tools.bench.steady import Ingest, created_costs, fire_only, mean_idle, rounds_by_kind
 
 from timeshard.testing.waits import eventually
 
@@ -72,10 +72,10 @@ def test_ingest_and_fire_apart_take_the_idle_use_and_the_creates_off() -> None:
     run's CPU less the idle use over its span and the jobs created in it at that price."""
     idle = {"seconds": 3.0, "server_cpu_ms_per_s": 10.0, "cassandra_cpu_ms_per_s": 50.0}
     # 500 created in 5 s: 1.5 s of server CPU (0.05 s of it idle), 3.25 s of Cassandra's.
-    cpu: dict[str, float | None] = {"server": 1.5, "cassandra": 3.25, "workers": 0.0}
+    cpu: dict[str, float | None] = {"server": 1.5, "cassandra": 3.25, "workers": None}
     before = {"timeshard_store_paxos_rounds_total": 7.0}
     after = {"timeshard_store_paxos_rounds_total": 7.0}
-    created = created_costs("cassandra", cpu, idle, before, after, 500, 5.0)
+    created = created_costs(Ingest("cassandra", cpu, before, after, 500, 5.0), idle)
     assert created == {
         "jobs": 500,
         "seconds": 5.0,
@@ -83,7 +83,11 @@ def test_ingest_and_fire_apart_take_the_idle_use_and_the_creates_off() -> None:
         "cassandra_cpu_ms": 6.0,  # (3250 - 50 * 5) / 500
         "paxos_rounds": 0.0,  # fresh ids: plain writes
     }
-    assert "cassandra_cpu_ms" not in created_costs("sqlite", {"server": 1.5}, idle, {}, {}, 5, 5)
+    on_sqlite = created_costs(Ingest("sqlite", {"server": 1.5}, {}, {}, 5, 5.0), idle)
+    assert "cassandra_cpu_ms" not in on_sqlite
+    # The workers have no job in the create-only phase: their CPU then is their idle use.
+    workers = created_costs(Ingest("sqlite", {"workers": 0.1}, {}, {}, 5, 5.0), idle)
+    assert workers["workers_idle_cpu_ms_per_s"] == 20.0
     # The run: 1,000 created and 1,000 fired in 10 s, 5 ms of server CPU per fired job.
     fired = {"server_cpu_ms": 5.0, "cassandra_cpu_ms": 10.0, "worker_cpu_ms": 1.0}
     out = fire_only(fired, idle, created, 1000, 1000, 10.0)
@@ -96,6 +100,22 @@ def test_ingest_and_fire_apart_take_the_idle_use_and_the_creates_off() -> None:
     # while jobs were only created).
     out = fire_only(fired, idle, {**created, "workers_idle_cpu_ms_per_s": 20.0}, 1000, 1000, 10)
     assert out["worker_cpu_ms_fire_only"] == 0.8  # 1 - 20 * 10 / 1000
+
+
+def test_the_idle_use_is_the_mean_of_before_and_after_the_run() -> None:
+    """Cassandra's background work varies by tens of ms per second over a few seconds: the
+    idle use taken off a run is the mean of an idle phase before it and one after it."""
+    first = {"seconds": 3.0, "server_cpu_ms_per_s": 10.0, "cassandra_cpu_ms_per_s": 110.0}
+    last = {"seconds": 3.1, "server_cpu_ms_per_s": 12.0, "cassandra_cpu_ms_per_s": 30.0}
+    idle = mean_idle(first, last)
+    assert idle == {
+        "seconds": 6.1,
+        "server_cpu_ms_per_s": 11.0,
+        "cassandra_cpu_ms_per_s": 70.0,
+        "first": first,
+        "last": last,
+    }
+    assert "cassandra_cpu_ms_per_s" not in mean_idle(first, {"seconds": 3.0})
 
 
 def test_paxos_rounds_per_fired_job_by_what_they_carried() -> None:

@@ -15,6 +15,7 @@ import argparse
 import threading
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from .procs import Timeshard, cpu_delta
@@ -70,11 +71,15 @@ def add_options(p: argparse.ArgumentParser, *, rate_required: bool = True) -> No
 
 
 def steady(args: argparse.Namespace) -> tuple[dict[str, Any], list[Any]]:
+    idle_s = getattr(args, "idle_s", IDLE_S)
     with running(args) as (ts, store, records):
-        idle = idle_phase(ts, getattr(args, "idle_s", IDLE_S))
-        created = ingest_phase(ts, store, args, idle)
+        first = idle_phase(ts, idle_s)
+        ingest = ingest_phase(ts, store, args)
         out, rows = steady_phase(ts, store, records, args)
+        note(f"idle again: {idle_s:g} s with nothing offered")
+        idle = mean_idle(first, idle_phase(ts, idle_s))
     out["idle"] = idle
+    created = created_costs(ingest, idle) if ingest is not None else None
     if created is not None:
         out["per_created_job"] = created
         out["per_fired_job"].update(
@@ -104,12 +109,35 @@ def idle_phase(ts: Timeshard, seconds: float) -> dict[str, Any]:
     return out
 
 
-def ingest_phase(
-    ts: Timeshard, store: Store, args: argparse.Namespace, idle: dict[str, Any]
-) -> dict[str, Any] | None:
-    """Create only, at the steady rate for ``--ingest-s`` seconds: what a created job costs
-    (None when the phase is off), and the workers' CPU per second meanwhile, when none of them
-    has a job: their idle use (heartbeats, timers)."""
+def mean_idle(first: dict[str, Any], last: dict[str, Any]) -> dict[str, Any]:
+    """The idle use a run pays: the mean of the idle phase before it and the one after it
+    (Cassandra's background work comes and goes by tens of ms per second over a few seconds;
+    one phase alone moved its fire-only figure by tenths of a ms per job), each kept as
+    measured (``first``, ``last``)."""
+    out: dict[str, Any] = {"seconds": round(first["seconds"] + last["seconds"], 2)}
+    for name in CPUS:
+        key = f"{name}_cpu_ms_per_s"
+        if key in first and key in last:
+            out[key] = round((first[key] + last[key]) / 2, 3)
+    return {**out, "first": first, "last": last}
+
+
+@dataclass(frozen=True, slots=True)
+class Ingest:
+    """The create-only phase as measured: the CPU each process used, the store's counters
+    around it, the jobs created and the seconds it took."""
+
+    store_kind: str
+    cpu: dict[str, float | None]
+    before: dict[str, float]
+    after: dict[str, float]
+    created: int
+    seconds: float
+
+
+def ingest_phase(ts: Timeshard, store: Store, args: argparse.Namespace) -> Ingest | None:
+    """Create only, at the steady rate for ``--ingest-s`` seconds (None when the phase is off):
+    what it used, priced per job once the idle use is known (``created_costs``)."""
     count = round(args.rate * getattr(args, "ingest_s", INGEST_S))
     if count <= 0:
         return None
@@ -121,34 +149,26 @@ def ingest_phase(
         ts.address, args.rate, count, INGEST_DUE_S, args.mode, run_ats, ids, job_type=WARMUP_TYPE
     )
     span = time.monotonic() - t0
-    used = cpu_delta(cpu0, ts.cpu())
-    out = created_costs(store.kind, used, idle, ctr0, ts.counters(), len(ids), span)
-    workers = used.get("workers")
-    if workers is not None:  # started just before the idle phase, they are settled by now
-        out["workers_idle_cpu_ms_per_s"] = round(workers * 1000 / span, 3)
-    return out
+    return Ingest(store.kind, cpu_delta(cpu0, ts.cpu()), ctr0, ts.counters(), len(ids), span)
 
 
-def created_costs(
-    store_kind: str,
-    cpu: dict[str, float | None],
-    idle: dict[str, Any],
-    before: dict[str, float],
-    after: dict[str, float],
-    created: int,
-    seconds: float,
-) -> dict[str, Any]:
-    """What creating ``created`` jobs over ``seconds`` cost, nothing firing meanwhile: the
-    CPU per job (ms) of the server (and of Cassandra) less their ``idle`` use over the span,
-    and on Cassandra the Paxos rounds per job."""
+def created_costs(ingest: Ingest, idle: dict[str, Any]) -> dict[str, Any]:
+    """What creating ``ingest.created`` jobs cost, nothing firing meanwhile: the CPU per job
+    (ms) of the server (and of Cassandra) less their ``idle`` use over the span, and on
+    Cassandra the Paxos rounds per job; and the workers' CPU per second meanwhile, when none
+    of them has a job: their idle use (``workers_idle_cpu_ms_per_s``: heartbeats, timers)."""
+    created, seconds = ingest.created, ingest.seconds
     out: dict[str, Any] = {"jobs": created, "seconds": round(seconds, 2)}
     for name in CPUS:
-        used, per_s = cpu.get(name), idle.get(f"{name}_cpu_ms_per_s")
+        used, per_s = ingest.cpu.get(name), idle.get(f"{name}_cpu_ms_per_s")
         if used is None or per_s is None or not created:
             continue
         out[f"{name}_cpu_ms"] = round((used * 1000 - per_s * seconds) / created, 4)
-    if store_kind == "cassandra":
-        out["paxos_rounds"] = per_job(counter_delta(before, after, ROUNDS), created)
+    if ingest.store_kind == "cassandra":
+        out["paxos_rounds"] = per_job(counter_delta(ingest.before, ingest.after, ROUNDS), created)
+    workers = ingest.cpu.get("workers")
+    if workers is not None and seconds:  # started before the idle phase: settled by now
+        out["workers_idle_cpu_ms_per_s"] = round(workers * 1000 / seconds, 3)
     return out
 
 
