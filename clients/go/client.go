@@ -335,14 +335,18 @@ func (c *Client) ResumeSchedule(ctx context.Context, scheduleID string, opts ...
 	})
 }
 
-// DeleteSchedule deletes a schedule, as a new revision (its occurrences already created stay;
-// its history is kept for the ledger retention, then purged). opts: WithReason.
-func (c *Client) DeleteSchedule(ctx context.Context, scheduleID string, opts ...ChangeOption) error {
+// DeleteSchedule deletes a schedule, as a new revision, and returns that revision (its
+// occurrences already created stay; its history is kept for the ledger retention, then
+// purged). opts: WithReason.
+func (c *Client) DeleteSchedule(ctx context.Context, scheduleID string, opts ...ChangeOption) (int64, error) {
 	req := &pb.ScheduleIdRequest{ScheduleId: scheduleID, Reason: changeOf(opts).reason}
-	_, err := call(ctx, c, false, func(ctx context.Context, i int) (*pb.DeleteScheduleResponse, error) {
+	resp, err := call(ctx, c, false, func(ctx context.Context, i int) (*pb.DeleteScheduleResponse, error) {
 		return c.jobs[i].DeleteSchedule(ctx, req)
 	})
-	return err
+	if err != nil {
+		return 0, err
+	}
+	return resp.GetRevision(), nil
 }
 
 // Preview asks what a cron expression would do.

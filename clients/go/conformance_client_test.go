@@ -216,7 +216,7 @@ func TestC9ClientSurface(t *testing.T) {
 	if got := times[1].GetUtc().AsTime(); !got.Equal(time.Date(2026, 3, 29, 1, 0, 0, 0, time.UTC)) {
 		t.Fatalf("the skipped hour fired at %s (%s)", got, times[1].GetNote())
 	}
-	if err := c.DeleteSchedule(ctx, "nightly"); err != nil {
+	if _, err := c.DeleteSchedule(ctx, "nightly"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := c.GetSchedule(ctx, "nightly"); !errors.Is(err, timeshard.ErrNotFound) {

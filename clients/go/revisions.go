@@ -69,13 +69,12 @@ func (c *Client) GetScheduleRevision(ctx context.Context, scheduleID string, n i
 // RollbackSchedule makes a new revision whose definition (cron, time zone, DST rules, job
 // template, policies) is revision n's; the schedule stays paused or running as it is. It
 // returns the schedule (GetRevision: the revision made; the current one when the schedule
-// has that definition already, so a retry changes nothing). reason ("" for none) is kept with
-// the revision, as WithReason's is on the other changes (the same limit of 1000 bytes). A
-// revision not kept is ErrNotFound; a deleted schedule ErrFailedPrecondition (nothing changed
-// either way).
-func (c *Client) RollbackSchedule(ctx context.Context, scheduleID string, n int64, reason string) (*Schedule, error) {
+// has that definition already, so a retry changes nothing). opts: WithReason, kept with the
+// revision as on the other changes. A revision not kept is ErrNotFound; a deleted schedule
+// ErrFailedPrecondition (nothing changed either way).
+func (c *Client) RollbackSchedule(ctx context.Context, scheduleID string, n int64, opts ...ChangeOption) (*Schedule, error) {
+	req := &pb.RollbackScheduleRequest{ScheduleId: scheduleID, Revision: n, Reason: changeOf(opts).reason}
 	return call(ctx, c, true, func(ctx context.Context, i int) (*Schedule, error) {
-		req := &pb.RollbackScheduleRequest{ScheduleId: scheduleID, Revision: n, Reason: reason}
 		return c.jobs[i].RollbackSchedule(ctx, req)
 	})
 }

@@ -46,7 +46,7 @@ func TestScheduleRevisions(t *testing.T) {
 	if err != nil || first.GetChange() != "create" || first.GetSchedule().GetCron() != "0 8 * * *" {
 		t.Fatalf("revision 1: %v %v", first, err)
 	}
-	back, err := c.RollbackSchedule(ctx, "digest", 1, "9 was wrong")
+	back, err := c.RollbackSchedule(ctx, "digest", 1, timeshard.WithReason("9 was wrong"))
 	if err != nil || back.GetRevision() != 4 || back.GetCron() != "0 8 * * *" || !back.GetPaused() {
 		t.Fatalf("rollback: %v %v", back, err)
 	}
@@ -54,7 +54,7 @@ func TestScheduleRevisions(t *testing.T) {
 	if err != nil || made.GetChange() != "rollback" || made.GetRolledBackTo() != 1 || made.GetReason() != "9 was wrong" {
 		t.Fatalf("the rollback's revision: %v %v", made, err)
 	}
-	if again, err := c.RollbackSchedule(ctx, "digest", 1, ""); err != nil || again.GetRevision() != 4 {
+	if again, err := c.RollbackSchedule(ctx, "digest", 1); err != nil || again.GetRevision() != 4 {
 		t.Fatalf("a rollback repeated makes no revision: %v %v", again, err)
 	}
 
@@ -62,7 +62,7 @@ func TestScheduleRevisions(t *testing.T) {
 	if e := new(timeshard.Error); !errors.Is(err, timeshard.ErrNotFound) || !errors.As(err, &e) || !strings.Contains(e.Message, "1-4") {
 		t.Fatalf("a revision never made: %v", err)
 	}
-	if _, err := c.RollbackSchedule(ctx, "digest", 99, ""); !errors.Is(err, timeshard.ErrNotFound) {
+	if _, err := c.RollbackSchedule(ctx, "digest", 99); !errors.Is(err, timeshard.ErrNotFound) {
 		t.Fatalf("rollback to a revision never made: %v", err)
 	}
 	if _, _, err := c.ScheduleHistory(ctx, "ghost", 0, ""); !errors.Is(err, timeshard.ErrNotFound) {
@@ -75,14 +75,14 @@ func TestScheduleRevisions(t *testing.T) {
 		t.Fatalf("refused calls changed the schedule: %v %v", now, err)
 	}
 
-	if err := c.DeleteSchedule(ctx, "digest"); err != nil {
-		t.Fatal(err)
+	if rev, err := c.DeleteSchedule(ctx, "digest"); err != nil || rev != 5 {
+		t.Fatalf("delete: revision %d, %v", rev, err)
 	}
 	kept, _, err := c.ScheduleHistory(ctx, "digest", 0, "")
 	if err != nil || len(kept) != 5 || kept[0].GetChange() != "delete" {
 		t.Fatalf("a deleted schedule's history: %v %v", kept, err)
 	}
-	if _, err := c.RollbackSchedule(ctx, "digest", 1, ""); !errors.Is(err, timeshard.ErrFailedPrecondition) {
+	if _, err := c.RollbackSchedule(ctx, "digest", 1); !errors.Is(err, timeshard.ErrFailedPrecondition) {
 		t.Fatalf("rollback of a deleted schedule: %v", err)
 	}
 }
@@ -151,7 +151,7 @@ func TestScheduleChangeReasons(t *testing.T) {
 		t.Fatalf("a pause without a reason: %v", r)
 	}
 	// Given twice, the last reason counts.
-	if err := c.DeleteSchedule(ctx, "backup", timeshard.WithReason("old"), timeshard.WithReason("moved to cold storage")); err != nil {
+	if _, err := c.DeleteSchedule(ctx, "backup", timeshard.WithReason("old"), timeshard.WithReason("moved to cold storage")); err != nil {
 		t.Fatal(err)
 	}
 	if r := newest(); r.GetRevision() != 6 || r.GetChange() != "delete" || r.GetReason() != "moved to cold storage" {
