@@ -201,9 +201,8 @@ class NodeLink:
     def _ride(self, linger_s: float = 0.0) -> None:
         """Send what is queued with the next start notice when one is due within
         ``RESULT_RIDE_S``; otherwise within ``linger_s`` (0: at once)."""
-        starts, now = self._starts, self._host.clock.monotonic()
-        while starts and starts[0] <= now:
-            heapq.heappop(starts)
+        now = self._host.clock.monotonic()
+        starts = self._starts_after(now)
         wait = min(RESULT_RIDE_S, self._host.safety_margin_s / 4)
         if starts and starts[0] - now <= wait:
             self._soon(starts[0] - now + RIDE_SLACK_S)
@@ -211,6 +210,14 @@ class NodeLink:
             self._soon(linger_s)
         else:
             self._has_out.set()
+
+    def _starts_after(self, now: float) -> list[float]:
+        """The heap of start times of the jobs pushed ahead, less those past at ``now`` (none
+        to wait for)."""
+        starts = self._starts
+        while starts and starts[0] <= now:
+            heapq.heappop(starts)
+        return starts
 
     def _soon(self, linger_s: float) -> None:
         """Send the next request within ``linger_s`` (real time: on another clock, at once),
@@ -327,9 +334,7 @@ class NodeLink:
             sent = self._sent_at(message.after_seq) + dur_s(message.held)
             slots = self._host.slots
             types = set()
-            starts = self._starts
-            while starts and starts[0] <= received:  # (past: none to wait for)
-                heapq.heappop(starts)
+            starts = self._starts_after(received)
             for claimed in message.jobs:
                 t = claimed.job.type
                 types.add(t)
