@@ -49,8 +49,8 @@ tasks waiting, to tell a slow Cassandra from a queue on the node's side of the d
 
 A steady run reports ingest and fire apart. Creating and firing overlap in it (a job is
 created ``--lead`` before it is due), so it first measures ``--idle-s`` seconds with nothing
-offered, and again after the run (``idle``: the server's and Cassandra's CPU per second, the
-mean of the two, each kept as ``first`` and ``last``), then ``--ingest-s`` seconds
+offered (``idle``: the server's and Cassandra's CPU per second; ``after_run``: the same right
+after the run, which adds what the run left behind, not taken off), then ``--ingest-s`` seconds
 of creates only at the same rate, due an hour later so none fires (``per_created_job``: CPU
 per created job less the idle use, Paxos rounds per created job; and the workers' CPU per
 second meanwhile, when they have no job: ``workers_idle_cpu_ms_per_s``); ``per_fired_job``

@@ -24,7 +24,7 @@ from tools.bench.scenarios import (
     node_figures,
     time_breakdown,
 )
-from tools.bench.steady import Ingest, created_costs, fire_only, mean_idle, rounds_by_kind
+from tools.bench.steady import Ingest, created_costs, fire_only, rounds_by_kind
 
 from timeshard.testing.waits import eventually
 
@@ -100,22 +100,6 @@ def test_ingest_and_fire_apart_take_the_idle_use_and_the_creates_off() -> None:
     # while jobs were only created).
     out = fire_only(fired, idle, {**created, "workers_idle_cpu_ms_per_s": 20.0}, 1000, 1000, 10)
     assert out["worker_cpu_ms_fire_only"] == 0.8  # 1 - 20 * 10 / 1000
-
-
-def test_the_idle_use_is_the_mean_of_before_and_after_the_run() -> None:
-    """Cassandra's background work varies by tens of ms per second over a few seconds: the
-    idle use taken off a run is the mean of an idle phase before it and one after it."""
-    first = {"seconds": 3.0, "server_cpu_ms_per_s": 10.0, "cassandra_cpu_ms_per_s": 110.0}
-    last = {"seconds": 3.1, "server_cpu_ms_per_s": 12.0, "cassandra_cpu_ms_per_s": 30.0}
-    idle = mean_idle(first, last)
-    assert idle == {
-        "seconds": 6.1,
-        "server_cpu_ms_per_s": 11.0,
-        "cassandra_cpu_ms_per_s": 70.0,
-        "first": first,
-        "last": last,
-    }
-    assert "cassandra_cpu_ms_per_s" not in mean_idle(first, {"seconds": 3.0})
 
 
 def test_paxos_rounds_per_fired_job_by_what_they_carried() -> None:
